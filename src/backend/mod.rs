@@ -1,0 +1,75 @@
+//! Backends: one per vendor library, each turning vendor calls into vendor-neutral readings.
+//!
+//! A backend enumerates its GPUs and hands out one device poller per GPU; the poller
+//! (poller.rs) runs each on a thread of its own. A poll returns a [`PollReport`]: the
+//! readings, the calls that failed, and what happened to persistence mode.
+
+pub mod nvml;
+
+use crate::model::DeviceReadings;
+
+/// What an attempt to turn persistence mode on came to; counted by result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PersistenceOutcome {
+    Enabled,
+    NotPermitted,
+    Failed,
+}
+
+impl PersistenceOutcome {
+    pub fn label(self) -> &'static str {
+        match self {
+            PersistenceOutcome::Enabled => "enabled",
+            PersistenceOutcome::NotPermitted => "not_permitted",
+            PersistenceOutcome::Failed => "failed",
+        }
+    }
+}
+
+/// The result of one poll of one device.
+#[derive(Debug, Default)]
+pub struct PollReport {
+    /// `None` when the device could not be reached at all (lost, fallen off the bus).
+    pub readings: Option<DeviceReadings>,
+    /// (call, error) for every call that failed. "Not supported" is not a failure.
+    pub errors: Vec<(&'static str, String)>,
+    pub persistence: Option<PersistenceOutcome>,
+}
+
+impl PollReport {
+    pub fn lost(calls: CallErrors) -> PollReport {
+        PollReport {
+            readings: None,
+            errors: calls.errors,
+            persistence: None,
+        }
+    }
+}
+
+/// Sorts the results of vendor calls into values, unsupported readings and failures.
+#[derive(Debug, Default)]
+pub struct CallErrors {
+    pub errors: Vec<(&'static str, String)>,
+    /// Set once any call said the GPU is lost.
+    pub lost: bool,
+}
+
+impl CallErrors {
+    /// The value of a call, or `None` when the device does not support it (left out of the
+    /// output) or the call failed (recorded, and counted by the caller).
+    pub fn read<T>(&mut self, call: &'static str, result: Result<T, nvml_wrapper::error::NvmlError>) -> Option<T> {
+        use nvml_wrapper::error::NvmlError;
+        match result {
+            Ok(value) => Some(value),
+            // An older driver without the symbol simply does not offer the reading.
+            Err(NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_)) => None,
+            Err(e) => {
+                if matches!(e, NvmlError::GpuLost) {
+                    self.lost = true;
+                }
+                self.errors.push((call, e.to_string()));
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,424 @@
+//! NVIDIA backend: NVML through nvml-wrapper, one [`NvmlDevicePoller`] per GPU.
+//!
+//! NVML calls are slow (about a millisecond each on an H200, 2.6 ms for energy) and can
+//! block, so each poller runs on a thread of its own (see poller.rs) and makes as few calls
+//! as it can: readings that cannot change while the GPU is in the node (temperature
+//! thresholds, maximum link generation and width, supported clock-event reasons) are read
+//! once, and memory temperature, row remapping and the clock-event time counters come from
+//! one `nvmlDeviceGetFieldValues` call.
+
+use super::{CallErrors, PersistenceOutcome, PollReport};
+use crate::clock_events;
+use crate::config;
+use crate::model::{DeviceIdentity, DeviceReadings, EccCount, EccScope, EccType, RemappedRows, Vendor};
+use nvml_wrapper::Device;
+use nvml_wrapper::Nvml;
+use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor, TemperatureThreshold};
+use nvml_wrapper::enums::device::SampleValue;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper_sys::bindings::field_id::*;
+
+pub const BACKEND: &str = "nvml";
+
+/// A loaded and initialised NVML. Leaked on purpose: NVML handles (devices, event sets)
+/// borrow it for as long as the daemon runs, and it is created once per successful
+/// initialisation, not per poll.
+pub struct NvmlBackend {
+    nvml: &'static Nvml,
+}
+
+impl NvmlBackend {
+    /// Loads the library named in the config and initialises it. Fails cleanly (no panic)
+    /// when the library or the driver is missing.
+    pub fn load(config: &config::Nvml) -> Result<NvmlBackend, NvmlError> {
+        let nvml = Nvml::builder().lib_path(config.library_path.as_os_str()).init()?;
+        Ok(NvmlBackend {
+            nvml: Box::leak(Box::new(nvml)),
+        })
+    }
+
+    pub fn driver_version(&self) -> Result<String, NvmlError> {
+        self.nvml.sys_driver_version()
+    }
+
+    /// One poller per GPU the driver enumerates. A GPU whose identity cannot be read (it
+    /// fell off the bus before we started) still gets a poller, so it shows as down rather
+    /// than vanishing.
+    pub fn device_pollers(&self, enable_persistence: bool) -> Result<Vec<NvmlDevicePoller>, NvmlError> {
+        let driver_version = self.driver_version().unwrap_or_default();
+        let count = self.nvml.device_count()?;
+        let mut pollers = Vec::with_capacity(count as usize);
+        for index in 0..count {
+            let device = self.nvml.device_by_index(index)?;
+            let identity = read_identity(&device, index, &driver_version);
+            pollers.push(NvmlDevicePoller {
+                device,
+                identity,
+                enable_persistence,
+                static_readings: None,
+                warned_persistence_denied: false,
+            });
+        }
+        Ok(pollers)
+    }
+}
+
+fn read_identity(device: &Device<'static>, index: u32, driver_version: &str) -> DeviceIdentity {
+    DeviceIdentity {
+        index,
+        uuid: device.uuid().unwrap_or_else(|_| format!("unknown-gpu-{index}")),
+        vendor: Vendor::Nvidia,
+        name: device.name().unwrap_or_default(),
+        pci_bus_id: device
+            .pci_info()
+            .map(|p| normalize_bus_id(&p.bus_id))
+            .unwrap_or_default(),
+        driver_version: driver_version.to_string(),
+        serial: device.serial().ok(),
+    }
+}
+
+/// NVML writes `00000000:19:00.0`; sysfs and the kernel log write `0000:19:00.0`.
+pub fn normalize_bus_id(nvml_bus_id: &str) -> String {
+    let lower = nvml_bus_id.trim().to_ascii_lowercase();
+    match lower.split_once(':') {
+        Some((domain, rest)) => match u32::from_str_radix(domain, 16) {
+            Ok(d) => format!("{d:04x}:{rest}"),
+            Err(_) => lower,
+        },
+        None => lower,
+    }
+}
+
+/// Readings that do not change while the GPU is in the node, read once.
+#[derive(Debug, Clone, Default)]
+struct StaticReadings {
+    thresholds: Vec<(&'static str, f64)>,
+    pcie_generation_max: Option<u32>,
+    pcie_width_max: Option<u32>,
+    supported_clock_events: Option<u64>,
+}
+
+pub struct NvmlDevicePoller {
+    device: Device<'static>,
+    identity: DeviceIdentity,
+    enable_persistence: bool,
+    static_readings: Option<StaticReadings>,
+    warned_persistence_denied: bool,
+}
+
+/// The fields read with one `nvmlDeviceGetFieldValues` call, in the order of `FIELDS`.
+const FIELDS: [u32; 10] = [
+    NVML_FI_DEV_MEMORY_TEMP,
+    NVML_FI_DEV_REMAPPED_COR,
+    NVML_FI_DEV_REMAPPED_UNC,
+    NVML_FI_DEV_REMAPPED_PENDING,
+    NVML_FI_DEV_REMAPPED_FAILURE,
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP,
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST,
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+];
+
+/// The clock-event counters among `FIELDS` (nanoseconds), and the reason each counts.
+/// These are what `nvidia-smi -q -d PERFORMANCE` lists as "Clocks Event Reasons Counters".
+const COUNTER_FIELDS: [(u32, &str); 5] = [
+    (NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP, "sw_power_cap"),
+    (NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST, "sync_boost"),
+    (NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, "sw_thermal_slowdown"),
+    (NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN, "hw_thermal_slowdown"),
+    (
+        NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+        "hw_power_brake_slowdown",
+    ),
+];
+
+fn sample_as_f64(value: &SampleValue) -> f64 {
+    match *value {
+        SampleValue::F64(v) => v,
+        SampleValue::U32(v) => v as f64,
+        SampleValue::U64(v) => v as f64,
+        SampleValue::I64(v) => v as f64,
+    }
+}
+
+impl NvmlDevicePoller {
+    pub fn identity(&self) -> &DeviceIdentity {
+        &self.identity
+    }
+
+    /// Reads every supported value once. Never panics; failed calls are listed in the report.
+    pub fn poll(&mut self) -> PollReport {
+        let mut calls = CallErrors::default();
+        let mut r = DeviceReadings::default();
+
+        // The first call tells us whether the GPU is there at all; a lost GPU answers every
+        // call with GpuLost, and there is no point making twenty more.
+        if let Some(t) = calls.read(
+            "nvmlDeviceGetTemperature",
+            self.device.temperature(TemperatureSensor::Gpu),
+        ) {
+            r.temperatures.push(("gpu", t as f64));
+        }
+        if calls.lost {
+            return PollReport::lost(calls);
+        }
+
+        let statics = match &self.static_readings {
+            Some(s) => s.clone(),
+            None => {
+                let s = self.read_static(&mut calls);
+                self.static_readings = Some(s.clone());
+                s
+            }
+        };
+        r.temperature_thresholds = statics.thresholds.clone();
+
+        self.read_field_values(&mut calls, &mut r);
+
+        if let Some(active) = calls.read("nvmlDeviceGetCurrentClocksEventReasons", self.current_clock_events()) {
+            let supported = statics.supported_clock_events.unwrap_or(u64::MAX);
+            r.clock_events = clock_events::decode_nvidia(active, supported);
+        }
+
+        r.power_watts = calls
+            .read("nvmlDeviceGetPowerUsage", self.device.power_usage())
+            .map(|mw| mw as f64 / 1000.0);
+        r.power_limit_watts = calls
+            .read("nvmlDeviceGetEnforcedPowerLimit", self.device.enforced_power_limit())
+            .map(|mw| mw as f64 / 1000.0);
+        r.energy_joules = calls
+            .read(
+                "nvmlDeviceGetTotalEnergyConsumption",
+                self.device.total_energy_consumption(),
+            )
+            .map(|mj| mj as f64 / 1000.0);
+
+        for (clock, name) in [
+            (Clock::SM, "sm"),
+            (Clock::Memory, "memory"),
+            (Clock::Graphics, "graphics"),
+        ] {
+            if let Some(mhz) = calls.read("nvmlDeviceGetClockInfo", self.device.clock_info(clock)) {
+                r.clocks_hertz.push((name, mhz as f64 * 1e6));
+            }
+        }
+
+        if let Some(u) = calls.read("nvmlDeviceGetUtilizationRates", self.device.utilization_rates()) {
+            r.utilization_ratio = Some(u.gpu as f64 / 100.0);
+            r.memory_copy_utilization_ratio = Some(u.memory as f64 / 100.0);
+        }
+        if let Some(m) = calls.read("nvmlDeviceGetMemoryInfo_v2", self.device.memory_info()) {
+            r.memory_used_bytes = Some(m.used);
+            r.memory_total_bytes = Some(m.total);
+        }
+
+        r.pcie.generation = calls.read(
+            "nvmlDeviceGetCurrPcieLinkGeneration",
+            self.device.current_pcie_link_gen(),
+        );
+        r.pcie.width = calls.read("nvmlDeviceGetCurrPcieLinkWidth", self.device.current_pcie_link_width());
+        r.pcie.generation_max = statics.pcie_generation_max;
+        r.pcie.width_max = statics.pcie_width_max;
+        r.pcie.replay_errors = calls
+            .read("nvmlDeviceGetPcieReplayCounter", self.device.pcie_replay_counter())
+            .map(u64::from);
+
+        self.read_ecc(&mut calls, &mut r);
+
+        let persistence = self.read_and_keep_persistence(&mut calls, &mut r);
+
+        r.performance_state = calls
+            .read("nvmlDeviceGetPerformanceState", self.device.performance_state())
+            .map(|p| p.as_c());
+        r.fan_speed_ratio = calls
+            .read("nvmlDeviceGetFanSpeed_v2", self.device.fan_speed(0))
+            .map(|p| p as f64 / 100.0);
+
+        if calls.lost {
+            return PollReport::lost(calls);
+        }
+        PollReport {
+            readings: Some(r),
+            errors: calls.errors,
+            persistence,
+        }
+    }
+
+    fn read_static(&self, calls: &mut CallErrors) -> StaticReadings {
+        let mut s = StaticReadings::default();
+        for (threshold, name) in [
+            (TemperatureThreshold::Slowdown, "slowdown"),
+            (TemperatureThreshold::Shutdown, "shutdown"),
+            (TemperatureThreshold::GpuMax, "gpu_max"),
+            (TemperatureThreshold::MemoryMax, "memory_max"),
+        ] {
+            if let Some(t) = calls.read(
+                "nvmlDeviceGetTemperatureThreshold",
+                self.device.temperature_threshold(threshold),
+            ) {
+                s.thresholds.push((name, t as f64));
+            }
+        }
+        s.pcie_generation_max = calls.read("nvmlDeviceGetMaxPcieLinkGeneration", self.device.max_pcie_link_gen());
+        s.pcie_width_max = calls.read("nvmlDeviceGetMaxPcieLinkWidth", self.device.max_pcie_link_width());
+        s.supported_clock_events = calls.read(
+            "nvmlDeviceGetSupportedClocksEventReasons",
+            self.supported_clock_events(),
+        );
+        s
+    }
+
+    /// `nvmlDeviceGetCurrentClocksEventReasons` is the current name (NVML 12.2+); older drivers
+    /// only have the "throttle reasons" one that nvml-wrapper wraps.
+    fn current_clock_events(&self) -> Result<u64, NvmlError> {
+        let lib = self.device.nvml().lib();
+        match lib.nvmlDeviceGetCurrentClocksEventReasons.as_ref() {
+            Ok(sym) => {
+                let mut mask = 0u64;
+                // SAFETY: a valid device handle and a pointer to a u64, as nvml.h declares.
+                let code = unsafe { sym(self.device.handle(), &mut mask) };
+                nvml_wrapper::error::nvml_try(code).map(|_| mask)
+            }
+            Err(_) => self.device.current_throttle_reasons().map(|r| r.bits()),
+        }
+    }
+
+    fn supported_clock_events(&self) -> Result<u64, NvmlError> {
+        let lib = self.device.nvml().lib();
+        match lib.nvmlDeviceGetSupportedClocksEventReasons.as_ref() {
+            Ok(sym) => {
+                let mut mask = 0u64;
+                // SAFETY: as above.
+                let code = unsafe { sym(self.device.handle(), &mut mask) };
+                nvml_wrapper::error::nvml_try(code).map(|_| mask)
+            }
+            Err(_) => self.device.supported_throttle_reasons().map(|r| r.bits()),
+        }
+    }
+
+    fn read_field_values(&self, calls: &mut CallErrors, r: &mut DeviceReadings) {
+        let ids: Vec<FieldId> = FIELDS.iter().map(|id| FieldId(*id)).collect();
+        let Some(samples) = calls.read("nvmlDeviceGetFieldValues", self.device.field_values_for(&ids)) else {
+            return;
+        };
+        // Each sample answers for itself: an unsupported field is an Err in its slot.
+        let value = |field: u32| -> Option<f64> {
+            let position = FIELDS.iter().position(|f| *f == field)?;
+            let sample = samples.get(position)?.as_ref().ok()?;
+            sample.value.as_ref().ok().map(sample_as_f64)
+        };
+        if let Some(t) = value(NVML_FI_DEV_MEMORY_TEMP) {
+            r.temperatures.push(("memory", t));
+        }
+        r.remapped_rows = RemappedRows {
+            correctable: value(NVML_FI_DEV_REMAPPED_COR).map(|v| v as u64),
+            uncorrectable: value(NVML_FI_DEV_REMAPPED_UNC).map(|v| v as u64),
+            pending: value(NVML_FI_DEV_REMAPPED_PENDING).map(|v| v != 0.0),
+            failed: value(NVML_FI_DEV_REMAPPED_FAILURE).map(|v| v != 0.0),
+        };
+        for (field, reason) in COUNTER_FIELDS {
+            if let Some(ns) = value(field) {
+                r.clock_event_seconds.push((reason, ns / 1e9));
+            }
+        }
+    }
+
+    fn read_ecc(&self, calls: &mut CallErrors, r: &mut DeviceReadings) {
+        let Some(mode) = calls.read("nvmlDeviceGetEccMode", self.device.is_ecc_enabled()) else {
+            return;
+        };
+        r.ecc_enabled = Some(mode.currently_enabled);
+        if !mode.currently_enabled {
+            return;
+        }
+        for (error, error_type) in [
+            (MemoryError::Corrected, EccType::Corrected),
+            (MemoryError::Uncorrected, EccType::Uncorrected),
+        ] {
+            for (counter, scope) in [
+                (EccCounter::Volatile, EccScope::Volatile),
+                (EccCounter::Aggregate, EccScope::Aggregate),
+            ] {
+                if let Some(count) = calls.read(
+                    "nvmlDeviceGetTotalEccErrors",
+                    self.device.total_ecc_errors(error, counter),
+                ) {
+                    r.ecc_errors.push(EccCount {
+                        error_type,
+                        scope,
+                        count,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Reads persistence mode and, when configured, turns it on where it is off. Never off.
+    fn read_and_keep_persistence(
+        &mut self,
+        calls: &mut CallErrors,
+        r: &mut DeviceReadings,
+    ) -> Option<PersistenceOutcome> {
+        let on = calls.read("nvmlDeviceGetPersistenceMode", self.device.is_in_persistent_mode())?;
+        r.persistence_mode = Some(on);
+        if on || !self.enable_persistence {
+            return None;
+        }
+        let id = &self.identity;
+        let outcome = match self.device.set_persistent(true) {
+            Ok(()) => {
+                log::info!(
+                    "persistence mode was off on GPU {} ({}, {}); turned it on",
+                    id.index,
+                    id.uuid,
+                    id.pci_bus_id
+                );
+                r.persistence_mode = Some(true);
+                PersistenceOutcome::Enabled
+            }
+            Err(NvmlError::NoPermission) => {
+                if !self.warned_persistence_denied {
+                    log::warn!(
+                        "persistence mode is off on GPU {} ({}) and turning it on was not permitted: \
+                         run gpuwarden as root, or set persistence.enable: false and use nvidia-persistenced",
+                        id.index,
+                        id.uuid
+                    );
+                    self.warned_persistence_denied = true;
+                }
+                PersistenceOutcome::NotPermitted
+            }
+            Err(e) => {
+                log::warn!(
+                    "turning persistence mode on for GPU {} ({}) failed: {e}",
+                    id.index,
+                    id.uuid
+                );
+                PersistenceOutcome::Failed
+            }
+        };
+        Some(outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bus_ids_take_the_kernel_form() {
+        assert_eq!(normalize_bus_id("00000000:19:00.0"), "0000:19:00.0");
+        assert_eq!(normalize_bus_id("00000001:9A:00.0"), "0001:9a:00.0");
+        assert_eq!(normalize_bus_id("0000:19:00.0"), "0000:19:00.0");
+    }
+
+    #[test]
+    fn counter_fields_are_all_polled() {
+        for (field, _) in COUNTER_FIELDS {
+            assert!(FIELDS.contains(&field));
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! `gpuwarden check`: poll every GPU once and say what a person should act on.
+//!
+//! Exit status: 0 when every GPU is healthy, 1 when any finding is degraded or unhealthy,
+//! 2 when no GPU could be read at all (no driver, NVML missing, no GPUs), so scripts and
+//! node-health checks can branch on it.
+
+use crate::config::Config;
+use crate::health::{self, Finding, HealthState};
+use crate::model::{DeviceSnapshot, Snapshot};
+use crate::poller::Coordinator;
+use crate::store::Store;
+use serde::Serialize;
+use std::fmt::Write;
+use std::sync::Arc;
+
+#[derive(Serialize)]
+struct DeviceReport<'a> {
+    #[serde(flatten)]
+    device: &'a DeviceSnapshot,
+    health: HealthState,
+    findings: Vec<Finding>,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    backends: std::collections::BTreeMap<&'static str, bool>,
+    devices: Vec<DeviceReport<'a>>,
+}
+
+/// Runs one poll round and returns the snapshot it published.
+pub fn poll_once(config: Config) -> Arc<Snapshot> {
+    let store = Arc::new(Store::new());
+    let mut coordinator = Coordinator::new(config, store.clone());
+    coordinator.run_round();
+    store.latest()
+}
+
+pub fn run(config: Config, json: bool) -> i32 {
+    let snapshot = poll_once(config);
+    let devices: Vec<DeviceReport> = snapshot
+        .devices
+        .iter()
+        .map(|device| {
+            let findings = health::findings(device);
+            DeviceReport {
+                device,
+                health: health::state(&findings),
+                findings,
+            }
+        })
+        .collect();
+    let worst = devices.iter().map(|d| d.health).max();
+    let report = Report {
+        backends: snapshot.backends.iter().map(|(k, v)| (*k, v.up)).collect(),
+        devices,
+    };
+
+    if json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("gpuwarden: cannot write the report as JSON: {e}");
+                return 2;
+            }
+        }
+    } else {
+        print!("{}", table(&report));
+    }
+    match worst {
+        None => {
+            if !json {
+                eprintln!("gpuwarden: no GPU could be read (see the messages above)");
+            }
+            2
+        }
+        Some(HealthState::Ok) => 0,
+        Some(_) => 1,
+    }
+}
+
+fn table(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<4} {:<22} {:<13} {:>6} {:>13} {:>9} {:>9} {:<8} {:<10}",
+        "GPU", "NAME", "BUS ID", "TEMP", "POWER", "SM CLOCK", "PCIE", "PERSIST", "HEALTH"
+    );
+    for d in &report.devices {
+        let id = &d.device.identity;
+        let r = d.device.readings.as_ref();
+        let temp = r
+            .and_then(|r| r.temperature("gpu"))
+            .map(|t| format!("{t:.0} C"))
+            .unwrap_or("-".into());
+        let power = r
+            .and_then(|r| Some(format!("{:.0}/{:.0} W", r.power_watts?, r.power_limit_watts?)))
+            .unwrap_or("-".into());
+        let sm = r
+            .and_then(|r| r.clock("sm"))
+            .map(|hz| format!("{:.0} MHz", hz / 1e6))
+            .unwrap_or("-".into());
+        let pcie = r
+            .and_then(|r| Some(format!("Gen{} x{}", r.pcie.generation?, r.pcie.width?)))
+            .unwrap_or("-".into());
+        let persist = match r.and_then(|r| r.persistence_mode) {
+            Some(true) => "on",
+            Some(false) => "off",
+            None => "-",
+        };
+        let _ = writeln!(
+            out,
+            "{:<4} {:<22} {:<13} {:>6} {:>13} {:>9} {:>9} {:<8} {:<10}",
+            id.index,
+            truncate(&id.name, 22),
+            id.pci_bus_id,
+            temp,
+            power,
+            sm,
+            pcie,
+            persist,
+            d.health.label()
+        );
+    }
+    let findings: Vec<_> = report
+        .devices
+        .iter()
+        .flat_map(|d| d.findings.iter().map(move |f| (d, f)))
+        .collect();
+    if !findings.is_empty() {
+        let _ = writeln!(out, "\nFindings:");
+        for (d, f) in findings {
+            let id = &d.device.identity;
+            let _ = writeln!(
+                out,
+                "  GPU {} ({}): {}: {}",
+                id.index,
+                id.uuid,
+                f.severity.label(),
+                f.message
+            );
+        }
+    }
+    out
+}
+
+fn truncate(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        s.to_string()
+    } else {
+        s.chars().take(width - 1).chain(['~']).collect()
+    }
+}

@@ -1,0 +1,268 @@
+//! The configuration file: its keys, their defaults, and errors that say where and what to fix.
+//!
+//! Every key is optional and has the default that config/gpuwarden.yaml documents. Unknown
+//! keys are errors (a misspelt key that is silently ignored is how a fleet ends up with
+//! persistence mode off). Every error names the file, line and column.
+
+use serde::{Deserialize, Deserializer};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// sysexits.h EX_CONFIG: what `gpuwarden config check` and a refused start exit with.
+pub const EX_CONFIG: i32 = 78;
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address and port the HTTP server listens on.
+    pub listen: SocketAddr,
+    pub poll: Poll,
+    pub nvml: Nvml,
+    pub persistence: Persistence,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([0, 0, 0, 0], 9100)),
+            poll: Poll::default(),
+            nvml: Nvml::default(),
+            persistence: Persistence::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default, try_from = "RawPoll")]
+pub struct Poll {
+    /// How often every GPU is read.
+    pub interval: Duration,
+    /// How long one poll of one GPU may take before that GPU is reported as not answering
+    /// (`gpu_up` 0) for this round. A call that hangs stalls only its own GPU.
+    pub timeout: Duration,
+}
+
+impl Default for Poll {
+    fn default() -> Self {
+        Poll {
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_millis(500),
+        }
+    }
+}
+
+/// `Poll` as written, before the checks that involve both keys.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawPoll {
+    #[serde(deserialize_with = "duration")]
+    interval: Duration,
+    #[serde(deserialize_with = "duration")]
+    timeout: Duration,
+}
+
+impl Default for RawPoll {
+    fn default() -> Self {
+        let p = Poll::default();
+        RawPoll {
+            interval: p.interval,
+            timeout: p.timeout,
+        }
+    }
+}
+
+impl TryFrom<RawPoll> for Poll {
+    type Error = String;
+    fn try_from(raw: RawPoll) -> Result<Self, String> {
+        if raw.interval < Duration::from_millis(10) {
+            return Err(format!("poll.interval is {:?}; it must be at least 10ms", raw.interval));
+        }
+        if raw.timeout.is_zero() || raw.timeout > raw.interval {
+            return Err(format!(
+                "poll.timeout ({:?}) must be more than 0 and at most poll.interval ({:?})",
+                raw.timeout, raw.interval
+            ));
+        }
+        Ok(Poll {
+            interval: raw.interval,
+            timeout: raw.timeout,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Nvml {
+    /// Set to false on nodes without NVIDIA GPUs to skip even looking for the library.
+    pub enabled: bool,
+    /// The NVML library to load: a file name searched the usual way, or a path.
+    pub library_path: PathBuf,
+    /// How long to wait before trying again when NVML cannot be loaded or initialised
+    /// (no driver yet, or a driver reload); doubles up to `retry_max`.
+    #[serde(deserialize_with = "duration")]
+    pub retry_initial: Duration,
+    #[serde(deserialize_with = "duration")]
+    pub retry_max: Duration,
+}
+
+impl Default for Nvml {
+    fn default() -> Self {
+        Nvml {
+            enabled: true,
+            // The unversioned libnvidia-ml.so comes only with development packages.
+            library_path: PathBuf::from("libnvidia-ml.so.1"),
+            retry_initial: Duration::from_secs(5),
+            retry_max: Duration::from_secs(300),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Persistence {
+    /// Turn persistence mode on wherever a poll finds it off. gpuwarden never turns it off.
+    pub enable: bool,
+}
+
+impl Default for Persistence {
+    fn default() -> Self {
+        Persistence { enable: true }
+    }
+}
+
+/// Reads durations the way Prometheus configs write them: `500ms`, `1s`, `5m`.
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    humantime::parse_duration(&text).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "{text:?} is not a duration ({e}); write it like 500ms, 1s or 5m"
+        ))
+    })
+}
+
+/// A config that could not be used, with where and why.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub line: Option<u64>,
+    pub column: Option<u64>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let (Some(line), Some(column)) = (self.line, self.column) {
+            write!(f, ":{line}:{column}")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Parses YAML text; `file` is only used to name the source in errors.
+    pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
+        // Strict booleans: `yes`/`no`/`on`/`off` are strings, not booleans, so
+        // `enable: off` is an error rather than a silent surprise.
+        let options = serde_saphyr::options! { strict_booleans: true };
+        // An empty file means all defaults.
+        if text.trim().is_empty() {
+            return Ok(Config::default());
+        }
+        serde_saphyr::from_str_with_options::<Config>(text, options).map_err(|e| {
+            let location = e.location();
+            ConfigError {
+                file: file.to_path_buf(),
+                line: location.as_ref().map(|l| l.line()),
+                column: location.as_ref().map(|l| l.column()),
+                message: e.render().trim().to_string(),
+            }
+        })
+    }
+
+    pub fn load(file: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|e| ConfigError {
+            file: file.to_path_buf(),
+            line: None,
+            column: None,
+            message: format!("cannot read the config file: {e}"),
+        })?;
+        Config::parse(&text, file)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("test.yaml"))
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        assert_eq!(parse("").unwrap(), Config::default());
+        assert_eq!(parse("# nothing\n").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn shipped_default_config_matches_the_built_in_defaults() {
+        let shipped = include_str!("../config/gpuwarden.yaml");
+        assert_eq!(parse(shipped).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn reads_every_key() {
+        let c = parse(
+            "listen: 127.0.0.1:9400\npoll:\n  interval: 250ms\n  timeout: 200ms\n\
+             nvml:\n  enabled: false\n  library_path: /opt/lib/libnvidia-ml.so.1\n  \
+             retry_initial: 1s\n  retry_max: 1m\npersistence:\n  enable: false\n",
+        )
+        .unwrap();
+        assert_eq!(c.listen, "127.0.0.1:9400".parse().unwrap());
+        assert_eq!(c.poll.interval, Duration::from_millis(250));
+        assert_eq!(c.poll.timeout, Duration::from_millis(200));
+        assert!(!c.nvml.enabled);
+        assert_eq!(c.nvml.library_path, PathBuf::from("/opt/lib/libnvidia-ml.so.1"));
+        assert_eq!(c.nvml.retry_max, Duration::from_secs(60));
+        assert!(!c.persistence.enable);
+    }
+
+    #[test]
+    fn unknown_key_is_refused_with_its_position() {
+        let e = parse("poll:\n  interval: 1s\n  intervall: 2s\n").unwrap_err();
+        assert_eq!((e.line, e.column), (Some(3), Some(3)), "{e}");
+        assert!(e.message.contains("intervall"), "{e}");
+        assert!(e.to_string().starts_with("test.yaml:3:3: "), "{e}");
+    }
+
+    #[test]
+    fn bad_duration_says_how_to_write_one() {
+        let e = parse("poll:\n  interval: fast\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.message.contains("500ms"), "{e}");
+    }
+
+    #[test]
+    fn timeout_longer_than_interval_is_refused() {
+        let e = parse("poll:\n  interval: 1s\n  timeout: 2s\n").unwrap_err();
+        assert!(e.line.is_some(), "{e}");
+        assert!(e.message.contains("at most poll.interval"), "{e}");
+    }
+
+    #[test]
+    fn yaml_1_1_booleans_are_not_booleans() {
+        let e = parse("persistence:\n  enable: off\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+    }
+
+    #[test]
+    fn bad_listen_address_is_refused() {
+        let e = parse("listen: 9100\n").unwrap_err();
+        assert_eq!((e.line, e.column), (Some(1), Some(9)), "{e}");
+    }
+}

@@ -1,0 +1,131 @@
+//! Findings a person should act on, and the health verdict they add up to.
+//!
+//! `gpuwarden check` prints the findings; /metrics exports the verdict as `gpu_health` and
+//! each finding as `gpu_health_reason`. docs/health.md lists the rules.
+
+use crate::clock_events::THERMAL_REASONS;
+use crate::model::{DeviceSnapshot, EccScope, EccType};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthState {
+    Ok,
+    Degraded,
+    Unhealthy,
+}
+
+impl HealthState {
+    pub const ALL: [HealthState; 3] = [HealthState::Ok, HealthState::Degraded, HealthState::Unhealthy];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            HealthState::Ok => "ok",
+            HealthState::Degraded => "degraded",
+            HealthState::Unhealthy => "unhealthy",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// Stable machine name, used as the `reason` label of `gpu_health_reason`.
+    pub reason: &'static str,
+    pub severity: HealthState,
+    /// What was seen and what to do, for a person.
+    pub message: String,
+}
+
+/// Everything about one device that a person should act on.
+pub fn findings(device: &DeviceSnapshot) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut add = |reason, severity, message: String| {
+        out.push(Finding {
+            reason,
+            severity,
+            message,
+        })
+    };
+
+    if device.lost {
+        add(
+            "gpu_lost",
+            HealthState::Unhealthy,
+            "the GPU is lost (fallen off the bus): drain the node and reset or reseat the GPU".into(),
+        );
+        return out;
+    }
+    let Some(r) = device.readings.as_ref().filter(|_| device.up) else {
+        add(
+            "not_responding",
+            HealthState::Degraded,
+            "the GPU did not answer within poll.timeout: the driver may be hung; check dmesg for Xid errors".into(),
+        );
+        return out;
+    };
+
+    let thermal: Vec<&str> = THERMAL_REASONS
+        .iter()
+        .copied()
+        .filter(|reason| r.clock_event_active(reason))
+        .collect();
+    if !thermal.is_empty() {
+        let temperature = r
+            .temperature("gpu")
+            .map(|t| format!(" at {t:.0} C"))
+            .unwrap_or_default();
+        add(
+            "thermal_slowdown",
+            HealthState::Degraded,
+            format!(
+                "clocks are slowed for temperature ({}){temperature}: check airflow, fans and inlet temperature",
+                thermal.join(", ")
+            ),
+        );
+    }
+    if r.pcie.width_degraded() == Some(true) {
+        add(
+            "pcie_width_degraded",
+            HealthState::Degraded,
+            format!(
+                "PCIe link runs at x{} of x{}: reseat the GPU or check the riser and slot",
+                r.pcie.width.unwrap_or(0),
+                r.pcie.width_max.unwrap_or(0)
+            ),
+        );
+    }
+    if r.persistence_mode == Some(false) {
+        add(
+            "persistence_off",
+            HealthState::Degraded,
+            "persistence mode is off: the driver is torn down between jobs; enable it (nvidia-smi -pm 1 or nvidia-persistenced)".into(),
+        );
+    }
+    if let Some(n) = r.ecc_count(EccType::Uncorrected, EccScope::Volatile).filter(|n| *n > 0) {
+        add(
+            "ecc_uncorrectable",
+            HealthState::Degraded,
+            format!("{n} uncorrectable ECC errors since the driver loaded: drain the node and reset the GPU"),
+        );
+    }
+    if r.remapped_rows.pending == Some(true) {
+        add(
+            "row_remap_pending",
+            HealthState::Degraded,
+            "a memory row remap is pending: reset the GPU (or reboot) when it is idle to apply it".into(),
+        );
+    }
+    if r.remapped_rows.failed == Some(true) {
+        add(
+            "row_remap_failed",
+            HealthState::Unhealthy,
+            "a memory row remap failed: the GPU has run out of spare rows; take it out of service and RMA it".into(),
+        );
+    }
+    out
+}
+
+/// The worst severity among the findings, `Ok` when there are none.
+pub fn state(findings: &[Finding]) -> HealthState {
+    findings.iter().map(|f| f.severity).max().unwrap_or(HealthState::Ok)
+}

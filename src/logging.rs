@@ -1,0 +1,64 @@
+//! Logging set-up, and a limiter so a failing call logs once, not once a second.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Logs to stderr (systemd puts stderr in the journal). `RUST_LOG` overrides the level.
+pub fn init() {
+    let env = env_logger::Env::default().default_filter_or("info");
+    // Ignore the error of a second init (tests may call this more than once).
+    let _ = env_logger::Builder::from_env(env).format_target(false).try_init();
+}
+
+/// Lets one message per key through per `period`, and says how many were held back.
+pub struct RateLimiter {
+    period: Duration,
+    seen: HashMap<String, (Instant, u64)>,
+}
+
+impl RateLimiter {
+    pub fn new(period: Duration) -> RateLimiter {
+        RateLimiter {
+            period,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// `Some(suppressed)` when a message for `key` may be logged now, with the number of
+    /// messages for it held back since the last one; `None` to stay quiet.
+    pub fn allow(&mut self, key: &str) -> Option<u64> {
+        let now = Instant::now();
+        match self.seen.get_mut(key) {
+            Some((last, suppressed)) if now.duration_since(*last) < self.period => {
+                *suppressed += 1;
+                None
+            }
+            Some((last, suppressed)) => {
+                let held = *suppressed;
+                *last = now;
+                *suppressed = 0;
+                Some(held)
+            }
+            None => {
+                self.seen.insert(key.to_string(), (now, 0));
+                Some(0)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeats_within_the_period_are_held_back_and_counted() {
+        let mut limiter = RateLimiter::new(Duration::from_millis(50));
+        assert_eq!(limiter.allow("a"), Some(0));
+        assert_eq!(limiter.allow("a"), None);
+        assert_eq!(limiter.allow("a"), None);
+        assert_eq!(limiter.allow("b"), Some(0), "keys are independent");
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(limiter.allow("a"), Some(2));
+    }
+}

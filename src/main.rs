@@ -1,0 +1,144 @@
+//! gpuwarden: a GPU fleet operations daemon and Prometheus exporter.
+//!
+//! See README.md for what it does and docs/architecture.md for how the pieces fit:
+//! backends read the vendor libraries on threads of their own, the poller publishes whole
+//! snapshots to the store, and the HTTP server renders the latest snapshot.
+
+mod backend;
+mod check;
+mod clock_events;
+mod config;
+mod daemon;
+mod demo;
+mod exposition;
+mod health;
+mod http;
+mod logging;
+mod metrics;
+mod model;
+mod poller;
+mod store;
+
+use clap::{Parser, Subcommand};
+use config::{Config, EX_CONFIG};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Used when --config is not given and this file exists.
+const DEFAULT_CONFIG_PATH: &str = "/etc/gpuwarden/config.yaml";
+
+#[derive(Parser)]
+#[command(
+    name = "gpuwarden",
+    version,
+    about = "GPU fleet operations daemon and Prometheus exporter"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon: poll every GPU and serve Prometheus metrics.
+    Run {
+        /// Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Listen address, overriding the config's `listen`.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+        /// Run over eight simulated GPUs (needs the simulated NVML library; see README).
+        #[arg(long)]
+        demo: bool,
+    },
+    /// Poll every GPU once and print what needs attention. Exit 0: healthy; 1: findings; 2: no GPU read.
+    Check {
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Check the simulated GPUs of the demo.
+        #[arg(long)]
+        demo: bool,
+    },
+    /// Work with config files.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate a config file; errors name file, line and column. Exit 78 (EX_CONFIG) when invalid.
+    Check { file: PathBuf },
+}
+
+fn load_config(path: Option<&Path>) -> Result<Config, i32> {
+    let path = match path {
+        Some(p) => Some(p.to_path_buf()),
+        None => Some(PathBuf::from(DEFAULT_CONFIG_PATH)).filter(|p| p.exists()),
+    };
+    match path {
+        Some(p) => Config::load(&p).map_err(|e| {
+            log::error!("{e}");
+            EX_CONFIG
+        }),
+        None => Ok(Config::default()),
+    }
+}
+
+/// Points the config at the simulated library and writes the demo scenario.
+fn apply_demo(config: &mut Config) -> Result<(), i32> {
+    match demo::prepare() {
+        Ok(library) => {
+            log::info!("demo mode: eight simulated GPUs from {}", library.display());
+            config.nvml.enabled = true;
+            config.nvml.library_path = library;
+            Ok(())
+        }
+        Err(e) => {
+            log::error!("{e}");
+            Err(1)
+        }
+    }
+}
+
+fn main() {
+    logging::init();
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Run { config, listen, demo } => (|| {
+            let mut cfg = load_config(config.as_deref())?;
+            if let Some(listen) = listen {
+                cfg.listen = listen;
+            }
+            if demo {
+                apply_demo(&mut cfg)?;
+            }
+            Ok(daemon::run(cfg))
+        })(),
+        Command::Check { config, json, demo } => (|| {
+            let mut cfg = load_config(config.as_deref())?;
+            if demo {
+                apply_demo(&mut cfg)?;
+            }
+            Ok(check::run(cfg, json))
+        })(),
+        Command::Config {
+            command: ConfigCommand::Check { file },
+        } => match Config::load(&file) {
+            Ok(_) => {
+                println!("{}: ok", file.display());
+                Ok(0)
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                Err(EX_CONFIG)
+            }
+        },
+    };
+    std::process::exit(code.unwrap_or_else(|code| code));
+}

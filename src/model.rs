@@ -1,0 +1,259 @@
+//! The vendor-neutral picture of a GPU that every backend produces and every renderer reads.
+//!
+//! A backend turns vendor calls into a [`DeviceReadings`]; the poller wraps it in a
+//! [`DeviceSnapshot`] with the device's identity and the time of its last good poll; the
+//! store keeps one [`Snapshot`] for the whole node and swaps it whole. A reading the device
+//! does not support is `None` (or absent from a list), never a made-up zero, so renderers
+//! leave it out.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Vendor {
+    Nvidia,
+}
+
+impl Vendor {
+    pub fn label(self) -> &'static str {
+        match self {
+            Vendor::Nvidia => "nvidia",
+        }
+    }
+}
+
+/// What identifies a GPU and does not change while it is in the node.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceIdentity {
+    pub index: u32,
+    pub uuid: String,
+    pub vendor: Vendor,
+    pub name: String,
+    /// Lower-case, four-digit domain: `0000:19:00.0`, the form sysfs and the kernel log use.
+    pub pci_bus_id: String,
+    pub driver_version: String,
+    pub serial: Option<String>,
+}
+
+/// One clock-event (throttle) reason the device supports, and whether it is active now.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClockEvent {
+    pub reason: &'static str,
+    pub active: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Pcie {
+    pub generation: Option<u32>,
+    pub generation_max: Option<u32>,
+    pub width: Option<u32>,
+    pub width_max: Option<u32>,
+    pub replay_errors: Option<u64>,
+}
+
+impl Pcie {
+    /// True when the link trained narrower than the device can go: a reseat or a riser
+    /// problem, and a bandwidth loss. Generation is not compared, because idle GPUs lower
+    /// their link speed on purpose to save power.
+    pub fn width_degraded(&self) -> Option<bool> {
+        Some(self.width? < self.width_max?)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EccType {
+    Corrected,
+    Uncorrected,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EccScope {
+    Volatile,
+    Aggregate,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EccCount {
+    #[serde(rename = "type")]
+    pub error_type: EccType,
+    pub scope: EccScope,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RemappedRows {
+    pub correctable: Option<u64>,
+    pub uncorrectable: Option<u64>,
+    pub pending: Option<bool>,
+    pub failed: Option<bool>,
+}
+
+/// Everything one poll read from one device. Lists hold only what the device answered.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DeviceReadings {
+    /// (sensor, celsius): gpu, memory (NVIDIA); edge, junction, hbm (AMD).
+    #[serde(serialize_with = "pairs_as_map")]
+    pub temperatures: Vec<(&'static str, f64)>,
+    /// (threshold, celsius): slowdown, shutdown, gpu_max, memory_max.
+    #[serde(serialize_with = "pairs_as_map")]
+    pub temperature_thresholds: Vec<(&'static str, f64)>,
+    pub clock_events: Vec<ClockEvent>,
+    /// (reason, seconds): the driver's own cumulative time in each reason.
+    #[serde(serialize_with = "pairs_as_map")]
+    pub clock_event_seconds: Vec<(&'static str, f64)>,
+    pub power_watts: Option<f64>,
+    pub power_limit_watts: Option<f64>,
+    pub energy_joules: Option<f64>,
+    /// (clock, hertz): sm, memory, graphics.
+    #[serde(serialize_with = "pairs_as_map")]
+    pub clocks_hertz: Vec<(&'static str, f64)>,
+    pub utilization_ratio: Option<f64>,
+    /// Fraction of time the memory controller was busy reading or writing.
+    pub memory_copy_utilization_ratio: Option<f64>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub pcie: Pcie,
+    pub ecc_enabled: Option<bool>,
+    pub ecc_errors: Vec<EccCount>,
+    pub remapped_rows: RemappedRows,
+    pub persistence_mode: Option<bool>,
+    /// 0 (P0, fastest) to 15 (P15, slowest).
+    pub performance_state: Option<u32>,
+    pub fan_speed_ratio: Option<f64>,
+}
+
+impl DeviceReadings {
+    pub fn temperature(&self, sensor: &str) -> Option<f64> {
+        lookup(&self.temperatures, sensor)
+    }
+    pub fn clock(&self, clock: &str) -> Option<f64> {
+        lookup(&self.clocks_hertz, clock)
+    }
+    pub fn clock_event_active(&self, reason: &str) -> bool {
+        self.clock_events.iter().any(|e| e.reason == reason && e.active)
+    }
+    pub fn ecc_count(&self, error_type: EccType, scope: EccScope) -> Option<u64> {
+        self.ecc_errors
+            .iter()
+            .find(|e| e.error_type == error_type && e.scope == scope)
+            .map(|e| e.count)
+    }
+}
+
+/// Writes (name, value) pairs as a JSON object, which is what a reader of `check --json` wants.
+fn pairs_as_map<S: serde::Serializer>(pairs: &[(&'static str, f64)], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(pairs.len()))?;
+    for (k, v) in pairs {
+        map.serialize_entry(k, v)?;
+    }
+    map.end()
+}
+
+fn lookup(pairs: &[(&'static str, f64)], key: &str) -> Option<f64> {
+    pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+}
+
+/// One device as the latest poll left it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceSnapshot {
+    pub identity: DeviceIdentity,
+    /// True when the latest poll reached the device within its deadline.
+    pub up: bool,
+    /// True when the driver said the GPU is lost (fallen off the bus), as opposed to a poll
+    /// that merely did not finish within its deadline.
+    pub lost: bool,
+    #[serde(serialize_with = "serialize_time")]
+    pub last_good_poll: Option<SystemTime>,
+    /// The readings of the latest poll; `None` when the device did not answer in time, so a
+    /// dashboard shows a gap rather than a frozen value.
+    pub readings: Option<DeviceReadings>,
+}
+
+fn serialize_time<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.serialize_some(&unix_seconds(*t)),
+        None => s.serialize_none(),
+    }
+}
+
+pub fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// A cumulative histogram of poll durations (seconds), Prometheus style.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DurationHistogram {
+    pub bounds: &'static [f64],
+    /// One count per bound, not yet cumulative.
+    pub counts: Vec<u64>,
+    pub sum: f64,
+    pub count: u64,
+}
+
+impl DurationHistogram {
+    /// NVML calls take around a millisecond each and a poll makes a few dozen.
+    pub const BOUNDS: &'static [f64] = &[
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ];
+
+    pub fn new() -> Self {
+        DurationHistogram {
+            bounds: Self::BOUNDS,
+            counts: vec![0; Self::BOUNDS.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    pub fn observe(&mut self, seconds: f64) {
+        if let Some(slot) = self.bounds.iter().position(|b| seconds <= *b) {
+            self.counts[slot] += 1;
+        }
+        self.sum += seconds;
+        self.count += 1;
+    }
+
+    /// (upper bound, count in that bucket alone) pairs, ending with +Inf: what
+    /// prometheus-client's encoder wants (it accumulates them itself).
+    pub fn buckets(&self) -> Vec<(f64, u64)> {
+        let finite: u64 = self.counts.iter().sum();
+        let mut out: Vec<(f64, u64)> = self.bounds.iter().copied().zip(self.counts.iter().copied()).collect();
+        out.push((f64::INFINITY, self.count - finite));
+        out
+    }
+}
+
+impl Default for DurationHistogram {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The daemon's view of one backend (a vendor library).
+#[derive(Debug, Clone, Default)]
+pub struct BackendStatus {
+    pub up: bool,
+    pub poll_duration: DurationHistogram,
+    /// Failed calls by call name; NotSupported is not a failure.
+    pub errors: BTreeMap<&'static str, u64>,
+}
+
+/// Persistence-mode enable attempts by device uuid and result.
+pub type PersistenceAttempts = BTreeMap<(String, &'static str), u64>;
+
+/// The whole node at one moment. Swapped whole; never edited in place.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Increases with every snapshot; renderers cache their output by it.
+    pub generation: u64,
+    pub backends: BTreeMap<&'static str, BackendStatus>,
+    pub devices: Vec<DeviceSnapshot>,
+    pub persistence_attempts: PersistenceAttempts,
+}

@@ -1,0 +1,380 @@
+//! The poll loop: one OS thread per GPU, a coordinator that gives each round a deadline.
+//!
+//! Every `poll.interval` the coordinator asks each GPU's thread for a poll and waits until
+//! all have answered or `poll.timeout` has passed, then publishes one whole snapshot. A GPU
+//! whose driver call hangs keeps only its own thread busy: it is reported as not answering
+//! (`gpu_up` 0) and is not asked again until its thread comes back, while the other GPUs
+//! are polled on time. Vendor libraries are only ever called from these threads, never from
+//! the async runtime that serves HTTP.
+//!
+//! When NVML cannot be loaded or initialised (no driver, a driver being reloaded) the
+//! coordinator tries again with a doubling back-off, and the daemon serves its own metrics
+//! with `gpuwarden_backend_up{backend="nvml"} 0` meanwhile.
+
+use crate::backend::PollReport;
+use crate::backend::nvml::{self, NvmlBackend, NvmlDevicePoller};
+use crate::config::Config;
+use crate::logging::RateLimiter;
+use crate::model::{BackendStatus, DeviceIdentity, DeviceReadings, DeviceSnapshot, PersistenceAttempts, Snapshot};
+use crate::store::Store;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+/// What a GPU thread sends back: which device, for which round, and what it read.
+struct PollResult {
+    device: usize,
+    round: u64,
+    report: PollReport,
+    elapsed: Duration,
+}
+
+/// The coordinator's view of one GPU and its thread.
+struct Worker {
+    identity: DeviceIdentity,
+    /// Sends a round number; the thread polls and answers on the results channel.
+    requests: Option<SyncSender<u64>>,
+    /// The round this GPU's thread is working on, if any.
+    busy_with: Option<u64>,
+    up: bool,
+    lost: bool,
+    last_good_poll: Option<SystemTime>,
+    readings: Option<DeviceReadings>,
+}
+
+enum NvmlState {
+    Disabled,
+    Waiting {
+        next_try: Instant,
+        delay: Duration,
+        failures: u32,
+    },
+    Ready,
+}
+
+/// Runs poll rounds and publishes their snapshots. Used by the daemon's poll thread and,
+/// for a single round, by `gpuwarden check`.
+pub struct Coordinator {
+    config: Config,
+    store: Arc<Store>,
+    nvml: NvmlState,
+    workers: Vec<Worker>,
+    results_tx: Sender<PollResult>,
+    results_rx: Receiver<PollResult>,
+    round: u64,
+    backends: BTreeMap<&'static str, BackendStatus>,
+    persistence_attempts: PersistenceAttempts,
+    log_limiter: RateLimiter,
+}
+
+impl Coordinator {
+    pub fn new(config: Config, store: Arc<Store>) -> Coordinator {
+        let (results_tx, results_rx) = mpsc::channel();
+        let nvml = if config.nvml.enabled {
+            NvmlState::Waiting {
+                next_try: Instant::now(),
+                delay: config.nvml.retry_initial,
+                failures: 0,
+            }
+        } else {
+            NvmlState::Disabled
+        };
+        let mut backends = BTreeMap::new();
+        if config.nvml.enabled {
+            backends.insert(nvml::BACKEND, BackendStatus::default());
+        }
+        Coordinator {
+            config,
+            store,
+            nvml,
+            workers: Vec::new(),
+            results_tx,
+            results_rx,
+            round: 0,
+            backends,
+            persistence_attempts: BTreeMap::new(),
+            log_limiter: RateLimiter::new(Duration::from_secs(300)),
+        }
+    }
+
+    /// Loads NVML if it is not loaded yet and its retry time has come.
+    fn ensure_nvml(&mut self) {
+        let NvmlState::Waiting {
+            next_try,
+            delay,
+            failures,
+        } = self.nvml
+        else {
+            return;
+        };
+        if Instant::now() < next_try {
+            return;
+        }
+        let loaded = NvmlBackend::load(&self.config.nvml).and_then(|backend| {
+            let pollers = backend.device_pollers(self.config.persistence.enable)?;
+            Ok((backend.driver_version().unwrap_or_default(), pollers))
+        });
+        match loaded {
+            Ok((driver, pollers)) => {
+                log::info!("NVML ready (driver {driver}): {} NVIDIA GPU(s)", pollers.len());
+                self.workers = pollers
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, p)| self.spawn_worker(i, p))
+                    .collect();
+                self.nvml = NvmlState::Ready;
+                if let Some(status) = self.backends.get_mut(nvml::BACKEND) {
+                    status.up = true;
+                }
+            }
+            Err(e) => {
+                if failures == 0 {
+                    log::warn!(
+                        "NVML is not available ({e}) from {:?}: no NVIDIA GPU metrics; trying again every {} or less. \
+                         On a node without NVIDIA GPUs set nvml.enabled: false",
+                        self.config.nvml.library_path,
+                        humantime::format_duration(self.config.nvml.retry_max)
+                    );
+                } else {
+                    log::debug!("NVML still not available: {e}");
+                }
+                let next_delay = (delay * 2).min(self.config.nvml.retry_max);
+                self.nvml = NvmlState::Waiting {
+                    next_try: Instant::now() + delay,
+                    delay: next_delay,
+                    failures: failures + 1,
+                };
+            }
+        }
+    }
+
+    fn spawn_worker(&self, device: usize, mut poller: NvmlDevicePoller) -> Worker {
+        let identity = poller.identity().clone();
+        // One request in flight at most: a busy (hung) thread is simply not asked again.
+        let (requests_tx, requests_rx) = mpsc::sync_channel::<u64>(1);
+        let results = self.results_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("poll-gpu{}", identity.index))
+            .spawn(move || {
+                while let Ok(round) = requests_rx.recv() {
+                    let started = Instant::now();
+                    let report = poller.poll();
+                    let result = PollResult {
+                        device,
+                        round,
+                        report,
+                        elapsed: started.elapsed(),
+                    };
+                    if results.send(result).is_err() {
+                        break;
+                    }
+                }
+            });
+        let requests = match spawned {
+            Ok(_) => Some(requests_tx),
+            Err(e) => {
+                log::error!("cannot start the poll thread for GPU {}: {e}", identity.index);
+                None
+            }
+        };
+        Worker {
+            identity,
+            requests,
+            busy_with: None,
+            up: false,
+            lost: false,
+            last_good_poll: None,
+            readings: None,
+        }
+    }
+
+    /// One round: ask every idle GPU, wait for answers until the deadline, publish.
+    pub fn run_round(&mut self) {
+        self.ensure_nvml();
+        self.round += 1;
+        let round = self.round;
+        let deadline = Instant::now() + self.config.poll.timeout;
+
+        // Answers that came in after an earlier round's deadline free their thread.
+        while let Ok(late) = self.results_rx.try_recv() {
+            self.accept(late, round);
+        }
+
+        let mut outstanding = 0;
+        for worker in &mut self.workers {
+            if worker.busy_with.is_some() {
+                continue;
+            }
+            if let Some(requests) = &worker.requests {
+                match requests.try_send(round) {
+                    Ok(()) => {
+                        worker.busy_with = Some(round);
+                        outstanding += 1;
+                    }
+                    Err(TrySendError::Full(_)) => {}
+                    Err(TrySendError::Disconnected(_)) => worker.requests = None,
+                }
+            }
+        }
+        while outstanding > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.results_rx.recv_timeout(left) {
+                Ok(result) => {
+                    if result.round == round {
+                        outstanding -= 1;
+                    }
+                    self.accept(result, round);
+                }
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+            }
+        }
+
+        // Whoever has not answered this round is not up; their old readings are dropped.
+        for worker in &mut self.workers {
+            if worker.busy_with.is_some() || worker.requests.is_none() {
+                if worker.up {
+                    log::warn!(
+                        "GPU {} ({}) did not answer within {:?}; reporting it down until it does",
+                        worker.identity.index,
+                        worker.identity.uuid,
+                        self.config.poll.timeout
+                    );
+                }
+                worker.up = false;
+                worker.readings = None;
+            }
+        }
+        self.publish();
+    }
+
+    /// Takes in one GPU's answer; only an answer for the current round counts as up.
+    fn accept(&mut self, result: PollResult, current_round: u64) {
+        let Some(worker) = self.workers.get_mut(result.device) else {
+            return;
+        };
+        worker.busy_with = None;
+        if let Some(status) = self.backends.get_mut(nvml::BACKEND) {
+            status.poll_duration.observe(result.elapsed.as_secs_f64());
+            for (call, _) in &result.report.errors {
+                *status.errors.entry(call).or_insert(0) += 1;
+            }
+        }
+        for (call, error) in &result.report.errors {
+            let key = format!("{}/{call}/{error}", worker.identity.uuid);
+            if let Some(held_back) = self.log_limiter.allow(&key) {
+                let repeats = if held_back > 0 {
+                    format!(" ({held_back} more since the last report)")
+                } else {
+                    String::new()
+                };
+                log::warn!(
+                    "GPU {} ({}): {call} failed: {error}{repeats}",
+                    worker.identity.index,
+                    worker.identity.uuid
+                );
+            }
+        }
+        if let Some(outcome) = result.report.persistence {
+            *self
+                .persistence_attempts
+                .entry((worker.identity.uuid.clone(), outcome.label()))
+                .or_insert(0) += 1;
+        }
+        if result.round != current_round {
+            return;
+        }
+        let was_up = worker.up;
+        let was_lost = worker.lost;
+        let answered_before = worker.last_good_poll.is_some();
+        match result.report.readings {
+            Some(readings) => {
+                worker.up = true;
+                worker.lost = false;
+                worker.last_good_poll = Some(SystemTime::now());
+                worker.readings = Some(readings);
+                if !was_up && (was_lost || answered_before) {
+                    log::info!("GPU {} ({}) answers again", worker.identity.index, worker.identity.uuid);
+                }
+            }
+            None => {
+                worker.up = false;
+                worker.lost = true;
+                worker.readings = None;
+                if !was_lost {
+                    log::error!(
+                        "GPU {} ({}, {}) is lost: the driver reports it fell off the bus",
+                        worker.identity.index,
+                        worker.identity.uuid,
+                        worker.identity.pci_bus_id
+                    );
+                }
+            }
+        }
+    }
+
+    fn publish(&mut self) {
+        let devices = self
+            .workers
+            .iter()
+            .map(|w| DeviceSnapshot {
+                identity: w.identity.clone(),
+                up: w.up,
+                lost: w.lost,
+                last_good_poll: w.last_good_poll,
+                readings: w.readings.clone(),
+            })
+            .collect();
+        let previous = self.store.latest().generation;
+        self.store.publish(Snapshot {
+            generation: previous + 1,
+            backends: self.backends.clone(),
+            devices,
+            persistence_attempts: self.persistence_attempts.clone(),
+        });
+    }
+}
+
+/// The running poll loop; dropping the handle does not stop it, [`PollLoop::stop`] does.
+pub struct PollLoop {
+    stop: Sender<()>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl PollLoop {
+    /// Runs the first round before returning, so the first scrape already has data.
+    pub fn start(config: Config, store: Arc<Store>) -> std::io::Result<PollLoop> {
+        let interval = config.poll.interval;
+        let mut coordinator = Coordinator::new(config, store);
+        coordinator.run_round();
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("poll-coordinator".into())
+            .spawn(move || {
+                let mut next = Instant::now() + interval;
+                // Wake at the next round, or at once when asked to stop.
+                while let Err(RecvTimeoutError::Timeout) =
+                    stop_rx.recv_timeout(next.saturating_duration_since(Instant::now()))
+                {
+                    coordinator.run_round();
+                    // Keep to the interval's grid; after a long round, start again from now.
+                    next += interval;
+                    if next < Instant::now() {
+                        next = Instant::now() + interval;
+                    }
+                }
+            })?;
+        Ok(PollLoop {
+            stop: stop_tx,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn stop(mut self) {
+        let _ = self.stop.send(());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,638 @@
+//! A simulated `libnvidia-ml.so` for gpuwarden's tests and its demo mode.
+//!
+//! It exports the NVML C symbols the daemon calls, with the struct layouts of
+//! nvml-wrapper-sys, so the daemon under test goes through the same dlopen, the same symbol
+//! look-ups and the same FFI calls as on a real node. What each call answers comes from a
+//! scenario file (see `scenario.rs`) that the test can rewrite while the daemon runs.
+//!
+//! Device handles are not pointers to anything: handle `i + 1` is device `i`, so a handle can
+//! be turned back into an index without any shared table.
+
+#![allow(non_snake_case)]
+#![allow(non_upper_case_globals)] // bindgen names the NVML enum constants after the C ones
+#![allow(clippy::missing_safety_doc)]
+
+mod scenario;
+
+use nvml_wrapper_sys::bindings::field_id::*;
+use nvml_wrapper_sys::bindings::*;
+use scenario::Scenario;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong};
+use std::os::unix::fs::MetadataExt;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+const SUCCESS: nvmlReturn_t = nvmlReturn_enum_NVML_SUCCESS;
+const NOT_SUPPORTED: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+const INVALID_ARGUMENT: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+const INSUFFICIENT_SIZE: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+const NO_PERMISSION: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_NO_PERMISSION;
+const GPU_IS_LOST: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST;
+const UNINITIALIZED: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
+
+/// The scenario in force and what identifies the file it was read from.
+struct Loaded {
+    scenario: Arc<Scenario>,
+    file_identity: Option<(u64, u64, i64, i64)>,
+    /// Persistence mode as set through `nvmlDeviceSetPersistenceMode`, by device index;
+    /// cleared when the scenario file changes, so a test can turn it off again.
+    persistence_set: HashMap<usize, bool>,
+}
+
+fn state() -> &'static Mutex<Loaded> {
+    static STATE: OnceLock<Mutex<Loaded>> = OnceLock::new();
+    STATE.get_or_init(|| {
+        Mutex::new(Loaded {
+            scenario: Arc::new(Scenario::default()),
+            file_identity: None,
+            persistence_set: HashMap::new(),
+        })
+    })
+}
+
+/// Returns the current scenario, re-reading the file first if it changed since last time.
+fn current() -> Arc<Scenario> {
+    let mut loaded = match state().lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    let Some(path) = std::env::var_os("GPUWARDEN_SIM_NVML_SCENARIO") else {
+        return loaded.scenario.clone();
+    };
+    let identity = std::fs::metadata(&path)
+        .ok()
+        .map(|m| (m.ino(), m.size(), m.mtime(), m.mtime_nsec()));
+    if identity.is_some() && identity != loaded.file_identity {
+        match std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| Scenario::parse(&text))
+        {
+            Ok(scenario) => {
+                loaded.scenario = Arc::new(scenario);
+                loaded.persistence_set.clear();
+            }
+            Err(e) => eprintln!("sim-nvml: keeping the previous scenario: {path:?}: {e}"),
+        }
+        loaded.file_identity = identity;
+    }
+    loaded.scenario.clone()
+}
+
+fn error_code(name: &str) -> nvmlReturn_t {
+    match name {
+        "uninitialized" => UNINITIALIZED,
+        "invalid_argument" => INVALID_ARGUMENT,
+        "not_supported" => NOT_SUPPORTED,
+        "no_permission" => NO_PERMISSION,
+        "not_found" => nvmlReturn_enum_NVML_ERROR_NOT_FOUND,
+        "driver_not_loaded" => nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED,
+        "timeout" => nvmlReturn_enum_NVML_ERROR_TIMEOUT,
+        "library_not_found" => nvmlReturn_enum_NVML_ERROR_LIBRARY_NOT_FOUND,
+        "gpu_is_lost" => GPU_IS_LOST,
+        "reset_required" => nvmlReturn_enum_NVML_ERROR_RESET_REQUIRED,
+        _ => nvmlReturn_enum_NVML_ERROR_UNKNOWN,
+    }
+}
+
+/// Runs one device call: finds the device behind `handle`, honours the scenario's `hang`,
+/// `lost` and `fail` entries for `call`, and otherwise lets `answer` fill the outputs.
+fn device_call(
+    handle: nvmlDevice_t,
+    call: &str,
+    answer: impl FnOnce(usize, &scenario::Device) -> nvmlReturn_t,
+) -> nvmlReturn_t {
+    let scenario = current();
+    let index = (handle as usize).wrapping_sub(1);
+    let Some(device) = scenario.devices.get(index) else {
+        return INVALID_ARGUMENT;
+    };
+    if let Some(seconds) = device.hang.get(call) {
+        // Sleep in slices, re-reading the scenario, so a test can end a hang by rewriting it.
+        let until = std::time::Instant::now() + Duration::from_secs_f64(*seconds);
+        while std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+            let now = current();
+            if now.devices.get(index).is_none_or(|d| !d.hang.contains_key(call)) {
+                break;
+            }
+        }
+    }
+    if device.lost {
+        return GPU_IS_LOST;
+    }
+    if let Some(error) = device.fail.get(call) {
+        return error_code(error);
+    }
+    answer(index, device)
+}
+
+unsafe fn put<T>(out: *mut T, value: Option<T>) -> nvmlReturn_t {
+    if out.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    match value {
+        Some(v) => {
+            unsafe { out.write(v) };
+            SUCCESS
+        }
+        None => NOT_SUPPORTED,
+    }
+}
+
+unsafe fn put_string(out: *mut c_char, length: c_uint, value: Option<&str>) -> nvmlReturn_t {
+    let Some(value) = value else {
+        return NOT_SUPPORTED;
+    };
+    if out.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let bytes = value.as_bytes();
+    if bytes.len() + 1 > length as usize {
+        return INSUFFICIENT_SIZE;
+    }
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out as *mut u8, bytes.len());
+        *out.add(bytes.len()) = 0;
+    }
+    SUCCESS
+}
+
+// ---- library and system ----------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
+    match &current().init_error {
+        Some(error) => error_code(error),
+        None => SUCCESS,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlInitWithFlags(_flags: c_uint) -> nvmlReturn_t {
+    nvmlInit_v2()
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlShutdown() -> nvmlReturn_t {
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlErrorString(_result: nvmlReturn_t) -> *const c_char {
+    c"simulated NVML error".as_ptr()
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetDriverVersion(out: *mut c_char, length: c_uint) -> nvmlReturn_t {
+    unsafe { put_string(out, length, Some(&current().driver_version)) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(out: *mut c_char, length: c_uint) -> nvmlReturn_t {
+    unsafe { put_string(out, length, Some(&current().nvml_version)) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(out: *mut c_int) -> nvmlReturn_t {
+    unsafe { put(out, Some(current().cuda_driver_version)) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetCount_v2(out: *mut c_uint) -> nvmlReturn_t {
+    unsafe { put(out, Some(current().devices.len() as c_uint)) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, out: *mut nvmlDevice_t) -> nvmlReturn_t {
+    let scenario = current();
+    match scenario.devices.get(index as usize) {
+        // A lost GPU can still be enumerated; its calls fail. That is what the driver does.
+        Some(_) => unsafe { put(out, Some((index as usize + 1) as nvmlDevice_t)) },
+        None => INVALID_ARGUMENT,
+    }
+}
+
+// ---- identity ----------------------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetIndex(device: nvmlDevice_t, out: *mut c_uint) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetIndex", |i, _| unsafe {
+        put(out, Some(i as c_uint))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetName(device: nvmlDevice_t, out: *mut c_char, length: c_uint) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetName", |_, d| unsafe {
+        put_string(out, length, Some(&d.name))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetUUID(device: nvmlDevice_t, out: *mut c_char, length: c_uint) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetUUID", |_, d| unsafe {
+        put_string(out, length, Some(&d.uuid))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetSerial(device: nvmlDevice_t, out: *mut c_char, length: c_uint) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetSerial", |_, d| unsafe {
+        put_string(out, length, d.serial.as_deref())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(device: nvmlDevice_t, out: *mut nvmlPciInfo_t) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetPciInfo_v3", |_, d| {
+        if out.is_null() {
+            return INVALID_ARGUMENT;
+        }
+        // SAFETY: nvmlPciInfo_t is plain old data; all zeroes is a valid value.
+        let mut info: nvmlPciInfo_t = unsafe { std::mem::zeroed() };
+        let bus_id = d.pci_bus_id.as_bytes();
+        for (slot, byte) in info.busId.iter_mut().zip(bus_id.iter().take(31)) {
+            *slot = *byte as c_char;
+        }
+        for (slot, byte) in info.busIdLegacy.iter_mut().zip(bus_id.iter().skip(4).take(15)) {
+            *slot = *byte as c_char;
+        }
+        // "00000000:19:00.0": domain, bus, device.
+        let parts: Vec<&str> = d.pci_bus_id.split([':', '.']).collect();
+        if parts.len() == 4 {
+            info.domain = u32::from_str_radix(parts[0], 16).unwrap_or(0);
+            info.bus = u32::from_str_radix(parts[1], 16).unwrap_or(0);
+            info.device = u32::from_str_radix(parts[2], 16).unwrap_or(0);
+        }
+        info.pciDeviceId = 0x233510de;
+        info.pciSubSystemId = 0x18b010de;
+        unsafe { put(out, Some(info)) }
+    })
+}
+
+// ---- thermals ----------------------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetTemperature(
+    device: nvmlDevice_t,
+    sensor: nvmlTemperatureSensors_t,
+    out: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetTemperature", |_, d| {
+        if sensor != nvmlTemperatureSensors_enum_NVML_TEMPERATURE_GPU {
+            return INVALID_ARGUMENT;
+        }
+        unsafe { put(out, d.temperature) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetTemperatureThreshold(
+    device: nvmlDevice_t,
+    threshold: nvmlTemperatureThresholds_t,
+    out: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetTemperatureThreshold", |_, d| {
+        let t = &d.thresholds;
+        let value = match threshold {
+            nvmlTemperatureThresholds_enum_NVML_TEMPERATURE_THRESHOLD_SHUTDOWN => t.shutdown,
+            nvmlTemperatureThresholds_enum_NVML_TEMPERATURE_THRESHOLD_SLOWDOWN => t.slowdown,
+            nvmlTemperatureThresholds_enum_NVML_TEMPERATURE_THRESHOLD_MEM_MAX => t.memory_max,
+            nvmlTemperatureThresholds_enum_NVML_TEMPERATURE_THRESHOLD_GPU_MAX => t.gpu_max,
+            _ => None,
+        };
+        unsafe { put(out, value) }
+    })
+}
+
+// ---- field values ------------------------------------------------------------------------
+
+/// What one field id asks for, under the driver's numbering.
+fn field_value(scenario: &Scenario, d: &scenario::Device, field_id: u32) -> Option<nvmlFieldValue_t> {
+    // SAFETY: plain old data.
+    let mut value: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
+    value.fieldId = field_id;
+    let v13u1 = scenario.uses_v13u1_field_ids();
+    let counter = |name: &str| d.clock_event_ns.get(name).copied();
+    let (u64_value, u32_value): (Option<u64>, Option<u32>) = match field_id {
+        NVML_FI_DEV_MEMORY_TEMP => (None, d.memory_temperature),
+        NVML_FI_DEV_REMAPPED_COR => (None, d.remapped_rows.as_ref().map(|r| r.correctable)),
+        NVML_FI_DEV_REMAPPED_UNC => (None, d.remapped_rows.as_ref().map(|r| r.uncorrectable)),
+        NVML_FI_DEV_REMAPPED_PENDING => (None, d.remapped_rows.as_ref().map(|r| r.pending as u32)),
+        NVML_FI_DEV_REMAPPED_FAILURE => (None, d.remapped_rows.as_ref().map(|r| r.failed as u32)),
+        NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP => (counter("sw_power_cap"), None),
+        NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST => (counter("sync_boost"), None),
+        251 if !v13u1 => (counter("sw_thermal_slowdown"), None),
+        252 if !v13u1 => (counter("hw_thermal_slowdown"), None),
+        253 if !v13u1 => (counter("hw_power_brake_slowdown"), None),
+        269 if v13u1 => (counter("sw_thermal_slowdown"), None),
+        270 if v13u1 => (counter("hw_thermal_slowdown"), None),
+        271 if v13u1 => (counter("hw_power_brake_slowdown"), None),
+        _ => (None, None),
+    };
+    if let Some(v) = u64_value {
+        value.valueType = nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+        value.value.ullVal = v;
+    } else if let Some(v) = u32_value {
+        value.valueType = nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT;
+        value.value.uiVal = v;
+    } else {
+        value.nvmlReturn = NOT_SUPPORTED;
+        return Some(value);
+    }
+    value.nvmlReturn = SUCCESS;
+    Some(value)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
+    device: nvmlDevice_t,
+    count: c_int,
+    values: *mut nvmlFieldValue_t,
+) -> nvmlReturn_t {
+    let scenario = current();
+    device_call(device, "nvmlDeviceGetFieldValues", |_, d| {
+        if values.is_null() || count < 0 {
+            return INVALID_ARGUMENT;
+        }
+        // SAFETY: the caller passes `count` initialised entries whose fieldId it set.
+        let slice = unsafe { std::slice::from_raw_parts_mut(values, count as usize) };
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as i64)
+            .unwrap_or(0);
+        for entry in slice.iter_mut() {
+            if let Some(mut filled) = field_value(&scenario, d, entry.fieldId) {
+                filled.scopeId = entry.scopeId;
+                filled.timestamp = now_us;
+                *entry = filled;
+            }
+        }
+        SUCCESS
+    })
+}
+
+// ---- clock events --------------------------------------------------------------------------
+
+fn clock_events(device: nvmlDevice_t, call: &str, out: *mut c_ulonglong, supported: bool) -> nvmlReturn_t {
+    device_call(device, call, |_, d| {
+        let value = d
+            .clock_events
+            .as_ref()
+            .map(|c| if supported { c.supported } else { c.active });
+        unsafe { put(out, value) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksEventReasons(
+    device: nvmlDevice_t,
+    out: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    clock_events(device, "nvmlDeviceGetCurrentClocksEventReasons", out, false)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetSupportedClocksEventReasons(
+    device: nvmlDevice_t,
+    out: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    clock_events(device, "nvmlDeviceGetSupportedClocksEventReasons", out, true)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksThrottleReasons(
+    device: nvmlDevice_t,
+    out: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    clock_events(device, "nvmlDeviceGetCurrentClocksThrottleReasons", out, false)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetSupportedClocksThrottleReasons(
+    device: nvmlDevice_t,
+    out: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    clock_events(device, "nvmlDeviceGetSupportedClocksThrottleReasons", out, true)
+}
+
+// ---- power, clocks, utilisation, memory ----------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(device: nvmlDevice_t, out: *mut c_uint) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetPowerUsage", |_, d| unsafe {
+        put(out, d.power_mw)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetEnforcedPowerLimit(device: nvmlDevice_t, out: *mut c_uint) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetEnforcedPowerLimit", |_, d| unsafe {
+        put(out, d.power_limit_mw)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
+    device: nvmlDevice_t,
+    out: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetTotalEnergyConsumption", |_, d| unsafe {
+        put(out, d.energy_mj)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetClockInfo(
+    device: nvmlDevice_t,
+    clock: nvmlClockType_t,
+    out: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetClockInfo", |_, d| {
+        let c = &d.clocks_mhz;
+        let value = match clock {
+            nvmlClockType_enum_NVML_CLOCK_GRAPHICS => c.graphics,
+            nvmlClockType_enum_NVML_CLOCK_SM => c.sm,
+            nvmlClockType_enum_NVML_CLOCK_MEM => c.memory,
+            nvmlClockType_enum_NVML_CLOCK_VIDEO => c.video,
+            _ => return INVALID_ARGUMENT,
+        };
+        unsafe { put(out, value) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
+    device: nvmlDevice_t,
+    out: *mut nvmlUtilization_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetUtilizationRates", |_, d| unsafe {
+        put(
+            out,
+            d.utilization.as_ref().map(|u| nvmlUtilization_t {
+                gpu: u.gpu,
+                memory: u.memory,
+            }),
+        )
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: nvmlDevice_t, out: *mut nvmlMemory_v2_t) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetMemoryInfo_v2", |_, d| {
+        let Some(m) = d.memory.as_ref() else {
+            return NOT_SUPPORTED;
+        };
+        if out.is_null() {
+            return INVALID_ARGUMENT;
+        }
+        // The caller sets `version`; keep it and fill the rest.
+        let version = unsafe { (*out).version };
+        let value = nvmlMemory_v2_t {
+            version,
+            total: m.total,
+            reserved: m.reserved,
+            used: m.used,
+            free: m.total.saturating_sub(m.used + m.reserved),
+        };
+        unsafe { put(out, Some(value)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPerformanceState(device: nvmlDevice_t, out: *mut nvmlPstates_t) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetPerformanceState", |_, d| unsafe {
+        put(out, d.performance_state.map(|p| p as nvmlPstates_t))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetFanSpeed_v2(device: nvmlDevice_t, fan: c_uint, out: *mut c_uint) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetFanSpeed_v2", |_, d| {
+        if fan != 0 {
+            return INVALID_ARGUMENT;
+        }
+        unsafe { put(out, d.fan_speed_percent) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetNumFans(device: nvmlDevice_t, out: *mut c_uint) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetNumFans", |_, d| unsafe {
+        put(out, Some(d.fan_speed_percent.is_some() as c_uint))
+    })
+}
+
+// ---- PCIe --------------------------------------------------------------------------------
+
+macro_rules! pcie_getter {
+    ($symbol:ident, $field:ident) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $symbol(device: nvmlDevice_t, out: *mut c_uint) -> nvmlReturn_t {
+            device_call(device, stringify!($symbol), |_, d| unsafe {
+                put(out, d.pcie.$field)
+            })
+        }
+    };
+}
+
+pcie_getter!(nvmlDeviceGetCurrPcieLinkGeneration, generation);
+pcie_getter!(nvmlDeviceGetMaxPcieLinkGeneration, generation_max);
+pcie_getter!(nvmlDeviceGetCurrPcieLinkWidth, width);
+pcie_getter!(nvmlDeviceGetMaxPcieLinkWidth, width_max);
+pcie_getter!(nvmlDeviceGetPcieReplayCounter, replay_counter);
+
+// ---- ECC ---------------------------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetEccMode(
+    device: nvmlDevice_t,
+    current: *mut nvmlEnableState_t,
+    pending: *mut nvmlEnableState_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetEccMode", |_, d| {
+        let Some(ecc) = d.ecc.as_ref() else {
+            return NOT_SUPPORTED;
+        };
+        let state = ecc.enabled as nvmlEnableState_t;
+        unsafe {
+            let r = put(current, Some(state));
+            if r != SUCCESS {
+                return r;
+            }
+            put(pending, Some(state))
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
+    device: nvmlDevice_t,
+    error_type: nvmlMemoryErrorType_t,
+    counter_type: nvmlEccCounterType_t,
+    out: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetTotalEccErrors", |_, d| {
+        let Some(ecc) = d.ecc.as_ref().filter(|e| e.enabled) else {
+            return NOT_SUPPORTED;
+        };
+        let counts = match counter_type {
+            nvmlEccCounterType_enum_NVML_VOLATILE_ECC => &ecc.volatile,
+            nvmlEccCounterType_enum_NVML_AGGREGATE_ECC => &ecc.aggregate,
+            _ => return INVALID_ARGUMENT,
+        };
+        let value = match error_type {
+            nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_CORRECTED => counts.corrected,
+            nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_UNCORRECTED => counts.uncorrected,
+            _ => return INVALID_ARGUMENT,
+        };
+        unsafe { put(out, Some(value)) }
+    })
+}
+
+// ---- persistence mode ----------------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetPersistenceMode(
+    device: nvmlDevice_t,
+    out: *mut nvmlEnableState_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetPersistenceMode", |i, d| {
+        let set = state().lock().ok().and_then(|s| s.persistence_set.get(&i).copied());
+        unsafe { put(out, set.or(d.persistence_mode).map(|on| on as nvmlEnableState_t)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceSetPersistenceMode(device: nvmlDevice_t, mode: nvmlEnableState_t) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceSetPersistenceMode", |i, d| {
+        if d.persistence_mode.is_none() {
+            return NOT_SUPPORTED;
+        }
+        if !d.persistence_settable {
+            return NO_PERMISSION;
+        }
+        let on = mode == nvmlEnableState_enum_NVML_FEATURE_ENABLED;
+        if !on {
+            // gpuwarden must never turn persistence mode off; leave a trace a test can find.
+            eprintln!("sim-nvml: nvmlDeviceSetPersistenceMode(device {i}, DISABLED) was called");
+        }
+        if let Ok(mut s) = state().lock() {
+            s.persistence_set.insert(i, on);
+        }
+        SUCCESS
+    })
+}
+
+// ---- events (teardown symbols that nvml-wrapper's Drop impls require) ----------------------
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlEventSetFree(_set: nvmlEventSet_t) -> nvmlReturn_t {
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlGpmSampleFree(_sample: nvmlGpmSample_t) -> nvmlReturn_t {
+    SUCCESS
+}

@@ -1,0 +1,193 @@
+//! The scenario file that drives the simulated NVML library.
+//!
+//! A test (or the demo) writes a YAML file and names it in the environment variable
+//! `GPUWARDEN_SIM_NVML_SCENARIO`. The library re-reads the file whenever its size, inode or
+//! modification time changes, so a test can rewrite it while the daemon runs: heat a GPU,
+//! drop a PCIe link to x8, make a call fail or hang, or lose a GPU. Write the new file next
+//! to the old one and rename it over, so the library never reads half a file.
+//!
+//! A reading left out of a device is *not supported* on that device: the call returns
+//! `NVML_ERROR_NOT_SUPPORTED`, as the real driver does (fan speed on an H200, say).
+//! The format is documented in docs/testing.md.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// `nvmlSystemGetDriverVersion`; drivers >= 580.82 use NVML 13's renumbered field ids.
+    #[serde(default = "default_driver_version")]
+    pub driver_version: String,
+    #[serde(default = "default_nvml_version")]
+    pub nvml_version: String,
+    #[serde(default = "default_cuda_version")]
+    pub cuda_driver_version: i32,
+    /// Make `nvmlInit_v2` fail with this error (e.g. `driver_not_loaded`), as on a node whose
+    /// driver is not loaded or is being reloaded.
+    #[serde(default)]
+    pub init_error: Option<String>,
+    #[serde(default)]
+    pub devices: Vec<Device>,
+}
+
+fn default_driver_version() -> String {
+    "580.159.04".into()
+}
+fn default_nvml_version() -> String {
+    "13.580.159.04".into()
+}
+fn default_cuda_version() -> i32 {
+    13000
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Device {
+    pub name: String,
+    pub uuid: String,
+    /// NVML's form: `00000000:19:00.0`.
+    pub pci_bus_id: String,
+    pub serial: Option<String>,
+    /// Every call on this device returns `NVML_ERROR_GPU_IS_LOST`.
+    #[serde(default)]
+    pub lost: bool,
+    /// Call name (e.g. `nvmlDeviceGetPowerUsage`) -> error name (`not_supported`, `unknown`,
+    /// `gpu_is_lost`, `no_permission`, `timeout`, ...).
+    #[serde(default)]
+    pub fail: BTreeMap<String, String>,
+    /// Call name -> seconds the call blocks before it answers, like a wedged driver call.
+    #[serde(default)]
+    pub hang: BTreeMap<String, f64>,
+
+    pub temperature: Option<u32>,
+    pub memory_temperature: Option<u32>,
+    #[serde(default)]
+    pub thresholds: Thresholds,
+    pub power_mw: Option<u32>,
+    pub power_limit_mw: Option<u32>,
+    pub energy_mj: Option<u64>,
+    #[serde(default)]
+    pub clocks_mhz: Clocks,
+    pub utilization: Option<Utilization>,
+    pub memory: Option<Memory>,
+    #[serde(default)]
+    pub pcie: Pcie,
+    pub clock_events: Option<ClockEvents>,
+    /// Cumulative time in each clock-event reason, in nanoseconds, as the driver's field
+    /// values report it. Keys: sw_power_cap, sync_boost, sw_thermal_slowdown,
+    /// hw_thermal_slowdown, hw_power_brake_slowdown.
+    #[serde(default)]
+    pub clock_event_ns: BTreeMap<String, u64>,
+    pub ecc: Option<Ecc>,
+    pub remapped_rows: Option<RemappedRows>,
+    pub persistence_mode: Option<bool>,
+    /// When false, `nvmlDeviceSetPersistenceMode` answers `NVML_ERROR_NO_PERMISSION`.
+    #[serde(default = "yes")]
+    pub persistence_settable: bool,
+    pub performance_state: Option<u32>,
+    pub fan_speed_percent: Option<u32>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Thresholds {
+    pub slowdown: Option<u32>,
+    pub shutdown: Option<u32>,
+    pub gpu_max: Option<u32>,
+    pub memory_max: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Clocks {
+    pub sm: Option<u32>,
+    pub memory: Option<u32>,
+    pub graphics: Option<u32>,
+    pub video: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Utilization {
+    pub gpu: u32,
+    pub memory: u32,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Memory {
+    pub total: u64,
+    pub used: u64,
+    #[serde(default)]
+    pub reserved: u64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pcie {
+    pub generation: Option<u32>,
+    pub generation_max: Option<u32>,
+    pub width: Option<u32>,
+    pub width_max: Option<u32>,
+    pub replay_counter: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockEvents {
+    /// Bit mask of active reasons (NVML's nvmlClocksEventReason bits).
+    pub active: u64,
+    pub supported: u64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ecc {
+    pub enabled: bool,
+    #[serde(default)]
+    pub volatile: EccCounts,
+    #[serde(default)]
+    pub aggregate: EccCounts,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EccCounts {
+    #[serde(default)]
+    pub corrected: u64,
+    #[serde(default)]
+    pub uncorrected: u64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemappedRows {
+    #[serde(default)]
+    pub correctable: u32,
+    #[serde(default)]
+    pub uncorrectable: u32,
+    #[serde(default)]
+    pub pending: bool,
+    #[serde(default)]
+    pub failed: bool,
+}
+
+impl Scenario {
+    pub fn parse(text: &str) -> Result<Scenario, String> {
+        serde_saphyr::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Whether the driver numbers fields the NVML 13 update 1 way (driver >= 580.82), which
+    /// moved the clock-event counters from 251..253 to 269..271.
+    pub fn uses_v13u1_field_ids(&self) -> bool {
+        let mut parts = self.driver_version.split('.');
+        let major: u32 = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let minor: u32 = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+        major > 580 || (major == 580 && minor >= 82)
+    }
+}
