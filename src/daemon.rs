@@ -73,7 +73,12 @@ async fn serve(config: Config) -> i32 {
         cache: Arc::new(RenderCache::default()),
         stale_after,
     });
-    log::info!("serving metrics on http://{}/metrics ({devices} GPU(s))", config.listen);
+    // The bound address, not the configured one: with port 0 the kernel picks the port.
+    let bound = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| config.listen.to_string());
+    log::info!("serving metrics on http://{bound}/metrics ({devices} GPU(s))");
 
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())

@@ -20,6 +20,8 @@ pub fn library_candidates() -> Vec<PathBuf> {
         .and_then(|exe| exe.parent().map(PathBuf::from))
     {
         candidates.push(dir.join(LIBRARY_FILE));
+        // Where `cargo test` puts it (it is a dev-dependency of the daemon).
+        candidates.push(dir.join("deps").join(LIBRARY_FILE));
     }
     candidates.push(PathBuf::from("/usr/lib/gpuwarden").join(LIBRARY_FILE));
     candidates

@@ -1,0 +1,361 @@
+//! Test harness: the real gpuwarden binary over the simulated NVML library, real HTTP.
+//!
+//! `Daemon::start` writes a scenario file and a config into a temporary directory, starts
+//! `gpuwarden run` on port 0 and reads the bound address from its log. `set_scenario`
+//! rewrites the scenario by rename, so the simulated library never reads half a file.
+
+#![allow(dead_code)] // each test file uses a different part of the harness
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_gpuwarden");
+
+/// The demo's eight H200s, the richest scenario we ship.
+pub const DEMO_SCENARIO: &str = include_str!("../../config/demo-scenario.yaml");
+
+/// The simulated libnvidia-ml that cargo built as a dev-dependency of the daemon.
+pub fn sim_library() -> PathBuf {
+    let dir = Path::new(BIN).parent().expect("binary has a directory");
+    for candidate in [
+        dir.join("libgpuwarden_sim_nvml.so"),
+        dir.join("deps/libgpuwarden_sim_nvml.so"),
+    ] {
+        if candidate.exists() {
+            return candidate;
+        }
+    }
+    panic!("libgpuwarden_sim_nvml.so not found next to {BIN}; run the tests with cargo test");
+}
+
+pub struct Daemon {
+    pub child: Child,
+    pub addr: String,
+    pub dir: tempfile::TempDir,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+/// Config for a test daemon: fast polls, the simulated library, loopback port 0.
+pub fn test_config(library: &Path, extra: &str) -> String {
+    format!(
+        "listen: 127.0.0.1:0\npoll:\n  interval: 200ms\n  timeout: 150ms\nnvml:\n  library_path: {}\n  retry_initial: 200ms\n  retry_max: 1s\n{extra}",
+        library.display()
+    )
+}
+
+impl Daemon {
+    pub fn start(scenario: &str) -> Daemon {
+        Daemon::start_with(scenario, &test_config(&sim_library(), ""))
+    }
+
+    pub fn start_with(scenario: &str, config: &str) -> Daemon {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("scenario.yaml"), scenario).expect("write scenario");
+        std::fs::write(dir.path().join("config.yaml"), config).expect("write config");
+        let mut child = Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(dir.path().join("config.yaml"))
+            .env("GPUWARDEN_SIM_NVML_SCENARIO", dir.path().join("scenario.yaml"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start gpuwarden");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().expect("stderr");
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let addr = loop {
+            if let Some(addr) = log.lock().unwrap().iter().find_map(|l| {
+                l.split("serving metrics on http://")
+                    .nth(1)
+                    .map(|rest| rest.split('/').next().unwrap_or("").to_string())
+            }) {
+                break addr;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "gpuwarden exited with {status} before serving; log:\n{}",
+                    log.lock().unwrap().join("\n")
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "gpuwarden did not start; log:\n{}",
+                log.lock().unwrap().join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Daemon { child, addr, dir, log }
+    }
+
+    /// Rewrites the scenario atomically; the simulated library picks it up on its next call.
+    pub fn set_scenario(&self, scenario: &str) {
+        let tmp = self.dir.path().join("scenario.yaml.tmp");
+        std::fs::write(&tmp, scenario).expect("write scenario");
+        std::fs::rename(&tmp, self.dir.path().join("scenario.yaml")).expect("rename scenario");
+    }
+
+    pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+        http_get(&self.addr, path, headers)
+    }
+
+    pub fn scrape(&self) -> Metrics {
+        let response = self.get("/metrics", &[]);
+        assert_eq!(response.status, 200, "{}", response.text());
+        Metrics::parse(&response.text())
+    }
+
+    /// Scrapes until `check` holds, or fails after a few seconds with the last scrape.
+    pub fn scrape_until(&self, what: &str, check: impl Fn(&Metrics) -> bool) -> Metrics {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let m = self.scrape();
+            if check(&m) {
+                return m;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; last scrape:\n{}",
+                m.text
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// Sends SIGTERM and returns the exit code.
+    pub fn stop(mut self) -> Option<i32> {
+        unsafe { libc_kill(self.child.id() as i32, 15) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, signal: i32) -> i32;
+}
+
+pub struct Response {
+    pub status: u16,
+    pub headers: BTreeMap<String, String>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(&name.to_ascii_lowercase()).map(String::as_str)
+    }
+}
+
+/// A plain HTTP/1.1 GET over a fresh connection: no client library between the test and
+/// what the daemon sends.
+pub fn http_get(addr: &str, path: &str, headers: &[(&str, &str)]) -> Response {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read");
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("header end");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.lines();
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    let headers: BTreeMap<String, String> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    if headers
+        .get("transfer-encoding")
+        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+    {
+        body = dechunk(&body);
+    }
+    Response { status, headers, body }
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = data.windows(2).position(|w| w == b"\r\n").expect("chunk size line");
+        let size = usize::from_str_radix(String::from_utf8_lossy(&data[..line_end]).trim(), 16).expect("chunk size");
+        data = &data[line_end + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&data[..size]);
+        data = &data[size + 2..];
+    }
+}
+
+/// One sample of a scrape.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+/// A parsed scrape (text format 0.0.4 or OpenMetrics), for asserting values by labels.
+pub struct Metrics {
+    pub text: String,
+    pub samples: Vec<Sample>,
+}
+
+impl Metrics {
+    pub fn parse(text: &str) -> Metrics {
+        let mut samples = Vec::new();
+        for line in text.lines() {
+            if line.starts_with('#') || line.trim().is_empty() {
+                continue;
+            }
+            let (series, value) = line.rsplit_once(' ').expect("sample line has a value");
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => (name, parse_labels(rest.trim_end_matches('}'))),
+                None => (series, BTreeMap::new()),
+            };
+            let value = match value {
+                "+Inf" => f64::INFINITY,
+                v => v.parse().unwrap_or_else(|_| panic!("bad value in {line:?}")),
+            };
+            samples.push(Sample {
+                name: name.to_string(),
+                labels,
+                value,
+            });
+        }
+        Metrics {
+            text: text.to_string(),
+            samples,
+        }
+    }
+
+    /// Samples of `name` whose labels include all of `labels`.
+    pub fn find(&self, name: &str, labels: &[(&str, &str)]) -> Vec<&Sample> {
+        self.samples
+            .iter()
+            .filter(|s| {
+                s.name == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+            })
+            .collect()
+    }
+
+    /// The one value of `name` with these labels; None when there is no such series.
+    pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let found = self.find(name, labels);
+        assert!(found.len() <= 1, "{name}{labels:?} matches {} series", found.len());
+        found.first().map(|s| s.value)
+    }
+
+    pub fn has_family(&self, name: &str) -> bool {
+        self.samples.iter().any(|s| s.name == name)
+    }
+}
+
+fn parse_labels(text: &str) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    let mut rest = text;
+    while let Some((key, after)) = rest.split_once("=\"") {
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let mut end = after.len();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some((_, escaped)) = chars.next() {
+                        value.push(if escaped == 'n' { '\n' } else { escaped });
+                    }
+                }
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        labels.insert(key.trim_start_matches(',').trim().to_string(), value);
+        rest = &after[end..];
+    }
+    labels
+}
+
+/// Edits one device of a scenario: `edit(yaml_of_device_i)`. The scenario files are ours, so
+/// a line-based edit keyed on the device's uuid is enough.
+pub fn edit_device(scenario: &str, index: usize, edit: impl Fn(&str) -> String) -> String {
+    let marker = format!("-00000000000{index}\n");
+    let start = scenario.find(&marker).expect("device in scenario");
+    let start = scenario[..start].rfind("  - name:").expect("device start");
+    let end = scenario[start + 4..]
+        .find("  - name:")
+        .map(|e| e + start + 4)
+        .unwrap_or(scenario.len());
+    format!(
+        "{}{}{}",
+        &scenario[..start],
+        edit(&scenario[start..end]),
+        &scenario[end..]
+    )
+}
+
+/// Replaces `key: old` with `key: new` on the first line that starts with the key.
+pub fn set_line(device_yaml: &str, key: &str, new_value: &str) -> String {
+    let prefix = format!("    {key}:");
+    let mut out = String::new();
+    let mut done = false;
+    for line in device_yaml.lines() {
+        if !done && line.starts_with(&prefix) {
+            out.push_str(&format!("{prefix} {new_value}\n"));
+            done = true;
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    assert!(done, "no {key} in device");
+    out
+}

@@ -1,0 +1,548 @@
+//! End to end: the real binary over the simulated NVML library, scraped over real HTTP.
+
+mod common;
+
+use common::*;
+use std::collections::HashSet;
+use std::io::Read;
+
+fn gpu(i: &str) -> (&'static str, &str) {
+    ("gpu", i)
+}
+
+#[test]
+fn eight_gpus_report_the_scenario_values() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let m = d.scrape();
+
+    assert_eq!(m.value("gpuwarden_backend_up", &[("backend", "nvml")]), Some(1.0));
+    assert_eq!(m.find("gpu_up", &[]).len(), 8);
+    assert!(m.find("gpu_up", &[]).iter().all(|s| s.value == 1.0));
+    let info = m.find("gpu_info", &[gpu("3")]);
+    assert_eq!(info.len(), 1);
+    assert_eq!(info[0].labels["name"], "NVIDIA H200");
+    assert_eq!(info[0].labels["pci_bus_id"], "0000:5d:00.0");
+    assert_eq!(info[0].labels["driver_version"], "580.159.04");
+    assert_eq!(info[0].labels["serial"], "1653024000003");
+    assert_eq!(info[0].labels["uuid"], "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000003");
+    assert_eq!(info[0].labels["vendor"], "nvidia");
+
+    // Thermals.
+    assert_eq!(
+        m.value("gpu_temperature_celsius", &[gpu("2"), ("sensor", "gpu")]),
+        Some(88.0)
+    );
+    assert_eq!(
+        m.value("gpu_temperature_celsius", &[gpu("2"), ("sensor", "memory")]),
+        Some(94.0)
+    );
+    assert_eq!(
+        m.value(
+            "gpu_temperature_threshold_celsius",
+            &[gpu("0"), ("threshold", "slowdown")]
+        ),
+        Some(89.0)
+    );
+    assert_eq!(
+        m.value(
+            "gpu_temperature_threshold_celsius",
+            &[gpu("0"), ("threshold", "shutdown")]
+        ),
+        Some(95.0)
+    );
+    assert_eq!(
+        m.value(
+            "gpu_temperature_threshold_celsius",
+            &[gpu("0"), ("threshold", "gpu_max")]
+        ),
+        Some(87.0)
+    );
+    assert_eq!(
+        m.value(
+            "gpu_temperature_threshold_celsius",
+            &[gpu("0"), ("threshold", "memory_max")]
+        ),
+        Some(95.0)
+    );
+
+    // Clock events: one series per supported reason (mask 511: all nine), active bits as set.
+    assert_eq!(m.find("gpu_clock_event_active", &[gpu("2")]).len(), 9);
+    assert_eq!(
+        m.value("gpu_clock_event_active", &[gpu("2"), ("reason", "hw_thermal_slowdown")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value("gpu_clock_event_active", &[gpu("2"), ("reason", "sw_thermal_slowdown")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value("gpu_clock_event_active", &[gpu("2"), ("reason", "sw_power_cap")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        m.value("gpu_clock_event_active", &[gpu("1"), ("reason", "sw_power_cap")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value("gpu_clock_event_active", &[gpu("0"), ("reason", "gpu_idle")]),
+        Some(1.0)
+    );
+    // The driver's counters, nanoseconds turned into seconds.
+    assert_eq!(
+        m.value("gpu_clock_event_seconds_total", &[gpu("1"), ("reason", "sw_power_cap")]),
+        Some(21.0)
+    );
+    assert_eq!(
+        m.value(
+            "gpu_clock_event_seconds_total",
+            &[gpu("2"), ("reason", "hw_thermal_slowdown")]
+        ),
+        Some(95.0)
+    );
+    assert_eq!(
+        m.value("gpu_clock_event_seconds_total", &[gpu("7"), ("reason", "sync_boost")]),
+        Some(40.0)
+    );
+
+    // Power, energy, clocks, utilisation, memory.
+    assert_eq!(m.value("gpu_power_watts", &[gpu("1")]), Some(690.0));
+    assert_eq!(m.value("gpu_power_limit_watts", &[gpu("1")]), Some(700.0));
+    assert_eq!(m.value("gpu_energy_joules_total", &[gpu("0")]), Some(91_000_000.0));
+    assert_eq!(
+        m.value("gpu_clock_hertz", &[gpu("1"), ("clock", "sm")]),
+        Some(1_440_000_000.0)
+    );
+    assert_eq!(
+        m.value("gpu_clock_hertz", &[gpu("1"), ("clock", "memory")]),
+        Some(3_201_000_000.0)
+    );
+    assert_eq!(m.value("gpu_utilization_ratio", &[gpu("1")]), Some(1.0));
+    assert_eq!(m.value("gpu_memory_copy_utilization_ratio", &[gpu("1")]), Some(0.5));
+    assert_eq!(
+        m.value("gpu_memory_used_bytes", &[gpu("1")]),
+        Some(120.0 * 1024.0 * 1024.0 * 1024.0)
+    );
+    assert_eq!(m.value("gpu_memory_total_bytes", &[gpu("1")]), Some(150_754_820_096.0));
+
+    // PCIe: GPU 3 trained at x8 of x16.
+    assert_eq!(m.value("gpu_pcie_link_width_lanes", &[gpu("3")]), Some(8.0));
+    assert_eq!(m.value("gpu_pcie_link_width_max_lanes", &[gpu("3")]), Some(16.0));
+    assert_eq!(m.value("gpu_pcie_link_width_degraded", &[gpu("3")]), Some(1.0));
+    assert_eq!(m.value("gpu_pcie_link_width_degraded", &[gpu("0")]), Some(0.0));
+    assert_eq!(m.value("gpu_pcie_link_generation", &[gpu("3")]), Some(5.0));
+    assert_eq!(m.value("gpu_pcie_link_generation_max", &[gpu("3")]), Some(5.0));
+    assert_eq!(m.value("gpu_pcie_replay_errors_total", &[gpu("3")]), Some(3.0));
+
+    // ECC and row remapping.
+    assert_eq!(m.value("gpu_ecc_mode", &[gpu("5")]), Some(1.0));
+    let ecc = |t, s| m.value("gpu_ecc_errors_total", &[gpu("5"), ("type", t), ("scope", s)]);
+    assert_eq!(ecc("corrected", "volatile"), Some(12.0));
+    assert_eq!(ecc("uncorrected", "volatile"), Some(1.0));
+    assert_eq!(ecc("corrected", "aggregate"), Some(52.0));
+    assert_eq!(m.value("gpu_row_remap_pending", &[gpu("6")]), Some(1.0));
+    assert_eq!(m.value("gpu_row_remap_pending", &[gpu("0")]), Some(0.0));
+    assert_eq!(
+        m.value("gpu_remapped_rows", &[gpu("6"), ("cause", "correctable")]),
+        Some(2.0)
+    );
+    assert_eq!(m.value("gpu_row_remap_failed", &[gpu("6")]), Some(0.0));
+
+    // Persistence mode was off on GPU 4: the daemon turned it on and counted it.
+    assert_eq!(m.value("gpu_persistence_mode", &[gpu("4")]), Some(1.0));
+    assert_eq!(
+        m.value(
+            "gpuwarden_persistence_enable_attempts_total",
+            &[gpu("4"), ("result", "enabled")]
+        ),
+        Some(1.0)
+    );
+    assert!(
+        d.log_text().contains("persistence mode was off on GPU 4"),
+        "{}",
+        d.log_text()
+    );
+    assert_eq!(m.value("gpu_performance_state", &[gpu("0")]), Some(0.0));
+
+    // Health: one-hot, with the reasons.
+    assert_eq!(m.value("gpu_health", &[gpu("0"), ("state", "ok")]), Some(1.0));
+    assert_eq!(m.value("gpu_health", &[gpu("3"), ("state", "degraded")]), Some(1.0));
+    assert_eq!(m.value("gpu_health", &[gpu("3"), ("state", "ok")]), Some(0.0));
+    assert_eq!(
+        m.value("gpu_health_reason", &[gpu("3"), ("reason", "pcie_width_degraded")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value("gpu_health_reason", &[gpu("2"), ("reason", "thermal_slowdown")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value("gpu_health_reason", &[gpu("5"), ("reason", "ecc_uncorrectable")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value("gpu_health_reason", &[gpu("6"), ("reason", "row_remap_pending")]),
+        Some(1.0)
+    );
+
+    // The scenario has no fan: not supported means absent, never a made-up 0.
+    assert!(!m.has_family("gpu_fan_speed_ratio"));
+
+    // Self metrics.
+    let build = m.find("gpuwarden_build_info", &[]);
+    assert_eq!(build.len(), 1);
+    assert_eq!(build[0].labels["version"], env!("CARGO_PKG_VERSION"));
+    assert!(
+        m.value("gpuwarden_poll_duration_seconds_count", &[("backend", "nvml")])
+            .unwrap_or(0.0)
+            >= 8.0
+    );
+    let last = m
+        .value("gpu_last_poll_timestamp_seconds", &[gpu("0")])
+        .expect("last poll time");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!((now - last).abs() < 5.0, "last poll {last} vs now {now}");
+    assert!(
+        !d.log_text().contains("DISABLED"),
+        "persistence mode must never be turned off"
+    );
+}
+
+#[test]
+fn a_changed_scenario_shows_in_the_next_scrapes() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let hot = edit_device(DEMO_SCENARIO, 0, |dev| {
+        let dev = set_line(dev, "temperature", "91");
+        set_line(&dev, "clock_events", "{ active: 64, supported: 511 }")
+    });
+    let narrow = edit_device(&hot, 1, |dev| {
+        set_line(
+            dev,
+            "pcie",
+            "{ generation: 4, generation_max: 5, width: 4, width_max: 16, replay_counter: 17 }",
+        )
+    });
+    d.set_scenario(&narrow);
+    let m = d.scrape_until("GPU 0 at 91 C", |m| {
+        m.value("gpu_temperature_celsius", &[gpu("0"), ("sensor", "gpu")]) == Some(91.0)
+    });
+    assert_eq!(
+        m.value("gpu_clock_event_active", &[gpu("0"), ("reason", "hw_thermal_slowdown")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value("gpu_clock_event_active", &[gpu("0"), ("reason", "gpu_idle")]),
+        Some(0.0)
+    );
+    assert_eq!(m.value("gpu_health", &[gpu("0"), ("state", "degraded")]), Some(1.0));
+    assert_eq!(m.value("gpu_pcie_link_width_lanes", &[gpu("1")]), Some(4.0));
+    assert_eq!(m.value("gpu_pcie_link_width_degraded", &[gpu("1")]), Some(1.0));
+    assert_eq!(m.value("gpu_pcie_link_generation", &[gpu("1")]), Some(4.0));
+    assert_eq!(m.value("gpu_pcie_replay_errors_total", &[gpu("1")]), Some(17.0));
+
+    // And back.
+    d.set_scenario(DEMO_SCENARIO);
+    let m = d.scrape_until("GPU 0 cool", |m| {
+        m.value("gpu_temperature_celsius", &[gpu("0"), ("sensor", "gpu")]) == Some(34.0)
+    });
+    assert_eq!(
+        m.value("gpu_clock_event_active", &[gpu("0"), ("reason", "hw_thermal_slowdown")]),
+        Some(0.0)
+    );
+    assert_eq!(m.value("gpu_health", &[gpu("0"), ("state", "ok")]), Some(1.0));
+}
+
+#[test]
+fn a_lost_gpu_is_down_and_unhealthy_while_the_others_keep_reporting() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let lost = edit_device(DEMO_SCENARIO, 7, |dev| format!("{dev}    lost: true\n"));
+    d.set_scenario(&lost);
+    let m = d.scrape_until("GPU 7 down", |m| m.value("gpu_up", &[gpu("7")]) == Some(0.0));
+    assert_eq!(m.value("gpu_health", &[gpu("7"), ("state", "unhealthy")]), Some(1.0));
+    assert_eq!(
+        m.value("gpu_health_reason", &[gpu("7"), ("reason", "gpu_lost")]),
+        Some(1.0)
+    );
+    // Its identity stays, its readings go (no frozen values), the others are untouched.
+    assert_eq!(m.find("gpu_info", &[gpu("7")]).len(), 1);
+    assert_eq!(m.value("gpu_temperature_celsius", &[gpu("7"), ("sensor", "gpu")]), None);
+    for i in 0..7 {
+        assert_eq!(m.value("gpu_up", &[gpu(&i.to_string())]), Some(1.0), "GPU {i}");
+    }
+    assert!(
+        m.value(
+            "gpuwarden_collector_errors_total",
+            &[("backend", "nvml"), ("call", "nvmlDeviceGetTemperature")]
+        )
+        .unwrap_or(0.0)
+            >= 1.0
+    );
+    assert!(
+        d.log_text().contains("GPU 7") && d.log_text().contains("is lost"),
+        "{}",
+        d.log_text()
+    );
+
+    // Back on the bus (after a reset): up again.
+    d.set_scenario(DEMO_SCENARIO);
+    d.scrape_until("GPU 7 up again", |m| m.value("gpu_up", &[gpu("7")]) == Some(1.0));
+}
+
+#[test]
+fn a_hung_call_stalls_only_its_own_gpu() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let hung = edit_device(DEMO_SCENARIO, 1, |dev| {
+        format!("{dev}    hang: {{ nvmlDeviceGetPowerUsage: 60 }}\n")
+    });
+    d.set_scenario(&hung);
+    let m = d.scrape_until("GPU 1 not answering", |m| m.value("gpu_up", &[gpu("1")]) == Some(0.0));
+    assert_eq!(
+        m.value("gpu_health_reason", &[gpu("1"), ("reason", "not_responding")]),
+        Some(1.0)
+    );
+    let stalled_at = m
+        .value("gpu_last_poll_timestamp_seconds", &[gpu("1")])
+        .expect("had a good poll before");
+
+    // The other GPUs keep being polled: their last-poll times move on while GPU 1's stands still.
+    let before = m.value("gpu_last_poll_timestamp_seconds", &[gpu("0")]).unwrap();
+    let m = d.scrape_until("GPU 0 polled again", |m| {
+        m.value("gpu_last_poll_timestamp_seconds", &[gpu("0")])
+            .is_some_and(|t| t > before + 0.3)
+    });
+    for i in [0, 2, 3, 4, 5, 6, 7] {
+        assert_eq!(m.value("gpu_up", &[gpu(&i.to_string())]), Some(1.0), "GPU {i}");
+    }
+    assert_eq!(
+        m.value("gpu_last_poll_timestamp_seconds", &[gpu("1")]),
+        Some(stalled_at)
+    );
+    assert!(d.log_text().contains("did not answer within"), "{}", d.log_text());
+
+    // The hang ends: GPU 1 answers again.
+    d.set_scenario(DEMO_SCENARIO);
+    d.scrape_until("GPU 1 up again", |m| m.value("gpu_up", &[gpu("1")]) == Some(1.0));
+}
+
+#[test]
+fn without_nvml_the_daemon_still_serves_its_own_metrics() {
+    let config = test_config(std::path::Path::new("/nonexistent/libnvidia-ml.so.1"), "");
+    let d = Daemon::start_with("devices: []\n", &config);
+    let m = d.scrape();
+    assert_eq!(m.value("gpuwarden_backend_up", &[("backend", "nvml")]), Some(0.0));
+    assert_eq!(m.find("gpuwarden_build_info", &[]).len(), 1);
+    assert!(!m.samples.iter().any(|s| s.name.starts_with("gpu_")), "{}", m.text);
+    assert_eq!(d.get("/healthz", &[]).status, 200);
+    let log = d.log_text();
+    assert!(log.contains("NVML is not available"), "{log}");
+    assert!(
+        log.contains("nvml.enabled: false"),
+        "the log says how to silence it: {log}"
+    );
+    // Logged once, not once per retry.
+    std::thread::sleep(std::time::Duration::from_millis(900));
+    assert_eq!(
+        d.log_text().matches("NVML is not available").count(),
+        1,
+        "{}",
+        d.log_text()
+    );
+    assert_eq!(d.stop(), Some(0));
+}
+
+#[test]
+fn nvml_that_fails_to_initialise_is_retried_until_it_works() {
+    // As during a driver reload: nvmlInit fails, later succeeds.
+    let d = Daemon::start("init_error: driver_not_loaded\ndevices: []\n");
+    assert_eq!(
+        d.scrape().value("gpuwarden_backend_up", &[("backend", "nvml")]),
+        Some(0.0)
+    );
+    d.set_scenario(DEMO_SCENARIO);
+    let m = d.scrape_until("NVML up", |m| {
+        m.value("gpuwarden_backend_up", &[("backend", "nvml")]) == Some(1.0)
+    });
+    assert_eq!(m.find("gpu_up", &[]).len(), 8);
+}
+
+#[test]
+fn unsupported_readings_are_left_out() {
+    let minimal = "devices:\n  - name: Tesla T4\n    uuid: GPU-minimal\n    pci_bus_id: \"00000000:3B:00.0\"\n    temperature: 50\n";
+    let d = Daemon::start(minimal);
+    let m = d.scrape();
+    assert_eq!(m.value("gpu_temperature_celsius", &[("sensor", "gpu")]), Some(50.0));
+    for family in [
+        "gpu_power_watts",
+        "gpu_temperature_threshold_celsius",
+        "gpu_clock_event_active",
+        "gpu_clock_event_seconds_total",
+        "gpu_ecc_errors_total",
+        "gpu_pcie_link_width_lanes",
+        "gpu_pcie_link_width_degraded",
+        "gpu_persistence_mode",
+        "gpu_fan_speed_ratio",
+        "gpu_remapped_rows",
+    ] {
+        assert!(!m.has_family(family), "{family} should be absent:\n{}", m.text);
+    }
+    // Not supported is not an error.
+    assert!(!m.has_family("gpuwarden_collector_errors_total"), "{}", m.text);
+    assert_eq!(m.value("gpu_info", &[("serial", "")]), Some(1.0));
+}
+
+#[test]
+fn drivers_before_580_82_use_the_old_field_ids() {
+    let old = DEMO_SCENARIO.replace("driver_version: \"580.159.04\"", "driver_version: \"575.57.08\"");
+    let d = Daemon::start(&old);
+    let m = d.scrape();
+    assert_eq!(
+        m.value(
+            "gpu_clock_event_seconds_total",
+            &[gpu("2"), ("reason", "hw_thermal_slowdown")]
+        ),
+        Some(95.0)
+    );
+    assert_eq!(
+        m.value(
+            "gpu_clock_event_seconds_total",
+            &[gpu("2"), ("reason", "sw_thermal_slowdown")]
+        ),
+        Some(12.0)
+    );
+}
+
+#[test]
+fn persistence_mode_that_may_not_be_set_shows_as_off_with_one_warning() {
+    let denied = edit_device(DEMO_SCENARIO, 4, |dev| {
+        format!("{dev}    persistence_settable: false\n")
+    });
+    let d = Daemon::start(&denied);
+    let m = d.scrape_until("several attempts", |m| {
+        m.value(
+            "gpuwarden_persistence_enable_attempts_total",
+            &[gpu("4"), ("result", "not_permitted")],
+        )
+        .unwrap_or(0.0)
+            >= 3.0
+    });
+    assert_eq!(m.value("gpu_persistence_mode", &[gpu("4")]), Some(0.0));
+    assert_eq!(
+        m.value("gpu_health_reason", &[gpu("4"), ("reason", "persistence_off")]),
+        Some(1.0)
+    );
+    assert_eq!(d.log_text().matches("not permitted").count(), 1, "{}", d.log_text());
+}
+
+#[test]
+fn persistence_enable_false_leaves_it_alone() {
+    let config = test_config(&sim_library(), "persistence:\n  enable: false\n");
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let m = d.scrape();
+    assert_eq!(m.value("gpu_persistence_mode", &[gpu("4")]), Some(0.0));
+    assert!(
+        !m.has_family("gpuwarden_persistence_enable_attempts_total"),
+        "{}",
+        m.text
+    );
+}
+
+#[test]
+fn metrics_negotiate_openmetrics_text_and_gzip() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let prometheus_accept = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let om = d.get("/metrics", &[("Accept", prometheus_accept)]);
+    assert_eq!(om.status, 200);
+    assert_eq!(
+        om.header("content-type"),
+        Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
+    );
+    assert!(om.text().ends_with("# EOF\n"));
+    assert!(om.text().contains("# TYPE gpu_energy_joules counter\n"));
+
+    let text = d.get("/metrics", &[]);
+    assert_eq!(
+        text.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    assert!(!text.text().contains("# EOF"));
+    assert!(text.text().contains("# TYPE gpu_energy_joules_total counter\n"));
+
+    let gz = d.get("/metrics", &[("Accept-Encoding", "gzip")]);
+    assert_eq!(gz.header("content-encoding"), Some("gzip"));
+    let mut decoded = String::new();
+    flate2::read::GzDecoder::new(&gz.body[..])
+        .read_to_string(&mut decoded)
+        .expect("valid gzip");
+    // Same snapshot or the next one: compare the families, not the timestamps.
+    let names = |t: &str| {
+        t.lines()
+            .filter(|l| l.starts_with("# TYPE"))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&decoded), names(&text.text()));
+    assert!(gz.body.len() * 4 < decoded.len(), "gzip should shrink the text a lot");
+}
+
+fn assert_no_duplicate_series(text: &str) {
+    let mut seen = HashSet::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let series = line.rsplit_once(' ').map(|(s, _)| s).unwrap_or(line);
+        assert!(seen.insert(series.to_string()), "series appears twice: {series}");
+    }
+}
+
+#[test]
+fn no_series_appears_twice_in_a_scrape() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    assert_no_duplicate_series(&d.get("/metrics", &[]).text());
+    assert_no_duplicate_series(&d.get("/metrics", &[("Accept", "application/openmetrics-text")]).text());
+}
+
+#[test]
+fn promtool_finds_nothing_to_complain_about() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    // Make every family appear: a lost GPU and an error counter too.
+    let lost = edit_device(DEMO_SCENARIO, 7, |dev| format!("{dev}    lost: true\n"));
+    d.set_scenario(&lost);
+    d.scrape_until("GPU 7 down", |m| m.value("gpu_up", &[gpu("7")]) == Some(0.0));
+    let body = d.get("/metrics", &[]).body;
+
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool is needed for this test: apt-get install prometheus");
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(&body).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "promtool check metrics failed:\n{report}");
+    assert!(report.trim().is_empty(), "promtool check metrics reported:\n{report}");
+}
+
+#[test]
+fn healthz_and_index_answer() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let h = d.get("/healthz", &[]);
+    assert_eq!((h.status, h.text().as_str()), (200, "ok\n"));
+    let index = d.get("/", &[]);
+    assert_eq!(index.status, 200);
+    assert!(index.text().contains("href=\"/metrics\""));
+    assert_eq!(d.get("/nope", &[]).status, 404);
+}
+
+#[test]
+fn sigterm_stops_the_daemon_cleanly() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    assert_eq!(d.stop(), Some(0));
+}
