@@ -3,9 +3,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// Logs to stderr (systemd puts stderr in the journal). `RUST_LOG` overrides the level.
-pub fn init() {
-    let env = env_logger::Env::default().default_filter_or("info");
+/// Logs to stderr (systemd puts stderr in the journal) at `default_level` ("info",
+/// "warn", ...); `RUST_LOG` overrides it.
+pub fn init(default_level: &str) {
+    let env = env_logger::Env::default().default_filter_or(default_level);
     // Ignore the error of a second init (tests may call this more than once).
     let _ = env_logger::Builder::from_env(env).format_target(false).try_init();
 }

@@ -107,8 +107,13 @@ fn apply_demo(config: &mut Config) -> Result<(), i32> {
 }
 
 fn main() {
-    logging::init();
     let cli = Cli::parse();
+    // The daemon says what it does; a one-shot command prints only what went wrong.
+    logging::init(if matches!(cli.command, Command::Run { .. }) {
+        "info"
+    } else {
+        "warn"
+    });
     let code = match cli.command {
         Command::Run { config, listen, demo } => (|| {
             let mut cfg = load_config(config.as_deref())?;
@@ -125,6 +130,8 @@ fn main() {
             if demo {
                 apply_demo(&mut cfg)?;
             }
+            // check only looks: it reports persistence mode off rather than changing it.
+            cfg.persistence.enable = false;
             Ok(check::run(cfg, json))
         })(),
         Command::Config {

@@ -546,3 +546,11 @@ fn sigterm_stops_the_daemon_cleanly() {
     let d = Daemon::start(DEMO_SCENARIO);
     assert_eq!(d.stop(), Some(0));
 }
+
+#[test]
+fn a_board_with_a_fan_reports_its_speed() {
+    let with_fan = "devices:\n  - name: NVIDIA L40S\n    uuid: GPU-fan\n    pci_bus_id: \"00000000:3B:00.0\"\n    temperature: 50\n    fan_speed_percent: 40\n";
+    let m = Daemon::start(with_fan).scrape();
+    assert_eq!(m.value("gpu_fan_speed_ratio", &[("uuid", "GPU-fan")]), Some(0.4));
+    assert!(!m.has_family("gpuwarden_collector_errors_total"), "{}", m.text);
+}

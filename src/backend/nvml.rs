@@ -98,6 +98,9 @@ struct StaticReadings {
     pcie_generation_max: Option<u32>,
     pcie_width_max: Option<u32>,
     supported_clock_events: Option<u64>,
+    /// Fans the board has; fanless boards (H100/H200 SXM) have none, and asking for fan 0
+    /// there is an invalid argument, not "not supported".
+    fan_count: u32,
 }
 
 pub struct NvmlDevicePoller {
@@ -233,9 +236,11 @@ impl NvmlDevicePoller {
         r.performance_state = calls
             .read("nvmlDeviceGetPerformanceState", self.device.performance_state())
             .map(|p| p.as_c());
-        r.fan_speed_ratio = calls
-            .read("nvmlDeviceGetFanSpeed_v2", self.device.fan_speed(0))
-            .map(|p| p as f64 / 100.0);
+        if statics.fan_count > 0 {
+            r.fan_speed_ratio = calls
+                .read("nvmlDeviceGetFanSpeed_v2", self.device.fan_speed(0))
+                .map(|p| p as f64 / 100.0);
+        }
 
         if calls.lost {
             return PollReport::lost(calls);
@@ -264,6 +269,7 @@ impl NvmlDevicePoller {
         }
         s.pcie_generation_max = calls.read("nvmlDeviceGetMaxPcieLinkGeneration", self.device.max_pcie_link_gen());
         s.pcie_width_max = calls.read("nvmlDeviceGetMaxPcieLinkWidth", self.device.max_pcie_link_width());
+        s.fan_count = calls.read("nvmlDeviceGetNumFans", self.device.num_fans()).unwrap_or(0);
         s.supported_clock_events = calls.read(
             "nvmlDeviceGetSupportedClocksEventReasons",
             self.supported_clock_events(),

@@ -510,7 +510,9 @@ pub unsafe extern "C" fn nvmlDeviceGetPerformanceState(device: nvmlDevice_t, out
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetFanSpeed_v2(device: nvmlDevice_t, fan: c_uint, out: *mut c_uint) -> nvmlReturn_t {
     device_call(device, "nvmlDeviceGetFanSpeed_v2", |_, d| {
-        if fan != 0 {
+        // Like a real fanless H200: there is no fan 0, so the index is an invalid argument
+        // (not NOT_SUPPORTED). Callers must ask nvmlDeviceGetNumFans first.
+        if d.fan_speed_percent.is_none() || fan != 0 {
             return INVALID_ARGUMENT;
         }
         unsafe { put(out, d.fan_speed_percent) }

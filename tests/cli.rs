@@ -1,0 +1,176 @@
+//! The command line: `check`, `config check`, and how `run` refuses bad input.
+
+mod common;
+
+use common::*;
+use std::process::{Command, Output};
+
+fn gpuwarden(args: &[&str], scenario: Option<&std::path::Path>) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).env("RUST_LOG", "warn");
+    if let Some(s) = scenario {
+        cmd.env("GPUWARDEN_SIM_NVML_SCENARIO", s);
+    }
+    cmd.output().expect("run gpuwarden")
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn config_check_accepts_the_shipped_config() {
+    let out = gpuwarden(
+        &[
+            "config",
+            "check",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/gpuwarden.yaml"),
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).ends_with(": ok\n"));
+}
+
+#[test]
+fn config_check_names_file_line_and_column_and_exits_78() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        &dir,
+        "bad.yaml",
+        "listen: 127.0.0.1:9100\npoll:\n  interval: 1s\n  timeot: 1s\n",
+    );
+    let out = gpuwarden(&["config", "check", file.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(78));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with(&format!("{}:4:3: ", file.display())), "{stderr}");
+    assert!(stderr.contains("timeot"), "{stderr}");
+}
+
+#[test]
+fn config_check_of_a_missing_file_says_so() {
+    let out = gpuwarden(&["config", "check", "/nonexistent/gpuwarden.yaml"], None);
+    assert_eq!(out.status.code(), Some(78));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read the config file"));
+}
+
+#[test]
+fn run_refuses_a_bad_config_with_ex_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(&dir, "bad.yaml", "persistence:\n  enable: maybe\n");
+    let out = gpuwarden(&["run", "--config", file.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(78));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("{}:2:", file.display())), "{stderr}");
+}
+
+#[test]
+fn a_taken_port_is_a_clear_start_up_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(&dir, "c.yaml", "nvml:\n  enabled: false\n");
+    let out = gpuwarden(&["run", "--config", config.to_str().unwrap(), "--listen", &addr], None);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("cannot listen on {addr}")), "{stderr}");
+    assert!(stderr.contains("config key `listen`"), "{stderr}");
+}
+
+fn check_over_demo(json: bool) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = write(&dir, "s.yaml", DEMO_SCENARIO);
+    let config = write(
+        &dir,
+        "c.yaml",
+        &format!("nvml:\n  library_path: {}\n", sim_library().display()),
+    );
+    let mut args = vec!["check", "--config", config.to_str().unwrap()];
+    if json {
+        args.push("--json");
+    }
+    gpuwarden(&args, Some(&scenario))
+}
+
+#[test]
+fn check_prints_a_table_with_findings_and_exits_1() {
+    let out = check_over_demo(false);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "findings exist in the demo:\n{stdout}");
+    let rows: Vec<&str> = stdout.lines().take_while(|l| !l.is_empty()).collect();
+    assert_eq!(rows.len(), 9, "header and 8 GPUs:\n{stdout}");
+    assert!(
+        rows[1].contains("NVIDIA H200") && rows[1].contains("0000:19:00.0") && rows[1].contains("34 C"),
+        "{}",
+        rows[1]
+    );
+    assert!(
+        rows[4].contains("Gen5 x8") && rows[4].contains("degraded"),
+        "{}",
+        rows[4]
+    );
+    assert!(stdout.contains("PCIe link runs at x8 of x16"), "{stdout}");
+    assert!(stdout.contains("clocks are slowed for temperature"), "{stdout}");
+    assert!(stdout.contains("uncorrectable ECC"), "{stdout}");
+    assert!(stdout.contains("row remap is pending"), "{stdout}");
+    // check only looks: GPU 4's persistence mode is reported off, not turned on.
+    assert!(
+        stdout.contains("GPU 4") && stdout.contains("persistence mode is off"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn check_json_carries_readings_health_and_findings() {
+    let out = check_over_demo(true);
+    assert_eq!(out.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(report["backends"]["nvml"], true);
+    let devices = report["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 8);
+    let d1 = &devices[1];
+    assert_eq!(d1["identity"]["uuid"], "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000001");
+    assert_eq!(d1["readings"]["temperatures"]["gpu"], 61.0);
+    assert_eq!(d1["readings"]["power_watts"], 690.0);
+    assert_eq!(d1["readings"]["clocks_hertz"]["sm"], 1.44e9);
+    assert_eq!(d1["readings"]["pcie"]["width"], 16);
+    assert_eq!(d1["readings"]["persistence_mode"], true);
+    assert_eq!(d1["health"], "ok");
+    let d3 = &devices[3];
+    assert_eq!(d3["health"], "degraded");
+    assert_eq!(d3["findings"][0]["reason"], "pcie_width_degraded");
+}
+
+#[test]
+fn check_without_nvml_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        &dir,
+        "c.yaml",
+        "nvml:\n  library_path: /nonexistent/libnvidia-ml.so.1\n",
+    );
+    let out = gpuwarden(&["check", "--config", config.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NVML is not available"));
+}
+
+#[test]
+fn check_on_a_healthy_node_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    // GPU 0 of the demo alone is healthy.
+    let only_first = DEMO_SCENARIO
+        .split("  - name:")
+        .take(2)
+        .collect::<Vec<_>>()
+        .join("  - name:");
+    let scenario = write(&dir, "s.yaml", &only_first);
+    let config = write(
+        &dir,
+        "c.yaml",
+        &format!("nvml:\n  library_path: {}\n", sim_library().display()),
+    );
+    let out = gpuwarden(&["check", "--config", config.to_str().unwrap()], Some(&scenario));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+}
