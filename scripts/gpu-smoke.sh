@@ -149,6 +149,25 @@ PY
   paste <(grep -A5 'Reasons Counters' "$WORK/perf_before.txt") <(grep -A5 'Reasons Counters' "$WORK/perf_after.txt" | awk -F: '{print $2}') || true
 fi
 
+echo "== poll timing (GPUs are polled in parallel: a round should take about one GPU's poll, not the sum)"
+curl -sf "http://127.0.0.1:$PORT/metrics" > "$WORK/final.txt"
+python3 - "$WORK/final.txt" <<'PY'
+import re, sys
+vals = {}
+for line in open(sys.argv[1]):
+    m = re.match(r'^(gpuwarden_poll(?:_round)?_duration_seconds_(?:sum|count))(?:\{[^}]*\})? (\S+)$', line.strip())
+    if m:
+        vals[m.group(1)] = float(m.group(2))
+gpus = sum(1 for l in open(sys.argv[1]) if l.startswith("gpu_up{"))
+per_gpu = vals["gpuwarden_poll_duration_seconds_sum"] / vals["gpuwarden_poll_duration_seconds_count"]
+rounds = vals["gpuwarden_poll_round_duration_seconds_count"]
+per_round = vals["gpuwarden_poll_round_duration_seconds_sum"] / rounds
+print(f"  {gpus} GPU(s), {int(rounds)} rounds: mean poll per GPU {per_gpu*1e3:.2f} ms, "
+      f"mean round {per_round*1e3:.2f} ms, sum over GPUs {gpus*per_gpu*1e3:.2f} ms")
+if gpus > 1 and per_round > 0.75 * gpus * per_gpu:
+    print("  gpu-smoke: FAILED: rounds take about the sum of the GPUs' polls: not parallel"); sys.exit(1)
+PY
+
 echo "== daemon log"
 cat "$WORK/daemon.log"
 if grep -qE ' (ERROR|WARN) ' "$WORK/daemon.log"; then echo "gpu-smoke: FAILED: the daemon logged warnings or errors"; exit 1; fi

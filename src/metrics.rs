@@ -418,5 +418,15 @@ fn encode_self_metrics(snapshot: &Snapshot, encoder: &mut DescriptorEncoder) -> 
             sample.encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets(), None)?;
         }
     }
+    let rounds = &snapshot.round_duration;
+    if rounds.count > 0 {
+        let mut metric = encoder.encode_descriptor(
+            "gpuwarden_poll_round_duration_seconds",
+            "Wall time of one poll round over all GPUs, polled in parallel; at most poll.timeout.",
+            None,
+            MetricType::Histogram,
+        )?;
+        metric.encode_histogram::<NoLabelSet>(rounds.sum, rounds.count, &rounds.buckets(), None)?;
+    }
     Ok(())
 }

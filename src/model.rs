@@ -256,4 +256,6 @@ pub struct Snapshot {
     pub backends: BTreeMap<&'static str, BackendStatus>,
     pub devices: Vec<DeviceSnapshot>,
     pub persistence_attempts: PersistenceAttempts,
+    /// Wall time of whole poll rounds (all GPUs, polled in parallel).
+    pub round_duration: DurationHistogram,
 }

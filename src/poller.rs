@@ -15,7 +15,9 @@ use crate::backend::PollReport;
 use crate::backend::nvml::{self, NvmlBackend, NvmlDevicePoller};
 use crate::config::Config;
 use crate::logging::RateLimiter;
-use crate::model::{BackendStatus, DeviceIdentity, DeviceReadings, DeviceSnapshot, PersistenceAttempts, Snapshot};
+use crate::model::{
+    BackendStatus, DeviceIdentity, DeviceReadings, DeviceSnapshot, DurationHistogram, PersistenceAttempts, Snapshot,
+};
 use crate::store::Store;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -66,6 +68,7 @@ pub struct Coordinator {
     round: u64,
     backends: BTreeMap<&'static str, BackendStatus>,
     persistence_attempts: PersistenceAttempts,
+    round_duration: DurationHistogram,
     log_limiter: RateLimiter,
 }
 
@@ -95,6 +98,7 @@ impl Coordinator {
             round: 0,
             backends,
             persistence_attempts: BTreeMap::new(),
+            round_duration: DurationHistogram::new(),
             log_limiter: RateLimiter::new(Duration::from_secs(300)),
         }
     }
@@ -195,7 +199,8 @@ impl Coordinator {
         self.ensure_nvml();
         self.round += 1;
         let round = self.round;
-        let deadline = Instant::now() + self.config.poll.timeout;
+        let started = Instant::now();
+        let deadline = started + self.config.poll.timeout;
 
         // Answers that came in after an earlier round's deadline free their thread.
         while let Ok(late) = self.results_rx.try_recv() {
@@ -245,6 +250,9 @@ impl Coordinator {
                 worker.up = false;
                 worker.readings = None;
             }
+        }
+        if !self.workers.is_empty() {
+            self.round_duration.observe(started.elapsed().as_secs_f64());
         }
         self.publish();
     }
@@ -332,6 +340,7 @@ impl Coordinator {
             backends: self.backends.clone(),
             devices,
             persistence_attempts: self.persistence_attempts.clone(),
+            round_duration: self.round_duration.clone(),
         });
     }
 }

@@ -554,3 +554,27 @@ fn a_board_with_a_fan_reports_its_speed() {
     assert_eq!(m.value("gpu_fan_speed_ratio", &[("uuid", "GPU-fan")]), Some(0.4));
     assert!(!m.has_family("gpuwarden_collector_errors_total"), "{}", m.text);
 }
+
+#[test]
+fn every_family_served_is_documented_in_docs_metrics_md() {
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md")).unwrap();
+    // The demo with a fan, a lost GPU and an error counter shows every family there is.
+    let scenario = edit_device(DEMO_SCENARIO, 7, |dev| format!("{dev}    lost: true\n"));
+    let scenario = edit_device(&scenario, 0, |dev| format!("{dev}    fan_speed_percent: 30\n"));
+    let d = Daemon::start(&scenario);
+    let m = d.scrape_until("GPU 7 down", |m| m.value("gpu_up", &[gpu("7")]) == Some(0.0));
+    let families: HashSet<String> = m
+        .text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .map(String::from)
+        .collect();
+    assert!(families.len() >= 35, "expected every family, got {families:?}");
+    for family in families {
+        assert!(
+            docs.contains(&format!("`{family}`")),
+            "{family} is not documented in docs/metrics.md"
+        );
+    }
+}
