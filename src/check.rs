@@ -9,6 +9,7 @@ use crate::health::{self, Finding, HealthState};
 use crate::model::{DeviceSnapshot, Snapshot};
 use crate::poller::Coordinator;
 use crate::store::Store;
+use crate::xid::{kmsg, store::XidCount, store::XidStore};
 use serde::Serialize;
 use std::fmt::Write;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 struct DeviceReport<'a> {
     #[serde(flatten)]
     device: &'a DeviceSnapshot,
+    xids: &'a [XidCount],
     health: HealthState,
     findings: Vec<Finding>,
 }
@@ -27,10 +29,23 @@ struct Report<'a> {
     devices: Vec<DeviceReport<'a>>,
 }
 
-/// Runs one poll round and returns the snapshot it published.
+/// Reads the kernel log's backlog for XIDs, runs one poll round and returns the snapshot.
 pub fn poll_once(config: Config) -> Arc<Snapshot> {
     let store = Arc::new(Store::new());
-    let mut coordinator = Coordinator::new(config, store.clone());
+    let xids = Arc::new(XidStore::new(config.xid.dedup_window));
+    if config.xid.read_kernel_log {
+        match kmsg::read_backlog(&config.xid.kernel_log_path, &xids) {
+            Ok(_) => xids.set_source_up(kmsg::SOURCE_NAME, true),
+            Err(e) => {
+                xids.set_source_up(kmsg::SOURCE_NAME, false);
+                log::warn!(
+                    "cannot read the kernel log {} ({e}): XIDs since boot are not checked; run as root",
+                    config.xid.kernel_log_path.display()
+                );
+            }
+        }
+    }
+    let mut coordinator = Coordinator::new(config, store.clone(), xids).without_event_thread();
     coordinator.run_round();
     store.latest()
 }
@@ -41,9 +56,11 @@ pub fn run(config: Config, json: bool) -> i32 {
         .devices
         .iter()
         .map(|device| {
-            let findings = health::findings(device);
+            let xids = snapshot.xid.for_bus(&device.identity.pci_bus_id);
+            let findings = health::findings(device, xids, snapshot.xid_critical_hold);
             DeviceReport {
                 device,
+                xids,
                 health: health::state(&findings),
                 findings,
             }

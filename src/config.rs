@@ -21,6 +21,7 @@ pub struct Config {
     pub poll: Poll,
     pub nvml: Nvml,
     pub persistence: Persistence,
+    pub xid: Xid,
 }
 
 impl Default for Config {
@@ -30,6 +31,7 @@ impl Default for Config {
             poll: Poll::default(),
             nvml: Nvml::default(),
             persistence: Persistence::default(),
+            xid: Xid::default(),
         }
     }
 }
@@ -132,6 +134,37 @@ impl Default for Persistence {
     }
 }
 
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Xid {
+    /// Count XIDs from the kernel log.
+    pub read_kernel_log: bool,
+    /// The kernel log: /dev/kmsg, or a file or FIFO that carries kernel-log lines.
+    pub kernel_log_path: PathBuf,
+    /// Count XIDs from NVML's event set.
+    pub nvml_events: bool,
+    /// Reports of the same XID on the same GPU from different sources within this window
+    /// are one event.
+    #[serde(deserialize_with = "duration")]
+    pub dedup_window: Duration,
+    /// How long a critical XID keeps its GPU `degraded`. Fatal XIDs keep it `unhealthy`
+    /// until the daemon restarts (normally: until the node reboots).
+    #[serde(deserialize_with = "duration")]
+    pub critical_hold: Duration,
+}
+
+impl Default for Xid {
+    fn default() -> Self {
+        Xid {
+            read_kernel_log: true,
+            kernel_log_path: PathBuf::from("/dev/kmsg"),
+            nvml_events: true,
+            dedup_window: Duration::from_secs(10),
+            critical_hold: Duration::from_secs(3600),
+        }
+    }
+}
+
 /// Reads durations the way Prometheus configs write them: `500ms`, `1s`, `5m`.
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(d)?;
@@ -220,7 +253,9 @@ mod tests {
         let c = parse(
             "listen: 127.0.0.1:9400\npoll:\n  interval: 250ms\n  timeout: 200ms\n\
              nvml:\n  enabled: false\n  library_path: /opt/lib/libnvidia-ml.so.1\n  \
-             retry_initial: 1s\n  retry_max: 1m\npersistence:\n  enable: false\n",
+             retry_initial: 1s\n  retry_max: 1m\npersistence:\n  enable: false\n\
+             xid:\n  read_kernel_log: false\n  kernel_log_path: /tmp/kmsg\n  nvml_events: false\n  \
+             dedup_window: 5s\n  critical_hold: 30m\n",
         )
         .unwrap();
         assert_eq!(c.listen, "127.0.0.1:9400".parse().unwrap());
@@ -230,6 +265,10 @@ mod tests {
         assert_eq!(c.nvml.library_path, PathBuf::from("/opt/lib/libnvidia-ml.so.1"));
         assert_eq!(c.nvml.retry_max, Duration::from_secs(60));
         assert!(!c.persistence.enable);
+        assert!(!c.xid.read_kernel_log && !c.xid.nvml_events);
+        assert_eq!(c.xid.kernel_log_path, PathBuf::from("/tmp/kmsg"));
+        assert_eq!(c.xid.dedup_window, Duration::from_secs(5));
+        assert_eq!(c.xid.critical_hold, Duration::from_secs(1800));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use crate::exposition::RenderCache;
 use crate::http::{self, AppState};
 use crate::poller::PollLoop;
 use crate::store::Store;
+use crate::xid::{kmsg, store::XidStore};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,10 +53,16 @@ async fn serve(config: Config) -> i32 {
         }
     };
     let store = Arc::new(Store::new());
+    let xids = Arc::new(XidStore::new(config.xid.dedup_window));
+    if config.xid.read_kernel_log
+        && let Err(e) = kmsg::spawn_follower(config.xid.kernel_log_path.clone(), xids.clone())
+    {
+        log::error!("cannot start the kernel-log XID reader: {e}");
+    }
     // The poll loop's first round runs here, on a blocking thread, before we serve.
     let poll_config = config.clone();
     let poll_store = store.clone();
-    let poll_loop = match tokio::task::spawn_blocking(move || PollLoop::start(poll_config, poll_store)).await {
+    let poll_loop = match tokio::task::spawn_blocking(move || PollLoop::start(poll_config, poll_store, xids)).await {
         Ok(Ok(poll_loop)) => poll_loop,
         Ok(Err(e)) => {
             log::error!("cannot start the poll thread: {e}");

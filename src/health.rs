@@ -5,7 +5,10 @@
 
 use crate::clock_events::THERMAL_REASONS;
 use crate::model::{DeviceSnapshot, EccScope, EccType};
+use crate::xid::catalog::{self, Severity};
+use crate::xid::store::XidCount;
 use serde::Serialize;
+use std::time::{Duration, SystemTime};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -36,8 +39,9 @@ pub struct Finding {
     pub message: String,
 }
 
-/// Everything about one device that a person should act on.
-pub fn findings(device: &DeviceSnapshot) -> Vec<Finding> {
+/// Everything about one device that a person should act on. `xids` are the device's XID
+/// counts; a critical one counts for `critical_hold` after it was last seen.
+pub fn findings(device: &DeviceSnapshot, xids: &[XidCount], critical_hold: Duration) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut add = |reason, severity, message: String| {
         out.push(Finding {
@@ -46,6 +50,51 @@ pub fn findings(device: &DeviceSnapshot) -> Vec<Finding> {
             message,
         })
     };
+
+    // XIDs first: they explain the rest (a GPU that fell off the bus is also not answering).
+    let describe = |x: &XidCount| {
+        let when = humantime::format_rfc3339_seconds(x.last_seen);
+        match catalog::lookup(x.xid) {
+            Some(e) => format!(
+                "Xid {} ({}) x{}, last at {when}: {}",
+                x.xid,
+                e.name,
+                x.count,
+                e.action()
+            ),
+            None => format!("Xid {} x{}, last at {when}", x.xid, x.count),
+        }
+    };
+    let fatal: Vec<String> = xids
+        .iter()
+        .filter(|x| x.severity == Severity::Fatal)
+        .map(describe)
+        .collect();
+    if !fatal.is_empty() {
+        add(
+            "xid_fatal",
+            HealthState::Unhealthy,
+            format!("fatal XID since boot: {}", fatal.join("; ")),
+        );
+    }
+    let now = SystemTime::now();
+    let critical: Vec<String> = xids
+        .iter()
+        .filter(|x| x.severity == Severity::Critical)
+        .filter(|x| {
+            now.duration_since(x.last_seen)
+                .map(|age| age <= critical_hold)
+                .unwrap_or(true)
+        })
+        .map(describe)
+        .collect();
+    if !critical.is_empty() {
+        add(
+            "xid_critical",
+            HealthState::Degraded,
+            format!("critical XID: {}", critical.join("; ")),
+        );
+    }
 
     if device.lost {
         add(

@@ -16,8 +16,10 @@ mod http;
 mod logging;
 mod metrics;
 mod model;
+mod pci;
 mod poller;
 mod store;
+mod xid;
 
 use clap::{Parser, Subcommand};
 use config::{Config, EX_CONFIG};
@@ -68,6 +70,20 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// XID errors: look up a code, or find XIDs in kernel-log text.
+    Xid {
+        #[command(subcommand)]
+        command: XidCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum XidCommand {
+    /// Print what an XID code means, its severity and what to do. Exit 1 for a code not in the catalog.
+    Explain { code: u32 },
+    /// Print one JSON object per XID found in kernel-log text (raw /dev/kmsg records, dmesg,
+    /// dmesg -T, journalctl -k, syslog); reads stdin when no FILE is given.
+    Scan { file: Option<PathBuf> },
 }
 
 #[derive(Subcommand)]
@@ -134,6 +150,12 @@ fn main() {
             cfg.persistence.enable = false;
             Ok(check::run(cfg, json))
         })(),
+        Command::Xid {
+            command: XidCommand::Explain { code },
+        } => Ok(xid::cli::explain(code)),
+        Command::Xid {
+            command: XidCommand::Scan { file },
+        } => Ok(xid::cli::scan(file.as_deref())),
         Command::Config {
             command: ConfigCommand::Check { file },
         } => match Config::load(&file) {

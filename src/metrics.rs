@@ -219,6 +219,16 @@ fn families(snapshot: &Snapshot) -> Vec<Family> {
         "Performance state: 0 (P0, fastest) to 15.",
     );
     let mut fan = Family::new("gpu_fan_speed_ratio", Gauge, "Fan speed as a fraction of its maximum.");
+    let mut xid_errors = Family::new(
+        "gpu_xid_errors",
+        Counter,
+        "XID errors by code and severity, from NVML events and the kernel log, each event counted once.",
+    );
+    let mut xid_last_seen = Family::new(
+        "gpu_xid_last_seen_timestamp_seconds",
+        Gauge,
+        "Unix time an XID code was last seen on the GPU.",
+    );
 
     for d in &snapshot.devices {
         let base = device_labels(d);
@@ -237,7 +247,16 @@ fn families(snapshot: &Snapshot) -> Vec<Family> {
         up.add(base.clone(), if d.up { 1.0 } else { 0.0 });
         last_poll.add_opt(base.clone(), d.last_good_poll.map(unix_seconds));
 
-        let findings = health::findings(d);
+        let xids = snapshot.xid.for_bus(&d.identity.pci_bus_id);
+        for x in xids {
+            let code = x.xid.to_string();
+            xid_errors.add(
+                with(&base, &[("xid", &code), ("severity", x.severity.label())]),
+                x.count as f64,
+            );
+            xid_last_seen.add(with(&base, &[("xid", &code)]), unix_seconds(x.last_seen));
+        }
+        let findings = health::findings(d, xids, snapshot.xid_critical_hold);
         let verdict = health::state(&findings);
         for state in HealthState::ALL {
             health_state.add(
@@ -342,6 +361,8 @@ fn families(snapshot: &Snapshot) -> Vec<Family> {
         persistence,
         pstate,
         fan,
+        xid_errors,
+        xid_last_seen,
     ]
 }
 
@@ -395,7 +416,51 @@ fn encode_self_metrics(snapshot: &Snapshot, encoder: &mut DescriptorEncoder) -> 
             *n as f64,
         );
     }
-    for family in [build, backend_up, errors, persistence] {
+    let mut xid_source_up = Family::new(
+        "gpuwarden_xid_source_up",
+        Gauge,
+        "1 while an XID source (kernel_log, nvml_events) is being read.",
+    );
+    for (source, up) in &snapshot.xid.sources {
+        xid_source_up.add(vec![("source", source.to_string())], if *up { 1.0 } else { 0.0 });
+    }
+    let mut unattributed = Family::new(
+        "gpuwarden_xid_unattributed",
+        Counter,
+        "XIDs on a PCI bus id that matches no GPU the backends enumerated (NVML down, or a GPU it cannot see).",
+    );
+    for (bus, counts) in &snapshot.xid.by_bus {
+        if snapshot.devices.iter().any(|d| &d.identity.pci_bus_id == bus) {
+            continue;
+        }
+        for x in counts {
+            unattributed.add(
+                vec![
+                    ("pci_bus_id", bus.clone()),
+                    ("xid", x.xid.to_string()),
+                    ("severity", x.severity.label().to_string()),
+                ],
+                x.count as f64,
+            );
+        }
+    }
+    let mut reports = Family::new(
+        "gpuwarden_xid_reports",
+        Counter,
+        "XID reports received from each source, before the same event from two sources is merged.",
+    );
+    for (source, n) in &snapshot.xid.reports {
+        reports.add(vec![("source", source.to_string())], *n as f64);
+    }
+    for family in [
+        build,
+        backend_up,
+        errors,
+        persistence,
+        xid_source_up,
+        reports,
+        unattributed,
+    ] {
         family.encode(encoder)?;
     }
 

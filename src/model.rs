@@ -174,6 +174,11 @@ pub struct DeviceSnapshot {
     pub readings: Option<DeviceReadings>,
 }
 
+/// A time as Unix seconds in JSON.
+pub fn serialize_system_time<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(unix_seconds(*t))
+}
+
 fn serialize_time<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
     match t {
         Some(t) => s.serialize_some(&unix_seconds(*t)),
@@ -258,4 +263,8 @@ pub struct Snapshot {
     pub persistence_attempts: PersistenceAttempts,
     /// Wall time of whole poll rounds (all GPUs, polled in parallel).
     pub round_duration: DurationHistogram,
+    /// XID counts by PCI bus id, and the state of their sources.
+    pub xid: crate::xid::store::XidSnapshot,
+    /// How long a critical XID keeps a GPU degraded (xid.critical_hold).
+    pub xid_critical_hold: std::time::Duration,
 }

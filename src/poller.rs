@@ -19,6 +19,8 @@ use crate::model::{
     BackendStatus, DeviceIdentity, DeviceReadings, DeviceSnapshot, DurationHistogram, PersistenceAttempts, Snapshot,
 };
 use crate::store::Store;
+use crate::xid::nvml_events;
+use crate::xid::store::XidStore;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
@@ -70,10 +72,13 @@ pub struct Coordinator {
     persistence_attempts: PersistenceAttempts,
     round_duration: DurationHistogram,
     log_limiter: RateLimiter,
+    xids: Arc<XidStore>,
+    /// The daemon listens for NVML XID events; a one-shot `check` does not.
+    start_event_thread: bool,
 }
 
 impl Coordinator {
-    pub fn new(config: Config, store: Arc<Store>) -> Coordinator {
+    pub fn new(config: Config, store: Arc<Store>, xids: Arc<XidStore>) -> Coordinator {
         let (results_tx, results_rx) = mpsc::channel();
         let nvml = if config.nvml.enabled {
             NvmlState::Waiting {
@@ -100,7 +105,15 @@ impl Coordinator {
             persistence_attempts: BTreeMap::new(),
             round_duration: DurationHistogram::new(),
             log_limiter: RateLimiter::new(Duration::from_secs(300)),
+            xids,
+            start_event_thread: true,
         }
+    }
+
+    /// For one-shot use (`check`): no NVML event thread.
+    pub fn without_event_thread(mut self) -> Coordinator {
+        self.start_event_thread = false;
+        self
     }
 
     /// Loads NVML if it is not loaded yet and its retry time has come.
@@ -118,11 +131,21 @@ impl Coordinator {
         }
         let loaded = NvmlBackend::load(&self.config.nvml).and_then(|backend| {
             let pollers = backend.device_pollers(self.config.persistence.enable)?;
-            Ok((backend.driver_version().unwrap_or_default(), pollers))
+            Ok((backend, pollers))
         });
         match loaded {
-            Ok((driver, pollers)) => {
+            Ok((backend, pollers)) => {
+                let driver = backend.driver_version().unwrap_or_default();
                 log::info!("NVML ready (driver {driver}): {} NVIDIA GPU(s)", pollers.len());
+                if self.config.xid.nvml_events && self.start_event_thread {
+                    let gpus = pollers
+                        .iter()
+                        .map(|p| (p.identity().index, p.identity().pci_bus_id.clone()))
+                        .collect();
+                    if let Err(e) = nvml_events::spawn(backend.nvml(), gpus, self.xids.clone()) {
+                        log::error!("cannot start the NVML XID event thread: {e}");
+                    }
+                }
                 self.workers = pollers
                     .into_iter()
                     .enumerate()
@@ -336,6 +359,8 @@ impl Coordinator {
             .collect();
         let previous = self.store.latest().generation;
         self.store.publish(Snapshot {
+            xid: self.xids.snapshot(),
+            xid_critical_hold: self.config.xid.critical_hold,
             generation: previous + 1,
             backends: self.backends.clone(),
             devices,
@@ -353,9 +378,9 @@ pub struct PollLoop {
 
 impl PollLoop {
     /// Runs the first round before returning, so the first scrape already has data.
-    pub fn start(config: Config, store: Arc<Store>) -> std::io::Result<PollLoop> {
+    pub fn start(config: Config, store: Arc<Store>, xids: Arc<XidStore>) -> std::io::Result<PollLoop> {
         let interval = config.poll.interval;
-        let mut coordinator = Coordinator::new(config, store);
+        let mut coordinator = Coordinator::new(config, store, xids);
         coordinator.run_round();
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()

@@ -82,10 +82,15 @@ fn a_taken_port_is_a_clear_start_up_error() {
 fn check_over_demo(json: bool) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let scenario = write(&dir, "s.yaml", DEMO_SCENARIO);
+    let kmsg = write(&dir, "kmsg", "");
     let config = write(
         &dir,
         "c.yaml",
-        &format!("nvml:\n  library_path: {}\n", sim_library().display()),
+        &format!(
+            "nvml:\n  library_path: {}\nxid:\n  kernel_log_path: {}\n",
+            sim_library().display(),
+            kmsg.display()
+        ),
     );
     let mut args = vec!["check", "--config", config.to_str().unwrap()];
     if json {
@@ -149,7 +154,7 @@ fn check_without_nvml_exits_2() {
     let config = write(
         &dir,
         "c.yaml",
-        "nvml:\n  library_path: /nonexistent/libnvidia-ml.so.1\n",
+        "nvml:\n  library_path: /nonexistent/libnvidia-ml.so.1\nxid:\n  read_kernel_log: false\n",
     );
     let out = gpuwarden(&["check", "--config", config.to_str().unwrap()], None);
     assert_eq!(out.status.code(), Some(2));
@@ -169,7 +174,10 @@ fn check_on_a_healthy_node_exits_0() {
     let config = write(
         &dir,
         "c.yaml",
-        &format!("nvml:\n  library_path: {}\n", sim_library().display()),
+        &format!(
+            "nvml:\n  library_path: {}\nxid:\n  read_kernel_log: false\n",
+            sim_library().display()
+        ),
     );
     let out = gpuwarden(&["check", "--config", config.to_str().unwrap()], Some(&scenario));
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));

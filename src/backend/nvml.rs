@@ -38,6 +38,11 @@ impl NvmlBackend {
         })
     }
 
+    /// The library itself, for the XID event thread, which needs it for the daemon's lifetime.
+    pub fn nvml(&self) -> &'static Nvml {
+        self.nvml
+    }
+
     pub fn driver_version(&self) -> Result<String, NvmlError> {
         self.nvml.sys_driver_version()
     }
@@ -72,22 +77,10 @@ fn read_identity(device: &Device<'static>, index: u32, driver_version: &str) -> 
         name: device.name().unwrap_or_default(),
         pci_bus_id: device
             .pci_info()
-            .map(|p| normalize_bus_id(&p.bus_id))
+            .map(|p| crate::pci::normalize_bus_id(&p.bus_id).unwrap_or_else(|| p.bus_id.to_ascii_lowercase()))
             .unwrap_or_default(),
         driver_version: driver_version.to_string(),
         serial: device.serial().ok(),
-    }
-}
-
-/// NVML writes `00000000:19:00.0`; sysfs and the kernel log write `0000:19:00.0`.
-pub fn normalize_bus_id(nvml_bus_id: &str) -> String {
-    let lower = nvml_bus_id.trim().to_ascii_lowercase();
-    match lower.split_once(':') {
-        Some((domain, rest)) => match u32::from_str_radix(domain, 16) {
-            Ok(d) => format!("{d:04x}:{rest}"),
-            Err(_) => lower,
-        },
-        None => lower,
     }
 }
 
@@ -413,13 +406,6 @@ impl NvmlDevicePoller {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bus_ids_take_the_kernel_form() {
-        assert_eq!(normalize_bus_id("00000000:19:00.0"), "0000:19:00.0");
-        assert_eq!(normalize_bus_id("00000001:9A:00.0"), "0001:9a:00.0");
-        assert_eq!(normalize_bus_id("0000:19:00.0"), "0000:19:00.0");
-    }
 
     #[test]
     fn counter_fields_are_all_polled() {

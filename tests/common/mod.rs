@@ -40,10 +40,13 @@ pub struct Daemon {
     pub log: Arc<Mutex<Vec<String>>>,
 }
 
-/// Config for a test daemon: fast polls, the simulated library, loopback port 0.
+/// Config for a test daemon: fast polls, the simulated library, loopback port 0, and a
+/// kernel log of its own (`@KMSG@` becomes the file `kmsg` in the daemon's directory).
+/// `extra` holds further top-level sections.
 pub fn test_config(library: &Path, extra: &str) -> String {
     format!(
-        "listen: 127.0.0.1:0\npoll:\n  interval: 200ms\n  timeout: 150ms\nnvml:\n  library_path: {}\n  retry_initial: 200ms\n  retry_max: 1s\n{extra}",
+        "listen: 127.0.0.1:0\npoll:\n  interval: 200ms\n  timeout: 150ms\nnvml:\n  library_path: {}\n  retry_initial: 200ms\n  retry_max: 1s\n\
+         xid:\n  kernel_log_path: \"@KMSG@\"\n  dedup_window: 2s\n{extra}",
         library.display()
     )
 }
@@ -54,8 +57,17 @@ impl Daemon {
     }
 
     pub fn start_with(scenario: &str, config: &str) -> Daemon {
+        Daemon::start_with_kernel_log(scenario, config, "")
+    }
+
+    /// Starts with `kernel_log` already in the kernel log, as records logged before boot
+    /// finished or before the daemon started.
+    pub fn start_with_kernel_log(scenario: &str, config: &str, kernel_log: &str) -> Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join("scenario.yaml"), scenario).expect("write scenario");
+        let kmsg = dir.path().join("kmsg");
+        std::fs::write(&kmsg, kernel_log).expect("write kernel log");
+        let config = config.replace("@KMSG@", &kmsg.display().to_string());
         std::fs::write(dir.path().join("config.yaml"), config).expect("write config");
         let mut child = Command::new(BIN)
             .args(["run", "--config"])
@@ -97,6 +109,16 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(20));
         };
         Daemon { child, addr, dir, log }
+    }
+
+    /// Appends lines to the daemon's kernel log, as the kernel would.
+    pub fn log_kernel(&self, lines: &str) {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.path().join("kmsg"))
+            .expect("open kmsg");
+        f.write_all(lines.as_bytes()).expect("append kmsg");
     }
 
     /// Rewrites the scenario atomically; the simulated library picks it up on its next call.

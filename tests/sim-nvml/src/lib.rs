@@ -627,10 +627,117 @@ pub unsafe extern "C" fn nvmlDeviceSetPersistenceMode(device: nvmlDevice_t, mode
     })
 }
 
-// ---- events (teardown symbols that nvml-wrapper's Drop impls require) ----------------------
+// ---- events --------------------------------------------------------------------------------
+
+/// Event sets by id: which devices registered which event types.
+struct EventSets {
+    next_id: usize,
+    registrations: HashMap<usize, Vec<(usize, u64)>>,
+    /// How many of each device's `xid_events` have been delivered; survives scenario reloads
+    /// so that appending one entry delivers just that one.
+    delivered: HashMap<usize, usize>,
+}
+
+fn event_sets() -> &'static Mutex<EventSets> {
+    static SETS: OnceLock<Mutex<EventSets>> = OnceLock::new();
+    SETS.get_or_init(|| {
+        Mutex::new(EventSets {
+            next_id: 1,
+            registrations: HashMap::new(),
+            delivered: HashMap::new(),
+        })
+    })
+}
 
 #[unsafe(no_mangle)]
-pub extern "C" fn nvmlEventSetFree(_set: nvmlEventSet_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlEventSetCreate(out: *mut nvmlEventSet_t) -> nvmlReturn_t {
+    let Ok(mut sets) = event_sets().lock() else {
+        return nvmlReturn_enum_NVML_ERROR_UNKNOWN;
+    };
+    let id = sets.next_id;
+    sets.next_id += 1;
+    sets.registrations.insert(id, Vec::new());
+    unsafe { put(out, Some(id as nvmlEventSet_t)) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceRegisterEvents(device: nvmlDevice_t, types: u64, set: nvmlEventSet_t) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceRegisterEvents", |i, d| {
+        if !d.events_supported {
+            return NOT_SUPPORTED;
+        }
+        let Ok(mut sets) = event_sets().lock() else {
+            return nvmlReturn_enum_NVML_ERROR_UNKNOWN;
+        };
+        // Events raised before registration are not delivered, as with the real driver.
+        sets.delivered.insert(i, d.xid_events.len());
+        match sets.registrations.get_mut(&(set as usize)) {
+            Some(list) => {
+                list.push((i, types));
+                SUCCESS
+            }
+            None => INVALID_ARGUMENT,
+        }
+    })
+}
+
+/// The next undelivered XID of any device registered in `set`, marking it delivered.
+fn next_event(set: usize) -> Option<(usize, u64)> {
+    let scenario = current();
+    let mut sets = event_sets().lock().ok()?;
+    let registered = sets.registrations.get(&set)?.clone();
+    for (device, types) in registered {
+        if types & (nvmlEventTypeXidCriticalError as u64) == 0 {
+            continue;
+        }
+        let Some(d) = scenario.devices.get(device) else {
+            continue;
+        };
+        let delivered = sets.delivered.entry(device).or_insert(0);
+        if *delivered > d.xid_events.len() {
+            *delivered = d.xid_events.len(); // the list was rewritten shorter
+        }
+        if let Some(code) = d.xid_events.get(*delivered) {
+            *delivered += 1;
+            return Some((device, *code));
+        }
+    }
+    None
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlEventSetWait_v2(
+    set: nvmlEventSet_t,
+    out: *mut nvmlEventData_t,
+    timeout_ms: c_uint,
+) -> nvmlReturn_t {
+    if out.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let until = std::time::Instant::now() + Duration::from_millis(timeout_ms as u64);
+    loop {
+        if let Some((device, code)) = next_event(set as usize) {
+            let data = nvmlEventData_t {
+                device: (device + 1) as nvmlDevice_t,
+                eventType: nvmlEventTypeXidCriticalError as u64,
+                eventData: code,
+                gpuInstanceId: u32::MAX,
+                computeInstanceId: u32::MAX,
+            };
+            return unsafe { put(out, Some(data)) };
+        }
+        if std::time::Instant::now() >= until {
+            return nvmlReturn_enum_NVML_ERROR_TIMEOUT;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlEventSetFree(set: nvmlEventSet_t) -> nvmlReturn_t {
+    if let Ok(mut sets) = event_sets().lock() {
+        sets.registrations.remove(&(set as usize));
+    }
     SUCCESS
 }
 

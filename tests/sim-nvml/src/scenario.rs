@@ -87,6 +87,13 @@ pub struct Device {
     pub persistence_settable: bool,
     pub performance_state: Option<u32>,
     pub fan_speed_percent: Option<u32>,
+    /// The XIDs this GPU has raised so far, oldest first. A registered event set delivers
+    /// each entry once (`nvmlEventSetWait_v2`); append to raise a new one.
+    #[serde(default)]
+    pub xid_events: Vec<u64>,
+    /// When false, `nvmlDeviceRegisterEvents` answers NOT_SUPPORTED for this GPU.
+    #[serde(default = "yes")]
+    pub events_supported: bool,
 }
 
 fn yes() -> bool {

@@ -1,0 +1,91 @@
+//! `gpuwarden xid explain CODE` and `gpuwarden xid scan [FILE]`.
+
+use super::catalog;
+use super::parse;
+use serde::Serialize;
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+/// Prints the catalog entry; exit 0, or 1 when the code is not in the catalog.
+pub fn explain(code: u32) -> i32 {
+    match catalog::lookup(code) {
+        Some(e) => {
+            println!("Xid {}: {}", e.code, e.name);
+            println!("  description: {}", e.description);
+            println!("  severity:    {}", e.severity.label());
+            println!("  action:      {}", e.action());
+            0
+        }
+        None => {
+            println!("Xid {code}: not in the catalog this gpuwarden carries (severity unknown)");
+            println!("  action:      {}", catalog::UNKNOWN_ACTION);
+            1
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Found<'a> {
+    line: usize,
+    xid: u32,
+    pci_bus_id: &'a str,
+    name: &'a str,
+    severity: &'a str,
+    action: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pid: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    process: Option<&'a str>,
+    message: &'a str,
+}
+
+/// Prints one JSON object per XID found in `input` (a file, or stdin when None).
+pub fn scan(input: Option<&Path>) -> i32 {
+    let reader: Box<dyn BufRead> = match input {
+        Some(path) => match std::fs::File::open(path) {
+            Ok(f) => Box::new(std::io::BufReader::new(f)),
+            Err(e) => {
+                eprintln!("gpuwarden: cannot read {}: {e}", path.display());
+                return 1;
+            }
+        },
+        None => Box::new(std::io::stdin().lock()),
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    // Read bytes, not strings: a log with a stray non-UTF-8 byte must not stop the scan.
+    for (index, line) in reader.split(b'\n').enumerate() {
+        let line = match line {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) => {
+                eprintln!("gpuwarden: reading input failed at line {}: {e}", index + 1);
+                return 1;
+            }
+        };
+        let Some(report) = parse::parse_line(&line) else {
+            continue;
+        };
+        let entry = catalog::lookup(report.xid);
+        let found = Found {
+            line: index + 1,
+            xid: report.xid,
+            pci_bus_id: &report.pci_bus_id,
+            name: entry.map(|e| e.name).unwrap_or("unknown"),
+            severity: entry.map(|e| e.severity.label()).unwrap_or("unknown"),
+            action: entry
+                .map(|e| e.action())
+                .unwrap_or_else(|| catalog::UNKNOWN_ACTION.to_string()),
+            pid: report.pid.as_deref(),
+            process: report.process.as_deref(),
+            message: &report.message,
+        };
+        let written = serde_json::to_string(&found)
+            .map_err(std::io::Error::other)
+            .and_then(|json| writeln!(out, "{json}"));
+        if written.is_err() {
+            // Output closed (piped into head): stop quietly.
+            return 0;
+        }
+    }
+    0
+}

@@ -1,0 +1,40 @@
+//! XID errors: the catalog, the kernel-log parser, the two sources and the counters.
+//!
+//! NVML's event set and the kernel log both report XIDs; the store counts each event once
+//! (store.rs) and keeps the counts apart from the poller, so they survive a lost GPU and an
+//! NVML re-initialisation. The poller copies a snapshot of the counts into every published
+//! snapshot; metrics and the health rules read it from there.
+
+pub mod catalog;
+pub mod cli;
+pub mod kmsg;
+pub mod nvml_events;
+pub mod parse;
+pub mod store;
+
+use crate::logging::RateLimiter;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// One log line per counted XID, at most one a minute per GPU and code.
+pub fn log_xid(pci_bus_id: &str, xid: u32, source: &str) {
+    static LIMITER: OnceLock<Mutex<RateLimiter>> = OnceLock::new();
+    let limiter = LIMITER.get_or_init(|| Mutex::new(RateLimiter::new(Duration::from_secs(60))));
+    let Some(held_back) = limiter
+        .lock()
+        .ok()
+        .and_then(|mut l| l.allow(&format!("{pci_bus_id}/{xid}")))
+    else {
+        return;
+    };
+    let (name, severity, action) = match catalog::lookup(xid) {
+        Some(e) => (e.name, e.severity.label(), e.action()),
+        None => ("unknown", "unknown", catalog::UNKNOWN_ACTION.to_string()),
+    };
+    let repeats = if held_back > 0 {
+        format!(" ({held_back} more since the last report)")
+    } else {
+        String::new()
+    };
+    log::warn!("Xid {xid} ({name}, {severity}) on GPU {pci_bus_id}, from the {source}: {action}{repeats}");
+}

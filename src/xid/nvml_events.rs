@@ -1,0 +1,108 @@
+//! The NVML XID source: an event set registered for critical-XID and double-bit-ECC events on
+//! every GPU, waited on by a thread of its own.
+//!
+//! `nvmlEventSetWait` blocks inside the driver, so it gets its own thread and a one-second
+//! timeout. Registration goes through the raw symbol: nvml-wrapper frees the whole set when
+//! one GPU refuses to register, and a GPU that does not support events must not cost us the
+//! others. A double-bit ECC event is the same event as XID 48 and is counted as such.
+
+use super::store::{Source, XidEvent, XidStore};
+use nvml_wrapper::Nvml;
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::error::NvmlError;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+pub const SOURCE_NAME: &str = "nvml_events";
+
+/// Starts the event thread for the GPUs with these (index, PCI bus id).
+pub fn spawn(nvml: &'static Nvml, gpus: Vec<(u32, String)>, store: Arc<XidStore>) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("xid-nvml-events".into())
+        .spawn(move || run(nvml, &gpus, &store))?;
+    Ok(())
+}
+
+fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore) {
+    let set = match nvml.create_event_set() {
+        Ok(set) => set,
+        Err(e) => {
+            log::warn!("cannot create an NVML event set ({e}): XIDs are counted from the kernel log only");
+            store.set_source_up(SOURCE_NAME, false);
+            return;
+        }
+    };
+    let Ok(register) = nvml.lib().nvmlDeviceRegisterEvents.as_ref() else {
+        log::warn!("this NVML has no nvmlDeviceRegisterEvents: XIDs are counted from the kernel log only");
+        store.set_source_up(SOURCE_NAME, false);
+        return;
+    };
+    let wanted = EventTypes::CRITICAL_XID_ERROR | EventTypes::DOUBLE_BIT_ECC_ERROR;
+    // Device handles are stable for the life of this Nvml; map them back to bus ids.
+    let mut bus_by_handle = HashMap::new();
+    for (index, bus) in gpus {
+        let device = match nvml.device_by_index(*index) {
+            Ok(d) => d,
+            Err(e) => {
+                log::warn!("GPU {index}: no handle for XID events ({e})");
+                continue;
+            }
+        };
+        // SAFETY: a valid device handle and event set, as nvml.h declares the call.
+        let code = unsafe { register(device.handle(), wanted.bits(), set.handle()) };
+        match nvml_wrapper::error::nvml_try(code) {
+            Ok(()) => {
+                bus_by_handle.insert(unsafe { device.handle() } as usize, bus.clone());
+            }
+            Err(e) => log::warn!("GPU {index} ({bus}) does not report XID events through NVML: {e}"),
+        }
+    }
+    if bus_by_handle.is_empty() {
+        store.set_source_up(SOURCE_NAME, false);
+        return;
+    }
+    store.set_source_up(SOURCE_NAME, true);
+    log::info!("listening for NVML XID events on {} GPU(s)", bus_by_handle.len());
+    let mut failures = 0u32;
+    loop {
+        match set.wait(1000) {
+            Ok(data) => {
+                failures = 0;
+                let handle = unsafe { data.device.handle() } as usize;
+                let Some(bus) = bus_by_handle.get(&handle) else {
+                    continue;
+                };
+                let xid = if data.event_type.contains(EventTypes::CRITICAL_XID_ERROR) {
+                    match data.event_data {
+                        Some(XidError::Value(v)) => u32::try_from(v).unwrap_or(u32::MAX),
+                        _ => continue,
+                    }
+                } else if data.event_type.contains(EventTypes::DOUBLE_BIT_ECC_ERROR) {
+                    48
+                } else {
+                    continue;
+                };
+                let event = XidEvent {
+                    pci_bus_id: bus.clone(),
+                    xid,
+                    source: Source::Nvml,
+                    at: SystemTime::now(),
+                };
+                if store.record(event) {
+                    super::log_xid(bus, xid, "NVML event set");
+                }
+            }
+            Err(NvmlError::Timeout) => {}
+            Err(e) => {
+                // A lost GPU can make the wait fail; keep listening for the others.
+                failures += 1;
+                if failures == 1 {
+                    log::warn!("waiting for NVML events failed: {e}; retrying");
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! XID errors end to end: both sources, deduplication, health, and the `xid` commands.
+
+mod common;
+
+use common::*;
+use std::process::Command;
+
+fn gpu(i: &str) -> (&'static str, &str) {
+    ("gpu", i)
+}
+
+fn xid_count(m: &Metrics, gpu_index: &str, xid: &str) -> Option<f64> {
+    m.value("gpu_xid_errors_total", &[gpu(gpu_index), ("xid", xid)])
+}
+
+/// The demo scenario with `xid_events: [...]` on one GPU.
+fn with_nvml_xids(scenario: &str, index: usize, codes: &str) -> String {
+    edit_device(scenario, index, |dev| format!("{dev}    xid_events: [{codes}]\n"))
+}
+
+#[test]
+fn an_xid_from_nvml_events_is_counted_with_its_severity() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("NVML event source up", |m| {
+        m.value("gpuwarden_xid_source_up", &[("source", "nvml_events")]) == Some(1.0)
+    });
+    d.set_scenario(&with_nvml_xids(DEMO_SCENARIO, 2, "48"));
+    let m = d.scrape_until("Xid 48 on GPU 2", |m| xid_count(m, "2", "48") == Some(1.0));
+    let s = m.find("gpu_xid_errors_total", &[gpu("2")]);
+    assert_eq!(s[0].labels["severity"], "fatal");
+    assert_eq!(s[0].labels["uuid"], "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000002");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let seen = m
+        .value("gpu_xid_last_seen_timestamp_seconds", &[gpu("2"), ("xid", "48")])
+        .unwrap();
+    assert!((now - seen).abs() < 10.0, "last seen {seen}, now {now}");
+    assert_eq!(m.value("gpu_health", &[gpu("2"), ("state", "unhealthy")]), Some(1.0));
+    assert_eq!(
+        m.value("gpu_health_reason", &[gpu("2"), ("reason", "xid_fatal")]),
+        Some(1.0)
+    );
+    // Only GPU 2.
+    assert_eq!(m.find("gpu_xid_errors_total", &[]).len(), 1);
+
+    // A second one of the same code is counted too (no hiding repeats).
+    d.set_scenario(&with_nvml_xids(DEMO_SCENARIO, 2, "48, 48"));
+    d.scrape_until("second Xid 48", |m| xid_count(m, "2", "48") == Some(2.0));
+    assert!(
+        d.log_text()
+            .contains("Xid 48 (ROBUST_CHANNEL_GPU_ECC_DBE, fatal) on GPU 0000:4c:00.0"),
+        "{}",
+        d.log_text()
+    );
+}
+
+#[test]
+fn an_xid_from_the_kernel_log_is_mapped_to_its_gpu() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.log_kernel(
+        "[ 1936.510073] NVRM: Xid (PCI:0000:5d:00): 13, pid=4242, name=train.py, Graphics SM Warp Exception\n",
+    );
+    let m = d.scrape_until("Xid 13 on GPU 3", |m| xid_count(m, "3", "13") == Some(1.0));
+    assert_eq!(
+        m.find("gpu_xid_errors_total", &[gpu("3")])[0].labels["severity"],
+        "warning"
+    );
+    // A warning XID (an application fault) does not make the GPU unhealthy.
+    assert!(
+        m.value("gpu_health_reason", &[gpu("3"), ("reason", "xid_fatal")])
+            .is_none()
+    );
+    assert_eq!(
+        m.value("gpuwarden_xid_source_up", &[("source", "kernel_log")]),
+        Some(1.0)
+    );
+    // Repeats from one source are each counted.
+    d.log_kernel("[ 1936.610073] NVRM: Xid (PCI:0000:5d:00): 13, Graphics Exception: ESR 0x51a730=0x201000e\n");
+    d.scrape_until("second Xid 13", |m| xid_count(m, "3", "13") == Some(2.0));
+}
+
+#[test]
+fn the_same_xid_from_both_sources_is_counted_once() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("NVML event source up", |m| {
+        m.value("gpuwarden_xid_source_up", &[("source", "nvml_events")]) == Some(1.0)
+    });
+    d.log_kernel(
+        "NVRM: Xid (PCI:0000:19:00): 79, pid=2311, name=python3, GPU has fallen off the bus.\n\
+         NVRM: GPU 0000:19:00.0: GPU has fallen off the bus.\n",
+    );
+    d.set_scenario(&with_nvml_xids(DEMO_SCENARIO, 0, "79"));
+    // Both sources delivered: two kernel lines, one NVML event...
+    let m = d.scrape_until("all three reports", |m| {
+        m.value("gpuwarden_xid_reports_total", &[("source", "kernel_log")]) == Some(2.0)
+            && m.value("gpuwarden_xid_reports_total", &[("source", "nvml_events")]) == Some(1.0)
+    });
+    // ...and they are one event.
+    assert_eq!(xid_count(&m, "0", "79"), Some(1.0));
+}
+
+#[test]
+fn xids_logged_before_the_daemon_started_are_counted_once() {
+    let backlog = "6,1021,3493707,-;NVRM: Persistence mode is deprecated and will be removed in a future release.\n\
+                   3,1022,4012345678,-;NVRM: Xid (PCI:0000:cb:00): 119, pid=8817, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU1 GSP!\n";
+    let config = test_config(&sim_library(), "");
+    let d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &config, backlog);
+    let m = d.scrape_until("Xid 119 on GPU 6", |m| xid_count(m, "6", "119") == Some(1.0));
+    assert_eq!(m.value("gpu_health", &[gpu("6"), ("state", "unhealthy")]), Some(1.0));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(xid_count(&d.scrape(), "6", "119"), Some(1.0));
+}
+
+#[test]
+fn a_lost_gpu_keeps_its_xid_counts() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.log_kernel("NVRM: Xid (PCI:0000:db:00): 79, pid=1, name=x, GPU has fallen off the bus.\n");
+    d.scrape_until("Xid 79 on GPU 7", |m| xid_count(m, "7", "79") == Some(1.0));
+    d.set_scenario(&edit_device(DEMO_SCENARIO, 7, |dev| format!("{dev}    lost: true\n")));
+    let m = d.scrape_until("GPU 7 down", |m| m.value("gpu_up", &[gpu("7")]) == Some(0.0));
+    assert_eq!(xid_count(&m, "7", "79"), Some(1.0));
+    assert_eq!(
+        m.value("gpu_health_reason", &[gpu("7"), ("reason", "xid_fatal")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value("gpu_health_reason", &[gpu("7"), ("reason", "gpu_lost")]),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn a_critical_xid_degrades_and_an_unknown_code_is_still_counted() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.log_kernel(
+        "NVRM: Xid (PCI:0000:19:00): 94, pid=9911, name=vllm, Contained: SM (0x1). RST: No, D-RST: No\n\
+         NVRM: Xid (PCI:0000:19:00): 4242, pid=1, name=x, a code from a newer driver\n",
+    );
+    let m = d.scrape_until("Xid 4242", |m| xid_count(m, "0", "4242") == Some(1.0));
+    assert_eq!(
+        m.find("gpu_xid_errors_total", &[gpu("0"), ("xid", "94")])[0].labels["severity"],
+        "critical"
+    );
+    assert_eq!(
+        m.find("gpu_xid_errors_total", &[gpu("0"), ("xid", "4242")])[0].labels["severity"],
+        "unknown"
+    );
+    assert_eq!(m.value("gpu_health", &[gpu("0"), ("state", "degraded")]), Some(1.0));
+    assert_eq!(
+        m.value("gpu_health_reason", &[gpu("0"), ("reason", "xid_critical")]),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn an_xid_on_a_bus_no_gpu_has_is_reported_as_unattributed() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.log_kernel("NVRM: Xid (PCI:0000:f1:00): 79, pid=1, name=x, GPU has fallen off the bus.\n");
+    let m = d.scrape_until("unattributed", |m| {
+        m.value(
+            "gpuwarden_xid_unattributed_total",
+            &[("pci_bus_id", "0000:f1:00.0"), ("xid", "79")],
+        ) == Some(1.0)
+    });
+    assert!(m.find("gpu_xid_errors_total", &[]).is_empty());
+}
+
+#[test]
+fn a_gpu_that_cannot_register_for_events_does_not_cost_the_others() {
+    let scenario = edit_device(DEMO_SCENARIO, 0, |dev| format!("{dev}    events_supported: false\n"));
+    let d = Daemon::start(&scenario);
+    d.scrape_until("NVML event source up", |m| {
+        m.value("gpuwarden_xid_source_up", &[("source", "nvml_events")]) == Some(1.0)
+    });
+    d.set_scenario(&with_nvml_xids(&scenario, 1, "31"));
+    d.scrape_until("Xid 31 on GPU 1", |m| xid_count(m, "1", "31") == Some(1.0));
+    assert!(
+        d.log_text().contains("GPU 0 (0000:19:00.0) does not report XID events"),
+        "{}",
+        d.log_text()
+    );
+}
+
+#[test]
+fn an_unreadable_kernel_log_is_visible_and_not_fatal() {
+    let config = test_config(&sim_library(), "").replace("\"@KMSG@\"", "/nonexistent/kmsg");
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    let m = d.scrape_until("kernel log source down", |m| {
+        m.value("gpuwarden_xid_source_up", &[("source", "kernel_log")]) == Some(0.0)
+    });
+    assert_eq!(m.find("gpu_up", &[]).len(), 8);
+    assert!(
+        d.log_text().contains("cannot read the kernel log /nonexistent/kmsg"),
+        "{}",
+        d.log_text()
+    );
+}
+
+#[test]
+fn check_reports_fatal_xids_since_boot() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("s.yaml"), DEMO_SCENARIO).unwrap();
+    std::fs::write(
+        dir.path().join("kmsg"),
+        "3,1,5000000,-;NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("c.yaml"),
+        format!(
+            "nvml:\n  library_path: {}\nxid:\n  kernel_log_path: {}\n",
+            sim_library().display(),
+            dir.path().join("kmsg").display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "--json", "--config"])
+        .arg(dir.path().join("c.yaml"))
+        .env("GPUWARDEN_SIM_NVML_SCENARIO", dir.path().join("s.yaml"))
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let d0 = &report["devices"][0];
+    assert_eq!(d0["health"], "unhealthy");
+    assert_eq!(d0["xids"][0]["xid"], 79);
+    assert_eq!(d0["findings"][0]["reason"], "xid_fatal");
+}
+
+#[test]
+fn xid_scan_finds_exactly_the_xids_in_every_log_format() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kernel-log/xid-formats.log");
+    let out = Command::new(BIN).args(["xid", "scan", fixture]).output().unwrap();
+    assert!(out.status.success());
+    let found: Vec<(u64, u64, String, String)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("one JSON object per line");
+            for key in ["name", "action", "severity"] {
+                assert!(v[key].is_string(), "{key} missing in {l}");
+            }
+            (
+                v["line"].as_u64().unwrap(),
+                v["xid"].as_u64().unwrap(),
+                v["pci_bus_id"].as_str().unwrap().to_string(),
+                v["severity"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected: Vec<(u64, u64, &str, &str)> = vec![
+        (2, 79, "0000:3b:00.0", "fatal"),      // raw /dev/kmsg record
+        (5, 79, "0000:3b:00.0", "fatal"),      // "fallen off the bus" with no number
+        (7, 13, "0000:5d:00.0", "warning"),    // dmesg, with pid and name
+        (8, 13, "0000:5d:00.0", "warning"),    // dmesg, without pid
+        (9, 48, "0000:9b:00.0", "fatal"),      // dmesg -T, pid='<unknown>'
+        (10, 63, "0000:9b:00.0", "info"),      // dmesg -T
+        (11, 119, "0000:bb:00.0", "fatal"),    // journalctl -k
+        (12, 74, "0000:cb:00.0", "fatal"),     // journalctl -k, NVLink form
+        (14, 94, "0000:db:00.0", "critical"),  // syslog with kernel timestamp
+        (15, 45, "0000:db:00.0", "info"),      // syslog
+        (16, 31, "0000:19:00.0", "warning"),   // RFC 5424 syslog, old "(0000:19:00)" form
+        (18, 79, "0000:4c:00.0", "fatal"),     // older "GPU at ... has fallen off the bus"
+        (26, 4242, "0000:3b:00.0", "unknown"), // a code the catalog does not know
+    ];
+    let expected: Vec<(u64, u64, String, String)> = expected
+        .into_iter()
+        .map(|(l, x, b, s)| (l, x, b.to_string(), s.to_string()))
+        .collect();
+    assert_eq!(found, expected);
+}
+
+#[test]
+fn xid_scan_reads_stdin_and_finds_nothing_in_a_clean_boot_log() {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .args(["xid", "scan"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let boot_log = include_str!("fixtures/kernel-log/h200-boot-dmesg.txt");
+    child.stdin.take().unwrap().write_all(boot_log.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+}
+
+#[test]
+fn xid_explain_prints_the_catalog_entry() {
+    let out = Command::new(BIN).args(["xid", "explain", "119"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Xid 119: GSP_RPC_TIMEOUT"), "{text}");
+    assert!(text.contains("severity:    fatal"), "{text}");
+    assert!(text.contains("RESET_GPU"), "{text}");
+    let unknown = Command::new(BIN).args(["xid", "explain", "4242"]).output().unwrap();
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stdout).contains("severity unknown"));
+}
