@@ -10,6 +10,10 @@ use std::path::PathBuf;
 /// row remap, one GPU whose persistence mode is off.
 pub const SCENARIO: &str = include_str!("../config/demo-scenario.yaml");
 
+/// The demo's kernel log: a few XIDs (an application fault, a contained memory error and
+/// its clean-up, a row-remap event), as /dev/kmsg records.
+pub const KERNEL_LOG: &str = include_str!("../config/demo-kernel-log.txt");
+
 pub const LIBRARY_FILE: &str = "libgpuwarden_sim_nvml.so";
 
 /// Where the simulated library is looked for, in order.
@@ -27,9 +31,15 @@ pub fn library_candidates() -> Vec<PathBuf> {
     candidates
 }
 
-/// Writes the demo scenario to a temporary file and returns the simulated library's path.
+/// What the demo needs: the simulated library and the demo's kernel log.
+pub struct Demo {
+    pub library: PathBuf,
+    pub kernel_log: PathBuf,
+}
+
+/// Writes the demo scenario and kernel log to temporary files and finds the simulated library.
 /// Must run before any thread starts: it sets the environment variable the library reads.
-pub fn prepare() -> Result<PathBuf, String> {
+pub fn prepare() -> Result<Demo, String> {
     let library = library_candidates().into_iter().find(|p| p.exists()).ok_or_else(|| {
         format!(
             "the demo needs the simulated NVML library ({LIBRARY_FILE}) next to the gpuwarden binary; \
@@ -44,7 +54,10 @@ pub fn prepare() -> Result<PathBuf, String> {
     let scenario = std::env::temp_dir().join(format!("gpuwarden-demo-{}.yaml", std::process::id()));
     std::fs::write(&scenario, SCENARIO)
         .map_err(|e| format!("cannot write the demo scenario to {}: {e}", scenario.display()))?;
+    let kernel_log = std::env::temp_dir().join(format!("gpuwarden-demo-{}.kmsg", std::process::id()));
+    std::fs::write(&kernel_log, KERNEL_LOG)
+        .map_err(|e| format!("cannot write the demo kernel log to {}: {e}", kernel_log.display()))?;
     // SAFETY: called from main before the runtime or any other thread exists.
     unsafe { std::env::set_var("GPUWARDEN_SIM_NVML_SCENARIO", &scenario) };
-    Ok(library)
+    Ok(Demo { library, kernel_log })
 }

@@ -1,28 +1,9 @@
-//! gpuwarden: a GPU fleet operations daemon and Prometheus exporter.
-//!
-//! See README.md for what it does and docs/architecture.md for how the pieces fit:
-//! backends read the vendor libraries on threads of their own, the poller publishes whole
-//! snapshots to the store, and the HTTP server renders the latest snapshot.
-
-mod backend;
-mod check;
-mod clock_events;
-mod config;
-mod daemon;
-mod demo;
-mod exposition;
-mod health;
-mod http;
-mod logging;
-mod metrics;
-mod model;
-mod pci;
-mod poller;
-mod store;
-mod xid;
+//! gpuwarden's command line: `run`, `check`, `config check`, `xid explain|scan`.
+//! The work is in the library (lib.rs).
 
 use clap::{Parser, Subcommand};
-use config::{Config, EX_CONFIG};
+use gpuwarden::config::{Config, EX_CONFIG};
+use gpuwarden::{check, daemon, demo, logging, xid};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -109,10 +90,11 @@ fn load_config(path: Option<&Path>) -> Result<Config, i32> {
 /// Points the config at the simulated library and writes the demo scenario.
 fn apply_demo(config: &mut Config) -> Result<(), i32> {
     match demo::prepare() {
-        Ok(library) => {
-            log::info!("demo mode: eight simulated GPUs from {}", library.display());
+        Ok(demo) => {
+            log::info!("demo mode: eight simulated GPUs from {}", demo.library.display());
             config.nvml.enabled = true;
-            config.nvml.library_path = library;
+            config.nvml.library_path = demo.library;
+            config.xid.kernel_log_path = demo.kernel_log;
             Ok(())
         }
         Err(e) => {

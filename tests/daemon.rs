@@ -562,7 +562,12 @@ fn every_family_served_is_documented_in_docs_metrics_md() {
     let scenario = edit_device(DEMO_SCENARIO, 7, |dev| format!("{dev}    lost: true\n"));
     let scenario = edit_device(&scenario, 0, |dev| format!("{dev}    fan_speed_percent: 30\n"));
     let d = Daemon::start(&scenario);
-    let m = d.scrape_until("GPU 7 down", |m| m.value("gpu_up", &[gpu("7")]) == Some(0.0));
+    // And XIDs, one on a bus no GPU has.
+    d.log_kernel(include_str!("../config/demo-kernel-log.txt"));
+    d.log_kernel("NVRM: Xid (PCI:0000:f1:00): 79, pid=1, name=x, GPU has fallen off the bus.\n");
+    let m = d.scrape_until("GPU 7 down and XIDs counted", |m| {
+        m.value("gpu_up", &[gpu("7")]) == Some(0.0) && m.has_family("gpuwarden_xid_unattributed_total")
+    });
     let families: HashSet<String> = m
         .text
         .lines()
@@ -570,7 +575,7 @@ fn every_family_served_is_documented_in_docs_metrics_md() {
         .filter_map(|l| l.split(' ').next())
         .map(String::from)
         .collect();
-    assert!(families.len() >= 35, "expected every family, got {families:?}");
+    assert!(families.len() >= 41, "expected every family, got {families:?}");
     for family in families {
         assert!(
             docs.contains(&format!("`{family}`")),

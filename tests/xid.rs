@@ -299,3 +299,40 @@ fn xid_explain_prints_the_catalog_entry() {
     assert_eq!(unknown.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&unknown.stdout).contains("severity unknown"));
 }
+
+#[test]
+fn xid_scan_finds_the_one_xid_a_real_h200_logged() {
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/kernel-log/h200-xid31-dmesg.txt"
+    );
+    let out = Command::new(BIN).args(["xid", "scan", fixture]).output().unwrap();
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["xid"], 31);
+    assert_eq!(lines[0]["pci_bus_id"], "0000:00:06.0");
+    assert_eq!(lines[0]["pid"], "545");
+    assert_eq!(lines[0]["process"], "python3");
+    assert_eq!(lines[0]["severity"], "warning");
+    assert_eq!(lines[0]["line"], 7);
+}
+
+/// Replays the fuzzer's corpus (fuzz/corpus/kernel_log_line) through the parser on stable
+/// Rust, so CI keeps every input the fuzzer found interesting without running the fuzzer.
+#[test]
+fn the_fuzz_corpus_parses_without_panics() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/kernel_log_line");
+    let mut inputs = 0;
+    for entry in std::fs::read_dir(dir).expect("fuzz corpus") {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        let line = String::from_utf8_lossy(&bytes);
+        if let Some(report) = gpuwarden::xid::parse::parse_line(&line) {
+            assert_eq!(report.pci_bus_id.len(), 12, "{report:?}");
+        }
+        inputs += 1;
+    }
+    assert!(inputs >= 26, "the corpus holds at least the seed lines, found {inputs}");
+}

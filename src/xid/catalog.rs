@@ -48,6 +48,22 @@ pub struct Entry {
 impl Entry {
     /// What an operator should do, in words.
     pub fn action(&self) -> String {
+        // The exceptions to the bucket rule (docs/health.md) get advice of their own.
+        let special = match self.code {
+            32 => {
+                Some("restart the application; if it recurs, check the PCIe link (replays, width) and reseat the GPU")
+            }
+            92 => Some("keep running; if it persists, drain and reset the GPU and contact support"),
+            94 => Some("restart the application that hit it; reset the GPU when convenient"),
+            137 => Some(
+                "debug the application's peer-to-peer accesses (compute-sanitizer); contact support if it persists",
+            ),
+            157 => Some("workloads may run on, but the same error may recur; plan to replace the GPU"),
+            _ => None,
+        };
+        if let Some(advice) = special {
+            return format!("{advice} (NVIDIA: {})", self.nvidia_action);
+        }
         let advice = match self.nvidia_action {
             "RESTART_APP" => "restart the application that hit it; the GPU stays usable",
             "RESET_GPU" => {

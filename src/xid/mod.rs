@@ -36,5 +36,14 @@ pub fn log_xid(pci_bus_id: &str, xid: u32, source: &str) {
     } else {
         String::new()
     };
-    log::warn!("Xid {xid} ({name}, {severity}) on GPU {pci_bus_id}, from the {source}: {action}{repeats}");
+    // Fatal ones are errors of the node; application faults and notices are not.
+    let level = match catalog::severity(xid) {
+        catalog::Severity::Fatal => log::Level::Error,
+        catalog::Severity::Critical => log::Level::Warn,
+        _ => log::Level::Info,
+    };
+    log::log!(
+        level,
+        "Xid {xid} ({name}, {severity}) on GPU {pci_bus_id}, from the {source}: {action}{repeats}"
+    );
 }
