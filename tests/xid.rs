@@ -336,3 +336,20 @@ fn the_fuzz_corpus_parses_without_panics() {
     }
     assert!(inputs >= 26, "the corpus holds at least the seed lines, found {inputs}");
 }
+
+#[test]
+fn xids_seen_while_nvml_is_down_are_attributed_once_it_comes_up() {
+    // As during a driver reload: NVML fails to initialise, the kernel log still works.
+    let d = Daemon::start("init_error: driver_not_loaded\ndevices: []\n");
+    d.log_kernel("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n");
+    d.scrape_until("unattributed while NVML is down", |m| {
+        m.value(
+            "gpuwarden_xid_unattributed_total",
+            &[("pci_bus_id", "0000:3b:00.0"), ("xid", "79")],
+        ) == Some(1.0)
+    });
+    d.set_scenario(DEMO_SCENARIO);
+    let m = d.scrape_until("Xid 79 on GPU 1", |m| xid_count(m, "1", "79") == Some(1.0));
+    assert!(!m.has_family("gpuwarden_xid_unattributed_total"), "{}", m.text);
+    assert_eq!(m.value("gpu_health", &[gpu("1"), ("state", "unhealthy")]), Some(1.0));
+}
