@@ -175,6 +175,30 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     })
 }
 
+/// What the command line sets over the config file (`--listen`, `--demo`); applied at start
+/// and again after every reload, so SIGHUP does not undo it.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub listen: Option<SocketAddr>,
+    pub nvml_library_path: Option<PathBuf>,
+    pub kernel_log_path: Option<PathBuf>,
+}
+
+impl Overrides {
+    pub fn apply(&self, config: &mut Config) {
+        if let Some(listen) = self.listen {
+            config.listen = listen;
+        }
+        if let Some(path) = &self.nvml_library_path {
+            config.nvml.enabled = true;
+            config.nvml.library_path = path.clone();
+        }
+        if let Some(path) = &self.kernel_log_path {
+            config.xid.kernel_log_path = path.clone();
+        }
+    }
+}
+
 /// A config that could not be used, with where and why.
 #[derive(Debug)]
 pub struct ConfigError {

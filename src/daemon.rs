@@ -1,20 +1,36 @@
-//! `gpuwarden run`: the poll loop, the HTTP server, and an orderly stop.
+//! `gpuwarden run`: the poll loop, the HTTP server, reloads and an orderly stop.
 //!
 //! Start-up order matters: the listener is bound first (a taken port is a start-up error,
-//! not something to find out later), then the first poll round runs, so the first scrape
-//! already has data. SIGTERM or SIGINT closes the listener, lets scrapes in flight finish
-//! and stops the poll loop.
+//! not something to find out later), then the first poll round runs, then systemd hears
+//! READY=1, so the first scrape already has data.
+//!
+//! SIGHUP re-reads the config file. A config that does not parse is refused with a logged
+//! error and the running one stays; a good one replaces the poll loop (counters carry over).
+//! `listen` changes need a restart. SIGTERM or SIGINT closes the listener, gives scrapes in
+//! flight up to 4 seconds, stops the poll loop without waiting on a hung driver call, and
+//! exits 0: within systemd's 5-second expectation even with a wedged GPU.
 
-use crate::config::Config;
+use crate::config::{Config, Overrides};
 use crate::exposition::RenderCache;
 use crate::http::{self, AppState};
+use crate::notify;
 use crate::poller::PollLoop;
 use crate::store::Store;
 use crate::xid::{kmsg, store::XidStore};
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use tokio::signal::unix::{SignalKind, signal};
 
-pub fn run(config: Config) -> i32 {
+/// How long scrapes in flight may take to finish once we are told to stop.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(4);
+/// How long to wait for the poll loop's current round before leaving it behind.
+const POLL_STOP_TIMEOUT: Duration = Duration::from_millis(800);
+
+/// `config_path` is the file SIGHUP re-reads (None: built-in defaults); `overrides` are the
+/// command line's, applied again after every reload.
+pub fn run(config: Config, config_path: Option<PathBuf>, overrides: Overrides) -> i32 {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -26,7 +42,10 @@ pub fn run(config: Config) -> i32 {
             return 1;
         }
     };
-    runtime.block_on(serve(config))
+    let code = runtime.block_on(serve(config, config_path, overrides));
+    // Threads blocked in a vendor call must not hold the process up.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    code
 }
 
 fn bind_error_message(config: &Config, e: &std::io::Error) -> String {
@@ -44,7 +63,55 @@ fn bind_error_message(config: &Config, e: &std::io::Error) -> String {
     message
 }
 
-async fn serve(config: Config) -> i32 {
+/// The kernel-log reader and the flag that stops it.
+struct KernelLogReader {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+}
+
+fn start_kernel_log(config: &Config, xids: &Arc<XidStore>) -> Option<KernelLogReader> {
+    if !config.xid.read_kernel_log {
+        return None;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    match kmsg::spawn_follower(config.xid.kernel_log_path.clone(), xids.clone(), stop.clone()) {
+        Ok(()) => Some(KernelLogReader {
+            path: config.xid.kernel_log_path.clone(),
+            stop,
+        }),
+        Err(e) => {
+            log::error!("cannot start the kernel-log XID reader: {e}");
+            None
+        }
+    }
+}
+
+async fn start_poll_loop(
+    config: &Config,
+    store: &Arc<Store>,
+    xids: &Arc<XidStore>,
+    previous: Option<crate::poller::Coordinator>,
+) -> Result<PollLoop, String> {
+    let (config, store, xids) = (config.clone(), store.clone(), xids.clone());
+    match tokio::task::spawn_blocking(move || PollLoop::start(config, store, xids, previous)).await {
+        Ok(Ok(poll_loop)) => Ok(poll_loop),
+        Ok(Err(e)) => Err(format!("cannot start the poll thread: {e}")),
+        Err(e) => Err(format!("the first poll round failed: {e}")),
+    }
+}
+
+async fn serve(mut config: Config, config_path: Option<PathBuf>, overrides: Overrides) -> i32 {
+    let (mut term, mut int, mut hup) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) {
+        (Ok(t), Ok(i), Ok(h)) => (t, i, h),
+        _ => {
+            log::error!("cannot install signal handlers");
+            return 1;
+        }
+    };
     let listener = match tokio::net::TcpListener::bind(config.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -54,29 +121,18 @@ async fn serve(config: Config) -> i32 {
     };
     let store = Arc::new(Store::new());
     let xids = Arc::new(XidStore::new(config.xid.dedup_window));
-    if config.xid.read_kernel_log
-        && let Err(e) = kmsg::spawn_follower(config.xid.kernel_log_path.clone(), xids.clone())
-    {
-        log::error!("cannot start the kernel-log XID reader: {e}");
-    }
-    // The poll loop's first round runs here, on a blocking thread, before we serve.
-    let poll_config = config.clone();
-    let poll_store = store.clone();
-    let poll_loop = match tokio::task::spawn_blocking(move || PollLoop::start(poll_config, poll_store, xids)).await {
-        Ok(Ok(poll_loop)) => poll_loop,
-        Ok(Err(e)) => {
-            log::error!("cannot start the poll thread: {e}");
-            return 1;
-        }
+    let mut kernel_log = start_kernel_log(&config, &xids);
+    let mut poll_loop = match start_poll_loop(&config, &store, &xids, None).await {
+        Ok(p) => p,
         Err(e) => {
-            log::error!("the first poll round failed: {e}");
+            log::error!("{e}");
             return 1;
         }
     };
     let devices = store.latest().devices.len();
     let stale_after = (config.poll.interval * 3).max(Duration::from_secs(5));
     let app = http::router(AppState {
-        store,
+        store: store.clone(),
         cache: Arc::new(RenderCache::default()),
         stale_after,
     });
@@ -87,33 +143,92 @@ async fn serve(config: Config) -> i32 {
         .unwrap_or_else(|_| config.listen.to_string());
     log::info!("serving metrics on http://{bound}/metrics ({devices} GPU(s))");
 
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await;
-    tokio::task::spawn_blocking(move || poll_loop.stop()).await.ok();
-    match served {
-        Ok(()) => {
-            log::info!("stopped");
-            0
-        }
-        Err(e) => {
-            log::error!("the HTTP server failed: {e}");
-            1
+    let shutdown = Arc::new(tokio::sync::Notify::new());
+    let server_shutdown = shutdown.clone();
+    let mut server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { server_shutdown.notified().await })
+            .await
+    });
+    notify::ready(&format!("serving {devices} GPU(s) on {bound}"));
+
+    loop {
+        tokio::select! {
+            _ = term.recv() => { log::info!("SIGTERM: stopping"); break; }
+            _ = int.recv() => { log::info!("SIGINT: stopping"); break; }
+            _ = hup.recv() => {
+                notify::reloading();
+                match reload(&config, config_path.as_ref(), &overrides) {
+                    Ok(new_config) => {
+                        let previous = tokio::task::spawn_blocking(move || poll_loop.stop(POLL_STOP_TIMEOUT)).await.ok().flatten();
+                        let kernel_log_changed = new_config.xid.read_kernel_log != config.xid.read_kernel_log
+                            || kernel_log.as_ref().is_some_and(|k| k.path != new_config.xid.kernel_log_path);
+                        if kernel_log_changed {
+                            if let Some(old) = kernel_log.take() {
+                                old.stop.store(true, Ordering::Relaxed);
+                            }
+                            kernel_log = start_kernel_log(&new_config, &xids);
+                        }
+                        config = new_config;
+                        poll_loop = match start_poll_loop(&config, &store, &xids, previous).await {
+                            Ok(p) => p,
+                            Err(e) => {
+                                log::error!("{e}");
+                                return 1;
+                            }
+                        };
+                        log::info!("reloaded the config");
+                    }
+                    Err(message) => log::error!("{message}"),
+                }
+                let devices = store.latest().devices.len();
+                notify::ready(&format!("serving {devices} GPU(s) on {bound}"));
+            }
+            result = &mut server => {
+                // The server ended on its own: that is a failure.
+                log::error!("the HTTP server stopped: {result:?}");
+                return 1;
+            }
         }
     }
+
+    notify::stopping();
+    shutdown.notify_waiters();
+    if tokio::time::timeout(DRAIN_TIMEOUT, &mut server).await.is_err() {
+        log::warn!("scrapes still open after {DRAIN_TIMEOUT:?}; closing them");
+        server.abort();
+    }
+    if tokio::task::spawn_blocking(move || poll_loop.stop(POLL_STOP_TIMEOUT))
+        .await
+        .ok()
+        .flatten()
+        .is_none()
+    {
+        log::warn!("the poll loop is inside a driver call that does not return; leaving it");
+    }
+    if let Some(k) = kernel_log {
+        k.stop.store(true, Ordering::Relaxed);
+    }
+    log::info!("stopped");
+    0
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (mut term, mut int) = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-        (Ok(t), Ok(i)) => (t, i),
-        _ => {
-            log::error!("cannot install signal handlers; stop gpuwarden with SIGKILL");
-            return std::future::pending().await;
-        }
+/// Reads the config again for SIGHUP. Err carries the message to log; the caller keeps the
+/// running config then.
+fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Result<Config, String> {
+    let Some(path) = path else {
+        return Err("SIGHUP: gpuwarden runs on built-in defaults (no config file): nothing to reload".to_string());
     };
-    tokio::select! {
-        _ = term.recv() => log::info!("SIGTERM: stopping"),
-        _ = int.recv() => log::info!("SIGINT: stopping"),
+    let mut new_config = Config::load(path).map_err(|e| format!("reload refused, keeping the running config: {e}"))?;
+    overrides.apply(&mut new_config);
+    if new_config.listen != running.listen {
+        log::warn!(
+            "reload: `listen` changed from {} to {}; that takes a restart, keeping {}",
+            running.listen,
+            new_config.listen,
+            running.listen
+        );
+        new_config.listen = running.listen;
     }
+    Ok(new_config)
 }

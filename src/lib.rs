@@ -17,6 +17,7 @@ pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod model;
+pub mod notify;
 pub mod pci;
 pub mod poller;
 pub mod store;

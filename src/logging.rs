@@ -1,11 +1,29 @@
 //! Logging set-up, and a limiter so a failing call logs once, not once a second.
+//!
+//! Under systemd (stderr connected to the journal) records go to the journal natively, with
+//! structured fields from the log call's key-values: `gpu_uuid`, `pci_bus_id` and `xid`
+//! become `GPU_UUID`, `PCI_BUS_ID` and `XID`, so `journalctl -u gpuwarden XID=79` works.
+//! Anywhere else they go to stderr as text.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// Logs to stderr (systemd puts stderr in the journal) at `default_level` ("info",
-/// "warn", ...); `RUST_LOG` overrides it.
+/// Logs to the journal when connected to it, else to stderr, at `default_level` ("info",
+/// "warn", ...); `RUST_LOG` overrides the level on stderr.
 pub fn init(default_level: &str) {
+    if systemd_journal_logger::connected_to_journal()
+        && let Ok(journal) = systemd_journal_logger::JournalLog::new()
+    {
+        let journal = journal.with_syslog_identifier("gpuwarden".to_string());
+        if journal.install().is_ok() {
+            let level = std::env::var("RUST_LOG")
+                .ok()
+                .and_then(|l| l.parse().ok())
+                .or(default_level.parse().ok());
+            log::set_max_level(level.unwrap_or(log::LevelFilter::Info));
+            return;
+        }
+    }
     let env = env_logger::Env::default().default_filter_or(default_level);
     // Ignore the error of a second init (tests may call this more than once).
     let _ = env_logger::Builder::from_env(env).format_target(false).try_init();

@@ -2,7 +2,7 @@
 //! The work is in the library (lib.rs).
 
 use clap::{Parser, Subcommand};
-use gpuwarden::config::{Config, EX_CONFIG};
+use gpuwarden::config::{Config, EX_CONFIG, Overrides};
 use gpuwarden::{check, daemon, demo, logging, xid};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -73,13 +73,17 @@ enum ConfigCommand {
     Check { file: PathBuf },
 }
 
-fn load_config(path: Option<&Path>) -> Result<Config, i32> {
-    let path = match path {
+/// The config file to use: FILE, else /etc/gpuwarden/config.yaml when it exists, else none.
+fn config_path(path: Option<&Path>) -> Option<PathBuf> {
+    match path {
         Some(p) => Some(p.to_path_buf()),
         None => Some(PathBuf::from(DEFAULT_CONFIG_PATH)).filter(|p| p.exists()),
-    };
+    }
+}
+
+fn load_config(path: Option<&Path>) -> Result<Config, i32> {
     match path {
-        Some(p) => Config::load(&p).map_err(|e| {
+        Some(p) => Config::load(p).map_err(|e| {
             log::error!("{e}");
             EX_CONFIG
         }),
@@ -87,21 +91,27 @@ fn load_config(path: Option<&Path>) -> Result<Config, i32> {
     }
 }
 
-/// Points the config at the simulated library and writes the demo scenario.
-fn apply_demo(config: &mut Config) -> Result<(), i32> {
-    match demo::prepare() {
-        Ok(demo) => {
-            log::info!("demo mode: eight simulated GPUs from {}", demo.library.display());
-            config.nvml.enabled = true;
-            config.nvml.library_path = demo.library;
-            config.xid.kernel_log_path = demo.kernel_log;
-            Ok(())
-        }
-        Err(e) => {
-            log::error!("{e}");
-            Err(1)
+/// The command line's overrides: `--listen`, and for `--demo` the simulated library and the
+/// demo's kernel log (written to temporary files here).
+fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<Overrides, i32> {
+    let mut overrides = Overrides {
+        listen,
+        ..Overrides::default()
+    };
+    if demo {
+        match demo::prepare() {
+            Ok(demo) => {
+                log::info!("demo mode: eight simulated GPUs from {}", demo.library.display());
+                overrides.nvml_library_path = Some(demo.library);
+                overrides.kernel_log_path = Some(demo.kernel_log);
+            }
+            Err(e) => {
+                log::error!("{e}");
+                return Err(1);
+            }
         }
     }
+    Ok(overrides)
 }
 
 fn main() {
@@ -114,20 +124,15 @@ fn main() {
     });
     let code = match cli.command {
         Command::Run { config, listen, demo } => (|| {
-            let mut cfg = load_config(config.as_deref())?;
-            if let Some(listen) = listen {
-                cfg.listen = listen;
-            }
-            if demo {
-                apply_demo(&mut cfg)?;
-            }
-            Ok(daemon::run(cfg))
+            let path = config_path(config.as_deref());
+            let mut cfg = load_config(path.as_deref())?;
+            let overrides = overrides(listen, demo)?;
+            overrides.apply(&mut cfg);
+            Ok(daemon::run(cfg, path, overrides))
         })(),
         Command::Check { config, json, demo } => (|| {
-            let mut cfg = load_config(config.as_deref())?;
-            if demo {
-                apply_demo(&mut cfg)?;
-            }
+            let mut cfg = load_config(config_path(config.as_deref()).as_deref())?;
+            overrides(None, demo)?.apply(&mut cfg);
             // check only looks: it reports persistence mode off rather than changing it.
             cfg.persistence.enable = false;
             Ok(check::run(cfg, json))

@@ -14,17 +14,19 @@
 use crate::backend::PollReport;
 use crate::backend::nvml::{self, NvmlBackend, NvmlDevicePoller};
 use crate::config::Config;
+use crate::health::{self, HealthState};
 use crate::logging::RateLimiter;
 use crate::model::{
     BackendStatus, DeviceIdentity, DeviceReadings, DeviceSnapshot, DurationHistogram, PersistenceAttempts, Snapshot,
 };
+use crate::notify;
 use crate::store::Store;
 use crate::xid::nvml_events;
 use crate::xid::store::XidStore;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 /// What a GPU thread sends back: which device, for which round, and what it read.
@@ -75,6 +77,15 @@ pub struct Coordinator {
     xids: Arc<XidStore>,
     /// The daemon listens for NVML XID events; a one-shot `check` does not.
     start_event_thread: bool,
+    /// Tells this coordinator's NVML event thread to end (on reload or stop).
+    event_thread_stop: Arc<AtomicBool>,
+    last_status: String,
+}
+
+impl Drop for Coordinator {
+    fn drop(&mut self) {
+        self.event_thread_stop.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Coordinator {
@@ -107,7 +118,57 @@ impl Coordinator {
             log_limiter: RateLimiter::new(Duration::from_secs(300)),
             xids,
             start_event_thread: true,
+            event_thread_stop: Arc::new(AtomicBool::new(false)),
+            last_status: String::new(),
         }
+    }
+
+    /// Takes over the counters of the coordinator this one replaces (after a reload), so
+    /// error and persistence counters and the duration histograms do not reset.
+    pub fn inherit_counters(&mut self, previous: Coordinator) {
+        for (name, status) in &previous.backends {
+            if let Some(mine) = self.backends.get_mut(name) {
+                mine.poll_duration = status.poll_duration.clone();
+                mine.errors = status.errors.clone();
+            }
+        }
+        self.persistence_attempts = previous.persistence_attempts.clone();
+        self.round_duration = previous.round_duration.clone();
+    }
+
+    /// A one-line summary for systemd's STATUS=, sent when it changes.
+    pub fn report_status(&mut self) {
+        let snapshot = self.store.latest();
+        let status = match self.nvml {
+            NvmlState::Ready => {
+                let states: Vec<HealthState> = snapshot
+                    .devices
+                    .iter()
+                    .map(|d| {
+                        let xids = snapshot.xid.for_bus(&d.identity.pci_bus_id);
+                        health::state(&health::findings(d, xids, snapshot.xid_critical_hold))
+                    })
+                    .collect();
+                let count = |s: HealthState| states.iter().filter(|x| **x == s).count();
+                format!(
+                    "{} GPU(s): {} unhealthy, {} degraded",
+                    states.len(),
+                    count(HealthState::Unhealthy),
+                    count(HealthState::Degraded)
+                )
+            }
+            NvmlState::Waiting { .. } => "NVML not available: serving gpuwarden's own metrics".to_string(),
+            NvmlState::Disabled => "NVML disabled in the config".to_string(),
+        };
+        if status != self.last_status {
+            notify::status(&status);
+            self.last_status = status;
+        }
+    }
+
+    /// The last STATUS= sent.
+    pub fn status(&self) -> &str {
+        &self.last_status
     }
 
     /// For one-shot use (`check`): no NVML event thread.
@@ -142,7 +203,9 @@ impl Coordinator {
                         .iter()
                         .map(|p| (p.identity().index, p.identity().pci_bus_id.clone()))
                         .collect();
-                    if let Err(e) = nvml_events::spawn(backend.nvml(), gpus, self.xids.clone()) {
+                    if let Err(e) =
+                        nvml_events::spawn(backend.nvml(), gpus, self.xids.clone(), self.event_thread_stop.clone())
+                    {
                         log::error!("cannot start the NVML XID event thread: {e}");
                     }
                 }
@@ -264,6 +327,7 @@ impl Coordinator {
             if worker.busy_with.is_some() || worker.requests.is_none() {
                 if worker.up {
                     log::warn!(
+                        gpu_uuid = worker.identity.uuid.as_str(), pci_bus_id = worker.identity.pci_bus_id.as_str();
                         "GPU {} ({}) did not answer within {:?}; reporting it down until it does",
                         worker.identity.index,
                         worker.identity.uuid,
@@ -301,6 +365,7 @@ impl Coordinator {
                     String::new()
                 };
                 log::warn!(
+                    gpu_uuid = worker.identity.uuid.as_str(), pci_bus_id = worker.identity.pci_bus_id.as_str();
                     "GPU {} ({}): {call} failed: {error}{repeats}",
                     worker.identity.index,
                     worker.identity.uuid
@@ -326,7 +391,10 @@ impl Coordinator {
                 worker.last_good_poll = Some(SystemTime::now());
                 worker.readings = Some(readings);
                 if !was_up && (was_lost || answered_before) {
-                    log::info!("GPU {} ({}) answers again", worker.identity.index, worker.identity.uuid);
+                    log::info!(
+                        gpu_uuid = worker.identity.uuid.as_str(), pci_bus_id = worker.identity.pci_bus_id.as_str();
+                        "GPU {} ({}) answers again", worker.identity.index, worker.identity.uuid
+                    );
                 }
             }
             None => {
@@ -335,6 +403,7 @@ impl Coordinator {
                 worker.readings = None;
                 if !was_lost {
                     log::error!(
+                        gpu_uuid = worker.identity.uuid.as_str(), pci_bus_id = worker.identity.pci_bus_id.as_str();
                         "GPU {} ({}, {}) is lost: the driver reports it fell off the bus",
                         worker.identity.index,
                         worker.identity.uuid,
@@ -373,42 +442,69 @@ impl Coordinator {
 /// The running poll loop; dropping the handle does not stop it, [`PollLoop::stop`] does.
 pub struct PollLoop {
     stop: Sender<()>,
-    thread: Option<JoinHandle<()>>,
+    /// The coordinator comes back through here when its thread ends.
+    finished: Receiver<Coordinator>,
 }
 
 impl PollLoop {
     /// Runs the first round before returning, so the first scrape already has data.
-    pub fn start(config: Config, store: Arc<Store>, xids: Arc<XidStore>) -> std::io::Result<PollLoop> {
+    /// `previous` (after a reload) hands over the counters the old loop kept.
+    pub fn start(
+        config: Config,
+        store: Arc<Store>,
+        xids: Arc<XidStore>,
+        previous: Option<Coordinator>,
+    ) -> std::io::Result<PollLoop> {
         let interval = config.poll.interval;
         let mut coordinator = Coordinator::new(config, store, xids);
+        if let Some(previous) = previous {
+            coordinator.inherit_counters(previous);
+        }
         coordinator.run_round();
+        coordinator.report_status();
+        let watchdog = notify::watchdog_interval();
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
+        let (finished_tx, finished_rx) = mpsc::channel::<Coordinator>();
+        std::thread::Builder::new()
             .name("poll-coordinator".into())
             .spawn(move || {
                 let mut next = Instant::now() + interval;
+                let mut last_ping = Instant::now();
+                if watchdog.is_some() {
+                    notify::watchdog();
+                }
                 // Wake at the next round, or at once when asked to stop.
                 while let Err(RecvTimeoutError::Timeout) =
                     stop_rx.recv_timeout(next.saturating_duration_since(Instant::now()))
                 {
                     coordinator.run_round();
+                    coordinator.report_status();
+                    // The watchdog is fed from here, so a poll loop that stops turning (a hung
+                    // NVML initialisation, a deadlock) stops the pings and systemd restarts us.
+                    if let Some(every) = watchdog
+                        && last_ping.elapsed() >= every
+                    {
+                        notify::watchdog();
+                        last_ping = Instant::now();
+                    }
                     // Keep to the interval's grid; after a long round, start again from now.
                     next += interval;
                     if next < Instant::now() {
                         next = Instant::now() + interval;
                     }
                 }
+                let _ = finished_tx.send(coordinator);
             })?;
         Ok(PollLoop {
             stop: stop_tx,
-            thread: Some(thread),
+            finished: finished_rx,
         })
     }
 
-    pub fn stop(mut self) {
+    /// Stops the loop and returns its coordinator, or None when the loop did not finish within
+    /// `wait` (it is stuck in a vendor call; the process will go on without it).
+    pub fn stop(self, wait: Duration) -> Option<Coordinator> {
         let _ = self.stop.send(());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        self.finished.recv_timeout(wait).ok()
     }
 }

@@ -370,6 +370,7 @@ impl NvmlDevicePoller {
         let outcome = match self.device.set_persistent(true) {
             Ok(()) => {
                 log::info!(
+                    gpu_uuid = id.uuid.as_str(), pci_bus_id = id.pci_bus_id.as_str();
                     "persistence mode was off on GPU {} ({}, {}); turned it on",
                     id.index,
                     id.uuid,
@@ -381,6 +382,7 @@ impl NvmlDevicePoller {
             Err(NvmlError::NoPermission) => {
                 if !self.warned_persistence_denied {
                     log::warn!(
+                        gpu_uuid = id.uuid.as_str(), pci_bus_id = id.pci_bus_id.as_str();
                         "persistence mode is off on GPU {} ({}) and turning it on was not permitted: \
                          run gpuwarden as root, or set persistence.enable: false and use nvidia-persistenced",
                         id.index,
@@ -392,6 +394,7 @@ impl NvmlDevicePoller {
             }
             Err(e) => {
                 log::warn!(
+                    gpu_uuid = id.uuid.as_str(), pci_bus_id = id.pci_bus_id.as_str();
                     "turning persistence mode on for GPU {} ({}) failed: {e}",
                     id.index,
                     id.uuid

@@ -12,6 +12,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, ErrorKind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 pub const SOURCE_NAME: &str = "kernel_log";
@@ -85,17 +86,18 @@ pub fn read_backlog(path: &Path, store: &XidStore) -> std::io::Result<usize> {
     }
 }
 
-/// Follows the kernel log on a thread of its own for as long as the daemon runs.
-pub fn spawn_follower(path: PathBuf, store: Arc<XidStore>) -> std::io::Result<()> {
+/// Follows the kernel log on a thread of its own until `stop` is set (a reload that points
+/// it elsewhere). A record read after `stop` is left for the reader that replaces this one.
+pub fn spawn_follower(path: PathBuf, store: Arc<XidStore>, stop: Arc<AtomicBool>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("xid-kernel-log".into())
-        .spawn(move || follow(&path, &store))?;
+        .spawn(move || follow(&path, &store, &stop))?;
     Ok(())
 }
 
-fn follow(path: &Path, store: &XidStore) {
+fn follow(path: &Path, store: &XidStore, stop: &AtomicBool) {
     let mut warned = false;
-    loop {
+    while !stop.load(Ordering::Relaxed) {
         let file = match File::open(path) {
             Ok(f) => f,
             Err(e) => {
@@ -124,8 +126,16 @@ fn follow(path: &Path, store: &XidStore) {
             line.clear();
             match reader.read_line(&mut line) {
                 // End of a regular file, or a FIFO whose writer went away: wait for more.
-                Ok(0) => std::thread::sleep(Duration::from_millis(100)),
+                Ok(0) => {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
                 Ok(_) => {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
                     if let Some(event) = event_from_line(line.trim_end(), boot) {
                         record(store, event);
                     }

@@ -13,19 +13,26 @@ use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 pub const SOURCE_NAME: &str = "nvml_events";
 
-/// Starts the event thread for the GPUs with these (index, PCI bus id).
-pub fn spawn(nvml: &'static Nvml, gpus: Vec<(u32, String)>, store: Arc<XidStore>) -> std::io::Result<()> {
+/// Starts the event thread for the GPUs with these (index, PCI bus id); it ends within a
+/// second of `stop` being set (on reload, a new thread replaces it).
+pub fn spawn(
+    nvml: &'static Nvml,
+    gpus: Vec<(u32, String)>,
+    store: Arc<XidStore>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("xid-nvml-events".into())
-        .spawn(move || run(nvml, &gpus, &store))?;
+        .spawn(move || run(nvml, &gpus, &store, &stop))?;
     Ok(())
 }
 
-fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore) {
+fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore, stop: &AtomicBool) {
     let set = match nvml.create_event_set() {
         Ok(set) => set,
         Err(e) => {
@@ -66,8 +73,10 @@ fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore) {
     store.set_source_up(SOURCE_NAME, true);
     log::info!("listening for NVML XID events on {} GPU(s)", bus_by_handle.len());
     let mut failures = 0u32;
-    loop {
+    while !stop.load(Ordering::Relaxed) {
         match set.wait(1000) {
+            // An event that arrives as we are told to stop belongs to our successor.
+            Ok(_) if stop.load(Ordering::Relaxed) => break,
             Ok(data) => {
                 failures = 0;
                 let handle = unsafe { data.device.handle() } as usize;
