@@ -44,6 +44,7 @@ pub fn log_xid(pci_bus_id: &str, xid: u32, source: &str) {
     };
     log::log!(
         level,
+        pci_bus_id = pci_bus_id, xid = xid;
         "Xid {xid} ({name}, {severity}) on GPU {pci_bus_id}, from the {source}: {action}{repeats}"
     );
 }

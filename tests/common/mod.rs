@@ -63,6 +63,11 @@ impl Daemon {
     /// Starts with `kernel_log` already in the kernel log, as records logged before boot
     /// finished or before the daemon started.
     pub fn start_with_kernel_log(scenario: &str, config: &str, kernel_log: &str) -> Daemon {
+        Daemon::start_full(scenario, config, kernel_log, &[])
+    }
+
+    /// The general form: also sets environment variables (NOTIFY_SOCKET, WATCHDOG_USEC, ...).
+    pub fn start_full(scenario: &str, config: &str, kernel_log: &str, env: &[(&str, String)]) -> Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join("scenario.yaml"), scenario).expect("write scenario");
         let kmsg = dir.path().join("kmsg");
@@ -74,6 +79,7 @@ impl Daemon {
             .arg(dir.path().join("config.yaml"))
             .env("GPUWARDEN_SIM_NVML_SCENARIO", dir.path().join("scenario.yaml"))
             .env("RUST_LOG", "info")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -159,9 +165,17 @@ impl Daemon {
         self.log.lock().unwrap().join("\n")
     }
 
+    pub fn signal(&self, signal: i32) {
+        unsafe { libc_kill(self.child.id() as i32, signal) };
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("config.yaml")
+    }
+
     /// Sends SIGTERM and returns the exit code.
     pub fn stop(mut self) -> Option<i32> {
-        unsafe { libc_kill(self.child.id() as i32, 15) };
+        self.signal(15);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {

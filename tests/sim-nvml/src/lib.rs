@@ -162,6 +162,12 @@ unsafe fn put_string(out: *mut c_char, length: c_uint, value: Option<&str>) -> n
 
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
+    if let Some(seconds) = current().init_hang {
+        let until = std::time::Instant::now() + Duration::from_secs_f64(seconds);
+        while std::time::Instant::now() < until && current().init_hang.is_some() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     match &current().init_error {
         Some(error) => error_code(error),
         None => SUCCESS,

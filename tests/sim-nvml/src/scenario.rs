@@ -27,6 +27,10 @@ pub struct Scenario {
     /// driver is not loaded or is being reloaded.
     #[serde(default)]
     pub init_error: Option<String>,
+    /// Make `nvmlInit_v2` block for this many seconds, as a driver wedged mid-reload does.
+    /// Rewriting the scenario without it ends the hang early.
+    #[serde(default)]
+    pub init_hang: Option<f64>,
     #[serde(default)]
     pub devices: Vec<Device>,
 }
