@@ -4,6 +4,7 @@
 //! library, so a hung driver can never hold up a scrape.
 
 use crate::exposition::{self, RenderCache};
+use crate::status_page;
 use crate::store::Store;
 use axum::Router;
 use axum::extract::State;
@@ -67,12 +68,7 @@ async fn healthz(State(state): State<AppState>) -> Response {
     }
 }
 
-async fn index() -> Html<&'static str> {
-    Html(concat!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>gpuwarden</title></head><body>",
-        "<h1>gpuwarden ",
-        env!("CARGO_PKG_VERSION"),
-        "</h1><ul><li><a href=\"/metrics\">/metrics</a>: Prometheus metrics</li>",
-        "<li><a href=\"/healthz\">/healthz</a>: liveness</li></ul></body></html>\n"
-    ))
+/// The status page: every GPU with its health, temperature, clock events and XIDs.
+async fn index(State(state): State<AppState>) -> Html<String> {
+    Html(status_page::render(&state.store.latest()))
 }

@@ -20,5 +20,6 @@ pub mod model;
 pub mod notify;
 pub mod pci;
 pub mod poller;
+pub mod status_page;
 pub mod store;
 pub mod xid;

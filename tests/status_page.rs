@@ -1,0 +1,103 @@
+//! The status page at `/`, as served and as a browser renders it.
+
+mod common;
+
+use common::*;
+use std::process::Command;
+
+/// The demo with a lost GPU and XIDs: every kind of row the page can show.
+fn busy_daemon() -> Daemon {
+    let d = Daemon::start(&edit_device(DEMO_SCENARIO, 7, |dev| format!("{dev}    lost: true\n")));
+    d.log_kernel(include_str!("../config/demo-kernel-log.txt"));
+    d.scrape_until("XIDs counted and GPU 7 down", |m| {
+        m.find("gpu_xid_errors_total", &[]).len() == 4 && m.value("gpu_up", &[("gpu", "7")]) == Some(0.0)
+    });
+    d
+}
+
+#[test]
+fn the_page_shows_every_gpu_with_health_temperature_reasons_and_xids() {
+    let d = busy_daemon();
+    let page = d.get("/", &[]);
+    assert_eq!(page.status, 200);
+    assert!(page.header("content-type").is_some_and(|t| t.starts_with("text/html")));
+    let html = page.text();
+    assert_eq!(html.matches("<tr><td><b>").count(), 8, "{html}");
+    assert!(html.contains("<meta http-equiv=\"refresh\" content=\"5\">"));
+    assert!(!html.contains("<script"), "no JavaScript");
+    // GPU 2: hot, both thermal reasons, degraded.
+    let row = |i: usize| {
+        html.split("<tr><td><b>")
+            .nth(i + 1)
+            .unwrap()
+            .split("</tr>")
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let gpu2 = row(2);
+    assert!(
+        gpu2.contains("class=\"hot\">88 C") && gpu2.contains("slowdown at 89 C"),
+        "{gpu2}"
+    );
+    assert!(
+        gpu2.contains("hw_thermal_slowdown") && gpu2.contains("state degraded"),
+        "{gpu2}"
+    );
+    assert!(gpu2.contains("Xid 13"), "{gpu2}");
+    // GPU 5: a critical XID.
+    let gpu5 = row(5);
+    assert!(gpu5.contains("Xid 94") && gpu5.contains("critical"), "{gpu5}");
+    // GPU 7: lost.
+    let gpu7 = row(7);
+    assert!(
+        gpu7.contains("state unhealthy") && gpu7.contains("fallen off the bus"),
+        "{gpu7}"
+    );
+    // GPU 0: healthy.
+    assert!(row(0).contains("state ok"));
+}
+
+#[test]
+fn headless_chromium_renders_the_page() {
+    let d = busy_daemon();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("http://{}/", d.addr);
+    let chromium = |extra: &[&str]| {
+        Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--hide-scrollbars",
+                "--window-size=1400,900",
+            ])
+            .arg(format!("--user-data-dir={}", dir.path().join("profile").display()))
+            .args(extra)
+            .arg(&url)
+            .output()
+            .expect("chromium is needed for this test: apt-get install chromium")
+    };
+    let dom = chromium(&["--dump-dom"]);
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(dom.contains("gpuwarden on"), "{dom}");
+    assert_eq!(dom.matches("<tr><td><b>").count(), 8, "the browser sees all eight GPUs");
+    let shot = dir.path().join("status.png");
+    chromium(&[&format!("--screenshot={}", shot.display())]);
+    let png = std::fs::read(&shot).expect("a screenshot");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    // Width and height from the IHDR chunk.
+    let width = u32::from_be_bytes(png[16..20].try_into().unwrap());
+    let height = u32::from_be_bytes(png[20..24].try_into().unwrap());
+    assert_eq!((width, height), (1400, 900));
+    assert!(
+        png.len() > 20_000,
+        "a page with content, not a blank one ({} bytes)",
+        png.len()
+    );
+}
