@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Writes gpuwarden's Grafana dashboards with grafana-foundation-sdk's typed builders.
+
+    python3 dashboards/generate.py          # (re)write dashboards/*.json
+    python3 dashboards/generate.py --check  # exit 1 if the committed JSON differs
+
+The builders carry Grafana's dashboard schema, so a panel, query or variable that does not
+fit it does not build; CI runs --check, so the committed JSON is always what they produce.
+Every query runs against a live Prometheus in tests/dashboards.rs.
+Needs: pip install 'grafana-foundation-sdk==1769699998!10.1.0'
+"""
+import json
+import pathlib
+import sys
+
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import dashboard as model
+
+HERE = pathlib.Path(__file__).resolve().parent
+# Every panel and variable reads from the data source the user picks: no hard-coded uid.
+DS = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
+SEL = 'instance=~"$instance"'
+
+
+def q(expr, legend="", instant=False):
+    query = prometheus.Dataquery().expr(expr).legend_format(legend).datasource(DS)
+    return query.instant() if instant else query
+
+
+def ts(title, unit, *queries, description="", w=12, h=8):
+    panel = timeseries.Panel().title(title).description(description).unit(unit).datasource(DS).span(w).height(h)
+    for query in queries:
+        panel = panel.with_target(query)
+    return panel
+
+
+def variables(dash, gpu=False):
+    dash = dash.with_variable(db.DatasourceVariable("datasource").label("Data source").type("prometheus"))
+    dash = dash.with_variable(
+        db.QueryVariable("instance")
+        .label("Node")
+        .datasource(DS)
+        .query("label_values(gpu_info, instance)")
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .multi(not gpu)
+        .include_all(not gpu)
+        .all_value(".*")
+        .sort(model.VariableSort.ALPHABETICAL_ASC)
+    )
+    if gpu:
+        dash = dash.with_variable(
+            db.QueryVariable("gpu")
+            .label("GPU")
+            .datasource(DS)
+            .query('label_values(gpu_info{instance=~"$instance"}, gpu)')
+            .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(model.VariableSort.NUMERICAL_ASC)
+        )
+    return dash
+
+
+def fleet():
+    dash = (
+        db.Dashboard("gpuwarden: fleet")
+        .uid("gpuwarden-fleet")
+        .tags(["gpuwarden", "gpu"])
+        .refresh("30s")
+        .time("now-6h", "now")
+        .timezone("browser")
+    )
+    dash = variables(dash)
+    dash = dash.with_row(db.Row("Health"))
+    dash = dash.with_panel(
+        stat.Panel().title("GPUs by health").datasource(DS).span(6).height(5)
+        .with_target(q("sum by (state) (state:gpu_health:count)", "{{state}}", instant=True))
+    )
+    dash = dash.with_panel(
+        table.Panel().title("Unhealthy or degraded GPUs, and why").datasource(DS).span(18).height(5)
+        .with_target(q(f'gpu_health_reason{{{SEL}}} == 1', "", instant=True))
+    )
+    dash = dash.with_panel(
+        ts("GPUs per health state, by node", "none",
+           q(f'instance_state:gpu_health:count{{{SEL}}}', "{{instance}} {{state}}"), w=24, h=6)
+    )
+    dash = dash.with_row(db.Row("Thermals and clocks"))
+    dash = dash.with_panel(
+        ts("Temperature against slowdown threshold", "celsius",
+           q(f'gpu_temperature_celsius{{sensor="gpu",{SEL}}}', "{{instance}} GPU {{gpu}}"),
+           q(f'max by (instance) (gpu_temperature_threshold_celsius{{threshold="slowdown",{SEL}}})', "{{instance}} slowdown"))
+    )
+    dash = dash.with_panel(
+        ts("Headroom to slowdown (coolest margin per node)", "celsius",
+           q(f'instance:gpu_slowdown_headroom_celsius:min{{{SEL}}}', "{{instance}}"))
+    )
+    dash = dash.with_panel(
+        ts("GPUs with a clock-event reason active", "none",
+           q(f'sum by (reason) (gpu_clock_event_active{{{SEL}}} == 1)', "{{reason}}"),
+           description="Power capping under load is normal; thermal reasons are not.")
+    )
+    dash = dash.with_panel(
+        ts("Time in each clock-event reason (driver counters)", "percentunit",
+           q(f'sum by (reason) (rate(gpu_clock_event_seconds_total{{{SEL}}}[$__rate_interval]))', "{{reason}}"),
+           description="Seconds per second summed over GPUs: catches violations between scrapes.")
+    )
+    dash = dash.with_row(db.Row("Errors"))
+    dash = dash.with_panel(
+        table.Panel().title("XIDs by code and GPU").datasource(DS).span(12).height(8)
+        .with_target(q(f'sum by (instance, gpu, xid, severity) (gpu_xid_errors_total{{{SEL}}})', "", instant=True))
+    )
+    dash = dash.with_panel(
+        ts("PCIe link width against max", "none",
+           q(f'gpu_pcie_link_width_lanes{{{SEL}}}', "{{instance}} GPU {{gpu}}"),
+           q(f'max by (instance) (gpu_pcie_link_width_max_lanes{{{SEL}}})', "{{instance}} max"))
+    )
+    dash = dash.with_row(db.Row("Power and probes"))
+    dash = dash.with_panel(
+        ts("Power per node", "watt", q(f'instance:gpu_power_watts:sum{{{SEL}}}', "{{instance}}"))
+    )
+    dash = dash.with_panel(
+        table.Panel().title("Probe results").datasource(DS).span(12).height(8)
+        .description("Filled once gpuwarden's CUDA probe runs (not built yet).")
+        .with_target(q(f'gpu_probe_pass{{{SEL}}}', "", instant=True))
+    )
+    return dash
+
+
+def single_gpu():
+    dash = (
+        db.Dashboard("gpuwarden: one GPU")
+        .uid("gpuwarden-gpu")
+        .tags(["gpuwarden", "gpu"])
+        .refresh("30s")
+        .time("now-3h", "now")
+        .timezone("browser")
+    )
+    dash = variables(dash, gpu=True)
+    one = 'instance=~"$instance",gpu=~"$gpu"'
+    dash = dash.with_panel(
+        table.Panel().title("Identity and health").datasource(DS).span(24).height(4)
+        .with_target(q(f'gpu_info{{{one}}}', "", instant=True))
+        .with_target(q(f'gpu_health{{{one}}} == 1', "", instant=True))
+    )
+    dash = dash.with_panel(ts("Temperature", "celsius",
+                              q(f'gpu_temperature_celsius{{{one}}}', "{{sensor}}"),
+                              q(f'gpu_temperature_threshold_celsius{{{one}}}', "{{threshold}}")))
+    dash = dash.with_panel(ts("Clocks", "hertz", q(f'gpu_clock_hertz{{{one}}}', "{{clock}}")))
+    dash = dash.with_panel(ts("Power", "watt",
+                              q(f'gpu_power_watts{{{one}}}', "draw"), q(f'gpu_power_limit_watts{{{one}}}', "limit")))
+    dash = dash.with_panel(ts("Utilisation", "percentunit",
+                              q(f'gpu_utilization_ratio{{{one}}}', "kernels"),
+                              q(f'gpu_memory_copy_utilization_ratio{{{one}}}', "memory copies")))
+    dash = dash.with_panel(ts("Memory", "bytes",
+                              q(f'gpu_memory_used_bytes{{{one}}}', "used"), q(f'gpu_memory_total_bytes{{{one}}}', "total")))
+    dash = dash.with_panel(ts("Clock-event reasons active", "none",
+                              q(f'gpu_clock_event_active{{{one}}} == 1', "{{reason}}")))
+    dash = dash.with_panel(ts("PCIe", "none",
+                              q(f'gpu_pcie_link_generation{{{one}}}', "generation"),
+                              q(f'gpu_pcie_link_width_lanes{{{one}}}', "width"),
+                              q(f'rate(gpu_pcie_replay_errors_total{{{one}}}[$__rate_interval])', "replays/s")))
+    dash = dash.with_panel(ts("ECC errors and XIDs", "none",
+                              q(f'gpu_ecc_errors_total{{{one}}}', "{{type}} {{scope}}"),
+                              q(f'gpu_xid_errors_total{{{one}}}', "Xid {{xid}} ({{severity}})")))
+    return dash
+
+
+def render(builder):
+    return json.dumps(builder.build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
+
+
+def main():
+    outputs = {"gpuwarden-fleet.json": render(fleet()), "gpuwarden-gpu.json": render(single_gpu())}
+    check = "--check" in sys.argv[1:]
+    stale = []
+    for name, text in outputs.items():
+        path = HERE / name
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(name)
+        else:
+            path.write_text(text)
+    if stale:
+        print("dashboards differ from what generate.py builds: " + ", ".join(stale) + "; run python3 dashboards/generate.py")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
