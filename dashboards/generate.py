@@ -36,6 +36,12 @@ def ts(title, unit, *queries, description="", w=12, h=8):
     return panel
 
 
+def new_dashboard(title, uid, since):
+    return (
+        db.Dashboard(title).uid(uid).tags(["gpuwarden", "gpu"]).refresh("30s").time(since, "now").timezone("browser")
+    )
+
+
 def variables(dash, gpu=False):
     dash = dash.with_variable(db.DatasourceVariable("datasource").label("Data source").type("prometheus"))
     dash = dash.with_variable(
@@ -62,15 +68,7 @@ def variables(dash, gpu=False):
 
 
 def fleet():
-    dash = (
-        db.Dashboard("gpuwarden: fleet")
-        .uid("gpuwarden-fleet")
-        .tags(["gpuwarden", "gpu"])
-        .refresh("30s")
-        .time("now-6h", "now")
-        .timezone("browser")
-    )
-    dash = variables(dash)
+    dash = variables(new_dashboard("gpuwarden: fleet", "gpuwarden-fleet", "now-6h"))
     dash = dash.with_row(db.Row("Health"))
     dash = dash.with_panel(
         stat.Panel().title("GPUs by health").datasource(DS).span(6).height(5)
@@ -127,15 +125,7 @@ def fleet():
 
 
 def single_gpu():
-    dash = (
-        db.Dashboard("gpuwarden: one GPU")
-        .uid("gpuwarden-gpu")
-        .tags(["gpuwarden", "gpu"])
-        .refresh("30s")
-        .time("now-3h", "now")
-        .timezone("browser")
-    )
-    dash = variables(dash, gpu=True)
+    dash = variables(new_dashboard("gpuwarden: one GPU", "gpuwarden-gpu", "now-3h"), gpu=True)
     one = 'instance=~"$instance",gpu=~"$gpu"'
     dash = dash.with_panel(
         table.Panel().title("Identity and health").datasource(DS).span(24).height(4)

@@ -57,7 +57,7 @@ pub fn run(config: Config, json: bool) -> i32 {
         .iter()
         .map(|device| {
             let xids = snapshot.xid.for_bus(&device.identity.pci_bus_id);
-            let findings = health::findings(device, xids, snapshot.xid_critical_hold);
+            let findings = health::device_findings(&snapshot, device);
             DeviceReport {
                 device,
                 xids,

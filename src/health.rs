@@ -4,7 +4,7 @@
 //! each finding as `gpu_health_reason`. docs/health.md lists the rules.
 
 use crate::clock_events::THERMAL_REASONS;
-use crate::model::{DeviceSnapshot, EccScope, EccType};
+use crate::model::{DeviceSnapshot, EccScope, EccType, Snapshot};
 use crate::xid::catalog::{self, Severity};
 use crate::xid::store::XidCount;
 use serde::Serialize;
@@ -172,6 +172,17 @@ pub fn findings(device: &DeviceSnapshot, xids: &[XidCount], critical_hold: Durat
         );
     }
     out
+}
+
+/// The findings for one device of a snapshot, with its XIDs (matched by PCI bus id) and the
+/// snapshot's critical-XID hold: what every view of health (metrics, check, the status page,
+/// systemd's STATUS) shows.
+pub fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding> {
+    findings(
+        device,
+        snapshot.xid.for_bus(&device.identity.pci_bus_id),
+        snapshot.xid_critical_hold,
+    )
 }
 
 /// The worst severity among the findings, `Ok` when there are none.

@@ -7,7 +7,7 @@
 //! docs/metrics.md documents each family; keep the two in step.
 
 use crate::health::{self, HealthState};
-use crate::model::{DeviceReadings, DeviceSnapshot, Snapshot, unix_seconds};
+use crate::model::{DeviceReadings, DeviceSnapshot, DurationHistogram, Snapshot, unix_seconds};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -256,7 +256,7 @@ fn families(snapshot: &Snapshot) -> Vec<Family> {
             );
             xid_last_seen.add(with(&base, &[("xid", &code)]), unix_seconds(x.last_seen));
         }
-        let findings = health::findings(d, xids, snapshot.xid_critical_hold);
+        let findings = health::device_findings(snapshot, d);
         let verdict = health::state(&findings);
         for state in HealthState::ALL {
             health_state.add(
@@ -304,15 +304,10 @@ fn families(snapshot: &Snapshot) -> Vec<Family> {
         pcie_replay.add_opt(base.clone(), pcie.replay_errors.map(|n| n as f64));
         ecc_mode.add_opt(base.clone(), bool_value(r.ecc_enabled));
         for e in &r.ecc_errors {
-            let error_type = match e.error_type {
-                crate::model::EccType::Corrected => "corrected",
-                crate::model::EccType::Uncorrected => "uncorrected",
-            };
-            let scope = match e.scope {
-                crate::model::EccScope::Volatile => "volatile",
-                crate::model::EccScope::Aggregate => "aggregate",
-            };
-            ecc.add(with(&base, &[("type", error_type), ("scope", scope)]), e.count as f64);
+            ecc.add(
+                with(&base, &[("type", e.error_type.label()), ("scope", e.scope.label())]),
+                e.count as f64,
+            );
         }
         remapped.add_opt(
             with(&base, &[("cause", "correctable")]),
@@ -464,34 +459,42 @@ fn encode_self_metrics(snapshot: &Snapshot, encoder: &mut DescriptorEncoder) -> 
         family.encode(encoder)?;
     }
 
-    let loaded: Vec<_> = snapshot
+    let polls: Vec<(Labels, &DurationHistogram)> = snapshot
         .backends
         .iter()
-        .filter(|(_, s)| s.poll_duration.count > 0)
+        .map(|(name, status)| (vec![("backend", name.to_string())], &status.poll_duration))
         .collect();
-    if !loaded.is_empty() {
-        let mut metric = encoder.encode_descriptor(
-            "gpuwarden_poll_duration_seconds",
-            "Time one poll of one GPU took, by backend.",
-            None,
-            MetricType::Histogram,
-        )?;
-        for (name, status) in loaded {
-            let labels = vec![("backend", name.to_string())];
-            let h = &status.poll_duration;
-            let mut sample = metric.encode_family(&labels)?;
-            sample.encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets(), None)?;
-        }
+    encode_histograms(
+        encoder,
+        "gpuwarden_poll_duration_seconds",
+        "Time one poll of one GPU took, by backend.",
+        &polls,
+    )?;
+    encode_histograms(
+        encoder,
+        "gpuwarden_poll_round_duration_seconds",
+        "Wall time of one poll round over all GPUs, polled in parallel; at most poll.timeout.",
+        &[(Vec::new(), &snapshot.round_duration)],
+    )?;
+    Ok(())
+}
+
+/// One histogram family; histograms that observed nothing yet are left out, and so is the
+/// family when they all are.
+fn encode_histograms(
+    encoder: &mut DescriptorEncoder,
+    name: &'static str,
+    help: &'static str,
+    histograms: &[(Labels, &DurationHistogram)],
+) -> Result<(), std::fmt::Error> {
+    let observed: Vec<_> = histograms.iter().filter(|(_, h)| h.count > 0).collect();
+    if observed.is_empty() {
+        return Ok(());
     }
-    let rounds = &snapshot.round_duration;
-    if rounds.count > 0 {
-        let mut metric = encoder.encode_descriptor(
-            "gpuwarden_poll_round_duration_seconds",
-            "Wall time of one poll round over all GPUs, polled in parallel; at most poll.timeout.",
-            None,
-            MetricType::Histogram,
-        )?;
-        metric.encode_histogram::<NoLabelSet>(rounds.sum, rounds.count, &rounds.buckets(), None)?;
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (labels, h) in observed {
+        let mut sample = metric.encode_family(labels)?;
+        sample.encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets(), None)?;
     }
     Ok(())
 }

@@ -76,6 +76,24 @@ pub enum EccScope {
     Aggregate,
 }
 
+impl EccType {
+    pub fn label(self) -> &'static str {
+        match self {
+            EccType::Corrected => "corrected",
+            EccType::Uncorrected => "uncorrected",
+        }
+    }
+}
+
+impl EccScope {
+    pub fn label(self) -> &'static str {
+        match self {
+            EccScope::Volatile => "volatile",
+            EccScope::Aggregate => "aggregate",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EccCount {
     #[serde(rename = "type")]

@@ -144,10 +144,7 @@ impl Coordinator {
                 let states: Vec<HealthState> = snapshot
                     .devices
                     .iter()
-                    .map(|d| {
-                        let xids = snapshot.xid.for_bus(&d.identity.pci_bus_id);
-                        health::state(&health::findings(d, xids, snapshot.xid_critical_hold))
-                    })
+                    .map(|d| health::state(&health::device_findings(&snapshot, d)))
                     .collect();
                 let count = |s: HealthState| states.iter().filter(|x| **x == s).count();
                 format!(

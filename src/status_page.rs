@@ -78,7 +78,7 @@ pub fn render(snapshot: &Snapshot) -> String {
     for d in &snapshot.devices {
         let id = &d.identity;
         let xids = snapshot.xid.for_bus(&id.pci_bus_id);
-        let findings = health::findings(d, xids, snapshot.xid_critical_hold);
+        let findings = health::device_findings(snapshot, d);
         let state = health::state(&findings);
         let _ = write!(
             out,

@@ -171,6 +171,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
 fn quiet_scenario() -> String {
     let mut s = DEMO_SCENARIO.to_string();
     s = s.replace("active: 96, supported: 511", "active: 0, supported: 511"); // GPU 2's thermal bits
+    s = s.replace("temperature: 88\n", "temperature: 55\n"); // and its 88 C, 1 C under slowdown
     s = s.replace("width: 8, width_max: 16", "width: 16, width_max: 16");
     s = s.replace("uncorrected: 1 }", "uncorrected: 0 }");
     s
