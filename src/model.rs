@@ -148,6 +148,9 @@ impl DeviceReadings {
     pub fn temperature(&self, sensor: &str) -> Option<f64> {
         lookup(&self.temperatures, sensor)
     }
+    pub fn threshold(&self, threshold: &str) -> Option<f64> {
+        lookup(&self.temperature_thresholds, threshold)
+    }
     pub fn clock(&self, clock: &str) -> Option<f64> {
         lookup(&self.clocks_hertz, clock)
     }

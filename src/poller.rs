@@ -163,11 +163,6 @@ impl Coordinator {
         }
     }
 
-    /// The last STATUS= sent.
-    pub fn status(&self) -> &str {
-        &self.last_status
-    }
-
     /// For one-shot use (`check`): no NVML event thread.
     pub fn without_event_thread(mut self) -> Coordinator {
         self.start_event_thread = false;

@@ -99,12 +99,7 @@ pub fn render(snapshot: &Snapshot) -> String {
         out.push_str("</td>");
         let r = d.readings.as_ref().filter(|_| d.up);
         let temp = r.and_then(|r| r.temperature("gpu"));
-        let slowdown = r.and_then(|r| {
-            r.temperature_thresholds
-                .iter()
-                .find(|(name, _)| *name == "slowdown")
-                .map(|(_, t)| *t)
-        });
+        let slowdown = r.and_then(|r| r.threshold("slowdown"));
         match (temp, slowdown) {
             (Some(t), Some(s)) => {
                 let class = if s - t < 5.0 { " class=\"hot\"" } else { "" };
