@@ -31,6 +31,7 @@ const POLL_STOP_TIMEOUT: Duration = Duration::from_millis(800);
 /// `config_path` is the file SIGHUP re-reads (None: built-in defaults); `overrides` are the
 /// command line's, applied again after every reload.
 pub fn run(config: Config, config_path: Option<PathBuf>, overrides: Overrides) -> i32 {
+    raise_open_file_limit();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -46,6 +47,28 @@ pub fn run(config: Config, config_path: Option<PathBuf>, overrides: Overrides) -
     // Threads blocked in a vendor call must not hold the process up.
     runtime.shutdown_timeout(Duration::from_millis(100));
     code
+}
+
+/// Every scrape is a socket: raise the soft open-file limit to the hard one (systemd's
+/// default soft limit is 1024), so a thousand concurrent scrapers do not run us out of
+/// descriptors. Failure only means the old limit stays.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit with a valid pointer to an rlimit struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
+                log::debug!("could not raise the open-file limit from {}", limit.rlim_cur);
+            }
+        }
+    }
 }
 
 fn bind_error_message(config: &Config, e: &std::io::Error) -> String {

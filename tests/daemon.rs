@@ -583,3 +583,55 @@ fn every_family_served_is_documented_in_docs_metrics_md() {
         );
     }
 }
+
+#[test]
+fn an_nvml_with_missing_symbols_gives_partial_metrics_and_no_panic() {
+    let old = old_sim_library();
+    assert!(old.exists(), "{}", old.display());
+    let d = Daemon::start_with(DEMO_SCENARIO, &test_config(&old, ""));
+    let m = d.scrape();
+    assert_eq!(m.value("gpuwarden_backend_up", &[("backend", "nvml")]), Some(1.0));
+    // What the old driver has is there...
+    assert_eq!(
+        m.value("gpu_temperature_celsius", &[gpu("2"), ("sensor", "gpu")]),
+        Some(88.0)
+    );
+    assert_eq!(m.value("gpu_power_watts", &[gpu("1")]), Some(690.0));
+    assert_eq!(m.value("gpu_pcie_link_width_lanes", &[gpu("3")]), Some(8.0));
+    // ...clock events through the older "throttle reasons" symbol...
+    assert_eq!(
+        m.value("gpu_clock_event_active", &[gpu("2"), ("reason", "hw_thermal_slowdown")]),
+        Some(1.0)
+    );
+    // ...and what it lacks is absent, not zero, and not counted as an error.
+    for family in [
+        "gpu_energy_joules_total",
+        "gpu_memory_used_bytes",
+        "gpu_clock_event_seconds_total",
+        "gpu_remapped_rows",
+    ] {
+        assert!(!m.has_family(family), "{family} should be absent");
+    }
+    assert!(
+        m.value("gpu_temperature_celsius", &[gpu("2"), ("sensor", "memory")])
+            .is_none()
+    );
+    assert!(!m.has_family("gpuwarden_collector_errors_total"), "{}", m.text);
+    // No event wait in this NVML: the XID event source says it is down, once, quietly.
+    let m = d.scrape_until("event source down", |m| {
+        m.value("gpuwarden_xid_source_up", &[("source", "nvml_events")]) == Some(0.0)
+    });
+    assert_eq!(
+        m.value("gpuwarden_xid_source_up", &[("source", "kernel_log")]),
+        Some(1.0)
+    );
+    assert!(
+        !d.log_text().contains(" WARN ") && !d.log_text().contains(" ERROR "),
+        "{}",
+        d.log_text()
+    );
+    // Still polling, still alive.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(d.scrape().find("gpu_up", &[]).len(), 8);
+    assert_eq!(d.stop(), Some(0));
+}

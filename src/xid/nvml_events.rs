@@ -46,6 +46,12 @@ fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore, stop: &Ato
         store.set_source_up(SOURCE_NAME, false);
         return;
     };
+    // An older driver without the event wait: say so once, and rely on the kernel log.
+    if nvml.lib().nvmlEventSetWait_v2.is_err() {
+        log::info!("this NVML has no nvmlEventSetWait_v2: XIDs are counted from the kernel log only");
+        store.set_source_up(SOURCE_NAME, false);
+        return;
+    }
     let wanted = EventTypes::CRITICAL_XID_ERROR | EventTypes::DOUBLE_BIT_ECC_ERROR;
     // Device handles are stable for the life of this Nvml; map them back to bus ids.
     let mut bus_by_handle = HashMap::new();

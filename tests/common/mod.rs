@@ -37,6 +37,11 @@ pub fn sim_library() -> PathBuf {
     panic!("libgpuwarden_sim_nvml.so not found next to {BIN}; run the tests with cargo test");
 }
 
+/// The simulated library built as an old driver (tests/sim-nvml-old): some symbols missing.
+pub fn old_sim_library() -> PathBuf {
+    sim_library().with_file_name("libgpuwarden_sim_nvml_old.so")
+}
+
 pub struct Daemon {
     pub child: Child,
     pub addr: String,

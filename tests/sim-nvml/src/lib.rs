@@ -5,12 +5,17 @@
 //! look-ups and the same FFI calls as on a real node. What each call answers comes from a
 //! scenario file (see `scenario.rs`) that the test can rewrite while the daemon runs.
 //!
+//! Built with the `old-driver` feature (tests/sim-nvml-old) it leaves out the symbols that
+//! older drivers lack, for the tests of a partial NVML.
+//!
 //! Device handles are not pointers to anything: handle `i + 1` is device `i`, so a handle can
 //! be turned back into an index without any shared table.
 
 #![allow(non_snake_case)]
 #![allow(non_upper_case_globals)] // bindgen names the NVML enum constants after the C ones
 #![allow(clippy::missing_safety_doc)]
+// Built as an old driver, the helpers of the symbols it leaves out go unused.
+#![cfg_attr(feature = "old-driver", allow(dead_code))]
 
 mod scenario;
 
@@ -351,6 +356,7 @@ fn field_value(scenario: &Scenario, d: &scenario::Device, field_id: u32) -> Opti
     Some(value)
 }
 
+#[cfg(not(feature = "old-driver"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
     device: nvmlDevice_t,
@@ -391,6 +397,7 @@ fn clock_events(device: nvmlDevice_t, call: &str, out: *mut c_ulonglong, support
     })
 }
 
+#[cfg(not(feature = "old-driver"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksEventReasons(
     device: nvmlDevice_t,
@@ -399,6 +406,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksEventReasons(
     clock_events(device, "nvmlDeviceGetCurrentClocksEventReasons", out, false)
 }
 
+#[cfg(not(feature = "old-driver"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetSupportedClocksEventReasons(
     device: nvmlDevice_t,
@@ -439,6 +447,7 @@ pub unsafe extern "C" fn nvmlDeviceGetEnforcedPowerLimit(device: nvmlDevice_t, o
     })
 }
 
+#[cfg(not(feature = "old-driver"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
     device: nvmlDevice_t,
@@ -484,6 +493,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     })
 }
 
+#[cfg(not(feature = "old-driver"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: nvmlDevice_t, out: *mut nvmlMemory_v2_t) -> nvmlReturn_t {
     device_call(device, "nvmlDeviceGetMemoryInfo_v2", |_, d| {
@@ -711,6 +721,7 @@ fn next_event(set: usize) -> Option<(usize, u64)> {
     None
 }
 
+#[cfg(not(feature = "old-driver"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlEventSetWait_v2(
     set: nvmlEventSet_t,
