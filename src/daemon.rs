@@ -166,13 +166,8 @@ async fn serve(mut config: Config, config_path: Option<PathBuf>, overrides: Over
         .unwrap_or_else(|_| config.listen.to_string());
     log::info!("serving metrics on http://{bound}/metrics ({devices} GPU(s))");
 
-    let shutdown = Arc::new(tokio::sync::Notify::new());
-    let server_shutdown = shutdown.clone();
-    let mut server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { server_shutdown.notified().await })
-            .await
-    });
+    let (stop_server, stop_rx) = tokio::sync::watch::channel(false);
+    let mut server = tokio::spawn(http::serve(listener, app, stop_rx, DRAIN_TIMEOUT));
     notify::ready(&format!("serving {devices} GPU(s) on {bound}"));
 
     loop {
@@ -216,9 +211,12 @@ async fn serve(mut config: Config, config_path: Option<PathBuf>, overrides: Over
     }
 
     notify::stopping();
-    shutdown.notify_waiters();
-    if tokio::time::timeout(DRAIN_TIMEOUT, &mut server).await.is_err() {
-        log::warn!("scrapes still open after {DRAIN_TIMEOUT:?}; closing them");
+    let _ = stop_server.send(true);
+    // serve() drains for DRAIN_TIMEOUT at most; the margin covers the accept loop itself.
+    if tokio::time::timeout(DRAIN_TIMEOUT + Duration::from_millis(500), &mut server)
+        .await
+        .is_err()
+    {
         server.abort();
     }
     if tokio::task::spawn_blocking(move || poll_loop.stop(POLL_STOP_TIMEOUT))

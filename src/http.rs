@@ -2,6 +2,12 @@
 //!
 //! Handlers only read the snapshot store and the render cache; nothing here calls a vendor
 //! library, so a hung driver can never hold up a scrape.
+//!
+//! The accept loop is our own (hyper-util) rather than `axum::serve`, for the limits a
+//! daemon on every node needs: a client gets 5 seconds to send its request headers (a
+//! slowloris client is dropped instead of holding a connection forever), headers may take
+//! 16 KiB, and at most 4096 connections are open at once; further clients wait in the
+//! kernel's accept queue. Requests have 10 seconds to be answered.
 
 use crate::exposition::{self, RenderCache};
 use crate::status_page;
@@ -11,9 +17,72 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
 use tower_http::timeout::TimeoutLayer;
+
+/// Connections open at once; more wait in the kernel's accept queue.
+pub const MAX_CONNECTIONS: usize = 4096;
+/// How long a client may take to send its request headers.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// The largest request head we read.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+/// Serves `app` until `stop` turns true, then lets requests in flight finish for up to
+/// `drain` and returns.
+pub async fn serve(listener: TcpListener, app: Router, mut stop: watch::Receiver<bool>, drain: Duration) {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_HEADER_BYTES);
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut accept_errors = crate::logging::RateLimiter::new(Duration::from_secs(60));
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        let permit = tokio::select! {
+            permit = slots.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = stop.changed() => break,
+        };
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors and the like: say so now and then, and carry on.
+                    if accept_errors.allow("accept").is_some() {
+                        log::warn!("accepting a connection failed: {e}");
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => break,
+        };
+        let connection = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            // A client that goes away mid-request is not our error.
+            let _ = connection.await;
+            drop(permit);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
+        log::warn!("scrapes still open after {drain:?}; closing them");
+    }
+}
 
 #[derive(Clone)]
 pub struct AppState {

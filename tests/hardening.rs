@@ -1,0 +1,75 @@
+//! The HTTP server under abuse: slow clients, oversized headers, wrong methods.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+#[test]
+fn slowloris_clients_do_not_stop_scrapes_and_are_dropped_after_the_header_timeout() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    // 300 clients that send half a request head and then nothing.
+    let mut slow: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let mut s = TcpStream::connect(&d.addr).unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: 1\r\n")
+                .unwrap();
+            s
+        })
+        .collect();
+    // Meanwhile a scraper gets its answers, at normal speed.
+    for _ in 0..20 {
+        let started = Instant::now();
+        let r = d.get("/metrics", &[]);
+        assert_eq!(r.status, 200);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "scrape took {:?}",
+            started.elapsed()
+        );
+    }
+    // After the 5 s header timeout the server has closed every slow connection.
+    std::thread::sleep(Duration::from_secs(6));
+    for s in &mut slow {
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut buf = [0u8; 256];
+        match s.read(&mut buf) {
+            Ok(0) => {} // closed
+            Ok(n) => assert!(
+                buf[..n].starts_with(b"HTTP/1.1 408"),
+                "{:?}",
+                String::from_utf8_lossy(&buf[..n])
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("slow connection still open after the header timeout: {e}"),
+        }
+    }
+}
+
+#[test]
+fn oversized_request_headers_are_refused() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let big = "x".repeat(64 * 1024);
+    let mut s = TcpStream::connect(&d.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n").as_bytes());
+    let mut reply = Vec::new();
+    let _ = s.read_to_end(&mut reply);
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.is_empty() || reply.starts_with("HTTP/1.1 431"), "{reply}");
+    // And the server is fine.
+    assert_eq!(d.get("/metrics", &[]).status, 200);
+}
+
+#[test]
+fn only_get_is_answered() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let mut s = TcpStream::connect(&d.addr).unwrap();
+    s.write_all(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello")
+        .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 405"), "{reply}");
+}
