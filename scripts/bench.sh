@@ -51,11 +51,12 @@ for gpus in 8 64; do
   start_daemon "$gpus" 1s
   sleep 2
   for conns in 1 64; do
-    out=$(wrk -t2 -c"$conns" -d15s --latency "http://127.0.0.1:$PORT/metrics" 2>&1)
+    threads=$(( conns < 2 ? 1 : 2 ))
+    out=$(wrk -t"$threads" -c"$conns" -d15s --latency "http://127.0.0.1:$PORT/metrics" 2>&1)
     p50=$(awk '/^ +50%/ {print $2}' <<<"$out")
     p99=$(awk '/^ +99%/ {print $2}' <<<"$out")
     rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
-    errors=$(grep -E 'Non-2xx|Socket errors' <<<"$out" | tr '\n' ' ')
+    errors=$(grep -E 'Non-2xx|Socket errors' <<<"$out" | tr '\n' ' ' || true)
     printf '%5s %11s %9s %9s %12s %7s\n' "$gpus" "$conns" "$p50" "$p99" "$rps" "${errors:-0}"
   done
   stop_daemon

@@ -317,10 +317,20 @@ impl Coordinator {
         // Whoever has not answered this round is not up; their old readings are dropped.
         for worker in &mut self.workers {
             if worker.busy_with.is_some() || worker.requests.is_none() {
-                if worker.up {
+                // Rate-limited per GPU: a GPU that keeps missing a tight deadline flaps.
+                if worker.up
+                    && let Some(held_back) = self
+                        .log_limiter
+                        .allow(&format!("{}/not-answering", worker.identity.uuid))
+                {
+                    let repeats = if held_back > 0 {
+                        format!(" ({held_back} more since the last report)")
+                    } else {
+                        String::new()
+                    };
                     log::warn!(
                         gpu_uuid = worker.identity.uuid.as_str(), pci_bus_id = worker.identity.pci_bus_id.as_str();
-                        "GPU {} ({}) did not answer within {:?}; reporting it down until it does",
+                        "GPU {} ({}) did not answer within {:?}; reporting it down until it does{repeats}",
                         worker.identity.index,
                         worker.identity.uuid,
                         self.config.poll.timeout

@@ -320,6 +320,16 @@ fn a_hung_call_stalls_only_its_own_gpu() {
         Some(stalled_at)
     );
     assert!(d.log_text().contains("did not answer within"), "{}", d.log_text());
+    // Scrapes answer at normal speed throughout: nothing on the request path waits on NVML.
+    for _ in 0..20 {
+        let started = std::time::Instant::now();
+        assert_eq!(d.get("/metrics", &[]).status, 200);
+        assert!(
+            started.elapsed() < std::time::Duration::from_millis(250),
+            "scrape took {:?}",
+            started.elapsed()
+        );
+    }
 
     // The hang ends: GPU 1 answers again.
     d.set_scenario(DEMO_SCENARIO);
