@@ -77,6 +77,9 @@ pub struct Coordinator {
     xids: Arc<XidStore>,
     /// The daemon listens for NVML XID events; a one-shot `check` does not.
     start_event_thread: bool,
+    /// This round's answers, and how many said NVML is gone (driver unloaded).
+    answered: usize,
+    answered_nvml_gone: usize,
     /// Tells this coordinator's NVML event thread to end (on reload or stop).
     event_thread_stop: Arc<AtomicBool>,
     last_status: String,
@@ -118,9 +121,39 @@ impl Coordinator {
             log_limiter: RateLimiter::new(Duration::from_secs(300)),
             xids,
             start_event_thread: true,
+            answered: 0,
+            answered_nvml_gone: 0,
             event_thread_stop: Arc::new(AtomicBool::new(false)),
             last_status: String::new(),
         }
+    }
+
+    /// Every GPU says NVML is not initialised or the driver is not loaded: the driver was
+    /// unloaded (and may be coming back, as in a driver upgrade). Stop the old GPU threads and
+    /// event thread, keep the GPUs listed as down (so their alerts fire and their XID counts
+    /// stay), and initialise NVML again with the usual back-off.
+    fn start_over(&mut self) {
+        log::warn!(
+            "NVML stopped answering on every GPU (not initialised / driver not loaded): the driver was unloaded or \
+             reloaded; initialising NVML again"
+        );
+        self.event_thread_stop.store(true, Ordering::Relaxed);
+        self.event_thread_stop = Arc::new(AtomicBool::new(false));
+        for worker in &mut self.workers {
+            // Dropping the request channel ends the thread after its current poll.
+            worker.requests = None;
+            worker.busy_with = None;
+            worker.up = false;
+            worker.readings = None;
+        }
+        if let Some(status) = self.backends.get_mut(nvml::BACKEND) {
+            status.up = false;
+        }
+        self.nvml = NvmlState::Waiting {
+            next_try: Instant::now(),
+            delay: self.config.nvml.retry_initial,
+            failures: 0,
+        };
     }
 
     /// Takes over the counters of the coordinator this one replaces (after a reload), so
@@ -280,6 +313,8 @@ impl Coordinator {
         let started = Instant::now();
         let deadline = started + self.config.poll.timeout;
 
+        self.answered = 0;
+        self.answered_nvml_gone = 0;
         // Answers that came in after an earlier round's deadline free their thread.
         while let Ok(late) = self.results_rx.try_recv() {
             self.accept(late, round);
@@ -343,6 +378,9 @@ impl Coordinator {
         if !self.workers.is_empty() {
             self.round_duration.observe(started.elapsed().as_secs_f64());
         }
+        if matches!(self.nvml, NvmlState::Ready) && self.answered > 0 && self.answered_nvml_gone == self.answered {
+            self.start_over();
+        }
         self.publish();
     }
 
@@ -381,6 +419,15 @@ impl Coordinator {
                 .or_insert(0) += 1;
         }
         if result.round != current_round {
+            return;
+        }
+        self.answered += 1;
+        if result.report.nvml_gone {
+            // Not this GPU's fault: the driver went away. Counted, and handled for all GPUs
+            // at the end of the round.
+            self.answered_nvml_gone += 1;
+            worker.up = false;
+            worker.readings = None;
             return;
         }
         let was_up = worker.up;

@@ -645,3 +645,51 @@ fn an_nvml_with_missing_symbols_gives_partial_metrics_and_no_panic() {
     assert_eq!(d.scrape().find("gpu_up", &[]).len(), 8);
     assert_eq!(d.stop(), Some(0));
 }
+
+#[test]
+fn a_driver_reload_while_running_reinitialises_nvml_and_keeps_the_counts() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("NVML event source up", |m| {
+        m.value("gpuwarden_xid_source_up", &[("source", "nvml_events")]) == Some(1.0)
+    });
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, Graphics Exception\n");
+    d.scrape_until("Xid 13", |m| {
+        m.value("gpu_xid_errors_total", &[gpu("0"), ("xid", "13")]) == Some(1.0)
+    });
+
+    // The driver is unloaded (an upgrade): every call says "uninitialized", init fails.
+    let gone = format!("uninitialized: true\ninit_error: driver_not_loaded\n{DEMO_SCENARIO}");
+    d.set_scenario(&gone);
+    let m = d.scrape_until("NVML down, GPUs listed as down", |m| {
+        m.value("gpuwarden_backend_up", &[("backend", "nvml")]) == Some(0.0)
+            && m.find("gpu_up", &[]).len() == 8
+            && m.find("gpu_up", &[]).iter().all(|s| s.value == 0.0)
+    });
+    assert_eq!(
+        m.value("gpu_xid_errors_total", &[gpu("0"), ("xid", "13")]),
+        Some(1.0),
+        "counts survive"
+    );
+    assert!(
+        d.log_text().contains("NVML stopped answering on every GPU"),
+        "{}",
+        d.log_text()
+    );
+    assert_eq!(d.log_text().matches("NVML stopped answering").count(), 1, "said once");
+
+    // The new driver is loaded: NVML comes back, the GPUs answer, the event set is new.
+    d.set_scenario(DEMO_SCENARIO);
+    let m = d.scrape_until("NVML back", |m| {
+        m.value("gpuwarden_backend_up", &[("backend", "nvml")]) == Some(1.0)
+            && m.find("gpu_up", &[]).iter().filter(|s| s.value == 1.0).count() == 8
+    });
+    assert_eq!(m.value("gpu_xid_errors_total", &[gpu("0"), ("xid", "13")]), Some(1.0));
+    assert_eq!(d.log_text().matches("NVML ready").count(), 2, "{}", d.log_text());
+    let again = edit_device(DEMO_SCENARIO, 2, |dev| format!("{dev}    xid_events: [48]\n"));
+    // The re-registered event set delivers events raised after it registered.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    d.set_scenario(&again);
+    d.scrape_until("Xid 48 through the new event set", |m| {
+        m.value("gpu_xid_errors_total", &[gpu("2"), ("xid", "48")]) == Some(1.0)
+    });
+}

@@ -34,12 +34,16 @@ pub struct PollReport {
     /// (call, error) for every call that failed. "Not supported" is not a failure.
     pub errors: Vec<(&'static str, String)>,
     pub persistence: Option<PersistenceOutcome>,
+    /// NVML answered "uninitialized" or "driver not loaded": the driver went away under us
+    /// (an unload for an upgrade); the handles are no longer good.
+    pub nvml_gone: bool,
 }
 
 impl PollReport {
     pub fn lost(calls: CallErrors) -> PollReport {
         PollReport {
             readings: None,
+            nvml_gone: calls.nvml_gone,
             errors: calls.errors,
             persistence: None,
         }
@@ -52,6 +56,8 @@ pub struct CallErrors {
     pub errors: Vec<(&'static str, String)>,
     /// Set once any call said the GPU is lost.
     pub lost: bool,
+    /// Set once any call said NVML is not initialised or the driver is not loaded.
+    pub nvml_gone: bool,
 }
 
 impl CallErrors {
@@ -66,6 +72,9 @@ impl CallErrors {
             Err(e) => {
                 if matches!(e, NvmlError::GpuLost) {
                     self.lost = true;
+                }
+                if matches!(e, NvmlError::Uninitialized | NvmlError::DriverNotLoaded) {
+                    self.nvml_gone = true;
                 }
                 self.errors.push((call, e.to_string()));
                 None

@@ -158,7 +158,7 @@ impl NvmlDevicePoller {
         ) {
             r.temperatures.push(("gpu", t as f64));
         }
-        if calls.lost {
+        if calls.lost || calls.nvml_gone {
             return PollReport::lost(calls);
         }
 
@@ -240,6 +240,7 @@ impl NvmlDevicePoller {
         }
         PollReport {
             readings: Some(r),
+            nvml_gone: calls.nvml_gone,
             errors: calls.errors,
             persistence,
         }

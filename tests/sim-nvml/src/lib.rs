@@ -108,6 +108,9 @@ fn device_call(
     answer: impl FnOnce(usize, &scenario::Device) -> nvmlReturn_t,
 ) -> nvmlReturn_t {
     let scenario = current();
+    if scenario.uninitialized {
+        return UNINITIALIZED;
+    }
     let index = (handle as usize).wrapping_sub(1);
     let Some(device) = scenario.devices.get(index) else {
         return INVALID_ARGUMENT;
@@ -733,6 +736,9 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
     }
     let until = std::time::Instant::now() + Duration::from_millis(timeout_ms as u64);
     loop {
+        if current().uninitialized {
+            return UNINITIALIZED;
+        }
         if let Some((device, code)) = next_event(set as usize) {
             let data = nvmlEventData_t {
                 device: (device + 1) as nvmlDevice_t,

@@ -31,6 +31,10 @@ pub struct Scenario {
     /// Rewriting the scenario without it ends the hang early.
     #[serde(default)]
     pub init_hang: Option<f64>,
+    /// The driver went away (unloaded for an upgrade): every device call and event wait
+    /// answers NVML_ERROR_UNINITIALIZED. Pair it with `init_error` while it is away.
+    #[serde(default)]
+    pub uninitialized: bool,
     #[serde(default)]
     pub devices: Vec<Device>,
 }
