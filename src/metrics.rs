@@ -390,7 +390,15 @@ fn encode_self_metrics(snapshot: &Snapshot, encoder: &mut DescriptorEncoder) -> 
         Counter,
         "Attempts to turn persistence mode on, by GPU and result (enabled, not_permitted, failed).",
     );
+    let mut call_seconds = Family::new(
+        "gpuwarden_vendor_call_seconds",
+        Counter,
+        "Time spent inside vendor library calls, by backend: compare with gpuwarden_poll_duration_seconds_sum for gpuwarden's own share of a poll.",
+    );
     for (name, status) in &snapshot.backends {
+        if status.poll_duration.count > 0 {
+            call_seconds.add(vec![("backend", name.to_string())], status.call_seconds);
+        }
         backend_up.add(vec![("backend", name.to_string())], if status.up { 1.0 } else { 0.0 });
         for (call, n) in &status.errors {
             errors.add(
@@ -451,6 +459,7 @@ fn encode_self_metrics(snapshot: &Snapshot, encoder: &mut DescriptorEncoder) -> 
         build,
         backend_up,
         errors,
+        call_seconds,
         persistence,
         xid_source_up,
         reports,

@@ -267,6 +267,9 @@ impl Default for DurationHistogram {
 pub struct BackendStatus {
     pub up: bool,
     pub poll_duration: DurationHistogram,
+    /// Time spent inside vendor calls, summed over all polls: what the polls' own time
+    /// (`poll_duration`) cannot go below. The difference is gpuwarden's own work.
+    pub call_seconds: f64,
     /// Failed calls by call name; NotSupported is not a failure.
     pub errors: BTreeMap<&'static str, u64>,
 }

@@ -162,6 +162,7 @@ impl Coordinator {
         for (name, status) in &previous.backends {
             if let Some(mine) = self.backends.get_mut(name) {
                 mine.poll_duration = status.poll_duration.clone();
+                mine.call_seconds = status.call_seconds;
                 mine.errors = status.errors.clone();
             }
         }
@@ -392,6 +393,7 @@ impl Coordinator {
         worker.busy_with = None;
         if let Some(status) = self.backends.get_mut(nvml::BACKEND) {
             status.poll_duration.observe(result.elapsed.as_secs_f64());
+            status.call_seconds += result.report.call_seconds;
             for (call, _) in &result.report.errors {
                 *status.errors.entry(call).or_insert(0) += 1;
             }

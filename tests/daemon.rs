@@ -196,6 +196,17 @@ fn eight_gpus_report_the_scenario_values() {
             .unwrap_or(0.0)
             >= 8.0
     );
+    // Time inside NVML calls is part of the polls' time, never more.
+    let in_calls = m
+        .value("gpuwarden_vendor_call_seconds_total", &[("backend", "nvml")])
+        .expect("call time");
+    let in_polls = m
+        .value("gpuwarden_poll_duration_seconds_sum", &[("backend", "nvml")])
+        .unwrap();
+    assert!(
+        in_calls > 0.0 && in_calls <= in_polls,
+        "calls {in_calls} s, polls {in_polls} s"
+    );
     let last = m
         .value("gpu_last_poll_timestamp_seconds", &[gpu("0")])
         .expect("last poll time");

@@ -37,6 +37,8 @@ pub struct PollReport {
     /// NVML answered "uninitialized" or "driver not loaded": the driver went away under us
     /// (an unload for an upgrade); the handles are no longer good.
     pub nvml_gone: bool,
+    /// Time spent inside vendor calls during this poll: the floor under the poll's wall time.
+    pub call_seconds: f64,
 }
 
 impl PollReport {
@@ -44,6 +46,7 @@ impl PollReport {
         PollReport {
             readings: None,
             nvml_gone: calls.nvml_gone,
+            call_seconds: calls.call_time.as_secs_f64(),
             errors: calls.errors,
             persistence: None,
         }
@@ -58,13 +61,22 @@ pub struct CallErrors {
     pub lost: bool,
     /// Set once any call said NVML is not initialised or the driver is not loaded.
     pub nvml_gone: bool,
+    /// Time spent inside the calls made through `read`.
+    pub call_time: std::time::Duration,
 }
 
 impl CallErrors {
     /// The value of a call, or `None` when the device does not support it (left out of the
     /// output) or the call failed (recorded, and counted by the caller).
-    pub fn read<T>(&mut self, call: &'static str, result: Result<T, nvml_wrapper::error::NvmlError>) -> Option<T> {
+    pub fn read<T>(
+        &mut self,
+        call: &'static str,
+        make_call: impl FnOnce() -> Result<T, nvml_wrapper::error::NvmlError>,
+    ) -> Option<T> {
         use nvml_wrapper::error::NvmlError;
+        let started = std::time::Instant::now();
+        let result = make_call();
+        self.call_time += started.elapsed();
         match result {
             Ok(value) => Some(value),
             // An older driver without the symbol simply does not offer the reading.

@@ -152,10 +152,9 @@ impl NvmlDevicePoller {
 
         // The first call tells us whether the GPU is there at all; a lost GPU answers every
         // call with GpuLost, and there is no point making twenty more.
-        if let Some(t) = calls.read(
-            "nvmlDeviceGetTemperature",
-            self.device.temperature(TemperatureSensor::Gpu),
-        ) {
+        if let Some(t) = calls.read("nvmlDeviceGetTemperature", || {
+            self.device.temperature(TemperatureSensor::Gpu)
+        }) {
             r.temperatures.push(("gpu", t as f64));
         }
         if calls.lost || calls.nvml_gone {
@@ -174,22 +173,21 @@ impl NvmlDevicePoller {
 
         self.read_field_values(&mut calls, &mut r);
 
-        if let Some(active) = calls.read("nvmlDeviceGetCurrentClocksEventReasons", self.current_clock_events()) {
+        if let Some(active) = calls.read("nvmlDeviceGetCurrentClocksEventReasons", || self.current_clock_events()) {
             let supported = statics.supported_clock_events.unwrap_or(u64::MAX);
             r.clock_events = clock_events::decode_nvidia(active, supported);
         }
 
         r.power_watts = calls
-            .read("nvmlDeviceGetPowerUsage", self.device.power_usage())
+            .read("nvmlDeviceGetPowerUsage", || self.device.power_usage())
             .map(|mw| mw as f64 / 1000.0);
         r.power_limit_watts = calls
-            .read("nvmlDeviceGetEnforcedPowerLimit", self.device.enforced_power_limit())
+            .read("nvmlDeviceGetEnforcedPowerLimit", || self.device.enforced_power_limit())
             .map(|mw| mw as f64 / 1000.0);
         r.energy_joules = calls
-            .read(
-                "nvmlDeviceGetTotalEnergyConsumption",
-                self.device.total_energy_consumption(),
-            )
+            .read("nvmlDeviceGetTotalEnergyConsumption", || {
+                self.device.total_energy_consumption()
+            })
             .map(|mj| mj as f64 / 1000.0);
 
         for (clock, name) in [
@@ -197,29 +195,30 @@ impl NvmlDevicePoller {
             (Clock::Memory, "memory"),
             (Clock::Graphics, "graphics"),
         ] {
-            if let Some(mhz) = calls.read("nvmlDeviceGetClockInfo", self.device.clock_info(clock)) {
+            if let Some(mhz) = calls.read("nvmlDeviceGetClockInfo", || self.device.clock_info(clock)) {
                 r.clocks_hertz.push((name, mhz as f64 * 1e6));
             }
         }
 
-        if let Some(u) = calls.read("nvmlDeviceGetUtilizationRates", self.device.utilization_rates()) {
+        if let Some(u) = calls.read("nvmlDeviceGetUtilizationRates", || self.device.utilization_rates()) {
             r.utilization_ratio = Some(u.gpu as f64 / 100.0);
             r.memory_copy_utilization_ratio = Some(u.memory as f64 / 100.0);
         }
-        if let Some(m) = calls.read("nvmlDeviceGetMemoryInfo_v2", self.device.memory_info()) {
+        if let Some(m) = calls.read("nvmlDeviceGetMemoryInfo_v2", || self.device.memory_info()) {
             r.memory_used_bytes = Some(m.used);
             r.memory_total_bytes = Some(m.total);
         }
 
-        r.pcie.generation = calls.read(
-            "nvmlDeviceGetCurrPcieLinkGeneration",
-            self.device.current_pcie_link_gen(),
-        );
-        r.pcie.width = calls.read("nvmlDeviceGetCurrPcieLinkWidth", self.device.current_pcie_link_width());
+        r.pcie.generation = calls.read("nvmlDeviceGetCurrPcieLinkGeneration", || {
+            self.device.current_pcie_link_gen()
+        });
+        r.pcie.width = calls.read("nvmlDeviceGetCurrPcieLinkWidth", || {
+            self.device.current_pcie_link_width()
+        });
         r.pcie.generation_max = statics.pcie_generation_max;
         r.pcie.width_max = statics.pcie_width_max;
         r.pcie.replay_errors = calls
-            .read("nvmlDeviceGetPcieReplayCounter", self.device.pcie_replay_counter())
+            .read("nvmlDeviceGetPcieReplayCounter", || self.device.pcie_replay_counter())
             .map(u64::from);
 
         self.read_ecc(&mut calls, &mut r);
@@ -227,11 +226,11 @@ impl NvmlDevicePoller {
         let persistence = self.read_and_keep_persistence(&mut calls, &mut r);
 
         r.performance_state = calls
-            .read("nvmlDeviceGetPerformanceState", self.device.performance_state())
+            .read("nvmlDeviceGetPerformanceState", || self.device.performance_state())
             .map(|p| p.as_c());
         if statics.fan_count > 0 {
             r.fan_speed_ratio = calls
-                .read("nvmlDeviceGetFanSpeed_v2", self.device.fan_speed(0))
+                .read("nvmlDeviceGetFanSpeed_v2", || self.device.fan_speed(0))
                 .map(|p| p as f64 / 100.0);
         }
 
@@ -241,6 +240,7 @@ impl NvmlDevicePoller {
         PollReport {
             readings: Some(r),
             nvml_gone: calls.nvml_gone,
+            call_seconds: calls.call_time.as_secs_f64(),
             errors: calls.errors,
             persistence,
         }
@@ -254,20 +254,20 @@ impl NvmlDevicePoller {
             (TemperatureThreshold::GpuMax, "gpu_max"),
             (TemperatureThreshold::MemoryMax, "memory_max"),
         ] {
-            if let Some(t) = calls.read(
-                "nvmlDeviceGetTemperatureThreshold",
-                self.device.temperature_threshold(threshold),
-            ) {
+            if let Some(t) = calls.read("nvmlDeviceGetTemperatureThreshold", || {
+                self.device.temperature_threshold(threshold)
+            }) {
                 s.thresholds.push((name, t as f64));
             }
         }
-        s.pcie_generation_max = calls.read("nvmlDeviceGetMaxPcieLinkGeneration", self.device.max_pcie_link_gen());
-        s.pcie_width_max = calls.read("nvmlDeviceGetMaxPcieLinkWidth", self.device.max_pcie_link_width());
-        s.fan_count = calls.read("nvmlDeviceGetNumFans", self.device.num_fans()).unwrap_or(0);
-        s.supported_clock_events = calls.read(
-            "nvmlDeviceGetSupportedClocksEventReasons",
-            self.supported_clock_events(),
-        );
+        s.pcie_generation_max = calls.read("nvmlDeviceGetMaxPcieLinkGeneration", || self.device.max_pcie_link_gen());
+        s.pcie_width_max = calls.read("nvmlDeviceGetMaxPcieLinkWidth", || self.device.max_pcie_link_width());
+        s.fan_count = calls
+            .read("nvmlDeviceGetNumFans", || self.device.num_fans())
+            .unwrap_or(0);
+        s.supported_clock_events = calls.read("nvmlDeviceGetSupportedClocksEventReasons", || {
+            self.supported_clock_events()
+        });
         s
     }
 
@@ -301,7 +301,7 @@ impl NvmlDevicePoller {
 
     fn read_field_values(&self, calls: &mut CallErrors, r: &mut DeviceReadings) {
         let ids: Vec<FieldId> = FIELDS.iter().map(|id| FieldId(*id)).collect();
-        let Some(samples) = calls.read("nvmlDeviceGetFieldValues", self.device.field_values_for(&ids)) else {
+        let Some(samples) = calls.read("nvmlDeviceGetFieldValues", || self.device.field_values_for(&ids)) else {
             return;
         };
         // Each sample answers for itself: an unsupported field is an Err in its slot.
@@ -327,7 +327,7 @@ impl NvmlDevicePoller {
     }
 
     fn read_ecc(&self, calls: &mut CallErrors, r: &mut DeviceReadings) {
-        let Some(mode) = calls.read("nvmlDeviceGetEccMode", self.device.is_ecc_enabled()) else {
+        let Some(mode) = calls.read("nvmlDeviceGetEccMode", || self.device.is_ecc_enabled()) else {
             return;
         };
         r.ecc_enabled = Some(mode.currently_enabled);
@@ -342,10 +342,9 @@ impl NvmlDevicePoller {
                 (EccCounter::Volatile, EccScope::Volatile),
                 (EccCounter::Aggregate, EccScope::Aggregate),
             ] {
-                if let Some(count) = calls.read(
-                    "nvmlDeviceGetTotalEccErrors",
-                    self.device.total_ecc_errors(error, counter),
-                ) {
+                if let Some(count) = calls.read("nvmlDeviceGetTotalEccErrors", || {
+                    self.device.total_ecc_errors(error, counter)
+                }) {
                     r.ecc_errors.push(EccCount {
                         error_type,
                         scope,
@@ -362,7 +361,7 @@ impl NvmlDevicePoller {
         calls: &mut CallErrors,
         r: &mut DeviceReadings,
     ) -> Option<PersistenceOutcome> {
-        let on = calls.read("nvmlDeviceGetPersistenceMode", self.device.is_in_persistent_mode())?;
+        let on = calls.read("nvmlDeviceGetPersistenceMode", || self.device.is_in_persistent_mode())?;
         r.persistence_mode = Some(on);
         if on || !self.enable_persistence {
             return None;
