@@ -30,6 +30,36 @@ impl Format {
     }
 }
 
+/// One item of an Accept or Accept-Encoding header: `name;q=0.5;version=1.0.0`.
+struct HeaderItem {
+    /// Media type or content coding, lower case.
+    name: String,
+    /// Preference, 1 when not given; 0 means "not acceptable".
+    q: f32,
+    version: Option<String>,
+}
+
+/// The items of a comma-separated header; parameter names are case-insensitive.
+fn header_items(header: &str) -> impl Iterator<Item = HeaderItem> + '_ {
+    header.split(',').map(|part| {
+        let mut params = part.split(';').map(str::trim);
+        let name = params.next().unwrap_or("").to_ascii_lowercase();
+        let mut item = HeaderItem {
+            name,
+            q: 1.0,
+            version: None,
+        };
+        for (key, value) in params.filter_map(|p| p.split_once('=')) {
+            match key.trim().to_ascii_lowercase().as_str() {
+                "q" => item.q = value.trim().parse().unwrap_or(0.0),
+                "version" => item.version = Some(value.trim().to_string()),
+                _ => {}
+            }
+        }
+        item
+    })
+}
+
 /// Picks the format from an Accept header by its q-values: OpenMetrics when it is preferred
 /// at least as much as plain text, the text format otherwise (and when there is no header).
 pub fn negotiate_format(accept: Option<&str>) -> Format {
@@ -38,26 +68,13 @@ pub fn negotiate_format(accept: Option<&str>) -> Format {
     };
     let mut openmetrics_q: f32 = 0.0;
     let mut text_q: f32 = 0.0;
-    for part in accept.split(',') {
-        let mut params = part.split(';').map(str::trim);
-        let media_type = params.next().unwrap_or("").to_ascii_lowercase();
-        let mut q = 1.0f32;
-        let mut version: Option<String> = None;
-        for param in params {
-            if let Some((key, value)) = param.split_once('=') {
-                match key.trim().to_ascii_lowercase().as_str() {
-                    "q" => q = value.trim().parse().unwrap_or(0.0),
-                    "version" => version = Some(value.trim().to_string()),
-                    _ => {}
-                }
-            }
-        }
-        match media_type.as_str() {
+    for item in header_items(accept) {
+        match item.name.as_str() {
             // We write OpenMetrics 1.0.0; a client that asks only for another version
             // (0.0.1) reads 1.0.0 fine, as Prometheus does.
-            "application/openmetrics-text" => openmetrics_q = openmetrics_q.max(q),
-            "text/plain" if version.as_deref().is_none_or(|v| v == "0.0.4") => text_q = text_q.max(q),
-            "*/*" | "text/*" => text_q = text_q.max(q),
+            "application/openmetrics-text" => openmetrics_q = openmetrics_q.max(item.q),
+            "text/plain" if item.version.as_deref().is_none_or(|v| v == "0.0.4") => text_q = text_q.max(item.q),
+            "*/*" | "text/*" => text_q = text_q.max(item.q),
             _ => {}
         }
     }
@@ -71,16 +88,7 @@ pub fn negotiate_format(accept: Option<&str>) -> Format {
 /// True when the Accept-Encoding header accepts gzip (q above 0).
 pub fn accepts_gzip(accept_encoding: Option<&str>) -> bool {
     accept_encoding.is_some_and(|header| {
-        header.split(',').any(|part| {
-            let mut params = part.split(';').map(str::trim);
-            let coding = params.next().unwrap_or("").to_ascii_lowercase();
-            let q = params
-                .filter_map(|p| p.split_once('='))
-                .find(|(k, _)| k.trim() == "q")
-                .map(|(_, v)| v.trim().parse::<f32>().unwrap_or(0.0))
-                .unwrap_or(1.0);
-            (coding == "gzip" || coding == "x-gzip") && q > 0.0
-        })
+        header_items(header).any(|item| (item.name == "gzip" || item.name == "x-gzip") && item.q > 0.0)
     })
 }
 

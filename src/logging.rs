@@ -66,6 +66,15 @@ impl RateLimiter {
     }
 }
 
+/// The suffix for a log line that `RateLimiter::allow` let through after holding others back.
+pub fn held_back_suffix(held_back: u64) -> String {
+    if held_back > 0 {
+        format!(" ({held_back} more since the last report)")
+    } else {
+        String::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -359,11 +359,7 @@ impl Coordinator {
                         .log_limiter
                         .allow(&format!("{}/not-answering", worker.identity.uuid))
                 {
-                    let repeats = if held_back > 0 {
-                        format!(" ({held_back} more since the last report)")
-                    } else {
-                        String::new()
-                    };
+                    let repeats = crate::logging::held_back_suffix(held_back);
                     log::warn!(
                         gpu_uuid = worker.identity.uuid.as_str(), pci_bus_id = worker.identity.pci_bus_id.as_str();
                         "GPU {} ({}) did not answer within {:?}; reporting it down until it does{repeats}",
@@ -401,11 +397,7 @@ impl Coordinator {
         for (call, error) in &result.report.errors {
             let key = format!("{}/{call}/{error}", worker.identity.uuid);
             if let Some(held_back) = self.log_limiter.allow(&key) {
-                let repeats = if held_back > 0 {
-                    format!(" ({held_back} more since the last report)")
-                } else {
-                    String::new()
-                };
+                let repeats = crate::logging::held_back_suffix(held_back);
                 log::warn!(
                     gpu_uuid = worker.identity.uuid.as_str(), pci_bus_id = worker.identity.pci_bus_id.as_str();
                     "GPU {} ({}): {call} failed: {error}{repeats}",

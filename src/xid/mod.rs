@@ -27,17 +27,15 @@ pub fn log_xid(pci_bus_id: &str, xid: u32, source: &str) {
     else {
         return;
     };
-    let (name, severity, action) = match catalog::lookup(xid) {
-        Some(e) => (e.name, e.severity.label(), e.action()),
-        None => ("unknown", "unknown", catalog::UNKNOWN_ACTION.to_string()),
-    };
-    let repeats = if held_back > 0 {
-        format!(" ({held_back} more since the last report)")
-    } else {
-        String::new()
-    };
+    let entry = catalog::lookup(xid);
+    let severity = entry.map(|e| e.severity).unwrap_or(catalog::Severity::Unknown);
+    let name = entry.map(|e| e.name).unwrap_or("unknown");
+    let action = entry
+        .map(|e| e.action())
+        .unwrap_or_else(|| catalog::UNKNOWN_ACTION.to_string());
+    let repeats = crate::logging::held_back_suffix(held_back);
     // Fatal ones are errors of the node; application faults and notices are not.
-    let level = match catalog::severity(xid) {
+    let level = match severity {
         catalog::Severity::Fatal => log::Level::Error,
         catalog::Severity::Critical => log::Level::Warn,
         _ => log::Level::Info,
@@ -45,6 +43,7 @@ pub fn log_xid(pci_bus_id: &str, xid: u32, source: &str) {
     log::log!(
         level,
         pci_bus_id = pci_bus_id, xid = xid;
-        "Xid {xid} ({name}, {severity}) on GPU {pci_bus_id}, from the {source}: {action}{repeats}"
+        "Xid {xid} ({name}, {}) on GPU {pci_bus_id}, from the {source}: {action}{repeats}",
+        severity.label()
     );
 }

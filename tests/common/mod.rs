@@ -37,6 +37,22 @@ pub fn sim_library() -> PathBuf {
     panic!("libgpuwarden_sim_nvml.so not found next to {BIN}; run the tests with cargo test");
 }
 
+/// Every input of a fuzz target's committed corpus (fuzz/corpus/TARGET), as text; panics when
+/// the corpus holds fewer than `at_least` inputs.
+pub fn fuzz_corpus(target: &str, at_least: usize) -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
+    let inputs: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| String::from_utf8_lossy(&std::fs::read(entry.unwrap().path()).unwrap()).into_owned())
+        .collect();
+    assert!(
+        inputs.len() >= at_least,
+        "{target}: {} inputs, expected at least {at_least}",
+        inputs.len()
+    );
+    inputs
+}
+
 /// The simulated library built as an old driver (tests/sim-nvml-old): some symbols missing.
 pub fn old_sim_library() -> PathBuf {
     sim_library().with_file_name("libgpuwarden_sim_nvml_old.so")
