@@ -22,6 +22,7 @@ pub struct Config {
     pub nvml: Nvml,
     pub persistence: Persistence,
     pub xid: Xid,
+    pub probe: Probe,
 }
 
 impl Default for Config {
@@ -32,6 +33,7 @@ impl Default for Config {
             nvml: Nvml::default(),
             persistence: Persistence::default(),
             xid: Xid::default(),
+            probe: Probe::default(),
         }
     }
 }
@@ -165,6 +167,105 @@ impl Default for Xid {
     }
 }
 
+/// The CUDA probe: `gpuwarden probe` and the scheduled probes of the daemon.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Probe {
+    /// Run probes from the daemon. Off by default: a probe loads the GPU for about 15 s.
+    pub schedule: bool,
+    /// How often each GPU is probed when `schedule` is on.
+    #[serde(deserialize_with = "duration")]
+    pub interval: Duration,
+    /// The tests a probe runs, in this order.
+    #[serde(deserialize_with = "probe_tests")]
+    pub tests: Vec<crate::probe::Test>,
+    /// How long each test runs; long enough for clocks and power to settle.
+    pub durations: ProbeDurations,
+    /// A test passes when it reaches at least this fraction of the expected value.
+    #[serde(deserialize_with = "fraction")]
+    pub pass_fraction: f64,
+    /// Device memory the probe may allocate (MiB); buffer sizes shrink to fit. The CUDA
+    /// context itself takes about 500 MiB more.
+    #[serde(deserialize_with = "memory_cap_mib")]
+    pub memory_cap_mib: u64,
+    /// A GPU is probed only when its utilization is at most this (0..1) and it runs no
+    /// compute process.
+    #[serde(deserialize_with = "fraction")]
+    pub max_utilization: f64,
+    /// How often the GPU is sampled while a probe runs.
+    #[serde(deserialize_with = "duration")]
+    pub sample_interval: Duration,
+    /// A scheduled probe that has not finished after this long is killed.
+    #[serde(deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// cuBLAS to load for the GEMM test: empty means search the usual names
+    /// (libcublas.so.13, .12, ...); a path loads that file first.
+    pub cublas_library: PathBuf,
+    /// Expected values that override or extend the shipped table (docs/probe.md).
+    pub expected: Vec<crate::probe::expected::Expectation>,
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Probe {
+            schedule: false,
+            interval: Duration::from_secs(24 * 3600),
+            tests: crate::probe::Test::ALL.to_vec(),
+            durations: ProbeDurations::default(),
+            pass_fraction: 0.9,
+            memory_cap_mib: 4096,
+            max_utilization: 0.05,
+            sample_interval: Duration::from_millis(100),
+            timeout: Duration::from_secs(120),
+            cublas_library: PathBuf::new(),
+            expected: Vec::new(),
+        }
+    }
+}
+
+/// How long each probe test runs.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeDurations {
+    #[serde(deserialize_with = "test_duration")]
+    pub gemm_bf16: Duration,
+    #[serde(deserialize_with = "test_duration")]
+    pub fma_fp32: Duration,
+    #[serde(deserialize_with = "test_duration")]
+    pub hbm_copy: Duration,
+    #[serde(deserialize_with = "test_duration")]
+    pub pcie_h2d: Duration,
+    #[serde(deserialize_with = "test_duration")]
+    pub pcie_d2h: Duration,
+}
+
+impl Default for ProbeDurations {
+    fn default() -> Self {
+        ProbeDurations {
+            // The GEMM runs longest: a board that is power-capped under load shows it only
+            // after the first second (an H200 bursts to ~775 TFLOP/s and settles at ~650).
+            gemm_bf16: Duration::from_secs(5),
+            fma_fp32: Duration::from_secs(2),
+            hbm_copy: Duration::from_secs(2),
+            pcie_h2d: Duration::from_secs(2),
+            pcie_d2h: Duration::from_secs(2),
+        }
+    }
+}
+
+impl ProbeDurations {
+    pub fn of(&self, test: crate::probe::Test) -> Duration {
+        use crate::probe::Test;
+        match test {
+            Test::GemmBf16 => self.gemm_bf16,
+            Test::FmaFp32 => self.fma_fp32,
+            Test::HbmCopy => self.hbm_copy,
+            Test::PcieH2d => self.pcie_h2d,
+            Test::PcieD2h => self.pcie_d2h,
+        }
+    }
+}
+
 /// Reads durations the way Prometheus configs write them: `500ms`, `1s`, `5m`.
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(d)?;
@@ -173,6 +274,54 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
             "{text:?} is not a duration ({e}); write it like 500ms, 1s or 5m"
         ))
     })
+}
+
+/// A probe test's duration: long enough to measure (100ms), short enough not to hold the GPU (60s).
+fn test_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let value = duration(d)?;
+    if value < Duration::from_millis(100) || value > Duration::from_secs(60) {
+        return Err(serde::de::Error::custom(format!(
+            "a probe test runs from 100ms to 60s; {value:?} is outside that"
+        )));
+    }
+    Ok(value)
+}
+
+/// A ratio from 0 to 1.
+fn fraction<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let value = f64::deserialize(d)?;
+    if !(0.0..=1.0).contains(&value) {
+        return Err(serde::de::Error::custom(format!(
+            "{value} is not a fraction; write a number from 0 to 1 (0.9 means 90%)"
+        )));
+    }
+    Ok(value)
+}
+
+fn memory_cap_mib<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let value = u64::deserialize(d)?;
+    if value < 256 {
+        return Err(serde::de::Error::custom(format!(
+            "memory_cap_mib is {value}; the smallest buffers the probe measures with need 256 MiB"
+        )));
+    }
+    Ok(value)
+}
+
+fn probe_tests<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<crate::probe::Test>, D::Error> {
+    let tests = Vec::<crate::probe::Test>::deserialize(d)?;
+    if tests.is_empty() {
+        return Err(serde::de::Error::custom(
+            "probe.tests is empty; list at least one of gemm_bf16, fma_fp32, hbm_copy, pcie_h2d, pcie_d2h",
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for test in &tests {
+        if !seen.insert(*test) {
+            return Err(serde::de::Error::custom(format!("{} is listed twice", test.name())));
+        }
+    }
+    Ok(tests)
 }
 
 /// What the command line sets over the config file (`--listen`, `--demo`); applied at start

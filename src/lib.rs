@@ -20,6 +20,7 @@ pub mod model;
 pub mod notify;
 pub mod pci;
 pub mod poller;
+pub mod probe;
 pub mod status_page;
 pub mod store;
 pub mod xid;

@@ -1,9 +1,9 @@
-//! gpuwarden's command line: `run`, `check`, `config check`, `xid explain|scan`.
+//! gpuwarden's command line: `run`, `check`, `probe`, `config check`, `xid explain|scan`.
 //! The work is in the library (lib.rs).
 
 use clap::{Parser, Subcommand};
 use gpuwarden::config::{Config, EX_CONFIG, Overrides};
-use gpuwarden::{check, daemon, demo, logging, xid};
+use gpuwarden::{check, daemon, demo, logging, probe, xid};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -45,6 +45,25 @@ enum Command {
         /// Check the simulated GPUs of the demo.
         #[arg(long)]
         demo: bool,
+    },
+    /// Run the CUDA probe on one GPU now: bf16 GEMM, FP32 FMA, HBM copy and pinned PCIe
+    /// bandwidth, compared with what the model should reach. Exit 0: passed (or no expected
+    /// values for this model); 1: a test failed; 2: could not run; 3: the GPU is busy.
+    Probe {
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The GPU's index, as in `gpuwarden check` and the `gpu` label.
+        #[arg(long, default_value_t = 0)]
+        gpu: u32,
+        /// Comma-separated tests (gemm_bf16, fma_fp32, hbm_copy, pcie_h2d, pcie_d2h); default: the config's probe.tests.
+        #[arg(long, value_name = "LIST")]
+        tests: Option<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Probe even when the GPU runs compute processes or is busy.
+        #[arg(long)]
+        force: bool,
     },
     /// Work with config files.
     Config {
@@ -136,6 +155,24 @@ fn main() {
             // check only looks: it reports persistence mode off rather than changing it.
             cfg.persistence.enable = false;
             Ok(check::run(cfg, json))
+        })(),
+        Command::Probe {
+            config,
+            gpu,
+            tests,
+            json,
+            force,
+        } => (|| {
+            let cfg = load_config(config_path(config.as_deref()).as_deref())?;
+            let tests = match tests.as_deref().map(probe::cli::parse_tests).transpose() {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("gpuwarden probe: {e}");
+                    return Err(2);
+                }
+            };
+            let options = probe::cli::Options { gpu, tests, force };
+            Ok(probe::cli::main(&cfg, &options, json))
         })(),
         Command::Xid {
             command: XidCommand::Explain { code },

@@ -145,6 +145,11 @@ impl NvmlDevicePoller {
         &self.identity
     }
 
+    /// Processes holding a CUDA context on this GPU; the probe runs only where there are none.
+    pub fn compute_processes(&self) -> Result<u32, NvmlError> {
+        self.device.running_compute_processes_count()
+    }
+
     /// Reads every supported value once. Never panics; failed calls are listed in the report.
     pub fn poll(&mut self) -> PollReport {
         let mut calls = CallErrors::default();

@@ -527,6 +527,39 @@ pub unsafe extern "C" fn nvmlDeviceGetPerformanceState(device: nvmlDevice_t, out
 }
 
 #[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+    infos: *mut nvmlProcessInfo_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetComputeRunningProcesses_v3", |_, d| {
+        if count.is_null() {
+            return INVALID_ARGUMENT;
+        }
+        // SAFETY: the caller passes room for *count entries (NVML's contract).
+        unsafe {
+            let room = *count;
+            *count = d.compute_processes;
+            if d.compute_processes > room || infos.is_null() {
+                return if d.compute_processes == 0 {
+                    SUCCESS
+                } else {
+                    INSUFFICIENT_SIZE
+                };
+            }
+            for i in 0..d.compute_processes as usize {
+                let info = &mut *infos.add(i);
+                info.pid = 1000 + i as c_uint;
+                info.usedGpuMemory = 1 << 30;
+                info.gpuInstanceId = u32::MAX;
+                info.computeInstanceId = u32::MAX;
+            }
+        }
+        SUCCESS
+    })
+}
+
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetFanSpeed_v2(device: nvmlDevice_t, fan: c_uint, out: *mut c_uint) -> nvmlReturn_t {
     device_call(device, "nvmlDeviceGetFanSpeed_v2", |_, d| {
         // Like a real fanless H200: there is no fan 0, so the index is an invalid argument

@@ -93,6 +93,9 @@ pub struct Device {
     /// When false, `nvmlDeviceSetPersistenceMode` answers `NVML_ERROR_NO_PERMISSION`.
     #[serde(default = "yes")]
     pub persistence_settable: bool,
+    /// Processes with a CUDA context on the device (what the probe's idle check counts).
+    #[serde(default)]
+    pub compute_processes: u32,
     pub performance_state: Option<u32>,
     pub fan_speed_percent: Option<u32>,
     /// The XIDs this GPU has raised so far, oldest first. A registered event set delivers

@@ -1,0 +1,226 @@
+//! `gpuwarden probe`: find the GPU through NVML, check that it is idle, open it in CUDA,
+//! run the tests while sampling, and compare with the expected values. The daemon's
+//! scheduled probes run exactly this, in a child process.
+
+use super::cuda::{self, CudaGpu, Sizes};
+use super::sampler::Sampler;
+use super::{ProbeError, ProbeReport, Test, TestResult, expected};
+use crate::backend::nvml::{NvmlBackend, NvmlDevicePoller};
+use crate::config::Config;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::{Instant, SystemTime};
+
+/// CUDA's own context and cuBLAS workspace come on top of the probe's buffers.
+const CONTEXT_OVERHEAD_MIB: u64 = 768;
+
+pub struct Options {
+    pub gpu: u32,
+    /// `None`: the config's `probe.tests`.
+    pub tests: Option<Vec<Test>>,
+    /// Probe even when the GPU is in use.
+    pub force: bool,
+}
+
+/// Parses `--tests gemm_bf16,hbm_copy`.
+pub fn parse_tests(list: &str) -> Result<Vec<Test>, String> {
+    let mut tests = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let test = Test::from_name(name).ok_or_else(|| {
+            let known: Vec<&str> = Test::ALL.iter().map(|t| t.name()).collect();
+            format!("unknown test {name:?}; the tests are {}", known.join(", "))
+        })?;
+        if !tests.contains(&test) {
+            tests.push(test);
+        }
+    }
+    if tests.is_empty() {
+        return Err("--tests is empty; name at least one test".into());
+    }
+    Ok(tests)
+}
+
+/// Why this GPU should not be probed now, from one poll and its process count.
+pub fn busy_reason(
+    compute_processes: Option<u32>,
+    utilization: Option<f64>,
+    memory_free_mib: Option<u64>,
+    config: &crate::config::Probe,
+) -> Option<String> {
+    if let Some(n) = compute_processes.filter(|n| *n > 0) {
+        return Some(format!("{n} compute process(es) are running on it"));
+    }
+    if let Some(u) = utilization.filter(|u| *u > config.max_utilization) {
+        return Some(format!(
+            "its utilization is {:.0}% (probe.max_utilization is {:.0}%)",
+            u * 100.0,
+            config.max_utilization * 100.0
+        ));
+    }
+    let needed = config.memory_cap_mib + CONTEXT_OVERHEAD_MIB;
+    if let Some(free) = memory_free_mib.filter(|free| *free < needed) {
+        return Some(format!(
+            "only {free} MiB of its memory is free and the probe needs {needed} MiB (probe.memory_cap_mib + CUDA's own)"
+        ));
+    }
+    None
+}
+
+pub fn run(config: &Config, options: &Options) -> Result<ProbeReport, ProbeError> {
+    let started = SystemTime::now();
+    let clock = Instant::now();
+    let settings = &config.probe;
+    let backend = NvmlBackend::load(&config.nvml).map_err(|e| {
+        ProbeError::NoDriver(format!(
+            "cannot load NVML ({}): {e}; the probe needs the NVIDIA driver",
+            config.nvml.library_path.display()
+        ))
+    })?;
+    let mut pollers = backend
+        .device_pollers(false)
+        .map_err(|e| ProbeError::NoDriver(format!("NVML cannot list the GPUs: {e}")))?;
+    let count = pollers.len();
+    if options.gpu as usize >= count {
+        return Err(ProbeError::NoSuchGpu(format!(
+            "there is no GPU {}; this node has {count} (numbered from 0, as in `gpuwarden check`)",
+            options.gpu
+        )));
+    }
+    let mut poller: NvmlDevicePoller = pollers.swap_remove(options.gpu as usize);
+    let identity = poller.identity().clone();
+    let readings = poller.poll().readings;
+
+    if !options.force {
+        let processes = poller
+            .compute_processes()
+            .map_err(|e| ProbeError::Busy(format!("cannot tell whether GPU {} is in use: {e}", options.gpu)))?;
+        let utilization = readings.as_ref().and_then(|r| r.utilization_ratio);
+        let free = readings
+            .as_ref()
+            .and_then(|r| Some(r.memory_total_bytes?.saturating_sub(r.memory_used_bytes?) >> 20));
+        if let Some(why) = busy_reason(Some(processes), utilization, free, settings) {
+            return Err(ProbeError::Busy(format!(
+                "GPU {} is not idle: {why}; run with --force to probe it anyway",
+                options.gpu
+            )));
+        }
+    }
+
+    if !cuda::driver_present() {
+        return Err(ProbeError::NoDriver(
+            "the CUDA driver library (libcuda.so.1) is not installed; the probe needs it (it comes with the NVIDIA driver)"
+                .into(),
+        ));
+    }
+    let cublas = cuda::cublas_present(&settings.cublas_library).map_err(ProbeError::Cuda)?;
+    let tests = options.tests.clone().unwrap_or_else(|| settings.tests.clone());
+    let sizes = Sizes::for_cap(settings.memory_cap_mib);
+    let expectation = expected::resolve(&settings.expected, &identity.name);
+
+    // cudarc panics when a driver lacks a function it was asked for (a driver older than
+    // CUDA 11.4); that must be an error message, not a crash.
+    let measured = catch_unwind(AssertUnwindSafe(|| -> Result<Vec<TestResult>, ProbeError> {
+        let gpu = CudaGpu::open(&identity.uuid, cublas)?;
+        let sampler = Sampler::start(poller, settings.sample_interval);
+        let mut results = Vec::new();
+        for test in tests {
+            sampler.begin(test);
+            let m = gpu.run(test, &settings.durations, sizes);
+            let under_load = sampler.end();
+            let expected_value = expectation.as_ref().and_then(|e| e.value(test));
+            let sustained = m.rates.map(|r| r.sustained);
+            results.push(TestResult {
+                test,
+                params: m.params,
+                duration_seconds: settings.durations.of(test).as_secs_f64(),
+                burst: m.rates.map(|r| r.burst),
+                sustained,
+                expected: expected_value,
+                pass: match (sustained, expected_value) {
+                    (Some(s), Some(e)) => Some(expected::verdict(s, e, settings.pass_fraction)),
+                    _ => None,
+                },
+                skipped: m.skipped,
+                under_load,
+            });
+        }
+        Ok(results)
+    }))
+    .map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown failure".into());
+        ProbeError::Cuda(format!(
+            "the CUDA driver or cuBLAS is missing something the probe needs: {message}"
+        ))
+    })??;
+
+    Ok(ProbeReport {
+        gpu: identity.index,
+        uuid: identity.uuid,
+        name: identity.name,
+        started: crate::model::unix_seconds(started),
+        wall_seconds: clock.elapsed().as_secs_f64(),
+        expectation: expectation.map(|e| e.source),
+        pass_fraction: settings.pass_fraction,
+        tests: measured,
+    })
+}
+
+/// Runs the probe and prints the report (or the error); returns the exit status.
+pub fn main(config: &Config, options: &Options, json: bool) -> i32 {
+    match run(config, options) {
+        Ok(report) => {
+            if json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(text) => println!("{text}"),
+                    Err(e) => eprintln!("gpuwarden probe: cannot write the report as JSON: {e}"),
+                }
+            } else {
+                print!("{}", super::report::render(&report));
+            }
+            i32::from(report.passed() == Some(false))
+        }
+        Err(e) => {
+            if json {
+                // The daemon reads this from its child: what went wrong, as data.
+                let body = serde_json::json!({ "error": e });
+                println!("{body}");
+            }
+            eprintln!("gpuwarden probe: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_lists_parse_and_say_what_is_wrong() {
+        assert_eq!(
+            parse_tests("gemm_bf16, hbm_copy").unwrap(),
+            vec![Test::GemmBf16, Test::HbmCopy]
+        );
+        assert_eq!(parse_tests("pcie_h2d,pcie_h2d").unwrap(), vec![Test::PcieH2d]);
+        let e = parse_tests("gemm_fp8").unwrap_err();
+        assert!(e.contains("gemm_fp8") && e.contains("gemm_bf16, fma_fp32"), "{e}");
+        assert!(parse_tests(" , ").is_err());
+    }
+
+    #[test]
+    fn busy_rules() {
+        let config = crate::config::Probe::default(); // 5% utilization, 4096 MiB cap
+        assert_eq!(busy_reason(Some(0), Some(0.0), Some(80_000), &config), None);
+        assert_eq!(busy_reason(None, None, None, &config), None);
+        let r = busy_reason(Some(2), Some(0.0), Some(80_000), &config).unwrap();
+        assert!(r.contains("2 compute process"), "{r}");
+        let r = busy_reason(Some(0), Some(0.06), Some(80_000), &config).unwrap();
+        assert!(r.contains("utilization is 6%"), "{r}");
+        assert_eq!(busy_reason(Some(0), Some(0.05), Some(80_000), &config), None);
+        let r = busy_reason(Some(0), Some(0.0), Some(4000), &config).unwrap();
+        assert!(r.contains("4864 MiB"), "{r}");
+    }
+}

@@ -1,0 +1,168 @@
+//! Samples the GPU through NVML while the probe runs, so the report can say what happened
+//! under load: peak temperature, mean SM clock and power, and how long each clock-event
+//! (throttle) reason was active. A probe that is slow because the board is power-capped or
+//! too hot says so here, next to the number.
+
+use super::{Test, UnderLoad};
+use crate::backend::nvml::NvmlDevicePoller;
+use crate::model::DeviceReadings;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// The few readings a probe report needs from one poll.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sample {
+    pub temperature: Option<f64>,
+    pub memory_temperature: Option<f64>,
+    pub sm_clock_hertz: Option<f64>,
+    pub power_watts: Option<f64>,
+    pub active_reasons: Vec<&'static str>,
+}
+
+impl Sample {
+    pub fn from_readings(r: &DeviceReadings) -> Sample {
+        Sample {
+            temperature: r.temperature("gpu"),
+            memory_temperature: r.temperature("memory"),
+            sm_clock_hertz: r.clock("sm"),
+            power_watts: r.power_watts,
+            active_reasons: r.clock_events.iter().filter(|e| e.active).map(|e| e.reason).collect(),
+        }
+    }
+}
+
+/// Peak, means and reason durations over the samples of one test; each sample stands for
+/// one `interval`.
+pub fn summarize(samples: &[Sample], interval: Duration) -> UnderLoad {
+    fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+        let (sum, n) = values.fold((0.0, 0u32), |(s, n), v| (s + v, n + 1));
+        (n > 0).then(|| sum / f64::from(n))
+    }
+    fn peak(values: impl Iterator<Item = f64>) -> Option<f64> {
+        values.fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+    }
+    let mut reasons: BTreeMap<String, f64> = BTreeMap::new();
+    for sample in samples {
+        for reason in &sample.active_reasons {
+            *reasons.entry(reason.to_string()).or_default() += interval.as_secs_f64();
+        }
+    }
+    UnderLoad {
+        samples: samples.len() as u32,
+        peak_temperature_celsius: peak(samples.iter().filter_map(|s| s.temperature)),
+        peak_memory_temperature_celsius: peak(samples.iter().filter_map(|s| s.memory_temperature)),
+        mean_sm_clock_hertz: mean(samples.iter().filter_map(|s| s.sm_clock_hertz)),
+        mean_power_watts: mean(samples.iter().filter_map(|s| s.power_watts)),
+        clock_event_seconds: reasons,
+    }
+}
+
+#[derive(Default)]
+struct Current {
+    test: Option<Test>,
+    samples: Vec<Sample>,
+}
+
+/// A thread that polls one GPU every `interval` and keeps the samples of the running test.
+pub struct Sampler {
+    current: Arc<Mutex<Current>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    interval: Duration,
+}
+
+impl Sampler {
+    pub fn start(mut poller: NvmlDevicePoller, interval: Duration) -> Sampler {
+        let current = Arc::new(Mutex::new(Current::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, s) = (current.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("probe-sampler".into())
+            .spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    let report = poller.poll();
+                    if let Some(readings) = report.readings {
+                        let mut current = c.lock().unwrap_or_else(PoisonError::into_inner);
+                        if current.test.is_some() {
+                            current.samples.push(Sample::from_readings(&readings));
+                        }
+                    }
+                    std::thread::sleep(interval);
+                }
+            })
+            .ok();
+        Sampler {
+            current,
+            stop,
+            thread,
+            interval,
+        }
+    }
+
+    /// Starts keeping samples for `test`.
+    pub fn begin(&self, test: Test) {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        current.test = Some(test);
+        current.samples.clear();
+    }
+
+    /// Stops keeping samples and summarises those of the test that just ended.
+    pub fn end(&self) -> UnderLoad {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        current.test = None;
+        let samples = std::mem::take(&mut current.samples);
+        summarize(&samples, self.interval)
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(temp: f64, clock_mhz: f64, watts: f64, reasons: &[&'static str]) -> Sample {
+        Sample {
+            temperature: Some(temp),
+            memory_temperature: None,
+            sm_clock_hertz: Some(clock_mhz * 1e6),
+            power_watts: Some(watts),
+            active_reasons: reasons.to_vec(),
+        }
+    }
+
+    #[test]
+    fn summary_of_a_power_capped_run() {
+        let samples = [
+            sample(40.0, 1980.0, 500.0, &[]),
+            sample(55.0, 1800.0, 700.0, &["sw_power_cap"]),
+            sample(61.0, 1700.0, 700.0, &["sw_power_cap"]),
+            sample(60.0, 1700.0, 700.0, &["sw_power_cap", "sw_thermal_slowdown"]),
+        ];
+        let u = summarize(&samples, Duration::from_millis(100));
+        assert_eq!(u.samples, 4);
+        assert_eq!(u.peak_temperature_celsius, Some(61.0));
+        assert_eq!(u.peak_memory_temperature_celsius, None);
+        assert!((u.mean_sm_clock_hertz.unwrap() - 1795e6).abs() < 1.0);
+        assert!((u.mean_power_watts.unwrap() - 650.0).abs() < 1e-9);
+        assert!((u.clock_event_seconds["sw_power_cap"] - 0.3).abs() < 1e-9);
+        assert!((u.clock_event_seconds["sw_thermal_slowdown"] - 0.1).abs() < 1e-9);
+        assert!(!u.clock_event_seconds.contains_key("hw_slowdown"));
+    }
+
+    #[test]
+    fn no_samples_no_figures() {
+        let u = summarize(&[], Duration::from_millis(100));
+        assert_eq!(u, UnderLoad::default());
+    }
+}
