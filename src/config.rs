@@ -4,7 +4,7 @@
 //! keys are errors (a misspelt key that is silently ignored is how a fleet ends up with
 //! persistence mode off). Every error names the file, line and column.
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -61,9 +61,9 @@ impl Default for Poll {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct RawPoll {
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
     interval: Duration,
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
     timeout: Duration,
 }
 
@@ -96,7 +96,7 @@ impl TryFrom<RawPoll> for Poll {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Nvml {
     /// Set to false on nodes without NVIDIA GPUs to skip even looking for the library.
@@ -105,9 +105,9 @@ pub struct Nvml {
     pub library_path: PathBuf,
     /// How long to wait before trying again when NVML cannot be loaded or initialised
     /// (no driver yet, or a driver reload); doubles up to `retry_max`.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
     pub retry_initial: Duration,
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
     pub retry_max: Duration,
 }
 
@@ -147,11 +147,11 @@ pub struct Xid {
     pub nvml_events: bool,
     /// Reports of the same XID on the same GPU from different sources within this window
     /// are one event.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
     pub dedup_window: Duration,
     /// How long a critical XID keeps its GPU `degraded`. Fatal XIDs keep it `unhealthy`
     /// until the daemon restarts (normally: until the node reboots).
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
     pub critical_hold: Duration,
 }
 
@@ -168,13 +168,13 @@ impl Default for Xid {
 }
 
 /// The CUDA probe: `gpuwarden probe` and the scheduled probes of the daemon.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Probe {
     /// Run probes from the daemon. Off by default: a probe loads the GPU for about 15 s.
     pub schedule: bool,
     /// How often each GPU is probed when `schedule` is on.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
     pub interval: Duration,
     /// The tests a probe runs, in this order.
     #[serde(deserialize_with = "probe_tests")]
@@ -193,10 +193,10 @@ pub struct Probe {
     #[serde(deserialize_with = "fraction")]
     pub max_utilization: f64,
     /// How often the GPU is sampled while a probe runs.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
     pub sample_interval: Duration,
     /// A scheduled probe that has not finished after this long is killed.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
     pub timeout: Duration,
     /// cuBLAS to load for the GEMM test: empty means search the usual names
     /// (libcublas.so.13, .12, ...); a path loads that file first.
@@ -224,18 +224,18 @@ impl Default for Probe {
 }
 
 /// How long each probe test runs.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProbeDurations {
-    #[serde(deserialize_with = "test_duration")]
+    #[serde(deserialize_with = "test_duration", serialize_with = "write_duration")]
     pub gemm_bf16: Duration,
-    #[serde(deserialize_with = "test_duration")]
+    #[serde(deserialize_with = "test_duration", serialize_with = "write_duration")]
     pub fma_fp32: Duration,
-    #[serde(deserialize_with = "test_duration")]
+    #[serde(deserialize_with = "test_duration", serialize_with = "write_duration")]
     pub hbm_copy: Duration,
-    #[serde(deserialize_with = "test_duration")]
+    #[serde(deserialize_with = "test_duration", serialize_with = "write_duration")]
     pub pcie_h2d: Duration,
-    #[serde(deserialize_with = "test_duration")]
+    #[serde(deserialize_with = "test_duration", serialize_with = "write_duration")]
     pub pcie_d2h: Duration,
 }
 
@@ -274,6 +274,12 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
             "{text:?} is not a duration ({e}); write it like 500ms, 1s or 5m"
         ))
     })
+}
+
+/// Writes a duration the way `duration` reads it (the daemon hands its running probe
+/// settings to `gpuwarden probe` as JSON).
+fn write_duration<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&humantime::format_duration(*value).to_string())
 }
 
 /// A probe test's duration: long enough to measure (100ms), short enough not to hold the GPU (60s).

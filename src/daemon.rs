@@ -15,11 +15,12 @@ use crate::exposition::RenderCache;
 use crate::http::{self, AppState};
 use crate::notify;
 use crate::poller::PollLoop;
+use crate::probe::schedule::{self, ChildSettings, ProbeState};
 use crate::store::Store;
 use crate::xid::{kmsg, store::XidStore};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -113,10 +114,11 @@ async fn start_poll_loop(
     config: &Config,
     store: &Arc<Store>,
     xids: &Arc<XidStore>,
+    probes: &Arc<ProbeState>,
     previous: Option<crate::poller::Coordinator>,
 ) -> Result<PollLoop, String> {
-    let (config, store, xids) = (config.clone(), store.clone(), xids.clone());
-    match tokio::task::spawn_blocking(move || PollLoop::start(config, store, xids, previous)).await {
+    let (config, store, xids, probes) = (config.clone(), store.clone(), xids.clone(), probes.clone());
+    match tokio::task::spawn_blocking(move || PollLoop::start(config, store, xids, probes, previous)).await {
         Ok(Ok(poll_loop)) => Ok(poll_loop),
         Ok(Err(e)) => Err(format!("cannot start the poll thread: {e}")),
         Err(e) => Err(format!("the first poll round failed: {e}")),
@@ -145,7 +147,24 @@ async fn serve(mut config: Config, config_path: Option<PathBuf>, overrides: Over
     let store = Arc::new(Store::new());
     let xids = Arc::new(XidStore::new(config.xid.dedup_window));
     let mut kernel_log = start_kernel_log(&config, &xids);
-    let mut poll_loop = match start_poll_loop(&config, &store, &xids, None).await {
+    let probes = Arc::new(ProbeState::default());
+    let probe_settings = Arc::new(Mutex::new(ChildSettings {
+        nvml: config.nvml.clone(),
+        probe: config.probe.clone(),
+    }));
+    let probe_stop = Arc::new(AtomicBool::new(false));
+    if let Err(e) = schedule::spawn(
+        store.clone(),
+        probes.clone(),
+        probe_settings.clone(),
+        probe_stop.clone(),
+    ) {
+        log::error!("cannot start the probe scheduler; no scheduled probes: {e}");
+    }
+    if config.probe.schedule {
+        log::info!("scheduled probes: every {:?} per GPU, when idle", config.probe.interval);
+    }
+    let mut poll_loop = match start_poll_loop(&config, &store, &xids, &probes, None).await {
         Ok(p) => p,
         Err(e) => {
             log::error!("{e}");
@@ -188,7 +207,11 @@ async fn serve(mut config: Config, config_path: Option<PathBuf>, overrides: Over
                             kernel_log = start_kernel_log(&new_config, &xids);
                         }
                         config = new_config;
-                        poll_loop = match start_poll_loop(&config, &store, &xids, previous).await {
+                        *probe_settings.lock().unwrap_or_else(PoisonError::into_inner) = ChildSettings {
+                            nvml: config.nvml.clone(),
+                            probe: config.probe.clone(),
+                        };
+                        poll_loop = match start_poll_loop(&config, &store, &xids, &probes, previous).await {
                             Ok(p) => p,
                             Err(e) => {
                                 log::error!("{e}");
@@ -230,6 +253,8 @@ async fn serve(mut config: Config, config_path: Option<PathBuf>, overrides: Over
     if let Some(k) = kernel_log {
         k.stop.store(true, Ordering::Relaxed);
     }
+    // A probe in flight is killed within a tick of this.
+    probe_stop.store(true, Ordering::Relaxed);
     log::info!("stopped");
     0
 }

@@ -178,11 +178,41 @@ pub fn findings(device: &DeviceSnapshot, xids: &[XidCount], critical_hold: Durat
 /// snapshot's critical-XID hold: what every view of health (metrics, check, the status page,
 /// systemd's STATUS) shows.
 pub fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding> {
-    findings(
+    let mut out = findings(
         device,
         snapshot.xid.for_bus(&device.identity.pci_bus_id),
         snapshot.xid_critical_hold,
-    )
+    );
+    if let Some(report) = snapshot.probe.reports.get(&device.identity.uuid) {
+        out.extend(probe_finding(report));
+    }
+    out
+}
+
+/// A GPU that failed its last probe is degraded: it works, but slower than its model should.
+/// It stays so until a later probe passes.
+pub fn probe_finding(report: &crate::probe::ProbeReport) -> Option<Finding> {
+    let failed: Vec<String> = report
+        .tests
+        .iter()
+        .filter(|t| t.pass == Some(false))
+        .map(|t| match (t.sustained, t.expected) {
+            (Some(s), Some(e)) if e > 0.0 => format!("{} at {:.0}% of expected", t.test.name(), s / e * 100.0),
+            _ => t.test.name().to_string(),
+        })
+        .collect();
+    if failed.is_empty() {
+        return None;
+    }
+    Some(Finding {
+        reason: "probe_failed",
+        severity: HealthState::Degraded,
+        message: format!(
+            "failed the probe: {}; look at its clock-event reasons, temperature and PCIe width under load (`gpuwarden probe --gpu {}`)",
+            failed.join(", "),
+            report.gpu
+        ),
+    })
 }
 
 /// The worst severity among the findings, `Ok` when there are none.

@@ -64,6 +64,10 @@ enum Command {
         /// Probe even when the GPU runs compute processes or is busy.
         #[arg(long)]
         force: bool,
+        /// Read the NVML and probe settings as JSON from stdin (how the daemon starts its
+        /// scheduled probes, with the settings it runs with).
+        #[arg(long, hide = true, conflicts_with = "config")]
+        settings_from_stdin: bool,
     },
     /// Work with config files.
     Config {
@@ -162,8 +166,23 @@ fn main() {
             tests,
             json,
             force,
+            settings_from_stdin,
         } => (|| {
-            let cfg = load_config(config_path(config.as_deref()).as_deref())?;
+            let cfg = if settings_from_stdin {
+                match probe::schedule::settings_from_stdin() {
+                    Ok(settings) => Config {
+                        nvml: settings.nvml,
+                        probe: settings.probe,
+                        ..Config::default()
+                    },
+                    Err(e) => {
+                        eprintln!("gpuwarden probe: {e}");
+                        return Err(2);
+                    }
+                }
+            } else {
+                load_config(config_path(config.as_deref()).as_deref())?
+            };
             let tests = match tests.as_deref().map(probe::cli::parse_tests).transpose() {
                 Ok(t) => t,
                 Err(e) => {

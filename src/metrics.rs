@@ -359,6 +359,149 @@ fn families(snapshot: &Snapshot) -> Vec<Family> {
         xid_errors,
         xid_last_seen,
     ]
+    .into_iter()
+    .chain(probe_families(snapshot))
+    .collect()
+}
+
+/// The `gpu_probe_*` families: the latest scheduled probe of each GPU, and the run and skip
+/// counters. Compute and bandwidth have families of their own so each carries its unit.
+fn probe_families(snapshot: &Snapshot) -> Vec<Family> {
+    use crate::probe::Unit;
+    use MetricType::{Counter, Gauge};
+    let mut flops = Family::new(
+        "gpu_probe_flops_per_second",
+        Gauge,
+        "Compute throughput the last probe measured (figure: burst, sustained).",
+    );
+    let mut bandwidth = Family::new(
+        "gpu_probe_bytes_per_second",
+        Gauge,
+        "Bandwidth the last probe measured (figure: burst, sustained); hbm_copy counts bytes read plus written.",
+    );
+    let mut expected_flops = Family::new(
+        "gpu_probe_expected_flops_per_second",
+        Gauge,
+        "Sustained compute throughput this GPU model should reach.",
+    );
+    let mut expected_bandwidth = Family::new(
+        "gpu_probe_expected_bytes_per_second",
+        Gauge,
+        "Sustained bandwidth this GPU model should reach.",
+    );
+    let mut ratio = Family::new(
+        "gpu_probe_ratio",
+        Gauge,
+        "Sustained figure of the last probe divided by the expected value.",
+    );
+    let mut pass = Family::new(
+        "gpu_probe_pass",
+        Gauge,
+        "1 when the test reached probe.pass_fraction of its expected value in the last probe, 0 when not.",
+    );
+    let mut duration = Family::new(
+        "gpu_probe_duration_seconds",
+        Gauge,
+        "How long the test ran in the last probe.",
+    );
+    let mut last_run = Family::new(
+        "gpu_probe_last_run_timestamp_seconds",
+        Gauge,
+        "Unix time the last probe of the GPU started.",
+    );
+    let mut peak_temperature = Family::new(
+        "gpu_probe_peak_temperature_celsius",
+        Gauge,
+        "Highest GPU temperature while the test ran.",
+    );
+    let mut mean_clock = Family::new(
+        "gpu_probe_mean_sm_clock_hertz",
+        Gauge,
+        "Mean SM clock while the test ran.",
+    );
+    let mut mean_power = Family::new(
+        "gpu_probe_mean_power_watts",
+        Gauge,
+        "Mean power draw while the test ran.",
+    );
+    let mut reason_seconds = Family::new(
+        "gpu_probe_clock_event_seconds",
+        Gauge,
+        "Seconds a clock-event (throttle) reason was active while the test ran.",
+    );
+    let mut runs = Family::new(
+        "gpu_probe_runs",
+        Counter,
+        "Scheduled probes by result: pass, fail, no_verdict, error, timeout.",
+    );
+    let mut skipped = Family::new(
+        "gpu_probe_skipped",
+        Counter,
+        "Scheduled probes not run because the GPU was busy or down, by reason.",
+    );
+
+    let probe = &snapshot.probe;
+    for d in &snapshot.devices {
+        let base = device_labels(d);
+        for ((uuid, result), n) in &probe.runs {
+            if *uuid == d.identity.uuid {
+                runs.add(with(&base, &[("result", result)]), *n as f64);
+            }
+        }
+        for ((uuid, reason), n) in &probe.skipped {
+            if *uuid == d.identity.uuid {
+                skipped.add(with(&base, &[("reason", reason)]), *n as f64);
+            }
+        }
+        let Some(report) = probe.reports.get(&d.identity.uuid) else {
+            continue;
+        };
+        last_run.add(base.clone(), report.started);
+        for t in &report.tests {
+            let labels = with(&base, &[("test", t.test.name())]);
+            let (measured, expected) = match t.test.unit() {
+                Unit::FlopsPerSecond => (&mut flops, &mut expected_flops),
+                Unit::BytesPerSecond => (&mut bandwidth, &mut expected_bandwidth),
+            };
+            measured.add_opt(with(&labels, &[("figure", "burst")]), t.burst);
+            measured.add_opt(with(&labels, &[("figure", "sustained")]), t.sustained);
+            expected.add_opt(labels.clone(), t.expected);
+            ratio.add_opt(
+                labels.clone(),
+                t.sustained
+                    .zip(t.expected)
+                    .filter(|(_, e)| *e > 0.0)
+                    .map(|(s, e)| s / e),
+            );
+            pass.add_opt(labels.clone(), bool_value(t.pass));
+            if t.skipped.is_none() {
+                duration.add(labels.clone(), t.duration_seconds);
+            }
+            let u = &t.under_load;
+            peak_temperature.add_opt(labels.clone(), u.peak_temperature_celsius);
+            mean_clock.add_opt(labels.clone(), u.mean_sm_clock_hertz);
+            mean_power.add_opt(labels.clone(), u.mean_power_watts);
+            for (reason, seconds) in &u.clock_event_seconds {
+                reason_seconds.add(with(&labels, &[("reason", reason)]), *seconds);
+            }
+        }
+    }
+    vec![
+        flops,
+        bandwidth,
+        expected_flops,
+        expected_bandwidth,
+        ratio,
+        pass,
+        duration,
+        last_run,
+        peak_temperature,
+        mean_clock,
+        mean_power,
+        reason_seconds,
+        runs,
+        skipped,
+    ]
 }
 
 fn encode_self_metrics(snapshot: &Snapshot, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {

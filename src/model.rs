@@ -291,4 +291,6 @@ pub struct Snapshot {
     pub xid: crate::xid::store::XidSnapshot,
     /// How long a critical XID keeps a GPU degraded (xid.critical_hold).
     pub xid_critical_hold: std::time::Duration,
+    /// Scheduled probe results and counters (empty outside the daemon).
+    pub probe: std::sync::Arc<crate::probe::schedule::ProbeSnapshot>,
 }

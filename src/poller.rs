@@ -20,6 +20,7 @@ use crate::model::{
     BackendStatus, DeviceIdentity, DeviceReadings, DeviceSnapshot, DurationHistogram, PersistenceAttempts, Snapshot,
 };
 use crate::notify;
+use crate::probe::schedule::ProbeState;
 use crate::store::Store;
 use crate::xid::nvml_events;
 use crate::xid::store::XidStore;
@@ -83,6 +84,8 @@ pub struct Coordinator {
     /// Tells this coordinator's NVML event thread to end (on reload or stop).
     event_thread_stop: Arc<AtomicBool>,
     last_status: String,
+    /// Scheduled probe results, copied into every snapshot; None outside the daemon.
+    probes: Option<Arc<ProbeState>>,
 }
 
 impl Drop for Coordinator {
@@ -125,6 +128,7 @@ impl Coordinator {
             answered_nvml_gone: 0,
             event_thread_stop: Arc::new(AtomicBool::new(false)),
             last_status: String::new(),
+            probes: None,
         }
     }
 
@@ -473,6 +477,7 @@ impl Coordinator {
         self.store.publish(Snapshot {
             xid: self.xids.snapshot(),
             xid_critical_hold: self.config.xid.critical_hold,
+            probe: self.probes.as_ref().map(|p| p.snapshot()).unwrap_or_default(),
             generation: previous + 1,
             backends: self.backends.clone(),
             devices,
@@ -496,10 +501,12 @@ impl PollLoop {
         config: Config,
         store: Arc<Store>,
         xids: Arc<XidStore>,
+        probes: Arc<ProbeState>,
         previous: Option<Coordinator>,
     ) -> std::io::Result<PollLoop> {
         let interval = config.poll.interval;
         let mut coordinator = Coordinator::new(config, store, xids);
+        coordinator.probes = Some(probes);
         if let Some(previous) = previous {
             coordinator.inherit_counters(previous);
         }

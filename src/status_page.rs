@@ -148,12 +148,42 @@ pub fn render(snapshot: &Snapshot) -> String {
             }
             out.push_str("</ul>");
         }
-        // The CUDA probe is not part of gpuwarden yet; the column says so rather than
-        // pretending.
-        out.push_str("</td><td><small>no probe run</small></td></tr>");
+        out.push_str("</td><td>");
+        out.push_str(&probe_cell(snapshot, d));
+        out.push_str("</td></tr>");
     }
     out.push_str("</tbody></table></body></html>\n");
     out
+}
+
+/// The last probe: its verdict, when, and the tests that failed; or why there is none.
+fn probe_cell(snapshot: &Snapshot, d: &crate::model::DeviceSnapshot) -> String {
+    let probe = &snapshot.probe;
+    let Some(report) = probe.reports.get(&d.identity.uuid) else {
+        return match probe.last_error.get(&d.identity.uuid) {
+            Some(e) => format!("<small>could not run: {}</small>", escape(e)),
+            None if probe.schedule_enabled => "<small>not run yet</small>".to_string(),
+            None => "<small>not scheduled (probe.schedule)</small>".to_string(),
+        };
+    };
+    let when = ago(std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(report.started.max(0.0)));
+    let mut cell = match report.passed() {
+        Some(true) => format!("pass <small>{when}</small>"),
+        Some(false) => format!("<span class=\"hot\">FAIL</span> <small>{when}</small>"),
+        None => format!("no expected values <small>{when}</small>"),
+    };
+    for t in report.tests.iter().filter(|t| t.pass == Some(false)) {
+        if let (Some(s), Some(e)) = (t.sustained, t.expected) {
+            let _ = write!(
+                cell,
+                "<br><small>{} {} of {}</small>",
+                t.test.name(),
+                t.test.unit().human(s),
+                t.test.unit().human(e)
+            );
+        }
+    }
+    cell
 }
 
 #[cfg(test)]

@@ -45,21 +45,30 @@ pub fn busy_reason(
     utilization: Option<f64>,
     memory_free_mib: Option<u64>,
     config: &crate::config::Probe,
-) -> Option<String> {
+) -> Option<(&'static str, String)> {
     if let Some(n) = compute_processes.filter(|n| *n > 0) {
-        return Some(format!("{n} compute process(es) are running on it"));
+        return Some((
+            "compute_processes",
+            format!("{n} compute process(es) are running on it"),
+        ));
     }
     if let Some(u) = utilization.filter(|u| *u > config.max_utilization) {
-        return Some(format!(
-            "its utilization is {:.0}% (probe.max_utilization is {:.0}%)",
-            u * 100.0,
-            config.max_utilization * 100.0
+        return Some((
+            "utilization",
+            format!(
+                "its utilization is {:.0}% (probe.max_utilization is {:.0}%)",
+                u * 100.0,
+                config.max_utilization * 100.0
+            ),
         ));
     }
     let needed = config.memory_cap_mib + CONTEXT_OVERHEAD_MIB;
     if let Some(free) = memory_free_mib.filter(|free| *free < needed) {
-        return Some(format!(
-            "only {free} MiB of its memory is free and the probe needs {needed} MiB (probe.memory_cap_mib + CUDA's own)"
+        return Some((
+            "memory",
+            format!(
+                "only {free} MiB of its memory is free and the probe needs {needed} MiB (probe.memory_cap_mib + CUDA's own)"
+            ),
         ));
     }
     None
@@ -90,18 +99,22 @@ pub fn run(config: &Config, options: &Options) -> Result<ProbeReport, ProbeError
     let readings = poller.poll().readings;
 
     if !options.force {
-        let processes = poller
-            .compute_processes()
-            .map_err(|e| ProbeError::Busy(format!("cannot tell whether GPU {} is in use: {e}", options.gpu)))?;
+        let processes = poller.compute_processes().map_err(|e| ProbeError::Busy {
+            reason: "compute_processes".into(),
+            message: format!("cannot tell whether GPU {} is in use: {e}", options.gpu),
+        })?;
         let utilization = readings.as_ref().and_then(|r| r.utilization_ratio);
         let free = readings
             .as_ref()
             .and_then(|r| Some(r.memory_total_bytes?.saturating_sub(r.memory_used_bytes?) >> 20));
-        if let Some(why) = busy_reason(Some(processes), utilization, free, settings) {
-            return Err(ProbeError::Busy(format!(
-                "GPU {} is not idle: {why}; run with --force to probe it anyway",
-                options.gpu
-            )));
+        if let Some((reason, why)) = busy_reason(Some(processes), utilization, free, settings) {
+            return Err(ProbeError::Busy {
+                reason: reason.into(),
+                message: format!(
+                    "GPU {} is not idle: {why}; run with --force to probe it anyway",
+                    options.gpu
+                ),
+            });
         }
     }
 
@@ -215,12 +228,15 @@ mod tests {
         let config = crate::config::Probe::default(); // 5% utilization, 4096 MiB cap
         assert_eq!(busy_reason(Some(0), Some(0.0), Some(80_000), &config), None);
         assert_eq!(busy_reason(None, None, None, &config), None);
-        let r = busy_reason(Some(2), Some(0.0), Some(80_000), &config).unwrap();
-        assert!(r.contains("2 compute process"), "{r}");
-        let r = busy_reason(Some(0), Some(0.06), Some(80_000), &config).unwrap();
-        assert!(r.contains("utilization is 6%"), "{r}");
+        let (reason, why) = busy_reason(Some(2), Some(0.0), Some(80_000), &config).unwrap();
+        assert_eq!(reason, "compute_processes");
+        assert!(why.contains("2 compute process"), "{why}");
+        let (reason, why) = busy_reason(Some(0), Some(0.06), Some(80_000), &config).unwrap();
+        assert_eq!(reason, "utilization");
+        assert!(why.contains("utilization is 6%"), "{why}");
         assert_eq!(busy_reason(Some(0), Some(0.05), Some(80_000), &config), None);
-        let r = busy_reason(Some(0), Some(0.0), Some(4000), &config).unwrap();
-        assert!(r.contains("4864 MiB"), "{r}");
+        let (reason, why) = busy_reason(Some(0), Some(0.0), Some(4000), &config).unwrap();
+        assert_eq!(reason, "memory");
+        assert!(why.contains("4864 MiB"), "{why}");
     }
 }

@@ -11,6 +11,7 @@ pub mod cuda;
 pub mod expected;
 pub mod report;
 pub mod sampler;
+pub mod schedule;
 pub mod windows;
 
 use serde::{Deserialize, Serialize};
@@ -150,8 +151,9 @@ pub enum ProbeError {
     NoDriver(String),
     /// No GPU with that index.
     NoSuchGpu(String),
-    /// The GPU is in use; a probe would disturb the work and measure nonsense.
-    Busy(String),
+    /// The GPU is in use; a probe would disturb the work and measure nonsense. `reason` is
+    /// compute_processes, utilization or memory.
+    Busy { reason: String, message: String },
     /// CUDA failed while probing.
     Cuda(String),
 }
@@ -159,9 +161,8 @@ pub enum ProbeError {
 impl std::fmt::Display for ProbeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ProbeError::NoDriver(m) | ProbeError::NoSuchGpu(m) | ProbeError::Busy(m) | ProbeError::Cuda(m) => {
-                f.write_str(m)
-            }
+            ProbeError::NoDriver(m) | ProbeError::NoSuchGpu(m) | ProbeError::Cuda(m) => f.write_str(m),
+            ProbeError::Busy { message, .. } => f.write_str(message),
         }
     }
 }
@@ -170,7 +171,7 @@ impl ProbeError {
     /// Exit status of `gpuwarden probe`: 2 could not run, 3 skipped because busy.
     pub fn exit_code(&self) -> i32 {
         match self {
-            ProbeError::Busy(_) => 3,
+            ProbeError::Busy { .. } => 3,
             _ => 2,
         }
     }
