@@ -150,6 +150,7 @@ pub fn run(config: &Config, options: &Options) -> Result<ProbeReport, ProbeError
                 expected: expected_value,
                 pass: match (sustained, expected_value) {
                     (Some(s), Some(e)) => Some(expected::verdict(s, e, settings.pass_fraction)),
+                    _ if m.failed => Some(false),
                     _ => None,
                 },
                 skipped: m.skipped,

@@ -108,7 +108,8 @@ pub struct TestResult {
     /// The second half of the run: what the GPU keeps up under load. Pass/fail uses this.
     pub sustained: Option<f64>,
     pub expected: Option<f64>,
-    /// `None` when there is no expected value for this model, or the test did not run.
+    /// `None` when there is no expected value for this model or the test could not start
+    /// (no cuBLAS); `false` also when the GPU failed it with a CUDA error.
     pub pass: Option<bool>,
     /// Why the test did not run (no cuBLAS, not enough memory) or failed part way.
     pub skipped: Option<String>,

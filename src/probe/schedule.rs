@@ -121,8 +121,13 @@ pub fn spawn(
         .spawn(move || {
             let started = Instant::now();
             let mut due: BTreeMap<String, Instant> = BTreeMap::new();
+            let mut idle = true;
             while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(TICK);
+                // Straight on to the next GPU after one was dealt with; a tick's rest otherwise.
+                if idle {
+                    std::thread::sleep(TICK);
+                }
+                idle = true;
                 let current = settings.lock().unwrap_or_else(PoisonError::into_inner).clone();
                 let enabled = current.probe.schedule;
                 if state.snapshot().schedule_enabled != enabled {
@@ -137,6 +142,7 @@ pub fn spawn(
                 let Some(device) = next_due(&snapshot, &due, started, interval, now) else {
                     continue;
                 };
+                idle = false;
                 let uuid = device.identity.uuid.clone();
                 let outcome = match precheck(device, &current.probe) {
                     Some((reason, why)) => Outcome::Skipped(reason, why),

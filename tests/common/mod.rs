@@ -520,3 +520,51 @@ pub fn url_encode(s: &str) -> String {
         })
         .collect()
 }
+
+/// A directory holding the simulated CUDA driver (and, with `cublas`, cuBLAS) under the
+/// names the probe looks for; put it on LD_LIBRARY_PATH.
+pub fn sim_cuda_dir(parent: &Path, cublas: bool) -> PathBuf {
+    let library = sim_library().with_file_name("libgpuwarden_sim_cuda.so");
+    assert!(
+        library.exists(),
+        "{} not built; run the tests with cargo test",
+        library.display()
+    );
+    let dir = parent.join(if cublas { "cuda-with-cublas" } else { "cuda-only" });
+    std::fs::create_dir_all(&dir).expect("create the sim CUDA directory");
+    let mut names = vec!["libcuda.so", "libcuda.so.1"];
+    if cublas {
+        names.extend(["libcublas.so", "libcublas.so.13"]);
+    }
+    for name in names {
+        let link = dir.join(name);
+        if !link.exists() {
+            std::os::unix::fs::symlink(&library, &link).expect("symlink the sim CUDA library");
+        }
+    }
+    dir
+}
+
+/// Gives every device of a scenario simulated CUDA rates (an H200's, healthy).
+pub fn with_cuda(scenario: &str) -> String {
+    let rates = "    cuda: {gemm_bf16_tflops: 660, fma_fp32_tflops: 60, hbm_copy_gbps: 4300, pcie_h2d_gbps: 55, pcie_d2h_gbps: 55}\n";
+    let mut out = String::new();
+    let mut in_device = false;
+    for line in scenario.lines() {
+        if line.starts_with("  - ") && in_device {
+            out.push_str(rates);
+        }
+        if line.starts_with("  - ") {
+            in_device = true;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    if in_device {
+        out.push_str(rates);
+    }
+    out
+}
+
+/// A probe section for test daemons: scheduled every second, short tests, small buffers.
+pub const FAST_PROBES: &str = "probe:\n  schedule: true\n  interval: 1s\n  memory_cap_mib: 256\n  max_utilization: 1.0\n  timeout: 20s\n  durations: {gemm_bf16: 200ms, fma_fp32: 200ms, hbm_copy: 200ms, pcie_h2d: 200ms, pcie_d2h: 200ms}\n";

@@ -93,6 +93,11 @@ pub struct Device {
     /// When false, `nvmlDeviceSetPersistenceMode` answers `NVML_ERROR_NO_PERMISSION`.
     #[serde(default = "yes")]
     pub persistence_settable: bool,
+    /// What the simulated CUDA driver (tests/sim-cuda) makes this GPU measure in the probe;
+    /// without it, CUDA does not see the GPU.
+    #[serde(default)]
+    #[allow(dead_code)] // read by tests/sim-cuda, which compiles this file too
+    pub cuda: Option<Cuda>,
     /// Processes with a CUDA context on the device (what the probe's idle check counts).
     #[serde(default)]
     pub compute_processes: u32,
@@ -193,6 +198,22 @@ pub struct RemappedRows {
     pub pending: bool,
     #[serde(default)]
     pub failed: bool,
+}
+
+/// Throughput of one simulated GPU, in the units people quote. The simulated driver turns
+/// each operation into GPU time at these rates, so the probe measures exactly them.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // read by tests/sim-cuda
+pub struct Cuda {
+    pub gemm_bf16_tflops: f64,
+    pub fma_fp32_tflops: f64,
+    pub hbm_copy_gbps: f64,
+    pub pcie_h2d_gbps: f64,
+    pub pcie_d2h_gbps: f64,
+    /// Every kernel launch fails with CUDA_ERROR_LAUNCH_FAILED, as on a GPU that faults.
+    #[serde(default)]
+    pub launch_fails: bool,
 }
 
 impl Scenario {

@@ -1,0 +1,472 @@
+//! A simulated CUDA driver (libcuda.so.1) and cuBLAS (libcublas.so.13) for the probe's tests.
+//!
+//! It exports the C symbols the probe reaches through cudarc, and nothing runs: every
+//! operation advances a virtual GPU clock by the time it would take at the rates the
+//! scenario gives the device (`cuda:` in the simulated NVML's scenario file, named by
+//! `GPUWARDEN_SIM_NVML_SCENARIO`), and CUDA events read that clock. So a test decides what
+//! the probe measures (a healthy H100, one at half its HBM bandwidth) and checks that the
+//! figures, verdicts, metrics and alerts follow. Devices are those of the scenario that have
+//! a `cuda:` section, in order; their uuids are parsed from the NVML uuid strings.
+
+#![allow(clippy::missing_safety_doc)]
+
+#[path = "../../sim-nvml/src/scenario.rs"]
+#[allow(dead_code)] // the NVML half of the scenario is the other library's
+mod scenario;
+
+use std::collections::HashMap;
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::sync::{Mutex, OnceLock};
+
+type CUresult = c_uint;
+const SUCCESS: CUresult = 0;
+const INVALID_VALUE: CUresult = 1;
+const INVALID_DEVICE: CUresult = 101;
+const NOT_FOUND: CUresult = 500;
+const LAUNCH_FAILED: CUresult = 719;
+
+const ATTRIBUTE_MULTIPROCESSOR_COUNT: c_int = 16;
+const ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: c_int = 39;
+
+const FMA_FUNCTION: usize = 1;
+const COPY_FUNCTION: usize = 2;
+
+/// The simulated machine: which device is current, its virtual clock, recorded events.
+#[derive(Default)]
+struct Machine {
+    current: usize,
+    /// The current device's rates, read once when its context is made: reading the scenario
+    /// on every launch would make the probe's thousands of launches slow.
+    rates: Option<scenario::Cuda>,
+    clock_seconds: f64,
+    events: HashMap<usize, f64>,
+    next_handle: usize,
+}
+
+fn machine() -> std::sync::MutexGuard<'static, Machine> {
+    static MACHINE: OnceLock<Mutex<Machine>> = OnceLock::new();
+    let m = MACHINE.get_or_init(|| {
+        Mutex::new(Machine {
+            next_handle: 0x1000,
+            ..Machine::default()
+        })
+    });
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The devices CUDA sees: (uuid bytes, rates).
+fn devices() -> Vec<([u8; 16], scenario::Cuda)> {
+    let Some(path) = std::env::var_os("GPUWARDEN_SIM_NVML_SCENARIO") else {
+        return Vec::new();
+    };
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let Ok(s) = scenario::Scenario::parse(&text) else {
+        return Vec::new();
+    };
+    s.devices
+        .iter()
+        .filter_map(|d| Some((uuid_bytes(&d.uuid), d.cuda.clone()?)))
+        .collect()
+}
+
+fn uuid_bytes(uuid: &str) -> [u8; 16] {
+    let hex: Vec<u8> = uuid
+        .trim_start_matches("GPU-")
+        .bytes()
+        .filter(u8::is_ascii_hexdigit)
+        .collect();
+    let mut out = [0u8; 16];
+    for (i, pair) in hex.chunks(2).take(16).enumerate() {
+        let text = std::str::from_utf8(pair).unwrap_or("0");
+        out[i] = u8::from_str_radix(text, 16).unwrap_or(0);
+    }
+    out
+}
+
+fn rates() -> Option<scenario::Cuda> {
+    machine().rates.clone()
+}
+
+fn advance(seconds: f64) {
+    machine().clock_seconds += seconds;
+}
+
+fn new_handle() -> usize {
+    let mut m = machine();
+    m.next_handle += 1;
+    m.next_handle
+}
+
+unsafe fn put<T>(out: *mut T, value: T) -> CUresult {
+    if out.is_null() {
+        return INVALID_VALUE;
+    }
+    unsafe { out.write(value) };
+    SUCCESS
+}
+
+// ---- driver: initialisation, devices, contexts ------------------------------------------
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuInit(_flags: c_uint) -> CUresult {
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDriverGetVersion(out: *mut c_int) -> CUresult {
+    unsafe { put(out, 13000) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetCount(out: *mut c_int) -> CUresult {
+    unsafe { put(out, devices().len() as c_int) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGet(out: *mut c_int, ordinal: c_int) -> CUresult {
+    if ordinal < 0 || ordinal as usize >= devices().len() {
+        return INVALID_DEVICE;
+    }
+    unsafe { put(out, ordinal) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetUuid(out: *mut [u8; 16], device: c_int) -> CUresult {
+    match devices().get(device.max(0) as usize) {
+        Some((uuid, _)) => unsafe { put(out, *uuid) },
+        None => INVALID_DEVICE,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetUuid_v2(out: *mut [u8; 16], device: c_int) -> CUresult {
+    unsafe { cuDeviceGetUuid(out, device) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDeviceGetAttribute(out: *mut c_int, attribute: c_int, _device: c_int) -> CUresult {
+    let value = match attribute {
+        ATTRIBUTE_MULTIPROCESSOR_COUNT => 132,
+        ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR => 2048,
+        _ => 0, // memory pools and the rest: not supported
+    };
+    unsafe { put(out, value) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(out: *mut usize, device: c_int) -> CUresult {
+    let rates = devices().into_iter().nth(device.max(0) as usize).map(|(_, r)| r);
+    let mut m = machine();
+    m.current = device.max(0) as usize;
+    m.rates = rates;
+    drop(m);
+    unsafe { put(out, 0x100 + device.max(0) as usize) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxRelease_v2(_device: c_int) -> CUresult {
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuDevicePrimaryCtxRelease(_device: c_int) -> CUresult {
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSetCurrent(_ctx: usize) -> CUresult {
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetCurrent(out: *mut usize) -> CUresult {
+    let current = machine().current;
+    unsafe { put(out, 0x100 + current) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuCtxSynchronize() -> CUresult {
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetErrorString(_error: CUresult, out: *mut *const c_char) -> CUresult {
+    unsafe { put(out, c"simulated CUDA error".as_ptr()) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetErrorName(_error: CUresult, out: *mut *const c_char) -> CUresult {
+    unsafe { put(out, c"CUDA_ERROR_SIMULATED".as_ptr()) }
+}
+
+// ---- streams and events -----------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreate(out: *mut usize, _flags: c_uint) -> CUresult {
+    unsafe { put(out, new_handle()) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuStreamCreateWithPriority(out: *mut usize, _flags: c_uint, _priority: c_int) -> CUresult {
+    unsafe { put(out, new_handle()) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamDestroy_v2(_stream: usize) -> CUresult {
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamSynchronize(_stream: usize) -> CUresult {
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamWaitEvent(_stream: usize, _event: usize, _flags: c_uint) -> CUresult {
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventCreate(out: *mut usize, _flags: c_uint) -> CUresult {
+    unsafe { put(out, new_handle()) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventRecord(event: usize, _stream: usize) -> CUresult {
+    let mut m = machine();
+    let now = m.clock_seconds;
+    m.events.insert(event, now);
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventSynchronize(_event: usize) -> CUresult {
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventQuery(_event: usize) -> CUresult {
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventElapsedTime(out: *mut f32, start: usize, end: usize) -> CUresult {
+    let m = machine();
+    match (m.events.get(&start), m.events.get(&end)) {
+        (Some(a), Some(b)) => unsafe { put(out, ((b - a) * 1000.0) as f32) },
+        _ => INVALID_VALUE,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuEventElapsedTime_v2(out: *mut f32, start: usize, end: usize) -> CUresult {
+    unsafe { cuEventElapsedTime(out, start, end) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventDestroy_v2(event: usize) -> CUresult {
+    machine().events.remove(&event);
+    SUCCESS
+}
+
+// ---- modules and kernels ----------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoadData(out: *mut usize, image: *const c_void) -> CUresult {
+    if image.is_null() {
+        return INVALID_VALUE;
+    }
+    unsafe { put(out, new_handle()) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuModuleUnload(_module: usize) -> CUresult {
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleGetFunction(out: *mut usize, _module: usize, name: *const c_char) -> CUresult {
+    let name = unsafe { CStr::from_ptr(name) };
+    let function = match name.to_bytes() {
+        b"fma_fp32" => FMA_FUNCTION,
+        b"hbm_copy" => COPY_FUNCTION,
+        _ => return NOT_FOUND,
+    };
+    unsafe { put(out, function) }
+}
+
+/// Kernel time from the kernel's own arguments: fma_fp32(out, iterations, a, b) does
+/// threads x iterations x 256 FLOPs; hbm_copy(src, dst, words) moves 2 x 16 x words bytes.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cuLaunchKernel(
+    function: usize,
+    grid_x: c_uint,
+    grid_y: c_uint,
+    grid_z: c_uint,
+    block_x: c_uint,
+    block_y: c_uint,
+    block_z: c_uint,
+    _shared: c_uint,
+    _stream: usize,
+    params: *mut *mut c_void,
+    _extra: *mut *mut c_void,
+) -> CUresult {
+    let Some(rates) = rates() else {
+        return INVALID_DEVICE;
+    };
+    if rates.launch_fails {
+        return LAUNCH_FAILED;
+    }
+    let threads = [grid_x, grid_y, grid_z, block_x, block_y, block_z]
+        .iter()
+        .map(|v| *v as f64)
+        .product::<f64>();
+    // SAFETY: cudarc passes one pointer per kernel argument.
+    let seconds = unsafe {
+        match function {
+            FMA_FUNCTION => {
+                let iterations = *(*params.add(1) as *const c_int) as f64;
+                threads * iterations * 256.0 / (rates.fma_fp32_tflops * 1e12)
+            }
+            COPY_FUNCTION => {
+                let words = *(*params.add(2) as *const u64) as f64;
+                words * 32.0 / (rates.hbm_copy_gbps * 1e9)
+            }
+            _ => return INVALID_VALUE,
+        }
+    };
+    advance(seconds);
+    SUCCESS
+}
+
+// ---- memory -----------------------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemAlloc_v2(out: *mut u64, bytes: usize) -> CUresult {
+    // Device addresses are never dereferenced here; they only have to be distinct.
+    let handle = new_handle() as u64;
+    let _ = bytes;
+    unsafe { put(out, handle << 32) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemFree_v2(_ptr: u64) -> CUresult {
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD8Async(_ptr: u64, _value: u8, _count: usize, _stream: usize) -> CUresult {
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemsetD8_v2(_ptr: u64, _value: u8, _count: usize) -> CUresult {
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyHtoDAsync_v2(_dst: u64, _src: *const c_void, bytes: usize, _stream: usize) -> CUresult {
+    match rates() {
+        Some(r) => {
+            advance(bytes as f64 / (r.pcie_h2d_gbps * 1e9));
+            SUCCESS
+        }
+        None => INVALID_DEVICE,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, bytes: usize) -> CUresult {
+    cuMemcpyHtoDAsync_v2(dst, src, bytes, 0)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuMemcpyDtoHAsync_v2(_dst: *mut c_void, _src: u64, bytes: usize, _stream: usize) -> CUresult {
+    match rates() {
+        Some(r) => {
+            advance(bytes as f64 / (r.pcie_d2h_gbps * 1e9));
+            SUCCESS
+        }
+        None => INVALID_DEVICE,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemHostAlloc(out: *mut *mut c_void, bytes: usize, _flags: c_uint) -> CUresult {
+    // Real memory: the probe writes to its pinned buffers.
+    let layout = match std::alloc::Layout::from_size_align(bytes.max(1), 4096) {
+        Ok(l) => l,
+        Err(_) => return INVALID_VALUE,
+    };
+    // SAFETY: a non-zero size; freed in cuMemFreeHost with the same layout.
+    let ptr = unsafe { std::alloc::alloc(layout) };
+    if ptr.is_null() {
+        return 2; // CUDA_ERROR_OUT_OF_MEMORY
+    }
+    machine().events.insert(ptr as usize, bytes as f64);
+    unsafe { put(out, ptr as *mut c_void) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemFreeHost(ptr: *mut c_void) -> CUresult {
+    let Some(bytes) = machine().events.remove(&(ptr as usize)) else {
+        return INVALID_VALUE;
+    };
+    if let Ok(layout) = std::alloc::Layout::from_size_align((bytes as usize).max(1), 4096) {
+        // SAFETY: allocated in cuMemHostAlloc with this layout.
+        unsafe { std::alloc::dealloc(ptr as *mut u8, layout) };
+    }
+    SUCCESS
+}
+
+// ---- cuBLAS -----------------------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cublasCreate_v2(out: *mut usize) -> c_uint {
+    unsafe { put(out, new_handle()) }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cublasDestroy_v2(_handle: usize) -> c_uint {
+    0
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cublasSetStream_v2(_handle: usize, _stream: usize) -> c_uint {
+    0
+}
+
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn cublasGemmEx(
+    _handle: usize,
+    _transa: c_int,
+    _transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    _alpha: *const c_void,
+    _a: *const c_void,
+    _a_type: c_int,
+    _lda: c_int,
+    _b: *const c_void,
+    _b_type: c_int,
+    _ldb: c_int,
+    _beta: *const c_void,
+    _c: *mut c_void,
+    _c_type: c_int,
+    _ldc: c_int,
+    _compute: c_int,
+    _algo: c_int,
+) -> c_uint {
+    match rates() {
+        Some(r) => {
+            advance(2.0 * m as f64 * n as f64 * k as f64 / (r.gemm_bf16_tflops * 1e12));
+            0
+        }
+        None => 13, // CUBLAS_STATUS_EXECUTION_FAILED
+    }
+}
