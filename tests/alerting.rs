@@ -146,21 +146,23 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
         "{used:?}"
     );
 
-    // The demo with a lost GPU, XIDs of every severity and a failed remap shows every family.
-    let scenario = edit_device(DEMO_SCENARIO, 7, |dev| format!("{dev}    lost: true\n"));
+    // The demo with a lost GPU, XIDs of every severity, a failed remap and scheduled probes
+    // (over the simulated CUDA driver) shows every family.
+    let scenario = edit_device(&with_cuda(DEMO_SCENARIO), 7, |dev| format!("{dev}    lost: true\n"));
     let scenario = edit_device(&scenario, 6, |dev| dev.replace("failed: false", "failed: true"));
-    let d = Daemon::start(&scenario);
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("LD_LIBRARY_PATH", sim_cuda_dir(dir.path(), true).display().to_string())];
+    let d = Daemon::start_full(&scenario, &test_config(&sim_library(), FAST_PROBES), "", &env);
     d.log_kernel("NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\nNVRM: Xid (PCI:0000:3b:00): 94, pid=1, name=x, Contained\n");
     let m = d.scrape_until("GPU 7 down and XIDs", |m| {
-        m.value("gpu_up", &[("gpu", "7")]) == Some(0.0) && m.find("gpu_xid_errors_total", &[]).len() == 2
+        m.value("gpu_up", &[("gpu", "7")]) == Some(0.0)
+            && m.find("gpu_xid_errors_total", &[]).len() == 2
+            && m.has_family("gpu_probe_pass")
     });
     let served: HashSet<&str> = m.samples.iter().map(|s| s.name.as_str()).collect();
-    // gpu_probe_* comes with the CUDA probe (not built yet): the rule is shipped and unit
-    // tested, and this is the one name allowed to be missing until then.
-    let pending = ["gpu_probe_pass"];
     for name in &used {
         assert!(
-            served.contains(name.as_str()) || pending.contains(&name.as_str()),
+            served.contains(name.as_str()),
             "the rules use {name}, which the daemon does not serve"
         );
     }

@@ -580,14 +580,22 @@ fn a_board_with_a_fan_reports_its_speed() {
 fn every_family_served_is_documented_in_docs_metrics_md() {
     let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md")).unwrap();
     // The demo with a fan, a lost GPU and an error counter shows every family there is.
-    let scenario = edit_device(DEMO_SCENARIO, 7, |dev| format!("{dev}    lost: true\n"));
+    // With scheduled probes over the simulated CUDA driver; GPU 1 runs a job, so its probes
+    // are skipped.
+    let scenario = edit_device(&with_cuda(DEMO_SCENARIO), 7, |dev| format!("{dev}    lost: true\n"));
     let scenario = edit_device(&scenario, 0, |dev| format!("{dev}    fan_speed_percent: 30\n"));
-    let d = Daemon::start(&scenario);
+    let scenario = edit_device(&scenario, 1, |dev| format!("{dev}    compute_processes: 1\n"));
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("LD_LIBRARY_PATH", sim_cuda_dir(dir.path(), true).display().to_string())];
+    let d = Daemon::start_full(&scenario, &test_config(&sim_library(), FAST_PROBES), "", &env);
     // And XIDs, one on a bus no GPU has.
     d.log_kernel(include_str!("../config/demo-kernel-log.txt"));
     d.log_kernel("NVRM: Xid (PCI:0000:f1:00): 79, pid=1, name=x, GPU has fallen off the bus.\n");
     let m = d.scrape_until("GPU 7 down and XIDs counted", |m| {
-        m.value("gpu_up", &[gpu("7")]) == Some(0.0) && m.has_family("gpuwarden_xid_unattributed_total")
+        m.value("gpu_up", &[gpu("7")]) == Some(0.0)
+            && m.has_family("gpuwarden_xid_unattributed_total")
+            && m.has_family("gpu_probe_clock_event_seconds")
+            && m.has_family("gpu_probe_skipped_total")
     });
     let families: HashSet<String> = m
         .text
@@ -596,7 +604,7 @@ fn every_family_served_is_documented_in_docs_metrics_md() {
         .filter_map(|l| l.split(' ').next())
         .map(String::from)
         .collect();
-    assert!(families.len() >= 41, "expected every family, got {families:?}");
+    assert!(families.len() >= 55, "expected every family, got {families:?}");
     for family in families {
         assert!(
             docs.contains(&format!("`{family}`")),
