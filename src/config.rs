@@ -479,6 +479,27 @@ mod tests {
     }
 
     #[test]
+    fn probe_settings_are_checked_where_they_are_written() {
+        let c = parse("probe:\n  schedule: true\n  tests: [hbm_copy]\n  durations:\n    hbm_copy: 3s\n").unwrap();
+        assert!(c.probe.schedule);
+        assert_eq!(c.probe.tests, vec![crate::probe::Test::HbmCopy]);
+        assert_eq!(c.probe.durations.hbm_copy, Duration::from_secs(3));
+        for (text, line, says) in [
+            ("probe:\n  pass_fraction: 1.5\n", 2, "not a fraction"),
+            ("probe:\n  tests: []\n", 2, "list at least one"),
+            ("probe:\n  tests: [gemm_fp8]\n", 2, "gemm_fp8"),
+            ("probe:\n  tests: [hbm_copy, hbm_copy]\n", 2, "listed twice"),
+            ("probe:\n  durations:\n    gemm_bf16: 2m\n", 3, "100ms to 60s"),
+            ("probe:\n  memory_cap_mib: 100\n", 2, "256 MiB"),
+            ("probe:\n  expected:\n    - match: H100\n      hbm_gbps: 1\n", 4, "hbm_gbps"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.line, Some(line), "{text}: {e}");
+            assert!(e.message.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
     fn bad_listen_address_is_refused() {
         let e = parse("listen: 9100\n").unwrap_err();
         assert_eq!((e.line, e.column), (Some(1), Some(9)), "{e}");
