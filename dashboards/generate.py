@@ -118,7 +118,7 @@ def fleet():
     )
     dash = dash.with_panel(
         table.Panel().title("Probe results").datasource(DS).span(12).height(8)
-        .description("Filled once gpuwarden's CUDA probe runs (not built yet).")
+        .description("Last scheduled CUDA probe per test: 1 pass, 0 fail (probe.schedule in the config; docs/probe.md).")
         .with_target(q(f'gpu_probe_pass{{{SEL}}}', "", instant=True))
     )
     return dash

@@ -491,7 +491,11 @@ mod tests {
             ("probe:\n  tests: [hbm_copy, hbm_copy]\n", 2, "listed twice"),
             ("probe:\n  durations:\n    gemm_bf16: 2m\n", 3, "100ms to 60s"),
             ("probe:\n  memory_cap_mib: 100\n", 2, "256 MiB"),
-            ("probe:\n  expected:\n    - match: H100\n      hbm_gbps: 1\n", 4, "hbm_gbps"),
+            (
+                "probe:\n  expected:\n    - match: H100\n      hbm_gbps: 1\n",
+                4,
+                "hbm_gbps",
+            ),
         ] {
             let e = parse(text).unwrap_err();
             assert_eq!(e.line, Some(line), "{text}: {e}");
