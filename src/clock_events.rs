@@ -1,4 +1,5 @@
-//! Clock-event (throttle) reasons: NVML's bit mask, and the label values the metrics use.
+//! Clock-event (throttle) reasons: NVML's bit mask, amdgpu's ASIC-independent throttler
+//! bits, and the label values the metrics use.
 //!
 //! NVML reports why the clocks are below their maximum as a bit mask
 //! (`nvmlDeviceGetCurrentClocksEventReasons`) and says which bits the device can report at
@@ -35,9 +36,57 @@ pub fn decode_nvidia(active: u64, supported: u64) -> Vec<ClockEvent> {
         .collect()
 }
 
+/// amdgpu's ASIC-independent throttler bits (amdgpu_smu.h, `SMU_THROTTLER_*`) grouped into
+/// reasons. Where the meaning is NVIDIA's, the name is too: a firmware power limit is
+/// `sw_power_cap`, a firmware temperature limit `sw_thermal_slowdown`, a voltage regulator's
+/// over-temperature signal `hw_thermal_slowdown`, PROCHOT `hw_slowdown`. The rest keep AMD's
+/// meaning under names of their own: current limits (TDC, EDC), APCC, PPM and FIT
+/// (the firmware's reliability limit).
+pub const AMD_REASONS: [(u64, &str); 8] = [
+    (0xff, "sw_power_cap"),               // PPT0-3, SPL, FPPT, SPPT, SPPT_APU
+    (0x7f << 16, "current_limit"),        // TDC GFX/SOC/MEM/VDD/CVIP, EDC CPU/GFX
+    (1 << 23, "apcc"),                    // APCC
+    (0xfff << 32, "sw_thermal_slowdown"), // TEMP_GPU .. TEMP_LIQUID1
+    (0b11 << 44, "hw_thermal_slowdown"),  // VRHOT0, VRHOT1
+    (0b11 << 46, "hw_slowdown"),          // PROCHOT CPU, PROCHOT GFX
+    (1 << 56, "ppm"),                     // PPM
+    (1 << 57, "fit_limit"),               // FIT
+];
+
+/// Every AMD reason, active when any of its bits is set. The driver reports all of them
+/// (there is no "supported" mask), so all are listed.
+pub fn decode_amd(status: u64) -> Vec<ClockEvent> {
+    AMD_REASONS
+        .iter()
+        .map(|(bits, reason)| ClockEvent {
+            reason,
+            active: status & bits != 0,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn amd_bits_map_onto_shared_and_own_reasons() {
+        let active = |status: u64| -> Vec<&str> {
+            decode_amd(status)
+                .into_iter()
+                .filter(|e| e.active)
+                .map(|e| e.reason)
+                .collect()
+        };
+        assert_eq!(decode_amd(0).len(), 8);
+        assert!(active(0).is_empty());
+        assert_eq!(active(1 << 4), ["sw_power_cap"]); // SPL
+        assert_eq!(active(1 << 36), ["sw_thermal_slowdown"]); // hotspot temperature
+        assert_eq!(active(1 << 44 | 1 << 47), ["hw_thermal_slowdown", "hw_slowdown"]);
+        assert_eq!(active(1 << 16 | 1 << 57), ["current_limit", "fit_limit"]);
+        // Bits no reason claims are not reported as anything.
+        assert!(active(1 << 8 | 1 << 30 | 1 << 63).is_empty());
+    }
 
     #[test]
     fn h200_mask_under_power_cap() {

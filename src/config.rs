@@ -22,6 +22,7 @@ pub struct Config {
     pub nvml: Nvml,
     pub persistence: Persistence,
     pub xid: Xid,
+    pub amd: Amd,
     pub probe: Probe,
 }
 
@@ -33,6 +34,7 @@ impl Default for Config {
             nvml: Nvml::default(),
             persistence: Persistence::default(),
             xid: Xid::default(),
+            amd: Amd::default(),
             probe: Probe::default(),
         }
     }
@@ -163,6 +165,26 @@ impl Default for Xid {
             nvml_events: true,
             dedup_window: Duration::from_secs(10),
             critical_hold: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// AMD GPUs, read from amdgpu's sysfs files.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Amd {
+    /// Set to false on nodes without AMD GPUs to skip even looking.
+    pub enabled: bool,
+    /// Where sysfs is: `/` on a host; a copy of the tree for tests, or a container that
+    /// mounts the host's /sys elsewhere.
+    pub sysfs_root: PathBuf,
+}
+
+impl Default for Amd {
+    fn default() -> Self {
+        Amd {
+            enabled: true,
+            sysfs_root: PathBuf::from("/"),
         }
     }
 }

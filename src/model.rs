@@ -14,12 +14,14 @@ use std::time::SystemTime;
 #[serde(rename_all = "lowercase")]
 pub enum Vendor {
     Nvidia,
+    Amd,
 }
 
 impl Vendor {
     pub fn label(self) -> &'static str {
         match self {
             Vendor::Nvidia => "nvidia",
+            Vendor::Amd => "amd",
         }
     }
 }

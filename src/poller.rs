@@ -11,8 +11,9 @@
 //! coordinator tries again with a doubling back-off, and the daemon serves its own metrics
 //! with `gpuwarden_backend_up{backend="nvml"} 0` meanwhile.
 
-use crate::backend::PollReport;
-use crate::backend::nvml::{self, NvmlBackend, NvmlDevicePoller};
+use crate::backend::amd::sysfs;
+use crate::backend::nvml::{self, NvmlBackend};
+use crate::backend::{DevicePoller, PollReport};
 use crate::config::Config;
 use crate::health::{self, HealthState};
 use crate::logging::RateLimiter;
@@ -30,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
 use std::time::{Duration, Instant, SystemTime};
 
-/// What a GPU thread sends back: which device, for which round, and what it read.
+/// What a GPU thread sends back: which worker (by id), for which round, and what it read.
 struct PollResult {
     device: usize,
     round: u64,
@@ -40,6 +41,10 @@ struct PollResult {
 
 /// The coordinator's view of one GPU and its thread.
 struct Worker {
+    /// Unique for the coordinator's lifetime: NVML's workers are replaced after a driver
+    /// reload while other backends' stay, so positions are not stable.
+    id: usize,
+    backend: &'static str,
     identity: DeviceIdentity,
     /// Sends a round number; the thread polls and answers on the results channel.
     requests: Option<SyncSender<u64>>,
@@ -86,6 +91,9 @@ pub struct Coordinator {
     last_status: String,
     /// Scheduled probe results, copied into every snapshot; None outside the daemon.
     probes: Option<Arc<ProbeState>>,
+    next_worker_id: usize,
+    /// AMD GPUs are enumerated from sysfs once, at the first round.
+    amd_enumerated: bool,
 }
 
 impl Drop for Coordinator {
@@ -110,6 +118,9 @@ impl Coordinator {
         if config.nvml.enabled {
             backends.insert(nvml::BACKEND, BackendStatus::default());
         }
+        if config.amd.enabled {
+            backends.insert(sysfs::BACKEND, BackendStatus::default());
+        }
         Coordinator {
             config,
             store,
@@ -129,6 +140,8 @@ impl Coordinator {
             event_thread_stop: Arc::new(AtomicBool::new(false)),
             last_status: String::new(),
             probes: None,
+            next_worker_id: 0,
+            amd_enumerated: false,
         }
     }
 
@@ -143,7 +156,7 @@ impl Coordinator {
         );
         self.event_thread_stop.store(true, Ordering::Relaxed);
         self.event_thread_stop = Arc::new(AtomicBool::new(false));
-        for worker in &mut self.workers {
+        for worker in self.workers.iter_mut().filter(|w| w.backend == nvml::BACKEND) {
             // Dropping the request channel ends the thread after its current poll.
             worker.requests = None;
             worker.busy_with = None;
@@ -178,26 +191,31 @@ impl Coordinator {
     pub fn report_status(&mut self) {
         let snapshot = self.store.latest();
         let status = match self.nvml {
-            NvmlState::Ready => {
-                let states: Vec<HealthState> = snapshot
-                    .devices
-                    .iter()
-                    .map(|d| health::state(&health::device_findings(&snapshot, d)))
-                    .collect();
-                let count = |s: HealthState| states.iter().filter(|x| **x == s).count();
-                format!(
-                    "{} GPU(s): {} unhealthy, {} degraded",
-                    states.len(),
-                    count(HealthState::Unhealthy),
-                    count(HealthState::Degraded)
-                )
-            }
+            NvmlState::Ready => self.health_summary(&snapshot),
+            _ if !snapshot.devices.is_empty() => self.health_summary(&snapshot),
             NvmlState::Waiting { .. } => "NVML not available: serving gpuwarden's own metrics".to_string(),
             NvmlState::Disabled => "NVML disabled in the config".to_string(),
         };
         if status != self.last_status {
             notify::status(&status);
             self.last_status = status;
+        }
+    }
+
+    fn health_summary(&self, snapshot: &Snapshot) -> String {
+        {
+            let states: Vec<HealthState> = snapshot
+                .devices
+                .iter()
+                .map(|d| health::state(&health::device_findings(snapshot, d)))
+                .collect();
+            let count = |s: HealthState| states.iter().filter(|x| **x == s).count();
+            format!(
+                "{} GPU(s): {} unhealthy, {} degraded",
+                states.len(),
+                count(HealthState::Unhealthy),
+                count(HealthState::Degraded)
+            )
         }
     }
 
@@ -239,11 +257,12 @@ impl Coordinator {
                         log::error!("cannot start the NVML XID event thread: {e}");
                     }
                 }
-                self.workers = pollers
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, p)| self.spawn_worker(i, p))
-                    .collect();
+                // After a driver reload the old NVML workers go; other backends' stay.
+                self.workers.retain(|w| w.backend != nvml::BACKEND);
+                for poller in pollers {
+                    let worker = self.spawn_worker(Box::new(poller), nvml::BACKEND);
+                    self.workers.push(worker);
+                }
                 self.nvml = NvmlState::Ready;
                 if let Some(status) = self.backends.get_mut(nvml::BACKEND) {
                     status.up = true;
@@ -270,8 +289,38 @@ impl Coordinator {
         }
     }
 
-    fn spawn_worker(&self, device: usize, mut poller: NvmlDevicePoller) -> Worker {
+    /// Enumerates the AMD GPUs in sysfs, once. A tree that cannot be read leaves the
+    /// backend down; a node without AMD GPUs has it up with none.
+    fn ensure_amd(&mut self) {
+        if !self.config.amd.enabled || self.amd_enumerated {
+            return;
+        }
+        self.amd_enumerated = true;
+        let root = self.config.amd.sysfs_root.clone();
+        match sysfs::device_pollers(&root) {
+            Ok(pollers) => {
+                if !pollers.is_empty() {
+                    log::info!("amdgpu sysfs: {} AMD GPU(s) under {}", pollers.len(), root.display());
+                }
+                for poller in pollers {
+                    let worker = self.spawn_worker(Box::new(poller), sysfs::BACKEND);
+                    self.workers.push(worker);
+                }
+                if let Some(status) = self.backends.get_mut(sysfs::BACKEND) {
+                    status.up = true;
+                }
+            }
+            Err(e) => log::warn!(
+                "cannot read {} ({e}): no AMD GPU metrics; on a node without AMD GPUs set amd.enabled: false",
+                sysfs::drm_dir(&root).display()
+            ),
+        }
+    }
+
+    fn spawn_worker(&mut self, mut poller: Box<dyn DevicePoller>, backend: &'static str) -> Worker {
         let identity = poller.identity().clone();
+        let device = self.next_worker_id;
+        self.next_worker_id += 1;
         // One request in flight at most: a busy (hung) thread is simply not asked again.
         let (requests_tx, requests_rx) = mpsc::sync_channel::<u64>(1);
         let results = self.results_tx.clone();
@@ -300,6 +349,8 @@ impl Coordinator {
             }
         };
         Worker {
+            id: device,
+            backend,
             identity,
             requests,
             busy_with: None,
@@ -312,6 +363,7 @@ impl Coordinator {
 
     /// One round: ask every idle GPU, wait for answers until the deadline, publish.
     pub fn run_round(&mut self) {
+        self.ensure_amd();
         self.ensure_nvml();
         self.round += 1;
         let round = self.round;
@@ -387,11 +439,11 @@ impl Coordinator {
 
     /// Takes in one GPU's answer; only an answer for the current round counts as up.
     fn accept(&mut self, result: PollResult, current_round: u64) {
-        let Some(worker) = self.workers.get_mut(result.device) else {
+        let Some(worker) = self.workers.iter_mut().find(|w| w.id == result.device) else {
             return;
         };
         worker.busy_with = None;
-        if let Some(status) = self.backends.get_mut(nvml::BACKEND) {
+        if let Some(status) = self.backends.get_mut(worker.backend) {
             status.poll_duration.observe(result.elapsed.as_secs_f64());
             status.call_seconds += result.report.call_seconds;
             for (call, _) in &result.report.errors {
@@ -419,7 +471,9 @@ impl Coordinator {
         if result.round != current_round {
             return;
         }
-        self.answered += 1;
+        if worker.backend == nvml::BACKEND {
+            self.answered += 1;
+        }
         if result.report.nvml_gone {
             // Not this GPU's fault: the driver went away. Counted, and handled for all GPUs
             // at the end of the round.

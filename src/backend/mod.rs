@@ -4,9 +4,36 @@
 //! (poller.rs) runs each on a thread of its own. A poll returns a [`PollReport`]: the
 //! readings, the calls that failed, and what happened to persistence mode.
 
+pub mod amd;
 pub mod nvml;
 
-use crate::model::DeviceReadings;
+use crate::model::{DeviceIdentity, DeviceReadings};
+
+/// One GPU of one backend, polled on a thread of its own.
+pub trait DevicePoller: Send {
+    fn identity(&self) -> &DeviceIdentity;
+    /// Reads every supported value once. Never panics and never blocks the caller for long
+    /// on purpose; a vendor call that hangs is what the poller's deadline is for.
+    fn poll(&mut self) -> PollReport;
+}
+
+impl DevicePoller for nvml::NvmlDevicePoller {
+    fn identity(&self) -> &DeviceIdentity {
+        nvml::NvmlDevicePoller::identity(self)
+    }
+    fn poll(&mut self) -> PollReport {
+        nvml::NvmlDevicePoller::poll(self)
+    }
+}
+
+impl DevicePoller for amd::sysfs::SysfsDevicePoller {
+    fn identity(&self) -> &DeviceIdentity {
+        amd::sysfs::SysfsDevicePoller::identity(self)
+    }
+    fn poll(&mut self) -> PollReport {
+        amd::sysfs::SysfsDevicePoller::poll(self)
+    }
+}
 
 /// What an attempt to turn persistence mode on came to; counted by result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

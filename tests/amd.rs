@@ -1,0 +1,240 @@
+//! AMD GPUs through the amdgpu sysfs backend, over the fixture tree
+//! tests/fixtures/amdgpu-sysfs (made by scripts/gen-amd-fixtures.py): four amdgpu cards with
+//! gpu_metrics in the v1.3, v1.5 and v1.4 layouts and one revision gpuwarden does not read,
+//! next to the simulated NVML's NVIDIA GPUs in the same daemon.
+
+mod common;
+use common::*;
+use std::path::Path;
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/amdgpu-sysfs");
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+fn amd<'a>(gpu: &'a str) -> [(&'a str, &'a str); 2] {
+    [("gpu", gpu), ("vendor", "amd")]
+}
+
+fn with<'a>(base: [(&'a str, &'a str); 2], extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut labels = base.to_vec();
+    labels.extend_from_slice(extra);
+    labels
+}
+
+fn start(root: &Path) -> Daemon {
+    let config = test_config(&sim_library(), &format!("amd:\n  sysfs_root: {}\n", root.display()));
+    Daemon::start_with(DEMO_SCENARIO, &config)
+}
+
+#[test]
+fn amd_and_nvidia_gpus_are_served_side_by_side_with_the_same_families() {
+    let d = start(Path::new(FIXTURE));
+    let m = d.scrape_until("AMD GPUs polled", |m| {
+        m.value("gpu_up", &amd("3")) == Some(1.0) && m.value("gpu_up", &[("gpu", "7"), ("vendor", "nvidia")]).is_some()
+    });
+    assert_eq!(
+        m.value("gpuwarden_backend_up", &[("backend", "amdgpu_sysfs")]),
+        Some(1.0)
+    );
+    assert_eq!(m.value("gpuwarden_backend_up", &[("backend", "nvml")]), Some(1.0));
+    // Four amdgpu cards; the i915 card, the connector and the render node are not GPUs.
+    assert_eq!(m.find("gpu_info", &[("vendor", "amd")]).len(), 4);
+    assert_eq!(m.find("gpu_info", &[("vendor", "nvidia")]).len(), 8);
+    let v = |name: &str, gpu: &str, extra: &[(&str, &str)]| m.value(name, &with(amd(gpu), extra));
+
+    // card0: an MI210, every reading from its files, gpu_metrics v1.3.
+    let info = m.find("gpu_info", &amd("0"));
+    let labels = &info[0].labels;
+    for (k, want) in [
+        ("name", "AMD Instinct MI210"),
+        ("uuid", "AMD-9c1a2b3c4d5e6f70"),
+        ("pci_bus_id", "0000:c1:00.0"),
+        ("driver_version", "6.10.5"),
+        ("serial", "692251001234"),
+    ] {
+        assert_eq!(labels.get(k).map(String::as_str), Some(want), "{k}: {labels:?}");
+    }
+    assert_eq!(v("gpu_temperature_celsius", "0", &[("sensor", "edge")]), Some(45.0));
+    assert_eq!(v("gpu_temperature_celsius", "0", &[("sensor", "junction")]), Some(52.0));
+    assert_eq!(v("gpu_temperature_celsius", "0", &[("sensor", "hbm")]), Some(48.0));
+    assert_eq!(
+        v("gpu_temperature_threshold_celsius", "0", &[("threshold", "slowdown")]),
+        Some(105.0)
+    );
+    assert_eq!(
+        v("gpu_temperature_threshold_celsius", "0", &[("threshold", "shutdown")]),
+        Some(110.0)
+    );
+    assert_eq!(
+        v("gpu_temperature_threshold_celsius", "0", &[("threshold", "memory_max")]),
+        Some(95.0)
+    );
+    assert_eq!(v("gpu_power_watts", "0", &[]), Some(212.0));
+    assert_eq!(v("gpu_power_limit_watts", "0", &[]), Some(300.0));
+    assert_eq!(v("gpu_energy_joules_total", "0", &[]), Some(123456.0));
+    assert_eq!(v("gpu_clock_hertz", "0", &[("clock", "sm")]), Some(1.7e9));
+    assert_eq!(v("gpu_clock_hertz", "0", &[("clock", "memory")]), Some(1.6e9));
+    assert_eq!(v("gpu_utilization_ratio", "0", &[]), Some(0.87));
+    assert_eq!(v("gpu_memory_copy_utilization_ratio", "0", &[]), Some(0.35));
+    assert_eq!(v("gpu_memory_used_bytes", "0", &[]), Some(17179869184.0));
+    assert_eq!(v("gpu_memory_total_bytes", "0", &[]), Some(68702699520.0));
+    assert_eq!(v("gpu_pcie_link_generation", "0", &[]), Some(4.0));
+    assert_eq!(v("gpu_pcie_link_generation_max", "0", &[]), Some(4.0));
+    assert_eq!(v("gpu_pcie_link_width_lanes", "0", &[]), Some(16.0));
+    assert_eq!(v("gpu_pcie_link_width_degraded", "0", &[]), Some(0.0));
+    assert_eq!(v("gpu_pcie_replay_errors_total", "0", &[]), Some(3.0));
+    // RAS: umc 5 corrected, gfx 1 uncorrected + 2 corrected.
+    assert_eq!(
+        v(
+            "gpu_ecc_errors_total",
+            "0",
+            &[("type", "corrected"), ("scope", "volatile")]
+        ),
+        Some(7.0)
+    );
+    assert_eq!(
+        v(
+            "gpu_ecc_errors_total",
+            "0",
+            &[("type", "uncorrected"), ("scope", "volatile")]
+        ),
+        Some(1.0)
+    );
+    // Throttler bits PPT0 and hotspot temperature: the shared reason names.
+    assert_eq!(
+        v("gpu_clock_event_active", "0", &[("reason", "sw_power_cap")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        v("gpu_clock_event_active", "0", &[("reason", "sw_thermal_slowdown")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        v("gpu_clock_event_active", "0", &[("reason", "current_limit")]),
+        Some(0.0)
+    );
+    assert_eq!(m.find("gpu_clock_event_active", &amd("0")).len(), 8);
+    // The same health rules as NVIDIA: thermal slowdown and an uncorrectable error.
+    assert_eq!(
+        v("gpu_health_reason", "0", &[("reason", "thermal_slowdown")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        v("gpu_health_reason", "0", &[("reason", "ecc_uncorrectable")]),
+        Some(1.0)
+    );
+
+    // card1: an MI300X (name from its PCI id), gpu_metrics v1.5, link at Gen4 x8 of Gen5 x16.
+    let info = m.find("gpu_info", &amd("1"));
+    assert_eq!(
+        info[0].labels.get("name").map(String::as_str),
+        Some("AMD Instinct MI300X")
+    );
+    assert_eq!(v("gpu_temperature_celsius", "1", &[("sensor", "edge")]), None);
+    assert_eq!(v("gpu_temperature_celsius", "1", &[("sensor", "junction")]), Some(61.0));
+    assert_eq!(v("gpu_power_watts", "1", &[]), Some(550.0));
+    assert_eq!(v("gpu_energy_joules_total", "1", &[]), Some(5e6));
+    assert_eq!(v("gpu_clock_hertz", "1", &[("clock", "sm")]), Some(2.1e9));
+    assert_eq!(v("gpu_clock_hertz", "1", &[("clock", "memory")]), Some(1.3e9));
+    assert_eq!(v("gpu_pcie_link_generation", "1", &[]), Some(4.0));
+    assert_eq!(v("gpu_pcie_link_generation_max", "1", &[]), Some(5.0));
+    assert_eq!(v("gpu_pcie_link_width_degraded", "1", &[]), Some(1.0));
+    assert_eq!(v("gpu_pcie_replay_errors_total", "1", &[]), Some(7.0));
+    assert_eq!(
+        v("gpu_health_reason", "1", &[("reason", "pcie_width_degraded")]),
+        Some(1.0)
+    );
+    // v1.5's throttle status is ASIC-dependent: not decoded, so no reasons rather than wrong ones.
+    assert!(m.find("gpu_clock_event_active", &amd("1")).is_empty());
+
+    // card2: gpu_metrics v1.4 and no hwmon: temperatures and power from the table.
+    let info = m.find("gpu_info", &amd("2"));
+    assert_eq!(
+        info[0].labels.get("name").map(String::as_str),
+        Some("AMD Instinct MI300X OAM")
+    );
+    assert_eq!(v("gpu_temperature_celsius", "2", &[("sensor", "junction")]), Some(58.0));
+    assert_eq!(v("gpu_temperature_celsius", "2", &[("sensor", "hbm")]), Some(50.0));
+    assert_eq!(v("gpu_power_watts", "2", &[]), Some(480.0));
+    assert_eq!(v("gpu_power_limit_watts", "2", &[]), None);
+    assert_eq!(v("gpu_energy_joules_total", "2", &[]), Some(4e6));
+    assert_eq!(v("gpu_clock_hertz", "2", &[("clock", "sm")]), Some(2.05e9));
+    assert_eq!(v("gpu_pcie_link_generation", "2", &[]), Some(5.0));
+
+    // card3: a gpu_metrics revision gpuwarden does not read: the file readings stay, the
+    // table's are left out, and one log line says why, however many polls there are.
+    assert_eq!(v("gpu_temperature_celsius", "3", &[("sensor", "edge")]), Some(40.0));
+    assert_eq!(v("gpu_power_watts", "3", &[]), Some(90.0));
+    assert_eq!(v("gpu_energy_joules_total", "3", &[]), None);
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let log = d.log_text();
+    assert_eq!(
+        log.matches("revision v1.9 is not one gpuwarden reads").count(),
+        1,
+        "{log}"
+    );
+    assert!(!m.has_family("gpuwarden_collector_errors_total"), "{}", m.text);
+    // The NVIDIA GPUs are untouched.
+    assert_eq!(
+        m.value(
+            "gpu_temperature_celsius",
+            &[("gpu", "0"), ("vendor", "nvidia"), ("sensor", "gpu")]
+        ),
+        Some(34.0)
+    );
+}
+
+#[test]
+fn an_amd_gpu_that_leaves_the_bus_is_reported_down_and_the_rest_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(Path::new(FIXTURE), dir.path());
+    let d = start(dir.path());
+    d.scrape_until("card2 up", |m| m.value("gpu_up", &amd("2")) == Some(1.0));
+    std::fs::remove_dir_all(dir.path().join("sys/class/drm/card2")).unwrap();
+    let m = d.scrape_until("card2 down", |m| m.value("gpu_up", &amd("2")) == Some(0.0));
+    assert_eq!(
+        m.value("gpu_health_reason", &with(amd("2"), &[("reason", "gpu_lost")])),
+        Some(1.0)
+    );
+    assert_eq!(m.value("gpu_up", &amd("1")), Some(1.0));
+    // Readings change as the files do.
+    std::fs::write(dir.path().join("sys/class/drm/card0/device/gpu_busy_percent"), "12\n").unwrap();
+    d.scrape_until("new utilization", |m| {
+        m.value("gpu_utilization_ratio", &amd("0")) == Some(0.12)
+    });
+    assert!(
+        d.log_text()
+            .contains("GPU 2 (AMD-5a4b3c2d1e0f9a8b, 0000:1f:00.0) is lost"),
+        "{}",
+        d.log_text()
+    );
+}
+
+#[test]
+fn without_amd_gpus_the_backend_is_up_with_none_and_can_be_turned_off() {
+    let empty = tempfile::tempdir().unwrap();
+    let d = start(empty.path());
+    let m = d.scrape_until("first scrape", |m| m.has_family("gpu_up"));
+    assert_eq!(
+        m.value("gpuwarden_backend_up", &[("backend", "amdgpu_sysfs")]),
+        Some(1.0)
+    );
+    assert!(m.find("gpu_info", &[("vendor", "amd")]).is_empty());
+    assert!(!d.log_text().contains("WARN"), "{}", d.log_text());
+    drop(d);
+    let config = test_config(&sim_library(), "amd:\n  enabled: false\n");
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    let m = d.scrape_until("first scrape", |m| m.has_family("gpu_up"));
+    assert_eq!(m.value("gpuwarden_backend_up", &[("backend", "amdgpu_sysfs")]), None);
+}
