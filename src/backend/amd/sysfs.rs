@@ -169,10 +169,12 @@ impl SysfsDevicePoller {
     }
 
     fn read_statics(&self) -> StaticReadings {
-        let mut s = StaticReadings::default();
-        s.hwmon = std::fs::read_dir(self.device.join("hwmon"))
-            .ok()
-            .and_then(|dir| dir.filter_map(Result::ok).map(|e| e.path()).min());
+        let mut s = StaticReadings {
+            hwmon: std::fs::read_dir(self.device.join("hwmon"))
+                .ok()
+                .and_then(|dir| dir.filter_map(Result::ok).map(|e| e.path()).min()),
+            ..StaticReadings::default()
+        };
         if let Some(hwmon) = &s.hwmon {
             for n in 1..=3 {
                 let stem = format!("temp{n}");
