@@ -22,7 +22,7 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-fn amd<'a>(gpu: &'a str) -> [(&'a str, &'a str); 2] {
+fn amd(gpu: &str) -> [(&str, &str); 2] {
     [("gpu", gpu), ("vendor", "amd")]
 }
 
