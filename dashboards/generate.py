@@ -85,7 +85,7 @@ def fleet():
     dash = dash.with_row(db.Row("Thermals and clocks"))
     dash = dash.with_panel(
         ts("Temperature against slowdown threshold", "celsius",
-           q(f'gpu_temperature_celsius{{sensor="gpu",{SEL}}}', "{{instance}} GPU {{gpu}}"),
+           q(f'gpu_temperature_celsius{{sensor=~"gpu|junction",{SEL}}}', "{{instance}} GPU {{gpu}}"),
            q(f'max by (instance) (gpu_temperature_threshold_celsius{{threshold="slowdown",{SEL}}})', "{{instance}} slowdown"))
     )
     dash = dash.with_panel(

@@ -106,7 +106,7 @@ fn table(report: &Report) -> String {
         let id = &d.device.identity;
         let r = d.device.readings.as_ref();
         let temp = r
-            .and_then(|r| r.temperature("gpu"))
+            .and_then(|r| r.die_temperature())
             .map(|t| format!("{t:.0} C"))
             .unwrap_or("-".into());
         let power = r

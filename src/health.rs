@@ -119,10 +119,7 @@ pub fn findings(device: &DeviceSnapshot, xids: &[XidCount], critical_hold: Durat
         .filter(|reason| r.clock_event_active(reason))
         .collect();
     if !thermal.is_empty() {
-        let temperature = r
-            .temperature("gpu")
-            .map(|t| format!(" at {t:.0} C"))
-            .unwrap_or_default();
+        let temperature = r.die_temperature().map(|t| format!(" at {t:.0} C")).unwrap_or_default();
         add(
             "thermal_slowdown",
             HealthState::Degraded,

@@ -150,6 +150,11 @@ impl DeviceReadings {
     pub fn temperature(&self, sensor: &str) -> Option<f64> {
         lookup(&self.temperatures, sensor)
     }
+    /// The die temperature the slowdown threshold is about: `gpu` on NVIDIA, `junction`
+    /// (the hotspot) on AMD.
+    pub fn die_temperature(&self) -> Option<f64> {
+        self.temperature("gpu").or_else(|| self.temperature("junction"))
+    }
     pub fn threshold(&self, threshold: &str) -> Option<f64> {
         lookup(&self.temperature_thresholds, threshold)
     }

@@ -98,7 +98,7 @@ pub fn render(snapshot: &Snapshot) -> String {
         }
         out.push_str("</td>");
         let r = d.readings.as_ref().filter(|_| d.up);
-        let temp = r.and_then(|r| r.temperature("gpu"));
+        let temp = r.and_then(|r| r.die_temperature());
         let slowdown = r.and_then(|r| r.threshold("slowdown"));
         match (temp, slowdown) {
             (Some(t), Some(s)) => {
