@@ -178,6 +178,7 @@ pub struct Amd {
     /// Where sysfs is: `/` on a host; a copy of the tree for tests, or a container that
     /// mounts the host's /sys elsewhere.
     pub sysfs_root: PathBuf,
+    pub rocm_smi: RocmSmi,
 }
 
 impl Default for Amd {
@@ -185,6 +186,25 @@ impl Default for Amd {
         Amd {
             enabled: true,
             sysfs_root: PathBuf::from("/"),
+            rocm_smi: RocmSmi::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RocmSmi {
+    /// Read AMD GPUs through ROCm SMI when it is installed; sysfs alone otherwise.
+    pub enabled: bool,
+    /// The library: a file name searched the usual way, or a path.
+    pub library_path: PathBuf,
+}
+
+impl Default for RocmSmi {
+    fn default() -> Self {
+        RocmSmi {
+            enabled: true,
+            library_path: PathBuf::from("librocm_smi64.so.1"),
         }
     }
 }

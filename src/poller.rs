@@ -11,7 +11,7 @@
 //! coordinator tries again with a doubling back-off, and the daemon serves its own metrics
 //! with `gpuwarden_backend_up{backend="nvml"} 0` meanwhile.
 
-use crate::backend::amd::sysfs;
+use crate::backend::amd::{rocm_smi, sysfs};
 use crate::backend::nvml::{self, NvmlBackend};
 use crate::backend::{DevicePoller, PollReport};
 use crate::config::Config;
@@ -120,6 +120,9 @@ impl Coordinator {
         }
         if config.amd.enabled {
             backends.insert(sysfs::BACKEND, BackendStatus::default());
+            if config.amd.rocm_smi.enabled {
+                backends.insert(rocm_smi::BACKEND, BackendStatus::default());
+            }
         }
         Coordinator {
             config,
@@ -298,7 +301,10 @@ impl Coordinator {
         self.amd_enumerated = true;
         let root = self.config.amd.sysfs_root.clone();
         match sysfs::device_pollers(&root) {
-            Ok(pollers) => {
+            Ok(mut pollers) => {
+                if self.config.amd.rocm_smi.enabled {
+                    self.start_rocm_smi(&mut pollers);
+                }
                 if !pollers.is_empty() {
                     log::info!("amdgpu sysfs: {} AMD GPU(s) under {}", pollers.len(), root.display());
                 }
@@ -314,6 +320,31 @@ impl Coordinator {
                 "cannot read {} ({e}): no AMD GPU metrics; on a node without AMD GPUs set amd.enabled: false",
                 sysfs::drm_dir(&root).display()
             ),
+        }
+    }
+
+    /// ROCm SMI takes the GPUs it sees out of `sysfs` (each poller keeps its sysfs twin for
+    /// what ROCm SMI does not read); those it does not see stay with the sysfs backend.
+    fn start_rocm_smi(&mut self, sysfs_pollers: &mut Vec<sysfs::SysfsDevicePoller>) {
+        let path = self.config.amd.rocm_smi.library_path.clone();
+        match rocm_smi::load(&path) {
+            Ok(smi) => {
+                let driver_version = sysfs_pollers
+                    .first()
+                    .map(|p| p.identity().driver_version.clone())
+                    .unwrap_or_default();
+                let pollers = rocm_smi::device_pollers(smi, sysfs_pollers, &driver_version);
+                log::info!("ROCm SMI {} ready: {} AMD GPU(s)", smi.version, pollers.len());
+                for poller in pollers {
+                    let worker = self.spawn_worker(Box::new(poller), rocm_smi::BACKEND);
+                    self.workers.push(worker);
+                }
+                if let Some(status) = self.backends.get_mut(rocm_smi::BACKEND) {
+                    status.up = true;
+                }
+            }
+            // Most nodes have no ROCm: not a warning. The sysfs backend reads AMD GPUs then.
+            Err(e) => log::info!("ROCm SMI not used ({e}); AMD GPUs, if any, are read from sysfs"),
         }
     }
 

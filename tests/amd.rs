@@ -238,3 +238,195 @@ fn without_amd_gpus_the_backend_is_up_with_none_and_can_be_turned_off() {
     let m = d.scrape_until("first scrape", |m| m.has_family("gpu_up"));
     assert_eq!(m.value("gpuwarden_backend_up", &[("backend", "amdgpu_sysfs")]), None);
 }
+
+const ROCM_SCENARIO: &str = "devices:
+  - pci_bus_id: \"0000:c1:00.0\"
+    name: AMD Instinct MI210 (rsmi)
+    unique_id: 0x9c1a2b3c4d5e6f70
+    serial: \"692251009999\"
+    temperature: {edge: 46000, junction: 53500, memory: 49000}
+    critical: {junction: 104000, memory: 94000}
+    emergency: {junction: 109000}
+    power_uw: 250000000
+    power_cap_uw: 300000000
+    energy: [8000000, 15.3]
+    busy_percent: 91
+    memory_busy_percent: 40
+    vram_used: 21474836480
+    vram_total: 68702699520
+    pcie_replays: 4
+    ecc: {umc: [6, 0], gfx: [2, 2]}
+  - pci_bus_id: \"0000:0c:00.0\"
+    temperature: {junction: 62000}
+    power_uw: 560000000
+    fail: {rsmi_dev_busy_percent_get: 8}
+";
+
+fn start_with_rocm(root: &Path, library: &Path, scenario: Option<&str>) -> Daemon {
+    let dir = tempfile::tempdir().unwrap();
+    let config = test_config(
+        &sim_library(),
+        &format!(
+            "amd:\n  sysfs_root: {}\n  rocm_smi:\n    library_path: {}\n",
+            root.display(),
+            library.display()
+        ),
+    );
+    let mut env = Vec::new();
+    if let Some(s) = scenario {
+        let path = dir.path().join("rocm.yaml");
+        std::fs::write(&path, s).unwrap();
+        env.push(("GPUWARDEN_SIM_ROCM_SMI_SCENARIO", path.display().to_string()));
+        // The scenario file must outlive the daemon.
+        std::mem::forget(dir);
+    }
+    Daemon::start_full(DEMO_SCENARIO, &config, "", &env)
+}
+
+fn rocm_library(old: bool) -> std::path::PathBuf {
+    let name = if old {
+        "libgpuwarden_sim_rocm_smi_old.so"
+    } else {
+        "libgpuwarden_sim_rocm_smi.so"
+    };
+    sim_library().with_file_name(name)
+}
+
+#[test]
+fn rocm_smi_reads_what_it_offers_and_sysfs_fills_in_the_rest() {
+    let d = start_with_rocm(Path::new(FIXTURE), &rocm_library(false), Some(ROCM_SCENARIO));
+    let m = d.scrape_until("AMD GPUs polled", |m| m.value("gpu_up", &amd("3")) == Some(1.0));
+    assert_eq!(m.value("gpuwarden_backend_up", &[("backend", "rocm_smi")]), Some(1.0));
+    assert!(
+        d.log_text().contains("ROCm SMI 6.2.0 ready: 2 AMD GPU(s)"),
+        "{}",
+        d.log_text()
+    );
+    // ROCm SMI sees two GPUs (numbered by it); the sysfs backend keeps the two it does not see.
+    assert_eq!(m.find("gpu_info", &[("vendor", "amd")]).len(), 4);
+    let v = |name: &str, gpu: &str, extra: &[(&str, &str)]| m.value(name, &with(amd(gpu), extra));
+    let info = m.find("gpu_info", &amd("0"));
+    assert_eq!(
+        info[0].labels.get("uuid").map(String::as_str),
+        Some("AMD-9c1a2b3c4d5e6f70")
+    );
+    assert_eq!(info[0].labels.get("serial").map(String::as_str), Some("692251009999"));
+    // The product name from sysfs is better than ROCm SMI's marketing string.
+    assert_eq!(
+        info[0].labels.get("name").map(String::as_str),
+        Some("AMD Instinct MI210")
+    );
+    // ROCm SMI's values where it has them.
+    assert_eq!(v("gpu_temperature_celsius", "0", &[("sensor", "junction")]), Some(53.5));
+    assert_eq!(
+        v("gpu_temperature_threshold_celsius", "0", &[("threshold", "slowdown")]),
+        Some(104.0)
+    );
+    assert_eq!(v("gpu_power_watts", "0", &[]), Some(250.0));
+    assert_eq!(
+        v("gpu_energy_joules_total", "0", &[]),
+        Some(8000000.0 * f64::from(15.3f32) / 1e6)
+    );
+    assert_eq!(v("gpu_utilization_ratio", "0", &[]), Some(0.91));
+    assert_eq!(v("gpu_memory_copy_utilization_ratio", "0", &[]), Some(0.4));
+    assert_eq!(v("gpu_memory_used_bytes", "0", &[]), Some(21474836480.0));
+    assert_eq!(v("gpu_pcie_replay_errors_total", "0", &[]), Some(4.0));
+    assert_eq!(
+        v(
+            "gpu_ecc_errors_total",
+            "0",
+            &[("type", "corrected"), ("scope", "volatile")]
+        ),
+        Some(8.0)
+    );
+    assert_eq!(
+        v(
+            "gpu_ecc_errors_total",
+            "0",
+            &[("type", "uncorrected"), ("scope", "volatile")]
+        ),
+        Some(2.0)
+    );
+    // The sysfs twin's for the rest: clocks, throttle reasons, link.
+    assert_eq!(v("gpu_clock_hertz", "0", &[("clock", "sm")]), Some(1.7e9));
+    assert_eq!(
+        v("gpu_clock_event_active", "0", &[("reason", "sw_power_cap")]),
+        Some(1.0)
+    );
+    assert_eq!(v("gpu_pcie_link_width_lanes", "0", &[]), Some(16.0));
+    // GPU 1: a failing call is counted and its reading falls back to the twin's file.
+    assert_eq!(v("gpu_power_watts", "1", &[]), Some(560.0));
+    assert_eq!(v("gpu_utilization_ratio", "1", &[]), Some(0.99));
+    assert!(
+        m.value(
+            "gpuwarden_collector_errors_total",
+            &[("backend", "rocm_smi"), ("call", "rsmi_dev_busy_percent_get")]
+        )
+        .is_some_and(|n| n >= 1.0),
+        "{}",
+        m.text
+    );
+}
+
+#[test]
+fn an_older_rocm_without_some_functions_gives_fewer_readings_and_no_crash() {
+    let d = start_with_rocm(Path::new(FIXTURE), &rocm_library(true), Some(ROCM_SCENARIO));
+    let m = d.scrape_until("AMD GPUs polled", |m| m.value("gpu_up", &amd("1")) == Some(1.0));
+    assert_eq!(m.value("gpuwarden_backend_up", &[("backend", "rocm_smi")]), Some(1.0));
+    let log = d.log_text();
+    assert!(
+        log.contains("lacks rsmi_dev_energy_count_get, rsmi_dev_memory_busy_percent_get"),
+        "{log}"
+    );
+    // Energy and memory activity from the sysfs twin instead.
+    assert_eq!(m.value("gpu_energy_joules_total", &amd("0")), Some(123456.0));
+    assert_eq!(m.value("gpu_memory_copy_utilization_ratio", &amd("0")), Some(0.35));
+    assert_eq!(m.value("gpu_power_watts", &amd("0")), Some(250.0));
+}
+
+#[test]
+fn rocm_smi_that_cannot_initialise_leaves_the_gpus_to_sysfs() {
+    let d = start_with_rocm(
+        Path::new(FIXTURE),
+        &rocm_library(false),
+        Some("init_error: 8\ndevices: []\n"),
+    );
+    let m = d.scrape_until("AMD GPUs polled", |m| m.value("gpu_up", &amd("3")) == Some(1.0));
+    assert_eq!(m.value("gpuwarden_backend_up", &[("backend", "rocm_smi")]), Some(0.0));
+    assert_eq!(
+        m.value("gpuwarden_backend_up", &[("backend", "amdgpu_sysfs")]),
+        Some(1.0)
+    );
+    assert_eq!(m.find("gpu_info", &[("vendor", "amd")]).len(), 4);
+    assert!(
+        d.log_text()
+            .contains("rsmi_init failed: RSMI_STATUS_INIT_ERROR: simulated (8)"),
+        "{}",
+        d.log_text()
+    );
+}
+
+/// Debian's librocm-smi64-1 (.ci/run installs it): the real library loads, finds no AMD
+/// driver on this machine, and the daemon serves on with the backend down.
+#[test]
+fn the_real_rocm_smi_library_loads_and_fails_cleanly_without_an_amd_gpu() {
+    let real = [
+        "/usr/lib/librocm_smi64.so.1",
+        "/usr/lib/x86_64-linux-gnu/librocm_smi64.so.1",
+    ]
+    .into_iter()
+    .map(Path::new)
+    .find(|p| p.exists())
+    .expect("librocm_smi64.so.1 is not installed: apt-get install librocm-smi64-1 (.ci/run does)");
+    let empty = tempfile::tempdir().unwrap();
+    let d = start_with_rocm(empty.path(), real, None);
+    let m = d.scrape_until("first scrape", |m| m.has_family("gpuwarden_backend_up"));
+    assert_eq!(m.value("gpuwarden_backend_up", &[("backend", "rocm_smi")]), Some(0.0));
+    assert_eq!(m.value("gpu_up", &[("gpu", "0"), ("vendor", "nvidia")]), Some(1.0));
+    let log = d.log_text();
+    assert!(log.contains("ROCm SMI not used (rsmi_init failed"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    // Still serving a while later.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(d.scrape().has_family("gpu_up"));
+}

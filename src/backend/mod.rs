@@ -121,3 +121,12 @@ impl CallErrors {
         }
     }
 }
+
+impl DevicePoller for amd::rocm_smi::RocmDevicePoller {
+    fn identity(&self) -> &DeviceIdentity {
+        amd::rocm_smi::RocmDevicePoller::identity(self)
+    }
+    fn poll(&mut self) -> PollReport {
+        amd::rocm_smi::RocmDevicePoller::poll(self)
+    }
+}

@@ -2,4 +2,5 @@
 //! PCI device's link files and the RAS counters under /sys/class/drm/cardN/device.
 
 pub mod gpu_metrics;
+pub mod rocm_smi;
 pub mod sysfs;
