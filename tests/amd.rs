@@ -430,3 +430,20 @@ fn the_real_rocm_smi_library_loads_and_fails_cleanly_without_an_amd_gpu() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert!(d.scrape().has_family("gpu_up"));
 }
+
+/// The gpu_metrics fuzz corpus (fuzz/corpus/gpu_metrics), replayed on stable Rust: no input
+/// makes the parser panic, and the fixture tables among them parse.
+#[test]
+fn the_gpu_metrics_fuzz_corpus_parses_without_panics() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/gpu_metrics");
+    let inputs: Vec<Vec<u8>> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| std::fs::read(entry.unwrap().path()).unwrap())
+        .collect();
+    assert!(inputs.len() >= 10, "{} inputs", inputs.len());
+    let parsed = inputs
+        .iter()
+        .filter(|bytes| gpuwarden::backend::amd::gpu_metrics::parse(bytes).is_ok())
+        .count();
+    assert!(parsed >= 3, "the v1.3, v1.4 and v1.5 seeds parse; {parsed} did");
+}
