@@ -447,3 +447,26 @@ fn the_gpu_metrics_fuzz_corpus_parses_without_panics() {
         .count();
     assert!(parsed >= 3, "the v1.3, v1.4 and v1.5 seeds parse; {parsed} did");
 }
+
+#[test]
+fn a_node_with_only_amd_gpus_needs_no_nvidia_library() {
+    let config = format!(
+        "listen: 127.0.0.1:0\npoll:\n  interval: 200ms\n  timeout: 150ms\nnvml:\n  enabled: false\nxid:\n  read_kernel_log: false\namd:\n  sysfs_root: {FIXTURE}\n"
+    );
+    let d = Daemon::start_with("devices: []\n", &config);
+    let m = d.scrape_until("AMD GPUs", |m| m.value("gpu_up", &amd("0")) == Some(1.0));
+    assert_eq!(m.find("gpu_info", &[]).len(), 4);
+    assert_eq!(m.value("gpuwarden_backend_up", &[("backend", "nvml")]), None);
+    assert_eq!(m.value("gpu_power_watts", &amd("0")), Some(212.0));
+    // `check` sees them too.
+    let out = std::process::Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(d.config_path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("AMD Instinct MI210") && text.contains("PCIe link runs at x8 of x16"),
+        "{text}"
+    );
+}
