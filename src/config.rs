@@ -22,6 +22,7 @@ pub struct Config {
     pub nvml: Nvml,
     pub persistence: Persistence,
     pub xid: Xid,
+    pub web: Web,
     pub amd: Amd,
     pub probe: Probe,
 }
@@ -34,6 +35,7 @@ impl Default for Config {
             nvml: Nvml::default(),
             persistence: Persistence::default(),
             xid: Xid::default(),
+            web: Web::default(),
             amd: Amd::default(),
             probe: Probe::default(),
         }
@@ -167,6 +169,15 @@ impl Default for Xid {
             critical_hold: Duration::from_secs(3600),
         }
     }
+}
+
+/// TLS and basic auth for the HTTP server.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Web {
+    /// A web config file in the Prometheus exporter-toolkit format (tls_server_config,
+    /// basic_auth_users); empty: plain HTTP without auth.
+    pub config_file: PathBuf,
 }
 
 /// AMD GPUs, read from amdgpu's sysfs files.

@@ -17,10 +17,11 @@ use crate::notify;
 use crate::poller::PollLoop;
 use crate::probe::schedule::{self, ChildSettings, ProbeState};
 use crate::store::Store;
+use crate::web_config::WebSecurity;
 use crate::xid::{kmsg, store::XidStore};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -144,6 +145,13 @@ async fn serve(mut config: Config, config_path: Option<PathBuf>, overrides: Over
             return 1;
         }
     };
+    let security = match load_security(&config) {
+        Ok(s) => Arc::new(RwLock::new(s)),
+        Err(e) => {
+            log::error!("{e}");
+            return crate::config::EX_CONFIG;
+        }
+    };
     let store = Arc::new(Store::new());
     let xids = Arc::new(XidStore::new(config.xid.dedup_window));
     let mut kernel_log = start_kernel_log(&config, &xids);
@@ -177,16 +185,22 @@ async fn serve(mut config: Config, config_path: Option<PathBuf>, overrides: Over
         store: store.clone(),
         cache: Arc::new(RenderCache::default()),
         stale_after,
+        security: security.clone(),
     });
     // The bound address, not the configured one: with port 0 the kernel picks the port.
     let bound = listener
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_else(|_| config.listen.to_string());
-    log::info!("serving metrics on http://{bound}/metrics ({devices} GPU(s))");
+    let scheme = if security.read().unwrap_or_else(PoisonError::into_inner).tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    log::info!("serving metrics on {scheme}://{bound}/metrics ({devices} GPU(s))");
 
     let (stop_server, stop_rx) = tokio::sync::watch::channel(false);
-    let mut server = tokio::spawn(http::serve(listener, app, stop_rx, DRAIN_TIMEOUT));
+    let mut server = tokio::spawn(http::serve(listener, app, security.clone(), stop_rx, DRAIN_TIMEOUT));
     notify::ready(&format!("serving {devices} GPU(s) on {bound}"));
 
     loop {
@@ -196,7 +210,8 @@ async fn serve(mut config: Config, config_path: Option<PathBuf>, overrides: Over
             _ = hup.recv() => {
                 notify::reloading();
                 match reload(&config, config_path.as_ref(), &overrides) {
-                    Ok(new_config) => {
+                    Ok((new_config, new_security)) => {
+                        *security.write().unwrap_or_else(PoisonError::into_inner) = new_security;
                         let previous = tokio::task::spawn_blocking(move || poll_loop.stop(POLL_STOP_TIMEOUT)).await.ok().flatten();
                         let kernel_log_changed = new_config.xid.read_kernel_log != config.xid.read_kernel_log
                             || kernel_log.as_ref().is_some_and(|k| k.path != new_config.xid.kernel_log_path);
@@ -261,7 +276,22 @@ async fn serve(mut config: Config, config_path: Option<PathBuf>, overrides: Over
 
 /// Reads the config again for SIGHUP. Err carries the message to log; the caller keeps the
 /// running config then.
-fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Result<Config, String> {
+/// The web config named by `web.config_file`: TLS and basic auth, or none.
+fn load_security(config: &Config) -> Result<WebSecurity, String> {
+    if config.web.config_file.as_os_str().is_empty() {
+        return Ok(WebSecurity::none());
+    }
+    let security = WebSecurity::load(&config.web.config_file).map_err(|e| e.to_string())?;
+    log::info!(
+        "web config {}: {}{}",
+        config.web.config_file.display(),
+        if security.tls.is_some() { "TLS" } else { "plain HTTP" },
+        if security.auth_required() { ", basic auth" } else { "" }
+    );
+    Ok(security)
+}
+
+fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Result<(Config, WebSecurity), String> {
     let Some(path) = path else {
         return Err("SIGHUP: gpuwarden runs on built-in defaults (no config file): nothing to reload".to_string());
     };
@@ -276,5 +306,9 @@ fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Re
         );
         new_config.listen = running.listen;
     }
-    Ok(new_config)
+    // A web config that does not load refuses the whole reload: serving on with weaker
+    // security than configured is not an option.
+    let security =
+        load_security(&new_config).map_err(|e| format!("reload refused, keeping the running config: {e}"))?;
+    Ok((new_config, security))
 }

@@ -8,20 +8,28 @@
 //! slowloris client is dropped instead of holding a connection forever), headers may take
 //! 16 KiB, and at most 4096 connections are open at once; further clients wait in the
 //! kernel's accept queue. Requests have 10 seconds to be answered.
+//!
+//! With a web config (web_config.rs) connections are TLS (the handshake gets the same 5
+//! seconds as the headers) and every endpoint asks for basic auth. The security settings sit
+//! behind a lock so that a reload can swap them; each connection takes the TLS settings of
+//! the moment it was accepted.
 
 use crate::exposition::{self, RenderCache};
 use crate::status_page;
 use crate::store::Store;
+use crate::web_config::WebSecurity;
 use axum::Router;
+use axum::extract::Request;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
@@ -36,7 +44,13 @@ pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
 /// Serves `app` until `stop` turns true, then lets requests in flight finish for up to
 /// `drain` and returns.
-pub async fn serve(listener: TcpListener, app: Router, mut stop: watch::Receiver<bool>, drain: Duration) {
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    security: Arc<RwLock<WebSecurity>>,
+    mut stop: watch::Receiver<bool>,
+    drain: Duration,
+) {
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -70,13 +84,33 @@ pub async fn serve(listener: TcpListener, app: Router, mut stop: watch::Receiver
             },
             _ = stop.changed() => break,
         };
-        let connection = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            // A client that goes away mid-request is not our error.
-            let _ = connection.await;
-            drop(permit);
-        });
+        let service = TowerToHyperService::new(app.clone());
+        let tls = security.read().unwrap_or_else(PoisonError::into_inner).tls.clone();
+        match tls {
+            None => {
+                let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+                tokio::spawn(async move {
+                    // A client that goes away mid-request is not our error.
+                    let _ = connection.await;
+                    drop(permit);
+                });
+            }
+            Some(config) => {
+                let builder = builder.clone();
+                let watcher = graceful.watcher();
+                tokio::spawn(async move {
+                    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+                    // A failed or too slow handshake (a plain-HTTP client, a wrong client
+                    // certificate, a slowloris) just ends the connection.
+                    if let Ok(Ok(tls_stream)) = tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream)).await
+                    {
+                        let connection = watcher.watch(builder.serve_connection(TokioIo::new(tls_stream), service));
+                        let _ = connection.await;
+                    }
+                    drop(permit);
+                });
+            }
+        }
     }
     drop(listener);
     if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
@@ -90,6 +124,8 @@ pub struct AppState {
     pub cache: Arc<RenderCache>,
     /// /healthz fails when the poller has not published for this long.
     pub stale_after: Duration,
+    /// TLS and basic auth (none without a web config); swapped on reload.
+    pub security: Arc<RwLock<WebSecurity>>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -97,11 +133,42 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/", get(index))
+        .layer(middleware::from_fn_with_state(state.clone(), require_basic_auth))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             Duration::from_secs(10),
         ))
         .with_state(state)
+}
+
+/// Every endpoint asks for basic auth when the web config lists users (exporter-toolkit does
+/// the same). bcrypt is slow on purpose, so it runs on the blocking pool.
+async fn require_basic_auth(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let security = state.security.read().unwrap_or_else(PoisonError::into_inner).clone();
+    if !security.auth_required() {
+        return next.run(request).await;
+    }
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let allowed = tokio::task::spawn_blocking(move || security.check_basic_auth(authorization.as_deref()))
+        .await
+        .unwrap_or(false);
+    if allowed {
+        next.run(request).await
+    } else {
+        (
+            StatusCode::UNAUTHORIZED,
+            [(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"gpuwarden\""),
+            )],
+            "Unauthorized\n",
+        )
+            .into_response()
+    }
 }
 
 async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {

@@ -23,4 +23,5 @@ pub mod poller;
 pub mod probe;
 pub mod status_page;
 pub mod store;
+pub mod web_config;
 pub mod xid;

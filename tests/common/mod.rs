@@ -120,8 +120,9 @@ impl Daemon {
         let deadline = Instant::now() + Duration::from_secs(20);
         let addr = loop {
             if let Some(addr) = log.lock().unwrap().iter().find_map(|l| {
-                l.split("serving metrics on http://")
+                l.split("serving metrics on ")
                     .nth(1)
+                    .map(|rest| rest.trim_start_matches("https://").trim_start_matches("http://"))
                     .map(|rest| rest.split('/').next().unwrap_or("").to_string())
             }) {
                 break addr;

@@ -1,0 +1,317 @@
+//! TLS and basic auth, configured the way Prometheus exporters are: a `web.config` file in
+//! the exporter-toolkit format (https://prometheus.io/docs/prometheus/latest/configuration/https/),
+//! named by the config key `web.config_file`.
+//!
+//! ```yaml
+//! tls_server_config:
+//!   cert_file: /etc/gpuwarden/tls.crt
+//!   key_file: /etc/gpuwarden/tls.key
+//!   client_auth_type: RequireAndVerifyClientCert   # default NoClientCert
+//!   client_ca_file: /etc/gpuwarden/clients-ca.crt
+//!   min_version: TLS12                             # TLS12 (default) or TLS13
+//! basic_auth_users:
+//!   prometheus: $2y$10$...                         # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':\n')
+//! ```
+//!
+//! Relative paths are relative to the web config file, as in exporter-toolkit. A key
+//! exporter-toolkit knows that gpuwarden does not implement (cipher_suites, http2 settings)
+//! is refused by name rather than ignored: a silently ignored security setting is worse than
+//! none. Passwords are checked with bcrypt off the async threads, and a good user/password
+//! pair is remembered as a keyed 64-bit fingerprint (SipHash with this process's random key,
+//! never the password itself) so that a scrape every 15 s does not cost a bcrypt each time.
+
+use crate::config::ConfigError;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWebConfig {
+    #[serde(default)]
+    tls_server_config: Option<RawTls>,
+    #[serde(default)]
+    basic_auth_users: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert_file: PathBuf,
+    key_file: PathBuf,
+    #[serde(default)]
+    client_auth_type: ClientAuth,
+    #[serde(default)]
+    client_ca_file: Option<PathBuf>,
+    #[serde(default)]
+    min_version: MinVersion,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+enum ClientAuth {
+    #[default]
+    NoClientCert,
+    RequestClientCert,
+    RequireAnyClientCert,
+    VerifyClientCertIfGiven,
+    RequireAndVerifyClientCert,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+enum MinVersion {
+    #[default]
+    TLS12,
+    TLS13,
+}
+
+/// What the server enforces: a TLS config (None: plain HTTP) and basic auth users.
+#[derive(Clone)]
+pub struct WebSecurity {
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    users: Arc<BTreeMap<String, String>>,
+    /// Fingerprints of user/password/hash triples that passed bcrypt, so each is checked once.
+    verified: Arc<Mutex<HashSet<u64>>>,
+    fingerprint_key: std::collections::hash_map::RandomState,
+}
+
+impl std::fmt::Debug for WebSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebSecurity")
+            .field("tls", &self.tls.is_some())
+            .field("users", &self.users.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl WebSecurity {
+    /// Plain HTTP, no auth: what gpuwarden does without `web.config_file`.
+    pub fn none() -> WebSecurity {
+        WebSecurity {
+            tls: None,
+            users: Arc::new(BTreeMap::new()),
+            verified: Arc::new(Mutex::new(HashSet::new())),
+            fingerprint_key: Default::default(),
+        }
+    }
+
+    pub fn auth_required(&self) -> bool {
+        !self.users.is_empty()
+    }
+
+    /// Reads and checks a web config file: its YAML (errors with line and column), the
+    /// certificate and key, the client CA, the bcrypt hashes.
+    pub fn load(file: &Path) -> Result<WebSecurity, ConfigError> {
+        let error = |line, column, message: String| ConfigError {
+            file: file.to_path_buf(),
+            line,
+            column,
+            message,
+        };
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| error(None, None, format!("cannot read the web config file: {e}")))?;
+        let raw: RawWebConfig = if text.trim().is_empty() {
+            RawWebConfig::default()
+        } else {
+            let options = serde_saphyr::options! { strict_booleans: true };
+            serde_saphyr::from_str_with_options(&text, options).map_err(|e| {
+                let location = e.location();
+                error(
+                    location.as_ref().map(|l| l.line()),
+                    location.as_ref().map(|l| l.column()),
+                    format!(
+                        "{} (gpuwarden reads tls_server_config: cert_file, key_file, client_auth_type, client_ca_file, min_version; and basic_auth_users)",
+                        e.render().trim()
+                    ),
+                )
+            })?
+        };
+        for (user, hash) in &raw.basic_auth_users {
+            if hash.parse::<bcrypt::HashParts>().is_err() {
+                return Err(error(
+                    None,
+                    None,
+                    format!(
+                        "basic_auth_users.{user} is not a bcrypt hash; make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`"
+                    ),
+                ));
+            }
+        }
+        let base = file.parent().unwrap_or(Path::new("."));
+        let tls = match raw.tls_server_config {
+            Some(tls) => Some(Arc::new(build_tls(&tls, base).map_err(|m| error(None, None, m))?)),
+            None => None,
+        };
+        Ok(WebSecurity {
+            tls,
+            users: Arc::new(raw.basic_auth_users),
+            verified: Arc::new(Mutex::new(HashSet::new())),
+            fingerprint_key: Default::default(),
+        })
+    }
+
+    /// Checks an Authorization header against the users. Blocking (bcrypt): call it off the
+    /// async threads.
+    pub fn check_basic_auth(&self, authorization: Option<&str>) -> bool {
+        if self.users.is_empty() {
+            return true;
+        }
+        let Some((user, password)) = authorization.and_then(decode_basic) else {
+            return false;
+        };
+        let Some(hash) = self.users.get(&user) else {
+            // The same work as for a known user, so a wrong name takes as long as a wrong password.
+            if let Some(any) = self.users.values().next() {
+                let _ = bcrypt::verify(&password, any);
+            }
+            return false;
+        };
+        let key = {
+            use std::hash::BuildHasher;
+            self.fingerprint_key.hash_one((&user, &password, hash))
+        };
+        if self
+            .verified
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&key)
+        {
+            return true;
+        }
+        let ok = bcrypt::verify(&password, hash).unwrap_or(false);
+        if ok {
+            let mut verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
+            // A handful of scrapers at most; a flood of distinct good passwords is not a thing.
+            if verified.len() < 64 {
+                verified.insert(key);
+            }
+        }
+        ok
+    }
+}
+
+/// `Basic dXNlcjpwYXNz` -> ("user", "pass").
+fn decode_basic(header: &str) -> Option<(String, String)> {
+    use base64::Engine;
+    let (scheme, encoded) = header.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (user, password) = text.split_once(':')?;
+    Some((user.to_string(), password.to_string()))
+}
+
+fn build_tls(tls: &RawTls, base: &Path) -> Result<rustls::ServerConfig, String> {
+    let path = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
+    let cert_file = path(&tls.cert_file);
+    let key_file = path(&tls.key_file);
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert_file)
+        .map_err(|e| format!("tls_server_config.cert_file {}: {e}", cert_file.display()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("tls_server_config.cert_file {}: {e}", cert_file.display()))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "tls_server_config.cert_file {} holds no certificate",
+            cert_file.display()
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_file(&key_file)
+        .map_err(|e| format!("tls_server_config.key_file {}: {e}", key_file.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let versions: &[&rustls::SupportedProtocolVersion] = match tls.min_version {
+        MinVersion::TLS12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+        MinVersion::TLS13 => &[&rustls::version::TLS13],
+    };
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(versions)
+        .map_err(|e| format!("tls_server_config: {e}"))?;
+    let verifier = match tls.client_auth_type {
+        ClientAuth::NoClientCert => None,
+        other => {
+            let Some(ca) = &tls.client_ca_file else {
+                return Err(format!(
+                    "tls_server_config.client_auth_type {other:?} needs client_ca_file (the CA that signs the clients' certificates)"
+                ));
+            };
+            let ca = path(ca);
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_file_iter(&ca)
+                .map_err(|e| format!("tls_server_config.client_ca_file {}: {e}", ca.display()))?
+            {
+                let cert = cert.map_err(|e| format!("tls_server_config.client_ca_file {}: {e}", ca.display()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("tls_server_config.client_ca_file {}: {e}", ca.display()))?;
+            }
+            let builder =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
+            // RequestClientCert and RequireAnyClientCert do not verify in Go either; here any
+            // certificate that is offered is verified, and these two accept a client without one.
+            let builder = match other {
+                ClientAuth::RequireAndVerifyClientCert => builder,
+                _ => builder.allow_unauthenticated(),
+            };
+            Some(
+                builder
+                    .build()
+                    .map_err(|e| format!("tls_server_config.client_ca_file {}: {e}", ca.display()))?,
+            )
+        }
+    };
+    let builder = match verifier {
+        Some(v) => builder.with_client_cert_verifier(v),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("tls_server_config: the certificate and key do not go together: {e}"))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_headers_decode() {
+        assert_eq!(decode_basic("Basic dXNlcjpwYXNz"), Some(("user".into(), "pass".into())));
+        assert_eq!(
+            decode_basic("basic dXNlcjpwYTpzcw=="),
+            Some(("user".into(), "pa:ss".into()))
+        );
+        assert_eq!(decode_basic("Bearer abc"), None);
+        assert_eq!(decode_basic("Basic !!!"), None);
+    }
+
+    #[test]
+    fn passwords_are_checked_with_bcrypt() {
+        let hash = bcrypt::hash("s3cret", 4).unwrap();
+        let security = WebSecurity {
+            tls: None,
+            users: Arc::new(BTreeMap::from([("prometheus".to_string(), hash)])),
+            verified: Arc::new(Mutex::new(HashSet::new())),
+            fingerprint_key: Default::default(),
+        };
+        use base64::Engine;
+        let header = |u: &str, p: &str| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+            )
+        };
+        assert!(security.check_basic_auth(Some(&header("prometheus", "s3cret"))));
+        assert!(
+            security.check_basic_auth(Some(&header("prometheus", "s3cret"))),
+            "cached"
+        );
+        assert!(!security.check_basic_auth(Some(&header("prometheus", "wrong"))));
+        assert!(!security.check_basic_auth(Some(&header("someone", "s3cret"))));
+        assert!(!security.check_basic_auth(None));
+        assert!(WebSecurity::none().check_basic_auth(None));
+    }
+}
