@@ -50,6 +50,9 @@ pub struct Poll {
     /// How long one poll of one GPU may take before that GPU is reported as not answering
     /// (`gpu_up` 0) for this round. A call that hangs stalls only its own GPU.
     pub timeout: Duration,
+    /// How often the slowly changing and costly readings are read (energy, ECC and remap
+    /// counts, PCIe replays, clock-event time); at least `interval`.
+    pub slow_interval: Duration,
 }
 
 impl Default for Poll {
@@ -57,6 +60,7 @@ impl Default for Poll {
         Poll {
             interval: Duration::from_secs(1),
             timeout: Duration::from_millis(500),
+            slow_interval: Duration::from_secs(10),
         }
     }
 }
@@ -69,6 +73,8 @@ struct RawPoll {
     interval: Duration,
     #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
     timeout: Duration,
+    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
+    slow_interval: Duration,
 }
 
 impl Default for RawPoll {
@@ -77,6 +83,7 @@ impl Default for RawPoll {
         RawPoll {
             interval: p.interval,
             timeout: p.timeout,
+            slow_interval: p.slow_interval,
         }
     }
 }
@@ -93,9 +100,16 @@ impl TryFrom<RawPoll> for Poll {
                 raw.timeout, raw.interval
             ));
         }
+        if raw.slow_interval < raw.interval {
+            return Err(format!(
+                "poll.slow_interval ({:?}) must be at least poll.interval ({:?})",
+                raw.slow_interval, raw.interval
+            ));
+        }
         Ok(Poll {
             interval: raw.interval,
             timeout: raw.timeout,
+            slow_interval: raw.slow_interval,
         })
     }
 }
@@ -516,6 +530,15 @@ mod tests {
         let e = parse("poll:\n  interval: fast\n").unwrap_err();
         assert_eq!(e.line, Some(2), "{e}");
         assert!(e.message.contains("500ms"), "{e}");
+    }
+
+    #[test]
+    fn slow_interval_shorter_than_interval_is_refused() {
+        let e = parse("poll:\n  interval: 2s\n  timeout: 1s\n  slow_interval: 1s\n").unwrap_err();
+        assert!(e.line.is_some(), "{e}");
+        assert!(e.message.contains("slow_interval"), "{e}");
+        let c = parse("poll:\n  slow_interval: 30s\n").unwrap();
+        assert_eq!(c.poll.slow_interval, Duration::from_secs(30));
     }
 
     #[test]

@@ -242,7 +242,7 @@ impl Coordinator {
             return;
         }
         let loaded = NvmlBackend::load(&self.config.nvml).and_then(|backend| {
-            let pollers = backend.device_pollers(self.config.persistence.enable)?;
+            let pollers = backend.device_pollers(self.config.persistence.enable, self.config.poll.slow_interval)?;
             Ok((backend, pollers))
         });
         match loaded {

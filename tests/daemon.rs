@@ -712,3 +712,45 @@ fn a_driver_reload_while_running_reinitialises_nvml_and_keeps_the_counts() {
         m.value("gpu_xid_errors_total", &[gpu("2"), ("xid", "48")]) == Some(1.0)
     });
 }
+
+/// Costly, slowly changing readings (energy, ECC, remaps, replays, clock-event time) are read
+/// every `poll.slow_interval`; temperatures and the rest every `poll.interval`.
+#[test]
+fn slow_readings_follow_the_slow_interval_and_fast_ones_every_poll() {
+    let config = test_config(&sim_library(), "").replace("slow_interval: 200ms", "slow_interval: 3s");
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    d.scrape_until("first poll", |m| {
+        m.value("gpu_energy_joules_total", &[gpu("0")]) == Some(91000000.0)
+    });
+    // Let a slow read happen, then change both kinds of reading at once.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let scenario = edit_device(DEMO_SCENARIO, 0, |dev| {
+        set_line(&set_line(dev, "energy_mj", "92000000000"), "temperature", "61")
+    });
+    let changed = std::time::Instant::now();
+    d.set_scenario(&scenario);
+    let m = d.scrape_until("new temperature", |m| {
+        m.value("gpu_temperature_celsius", &[gpu("0"), ("sensor", "gpu")]) == Some(61.0)
+    });
+    if changed.elapsed() < std::time::Duration::from_millis(2000) {
+        // The temperature came with a fast poll; the energy waits for the next slow read.
+        assert_eq!(
+            m.value("gpu_energy_joules_total", &[gpu("0")]),
+            Some(91000000.0),
+            "{}",
+            m.text
+        );
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(8);
+    loop {
+        if d.scrape().value("gpu_energy_joules_total", &[gpu("0")]) == Some(92000000.0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "energy never refreshed");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        changed.elapsed() >= std::time::Duration::from_millis(1500),
+        "energy came too soon for a 3 s slow interval"
+    );
+}

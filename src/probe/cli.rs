@@ -85,7 +85,7 @@ pub fn run(config: &Config, options: &Options) -> Result<ProbeReport, ProbeError
         ))
     })?;
     let mut pollers = backend
-        .device_pollers(false)
+        .device_pollers(false, config.poll.slow_interval)
         .map_err(|e| ProbeError::NoDriver(format!("NVML cannot list the GPUs: {e}")))?;
     let count = pollers.len();
     if options.gpu as usize >= count {
