@@ -3,10 +3,16 @@
 # under 1 and 64 concurrent scrapers, 1000 concurrent scrapers for 30 s, RSS at rest, CPU per
 # poll per GPU, and render time per series (cargo bench --bench render).
 #   scripts/bench.sh                  (needs: wrk; the release build)
+#   BENCH_ONLY=scrapes scripts/bench.sh   only the scrape-latency table
+# On a machine without Rust (the GPU machines) carry target/release/gpuwarden and
+# target/release/libgpuwarden_sim_nvml.so: without cargo the build and the render benchmark
+# are skipped.
 # Run it on a quiet machine: it measures time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --workspace >/dev/null 2>&1
+if command -v cargo >/dev/null 2>&1; then
+  cargo build --release --workspace >/dev/null 2>&1
+fi
 WORK=$(mktemp -d)
 PID=
 trap 'kill $PID 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -62,6 +68,8 @@ for gpus in 8 64; do
   stop_daemon
 done
 
+if [ "${BENCH_ONLY:-}" = scrapes ]; then exit 0; fi
+
 echo "== 1000 concurrent scrapers for 30 s (8 GPUs)"
 start_daemon 8 1s
 sleep 2
@@ -91,5 +99,7 @@ print(f"CPU: {100 * cpu / wall:.2f}% of one core; {1e6 * cpu / polls:.0f} us per
 PY
 stop_daemon
 
-echo "== render time per series"
-cargo bench --bench render 2>/dev/null | tail -3
+if command -v cargo >/dev/null 2>&1; then
+  echo "== render time per series"
+  cargo bench --bench render 2>/dev/null | tail -3
+fi
