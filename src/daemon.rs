@@ -156,10 +156,7 @@ async fn serve(mut config: Config, config_path: Option<PathBuf>, overrides: Over
     let xids = Arc::new(XidStore::new(config.xid.dedup_window));
     let mut kernel_log = start_kernel_log(&config, &xids);
     let probes = Arc::new(ProbeState::default());
-    let probe_settings = Arc::new(Mutex::new(ChildSettings {
-        nvml: config.nvml.clone(),
-        probe: config.probe.clone(),
-    }));
+    let probe_settings = Arc::new(Mutex::new(ChildSettings::from_config(&config)));
     let probe_stop = Arc::new(AtomicBool::new(false));
     if let Err(e) = schedule::spawn(
         store.clone(),
@@ -222,10 +219,8 @@ async fn serve(mut config: Config, config_path: Option<PathBuf>, overrides: Over
                             kernel_log = start_kernel_log(&new_config, &xids);
                         }
                         config = new_config;
-                        *probe_settings.lock().unwrap_or_else(PoisonError::into_inner) = ChildSettings {
-                            nvml: config.nvml.clone(),
-                            probe: config.probe.clone(),
-                        };
+                        *probe_settings.lock().unwrap_or_else(PoisonError::into_inner) =
+                            ChildSettings::from_config(&config);
                         poll_loop = match start_poll_loop(&config, &store, &xids, &probes, previous).await {
                             Ok(p) => p,
                             Err(e) => {

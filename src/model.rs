@@ -104,6 +104,21 @@ pub struct EccCount {
     pub count: u64,
 }
 
+impl EccCount {
+    /// Corrected and uncorrected counts since the driver loaded: what the AMD backends have
+    /// (RAS counters summed over the blocks).
+    pub fn volatile_pair(corrected: u64, uncorrected: u64) -> Vec<EccCount> {
+        [(EccType::Corrected, corrected), (EccType::Uncorrected, uncorrected)]
+            .into_iter()
+            .map(|(error_type, count)| EccCount {
+                error_type,
+                scope: EccScope::Volatile,
+                count,
+            })
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct RemappedRows {
     pub correctable: Option<u64>,

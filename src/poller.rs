@@ -193,32 +193,17 @@ impl Coordinator {
     /// A one-line summary for systemd's STATUS=, sent when it changes.
     pub fn report_status(&mut self) {
         let snapshot = self.store.latest();
+        // Any GPU at all (NVIDIA or AMD), or NVML ready: the health summary.
         let status = match self.nvml {
-            NvmlState::Ready => self.health_summary(&snapshot),
-            _ if !snapshot.devices.is_empty() => self.health_summary(&snapshot),
-            NvmlState::Waiting { .. } => "NVML not available: serving gpuwarden's own metrics".to_string(),
-            NvmlState::Disabled => "NVML disabled in the config".to_string(),
+            NvmlState::Waiting { .. } if snapshot.devices.is_empty() => {
+                "NVML not available: serving gpuwarden's own metrics".to_string()
+            }
+            NvmlState::Disabled if snapshot.devices.is_empty() => "NVML disabled in the config".to_string(),
+            _ => health_summary(&snapshot),
         };
         if status != self.last_status {
             notify::status(&status);
             self.last_status = status;
-        }
-    }
-
-    fn health_summary(&self, snapshot: &Snapshot) -> String {
-        {
-            let states: Vec<HealthState> = snapshot
-                .devices
-                .iter()
-                .map(|d| health::state(&health::device_findings(snapshot, d)))
-                .collect();
-            let count = |s: HealthState| states.iter().filter(|x| **x == s).count();
-            format!(
-                "{} GPU(s): {} unhealthy, {} degraded",
-                states.len(),
-                count(HealthState::Unhealthy),
-                count(HealthState::Degraded)
-            )
         }
     }
 
@@ -570,6 +555,22 @@ impl Coordinator {
             round_duration: self.round_duration.clone(),
         });
     }
+}
+
+/// "8 GPU(s): 0 unhealthy, 1 degraded", for systemd's STATUS=.
+fn health_summary(snapshot: &Snapshot) -> String {
+    let states: Vec<HealthState> = snapshot
+        .devices
+        .iter()
+        .map(|d| health::state(&health::device_findings(snapshot, d)))
+        .collect();
+    let count = |s: HealthState| states.iter().filter(|x| **x == s).count();
+    format!(
+        "{} GPU(s): {} unhealthy, {} degraded",
+        states.len(),
+        count(HealthState::Unhealthy),
+        count(HealthState::Degraded)
+    )
 }
 
 /// The running poll loop; dropping the handle does not stop it, [`PollLoop::stop`] does.

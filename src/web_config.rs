@@ -89,9 +89,14 @@ impl std::fmt::Debug for WebSecurity {
 impl WebSecurity {
     /// Plain HTTP, no auth: what gpuwarden does without `web.config_file`.
     pub fn none() -> WebSecurity {
+        WebSecurity::new(None, BTreeMap::new())
+    }
+
+    /// With an empty password cache and a fresh fingerprint key.
+    fn new(tls: Option<Arc<rustls::ServerConfig>>, users: BTreeMap<String, String>) -> WebSecurity {
         WebSecurity {
-            tls: None,
-            users: Arc::new(BTreeMap::new()),
+            tls,
+            users: Arc::new(users),
             verified: Arc::new(Mutex::new(HashSet::new())),
             fingerprint_key: Default::default(),
         }
@@ -144,12 +149,7 @@ impl WebSecurity {
             Some(tls) => Some(Arc::new(build_tls(&tls, base).map_err(|m| error(None, None, m))?)),
             None => None,
         };
-        Ok(WebSecurity {
-            tls,
-            users: Arc::new(raw.basic_auth_users),
-            verified: Arc::new(Mutex::new(HashSet::new())),
-            fingerprint_key: Default::default(),
-        })
+        Ok(WebSecurity::new(tls, raw.basic_auth_users))
     }
 
     /// Checks an Authorization header against the users. Blocking (bcrypt): call it off the
@@ -291,12 +291,7 @@ mod tests {
     #[test]
     fn passwords_are_checked_with_bcrypt() {
         let hash = bcrypt::hash("s3cret", 4).unwrap();
-        let security = WebSecurity {
-            tls: None,
-            users: Arc::new(BTreeMap::from([("prometheus".to_string(), hash)])),
-            verified: Arc::new(Mutex::new(HashSet::new())),
-            fingerprint_key: Default::default(),
-        };
+        let security = WebSecurity::new(None, BTreeMap::from([("prometheus".to_string(), hash)]));
         use base64::Engine;
         let header = |u: &str, p: &str| {
             format!(

@@ -36,6 +36,15 @@ pub struct ChildSettings {
     pub probe: Probe,
 }
 
+impl ChildSettings {
+    pub fn from_config(config: &crate::config::Config) -> ChildSettings {
+        ChildSettings {
+            nvml: config.nvml.clone(),
+            probe: config.probe.clone(),
+        }
+    }
+}
+
 /// Probe results and counters, as the metrics and the status page read them.
 #[derive(Debug, Clone, Default)]
 pub struct ProbeSnapshot {

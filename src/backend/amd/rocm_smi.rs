@@ -10,7 +10,7 @@
 
 use super::sysfs::SysfsDevicePoller;
 use crate::backend::PollReport;
-use crate::model::{DeviceIdentity, EccCount, EccScope, EccType, Vendor};
+use crate::model::{DeviceIdentity, EccCount, Vendor};
 use libloading::Library;
 use std::ffi::c_char;
 use std::path::Path;
@@ -305,15 +305,18 @@ impl RocmDevicePoller {
     pub fn poll(&mut self) -> PollReport {
         let started = Instant::now();
         // The sysfs twin first: ROCm SMI's own values then replace what it read.
-        let mut report = self.sysfs.as_mut().map(|p| p.poll()).unwrap_or_default();
-        let mut r = report.readings.take().unwrap_or_default();
-        if self.sysfs.is_some() && r == Default::default() {
+        let mut report = match self.sysfs.as_mut().map(|p| p.poll()) {
             // The twin found the card gone from sysfs: the GPU left the bus.
-            return PollReport {
-                call_seconds: started.elapsed().as_secs_f64(),
-                ..PollReport::default()
-            };
-        }
+            Some(PollReport { readings: None, .. }) => {
+                return PollReport {
+                    call_seconds: started.elapsed().as_secs_f64(),
+                    ..PollReport::default()
+                };
+            }
+            Some(report) => report,
+            None => PollReport::default(),
+        };
+        let mut r = report.readings.take().unwrap_or_default();
         let (smi, device) = (self.smi, self.device);
         let s = &smi.symbols;
         let mut calls = Calls {
@@ -439,18 +442,7 @@ impl RocmDevicePoller {
         }
         if any {
             r.ecc_enabled = Some(true);
-            r.ecc_errors = vec![
-                EccCount {
-                    error_type: EccType::Corrected,
-                    scope: EccScope::Volatile,
-                    count: corrected,
-                },
-                EccCount {
-                    error_type: EccType::Uncorrected,
-                    scope: EccScope::Volatile,
-                    count: uncorrected,
-                },
-            ];
+            r.ecc_errors = EccCount::volatile_pair(corrected, uncorrected);
         }
         report.errors.extend(calls.errors);
         report.readings = Some(r);

@@ -12,7 +12,7 @@
 use super::gpu_metrics::{self, GpuMetrics};
 use crate::backend::PollReport;
 use crate::clock_events;
-use crate::model::{DeviceIdentity, DeviceReadings, EccCount, EccScope, EccType, Vendor};
+use crate::model::{DeviceIdentity, DeviceReadings, EccCount, Vendor};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -364,13 +364,7 @@ impl SysfsDevicePoller {
         }
         if any {
             r.ecc_enabled = Some(true);
-            for (error_type, count) in [(EccType::Corrected, corrected), (EccType::Uncorrected, uncorrected)] {
-                r.ecc_errors.push(EccCount {
-                    error_type,
-                    scope: EccScope::Volatile,
-                    count,
-                });
-            }
+            r.ecc_errors = EccCount::volatile_pair(corrected, uncorrected);
         }
     }
 }
