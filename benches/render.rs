@@ -77,6 +77,7 @@ fn device(index: u32) -> DeviceSnapshot {
         lost: false,
         last_good_poll: Some(SystemTime::now()),
         readings: Some(readings),
+        health: Default::default(),
     }
 }
 
@@ -88,13 +89,15 @@ fn snapshot(gpus: u32) -> Arc<Snapshot> {
     for _ in 0..100 {
         status.poll_duration.observe(0.009);
     }
-    Arc::new(Snapshot {
+    let mut snapshot = Snapshot {
         generation: 1,
         backends: [("nvml", status)].into_iter().collect(),
         devices: (0..gpus).map(device).collect(),
         xid_critical_hold: Duration::from_secs(3600),
         ..Default::default()
-    })
+    };
+    gpuwarden::health::evaluate(&mut snapshot);
+    Arc::new(snapshot)
 }
 
 fn median(mut samples: Vec<Duration>) -> Duration {

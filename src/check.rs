@@ -5,11 +5,13 @@
 //! node-health checks can branch on it.
 
 use crate::config::Config;
-use crate::health::{self, Finding, HealthState};
+use crate::health::{Finding, HealthState};
 use crate::model::{DeviceSnapshot, Snapshot};
 use crate::poller::Coordinator;
+use crate::publisher::Publisher;
+use crate::settings::{Settings, SharedSettings};
 use crate::store::Store;
-use crate::xid::{kmsg, store::XidCount, store::XidStore};
+use crate::xid::{kmsg, store::Source, store::XidCount, store::XidStore};
 use serde::Serialize;
 use std::fmt::Write;
 use std::sync::Arc;
@@ -20,7 +22,7 @@ struct DeviceReport<'a> {
     device: &'a DeviceSnapshot,
     xids: &'a [XidCount],
     health: HealthState,
-    findings: Vec<Finding>,
+    findings: &'a [Finding],
 }
 
 #[derive(Serialize)]
@@ -35,9 +37,9 @@ pub fn poll_once(config: Config) -> Arc<Snapshot> {
     let xids = Arc::new(XidStore::new(config.xid.dedup_window));
     if config.xid.read_kernel_log {
         match kmsg::read_backlog(&config.xid.kernel_log_path, &xids) {
-            Ok(_) => xids.set_source_up(kmsg::SOURCE_NAME, true),
+            Ok(_) => xids.set_source_up(Source::KERNEL_LOG, true),
             Err(e) => {
-                xids.set_source_up(kmsg::SOURCE_NAME, false);
+                xids.set_source_up(Source::KERNEL_LOG, false);
                 log::warn!(
                     "cannot read the kernel log {} ({e}): XIDs since boot are not checked; run as root",
                     config.xid.kernel_log_path.display()
@@ -45,7 +47,9 @@ pub fn poll_once(config: Config) -> Arc<Snapshot> {
             }
         }
     }
-    let mut coordinator = Coordinator::new(config, store.clone(), xids).without_event_thread();
+    let settings = Arc::new(SharedSettings::new(Settings::from_config_without_web(config)));
+    let publisher = Arc::new(Publisher::new(store.clone(), xids.clone(), None, settings.clone()));
+    let mut coordinator = Coordinator::new(settings, publisher, xids, false);
     coordinator.run_round();
     store.latest()
 }
@@ -57,12 +61,11 @@ pub fn run(config: Config, json: bool) -> i32 {
         .iter()
         .map(|device| {
             let xids = snapshot.xid.for_bus(&device.identity.pci_bus_id);
-            let findings = health::device_findings(&snapshot, device);
             DeviceReport {
                 device,
                 xids,
-                health: health::state(&findings),
-                findings,
+                health: device.health.state,
+                findings: &device.health.findings,
             }
         })
         .collect();

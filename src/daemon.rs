@@ -4,26 +4,34 @@
 //! not something to find out later), then the first poll round runs, then systemd hears
 //! READY=1, so the first scrape already has data.
 //!
-//! SIGHUP re-reads the config file. A config that does not parse is refused with a logged
-//! error and the running one stays; a good one replaces the poll loop (counters carry over).
-//! `listen` changes need a restart. SIGTERM or SIGINT closes the listener, gives scrapes in
-//! flight up to 4 seconds, stops the poll loop without waiting on a hung driver call, and
-//! exits 0: within systemd's 5-second expectation even with a wedged GPU.
+//! SIGHUP re-reads the config file. A config that does not parse (or whose web config does
+//! not load) is refused with a logged error and the running settings stay; a good one is
+//! built into new [`Settings`] and swapped in whole: the poll loop, /healthz, the HTTP
+//! server, the XID store and the probe scheduler read them from there. Only the keys in
+//! [`settings::RESTART_ONLY`] (`listen`) need a restart, and the reload's log line names
+//! them when they changed. A reload never waits for the poll loop. SIGTERM or SIGINT closes
+//! the listener, gives scrapes in flight up to 4 seconds, stops the poll loop without
+//! waiting on a hung driver call, and exits 0: within systemd's 5-second expectation even
+//! with a wedged GPU.
 
 use crate::config::{Config, Overrides};
 use crate::exposition::RenderCache;
 use crate::http::{self, AppState};
 use crate::notify;
-use crate::poller::PollLoop;
-use crate::probe::schedule::{self, ChildSettings, ProbeState};
+use crate::poller::{Coordinator, PollLoop};
+use crate::probe::schedule::{self, ProbeState};
+use crate::publisher::Publisher;
+use crate::settings::{self, Settings, SharedSettings};
 use crate::store::Store;
-use crate::web_config::WebSecurity;
-use crate::xid::{kmsg, store::XidStore};
+use crate::xid::{kmsg, store::Source, store::XidStore};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
+
+/// How often the publisher looks for XIDs and probe results that came in between rounds.
+const REFRESH_EVERY: Duration = Duration::from_millis(200);
 
 /// How long scrapes in flight may take to finish once we are told to stop.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(4);
@@ -33,6 +41,13 @@ const POLL_STOP_TIMEOUT: Duration = Duration::from_millis(800);
 /// `config_path` is the file SIGHUP re-reads (None: built-in defaults); `overrides` are the
 /// command line's, applied again after every reload.
 pub fn run(config: Config, config_path: Option<PathBuf>, overrides: Overrides) -> i32 {
+    let settings = match Settings::build(config) {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("{e}");
+            return crate::config::EX_CONFIG;
+        }
+    };
     raise_open_file_limit();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -45,7 +60,7 @@ pub fn run(config: Config, config_path: Option<PathBuf>, overrides: Overrides) -
             return 1;
         }
     };
-    let code = runtime.block_on(serve(config, config_path, overrides));
+    let code = runtime.block_on(serve(settings, config_path, overrides));
     // Threads blocked in a vendor call must not hold the process up.
     runtime.shutdown_timeout(Duration::from_millis(100));
     code
@@ -94,39 +109,71 @@ struct KernelLogReader {
     stop: Arc<AtomicBool>,
 }
 
-fn start_kernel_log(config: &Config, xids: &Arc<XidStore>) -> Option<KernelLogReader> {
-    if !config.xid.read_kernel_log {
-        return None;
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    match kmsg::spawn_follower(config.xid.kernel_log_path.clone(), xids.clone(), stop.clone()) {
-        Ok(()) => Some(KernelLogReader {
-            path: config.xid.kernel_log_path.clone(),
-            stop,
-        }),
-        Err(e) => {
-            log::error!("cannot start the kernel-log XID reader: {e}");
-            None
+impl KernelLogReader {
+    fn start(config: &Config, xids: &Arc<XidStore>) -> Option<KernelLogReader> {
+        if !config.xid.read_kernel_log {
+            return None;
         }
+        let stop = Arc::new(AtomicBool::new(false));
+        match kmsg::spawn_follower(config.xid.kernel_log_path.clone(), xids.clone(), stop.clone()) {
+            Ok(()) => Some(KernelLogReader {
+                path: config.xid.kernel_log_path.clone(),
+                stop,
+            }),
+            Err(e) => {
+                log::error!("cannot start the kernel-log XID reader: {e}");
+                None
+            }
+        }
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
-async fn start_poll_loop(
+/// Starts, stops or moves the kernel-log reader when a reload changed its keys.
+fn reload_kernel_log(
+    running: Option<KernelLogReader>,
     config: &Config,
-    store: &Arc<Store>,
     xids: &Arc<XidStore>,
-    probes: &Arc<ProbeState>,
-    previous: Option<crate::poller::Coordinator>,
-) -> Result<PollLoop, String> {
-    let (config, store, xids, probes) = (config.clone(), store.clone(), xids.clone(), probes.clone());
-    match tokio::task::spawn_blocking(move || PollLoop::start(config, store, xids, probes, previous)).await {
+) -> Option<KernelLogReader> {
+    let wanted = config.xid.read_kernel_log.then_some(&config.xid.kernel_log_path);
+    if running.as_ref().map(|k| &k.path) == wanted {
+        return running;
+    }
+    if let Some(old) = running {
+        old.stop();
+        if !config.xid.read_kernel_log {
+            xids.forget_source(Source::KERNEL_LOG);
+        }
+    }
+    KernelLogReader::start(config, xids)
+}
+
+/// Publishes XIDs and probe results between poll rounds, so they show on /metrics within a
+/// fraction of a second whatever `poll.interval` is.
+fn spawn_refresher(publisher: Arc<Publisher>, stop: Arc<AtomicBool>) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("publish-events".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(REFRESH_EVERY);
+                publisher.refresh_if_changed();
+            }
+        })?;
+    Ok(())
+}
+
+async fn start_poll_loop(coordinator: Coordinator) -> Result<PollLoop, String> {
+    match tokio::task::spawn_blocking(move || PollLoop::start(coordinator)).await {
         Ok(Ok(poll_loop)) => Ok(poll_loop),
         Ok(Err(e)) => Err(format!("cannot start the poll thread: {e}")),
         Err(e) => Err(format!("the first poll round failed: {e}")),
     }
 }
 
-async fn serve(mut config: Config, config_path: Option<PathBuf>, overrides: Overrides) -> i32 {
+async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Overrides) -> i32 {
     let (mut term, mut int, mut hup) = match (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
@@ -138,58 +185,55 @@ async fn serve(mut config: Config, config_path: Option<PathBuf>, overrides: Over
             return 1;
         }
     };
-    let listener = match tokio::net::TcpListener::bind(config.listen).await {
+    let listener = match tokio::net::TcpListener::bind(settings.config.listen).await {
         Ok(l) => l,
         Err(e) => {
-            log::error!("{}", bind_error_message(&config, &e));
+            log::error!("{}", bind_error_message(&settings.config, &e));
             return 1;
         }
     };
-    let security = match load_security(&config) {
-        Ok(s) => Arc::new(RwLock::new(s)),
-        Err(e) => {
-            log::error!("{e}");
-            return crate::config::EX_CONFIG;
-        }
-    };
+    let config = settings.config.clone();
+    let settings = Arc::new(SharedSettings::new(settings));
     let store = Arc::new(Store::new());
     let xids = Arc::new(XidStore::new(config.xid.dedup_window));
-    let mut kernel_log = start_kernel_log(&config, &xids);
+    let mut kernel_log = KernelLogReader::start(&config, &xids);
     let probes = Arc::new(ProbeState::default());
-    let probe_settings = Arc::new(Mutex::new(ChildSettings::from_config(&config)));
-    let probe_stop = Arc::new(AtomicBool::new(false));
-    if let Err(e) = schedule::spawn(
-        store.clone(),
-        probes.clone(),
-        probe_settings.clone(),
-        probe_stop.clone(),
-    ) {
+    let background_stop = Arc::new(AtomicBool::new(false));
+    if let Err(e) = schedule::spawn(store.clone(), probes.clone(), settings.clone(), background_stop.clone()) {
         log::error!("cannot start the probe scheduler; no scheduled probes: {e}");
     }
     if config.probe.schedule {
         log::info!("scheduled probes: every {:?} per GPU, when idle", config.probe.interval);
     }
-    let mut poll_loop = match start_poll_loop(&config, &store, &xids, &probes, None).await {
+    let publisher = Arc::new(Publisher::new(
+        store.clone(),
+        xids.clone(),
+        Some(probes.clone()),
+        settings.clone(),
+    ));
+    let coordinator = Coordinator::new(settings.clone(), publisher.clone(), xids.clone(), true);
+    let poll_loop = match start_poll_loop(coordinator).await {
         Ok(p) => p,
         Err(e) => {
             log::error!("{e}");
             return 1;
         }
     };
+    if let Err(e) = spawn_refresher(publisher, background_stop.clone()) {
+        log::error!("cannot start the XID publisher; XIDs show at the next poll round: {e}");
+    }
     let devices = store.latest().devices.len();
-    let stale_after = (config.poll.interval * 3).max(Duration::from_secs(5));
     let app = http::router(AppState {
         store: store.clone(),
         cache: Arc::new(RenderCache::default()),
-        stale_after,
-        security: security.clone(),
+        settings: settings.clone(),
     });
     // The bound address, not the configured one: with port 0 the kernel picks the port.
     let bound = listener
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_else(|_| config.listen.to_string());
-    let scheme = if security.read().unwrap_or_else(PoisonError::into_inner).tls.is_some() {
+    let scheme = if settings.current().web.tls.is_some() {
         "https"
     } else {
         "http"
@@ -197,7 +241,7 @@ async fn serve(mut config: Config, config_path: Option<PathBuf>, overrides: Over
     log::info!("serving metrics on {scheme}://{bound}/metrics ({devices} GPU(s))");
 
     let (stop_server, stop_rx) = tokio::sync::watch::channel(false);
-    let mut server = tokio::spawn(http::serve(listener, app, security.clone(), stop_rx, DRAIN_TIMEOUT));
+    let mut server = tokio::spawn(http::serve(listener, app, settings.clone(), stop_rx, DRAIN_TIMEOUT));
     notify::ready(&format!("serving {devices} GPU(s) on {bound}"));
 
     loop {
@@ -206,28 +250,12 @@ async fn serve(mut config: Config, config_path: Option<PathBuf>, overrides: Over
             _ = int.recv() => { log::info!("SIGINT: stopping"); break; }
             _ = hup.recv() => {
                 notify::reloading();
-                match reload(&config, config_path.as_ref(), &overrides) {
-                    Ok((new_config, new_security)) => {
-                        *security.write().unwrap_or_else(PoisonError::into_inner) = new_security;
-                        let previous = tokio::task::spawn_blocking(move || poll_loop.stop(POLL_STOP_TIMEOUT)).await.ok().flatten();
-                        let kernel_log_changed = new_config.xid.read_kernel_log != config.xid.read_kernel_log
-                            || kernel_log.as_ref().is_some_and(|k| k.path != new_config.xid.kernel_log_path);
-                        if kernel_log_changed {
-                            if let Some(old) = kernel_log.take() {
-                                old.stop.store(true, Ordering::Relaxed);
-                            }
-                            kernel_log = start_kernel_log(&new_config, &xids);
-                        }
-                        config = new_config;
-                        *probe_settings.lock().unwrap_or_else(PoisonError::into_inner) =
-                            ChildSettings::from_config(&config);
-                        poll_loop = match start_poll_loop(&config, &store, &xids, &probes, previous).await {
-                            Ok(p) => p,
-                            Err(e) => {
-                                log::error!("{e}");
-                                return 1;
-                            }
-                        };
+                match reload(&settings.current().config, config_path.as_ref(), &overrides) {
+                    Ok(new_settings) => {
+                        xids.set_dedup_window(new_settings.config.xid.dedup_window);
+                        kernel_log = reload_kernel_log(kernel_log, &new_settings.config, &xids);
+                        settings.replace(new_settings);
+                        poll_loop.reload();
                         log::info!("reloaded the config");
                     }
                     Err(message) => log::error!("{message}"),
@@ -252,41 +280,24 @@ async fn serve(mut config: Config, config_path: Option<PathBuf>, overrides: Over
     {
         server.abort();
     }
-    if tokio::task::spawn_blocking(move || poll_loop.stop(POLL_STOP_TIMEOUT))
+    let finished = tokio::task::spawn_blocking(move || poll_loop.stop(POLL_STOP_TIMEOUT))
         .await
-        .ok()
-        .flatten()
-        .is_none()
-    {
+        .unwrap_or(false);
+    if !finished {
         log::warn!("the poll loop is inside a driver call that does not return; leaving it");
     }
     if let Some(k) = kernel_log {
-        k.stop.store(true, Ordering::Relaxed);
+        k.stop();
     }
-    // A probe in flight is killed within a tick of this.
-    probe_stop.store(true, Ordering::Relaxed);
+    // A probe in flight is killed within a tick of this; the refresher ends within its period.
+    background_stop.store(true, Ordering::Relaxed);
     log::info!("stopped");
     0
 }
 
-/// Reads the config again for SIGHUP. Err carries the message to log; the caller keeps the
-/// running config then.
-/// The web config named by `web.config_file`: TLS and basic auth, or none.
-fn load_security(config: &Config) -> Result<WebSecurity, String> {
-    if config.web.config_file.as_os_str().is_empty() {
-        return Ok(WebSecurity::none());
-    }
-    let security = WebSecurity::load(&config.web.config_file).map_err(|e| e.to_string())?;
-    log::info!(
-        "web config {}: {}{}",
-        config.web.config_file.display(),
-        if security.tls.is_some() { "TLS" } else { "plain HTTP" },
-        if security.auth_required() { ", basic auth" } else { "" }
-    );
-    Ok(security)
-}
-
-fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Result<(Config, WebSecurity), String> {
+/// Reads the config again for SIGHUP and builds the settings it asks for. Err carries the
+/// message to log; the caller keeps the running settings then.
+fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Result<Settings, String> {
     let Some(path) = path else {
         return Err("SIGHUP: gpuwarden runs on built-in defaults (no config file): nothing to reload".to_string());
     };
@@ -294,16 +305,13 @@ fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Re
     overrides.apply(&mut new_config);
     if new_config.listen != running.listen {
         log::warn!(
-            "reload: `listen` changed from {} to {}; that takes a restart, keeping {}",
+            "reload: `listen` changed from {} to {}; {} take a restart, keeping {}",
             running.listen,
             new_config.listen,
+            settings::RESTART_ONLY.join(", "),
             running.listen
         );
         new_config.listen = running.listen;
     }
-    // A web config that does not load refuses the whole reload: serving on with weaker
-    // security than configured is not an option.
-    let security =
-        load_security(&new_config).map_err(|e| format!("reload refused, keeping the running config: {e}"))?;
-    Ok((new_config, security))
+    Settings::build(new_config).map_err(|e| format!("reload refused, keeping the running config: {e}"))
 }

@@ -1,43 +1,16 @@
 //! Findings a person should act on, and the health verdict they add up to.
 //!
-//! `gpuwarden check` prints the findings; /metrics exports the verdict as `gpu_health` and
-//! each finding as `gpu_health_reason`. docs/health.md lists the rules.
+//! [`evaluate`] runs the rules once per snapshot, when it is put together, and stores each
+//! GPU's verdict in it; `gpuwarden check` prints the findings, /metrics exports the verdict
+//! as `gpu_health` and each finding as `gpu_health_reason`, the status page and systemd's
+//! STATUS line count them. docs/health.md lists the rules.
 
 use crate::clock_events::THERMAL_REASONS;
+pub use crate::model::health::{DeviceHealth, Finding, HealthState};
+use crate::model::xid::{Severity, XidCount};
 use crate::model::{DeviceSnapshot, EccScope, EccType, Snapshot};
-use crate::xid::catalog::{self, Severity};
-use crate::xid::store::XidCount;
-use serde::Serialize;
+use crate::xid::catalog;
 use std::time::{Duration, SystemTime};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum HealthState {
-    Ok,
-    Degraded,
-    Unhealthy,
-}
-
-impl HealthState {
-    pub const ALL: [HealthState; 3] = [HealthState::Ok, HealthState::Degraded, HealthState::Unhealthy];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            HealthState::Ok => "ok",
-            HealthState::Degraded => "degraded",
-            HealthState::Unhealthy => "unhealthy",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Finding {
-    /// Stable machine name, used as the `reason` label of `gpu_health_reason`.
-    pub reason: &'static str,
-    pub severity: HealthState,
-    /// What was seen and what to do, for a person.
-    pub message: String,
-}
 
 /// Everything about one device that a person should act on. `xids` are the device's XID
 /// counts; a critical one counts for `critical_hold` after it was last seen.
@@ -171,10 +144,37 @@ pub fn findings(device: &DeviceSnapshot, xids: &[XidCount], critical_hold: Durat
     out
 }
 
-/// The findings for one device of a snapshot, with its XIDs (matched by PCI bus id) and the
-/// snapshot's critical-XID hold: what every view of health (metrics, check, the status page,
-/// systemd's STATUS) shows.
-pub fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding> {
+/// Computes every GPU's verdict for this snapshot, from its readings, its XIDs (matched by
+/// PCI bus id, with the snapshot's critical-XID hold) and its last probe.
+pub fn evaluate(snapshot: &mut Snapshot) {
+    let verdicts: Vec<DeviceHealth> = snapshot
+        .devices
+        .iter()
+        .map(|device| {
+            let findings = device_findings(snapshot, device);
+            DeviceHealth {
+                state: state(&findings),
+                findings,
+            }
+        })
+        .collect();
+    for (device, health) in snapshot.devices.iter_mut().zip(verdicts) {
+        device.health = health;
+    }
+}
+
+/// "8 GPU(s): 0 unhealthy, 1 degraded", for systemd's STATUS= line.
+pub fn summary(snapshot: &Snapshot) -> String {
+    let count = |s: HealthState| snapshot.devices.iter().filter(|d| d.health.state == s).count();
+    format!(
+        "{} GPU(s): {} unhealthy, {} degraded",
+        snapshot.devices.len(),
+        count(HealthState::Unhealthy),
+        count(HealthState::Degraded)
+    )
+}
+
+fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding> {
     let mut out = findings(
         device,
         snapshot.xid.for_bus(&device.identity.pci_bus_id),
@@ -188,7 +188,7 @@ pub fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Find
 
 /// A GPU that failed its last probe is degraded: it works, but slower than its model should.
 /// It stays so until a later probe passes.
-pub fn probe_finding(report: &crate::probe::ProbeReport) -> Option<Finding> {
+pub fn probe_finding(report: &crate::model::probe::ProbeReport) -> Option<Finding> {
     let failed: Vec<String> = report
         .tests
         .iter()

@@ -15,9 +15,9 @@
 //! the moment it was accepted.
 
 use crate::exposition::{self, RenderCache};
+use crate::settings::SharedSettings;
 use crate::status_page;
 use crate::store::Store;
-use crate::web_config::WebSecurity;
 use axum::Router;
 use axum::extract::Request;
 use axum::extract::State;
@@ -29,7 +29,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
@@ -47,7 +47,7 @@ pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 pub async fn serve(
     listener: TcpListener,
     app: Router,
-    security: Arc<RwLock<WebSecurity>>,
+    settings: Arc<SharedSettings>,
     mut stop: watch::Receiver<bool>,
     drain: Duration,
 ) {
@@ -85,7 +85,7 @@ pub async fn serve(
             _ = stop.changed() => break,
         };
         let service = TowerToHyperService::new(app.clone());
-        let tls = security.read().unwrap_or_else(PoisonError::into_inner).tls.clone();
+        let tls = settings.current().web.tls.clone();
         match tls {
             None => {
                 let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
@@ -122,10 +122,9 @@ pub async fn serve(
 pub struct AppState {
     pub store: Arc<Store>,
     pub cache: Arc<RenderCache>,
-    /// /healthz fails when the poller has not published for this long.
-    pub stale_after: Duration,
-    /// TLS and basic auth (none without a web config); swapped on reload.
-    pub security: Arc<RwLock<WebSecurity>>,
+    /// The running settings: the staleness limit of /healthz, TLS and basic auth. Read at
+    /// every request, so a reload applies to the next one.
+    pub settings: Arc<SharedSettings>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -144,7 +143,7 @@ pub fn router(state: AppState) -> Router {
 /// Every endpoint asks for basic auth when the web config lists users (exporter-toolkit does
 /// the same). bcrypt is slow on purpose, so it runs on the blocking pool.
 async fn require_basic_auth(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let security = state.security.read().unwrap_or_else(PoisonError::into_inner).clone();
+    let security = state.settings.current().web.clone();
     if !security.auth_required() {
         return next.run(request).await;
     }
@@ -191,7 +190,7 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
 /// or a watchdog can restart a daemon that no longer refreshes its data.
 async fn healthz(State(state): State<AppState>) -> Response {
     match state.store.published_at() {
-        Some(at) if at.elapsed() <= state.stale_after => (StatusCode::OK, "ok\n").into_response(),
+        Some(at) if at.elapsed() <= state.settings.current().stale_after => (StatusCode::OK, "ok\n").into_response(),
         Some(at) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!(

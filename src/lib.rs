@@ -21,6 +21,8 @@ pub mod notify;
 pub mod pci;
 pub mod poller;
 pub mod probe;
+pub mod publisher;
+pub mod settings;
 pub mod status_page;
 pub mod store;
 pub mod web_config;

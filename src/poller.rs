@@ -1,39 +1,36 @@
 //! The poll loop: one OS thread per GPU, a coordinator that gives each round a deadline.
 //!
 //! Every `poll.interval` the coordinator asks each GPU's thread for a poll and waits until
-//! all have answered or `poll.timeout` has passed, then publishes one whole snapshot. A GPU
-//! whose driver call hangs keeps only its own thread busy: it is reported as not answering
-//! (`gpu_up` 0) and is not asked again until its thread comes back, while the other GPUs
-//! are polled on time. Vendor libraries are only ever called from these threads, never from
-//! the async runtime that serves HTTP.
+//! all have answered or `poll.timeout` has passed, then hands the round to the publisher. A
+//! GPU whose driver call hangs keeps only its own thread busy: it is reported as not
+//! answering (`gpu_up` 0) and is not asked again until its thread comes back, while the
+//! other GPUs are polled on time. Vendor libraries are only ever called from these threads,
+//! never from the async runtime that serves HTTP.
 //!
-//! When NVML cannot be loaded or initialised (no driver, a driver being reloaded) the
-//! coordinator tries again with a doubling back-off, and the daemon serves its own metrics
-//! with `gpuwarden_backend_up{backend="nvml"} 0` meanwhile.
+//! The coordinator knows backends only through the [`Backend`] trait: it asks each for new
+//! device pollers before a round and tells it when all of its GPUs said the library is
+//! gone. It reads the settings at every round, so a reload changes the interval and the
+//! deadline at once, and makes the backends anew only when their own settings changed;
+//! counters and histograms carry on either way.
 
-use crate::backend::amd::{rocm_smi, sysfs};
-use crate::backend::nvml::{self, NvmlBackend};
-use crate::backend::{DevicePoller, PollReport};
-use crate::config::Config;
-use crate::health::{self, HealthState};
+use crate::backend::{self, Backend, DevicePoller, PollReport};
+use crate::health;
 use crate::logging::RateLimiter;
 use crate::model::{
-    BackendStatus, DeviceIdentity, DeviceReadings, DeviceSnapshot, DurationHistogram, PersistenceAttempts, Snapshot,
+    BackendStatus, DeviceIdentity, DeviceReadings, DeviceSnapshot, DurationHistogram, PersistenceAttempts,
 };
 use crate::notify;
-use crate::probe::schedule::ProbeState;
-use crate::store::Store;
-use crate::xid::nvml_events;
+use crate::publisher::{Publisher, RoundPart};
+use crate::settings::{BackendSettings, SharedSettings};
 use crate::xid::store::XidStore;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
 use std::time::{Duration, Instant, SystemTime};
 
 /// What a GPU thread sends back: which worker (by id), for which round, and what it read.
 struct PollResult {
-    device: usize,
+    worker: usize,
     round: u64,
     report: PollReport,
     elapsed: Duration,
@@ -41,10 +38,13 @@ struct PollResult {
 
 /// The coordinator's view of one GPU and its thread.
 struct Worker {
-    /// Unique for the coordinator's lifetime: NVML's workers are replaced after a driver
-    /// reload while other backends' stay, so positions are not stable.
+    /// Unique for the coordinator's lifetime: a backend's workers are replaced after its
+    /// library is initialised anew while other backends' stay, so positions are not stable.
     id: usize,
-    backend: &'static str,
+    /// Which of the coordinator's backends handed out this GPU's poller.
+    backend: usize,
+    /// The `backend` label its durations and errors are counted under.
+    backend_name: &'static str,
     identity: DeviceIdentity,
     /// Sends a round number; the thread polls and answers on the results channel.
     requests: Option<SyncSender<u64>>,
@@ -56,150 +56,121 @@ struct Worker {
     readings: Option<DeviceReadings>,
 }
 
-enum NvmlState {
-    Disabled,
-    Waiting {
-        next_try: Instant,
-        delay: Duration,
-        failures: u32,
-    },
-    Ready,
+/// This round's answers per backend: how many, and how many said the library is gone.
+#[derive(Default, Clone, Copy)]
+struct Answers {
+    answered: usize,
+    library_gone: usize,
 }
 
-/// Runs poll rounds and publishes their snapshots. Used by the daemon's poll thread and,
+/// Runs poll rounds and hands them to the publisher. Used by the daemon's poll thread and,
 /// for a single round, by `gpuwarden check`.
 pub struct Coordinator {
-    config: Config,
-    store: Arc<Store>,
-    nvml: NvmlState,
+    settings: Arc<SharedSettings>,
+    publisher: Arc<Publisher>,
+    xids: Arc<XidStore>,
+    /// The daemon listens for XID events from the backends; a one-shot `check` does not.
+    xid_events: bool,
+    /// What the current backends were made from; None before the first round.
+    made_from: Option<BackendSettings>,
+    backends: Vec<Box<dyn Backend>>,
     workers: Vec<Worker>,
     results_tx: Sender<PollResult>,
     results_rx: Receiver<PollResult>,
     round: u64,
-    backends: BTreeMap<&'static str, BackendStatus>,
+    answers: Vec<Answers>,
+    /// Counters by backend label; they outlive the backends (a reload makes new ones).
+    backend_status: BTreeMap<&'static str, BackendStatus>,
     persistence_attempts: PersistenceAttempts,
     round_duration: DurationHistogram,
     log_limiter: RateLimiter,
-    xids: Arc<XidStore>,
-    /// The daemon listens for NVML XID events; a one-shot `check` does not.
-    start_event_thread: bool,
-    /// This round's answers, and how many said NVML is gone (driver unloaded).
-    answered: usize,
-    answered_nvml_gone: usize,
-    /// Tells this coordinator's NVML event thread to end (on reload or stop).
-    event_thread_stop: Arc<AtomicBool>,
-    last_status: String,
-    /// Scheduled probe results, copied into every snapshot; None outside the daemon.
-    probes: Option<Arc<ProbeState>>,
     next_worker_id: usize,
-    /// AMD GPUs are enumerated from sysfs once, at the first round.
-    amd_enumerated: bool,
-}
-
-impl Drop for Coordinator {
-    fn drop(&mut self) {
-        self.event_thread_stop.store(true, Ordering::Relaxed);
-    }
+    last_status: String,
 }
 
 impl Coordinator {
-    pub fn new(config: Config, store: Arc<Store>, xids: Arc<XidStore>) -> Coordinator {
+    pub fn new(
+        settings: Arc<SharedSettings>,
+        publisher: Arc<Publisher>,
+        xids: Arc<XidStore>,
+        xid_events: bool,
+    ) -> Coordinator {
         let (results_tx, results_rx) = mpsc::channel();
-        let nvml = if config.nvml.enabled {
-            NvmlState::Waiting {
-                next_try: Instant::now(),
-                delay: config.nvml.retry_initial,
-                failures: 0,
-            }
-        } else {
-            NvmlState::Disabled
-        };
-        let mut backends = BTreeMap::new();
-        if config.nvml.enabled {
-            backends.insert(nvml::BACKEND, BackendStatus::default());
-        }
-        if config.amd.enabled {
-            backends.insert(sysfs::BACKEND, BackendStatus::default());
-            if config.amd.rocm_smi.enabled {
-                backends.insert(rocm_smi::BACKEND, BackendStatus::default());
-            }
-        }
         Coordinator {
-            config,
-            store,
-            nvml,
+            settings,
+            publisher,
+            xids,
+            xid_events,
+            made_from: None,
+            backends: Vec::new(),
             workers: Vec::new(),
             results_tx,
             results_rx,
             round: 0,
-            backends,
+            answers: Vec::new(),
+            backend_status: BTreeMap::new(),
             persistence_attempts: BTreeMap::new(),
             round_duration: DurationHistogram::new(),
             log_limiter: RateLimiter::new(Duration::from_secs(300)),
-            xids,
-            start_event_thread: true,
-            answered: 0,
-            answered_nvml_gone: 0,
-            event_thread_stop: Arc::new(AtomicBool::new(false)),
-            last_status: String::new(),
-            probes: None,
             next_worker_id: 0,
-            amd_enumerated: false,
+            last_status: String::new(),
         }
     }
 
-    /// Every GPU says NVML is not initialised or the driver is not loaded: the driver was
-    /// unloaded (and may be coming back, as in a driver upgrade). Stop the old GPU threads and
-    /// event thread, keep the GPUs listed as down (so their alerts fire and their XID counts
-    /// stay), and initialise NVML again with the usual back-off.
-    fn start_over(&mut self) {
-        log::warn!(
-            "NVML stopped answering on every GPU (not initialised / driver not loaded): the driver was unloaded or \
-             reloaded; initialising NVML again"
-        );
-        self.event_thread_stop.store(true, Ordering::Relaxed);
-        self.event_thread_stop = Arc::new(AtomicBool::new(false));
-        for worker in self.workers.iter_mut().filter(|w| w.backend == nvml::BACKEND) {
-            // Dropping the request channel ends the thread after its current poll.
-            worker.requests = None;
-            worker.busy_with = None;
-            worker.up = false;
-            worker.readings = None;
+    /// Makes the backends from the settings at the first round, and again when a reload
+    /// changed what they are made from. The old GPU threads end after their current poll
+    /// (a hung one stays hung, harmlessly); the counters stay.
+    fn apply_backend_settings(&mut self) {
+        let wanted = self.settings.current().backends.clone();
+        if self.made_from.as_ref() == Some(&wanted) {
+            return;
         }
-        if let Some(status) = self.backends.get_mut(nvml::BACKEND) {
-            status.up = false;
+        if self.made_from.is_some() {
+            log::info!("reload: the GPU backends' settings changed; enumerating the GPUs again");
         }
-        self.nvml = NvmlState::Waiting {
-            next_try: Instant::now(),
-            delay: self.config.nvml.retry_initial,
-            failures: 0,
-        };
+        self.workers.clear();
+        self.backends = backend::from_settings(&wanted, &self.xids, self.xid_events);
+        self.answers = vec![Answers::default(); self.backends.len()];
+        let names: Vec<&'static str> = self
+            .backends
+            .iter()
+            .flat_map(|b| b.status())
+            .map(|(name, _)| name)
+            .collect();
+        self.backend_status.retain(|name, _| names.contains(name));
+        for name in names {
+            self.backend_status.entry(name).or_default();
+        }
+        self.made_from = Some(wanted);
     }
 
-    /// Takes over the counters of the coordinator this one replaces (after a reload), so
-    /// error and persistence counters and the duration histograms do not reset.
-    pub fn inherit_counters(&mut self, previous: Coordinator) {
-        for (name, status) in &previous.backends {
-            if let Some(mine) = self.backends.get_mut(name) {
-                mine.poll_duration = status.poll_duration.clone();
-                mine.call_seconds = status.call_seconds;
-                mine.errors = status.errors.clone();
+    /// Asks every backend for new GPUs; a backend's new pollers replace its old ones.
+    fn discover(&mut self) {
+        for slot in 0..self.backends.len() {
+            let Some(pollers) = self.backends[slot].discover() else {
+                continue;
+            };
+            self.workers.retain(|w| w.backend != slot);
+            for poller in pollers {
+                let worker = self.spawn_worker(poller, slot);
+                self.workers.push(worker);
             }
         }
-        self.persistence_attempts = previous.persistence_attempts.clone();
-        self.round_duration = previous.round_duration.clone();
     }
 
     /// A one-line summary for systemd's STATUS=, sent when it changes.
     pub fn report_status(&mut self) {
-        let snapshot = self.store.latest();
-        // Any GPU at all (NVIDIA or AMD), or NVML ready: the health summary.
-        let status = match self.nvml {
-            NvmlState::Waiting { .. } if snapshot.devices.is_empty() => {
-                "NVML not available: serving gpuwarden's own metrics".to_string()
-            }
-            NvmlState::Disabled if snapshot.devices.is_empty() => "NVML disabled in the config".to_string(),
-            _ => health_summary(&snapshot),
+        let snapshot = self.publisher.store().latest();
+        let status = if snapshot.devices.is_empty() {
+            self.backends
+                .iter()
+                .find_map(|b| b.waiting_for())
+                .unwrap_or_else(|| match self.backends.is_empty() {
+                    true => "every GPU backend is disabled in the config".to_string(),
+                    false => "no GPU found: serving gpuwarden's own metrics".to_string(),
+                })
+        } else {
+            health::summary(&snapshot)
         };
         if status != self.last_status {
             notify::status(&status);
@@ -207,135 +178,10 @@ impl Coordinator {
         }
     }
 
-    /// For one-shot use (`check`): no NVML event thread.
-    pub fn without_event_thread(mut self) -> Coordinator {
-        self.start_event_thread = false;
-        self
-    }
-
-    /// Loads NVML if it is not loaded yet and its retry time has come.
-    fn ensure_nvml(&mut self) {
-        let NvmlState::Waiting {
-            next_try,
-            delay,
-            failures,
-        } = self.nvml
-        else {
-            return;
-        };
-        if Instant::now() < next_try {
-            return;
-        }
-        let loaded = NvmlBackend::load(&self.config.nvml).and_then(|backend| {
-            let pollers = backend.device_pollers(self.config.persistence.enable, self.config.poll.slow_interval)?;
-            Ok((backend, pollers))
-        });
-        match loaded {
-            Ok((backend, pollers)) => {
-                let driver = backend.driver_version().unwrap_or_default();
-                log::info!("NVML ready (driver {driver}): {} NVIDIA GPU(s)", pollers.len());
-                if self.config.xid.nvml_events && self.start_event_thread {
-                    let gpus = pollers
-                        .iter()
-                        .map(|p| (p.identity().index, p.identity().pci_bus_id.clone()))
-                        .collect();
-                    if let Err(e) =
-                        nvml_events::spawn(backend.nvml(), gpus, self.xids.clone(), self.event_thread_stop.clone())
-                    {
-                        log::error!("cannot start the NVML XID event thread: {e}");
-                    }
-                }
-                // After a driver reload the old NVML workers go; other backends' stay.
-                self.workers.retain(|w| w.backend != nvml::BACKEND);
-                for poller in pollers {
-                    let worker = self.spawn_worker(Box::new(poller), nvml::BACKEND);
-                    self.workers.push(worker);
-                }
-                self.nvml = NvmlState::Ready;
-                if let Some(status) = self.backends.get_mut(nvml::BACKEND) {
-                    status.up = true;
-                }
-            }
-            Err(e) => {
-                if failures == 0 {
-                    log::warn!(
-                        "NVML is not available ({e}) from {:?}: no NVIDIA GPU metrics; trying again every {} or less. \
-                         On a node without NVIDIA GPUs set nvml.enabled: false",
-                        self.config.nvml.library_path,
-                        humantime::format_duration(self.config.nvml.retry_max)
-                    );
-                } else {
-                    log::debug!("NVML still not available: {e}");
-                }
-                let next_delay = (delay * 2).min(self.config.nvml.retry_max);
-                self.nvml = NvmlState::Waiting {
-                    next_try: Instant::now() + delay,
-                    delay: next_delay,
-                    failures: failures + 1,
-                };
-            }
-        }
-    }
-
-    /// Enumerates the AMD GPUs in sysfs, once. A tree that cannot be read leaves the
-    /// backend down; a node without AMD GPUs has it up with none.
-    fn ensure_amd(&mut self) {
-        if !self.config.amd.enabled || self.amd_enumerated {
-            return;
-        }
-        self.amd_enumerated = true;
-        let root = self.config.amd.sysfs_root.clone();
-        match sysfs::device_pollers(&root) {
-            Ok(mut pollers) => {
-                if self.config.amd.rocm_smi.enabled {
-                    self.start_rocm_smi(&mut pollers);
-                }
-                if !pollers.is_empty() {
-                    log::info!("amdgpu sysfs: {} AMD GPU(s) under {}", pollers.len(), root.display());
-                }
-                for poller in pollers {
-                    let worker = self.spawn_worker(Box::new(poller), sysfs::BACKEND);
-                    self.workers.push(worker);
-                }
-                if let Some(status) = self.backends.get_mut(sysfs::BACKEND) {
-                    status.up = true;
-                }
-            }
-            Err(e) => log::warn!(
-                "cannot read {} ({e}): no AMD GPU metrics; on a node without AMD GPUs set amd.enabled: false",
-                sysfs::drm_dir(&root).display()
-            ),
-        }
-    }
-
-    /// ROCm SMI takes the GPUs it sees out of `sysfs` (each poller keeps its sysfs twin for
-    /// what ROCm SMI does not read); those it does not see stay with the sysfs backend.
-    fn start_rocm_smi(&mut self, sysfs_pollers: &mut Vec<sysfs::SysfsDevicePoller>) {
-        let path = self.config.amd.rocm_smi.library_path.clone();
-        match rocm_smi::load(&path) {
-            Ok(smi) => {
-                let driver_version = sysfs_pollers
-                    .first()
-                    .map(|p| p.identity().driver_version.clone())
-                    .unwrap_or_default();
-                let pollers = rocm_smi::device_pollers(smi, sysfs_pollers, &driver_version);
-                log::info!("ROCm SMI {} ready: {} AMD GPU(s)", smi.version, pollers.len());
-                for poller in pollers {
-                    let worker = self.spawn_worker(Box::new(poller), rocm_smi::BACKEND);
-                    self.workers.push(worker);
-                }
-                if let Some(status) = self.backends.get_mut(rocm_smi::BACKEND) {
-                    status.up = true;
-                }
-            }
-            // Most nodes have no ROCm: not a warning. The sysfs backend reads AMD GPUs then.
-            Err(e) => log::info!("ROCm SMI not used ({e}); AMD GPUs, if any, are read from sysfs"),
-        }
-    }
-
-    fn spawn_worker(&mut self, mut poller: Box<dyn DevicePoller>, backend: &'static str) -> Worker {
+    fn spawn_worker(&mut self, mut poller: Box<dyn DevicePoller>, backend: usize) -> Worker {
         let identity = poller.identity().clone();
-        let device = self.next_worker_id;
+        let backend_name = poller.backend_name();
+        let id = self.next_worker_id;
         self.next_worker_id += 1;
         // One request in flight at most: a busy (hung) thread is simply not asked again.
         let (requests_tx, requests_rx) = mpsc::sync_channel::<u64>(1);
@@ -347,7 +193,7 @@ impl Coordinator {
                     let started = Instant::now();
                     let report = poller.poll();
                     let result = PollResult {
-                        device,
+                        worker: id,
                         round,
                         report,
                         elapsed: started.elapsed(),
@@ -365,8 +211,9 @@ impl Coordinator {
             }
         };
         Worker {
-            id: device,
+            id,
             backend,
+            backend_name,
             identity,
             requests,
             busy_with: None,
@@ -379,15 +226,15 @@ impl Coordinator {
 
     /// One round: ask every idle GPU, wait for answers until the deadline, publish.
     pub fn run_round(&mut self) {
-        self.ensure_amd();
-        self.ensure_nvml();
+        self.apply_backend_settings();
+        self.discover();
+        let timeout = self.settings.current().config.poll.timeout;
         self.round += 1;
         let round = self.round;
         let started = Instant::now();
-        let deadline = started + self.config.poll.timeout;
+        let deadline = started + timeout;
 
-        self.answered = 0;
-        self.answered_nvml_gone = 0;
+        self.answers.iter_mut().for_each(|a| *a = Answers::default());
         // Answers that came in after an earlier round's deadline free their thread.
         while let Ok(late) = self.results_rx.try_recv() {
             self.accept(late, round);
@@ -437,7 +284,7 @@ impl Coordinator {
                         "GPU {} ({}) did not answer within {:?}; reporting it down until it does{repeats}",
                         worker.identity.index,
                         worker.identity.uuid,
-                        self.config.poll.timeout
+                        timeout
                     );
                 }
                 worker.up = false;
@@ -447,19 +294,37 @@ impl Coordinator {
         if !self.workers.is_empty() {
             self.round_duration.observe(started.elapsed().as_secs_f64());
         }
-        if matches!(self.nvml, NvmlState::Ready) && self.answered > 0 && self.answered_nvml_gone == self.answered {
-            self.start_over();
-        }
+        self.start_over_where_the_library_is_gone();
         self.publish();
+    }
+
+    /// Every GPU of a backend said its library is gone (the driver was unloaded, and may be
+    /// coming back, as in a driver upgrade): stop its GPU threads, keep its GPUs listed as
+    /// down (so their alerts fire and their XID counts stay), and let the backend initialise
+    /// again.
+    fn start_over_where_the_library_is_gone(&mut self) {
+        for (slot, answers) in self.answers.clone().into_iter().enumerate() {
+            if answers.answered == 0 || answers.library_gone < answers.answered {
+                continue;
+            }
+            self.backends[slot].library_gone();
+            for worker in self.workers.iter_mut().filter(|w| w.backend == slot) {
+                // Dropping the request channel ends the thread after its current poll.
+                worker.requests = None;
+                worker.busy_with = None;
+                worker.up = false;
+                worker.readings = None;
+            }
+        }
     }
 
     /// Takes in one GPU's answer; only an answer for the current round counts as up.
     fn accept(&mut self, result: PollResult, current_round: u64) {
-        let Some(worker) = self.workers.iter_mut().find(|w| w.id == result.device) else {
+        let Some(worker) = self.workers.iter_mut().find(|w| w.id == result.worker) else {
             return;
         };
         worker.busy_with = None;
-        if let Some(status) = self.backends.get_mut(worker.backend) {
+        if let Some(status) = self.backend_status.get_mut(worker.backend_name) {
             status.poll_duration.observe(result.elapsed.as_secs_f64());
             status.call_seconds += result.report.call_seconds;
             for (call, _) in &result.report.errors {
@@ -487,13 +352,15 @@ impl Coordinator {
         if result.round != current_round {
             return;
         }
-        if worker.backend == nvml::BACKEND {
-            self.answered += 1;
+        if let Some(answers) = self.answers.get_mut(worker.backend) {
+            answers.answered += 1;
+            if result.report.library_gone {
+                answers.library_gone += 1;
+            }
         }
-        if result.report.nvml_gone {
-            // Not this GPU's fault: the driver went away. Counted, and handled for all GPUs
-            // at the end of the round.
-            self.answered_nvml_gone += 1;
+        if result.report.library_gone {
+            // Not this GPU's fault: the driver went away. Handled for the whole backend at
+            // the end of the round.
             worker.up = false;
             worker.readings = None;
             return;
@@ -532,6 +399,10 @@ impl Coordinator {
     }
 
     fn publish(&mut self) {
+        let up: BTreeMap<&'static str, bool> = self.backends.iter().flat_map(|b| b.status()).collect();
+        for (name, status) in &mut self.backend_status {
+            status.up = up.get(name).copied().unwrap_or(false);
+        }
         let devices = self
             .workers
             .iter()
@@ -541,15 +412,11 @@ impl Coordinator {
                 lost: w.lost,
                 last_good_poll: w.last_good_poll,
                 readings: w.readings.clone(),
+                health: Default::default(),
             })
             .collect();
-        let previous = self.store.latest().generation;
-        self.store.publish(Snapshot {
-            xid: self.xids.snapshot(),
-            xid_critical_hold: self.config.xid.critical_hold,
-            probe: self.probes.as_ref().map(|p| p.snapshot()).unwrap_or_default(),
-            generation: previous + 1,
-            backends: self.backends.clone(),
+        self.publisher.publish_round(RoundPart {
+            backends: self.backend_status.clone(),
             devices,
             persistence_attempts: self.persistence_attempts.clone(),
             round_duration: self.round_duration.clone(),
@@ -557,61 +424,40 @@ impl Coordinator {
     }
 }
 
-/// "8 GPU(s): 0 unhealthy, 1 degraded", for systemd's STATUS=.
-fn health_summary(snapshot: &Snapshot) -> String {
-    let states: Vec<HealthState> = snapshot
-        .devices
-        .iter()
-        .map(|d| health::state(&health::device_findings(snapshot, d)))
-        .collect();
-    let count = |s: HealthState| states.iter().filter(|x| **x == s).count();
-    format!(
-        "{} GPU(s): {} unhealthy, {} degraded",
-        states.len(),
-        count(HealthState::Unhealthy),
-        count(HealthState::Degraded)
-    )
+/// What the daemon tells the running poll loop.
+enum Control {
+    /// The settings were replaced: apply them and poll now.
+    Reload,
+    Stop,
 }
 
 /// The running poll loop; dropping the handle does not stop it, [`PollLoop::stop`] does.
 pub struct PollLoop {
-    stop: Sender<()>,
-    /// The coordinator comes back through here when its thread ends.
-    finished: Receiver<Coordinator>,
+    control: Sender<Control>,
+    /// Says the loop's thread ended.
+    finished: Receiver<()>,
 }
 
 impl PollLoop {
     /// Runs the first round before returning, so the first scrape already has data.
-    /// `previous` (after a reload) hands over the counters the old loop kept.
-    pub fn start(
-        config: Config,
-        store: Arc<Store>,
-        xids: Arc<XidStore>,
-        probes: Arc<ProbeState>,
-        previous: Option<Coordinator>,
-    ) -> std::io::Result<PollLoop> {
-        let interval = config.poll.interval;
-        let mut coordinator = Coordinator::new(config, store, xids);
-        coordinator.probes = Some(probes);
-        if let Some(previous) = previous {
-            coordinator.inherit_counters(previous);
-        }
+    pub fn start(mut coordinator: Coordinator) -> std::io::Result<PollLoop> {
         coordinator.run_round();
         coordinator.report_status();
         let watchdog = notify::watchdog_interval();
-        let (stop_tx, stop_rx) = mpsc::channel::<()>();
-        let (finished_tx, finished_rx) = mpsc::channel::<Coordinator>();
+        let (control_tx, control_rx) = mpsc::channel::<Control>();
+        let (finished_tx, finished_rx) = mpsc::channel::<()>();
         std::thread::Builder::new()
             .name("poll-coordinator".into())
             .spawn(move || {
-                let mut next = Instant::now() + interval;
+                let first = coordinator.settings.current().config.poll.interval;
+                let mut next = Instant::now().checked_add(first).unwrap_or_else(Instant::now);
                 let mut last_ping = Instant::now();
                 if watchdog.is_some() {
                     notify::watchdog();
                 }
-                // Wake at the next round, or at once when asked to stop.
-                while let Err(RecvTimeoutError::Timeout) =
-                    stop_rx.recv_timeout(next.saturating_duration_since(Instant::now()))
+                // Wake at the next round, at once after a reload, or to stop.
+                while let Err(RecvTimeoutError::Timeout) | Ok(Control::Reload) =
+                    control_rx.recv_timeout(next.saturating_duration_since(Instant::now()))
                 {
                     coordinator.run_round();
                     coordinator.report_status();
@@ -623,24 +469,33 @@ impl PollLoop {
                         notify::watchdog();
                         last_ping = Instant::now();
                     }
-                    // Keep to the interval's grid; after a long round, start again from now.
-                    next += interval;
-                    if next < Instant::now() {
-                        next = Instant::now() + interval;
+                    // Keep to the interval's grid; after a long round or a reload, start
+                    // again from now.
+                    let interval = coordinator.settings.current().config.poll.interval;
+                    next = next.checked_add(interval).unwrap_or(next);
+                    if next < Instant::now() || next > Instant::now() + interval {
+                        next = Instant::now().checked_add(interval).unwrap_or(next);
                     }
                 }
-                let _ = finished_tx.send(coordinator);
+                drop(coordinator);
+                let _ = finished_tx.send(());
             })?;
         Ok(PollLoop {
-            stop: stop_tx,
+            control: control_tx,
             finished: finished_rx,
         })
     }
 
-    /// Stops the loop and returns its coordinator, or None when the loop did not finish within
-    /// `wait` (it is stuck in a vendor call; the process will go on without it).
-    pub fn stop(self, wait: Duration) -> Option<Coordinator> {
-        let _ = self.stop.send(());
-        self.finished.recv_timeout(wait).ok()
+    /// The settings were replaced: the loop applies them and polls at once (a round that
+    /// is running finishes first). Never waits.
+    pub fn reload(&self) {
+        let _ = self.control.send(Control::Reload);
+    }
+
+    /// Stops the loop; false when it did not finish within `wait` (it is stuck in a vendor
+    /// call; the process will go on without it).
+    pub fn stop(self, wait: Duration) -> bool {
+        let _ = self.control.send(Control::Stop);
+        self.finished.recv_timeout(wait).is_ok()
     }
 }

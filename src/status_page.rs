@@ -4,7 +4,7 @@
 //! Plain server-rendered HTML from the latest snapshot: no JavaScript, a refresh every five
 //! seconds, and nothing that calls a vendor library.
 
-use crate::health::{self, HealthState};
+use crate::health::HealthState;
 use crate::model::{Snapshot, unix_seconds};
 use crate::xid::catalog;
 use std::fmt::Write;
@@ -78,8 +78,8 @@ pub fn render(snapshot: &Snapshot) -> String {
     for d in &snapshot.devices {
         let id = &d.identity;
         let xids = snapshot.xid.for_bus(&id.pci_bus_id);
-        let findings = health::device_findings(snapshot, d);
-        let state = health::state(&findings);
+        let findings = &d.health.findings;
+        let state = d.health.state;
         let _ = write!(
             out,
             "<tr><td><b>{}</b> {}<br><small>{} &middot; {}</small></td>",
@@ -91,7 +91,7 @@ pub fn render(snapshot: &Snapshot) -> String {
         let _ = write!(out, "<td><span class=\"state {0}\">{0}</span>", state.label());
         if state != HealthState::Ok {
             out.push_str("<ul>");
-            for f in &findings {
+            for f in findings {
                 let _ = write!(out, "<li>{}</li>", escape(&f.message));
             }
             out.push_str("</ul>");

@@ -28,18 +28,25 @@ impl Store {
         }
     }
 
+    /// Publishes the snapshot of a poll round: it also tells /healthz that the poll loop turns.
     pub fn publish(&self, snapshot: Snapshot) {
-        let snapshot = Arc::new(snapshot);
-        match self.current.write() {
-            Ok(mut guard) => *guard = snapshot,
-            Err(poisoned) => *poisoned.into_inner() = snapshot,
-        }
+        self.replace(snapshot);
         if let Ok(mut at) = self.published_at.lock() {
             *at = Some(Instant::now());
         }
     }
 
-    /// When the poller last published; `None` before the first round.
+    /// Publishes a snapshot that only brings news from between two rounds (an XID, a probe
+    /// result); it says nothing about the poll loop.
+    pub fn replace(&self, snapshot: Snapshot) {
+        let snapshot = Arc::new(snapshot);
+        match self.current.write() {
+            Ok(mut guard) => *guard = snapshot,
+            Err(poisoned) => *poisoned.into_inner() = snapshot,
+        }
+    }
+
+    /// When the poller last published a round; `None` before the first round.
     pub fn published_at(&self) -> Option<Instant> {
         self.published_at.lock().ok().and_then(|at| *at)
     }

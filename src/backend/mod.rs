@@ -1,38 +1,71 @@
-//! Backends: one per vendor library, each turning vendor calls into vendor-neutral readings.
+//! Backends: one per vendor, each turning vendor calls into vendor-neutral readings.
 //!
-//! A backend enumerates its GPUs and hands out one device poller per GPU; the poller
-//! (poller.rs) runs each on a thread of its own. A poll returns a [`PollReport`]: the
-//! readings, the calls that failed, and what happened to persistence mode.
+//! A [`Backend`] finds its GPUs and hands out one [`DevicePoller`] per GPU; the poller
+//! (poller.rs) runs each on a thread of its own and knows nothing about vendors. What is
+//! particular to a vendor stays here: loading and initialising its library with a back-off,
+//! starting again after a driver reload (NVML), pairing two sources of one GPU (ROCm SMI and
+//! amdgpu's sysfs files). A poll returns a [`PollReport`]: the readings, the calls that
+//! failed, and what happened to persistence mode.
 
 pub mod amd;
 pub mod nvml;
 
 use crate::model::{DeviceIdentity, DeviceReadings};
+use crate::settings::BackendSettings;
+use crate::xid::store::XidStore;
+use std::sync::Arc;
+
+/// One vendor's way to find GPUs. The poller calls [`Backend::discover`] before every round;
+/// everything else it learns from the reports of the backend's pollers.
+pub trait Backend: Send {
+    /// The `backend` label values this backend reports, each with its `gpuwarden_backend_up`
+    /// state (one backend may read through two sources, as AMD's does).
+    fn status(&self) -> Vec<(&'static str, bool)>;
+
+    /// New device pollers, when there are any: at the first discovery, and again after the
+    /// library was initialised anew. They replace every poller this backend handed out
+    /// before. `None`: nothing new (the usual answer, and cheap).
+    fn discover(&mut self) -> Option<Vec<Box<dyn DevicePoller>>>;
+
+    /// Every GPU of this backend answered [`PollReport::library_gone`] in one round: the
+    /// driver was unloaded (a driver upgrade). Let the old handles go and initialise again
+    /// from the next `discover`, with the usual back-off.
+    fn library_gone(&mut self) {}
+
+    /// Why this backend has no GPUs yet, for systemd's STATUS line when the node shows none
+    /// ("NVML not available: ..."); `None` when it is not waiting for anything.
+    fn waiting_for(&self) -> Option<String> {
+        None
+    }
+}
+
+/// Every backend the settings enable, in the order their GPUs are first listed (AMD's sysfs
+/// enumeration is instant; NVML may be waiting for its driver). `xid_events`:
+/// whether a backend that can report XID events (NVML) starts its event thread; a one-shot
+/// `check` does not.
+pub fn from_settings(settings: &BackendSettings, xids: &Arc<XidStore>, xid_events: bool) -> Vec<Box<dyn Backend>> {
+    let mut backends: Vec<Box<dyn Backend>> = Vec::new();
+    if settings.amd.enabled {
+        backends.push(Box::new(amd::AmdBackend::new(&settings.amd)));
+    }
+    if settings.nvml.enabled {
+        backends.push(Box::new(nvml::lifecycle::NvmlLifecycle::new(
+            settings,
+            xids.clone(),
+            xid_events && settings.nvml_events,
+        )));
+    }
+    backends
+}
 
 /// One GPU of one backend, polled on a thread of its own.
 pub trait DevicePoller: Send {
     fn identity(&self) -> &DeviceIdentity;
+    /// The `backend` label its poll durations and errors are counted under.
+    fn backend_name(&self) -> &'static str;
     /// Reads every supported value once. Never panics and never blocks the caller for long
     /// on purpose; a vendor call that hangs is what the poller's deadline is for.
     fn poll(&mut self) -> PollReport;
-}
-
-impl DevicePoller for nvml::NvmlDevicePoller {
-    fn identity(&self) -> &DeviceIdentity {
-        nvml::NvmlDevicePoller::identity(self)
-    }
-    fn poll(&mut self) -> PollReport {
-        nvml::NvmlDevicePoller::poll(self)
-    }
-}
-
-impl DevicePoller for amd::sysfs::SysfsDevicePoller {
-    fn identity(&self) -> &DeviceIdentity {
-        amd::sysfs::SysfsDevicePoller::identity(self)
-    }
-    fn poll(&mut self) -> PollReport {
-        amd::sysfs::SysfsDevicePoller::poll(self)
-    }
 }
 
 /// What an attempt to turn persistence mode on came to; counted by result.
@@ -61,72 +94,10 @@ pub struct PollReport {
     /// (call, error) for every call that failed. "Not supported" is not a failure.
     pub errors: Vec<(&'static str, String)>,
     pub persistence: Option<PersistenceOutcome>,
-    /// NVML answered "uninitialized" or "driver not loaded": the driver went away under us
-    /// (an unload for an upgrade); the handles are no longer good.
-    pub nvml_gone: bool,
+    /// The vendor library says it is no longer initialised or the driver is not loaded: the
+    /// driver went away under us (an unload for an upgrade); the handles are no good now.
+    /// Not the GPU's fault: when every GPU of a backend says so, see [`Backend::library_gone`].
+    pub library_gone: bool,
     /// Time spent inside vendor calls during this poll: the floor under the poll's wall time.
     pub call_seconds: f64,
-}
-
-impl PollReport {
-    pub fn lost(calls: CallErrors) -> PollReport {
-        PollReport {
-            readings: None,
-            nvml_gone: calls.nvml_gone,
-            call_seconds: calls.call_time.as_secs_f64(),
-            errors: calls.errors,
-            persistence: None,
-        }
-    }
-}
-
-/// Sorts the results of vendor calls into values, unsupported readings and failures.
-#[derive(Debug, Default)]
-pub struct CallErrors {
-    pub errors: Vec<(&'static str, String)>,
-    /// Set once any call said the GPU is lost.
-    pub lost: bool,
-    /// Set once any call said NVML is not initialised or the driver is not loaded.
-    pub nvml_gone: bool,
-    /// Time spent inside the calls made through `read`.
-    pub call_time: std::time::Duration,
-}
-
-impl CallErrors {
-    /// The value of a call, or `None` when the device does not support it (left out of the
-    /// output) or the call failed (recorded, and counted by the caller).
-    pub fn read<T>(
-        &mut self,
-        call: &'static str,
-        make_call: impl FnOnce() -> Result<T, nvml_wrapper::error::NvmlError>,
-    ) -> Option<T> {
-        use nvml_wrapper::error::NvmlError;
-        let started = std::time::Instant::now();
-        let result = make_call();
-        self.call_time += started.elapsed();
-        match result {
-            Ok(value) => Some(value),
-            // An older driver without the symbol simply does not offer the reading.
-            Err(NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_)) => None,
-            Err(e) => {
-                if matches!(e, NvmlError::GpuLost) {
-                    self.lost = true;
-                }
-                if matches!(e, NvmlError::Uninitialized | NvmlError::DriverNotLoaded) {
-                    self.nvml_gone = true;
-                }
-                self.errors.push((call, e.to_string()));
-                None
-            }
-        }
-    }
-}
-
-impl DevicePoller for amd::rocm_smi::RocmDevicePoller {
-    fn identity(&self) -> &DeviceIdentity {
-        amd::rocm_smi::RocmDevicePoller::identity(self)
-    }
-    fn poll(&mut self) -> PollReport {
-        amd::rocm_smi::RocmDevicePoller::poll(self)
-    }
 }

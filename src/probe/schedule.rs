@@ -11,11 +11,12 @@
 //! that hangs in the driver is killed after `probe.timeout` while the daemon goes on.
 
 use super::cli::busy_reason;
-use super::{ProbeError, ProbeReport};
-use crate::config::{Nvml, Probe};
+use super::{ProbeError, ProbeReport, ProbeSnapshot};
+use crate::config::Probe;
 use crate::model::{DeviceSnapshot, Snapshot};
+pub use crate::settings::ChildSettings;
 use crate::store::Store;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
@@ -28,41 +29,12 @@ use std::time::{Duration, Instant};
 const RETRY_AFTER: Duration = Duration::from_secs(600);
 const TICK: Duration = Duration::from_secs(1);
 
-/// What the daemon hands to its `gpuwarden probe` child on stdin: the running settings, not
-/// the file on disk, which may have changed (or be broken) since the last good reload.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ChildSettings {
-    pub nvml: Nvml,
-    pub probe: Probe,
-}
-
-impl ChildSettings {
-    pub fn from_config(config: &crate::config::Config) -> ChildSettings {
-        ChildSettings {
-            nvml: config.nvml.clone(),
-            probe: config.probe.clone(),
-        }
-    }
-}
-
-/// Probe results and counters, as the metrics and the status page read them.
-#[derive(Debug, Clone, Default)]
-pub struct ProbeSnapshot {
-    pub schedule_enabled: bool,
-    /// The latest report per GPU uuid.
-    pub reports: BTreeMap<String, ProbeReport>,
-    /// (uuid, result) -> count; result is pass, fail, no_verdict, error or timeout.
-    pub runs: BTreeMap<(String, &'static str), u64>,
-    /// (uuid, reason) -> count; reason is gpu_down, utilization, memory, compute_processes.
-    pub skipped: BTreeMap<(String, &'static str), u64>,
-    /// The last error per uuid, for the status page.
-    pub last_error: BTreeMap<String, String>,
-}
-
 /// Shared between the scheduler thread and the poll loop, which copies it into every snapshot.
 #[derive(Default)]
 pub struct ProbeState {
     current: Mutex<Arc<ProbeSnapshot>>,
+    /// Bumped on every change, so the publisher shows a new result at once.
+    changes: std::sync::atomic::AtomicU64,
 }
 
 impl ProbeState {
@@ -75,6 +47,12 @@ impl ProbeState {
         let mut next = (**current).clone();
         change(&mut next);
         *current = Arc::new(next);
+        self.changes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A number that changes whenever the probe results or counters change.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
     }
 }
 
@@ -122,7 +100,7 @@ pub fn next_due<'a>(
 pub fn spawn(
     store: Arc<Store>,
     state: Arc<ProbeState>,
-    settings: Arc<Mutex<ChildSettings>>,
+    settings: Arc<crate::settings::SharedSettings>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
@@ -137,7 +115,7 @@ pub fn spawn(
                     std::thread::sleep(TICK);
                 }
                 idle = true;
-                let current = settings.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                let current = settings.current().probe_child.clone();
                 let enabled = current.probe.schedule;
                 if state.snapshot().schedule_enabled != enabled {
                     state.update(|s| s.schedule_enabled = enabled);
@@ -315,6 +293,7 @@ pub fn settings_from_stdin() -> Result<ChildSettings, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Nvml;
     use crate::model::{DeviceIdentity, DeviceReadings, Vendor};
 
     fn device(index: u32, up: bool, utilization: f64, used_mib: u64) -> DeviceSnapshot {
@@ -330,6 +309,7 @@ mod tests {
             },
             up,
             lost: false,
+            health: Default::default(),
             last_good_poll: None,
             readings: Some(DeviceReadings {
                 utilization_ratio: Some(utilization),

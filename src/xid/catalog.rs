@@ -12,27 +12,7 @@
 
 use serde::Serialize;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    Unknown,
-    Info,
-    Warning,
-    Critical,
-    Fatal,
-}
-
-impl Severity {
-    pub fn label(self) -> &'static str {
-        match self {
-            Severity::Unknown => "unknown",
-            Severity::Info => "info",
-            Severity::Warning => "warning",
-            Severity::Critical => "critical",
-            Severity::Fatal => "fatal",
-        }
-    }
-}
+pub use crate::model::xid::Severity;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Entry {

@@ -15,8 +15,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-pub const SOURCE_NAME: &str = "kernel_log";
-
 /// When the machine booted, from /proc/uptime; None where that cannot be read.
 fn boot_time() -> Option<SystemTime> {
     let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
@@ -101,7 +99,7 @@ fn follow(path: &Path, store: &XidStore, stop: &AtomicBool) {
         let file = match File::open(path) {
             Ok(f) => f,
             Err(e) => {
-                store.set_source_up(SOURCE_NAME, false);
+                store.set_source_up(Source::KERNEL_LOG, false);
                 if !warned {
                     log::warn!(
                         "cannot read the kernel log {} ({e}): XIDs are counted from NVML events only; \
@@ -114,7 +112,7 @@ fn follow(path: &Path, store: &XidStore, stop: &AtomicBool) {
                 continue;
             }
         };
-        store.set_source_up(SOURCE_NAME, true);
+        store.set_source_up(Source::KERNEL_LOG, true);
         if warned {
             log::info!("reading the kernel log {} again", path.display());
             warned = false;
@@ -146,7 +144,7 @@ fn follow(path: &Path, store: &XidStore, stop: &AtomicBool) {
                         "reading the kernel log {} failed ({e}); opening it again",
                         path.display()
                     );
-                    store.set_source_up(SOURCE_NAME, false);
+                    store.set_source_up(Source::KERNEL_LOG, false);
                     std::thread::sleep(Duration::from_secs(1));
                     break;
                 }

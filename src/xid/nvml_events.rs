@@ -16,8 +16,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-pub const SOURCE_NAME: &str = "nvml_events";
-
 /// Starts the event thread for the GPUs with these (index, PCI bus id); it ends within a
 /// second of `stop` being set (on reload, a new thread replaces it).
 pub fn spawn(
@@ -37,19 +35,19 @@ fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore, stop: &Ato
         Ok(set) => set,
         Err(e) => {
             log::warn!("cannot create an NVML event set ({e}): XIDs are counted from the kernel log only");
-            store.set_source_up(SOURCE_NAME, false);
+            store.set_source_up(Source::NVML_EVENTS, false);
             return;
         }
     };
     let Ok(register) = nvml.lib().nvmlDeviceRegisterEvents.as_ref() else {
         log::warn!("this NVML has no nvmlDeviceRegisterEvents: XIDs are counted from the kernel log only");
-        store.set_source_up(SOURCE_NAME, false);
+        store.set_source_up(Source::NVML_EVENTS, false);
         return;
     };
     // An older driver without the event wait: say so once, and rely on the kernel log.
     if nvml.lib().nvmlEventSetWait_v2.is_err() {
         log::info!("this NVML has no nvmlEventSetWait_v2: XIDs are counted from the kernel log only");
-        store.set_source_up(SOURCE_NAME, false);
+        store.set_source_up(Source::NVML_EVENTS, false);
         return;
     }
     let wanted = EventTypes::CRITICAL_XID_ERROR | EventTypes::DOUBLE_BIT_ECC_ERROR;
@@ -73,10 +71,10 @@ fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore, stop: &Ato
         }
     }
     if bus_by_handle.is_empty() {
-        store.set_source_up(SOURCE_NAME, false);
+        store.set_source_up(Source::NVML_EVENTS, false);
         return;
     }
-    store.set_source_up(SOURCE_NAME, true);
+    store.set_source_up(Source::NVML_EVENTS, true);
     log::info!("listening for NVML XID events on {} GPU(s)", bus_by_handle.len());
     let mut failures = 0u32;
     while !stop.load(Ordering::Relaxed) {

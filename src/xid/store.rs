@@ -10,10 +10,12 @@
 //! Counters are kept by PCI bus id, apart from the poller's device list, so they survive a
 //! GPU falling off the bus and NVML being re-initialised.
 
-use super::catalog::{self, Severity};
+use super::catalog;
+pub use crate::model::xid::{XidCount, XidSnapshot};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 /// Where a report came from. The kernel log's "fallen off the bus" line without a number is
@@ -27,11 +29,15 @@ pub enum Source {
 }
 
 impl Source {
+    /// The `source` label of the XID self metrics.
+    pub const NVML_EVENTS: &'static str = "nvml_events";
+    pub const KERNEL_LOG: &'static str = "kernel_log";
+
     /// The source label: the kernel log's two kinds of line are one source.
     pub fn label(self) -> &'static str {
         match self {
-            Source::Nvml => super::nvml_events::SOURCE_NAME,
-            Source::KernelLog | Source::KernelLogFallenOffBus => super::kmsg::SOURCE_NAME,
+            Source::Nvml => Source::NVML_EVENTS,
+            Source::KernelLog | Source::KernelLogFallenOffBus => Source::KERNEL_LOG,
         }
     }
 
@@ -52,32 +58,6 @@ pub struct XidEvent {
     pub at: SystemTime,
 }
 
-/// One XID code on one GPU.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct XidCount {
-    pub xid: u32,
-    pub severity: Severity,
-    pub count: u64,
-    #[serde(serialize_with = "crate::model::serialize_system_time")]
-    pub last_seen: SystemTime,
-}
-
-/// What the renderers and the health rules read, by PCI bus id.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct XidSnapshot {
-    pub by_bus: BTreeMap<String, Vec<XidCount>>,
-    /// Each source that has been started, and whether it is reading now.
-    pub sources: BTreeMap<&'static str, bool>,
-    /// Reports received per source, before de-duplication.
-    pub reports: BTreeMap<&'static str, u64>,
-}
-
-impl XidSnapshot {
-    pub fn for_bus(&self, pci_bus_id: &str) -> &[XidCount] {
-        self.by_bus.get(pci_bus_id).map(Vec::as_slice).unwrap_or(&[])
-    }
-}
-
 struct Group {
     pci_bus_id: String,
     xid: u32,
@@ -86,6 +66,9 @@ struct Group {
 }
 
 struct Inner {
+    /// Reports of one event from two sources within this window count once (xid.dedup_window;
+    /// a reload changes it).
+    dedup_window: Duration,
     counts: BTreeMap<(String, u32), (u64, SystemTime)>,
     recent: VecDeque<Group>,
     sources: BTreeMap<&'static str, bool>,
@@ -93,15 +76,18 @@ struct Inner {
 }
 
 pub struct XidStore {
-    dedup_window: Duration,
     inner: Mutex<Inner>,
+    /// Bumped whenever what [`XidStore::snapshot`] returns changes, so the publisher can put
+    /// a new XID into the served snapshot at once instead of at the next poll round.
+    changes: AtomicU64,
 }
 
 impl XidStore {
     pub fn new(dedup_window: Duration) -> XidStore {
         XidStore {
-            dedup_window,
+            changes: AtomicU64::new(0),
             inner: Mutex::new(Inner {
+                dedup_window,
                 counts: BTreeMap::new(),
                 recent: VecDeque::new(),
                 sources: BTreeMap::new(),
@@ -120,8 +106,8 @@ impl XidStore {
     /// Records one report; true when it was counted, false when it duplicated one already
     /// counted from another source.
     pub fn record(&self, event: XidEvent) -> bool {
-        let window = self.dedup_window;
         let mut inner = self.lock();
+        let window = inner.dedup_window;
         *inner.reports.entry(event.source.label()).or_insert(0) += 1;
         let near = |a: SystemTime, b: SystemTime| {
             a.duration_since(b)
@@ -164,11 +150,31 @@ impl XidStore {
             .or_insert((0, event.at));
         entry.0 += 1;
         entry.1 = entry.1.max(event.at);
+        self.changes.fetch_add(1, Ordering::Relaxed);
         true
     }
 
     pub fn set_source_up(&self, source: &'static str, up: bool) {
-        self.lock().sources.insert(source, up);
+        if self.lock().sources.insert(source, up) != Some(up) {
+            self.changes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A source turned off by a reload: it is not read, so it has no state to show.
+    pub fn forget_source(&self, source: &'static str) {
+        if self.lock().sources.remove(source).is_some() {
+            self.changes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Applies a reloaded `xid.dedup_window` to the reports that come from now on.
+    pub fn set_dedup_window(&self, window: Duration) {
+        self.lock().dedup_window = window;
+    }
+
+    /// A number that changes whenever the counts or the sources' states change.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
     }
 
     pub fn snapshot(&self) -> XidSnapshot {

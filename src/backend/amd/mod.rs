@@ -1,6 +1,125 @@
 //! AMD GPUs. The amdgpu sysfs backend needs no library: hwmon, the `gpu_metrics` table, the
-//! PCI device's link files and the RAS counters under /sys/class/drm/cardN/device.
+//! PCI device's link files and the RAS counters under /sys/class/drm/cardN/device. Where ROCm
+//! SMI is installed it reads the GPUs it sees, each paired with its sysfs twin for what ROCm
+//! SMI lacks; the rest stay with sysfs.
 
 pub mod gpu_metrics;
 pub mod rocm_smi;
 pub mod sysfs;
+
+use crate::backend::{Backend, DevicePoller};
+use crate::config::Amd;
+
+/// AMD's [`Backend`]: GPUs are enumerated once, at the first discovery (no hot-plug).
+pub struct AmdBackend {
+    config: Amd,
+    enumerated: bool,
+    sysfs_up: bool,
+    rocm_smi_up: bool,
+}
+
+impl AmdBackend {
+    pub fn new(config: &Amd) -> AmdBackend {
+        AmdBackend {
+            config: config.clone(),
+            enumerated: false,
+            sysfs_up: false,
+            rocm_smi_up: false,
+        }
+    }
+
+    /// ROCm SMI takes the GPUs it sees out of `sysfs_pollers` (each ROCm poller keeps its
+    /// sysfs twin for what ROCm SMI does not read); those it does not see stay with sysfs.
+    fn start_rocm_smi(&mut self, sysfs_pollers: &mut Vec<sysfs::SysfsDevicePoller>) -> Vec<Box<dyn DevicePoller>> {
+        match rocm_smi::load(&self.config.rocm_smi.library_path) {
+            Ok(smi) => {
+                let driver_version = sysfs_pollers
+                    .first()
+                    .map(|p| p.identity().driver_version.clone())
+                    .unwrap_or_default();
+                let pollers = rocm_smi::device_pollers(smi, sysfs_pollers, &driver_version);
+                log::info!("ROCm SMI {} ready: {} AMD GPU(s)", smi.version, pollers.len());
+                self.rocm_smi_up = true;
+                pollers
+                    .into_iter()
+                    .map(|p| Box::new(p) as Box<dyn DevicePoller>)
+                    .collect()
+            }
+            // Most nodes have no ROCm: not a warning. The sysfs backend reads AMD GPUs then.
+            Err(e) => {
+                log::info!("ROCm SMI not used ({e}); AMD GPUs, if any, are read from sysfs");
+                Vec::new()
+            }
+        }
+    }
+}
+
+impl Backend for AmdBackend {
+    fn status(&self) -> Vec<(&'static str, bool)> {
+        let mut status = vec![(sysfs::BACKEND, self.sysfs_up)];
+        if self.config.rocm_smi.enabled {
+            status.push((rocm_smi::BACKEND, self.rocm_smi_up));
+        }
+        status
+    }
+
+    /// A tree that cannot be read leaves the backend down; a node without AMD GPUs has it up
+    /// with none.
+    fn discover(&mut self) -> Option<Vec<Box<dyn DevicePoller>>> {
+        if self.enumerated {
+            return None;
+        }
+        self.enumerated = true;
+        let root = self.config.sysfs_root.clone();
+        match sysfs::device_pollers(&root) {
+            Ok(mut sysfs_pollers) => {
+                let mut pollers = if self.config.rocm_smi.enabled {
+                    self.start_rocm_smi(&mut sysfs_pollers)
+                } else {
+                    Vec::new()
+                };
+                if !sysfs_pollers.is_empty() {
+                    log::info!(
+                        "amdgpu sysfs: {} AMD GPU(s) under {}",
+                        sysfs_pollers.len(),
+                        root.display()
+                    );
+                }
+                pollers.extend(sysfs_pollers.into_iter().map(|p| Box::new(p) as Box<dyn DevicePoller>));
+                self.sysfs_up = true;
+                Some(pollers)
+            }
+            Err(e) => {
+                log::warn!(
+                    "cannot read {} ({e}): no AMD GPU metrics; on a node without AMD GPUs set amd.enabled: false",
+                    sysfs::drm_dir(&root).display()
+                );
+                None
+            }
+        }
+    }
+}
+
+impl DevicePoller for sysfs::SysfsDevicePoller {
+    fn identity(&self) -> &crate::model::DeviceIdentity {
+        sysfs::SysfsDevicePoller::identity(self)
+    }
+    fn backend_name(&self) -> &'static str {
+        sysfs::BACKEND
+    }
+    fn poll(&mut self) -> crate::backend::PollReport {
+        sysfs::SysfsDevicePoller::poll(self)
+    }
+}
+
+impl DevicePoller for rocm_smi::RocmDevicePoller {
+    fn identity(&self) -> &crate::model::DeviceIdentity {
+        rocm_smi::RocmDevicePoller::identity(self)
+    }
+    fn backend_name(&self) -> &'static str {
+        rocm_smi::BACKEND
+    }
+    fn poll(&mut self) -> crate::backend::PollReport {
+        rocm_smi::RocmDevicePoller::poll(self)
+    }
+}

@@ -6,6 +6,10 @@
 //! does not support is `None` (or absent from a list), never a made-up zero, so renderers
 //! leave it out.
 
+pub mod health;
+pub mod probe;
+pub mod xid;
+
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -215,6 +219,10 @@ pub struct DeviceSnapshot {
     /// The readings of the latest poll; `None` when the device did not answer in time, so a
     /// dashboard shows a gap rather than a frozen value.
     pub readings: Option<DeviceReadings>,
+    /// The verdict over everything the snapshot knows about this GPU (readings, XIDs, the
+    /// last probe), computed once when the snapshot is put together.
+    #[serde(skip)]
+    pub health: health::DeviceHealth,
 }
 
 /// A time as Unix seconds in JSON.
@@ -310,9 +318,9 @@ pub struct Snapshot {
     /// Wall time of whole poll rounds (all GPUs, polled in parallel).
     pub round_duration: DurationHistogram,
     /// XID counts by PCI bus id, and the state of their sources.
-    pub xid: crate::xid::store::XidSnapshot,
+    pub xid: xid::XidSnapshot,
     /// How long a critical XID keeps a GPU degraded (xid.critical_hold).
     pub xid_critical_hold: std::time::Duration,
     /// Scheduled probe results and counters (empty outside the daemon).
-    pub probe: std::sync::Arc<crate::probe::schedule::ProbeSnapshot>,
+    pub probe: std::sync::Arc<probe::ProbeSnapshot>,
 }

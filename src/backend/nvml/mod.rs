@@ -7,10 +7,14 @@
 //! once, and memory temperature, row remapping and the clock-event time counters come from
 //! one `nvmlDeviceGetFieldValues` call.
 
-use super::{CallErrors, PersistenceOutcome, PollReport};
+pub mod calls;
+pub mod lifecycle;
+
+use crate::backend::{DevicePoller, PersistenceOutcome, PollReport};
 use crate::clock_events;
 use crate::config;
 use crate::model::{DeviceIdentity, DeviceReadings, EccCount, EccScope, EccType, RemappedRows, Vendor};
+use calls::CallErrors;
 use nvml_wrapper::Device;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor, TemperatureThreshold};
@@ -167,6 +171,18 @@ fn sample_as_f64(value: &SampleValue) -> f64 {
     }
 }
 
+impl DevicePoller for NvmlDevicePoller {
+    fn identity(&self) -> &DeviceIdentity {
+        &self.identity
+    }
+    fn backend_name(&self) -> &'static str {
+        BACKEND
+    }
+    fn poll(&mut self) -> PollReport {
+        NvmlDevicePoller::poll(self)
+    }
+}
+
 impl NvmlDevicePoller {
     pub fn identity(&self) -> &DeviceIdentity {
         &self.identity
@@ -189,8 +205,8 @@ impl NvmlDevicePoller {
         }) {
             r.temperatures.push(("gpu", t as f64));
         }
-        if calls.lost || calls.nvml_gone {
-            return PollReport::lost(calls);
+        if calls.lost || calls.library_gone {
+            return calls.into_lost_report();
         }
 
         let statics = match &self.static_readings {
@@ -280,11 +296,11 @@ impl NvmlDevicePoller {
         }
 
         if calls.lost {
-            return PollReport::lost(calls);
+            return calls.into_lost_report();
         }
         PollReport {
             readings: Some(r),
-            nvml_gone: calls.nvml_gone,
+            library_gone: calls.library_gone,
             call_seconds: calls.call_time.as_secs_f64(),
             errors: calls.errors,
             persistence,

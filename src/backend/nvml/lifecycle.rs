@@ -1,0 +1,148 @@
+//! NVML's life in the daemon: loading and initialising the library with a doubling back-off
+//! while it is missing (no driver yet), the XID event thread, and starting over after a
+//! driver reload. The poller sees only the [`Backend`] trait.
+
+use super::{BACKEND, NvmlBackend};
+use crate::backend::{Backend, DevicePoller};
+use crate::config::Nvml;
+use crate::settings::BackendSettings;
+use crate::xid::nvml_events;
+use crate::xid::store::XidStore;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+enum State {
+    Waiting {
+        next_try: Instant,
+        delay: Duration,
+        failures: u32,
+    },
+    Ready,
+}
+
+pub struct NvmlLifecycle {
+    config: Nvml,
+    persistence_enable: bool,
+    slow_interval: Duration,
+    state: State,
+    xids: Arc<XidStore>,
+    /// Listen for XID events (the daemon does; a one-shot `check` does not).
+    xid_events: bool,
+    /// Tells the current event thread to end (on a driver reload, or when this goes).
+    event_thread_stop: Arc<AtomicBool>,
+}
+
+impl NvmlLifecycle {
+    pub fn new(settings: &BackendSettings, xids: Arc<XidStore>, xid_events: bool) -> NvmlLifecycle {
+        NvmlLifecycle {
+            config: settings.nvml.clone(),
+            persistence_enable: settings.persistence_enable,
+            slow_interval: settings.slow_interval,
+            state: State::Waiting {
+                next_try: Instant::now(),
+                delay: settings.nvml.retry_initial,
+                failures: 0,
+            },
+            xids,
+            xid_events,
+            event_thread_stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    fn start_event_thread(&mut self, backend: &NvmlBackend, gpus: Vec<(u32, String)>) {
+        self.event_thread_stop.store(true, Ordering::Relaxed);
+        self.event_thread_stop = Arc::new(AtomicBool::new(false));
+        if let Err(e) = nvml_events::spawn(backend.nvml(), gpus, self.xids.clone(), self.event_thread_stop.clone()) {
+            log::error!("cannot start the NVML XID event thread: {e}");
+        }
+    }
+}
+
+impl Drop for NvmlLifecycle {
+    fn drop(&mut self) {
+        self.event_thread_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Backend for NvmlLifecycle {
+    fn status(&self) -> Vec<(&'static str, bool)> {
+        vec![(BACKEND, matches!(self.state, State::Ready))]
+    }
+
+    fn discover(&mut self) -> Option<Vec<Box<dyn DevicePoller>>> {
+        let State::Waiting {
+            next_try,
+            delay,
+            failures,
+        } = self.state
+        else {
+            return None;
+        };
+        if Instant::now() < next_try {
+            return None;
+        }
+        let loaded = NvmlBackend::load(&self.config).and_then(|backend| {
+            let pollers = backend.device_pollers(self.persistence_enable, self.slow_interval)?;
+            Ok((backend, pollers))
+        });
+        match loaded {
+            Ok((backend, pollers)) => {
+                let driver = backend.driver_version().unwrap_or_default();
+                log::info!("NVML ready (driver {driver}): {} NVIDIA GPU(s)", pollers.len());
+                if self.xid_events {
+                    let gpus = pollers
+                        .iter()
+                        .map(|p| (p.identity().index, p.identity().pci_bus_id.clone()))
+                        .collect();
+                    self.start_event_thread(&backend, gpus);
+                }
+                self.state = State::Ready;
+                Some(
+                    pollers
+                        .into_iter()
+                        .map(|p| Box::new(p) as Box<dyn DevicePoller>)
+                        .collect(),
+                )
+            }
+            Err(e) => {
+                if failures == 0 {
+                    log::warn!(
+                        "NVML is not available ({e}) from {:?}: no NVIDIA GPU metrics; trying again every {} or less. \
+                         On a node without NVIDIA GPUs set nvml.enabled: false",
+                        self.config.library_path,
+                        humantime::format_duration(self.config.retry_max)
+                    );
+                } else {
+                    log::debug!("NVML still not available: {e}");
+                }
+                self.state = State::Waiting {
+                    next_try: Instant::now() + delay,
+                    delay: (delay * 2).min(self.config.retry_max),
+                    failures: failures + 1,
+                };
+                None
+            }
+        }
+    }
+
+    fn library_gone(&mut self) {
+        log::warn!(
+            "NVML stopped answering on every GPU (not initialised / driver not loaded): the driver was unloaded or \
+             reloaded; initialising NVML again"
+        );
+        self.event_thread_stop.store(true, Ordering::Relaxed);
+        self.state = State::Waiting {
+            next_try: Instant::now(),
+            delay: self.config.retry_initial,
+            failures: 0,
+        };
+    }
+
+    fn waiting_for(&self) -> Option<String> {
+        match self.state {
+            State::Waiting { .. } => Some("NVML not available: serving gpuwarden's own metrics".to_string()),
+            State::Ready => None,
+        }
+    }
+}

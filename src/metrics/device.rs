@@ -1,0 +1,304 @@
+//! Device families: each GPU's identity, whether it answered, its health verdict, and what
+//! a poll reads from it. Readings a GPU does not support add no sample.
+
+use super::{Family, Kind, Read};
+use crate::health::HealthState;
+use crate::model::unix_seconds;
+
+pub const FAMILIES: &[Family] = &[
+    Family {
+        name: "gpu_info",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "GPU identity; always 1. Join on uuid for the name, PCI bus id, driver and serial.",
+        labels: &["name", "pci_bus_id", "driver_version", "serial"],
+        read: Read::Device(|_, d, s| {
+            let id = &d.identity;
+            s.labelled(
+                &[
+                    &id.name,
+                    &id.pci_bus_id,
+                    &id.driver_version,
+                    id.serial.as_deref().unwrap_or(""),
+                ],
+                1.0,
+            )
+        }),
+    },
+    Family {
+        name: "gpu_up",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 when the last poll reached the GPU within poll.timeout, 0 when it did not or the GPU is lost.",
+        labels: &[],
+        read: Read::Device(|_, d, s| s.flag(Some(d.up))),
+    },
+    Family {
+        name: "gpu_last_poll_timestamp_seconds",
+        kind: Kind::Gauge,
+        unit: "seconds",
+        help: "Unix time of the last poll that reached the GPU.",
+        labels: &[],
+        read: Read::Device(|_, d, s| s.opt(d.last_good_poll.map(unix_seconds))),
+    },
+    Family {
+        name: "gpu_health",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "Health verdict, one-hot over state (ok, degraded, unhealthy); see docs/health.md.",
+        labels: &["state"],
+        read: Read::Device(|_, d, s| {
+            for state in HealthState::ALL {
+                s.labelled(&[state.label()], if state == d.health.state { 1.0 } else { 0.0 });
+            }
+        }),
+    },
+    Family {
+        name: "gpu_health_reason",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 for each finding behind a degraded or unhealthy verdict.",
+        labels: &["reason"],
+        read: Read::Device(|_, d, s| {
+            for finding in &d.health.findings {
+                s.labelled(&[finding.reason], 1.0);
+            }
+        }),
+    },
+    Family {
+        name: "gpu_temperature_celsius",
+        kind: Kind::Gauge,
+        unit: "celsius",
+        help: "Temperature by sensor: gpu and memory on NVIDIA; edge, junction and hbm on AMD.",
+        labels: &["sensor"],
+        read: Read::Readings(|r, s| {
+            for (sensor, t) in &r.temperatures {
+                s.labelled(&[sensor], *t);
+            }
+        }),
+    },
+    Family {
+        name: "gpu_temperature_threshold_celsius",
+        kind: Kind::Gauge,
+        unit: "celsius",
+        help: "Temperature thresholds: slowdown, shutdown, gpu_max, memory_max.",
+        labels: &["threshold"],
+        read: Read::Readings(|r, s| {
+            for (threshold, t) in &r.temperature_thresholds {
+                s.labelled(&[threshold], *t);
+            }
+        }),
+    },
+    Family {
+        name: "gpu_clock_event_active",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 while a clock-event (throttle) reason holds the clocks down; one series per reason the GPU supports.",
+        labels: &["reason"],
+        read: Read::Readings(|r, s| {
+            for e in &r.clock_events {
+                s.labelled(&[e.reason], if e.active { 1.0 } else { 0.0 });
+            }
+        }),
+    },
+    Family {
+        name: "gpu_clock_event_seconds",
+        kind: Kind::Counter,
+        unit: "seconds",
+        help: "Cumulative time the clocks were held down by each reason, from the driver's own counters.",
+        labels: &["reason"],
+        read: Read::Readings(|r, s| {
+            for (reason, seconds) in &r.clock_event_seconds {
+                s.labelled(&[reason], *seconds);
+            }
+        }),
+    },
+    Family {
+        name: "gpu_power_watts",
+        kind: Kind::Gauge,
+        unit: "watts",
+        help: "Power draw.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.opt(r.power_watts)),
+    },
+    Family {
+        name: "gpu_power_limit_watts",
+        kind: Kind::Gauge,
+        unit: "watts",
+        help: "Enforced power limit.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.opt(r.power_limit_watts)),
+    },
+    Family {
+        name: "gpu_energy_joules",
+        kind: Kind::Counter,
+        unit: "joules",
+        help: "Energy used since the driver loaded.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.opt(r.energy_joules)),
+    },
+    Family {
+        name: "gpu_clock_hertz",
+        kind: Kind::Gauge,
+        unit: "hertz",
+        help: "Current clock by domain (sm, memory, graphics).",
+        labels: &["clock"],
+        read: Read::Readings(|r, s| {
+            for (clock, hz) in &r.clocks_hertz {
+                s.labelled(&[clock], *hz);
+            }
+        }),
+    },
+    Family {
+        name: "gpu_utilization_ratio",
+        kind: Kind::Gauge,
+        unit: "ratio",
+        help: "Fraction of the last sample period in which a kernel ran.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.opt(r.utilization_ratio)),
+    },
+    Family {
+        name: "gpu_memory_copy_utilization_ratio",
+        kind: Kind::Gauge,
+        unit: "ratio",
+        help: "Fraction of the last sample period in which device memory was read or written.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.opt(r.memory_copy_utilization_ratio)),
+    },
+    Family {
+        name: "gpu_memory_used_bytes",
+        kind: Kind::Gauge,
+        unit: "bytes",
+        help: "Device memory in use.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.count(r.memory_used_bytes)),
+    },
+    Family {
+        name: "gpu_memory_total_bytes",
+        kind: Kind::Gauge,
+        unit: "bytes",
+        help: "Device memory in all.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.count(r.memory_total_bytes)),
+    },
+    Family {
+        name: "gpu_pcie_link_generation",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "Current PCIe link generation (idle GPUs lower it to save power).",
+        labels: &[],
+        read: Read::Readings(|r, s| s.opt(r.pcie.generation.map(f64::from))),
+    },
+    Family {
+        name: "gpu_pcie_link_generation_max",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "Highest PCIe link generation the GPU supports.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.opt(r.pcie.generation_max.map(f64::from))),
+    },
+    Family {
+        name: "gpu_pcie_link_width_lanes",
+        kind: Kind::Gauge,
+        unit: "lanes",
+        help: "Current PCIe link width.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.opt(r.pcie.width.map(f64::from))),
+    },
+    Family {
+        name: "gpu_pcie_link_width_max_lanes",
+        kind: Kind::Gauge,
+        unit: "lanes",
+        help: "Widest PCIe link the GPU supports.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.opt(r.pcie.width_max.map(f64::from))),
+    },
+    Family {
+        name: "gpu_pcie_link_width_degraded",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 when the PCIe link is narrower than the GPU supports.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.flag(r.pcie.width_degraded())),
+    },
+    Family {
+        name: "gpu_pcie_replay_errors",
+        kind: Kind::Counter,
+        unit: "",
+        help: "PCIe replays (retransmitted packets) since the driver loaded.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.count(r.pcie.replay_errors)),
+    },
+    Family {
+        name: "gpu_ecc_mode",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 when ECC is enabled.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.flag(r.ecc_enabled)),
+    },
+    Family {
+        name: "gpu_ecc_errors",
+        kind: Kind::Counter,
+        unit: "",
+        help: "ECC errors by type (corrected, uncorrected) and scope (volatile: since the driver loaded; aggregate: lifetime).",
+        labels: &["type", "scope"],
+        read: Read::Readings(|r, s| {
+            for e in &r.ecc_errors {
+                s.labelled(&[e.error_type.label(), e.scope.label()], e.count as f64);
+            }
+        }),
+    },
+    Family {
+        name: "gpu_remapped_rows",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "Memory rows remapped, by cause (correctable, uncorrectable).",
+        labels: &["cause"],
+        read: Read::Readings(|r, s| {
+            let rows = &r.remapped_rows;
+            s.labelled_opt(&["correctable"], rows.correctable.map(|n| n as f64));
+            s.labelled_opt(&["uncorrectable"], rows.uncorrectable.map(|n| n as f64));
+        }),
+    },
+    Family {
+        name: "gpu_row_remap_pending",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 when a row remap waits for a GPU reset.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.flag(r.remapped_rows.pending)),
+    },
+    Family {
+        name: "gpu_row_remap_failed",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 when a row remap failed: the GPU is out of spare rows.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.flag(r.remapped_rows.failed)),
+    },
+    Family {
+        name: "gpu_persistence_mode",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 when persistence mode is on.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.flag(r.persistence_mode)),
+    },
+    Family {
+        name: "gpu_performance_state",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "Performance state: 0 (P0, fastest) to 15.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.opt(r.performance_state.map(f64::from))),
+    },
+    Family {
+        name: "gpu_fan_speed_ratio",
+        kind: Kind::Gauge,
+        unit: "ratio",
+        help: "Fan speed as a fraction of its maximum.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.opt(r.fan_speed_ratio)),
+    },
+];

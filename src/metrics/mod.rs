@@ -1,0 +1,355 @@
+//! The metric families: each one a row of data (name, type, unit, HELP, labels, and how to
+//! read it from a snapshot), grouped by concern in this folder:
+//!
+//! | file | families |
+//! | --- | --- |
+//! | `device.rs` | what a poll reads from each GPU, its identity and health (`gpu_*`) |
+//! | `xid.rs` | XID counts per GPU, and the XID sources' own series |
+//! | `probe.rs` | the scheduled CUDA probe (`gpu_probe_*`) |
+//! | `self_metrics.rs` | gpuwarden itself (`gpuwarden_*`): build, backends, polls |
+//!
+//! A prometheus-client `Collector` over one snapshot builds every family from it at encode
+//! time; nothing here holds live metric objects. Every device series carries `gpu`, `uuid`
+//! and `vendor`; descriptive labels live on `gpu_info` only, to be joined with
+//! `* on(uuid) group_left(name) gpu_info`. A family with no samples is left out entirely,
+//! and a reading a GPU does not support adds no sample (never a made-up 0).
+//!
+//! Adding a family is one row in the group it belongs to, plus the reading it shows
+//! (docs/architecture.md walks through it). docs/metrics.md documents every row; a test
+//! checks the two against each other.
+
+pub mod device;
+pub mod probe;
+pub mod self_metrics;
+pub mod xid;
+
+use crate::model::{DeviceReadings, DeviceSnapshot, DurationHistogram, Snapshot};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+
+/// A series' labels, names with values.
+pub type Labels = Vec<(&'static str, String)>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Gauge,
+    Counter,
+    Histogram,
+}
+
+impl Kind {
+    /// How docs/metrics.md writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Gauge => "gauge",
+            Kind::Counter => "counter",
+            Kind::Histogram => "histogram",
+        }
+    }
+
+    fn metric_type(self) -> MetricType {
+        match self {
+            Kind::Gauge => MetricType::Gauge,
+            Kind::Counter => MetricType::Counter,
+            Kind::Histogram => MetricType::Histogram,
+        }
+    }
+}
+
+/// (label values, histogram) pairs of a histogram family.
+pub type ReadHistograms = fn(&Snapshot) -> Vec<(Vec<String>, &DurationHistogram)>;
+
+/// Where a family's samples come from.
+pub enum Read {
+    /// Once per GPU whose last poll answered, from what it read. A GPU that did not answer
+    /// has none of these series: a dashboard shows a gap, not a frozen value.
+    Readings(fn(&DeviceReadings, &mut Samples)),
+    /// Once per GPU whatever its state, with the whole snapshot at hand (XIDs, probes).
+    Device(fn(&Snapshot, &DeviceSnapshot, &mut Samples)),
+    /// Once per snapshot, with no device labels: gpuwarden's own series.
+    Node(fn(&Snapshot, &mut Samples)),
+    /// Histograms, once per snapshot.
+    Histograms(ReadHistograms),
+}
+
+/// One metric family: what docs/metrics.md documents and what /metrics serves.
+pub struct Family {
+    /// The name; counters without `_total` (the text format adds it, OpenMetrics puts it on
+    /// the samples).
+    pub name: &'static str,
+    pub kind: Kind,
+    /// The base unit of the value (celsius, watts, bytes, seconds, ...); "" for counts,
+    /// flags and identities. Documentation: names end with it where Prometheus' conventions
+    /// ask for that, and `# UNIT` lines are not written.
+    pub unit: &'static str,
+    /// The HELP text: what the value means, for every vendor that serves it.
+    pub help: &'static str,
+    /// Labels beyond gpu/uuid/vendor for device families; all labels for the others. In
+    /// the order [`Samples`] methods take their values.
+    pub labels: &'static [&'static str],
+    pub read: Read,
+}
+
+impl Family {
+    /// True for families whose series carry gpu/uuid/vendor.
+    pub fn per_device(&self) -> bool {
+        matches!(self.read, Read::Readings(_) | Read::Device(_))
+    }
+}
+
+/// Every family gpuwarden serves, in the order it serves them.
+pub fn all() -> impl Iterator<Item = &'static Family> {
+    device::FAMILIES
+        .iter()
+        .chain(xid::FAMILIES)
+        .chain(probe::FAMILIES)
+        .chain(self_metrics::FAMILIES)
+}
+
+/// The samples of one family being read: device labels first, then the family's own.
+pub struct Samples<'a> {
+    base: &'a Labels,
+    names: &'static [&'static str],
+    out: Vec<(Labels, f64)>,
+}
+
+impl Samples<'_> {
+    /// A sample whose own label values are `values`, in the order of the family's labels.
+    pub fn labelled(&mut self, values: &[&str], value: f64) {
+        debug_assert_eq!(values.len(), self.names.len(), "label values for {:?}", self.names);
+        let mut labels = self.base.clone();
+        labels.extend(self.names.iter().copied().zip(values.iter().map(|v| v.to_string())));
+        self.out.push((labels, value));
+    }
+
+    /// A sample with label values, when there is a value.
+    pub fn labelled_opt(&mut self, values: &[&str], value: Option<f64>) {
+        if let Some(v) = value {
+            self.labelled(values, v);
+        }
+    }
+
+    /// A sample with no labels of its own.
+    pub fn value(&mut self, value: f64) {
+        self.labelled(&[], value);
+    }
+
+    /// A sample with no labels of its own, when there is a value: an unsupported reading
+    /// adds nothing.
+    pub fn opt(&mut self, value: Option<f64>) {
+        if let Some(v) = value {
+            self.value(v);
+        }
+    }
+
+    /// 1 for true, 0 for false, nothing when unknown.
+    pub fn flag(&mut self, value: Option<bool>) {
+        self.opt(value.map(|b| if b { 1.0 } else { 0.0 }));
+    }
+
+    /// A count as a float sample, when there is one.
+    pub fn count(&mut self, value: Option<u64>) {
+        self.opt(value.map(|n| n as f64));
+    }
+}
+
+/// The labels every device series carries.
+fn device_labels(d: &DeviceSnapshot) -> Labels {
+    vec![
+        ("gpu", d.identity.index.to_string()),
+        ("uuid", d.identity.uuid.clone()),
+        ("vendor", d.identity.vendor.label().to_string()),
+    ]
+}
+
+/// Encodes every family of one snapshot.
+#[derive(Debug)]
+pub struct SnapshotCollector {
+    snapshot: Arc<Snapshot>,
+}
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let snapshot = &self.snapshot;
+        let bases: Vec<Labels> = snapshot.devices.iter().map(device_labels).collect();
+        let no_labels = Labels::new();
+        for family in all() {
+            if let Read::Histograms(read) = family.read {
+                encode_histograms(&mut encoder, family, &read(snapshot))?;
+                continue;
+            }
+            let mut samples = Vec::new();
+            let mut collect = |base: &Labels, fill: &mut dyn FnMut(&mut Samples)| {
+                let mut s = Samples {
+                    base,
+                    names: family.labels,
+                    out: Vec::new(),
+                };
+                fill(&mut s);
+                samples.append(&mut s.out);
+            };
+            match family.read {
+                Read::Readings(read) => {
+                    for (d, base) in snapshot.devices.iter().zip(&bases) {
+                        if let Some(r) = d.readings.as_ref().filter(|_| d.up) {
+                            collect(base, &mut |s| read(r, s));
+                        }
+                    }
+                }
+                Read::Device(read) => {
+                    for (d, base) in snapshot.devices.iter().zip(&bases) {
+                        collect(base, &mut |s| read(snapshot, d, s));
+                    }
+                }
+                Read::Node(read) => collect(&no_labels, &mut |s| read(snapshot, s)),
+                Read::Histograms(_) => {}
+            }
+            encode_samples(&mut encoder, family, &samples)?;
+        }
+        Ok(())
+    }
+}
+
+fn encode_samples(
+    encoder: &mut DescriptorEncoder,
+    family: &Family,
+    samples: &[(Labels, f64)],
+) -> Result<(), std::fmt::Error> {
+    if samples.is_empty() {
+        return Ok(());
+    }
+    let mut metric = encoder.encode_descriptor(family.name, family.help, None, family.kind.metric_type())?;
+    for (labels, value) in samples {
+        let mut sample = metric.encode_family(labels)?;
+        match family.kind {
+            Kind::Counter => {
+                sample.encode_counter::<NoLabelSet, f64, f64>(value, None)?;
+            }
+            _ => sample.encode_gauge(value)?,
+        }
+    }
+    Ok(())
+}
+
+/// One histogram family; histograms that observed nothing yet are left out, and so is the
+/// family when they all are.
+fn encode_histograms(
+    encoder: &mut DescriptorEncoder,
+    family: &Family,
+    histograms: &[(Vec<String>, &DurationHistogram)],
+) -> Result<(), std::fmt::Error> {
+    let observed: Vec<_> = histograms.iter().filter(|(_, h)| h.count > 0).collect();
+    if observed.is_empty() {
+        return Ok(());
+    }
+    let mut metric = encoder.encode_descriptor(family.name, family.help, None, MetricType::Histogram)?;
+    for (values, h) in observed {
+        let labels: Labels = family.labels.iter().copied().zip(values.iter().cloned()).collect();
+        let mut sample = metric.encode_family(&labels)?;
+        sample.encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets(), None)?;
+    }
+    Ok(())
+}
+
+/// A registry holding only this snapshot's collector, ready to encode.
+pub fn registry_for(snapshot: Arc<Snapshot>) -> Registry {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(SnapshotCollector { snapshot }));
+    registry
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    const DOCS: &str = include_str!("../../docs/metrics.md");
+
+    /// The cells of docs/metrics.md's table rows whose second cell is a metric type:
+    /// (names in the first cell, type, the labels cell).
+    fn documented() -> Vec<(Vec<String>, String, String)> {
+        DOCS.lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.strip_prefix('|')?.split('|').map(str::trim).collect();
+                let kind = *cells.get(1)?;
+                if !["gauge", "counter", "histogram"].contains(&kind) {
+                    return None;
+                }
+                let names = cells[0]
+                    .split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(|n| n.strip_suffix("_total").unwrap_or(n).to_string())
+                    .collect();
+                Some((names, kind.to_string(), cells.get(2).unwrap_or(&"").to_string()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_family_is_documented_with_its_type_and_labels() {
+        let docs = documented();
+        for family in all() {
+            let Some((_, kind, labels)) = docs.iter().find(|(names, _, _)| names.iter().any(|n| n == family.name))
+            else {
+                panic!("{} has no row in docs/metrics.md", family.name);
+            };
+            assert_eq!(kind, family.kind.name(), "{}: type in docs/metrics.md", family.name);
+            for label in family.labels {
+                assert!(
+                    labels.contains(&format!("`{label}`")),
+                    "{}: docs/metrics.md does not name its label `{label}`",
+                    family.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_documented_family_exists() {
+        let names: BTreeSet<&str> = all().map(|f| f.name).collect();
+        for (documented, _, _) in documented() {
+            for name in documented {
+                assert!(
+                    names.contains(name.as_str()),
+                    "docs/metrics.md documents {name}, which no row serves"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn rows_are_well_formed() {
+        let mut seen = BTreeSet::new();
+        for family in all() {
+            assert!(seen.insert(family.name), "{} is defined twice", family.name);
+            assert!(
+                family.name.starts_with("gpu_") || family.name.starts_with("gpuwarden_"),
+                "{}",
+                family.name
+            );
+            assert!(
+                !family.name.ends_with("_total"),
+                "{}: counters are named without _total",
+                family.name
+            );
+            assert!(
+                family.unit.is_empty() || family.name.contains(family.unit),
+                "{}: the name should carry its unit {}",
+                family.name,
+                family.unit
+            );
+            assert!(family.help.ends_with('.'), "{}: HELP is a sentence", family.name);
+            for label in family.labels {
+                assert!(
+                    !["gpu", "uuid", "vendor"].contains(label) || !family.per_device(),
+                    "{}: device labels are added for every device family",
+                    family.name
+                );
+            }
+        }
+    }
+}

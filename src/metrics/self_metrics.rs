@@ -1,0 +1,94 @@
+//! gpuwarden's own families (`gpuwarden_*`): its build, its backends, its polls.
+
+use super::{Family, Kind, Read};
+
+pub const FAMILIES: &[Family] = &[
+    Family {
+        name: "gpuwarden_build_info",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "gpuwarden's version and git revision; always 1.",
+        labels: &["version", "revision"],
+        read: Read::Node(|_, s| s.labelled(&[env!("CARGO_PKG_VERSION"), env!("GPUWARDEN_REVISION")], 1.0)),
+    },
+    Family {
+        name: "gpuwarden_backend_up",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 when the vendor library is loaded and initialised.",
+        labels: &["backend"],
+        read: Read::Node(|snapshot, s| {
+            for (name, status) in &snapshot.backends {
+                s.labelled(&[name], if status.up { 1.0 } else { 0.0 });
+            }
+        }),
+    },
+    Family {
+        name: "gpuwarden_collector_errors",
+        kind: Kind::Counter,
+        unit: "",
+        help: "Vendor library calls that failed, by backend and call. Unsupported readings are not errors.",
+        labels: &["backend", "call"],
+        read: Read::Node(|snapshot, s| {
+            for (name, status) in &snapshot.backends {
+                for (call, n) in &status.errors {
+                    s.labelled(&[name, call], *n as f64);
+                }
+            }
+        }),
+    },
+    Family {
+        name: "gpuwarden_vendor_call_seconds",
+        kind: Kind::Counter,
+        unit: "seconds",
+        help: "Time spent inside vendor library calls, by backend: compare with gpuwarden_poll_duration_seconds_sum for gpuwarden's own share of a poll.",
+        labels: &["backend"],
+        read: Read::Node(|snapshot, s| {
+            for (name, status) in &snapshot.backends {
+                if status.poll_duration.count > 0 {
+                    s.labelled(&[name], status.call_seconds);
+                }
+            }
+        }),
+    },
+    Family {
+        name: "gpuwarden_persistence_enable_attempts",
+        kind: Kind::Counter,
+        unit: "",
+        help: "Attempts to turn persistence mode on, by GPU and result (enabled, not_permitted, failed).",
+        labels: &["gpu", "uuid", "result"],
+        read: Read::Node(|snapshot, s| {
+            for ((uuid, result), n) in &snapshot.persistence_attempts {
+                let gpu = snapshot
+                    .devices
+                    .iter()
+                    .find(|d| &d.identity.uuid == uuid)
+                    .map(|d| d.identity.index.to_string())
+                    .unwrap_or_default();
+                s.labelled(&[&gpu, uuid, result], *n as f64);
+            }
+        }),
+    },
+    Family {
+        name: "gpuwarden_poll_duration_seconds",
+        kind: Kind::Histogram,
+        unit: "seconds",
+        help: "Time one poll of one GPU took, by backend.",
+        labels: &["backend"],
+        read: Read::Histograms(|snapshot| {
+            snapshot
+                .backends
+                .iter()
+                .map(|(name, status)| (vec![name.to_string()], &status.poll_duration))
+                .collect()
+        }),
+    },
+    Family {
+        name: "gpuwarden_poll_round_duration_seconds",
+        kind: Kind::Histogram,
+        unit: "seconds",
+        help: "Wall time of one poll round over all GPUs, polled in parallel; at most poll.timeout.",
+        labels: &[],
+        read: Read::Histograms(|snapshot| vec![(Vec::new(), &snapshot.round_duration)]),
+    },
+];

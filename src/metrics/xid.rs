@@ -1,0 +1,72 @@
+//! XID families: counts per GPU and code, and the XID sources' own series.
+
+use super::{Family, Kind, Read};
+use crate::model::unix_seconds;
+
+pub const FAMILIES: &[Family] = &[
+    Family {
+        name: "gpu_xid_errors",
+        kind: Kind::Counter,
+        unit: "",
+        help: "XID errors by code and severity, from NVML events and the kernel log, each event counted once.",
+        labels: &["xid", "severity"],
+        read: Read::Device(|snapshot, d, s| {
+            for x in snapshot.xid.for_bus(&d.identity.pci_bus_id) {
+                s.labelled(&[&x.xid.to_string(), x.severity.label()], x.count as f64);
+            }
+        }),
+    },
+    Family {
+        name: "gpu_xid_last_seen_timestamp_seconds",
+        kind: Kind::Gauge,
+        unit: "seconds",
+        help: "Unix time an XID code was last seen on the GPU.",
+        labels: &["xid"],
+        read: Read::Device(|snapshot, d, s| {
+            for x in snapshot.xid.for_bus(&d.identity.pci_bus_id) {
+                s.labelled(&[&x.xid.to_string()], unix_seconds(x.last_seen));
+            }
+        }),
+    },
+    Family {
+        name: "gpuwarden_xid_source_up",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 while an XID source (kernel_log, nvml_events) is being read.",
+        labels: &["source"],
+        read: Read::Node(|snapshot, s| {
+            for (source, up) in &snapshot.xid.sources {
+                s.labelled(&[source], if *up { 1.0 } else { 0.0 });
+            }
+        }),
+    },
+    Family {
+        name: "gpuwarden_xid_reports",
+        kind: Kind::Counter,
+        unit: "",
+        help: "XID reports received from each source, before the same event from two sources is merged.",
+        labels: &["source"],
+        read: Read::Node(|snapshot, s| {
+            for (source, n) in &snapshot.xid.reports {
+                s.labelled(&[source], *n as f64);
+            }
+        }),
+    },
+    Family {
+        name: "gpuwarden_xid_unattributed",
+        kind: Kind::Counter,
+        unit: "",
+        help: "XIDs on a PCI bus id that matches no GPU the backends enumerated (NVML down, or a GPU it cannot see).",
+        labels: &["pci_bus_id", "xid", "severity"],
+        read: Read::Node(|snapshot, s| {
+            for (bus, counts) in &snapshot.xid.by_bus {
+                if snapshot.devices.iter().any(|d| &d.identity.pci_bus_id == bus) {
+                    continue;
+                }
+                for x in counts {
+                    s.labelled(&[bus, &x.xid.to_string(), x.severity.label()], x.count as f64);
+                }
+            }
+        }),
+    },
+];

@@ -1,0 +1,147 @@
+//! Probe results as the rest of the daemon sees them: the tests, their figures, and the
+//! latest report per GPU. The probe itself (src/probe/) produces them; metrics, health, the
+//! status page and `check` read them from the snapshot.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One probe test. The names are the `test` label of the `gpu_probe_*` metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Test {
+    /// Tensor-core GEMM in bf16 with fp32 accumulation, through cuBLAS.
+    GemmBf16,
+    /// FP32 fused multiply-add on the CUDA cores, from an embedded PTX kernel.
+    FmaFp32,
+    /// Device memory copy, from an embedded PTX kernel; bytes read plus bytes written.
+    HbmCopy,
+    /// Pinned host memory to device.
+    PcieH2d,
+    /// Device to pinned host memory.
+    PcieD2h,
+}
+
+impl Test {
+    pub const ALL: [Test; 5] = [
+        Test::GemmBf16,
+        Test::FmaFp32,
+        Test::HbmCopy,
+        Test::PcieH2d,
+        Test::PcieD2h,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::GemmBf16 => "gemm_bf16",
+            Test::FmaFp32 => "fma_fp32",
+            Test::HbmCopy => "hbm_copy",
+            Test::PcieH2d => "pcie_h2d",
+            Test::PcieD2h => "pcie_d2h",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Test> {
+        Test::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// The unit of the measured and expected values, in base units.
+    pub fn unit(self) -> Unit {
+        match self {
+            Test::GemmBf16 | Test::FmaFp32 => Unit::FlopsPerSecond,
+            Test::HbmCopy | Test::PcieH2d | Test::PcieD2h => Unit::BytesPerSecond,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unit {
+    FlopsPerSecond,
+    BytesPerSecond,
+}
+
+impl Unit {
+    /// How people write it: TFLOP/s for compute, GB/s (10^9) for bandwidth.
+    pub fn human(self, value: f64) -> String {
+        match self {
+            Unit::FlopsPerSecond => format!("{:.1} TFLOP/s", value / 1e12),
+            Unit::BytesPerSecond => format!("{:.1} GB/s", value / 1e9),
+        }
+    }
+}
+
+/// What the GPU did while one test ran, from NVML samples.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UnderLoad {
+    pub samples: u32,
+    pub peak_temperature_celsius: Option<f64>,
+    pub peak_memory_temperature_celsius: Option<f64>,
+    pub mean_sm_clock_hertz: Option<f64>,
+    pub mean_power_watts: Option<f64>,
+    /// Seconds each clock-event reason was seen active (sample count times the interval).
+    pub clock_event_seconds: BTreeMap<String, f64>,
+}
+
+/// One test's outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestResult {
+    pub test: Test,
+    /// Sizes the test used (`n` for the GEMM, `bytes` for the copies), so a comparison can
+    /// repeat exactly the same operation.
+    pub params: BTreeMap<String, u64>,
+    /// The configured duration; the measured windows add up to at least this.
+    pub duration_seconds: f64,
+    /// Best window in the first second, in base units per second.
+    pub burst: Option<f64>,
+    /// The second half of the run: what the GPU keeps up under load. Pass/fail uses this.
+    pub sustained: Option<f64>,
+    pub expected: Option<f64>,
+    /// `None` when there is no expected value for this model or the test could not start
+    /// (no cuBLAS); `false` also when the GPU failed it with a CUDA error.
+    pub pass: Option<bool>,
+    /// Why the test did not run (no cuBLAS, not enough memory) or failed part way.
+    pub skipped: Option<String>,
+    pub under_load: UnderLoad,
+}
+
+/// A whole probe of one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeReport {
+    pub gpu: u32,
+    pub uuid: String,
+    pub name: String,
+    /// Unix seconds when the probe started.
+    pub started: f64,
+    /// Wall time of the whole probe, CUDA start-up included.
+    pub wall_seconds: f64,
+    /// Which row of the expected-values table applied, if any.
+    pub expectation: Option<String>,
+    pub pass_fraction: f64,
+    pub tests: Vec<TestResult>,
+}
+
+impl ProbeReport {
+    /// Passed when every test with an expected value passed; `None` when none had one.
+    pub fn passed(&self) -> Option<bool> {
+        let verdicts: Vec<bool> = self.tests.iter().filter_map(|t| t.pass).collect();
+        if verdicts.is_empty() {
+            None
+        } else {
+            Some(verdicts.iter().all(|p| *p))
+        }
+    }
+}
+
+/// Probe results and counters, as the metrics and the status page read them.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeSnapshot {
+    pub schedule_enabled: bool,
+    /// The latest report per GPU uuid.
+    pub reports: BTreeMap<String, ProbeReport>,
+    /// (uuid, result) -> count; result is pass, fail, no_verdict, error or timeout.
+    pub runs: BTreeMap<(String, &'static str), u64>,
+    /// (uuid, reason) -> count; reason is gpu_down, utilization, memory, compute_processes.
+    pub skipped: BTreeMap<(String, &'static str), u64>,
+    /// The last error per uuid, for the status page.
+    pub last_error: BTreeMap<String, String>,
+}

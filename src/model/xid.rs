@@ -1,0 +1,55 @@
+//! XID counts as the renderers and the health rules read them, by PCI bus id. The XID store
+//! (src/xid/store.rs) counts; this is the copy a snapshot carries.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+/// How bad an XID is, derived from NVIDIA's immediate action (src/xid/catalog.rs says how).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Unknown,
+    Info,
+    Warning,
+    Critical,
+    Fatal,
+}
+
+impl Severity {
+    pub fn label(self) -> &'static str {
+        match self {
+            Severity::Unknown => "unknown",
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+            Severity::Fatal => "fatal",
+        }
+    }
+}
+
+/// One XID code on one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct XidCount {
+    pub xid: u32,
+    pub severity: Severity,
+    pub count: u64,
+    #[serde(serialize_with = "crate::model::serialize_system_time")]
+    pub last_seen: SystemTime,
+}
+
+/// What the renderers and the health rules read, by PCI bus id.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct XidSnapshot {
+    pub by_bus: BTreeMap<String, Vec<XidCount>>,
+    /// Each source that has been started, and whether it is reading now.
+    pub sources: BTreeMap<&'static str, bool>,
+    /// Reports received per source, before de-duplication.
+    pub reports: BTreeMap<&'static str, u64>,
+}
+
+impl XidSnapshot {
+    pub fn for_bus(&self, pci_bus_id: &str) -> &[XidCount] {
+        self.by_bus.get(pci_bus_id).map(Vec::as_slice).unwrap_or(&[])
+    }
+}

@@ -1,0 +1,110 @@
+//! Putting a whole snapshot together and publishing it.
+//!
+//! A snapshot has parts that change at different times: the poll round's devices and
+//! counters (every `poll.interval`), the XID counts (whenever the kernel log or NVML reports
+//! one) and the probe results (after a probe). The publisher keeps the latest of each, puts
+//! them together, computes every GPU's health verdict once for the result, and publishes it.
+//! A poll round publishes; so does [`Publisher::refresh_if_changed`], which the daemon calls
+//! a few times a second, so an XID shows on /metrics well within a second whatever the poll
+//! interval is.
+
+use crate::health;
+use crate::model::{BackendStatus, DeviceSnapshot, DurationHistogram, PersistenceAttempts, Snapshot};
+use crate::probe::schedule::ProbeState;
+use crate::settings::SharedSettings;
+use crate::store::Store;
+use crate::xid::store::XidStore;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// What one poll round contributes to a snapshot.
+#[derive(Debug, Clone, Default)]
+pub struct RoundPart {
+    pub backends: BTreeMap<&'static str, BackendStatus>,
+    pub devices: Vec<DeviceSnapshot>,
+    pub persistence_attempts: PersistenceAttempts,
+    pub round_duration: DurationHistogram,
+}
+
+struct Latest {
+    round: Arc<RoundPart>,
+    /// The XID store's and the probe state's change counters as last published.
+    xid_changes: u64,
+    probe_changes: u64,
+}
+
+pub struct Publisher {
+    store: Arc<Store>,
+    xids: Arc<XidStore>,
+    /// Scheduled probe results; None outside the daemon.
+    probes: Option<Arc<ProbeState>>,
+    settings: Arc<SharedSettings>,
+    /// Held while a snapshot is put together, so a round and a refresh never interleave.
+    latest: Mutex<Latest>,
+}
+
+impl Publisher {
+    pub fn new(
+        store: Arc<Store>,
+        xids: Arc<XidStore>,
+        probes: Option<Arc<ProbeState>>,
+        settings: Arc<SharedSettings>,
+    ) -> Publisher {
+        Publisher {
+            store,
+            xids,
+            probes,
+            settings,
+            latest: Mutex::new(Latest {
+                round: Arc::new(RoundPart::default()),
+                xid_changes: 0,
+                probe_changes: 0,
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Publishes a poll round's part with the latest XIDs and probe results.
+    pub fn publish_round(&self, round: RoundPart) {
+        let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        latest.round = Arc::new(round);
+        let snapshot = self.assemble(&mut latest);
+        self.store.publish(snapshot);
+    }
+
+    /// Publishes again when XIDs or probe results changed since the last snapshot; true when
+    /// it did. Cheap when nothing changed (two atomic loads).
+    pub fn refresh_if_changed(&self) -> bool {
+        let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        let probe_changes = self.probes.as_ref().map_or(0, |p| p.changes());
+        if self.xids.changes() == latest.xid_changes && probe_changes == latest.probe_changes {
+            return false;
+        }
+        let snapshot = self.assemble(&mut latest);
+        self.store.replace(snapshot);
+        true
+    }
+
+    fn assemble(&self, latest: &mut Latest) -> Snapshot {
+        // Read the counters before the data: a change that lands in between is published
+        // now and once more at the next refresh, never lost.
+        latest.xid_changes = self.xids.changes();
+        latest.probe_changes = self.probes.as_ref().map_or(0, |p| p.changes());
+        let round = &latest.round;
+        let mut snapshot = Snapshot {
+            generation: self.store.latest().generation + 1,
+            backends: round.backends.clone(),
+            devices: round.devices.clone(),
+            persistence_attempts: round.persistence_attempts.clone(),
+            round_duration: round.round_duration.clone(),
+            xid: self.xids.snapshot(),
+            xid_critical_hold: self.settings.current().config.xid.critical_hold,
+            probe: self.probes.as_ref().map(|p| p.snapshot()).unwrap_or_default(),
+        };
+        health::evaluate(&mut snapshot);
+        snapshot
+    }
+}

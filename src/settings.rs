@@ -1,0 +1,164 @@
+//! The running daemon's settings: built from a config by one function ([`Settings::build`])
+//! and swapped whole on reload, so no part of the daemon keeps a value read once at start-up.
+//!
+//! Every part reads [`SharedSettings::current`] when it needs a value: the poll loop at each
+//! round (interval, timeout, and whether its backends must be made anew), /healthz at each
+//! request (the staleness limit), the HTTP server at each connection and request (TLS and
+//! basic auth), the probe scheduler at each tick. What cannot change without a restart is
+//! listed in [`RESTART_ONLY`] and named in the reload's log line.
+
+use crate::config::{Amd, Config, Nvml, Probe};
+use crate::web_config::WebSecurity;
+use serde::{Deserialize, Serialize};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+/// Config keys a reload cannot apply: the listening socket is bound once, before the first
+/// poll, so that a taken port is a start-up error.
+pub const RESTART_ONLY: &[&str] = &["listen"];
+
+/// The shortest staleness limit: a poll round that runs a little late must not fail /healthz.
+const MIN_STALE_AFTER: Duration = Duration::from_secs(5);
+
+/// What the backends are made from. When a reload changes any of it, the poll loop lets its
+/// backends go and makes them anew (counters carry over); otherwise they stay as they are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendSettings {
+    pub nvml: Nvml,
+    pub amd: Amd,
+    pub persistence_enable: bool,
+    pub slow_interval: Duration,
+    /// Listen for XIDs on NVML's event set (a thread the NVML backend runs).
+    pub nvml_events: bool,
+}
+
+impl BackendSettings {
+    pub fn from_config(config: &Config) -> BackendSettings {
+        BackendSettings {
+            nvml: config.nvml.clone(),
+            amd: config.amd.clone(),
+            persistence_enable: config.persistence.enable,
+            slow_interval: config.poll.slow_interval,
+            nvml_events: config.xid.nvml_events,
+        }
+    }
+}
+
+/// What the daemon hands to its `gpuwarden probe` child on stdin: the running settings, not
+/// the file on disk, which may have changed (or be broken) since the last good reload.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChildSettings {
+    pub nvml: Nvml,
+    pub probe: Probe,
+}
+
+impl ChildSettings {
+    pub fn from_config(config: &Config) -> ChildSettings {
+        ChildSettings {
+            nvml: config.nvml.clone(),
+            probe: config.probe.clone(),
+        }
+    }
+}
+
+/// Everything the running daemon works by.
+#[derive(Clone)]
+pub struct Settings {
+    /// The config these settings were built from (after the command line's overrides).
+    pub config: Config,
+    pub backends: BackendSettings,
+    /// /healthz answers 503 when the poll loop has not published for this long: three poll
+    /// intervals, at least five seconds.
+    pub stale_after: Duration,
+    /// What a scheduled probe child is started with.
+    pub probe_child: ChildSettings,
+    /// TLS and basic auth (none without `web.config_file`).
+    pub web: WebSecurity,
+}
+
+impl Settings {
+    /// The one way to turn a config into running settings. Fails when the web config named
+    /// by `web.config_file` does not load: serving with weaker security than configured is
+    /// not an option, at start or on reload.
+    pub fn build(config: Config) -> Result<Settings, String> {
+        let web = load_web_security(&config)?;
+        Ok(Settings {
+            backends: BackendSettings::from_config(&config),
+            stale_after: config.poll.interval.saturating_mul(3).max(MIN_STALE_AFTER),
+            probe_child: ChildSettings::from_config(&config),
+            web,
+            config,
+        })
+    }
+
+    /// Settings for code that runs without a config file of its own (tests, `check`).
+    pub fn from_config_without_web(config: Config) -> Settings {
+        Settings {
+            backends: BackendSettings::from_config(&config),
+            stale_after: config.poll.interval.saturating_mul(3).max(MIN_STALE_AFTER),
+            probe_child: ChildSettings::from_config(&config),
+            web: WebSecurity::none(),
+            config,
+        }
+    }
+}
+
+/// The web config named by `web.config_file`: TLS and basic auth, or none.
+fn load_web_security(config: &Config) -> Result<WebSecurity, String> {
+    if config.web.config_file.as_os_str().is_empty() {
+        return Ok(WebSecurity::none());
+    }
+    let security = WebSecurity::load(&config.web.config_file).map_err(|e| e.to_string())?;
+    log::info!(
+        "web config {}: {}{}",
+        config.web.config_file.display(),
+        if security.tls.is_some() { "TLS" } else { "plain HTTP" },
+        if security.auth_required() { ", basic auth" } else { "" }
+    );
+    Ok(security)
+}
+
+/// The settings every part of the daemon reads; a reload replaces them whole.
+pub struct SharedSettings {
+    current: RwLock<Arc<Settings>>,
+}
+
+impl SharedSettings {
+    pub fn new(settings: Settings) -> SharedSettings {
+        SharedSettings {
+            current: RwLock::new(Arc::new(settings)),
+        }
+    }
+
+    /// The settings in force now. Cheap (an `Arc` clone); hold it only as long as one piece
+    /// of work, so the next piece sees a reload.
+    pub fn current(&self) -> Arc<Settings> {
+        self.current.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    pub fn replace(&self, settings: Settings) {
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(settings);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staleness_follows_the_poll_interval_and_never_overflows() {
+        for (interval, stale_after) in [
+            (Duration::from_secs(1), Duration::from_secs(5)),
+            (Duration::from_secs(10), Duration::from_secs(30)),
+            (Duration::MAX, Duration::MAX),
+        ] {
+            let mut config = Config::default();
+            config.poll.interval = interval;
+            assert_eq!(
+                Settings::from_config_without_web(config).stale_after,
+                stale_after,
+                "{interval:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! SIGHUP applies every reloadable key: each test changes one key in the config file,
+//! reloads, and checks what a user would see change. Keys that need a restart (`listen`)
+//! are named in the log and left as they are. Counters never go backwards over a reload.
+
+mod common;
+use common::*;
+use std::time::{Duration, Instant};
+
+const SIGHUP: i32 = 1;
+
+/// Rewrites the daemon's config with `edit` applied, sends SIGHUP, and waits for the log to
+/// say the reload was taken.
+fn reload(d: &Daemon, edit: impl Fn(&str) -> String) {
+    let config = std::fs::read_to_string(d.config_path()).unwrap();
+    let edited = edit(&config);
+    assert_ne!(config, edited, "the edit changed nothing");
+    std::fs::write(d.config_path(), edited).unwrap();
+    let reloads = d.log_text().matches("reloaded the config").count();
+    d.signal(SIGHUP);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while d.log_text().matches("reloaded the config").count() == reloads {
+        assert!(Instant::now() < deadline, "no reload; log:\n{}", d.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The counters and histogram counts of a scrape, to compare across a reload.
+fn counters(m: &Metrics) -> Vec<(String, f64)> {
+    m.samples
+        .iter()
+        .filter(|s| s.name.ends_with("_total") || s.name.ends_with("_count"))
+        .map(|s| (format!("{}{:?}", s.name, s.labels), s.value))
+        .collect()
+}
+
+fn assert_no_counter_went_backwards(before: &Metrics, after: &Metrics) {
+    let after = counters(after);
+    for (series, value) in counters(before) {
+        let now = after.iter().find(|(s, _)| *s == series).map(|(_, v)| *v);
+        assert!(
+            now.is_some_and(|now| now >= value),
+            "{series} was {value} before the reload and is {now:?} after"
+        );
+    }
+}
+
+#[test]
+fn poll_interval_1s_to_10s_keeps_healthz_up_and_slows_the_polls() {
+    let config = test_config(&sim_library(), "").replace(
+        "interval: 200ms\n  timeout: 150ms\n  slow_interval: 200ms",
+        "interval: 1s\n  timeout: 500ms\n  slow_interval: 10s",
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    let before = d.scrape_until("two rounds", |m| {
+        m.value("gpuwarden_poll_round_duration_seconds_count", &[])
+            .unwrap_or(0.0)
+            >= 2.0
+    });
+    reload(&d, |c| c.replace("interval: 1s", "interval: 10s"));
+    let rounds_at_reload = d
+        .scrape()
+        .value("gpuwarden_poll_round_duration_seconds_count", &[])
+        .unwrap();
+    // Before, the staleness limit stayed at 5 s and /healthz failed between 10-second rounds.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(12) {
+        let health = d.get("/healthz", &[]);
+        assert_eq!(health.status, 200, "after {:?}: {}", watched.elapsed(), health.text());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let after = d.scrape();
+    let rounds = after.value("gpuwarden_poll_round_duration_seconds_count", &[]).unwrap() - rounds_at_reload;
+    assert!(
+        (1.0..=2.0).contains(&rounds),
+        "{rounds} rounds in 12 s at a 10 s interval"
+    );
+    assert_no_counter_went_backwards(&before, &after);
+}
+
+#[test]
+fn poll_timeout_is_applied() {
+    // GPU 3's temperature call takes 400 ms: inside a 1 s deadline, outside a 200 ms one.
+    let scenario = edit_device(DEMO_SCENARIO, 3, |dev| {
+        format!("{dev}    hang:\n      nvmlDeviceGetTemperature: 0.4\n")
+    });
+    let config = test_config(&sim_library(), "").replace(
+        "interval: 200ms\n  timeout: 150ms\n  slow_interval: 200ms",
+        "interval: 1s\n  timeout: 900ms\n  slow_interval: 1s",
+    );
+    let d = Daemon::start_with(&scenario, &config);
+    d.scrape_until("GPU 3 up with a 900ms deadline", |m| {
+        m.value("gpu_up", &[("gpu", "3")]) == Some(1.0)
+    });
+    reload(&d, |c| c.replace("timeout: 900ms", "timeout: 200ms"));
+    d.scrape_until("GPU 3 down with a 200ms deadline", |m| {
+        m.value("gpu_up", &[("gpu", "3")]) == Some(0.0)
+    });
+}
+
+#[test]
+fn critical_hold_is_applied() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    // Xid 94 (contained ECC error) is critical: degraded for xid.critical_hold (1h by default).
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 94, pid=1, name=x, Contained: SM (0x1). RST: No, D-RST: No\n");
+    d.scrape_until("GPU 0 degraded by Xid 94", |m| {
+        m.value("gpu_health_reason", &[("gpu", "0"), ("reason", "xid_critical")]) == Some(1.0)
+    });
+    reload(&d, |c| format!("{c}  critical_hold: 1s\n"));
+    d.scrape_until("the hold over", |m| {
+        m.value("gpu_health_reason", &[("gpu", "0"), ("reason", "xid_critical")])
+            .is_none()
+    });
+}
+
+#[test]
+fn the_kernel_log_reader_follows_its_keys() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let other = d.dir.path().join("kmsg-2");
+    std::fs::write(
+        &other,
+        "NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=x, Graphics Exception\n",
+    )
+    .unwrap();
+    reload(&d, |c| {
+        c.replace(
+            &d.dir.path().join("kmsg").display().to_string(),
+            &other.display().to_string(),
+        )
+    });
+    d.scrape_until("the XID in the new kernel log", |m| {
+        m.value("gpu_xid_errors_total", &[("gpu", "1"), ("xid", "13")]) == Some(1.0)
+    });
+    reload(&d, |c| c.replace("xid:\n", "xid:\n  read_kernel_log: false\n"));
+    d.scrape_until("the reader off", |m| {
+        m.value("gpuwarden_xid_source_up", &[("source", "kernel_log")])
+            .is_none()
+    });
+}
+
+#[test]
+fn dedup_window_is_applied() {
+    // The same Xid 31 from the kernel log and from NVML's event set, 1.5 s apart: one event
+    // with the 2 s window the test config starts with, two with a 100 ms window.
+    let d = Daemon::start(DEMO_SCENARIO);
+    let xid_line = "NVRM: Xid (PCI:0000:19:00): 31, pid=1, name=x, MMU Fault\n";
+    let nvml_event = edit_device(DEMO_SCENARIO, 0, |dev| format!("{dev}    xid_events: [31]\n"));
+    d.log_kernel(xid_line);
+    d.scrape_until("Xid 31 once", |m| {
+        m.value("gpu_xid_errors_total", &[("gpu", "0"), ("xid", "31")]) == Some(1.0)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    d.set_scenario(&nvml_event);
+    d.scrape_until("the NVML report in", |m| {
+        m.value("gpuwarden_xid_reports_total", &[("source", "nvml_events")]) == Some(1.0)
+    });
+    assert_eq!(
+        d.scrape().value("gpu_xid_errors_total", &[("gpu", "0"), ("xid", "31")]),
+        Some(1.0),
+        "with a 2 s window the two reports are one event"
+    );
+
+    reload(&d, |c| c.replace("dedup_window: 2s", "dedup_window: 100ms"));
+    d.log_kernel(xid_line);
+    d.scrape_until("the second kernel report counted", |m| {
+        m.value("gpu_xid_errors_total", &[("gpu", "0"), ("xid", "31")]) == Some(2.0)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    d.set_scenario(&edit_device(DEMO_SCENARIO, 0, |dev| {
+        format!("{dev}    xid_events: [31, 31]\n")
+    }));
+    d.scrape_until("with a 100 ms window the NVML report is an event of its own", |m| {
+        m.value("gpu_xid_errors_total", &[("gpu", "0"), ("xid", "31")]) == Some(3.0)
+    });
+}
+
+#[test]
+fn probe_schedule_is_applied() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let m = d.scrape();
+    assert!(!m.has_family("gpu_probe_runs_total"), "{}", m.text);
+    // Without a CUDA driver in reach, every scheduled probe ends as an error: proof enough
+    // that the scheduler saw the new settings.
+    reload(&d, |c| format!("{c}{FAST_PROBES}"));
+    d.scrape_until("a scheduled probe", |m| m.has_family("gpu_probe_runs_total"));
+}
+
+#[test]
+fn basic_auth_is_applied_and_listen_needs_a_restart() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let hash = bcrypt::hash("secret", 4).unwrap();
+    let web = d.dir.path().join("web.yml");
+    std::fs::write(&web, format!("basic_auth_users:\n  ops: {hash}\n")).unwrap();
+    reload(&d, |c| {
+        format!(
+            "{}web:\n  config_file: {}\n",
+            c.replace("listen: 127.0.0.1:0", "listen: 127.0.0.1:1"),
+            web.display()
+        )
+    });
+    assert_eq!(d.get("/metrics", &[]).status, 401);
+    // "ops:secret"
+    let ok = d.get("/metrics", &[("Authorization", "Basic b3BzOnNlY3JldA==")]);
+    assert_eq!(ok.status, 200);
+    let log = d.log_text();
+    assert!(
+        log.contains("`listen` changed") && log.contains("listen take a restart"),
+        "{log}"
+    );
+}
+
+#[test]
+fn backend_settings_make_the_backends_anew_and_keep_the_counters() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let before = d.scrape_until("persistence turned on", |m| {
+        m.value(
+            "gpuwarden_persistence_enable_attempts_total",
+            &[("gpu", "4"), ("result", "enabled")],
+        ) == Some(1.0)
+    });
+    assert!(
+        before
+            .value("gpuwarden_backend_up", &[("backend", "amdgpu_sysfs")])
+            .is_some()
+    );
+    reload(&d, |c| format!("{c}amd:\n  enabled: false\n"));
+    let after = d.scrape_until("AMD off", |m| {
+        m.value("gpuwarden_backend_up", &[("backend", "amdgpu_sysfs")])
+            .is_none()
+            && m.find("gpu_up", &[]).len() == 8
+    });
+    assert!(d.log_text().contains("enumerating the GPUs again"), "{}", d.log_text());
+    let amd_series = |m: &Metrics| {
+        counters(m)
+            .into_iter()
+            .filter(|(s, _)| s.contains("amdgpu_sysfs") || s.contains("rocm_smi"))
+            .count()
+    };
+    assert_eq!(amd_series(&after), 0);
+    let before_without_amd = Metrics::parse(
+        &before
+            .text
+            .lines()
+            .filter(|l| !l.contains("amdgpu_sysfs") && !l.contains("rocm_smi"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    assert_no_counter_went_backwards(&before_without_amd, &after);
+}
