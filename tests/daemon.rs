@@ -27,125 +27,121 @@ fn eight_gpus_report_the_scenario_values() {
     assert_eq!(info[0].labels["uuid"], "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000003");
     assert_eq!(info[0].labels["vendor"], "nvidia");
 
-    // Thermals.
-    assert_eq!(
-        m.value("gpu_temperature_celsius", &[gpu("2"), ("sensor", "gpu")]),
-        Some(88.0)
-    );
-    assert_eq!(
-        m.value("gpu_temperature_celsius", &[gpu("2"), ("sensor", "memory")]),
-        Some(94.0)
-    );
-    assert_eq!(
-        m.value(
+    // (family, GPU, extra labels, value): what the demo scenario says each GPU shows.
+    let gib = 1024.0 * 1024.0 * 1024.0;
+    let expected: &[(&str, &str, &[(&str, &str)], f64)] = &[
+        // Thermals.
+        ("gpu_temperature_celsius", "2", &[("sensor", "gpu")], 88.0),
+        ("gpu_temperature_celsius", "2", &[("sensor", "memory")], 94.0),
+        (
             "gpu_temperature_threshold_celsius",
-            &[gpu("0"), ("threshold", "slowdown")]
+            "0",
+            &[("threshold", "slowdown")],
+            89.0,
         ),
-        Some(89.0)
-    );
-    assert_eq!(
-        m.value(
+        (
             "gpu_temperature_threshold_celsius",
-            &[gpu("0"), ("threshold", "shutdown")]
+            "0",
+            &[("threshold", "shutdown")],
+            95.0,
         ),
-        Some(95.0)
-    );
-    assert_eq!(
-        m.value(
+        (
             "gpu_temperature_threshold_celsius",
-            &[gpu("0"), ("threshold", "gpu_max")]
+            "0",
+            &[("threshold", "gpu_max")],
+            87.0,
         ),
-        Some(87.0)
-    );
-    assert_eq!(
-        m.value(
+        (
             "gpu_temperature_threshold_celsius",
-            &[gpu("0"), ("threshold", "memory_max")]
+            "0",
+            &[("threshold", "memory_max")],
+            95.0,
         ),
-        Some(95.0)
-    );
-
-    // Clock events: one series per supported reason (mask 511: all nine), active bits as set.
-    assert_eq!(m.find("gpu_clock_event_active", &[gpu("2")]).len(), 9);
-    assert_eq!(
-        m.value("gpu_clock_event_active", &[gpu("2"), ("reason", "hw_thermal_slowdown")]),
-        Some(1.0)
-    );
-    assert_eq!(
-        m.value("gpu_clock_event_active", &[gpu("2"), ("reason", "sw_thermal_slowdown")]),
-        Some(1.0)
-    );
-    assert_eq!(
-        m.value("gpu_clock_event_active", &[gpu("2"), ("reason", "sw_power_cap")]),
-        Some(0.0)
-    );
-    assert_eq!(
-        m.value("gpu_clock_event_active", &[gpu("1"), ("reason", "sw_power_cap")]),
-        Some(1.0)
-    );
-    assert_eq!(
-        m.value("gpu_clock_event_active", &[gpu("0"), ("reason", "gpu_idle")]),
-        Some(1.0)
-    );
-    // The driver's counters, nanoseconds turned into seconds.
-    assert_eq!(
-        m.value("gpu_clock_event_seconds_total", &[gpu("1"), ("reason", "sw_power_cap")]),
-        Some(21.0)
-    );
-    assert_eq!(
-        m.value(
+        // Clock events: active bits as set...
+        ("gpu_clock_event_active", "2", &[("reason", "hw_thermal_slowdown")], 1.0),
+        ("gpu_clock_event_active", "2", &[("reason", "sw_thermal_slowdown")], 1.0),
+        ("gpu_clock_event_active", "2", &[("reason", "sw_power_cap")], 0.0),
+        ("gpu_clock_event_active", "1", &[("reason", "sw_power_cap")], 1.0),
+        ("gpu_clock_event_active", "0", &[("reason", "gpu_idle")], 1.0),
+        // ...and the driver's counters, nanoseconds turned into seconds.
+        (
             "gpu_clock_event_seconds_total",
-            &[gpu("2"), ("reason", "hw_thermal_slowdown")]
+            "1",
+            &[("reason", "sw_power_cap")],
+            21.0,
         ),
-        Some(95.0)
-    );
-    assert_eq!(
-        m.value("gpu_clock_event_seconds_total", &[gpu("7"), ("reason", "sync_boost")]),
-        Some(40.0)
-    );
-
-    // Power, energy, clocks, utilisation, memory.
-    assert_eq!(m.value("gpu_power_watts", &[gpu("1")]), Some(690.0));
-    assert_eq!(m.value("gpu_power_limit_watts", &[gpu("1")]), Some(700.0));
-    assert_eq!(m.value("gpu_energy_joules_total", &[gpu("0")]), Some(91_000_000.0));
-    assert_eq!(
-        m.value("gpu_clock_hertz", &[gpu("1"), ("clock", "sm")]),
-        Some(1_440_000_000.0)
-    );
-    assert_eq!(
-        m.value("gpu_clock_hertz", &[gpu("1"), ("clock", "memory")]),
-        Some(3_201_000_000.0)
-    );
-    assert_eq!(m.value("gpu_utilization_ratio", &[gpu("1")]), Some(1.0));
-    assert_eq!(m.value("gpu_memory_copy_utilization_ratio", &[gpu("1")]), Some(0.5));
-    assert_eq!(
-        m.value("gpu_memory_used_bytes", &[gpu("1")]),
-        Some(120.0 * 1024.0 * 1024.0 * 1024.0)
-    );
-    assert_eq!(m.value("gpu_memory_total_bytes", &[gpu("1")]), Some(150_754_820_096.0));
-
-    // PCIe: GPU 3 trained at x8 of x16.
-    assert_eq!(m.value("gpu_pcie_link_width_lanes", &[gpu("3")]), Some(8.0));
-    assert_eq!(m.value("gpu_pcie_link_width_max_lanes", &[gpu("3")]), Some(16.0));
-    assert_eq!(m.value("gpu_pcie_link_width_degraded", &[gpu("3")]), Some(1.0));
-    assert_eq!(m.value("gpu_pcie_link_width_degraded", &[gpu("0")]), Some(0.0));
-    assert_eq!(m.value("gpu_pcie_link_generation", &[gpu("3")]), Some(5.0));
-    assert_eq!(m.value("gpu_pcie_link_generation_max", &[gpu("3")]), Some(5.0));
-    assert_eq!(m.value("gpu_pcie_replay_errors_total", &[gpu("3")]), Some(3.0));
-
-    // ECC and row remapping.
-    assert_eq!(m.value("gpu_ecc_mode", &[gpu("5")]), Some(1.0));
-    let ecc = |t, s| m.value("gpu_ecc_errors_total", &[gpu("5"), ("type", t), ("scope", s)]);
-    assert_eq!(ecc("corrected", "volatile"), Some(12.0));
-    assert_eq!(ecc("uncorrected", "volatile"), Some(1.0));
-    assert_eq!(ecc("corrected", "aggregate"), Some(52.0));
-    assert_eq!(m.value("gpu_row_remap_pending", &[gpu("6")]), Some(1.0));
-    assert_eq!(m.value("gpu_row_remap_pending", &[gpu("0")]), Some(0.0));
-    assert_eq!(
-        m.value("gpu_remapped_rows", &[gpu("6"), ("cause", "correctable")]),
-        Some(2.0)
-    );
-    assert_eq!(m.value("gpu_row_remap_failed", &[gpu("6")]), Some(0.0));
+        (
+            "gpu_clock_event_seconds_total",
+            "2",
+            &[("reason", "hw_thermal_slowdown")],
+            95.0,
+        ),
+        ("gpu_clock_event_seconds_total", "7", &[("reason", "sync_boost")], 40.0),
+        // Power, energy, clocks, utilisation, memory.
+        ("gpu_power_watts", "1", &[], 690.0),
+        ("gpu_power_limit_watts", "1", &[], 700.0),
+        ("gpu_energy_joules_total", "0", &[], 91_000_000.0),
+        ("gpu_clock_hertz", "1", &[("clock", "sm")], 1_440_000_000.0),
+        ("gpu_clock_hertz", "1", &[("clock", "memory")], 3_201_000_000.0),
+        ("gpu_utilization_ratio", "1", &[], 1.0),
+        ("gpu_memory_copy_utilization_ratio", "1", &[], 0.5),
+        ("gpu_decoder_utilization_ratio", "1", &[], 0.35),
+        ("gpu_memory_used_bytes", "1", &[], 120.0 * gib),
+        ("gpu_memory_total_bytes", "1", &[], 150_754_820_096.0),
+        // PCIe: GPU 3 trained at x8 of x16.
+        ("gpu_pcie_link_width_lanes", "3", &[], 8.0),
+        ("gpu_pcie_link_width_max_lanes", "3", &[], 16.0),
+        ("gpu_pcie_link_width_degraded", "3", &[], 1.0),
+        ("gpu_pcie_link_width_degraded", "0", &[], 0.0),
+        ("gpu_pcie_link_generation", "3", &[], 5.0),
+        ("gpu_pcie_link_generation_max", "3", &[], 5.0),
+        ("gpu_pcie_replay_errors_total", "3", &[], 3.0),
+        // ECC and row remapping.
+        ("gpu_ecc_mode", "5", &[], 1.0),
+        (
+            "gpu_ecc_errors_total",
+            "5",
+            &[("type", "corrected"), ("scope", "volatile")],
+            12.0,
+        ),
+        (
+            "gpu_ecc_errors_total",
+            "5",
+            &[("type", "uncorrected"), ("scope", "volatile")],
+            1.0,
+        ),
+        (
+            "gpu_ecc_errors_total",
+            "5",
+            &[("type", "corrected"), ("scope", "aggregate")],
+            52.0,
+        ),
+        ("gpu_row_remap_pending", "6", &[], 1.0),
+        ("gpu_row_remap_pending", "0", &[], 0.0),
+        ("gpu_remapped_rows", "6", &[("cause", "correctable")], 2.0),
+        ("gpu_row_remap_failed", "6", &[], 0.0),
+        ("gpu_performance_state", "0", &[], 0.0),
+        // Health: one-hot, with the reasons.
+        ("gpu_health", "0", &[("state", "ok")], 1.0),
+        ("gpu_health", "3", &[("state", "degraded")], 1.0),
+        ("gpu_health", "3", &[("state", "ok")], 0.0),
+        ("gpu_health_reason", "3", &[("reason", "pcie_width_degraded")], 1.0),
+        ("gpu_health_reason", "2", &[("reason", "thermal_slowdown")], 1.0),
+        ("gpu_health_reason", "5", &[("reason", "ecc_uncorrectable")], 1.0),
+        ("gpu_health_reason", "6", &[("reason", "row_remap_pending")], 1.0),
+    ];
+    for (family, index, labels, value) in expected {
+        let mut all = vec![gpu(index)];
+        all.extend_from_slice(labels);
+        assert_eq!(m.value(family, &all), Some(*value), "{family}{all:?}");
+    }
+    // One clock-event series per supported reason (mask 511: all nine).
+    assert_eq!(m.find("gpu_clock_event_active", &[gpu("2")]).len(), 9);
+    // Not supported means absent, never a made-up 0: the scenario has no fan, H200s have no
+    // video encoder, and only GPU 1 reports its decoder.
+    assert!(!m.has_family("gpu_fan_speed_ratio"));
+    assert!(!m.has_family("gpu_encoder_utilization_ratio"));
+    assert_eq!(m.find("gpu_decoder_utilization_ratio", &[]).len(), 1);
 
     // Persistence mode was off on GPU 4: the daemon turned it on and counted it.
     assert_eq!(m.value("gpu_persistence_mode", &[gpu("4")]), Some(1.0));
@@ -162,30 +158,6 @@ fn eight_gpus_report_the_scenario_values() {
         d.log_text()
     );
     assert_eq!(m.value("gpu_performance_state", &[gpu("0")]), Some(0.0));
-
-    // Health: one-hot, with the reasons.
-    assert_eq!(m.value("gpu_health", &[gpu("0"), ("state", "ok")]), Some(1.0));
-    assert_eq!(m.value("gpu_health", &[gpu("3"), ("state", "degraded")]), Some(1.0));
-    assert_eq!(m.value("gpu_health", &[gpu("3"), ("state", "ok")]), Some(0.0));
-    assert_eq!(
-        m.value("gpu_health_reason", &[gpu("3"), ("reason", "pcie_width_degraded")]),
-        Some(1.0)
-    );
-    assert_eq!(
-        m.value("gpu_health_reason", &[gpu("2"), ("reason", "thermal_slowdown")]),
-        Some(1.0)
-    );
-    assert_eq!(
-        m.value("gpu_health_reason", &[gpu("5"), ("reason", "ecc_uncorrectable")]),
-        Some(1.0)
-    );
-    assert_eq!(
-        m.value("gpu_health_reason", &[gpu("6"), ("reason", "row_remap_pending")]),
-        Some(1.0)
-    );
-
-    // The scenario has no fan: not supported means absent, never a made-up 0.
-    assert!(!m.has_family("gpu_fan_speed_ratio"));
 
     // Self metrics.
     let build = m.find("gpuwarden_build_info", &[]);
@@ -405,6 +377,8 @@ fn unsupported_readings_are_left_out() {
         "gpu_persistence_mode",
         "gpu_fan_speed_ratio",
         "gpu_remapped_rows",
+        "gpu_encoder_utilization_ratio",
+        "gpu_decoder_utilization_ratio",
     ] {
         assert!(!m.has_family(family), "{family} should be absent:\n{}", m.text);
     }

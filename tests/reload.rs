@@ -246,3 +246,36 @@ fn backend_settings_make_the_backends_anew_and_keep_the_counters() {
     );
     assert_no_counter_went_backwards(&before_without_amd, &after);
 }
+
+#[test]
+fn an_xid_shows_within_a_second_whatever_the_poll_interval() {
+    let config = test_config(&sim_library(), "").replace(
+        "interval: 200ms\n  timeout: 150ms\n  slow_interval: 200ms",
+        "interval: 30s\n  timeout: 1s\n  slow_interval: 30s",
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    for (gpu, bus, source) in [("0", "19", "kernel log"), ("1", "3b", "NVML events")] {
+        let logged = Instant::now();
+        match source {
+            "kernel log" => d.log_kernel(&format!(
+                "NVRM: Xid (PCI:0000:{bus}:00): 13, pid=1, name=x, Graphics Exception\n"
+            )),
+            _ => d.set_scenario(&edit_device(DEMO_SCENARIO, 1, |dev| {
+                format!("{dev}    xid_events: [13]\n")
+            })),
+        }
+        d.scrape_until("the XID", |m| {
+            m.value("gpu_xid_errors_total", &[("gpu", gpu), ("xid", "13")]) == Some(1.0)
+        });
+        assert!(
+            logged.elapsed() < Duration::from_secs(1),
+            "Xid from the {source} took {:?} to show with a 30 s poll interval",
+            logged.elapsed()
+        );
+    }
+    // Only the first round ran: the XIDs came in between rounds.
+    assert_eq!(
+        d.scrape().value("gpuwarden_poll_round_duration_seconds_count", &[]),
+        Some(1.0)
+    );
+}

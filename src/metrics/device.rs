@@ -166,6 +166,22 @@ pub const FAMILIES: &[Family] = &[
         read: Read::Readings(|r, s| s.opt(r.memory_copy_utilization_ratio)),
     },
     Family {
+        name: "gpu_encoder_utilization_ratio",
+        kind: Kind::Gauge,
+        unit: "ratio",
+        help: "Fraction of the last sample period the video encoder (NVENC) was busy; absent on boards without one.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.opt(r.encoder_utilization_ratio)),
+    },
+    Family {
+        name: "gpu_decoder_utilization_ratio",
+        kind: Kind::Gauge,
+        unit: "ratio",
+        help: "Fraction of the last sample period the video decoder (NVDEC) was busy.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.opt(r.decoder_utilization_ratio)),
+    },
+    Family {
         name: "gpu_memory_used_bytes",
         kind: Kind::Gauge,
         unit: "bytes",

@@ -253,6 +253,12 @@ impl NvmlDevicePoller {
             r.utilization_ratio = Some(u.gpu as f64 / 100.0);
             r.memory_copy_utilization_ratio = Some(u.memory as f64 / 100.0);
         }
+        r.encoder_utilization_ratio = calls
+            .read("nvmlDeviceGetEncoderUtilization", || self.device.encoder_utilization())
+            .map(|u| u.utilization as f64 / 100.0);
+        r.decoder_utilization_ratio = calls
+            .read("nvmlDeviceGetDecoderUtilization", || self.device.decoder_utilization())
+            .map(|u| u.utilization as f64 / 100.0);
         if let Some(m) = calls.read("nvmlDeviceGetMemoryInfo_v2", || self.device.memory_info()) {
             r.memory_used_bytes = Some(m.used);
             r.memory_total_bytes = Some(m.total);

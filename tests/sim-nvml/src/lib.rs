@@ -496,6 +496,56 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     })
 }
 
+/// The encoder's and decoder's busy percentage over a sampling period (fixed at 167 ms, what
+/// an H100 reports for its decoder).
+fn video_utilization(
+    device: nvmlDevice_t,
+    call: &str,
+    percent: fn(&scenario::Device) -> Option<u32>,
+    utilization: *mut c_uint,
+    sampling_period_us: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, call, |_, d| {
+        if sampling_period_us.is_null() {
+            return INVALID_ARGUMENT;
+        }
+        // SAFETY: checked for null above; the caller passes a pointer to one c_uint.
+        unsafe { sampling_period_us.write(167_000) };
+        // SAFETY: `put` checks for null; the caller passes a pointer to one c_uint.
+        unsafe { put(utilization, percent(d)) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetEncoderUtilization(
+    device: nvmlDevice_t,
+    utilization: *mut c_uint,
+    sampling_period_us: *mut c_uint,
+) -> nvmlReturn_t {
+    video_utilization(
+        device,
+        "nvmlDeviceGetEncoderUtilization",
+        |d| d.encoder_percent,
+        utilization,
+        sampling_period_us,
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetDecoderUtilization(
+    device: nvmlDevice_t,
+    utilization: *mut c_uint,
+    sampling_period_us: *mut c_uint,
+) -> nvmlReturn_t {
+    video_utilization(
+        device,
+        "nvmlDeviceGetDecoderUtilization",
+        |d| d.decoder_percent,
+        utilization,
+        sampling_period_us,
+    )
+}
+
 #[cfg(not(feature = "old-driver"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: nvmlDevice_t, out: *mut nvmlMemory_v2_t) -> nvmlReturn_t {

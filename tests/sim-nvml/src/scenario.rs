@@ -78,6 +78,9 @@ pub struct Device {
     #[serde(default)]
     pub clocks_mhz: Clocks,
     pub utilization: Option<Utilization>,
+    /// Video encoder and decoder busy percentages; absent: the board has none (NOT_SUPPORTED).
+    pub encoder_percent: Option<u32>,
+    pub decoder_percent: Option<u32>,
     pub memory: Option<Memory>,
     #[serde(default)]
     pub pcie: Pcie,
