@@ -10,6 +10,9 @@ fn gpu(i: &str) -> (&'static str, &str) {
     ("gpu", i)
 }
 
+/// (family, GPU index, labels beyond gpu, value).
+type Expected<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], f64);
+
 #[test]
 fn eight_gpus_report_the_scenario_values() {
     let d = Daemon::start(DEMO_SCENARIO);
@@ -29,7 +32,7 @@ fn eight_gpus_report_the_scenario_values() {
 
     // (family, GPU, extra labels, value): what the demo scenario says each GPU shows.
     let gib = 1024.0 * 1024.0 * 1024.0;
-    let expected: &[(&str, &str, &[(&str, &str)], f64)] = &[
+    let expected: &[Expected] = &[
         // Thermals.
         ("gpu_temperature_celsius", "2", &[("sensor", "gpu")], 88.0),
         ("gpu_temperature_celsius", "2", &[("sensor", "memory")], 94.0),
