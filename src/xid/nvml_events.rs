@@ -65,6 +65,7 @@ fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore, stop: &Ato
         let code = unsafe { register(device.handle(), wanted.bits(), set.handle()) };
         match nvml_wrapper::error::nvml_try(code) {
             Ok(()) => {
+                // SAFETY: the raw handle is only used as a key, never called through.
                 bus_by_handle.insert(unsafe { device.handle() } as usize, bus.clone());
             }
             Err(e) => log::warn!("GPU {index} ({bus}) does not report XID events through NVML: {e}"),
@@ -83,6 +84,7 @@ fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore, stop: &Ato
             Ok(_) if stop.load(Ordering::Relaxed) => break,
             Ok(data) => {
                 failures = 0;
+                // SAFETY: the raw handle is only compared with the keys, never called through.
                 let handle = unsafe { data.device.handle() } as usize;
                 let Some(bus) = bus_by_handle.get(&handle) else {
                     continue;

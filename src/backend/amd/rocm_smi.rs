@@ -114,11 +114,9 @@ impl RocmSmi {
             && unsafe { f(status, &mut text) } == SUCCESS
             && !text.is_null()
         {
-            // SAFETY: a NUL-terminated static string from the library.
-            return format!(
-                "{} ({status})",
-                unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy()
-            );
+            // SAFETY: a NUL-terminated static string from the library, checked for null above.
+            let message = unsafe { std::ffi::CStr::from_ptr(text) };
+            return format!("{} ({status})", message.to_string_lossy());
         }
         format!("ROCm SMI status {status}")
     }
@@ -381,9 +379,9 @@ impl RocmDevicePoller {
         }
         if let Some((counter, resolution)) = calls.read("rsmi_dev_energy_count_get", || {
             let (mut counter, mut resolution, mut timestamp) = (0u64, 0f32, 0u64);
-            // SAFETY: writes a u64, an f32 and a u64.
             s.rsmi_dev_energy_count_get.map(|f| {
                 (
+                    // SAFETY: writes a u64, an f32 and a u64, all live locals.
                     unsafe { f(device, &mut counter, &mut resolution, &mut timestamp) },
                     (counter, resolution),
                 )
@@ -427,9 +425,9 @@ impl RocmDevicePoller {
         for block in ECC_BLOCKS {
             if let Some(count) = calls.read("rsmi_dev_ecc_count_get", || {
                 let mut count = ErrorCount::default();
-                // SAFETY: fills an rsmi_error_count_t (with room for ROCm 6's third field).
                 s.rsmi_dev_ecc_count_get.map(|f| {
                     (
+                        // SAFETY: fills an rsmi_error_count_t (with room for ROCm 6's third field).
                         unsafe { f(device, block, &mut count) },
                         (count.correctable, count.uncorrectable),
                     )

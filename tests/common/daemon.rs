@@ -1,0 +1,182 @@
+//! `Daemon`: the real `gpuwarden run` over the simulated NVML library. `Daemon::start` writes
+//! a scenario file and a config into a temporary directory, starts the daemon on port 0 and
+//! reads the bound address from its log. `set_scenario` rewrites the scenario by rename, so
+//! the simulated library never reads half a file.
+
+use super::{BIN, Metrics, Response, http_get, sim_library};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub struct Daemon {
+    pub child: Child,
+    pub addr: String,
+    pub dir: tempfile::TempDir,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+/// Config for a test daemon: fast polls, the simulated library, loopback port 0, and a
+/// kernel log of its own (`@KMSG@` becomes the file `kmsg` in the daemon's directory).
+/// `extra` holds further top-level sections.
+pub fn test_config(library: &Path, extra: &str) -> String {
+    format!(
+        "listen: 127.0.0.1:0\npoll:\n  interval: 200ms\n  timeout: 150ms\n  slow_interval: 200ms\nnvml:\n  library_path: {}\n  retry_initial: 200ms\n  retry_max: 1s\n\
+         xid:\n  kernel_log_path: \"@KMSG@\"\n  dedup_window: 2s\n{extra}",
+        library.display()
+    )
+}
+
+impl Daemon {
+    pub fn start(scenario: &str) -> Daemon {
+        Daemon::start_with(scenario, &test_config(&sim_library(), ""))
+    }
+
+    pub fn start_with(scenario: &str, config: &str) -> Daemon {
+        Daemon::start_with_kernel_log(scenario, config, "")
+    }
+
+    /// Starts with `kernel_log` already in the kernel log, as records logged before boot
+    /// finished or before the daemon started.
+    pub fn start_with_kernel_log(scenario: &str, config: &str, kernel_log: &str) -> Daemon {
+        Daemon::start_full(scenario, config, kernel_log, &[])
+    }
+
+    /// The general form: also sets environment variables (NOTIFY_SOCKET, WATCHDOG_USEC, ...).
+    pub fn start_full(scenario: &str, config: &str, kernel_log: &str, env: &[(&str, String)]) -> Daemon {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("scenario.yaml"), scenario).expect("write scenario");
+        let kmsg = dir.path().join("kmsg");
+        std::fs::write(&kmsg, kernel_log).expect("write kernel log");
+        let config = config.replace("@KMSG@", &kmsg.display().to_string());
+        std::fs::write(dir.path().join("config.yaml"), config).expect("write config");
+        let mut child = Command::new(BIN)
+            .args(["run", "--config"])
+            .arg(dir.path().join("config.yaml"))
+            .env("GPUWARDEN_SIM_NVML_SCENARIO", dir.path().join("scenario.yaml"))
+            .env("RUST_LOG", "info")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start gpuwarden");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().expect("stderr");
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let addr = loop {
+            if let Some(addr) = log.lock().unwrap().iter().find_map(|l| {
+                l.split("serving metrics on ")
+                    .nth(1)
+                    .map(|rest| rest.trim_start_matches("https://").trim_start_matches("http://"))
+                    .map(|rest| rest.split('/').next().unwrap_or("").to_string())
+            }) {
+                break addr;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "gpuwarden exited with {status} before serving; log:\n{}",
+                    log.lock().unwrap().join("\n")
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "gpuwarden did not start; log:\n{}",
+                log.lock().unwrap().join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Daemon { child, addr, dir, log }
+    }
+
+    /// Appends lines to the daemon's kernel log, as the kernel would.
+    pub fn log_kernel(&self, lines: &str) {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.path().join("kmsg"))
+            .expect("open kmsg");
+        f.write_all(lines.as_bytes()).expect("append kmsg");
+    }
+
+    /// Rewrites the scenario atomically; the simulated library picks it up on its next call.
+    pub fn set_scenario(&self, scenario: &str) {
+        let tmp = self.dir.path().join("scenario.yaml.tmp");
+        std::fs::write(&tmp, scenario).expect("write scenario");
+        std::fs::rename(&tmp, self.dir.path().join("scenario.yaml")).expect("rename scenario");
+    }
+
+    pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+        http_get(&self.addr, path, headers)
+    }
+
+    pub fn scrape(&self) -> Metrics {
+        let response = self.get("/metrics", &[]);
+        assert_eq!(response.status, 200, "{}", response.text());
+        Metrics::parse(&response.text())
+    }
+
+    /// Scrapes until `check` holds, or fails after a few seconds with the last scrape.
+    pub fn scrape_until(&self, what: &str, check: impl Fn(&Metrics) -> bool) -> Metrics {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let m = self.scrape();
+            if check(&m) {
+                return m;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; last scrape:\n{}",
+                m.text
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) with our own child's pid; no memory is involved.
+        unsafe { libc_kill(self.child.id() as i32, signal) };
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("config.yaml")
+    }
+
+    /// Sends SIGTERM and returns the exit code.
+    pub fn stop(mut self) -> Option<i32> {
+        self.signal(15);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, signal: i32) -> i32;
+}

@@ -1,0 +1,107 @@
+//! A real Prometheus (Debian's package) on loopback, scraping a test daemon.
+
+use super::{RULES, http_get};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A real Prometheus on loopback, killed when dropped.
+pub struct Prometheus {
+    child: Child,
+    pub addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Prometheus {
+    /// Scrapes `target` every second and evaluates the shipped rules every 250 ms.
+    pub fn start(target: &str) -> Prometheus {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 250ms\nrule_files:\n  - {}\n\
+             scrape_configs:\n  - job_name: gpuwarden\n    static_configs:\n      - targets: [\"{target}\"]\n",
+            RULES
+        );
+        std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", dir.path().join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus is needed for this test: apt-get install prometheus");
+        Prometheus {
+            child,
+            addr: format!("127.0.0.1:{port}"),
+            _dir: dir,
+        }
+    }
+
+    pub fn get_json(&self, path: &str) -> Option<serde_json::Value> {
+        let stream_ok = std::net::TcpStream::connect(&self.addr).is_ok();
+        if !stream_ok {
+            return None;
+        }
+        let r = http_get(&self.addr, path, &[]);
+        serde_json::from_slice(&r.body).ok()
+    }
+
+    /// (alertname, gpu) of every firing alert.
+    pub fn firing(&self) -> BTreeSet<(String, String)> {
+        let Some(v) = self.get_json("/api/v1/alerts") else {
+            return BTreeSet::new();
+        };
+        v["data"]["alerts"]
+            .as_array()
+            .map(|alerts| {
+                alerts
+                    .iter()
+                    .filter(|a| a["state"] == "firing")
+                    .map(|a| {
+                        (
+                            a["labels"]["alertname"].as_str().unwrap_or("").to_string(),
+                            a["labels"]["gpu"].as_str().unwrap_or("").to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn query_has_data(&self, promql: &str) -> bool {
+        let path = format!("/api/v1/query?query={}", url_encode(promql));
+        self.get_json(&path)
+            .is_some_and(|v| v["status"] == "success" && v["data"]["result"].as_array().is_some_and(|r| !r.is_empty()))
+    }
+
+    /// Waits until Prometheus has scraped the daemon (a new server takes a few seconds).
+    pub fn wait_for_data(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.query_has_data("gpu_up == 1") {
+            assert!(Instant::now() < deadline, "Prometheus never scraped the daemon");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+pub fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,110 @@
+//! The simulated vendor libraries the tests load, and edits of their scenario files.
+
+use super::BIN;
+use std::path::{Path, PathBuf};
+
+/// The demo's eight H200s, the richest scenario we ship.
+pub const DEMO_SCENARIO: &str = include_str!("../../config/demo-scenario.yaml");
+
+/// The simulated libnvidia-ml that cargo built as a dev-dependency of the daemon.
+pub fn sim_library() -> PathBuf {
+    let dir = Path::new(BIN).parent().expect("binary has a directory");
+    for candidate in [
+        dir.join("libgpuwarden_sim_nvml.so"),
+        dir.join("deps/libgpuwarden_sim_nvml.so"),
+    ] {
+        if candidate.exists() {
+            return candidate;
+        }
+    }
+    panic!("libgpuwarden_sim_nvml.so not found next to {BIN}; run the tests with cargo test");
+}
+
+/// The simulated library built as an old driver (tests/sim-nvml-old): some symbols missing.
+pub fn old_sim_library() -> PathBuf {
+    sim_library().with_file_name("libgpuwarden_sim_nvml_old.so")
+}
+
+/// Edits one device of a scenario: `edit(yaml_of_device_i)`. The scenario files are ours, so
+/// a line-based edit keyed on the device's uuid is enough.
+pub fn edit_device(scenario: &str, index: usize, edit: impl Fn(&str) -> String) -> String {
+    let marker = format!("-00000000000{index}\n");
+    let start = scenario.find(&marker).expect("device in scenario");
+    let start = scenario[..start].rfind("  - name:").expect("device start");
+    let end = scenario[start + 4..]
+        .find("  - name:")
+        .map(|e| e + start + 4)
+        .unwrap_or(scenario.len());
+    format!(
+        "{}{}{}",
+        &scenario[..start],
+        edit(&scenario[start..end]),
+        &scenario[end..]
+    )
+}
+
+/// Replaces `key: old` with `key: new` on the first line that starts with the key.
+pub fn set_line(device_yaml: &str, key: &str, new_value: &str) -> String {
+    let prefix = format!("    {key}:");
+    let mut out = String::new();
+    let mut done = false;
+    for line in device_yaml.lines() {
+        if !done && line.starts_with(&prefix) {
+            out.push_str(&format!("{prefix} {new_value}\n"));
+            done = true;
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    assert!(done, "no {key} in device");
+    out
+}
+
+/// A directory holding the simulated CUDA driver (and, with `cublas`, cuBLAS) under the
+/// names the probe looks for; put it on LD_LIBRARY_PATH.
+pub fn sim_cuda_dir(parent: &Path, cublas: bool) -> PathBuf {
+    let library = sim_library().with_file_name("libgpuwarden_sim_cuda.so");
+    assert!(
+        library.exists(),
+        "{} not built; run the tests with cargo test",
+        library.display()
+    );
+    let dir = parent.join(if cublas { "cuda-with-cublas" } else { "cuda-only" });
+    std::fs::create_dir_all(&dir).expect("create the sim CUDA directory");
+    let mut names = vec!["libcuda.so", "libcuda.so.1"];
+    if cublas {
+        names.extend(["libcublas.so", "libcublas.so.13"]);
+    }
+    for name in names {
+        let link = dir.join(name);
+        if !link.exists() {
+            std::os::unix::fs::symlink(&library, &link).expect("symlink the sim CUDA library");
+        }
+    }
+    dir
+}
+
+/// Gives every device of a scenario simulated CUDA rates (an H200's, healthy).
+pub fn with_cuda(scenario: &str) -> String {
+    let rates = "    cuda: {gemm_bf16_tflops: 675, fma_fp32_tflops: 65, hbm_copy_gbps: 4300, pcie_h2d_gbps: 55, pcie_d2h_gbps: 55}\n";
+    let mut out = String::new();
+    let mut in_device = false;
+    for line in scenario.lines() {
+        if line.starts_with("  - ") && in_device {
+            out.push_str(rates);
+        }
+        if line.starts_with("  - ") {
+            in_device = true;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    if in_device {
+        out.push_str(rates);
+    }
+    out
+}
+
+/// A probe section for test daemons: scheduled every second, short tests, small buffers.
+pub const FAST_PROBES: &str = "probe:\n  schedule: true\n  interval: 1s\n  memory_cap_mib: 256\n  max_utilization: 1.0\n  timeout: 20s\n  durations: {gemm_bf16: 200ms, fma_fp32: 200ms, hbm_copy: 200ms, pcie_h2d: 200ms, pcie_d2h: 200ms}\n";
