@@ -31,10 +31,22 @@ pub fn library_candidates() -> Vec<PathBuf> {
     candidates
 }
 
-/// What the demo needs: the simulated library and the demo's kernel log.
+/// What the demo needs: the simulated library and the demo's kernel log. The scenario and
+/// kernel log live in a directory of their own under the temp directory, removed when this
+/// is dropped (keep it until the command is done: the simulated library reads the scenario
+/// while the daemon runs).
 pub struct Demo {
     pub library: PathBuf,
     pub kernel_log: PathBuf,
+    dir: PathBuf,
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            log::debug!("cannot remove the demo's files in {}: {e}", self.dir.display());
+        }
+    }
 }
 
 /// Writes the demo scenario and kernel log to temporary files and finds the simulated library.
@@ -51,13 +63,20 @@ pub fn prepare() -> Result<Demo, String> {
                 .join(", ")
         )
     })?;
-    let scenario = std::env::temp_dir().join(format!("gpuwarden-demo-{}.yaml", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("gpuwarden-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    // From here on, dropping `demo` removes the directory, also when a write below fails.
+    let demo = Demo {
+        library,
+        kernel_log: dir.join("kmsg"),
+        dir: dir.clone(),
+    };
+    let scenario = dir.join("scenario.yaml");
     std::fs::write(&scenario, SCENARIO)
         .map_err(|e| format!("cannot write the demo scenario to {}: {e}", scenario.display()))?;
-    let kernel_log = std::env::temp_dir().join(format!("gpuwarden-demo-{}.kmsg", std::process::id()));
-    std::fs::write(&kernel_log, KERNEL_LOG)
-        .map_err(|e| format!("cannot write the demo kernel log to {}: {e}", kernel_log.display()))?;
+    std::fs::write(&demo.kernel_log, KERNEL_LOG)
+        .map_err(|e| format!("cannot write the demo kernel log to {}: {e}", demo.kernel_log.display()))?;
     // SAFETY: called from main before the runtime or any other thread exists.
     unsafe { std::env::set_var("GPUWARDEN_SIM_NVML_SCENARIO", &scenario) };
-    Ok(Demo { library, kernel_log })
+    Ok(demo)
 }

@@ -115,26 +115,27 @@ fn load_config(path: Option<&Path>) -> Result<Config, i32> {
 }
 
 /// The command line's overrides: `--listen`, and for `--demo` the simulated library and the
-/// demo's kernel log (written to temporary files here).
-fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<Overrides, i32> {
+/// demo's kernel log, with the demo's temporary files (removed when that is dropped).
+fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<(Overrides, Option<demo::Demo>), i32> {
     let mut overrides = Overrides {
         listen,
         ..Overrides::default()
     };
-    if demo {
-        match demo::prepare() {
-            Ok(demo) => {
-                log::info!("demo mode: eight simulated GPUs from {}", demo.library.display());
-                overrides.nvml_library_path = Some(demo.library);
-                overrides.kernel_log_path = Some(demo.kernel_log);
-            }
-            Err(e) => {
-                log::error!("{e}");
-                return Err(1);
-            }
+    if !demo {
+        return Ok((overrides, None));
+    }
+    match demo::prepare() {
+        Ok(demo) => {
+            log::info!("demo mode: eight simulated GPUs from {}", demo.library.display());
+            overrides.nvml_library_path = Some(demo.library.clone());
+            overrides.kernel_log_path = Some(demo.kernel_log.clone());
+            Ok((overrides, Some(demo)))
+        }
+        Err(e) => {
+            log::error!("{e}");
+            Err(1)
         }
     }
-    Ok(overrides)
 }
 
 fn main() {
@@ -149,16 +150,22 @@ fn main() {
         Command::Run { config, listen, demo } => (|| {
             let path = config_path(config.as_deref());
             let mut cfg = load_config(path.as_deref())?;
-            let overrides = overrides(listen, demo)?;
+            let (overrides, demo_files) = overrides(listen, demo)?;
             overrides.apply(&mut cfg);
-            Ok(daemon::run(cfg, path, overrides))
+            let code = daemon::run(cfg, path, overrides);
+            // Before process::exit, which runs no destructors.
+            drop(demo_files);
+            Ok(code)
         })(),
         Command::Check { config, json, demo } => (|| {
             let mut cfg = load_config(config_path(config.as_deref()).as_deref())?;
-            overrides(None, demo)?.apply(&mut cfg);
+            let (overrides, demo_files) = overrides(None, demo)?;
+            overrides.apply(&mut cfg);
             // check only looks: it reports persistence mode off rather than changing it.
             cfg.persistence.enable = false;
-            Ok(check::run(cfg, json))
+            let code = check::run(cfg, json);
+            drop(demo_files);
+            Ok(code)
         })(),
         Command::Probe {
             config,

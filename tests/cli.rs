@@ -193,3 +193,39 @@ fn the_config_fuzz_corpus_parses_without_panics() {
         }
     }
 }
+
+/// `check --demo` and `run --demo` leave nothing behind in the temp directory.
+#[test]
+fn the_demo_removes_its_temporary_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let leftovers = || std::fs::read_dir(tmp.path()).unwrap().count();
+    let out = Command::new(BIN)
+        .args(["check", "--demo"])
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(leftovers(), 0, "check --demo left files");
+
+    let mut run = Command::new(BIN)
+        .args(["run", "--demo", "--listen", "127.0.0.1:0"])
+        .env("TMPDIR", tmp.path())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The files exist while it runs: the simulated library reads the scenario.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while leftovers() == 0 {
+        assert!(std::time::Instant::now() < deadline, "run --demo wrote no files");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: kill(2) on our own child.
+    unsafe { kill(run.id() as i32, 15) };
+    assert_eq!(run.wait().unwrap().code(), Some(0));
+    assert_eq!(leftovers(), 0, "run --demo left files");
+}
+
+unsafe extern "C" {
+    fn kill(pid: i32, signal: i32) -> i32;
+}

@@ -113,14 +113,15 @@ pub fn all() -> impl Iterator<Item = &'static Family> {
 pub struct Samples<'a> {
     base: &'a Labels,
     names: &'static [&'static str],
-    out: Vec<(Labels, f64)>,
+    out: &'a mut Vec<(Labels, f64)>,
 }
 
 impl Samples<'_> {
     /// A sample whose own label values are `values`, in the order of the family's labels.
     pub fn labelled(&mut self, values: &[&str], value: f64) {
         debug_assert_eq!(values.len(), self.names.len(), "label values for {:?}", self.names);
-        let mut labels = self.base.clone();
+        let mut labels = Labels::with_capacity(self.base.len() + values.len());
+        labels.extend(self.base.iter().cloned());
         labels.extend(self.names.iter().copied().zip(values.iter().map(|v| v.to_string())));
         self.out.push((labels, value));
     }
@@ -174,40 +175,58 @@ pub struct SnapshotCollector {
 impl Collector for SnapshotCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let snapshot = &self.snapshot;
-        let bases: Vec<Labels> = snapshot.devices.iter().map(device_labels).collect();
-        let no_labels = Labels::new();
-        for family in all() {
-            if let Read::Histograms(read) = family.read {
-                encode_histograms(&mut encoder, family, &read(snapshot))?;
-                continue;
-            }
-            let mut samples = Vec::new();
-            let mut collect = |base: &Labels, fill: &mut dyn FnMut(&mut Samples)| {
-                let mut s = Samples {
-                    base,
-                    names: family.labels,
-                    out: Vec::new(),
-                };
-                fill(&mut s);
-                samples.append(&mut s.out);
-            };
-            match family.read {
-                Read::Readings(read) => {
-                    for (d, base) in snapshot.devices.iter().zip(&bases) {
-                        if let Some(r) = d.readings.as_ref().filter(|_| d.up) {
-                            collect(base, &mut |s| read(r, s));
+        let families: Vec<&Family> = all().collect();
+        let mut samples: Vec<Vec<(Labels, f64)>> = families.iter().map(|_| Vec::new()).collect();
+        // Device by device, each GPU's data is read while it is in the cache.
+        for d in &snapshot.devices {
+            let base = device_labels(d);
+            let readings = d.readings.as_ref().filter(|_| d.up);
+            for (family, out) in families.iter().zip(samples.iter_mut()) {
+                let names = family.labels;
+                match family.read {
+                    Read::Readings(read) => {
+                        if let Some(r) = readings {
+                            read(
+                                r,
+                                &mut Samples {
+                                    base: &base,
+                                    names,
+                                    out,
+                                },
+                            );
                         }
                     }
+                    Read::Device(read) => read(
+                        snapshot,
+                        d,
+                        &mut Samples {
+                            base: &base,
+                            names,
+                            out,
+                        },
+                    ),
+                    Read::Node(_) | Read::Histograms(_) => {}
                 }
-                Read::Device(read) => {
-                    for (d, base) in snapshot.devices.iter().zip(&bases) {
-                        collect(base, &mut |s| read(snapshot, d, s));
-                    }
-                }
-                Read::Node(read) => collect(&no_labels, &mut |s| read(snapshot, s)),
-                Read::Histograms(_) => {}
             }
-            encode_samples(&mut encoder, family, &samples)?;
+        }
+        let no_labels = Labels::new();
+        for (family, out) in families.iter().zip(samples.iter_mut()) {
+            match family.read {
+                Read::Node(read) => read(
+                    snapshot,
+                    &mut Samples {
+                        base: &no_labels,
+                        names: family.labels,
+                        out,
+                    },
+                ),
+                Read::Histograms(read) => {
+                    encode_histograms(&mut encoder, family, &read(snapshot))?;
+                    continue;
+                }
+                Read::Readings(_) | Read::Device(_) => {}
+            }
+            encode_samples(&mut encoder, family, out)?;
         }
         Ok(())
     }
