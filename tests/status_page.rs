@@ -64,7 +64,8 @@ fn headless_chromium_renders_the_page() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("http://{}/", d.addr);
     let chromium = |extra: &[&str]| {
-        Command::new("chromium")
+        // CHROMIUM: another build of it (Ubuntu's chromium package is a snap).
+        Command::new(std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into()))
             .args([
                 "--headless",
                 "--no-sandbox",

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Sets up what the tests need and runs every check and test: the README's test command, and
+# what CI runs (.ci/run calls this script). No GPU needed.
+#
+# Debian 12 is what CI runs and what this was verified on; Ubuntu 24.04 takes the same apt
+# packages except Chromium (there a snap; set CHROMIUM to another build of it). Run it as
+# root or as a user who may sudo: the apt packages are installed with sudo when needed.
+# Python packages go into a virtual environment under target/, never into the system's
+# Python (Debian's refuses `pip install` outside one).
+#
+#   scripts/test.sh            set up, then fmt, clippy, the MSRV build, the fuzz targets,
+#                              every test, and the Debian package
+#   SKIP_SETUP=1 scripts/test.sh   the same without installing anything
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+# Debian's prometheus (prometheus, promtool) and prometheus-alertmanager (amtool): the tests
+# check our exposition, rules and configs with them and run a real Prometheus; Chromium
+# renders the status page; librocm-smi64-1 is the real ROCm SMI library, which a test loads
+# to show it fails cleanly on a machine without an AMD GPU; curl and openssl are the TLS
+# client and certificate maker of tests/web.rs; python3-venv holds the Python packages.
+APT_PACKAGES=(prometheus prometheus-alertmanager chromium librocm-smi64-1 curl openssl python3-venv)
+VENV=target/test-venv
+
+if [ -z "${SKIP_SETUP:-}" ]; then
+  step "system packages"
+  # Ubuntu's chromium package is a snap: take Chromium from elsewhere there (CHROMIUM=...).
+  if grep -qi '^ID=ubuntu' /etc/os-release 2>/dev/null; then
+    APT_PACKAGES=("${APT_PACKAGES[@]/chromium/}")
+  fi
+  missing=()
+  for package in "${APT_PACKAGES[@]}"; do
+    [ -n "$package" ] || continue
+    dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" -eq 0 ]; then sudo=(); else sudo=(sudo); fi
+    echo "installing: ${missing[*]}"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+
+  step "python packages (in $VENV)"
+  if [ ! -x "$VENV/bin/python3" ]; then
+    mkdir -p target
+    python3 -m venv "$VENV"
+  fi
+  # The dashboards are built with grafana-foundation-sdk's schema-typed builders.
+  "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'grafana-foundation-sdk==1769699998!10.1.0'
+
+  # The toolchain Cargo.toml's rust-version names, to prove that the code builds with it.
+  msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+  step "Rust $msrv (rust-version)"
+  rustup toolchain install "$msrv" --profile minimal --no-self-update
+  if ! command -v cargo-deb >/dev/null 2>&1; then
+    step "cargo-deb"
+    cargo install --locked cargo-deb
+  fi
+fi
+export PATH="$PWD/$VENV/bin:$PATH"
+
+step "dashboards are what their generator builds"
+python3 dashboards/generate.py --check
+
+step "cargo fmt, cargo clippy"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+
+msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+step "build with Rust $msrv, the declared rust-version"
+cargo "+$msrv" build --workspace --all-targets --locked --target-dir target/msrv
+
+step "the fuzz targets build (cargo fuzz runs them; see docs/testing.md)"
+cargo build --manifest-path fuzz/Cargo.toml --bins --locked
+
+step "tests"
+cargo test --workspace
+
+step "the Debian package builds and holds what it should"
+bash scripts/package.sh
