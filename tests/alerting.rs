@@ -261,3 +261,177 @@ fn alerts_fire_in_a_live_prometheus_for_the_right_gpu_and_clear() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// One series of a generated promtool case: its labels and its value at time t (seconds),
+/// `None` where it has no sample.
+type SeriesAt = (&'static str, fn(u64) -> Option<f64>);
+
+/// A generated case: the series, and (seconds after the event at 300 s, firing?) checks.
+/// `settle` is added to each check time: two evaluation or scrape intervals, whichever is
+/// longer, for the first sample after the event to be scraped and evaluated.
+struct IntervalCase {
+    alert: &'static str,
+    what: &'static str,
+    series: &'static [SeriesAt],
+    /// (seconds from the event, whether `settle` is added, expect firing)
+    checks: &'static [(i64, bool, bool)],
+}
+
+const EVENT: u64 = 300;
+const GPU: &str = r#"instance="gpu-node-01:9100",job="gpuwarden",gpu="0",uuid="GPU-0000-a",vendor="nvidia""#;
+
+fn interval_cases() -> Vec<IntervalCase> {
+    vec![
+        IntervalCase {
+            alert: "GpuThermalViolation",
+            what: "a one-off thermal slowdown between two scrapes (counter +3 s, never active at a scrape)",
+            series: &[
+                ("gpu_clock_event_seconds_total{GPU,reason=\"sw_thermal_slowdown\"}", |t| {
+                    Some(if t < EVENT { 10.0 } else { 13.0 })
+                }),
+                ("gpu_clock_event_active{GPU,reason=\"sw_thermal_slowdown\"}", |_| Some(0.0)),
+            ],
+            checks: &[(-60, false, false), (0, true, true), (120, true, true), (600, false, false)],
+        },
+        IntervalCase {
+            alert: "GpuThermalViolation",
+            what: "a healthy, power-capped GPU (its power-cap counter grows, thermal ones do not)",
+            series: &[
+                ("gpu_clock_event_seconds_total{GPU,reason=\"sw_thermal_slowdown\"}", |_| Some(10.0)),
+                ("gpu_clock_event_seconds_total{GPU,reason=\"sw_power_cap\"}", |t| Some(t as f64)),
+                ("gpu_clock_event_active{GPU,reason=\"sw_thermal_slowdown\"}", |_| Some(0.0)),
+                ("gpu_clock_event_active{GPU,reason=\"sw_power_cap\"}", |_| Some(1.0)),
+            ],
+            checks: &[(-180, false, false), (0, true, false), (300, false, false), (880, false, false)],
+        },
+        IntervalCase {
+            alert: "GpuXidCritical",
+            what: "the first critical XID (a new series with the value 1)",
+            series: &[("gpu_xid_errors_total{GPU,xid=\"94\",severity=\"critical\"}", |t| {
+                (t >= EVENT).then_some(1.0)
+            })],
+            checks: &[(-60, false, false), (0, true, true), (120, true, true), (720, false, false)],
+        },
+        IntervalCase {
+            alert: "GpuXidCritical",
+            what: "an old critical XID that does not grow",
+            series: &[("gpu_xid_errors_total{GPU,xid=\"94\",severity=\"critical\"}", |_| Some(2.0))],
+            checks: &[(360, false, false), (600, false, false), (880, false, false)],
+        },
+        IntervalCase {
+            alert: "GpuXidFatal",
+            what: "the first fatal XID",
+            series: &[("gpu_xid_errors_total{GPU,xid=\"79\",severity=\"fatal\"}", |t| {
+                (t >= EVENT).then_some(1.0)
+            })],
+            checks: &[(-60, false, false), (0, true, true), (880, false, true)],
+        },
+        IntervalCase {
+            alert: "GpuLost",
+            what: "a GPU down from the event on (for: 1m)",
+            series: &[("gpu_up{GPU}", |t| Some(if t < EVENT { 1.0 } else { 0.0 }))],
+            checks: &[(-60, false, false), (60, true, true), (600, false, true)],
+        },
+        IntervalCase {
+            alert: "GpuwardenPollStale",
+            what: "a healthy poll loop (each GPU polled a second before the scrape)",
+            series: &[("gpu_last_poll_timestamp_seconds{GPU}", |t| Some(t as f64 - 1.0))],
+            checks: &[(-180, false, false), (0, false, false), (600, false, false), (880, false, false)],
+        },
+        IntervalCase {
+            alert: "GpuwardenPollStale",
+            what: "a poll loop that stops at the event (for: 1m)",
+            series: &[("gpu_last_poll_timestamp_seconds{GPU}", |t| Some(t.min(EVENT) as f64 - 1.0))],
+            checks: &[(-60, false, false), (120, true, true), (600, false, true)],
+        },
+    ]
+}
+
+/// The promtool test file for one evaluation interval, a test per (case, scrape interval).
+fn interval_tests(rules: &std::path::Path, evaluation: u64, scrapes: &[u64]) -> String {
+    let mut out = format!(
+        "rule_files:\n- {}\nevaluation_interval: {evaluation}s\ntests:\n",
+        rules.display()
+    );
+    for case in interval_cases() {
+        for &scrape in scrapes {
+            let settle = 2 * evaluation.max(scrape);
+            out.push_str(&format!("# {} at scrape {scrape}s: {}\n- interval: {scrape}s\n  input_series:\n", case.alert, case.what));
+            for (series, value) in case.series {
+                let values: Vec<String> = (0..=1200 / scrape)
+                    .map(|i| value(i * scrape).map_or("_".to_string(), |v| v.to_string()))
+                    .collect();
+                out.push_str(&format!(
+                    "  - series: '{}'\n    values: '{}'\n",
+                    series.replace("GPU", GPU),
+                    values.join(" ")
+                ));
+            }
+            out.push_str("  alert_rule_test:\n");
+            for (offset, with_settle, firing) in case.checks {
+                let at = EVENT as i64 + offset + if *with_settle { settle as i64 } else { 0 };
+                // promtool evaluates on the evaluation grid: round up to it.
+                let at = (at as u64).div_ceil(evaluation) * evaluation;
+                out.push_str(&format!("  - eval_time: {at}s\n    alertname: {}\n", case.alert));
+                if *firing {
+                    let gpu = "instance: gpu-node-01:9100, gpu: '0', uuid: GPU-0000-a";
+                    let labels = match case.alert {
+                        "GpuwardenPollStale" => "instance: gpu-node-01:9100, job: gpuwarden, severity: critical".to_string(),
+                        "GpuXidCritical" => format!("{gpu}, job: gpuwarden, vendor: nvidia, xid: '94', severity: warning"),
+                        "GpuXidFatal" => format!("{gpu}, job: gpuwarden, vendor: nvidia, xid: '79', severity: critical"),
+                        "GpuLost" => format!("{gpu}, job: gpuwarden, vendor: nvidia, severity: critical"),
+                        _ => format!("{gpu}, severity: critical"),
+                    };
+                    out.push_str(&format!("    exp_alerts:\n    - exp_labels: {{{labels}}}\n"));
+                } else {
+                    out.push_str("    exp_alerts: []\n");
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A rules file with every `annotations:` block left out.
+fn without_annotations(rules: &str) -> String {
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut out = Vec::new();
+    let mut skipping: Option<usize> = None;
+    for line in rules.lines() {
+        if let Some(at) = skipping {
+            if line.trim().is_empty() || indent(line) > at {
+                continue;
+            }
+            skipping = None;
+        }
+        if line.trim() == "annotations:" {
+            skipping = Some(indent(line));
+            continue;
+        }
+        out.push(line);
+    }
+    out.join("\n")
+}
+
+/// The alerts fire for a one-off event and stay firing for several evaluations, and never
+/// for a healthy GPU, at Prometheus' common evaluation intervals (15s, 30s, its default 1m)
+/// and scrape intervals (15s to 60s). promtool checks labels exactly, so each case also
+/// proves which series fired.
+#[test]
+fn alerts_hold_at_the_evaluation_and_scrape_intervals_people_run() {
+    let dir = tempfile::tempdir().unwrap();
+    // The shipped rules without their annotations: these cases are about timing, and
+    // alerts.test.yml checks every annotation.
+    let rules = dir.path().join("rules.yml");
+    std::fs::write(&rules, without_annotations(&std::fs::read_to_string(RULES).unwrap())).unwrap();
+    for evaluation in [15, 30, 60] {
+        let file = dir.path().join(format!("intervals-{evaluation}s.test.yml"));
+        std::fs::write(&file, interval_tests(&rules, evaluation, &[15, 30, 60])).unwrap();
+        let (ok, out) = run("promtool", &["test", "rules", file.to_str().unwrap()]);
+        assert!(
+            ok && out.contains("SUCCESS"),
+            "evaluation interval {evaluation}s:\n{out}\n{}",
+            std::fs::read_to_string(&file).unwrap()
+        );
+    }
+}
