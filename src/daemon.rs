@@ -23,7 +23,8 @@ use crate::probe::schedule::{self, ProbeState};
 use crate::publisher::Publisher;
 use crate::settings::{self, Settings, SharedSettings};
 use crate::store::Store;
-use crate::xid::{kmsg, store::Source, store::XidStore};
+use crate::xid::kmsg::{self, ResumePoints};
+use crate::xid::store::{Source, XidStore};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -110,12 +111,14 @@ struct KernelLogReader {
 }
 
 impl KernelLogReader {
-    fn start(config: &Config, xids: &Arc<XidStore>) -> Option<KernelLogReader> {
+    /// `resume`: where earlier readers got to, per path, so a reload never counts a log twice.
+    fn start(config: &Config, xids: &Arc<XidStore>, resume: &Arc<ResumePoints>) -> Option<KernelLogReader> {
         if !config.xid.read_kernel_log {
             return None;
         }
         let stop = Arc::new(AtomicBool::new(false));
-        match kmsg::spawn_follower(config.xid.kernel_log_path.clone(), xids.clone(), stop.clone()) {
+        let path = config.xid.kernel_log_path.clone();
+        match kmsg::spawn_follower(path, xids.clone(), stop.clone(), resume.clone()) {
             Ok(()) => Some(KernelLogReader {
                 path: config.xid.kernel_log_path.clone(),
                 stop,
@@ -137,6 +140,7 @@ fn reload_kernel_log(
     running: Option<KernelLogReader>,
     config: &Config,
     xids: &Arc<XidStore>,
+    resume: &Arc<ResumePoints>,
 ) -> Option<KernelLogReader> {
     let wanted = config.xid.read_kernel_log.then_some(&config.xid.kernel_log_path);
     if running.as_ref().map(|k| &k.path) == wanted {
@@ -148,7 +152,7 @@ fn reload_kernel_log(
             xids.forget_source(Source::KERNEL_LOG);
         }
     }
-    KernelLogReader::start(config, xids)
+    KernelLogReader::start(config, xids, resume)
 }
 
 /// Publishes XIDs and probe results between poll rounds, so they show on /metrics within a
@@ -196,7 +200,8 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
     let settings = Arc::new(SharedSettings::new(settings));
     let store = Arc::new(Store::new());
     let xids = Arc::new(XidStore::new(config.xid.dedup_window));
-    let mut kernel_log = KernelLogReader::start(&config, &xids);
+    let resume = Arc::new(ResumePoints::default());
+    let mut kernel_log = KernelLogReader::start(&config, &xids, &resume);
     let probes = Arc::new(ProbeState::default());
     let background_stop = Arc::new(AtomicBool::new(false));
     if let Err(e) = schedule::spawn(store.clone(), probes.clone(), settings.clone(), background_stop.clone()) {
@@ -253,7 +258,7 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
                 match reload(&settings.current().config, config_path.as_ref(), &overrides) {
                     Ok(new_settings) => {
                         xids.set_dedup_window(new_settings.config.xid.dedup_window);
-                        kernel_log = reload_kernel_log(kernel_log, &new_settings.config, &xids);
+                        kernel_log = reload_kernel_log(kernel_log, &new_settings.config, &xids, &resume);
                         settings.replace(new_settings);
                         poll_loop.reload();
                         log::info!("reloaded the config");

@@ -69,6 +69,8 @@ impl Publisher {
 
     /// Publishes a poll round's part with the latest XIDs and probe results.
     pub fn publish_round(&self, round: RoundPart) {
+        self.xids
+            .set_gpus(round.devices.iter().map(|d| d.identity.pci_bus_id.as_str()));
         let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
         latest.round = Arc::new(round);
         let snapshot = self.assemble(&mut latest);

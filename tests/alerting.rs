@@ -286,23 +286,43 @@ fn interval_cases() -> Vec<IntervalCase> {
             alert: "GpuThermalViolation",
             what: "a one-off thermal slowdown between two scrapes (counter +3 s, never active at a scrape)",
             series: &[
-                ("gpu_clock_event_seconds_total{GPU,reason=\"sw_thermal_slowdown\"}", |t| {
-                    Some(if t < EVENT { 10.0 } else { 13.0 })
+                (
+                    "gpu_clock_event_seconds_total{GPU,reason=\"sw_thermal_slowdown\"}",
+                    |t| Some(if t < EVENT { 10.0 } else { 13.0 }),
+                ),
+                ("gpu_clock_event_active{GPU,reason=\"sw_thermal_slowdown\"}", |_| {
+                    Some(0.0)
                 }),
-                ("gpu_clock_event_active{GPU,reason=\"sw_thermal_slowdown\"}", |_| Some(0.0)),
             ],
-            checks: &[(-60, false, false), (0, true, true), (120, true, true), (600, false, false)],
+            checks: &[
+                (-60, false, false),
+                (0, true, true),
+                (120, true, true),
+                (600, false, false),
+            ],
         },
         IntervalCase {
             alert: "GpuThermalViolation",
             what: "a healthy, power-capped GPU (its power-cap counter grows, thermal ones do not)",
             series: &[
-                ("gpu_clock_event_seconds_total{GPU,reason=\"sw_thermal_slowdown\"}", |_| Some(10.0)),
-                ("gpu_clock_event_seconds_total{GPU,reason=\"sw_power_cap\"}", |t| Some(t as f64)),
-                ("gpu_clock_event_active{GPU,reason=\"sw_thermal_slowdown\"}", |_| Some(0.0)),
+                (
+                    "gpu_clock_event_seconds_total{GPU,reason=\"sw_thermal_slowdown\"}",
+                    |_| Some(10.0),
+                ),
+                ("gpu_clock_event_seconds_total{GPU,reason=\"sw_power_cap\"}", |t| {
+                    Some(t as f64)
+                }),
+                ("gpu_clock_event_active{GPU,reason=\"sw_thermal_slowdown\"}", |_| {
+                    Some(0.0)
+                }),
                 ("gpu_clock_event_active{GPU,reason=\"sw_power_cap\"}", |_| Some(1.0)),
             ],
-            checks: &[(-180, false, false), (0, true, false), (300, false, false), (880, false, false)],
+            checks: &[
+                (-180, false, false),
+                (0, true, false),
+                (300, false, false),
+                (880, false, false),
+            ],
         },
         IntervalCase {
             alert: "GpuXidCritical",
@@ -310,12 +330,19 @@ fn interval_cases() -> Vec<IntervalCase> {
             series: &[("gpu_xid_errors_total{GPU,xid=\"94\",severity=\"critical\"}", |t| {
                 (t >= EVENT).then_some(1.0)
             })],
-            checks: &[(-60, false, false), (0, true, true), (120, true, true), (720, false, false)],
+            checks: &[
+                (-60, false, false),
+                (0, true, true),
+                (120, true, true),
+                (720, false, false),
+            ],
         },
         IntervalCase {
             alert: "GpuXidCritical",
             what: "an old critical XID that does not grow",
-            series: &[("gpu_xid_errors_total{GPU,xid=\"94\",severity=\"critical\"}", |_| Some(2.0))],
+            series: &[("gpu_xid_errors_total{GPU,xid=\"94\",severity=\"critical\"}", |_| {
+                Some(2.0)
+            })],
             checks: &[(360, false, false), (600, false, false), (880, false, false)],
         },
         IntervalCase {
@@ -336,12 +363,19 @@ fn interval_cases() -> Vec<IntervalCase> {
             alert: "GpuwardenPollStale",
             what: "a healthy poll loop (each GPU polled a second before the scrape)",
             series: &[("gpu_last_poll_timestamp_seconds{GPU}", |t| Some(t as f64 - 1.0))],
-            checks: &[(-180, false, false), (0, false, false), (600, false, false), (880, false, false)],
+            checks: &[
+                (-180, false, false),
+                (0, false, false),
+                (600, false, false),
+                (880, false, false),
+            ],
         },
         IntervalCase {
             alert: "GpuwardenPollStale",
             what: "a poll loop that stops at the event (for: 1m)",
-            series: &[("gpu_last_poll_timestamp_seconds{GPU}", |t| Some(t.min(EVENT) as f64 - 1.0))],
+            series: &[("gpu_last_poll_timestamp_seconds{GPU}", |t| {
+                Some(t.min(EVENT) as f64 - 1.0)
+            })],
             checks: &[(-60, false, false), (120, true, true), (600, false, true)],
         },
     ]
@@ -356,7 +390,10 @@ fn interval_tests(rules: &std::path::Path, evaluation: u64, scrapes: &[u64]) -> 
     for case in interval_cases() {
         for &scrape in scrapes {
             let settle = 2 * evaluation.max(scrape);
-            out.push_str(&format!("# {} at scrape {scrape}s: {}\n- interval: {scrape}s\n  input_series:\n", case.alert, case.what));
+            out.push_str(&format!(
+                "# {} at scrape {scrape}s: {}\n- interval: {scrape}s\n  input_series:\n",
+                case.alert, case.what
+            ));
             for (series, value) in case.series {
                 let values: Vec<String> = (0..=1200 / scrape)
                     .map(|i| value(i * scrape).map_or("_".to_string(), |v| v.to_string()))
@@ -376,9 +413,15 @@ fn interval_tests(rules: &std::path::Path, evaluation: u64, scrapes: &[u64]) -> 
                 if *firing {
                     let gpu = "instance: gpu-node-01:9100, gpu: '0', uuid: GPU-0000-a";
                     let labels = match case.alert {
-                        "GpuwardenPollStale" => "instance: gpu-node-01:9100, job: gpuwarden, severity: critical".to_string(),
-                        "GpuXidCritical" => format!("{gpu}, job: gpuwarden, vendor: nvidia, xid: '94', severity: warning"),
-                        "GpuXidFatal" => format!("{gpu}, job: gpuwarden, vendor: nvidia, xid: '79', severity: critical"),
+                        "GpuwardenPollStale" => {
+                            "instance: gpu-node-01:9100, job: gpuwarden, severity: critical".to_string()
+                        }
+                        "GpuXidCritical" => {
+                            format!("{gpu}, job: gpuwarden, vendor: nvidia, xid: '94', severity: warning")
+                        }
+                        "GpuXidFatal" => {
+                            format!("{gpu}, job: gpuwarden, vendor: nvidia, xid: '79', severity: critical")
+                        }
                         "GpuLost" => format!("{gpu}, job: gpuwarden, vendor: nvidia, severity: critical"),
                         _ => format!("{gpu}, severity: critical"),
                     };

@@ -279,3 +279,24 @@ fn an_xid_shows_within_a_second_whatever_the_poll_interval() {
         Some(1.0)
     );
 }
+
+#[test]
+fn turning_the_kernel_log_reader_off_and_on_counts_nothing_twice() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let other = d.dir.path().join("kmsg-2");
+    std::fs::write(&other, "").unwrap();
+    let kmsg = d.dir.path().join("kmsg").display().to_string();
+    d.log_kernel("3,10,5000000,-;NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, Graphics Exception\n");
+    let count = |m: &Metrics| m.value("gpu_xid_errors_total", &[("gpu", "0"), ("xid", "13")]);
+    d.scrape_until("Xid 13 once", |m| count(m) == Some(1.0));
+    // Off and on again, then away to another file and back (A -> B -> A).
+    reload(&d, |c| c.replace("xid:\n", "xid:\n  read_kernel_log: false\n"));
+    reload(&d, |c| c.replace("  read_kernel_log: false\n", ""));
+    reload(&d, |c| c.replace(&kmsg, &other.display().to_string()));
+    reload(&d, |c| c.replace(&other.display().to_string(), &kmsg));
+    // A new line is counted; the old one is not counted again.
+    d.log_kernel("3,11,6000000,-;NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, Graphics Exception\n");
+    d.scrape_until("the new Xid 13", |m| count(m) == Some(2.0));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(count(&d.scrape()), Some(2.0), "a reload counted the log again");
+}

@@ -234,7 +234,7 @@ fn xid_scan_finds_exactly_the_xids_in_every_log_format() {
     let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kernel-log/xid-formats.log");
     let out = Command::new(BIN).args(["xid", "scan", fixture]).output().unwrap();
     assert!(out.status.success());
-    let found: Vec<(u64, u64, String, String)> = String::from_utf8_lossy(&out.stdout)
+    let found: Vec<(u64, u64, Option<String>, String)> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).expect("one JSON object per line");
@@ -244,29 +244,35 @@ fn xid_scan_finds_exactly_the_xids_in_every_log_format() {
             (
                 v["line"].as_u64().unwrap(),
                 v["xid"].as_u64().unwrap(),
-                v["pci_bus_id"].as_str().unwrap().to_string(),
+                v["pci_bus_id"].as_str().map(String::from),
                 v["severity"].as_str().unwrap().to_string(),
             )
         })
         .collect();
-    let expected: Vec<(u64, u64, &str, &str)> = vec![
-        (2, 79, "0000:3b:00.0", "fatal"),      // raw /dev/kmsg record
-        (5, 79, "0000:3b:00.0", "fatal"),      // "fallen off the bus" with no number
-        (7, 13, "0000:5d:00.0", "warning"),    // dmesg, with pid and name
-        (8, 13, "0000:5d:00.0", "warning"),    // dmesg, without pid
-        (9, 48, "0000:9b:00.0", "fatal"),      // dmesg -T, pid='<unknown>'
-        (10, 63, "0000:9b:00.0", "info"),      // dmesg -T
-        (11, 119, "0000:bb:00.0", "fatal"),    // journalctl -k
-        (12, 74, "0000:cb:00.0", "fatal"),     // journalctl -k, NVLink form
-        (14, 94, "0000:db:00.0", "critical"),  // syslog with kernel timestamp
-        (15, 45, "0000:db:00.0", "info"),      // syslog
-        (16, 31, "0000:19:00.0", "warning"),   // RFC 5424 syslog, old "(0000:19:00)" form
-        (18, 79, "0000:4c:00.0", "fatal"),     // older "GPU at ... has fallen off the bus"
-        (26, 4242, "0000:3b:00.0", "unknown"), // a code the catalog does not know
+    let expected: Vec<(u64, u64, Option<&str>, &str)> = vec![
+        (2, 79, Some("0000:3b:00.0"), "fatal"),      // raw /dev/kmsg record
+        (5, 79, Some("0000:3b:00.0"), "fatal"),      // "fallen off the bus" with no number
+        (7, 13, Some("0000:5d:00.0"), "warning"),    // dmesg, with pid and name
+        (8, 13, Some("0000:5d:00.0"), "warning"),    // dmesg, without pid
+        (9, 48, Some("0000:9b:00.0"), "fatal"),      // dmesg -T, pid='<unknown>'
+        (10, 63, Some("0000:9b:00.0"), "info"),      // dmesg -T
+        (11, 119, Some("0000:bb:00.0"), "fatal"),    // journalctl -k
+        (12, 74, Some("0000:cb:00.0"), "fatal"),     // journalctl -k, NVLink form
+        (14, 94, Some("0000:db:00.0"), "critical"),  // syslog with kernel timestamp
+        (15, 45, Some("0000:db:00.0"), "info"),      // syslog
+        (16, 31, Some("0000:19:00.0"), "warning"),   // RFC 5424 syslog, old "(0000:19:00)" form
+        (18, 79, Some("0000:4c:00.0"), "fatal"),     // older "GPU at ... has fallen off the bus"
+        (26, 4242, Some("0000:3b:00.0"), "unknown"), // a code the catalog does not know
+        (27, 94, Some("0000:01:00.0"), "critical"),  // MIG: GPU instance 5
+        (28, 13, Some("0000:3b:00.0"), "warning"),   // MIG: GPU instance 1, compute instance 2
+        (29, 137, None, "warning"),                  // address redacted: no bus id
+        (30, 13, Some("0000:01:00.0"), "warning"),   // old driver: bus and device only
+        (33, 79, Some("0000:b3:00.0"), "fatal"),     // the three-line notice, at its last line
+        (34, 79, Some("0000:b4:00.0"), "fatal"),     // the same as one /dev/kmsg record
     ];
-    let expected: Vec<(u64, u64, String, String)> = expected
+    let expected: Vec<(u64, u64, Option<String>, String)> = expected
         .into_iter()
-        .map(|(l, x, b, s)| (l, x, b.to_string(), s.to_string()))
+        .map(|(l, x, b, s)| (l, x, b.map(String::from), s.to_string()))
         .collect();
     assert_eq!(found, expected);
 }
@@ -326,8 +332,12 @@ fn xid_scan_finds_the_one_xid_a_real_h200_logged() {
 fn the_fuzz_corpus_parses_without_panics() {
     // At least the fixture's 26 seed lines.
     for line in fuzz_corpus("kernel_log_line", 26) {
-        if let Some(report) = gpuwarden::xid::parse::parse_line(&line) {
-            assert_eq!(report.pci_bus_id.len(), 12, "{report:?}");
+        let mut reports = gpuwarden::xid::parse::LogParser::default().parse(&line);
+        reports.extend(gpuwarden::xid::parse::parse_line(&line));
+        for report in reports {
+            if let Some(bus) = &report.pci_bus_id {
+                assert_eq!(bus.len(), 12, "{report:?}");
+            }
         }
     }
 }
@@ -347,4 +357,126 @@ fn xids_seen_while_nvml_is_down_are_attributed_once_it_comes_up() {
     let m = d.scrape_until("Xid 79 on GPU 1", |m| xid_count(m, "1", "79") == Some(1.0));
     assert!(!m.has_family("gpuwarden_xid_unattributed_total"), "{}", m.text);
     assert_eq!(m.value("gpu_health", &[gpu("1"), ("state", "unhealthy")]), Some(1.0));
+}
+
+/// The kernel-log reader counts every format `xid scan` knows: a MIG instance's XID for its
+/// GPU and instance, an XID with no address as unattributed, an old driver's address, and
+/// the three-line "fallen off the bus" notice as one Xid 79 (once, beside the numbered line).
+#[test]
+fn the_kernel_log_reader_counts_every_format() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.log_kernel(
+        "NVRM: Xid (PCI:0000:3b:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No\n\
+         NVRM: Xid (PCI:...): 137, pid=1, name=x, NVLink error\n\
+         NVRM: Xid (005d:00): 13, Graphics Exception\n\
+         [ 1843.308145] NVRM: Xid (PCI:0000:4c:00): 79, pid=1, name=x, GPU has fallen off the bus.\n\
+         [ 1843.308146] NVRM: The NVIDIA GPU 0000:4c:00.0\n\
+         \x20              NVRM: (PCI ID: 10de:2335) installed in this system has\n\
+         \x20              NVRM: fallen off the bus and is not responding to commands.\n",
+    );
+    let m = d.scrape_until("every format counted", |m| {
+        m.value("gpu_xid_errors_total", &[("gpu", "2"), ("xid", "79")])
+            .is_some()
+            && m.value("gpu_xid_errors_total", &[("gpu", "3"), ("xid", "13")])
+                .is_some()
+    });
+    // (family, labels, value)
+    let expected: &[(&str, &[(&str, &str)], f64)] = &[
+        ("gpu_xid_errors_total", &[("gpu", "1"), ("xid", "94")], 1.0),
+        (
+            "gpu_mig_xid_errors_total",
+            &[("gpu", "1"), ("gpu_instance", "5"), ("xid", "94")],
+            1.0,
+        ),
+        ("gpu_xid_errors_total", &[("gpu", "3"), ("xid", "13")], 1.0),
+        ("gpu_xid_errors_total", &[("gpu", "2"), ("xid", "79")], 1.0),
+        ("gpuwarden_xid_unattributed_total", &[("xid", "137")], 1.0),
+    ];
+    for (family, labels, value) in expected {
+        assert_eq!(m.value(family, labels), Some(*value), "{family}{labels:?}\n{}", m.text);
+    }
+    // An empty label is no label to Prometheus.
+    let unattributed = m.find("gpuwarden_xid_unattributed_total", &[("xid", "137")]);
+    assert_eq!(unattributed[0].labels.get("pci_bus_id").map(String::as_str), Some(""));
+}
+
+/// Bounded: a log naming thousands of addresses or repeating one line a hundred thousand
+/// times costs constant time per line and a bounded number of series; one huge line with no
+/// newline does not hold its memory; invalid UTF-8 does not lose the line.
+#[test]
+fn the_xid_store_and_the_reader_are_bounded() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let mut noise = String::new();
+    for i in 0..5000u32 {
+        noise.push_str(&format!(
+            "NVRM: Xid (PCI:{:04x}:{:02x}:00): 79, noise\n",
+            i >> 8,
+            i & 0xff
+        ));
+    }
+    for _ in 0..100_000 {
+        noise.push_str("NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, the same line again\n");
+    }
+    let started = std::time::Instant::now();
+    d.log_kernel(&noise);
+    let m = d.scrape_until("all lines read", |m| {
+        m.value("gpuwarden_xid_reports_total", &[("source", "kernel_log")]) == Some(105_000.0)
+    });
+    // Measured before: 21 s of CPU for the 100,000 repeats alone.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        m.value("gpu_xid_errors_total", &[("gpu", "0"), ("xid", "13")]),
+        Some(100_000.0)
+    );
+    let unattributed = m.find("gpuwarden_xid_unattributed_total", &[]).len();
+    assert!(unattributed <= 32, "{unattributed} unattributed series");
+    assert!(m.value("gpuwarden_xid_dropped_total", &[]).unwrap_or(0.0) > 4000.0);
+
+    // 50 MiB without a newline, then a line of invalid UTF-8 with an XID in it.
+    let huge = vec![b'x'; 50 << 20];
+    let mut bytes = huge;
+    bytes.extend_from_slice(b"\nNVRM: Xid (PCI:0000:5d:00): 31, pid=1, name=\xff\xfe, MMU Fault\n");
+    {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(d.dir.path().join("kmsg"))
+            .unwrap();
+        f.write_all(&bytes).unwrap();
+    }
+    d.scrape_until("the XID after the huge line", |m| {
+        m.value("gpu_xid_errors_total", &[("gpu", "3"), ("xid", "31")]) == Some(1.0)
+    });
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())).unwrap();
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap();
+    assert!(rss_kib < 40 * 1024, "RSS {rss_kib} KiB after a 50 MiB line");
+}
+
+/// A kernel log that is a regular file is followed across truncation (copytruncate) and
+/// rotation (a new file at the path), as `tail -F` does.
+#[test]
+fn a_log_file_is_followed_across_truncation_and_rotation() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let kmsg = d.dir.path().join("kmsg");
+    let count = |m: &Metrics, xid: &str| m.value("gpu_xid_errors_total", &[("gpu", "0"), ("xid", xid)]);
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, a long enough line before truncation\n");
+    d.scrape_until("the first XID", |m| count(m, "13") == Some(1.0));
+    // Truncated in place, then written again from the start.
+    std::fs::write(&kmsg, "").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 31, MMU Fault\n");
+    d.scrape_until("the XID after truncation", |m| count(m, "31") == Some(1.0));
+    // Rotated: renamed away and a new file made at the path.
+    std::fs::rename(&kmsg, d.dir.path().join("kmsg.1")).unwrap();
+    std::fs::write(&kmsg, "NVRM: Xid (PCI:0000:19:00): 43, Ch 00000010\n").unwrap();
+    d.scrape_until("the XID in the new file", |m| count(m, "43") == Some(1.0));
+    assert_eq!(count(&d.scrape(), "13"), Some(1.0), "nothing counted twice");
 }

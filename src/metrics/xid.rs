@@ -29,6 +29,25 @@ pub const FAMILIES: &[Family] = &[
         }),
     },
     Family {
+        name: "gpu_mig_xid_errors",
+        kind: Kind::Counter,
+        unit: "",
+        help: "XID errors a GPU in MIG mode attributed to one of its GPU instances, by instance, code and severity; each is also in gpu_xid_errors_total.",
+        labels: &["gpu_instance", "xid", "severity"],
+        read: Read::Device(|snapshot, d, s| {
+            for ((bus, instance), counts) in &snapshot.xid.by_instance {
+                if *bus == d.identity.pci_bus_id {
+                    for x in counts {
+                        s.labelled(
+                            &[&instance.to_string(), &x.xid.to_string(), x.severity.label()],
+                            x.count as f64,
+                        );
+                    }
+                }
+            }
+        }),
+    },
+    Family {
         name: "gpuwarden_xid_source_up",
         kind: Kind::Gauge,
         unit: "",
@@ -56,7 +75,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpuwarden_xid_unattributed",
         kind: Kind::Counter,
         unit: "",
-        help: "XIDs on a PCI bus id that matches no GPU the backends enumerated (NVML down, or a GPU it cannot see).",
+        help: "XIDs on a PCI bus id that matches no GPU the backends enumerated (NVML down, or a GPU it cannot see); an empty pci_bus_id (no label, to Prometheus) when the report named no GPU.",
         labels: &["pci_bus_id", "xid", "severity"],
         read: Read::Node(|snapshot, s| {
             for (bus, counts) in &snapshot.xid.by_bus {
@@ -66,6 +85,18 @@ pub const FAMILIES: &[Family] = &[
                 for x in counts {
                     s.labelled(&[bus, &x.xid.to_string(), x.severity.label()], x.count as f64);
                 }
+            }
+        }),
+    },
+    Family {
+        name: "gpuwarden_xid_dropped",
+        kind: Kind::Counter,
+        unit: "",
+        help: "XID reports not counted because the XID store already holds its limit of PCI addresses that are no enumerated GPU (32) or address and code pairs on them (512).",
+        labels: &[],
+        read: Read::Node(|snapshot, s| {
+            if snapshot.xid.dropped > 0 {
+                s.value(snapshot.xid.dropped as f64)
             }
         }),
     },

@@ -38,10 +38,19 @@ pub struct XidCount {
     pub last_seen: SystemTime,
 }
 
+/// The bus id under which XIDs whose report names no GPU are counted.
+pub const UNATTRIBUTED: &str = "";
+
 /// What the renderers and the health rules read, by PCI bus id.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct XidSnapshot {
+    /// Counts by PCI bus id; [`UNATTRIBUTED`] for reports that name no GPU.
     pub by_bus: BTreeMap<String, Vec<XidCount>>,
+    /// Counts of the XIDs a MIG GPU attributed to one of its GPU instances, by PCI bus id
+    /// and instance. Each is also in `by_bus`.
+    pub by_instance: BTreeMap<(String, u32), Vec<XidCount>>,
+    /// Reports not counted because the store was full (see src/xid/store.rs).
+    pub dropped: u64,
     /// Each source that has been started, and whether it is reading now.
     pub sources: BTreeMap<&'static str, bool>,
     /// Reports received per source, before de-duplication.

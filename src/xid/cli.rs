@@ -28,7 +28,12 @@ pub fn explain(code: u32) -> i32 {
 struct Found<'a> {
     line: usize,
     xid: u32,
-    pci_bus_id: &'a str,
+    /// null when the driver printed no address (or it was redacted).
+    pci_bus_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu_instance: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compute_instance: Option<u32>,
     name: &'a str,
     severity: &'a str,
     action: String,
@@ -53,6 +58,8 @@ pub fn scan(input: Option<&Path>) -> i32 {
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
+    // A notice over several lines is one XID, reported at its last line.
+    let mut parser = parse::LogParser::default();
     // Read bytes, not strings: a log with a stray non-UTF-8 byte must not stop the scan.
     for (index, line) in reader.split(b'\n').enumerate() {
         let line = match line {
@@ -62,29 +69,30 @@ pub fn scan(input: Option<&Path>) -> i32 {
                 return 1;
             }
         };
-        let Some(report) = parse::parse_line(&line) else {
-            continue;
-        };
-        let entry = catalog::lookup(report.xid);
-        let found = Found {
-            line: index + 1,
-            xid: report.xid,
-            pci_bus_id: &report.pci_bus_id,
-            name: entry.map(|e| e.name).unwrap_or("unknown"),
-            severity: entry.map(|e| e.severity.label()).unwrap_or("unknown"),
-            action: entry
-                .map(|e| e.action())
-                .unwrap_or_else(|| catalog::UNKNOWN_ACTION.to_string()),
-            pid: report.pid.as_deref(),
-            process: report.process.as_deref(),
-            message: &report.message,
-        };
-        let written = serde_json::to_string(&found)
-            .map_err(std::io::Error::other)
-            .and_then(|json| writeln!(out, "{json}"));
-        if written.is_err() {
-            // Output closed (piped into head): stop quietly.
-            return 0;
+        for report in parser.parse(&line) {
+            let entry = catalog::lookup(report.xid);
+            let found = Found {
+                line: index + 1,
+                xid: report.xid,
+                pci_bus_id: report.pci_bus_id.as_deref(),
+                gpu_instance: report.gpu_instance,
+                compute_instance: report.compute_instance,
+                name: entry.map(|e| e.name).unwrap_or("unknown"),
+                severity: entry.map(|e| e.severity.label()).unwrap_or("unknown"),
+                action: entry
+                    .map(|e| e.action())
+                    .unwrap_or_else(|| catalog::UNKNOWN_ACTION.to_string()),
+                pid: report.pid.as_deref(),
+                process: report.process.as_deref(),
+                message: &report.message,
+            };
+            let written = serde_json::to_string(&found)
+                .map_err(std::io::Error::other)
+                .and_then(|json| writeln!(out, "{json}"));
+            if written.is_err() {
+                // Output closed (piped into head): stop quietly.
+                return 0;
+            }
         }
     }
     0

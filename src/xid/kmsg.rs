@@ -4,16 +4,56 @@
 //! before the daemon started are counted (once per daemon run); the reader then blocks for new
 //! records. Each /dev/kmsg record carries its time since boot, which dates the XID; lines
 //! without that header (a plain file, a FIFO fed by a test) are dated when read. A regular
-//! file is followed like `tail -f`. The path is `xid.kernel_log_path`.
+//! file is followed like `tail -f`, across truncation (read again from the start) and
+//! rotation (the new file at the path is opened). The path is `xid.kernel_log_path`.
+//!
+//! Where a reader got to is kept per path ([`ResumePoints`]), so a reload that turns the
+//! reader off and on, or moves it away and back, goes on from there instead of counting the
+//! ring buffer (or the file) again. Lines are read as bytes, at most [`MAX_LINE`] of each
+//! (the rest of a longer one is skipped, so one huge line cannot hold memory), and invalid
+//! UTF-8 is replaced rather than losing the line.
 
-use super::parse::{self, ReportKind};
-use super::store::{Source, XidEvent, XidStore};
+use super::parse::{self, LogParser, ReportKind, XidReport};
+use super::store::{Source, UNATTRIBUTED, XidEvent, XidStore};
+use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, ErrorKind};
+use std::io::{BufRead, BufReader, ErrorKind, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
+
+/// The longest line read whole: /dev/kmsg records are at most about 1 KiB (the kernel's
+/// PRINTK_MESSAGE_MAX is 2 KiB); a log file's lines beyond 64 KiB are not kernel messages.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// Where a reader of one path got to.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Position {
+    /// The last /dev/kmsg record sequence number read.
+    sequence: Option<u64>,
+    /// A regular file's inode and the byte offset read up to.
+    file: Option<(u64, u64)>,
+}
+
+/// Where each kernel-log path was read up to, kept by the daemon across reloads.
+#[derive(Debug, Default)]
+pub struct ResumePoints {
+    positions: Mutex<HashMap<PathBuf, Position>>,
+}
+
+impl ResumePoints {
+    fn get(&self, path: &Path) -> Position {
+        let positions = self.positions.lock().unwrap_or_else(PoisonError::into_inner);
+        positions.get(path).copied().unwrap_or_default()
+    }
+
+    fn set(&self, path: &Path, position: Position) {
+        let mut positions = self.positions.lock().unwrap_or_else(PoisonError::into_inner);
+        positions.insert(path.to_path_buf(), position);
+    }
+}
 
 /// When the machine booted, from /proc/uptime; None where that cannot be read.
 fn boot_time() -> Option<SystemTime> {
@@ -22,34 +62,74 @@ fn boot_time() -> Option<SystemTime> {
     SystemTime::now().checked_sub(Duration::from_secs_f64(seconds))
 }
 
-/// Turns one line into an XID event, if it reports one.
-fn event_from_line(line: &str, boot: Option<SystemTime>) -> Option<XidEvent> {
-    // Continuation lines of a /dev/kmsg record (" SUBSYSTEM=pci") start with a space.
-    if line.starts_with(' ') {
-        return None;
+/// Turns one line into XID events, if it reports any. `parser` carries a multi-line notice
+/// from one line to the next.
+fn events_from_line(parser: &mut LogParser, line: &str, boot: Option<SystemTime>) -> Vec<XidEvent> {
+    // Continuation lines of a /dev/kmsg record (" SUBSYSTEM=pci") start with a space; so do
+    // the later lines of a multi-line notice in dmesg's output, which start with NVRM.
+    if line.starts_with(' ') && !line.trim_start().starts_with("NVRM: ") {
+        return Vec::new();
     }
-    let report = parse::parse_line(line)?;
     let at = parse::kmsg_record_header(line)
         .zip(boot)
         .map(|((_, microseconds), boot)| boot + Duration::from_micros(microseconds))
         .map(|t| t.min(SystemTime::now()))
         .unwrap_or_else(SystemTime::now);
+    parser.parse(line).into_iter().map(|report| event(report, at)).collect()
+}
+
+fn event(report: XidReport, at: SystemTime) -> XidEvent {
     let source = match report.kind {
         ReportKind::Xid => Source::KernelLog,
         ReportKind::FallenOffBus => Source::KernelLogFallenOffBus,
     };
-    Some(XidEvent {
-        pci_bus_id: report.pci_bus_id,
+    XidEvent {
+        pci_bus_id: report.pci_bus_id.unwrap_or_else(|| UNATTRIBUTED.to_string()),
+        gpu_instance: report.gpu_instance,
         xid: report.xid,
         source,
         at,
-    })
+    }
 }
 
 fn record(store: &XidStore, event: XidEvent) {
     let (bus, xid) = (event.pci_bus_id.clone(), event.xid);
     if store.record(event) {
-        super::log_xid(&bus, xid, "kernel log");
+        let bus = if bus.is_empty() {
+            "(address not printed)"
+        } else {
+            bus.as_str()
+        };
+        super::log_xid(bus, xid, "kernel log");
+    }
+}
+
+/// Reads one line of at most [`MAX_LINE`] bytes into `line` (without its newline), skipping
+/// the rest of a longer one. Returns the bytes consumed, 0 at the end of the input.
+fn read_line_capped(reader: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<usize> {
+    line.clear();
+    let mut consumed = 0;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(consumed);
+        }
+        let (chunk, done) = match available.iter().position(|b| *b == b'\n') {
+            Some(end) => (&available[..end], Some(end + 1)),
+            None => (available, None),
+        };
+        let room = MAX_LINE.saturating_sub(line.len());
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let used = done.unwrap_or(available.len());
+        reader.consume(used);
+        consumed += used;
+        if done.is_some() {
+            return Ok(consumed);
+        }
     }
 }
 
@@ -63,14 +143,14 @@ pub fn read_backlog(path: &Path, store: &XidStore) -> std::io::Result<usize> {
         .open(path)?;
     let boot = boot_time();
     let mut reader = BufReader::with_capacity(16 * 1024, file);
-    let mut line = String::new();
+    let mut parser = LogParser::default();
+    let mut line = Vec::new();
     let mut found = 0;
     loop {
-        line.clear();
-        match reader.read_line(&mut line) {
+        match read_line_capped(&mut reader, &mut line) {
             Ok(0) => return Ok(found),
             Ok(_) => {
-                if let Some(event) = event_from_line(line.trim_end(), boot) {
+                for event in events_from_line(&mut parser, String::from_utf8_lossy(&line).trim_end(), boot) {
                     record(store, event);
                     found += 1;
                 }
@@ -85,18 +165,24 @@ pub fn read_backlog(path: &Path, store: &XidStore) -> std::io::Result<usize> {
 }
 
 /// Follows the kernel log on a thread of its own until `stop` is set (a reload that points
-/// it elsewhere). A record read after `stop` is left for the reader that replaces this one.
-pub fn spawn_follower(path: PathBuf, store: Arc<XidStore>, stop: Arc<AtomicBool>) -> std::io::Result<()> {
+/// it elsewhere). A record read after `stop` is left for the reader that replaces this one;
+/// `resume` says where an earlier reader of the same path got to.
+pub fn spawn_follower(
+    path: PathBuf,
+    store: Arc<XidStore>,
+    stop: Arc<AtomicBool>,
+    resume: Arc<ResumePoints>,
+) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("xid-kernel-log".into())
-        .spawn(move || follow(&path, &store, &stop))?;
+        .spawn(move || follow(&path, &store, &stop, &resume))?;
     Ok(())
 }
 
-fn follow(path: &Path, store: &XidStore, stop: &AtomicBool) {
+fn follow(path: &Path, store: &XidStore, stop: &AtomicBool, resume: &ResumePoints) {
     let mut warned = false;
     while !stop.load(Ordering::Relaxed) {
-        let file = match File::open(path) {
+        let mut file = match File::open(path) {
             Ok(f) => f,
             Err(e) => {
                 store.set_source_up(Source::KERNEL_LOG, false);
@@ -117,26 +203,66 @@ fn follow(path: &Path, store: &XidStore, stop: &AtomicBool) {
             log::info!("reading the kernel log {} again", path.display());
             warned = false;
         }
+        let mut position = resume.get(path);
+        // A regular file: go on from where an earlier reader of this file stopped.
+        let regular = file.metadata().ok().filter(|m| m.is_file());
+        let inode = regular.as_ref().map(|m| m.ino());
+        let mut offset = 0;
+        if let (Some(meta), Some((seen_inode, seen_offset))) = (&regular, position.file)
+            && seen_inode == meta.ino()
+            && seen_offset <= meta.len()
+            && file.seek(SeekFrom::Start(seen_offset)).is_ok()
+        {
+            offset = seen_offset;
+        }
         let boot = boot_time();
         let mut reader = BufReader::with_capacity(16 * 1024, file);
-        let mut line = String::new();
+        let mut parser = LogParser::default();
+        let mut line = Vec::new();
         loop {
-            line.clear();
-            match reader.read_line(&mut line) {
+            match read_line_capped(&mut reader, &mut line) {
                 // End of a regular file, or a FIFO whose writer went away: wait for more.
                 Ok(0) => {
                     if stop.load(Ordering::Relaxed) {
                         return;
                     }
+                    if let Some(inode) = inode {
+                        match std::fs::metadata(path) {
+                            // Rotated: a new file at the path. Read it from its start.
+                            Ok(meta) if meta.ino() != inode => {
+                                position.file = None;
+                                resume.set(path, position);
+                                break;
+                            }
+                            // Truncated in place: read again from the start.
+                            Ok(meta) if meta.len() < offset && reader.seek(SeekFrom::Start(0)).is_ok() => {
+                                offset = 0;
+                            }
+                            _ => {}
+                        }
+                    }
                     std::thread::sleep(Duration::from_millis(100));
                 }
-                Ok(_) => {
+                Ok(consumed) => {
                     if stop.load(Ordering::Relaxed) {
                         return;
                     }
-                    if let Some(event) = event_from_line(line.trim_end(), boot) {
-                        record(store, event);
+                    offset += consumed as u64;
+                    let text = String::from_utf8_lossy(&line);
+                    let text = text.trim_end();
+                    // /dev/kmsg after a reload: skip what an earlier reader already counted.
+                    let sequence = parse::kmsg_record_header(text).map(|(sequence, _)| sequence);
+                    let seen = sequence.zip(position.sequence).is_some_and(|(s, last)| s <= last);
+                    if !seen {
+                        for event in events_from_line(&mut parser, text, boot) {
+                            record(store, event);
+                        }
                     }
+                    if sequence.is_some() {
+                        position.sequence = sequence.max(position.sequence);
+                    }
+                    position.file = inode.map(|inode| (inode, offset));
+                    resume.set(path, position);
                 }
                 Err(e) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::InvalidData) => continue,
                 Err(e) => {
@@ -160,18 +286,19 @@ mod tests {
     #[test]
     fn kmsg_records_are_dated_from_boot() {
         let boot = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        let e = event_from_line(
+        let e = events_from_line(
+            &mut LogParser::default(),
             "3,811,5000000,-;NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=x, DBE",
             Some(boot),
         )
-        .unwrap();
+        .remove(0);
         assert_eq!(e.at, boot + Duration::from_secs(5));
         assert_eq!((e.xid, e.source), (48, Source::KernelLog));
     }
 
     #[test]
     fn continuation_lines_are_skipped() {
-        assert!(event_from_line(" SUBSYSTEM=pci NVRM: Xid (PCI:0000:3b:00): 48, x", None).is_none());
+        assert!(events_from_line(&mut LogParser::default(), " SUBSYSTEM=pci", None).is_empty());
     }
 
     #[test]

@@ -101,6 +101,7 @@ fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore, stop: &Ato
                 };
                 let event = XidEvent {
                     pci_bus_id: bus.clone(),
+                    gpu_instance: None,
                     xid,
                     source: Source::Nvml,
                     at: SystemTime::now(),

@@ -11,9 +11,9 @@
 //! GPU falling off the bus and NVML being re-initialised.
 
 use super::catalog;
-pub use crate::model::xid::{XidCount, XidSnapshot};
+pub use crate::model::xid::{UNATTRIBUTED, XidCount, XidSnapshot};
 use serde::Serialize;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
@@ -52,15 +52,27 @@ impl Source {
 
 #[derive(Debug, Clone)]
 pub struct XidEvent {
+    /// The GPU's bus id; [`UNATTRIBUTED`] when the report does not say.
     pub pci_bus_id: String,
+    /// The MIG GPU instance the driver attributed it to.
+    pub gpu_instance: Option<u32>,
     pub xid: u32,
     pub source: Source,
     pub at: SystemTime,
 }
 
+/// At most this many PCI addresses that are no GPU the backends enumerated, and (address,
+/// code) pairs on them, are counted, and as many (address, GPU instance, code) triples: a node has a few GPUs and an XID catalog of about
+/// two hundred codes, so a log that names thousands of addresses is noise or an attack, and
+/// must not become thousands of permanent series. Reports beyond are counted as dropped.
+const MAX_ADDRESSES: usize = 32;
+const MAX_KEYS: usize = 512;
+/// Recent events kept per (address, code) for joining one event's reports from two
+/// sources: enough for any real burst, and a constant cost per report however long the log.
+const RECENT_PER_KEY: usize = 64;
+
+/// One recent event: when, and which sources have reported it.
 struct Group {
-    pci_bus_id: String,
-    xid: u32,
     at: SystemTime,
     sources: u8,
 }
@@ -70,9 +82,35 @@ struct Inner {
     /// a reload changes it).
     dedup_window: Duration,
     counts: BTreeMap<(String, u32), (u64, SystemTime)>,
-    recent: VecDeque<Group>,
+    instance_counts: BTreeMap<(String, u32, u32), (u64, SystemTime)>,
+    recent: HashMap<(String, u32), VecDeque<Group>>,
+    /// The newest report time seen, to forget groups no new report can join.
+    newest: Option<SystemTime>,
     sources: BTreeMap<&'static str, bool>,
     reports: BTreeMap<&'static str, u64>,
+    dropped: u64,
+    /// The PCI addresses of the GPUs the backends enumerated, which the limits never apply to.
+    gpus: std::collections::BTreeSet<String>,
+}
+
+impl Inner {
+    /// Whether a new (address, code) pair on `address` may still be counted. A GPU the
+    /// backends enumerated always may: noise must never crowd out a real GPU's XIDs.
+    fn has_room_for(&self, address: &str) -> bool {
+        if self.gpus.contains(address) {
+            return true;
+        }
+        let others = || self.counts.keys().filter(|(a, _)| !self.gpus.contains(a));
+        if others().count() >= MAX_KEYS {
+            return false;
+        }
+        let seen = others().any(|(a, _)| a == address);
+        seen || others()
+            .map(|(a, _)| a)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            < MAX_ADDRESSES
+    }
 }
 
 pub struct XidStore {
@@ -89,9 +127,13 @@ impl XidStore {
             inner: Mutex::new(Inner {
                 dedup_window,
                 counts: BTreeMap::new(),
-                recent: VecDeque::new(),
+                instance_counts: BTreeMap::new(),
+                recent: HashMap::new(),
+                newest: None,
                 sources: BTreeMap::new(),
                 reports: BTreeMap::new(),
+                dropped: 0,
+                gpus: Default::default(),
             }),
         }
     }
@@ -104,7 +146,7 @@ impl XidStore {
     }
 
     /// Records one report; true when it was counted, false when it duplicated one already
-    /// counted from another source.
+    /// counted from another source (or the store is full). Constant work per report.
     pub fn record(&self, event: XidEvent) -> bool {
         let mut inner = self.lock();
         let window = inner.dedup_window;
@@ -115,39 +157,49 @@ impl XidStore {
                 .map(|d| d <= window)
                 .unwrap_or(false)
         };
-        // Forget groups that no new report can join any more (reports arrive roughly in
-        // order; a backlog read at start-up carries its own, older times).
-        let newest = inner
-            .recent
-            .iter()
-            .map(|g| g.at)
-            .max()
-            .unwrap_or(event.at)
-            .max(event.at);
-        while inner
-            .recent
-            .front()
-            .is_some_and(|g| !near(g.at, newest) && g.at < newest)
-        {
-            inner.recent.pop_front();
+        let key = (event.pci_bus_id, event.xid);
+        if !inner.counts.contains_key(&key) && !inner.has_room_for(&key.0) {
+            inner.dropped += 1;
+            if inner.dropped == 1 {
+                log::warn!(
+                    "the XID store holds XIDs for {} PCI addresses or {} (address, code) pairs, its limit; \
+                     further new ones are counted in gpuwarden_xid_dropped_total only",
+                    MAX_ADDRESSES,
+                    MAX_KEYS
+                );
+            }
+            self.changes.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let newest = inner.newest.map_or(event.at, |n| n.max(event.at));
+        inner.newest = Some(newest);
+        let groups = inner.recent.entry(key.clone()).or_default();
+        // Forget events no new report can join any more (reports arrive roughly in order; a
+        // backlog read at start-up carries its own, older times).
+        while groups.front().is_some_and(|g| !near(g.at, newest) && g.at < newest) {
+            groups.pop_front();
         }
         let bit = event.source.bit();
-        if let Some(group) = inner.recent.iter_mut().find(|g| {
-            g.pci_bus_id == event.pci_bus_id && g.xid == event.xid && g.sources & bit == 0 && near(g.at, event.at)
-        }) {
+        if let Some(group) = groups.iter_mut().find(|g| g.sources & bit == 0 && near(g.at, event.at)) {
             group.sources |= bit;
             return false;
         }
-        inner.recent.push_back(Group {
-            pci_bus_id: event.pci_bus_id.clone(),
-            xid: event.xid,
+        groups.push_back(Group {
             at: event.at,
             sources: bit,
         });
-        let entry = inner
-            .counts
-            .entry((event.pci_bus_id, event.xid))
-            .or_insert((0, event.at));
+        if groups.len() > RECENT_PER_KEY {
+            groups.pop_front();
+        }
+        if let Some(instance) = event.gpu_instance {
+            let instance_key = (key.0.clone(), instance, key.1);
+            if inner.instance_counts.len() < MAX_KEYS || inner.instance_counts.contains_key(&instance_key) {
+                let entry = inner.instance_counts.entry(instance_key).or_insert((0, event.at));
+                entry.0 += 1;
+                entry.1 = entry.1.max(event.at);
+            }
+        }
+        let entry = inner.counts.entry(key).or_insert((0, event.at));
         entry.0 += 1;
         entry.1 = entry.1.max(event.at);
         self.changes.fetch_add(1, Ordering::Relaxed);
@@ -164,6 +216,17 @@ impl XidStore {
     pub fn forget_source(&self, source: &'static str) {
         if self.lock().sources.remove(source).is_some() {
             self.changes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The PCI addresses of the GPUs the backends enumerate now (the publisher says, every
+    /// round): their XIDs are always counted, whatever else the log names.
+    pub fn set_gpus<'a>(&self, addresses: impl Iterator<Item = &'a str>) {
+        let mut inner = self.lock();
+        for address in addresses {
+            if !inner.gpus.contains(address) {
+                inner.gpus.insert(address.to_string());
+            }
         }
     }
 
@@ -188,8 +251,19 @@ impl XidStore {
                 last_seen: *last_seen,
             });
         }
+        let mut by_instance: BTreeMap<(String, u32), Vec<XidCount>> = BTreeMap::new();
+        for ((bus, instance, xid), (count, last_seen)) in &inner.instance_counts {
+            by_instance.entry((bus.clone(), *instance)).or_default().push(XidCount {
+                xid: *xid,
+                severity: catalog::severity(*xid),
+                count: *count,
+                last_seen: *last_seen,
+            });
+        }
         XidSnapshot {
             by_bus,
+            by_instance,
+            dropped: inner.dropped,
             sources: inner.sources.clone(),
             reports: inner.reports.clone(),
         }
@@ -204,6 +278,7 @@ mod tests {
 
     fn event(xid: u32, source: Source, at_s: u64) -> XidEvent {
         XidEvent {
+            gpu_instance: None,
             pci_bus_id: BUS.into(),
             xid,
             source,
