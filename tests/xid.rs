@@ -381,7 +381,8 @@ fn the_kernel_log_reader_counts_every_format() {
                 .is_some()
     });
     // (family, labels, value)
-    let expected: &[(&str, &[(&str, &str)], f64)] = &[
+    type Expected<'a> = (&'a str, &'a [(&'a str, &'a str)], f64);
+    let expected: &[Expected] = &[
         ("gpu_xid_errors_total", &[("gpu", "1"), ("xid", "94")], 1.0),
         (
             "gpu_mig_xid_errors_total",
