@@ -69,11 +69,11 @@ impl Default for Poll {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct RawPoll {
-    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
+    #[serde(deserialize_with = "poll_interval", serialize_with = "write_duration")]
     interval: Duration,
-    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
+    #[serde(deserialize_with = "poll_timeout", serialize_with = "write_duration")]
     timeout: Duration,
-    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
+    #[serde(deserialize_with = "poll_slow_interval", serialize_with = "write_duration")]
     slow_interval: Duration,
 }
 
@@ -123,9 +123,9 @@ pub struct Nvml {
     pub library_path: PathBuf,
     /// How long to wait before trying again when NVML cannot be loaded or initialised
     /// (no driver yet, or a driver reload); doubles up to `retry_max`.
-    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
+    #[serde(deserialize_with = "nvml_retry", serialize_with = "write_duration")]
     pub retry_initial: Duration,
-    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
+    #[serde(deserialize_with = "nvml_retry", serialize_with = "write_duration")]
     pub retry_max: Duration,
 }
 
@@ -165,11 +165,11 @@ pub struct Xid {
     pub nvml_events: bool,
     /// Reports of the same XID on the same GPU from different sources within this window
     /// are one event.
-    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
+    #[serde(deserialize_with = "xid_dedup_window", serialize_with = "write_duration")]
     pub dedup_window: Duration,
     /// How long a critical XID keeps its GPU `degraded`. Fatal XIDs keep it `unhealthy`
     /// until the daemon restarts (normally: until the node reboots).
-    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
+    #[serde(deserialize_with = "xid_critical_hold", serialize_with = "write_duration")]
     pub critical_hold: Duration,
 }
 
@@ -241,7 +241,7 @@ pub struct Probe {
     /// Run probes from the daemon. Off by default: a probe loads the GPU for about 15 s.
     pub schedule: bool,
     /// How often each GPU is probed when `schedule` is on.
-    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
+    #[serde(deserialize_with = "probe_interval", serialize_with = "write_duration")]
     pub interval: Duration,
     /// The tests a probe runs, in this order.
     #[serde(deserialize_with = "probe_tests")]
@@ -260,10 +260,10 @@ pub struct Probe {
     #[serde(deserialize_with = "fraction")]
     pub max_utilization: f64,
     /// How often the GPU is sampled while a probe runs.
-    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
+    #[serde(deserialize_with = "probe_sample_interval", serialize_with = "write_duration")]
     pub sample_interval: Duration,
     /// A scheduled probe that has not finished after this long is killed.
-    #[serde(deserialize_with = "duration", serialize_with = "write_duration")]
+    #[serde(deserialize_with = "probe_timeout", serialize_with = "write_duration")]
     pub timeout: Duration,
     /// cuBLAS to load for the GEMM test: empty means search the usual names
     /// (libcublas.so.13, .12, ...); a path loads that file first.
@@ -341,6 +341,43 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
             "{text:?} is not a duration ({e}); write it like 500ms, 1s or 5m"
         ))
     })
+}
+
+/// Defines a deserializer for a duration key that must fall in a range: a duration of 0
+/// where a period is meant spins, and one of centuries overflows the clock.
+macro_rules! bounded_duration {
+    ($name:ident, $key:literal, $min:expr, $max:expr) => {
+        fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+            in_range(duration(d)?, $key, $min, $max)
+        }
+    };
+}
+
+const MS: Duration = Duration::from_millis(1);
+const SECOND: Duration = Duration::from_secs(1);
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+bounded_duration!(poll_interval, "poll.interval", 10 * MS, HOUR);
+bounded_duration!(poll_timeout, "poll.timeout", MS, HOUR);
+bounded_duration!(poll_slow_interval, "poll.slow_interval", 10 * MS, DAY);
+bounded_duration!(nvml_retry, "nvml.retry_initial and retry_max", 100 * MS, DAY);
+bounded_duration!(xid_dedup_window, "xid.dedup_window", 100 * MS, HOUR);
+bounded_duration!(xid_critical_hold, "xid.critical_hold", SECOND, 30 * DAY);
+bounded_duration!(probe_interval, "probe.interval", SECOND, 366 * DAY);
+bounded_duration!(probe_sample_interval, "probe.sample_interval", 10 * MS, 10 * SECOND);
+bounded_duration!(probe_timeout, "probe.timeout", SECOND, HOUR);
+
+fn in_range<E: serde::de::Error>(value: Duration, key: &str, min: Duration, max: Duration) -> Result<Duration, E> {
+    if value < min || value > max {
+        return Err(E::custom(format!(
+            "{key} is {}; it must be from {} to {}",
+            humantime::format_duration(value),
+            humantime::format_duration(min),
+            humantime::format_duration(max)
+        )));
+    }
+    Ok(value)
 }
 
 /// Writes a duration the way `duration` reads it (the daemon hands its running probe
@@ -428,6 +465,8 @@ pub struct ConfigError {
     pub line: Option<u64>,
     pub column: Option<u64>,
     pub message: String,
+    /// The lines around the error with a caret under it, when the parser has them.
+    pub snippet: Option<String>,
 }
 
 impl fmt::Display for ConfigError {
@@ -436,8 +475,60 @@ impl fmt::Display for ConfigError {
         if let (Some(line), Some(column)) = (self.line, self.column) {
             write!(f, ":{line}:{column}")?;
         }
-        write!(f, ": {}", self.message)
+        write!(f, ": {}", self.message)?;
+        if let Some(snippet) = &self.snippet {
+            write!(f, "\n{snippet}")?;
+        }
+        Ok(())
     }
+}
+
+/// Where `key:` is written inside the top-level `section:` of a YAML text, as (line,
+/// column), both from 1: to point at the key a check after parsing found wrong.
+pub(crate) fn key_position(text: &str, section: &str, key: &str) -> Option<(u64, u64)> {
+    let mut in_section = false;
+    for (index, line) in text.lines().enumerate() {
+        let indent = line.len() - line.trim_start().len();
+        let trimmed = line.trim_start();
+        if indent == 0 && !trimmed.is_empty() && !trimmed.starts_with('#') {
+            in_section = trimmed.starts_with(&format!("{section}:"));
+            if key.is_empty() && in_section {
+                return Some((index as u64 + 1, 1));
+            }
+            continue;
+        }
+        if in_section && (trimmed.starts_with(&format!("{key}:")) || trimmed.starts_with(&format!("\"{key}\":"))) {
+            return Some((index as u64 + 1, indent as u64 + 1));
+        }
+    }
+    None
+}
+
+/// Splits serde-saphyr's rendered error ("error: line 2 column 13: MESSAGE", then a snippet
+/// that names `<input>` and repeats the message after the caret) into the message and a
+/// snippet that names the file and says it once.
+pub(crate) fn split_rendered(rendered: &str, file: &Path) -> (String, Option<String>) {
+    let mut lines = rendered.lines();
+    let first = lines.next().unwrap_or("");
+    let message = first.strip_prefix("error: ").unwrap_or(first);
+    // "line 2 column 13: " is in the file:line:column prefix already.
+    let message = match message.split_once(": ") {
+        Some((location, rest)) if location.starts_with("line ") && location.contains(" column ") => rest,
+        _ => message,
+    };
+    let snippet: Vec<String> = lines
+        .map(|line| {
+            if let Some(rest) = line.strip_prefix(" --> <input>") {
+                format!(" --> {}{rest}", file.display())
+            } else if let Some(caret) = line.find('^').filter(|_| line.trim_start().starts_with('|')) {
+                line[..=caret].to_string()
+            } else {
+                line.to_string()
+            }
+        })
+        .collect();
+    let snippet = (!snippet.is_empty()).then(|| snippet.join("\n"));
+    (message.trim().to_string(), snippet)
 }
 
 impl std::error::Error for ConfigError {}
@@ -454,11 +545,13 @@ impl Config {
         }
         serde_saphyr::from_str_with_options::<Config>(text, options).map_err(|e| {
             let location = e.location();
+            let (message, snippet) = split_rendered(e.render().trim(), file);
             ConfigError {
                 file: file.to_path_buf(),
                 line: location.as_ref().map(|l| l.line()),
                 column: location.as_ref().map(|l| l.column()),
-                message: e.render().trim().to_string(),
+                message,
+                snippet,
             }
         })
     }
@@ -469,6 +562,7 @@ impl Config {
             line: None,
             column: None,
             message: format!("cannot read the config file: {e}"),
+            snippet: None,
         })?;
         Config::parse(&text, file)
     }
@@ -577,6 +671,36 @@ mod tests {
             assert_eq!(e.line, Some(line), "{text}: {e}");
             assert!(e.message.contains(says), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn durations_out_of_range_are_refused_where_they_are_written() {
+        for (text, line, says) in [
+            ("poll:\n  interval: 300000000000y\n", 2, "poll.interval is"),
+            ("poll:\n  interval: 0s\n", 2, "from 10ms to 1h"),
+            ("poll:\n  slow_interval: 1000days\n", 2, "poll.slow_interval"),
+            ("nvml:\n  retry_initial: 0s\n", 2, "retry_initial"),
+            ("xid:\n  dedup_window: 0s\n", 2, "xid.dedup_window"),
+            ("xid:\n  critical_hold: 100years\n", 2, "xid.critical_hold"),
+            ("probe:\n  interval: 0s\n", 2, "probe.interval"),
+            ("probe:\n  timeout: 0s\n", 2, "probe.timeout"),
+            ("probe:\n  sample_interval: 1h\n", 2, "probe.sample_interval"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.line, Some(line), "{text}: {e}");
+            assert!(e.message.contains(says), "{text}: {e}");
+        }
+        let c = parse("poll:\n  interval: 1h\n  timeout: 30s\n  slow_interval: 1h\n").unwrap();
+        assert_eq!(c.poll.interval, HOUR);
+    }
+
+    #[test]
+    fn errors_name_the_file_once_and_say_the_message_once() {
+        let e = parse("poll:\n  interval: fast\n").unwrap_err().to_string();
+        assert!(e.starts_with("test.yaml:2:13: \"fast\" is not a duration"), "{e}");
+        assert!(e.contains(" --> test.yaml:2:13"), "{e}");
+        assert!(!e.contains("<input>") && !e.contains("line 2 column 13"), "{e}");
+        assert_eq!(e.matches("is not a duration").count(), 1, "{e}");
     }
 
     #[test]

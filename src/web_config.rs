@@ -68,6 +68,10 @@ enum MinVersion {
 }
 
 /// What the server enforces: a TLS config (None: plain HTTP) and basic auth users.
+/// bcrypt costs a web config may use: 4 is bcrypt's minimum; above 12, each wrong password
+/// costs the server too much (exporter-toolkit's own examples use 10).
+pub const BCRYPT_COSTS: std::ops::RangeInclusive<u32> = 4..=12;
+
 #[derive(Clone)]
 pub struct WebSecurity {
     pub tls: Option<Arc<rustls::ServerConfig>>,
@@ -114,6 +118,7 @@ impl WebSecurity {
             line,
             column,
             message,
+            snippet: None,
         };
         let text = std::fs::read_to_string(file)
             .map_err(|e| error(None, None, format!("cannot read the web config file: {e}")))?;
@@ -123,30 +128,58 @@ impl WebSecurity {
             let options = serde_saphyr::options! { strict_booleans: true };
             serde_saphyr::from_str_with_options(&text, options).map_err(|e| {
                 let location = e.location();
-                error(
-                    location.as_ref().map(|l| l.line()),
-                    location.as_ref().map(|l| l.column()),
-                    format!(
-                        "{} (gpuwarden reads tls_server_config: cert_file, key_file, client_auth_type, client_ca_file, min_version; and basic_auth_users)",
-                        e.render().trim()
-                    ),
-                )
+                let (message, snippet) = crate::config::split_rendered(e.render().trim(), file);
+                ConfigError {
+                    snippet,
+                    ..error(
+                        location.as_ref().map(|l| l.line()),
+                        location.as_ref().map(|l| l.column()),
+                        format!(
+                            "{message} (gpuwarden reads tls_server_config: cert_file, key_file, client_auth_type, client_ca_file, min_version; and basic_auth_users)"
+                        ),
+                    )
+                }
             })?
         };
+        // Errors found after parsing point at their key.
+        let at = |section: &str, key: &str, message: String| {
+            let position = crate::config::key_position(&text, section, key);
+            error(position.map(|p| p.0), position.map(|p| p.1), message)
+        };
         for (user, hash) in &raw.basic_auth_users {
-            if hash.parse::<bcrypt::HashParts>().is_err() {
-                return Err(error(
-                    None,
-                    None,
+            let Ok(parts) = hash.parse::<bcrypt::HashParts>() else {
+                return Err(at(
+                    "basic_auth_users",
+                    user,
                     format!(
                         "basic_auth_users.{user} is not a bcrypt hash; make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`"
+                    ),
+                ));
+            };
+            if !BCRYPT_COSTS.contains(&parts.get_cost()) {
+                return Err(at(
+                    "basic_auth_users",
+                    user,
+                    format!(
+                        "basic_auth_users.{user} has bcrypt cost {}; use {} to {}: every wrong password makes the \
+                         server hash it at that cost (2^cost rounds), so a high cost lets anyone pin the CPU",
+                        parts.get_cost(),
+                        BCRYPT_COSTS.start(),
+                        BCRYPT_COSTS.end()
                     ),
                 ));
             }
         }
         let base = file.parent().unwrap_or(Path::new("."));
         let tls = match raw.tls_server_config {
-            Some(tls) => Some(Arc::new(build_tls(&tls, base).map_err(|m| error(None, None, m))?)),
+            Some(tls) => Some(Arc::new(build_tls(&tls, base).map_err(|m| {
+                // "tls_server_config.cert_file ...": point at that key.
+                let key = m
+                    .strip_prefix("tls_server_config.")
+                    .and_then(|rest| rest.split([' ', ':']).next())
+                    .unwrap_or("");
+                at("tls_server_config", key, m.clone())
+            })?)),
             None => None,
         };
         Ok(WebSecurity::new(tls, raw.basic_auth_users))
@@ -205,6 +238,44 @@ fn decode_basic(header: &str) -> Option<(String, String)> {
     Some((user.to_string(), password.to_string()))
 }
 
+/// How long before its end a certificate's coming expiry is worth a warning.
+const EXPIRY_WARNING: std::time::Duration = std::time::Duration::from_secs(14 * 24 * 3600);
+
+/// A served certificate that has expired (or is about to, or is not valid yet) still loads:
+/// the scraper decides what to accept. But it is worth one log line at start and on reload.
+fn warn_about_validity(cert: &CertificateDer<'_>, file: &Path) {
+    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert.as_ref()) else {
+        log::warn!(
+            "tls_server_config.cert_file {}: cannot read its validity period",
+            file.display()
+        );
+        return;
+    };
+    let validity = parsed.validity();
+    let now = x509_parser::time::ASN1Time::now();
+    let not_after = validity.not_after;
+    if now > not_after {
+        log::warn!(
+            "tls_server_config.cert_file {}: the certificate expired on {not_after}; scrapers that check it will refuse the connection",
+            file.display()
+        );
+    } else if now < validity.not_before {
+        log::warn!(
+            "tls_server_config.cert_file {}: the certificate is not valid before {}",
+            file.display(),
+            validity.not_before
+        );
+    } else if validity
+        .time_to_expiration()
+        .is_some_and(|left| left.unsigned_abs() < EXPIRY_WARNING)
+    {
+        log::warn!(
+            "tls_server_config.cert_file {}: the certificate expires on {not_after}, within two weeks",
+            file.display()
+        );
+    }
+}
+
 fn build_tls(tls: &RawTls, base: &Path) -> Result<rustls::ServerConfig, String> {
     let path = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
     let cert_file = path(&tls.cert_file);
@@ -219,6 +290,7 @@ fn build_tls(tls: &RawTls, base: &Path) -> Result<rustls::ServerConfig, String> 
             cert_file.display()
         ));
     }
+    warn_about_validity(&certs[0], &cert_file);
     let key = PrivateKeyDer::from_pem_file(&key_file)
         .map_err(|e| format!("tls_server_config.key_file {}: {e}", key_file.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -308,5 +380,41 @@ mod tests {
         assert!(!security.check_basic_auth(Some(&header("someone", "s3cret"))));
         assert!(!security.check_basic_auth(None));
         assert!(WebSecurity::none().check_basic_auth(None));
+    }
+}
+
+#[cfg(test)]
+mod load_tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<WebSecurity, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("web.yml");
+        std::fs::write(&file, text).unwrap();
+        WebSecurity::load(&file)
+    }
+
+    #[test]
+    fn bcrypt_costs_outside_the_range_are_refused_at_their_line() {
+        // A cost-31 hash (its parts, not a computed one: computing it would take hours).
+        let cost_31 = "$2b$31$abcdefghijklmnopqrstuuO5E2ghC4SJNn9xgVlXmYAjnUhNS8Wde";
+        let e = load(&format!(
+            "# users\nbasic_auth_users:\n  ok: {}\n  slow: {cost_31}\n",
+            bcrypt::hash("x", 4).unwrap()
+        ))
+        .err()
+        .expect("refused");
+        assert_eq!((e.line, e.column), (Some(4), Some(3)), "{e}");
+        assert!(e.message.contains("cost 31") && e.message.contains("4 to 12"), "{e}");
+        assert!(load(&format!("basic_auth_users:\n  a: {}\n", bcrypt::hash("x", 12).unwrap())).is_ok());
+    }
+
+    #[test]
+    fn certificate_errors_point_at_their_key() {
+        let e = load("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n")
+            .err()
+            .expect("refused");
+        assert_eq!((e.line, e.column), (Some(2), Some(3)), "{e}");
+        assert!(e.message.contains("cert_file"), "{e}");
     }
 }

@@ -272,3 +272,50 @@ fn a_bad_web_config_is_refused_at_start_and_on_reload() {
     assert_eq!(curl(certs.path(), &url, &["-u", "prometheus:s3cret"]).code, Some(200));
     assert_eq!(curl(certs.path(), &url, &[]).code, Some(401));
 }
+
+/// An expired certificate, or one about to expire, is served (the scraper decides) with a
+/// warning in the log.
+#[test]
+fn an_expired_certificate_gets_a_warning() {
+    for (days, says) in [("0", "expired on"), ("3", "within two weeks")] {
+        let dir = tempfile::tempdir().unwrap();
+        openssl(
+            dir.path(),
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "k.pem",
+                "-out",
+                "r.csr",
+                "-subj",
+                "/CN=localhost",
+            ],
+        );
+        // With an extension, so it is a version 3 certificate (rustls refuses version 1).
+        std::fs::write(dir.path().join("ext.cnf"), "subjectAltName=DNS:localhost\n").unwrap();
+        openssl(
+            dir.path(),
+            &[
+                "x509", "-req", "-in", "r.csr", "-signkey", "k.pem", "-out", "c.pem", "-days", days, "-extfile",
+                "ext.cnf",
+            ],
+        );
+        // `-days 0` ends the certificate's validity now: a second later it has expired.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        std::fs::write(
+            dir.path().join("web.yaml"),
+            "tls_server_config:\n  cert_file: c.pem\n  key_file: k.pem\n",
+        )
+        .unwrap();
+        let config = test_config(
+            &sim_library(),
+            &format!("web:\n  config_file: {}\n", dir.path().join("web.yaml").display()),
+        );
+        let d = Daemon::start_with(DEMO_SCENARIO, &config);
+        let log = d.log_text();
+        assert!(log.contains(says) && log.contains("c.pem"), "{days} days: {log}");
+    }
+}
