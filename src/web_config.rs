@@ -411,9 +411,9 @@ mod load_tests {
 
     #[test]
     fn certificate_errors_point_at_their_key() {
-        let e = load("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n")
-            .err()
-            .expect("refused");
+        let Err(e) = load("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n") else {
+            panic!("a missing certificate accepted")
+        };
         assert_eq!((e.line, e.column), (Some(2), Some(3)), "{e}");
         assert!(e.message.contains("cert_file"), "{e}");
     }
