@@ -89,6 +89,28 @@ fn raise_open_file_limit() {
     }
 }
 
+/// sysexits.h EX_UNAVAILABLE: the port is taken, and waiting did not free it.
+pub const EX_UNAVAILABLE: i32 = 69;
+/// How long a taken port is tried again before giving up: a previous instance that is still
+/// stopping (a restart) lets go of it within its own stop timeout of a few seconds.
+const BIND_RETRY_FOR: Duration = Duration::from_secs(5);
+
+/// Binds the listener; a port in use is tried again every half second for a few seconds.
+async fn bind(config: &Config) -> std::io::Result<tokio::net::TcpListener> {
+    let started = std::time::Instant::now();
+    loop {
+        match tokio::net::TcpListener::bind(config.listen).await {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && started.elapsed() < BIND_RETRY_FOR => {
+                if started.elapsed() < Duration::from_millis(500) {
+                    log::warn!("{} is in use; trying again for {BIND_RETRY_FOR:?}", config.listen);
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            result => return result,
+        }
+    }
+}
+
 fn bind_error_message(config: &Config, e: &std::io::Error) -> String {
     let mut message = format!(
         "cannot listen on {} (config key `listen`, or --listen): {e}",
@@ -189,11 +211,18 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
             return 1;
         }
     };
-    let listener = match tokio::net::TcpListener::bind(settings.config.listen).await {
+    let listener = match bind(&settings.config).await {
         Ok(l) => l,
         Err(e) => {
             log::error!("{}", bind_error_message(&settings.config, &e));
-            return 1;
+            // Not 1: the unit's RestartPreventExitStatus lists this code, so a port that
+            // another program holds (node_exporter's 9100) does not become a restart loop
+            // that floods the journal every RestartSec.
+            return if e.kind() == std::io::ErrorKind::AddrInUse {
+                EX_UNAVAILABLE
+            } else {
+                1
+            };
         }
     };
     let config = settings.config.clone();

@@ -73,10 +73,14 @@ fn a_taken_port_is_a_clear_start_up_error() {
     let dir = tempfile::tempdir().unwrap();
     let config = write(&dir, "c.yaml", "nvml:\n  enabled: false\n");
     let out = gpuwarden(&["run", "--config", config.to_str().unwrap(), "--listen", &addr], None);
-    assert_eq!(out.status.code(), Some(1));
+    // 69 (EX_UNAVAILABLE), which the unit's RestartPreventExitStatus names: no restart loop.
+    assert_eq!(out.status.code(), Some(gpuwarden::daemon::EX_UNAVAILABLE));
+    let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/gpuwarden.service")).unwrap();
+    assert!(unit.contains("RestartPreventExitStatus=69 78"), "{unit}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&format!("cannot listen on {addr}")), "{stderr}");
     assert!(stderr.contains("config key `listen`"), "{stderr}");
+    assert!(stderr.contains("trying again"), "{stderr}");
 }
 
 fn check_over_demo(json: bool) -> Output {

@@ -300,3 +300,48 @@ fn turning_the_kernel_log_reader_off_and_on_counts_nothing_twice() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(count(&d.scrape()), Some(2.0), "a reload counted the log again");
 }
+
+#[test]
+fn sigterm_after_a_reload_exits_within_five_seconds_with_a_hung_nvml_init() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    // From now on nvmlInit blocks for a minute; a reload that changes NVML's settings makes
+    // the backend anew, and its initialisation hangs in the poll thread.
+    d.set_scenario(&format!("init_hang: 60\n{DEMO_SCENARIO}"));
+    reload(&d, |c| c.replace("retry_initial: 200ms", "retry_initial: 300ms"));
+    std::thread::sleep(Duration::from_millis(500));
+    let asked = Instant::now();
+    assert_eq!(d.stop(), Some(0));
+    assert!(asked.elapsed() < Duration::from_secs(5), "took {:?}", asked.elapsed());
+}
+
+#[test]
+fn reloads_during_long_rounds_lose_no_counter() {
+    // GPU 3 answers after 0.85 s of a 0.9 s deadline: every round takes most of a second.
+    let scenario = edit_device(DEMO_SCENARIO, 3, |dev| {
+        format!("{dev}    hang:\n      nvmlDeviceGetTemperature: 0.85\n")
+    });
+    let config = test_config(&sim_library(), "").replace(
+        "interval: 200ms\n  timeout: 150ms\n  slow_interval: 200ms",
+        "interval: 1s\n  timeout: 900ms\n  slow_interval: 1s",
+    );
+    let d = Daemon::start_with(&scenario, &config);
+    let mut before = d.scrape_until("persistence turned on and a few rounds", |m| {
+        m.value(
+            "gpuwarden_persistence_enable_attempts_total",
+            &[("gpu", "4"), ("result", "enabled")],
+        ) == Some(1.0)
+            && m.value("gpuwarden_poll_round_duration_seconds_count", &[])
+                .unwrap_or(0.0)
+                >= 2.0
+    });
+    for hold in ["2h", "3h", "4h", "5h"] {
+        reload(&d, |c| {
+            let kept: Vec<&str> = c.lines().filter(|l| !l.contains("critical_hold")).collect();
+            format!("{}\n  critical_hold: {hold}\n", kept.join("\n"))
+        });
+        std::thread::sleep(Duration::from_millis(400));
+        let after = d.scrape();
+        assert_no_counter_went_backwards(&before, &after);
+        before = after;
+    }
+}
