@@ -83,6 +83,20 @@ pub fn run(config: Config, json: bool) -> i32 {
                 return 2;
             }
         }
+    } else if report.devices.is_empty() {
+        // No empty table: say what was looked at and why it found nothing.
+        println!("No GPU found.");
+        for (name, status) in &snapshot.backends {
+            let state = match (&status.up, &status.note) {
+                (true, _) => "up, no GPU".to_string(),
+                (false, Some(note)) => note.clone(),
+                (false, None) => "not available".to_string(),
+            };
+            println!("  {name}: {state}");
+        }
+        if snapshot.backends.is_empty() {
+            println!("  every GPU backend is disabled in the config");
+        }
     } else {
         print!("{}", table(&report));
     }

@@ -124,7 +124,10 @@ pub fn findings(device: &DeviceSnapshot, xids: &[XidCount], critical_hold: Durat
         add(
             "ecc_uncorrectable",
             HealthState::Degraded,
-            format!("{n} uncorrectable ECC errors since the driver loaded: drain the node and reset the GPU"),
+            format!(
+                "{n} uncorrectable ECC error{} since the driver loaded: drain the node and reset the GPU",
+                if n == 1 { "" } else { "s" }
+            ),
         );
     }
     if r.remapped_rows.pending == Some(true) {

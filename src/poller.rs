@@ -13,7 +13,7 @@
 //! deadline at once, and makes the backends anew only when their own settings changed;
 //! counters and histograms carry on either way.
 
-use crate::backend::{self, Backend, DevicePoller, PollReport};
+use crate::backend::{self, Backend, BackendState, DevicePoller, PollReport};
 use crate::health;
 use crate::logging::RateLimiter;
 use crate::model::{
@@ -135,7 +135,7 @@ impl Coordinator {
             .backends
             .iter()
             .flat_map(|b| b.status())
-            .map(|(name, _)| name)
+            .map(|state| state.name)
             .collect();
         self.backend_status.retain(|name, _| names.contains(name));
         for name in names {
@@ -324,12 +324,12 @@ impl Coordinator {
             return;
         };
         worker.busy_with = None;
-        if let Some(status) = self.backend_status.get_mut(worker.backend_name) {
-            status.poll_duration.observe(result.elapsed.as_secs_f64());
-            status.call_seconds += result.report.call_seconds;
-            for (call, _) in &result.report.errors {
-                *status.errors.entry(call).or_insert(0) += 1;
-            }
+        // A backend that started reading through a second source (ROCm SMI) gets its entry now.
+        let status = self.backend_status.entry(worker.backend_name).or_default();
+        status.poll_duration.observe(result.elapsed.as_secs_f64());
+        status.call_seconds += result.report.call_seconds;
+        for (call, _) in &result.report.errors {
+            *status.errors.entry(call).or_insert(0) += 1;
         }
         for (call, error) in &result.report.errors {
             let key = format!("{}/{call}/{error}", worker.identity.uuid);
@@ -399,9 +399,18 @@ impl Coordinator {
     }
 
     fn publish(&mut self) {
-        let up: BTreeMap<&'static str, bool> = self.backends.iter().flat_map(|b| b.status()).collect();
-        for (name, status) in &mut self.backend_status {
-            status.up = up.get(name).copied().unwrap_or(false);
+        let states: BTreeMap<&'static str, BackendState> = self
+            .backends
+            .iter()
+            .flat_map(|b| b.status())
+            .map(|state| (state.name, state))
+            .collect();
+        // A backend label no backend reports any more (ROCm SMI not tried) goes.
+        self.backend_status.retain(|name, _| states.contains_key(name));
+        for (name, state) in states {
+            let status = self.backend_status.entry(name).or_default();
+            status.up = state.up;
+            status.note = state.note;
         }
         let devices = self
             .workers

@@ -60,11 +60,8 @@ pub fn render(snapshot: &Snapshot) -> String {
     );
     for (backend, status) in &snapshot.backends {
         if !status.up {
-            let _ = write!(
-                out,
-                "<p><b>{}</b> is not available: no readings from it.</p>",
-                escape(backend)
-            );
+            let why = status.note.as_deref().unwrap_or("no readings from it");
+            let _ = write!(out, "<p><b>{}</b>: {}.</p>", escape(backend), escape(why));
         }
     }
     if snapshot.devices.is_empty() {

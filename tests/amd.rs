@@ -222,14 +222,20 @@ fn an_amd_gpu_that_leaves_the_bus_is_reported_down_and_the_rest_go_on() {
 }
 
 #[test]
-fn without_amd_gpus_the_backend_is_up_with_none_and_can_be_turned_off() {
+fn without_the_amdgpu_driver_the_backend_is_down_and_can_be_turned_off() {
+    // No /sys/class/drm and no amdgpu module: nothing for sysfs to read, so it is down (not
+    // up with no GPUs), and ROCm SMI is not even tried (no series for it).
     let empty = tempfile::tempdir().unwrap();
     let d = start(empty.path());
     let m = d.scrape_until("first scrape", |m| m.has_family("gpu_up"));
     assert_eq!(
         m.value("gpuwarden_backend_up", &[("backend", "amdgpu_sysfs")]),
-        Some(1.0)
+        Some(0.0)
     );
+    assert_eq!(m.value("gpuwarden_backend_up", &[("backend", "rocm_smi")]), None);
+    let page = d.get("/", &[]).text();
+    assert!(page.contains("no amdgpu driver is loaded"), "{page}");
+    assert!(!page.contains("not available"), "{page}");
     assert!(m.find("gpu_info", &[("vendor", "amd")]).is_empty());
     assert!(!d.log_text().contains("WARN"), "{}", d.log_text());
     drop(d);
@@ -407,7 +413,8 @@ fn rocm_smi_that_cannot_initialise_leaves_the_gpus_to_sysfs() {
 }
 
 /// Debian's librocm-smi64-1 (.ci/run installs it): the real library loads, finds no AMD
-/// driver on this machine, and the daemon serves on with the backend down.
+/// driver on this machine (the sysfs fixture says there are AMD GPUs, so it is tried), and
+/// the daemon serves on with the backend down and sysfs reading the GPUs.
 #[test]
 fn the_real_rocm_smi_library_loads_and_fails_cleanly_without_an_amd_gpu() {
     let real = [
@@ -418,8 +425,7 @@ fn the_real_rocm_smi_library_loads_and_fails_cleanly_without_an_amd_gpu() {
     .map(Path::new)
     .find(|p| p.exists())
     .expect("librocm_smi64.so.1 is not installed: apt-get install librocm-smi64-1 (.ci/run does)");
-    let empty = tempfile::tempdir().unwrap();
-    let d = start_with_rocm(empty.path(), real, None);
+    let d = start_with_rocm(Path::new(FIXTURE), real, None);
     let m = d.scrape_until("first scrape", |m| m.has_family("gpuwarden_backend_up"));
     assert_eq!(m.value("gpuwarden_backend_up", &[("backend", "rocm_smi")]), Some(0.0));
     assert_eq!(m.value("gpu_up", &[("gpu", "0"), ("vendor", "nvidia")]), Some(1.0));

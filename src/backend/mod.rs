@@ -20,7 +20,7 @@ use std::sync::Arc;
 pub trait Backend: Send {
     /// The `backend` label values this backend reports, each with its `gpuwarden_backend_up`
     /// state (one backend may read through two sources, as AMD's does).
-    fn status(&self) -> Vec<(&'static str, bool)>;
+    fn status(&self) -> Vec<BackendState>;
 
     /// New device pollers, when there are any: at the first discovery, and again after the
     /// library was initialised anew. They replace every poller this backend handed out
@@ -37,6 +37,15 @@ pub trait Backend: Send {
     fn waiting_for(&self) -> Option<String> {
         None
     }
+}
+
+/// One `backend` label's state: up or not, and why not, for the status page.
+#[derive(Debug, Clone)]
+pub struct BackendState {
+    pub name: &'static str,
+    pub up: bool,
+    /// Why it reads nothing, in words ("no amdgpu driver is loaded").
+    pub note: Option<String>,
 }
 
 /// Every backend the settings enable, in the order their GPUs are first listed (AMD's sysfs

@@ -25,7 +25,7 @@ pub mod xid;
 
 use crate::model::{DeviceReadings, DeviceSnapshot, DurationHistogram, Snapshot};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
@@ -241,13 +241,16 @@ fn encode_samples(
         return Ok(());
     }
     let mut metric = encoder.encode_descriptor(family.name, family.help, None, family.kind.metric_type())?;
+    let write = |sample: &mut MetricEncoder, value: &f64| match family.kind {
+        Kind::Counter => sample.encode_counter::<NoLabelSet, f64, f64>(value, None),
+        _ => sample.encode_gauge(value),
+    };
     for (labels, value) in samples {
-        let mut sample = metric.encode_family(labels)?;
-        match family.kind {
-            Kind::Counter => {
-                sample.encode_counter::<NoLabelSet, f64, f64>(value, None)?;
-            }
-            _ => sample.encode_gauge(value)?,
+        // No labels: no braces (encode_family writes `{}` even for an empty list).
+        if labels.is_empty() {
+            write(&mut metric, value)?;
+        } else {
+            write(&mut metric.encode_family(labels)?, value)?;
         }
     }
     Ok(())
@@ -267,8 +270,15 @@ fn encode_histograms(
     let mut metric = encoder.encode_descriptor(family.name, family.help, None, MetricType::Histogram)?;
     for (values, h) in observed {
         let labels: Labels = family.labels.iter().copied().zip(values.iter().cloned()).collect();
-        let mut sample = metric.encode_family(&labels)?;
-        sample.encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets(), None)?;
+        // Sums of many float durations carry noise in the last digits
+        // (0.0014033599999999998): nanoseconds are all the precision there is.
+        let sum = (h.sum * 1e9).round() / 1e9;
+        if labels.is_empty() {
+            metric.encode_histogram::<NoLabelSet>(sum, h.count, &h.buckets(), None)?;
+        } else {
+            let mut sample = metric.encode_family(&labels)?;
+            sample.encode_histogram::<NoLabelSet>(sum, h.count, &h.buckets(), None)?;
+        }
     }
     Ok(())
 }

@@ -301,6 +301,8 @@ impl Default for DurationHistogram {
 #[derive(Debug, Clone, Default)]
 pub struct BackendStatus {
     pub up: bool,
+    /// Why it is down, in words, for the status page.
+    pub note: Option<String>,
     pub poll_duration: DurationHistogram,
     /// Time spent inside vendor calls, summed over all polls: what the polls' own time
     /// (`poll_duration`) cannot go below. The difference is gpuwarden's own work.

@@ -7,7 +7,7 @@ pub mod gpu_metrics;
 pub mod rocm_smi;
 pub mod sysfs;
 
-use crate::backend::{Backend, DevicePoller};
+use crate::backend::{Backend, BackendState, DevicePoller};
 use crate::config::Amd;
 
 /// AMD's [`Backend`]: GPUs are enumerated once, at the first discovery (no hot-plug).
@@ -15,6 +15,7 @@ pub struct AmdBackend {
     config: Amd,
     enumerated: bool,
     sysfs_up: bool,
+    rocm_smi_tried: bool,
     rocm_smi_up: bool,
 }
 
@@ -24,6 +25,7 @@ impl AmdBackend {
             config: config.clone(),
             enumerated: false,
             sysfs_up: false,
+            rocm_smi_tried: false,
             rocm_smi_up: false,
         }
     }
@@ -55,10 +57,21 @@ impl AmdBackend {
 }
 
 impl Backend for AmdBackend {
-    fn status(&self) -> Vec<(&'static str, bool)> {
-        let mut status = vec![(sysfs::BACKEND, self.sysfs_up)];
-        if self.config.rocm_smi.enabled {
-            status.push((rocm_smi::BACKEND, self.rocm_smi_up));
+    fn status(&self) -> Vec<BackendState> {
+        let mut status = vec![BackendState {
+            name: sysfs::BACKEND,
+            up: self.sysfs_up,
+            note: (!self.sysfs_up).then(|| "no amdgpu driver is loaded (no AMD GPU to read)".to_string()),
+        }];
+        // ROCm SMI is only tried where sysfs shows AMD GPUs: on other nodes it is not in use
+        // at all (and its library would print errors about the missing driver).
+        if let Some(up) = self.rocm_smi_tried.then_some(self.rocm_smi_up) {
+            status.push(BackendState {
+                name: rocm_smi::BACKEND,
+                up,
+                note: (!up)
+                    .then(|| "ROCm SMI could not be loaded or initialised; sysfs reads the AMD GPUs".to_string()),
+            });
         }
         status
     }
@@ -73,7 +86,8 @@ impl Backend for AmdBackend {
         let root = self.config.sysfs_root.clone();
         match sysfs::device_pollers(&root) {
             Ok(mut sysfs_pollers) => {
-                let mut pollers = if self.config.rocm_smi.enabled {
+                let mut pollers = if self.config.rocm_smi.enabled && !sysfs_pollers.is_empty() {
+                    self.rocm_smi_tried = true;
                     self.start_rocm_smi(&mut sysfs_pollers)
                 } else {
                     Vec::new()
@@ -86,7 +100,8 @@ impl Backend for AmdBackend {
                     );
                 }
                 pollers.extend(sysfs_pollers.into_iter().map(|p| Box::new(p) as Box<dyn DevicePoller>));
-                self.sysfs_up = true;
+                // Up when the amdgpu driver is loaded: without it sysfs has nothing to read.
+                self.sysfs_up = sysfs::driver_loaded(&root);
                 Some(pollers)
             }
             Err(e) => {

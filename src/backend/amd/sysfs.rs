@@ -32,6 +32,11 @@ const DEVICE_NAMES: [(u32, &str); 9] = [
 ];
 
 /// The drm class directory under `root`.
+/// Whether the amdgpu kernel driver is loaded (its module directory exists).
+pub fn driver_loaded(root: &Path) -> bool {
+    root.join("sys/module/amdgpu").is_dir()
+}
+
 pub fn drm_dir(root: &Path) -> PathBuf {
     root.join("sys/class/drm")
 }

@@ -3,7 +3,7 @@
 //! driver reload. The poller sees only the [`Backend`] trait.
 
 use super::{BACKEND, NvmlBackend};
-use crate::backend::{Backend, DevicePoller};
+use crate::backend::{Backend, BackendState, DevicePoller};
 use crate::config::Nvml;
 use crate::settings::BackendSettings;
 use crate::xid::nvml_events;
@@ -66,8 +66,13 @@ impl Drop for NvmlLifecycle {
 }
 
 impl Backend for NvmlLifecycle {
-    fn status(&self) -> Vec<(&'static str, bool)> {
-        vec![(BACKEND, matches!(self.state, State::Ready))]
+    fn status(&self) -> Vec<BackendState> {
+        let up = matches!(self.state, State::Ready);
+        vec![BackendState {
+            name: BACKEND,
+            up,
+            note: (!up).then(|| "NVML is not loaded or not initialised (no NVIDIA driver?)".to_string()),
+        }]
     }
 
     fn discover(&mut self) -> Option<Vec<Box<dyn DevicePoller>>> {
