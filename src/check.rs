@@ -29,6 +29,8 @@ struct DeviceReport<'a> {
 struct Report<'a> {
     backends: std::collections::BTreeMap<&'static str, bool>,
     devices: Vec<DeviceReport<'a>>,
+    /// Findings about the node (a GPU on the PCI bus no backend shows).
+    node_findings: &'a [Finding],
 }
 
 /// Reads the kernel log's backlog for XIDs, runs one poll round and returns the snapshot.
@@ -69,8 +71,15 @@ pub fn run(config: Config, json: bool) -> i32 {
             }
         })
         .collect();
-    let worst = devices.iter().map(|d| d.health).max();
+    // A GPU missing from the bus is a finding even when every GPU shown is healthy.
+    let worst = devices
+        .iter()
+        .map(|d| d.health)
+        .chain(snapshot.node_findings.iter().map(|f| f.severity))
+        .max()
+        .filter(|_| !devices.is_empty());
     let report = Report {
+        node_findings: &snapshot.node_findings,
         backends: snapshot.backends.iter().map(|(k, v)| (*k, v.up)).collect(),
         devices,
     };
@@ -160,8 +169,11 @@ fn table(report: &Report) -> String {
         .iter()
         .flat_map(|d| d.findings.iter().map(move |f| (d, f)))
         .collect();
-    if !findings.is_empty() {
+    if !findings.is_empty() || !report.node_findings.is_empty() {
         let _ = writeln!(out, "\nFindings:");
+        for f in report.node_findings {
+            let _ = writeln!(out, "  node: {}: {}", f.severity.label(), f.message);
+        }
         for (d, f) in findings {
             let id = &d.device.identity;
             let _ = writeln!(

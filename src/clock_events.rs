@@ -24,6 +24,11 @@ pub const NVIDIA_REASONS: [(u64, &str); 9] = [
 /// The reasons that mean the GPU is too hot: what GpuThermalViolation alerts on.
 pub const THERMAL_REASONS: [&str; 2] = ["sw_thermal_slowdown", "hw_thermal_slowdown"];
 
+/// Reasons that mean the board's hardware pulled the clocks down for power: the slowdown
+/// signal (power supply, over-current) and the external power brake. Frequent ones point at
+/// the PSU, the power cables or the board.
+pub const HW_POWER_REASONS: [&str; 2] = ["hw_slowdown", "hw_power_brake_slowdown"];
+
 /// One [`ClockEvent`] per supported reason, active when its bit is set in `active`.
 pub fn decode_nvidia(active: u64, supported: u64) -> Vec<ClockEvent> {
     NVIDIA_REASONS

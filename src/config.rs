@@ -25,6 +25,8 @@ pub struct Config {
     pub web: Web,
     pub amd: Amd,
     pub probe: Probe,
+    /// Look on the PCI bus for GPUs no backend enumerates.
+    pub pci_census: bool,
 }
 
 impl Default for Config {
@@ -38,6 +40,7 @@ impl Default for Config {
             web: Web::default(),
             amd: Amd::default(),
             probe: Probe::default(),
+            pci_census: true,
         }
     }
 }
@@ -441,6 +444,8 @@ pub struct Overrides {
     pub listen: Option<SocketAddr>,
     pub nvml_library_path: Option<PathBuf>,
     pub kernel_log_path: Option<PathBuf>,
+    /// The demo's GPUs are simulated: the real PCI bus says nothing about them.
+    pub no_pci_census: bool,
 }
 
 impl Overrides {
@@ -454,6 +459,9 @@ impl Overrides {
         }
         if let Some(path) = &self.kernel_log_path {
             config.xid.kernel_log_path = path.clone();
+        }
+        if self.no_pci_census {
+            config.pci_census = false;
         }
     }
 }

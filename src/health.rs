@@ -5,7 +5,11 @@
 //! as `gpu_health` and each finding as `gpu_health_reason`, the status page and systemd's
 //! STATUS line count them. docs/health.md lists the rules.
 
-use crate::clock_events::THERMAL_REASONS;
+use crate::clock_events::{HW_POWER_REASONS, THERMAL_REASONS};
+
+/// A hardware power slowdown keeps the GPU degraded this long after it was last seen, so
+/// one that comes and goes between scrapes is not missed, and frequent ones stay visible.
+const HW_SLOWDOWN_WINDOW: Duration = Duration::from_secs(600);
 pub use crate::model::health::{DeviceHealth, Finding, HealthState};
 use crate::model::xid::{Severity, XidCount};
 use crate::model::{DeviceSnapshot, EccScope, EccType, Snapshot};
@@ -102,6 +106,26 @@ pub fn findings(device: &DeviceSnapshot, xids: &[XidCount], critical_hold: Durat
             ),
         );
     }
+    if let Some(seen) = device.hw_slowdown_seen.filter(|at| at.elapsed() <= HW_SLOWDOWN_WINDOW) {
+        let now: Vec<&str> = HW_POWER_REASONS
+            .iter()
+            .copied()
+            .filter(|reason| r.clock_event_active(reason))
+            .collect();
+        let when = if now.is_empty() {
+            format!("{} s ago", seen.elapsed().as_secs())
+        } else {
+            format!("now ({})", now.join(", "))
+        };
+        add(
+            "hw_slowdown",
+            HealthState::Degraded,
+            format!(
+                "the hardware pulled the clocks down for power {when} (slowdown signal or power brake): \
+                 check the power supplies and the GPU's power cables"
+            ),
+        );
+    }
     if r.pcie.width_degraded() == Some(true) {
         add(
             "pcie_width_degraded",
@@ -164,16 +188,43 @@ pub fn evaluate(snapshot: &mut Snapshot) {
     for (device, health) in snapshot.devices.iter_mut().zip(verdicts) {
         device.health = health;
     }
+    snapshot.node_findings = snapshot
+        .missing_gpus()
+        .map(|gpu| Finding {
+            reason: "gpu_missing",
+            severity: HealthState::Unhealthy,
+            message: format!(
+                "{} GPU {} is on the PCI bus but no backend shows it ({}): it fell off the bus at boot or \
+                 the driver did not bind; check dmesg, then reseat or replace it",
+                gpu.vendor,
+                gpu.pci_bus_id,
+                match &gpu.driver {
+                    Some(driver) => format!("bound to {driver}"),
+                    None => "no driver bound".to_string(),
+                }
+            ),
+        })
+        .collect();
 }
 
 /// "8 GPU(s): 0 unhealthy, 1 degraded", for systemd's STATUS= line.
 pub fn summary(snapshot: &Snapshot) -> String {
     let count = |s: HealthState| snapshot.devices.iter().filter(|d| d.health.state == s).count();
+    let missing = snapshot
+        .node_findings
+        .iter()
+        .filter(|f| f.reason == "gpu_missing")
+        .count();
     format!(
-        "{} GPU(s): {} unhealthy, {} degraded",
+        "{} GPU(s): {} unhealthy, {} degraded{}",
         snapshot.devices.len(),
         count(HealthState::Unhealthy),
-        count(HealthState::Degraded)
+        count(HealthState::Degraded),
+        if missing > 0 {
+            format!(", {missing} missing")
+        } else {
+            String::new()
+        }
     )
 }
 

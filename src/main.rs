@@ -129,6 +129,7 @@ fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<(Overrides, Optio
             log::info!("demo mode: eight simulated GPUs from {}", demo.library.display());
             overrides.nvml_library_path = Some(demo.library.clone());
             overrides.kernel_log_path = Some(demo.kernel_log.clone());
+            overrides.no_pci_census = true;
             Ok((overrides, Some(demo)))
         }
         Err(e) => {

@@ -421,6 +421,7 @@ impl Coordinator {
                 lost: w.lost,
                 last_good_poll: w.last_good_poll,
                 readings: w.readings.clone(),
+                hw_slowdown_seen: None,
                 health: Default::default(),
             })
             .collect();

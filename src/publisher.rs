@@ -26,11 +26,50 @@ pub struct RoundPart {
     pub round_duration: DurationHistogram,
 }
 
+/// How often the PCI bus is looked at for GPUs no backend shows: it changes at boot and at
+/// hot-plug, and each look reads a few hundred small sysfs files.
+const PCI_CENSUS_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
 struct Latest {
     round: Arc<RoundPart>,
+    /// Per GPU uuid: the last hardware power slowdown counter total, and when a hardware
+    /// power slowdown was last seen (active, or its counter grew).
+    hw_slowdown: std::collections::HashMap<String, (Option<f64>, Option<std::time::Instant>)>,
+    /// The last PCI census and when it was taken.
+    pci: Option<(std::time::Instant, Vec<crate::model::PciGpu>)>,
     /// The XID store's and the probe state's change counters as last published.
     xid_changes: u64,
     probe_changes: u64,
+}
+
+/// Notes, per GPU, when a hardware power slowdown was last seen: active in this round's
+/// readings, or its driver counters grew since the last round that had them.
+fn track_hw_slowdown(
+    seen: &mut std::collections::HashMap<String, (Option<f64>, Option<std::time::Instant>)>,
+    devices: &mut [DeviceSnapshot],
+) {
+    use crate::clock_events::HW_POWER_REASONS;
+    for device in devices {
+        let entry = seen.entry(device.identity.uuid.clone()).or_default();
+        if let Some(r) = device.readings.as_ref().filter(|_| device.up) {
+            let active = HW_POWER_REASONS.iter().any(|reason| r.clock_event_active(reason));
+            let counters: Vec<f64> = r
+                .clock_event_seconds
+                .iter()
+                .filter(|(reason, _)| HW_POWER_REASONS.contains(reason))
+                .map(|(_, s)| *s)
+                .collect();
+            let total = (!counters.is_empty()).then(|| counters.iter().sum::<f64>());
+            let grew = entry.0.zip(total).is_some_and(|(before, now)| now > before);
+            if active || grew {
+                entry.1 = Some(std::time::Instant::now());
+            }
+            if total.is_some() {
+                entry.0 = total;
+            }
+        }
+        device.hw_slowdown_seen = entry.1;
+    }
 }
 
 pub struct Publisher {
@@ -57,6 +96,8 @@ impl Publisher {
             settings,
             latest: Mutex::new(Latest {
                 round: Arc::new(RoundPart::default()),
+                hw_slowdown: Default::default(),
+                pci: None,
                 xid_changes: 0,
                 probe_changes: 0,
             }),
@@ -72,7 +113,21 @@ impl Publisher {
         self.xids
             .set_gpus(round.devices.iter().map(|d| d.identity.pci_bus_id.as_str()));
         let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut round = round;
+        track_hw_slowdown(&mut latest.hw_slowdown, &mut round.devices);
         latest.round = Arc::new(round);
+        let settings = self.settings.current();
+        if !settings.config.pci_census {
+            latest.pci = None;
+        } else if latest
+            .pci
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() >= PCI_CENSUS_EVERY)
+        {
+            // Under amd.sysfs_root: `/` on a host, a fixture tree in tests.
+            let root = &settings.config.amd.sysfs_root;
+            latest.pci = Some((std::time::Instant::now(), crate::pci::gpus_on_the_bus(root)));
+        }
         let snapshot = self.assemble(&mut latest);
         self.store.publish(snapshot);
     }
@@ -105,6 +160,8 @@ impl Publisher {
             xid: self.xids.snapshot(),
             xid_critical_hold: self.settings.current().config.xid.critical_hold,
             probe: self.probes.as_ref().map(|p| p.snapshot()).unwrap_or_default(),
+            pci_gpus: latest.pci.as_ref().map(|(_, gpus)| gpus.clone()).unwrap_or_default(),
+            node_findings: Vec::new(),
         };
         health::evaluate(&mut snapshot);
         snapshot

@@ -64,6 +64,9 @@ pub fn render(snapshot: &Snapshot) -> String {
             let _ = write!(out, "<p><b>{}</b>: {}.</p>", escape(backend), escape(why));
         }
     }
+    for f in &snapshot.node_findings {
+        let _ = write!(out, "<p><b>{}</b>: {}</p>", f.severity.label(), escape(&f.message));
+    }
     if snapshot.devices.is_empty() {
         out.push_str("<p>No GPU found.</p></body></html>\n");
         return out;

@@ -26,7 +26,7 @@ fn run(tool: &str, args: &[&str]) -> (bool, String) {
 #[test]
 fn promtool_checks_and_unit_tests_the_rules() {
     let (ok, out) = run("promtool", &["check", "rules", RULES]);
-    assert!(ok && out.contains("SUCCESS: 17 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 18 rules found"), "{out}");
     let tests = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/alerts.test.yml");
     let (ok, out) = run("promtool", &["test", "rules", tests]);
     assert!(ok && out.contains("SUCCESS"), "{out}");
@@ -48,6 +48,7 @@ fn every_alert_the_design_names_is_shipped_and_unit_tested() {
         "GpuXidCritical",
         "GpuLost",
         "GpuPcieLinkDegraded",
+        "GpuMissing",
         "GpuPersistenceModeOff",
         "GpuEccUncorrectable",
         "GpuRowRemapFailure",

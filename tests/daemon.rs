@@ -731,3 +731,82 @@ fn slow_readings_follow_the_slow_interval_and_fast_ones_every_poll() {
         "energy came too soon for a 3 s slow interval"
     );
 }
+
+/// A GPU on the PCI bus that NVML does not enumerate is reported (gpu_pci_missing, a node
+/// finding in `check` and on the status page); one passed through to a VM is not.
+#[test]
+fn a_gpu_on_the_bus_that_nvml_does_not_show_is_missing() {
+    let root = tempfile::tempdir().unwrap();
+    let devices = root.path().join("sys/bus/pci/devices");
+    let demo_addresses = ["19", "3b", "4c", "5d", "9b", "bb", "cb", "db"].map(|bus| format!("0000:{bus}:00.0"));
+    let mut gpus: Vec<(String, Option<&str>)> = demo_addresses.iter().map(|a| (a.clone(), Some("nvidia"))).collect();
+    gpus.push(("0000:ee:00.0".into(), None));
+    gpus.push(("0000:ef:00.0".into(), Some("vfio-pci")));
+    for (address, driver) in &gpus {
+        let dir = devices.join(address);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("vendor"), "0x10de\n").unwrap();
+        std::fs::write(dir.join("class"), "0x030200\n").unwrap();
+        if let Some(driver) = driver {
+            let target = root.path().join("sys/bus/pci/drivers").join(driver);
+            std::fs::create_dir_all(&target).unwrap();
+            std::os::unix::fs::symlink(&target, dir.join("driver")).unwrap();
+        }
+    }
+    let config = test_config(
+        &sim_library(),
+        &format!("amd:\n  sysfs_root: {}\n", root.path().display()),
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    let m = d.scrape_until("the PCI census", |m| m.has_family("gpu_pci_devices"));
+    assert_eq!(m.value("gpu_pci_devices", &[("vendor", "nvidia")]), Some(9.0));
+    let missing = m.find("gpu_pci_missing", &[]);
+    assert_eq!(missing.len(), 1, "{}", m.text);
+    assert_eq!(missing[0].labels["pci_bus_id"], "0000:ee:00.0");
+    assert_eq!(missing[0].labels["driver"], "");
+    let page = d.get("/", &[]).text();
+    assert!(
+        page.contains("0000:ee:00.0 is on the PCI bus but no backend shows it"),
+        "{page}"
+    );
+
+    let scenario = d.dir.path().join("scenario.yaml");
+    let config_file = d.config_path();
+    let out = std::process::Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&config_file)
+        .env("GPUWARDEN_SIM_NVML_SCENARIO", &scenario)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("node: unhealthy: nvidia GPU 0000:ee:00.0"), "{stdout}");
+}
+
+/// A hardware power slowdown (power brake, slowdown signal) that comes and goes between
+/// scrapes still degrades the GPU: its driver counter grew.
+#[test]
+fn a_hardware_power_slowdown_between_scrapes_is_a_finding() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let reason = |m: &Metrics| m.value("gpu_health_reason", &[("gpu", "0"), ("reason", "hw_slowdown")]);
+    let m = d.scrape_until("a few rounds", |m| {
+        m.value("gpuwarden_poll_round_duration_seconds_count", &[])
+            .unwrap_or(0.0)
+            >= 3.0
+    });
+    assert_eq!(reason(&m), None, "a healthy GPU has no such finding");
+    let braked = edit_device(DEMO_SCENARIO, 0, |dev| {
+        dev.replace("hw_power_brake_slowdown: 0 }", "hw_power_brake_slowdown: 2000000000 }")
+    });
+    d.set_scenario(&braked);
+    let m = d.scrape_until("the power brake seen", |m| reason(m) == Some(1.0));
+    assert_eq!(m.value("gpu_health", &[("gpu", "0"), ("state", "degraded")]), Some(1.0));
+    // Never active at a scrape: it was the counter.
+    assert_eq!(
+        m.value(
+            "gpu_clock_event_active",
+            &[("gpu", "0"), ("reason", "hw_power_brake_slowdown")]
+        ),
+        Some(0.0)
+    );
+}

@@ -317,4 +317,31 @@ pub const FAMILIES: &[Family] = &[
         labels: &[],
         read: Read::Readings(|r, s| s.opt(r.fan_speed_ratio)),
     },
+    Family {
+        name: "gpu_pci_devices",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "NVIDIA and AMD GPUs on the PCI bus (display and 3D controllers, not passed through to a VM), by vendor: compare with the GPUs gpu_info lists.",
+        labels: &["vendor"],
+        read: Read::Node(|snapshot, s| {
+            for vendor in ["nvidia", "amd"] {
+                let n = snapshot.pci_gpus.iter().filter(|g| g.vendor == vendor).count();
+                if n > 0 {
+                    s.labelled(&[vendor], n as f64);
+                }
+            }
+        }),
+    },
+    Family {
+        name: "gpu_pci_missing",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 for each GPU on the PCI bus that no backend enumerated (fell off at boot, or the driver did not bind); driver is the bound driver, empty for none.",
+        labels: &["vendor", "pci_bus_id", "driver"],
+        read: Read::Node(|snapshot, s| {
+            for gpu in snapshot.missing_gpus() {
+                s.labelled(&[gpu.vendor, &gpu.pci_bus_id, gpu.driver.as_deref().unwrap_or("")], 1.0);
+            }
+        }),
+    },
 ];

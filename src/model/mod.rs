@@ -224,6 +224,10 @@ pub struct DeviceSnapshot {
     /// The readings of the latest poll; `None` when the device did not answer in time, so a
     /// dashboard shows a gap rather than a frozen value.
     pub readings: Option<DeviceReadings>,
+    /// When a hardware power slowdown (`HW_POWER_REASONS`) was last seen, active or as
+    /// growth of its driver counter: the publisher keeps it across rounds.
+    #[serde(skip)]
+    pub hw_slowdown_seen: Option<std::time::Instant>,
     /// The verdict over everything the snapshot knows about this GPU (readings, XIDs, the
     /// last probe), computed once when the snapshot is put together.
     #[serde(skip)]
@@ -311,6 +315,16 @@ pub struct BackendStatus {
     pub errors: BTreeMap<&'static str, u64>,
 }
 
+/// A GPU on the PCI bus, as sysfs lists it: whatever the driver made of it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct PciGpu {
+    /// `nvidia` or `amd`, as the `vendor` label writes it.
+    pub vendor: &'static str,
+    pub pci_bus_id: String,
+    /// The bound driver (`nvidia`, `amdgpu`), or None when no driver took it.
+    pub driver: Option<String>,
+}
+
 /// Persistence-mode enable attempts by device uuid and result.
 pub type PersistenceAttempts = BTreeMap<(String, &'static str), u64>;
 
@@ -330,4 +344,19 @@ pub struct Snapshot {
     pub xid_critical_hold: std::time::Duration,
     /// Scheduled probe results and counters (empty outside the daemon).
     pub probe: std::sync::Arc<probe::ProbeSnapshot>,
+    /// NVIDIA and AMD GPUs on the PCI bus (sysfs), to compare with the enumerated ones.
+    pub pci_gpus: Vec<PciGpu>,
+    /// Findings about the node rather than one GPU (a GPU on the bus no backend shows),
+    /// computed with the devices' health.
+    pub node_findings: Vec<health::Finding>,
+}
+
+impl Snapshot {
+    /// GPUs on the PCI bus that no backend enumerated: fell off at boot, or the driver did
+    /// not bind.
+    pub fn missing_gpus(&self) -> impl Iterator<Item = &PciGpu> {
+        self.pci_gpus
+            .iter()
+            .filter(|g| !self.devices.iter().any(|d| d.identity.pci_bus_id == g.pci_bus_id))
+    }
 }

@@ -309,6 +309,7 @@ mod tests {
             },
             up,
             lost: false,
+            hw_slowdown_seen: None,
             health: Default::default(),
             last_good_poll: None,
             readings: Some(DeviceReadings {
