@@ -73,3 +73,50 @@ fn only_get_is_answered() {
     s.read_to_string(&mut reply).unwrap();
     assert!(reply.starts_with("HTTP/1.1 405"), "{reply}");
 }
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Bursts of thousands of connections leave no lasting memory: once they are gone, the
+/// daemon gives the freed memory back (before: 88 MB after twelve bursts of 2000, for good).
+#[test]
+fn memory_goes_back_after_bursts_of_connections() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = rss_kib(d.child.id());
+    let mut peak = before;
+    // Four bursts: the peak is one burst's, and it stayed for good before.
+    for _ in 0..4 {
+        // 2000 connections open at once, each asking for /metrics before any reads.
+        let mut open: Vec<TcpStream> = (0..2000).filter_map(|_| TcpStream::connect(&d.addr).ok()).collect();
+        for s in &mut open {
+            let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: identity\r\n\r\n");
+        }
+        let mut buffer = vec![0u8; 4096];
+        for s in &mut open {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let _ = s.read(&mut buffer);
+        }
+        peak = peak.max(rss_kib(d.child.id()));
+        drop(open);
+    }
+    // The trimmer looks once a second.
+    std::thread::sleep(Duration::from_secs(3));
+    let after = rss_kib(d.child.id());
+    println!("RSS before {before} KiB, peak {peak} KiB, after {after} KiB");
+    assert!(
+        peak > before + 10 * 1024,
+        "the bursts should have cost memory: {before} -> {peak} KiB"
+    );
+    assert!(
+        after < before + 8 * 1024,
+        "RSS stayed at {after} KiB after the bursts (before: {before} KiB, peak {peak} KiB)"
+    );
+}
