@@ -51,6 +51,9 @@ calls = {
     "nvmlDeviceGetPerformanceState": lambda: nvml.nvmlDeviceGetPerformanceState(dev, ctypes.byref(u)),
     "nvmlDeviceGetEccMode": lambda: nvml.nvmlDeviceGetEccMode(dev, ctypes.byref(u), ctypes.byref(ctypes.c_uint())),
     "nvmlDeviceGetTotalEccErrors(uncorrected, volatile)": lambda: nvml.nvmlDeviceGetTotalEccErrors(dev, 1, 0, ctypes.byref(ull)),
+    # Added 2026-11-23 with gpu_encoder/decoder_utilization_ratio.
+    "nvmlDeviceGetEncoderUtilization": lambda: nvml.nvmlDeviceGetEncoderUtilization(dev, ctypes.byref(u), ctypes.byref(ctypes.c_uint())),
+    "nvmlDeviceGetDecoderUtilization": lambda: nvml.nvmlDeviceGetDecoderUtilization(dev, ctypes.byref(u), ctypes.byref(ctypes.c_uint())),
 }
 
 

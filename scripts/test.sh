@@ -21,7 +21,9 @@ step() { printf '\n== %s\n' "$*"; }
 # renders the status page; librocm-smi64-1 is the real ROCm SMI library, which a test loads
 # to show it fails cleanly on a machine without an AMD GPU; curl and openssl are the TLS
 # client and certificate maker of tests/web.rs; python3-venv holds the Python packages.
-APT_PACKAGES=(prometheus prometheus-alertmanager chromium librocm-smi64-1 curl openssl python3-venv)
+# systemd and util-linux (unshare, nsenter): tests/systemd_real.rs boots a real systemd in a
+# namespace of its own and runs the shipped unit there.
+APT_PACKAGES=(prometheus prometheus-alertmanager chromium librocm-smi64-1 curl openssl python3-venv systemd util-linux)
 VENV=target/test-venv
 
 if [ -z "${SKIP_SETUP:-}" ]; then

@@ -277,6 +277,7 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
     let (stop_server, stop_rx) = tokio::sync::watch::channel(false);
     let mut server = tokio::spawn(http::serve(listener, app, settings.clone(), stop_rx, DRAIN_TIMEOUT));
     notify::ready(&format!("serving {devices} GPU(s) on {bound}"));
+    poll_loop.status_overwritten();
 
     loop {
         tokio::select! {
@@ -296,6 +297,7 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
                 }
                 let devices = store.latest().devices.len();
                 notify::ready(&format!("serving {devices} GPU(s) on {bound}"));
+                poll_loop.status_overwritten();
             }
             result = &mut server => {
                 // The server ended on its own: that is a failure.

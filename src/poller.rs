@@ -438,6 +438,9 @@ impl Coordinator {
 enum Control {
     /// The settings were replaced: apply them and poll now.
     Reload,
+    /// Someone else wrote systemd's STATUS= (the READY message): send the health summary
+    /// again after the next round, even if it did not change.
+    StatusOverwritten,
     Stop,
 }
 
@@ -466,9 +469,15 @@ impl PollLoop {
                     notify::watchdog();
                 }
                 // Wake at the next round, at once after a reload, or to stop.
-                while let Err(RecvTimeoutError::Timeout) | Ok(Control::Reload) =
-                    control_rx.recv_timeout(next.saturating_duration_since(Instant::now()))
-                {
+                loop {
+                    match control_rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                        Err(RecvTimeoutError::Timeout) | Ok(Control::Reload) => {}
+                        Ok(Control::StatusOverwritten) => {
+                            coordinator.last_status.clear();
+                            continue;
+                        }
+                        Ok(Control::Stop) | Err(RecvTimeoutError::Disconnected) => break,
+                    }
                     coordinator.run_round();
                     coordinator.report_status();
                     // The watchdog is fed from here, so a poll loop that stops turning (a hung
@@ -500,6 +509,12 @@ impl PollLoop {
     /// is running finishes first). Never waits.
     pub fn reload(&self) {
         let _ = self.control.send(Control::Reload);
+    }
+
+    /// systemd's STATUS= was just written by someone else: the next round sends the health
+    /// summary again.
+    pub fn status_overwritten(&self) {
+        let _ = self.control.send(Control::StatusOverwritten);
     }
 
     /// Stops the loop; false when it did not finish within `wait` (it is stuck in a vendor

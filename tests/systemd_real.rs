@@ -1,0 +1,292 @@
+//! The shipped unit under a real systemd, with its whole sandbox: systemd boots as PID 1 of a
+//! private PID and mount namespace (fresh /tmp and /run, so its boot-time clean-up touches
+//! nothing of the machine's), the unit and a drop-in go into its /run/systemd/system, and the
+//! daemon runs over the simulated NVML and CUDA libraries. One boot, several steps: start
+//! until READY and the STATUS text, an XID in the real journal with its fields, reload (good
+//! and bad), stop with exit 0, a watchdog restart when the poll loop hangs, a bad config
+//! exiting 78 without a restart loop, and a scheduled probe child inside the sandbox.
+//!
+//! Needs root (CI runs as root): as another user it runs the namespace through `sudo -n`.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// systemd as PID 1 of a namespace of its own; stopped when dropped.
+struct Systemd {
+    unshare: Child,
+    /// systemd's PID as the machine sees it, for nsenter and signals.
+    pid: u32,
+}
+
+fn as_root(program: &str) -> Command {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { geteuid() } == 0 {
+        Command::new(program)
+    } else {
+        let mut command = Command::new("sudo");
+        command.args(["-n", program]);
+        command
+    }
+}
+
+unsafe extern "C" {
+    fn geteuid() -> u32;
+}
+
+impl Systemd {
+    fn boot(dir: &Path) -> Systemd {
+        // Outside /tmp: the namespace mounts a fresh /tmp over it.
+        let script = dir.join("boot.sh");
+        std::fs::write(
+            &script,
+            // The journal too: its files stay in the namespace, not in the machine's
+            // /var/log/journal.
+            "#!/bin/sh\nmount -t tmpfs tmpfs /tmp\nmount -t tmpfs tmpfs /run\nmount -t proc proc /proc\n\
+             mkdir -p /var/log/journal && mount -t tmpfs tmpfs /var/log/journal\n\
+             exec /usr/lib/systemd/systemd --system --unit=basic.target\n",
+        )
+        .unwrap();
+        let unshare = as_root("unshare")
+            .args(["--pid", "--fork", "--mount", "--propagation", "private", "sh"])
+            .arg(&script)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("unshare (util-linux)");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let pid = loop {
+            let children =
+                std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", unshare.id())).unwrap_or_default();
+            if let Some(pid) = children.split_whitespace().next().and_then(|p| p.parse().ok()) {
+                break pid;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "systemd did not start; run the tests as root (or with passwordless sudo)"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let systemd = Systemd { unshare, pid };
+        loop {
+            let state = systemd.run("systemctl", &["is-system-running"]);
+            if state.contains("running") || state.contains("degraded") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "systemd never finished booting: {state}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        systemd
+    }
+
+    /// Runs a command inside the namespace; its stdout and stderr.
+    fn run(&self, program: &str, args: &[&str]) -> String {
+        let out = as_root("nsenter")
+            .args(["-t", &self.pid.to_string(), "-m", "-p", program])
+            .args(args)
+            .output()
+            .unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }
+
+    fn shell(&self, script: &str) -> String {
+        self.run("sh", &["-c", script])
+    }
+
+    fn show(&self, property: &str) -> String {
+        self.run("systemctl", &["show", "-P", property, "gpuwarden.service"])
+            .trim()
+            .to_string()
+    }
+
+    fn wait_for(&self, what: &str, within: Duration, check: impl Fn(&Systemd) -> bool) {
+        let deadline = Instant::now() + within;
+        while !check(self) {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; state {} ({}), status {:?}; journal:\n{}",
+                self.show("ActiveState"),
+                self.show("Result"),
+                self.show("StatusText"),
+                self.run("journalctl", &["-u", "gpuwarden", "--no-pager", "-n", "40"])
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Systemd {
+    fn drop(&mut self) {
+        // SIGRTMIN+4: systemd's "halt" for a container.
+        let _ = as_root("kill")
+            .args(["-s", "SIGRTMIN+4", &self.pid.to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while matches!(self.unshare.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.unshare.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Writes `text` to `path` inside the namespace (its /run is its own).
+fn put(systemd: &Systemd, path: &str, text: &str) {
+    let staged = std::env::temp_dir().join(format!("gpuwarden-systemd-{}", std::process::id()));
+    std::fs::write(&staged, text).unwrap();
+    // /tmp is the namespace's own too: pass the text on stdin instead.
+    let out = as_root("nsenter")
+        .args(["-t", &systemd.pid.to_string(), "-m", "-p", "sh", "-c"])
+        .arg(format!("mkdir -p $(dirname {path}) && cat > {path}"))
+        .stdin(std::fs::File::open(&staged).unwrap())
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&staged);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn the_shipped_unit_under_a_real_systemd() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let systemd = Systemd::boot(dir.path());
+    let port = free_port();
+    let cuda = sim_cuda_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), true);
+    let binary = PathBuf::from(BIN);
+    let config = format!(
+        "listen: 127.0.0.1:{port}\npoll:\n  interval: 200ms\n  timeout: 150ms\n  slow_interval: 200ms\n\
+         nvml:\n  library_path: {}\n  retry_initial: 200ms\n  retry_max: 1s\n\
+         xid:\n  kernel_log_path: /run/gpuwarden-test/kmsg\n{FAST_PROBES}",
+        sim_library().display()
+    );
+    put(&systemd, "/run/gpuwarden-test/config.yaml", &config);
+    put(&systemd, "/run/gpuwarden-test/scenario.yaml", &with_cuda(DEMO_SCENARIO));
+    put(&systemd, "/run/gpuwarden-test/kmsg", "");
+    let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/gpuwarden.service")).unwrap();
+    put(&systemd, "/run/systemd/system/gpuwarden.service", &unit);
+    // Only what a test needs differs from the shipped unit: the binary, its config, the
+    // simulated libraries, and a short watchdog so its restart comes within the test.
+    put(
+        &systemd,
+        "/run/systemd/system/gpuwarden.service.d/test.conf",
+        &format!(
+            "[Service]\nExecStart=\nExecStart={} run --config /run/gpuwarden-test/config.yaml\n\
+             Environment=GPUWARDEN_SIM_NVML_SCENARIO=/run/gpuwarden-test/scenario.yaml\n\
+             Environment=LD_LIBRARY_PATH={}\nWatchdogSec=3s\n",
+            binary.display(),
+            cuda.display()
+        ),
+    );
+    systemd.run("systemctl", &["daemon-reload"]);
+
+    // Start: `systemctl start` returns once READY=1 came (Type=notify).
+    let out = systemd.run("systemctl", &["start", "gpuwarden.service"]);
+    assert_eq!(systemd.show("ActiveState"), "active", "{out}");
+    systemd.wait_for("the health summary in STATUS", Duration::from_secs(10), |s| {
+        s.show("StatusText").starts_with("8 GPU(s): 0 unhealthy,")
+    });
+    let m = Metrics::parse(&http_get(&format!("127.0.0.1:{port}"), "/metrics", &[]).text());
+    assert_eq!(m.find("gpu_up", &[]).len(), 8);
+
+    // A scheduled probe child runs inside the sandbox (MemoryDenyWriteExecute, the system
+    // call filter) over the simulated CUDA driver, and passes.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = Metrics::parse(&http_get(&format!("127.0.0.1:{port}"), "/metrics", &[]).text());
+        if m.find("gpu_probe_runs_total", &[("result", "pass")])
+            .iter()
+            .any(|s| s.value >= 1.0)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no probe passed under systemd:\n{}", m.text);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // An XID reaches the real journal with the fields to filter on.
+    systemd
+        .shell("echo 'NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=x, Graphics Exception' >> /run/gpuwarden-test/kmsg");
+    systemd.wait_for("the XID in the journal", Duration::from_secs(10), |s| {
+        s.run("journalctl", &["-u", "gpuwarden", "XID=13", "-o", "json", "--no-pager"])
+            .contains("\"PCI_BUS_ID\":\"0000:3b:00.0\"")
+    });
+    let persistence = systemd.run(
+        "journalctl",
+        &[
+            "-u",
+            "gpuwarden",
+            "GPU_UUID=GPU-5f2c7a1e-0000-4d6b-9a0c-000000000004",
+            "--no-pager",
+        ],
+    );
+    assert!(
+        persistence.contains("persistence mode was off on GPU 4"),
+        "{persistence}"
+    );
+
+    // Reload: a good config applies, a bad one is refused and the service stays up.
+    systemd
+        .shell("sed -i 's/critical_hold: .*//; s/^xid:/xid:\\n  critical_hold: 2h/' /run/gpuwarden-test/config.yaml");
+    systemd.run("systemctl", &["reload", "gpuwarden.service"]);
+    systemd.wait_for("the reload", Duration::from_secs(10), |s| {
+        s.run("journalctl", &["-u", "gpuwarden", "--no-pager"])
+            .contains("reloaded the config")
+    });
+    systemd.shell("echo 'poll: {intervall: 1s}' >> /run/gpuwarden-test/config.yaml");
+    systemd.run("systemctl", &["reload", "gpuwarden.service"]);
+    systemd.wait_for("the refused reload", Duration::from_secs(10), |s| {
+        s.run("journalctl", &["-u", "gpuwarden", "--no-pager"])
+            .contains("reload refused")
+    });
+    assert_eq!(systemd.show("ActiveState"), "active");
+    systemd.shell("sed -i '/intervall/d' /run/gpuwarden-test/config.yaml");
+
+    // The poll loop hangs (the driver goes away and nvmlInit blocks): the watchdog pings stop
+    // and systemd restarts the service; with the driver back it comes up again.
+    let restarts: u32 = systemd.show("NRestarts").parse().unwrap();
+    put(
+        &systemd,
+        "/run/gpuwarden-test/scenario.yaml",
+        &format!("uninitialized: true\ninit_hang: 600\n{}", with_cuda(DEMO_SCENARIO)),
+    );
+    systemd.wait_for("a watchdog restart", Duration::from_secs(30), |s| {
+        s.show("NRestarts").parse::<u32>().unwrap_or(0) > restarts
+    });
+    let journal = systemd.run("journalctl", &["-u", "gpuwarden", "--no-pager"]);
+    assert!(journal.contains("Watchdog timeout"), "{journal}");
+    put(&systemd, "/run/gpuwarden-test/scenario.yaml", &with_cuda(DEMO_SCENARIO));
+    systemd.wait_for("the service back", Duration::from_secs(30), |s| {
+        s.show("ActiveState") == "active" && s.show("StatusText").starts_with("8 GPU(s)")
+    });
+
+    // Stop: exit 0.
+    systemd.run("systemctl", &["stop", "gpuwarden.service"]);
+    assert_eq!(systemd.show("ExecMainStatus"), "0");
+    assert_eq!(systemd.show("Result"), "success");
+
+    // A bad config: exit 78 and no restart loop (RestartPreventExitStatus).
+    systemd.shell("echo 'poll: {intervall: 1s}' >> /run/gpuwarden-test/config.yaml");
+    let restarts: u32 = systemd.show("NRestarts").parse().unwrap();
+    systemd.run("systemctl", &["start", "gpuwarden.service"]);
+    systemd.wait_for("the failed start", Duration::from_secs(10), |s| {
+        s.show("ActiveState") == "failed"
+    });
+    assert_eq!(systemd.show("ExecMainStatus"), "78");
+    // RestartSec is 5s: a loop would have restarted it by now.
+    std::thread::sleep(Duration::from_secs(7));
+    assert_eq!(systemd.show("NRestarts").parse::<u32>().unwrap(), restarts);
+    assert_eq!(systemd.show("ActiveState"), "failed");
+}
