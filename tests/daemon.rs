@@ -140,8 +140,8 @@ fn eight_gpus_report_the_scenario_values() {
     }
     // One clock-event series per supported reason (mask 511: all nine).
     assert_eq!(m.find("gpu_clock_event_active", &[gpu("2")]).len(), 9);
-    // Not supported means absent, never a made-up 0: the scenario has no fan, H200s have no
-    // video encoder, and only GPU 1 reports its decoder.
+    // Not supported means absent, never a made-up 0: the scenario has no fan, no GPU that
+    // reports its video encoder, and only GPU 1 reports its decoder.
     assert!(!m.has_family("gpu_fan_speed_ratio"));
     assert!(!m.has_family("gpu_encoder_utilization_ratio"));
     assert_eq!(m.find("gpu_decoder_utilization_ratio", &[]).len(), 1);

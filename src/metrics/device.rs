@@ -169,7 +169,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_encoder_utilization_ratio",
         kind: Kind::Gauge,
         unit: "ratio",
-        help: "Fraction of the last sample period the video encoder (NVENC) was busy; absent on boards without one.",
+        help: "Fraction of the last sample period the video encoder (NVENC) was busy; absent where the driver does not report it.",
         labels: &[],
         read: Read::Readings(|r, s| s.opt(r.encoder_utilization_ratio)),
     },

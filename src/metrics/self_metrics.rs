@@ -46,7 +46,8 @@ pub const FAMILIES: &[Family] = &[
         read: Read::Node(|snapshot, s| {
             for (name, status) in &snapshot.backends {
                 if status.poll_duration.count > 0 {
-                    s.labelled(&[name], status.call_seconds);
+                    // A sum of many float durations: nanoseconds are all the precision there is.
+                    s.labelled(&[name], (status.call_seconds * 1e9).round() / 1e9);
                 }
             }
         }),

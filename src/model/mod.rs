@@ -153,8 +153,8 @@ pub struct DeviceReadings {
     pub utilization_ratio: Option<f64>,
     /// Fraction of time the memory controller was busy reading or writing.
     pub memory_copy_utilization_ratio: Option<f64>,
-    /// Fraction of the last sample period the video encoder (NVENC) was busy; boards
-    /// without one (H100, H200) do not say.
+    /// Fraction of the last sample period the video encoder (NVENC) was busy, where the
+    /// driver reports it.
     pub encoder_utilization_ratio: Option<f64>,
     /// Fraction of the last sample period the video decoder (NVDEC) was busy.
     pub decoder_utilization_ratio: Option<f64>,
