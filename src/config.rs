@@ -27,6 +27,15 @@ pub struct Config {
     pub probe: Probe,
     /// Look on the PCI bus for GPUs no backend enumerates.
     pub pci_census: bool,
+    pub hpc_jobs: HpcJobs,
+}
+
+/// Batch jobs per GPU from a job mapping directory (dcgm-exporter's layout).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HpcJobs {
+    /// One file per GPU (its index or UUID), one job id per line; empty: off.
+    pub mapping_dir: PathBuf,
 }
 
 impl Default for Config {
@@ -41,6 +50,7 @@ impl Default for Config {
             amd: Amd::default(),
             probe: Probe::default(),
             pci_census: true,
+            hpc_jobs: HpcJobs::default(),
         }
     }
 }
@@ -446,6 +456,7 @@ pub struct Overrides {
     pub kernel_log_path: Option<PathBuf>,
     /// The demo's GPUs are simulated: the real PCI bus says nothing about them.
     pub no_pci_census: bool,
+    pub hpc_jobs_dir: Option<PathBuf>,
 }
 
 impl Overrides {
@@ -462,6 +473,9 @@ impl Overrides {
         }
         if self.no_pci_census {
             config.pci_census = false;
+        }
+        if let Some(dir) = &self.hpc_jobs_dir {
+            config.hpc_jobs.mapping_dir = dir.clone();
         }
     }
 }

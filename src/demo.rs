@@ -16,6 +16,9 @@ pub const KERNEL_LOG: &str = include_str!("../config/demo-kernel-log.txt");
 
 pub const LIBRARY_FILE: &str = "libgpuwarden_sim_nvml.so";
 
+/// The demo's batch jobs: (GPU index, job id).
+pub const DEMO_JOBS: [(&str, &str); 2] = [("1", "48213"), ("7", "48217_2")];
+
 /// Where the simulated library is looked for, in order.
 pub fn library_candidates() -> Vec<PathBuf> {
     let mut candidates = Vec::new();
@@ -38,6 +41,8 @@ pub fn library_candidates() -> Vec<PathBuf> {
 pub struct Demo {
     pub library: PathBuf,
     pub kernel_log: PathBuf,
+    /// A job mapping directory: the demo's two busy GPUs run batch jobs.
+    pub jobs: PathBuf,
     dir: PathBuf,
 }
 
@@ -69,8 +74,15 @@ pub fn prepare() -> Result<Demo, String> {
     let demo = Demo {
         library,
         kernel_log: dir.join("kmsg"),
+        jobs: dir.join("jobs"),
         dir: dir.clone(),
     };
+    // GPUs 1 and 7 are the loaded ones; what a Slurm prolog (deploy/slurm/) would write.
+    std::fs::create_dir_all(&demo.jobs).map_err(|e| format!("cannot create {}: {e}", demo.jobs.display()))?;
+    for (gpu, job) in DEMO_JOBS {
+        std::fs::write(demo.jobs.join(gpu), format!("{job}\n"))
+            .map_err(|e| format!("cannot write the demo's jobs to {}: {e}", demo.jobs.display()))?;
+    }
     let scenario = dir.join("scenario.yaml");
     std::fs::write(&scenario, SCENARIO)
         .map_err(|e| format!("cannot write the demo scenario to {}: {e}", scenario.display()))?;

@@ -5,6 +5,7 @@
 //! backends read the vendor libraries on threads of their own, the poller publishes whole
 //! snapshots to the store, and the HTTP server renders the latest snapshot.
 
+pub mod attribution;
 pub mod backend;
 pub mod check;
 pub mod clock_events;

@@ -130,6 +130,7 @@ fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<(Overrides, Optio
             overrides.nvml_library_path = Some(demo.library.clone());
             overrides.kernel_log_path = Some(demo.kernel_log.clone());
             overrides.no_pci_census = true;
+            overrides.hpc_jobs_dir = Some(demo.jobs.clone());
             Ok((overrides, Some(demo)))
         }
         Err(e) => {

@@ -8,6 +8,7 @@
 //! a few times a second, so an XID shows on /metrics well within a second whatever the poll
 //! interval is.
 
+use crate::attribution::jobs::GpuKey;
 use crate::health;
 use crate::model::{BackendStatus, DeviceSnapshot, DurationHistogram, PersistenceAttempts, Snapshot};
 use crate::probe::schedule::ProbeState;
@@ -30,8 +31,14 @@ pub struct RoundPart {
 /// hot-plug, and each look reads a few hundred small sysfs files.
 const PCI_CENSUS_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How often the job mapping directory is read: a job starts or ends in seconds, and a
+/// stale attribution for a few seconds is harmless.
+const JOBS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 struct Latest {
     round: Arc<RoundPart>,
+    /// The last read of the job mapping directory and when it was taken.
+    jobs: Option<(std::time::Instant, BTreeMap<GpuKey, Vec<String>>)>,
     /// Per GPU uuid: the last hardware power slowdown counter total, and when a hardware
     /// power slowdown was last seen (active, or its counter grew).
     hw_slowdown: std::collections::HashMap<String, (Option<f64>, Option<std::time::Instant>)>,
@@ -72,6 +79,22 @@ fn track_hw_slowdown(
     }
 }
 
+/// The job mapping's files matched to GPUs: a number is an NVIDIA GPU's index (the layout
+/// comes from dcgm-exporter; on a node with only AMD GPUs, theirs), a name a GPU's uuid.
+fn jobs_by_uuid(jobs: &BTreeMap<GpuKey, Vec<String>>, devices: &[DeviceSnapshot]) -> BTreeMap<String, Vec<String>> {
+    use crate::model::Vendor;
+    let has_nvidia = devices.iter().any(|d| d.identity.vendor == Vendor::Nvidia);
+    jobs.iter()
+        .filter_map(|(key, ids)| {
+            let device = devices.iter().find(|d| match key {
+                GpuKey::Index(i) => d.identity.index == *i && (d.identity.vendor == Vendor::Nvidia || !has_nvidia),
+                GpuKey::Uuid(uuid) => d.identity.uuid == *uuid,
+            })?;
+            Some((device.identity.uuid.clone(), ids.clone()))
+        })
+        .collect()
+}
+
 pub struct Publisher {
     store: Arc<Store>,
     xids: Arc<XidStore>,
@@ -80,6 +103,8 @@ pub struct Publisher {
     settings: Arc<SharedSettings>,
     /// Held while a snapshot is put together, so a round and a refresh never interleave.
     latest: Mutex<Latest>,
+    /// An unreadable job mapping directory is logged once as a warning.
+    warned_jobs: std::sync::atomic::AtomicBool,
 }
 
 impl Publisher {
@@ -97,10 +122,12 @@ impl Publisher {
             latest: Mutex::new(Latest {
                 round: Arc::new(RoundPart::default()),
                 hw_slowdown: Default::default(),
+                jobs: None,
                 pci: None,
                 xid_changes: 0,
                 probe_changes: 0,
             }),
+            warned_jobs: Default::default(),
         }
     }
 
@@ -117,6 +144,27 @@ impl Publisher {
         track_hw_slowdown(&mut latest.hw_slowdown, &mut round.devices);
         latest.round = Arc::new(round);
         let settings = self.settings.current();
+        let mapping_dir = &settings.config.hpc_jobs.mapping_dir;
+        if mapping_dir.as_os_str().is_empty() {
+            latest.jobs = None;
+        } else if latest.jobs.as_ref().is_none_or(|(at, _)| at.elapsed() >= JOBS_EVERY) {
+            let jobs = match crate::attribution::jobs::read(mapping_dir) {
+                Ok(jobs) => jobs,
+                Err(e) => {
+                    // No stale attribution: without the directory, no jobs are shown.
+                    if self.warned_jobs.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                        log::debug!("cannot read hpc_jobs.mapping_dir {}: {e}", mapping_dir.display());
+                    } else {
+                        log::warn!(
+                            "cannot read hpc_jobs.mapping_dir {}: {e}; no job attribution",
+                            mapping_dir.display()
+                        );
+                    }
+                    BTreeMap::new()
+                }
+            };
+            latest.jobs = Some((std::time::Instant::now(), jobs));
+        }
         if !settings.config.pci_census {
             latest.pci = None;
         } else if latest
@@ -161,6 +209,11 @@ impl Publisher {
             xid_critical_hold: self.settings.current().config.xid.critical_hold,
             probe: self.probes.as_ref().map(|p| p.snapshot()).unwrap_or_default(),
             pci_gpus: latest.pci.as_ref().map(|(_, gpus)| gpus.clone()).unwrap_or_default(),
+            jobs: latest
+                .jobs
+                .as_ref()
+                .map(|(_, jobs)| jobs_by_uuid(jobs, &round.devices))
+                .unwrap_or_default(),
             node_findings: Vec::new(),
         };
         health::evaluate(&mut snapshot);

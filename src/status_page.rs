@@ -82,11 +82,15 @@ pub fn render(snapshot: &Snapshot) -> String {
         let state = d.health.state;
         let _ = write!(
             out,
-            "<tr><td><b>{}</b> {}<br><small>{} &middot; {}</small></td>",
+            "<tr><td><b>{}</b> {}<br><small>{} &middot; {}</small>{}</td>",
             id.index,
             escape(&id.name),
             escape(&id.pci_bus_id),
-            escape(&id.uuid)
+            escape(&id.uuid),
+            match snapshot.jobs.get(&id.uuid) {
+                Some(jobs) => format!("<br><small>job {}</small>", escape(&jobs.join(", "))),
+                None => String::new(),
+            }
         );
         let _ = write!(out, "<td><span class=\"state {0}\">{0}</span>", state.label());
         if state != HealthState::Ok {

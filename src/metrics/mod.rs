@@ -6,6 +6,7 @@
 //! | `device.rs` | what a poll reads from each GPU, its identity and health (`gpu_*`) |
 //! | `xid.rs` | XID counts per GPU, and the XID sources' own series |
 //! | `probe.rs` | the scheduled CUDA probe (`gpu_probe_*`) |
+//! | `attribution.rs` | which job uses each GPU (`gpu_job_info`) |
 //! | `self_metrics.rs` | gpuwarden itself (`gpuwarden_*`): build, backends, polls |
 //!
 //! A prometheus-client `Collector` over one snapshot builds every family from it at encode
@@ -18,6 +19,7 @@
 //! (docs/architecture.md walks through it). docs/metrics.md documents every row; a test
 //! checks the two against each other.
 
+pub mod attribution;
 pub mod device;
 pub mod probe;
 pub mod self_metrics;
@@ -106,6 +108,7 @@ pub fn all() -> impl Iterator<Item = &'static Family> {
         .iter()
         .chain(xid::FAMILIES)
         .chain(probe::FAMILIES)
+        .chain(attribution::FAMILIES)
         .chain(self_metrics::FAMILIES)
 }
 

@@ -346,6 +346,8 @@ pub struct Snapshot {
     pub probe: std::sync::Arc<probe::ProbeSnapshot>,
     /// NVIDIA and AMD GPUs on the PCI bus (sysfs), to compare with the enumerated ones.
     pub pci_gpus: Vec<PciGpu>,
+    /// Batch job ids per GPU uuid, from the job mapping directory (empty when off).
+    pub jobs: BTreeMap<String, Vec<String>>,
     /// Findings about the node rather than one GPU (a GPU on the bus no backend shows),
     /// computed with the devices' health.
     pub node_findings: Vec<health::Finding>,

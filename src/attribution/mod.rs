@@ -1,0 +1,8 @@
+//! Workload attribution: which job or pod uses each GPU. Read in the background (the
+//! publisher asks at most every few seconds), never on the scrape path.
+//!
+//! - `jobs`: dcgm-exporter's HPC job mapping layout, one file per GPU whose lines are the job
+//!   ids running on it (written by a batch scheduler's prolog and cleared by its epilog;
+//!   deploy/slurm/ has Slurm's).
+
+pub mod jobs;

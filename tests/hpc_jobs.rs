@@ -1,0 +1,73 @@
+//! Batch jobs per GPU: the Slurm prolog and epilog under deploy/slurm/ keep the job mapping
+//! directory, and the daemon serves what it holds as gpu_job_info, in step with it.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+fn slurm(script: &str, dir: &Path, job: &str, gpus: &str) {
+    let path = format!("{}/deploy/slurm/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("sh")
+        .arg(&path)
+        .env("GPUWARDEN_JOB_DIR", dir)
+        .env("SLURM_JOB_ID", job)
+        .env("SLURM_JOB_GPUS", gpus)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn jobs(m: &Metrics, gpu: &str) -> Vec<String> {
+    let mut jobs: Vec<String> = m
+        .find("gpu_job_info", &[("gpu", gpu)])
+        .iter()
+        .map(|s| s.labels["job"].clone())
+        .collect();
+    jobs.sort();
+    jobs
+}
+
+#[test]
+fn the_slurm_prolog_and_epilog_keep_gpu_job_info() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("jobs");
+    let config = test_config(
+        &sim_library(),
+        &format!("hpc_jobs:\n  mapping_dir: {}\n", dir.display()),
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    // No directory yet: no jobs, no error.
+    assert!(!d.scrape().has_family("gpu_job_info"));
+
+    slurm("prolog.sh", &dir, "1234", "0,2");
+    slurm("prolog.sh", &dir, "5678_3", "2"); // an array task shares GPU 2
+    slurm("prolog.sh", &dir, "1234", "0,2"); // a prolog run twice adds nothing
+    assert_eq!(std::fs::read_to_string(dir.join("2")).unwrap(), "1234\n5678_3\n");
+    let m = d.scrape_until("the jobs", |m| jobs(m, "2").len() == 2);
+    assert_eq!(jobs(&m, "0"), ["1234"]);
+    assert_eq!(jobs(&m, "2"), ["1234", "5678_3"]);
+    assert!(jobs(&m, "1").is_empty());
+    assert!(d.get("/", &[]).text().contains("job 1234, 5678_3"));
+
+    // The first job ends: the other stays on GPU 2, GPU 0 has none.
+    slurm("epilog.sh", &dir, "1234", "0,2");
+    assert_eq!(std::fs::read_to_string(dir.join("2")).unwrap(), "5678_3\n");
+    let m = d.scrape_until("the job gone", |m| jobs(m, "0").is_empty());
+    assert_eq!(jobs(&m, "2"), ["5678_3"]);
+
+    // A directory that cannot be read shows no jobs (never stale ones).
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::write(&dir, "not a directory").unwrap();
+    d.scrape_until("no jobs", |m| !m.has_family("gpu_job_info"));
+    assert!(
+        d.log_text().contains("cannot read hpc_jobs.mapping_dir"),
+        "{}",
+        d.log_text()
+    );
+}
