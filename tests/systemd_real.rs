@@ -58,10 +58,24 @@ impl Systemd {
             .spawn()
             .expect("unshare (util-linux)");
         let deadline = Instant::now() + Duration::from_secs(30);
+        // Down the process tree (sudo, then unshare, then the script that execs systemd) to
+        // systemd itself: nsenter needs a process inside the new PID namespace.
         let pid = loop {
-            let children =
-                std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", unshare.id())).unwrap_or_default();
-            if let Some(pid) = children.split_whitespace().next().and_then(|p| p.parse().ok()) {
+            let mut pid = unshare.id();
+            let mut found = None;
+            for _ in 0..4 {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                if comm.trim() == "systemd" {
+                    found = Some(pid);
+                    break;
+                }
+                let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+                match children.split_whitespace().next().and_then(|p| p.parse().ok()) {
+                    Some(child) => pid = child,
+                    None => break,
+                }
+            }
+            if let Some(pid) = found {
                 break pid;
             }
             assert!(
