@@ -140,7 +140,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
                 .map(|r| r["expr"].as_str().unwrap().to_string())
         })
         .collect();
-    assert_eq!(exprs.len(), 17);
+    assert_eq!(exprs.len(), 18);
     let used = metric_names(&exprs.join("\n"));
     assert!(
         used.contains("gpu_clock_event_seconds_total") && used.contains("gpu_up"),
@@ -153,12 +153,18 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
     let scenario = edit_device(&scenario, 6, |dev| dev.replace("failed: false", "failed: true"));
     let dir = tempfile::tempdir().unwrap();
     let env = [("LD_LIBRARY_PATH", sim_cuda_dir(dir.path(), true).display().to_string())];
-    let d = Daemon::start_full(&scenario, &test_config(&sim_library(), FAST_PROBES), "", &env);
+    // And a GPU on the PCI bus that NVML does not show.
+    let mut pci: Vec<(&str, Option<&str>)> = DEMO_ADDRESSES.iter().map(|a| (*a, Some("nvidia"))).collect();
+    pci.push(("0000:ee:00.0", None));
+    pci_fixture(dir.path(), &pci);
+    let config = format!("{FAST_PROBES}amd:\n  sysfs_root: {}\n", dir.path().display());
+    let d = Daemon::start_full(&scenario, &test_config(&sim_library(), &config), "", &env);
     d.log_kernel("NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\nNVRM: Xid (PCI:0000:3b:00): 94, pid=1, name=x, Contained\n");
     let m = d.scrape_until("GPU 7 down and XIDs", |m| {
         m.value("gpu_up", &[("gpu", "7")]) == Some(0.0)
             && m.find("gpu_xid_errors_total", &[]).len() == 2
             && m.has_family("gpu_probe_pass")
+            && m.has_family("gpu_pci_missing")
     });
     let served: HashSet<&str> = m.samples.iter().map(|s| s.name.as_str()).collect();
     for name in &used {

@@ -737,22 +737,10 @@ fn slow_readings_follow_the_slow_interval_and_fast_ones_every_poll() {
 #[test]
 fn a_gpu_on_the_bus_that_nvml_does_not_show_is_missing() {
     let root = tempfile::tempdir().unwrap();
-    let devices = root.path().join("sys/bus/pci/devices");
-    let demo_addresses = ["19", "3b", "4c", "5d", "9b", "bb", "cb", "db"].map(|bus| format!("0000:{bus}:00.0"));
-    let mut gpus: Vec<(String, Option<&str>)> = demo_addresses.iter().map(|a| (a.clone(), Some("nvidia"))).collect();
-    gpus.push(("0000:ee:00.0".into(), None));
-    gpus.push(("0000:ef:00.0".into(), Some("vfio-pci")));
-    for (address, driver) in &gpus {
-        let dir = devices.join(address);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("vendor"), "0x10de\n").unwrap();
-        std::fs::write(dir.join("class"), "0x030200\n").unwrap();
-        if let Some(driver) = driver {
-            let target = root.path().join("sys/bus/pci/drivers").join(driver);
-            std::fs::create_dir_all(&target).unwrap();
-            std::os::unix::fs::symlink(&target, dir.join("driver")).unwrap();
-        }
-    }
+    let mut gpus: Vec<(&str, Option<&str>)> = DEMO_ADDRESSES.iter().map(|a| (*a, Some("nvidia"))).collect();
+    gpus.push(("0000:ee:00.0", None));
+    gpus.push(("0000:ef:00.0", Some("vfio-pci")));
+    pci_fixture(root.path(), &gpus);
     let config = test_config(
         &sim_library(),
         &format!("amd:\n  sysfs_root: {}\n", root.path().display()),

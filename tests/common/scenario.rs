@@ -108,3 +108,32 @@ pub fn with_cuda(scenario: &str) -> String {
 
 /// A probe section for test daemons: scheduled every second, short tests, small buffers.
 pub const FAST_PROBES: &str = "probe:\n  schedule: true\n  interval: 1s\n  memory_cap_mib: 256\n  max_utilization: 1.0\n  timeout: 20s\n  durations: {gemm_bf16: 200ms, fma_fp32: 200ms, hbm_copy: 200ms, pcie_h2d: 200ms, pcie_d2h: 200ms}\n";
+
+/// A PCI tree under `root` (the daemon's `amd.sysfs_root`) holding NVIDIA GPUs at these
+/// addresses, each with its bound driver (None: no driver took it).
+pub fn pci_fixture(root: &Path, gpus: &[(&str, Option<&str>)]) {
+    let devices = root.join("sys/bus/pci/devices");
+    for (address, driver) in gpus {
+        let dir = devices.join(address);
+        std::fs::create_dir_all(&dir).expect("create a PCI device");
+        std::fs::write(dir.join("vendor"), "0x10de\n").expect("write vendor");
+        std::fs::write(dir.join("class"), "0x030200\n").expect("write class");
+        if let Some(driver) = driver {
+            let target = root.join("sys/bus/pci/drivers").join(driver);
+            std::fs::create_dir_all(&target).expect("create a driver");
+            std::os::unix::fs::symlink(&target, dir.join("driver")).expect("bind the driver");
+        }
+    }
+}
+
+/// The demo's eight GPUs' PCI addresses, bound to nvidia.
+pub const DEMO_ADDRESSES: [&str; 8] = [
+    "0000:19:00.0",
+    "0000:3b:00.0",
+    "0000:4c:00.0",
+    "0000:5d:00.0",
+    "0000:9b:00.0",
+    "0000:bb:00.0",
+    "0000:cb:00.0",
+    "0000:db:00.0",
+];
