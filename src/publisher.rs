@@ -28,7 +28,7 @@ pub struct RoundPart {
 }
 
 /// How often the PCI bus is looked at for GPUs no backend shows: it changes at boot and at
-/// hot-plug, and each look reads a few hundred small sysfs files.
+/// hot-plug, and each look reads a few hundred small files under /sys.
 const PCI_CENSUS_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How often the job mapping directory is read: a job starts or ends in seconds, and a
@@ -172,8 +172,8 @@ impl Publisher {
             .as_ref()
             .is_none_or(|(at, _)| at.elapsed() >= PCI_CENSUS_EVERY)
         {
-            // Under amd.sysfs_root: `/` on a host, a fixture tree in tests.
-            let root = &settings.config.amd.sysfs_root;
+            // `/` on a host, a fixture tree in tests.
+            let root = &settings.sys_root;
             latest.pci = Some((std::time::Instant::now(), crate::pci::gpus_on_the_bus(root)));
         }
         let snapshot = self.assemble(&mut latest);

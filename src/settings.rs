@@ -74,6 +74,9 @@ pub struct Settings {
     pub probe_child: ChildSettings,
     /// TLS and basic auth (none without `web.config_file`).
     pub web: WebSecurity,
+    /// Where the kernel's /sys is found (`amd.sysfs_root`: `/` on a host, a copy in tests):
+    /// the PCI census reads it too.
+    pub sys_root: std::path::PathBuf,
 }
 
 impl Settings {
@@ -87,6 +90,7 @@ impl Settings {
             stale_after: config.poll.interval.saturating_mul(3).max(MIN_STALE_AFTER),
             probe_child: ChildSettings::from_config(&config),
             web,
+            sys_root: config.amd.sysfs_root.clone(),
             config,
         })
     }
@@ -98,6 +102,7 @@ impl Settings {
             stale_after: config.poll.interval.saturating_mul(3).max(MIN_STALE_AFTER),
             probe_child: ChildSettings::from_config(&config),
             web: WebSecurity::none(),
+            sys_root: config.amd.sysfs_root.clone(),
             config,
         }
     }
