@@ -28,6 +28,31 @@ pub struct Config {
     /// Look on the PCI bus for GPUs no backend enumerates.
     pub pci_census: bool,
     pub hpc_jobs: HpcJobs,
+    pub processes: Processes,
+}
+
+/// The compute processes on each GPU.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Processes {
+    /// Series per process (pid, name, container id) beside the count; off by default: pids
+    /// come and go, and each is a series.
+    pub per_process: bool,
+    /// At most this many processes per GPU get series of their own, the largest users of
+    /// device memory first.
+    pub max_per_gpu: u32,
+    /// Where /proc is: a container that mounts the host's /proc elsewhere sets it.
+    pub proc_root: PathBuf,
+}
+
+impl Default for Processes {
+    fn default() -> Self {
+        Processes {
+            per_process: false,
+            max_per_gpu: 16,
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
 }
 
 /// Batch jobs per GPU from a job mapping directory (dcgm-exporter's layout).
@@ -51,6 +76,7 @@ impl Default for Config {
             probe: Probe::default(),
             pci_census: true,
             hpc_jobs: HpcJobs::default(),
+            processes: Processes::default(),
         }
     }
 }

@@ -95,6 +95,23 @@ fn jobs_by_uuid(jobs: &BTreeMap<GpuKey, Vec<String>>, devices: &[DeviceSnapshot]
         .collect()
 }
 
+/// Marks the processes that get series of their own (the largest users of device memory
+/// first, at most `max_per_gpu` per GPU) and reads their names and containers.
+fn describe_processes(devices: &mut [DeviceSnapshot], settings: &crate::config::Processes) {
+    use crate::attribution::processes;
+    for readings in devices.iter_mut().filter_map(|d| d.readings.as_mut()) {
+        let Some(list) = readings.processes.as_mut() else {
+            continue;
+        };
+        list.sort_by(|a, b| b.used_memory_bytes.cmp(&a.used_memory_bytes).then(a.pid.cmp(&b.pid)));
+        for process in list.iter_mut().take(settings.max_per_gpu as usize) {
+            process.listed = true;
+            process.name = processes::name(&settings.proc_root, process.pid);
+            process.container_id = processes::container_id(&settings.proc_root, process.pid);
+        }
+    }
+}
+
 pub struct Publisher {
     store: Arc<Store>,
     xids: Arc<XidStore>,
@@ -142,6 +159,10 @@ impl Publisher {
         let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
         let mut round = round;
         track_hw_slowdown(&mut latest.hw_slowdown, &mut round.devices);
+        let processes = &self.settings.current().config.processes;
+        if processes.per_process {
+            describe_processes(&mut round.devices, processes);
+        }
         latest.round = Arc::new(round);
         let settings = self.settings.current();
         let mapping_dir = &settings.config.hpc_jobs.mapping_dir;

@@ -798,3 +798,66 @@ fn a_hardware_power_slowdown_between_scrapes_is_a_finding() {
         Some(0.0)
     );
 }
+
+/// Compute processes: the count always, per-process series (with the process's name and
+/// container from /proc) only when asked for, the largest users of memory first.
+#[test]
+fn compute_processes_are_counted_and_listed_when_asked() {
+    let processes = "    processes:\n      - {pid: 4101, used_memory: 1073741824}\n      - {pid: 4102, used_memory: 8589934592}\n      - {pid: 4103}\n";
+    let scenario = edit_device(DEMO_SCENARIO, 2, |dev| format!("{dev}{processes}"));
+    // Off by default: the count only.
+    let d = Daemon::start(&scenario);
+    let m = d.scrape();
+    assert_eq!(m.value("gpu_processes", &[("gpu", "2")]), Some(3.0));
+    assert_eq!(m.value("gpu_processes", &[("gpu", "0")]), Some(0.0));
+    assert!(!m.has_family("gpu_process_memory_used_bytes"));
+    drop(d);
+
+    let proc_root = tempfile::tempdir().unwrap();
+    let container = "ab12".repeat(16);
+    for (pid, comm, cgroup) in [
+        (
+            4101,
+            "python3",
+            format!("0::/kubepods.slice/cri-containerd-{container}.scope"),
+        ),
+        (4102, "vllm", "0::/user.slice/user-1000.slice".to_string()),
+    ] {
+        let dir = proc_root.path().join(pid.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("comm"), format!("{comm}\n")).unwrap();
+        std::fs::write(dir.join("cgroup"), format!("{cgroup}\n")).unwrap();
+    }
+    let config = test_config(
+        &sim_library(),
+        &format!(
+            "processes:\n  per_process: true\n  max_per_gpu: 2\n  proc_root: {}\n",
+            proc_root.path().display()
+        ),
+    );
+    let d = Daemon::start_with(&scenario, &config);
+    let m = d.scrape();
+    let listed = m.find("gpu_process_memory_used_bytes", &[("gpu", "2")]);
+    assert_eq!(listed.len(), 2, "{}", m.text);
+    assert_eq!(
+        m.value(
+            "gpu_process_memory_used_bytes",
+            &[("pid", "4102"), ("process", "vllm"), ("container_id", "")]
+        ),
+        Some(8589934592.0)
+    );
+    assert_eq!(
+        m.value(
+            "gpu_process_memory_used_bytes",
+            &[
+                ("pid", "4101"),
+                ("process", "python3"),
+                ("container_id", container.as_str())
+            ]
+        ),
+        Some(1073741824.0)
+    );
+    // 4103 has no memory figure and is third: no series of its own; it is in the count.
+    assert!(m.find("gpu_process_memory_used_bytes", &[("pid", "4103")]).is_empty());
+    assert_eq!(m.value("gpu_processes", &[("gpu", "2")]), Some(3.0));
+}

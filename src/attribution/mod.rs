@@ -4,5 +4,7 @@
 //! - `jobs`: dcgm-exporter's HPC job mapping layout, one file per GPU whose lines are the job
 //!   ids running on it (written by a batch scheduler's prolog and cleared by its epilog;
 //!   deploy/slurm/ has Slurm's).
+//! - `processes`: a compute process's name and container, for the per-process series.
 
 pub mod jobs;
+pub mod processes;

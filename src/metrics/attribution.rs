@@ -3,15 +3,44 @@
 
 use super::{Family, Kind, Read};
 
-pub const FAMILIES: &[Family] = &[Family {
-    name: "gpu_job_info",
-    kind: Kind::Gauge,
-    unit: "",
-    help: "1 for each batch job running on the GPU, from the job mapping directory (hpc_jobs.mapping_dir); join on uuid.",
-    labels: &["job"],
-    read: Read::Device(|snapshot, d, s| {
-        for job in snapshot.jobs.get(&d.identity.uuid).into_iter().flatten() {
-            s.labelled(&[job], 1.0);
-        }
-    }),
-}];
+pub const FAMILIES: &[Family] = &[
+    Family {
+        name: "gpu_processes",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "Compute processes (CUDA contexts) on the GPU.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.opt(r.processes.as_ref().map(|p| p.len() as f64))),
+    },
+    Family {
+        name: "gpu_process_memory_used_bytes",
+        kind: Kind::Gauge,
+        unit: "bytes",
+        help: "Device memory a compute process uses, per process (processes.per_process; at most processes.max_per_gpu per GPU, the largest first); process and container_id empty where /proc does not say.",
+        labels: &["pid", "process", "container_id"],
+        read: Read::Readings(|r, s| {
+            for p in r.processes.iter().flatten().filter(|p| p.listed) {
+                s.labelled_opt(
+                    &[
+                        &p.pid.to_string(),
+                        p.name.as_deref().unwrap_or(""),
+                        p.container_id.as_deref().unwrap_or(""),
+                    ],
+                    p.used_memory_bytes.map(|b| b as f64),
+                );
+            }
+        }),
+    },
+    Family {
+        name: "gpu_job_info",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 for each batch job running on the GPU, from the job mapping directory (hpc_jobs.mapping_dir); join on uuid.",
+        labels: &["job"],
+        read: Read::Device(|snapshot, d, s| {
+            for job in snapshot.jobs.get(&d.identity.uuid).into_iter().flatten() {
+                s.labelled(&[job], 1.0);
+            }
+        }),
+    },
+];

@@ -165,6 +165,9 @@ pub struct DeviceReadings {
     pub ecc_errors: Vec<EccCount>,
     pub remapped_rows: RemappedRows,
     pub persistence_mode: Option<bool>,
+    /// The compute processes on the GPU (a CUDA context each); `None` where the driver does
+    /// not say.
+    pub processes: Option<Vec<GpuProcess>>,
     /// 0 (P0, fastest) to 15 (P15, slowest).
     pub performance_state: Option<u32>,
     pub fan_speed_ratio: Option<f64>,
@@ -194,6 +197,21 @@ impl DeviceReadings {
             .find(|e| e.error_type == error_type && e.scope == scope)
             .map(|e| e.count)
     }
+}
+
+/// One compute process on a GPU.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GpuProcess {
+    pub pid: u32,
+    /// Device memory it uses; `None` where the driver does not say (some vGPU and MIG setups).
+    pub used_memory_bytes: Option<u64>,
+    /// Its name (/proc/PID/comm) and container id (from /proc/PID/cgroup), filled in by the
+    /// publisher only when per-process series are on.
+    pub name: Option<String>,
+    pub container_id: Option<String>,
+    /// Whether it gets series of its own (per-process series on, and within
+    /// `processes.max_per_gpu`, the largest users of memory first).
+    pub listed: bool,
 }
 
 /// Writes (name, value) pairs as a JSON object, which is what a reader of `check --json` wants.

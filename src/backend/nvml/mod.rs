@@ -13,7 +13,7 @@ pub mod lifecycle;
 use crate::backend::{DevicePoller, PersistenceOutcome, PollReport};
 use crate::clock_events;
 use crate::config;
-use crate::model::{DeviceIdentity, DeviceReadings, EccCount, EccScope, EccType, RemappedRows, Vendor};
+use crate::model::{DeviceIdentity, DeviceReadings, EccCount, EccScope, EccType, GpuProcess, RemappedRows, Vendor};
 use calls::CallErrors;
 use nvml_wrapper::Device;
 use nvml_wrapper::Nvml;
@@ -291,6 +291,24 @@ impl NvmlDevicePoller {
         }
 
         let persistence = self.read_and_keep_persistence(&mut calls, &mut r);
+        r.processes = calls
+            .read("nvmlDeviceGetComputeRunningProcesses_v3", || {
+                self.device.running_compute_processes()
+            })
+            .map(|processes| {
+                use nvml_wrapper::enums::device::UsedGpuMemory;
+                processes
+                    .into_iter()
+                    .map(|p| GpuProcess {
+                        pid: p.pid,
+                        used_memory_bytes: match p.used_gpu_memory {
+                            UsedGpuMemory::Used(bytes) => Some(bytes),
+                            UsedGpuMemory::Unavailable => None,
+                        },
+                        ..GpuProcess::default()
+                    })
+                    .collect()
+            });
 
         r.performance_state = calls
             .read("nvmlDeviceGetPerformanceState", || self.device.performance_state())

@@ -586,21 +586,26 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
         if count.is_null() {
             return INVALID_ARGUMENT;
         }
+        let processes: Vec<(c_uint, u64)> = match &d.processes {
+            // NVML_VALUE_NOT_AVAILABLE where the driver does not know the memory.
+            Some(list) => list
+                .iter()
+                .map(|p| (p.pid, p.used_memory.unwrap_or(u64::MAX)))
+                .collect(),
+            None => (0..d.compute_processes).map(|i| (1000 + i, 1 << 30)).collect(),
+        };
+        let n = processes.len() as c_uint;
         // SAFETY: the caller passes room for *count entries (NVML's contract).
         unsafe {
             let room = *count;
-            *count = d.compute_processes;
-            if d.compute_processes > room || infos.is_null() {
-                return if d.compute_processes == 0 {
-                    SUCCESS
-                } else {
-                    INSUFFICIENT_SIZE
-                };
+            *count = n;
+            if n > room || infos.is_null() {
+                return if n == 0 { SUCCESS } else { INSUFFICIENT_SIZE };
             }
-            for i in 0..d.compute_processes as usize {
+            for (i, (pid, memory)) in processes.into_iter().enumerate() {
                 let info = &mut *infos.add(i);
-                info.pid = 1000 + i as c_uint;
-                info.usedGpuMemory = 1 << 30;
+                info.pid = pid;
+                info.usedGpuMemory = memory;
                 info.gpuInstanceId = u32::MAX;
                 info.computeInstanceId = u32::MAX;
             }

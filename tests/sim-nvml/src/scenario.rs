@@ -104,6 +104,9 @@ pub struct Device {
     /// Processes with a CUDA context on the device (what the probe's idle check counts).
     #[serde(default)]
     pub compute_processes: u32,
+    /// The compute processes, when a test needs their pids and memory; without it there are
+    /// `compute_processes` of them, pids 1000, 1001, ... with 1 GiB each.
+    pub processes: Option<Vec<Process>>,
     pub performance_state: Option<u32>,
     pub fan_speed_percent: Option<u32>,
     /// The XIDs this GPU has raised so far, oldest first. A registered event set delivers
@@ -232,4 +235,13 @@ impl Scenario {
         let minor: u32 = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
         major > 580 || (major == 580 && minor >= 82)
     }
+}
+
+/// One compute process of `processes`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Process {
+    pub pid: u32,
+    /// Bytes of device memory; absent: the driver does not say (NVML_VALUE_NOT_AVAILABLE).
+    pub used_memory: Option<u64>,
 }
