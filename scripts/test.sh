@@ -51,6 +51,8 @@ if [ -z "${SKIP_SETUP:-}" ]; then
   fi
   # The dashboards are built with grafana-foundation-sdk's schema-typed builders.
   "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'grafana-foundation-sdk==1769699998!10.1.0'
+  # grpcio runs the fake kubelet of tests/kubelet_pods.rs.
+  "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'grpcio==1.76.0'
 
   # The toolchain Cargo.toml's rust-version names, to prove that the code builds with it.
   msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)

@@ -29,6 +29,43 @@ pub struct Config {
     pub pci_census: bool,
     pub hpc_jobs: HpcJobs,
     pub processes: Processes,
+    pub kubernetes: Kubernetes,
+}
+
+/// Pod attribution from the kubelet's pod-resources API.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Kubernetes {
+    /// The kubelet's pod-resources socket; the default path is used when it exists (so a node
+    /// outside Kubernetes says nothing), a path set here is always asked; "" turns it off.
+    pub pod_resources_socket: PathBuf,
+    /// How often the kubelet is asked.
+    #[serde(deserialize_with = "kubernetes_refresh")]
+    pub refresh: Duration,
+    /// Resource names that are GPUs; `prefix*` matches by prefix.
+    pub resources: Vec<String>,
+}
+
+/// Where the kubelet serves its pod-resources API.
+pub const KUBELET_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+
+impl Default for Kubernetes {
+    fn default() -> Self {
+        Kubernetes {
+            pod_resources_socket: PathBuf::from(KUBELET_SOCKET),
+            refresh: Duration::from_secs(15),
+            resources: ["nvidia.com/gpu", "nvidia.com/mig-*", "amd.com/gpu"]
+                .map(String::from)
+                .to_vec(),
+        }
+    }
+}
+
+impl Kubernetes {
+    /// True when the socket is the default one (asked only where it exists).
+    pub fn socket_is_default(&self) -> bool {
+        self.pod_resources_socket == Path::new(KUBELET_SOCKET)
+    }
 }
 
 /// The compute processes on each GPU.
@@ -77,6 +114,7 @@ impl Default for Config {
             pci_census: true,
             hpc_jobs: HpcJobs::default(),
             processes: Processes::default(),
+            kubernetes: Kubernetes::default(),
         }
     }
 }
@@ -406,6 +444,7 @@ bounded_duration!(xid_critical_hold, "xid.critical_hold", SECOND, 30 * DAY);
 bounded_duration!(probe_interval, "probe.interval", SECOND, 366 * DAY);
 bounded_duration!(probe_sample_interval, "probe.sample_interval", 10 * MS, 10 * SECOND);
 bounded_duration!(probe_timeout, "probe.timeout", SECOND, HOUR);
+bounded_duration!(kubernetes_refresh, "kubernetes.refresh", SECOND, HOUR);
 
 fn in_range<E: serde::de::Error>(value: Duration, key: &str, min: Duration, max: Duration) -> Result<Duration, E> {
     if value < min || value > max {

@@ -14,6 +14,7 @@
 //! waiting on a hung driver call, and exits 0: within systemd's 5-second expectation even
 //! with a wedged GPU.
 
+use crate::attribution::kubelet::PodState;
 use crate::config::{Config, Overrides};
 use crate::exposition::RenderCache;
 use crate::http::{self, AppState};
@@ -239,12 +240,10 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
     if config.probe.schedule {
         log::info!("scheduled probes: every {:?} per GPU, when idle", config.probe.interval);
     }
-    let publisher = Arc::new(Publisher::new(
-        store.clone(),
-        xids.clone(),
-        Some(probes.clone()),
-        settings.clone(),
-    ));
+    let pods = Arc::new(PodState::default());
+    tokio::spawn(crate::attribution::kubelet::follow(pods.clone(), settings.clone()));
+    let publisher =
+        Arc::new(Publisher::new(store.clone(), xids.clone(), Some(probes.clone()), settings.clone()).with_pods(pods));
     let coordinator = Coordinator::new(settings.clone(), publisher.clone(), xids.clone(), true);
     let poll_loop = match start_poll_loop(coordinator).await {
         Ok(p) => p,

@@ -9,6 +9,7 @@
 //! interval is.
 
 use crate::attribution::jobs::GpuKey;
+use crate::attribution::kubelet::{Assignment, PodState};
 use crate::health;
 use crate::model::{BackendStatus, DeviceSnapshot, DurationHistogram, PersistenceAttempts, Snapshot};
 use crate::probe::schedule::ProbeState;
@@ -37,6 +38,7 @@ const JOBS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 struct Latest {
     round: Arc<RoundPart>,
+    pod_changes: u64,
     /// The last read of the job mapping directory and when it was taken.
     jobs: Option<(std::time::Instant, BTreeMap<GpuKey, Vec<String>>)>,
     /// Per GPU uuid: the last hardware power slowdown counter total, and when a hardware
@@ -112,6 +114,35 @@ fn describe_processes(devices: &mut [DeviceSnapshot], settings: &crate::config::
     }
 }
 
+/// The kubelet's device ids matched to GPUs: a GPU UUID, a shared `UUID::N` (time slicing),
+/// `nvidiaN` (NVIDIA's index), or a PCI address (AMD's device plugin). MIG device UUIDs
+/// match no GPU until MIG instances are read (no series rather than a wrong GPU).
+fn pods_by_uuid(
+    assignments: &[Assignment],
+    devices: &[DeviceSnapshot],
+) -> BTreeMap<String, Vec<(String, String, String)>> {
+    use crate::model::Vendor;
+    let mut out: BTreeMap<String, Vec<(String, String, String)>> = BTreeMap::new();
+    for a in assignments {
+        let id = a.device_id.split("::").next().unwrap_or("");
+        let index = id.strip_prefix("nvidia").and_then(|n| n.parse::<u32>().ok());
+        let bus = crate::pci::normalize_bus_id(id);
+        let Some(device) = devices.iter().find(|d| {
+            d.identity.uuid == id
+                || index.is_some_and(|i| d.identity.vendor == Vendor::Nvidia && d.identity.index == i)
+                || bus.as_deref() == Some(d.identity.pci_bus_id.as_str())
+        }) else {
+            continue;
+        };
+        let holder = (a.namespace.clone(), a.pod.clone(), a.container.clone());
+        let holders = out.entry(device.identity.uuid.clone()).or_default();
+        if !holders.contains(&holder) {
+            holders.push(holder);
+        }
+    }
+    out
+}
+
 pub struct Publisher {
     store: Arc<Store>,
     xids: Arc<XidStore>,
@@ -122,6 +153,8 @@ pub struct Publisher {
     latest: Mutex<Latest>,
     /// An unreadable job mapping directory is logged once as a warning.
     warned_jobs: std::sync::atomic::AtomicBool,
+    /// What the kubelet said; None outside the daemon.
+    pods: Option<Arc<PodState>>,
 }
 
 impl Publisher {
@@ -138,6 +171,7 @@ impl Publisher {
             settings,
             latest: Mutex::new(Latest {
                 round: Arc::new(RoundPart::default()),
+                pod_changes: 0,
                 hw_slowdown: Default::default(),
                 jobs: None,
                 pci: None,
@@ -145,7 +179,14 @@ impl Publisher {
                 probe_changes: 0,
             }),
             warned_jobs: Default::default(),
+            pods: None,
         }
+    }
+
+    /// Takes pod attribution from the kubelet task's state.
+    pub fn with_pods(mut self, pods: Arc<PodState>) -> Publisher {
+        self.pods = Some(pods);
+        self
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -206,7 +247,11 @@ impl Publisher {
     pub fn refresh_if_changed(&self) -> bool {
         let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
         let probe_changes = self.probes.as_ref().map_or(0, |p| p.changes());
-        if self.xids.changes() == latest.xid_changes && probe_changes == latest.probe_changes {
+        let pod_changes = self.pods.as_ref().map_or(0, |p| p.changes());
+        if self.xids.changes() == latest.xid_changes
+            && probe_changes == latest.probe_changes
+            && pod_changes == latest.pod_changes
+        {
             return false;
         }
         let snapshot = self.assemble(&mut latest);
@@ -219,6 +264,8 @@ impl Publisher {
         // now and once more at the next refresh, never lost.
         latest.xid_changes = self.xids.changes();
         latest.probe_changes = self.probes.as_ref().map_or(0, |p| p.changes());
+        latest.pod_changes = self.pods.as_ref().map_or(0, |p| p.changes());
+        let pods = self.pods.as_ref().map(|p| p.snapshot()).unwrap_or_default();
         let round = &latest.round;
         let mut snapshot = Snapshot {
             generation: self.store.latest().generation + 1,
@@ -230,6 +277,8 @@ impl Publisher {
             xid_critical_hold: self.settings.current().config.xid.critical_hold,
             probe: self.probes.as_ref().map(|p| p.snapshot()).unwrap_or_default(),
             pci_gpus: latest.pci.as_ref().map(|(_, gpus)| gpus.clone()).unwrap_or_default(),
+            pods: pods_by_uuid(&pods.assignments, &round.devices),
+            kubelet_up: pods.kubelet_up,
             jobs: latest
                 .jobs
                 .as_ref()

@@ -44,6 +44,22 @@ th{background:#f4f4f4}.state{font-weight:600;border-radius:3px;padding:.1em .5em
 .hot{color:#c62828;font-weight:600}td.n{white-space:nowrap}ul{margin:0;padding-left:1.1em}small{color:#666}";
 
 /// Renders the page for one snapshot.
+/// The job and the pods using a GPU, as a line under its name; empty when none.
+fn attribution(snapshot: &Snapshot, uuid: &str) -> String {
+    let mut out = String::new();
+    if let Some(jobs) = snapshot.jobs.get(uuid) {
+        out.push_str(&format!("<br><small>job {}</small>", escape(&jobs.join(", "))));
+    }
+    if let Some(pods) = snapshot.pods.get(uuid) {
+        let names: Vec<String> = pods
+            .iter()
+            .map(|(ns, pod, container)| format!("{ns}/{pod} ({container})"))
+            .collect();
+        out.push_str(&format!("<br><small>pod {}</small>", escape(&names.join(", "))));
+    }
+    out
+}
+
 pub fn render(snapshot: &Snapshot) -> String {
     let mut out = String::with_capacity(8 * 1024);
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
@@ -87,10 +103,7 @@ pub fn render(snapshot: &Snapshot) -> String {
             escape(&id.name),
             escape(&id.pci_bus_id),
             escape(&id.uuid),
-            match snapshot.jobs.get(&id.uuid) {
-                Some(jobs) => format!("<br><small>job {}</small>", escape(&jobs.join(", "))),
-                None => String::new(),
-            }
+            attribution(snapshot, &id.uuid)
         );
         let _ = write!(out, "<td><span class=\"state {0}\">{0}</span>", state.label());
         if state != HealthState::Ok {

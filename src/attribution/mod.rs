@@ -4,7 +4,9 @@
 //! - `jobs`: dcgm-exporter's HPC job mapping layout, one file per GPU whose lines are the job
 //!   ids running on it (written by a batch scheduler's prolog and cleared by its epilog;
 //!   deploy/slurm/ has Slurm's).
+//! - `kubelet`: which pod and container holds each GPU, from the kubelet's pod-resources API.
 //! - `processes`: a compute process's name and container, for the per-process series.
 
 pub mod jobs;
+pub mod kubelet;
 pub mod processes;

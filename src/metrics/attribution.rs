@@ -43,4 +43,24 @@ pub const FAMILIES: &[Family] = &[
             }
         }),
     },
+    Family {
+        name: "gpu_pod_info",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 for each container holding the GPU, from the kubelet's pod-resources API; join on uuid.",
+        labels: &["namespace", "pod", "container"],
+        read: Read::Device(|snapshot, d, s| {
+            for (namespace, pod, container) in snapshot.pods.get(&d.identity.uuid).into_iter().flatten() {
+                s.labelled(&[namespace, pod, container], 1.0);
+            }
+        }),
+    },
+    Family {
+        name: "gpuwarden_kubelet_up",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 when the kubelet's pod-resources API answered its last call, 0 when not; absent where it is not asked.",
+        labels: &[],
+        read: Read::Node(|snapshot, s| s.flag(snapshot.kubelet_up)),
+    },
 ];

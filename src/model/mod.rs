@@ -364,6 +364,10 @@ pub struct Snapshot {
     pub probe: std::sync::Arc<probe::ProbeSnapshot>,
     /// NVIDIA and AMD GPUs on the PCI bus (sysfs), to compare with the enumerated ones.
     pub pci_gpus: Vec<PciGpu>,
+    /// Pod and container holding each GPU, by GPU uuid: (namespace, pod, container).
+    pub pods: BTreeMap<String, Vec<(String, String, String)>>,
+    /// Whether the kubelet answered its last List; None where it is not asked.
+    pub kubelet_up: Option<bool>,
     /// Batch job ids per GPU uuid, from the job mapping directory (empty when off).
     pub jobs: BTreeMap<String, Vec<String>>,
     /// Findings about the node rather than one GPU (a GPU on the bus no backend shows),

@@ -1,0 +1,166 @@
+//! Pod attribution from a fake kubelet (tests/fake_kubelet.py: grpcio on a unix socket, the
+//! real wire protocol): whole GPUs, shared `UUID::N` ids, `nvidiaN` ids, MIG ids, non-GPU
+//! resources, an empty list, a slow answer, garbage, a kubelet that goes away and comes back.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn python() -> PathBuf {
+    // scripts/test.sh installs grpcio into this virtual environment.
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-venv/bin/python3");
+    if venv.exists() { venv } else { PathBuf::from("python3") }
+}
+
+struct FakeKubelet {
+    child: Child,
+    socket: PathBuf,
+    answer: PathBuf,
+}
+
+impl FakeKubelet {
+    fn start(dir: &Path, answer: &str) -> FakeKubelet {
+        let socket = dir.join("kubelet.sock");
+        let answer_file = dir.join("answer.json");
+        std::fs::write(&answer_file, answer).unwrap();
+        let _ = std::fs::remove_file(&socket);
+        let child = Command::new(python())
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_kubelet.py"))
+            .arg(&socket)
+            .arg(&answer_file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 with grpcio (scripts/test.sh installs it into target/test-venv)");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !socket.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "the fake kubelet did not start (is grpcio installed?)"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        FakeKubelet {
+            child,
+            socket,
+            answer: answer_file,
+        }
+    }
+
+    fn answer(&self, answer: &str) {
+        std::fs::write(&self.answer, answer).unwrap();
+    }
+}
+
+impl Drop for FakeKubelet {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const UUID0: &str = "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000000";
+const UUID1: &str = "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000001";
+
+fn pods(m: &Metrics) -> Vec<(String, String, String, String)> {
+    let mut out: Vec<_> = m
+        .find("gpu_pod_info", &[])
+        .iter()
+        .map(|s| {
+            (
+                s.labels["gpu"].clone(),
+                s.labels["namespace"].clone(),
+                s.labels["pod"].clone(),
+                s.labels["container"].clone(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn owned(rows: &[(&str, &str, &str, &str)]) -> Vec<(String, String, String, String)> {
+    rows.iter()
+        .map(|(a, b, c, d)| (a.to_string(), b.to_string(), c.to_string(), d.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_fake_kubelet_gives_gpu_pod_info_and_its_faults_leave_no_stale_pods() {
+    let dir = tempfile::tempdir().unwrap();
+    let answer = format!(
+        r#"{{"pods": [
+          {{"namespace": "ml", "name": "trainer-0", "containers": [
+            {{"name": "main", "devices": [{{"resource": "nvidia.com/gpu", "ids": ["{UUID0}"]}},
+                                           {{"resource": "example.com/nic", "ids": ["eth9"]}}]}}]}},
+          {{"namespace": "serve", "name": "vllm-a", "containers": [
+            {{"name": "engine", "devices": [{{"resource": "nvidia.com/gpu", "ids": ["{UUID1}::0"]}}]}}]}},
+          {{"namespace": "serve", "name": "vllm-b", "containers": [
+            {{"name": "engine", "devices": [{{"resource": "nvidia.com/gpu", "ids": ["{UUID1}::1"]}}]}}]}},
+          {{"namespace": "batch", "name": "job-7", "containers": [
+            {{"name": "worker", "devices": [{{"resource": "nvidia.com/gpu", "ids": ["nvidia7"]}}]}}]}},
+          {{"namespace": "mig", "name": "small", "containers": [
+            {{"name": "c", "devices": [{{"resource": "nvidia.com/mig-1g.18gb", "ids": ["MIG-8a0c..."]}}]}}]}},
+          {{"namespace": "web", "name": "nginx", "containers": [{{"name": "nginx", "devices": []}}]}}
+        ]}}"#
+    );
+    let kubelet = FakeKubelet::start(dir.path(), &answer);
+    let config = test_config(
+        &sim_library(),
+        &format!(
+            "kubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\n",
+            kubelet.socket.display()
+        ),
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    let m = d.scrape_until("the pods", |m| m.find("gpu_pod_info", &[]).len() == 4);
+    assert_eq!(
+        pods(&m),
+        owned(&[
+            ("0", "ml", "trainer-0", "main"),
+            ("1", "serve", "vllm-a", "engine"),
+            ("1", "serve", "vllm-b", "engine"),
+            ("7", "batch", "job-7", "worker"),
+        ]),
+        "the NIC, the pod without devices and the MIG device (no MIG instances read) give nothing"
+    );
+    assert_eq!(m.value("gpuwarden_kubelet_up", &[]), Some(1.0));
+    assert!(d.get("/", &[]).text().contains("ml/trainer-0"));
+
+    // Every fault: the pods go (no stale attribution), the daemon serves on, and the kubelet
+    // says 0; each change of state is logged once.
+    for (what, fault) in [
+        ("a slow answer", r#"{"pods": [], "delay": 8}"#),
+        ("garbage", r#"{"garbage": true}"#),
+    ] {
+        kubelet.answer(&answer);
+        d.scrape_until("the pods back", |m| m.find("gpu_pod_info", &[]).len() == 4);
+        kubelet.answer(fault);
+        let m = d.scrape_until(what, |m| m.value("gpuwarden_kubelet_up", &[]) == Some(0.0));
+        assert!(!m.has_family("gpu_pod_info"), "{what}: stale pods");
+        assert_eq!(m.find("gpu_up", &[]).len(), 8);
+    }
+    // An empty list: up, no pods.
+    kubelet.answer(r#"{"pods": []}"#);
+    let m = d.scrape_until("an empty list", |m| m.value("gpuwarden_kubelet_up", &[]) == Some(1.0));
+    assert!(!m.has_family("gpu_pod_info"));
+
+    // A kubelet restart: the socket goes away and comes back.
+    let socket = kubelet.socket.clone();
+    drop(kubelet);
+    let _ = std::fs::remove_file(&socket);
+    d.scrape_until("the kubelet gone", |m| {
+        m.value("gpuwarden_kubelet_up", &[]) == Some(0.0)
+    });
+    let kubelet = FakeKubelet::start(dir.path(), &answer);
+    d.scrape_until("the kubelet back", |m| m.find("gpu_pod_info", &[]).len() == 4);
+    drop(kubelet);
+    let log = d.log_text();
+    assert!(
+        log.contains("does not answer") && log.contains("answers again"),
+        "{log}"
+    );
+}
