@@ -26,7 +26,7 @@ fn run(tool: &str, args: &[&str]) -> (bool, String) {
 #[test]
 fn promtool_checks_and_unit_tests_the_rules() {
     let (ok, out) = run("promtool", &["check", "rules", RULES]);
-    assert!(ok && out.contains("SUCCESS: 18 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 27 rules found"), "{out}");
     let tests = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/alerts.test.yml");
     let (ok, out) = run("promtool", &["test", "rules", tests]);
     assert!(ok && out.contains("SUCCESS"), "{out}");
@@ -49,6 +49,7 @@ fn every_alert_the_design_names_is_shipped_and_unit_tested() {
         "GpuLost",
         "GpuPcieLinkDegraded",
         "GpuMissing",
+        "GpuAllocatedIdle",
         "GpuPersistenceModeOff",
         "GpuEccUncorrectable",
         "GpuRowRemapFailure",
@@ -140,7 +141,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
                 .map(|r| r["expr"].as_str().unwrap().to_string())
         })
         .collect();
-    assert_eq!(exprs.len(), 18);
+    assert_eq!(exprs.len(), 27);
     let used = metric_names(&exprs.join("\n"));
     assert!(
         used.contains("gpu_clock_event_seconds_total") && used.contains("gpu_up"),
@@ -157,7 +158,19 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
     let mut pci: Vec<(&str, Option<&str>)> = DEMO_ADDRESSES.iter().map(|a| (*a, Some("nvidia"))).collect();
     pci.push(("0000:ee:00.0", None));
     pci_fixture(dir.path(), &pci);
-    let config = format!("{FAST_PROBES}amd:\n  sysfs_root: {}\n", dir.path().display());
+    // And a pod and a batch job on GPU 0.
+    let kubelet = FakeKubelet::start(
+        dir.path(),
+        r#"{"pods": [{"namespace": "ml", "name": "p", "containers": [{"name": "c", "devices": [{"resource": "nvidia.com/gpu", "ids": ["nvidia0"]}]}]}]}"#,
+    );
+    std::fs::create_dir_all(dir.path().join("jobs")).unwrap();
+    std::fs::write(dir.path().join("jobs/0"), "4242\n").unwrap();
+    let config = format!(
+        "{FAST_PROBES}amd:\n  sysfs_root: {}\nkubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\nhpc_jobs:\n  mapping_dir: {}\n",
+        dir.path().display(),
+        kubelet.socket.display(),
+        dir.path().join("jobs").display()
+    );
     let d = Daemon::start_full(&scenario, &test_config(&sim_library(), &config), "", &env);
     d.log_kernel("NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\nNVRM: Xid (PCI:0000:3b:00): 94, pid=1, name=x, Contained\n");
     let m = d.scrape_until("GPU 7 down and XIDs", |m| {
@@ -165,6 +178,8 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
             && m.find("gpu_xid_errors_total", &[]).len() == 2
             && m.has_family("gpu_probe_pass")
             && m.has_family("gpu_pci_missing")
+            && m.has_family("gpu_pod_info")
+            && m.has_family("gpu_job_info")
     });
     let served: HashSet<&str> = m.samples.iter().map(|s| s.name.as_str()).collect();
     for name in &used {

@@ -27,7 +27,7 @@ fn jobs(m: &Metrics, gpu: &str) -> Vec<String> {
     let mut jobs: Vec<String> = m
         .find("gpu_job_info", &[("gpu", gpu)])
         .iter()
-        .map(|s| s.labels["job"].clone())
+        .map(|s| s.labels["hpc_job"].clone())
         .collect();
     jobs.sort();
     jobs

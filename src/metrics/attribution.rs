@@ -36,7 +36,8 @@ pub const FAMILIES: &[Family] = &[
         kind: Kind::Gauge,
         unit: "",
         help: "1 for each batch job running on the GPU, from the job mapping directory (hpc_jobs.mapping_dir); join on uuid.",
-        labels: &["job"],
+        // Not `job`: Prometheus' own target label would push it aside as `exported_job`.
+        labels: &["hpc_job"],
         read: Read::Device(|snapshot, d, s| {
             for job in snapshot.jobs.get(&d.identity.uuid).into_iter().flatten() {
                 s.labelled(&[job], 1.0);

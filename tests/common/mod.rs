@@ -8,17 +8,20 @@
 //! | `metrics.rs` | a parsed scrape, to assert values by labels |
 //! | `scenario.rs` | the simulated libraries and scenario edits (NVML, CUDA) |
 //! | `prometheus.rs` | a real Prometheus on loopback |
+//! | `kubelet.rs` | a fake kubelet serving the pod-resources API |
 
 #![allow(dead_code, unused_imports)] // each test file uses a different part of the harness
 
 mod daemon;
 mod http;
+mod kubelet;
 mod metrics;
 mod prometheus;
 mod scenario;
 
 pub use daemon::*;
 pub use http::*;
+pub use kubelet::*;
 pub use metrics::*;
 pub use prometheus::*;
 pub use scenario::*;
