@@ -5,7 +5,6 @@
 mod common;
 
 use common::*;
-use std::time::Duration;
 
 const UUID0: &str = "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000000";
 const UUID1: &str = "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000001";
