@@ -150,12 +150,12 @@ fn parse_location(location: &str) -> Option<(Option<String>, Option<u32>, Option
     };
     let (mut gpu_instance, mut compute_instance) = (None, None);
     for token in tokens {
+        // Anything else in the block is not an address block we know: not an XID line.
         if let Some(n) = token.strip_prefix("GPU-I:") {
             gpu_instance = Some(n.parse().ok()?);
-        } else if let Some(n) = token.strip_prefix("GPU-CI:") {
-            compute_instance = Some(n.parse().ok()?);
         } else {
-            return None;
+            let n = token.strip_prefix("GPU-CI:")?;
+            compute_instance = Some(n.parse().ok()?);
         }
     }
     Some((pci_bus_id, gpu_instance, compute_instance))
