@@ -124,7 +124,12 @@ impl Daemon {
 
     /// Scrapes until `check` holds, or fails after a few seconds with the last scrape.
     pub fn scrape_until(&self, what: &str, check: impl Fn(&Metrics) -> bool) -> Metrics {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        self.scrape_until_within(what, Duration::from_secs(10), check)
+    }
+
+    /// As `scrape_until`, for what takes longer on a loaded machine (a series of probes).
+    pub fn scrape_until_within(&self, what: &str, within: Duration, check: impl Fn(&Metrics) -> bool) -> Metrics {
+        let deadline = Instant::now() + within;
         loop {
             let m = self.scrape();
             if check(&m) {

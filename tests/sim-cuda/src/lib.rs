@@ -158,6 +158,9 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(out: *mut c_int, attribute: c_int,
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(out: *mut usize, device: c_int) -> CUresult {
     let rates = devices().into_iter().nth(device.max(0) as usize).map(|(_, r)| r);
+    if let Some(hang) = rates.as_ref().map(|r| r.context_hang_seconds).filter(|s| *s > 0.0) {
+        std::thread::sleep(std::time::Duration::from_secs_f64(hang));
+    }
     let mut m = machine();
     m.current = device.max(0) as usize;
     m.rates = rates;

@@ -220,6 +220,9 @@ pub struct Cuda {
     /// Every kernel launch fails with CUDA_ERROR_LAUNCH_FAILED, as on a GPU that faults.
     #[serde(default)]
     pub launch_fails: bool,
+    /// Making the GPU's context blocks this many seconds, as a wedged driver does.
+    #[serde(default)]
+    pub context_hang_seconds: f64,
 }
 
 impl Scenario {
