@@ -30,6 +30,8 @@ pub struct BackendSettings {
     pub slow_interval: Duration,
     /// Listen for XIDs on NVML's event set (a thread the NVML backend runs).
     pub nvml_events: bool,
+    /// Read per-process utilisation (wanted only for per-process series).
+    pub process_utilization: bool,
 }
 
 impl BackendSettings {
@@ -40,6 +42,7 @@ impl BackendSettings {
             persistence_enable: config.persistence.enable,
             slow_interval: config.poll.slow_interval,
             nvml_events: config.xid.nvml_events,
+            process_utilization: config.processes.per_process,
         }
     }
 }

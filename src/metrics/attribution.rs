@@ -2,6 +2,19 @@
 //! never as labels copied onto every family (that is what makes series churn).
 
 use super::{Family, Kind, Read};
+use crate::model::GpuProcess;
+
+/// One per-process sample, labelled pid, process, container_id.
+fn process_sample(s: &mut super::Samples, p: &GpuProcess, value: Option<f64>) {
+    s.labelled_opt(
+        &[
+            &p.pid.to_string(),
+            p.name.as_deref().unwrap_or(""),
+            p.container_id.as_deref().unwrap_or(""),
+        ],
+        value,
+    );
+}
 
 pub const FAMILIES: &[Family] = &[
     Family {
@@ -20,14 +33,31 @@ pub const FAMILIES: &[Family] = &[
         labels: &["pid", "process", "container_id"],
         read: Read::Readings(|r, s| {
             for p in r.processes.iter().flatten().filter(|p| p.listed) {
-                s.labelled_opt(
-                    &[
-                        &p.pid.to_string(),
-                        p.name.as_deref().unwrap_or(""),
-                        p.container_id.as_deref().unwrap_or(""),
-                    ],
-                    p.used_memory_bytes.map(|b| b as f64),
-                );
+                process_sample(s, p, p.used_memory_bytes.map(|b| b as f64));
+            }
+        }),
+    },
+    Family {
+        name: "gpu_process_sm_utilization_ratio",
+        kind: Kind::Gauge,
+        unit: "ratio",
+        help: "Fraction of the last poll interval in which a compute process's kernels ran on the SMs, per process (NVML's per-process samples; the driver lists only processes that did something, so the others read 0); same processes and labels as gpu_process_memory_used_bytes.",
+        labels: &["pid", "process", "container_id"],
+        read: Read::Readings(|r, s| {
+            for p in r.processes.iter().flatten().filter(|p| p.listed) {
+                process_sample(s, p, p.sm_utilization_ratio);
+            }
+        }),
+    },
+    Family {
+        name: "gpu_process_memory_utilization_ratio",
+        kind: Kind::Gauge,
+        unit: "ratio",
+        help: "Fraction of the last poll interval in which a compute process read or wrote device memory, per process; as gpu_process_sm_utilization_ratio.",
+        labels: &["pid", "process", "container_id"],
+        read: Read::Readings(|r, s| {
+            for p in r.processes.iter().flatten().filter(|p| p.listed) {
+                process_sample(s, p, p.memory_utilization_ratio);
             }
         }),
     },

@@ -4,9 +4,12 @@
 //! | file | families |
 //! | --- | --- |
 //! | `device.rs` | what a poll reads from each GPU, its identity and health (`gpu_*`) |
+//! | `activity.rs` | GPM activity: SM, tensor, DRAM, pipes, PCIe/NVLink bandwidth |
+//! | `links.rs` | NVLink per link, and NVSwitch fabric registration |
+//! | `mig.rs` | MIG mode and MIG devices |
 //! | `xid.rs` | XID counts per GPU, and the XID sources' own series |
 //! | `probe.rs` | the scheduled CUDA probe (`gpu_probe_*`) |
-//! | `attribution.rs` | which job uses each GPU (`gpu_job_info`) |
+//! | `attribution.rs` | which pod, job and process uses each GPU |
 //! | `self_metrics.rs` | gpuwarden itself (`gpuwarden_*`): build, backends, polls |
 //!
 //! A prometheus-client `Collector` over one snapshot builds every family from it at encode
@@ -19,8 +22,11 @@
 //! (docs/architecture.md walks through it). docs/metrics.md documents every row; a test
 //! checks the two against each other.
 
+pub mod activity;
 pub mod attribution;
 pub mod device;
+pub mod links;
+pub mod mig;
 pub mod probe;
 pub mod self_metrics;
 pub mod xid;
@@ -106,6 +112,9 @@ impl Family {
 pub fn all() -> impl Iterator<Item = &'static Family> {
     device::FAMILIES
         .iter()
+        .chain(activity::FAMILIES)
+        .chain(links::FAMILIES)
+        .chain(mig::FAMILIES)
         .chain(xid::FAMILIES)
         .chain(probe::FAMILIES)
         .chain(attribution::FAMILIES)

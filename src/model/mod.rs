@@ -6,7 +6,10 @@
 //! does not support is `None` (or absent from a list), never a made-up zero, so renderers
 //! leave it out.
 
+pub mod activity;
 pub mod health;
+pub mod links;
+pub mod mig;
 pub mod probe;
 pub mod xid;
 
@@ -171,6 +174,15 @@ pub struct DeviceReadings {
     /// 0 (P0, fastest) to 15 (P15, slowest).
     pub performance_state: Option<u32>,
     pub fan_speed_ratio: Option<f64>,
+    /// GPM activity over the interval since the previous poll (Hopper and newer); `None` on
+    /// the first poll and where unsupported.
+    pub activity: Option<activity::Activity>,
+    /// NVLinks; `None` where the board has none.
+    pub nvlinks: Option<links::NvLinks>,
+    /// NVLink fabric registration (NVSwitch systems); `None` where not applicable.
+    pub fabric: Option<links::Fabric>,
+    /// MIG mode and instances; `None` where the GPU has no MIG.
+    pub mig: Option<mig::Mig>,
 }
 
 impl DeviceReadings {
@@ -209,13 +221,29 @@ pub struct GpuProcess {
     /// publisher only when per-process series are on.
     pub name: Option<String>,
     pub container_id: Option<String>,
+    /// Fractions of the interval since the previous poll in which its kernels ran on the SMs
+    /// and it read or wrote device memory (NVML's per-process samples, read only when
+    /// per-process series are on); `None` where the driver does not sample processes.
+    pub sm_utilization_ratio: Option<f64>,
+    pub memory_utilization_ratio: Option<f64>,
+    /// The MIG GPU instance it runs in, on a GPU in MIG mode.
+    pub gpu_instance: Option<u32>,
     /// Whether it gets series of its own (per-process series on, and within
     /// `processes.max_per_gpu`, the largest users of memory first).
     pub listed: bool,
 }
 
 /// Writes (name, value) pairs as a JSON object, which is what a reader of `check --json` wants.
-fn pairs_as_map<S: serde::Serializer>(pairs: &[(&'static str, f64)], s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn pairs_as_map<S: serde::Serializer>(pairs: &[(&'static str, f64)], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(pairs.len()))?;
+    for (k, v) in pairs {
+        map.serialize_entry(k, v)?;
+    }
+    map.end()
+}
+
+pub(crate) fn pairs_as_map_u64<S: serde::Serializer>(pairs: &[(&'static str, u64)], s: S) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
     let mut map = s.serialize_map(Some(pairs.len()))?;
     for (k, v) in pairs {

@@ -85,7 +85,11 @@ pub fn run(config: &Config, options: &Options) -> Result<ProbeReport, ProbeError
         ))
     })?;
     let mut pollers = backend
-        .device_pollers(false, config.poll.slow_interval)
+        .device_pollers(&crate::backend::nvml::PollOptions {
+            enable_persistence: false,
+            slow_interval: config.poll.slow_interval,
+            process_utilization: false,
+        })
         .map_err(|e| ProbeError::NoDriver(format!("NVML cannot list the GPUs: {e}")))?;
     let count = pollers.len();
     if options.gpu as usize >= count {

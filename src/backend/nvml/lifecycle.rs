@@ -23,8 +23,7 @@ enum State {
 
 pub struct NvmlLifecycle {
     config: Nvml,
-    persistence_enable: bool,
-    slow_interval: Duration,
+    poll_options: super::PollOptions,
     state: State,
     xids: Arc<XidStore>,
     /// Listen for XID events (the daemon does; a one-shot `check` does not).
@@ -37,8 +36,11 @@ impl NvmlLifecycle {
     pub fn new(settings: &BackendSettings, xids: Arc<XidStore>, xid_events: bool) -> NvmlLifecycle {
         NvmlLifecycle {
             config: settings.nvml.clone(),
-            persistence_enable: settings.persistence_enable,
-            slow_interval: settings.slow_interval,
+            poll_options: super::PollOptions {
+                enable_persistence: settings.persistence_enable,
+                slow_interval: settings.slow_interval,
+                process_utilization: settings.process_utilization,
+            },
             state: State::Waiting {
                 next_try: Instant::now(),
                 delay: settings.nvml.retry_initial,
@@ -88,7 +90,7 @@ impl Backend for NvmlLifecycle {
             return None;
         }
         let loaded = NvmlBackend::load(&self.config).and_then(|backend| {
-            let pollers = backend.device_pollers(self.persistence_enable, self.slow_interval)?;
+            let pollers = backend.device_pollers(&self.poll_options)?;
             Ok((backend, pollers))
         });
         match loaded {

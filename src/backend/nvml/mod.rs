@@ -8,7 +8,12 @@
 //! one `nvmlDeviceGetFieldValues` call.
 
 pub mod calls;
+mod fabric;
+mod fields;
+mod gpm;
 pub mod lifecycle;
+mod mig;
+mod nvlink;
 
 use crate::backend::{DevicePoller, PersistenceOutcome, PollReport};
 use crate::clock_events;
@@ -56,11 +61,7 @@ impl NvmlBackend {
     /// fell off the bus before we started) still gets a poller, so it shows as down rather
     /// than vanishing.
     /// `slow_interval`: how often the readings in [`SlowReadings`] are read (see there).
-    pub fn device_pollers(
-        &self,
-        enable_persistence: bool,
-        slow_interval: Duration,
-    ) -> Result<Vec<NvmlDevicePoller>, NvmlError> {
+    pub fn device_pollers(&self, options: &PollOptions) -> Result<Vec<NvmlDevicePoller>, NvmlError> {
         let driver_version = self.driver_version().unwrap_or_default();
         let count = self.nvml.device_count()?;
         let mut pollers = Vec::with_capacity(count as usize);
@@ -70,11 +71,14 @@ impl NvmlBackend {
             pollers.push(NvmlDevicePoller {
                 device,
                 identity,
-                enable_persistence,
+                enable_persistence: options.enable_persistence,
                 static_readings: None,
                 warned_persistence_denied: false,
-                slow_interval,
+                slow_interval: options.slow_interval,
                 slow: None,
+                gpm: gpm::GpmSampler::default(),
+                process_utilization: options.process_utilization,
+                last_poll_micros: None,
             });
         }
         Ok(pollers)
@@ -96,6 +100,16 @@ fn read_identity(device: &Device<'static>, index: u32, driver_version: &str) -> 
     }
 }
 
+/// How each GPU's poller works, from the settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PollOptions {
+    pub enable_persistence: bool,
+    /// How often the readings in [`SlowReadings`] are read (see there).
+    pub slow_interval: Duration,
+    /// Read per-process utilisation samples (only wanted with per-process series on).
+    pub process_utilization: bool,
+}
+
 /// Readings that do not change while the GPU is in the node, read once.
 #[derive(Debug, Clone, Default)]
 struct StaticReadings {
@@ -106,6 +120,8 @@ struct StaticReadings {
     /// Fans the board has; fanless boards (H100/H200 SXM) have none, and asking for fan 0
     /// there is an invalid argument, not "not supported".
     fan_count: u32,
+    /// NVLinks the board has; 0 for none.
+    nvlink_count: u32,
 }
 
 /// Readings that change slowly or cost the driver real time, read every `poll.slow_interval`
@@ -122,6 +138,9 @@ struct SlowReadings {
     remapped_rows: RemappedRows,
     replay_errors: Option<u64>,
     clock_event_seconds: Vec<(&'static str, f64)>,
+    nvlinks: Option<crate::model::links::NvLinks>,
+    fabric: Option<crate::model::links::Fabric>,
+    mig: Option<crate::model::mig::Mig>,
 }
 
 pub struct NvmlDevicePoller {
@@ -133,6 +152,11 @@ pub struct NvmlDevicePoller {
     slow_interval: Duration,
     /// The last slow read and when it was taken.
     slow: Option<(Instant, SlowReadings)>,
+    gpm: gpm::GpmSampler,
+    process_utilization: bool,
+    /// Wall time of the previous poll in microseconds: per-process samples are asked for
+    /// from then on.
+    last_poll_micros: Option<u64>,
 }
 
 /// The slow fields read with one `nvmlDeviceGetFieldValues` call, in the order of `FIELDS`.
@@ -288,27 +312,15 @@ impl NvmlDevicePoller {
             r.remapped_rows = slow.remapped_rows.clone();
             r.pcie.replay_errors = slow.replay_errors;
             r.clock_event_seconds = slow.clock_event_seconds.clone();
+            r.nvlinks = slow.nvlinks.clone();
+            r.fabric = slow.fabric.clone();
+            r.mig = slow.mig.clone();
         }
+        r.activity = self.gpm.read(&self.device, &mut calls);
 
         let persistence = self.read_and_keep_persistence(&mut calls, &mut r);
-        r.processes = calls
-            .read("nvmlDeviceGetComputeRunningProcesses_v3", || {
-                self.device.running_compute_processes()
-            })
-            .map(|processes| {
-                use nvml_wrapper::enums::device::UsedGpuMemory;
-                processes
-                    .into_iter()
-                    .map(|p| GpuProcess {
-                        pid: p.pid,
-                        used_memory_bytes: match p.used_gpu_memory {
-                            UsedGpuMemory::Used(bytes) => Some(bytes),
-                            UsedGpuMemory::Unavailable => None,
-                        },
-                        ..GpuProcess::default()
-                    })
-                    .collect()
-            });
+        r.processes = self.read_processes(&mut calls);
+        self.last_poll_micros = Some(now_micros());
 
         r.performance_state = calls
             .read("nvmlDeviceGetPerformanceState", || self.device.performance_state())
@@ -353,7 +365,55 @@ impl NvmlDevicePoller {
         s.supported_clock_events = calls.read("nvmlDeviceGetSupportedClocksEventReasons", || {
             self.supported_clock_events()
         });
+        s.nvlink_count = nvlink::board_links(&self.device, calls);
         s
+    }
+
+    /// The compute processes, with their utilisation since the previous poll when asked for.
+    fn read_processes(&self, calls: &mut CallErrors) -> Option<Vec<GpuProcess>> {
+        use nvml_wrapper::enums::device::UsedGpuMemory;
+        let processes = calls.read("nvmlDeviceGetComputeRunningProcesses_v3", || {
+            self.device.running_compute_processes()
+        })?;
+        let mut processes: Vec<GpuProcess> = processes
+            .into_iter()
+            .map(|p| GpuProcess {
+                pid: p.pid,
+                used_memory_bytes: match p.used_gpu_memory {
+                    UsedGpuMemory::Used(bytes) => Some(bytes),
+                    UsedGpuMemory::Unavailable => None,
+                },
+                gpu_instance: p.gpu_instance_id,
+                ..GpuProcess::default()
+            })
+            .collect();
+        if self.process_utilization && !processes.is_empty() {
+            let since = self.last_poll_micros;
+            let samples = calls.read("nvmlDeviceGetProcessUtilization", || {
+                match self.device.process_utilization_stats(since) {
+                    // No process had a sample since then: all idle.
+                    Err(NvmlError::NotFound) => Ok(Vec::new()),
+                    other => other,
+                }
+            });
+            if let Some(samples) = samples {
+                for p in &mut processes {
+                    let mine: Vec<_> = samples.iter().filter(|s| s.pid == p.pid).collect();
+                    // The driver lists only processes with a non-zero sample in the window, so
+                    // a process it leaves out was idle.
+                    let mean = |f: fn(&nvml_wrapper::struct_wrappers::device::ProcessUtilizationSample) -> u32| {
+                        if mine.is_empty() {
+                            0.0
+                        } else {
+                            mine.iter().map(|s| f(s) as f64).sum::<f64>() / mine.len() as f64 / 100.0
+                        }
+                    };
+                    p.sm_utilization_ratio = Some(mean(|s| s.sm_util).clamp(0.0, 1.0));
+                    p.memory_utilization_ratio = Some(mean(|s| s.mem_util).clamp(0.0, 1.0));
+                }
+            }
+        }
+        Some(processes)
     }
 
     /// `nvmlDeviceGetCurrentClocksEventReasons` is the current name (NVML 12.2+); older drivers
@@ -401,6 +461,12 @@ impl NvmlDevicePoller {
                 .read("nvmlDeviceGetPcieReplayCounter", || self.device.pcie_replay_counter())
                 .map(u64::from),
             clock_event_seconds: r.clock_event_seconds,
+            nvlinks: self
+                .static_readings
+                .as_ref()
+                .and_then(|s| nvlink::read(&self.device, s.nvlink_count, calls)),
+            fabric: fabric::read(&self.device, calls),
+            mig: mig::read(&self.device, calls),
         }
     }
 
@@ -506,6 +572,13 @@ impl NvmlDevicePoller {
         };
         Some(outcome)
     }
+}
+
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -17,7 +17,9 @@
 // Built as an old driver, the helpers of the symbols it leaves out go unused.
 #![cfg_attr(feature = "old-driver", allow(dead_code))]
 
+mod gpm;
 mod scenario;
+mod topology;
 
 use nvml_wrapper_sys::bindings::field_id::*;
 use nvml_wrapper_sys::bindings::*;
@@ -238,6 +240,11 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(device: nvmlDevice_t, out: *mut c_ui
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetName(device: nvmlDevice_t, out: *mut c_char, length: c_uint) -> nvmlReturn_t {
+    if let Some(answer) = topology::mig_call(device, |parent, mig| unsafe {
+        put_string(out, length, Some(&format!("{} MIG {}", parent.name, mig.profile)))
+    }) {
+        return answer;
+    }
     device_call(device, "nvmlDeviceGetName", |_, d| unsafe {
         put_string(out, length, Some(&d.name))
     })
@@ -245,6 +252,9 @@ pub unsafe extern "C" fn nvmlDeviceGetName(device: nvmlDevice_t, out: *mut c_cha
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetUUID(device: nvmlDevice_t, out: *mut c_char, length: c_uint) -> nvmlReturn_t {
+    if let Some(answer) = topology::mig_call(device, |_, mig| unsafe { put_string(out, length, Some(&mig.uuid)) }) {
+        return answer;
+    }
     device_call(device, "nvmlDeviceGetUUID", |_, d| unsafe {
         put_string(out, length, Some(&d.uuid))
     })
@@ -323,7 +333,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperatureThreshold(
 // ---- field values ------------------------------------------------------------------------
 
 /// What one field id asks for, under the driver's numbering.
-fn field_value(scenario: &Scenario, d: &scenario::Device, field_id: u32) -> Option<nvmlFieldValue_t> {
+fn field_value(scenario: &Scenario, d: &scenario::Device, field_id: u32, scope: u32) -> Option<nvmlFieldValue_t> {
     // SAFETY: plain old data.
     let mut value: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
     value.fieldId = field_id;
@@ -343,7 +353,10 @@ fn field_value(scenario: &Scenario, d: &scenario::Device, field_id: u32) -> Opti
         269 if v13u1 => (counter("sw_thermal_slowdown"), None),
         270 if v13u1 => (counter("hw_thermal_slowdown"), None),
         271 if v13u1 => (counter("hw_power_brake_slowdown"), None),
-        _ => (None, None),
+        _ => match topology::nvlink_field(d, field_id, scope) {
+            Some(v) => (Some(v), None),
+            None => (None, None),
+        },
     };
     if let Some(v) = u64_value {
         value.valueType = nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
@@ -378,7 +391,7 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
             .map(|d| d.as_micros() as i64)
             .unwrap_or(0);
         for entry in slice.iter_mut() {
-            if let Some(mut filled) = field_value(&scenario, d, entry.fieldId) {
+            if let Some(mut filled) = field_value(&scenario, d, entry.fieldId, entry.scopeId) {
                 filled.scopeId = entry.scopeId;
                 filled.timestamp = now_us;
                 *entry = filled;
@@ -549,8 +562,16 @@ pub unsafe extern "C" fn nvmlDeviceGetDecoderUtilization(
 #[cfg(not(feature = "old-driver"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: nvmlDevice_t, out: *mut nvmlMemory_v2_t) -> nvmlReturn_t {
-    device_call(device, "nvmlDeviceGetMemoryInfo_v2", |_, d| {
-        let Some(m) = d.memory.as_ref() else {
+    if let Some(answer) = topology::mig_call(device, |_, mig| unsafe { memory_info(mig.memory.as_ref(), out) }) {
+        return answer;
+    }
+    device_call(device, "nvmlDeviceGetMemoryInfo_v2", |_, d| unsafe { memory_info(d.memory.as_ref(), out) })
+}
+
+#[cfg(not(feature = "old-driver"))]
+unsafe fn memory_info(memory: Option<&scenario::Memory>, out: *mut nvmlMemory_v2_t) -> nvmlReturn_t {
+    {
+        let Some(m) = memory else {
             return NOT_SUPPORTED;
         };
         if out.is_null() {
@@ -566,7 +587,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: nvmlDevice_t, out: *
             free: m.total.saturating_sub(m.used + m.reserved),
         };
         unsafe { put(out, Some(value)) }
-    })
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -586,13 +607,14 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
         if count.is_null() {
             return INVALID_ARGUMENT;
         }
-        let processes: Vec<(c_uint, u64)> = match &d.processes {
-            // NVML_VALUE_NOT_AVAILABLE where the driver does not know the memory.
+        let processes: Vec<(c_uint, u64, u32)> = match &d.processes {
+            // NVML_VALUE_NOT_AVAILABLE where the driver does not know the memory; u32::MAX
+            // (0xFFFFFFFF) as the instance outside MIG.
             Some(list) => list
                 .iter()
-                .map(|p| (p.pid, p.used_memory.unwrap_or(u64::MAX)))
+                .map(|p| (p.pid, p.used_memory.unwrap_or(u64::MAX), p.gpu_instance.unwrap_or(u32::MAX)))
                 .collect(),
-            None => (0..d.compute_processes).map(|i| (1000 + i, 1 << 30)).collect(),
+            None => (0..d.compute_processes).map(|i| (1000 + i, 1 << 30, u32::MAX)).collect(),
         };
         let n = processes.len() as c_uint;
         // SAFETY: the caller passes room for *count entries (NVML's contract).
@@ -602,11 +624,11 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
             if n > room || infos.is_null() {
                 return if n == 0 { SUCCESS } else { INSUFFICIENT_SIZE };
             }
-            for (i, (pid, memory)) in processes.into_iter().enumerate() {
+            for (i, (pid, memory, gpu_instance)) in processes.into_iter().enumerate() {
                 let info = &mut *infos.add(i);
                 info.pid = pid;
                 info.usedGpuMemory = memory;
-                info.gpuInstanceId = u32::MAX;
+                info.gpuInstanceId = gpu_instance;
                 info.computeInstanceId = u32::MAX;
             }
         }
@@ -852,7 +874,4 @@ pub extern "C" fn nvmlEventSetFree(set: nvmlEventSet_t) -> nvmlReturn_t {
     SUCCESS
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn nvmlGpmSampleFree(_sample: nvmlGpmSample_t) -> nvmlReturn_t {
-    SUCCESS
-}
+

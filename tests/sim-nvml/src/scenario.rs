@@ -116,6 +116,87 @@ pub struct Device {
     /// When false, `nvmlDeviceRegisterEvents` answers NOT_SUPPORTED for this GPU.
     #[serde(default = "yes")]
     pub events_supported: bool,
+    /// GPM activity (Hopper and newer); absent: the GPU has no GPM.
+    pub gpm: Option<Gpm>,
+    /// NVLinks the board has (NVML_FI_DEV_NVLINK_LINK_COUNT is their number).
+    #[serde(default)]
+    pub nvlinks: Vec<NvLink>,
+    /// NVLink fabric registration; absent: not on a fabric (state NOT_SUPPORTED).
+    pub fabric: Option<Fabric>,
+    /// MIG; absent: the GPU has no MIG (nvmlDeviceGetMigMode answers NOT_SUPPORTED).
+    pub mig: Option<Mig>,
+}
+
+/// What `nvmlGpmMetricsGet` computes between any two samples: percentages, and MiB/s for
+/// the bandwidths. A field left out answers NOT_SUPPORTED for that metric alone.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gpm {
+    pub graphics: Option<f64>,
+    pub sm: Option<f64>,
+    pub sm_occupancy: Option<f64>,
+    pub tensor: Option<f64>,
+    pub dram: Option<f64>,
+    pub fp64: Option<f64>,
+    pub fp32: Option<f64>,
+    pub fp16: Option<f64>,
+    pub integer: Option<f64>,
+    pub hmma: Option<f64>,
+    pub imma: Option<f64>,
+    pub dfma: Option<f64>,
+    pub pcie_tx_mib: Option<f64>,
+    pub pcie_rx_mib: Option<f64>,
+    pub nvlink_tx_mib: Option<f64>,
+    pub nvlink_rx_mib: Option<f64>,
+}
+
+/// One NVLink: its state and counters. A counter left out is not supported on the link.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NvLink {
+    #[serde(default = "yes")]
+    pub up: bool,
+    pub crc_flit: Option<u64>,
+    pub crc_data: Option<u64>,
+    pub replay: Option<u64>,
+    pub recovery: Option<u64>,
+    /// User data moved, in KiB (the driver's unit).
+    pub tx_kib: Option<u64>,
+    pub rx_kib: Option<u64>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fabric {
+    /// not_started, in_progress, completed.
+    pub state: String,
+    /// The registration's result once completed: an error name as in `fail` (absent: success).
+    pub error: Option<String>,
+    #[serde(default)]
+    pub clique_id: u32,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mig {
+    pub enabled: bool,
+    /// The mode after the next reset; defaults to `enabled`.
+    pub pending: Option<bool>,
+    #[serde(default)]
+    pub devices: Vec<MigDevice>,
+}
+
+/// One MIG device (a compute instance in a GPU instance).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigDevice {
+    pub uuid: String,
+    pub gpu_instance: u32,
+    #[serde(default)]
+    pub compute_instance: u32,
+    /// `1g.18gb`: the device's name is the parent's name + " MIG " + this.
+    pub profile: String,
+    pub memory: Option<Memory>,
 }
 
 fn yes() -> bool {
@@ -147,7 +228,7 @@ pub struct Utilization {
     pub memory: u32,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Memory {
     pub total: u64,
@@ -247,4 +328,11 @@ pub struct Process {
     pub pid: u32,
     /// Bytes of device memory; absent: the driver does not say (NVML_VALUE_NOT_AVAILABLE).
     pub used_memory: Option<u64>,
+    /// Its SM and memory busy percentages in `nvmlDeviceGetProcessUtilization`; a process
+    /// without them has no sample (idle). When no process of the GPU has them, the call
+    /// answers NOT_SUPPORTED.
+    pub sm_percent: Option<u32>,
+    pub memory_percent: Option<u32>,
+    /// The MIG GPU instance it runs in.
+    pub gpu_instance: Option<u32>,
 }

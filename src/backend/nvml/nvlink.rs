@@ -1,0 +1,93 @@
+//! NVLink: per link its state, its error counters and the bytes it moved, all in one
+//! `nvmlDeviceGetFieldValues` call (scope = link), read in the slow tier. The number of links
+//! the board has is read once; a board without NVLink gets no NVLink series.
+
+use super::calls::CallErrors;
+use super::fields::scoped_field_values;
+use crate::model::links::{NvLink, NvLinks};
+use nvml_wrapper::Device;
+use nvml_wrapper_sys::bindings::NVML_NVLINK_MAX_LINKS;
+use nvml_wrapper_sys::bindings::field_id::*;
+
+/// What a per-link field becomes.
+#[derive(Clone, Copy)]
+enum Reading {
+    State,
+    Error(&'static str),
+    /// Counted in KiB by the driver.
+    Kib(&'static str),
+}
+
+/// Fields asked for each link, with the link as scope.
+const PER_LINK: [(u32, Reading); 6] = [
+    (NVML_FI_DEV_NVLINK_GET_STATE, Reading::State),
+    (NVML_FI_DEV_NVLINK_ERROR_DL_CRC, Reading::Error("crc_flit")),
+    (NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, Reading::Error("replay")),
+    (NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, Reading::Error("recovery")),
+    (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, Reading::Kib("tx")),
+    (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, Reading::Kib("rx")),
+];
+
+/// The data CRC counters have one field id per link (links 0 to 11) rather than a scope.
+const CRC_DATA: [u32; 12] = [
+    NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0,
+    NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L1,
+    NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L2,
+    NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L3,
+    NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L4,
+    NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L5,
+    NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L6,
+    NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L7,
+    NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L8,
+    NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L9,
+    NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L10,
+    NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L11,
+];
+
+/// The number of NVLinks the board has; 0 for none (or a driver that does not say).
+pub fn board_links(device: &Device<'static>, calls: &mut CallErrors) -> u32 {
+    calls
+        .read("nvmlDeviceGetFieldValues", || {
+            scoped_field_values(device, &[(NVML_FI_DEV_NVLINK_LINK_COUNT, 0)])
+        })
+        .and_then(|v| v.first().copied().flatten())
+        .map(|n| (n as u32).min(NVML_NVLINK_MAX_LINKS))
+        .unwrap_or(0)
+}
+
+pub fn read(device: &Device<'static>, board_links: u32, calls: &mut CallErrors) -> Option<NvLinks> {
+    if board_links == 0 {
+        return None;
+    }
+    let mut requests = Vec::with_capacity(board_links as usize * (PER_LINK.len() + 1));
+    for link in 0..board_links {
+        requests.extend(PER_LINK.iter().map(|(field, _)| (*field, link)));
+        if let Some(field) = CRC_DATA.get(link as usize) {
+            requests.push((*field, 0));
+        }
+    }
+    let values = calls.read("nvmlDeviceGetFieldValues", || scoped_field_values(device, &requests))?;
+    let mut values = values.into_iter();
+    let mut links = Vec::with_capacity(board_links as usize);
+    for link in 0..board_links {
+        let mut l = NvLink {
+            link,
+            ..NvLink::default()
+        };
+        for (_, reading) in PER_LINK {
+            let Some(value) = values.next().flatten() else { continue };
+            match reading {
+                Reading::State => l.up = Some(value != 0.0),
+                Reading::Error(kind) => l.errors.push((kind, value as u64)),
+                Reading::Kib(direction) => l.bytes.push((direction, value as u64 * 1024)),
+            }
+        }
+        if (link as usize) < CRC_DATA.len()
+            && let Some(value) = values.next().flatten()
+        {
+            l.errors.push(("crc_data", value as u64));
+        }
+        links.push(l);
+    }
+    Some(NvLinks { board_links, links })
+}

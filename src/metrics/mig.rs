@@ -1,0 +1,62 @@
+//! MIG families: the mode, and each MIG device (GPU instance and compute instance) with its
+//! profile and memory. GPUs without MIG have none of these series.
+
+use super::{Family, Kind, Read};
+
+pub const FAMILIES: &[Family] = &[
+    Family {
+        name: "gpu_mig_mode",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 when MIG mode is on, 0 when off, on GPUs that have MIG.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.flag(r.mig.as_ref().map(|m| m.enabled))),
+    },
+    Family {
+        name: "gpu_mig_mode_pending",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "The MIG mode the GPU takes at its next reset; differs from gpu_mig_mode while a change waits for the reset.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.flag(r.mig.as_ref().map(|m| m.pending))),
+    },
+    Family {
+        name: "gpu_mig_instance_info",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 per MIG device: its GPU instance, compute instance, profile (1g.18gb, ...) and MIG UUID (what the kubelet and CUDA_VISIBLE_DEVICES name).",
+        labels: &["gpu_instance", "compute_instance", "profile", "mig_uuid"],
+        read: Read::Readings(|r, s| {
+            for i in r.mig.iter().flat_map(|m| &m.instances) {
+                let compute = i.compute_instance.map(|c| c.to_string()).unwrap_or_default();
+                s.labelled(&[&i.gpu_instance.to_string(), &compute, &i.profile, &i.uuid], 1.0);
+            }
+        }),
+    },
+    Family {
+        name: "gpu_mig_memory_used_bytes",
+        kind: Kind::Gauge,
+        unit: "bytes",
+        help: "Device memory in use in a MIG device (read every poll.slow_interval).",
+        labels: &["gpu_instance", "compute_instance"],
+        read: Read::Readings(|r, s| {
+            for i in r.mig.iter().flat_map(|m| &m.instances) {
+                let compute = i.compute_instance.map(|c| c.to_string()).unwrap_or_default();
+                s.labelled_opt(&[&i.gpu_instance.to_string(), &compute], i.memory_used_bytes.map(|b| b as f64));
+            }
+        }),
+    },
+    Family {
+        name: "gpu_mig_memory_total_bytes",
+        kind: Kind::Gauge,
+        unit: "bytes",
+        help: "Device memory of a MIG device.",
+        labels: &["gpu_instance", "compute_instance"],
+        read: Read::Readings(|r, s| {
+            for i in r.mig.iter().flat_map(|m| &m.instances) {
+                let compute = i.compute_instance.map(|c| c.to_string()).unwrap_or_default();
+                s.labelled_opt(&[&i.gpu_instance.to_string(), &compute], i.memory_total_bytes.map(|b| b as f64));
+            }
+        }),
+    },
+];

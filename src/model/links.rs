@@ -1,0 +1,66 @@
+//! The GPU's links to other GPUs: NVLink (per link: state, error counters, bytes moved) and,
+//! on NVSwitch systems, whether the GPU has joined the NVLink fabric.
+
+use serde::Serialize;
+
+/// NVLink error counters, as `nvidia-smi nvlink -e` names them.
+pub const NVLINK_ERROR_TYPES: [&str; 4] = ["crc_flit", "crc_data", "replay", "recovery"];
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct NvLinks {
+    /// Links the board has (NVML's link count), whether or not they are up.
+    pub board_links: u32,
+    pub links: Vec<NvLink>,
+}
+
+impl NvLinks {
+    pub fn links_up(&self) -> u32 {
+        self.links.iter().filter(|l| l.up == Some(true)).count() as u32
+    }
+    /// Links that should be up and are not: the board has them, and the driver says down.
+    pub fn links_down(&self) -> impl Iterator<Item = &NvLink> {
+        self.links.iter().filter(|l| l.up == Some(false))
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct NvLink {
+    pub link: u32,
+    /// `None` where the driver does not say.
+    pub up: Option<bool>,
+    /// (type, count since the driver loaded): crc_flit, crc_data, replay, recovery; only the
+    /// counters the link has.
+    #[serde(serialize_with = "super::pairs_as_map_u64")]
+    pub errors: Vec<(&'static str, u64)>,
+    /// (direction, bytes since the driver loaded): tx, rx; user data, without protocol overhead.
+    #[serde(serialize_with = "super::pairs_as_map_u64")]
+    pub bytes: Vec<(&'static str, u64)>,
+}
+
+impl NvLink {
+    pub fn errors_total(&self) -> u64 {
+        self.errors.iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// The fabric states NVML reports, in its order.
+pub const FABRIC_STATES: [&str; 3] = ["not_started", "in_progress", "completed"];
+
+/// Where the GPU stands with the NVLink fabric (NVSwitch systems; absent elsewhere).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fabric {
+    /// One of [`FABRIC_STATES`].
+    pub state: &'static str,
+    /// The fabric manager's verdict once registration is done: `None` for success, the NVML
+    /// error in words otherwise.
+    pub error: Option<String>,
+    pub clique_id: u32,
+}
+
+impl Fabric {
+    /// True when the GPU has not (yet, or at all) joined the fabric: its NVLinks to the
+    /// other GPUs carry nothing, and NCCL falls back to PCIe or fails.
+    pub fn degraded(&self) -> bool {
+        self.state != "completed" || self.error.is_some()
+    }
+}
