@@ -37,7 +37,7 @@ ap.add_argument("--bin", default="./target/release/gpuwarden")
 ap.add_argument("--out", default="/tmp/gpu-activity-check")
 ap.add_argument("--wheels", default="target/device-wheels")
 ap.add_argument("--port", type=int, default=19111)
-ap.add_argument("--steps", default="cost,gpm-parallel,processes,probe-gpm,nvlink,cpu")
+ap.add_argument("--steps", default="cost,cost-detail,gpm-parallel,processes,probe-gpm,nvlink,cpu")
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
 STEPS = args.steps.split(",")
@@ -175,6 +175,51 @@ if "cost" in STEPS:
     log(text)
     save("cost.txt", text)
 
+if "cost-detail" in STEPS:
+    log("== cost-detail: what in the NVLink and GPM reads costs (CPU microseconds per call, mean of 50)")
+    h = handle(0)
+    out = []
+    for name, fields in [("GET_STATE", [165]), ("ERROR_DL_CRC", [163]), ("ERROR_DL_REPLAY", [161]), ("ERROR_DL_RECOVERY", [162]),
+                         ("THROUGHPUT_DATA_TX", [138]), ("THROUGHPUT_DATA_RX", [139]), ("THROUGHPUT_DATA_TX+RX", [138, 139]),
+                         ("all six", [165, 163, 161, 162, 138, 139])]:
+        for links in (1, 18):
+            reqs = [(f, l) for l in range(links) for f in fields]
+            fv = (FieldValue * len(reqs))()
+
+            def call():
+                for i, (f, l) in enumerate(reqs):
+                    fv[i].fieldId, fv[i].scopeId = f, l
+                nvml.nvmlDeviceGetFieldValues(h, len(reqs), fv)
+            cpu, wall = cpu_cost(call, 50)
+            out.append(f"field values {name:22s} x {links:2d} links: cpu {cpu:9.1f} us wall {wall:9.1f} us; rc {[fv[i].nvmlReturn for i in range(min(len(reqs), 3))]}")
+    legacy = (FieldValue * 12)()
+    def legacy_call():
+        for i in range(12):
+            legacy[i].fieldId, legacy[i].scopeId = (list(range(39, 45)) + list(range(102, 108)))[i], 0
+        nvml.nvmlDeviceGetFieldValues(h, 12, legacy)
+    cpu, wall = cpu_cost(legacy_call, 50)
+    out.append(f"field values CRC_DATA legacy x 12: cpu {cpu:9.1f} us; rc {[legacy[i].nvmlReturn for i in range(12)]}")
+    u = ctypes.c_uint()
+    ull = ctypes.c_ulonglong()
+    cpu, wall = cpu_cost(lambda: [nvml.nvmlDeviceGetNvLinkState(h, l, ctypes.byref(u)) for l in range(18)], 50)
+    out.append(f"nvmlDeviceGetNvLinkState x 18: cpu {cpu:9.1f} us (rc link 0: {nvml.nvmlDeviceGetNvLinkState(h, 0, ctypes.byref(u))})")
+    for counter, name in ((0, "DL_REPLAY"), (1, "DL_RECOVERY"), (2, "DL_CRC_FLIT"), (3, "DL_CRC_DATA")):
+        cpu, wall = cpu_cost(lambda: [nvml.nvmlDeviceGetNvLinkErrorCounter(h, l, counter, ctypes.byref(ull)) for l in range(18)], 20)
+        out.append(f"nvmlDeviceGetNvLinkErrorCounter {name} x 18: cpu {cpu:9.1f} us (rc link 0: {nvml.nvmlDeviceGetNvLinkErrorCounter(h, 0, counter, ctypes.byref(ull))})")
+    s1, s2 = gpm_pair(h)
+    nvml.nvmlGpmSampleGet(h, s1)
+    time.sleep(0.1)
+    nvml.nvmlGpmSampleGet(h, s2)
+    every = GPM_IDS
+    for n in (1, 5, 16):
+        GPM_IDS = every[:n]
+        cpu, wall = cpu_cost(lambda: gpm_metrics(s1, s2), 50)
+        out.append(f"nvmlGpmMetricsGet with {n:2d} metrics: cpu {cpu:9.1f} us")
+    GPM_IDS = every
+    text = "\n".join(out)
+    log(text)
+    save("cost-detail.txt", text)
+
 if "gpm-parallel" in STEPS:
     log("== gpm-parallel: one thread per GPU sampling GPM at once, 2000 rounds each, in a child")
     child = r'''
@@ -229,6 +274,8 @@ with open(CONFIG, "w") as f:
 poll:
   interval: 1s
   timeout: 900ms
+  slow_interval: 1s
+  nvlink_interval: 10s
 processes:
   per_process: true
 kubernetes:
@@ -406,17 +453,28 @@ print("copied GiB", n, "in", round(time.time() - t, 2), "s", flush=True)
     save("nvlink.txt", text)
 
 if "cpu" in STEPS:
-    log("== cpu: daemon CPU over 30 idle seconds")
-    def ticks():
-        f = open(f"/proc/{daemon.pid}/stat").read().rsplit(")", 1)[1].split()
-        return int(f[11]) + int(f[12])
-    hz = os.sysconf("SC_CLK_TCK")
-    t0, c0 = time.time(), ticks()
-    time.sleep(30)
-    t1, c1 = time.time(), ticks()
-    share = (c1 - c0) / hz / (t1 - t0)
-    rss = [l for l in open(f"/proc/{daemon.pid}/status") if l.startswith("VmRSS")][0].strip()
-    text = f"daemon CPU {share * 100:.3f}% of a core over {t1 - t0:.0f} s = {share * 100 / len(GPUS):.3f}% per GPU ({len(GPUS)} GPUs, poll 1 s, per-process on, kubelet every 2 s); {rss}"
+    log("== cpu: CPU over 30 idle seconds of this daemon (per-process on, kubelet every 2 s, slow tier every 1 s, NVLink counters every 10 s) and of one with the default config")
+    default_config = os.path.join(args.out, "default.yaml")
+    with open(default_config, "w") as f:
+        f.write(f"listen: 127.0.0.1:{args.port + 1}\n")
+    default = subprocess.Popen([args.bin, "run", "--config", default_config], stderr=open(os.path.join(args.out, "default.log"), "w"))
+    time.sleep(15)  # past start-up and the first slow and NVLink reads
+
+    def ticks(pid):
+        # Nanoseconds on a CPU, all threads (schedstat), rather than clock ticks of 10 ms.
+        return sum(int(open(f"/proc/{pid}/task/{t}/schedstat").read().split()[0]) for t in os.listdir(f"/proc/{pid}/task"))
+    hz = 1e9
+    pids = {"tuned": daemon.pid, "default": default.pid}
+    t0, c0 = time.time(), {k: ticks(p) for k, p in pids.items()}
+    time.sleep(60)
+    t1, c1 = time.time(), {k: ticks(p) for k, p in pids.items()}
+    lines = []
+    for k, p in pids.items():
+        share = (c1[k] - c0[k]) / hz / (t1 - t0)
+        rss = [l for l in open(f"/proc/{p}/status") if l.startswith("VmRSS")][0].split(":")[1].strip()
+        lines.append(f"{k}: CPU {share * 100:.3f}% of a core over {t1 - t0:.0f} s = {share * 100 / len(GPUS):.3f}% per GPU ({len(GPUS)} GPUs, poll 1 s); RSS {rss}")
+    default.terminate()
+    text = "\n".join(lines)
     log(text)
     save("cpu.txt", text)
 

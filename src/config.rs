@@ -130,6 +130,9 @@ pub struct Poll {
     /// How often the slowly changing and costly readings are read (energy, ECC and remap
     /// counts, PCIe replays, clock-event time); at least `interval`.
     pub slow_interval: Duration,
+    /// How often the NVLink error and byte counters are read: 14 ms of driver CPU per read
+    /// of an H200's 18 links. Read at the first poll after this much time.
+    pub nvlink_interval: Duration,
 }
 
 impl Default for Poll {
@@ -138,6 +141,7 @@ impl Default for Poll {
             interval: Duration::from_secs(1),
             timeout: Duration::from_millis(500),
             slow_interval: Duration::from_secs(10),
+            nvlink_interval: Duration::from_secs(60),
         }
     }
 }
@@ -152,6 +156,8 @@ struct RawPoll {
     timeout: Duration,
     #[serde(deserialize_with = "poll_slow_interval", serialize_with = "write_duration")]
     slow_interval: Duration,
+    #[serde(deserialize_with = "poll_nvlink_interval", serialize_with = "write_duration")]
+    nvlink_interval: Duration,
 }
 
 impl Default for RawPoll {
@@ -161,6 +167,7 @@ impl Default for RawPoll {
             interval: p.interval,
             timeout: p.timeout,
             slow_interval: p.slow_interval,
+            nvlink_interval: p.nvlink_interval,
         }
     }
 }
@@ -187,6 +194,7 @@ impl TryFrom<RawPoll> for Poll {
             interval: raw.interval,
             timeout: raw.timeout,
             slow_interval: raw.slow_interval,
+            nvlink_interval: raw.nvlink_interval,
         })
     }
 }
@@ -438,6 +446,7 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 bounded_duration!(poll_interval, "poll.interval", 10 * MS, HOUR);
 bounded_duration!(poll_timeout, "poll.timeout", MS, HOUR);
 bounded_duration!(poll_slow_interval, "poll.slow_interval", 10 * MS, DAY);
+bounded_duration!(poll_nvlink_interval, "poll.nvlink_interval", 10 * MS, DAY);
 bounded_duration!(nvml_retry, "nvml.retry_initial and retry_max", 100 * MS, DAY);
 bounded_duration!(xid_dedup_window, "xid.dedup_window", 100 * MS, HOUR);
 bounded_duration!(xid_critical_hold, "xid.critical_hold", SECOND, 30 * DAY);

@@ -39,6 +39,7 @@ impl NvmlLifecycle {
             poll_options: super::PollOptions {
                 enable_persistence: settings.persistence_enable,
                 slow_interval: settings.slow_interval,
+                nvlink_interval: settings.nvlink_interval,
                 process_utilization: settings.process_utilization,
             },
             state: State::Waiting {

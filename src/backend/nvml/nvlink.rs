@@ -1,6 +1,11 @@
-//! NVLink: per link its state, its error counters and the bytes it moved, all in one
-//! `nvmlDeviceGetFieldValues` call (scope = link), read in the slow tier. The number of links
+//! NVLink: per link its state, its error counters and the bytes it moved. The number of links
 //! the board has is read once; a board without NVLink gets no NVLink series.
+//!
+//! Measured on an H200 (docs/performance.md): the counters cost the driver about 0.75 ms of
+//! CPU per link however many of that link's counters one call asks for (14 ms for 18 links),
+//! while the states cost about 1 us per link. So the states are read every poll and the
+//! counters, all in one `nvmlDeviceGetFieldValues` call (scope = link), every
+//! `poll.nvlink_interval`.
 
 use super::calls::CallErrors;
 use super::fields::scoped_field_values;
@@ -9,18 +14,16 @@ use nvml_wrapper::Device;
 use nvml_wrapper_sys::bindings::NVML_NVLINK_MAX_LINKS;
 use nvml_wrapper_sys::bindings::field_id::*;
 
-/// What a per-link field becomes.
+/// What a per-link counter field becomes.
 #[derive(Clone, Copy)]
 enum Reading {
-    State,
     Error(&'static str),
     /// Counted in KiB by the driver.
     Kib(&'static str),
 }
 
 /// Fields asked for each link, with the link as scope.
-const PER_LINK: [(u32, Reading); 6] = [
-    (NVML_FI_DEV_NVLINK_GET_STATE, Reading::State),
+const PER_LINK: [(u32, Reading); 5] = [
     (NVML_FI_DEV_NVLINK_ERROR_DL_CRC, Reading::Error("crc_flit")),
     (NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, Reading::Error("replay")),
     (NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, Reading::Error("recovery")),
@@ -29,6 +32,8 @@ const PER_LINK: [(u32, Reading); 6] = [
 ];
 
 /// The data CRC counters have one field id per link (links 0 to 11) rather than a scope.
+/// Hopper answers them NOT_SUPPORTED (and nvidia-smi nvlink -e shows no data CRC there), so
+/// they add series only on older boards.
 const CRC_DATA: [u32; 12] = [
     NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0,
     NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L1,
@@ -55,7 +60,23 @@ pub fn board_links(device: &Device<'static>, calls: &mut CallErrors) -> u32 {
         .unwrap_or(0)
 }
 
-pub fn read(device: &Device<'static>, board_links: u32, calls: &mut CallErrors) -> Option<NvLinks> {
+/// Each link's state: `nvmlDeviceGetNvLinkState`, per link.
+pub fn states(device: &Device<'static>, board_links: u32, calls: &mut CallErrors) -> Option<NvLinks> {
+    if board_links == 0 {
+        return None;
+    }
+    let links = (0..board_links)
+        .map(|link| NvLink {
+            link,
+            up: calls.read("nvmlDeviceGetNvLinkState", || device.link_wrapper_for(link).is_active()),
+            ..NvLink::default()
+        })
+        .collect();
+    Some(NvLinks { board_links, links })
+}
+
+/// Each link's error and byte counters, in one call; `None` when the call failed.
+pub fn counters(device: &Device<'static>, board_links: u32, calls: &mut CallErrors) -> Option<Vec<LinkCounters>> {
     if board_links == 0 {
         return None;
     }
@@ -70,24 +91,36 @@ pub fn read(device: &Device<'static>, board_links: u32, calls: &mut CallErrors) 
     let mut values = values.into_iter();
     let mut links = Vec::with_capacity(board_links as usize);
     for link in 0..board_links {
-        let mut l = NvLink {
-            link,
-            ..NvLink::default()
-        };
+        let mut counters = LinkCounters::default();
         for (_, reading) in PER_LINK {
             let Some(value) = values.next().flatten() else { continue };
             match reading {
-                Reading::State => l.up = Some(value != 0.0),
-                Reading::Error(kind) => l.errors.push((kind, value as u64)),
-                Reading::Kib(direction) => l.bytes.push((direction, value as u64 * 1024)),
+                Reading::Error(kind) => counters.errors.push((kind, value as u64)),
+                Reading::Kib(direction) => counters.bytes.push((direction, value as u64 * 1024)),
             }
         }
         if (link as usize) < CRC_DATA.len()
             && let Some(value) = values.next().flatten()
         {
-            l.errors.push(("crc_data", value as u64));
+            counters.errors.push(("crc_data", value as u64));
         }
-        links.push(l);
+        links.push(counters);
     }
-    Some(NvLinks { board_links, links })
+    Some(links)
+}
+
+/// One link's counters, as the last counter read left them.
+#[derive(Debug, Clone, Default)]
+pub struct LinkCounters {
+    pub errors: Vec<(&'static str, u64)>,
+    pub bytes: Vec<(&'static str, u64)>,
+}
+
+/// The states of this poll with the counters of the last counter read.
+pub fn merge(mut links: NvLinks, counters: &[LinkCounters]) -> NvLinks {
+    for (link, c) in links.links.iter_mut().zip(counters) {
+        link.errors = c.errors.clone();
+        link.bytes = c.bytes.clone();
+    }
+    links
 }
