@@ -453,31 +453,47 @@ print("copied GiB", n, "in", round(time.time() - t, 2), "s", flush=True)
     save("nvlink.txt", text)
 
 if "cpu" in STEPS:
-    log("== cpu: CPU over 30 idle seconds of this daemon (per-process on, kubelet every 2 s, slow tier every 1 s, NVLink counters every 10 s) and of one with the default config")
-    default_config = os.path.join(args.out, "default.yaml")
-    with open(default_config, "w") as f:
-        f.write(f"listen: 127.0.0.1:{args.port + 1}\n")
-    default = subprocess.Popen([args.bin, "run", "--config", default_config], stderr=open(os.path.join(args.out, "default.log"), "w"))
+    log("== cpu: CPU over 60 idle seconds of gpuwarden with the default config, and of BEFORE (an earlier build) beside it")
+    daemon.terminate()
+    daemon.wait(timeout=10)
+    runs = {"default": args.bin}
+    if os.environ.get("BEFORE"):
+        runs["before"] = os.environ["BEFORE"]
+    procs = {}
+    for n, (name, binary) in enumerate(runs.items()):
+        path = os.path.join(args.out, f"{name}.yaml")
+        with open(path, "w") as f:
+            f.write(f"listen: 127.0.0.1:{args.port + 1 + n}\n")
+        procs[name] = (subprocess.Popen([binary, "run", "--config", path], stderr=open(os.path.join(args.out, f"{name}.log"), "w")), args.port + 1 + n)
     time.sleep(15)  # past start-up and the first slow and NVLink reads
 
-    def ticks(pid):
+    def cpu_ns(pid):
         # Nanoseconds on a CPU, all threads (schedstat), rather than clock ticks of 10 ms.
         return sum(int(open(f"/proc/{pid}/task/{t}/schedstat").read().split()[0]) for t in os.listdir(f"/proc/{pid}/task"))
-    hz = 1e9
-    pids = {"tuned": daemon.pid, "default": default.pid}
-    t0, c0 = time.time(), {k: ticks(p) for k, p in pids.items()}
+
+    def own(port):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            m = r.read().decode()
+        calls = sum(v for _, v in series(m, "gpuwarden_vendor_call_seconds_total"))
+        polls = sum(v for _, v in series(m, "gpuwarden_poll_duration_seconds_sum"))
+        return calls, polls
+    t0 = time.time()
+    c0 = {k: cpu_ns(p.pid) for k, (p, _) in procs.items()}
+    o0 = {k: own(port) for k, (_, port) in procs.items()}
     time.sleep(60)
-    t1, c1 = time.time(), {k: ticks(p) for k, p in pids.items()}
+    t1 = time.time()
+    c1 = {k: cpu_ns(p.pid) for k, (p, _) in procs.items()}
+    o1 = {k: own(port) for k, (_, port) in procs.items()}
     lines = []
-    for k, p in pids.items():
-        share = (c1[k] - c0[k]) / hz / (t1 - t0)
-        rss = [l for l in open(f"/proc/{p}/status") if l.startswith("VmRSS")][0].split(":")[1].strip()
-        lines.append(f"{k}: CPU {share * 100:.3f}% of a core over {t1 - t0:.0f} s = {share * 100 / len(GPUS):.3f}% per GPU ({len(GPUS)} GPUs, poll 1 s); RSS {rss}")
-    default.terminate()
+    for k, (p, port) in procs.items():
+        share = (c1[k] - c0[k]) / 1e9 / (t1 - t0)
+        rss = [l for l in open(f"/proc/{p.pid}/status") if l.startswith("VmRSS")][0].split(":")[1].strip()
+        lines.append(f"{k}: CPU {share * 100:.3f}% of a core over {t1 - t0:.0f} s = {share * 100 / len(GPUS):.3f}% per GPU ({len(GPUS)} GPUs, poll 1 s); "
+                     f"wall time inside NVML calls {(o1[k][0] - o0[k][0]) / (t1 - t0) * 100:.3f}% , polls {(o1[k][1] - o0[k][1]) / (t1 - t0) * 100:.3f}% of the time; RSS {rss}")
+        p.terminate()
     text = "\n".join(lines)
     log(text)
     save("cpu.txt", text)
 
 daemon.terminate()
 kubelet.terminate()
-daemon.wait(timeout=10)

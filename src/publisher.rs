@@ -11,7 +11,7 @@
 use crate::attribution::jobs::GpuKey;
 use crate::attribution::kubelet::{Assignment, PodState};
 use crate::health;
-use crate::model::{BackendStatus, DeviceSnapshot, DurationHistogram, PersistenceAttempts, Snapshot};
+use crate::model::{BackendStatus, DeviceSnapshot, DurationHistogram, PersistenceAttempts, PodHolder, Snapshot};
 use crate::probe::schedule::ProbeState;
 use crate::settings::SharedSettings;
 use crate::store::Store;
@@ -115,26 +115,38 @@ fn describe_processes(devices: &mut [DeviceSnapshot], settings: &crate::config::
 }
 
 /// The kubelet's device ids matched to GPUs: a GPU UUID, a shared `UUID::N` (time slicing),
-/// `nvidiaN` (NVIDIA's index), or a PCI address (AMD's device plugin). MIG device UUIDs
-/// match no GPU until MIG instances are read (no series rather than a wrong GPU).
-fn pods_by_uuid(
-    assignments: &[Assignment],
-    devices: &[DeviceSnapshot],
-) -> BTreeMap<String, Vec<(String, String, String)>> {
+/// `nvidiaN` (NVIDIA's index), a PCI address (AMD's device plugin), or a MIG device UUID
+/// (matched to its GPU and GPU instance through the MIG devices the poll read). An id that
+/// matches nothing gives no series rather than a wrong GPU.
+fn pods_by_uuid(assignments: &[Assignment], devices: &[DeviceSnapshot]) -> BTreeMap<String, Vec<PodHolder>> {
     use crate::model::Vendor;
-    let mut out: BTreeMap<String, Vec<(String, String, String)>> = BTreeMap::new();
+    let mut out: BTreeMap<String, Vec<PodHolder>> = BTreeMap::new();
     for a in assignments {
         let id = a.device_id.split("::").next().unwrap_or("");
         let index = id.strip_prefix("nvidia").and_then(|n| n.parse::<u32>().ok());
         let bus = crate::pci::normalize_bus_id(id);
-        let Some(device) = devices.iter().find(|d| {
-            d.identity.uuid == id
+        let mig_instance = |d: &DeviceSnapshot| {
+            let mig = d.readings.as_ref()?.mig.as_ref()?;
+            mig.instances.iter().find(|i| i.uuid == id).map(|i| i.gpu_instance)
+        };
+        let Some((device, gpu_instance)) = devices.iter().find_map(|d| {
+            let whole = d.identity.uuid == id
                 || index.is_some_and(|i| d.identity.vendor == Vendor::Nvidia && d.identity.index == i)
-                || bus.as_deref() == Some(d.identity.pci_bus_id.as_str())
+                || bus.as_deref() == Some(d.identity.pci_bus_id.as_str());
+            if whole {
+                Some((d, None))
+            } else {
+                mig_instance(d).map(|gi| (d, Some(gi)))
+            }
         }) else {
             continue;
         };
-        let holder = (a.namespace.clone(), a.pod.clone(), a.container.clone());
+        let holder = PodHolder {
+            namespace: a.namespace.clone(),
+            pod: a.pod.clone(),
+            container: a.container.clone(),
+            gpu_instance,
+        };
         let holders = out.entry(device.identity.uuid.clone()).or_default();
         if !holders.contains(&holder) {
             holders.push(holder);

@@ -53,7 +53,10 @@ fn attribution(snapshot: &Snapshot, uuid: &str) -> String {
     if let Some(pods) = snapshot.pods.get(uuid) {
         let names: Vec<String> = pods
             .iter()
-            .map(|(ns, pod, container)| format!("{ns}/{pod} ({container})"))
+            .map(|h| match h.gpu_instance {
+                Some(gi) => format!("{}/{} ({}, MIG GPU instance {gi})", h.namespace, h.pod, h.container),
+                None => format!("{}/{} ({})", h.namespace, h.pod, h.container),
+            })
             .collect();
         out.push_str(&format!("<br><small>pod {}</small>", escape(&names.join(", "))));
     }

@@ -8,18 +8,19 @@ use common::*;
 
 const UUID0: &str = "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000000";
 const UUID1: &str = "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000001";
+/// GPU 3 of the demo is in MIG mode; this is its GPU instance 3 (2g.35gb).
+const MIG_GI3: &str = "MIG-8c1e5a3f-0000-5d2e-8b7a-000000000302";
 
 fn pods(m: &Metrics) -> Vec<(String, String, String, String)> {
     let mut out: Vec<_> = m
         .find("gpu_pod_info", &[])
         .iter()
         .map(|s| {
-            (
-                s.labels["gpu"].clone(),
-                s.labels["namespace"].clone(),
-                s.labels["pod"].clone(),
-                s.labels["container"].clone(),
-            )
+            let gpu = match s.labels["gpu_instance"].as_str() {
+                "" => s.labels["gpu"].clone(),
+                gi => format!("{}/gi{gi}", s.labels["gpu"]),
+            };
+            (gpu, s.labels["namespace"].clone(), s.labels["pod"].clone(), s.labels["container"].clone())
         })
         .collect();
     out.sort();
@@ -47,7 +48,9 @@ fn a_fake_kubelet_gives_gpu_pod_info_and_its_faults_leave_no_stale_pods() {
           {{"namespace": "batch", "name": "job-7", "containers": [
             {{"name": "worker", "devices": [{{"resource": "nvidia.com/gpu", "ids": ["nvidia7"]}}]}}]}},
           {{"namespace": "mig", "name": "small", "containers": [
-            {{"name": "c", "devices": [{{"resource": "nvidia.com/mig-1g.18gb", "ids": ["MIG-8a0c..."]}}]}}]}},
+            {{"name": "c", "devices": [{{"resource": "nvidia.com/mig-2g.35gb", "ids": ["{MIG_GI3}"]}}]}}]}},
+          {{"namespace": "mig", "name": "gone", "containers": [
+            {{"name": "c", "devices": [{{"resource": "nvidia.com/mig-1g.18gb", "ids": ["MIG-00000000-dead-beef-0000-000000000000"]}}]}}]}},
           {{"namespace": "web", "name": "nginx", "containers": [{{"name": "nginx", "devices": []}}]}}
         ]}}"#
     );
@@ -60,16 +63,17 @@ fn a_fake_kubelet_gives_gpu_pod_info_and_its_faults_leave_no_stale_pods() {
         ),
     );
     let d = Daemon::start_with(DEMO_SCENARIO, &config);
-    let m = d.scrape_until("the pods", |m| m.find("gpu_pod_info", &[]).len() == 4);
+    let m = d.scrape_until("the pods", |m| m.find("gpu_pod_info", &[]).len() == 5);
     assert_eq!(
         pods(&m),
         owned(&[
             ("0", "ml", "trainer-0", "main"),
             ("1", "serve", "vllm-a", "engine"),
             ("1", "serve", "vllm-b", "engine"),
+            ("3/gi3", "mig", "small", "c"),
             ("7", "batch", "job-7", "worker"),
         ]),
-        "the NIC, the pod without devices and the MIG device (no MIG instances read) give nothing"
+        "the NIC, the pod without devices and a MIG device no GPU has give nothing"
     );
     assert_eq!(m.value("gpuwarden_kubelet_up", &[]), Some(1.0));
     assert!(d.get("/", &[]).text().contains("ml/trainer-0"));
@@ -81,7 +85,7 @@ fn a_fake_kubelet_gives_gpu_pod_info_and_its_faults_leave_no_stale_pods() {
         ("garbage", r#"{"garbage": true}"#),
     ] {
         kubelet.answer(&answer);
-        d.scrape_until("the pods back", |m| m.find("gpu_pod_info", &[]).len() == 4);
+        d.scrape_until("the pods back", |m| m.find("gpu_pod_info", &[]).len() == 5);
         kubelet.answer(fault);
         let m = d.scrape_until(what, |m| m.value("gpuwarden_kubelet_up", &[]) == Some(0.0));
         assert!(!m.has_family("gpu_pod_info"), "{what}: stale pods");
@@ -100,7 +104,7 @@ fn a_fake_kubelet_gives_gpu_pod_info_and_its_faults_leave_no_stale_pods() {
         m.value("gpuwarden_kubelet_up", &[]) == Some(0.0)
     });
     let kubelet = FakeKubelet::start(dir.path(), &answer);
-    d.scrape_until("the kubelet back", |m| m.find("gpu_pod_info", &[]).len() == 4);
+    d.scrape_until("the kubelet back", |m| m.find("gpu_pod_info", &[]).len() == 5);
     drop(kubelet);
     let log = d.log_text();
     assert!(

@@ -78,11 +78,12 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_pod_info",
         kind: Kind::Gauge,
         unit: "",
-        help: "1 for each container holding the GPU, from the kubelet's pod-resources API; join on uuid.",
-        labels: &["namespace", "pod", "container"],
+        help: "1 for each container holding the GPU, from the kubelet's pod-resources API; gpu_instance is the MIG GPU instance it holds (empty for a whole GPU); join on uuid.",
+        labels: &["namespace", "pod", "container", "gpu_instance"],
         read: Read::Device(|snapshot, d, s| {
-            for (namespace, pod, container) in snapshot.pods.get(&d.identity.uuid).into_iter().flatten() {
-                s.labelled(&[namespace, pod, container], 1.0);
+            for h in snapshot.pods.get(&d.identity.uuid).into_iter().flatten() {
+                let instance = h.gpu_instance.map(|i| i.to_string()).unwrap_or_default();
+                s.labelled(&[&h.namespace, &h.pod, &h.container, &instance], 1.0);
             }
         }),
     },

@@ -371,6 +371,16 @@ pub struct PciGpu {
     pub driver: Option<String>,
 }
 
+/// A container holding a GPU, or one MIG device of it, as the kubelet says.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PodHolder {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    /// The MIG GPU instance it holds; `None` for a whole GPU (or a time-sliced share of one).
+    pub gpu_instance: Option<u32>,
+}
+
 /// Persistence-mode enable attempts by device uuid and result.
 pub type PersistenceAttempts = BTreeMap<(String, &'static str), u64>;
 
@@ -392,8 +402,8 @@ pub struct Snapshot {
     pub probe: std::sync::Arc<probe::ProbeSnapshot>,
     /// NVIDIA and AMD GPUs on the PCI bus (sysfs), to compare with the enumerated ones.
     pub pci_gpus: Vec<PciGpu>,
-    /// Pod and container holding each GPU, by GPU uuid: (namespace, pod, container).
-    pub pods: BTreeMap<String, Vec<(String, String, String)>>,
+    /// Pods and containers holding each GPU (or one of its MIG devices), by GPU uuid.
+    pub pods: BTreeMap<String, Vec<PodHolder>>,
     /// Whether the kubelet answered its last List; None where it is not asked.
     pub kubelet_up: Option<bool>,
     /// Batch job ids per GPU uuid, from the job mapping directory (empty when off).
