@@ -37,7 +37,7 @@ ap.add_argument("--bin", default="./target/release/gpuwarden")
 ap.add_argument("--out", default="/tmp/gpu-activity-check")
 ap.add_argument("--wheels", default="target/device-wheels")
 ap.add_argument("--port", type=int, default=19111)
-ap.add_argument("--steps", default="cost,cost-detail,gpm-parallel,processes,probe-gpm,nvlink,cpu")
+ap.add_argument("--steps", default="cost,cost-detail,cadence,gpm-parallel,processes,probe-gpm,nvlink,cpu")
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
 STEPS = args.steps.split(",")
@@ -220,6 +220,42 @@ if "cost-detail" in STEPS:
     log(text)
     save("cost-detail.txt", text)
 
+if "cadence" in STEPS:
+    log("== cadence: each call once a second, 10 times, as the daemon makes them (a tight loop can hit driver caches); CPU microseconds per call")
+    h = handle(0)
+    u = ctypes.c_uint()
+    states = (FieldValue * 18)()
+    counters = (FieldValue * 90)()
+    fabric = (ctypes.c_ubyte * 64)()
+    ctypes.c_uint.from_buffer(fabric, 0).value = 40 | (3 << 24)
+    u1, u2 = ctypes.c_uint(), ctypes.c_uint()
+    s1, s2 = gpm_pair(h)
+    nvml.nvmlGpmSampleGet(h, s1)
+
+    def fill(fv, fields):
+        for i, (f, l) in enumerate(fields):
+            fv[i].fieldId, fv[i].scopeId = f, l
+        return fv
+    calls = {
+        "nvmlDeviceGetNvLinkState x 18": lambda: [nvml.nvmlDeviceGetNvLinkState(h, l, ctypes.byref(u)) for l in range(18)],
+        "field values GET_STATE x 18 links": lambda: nvml.nvmlDeviceGetFieldValues(h, 18, fill(states, [(165, l) for l in range(18)])),
+        "field values 5 counters x 18 links": lambda: nvml.nvmlDeviceGetFieldValues(h, 90, fill(counters, [(f, l) for l in range(18) for f in (163, 161, 162, 138, 139)])),
+        "nvmlGpmSampleGet + nvmlGpmMetricsGet": lambda: (nvml.nvmlGpmSampleGet(h, s2), gpm_metrics(s1, s2)),
+        "nvmlDeviceGetGpuFabricInfoV": lambda: nvml.nvmlDeviceGetGpuFabricInfoV(h, fabric),
+        "nvmlDeviceGetMigMode": lambda: nvml.nvmlDeviceGetMigMode(h, ctypes.byref(u1), ctypes.byref(u2)),
+        "nvmlDeviceGetTemperature (for scale)": lambda: nvml.nvmlDeviceGetTemperature(h, 0, ctypes.byref(u)),
+    }
+    totals = {k: 0.0 for k in calls}
+    for _ in range(10):
+        for name, fn in calls.items():
+            t0 = time.process_time()
+            fn()
+            totals[name] += time.process_time() - t0
+        time.sleep(1)
+    text = "\n".join(f"{k:45s} cpu {v / 10 * 1e6:9.1f} us" for k, v in totals.items())
+    log(text)
+    save("cadence.txt", text)
+
 if "gpm-parallel" in STEPS:
     log("== gpm-parallel: one thread per GPU sampling GPM at once, 2000 rounds each, in a child")
     child = r'''
@@ -276,6 +312,7 @@ poll:
   timeout: 900ms
   slow_interval: 1s
   nvlink_interval: 10s
+  gpm_interval: 1s
 processes:
   per_process: true
 kubernetes:
@@ -453,7 +490,7 @@ print("copied GiB", n, "in", round(time.time() - t, 2), "s", flush=True)
     save("nvlink.txt", text)
 
 if "cpu" in STEPS:
-    log("== cpu: CPU over 60 idle seconds of gpuwarden with the default config, and of BEFORE (an earlier build) beside it")
+    log("== cpu: CPU over CPU_SECONDS (120) idle seconds of gpuwarden with the default config, and of BEFORE (an earlier build) beside it")
     daemon.terminate()
     daemon.wait(timeout=10)
     runs = {"default": args.bin}
@@ -480,7 +517,7 @@ if "cpu" in STEPS:
     t0 = time.time()
     c0 = {k: cpu_ns(p.pid) for k, (p, _) in procs.items()}
     o0 = {k: own(port) for k, (_, port) in procs.items()}
-    time.sleep(60)
+    time.sleep(float(os.environ.get("CPU_SECONDS", "120")))  # at least one of each tier: NVLink counters every 2 min
     t1 = time.time()
     c1 = {k: cpu_ns(p.pid) for k, (p, _) in procs.items()}
     o1 = {k: own(port) for k, (_, port) in procs.items()}

@@ -130,9 +130,12 @@ pub struct Poll {
     /// How often the slowly changing and costly readings are read (energy, ECC and remap
     /// counts, PCIe replays, clock-event time); at least `interval`.
     pub slow_interval: Duration,
-    /// How often the NVLink error and byte counters are read: 14 ms of driver CPU per read
+    /// How often the NVLink error and byte counters are read: 15 ms of driver CPU per read
     /// of an H200's 18 links. Read at the first poll after this much time.
     pub nvlink_interval: Duration,
+    /// How often GPM activity is computed (2.3 ms of driver CPU per GPU on an H200); the
+    /// values are averages over this interval.
+    pub gpm_interval: Duration,
 }
 
 impl Default for Poll {
@@ -141,7 +144,8 @@ impl Default for Poll {
             interval: Duration::from_secs(1),
             timeout: Duration::from_millis(500),
             slow_interval: Duration::from_secs(10),
-            nvlink_interval: Duration::from_secs(60),
+            nvlink_interval: Duration::from_secs(120),
+            gpm_interval: Duration::from_secs(30),
         }
     }
 }
@@ -158,6 +162,8 @@ struct RawPoll {
     slow_interval: Duration,
     #[serde(deserialize_with = "poll_nvlink_interval", serialize_with = "write_duration")]
     nvlink_interval: Duration,
+    #[serde(deserialize_with = "poll_gpm_interval", serialize_with = "write_duration")]
+    gpm_interval: Duration,
 }
 
 impl Default for RawPoll {
@@ -168,6 +174,7 @@ impl Default for RawPoll {
             timeout: p.timeout,
             slow_interval: p.slow_interval,
             nvlink_interval: p.nvlink_interval,
+            gpm_interval: p.gpm_interval,
         }
     }
 }
@@ -195,6 +202,7 @@ impl TryFrom<RawPoll> for Poll {
             timeout: raw.timeout,
             slow_interval: raw.slow_interval,
             nvlink_interval: raw.nvlink_interval,
+            gpm_interval: raw.gpm_interval,
         })
     }
 }
@@ -447,6 +455,7 @@ bounded_duration!(poll_interval, "poll.interval", 10 * MS, HOUR);
 bounded_duration!(poll_timeout, "poll.timeout", MS, HOUR);
 bounded_duration!(poll_slow_interval, "poll.slow_interval", 10 * MS, DAY);
 bounded_duration!(poll_nvlink_interval, "poll.nvlink_interval", 10 * MS, DAY);
+bounded_duration!(poll_gpm_interval, "poll.gpm_interval", 10 * MS, DAY);
 bounded_duration!(nvml_retry, "nvml.retry_initial and retry_max", 100 * MS, DAY);
 bounded_duration!(xid_dedup_window, "xid.dedup_window", 100 * MS, HOUR);
 bounded_duration!(xid_critical_hold, "xid.critical_hold", SECOND, 30 * DAY);

@@ -29,6 +29,7 @@ pub struct BackendSettings {
     pub persistence_enable: bool,
     pub slow_interval: Duration,
     pub nvlink_interval: Duration,
+    pub gpm_interval: Duration,
     /// Listen for XIDs on NVML's event set (a thread the NVML backend runs).
     pub nvml_events: bool,
     /// Read per-process utilisation (wanted only for per-process series).
@@ -43,6 +44,7 @@ impl BackendSettings {
             persistence_enable: config.persistence.enable,
             slow_interval: config.poll.slow_interval,
             nvlink_interval: config.poll.nvlink_interval,
+            gpm_interval: config.poll.gpm_interval,
             nvml_events: config.xid.nvml_events,
             process_utilization: config.processes.per_process,
         }

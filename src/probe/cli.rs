@@ -89,6 +89,7 @@ pub fn run(config: &Config, options: &Options) -> Result<ProbeReport, ProbeError
             enable_persistence: false,
             slow_interval: config.poll.slow_interval,
             nvlink_interval: config.poll.nvlink_interval,
+            gpm_interval: config.poll.gpm_interval,
             process_utilization: false,
         })
         .map_err(|e| ProbeError::NoDriver(format!("NVML cannot list the GPUs: {e}")))?;

@@ -40,6 +40,7 @@ impl NvmlLifecycle {
                 enable_persistence: settings.persistence_enable,
                 slow_interval: settings.slow_interval,
                 nvlink_interval: settings.nvlink_interval,
+                gpm_interval: settings.gpm_interval,
                 process_utilization: settings.process_utilization,
             },
             state: State::Waiting {

@@ -78,6 +78,8 @@ impl NvmlBackend {
                 slow: None,
                 nvlink_interval: options.nvlink_interval,
                 nvlink_counters: None,
+                gpm_interval: options.gpm_interval,
+                activity: None,
                 gpm: gpm::GpmSampler::default(),
                 process_utilization: options.process_utilization,
                 last_poll_micros: None,
@@ -110,6 +112,8 @@ pub struct PollOptions {
     pub slow_interval: Duration,
     /// How often the NVLink counters are read (see nvlink.rs).
     pub nvlink_interval: Duration,
+    /// How often GPM activity is computed (see gpm.rs).
+    pub gpm_interval: Duration,
     /// Read per-process utilisation samples (only wanted with per-process series on).
     pub process_utilization: bool,
 }
@@ -142,9 +146,8 @@ struct SlowReadings {
     remapped_rows: RemappedRows,
     replay_errors: Option<u64>,
     clock_event_seconds: Vec<(&'static str, f64)>,
-    /// GPM activity over the slow interval: the driver's GPM metrics cost 1.5 ms of CPU per
-    /// call on an H200, however many metrics it computes.
-    activity: Option<crate::model::activity::Activity>,
+    /// NVLink states (their counters have a tier of their own, see nvlink.rs).
+    nvlink_states: Option<crate::model::links::NvLinks>,
     fabric: Option<crate::model::links::Fabric>,
     mig: Option<crate::model::mig::Mig>,
 }
@@ -159,6 +162,9 @@ pub struct NvmlDevicePoller {
     /// The last slow read and when it was taken.
     slow: Option<(Instant, SlowReadings)>,
     gpm: gpm::GpmSampler,
+    gpm_interval: Duration,
+    /// The last GPM activity and when it was computed.
+    activity: Option<(Instant, Option<crate::model::activity::Activity>)>,
     nvlink_interval: Duration,
     /// The last NVLink counter read and when it was taken.
     nvlink_counters: Option<(Instant, Vec<nvlink::LinkCounters>)>,
@@ -312,9 +318,14 @@ impl NvmlDevicePoller {
             .is_none_or(|(at, _)| at.elapsed() >= self.slow_interval);
         if due {
             let mut slow = self.read_slow(&mut calls);
-            slow.activity = self.gpm.read(&self.device, &mut calls);
+            slow.nvlink_states = nvlink::states(&self.device, statics.nvlink_count, &mut calls);
             self.slow = Some((Instant::now(), slow));
         }
+        let gpm_due = self.activity.as_ref().is_none_or(|(at, _)| at.elapsed() >= self.gpm_interval);
+        if gpm_due {
+            self.activity = Some((Instant::now(), self.gpm.read(&self.device, &mut calls)));
+        }
+        r.activity = self.activity.as_ref().and_then(|(_, a)| a.clone());
         let nvlink_due = self
             .nvlink_counters
             .as_ref()
@@ -325,8 +336,9 @@ impl NvmlDevicePoller {
             let counters = nvlink::counters(&self.device, statics.nvlink_count, &mut calls).unwrap_or_default();
             self.nvlink_counters = Some((Instant::now(), counters));
         }
-        r.nvlinks = nvlink::states(&self.device, statics.nvlink_count, &mut calls)
-            .map(|links| nvlink::merge(links, self.nvlink_counters.as_ref().map(|(_, c)| c.as_slice()).unwrap_or_default()));
+        r.nvlinks = self.slow.as_ref().and_then(|(_, slow)| slow.nvlink_states.clone()).map(|links| {
+            nvlink::merge(links, self.nvlink_counters.as_ref().map(|(_, c)| c.as_slice()).unwrap_or_default())
+        });
         if let Some((_, slow)) = &self.slow {
             r.energy_joules = slow.energy_joules;
             r.ecc_enabled = slow.ecc_enabled;
@@ -334,7 +346,6 @@ impl NvmlDevicePoller {
             r.remapped_rows = slow.remapped_rows.clone();
             r.pcie.replay_errors = slow.replay_errors;
             r.clock_event_seconds = slow.clock_event_seconds.clone();
-            r.activity = slow.activity.clone();
             r.fabric = slow.fabric.clone();
             r.mig = slow.mig.clone();
         }
@@ -482,7 +493,7 @@ impl NvmlDevicePoller {
                 .read("nvmlDeviceGetPcieReplayCounter", || self.device.pcie_replay_counter())
                 .map(u64::from),
             clock_event_seconds: r.clock_event_seconds,
-            activity: None,
+            nvlink_states: None,
             fabric: fabric::read(&self.device, calls),
             mig: mig::read(&self.device, calls),
         }

@@ -137,14 +137,3 @@ pub fn mig_call(
     };
     Some(answer(parent, mig))
 }
-
-#[cfg(not(feature = "old-driver"))]
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetNvLinkState(device: nvmlDevice_t, link: c_uint, out: *mut nvmlEnableState_t) -> nvmlReturn_t {
-    device_call(device, "nvmlDeviceGetNvLinkState", |_, d| {
-        let Some(l) = d.nvlinks.get(link as usize) else {
-            return INVALID_ARGUMENT;
-        };
-        unsafe { put(out, Some(l.up as nvmlEnableState_t)) }
-    })
-}
