@@ -511,9 +511,11 @@ if "cpu" in STEPS:
     def own(port):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             m = r.read().decode()
-        calls = sum(v for _, v in series(m, "gpuwarden_vendor_call_seconds_total"))
+        by_call = {}
+        for ls, v in series(m, "gpuwarden_vendor_call_seconds_total"):
+            by_call[ls.get("call", "all")] = by_call.get(ls.get("call", "all"), 0) + v
         polls = sum(v for _, v in series(m, "gpuwarden_poll_duration_seconds_sum"))
-        return calls, polls
+        return sum(by_call.values()), polls, by_call
     t0 = time.time()
     c0 = {k: cpu_ns(p.pid) for k, (p, _) in procs.items()}
     o0 = {k: own(port) for k, (_, port) in procs.items()}
@@ -527,6 +529,9 @@ if "cpu" in STEPS:
         rss = [l for l in open(f"/proc/{p.pid}/status") if l.startswith("VmRSS")][0].split(":")[1].strip()
         lines.append(f"{k}: CPU {share * 100:.3f}% of a core over {t1 - t0:.0f} s = {share * 100 / len(GPUS):.3f}% per GPU ({len(GPUS)} GPUs, poll 1 s); "
                      f"wall time inside NVML calls {(o1[k][0] - o0[k][0]) / (t1 - t0) * 100:.3f}% , polls {(o1[k][1] - o0[k][1]) / (t1 - t0) * 100:.3f}% of the time; RSS {rss}")
+        per_call = sorted(((o1[k][2].get(c, 0) - o0[k][2].get(c, 0)) / (t1 - t0) / len(GPUS) * 1e6, c) for c in o1[k][2])
+        if len(per_call) > 1:
+            lines.append("  per GPU, microseconds inside each call per second: " + ", ".join(f"{c} {us:.1f}" for us, c in reversed(per_call) if us >= 0.05))
         p.terminate()
     text = "\n".join(lines)
     log(text)

@@ -328,6 +328,12 @@ impl Coordinator {
         let status = self.backend_status.entry(worker.backend_name).or_default();
         status.poll_duration.observe(result.elapsed.as_secs_f64());
         status.call_seconds += result.report.call_seconds;
+        if result.report.call_times.is_empty() {
+            *status.call_seconds_by_call.entry("all").or_insert(0.0) += result.report.call_seconds;
+        }
+        for (call, seconds) in &result.report.call_times {
+            *status.call_seconds_by_call.entry(call).or_insert(0.0) += seconds;
+        }
         for (call, _) in &result.report.errors {
             *status.errors.entry(call).or_insert(0) += 1;
         }

@@ -109,4 +109,6 @@ pub struct PollReport {
     pub library_gone: bool,
     /// Time spent inside vendor calls during this poll: the floor under the poll's wall time.
     pub call_seconds: f64,
+    /// The same time by call name, where the backend keeps it (NVML); empty otherwise.
+    pub call_times: Vec<(&'static str, f64)>,
 }

@@ -41,13 +41,15 @@ pub const FAMILIES: &[Family] = &[
         name: "gpuwarden_vendor_call_seconds",
         kind: Kind::Counter,
         unit: "seconds",
-        help: "Time spent inside vendor library calls, by backend: compare with gpuwarden_poll_duration_seconds_sum for gpuwarden's own share of a poll.",
-        labels: &["backend"],
+        help: "Time spent inside vendor library calls, by backend and call (NVML calls by name; other backends as call=\"all\"): sum by backend and compare with gpuwarden_poll_duration_seconds_sum for gpuwarden's own share of a poll.",
+        labels: &["backend", "call"],
         read: Read::Node(|snapshot, s| {
             for (name, status) in &snapshot.backends {
                 if status.poll_duration.count > 0 {
-                    // A sum of many float durations: nanoseconds are all the precision there is.
-                    s.labelled(&[name], (status.call_seconds * 1e9).round() / 1e9);
+                    for (call, seconds) in &status.call_seconds_by_call {
+                        // A sum of many float durations: nanoseconds are all the precision there is.
+                        s.labelled(&[name, call], (seconds * 1e9).round() / 1e9);
+                    }
                 }
             }
         }),

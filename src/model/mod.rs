@@ -357,6 +357,9 @@ pub struct BackendStatus {
     /// Time spent inside vendor calls, summed over all polls: what the polls' own time
     /// (`poll_duration`) cannot go below. The difference is gpuwarden's own work.
     pub call_seconds: f64,
+    /// `call_seconds` by call name (NVML); backends that do not time calls one by one put
+    /// their whole time under "all".
+    pub call_seconds_by_call: BTreeMap<&'static str, f64>,
     /// Failed calls by call name; NotSupported is not a failure.
     pub errors: BTreeMap<&'static str, u64>,
 }

@@ -15,6 +15,8 @@ pub struct CallErrors {
     pub library_gone: bool,
     /// Time spent inside the calls made through `read`.
     pub call_time: Duration,
+    /// The same by call name.
+    pub call_times: Vec<(&'static str, f64)>,
 }
 
 impl CallErrors {
@@ -23,7 +25,12 @@ impl CallErrors {
     pub fn read<T>(&mut self, call: &'static str, make_call: impl FnOnce() -> Result<T, NvmlError>) -> Option<T> {
         let started = Instant::now();
         let result = make_call();
-        self.call_time += started.elapsed();
+        let took = started.elapsed();
+        self.call_time += took;
+        match self.call_times.iter_mut().find(|(name, _)| *name == call) {
+            Some((_, seconds)) => *seconds += took.as_secs_f64(),
+            None => self.call_times.push((call, took.as_secs_f64())),
+        }
         match result {
             Ok(value) => Some(value),
             // An older driver without the symbol simply does not offer the reading.
@@ -47,6 +54,7 @@ impl CallErrors {
             readings: None,
             library_gone: self.library_gone,
             call_seconds: self.call_time.as_secs_f64(),
+            call_times: self.call_times,
             errors: self.errors,
             persistence: None,
         }

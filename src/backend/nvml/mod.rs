@@ -370,6 +370,7 @@ impl NvmlDevicePoller {
             readings: Some(r),
             library_gone: calls.library_gone,
             call_seconds: calls.call_time.as_secs_f64(),
+            call_times: calls.call_times,
             errors: calls.errors,
             persistence,
         }
