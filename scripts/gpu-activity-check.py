@@ -311,7 +311,7 @@ poll:
   interval: 1s
   timeout: 900ms
   slow_interval: 1s
-  nvlink_interval: 10s
+  topology_interval: 10s
   gpm_interval: 1s
 processes:
   per_process: true

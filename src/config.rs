@@ -130,9 +130,10 @@ pub struct Poll {
     /// How often the slowly changing and costly readings are read (energy, ECC and remap
     /// counts, PCIe replays, clock-event time); at least `interval`.
     pub slow_interval: Duration,
-    /// How often the NVLink error and byte counters are read: 15 ms of driver CPU per read
-    /// of an H200's 18 links. Read at the first poll after this much time.
-    pub nvlink_interval: Duration,
+    /// How often the NVLink error and byte counters (15 ms of driver CPU per read of an
+    /// H200's 18 links), fabric registration and MIG mode are read. Read at the first poll
+    /// after this much time.
+    pub topology_interval: Duration,
     /// How often GPM activity is computed (2.3 ms of driver CPU per GPU on an H200); the
     /// values are averages over this interval.
     pub gpm_interval: Duration,
@@ -144,7 +145,7 @@ impl Default for Poll {
             interval: Duration::from_secs(1),
             timeout: Duration::from_millis(500),
             slow_interval: Duration::from_secs(10),
-            nvlink_interval: Duration::from_secs(120),
+            topology_interval: Duration::from_secs(120),
             gpm_interval: Duration::from_secs(30),
         }
     }
@@ -160,8 +161,8 @@ struct RawPoll {
     timeout: Duration,
     #[serde(deserialize_with = "poll_slow_interval", serialize_with = "write_duration")]
     slow_interval: Duration,
-    #[serde(deserialize_with = "poll_nvlink_interval", serialize_with = "write_duration")]
-    nvlink_interval: Duration,
+    #[serde(deserialize_with = "poll_topology_interval", serialize_with = "write_duration")]
+    topology_interval: Duration,
     #[serde(deserialize_with = "poll_gpm_interval", serialize_with = "write_duration")]
     gpm_interval: Duration,
 }
@@ -173,7 +174,7 @@ impl Default for RawPoll {
             interval: p.interval,
             timeout: p.timeout,
             slow_interval: p.slow_interval,
-            nvlink_interval: p.nvlink_interval,
+            topology_interval: p.topology_interval,
             gpm_interval: p.gpm_interval,
         }
     }
@@ -201,7 +202,7 @@ impl TryFrom<RawPoll> for Poll {
             interval: raw.interval,
             timeout: raw.timeout,
             slow_interval: raw.slow_interval,
-            nvlink_interval: raw.nvlink_interval,
+            topology_interval: raw.topology_interval,
             gpm_interval: raw.gpm_interval,
         })
     }
@@ -454,7 +455,7 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 bounded_duration!(poll_interval, "poll.interval", 10 * MS, HOUR);
 bounded_duration!(poll_timeout, "poll.timeout", MS, HOUR);
 bounded_duration!(poll_slow_interval, "poll.slow_interval", 10 * MS, DAY);
-bounded_duration!(poll_nvlink_interval, "poll.nvlink_interval", 10 * MS, DAY);
+bounded_duration!(poll_topology_interval, "poll.topology_interval", 10 * MS, DAY);
 bounded_duration!(poll_gpm_interval, "poll.gpm_interval", 10 * MS, DAY);
 bounded_duration!(nvml_retry, "nvml.retry_initial and retry_max", 100 * MS, DAY);
 bounded_duration!(xid_dedup_window, "xid.dedup_window", 100 * MS, HOUR);

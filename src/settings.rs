@@ -28,7 +28,7 @@ pub struct BackendSettings {
     pub amd: Amd,
     pub persistence_enable: bool,
     pub slow_interval: Duration,
-    pub nvlink_interval: Duration,
+    pub topology_interval: Duration,
     pub gpm_interval: Duration,
     /// Listen for XIDs on NVML's event set (a thread the NVML backend runs).
     pub nvml_events: bool,
@@ -43,7 +43,7 @@ impl BackendSettings {
             amd: config.amd.clone(),
             persistence_enable: config.persistence.enable,
             slow_interval: config.poll.slow_interval,
-            nvlink_interval: config.poll.nvlink_interval,
+            topology_interval: config.poll.topology_interval,
             gpm_interval: config.poll.gpm_interval,
             nvml_events: config.xid.nvml_events,
             process_utilization: config.processes.per_process,

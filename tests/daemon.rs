@@ -807,12 +807,12 @@ fn a_hardware_power_slowdown_between_scrapes_is_a_finding() {
 #[test]
 fn compute_processes_are_counted_and_listed_when_asked() {
     let processes = "    processes:\n      - {pid: 4101, used_memory: 1073741824}\n      - {pid: 4102, used_memory: 8589934592}\n      - {pid: 4103}\n";
-    let scenario = edit_device(DEMO_SCENARIO, 2, |dev| format!("{dev}{processes}"));
+    let scenario = edit_device(DEMO_SCENARIO, 0, |dev| format!("{dev}{processes}"));
     // Off by default: the count only.
     let d = Daemon::start(&scenario);
     let m = d.scrape();
-    assert_eq!(m.value("gpu_processes", &[("gpu", "2")]), Some(3.0));
-    assert_eq!(m.value("gpu_processes", &[("gpu", "0")]), Some(0.0));
+    assert_eq!(m.value("gpu_processes", &[("gpu", "0")]), Some(3.0));
+    assert_eq!(m.value("gpu_processes", &[("gpu", "4")]), Some(0.0));
     assert!(!m.has_family("gpu_process_memory_used_bytes"));
     drop(d);
 
@@ -840,7 +840,7 @@ fn compute_processes_are_counted_and_listed_when_asked() {
     );
     let d = Daemon::start_with(&scenario, &config);
     let m = d.scrape();
-    let listed = m.find("gpu_process_memory_used_bytes", &[("gpu", "2")]);
+    let listed = m.find("gpu_process_memory_used_bytes", &[("gpu", "0")]);
     assert_eq!(listed.len(), 2, "{}", m.text);
     assert_eq!(
         m.value(
@@ -862,5 +862,5 @@ fn compute_processes_are_counted_and_listed_when_asked() {
     );
     // 4103 has no memory figure and is third: no series of its own; it is in the count.
     assert!(m.find("gpu_process_memory_used_bytes", &[("pid", "4103")]).is_empty());
-    assert_eq!(m.value("gpu_processes", &[("gpu", "2")]), Some(3.0));
+    assert_eq!(m.value("gpu_processes", &[("gpu", "0")]), Some(3.0));
 }

@@ -88,7 +88,7 @@ pub fn run(config: &Config, options: &Options) -> Result<ProbeReport, ProbeError
         .device_pollers(&crate::backend::nvml::PollOptions {
             enable_persistence: false,
             slow_interval: config.poll.slow_interval,
-            nvlink_interval: config.poll.nvlink_interval,
+            topology_interval: config.poll.topology_interval,
             gpm_interval: config.poll.gpm_interval,
             process_utilization: false,
         })

@@ -1,8 +1,10 @@
 //! GPM (GPU performance monitoring, Hopper and newer): SM, tensor, DRAM and pipe activity and
 //! PCIe/NVLink bandwidth, computed by the driver from two samples of the GPU's counters.
 //!
-//! Each poll takes one sample and computes the metrics against the previous poll's sample,
-//! so the values are averages over the poll interval and the poll never sleeps. The first
+//! Every `poll.gpm_interval` a poll takes one sample and computes the metrics against the
+//! previous one, so the values are averages over that interval and the poll never sleeps.
+//! (Measured on an H200: 2.3 ms of driver CPU per sample and computation, whatever the number
+//! of metrics: too much for every second.) The first
 //! poll has nothing to compare against and reports nothing. A GPU that says it has no GPM
 //! (Ampere and older, or a driver that refuses) is asked once and never again.
 

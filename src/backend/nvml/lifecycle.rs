@@ -39,7 +39,7 @@ impl NvmlLifecycle {
             poll_options: super::PollOptions {
                 enable_persistence: settings.persistence_enable,
                 slow_interval: settings.slow_interval,
-                nvlink_interval: settings.nvlink_interval,
+                topology_interval: settings.topology_interval,
                 gpm_interval: settings.gpm_interval,
                 process_utilization: settings.process_utilization,
             },

@@ -1,22 +1,31 @@
-//! MIG: whether the GPU is partitioned, and each MIG device's UUID, GPU and compute instance,
-//! profile and memory. The UUIDs let pod attribution map a kubelet's MIG device ids to their
+//! MIG: whether the GPU is partitioned (read every `poll.topology_interval`: it changes only
+//! with a reset), and, while it is, each MIG device's UUID, GPU and compute instance, profile
+//! and memory (every `poll.slow_interval`). The UUIDs let pod attribution map a kubelet's MIG device ids to their
 //! GPU. Only read: gpuwarden never changes MIG mode.
 
 use super::calls::CallErrors;
-use crate::model::mig::{Mig, MigDevice};
+use crate::model::mig::MigDevice;
 use nvml_wrapper::Device;
 use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
 
-pub fn read(device: &Device<'static>, calls: &mut CallErrors) -> Option<Mig> {
+/// MIG mode now and after the next reset; `None` where the GPU has no MIG.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MigMode {
+    pub enabled: bool,
+    pub pending: bool,
+}
+
+pub fn mode(device: &Device<'static>, calls: &mut CallErrors) -> Option<MigMode> {
     let mode = calls.read("nvmlDeviceGetMigMode", || device.mig_mode())?;
-    let mut mig = Mig {
+    Some(MigMode {
         enabled: mode.current == nvml_wrapper_sys::bindings::NVML_DEVICE_MIG_ENABLE,
         pending: mode.pending == nvml_wrapper_sys::bindings::NVML_DEVICE_MIG_ENABLE,
-        instances: Vec::new(),
-    };
-    if !mig.enabled {
-        return Some(mig);
-    }
+    })
+}
+
+/// The MIG devices of a GPU in MIG mode.
+pub fn devices(device: &Device<'static>, calls: &mut CallErrors) -> Vec<MigDevice> {
+    let mut instances = Vec::new();
     let slots = calls
         .read("nvmlDeviceGetMaxMigDeviceCount", || device.mig_device_count())
         .unwrap_or(0);
@@ -37,7 +46,7 @@ pub fn read(device: &Device<'static>, calls: &mut CallErrors) -> Option<Mig> {
             continue;
         };
         let memory = calls.read("nvmlDeviceGetMemoryInfo_v2", || handle.memory_info());
-        mig.instances.push(MigDevice {
+        instances.push(MigDevice {
             uuid,
             gpu_instance,
             compute_instance: calls.read("nvmlDeviceGetComputeInstanceId", || instance_id(&handle, true)),
@@ -46,7 +55,7 @@ pub fn read(device: &Device<'static>, calls: &mut CallErrors) -> Option<Mig> {
             memory_total_bytes: memory.as_ref().map(|m| m.total),
         });
     }
-    Some(mig)
+    instances
 }
 
 /// nvml-wrapper does not wrap the instance id calls.

@@ -76,8 +76,8 @@ impl NvmlBackend {
                 warned_persistence_denied: false,
                 slow_interval: options.slow_interval,
                 slow: None,
-                nvlink_interval: options.nvlink_interval,
-                nvlink_counters: None,
+                topology_interval: options.topology_interval,
+                topology: None,
                 gpm_interval: options.gpm_interval,
                 activity: None,
                 gpm: gpm::GpmSampler::default(),
@@ -111,7 +111,7 @@ pub struct PollOptions {
     /// How often the readings in [`SlowReadings`] are read (see there).
     pub slow_interval: Duration,
     /// How often the NVLink counters are read (see nvlink.rs).
-    pub nvlink_interval: Duration,
+    pub topology_interval: Duration,
     /// How often GPM activity is computed (see gpm.rs).
     pub gpm_interval: Duration,
     /// Read per-process utilisation samples (only wanted with per-process series on).
@@ -148,8 +148,22 @@ struct SlowReadings {
     clock_event_seconds: Vec<(&'static str, f64)>,
     /// NVLink states (their counters have a tier of their own, see nvlink.rs).
     nvlink_states: Option<crate::model::links::NvLinks>,
+    /// MIG devices, read only while MIG mode is on.
+    mig_devices: Vec<crate::model::mig::MigDevice>,
+    /// Persistence mode: checked (and turned on where configured) every slow interval; it
+    /// cost 0.1 ms per poll on an H200.
+    persistence_mode: Option<bool>,
+}
+
+/// What changes only with a reboot, a reset or an administrator, or costs the driver most:
+/// read every `poll.topology_interval`. Measured on an H200 (docs/performance.md): the NVLink
+/// counters cost 15 ms for 18 links, fabric info and MIG mode 0.2-0.6 ms each.
+#[derive(Debug, Clone)]
+struct Topology {
+    read_at: Instant,
+    nvlink_counters: Vec<nvlink::LinkCounters>,
     fabric: Option<crate::model::links::Fabric>,
-    mig: Option<crate::model::mig::Mig>,
+    mig_mode: Option<mig::MigMode>,
 }
 
 pub struct NvmlDevicePoller {
@@ -165,9 +179,8 @@ pub struct NvmlDevicePoller {
     gpm_interval: Duration,
     /// The last GPM activity and when it was computed.
     activity: Option<(Instant, Option<crate::model::activity::Activity>)>,
-    nvlink_interval: Duration,
-    /// The last NVLink counter read and when it was taken.
-    nvlink_counters: Option<(Instant, Vec<nvlink::LinkCounters>)>,
+    topology_interval: Duration,
+    topology: Option<Topology>,
     process_utilization: bool,
     /// Wall time of the previous poll in microseconds: per-process samples are asked for
     /// from then on.
@@ -258,7 +271,7 @@ impl NvmlDevicePoller {
         };
         r.temperature_thresholds = statics.thresholds.clone();
 
-        if let Some(samples) = calls.read("nvmlDeviceGetFieldValues", || {
+        if let Some(samples) = calls.read("nvmlDeviceGetFieldValues:memory_temperature", || {
             self.device.field_values_for(&[FieldId(NVML_FI_DEV_MEMORY_TEMP)])
         }) && let Some(Ok(sample)) = samples.first()
             && let Ok(value) = &sample.value
@@ -316,9 +329,32 @@ impl NvmlDevicePoller {
             .slow
             .as_ref()
             .is_none_or(|(at, _)| at.elapsed() >= self.slow_interval);
+        let topology_due = self
+            .topology
+            .as_ref()
+            .is_none_or(|t| t.read_at.elapsed() >= self.topology_interval);
+        if topology_due {
+            self.topology = Some(Topology {
+                read_at: Instant::now(),
+                // A failed read leaves the counters out until the next one (not stale
+                // values), and is not retried every poll: it costs the driver real time.
+                nvlink_counters: nvlink::counters(&self.device, statics.nvlink_count, &mut calls).unwrap_or_default(),
+                fabric: fabric::read(&self.device, &mut calls),
+                mig_mode: mig::mode(&self.device, &mut calls),
+            });
+        }
+        let mig_mode = self.topology.as_ref().and_then(|t| t.mig_mode);
+        let mut persistence = None;
         if due {
             let mut slow = self.read_slow(&mut calls);
             slow.nvlink_states = nvlink::states(&self.device, statics.nvlink_count, &mut calls);
+            slow.mig_devices = match mig_mode {
+                Some(mode) if mode.enabled => mig::devices(&self.device, &mut calls),
+                _ => Vec::new(),
+            };
+            let mut p = DeviceReadings::default();
+            persistence = self.read_and_keep_persistence(&mut calls, &mut p);
+            slow.persistence_mode = p.persistence_mode;
             self.slow = Some((Instant::now(), slow));
         }
         let gpm_due = self.activity.as_ref().is_none_or(|(at, _)| at.elapsed() >= self.gpm_interval);
@@ -326,19 +362,11 @@ impl NvmlDevicePoller {
             self.activity = Some((Instant::now(), self.gpm.read(&self.device, &mut calls)));
         }
         r.activity = self.activity.as_ref().and_then(|(_, a)| a.clone());
-        let nvlink_due = self
-            .nvlink_counters
-            .as_ref()
-            .is_none_or(|(at, _)| at.elapsed() >= self.nvlink_interval);
-        if nvlink_due {
-            // A failed read leaves the counters out until the next one (not stale values),
-            // and is not retried every poll: it costs the driver real time.
-            let counters = nvlink::counters(&self.device, statics.nvlink_count, &mut calls).unwrap_or_default();
-            self.nvlink_counters = Some((Instant::now(), counters));
-        }
+        let topology = self.topology.as_ref();
         r.nvlinks = self.slow.as_ref().and_then(|(_, slow)| slow.nvlink_states.clone()).map(|links| {
-            nvlink::merge(links, self.nvlink_counters.as_ref().map(|(_, c)| c.as_slice()).unwrap_or_default())
+            nvlink::merge(links, topology.map(|t| t.nvlink_counters.as_slice()).unwrap_or_default())
         });
+        r.fabric = topology.and_then(|t| t.fabric.clone());
         if let Some((_, slow)) = &self.slow {
             r.energy_joules = slow.energy_joules;
             r.ecc_enabled = slow.ecc_enabled;
@@ -346,11 +374,14 @@ impl NvmlDevicePoller {
             r.remapped_rows = slow.remapped_rows.clone();
             r.pcie.replay_errors = slow.replay_errors;
             r.clock_event_seconds = slow.clock_event_seconds.clone();
-            r.fabric = slow.fabric.clone();
-            r.mig = slow.mig.clone();
+            r.persistence_mode = slow.persistence_mode;
+            r.mig = mig_mode.map(|mode| crate::model::mig::Mig {
+                enabled: mode.enabled,
+                pending: mode.pending,
+                instances: slow.mig_devices.clone(),
+            });
         }
 
-        let persistence = self.read_and_keep_persistence(&mut calls, &mut r);
         r.processes = self.read_processes(&mut calls);
         self.last_poll_micros = Some(now_micros());
 
@@ -495,14 +526,14 @@ impl NvmlDevicePoller {
                 .map(u64::from),
             clock_event_seconds: r.clock_event_seconds,
             nvlink_states: None,
-            fabric: fabric::read(&self.device, calls),
-            mig: mig::read(&self.device, calls),
+            mig_devices: Vec::new(),
+            persistence_mode: None,
         }
     }
 
     fn read_field_values(&self, calls: &mut CallErrors, r: &mut DeviceReadings) {
         let ids: Vec<FieldId> = FIELDS.iter().map(|id| FieldId(*id)).collect();
-        let Some(samples) = calls.read("nvmlDeviceGetFieldValues", || self.device.field_values_for(&ids)) else {
+        let Some(samples) = calls.read("nvmlDeviceGetFieldValues:slow_fields", || self.device.field_values_for(&ids)) else {
             return;
         };
         // Each sample answers for itself: an unsupported field is an Err in its slot.

@@ -3,7 +3,7 @@
 //!
 //! Measured on an H200 (docs/performance.md): the counters cost the driver about 0.75 ms of
 //! CPU per link however many of that link's counters one call asks for (14 ms for 18 links),
-//! so they are read every `poll.nvlink_interval` (1 minute), all in one
+//! so they are read every `poll.topology_interval` (2 minutes), all in one
 //! `nvmlDeviceGetFieldValues` call (scope = link). The states cost 0.2 ms for all 18 links in
 //! one such call, but `nvmlDeviceGetNvLinkState` once per link every second cost the daemon
 //! 4 ms of CPU per GPU per second: they are read in the slow tier, in one call.
@@ -53,7 +53,7 @@ const CRC_DATA: [u32; 12] = [
 /// The number of NVLinks the board has; 0 for none (or a driver that does not say).
 pub fn board_links(device: &Device<'static>, calls: &mut CallErrors) -> u32 {
     calls
-        .read("nvmlDeviceGetFieldValues", || {
+        .read("nvmlDeviceGetFieldValues:nvlink_count", || {
             scoped_field_values(device, &[(NVML_FI_DEV_NVLINK_LINK_COUNT, 0)])
         })
         .and_then(|v| v.first().copied().flatten())
@@ -68,7 +68,7 @@ pub fn states(device: &Device<'static>, board_links: u32, calls: &mut CallErrors
         return None;
     }
     let requests: Vec<(u32, u32)> = (0..board_links).map(|link| (NVML_FI_DEV_NVLINK_GET_STATE, link)).collect();
-    let values = calls.read("nvmlDeviceGetFieldValues", || scoped_field_values(device, &requests))?;
+    let values = calls.read("nvmlDeviceGetFieldValues:nvlink_states", || scoped_field_values(device, &requests))?;
     let links = (0..board_links)
         .zip(values)
         .map(|(link, state)| NvLink {
@@ -92,7 +92,7 @@ pub fn counters(device: &Device<'static>, board_links: u32, calls: &mut CallErro
             requests.push((*field, 0));
         }
     }
-    let values = calls.read("nvmlDeviceGetFieldValues", || scoped_field_values(device, &requests))?;
+    let values = calls.read("nvmlDeviceGetFieldValues:nvlink_counters", || scoped_field_values(device, &requests))?;
     let mut values = values.into_iter();
     let mut links = Vec::with_capacity(board_links as usize);
     for link in 0..board_links {
