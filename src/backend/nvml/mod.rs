@@ -146,8 +146,6 @@ struct SlowReadings {
     remapped_rows: RemappedRows,
     replay_errors: Option<u64>,
     clock_event_seconds: Vec<(&'static str, f64)>,
-    /// NVLink states (their counters have a tier of their own, see nvlink.rs).
-    nvlink_states: Option<crate::model::links::NvLinks>,
     /// MIG devices, read only while MIG mode is on.
     mig_devices: Vec<crate::model::mig::MigDevice>,
     /// Persistence mode: checked (and turned on where configured) every slow interval; it
@@ -156,12 +154,12 @@ struct SlowReadings {
 }
 
 /// What changes only with a reboot, a reset or an administrator, or costs the driver most:
-/// read every `poll.topology_interval`. Measured on an H200 (docs/performance.md): the NVLink
-/// counters cost 15 ms for 18 links, fabric info and MIG mode 0.2-0.6 ms each.
+/// read every `poll.topology_interval`. Measured on an H200 (docs/performance.md): NVLink
+/// states and counters cost 15 to 40 ms for 18 links, fabric info and MIG mode 0.2-0.6 ms each.
 #[derive(Debug, Clone)]
 struct Topology {
     read_at: Instant,
-    nvlink_counters: Vec<nvlink::LinkCounters>,
+    nvlinks: Option<crate::model::links::NvLinks>,
     fabric: Option<crate::model::links::Fabric>,
     mig_mode: Option<mig::MigMode>,
 }
@@ -338,7 +336,7 @@ impl NvmlDevicePoller {
                 read_at: Instant::now(),
                 // A failed read leaves the counters out until the next one (not stale
                 // values), and is not retried every poll: it costs the driver real time.
-                nvlink_counters: nvlink::counters(&self.device, statics.nvlink_count, &mut calls).unwrap_or_default(),
+                nvlinks: nvlink::read(&self.device, statics.nvlink_count, &mut calls),
                 fabric: fabric::read(&self.device, &mut calls),
                 mig_mode: mig::mode(&self.device, &mut calls),
             });
@@ -347,7 +345,6 @@ impl NvmlDevicePoller {
         let mut persistence = None;
         if due {
             let mut slow = self.read_slow(&mut calls);
-            slow.nvlink_states = nvlink::states(&self.device, statics.nvlink_count, &mut calls);
             slow.mig_devices = match mig_mode {
                 Some(mode) if mode.enabled => mig::devices(&self.device, &mut calls),
                 _ => Vec::new(),
@@ -363,9 +360,7 @@ impl NvmlDevicePoller {
         }
         r.activity = self.activity.as_ref().and_then(|(_, a)| a.clone());
         let topology = self.topology.as_ref();
-        r.nvlinks = self.slow.as_ref().and_then(|(_, slow)| slow.nvlink_states.clone()).map(|links| {
-            nvlink::merge(links, topology.map(|t| t.nvlink_counters.as_slice()).unwrap_or_default())
-        });
+        r.nvlinks = topology.and_then(|t| t.nvlinks.clone());
         r.fabric = topology.and_then(|t| t.fabric.clone());
         if let Some((_, slow)) = &self.slow {
             r.energy_joules = slow.energy_joules;
@@ -525,7 +520,6 @@ impl NvmlDevicePoller {
                 .read("nvmlDeviceGetPcieReplayCounter", || self.device.pcie_replay_counter())
                 .map(u64::from),
             clock_event_seconds: r.clock_event_seconds,
-            nvlink_states: None,
             mig_devices: Vec::new(),
             persistence_mode: None,
         }
