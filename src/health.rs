@@ -168,6 +168,40 @@ pub fn findings(device: &DeviceSnapshot, xids: &[XidCount], critical_hold: Durat
             "a memory row remap failed: the GPU has run out of spare rows; take it out of service and RMA it".into(),
         );
     }
+    if let Some(links) = &r.nvlinks {
+        let down: Vec<String> = links.links_down().map(|l| l.link.to_string()).collect();
+        if !down.is_empty() {
+            add(
+                "nvlink_down",
+                HealthState::Degraded,
+                format!(
+                    "NVLink {} down ({} of {} up): traffic to the other GPUs slows or falls back to PCIe; \
+                     check nvidia-smi nvlink -s and the kernel log, then reset the GPU or reseat the baseboard",
+                    down.join(", "),
+                    links.links_up(),
+                    links.board_links
+                ),
+            );
+        }
+    }
+    if let Some(fabric) = r.fabric.as_ref().filter(|f| f.degraded()) {
+        let (severity, message) = match &fabric.error {
+            Some(error) => (
+                HealthState::Unhealthy,
+                format!(
+                    "the NVLink fabric refused the GPU ({error}): its NVLinks carry nothing; check nvidia-fabricmanager's log, then reset the GPU"
+                ),
+            ),
+            None => (
+                HealthState::Degraded,
+                format!(
+                    "the GPU has not joined the NVLink fabric (state {}): is nvidia-fabricmanager running? Jobs across GPUs fail or fall back to PCIe until it has",
+                    fabric.state
+                ),
+            ),
+        };
+        add("fabric_not_ready", severity, message);
+    }
     out
 }
 

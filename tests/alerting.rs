@@ -26,7 +26,7 @@ fn run(tool: &str, args: &[&str]) -> (bool, String) {
 #[test]
 fn promtool_checks_and_unit_tests_the_rules() {
     let (ok, out) = run("promtool", &["check", "rules", RULES]);
-    assert!(ok && out.contains("SUCCESS: 27 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 30 rules found"), "{out}");
     let tests = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/alerts.test.yml");
     let (ok, out) = run("promtool", &["test", "rules", tests]);
     assert!(ok && out.contains("SUCCESS"), "{out}");
@@ -42,6 +42,9 @@ fn every_alert_the_design_names_is_shipped_and_unit_tested() {
     .unwrap();
     let runbooks = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/alerts.md")).unwrap();
     for alert in [
+        "GpuNvlinkDown",
+        "GpuNvlinkErrors",
+        "GpuFabricDegraded",
         "GpuThermalViolation",
         "GpuTemperatureNearSlowdown",
         "GpuXidFatal",
@@ -141,7 +144,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
                 .map(|r| r["expr"].as_str().unwrap().to_string())
         })
         .collect();
-    assert_eq!(exprs.len(), 27);
+    assert_eq!(exprs.len(), 30);
     let used = metric_names(&exprs.join("\n"));
     assert!(
         used.contains("gpu_clock_event_seconds_total") && used.contains("gpu_up"),
