@@ -20,7 +20,12 @@ fn pods(m: &Metrics) -> Vec<(String, String, String, String)> {
                 "" => s.labels["gpu"].clone(),
                 gi => format!("{}/gi{gi}", s.labels["gpu"]),
             };
-            (gpu, s.labels["namespace"].clone(), s.labels["pod"].clone(), s.labels["container"].clone())
+            (
+                gpu,
+                s.labels["namespace"].clone(),
+                s.labels["pod"].clone(),
+                s.labels["container"].clone(),
+            )
         })
         .collect();
     out.sort();

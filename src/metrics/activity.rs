@@ -70,7 +70,10 @@ pub const FAMILIES: &[Family] = &[
         help: "PCIe traffic over the last poll interval, by direction (tx: from the GPU, rx: to it) (GPM).",
         labels: &["direction"],
         read: Read::Readings(|r, s| {
-            for (direction, rate) in activity(r).map(|a| a.pcie_bytes_per_second.as_slice()).unwrap_or_default() {
+            for (direction, rate) in activity(r)
+                .map(|a| a.pcie_bytes_per_second.as_slice())
+                .unwrap_or_default()
+            {
                 s.labelled(&[direction], *rate);
             }
         }),
@@ -82,7 +85,10 @@ pub const FAMILIES: &[Family] = &[
         help: "NVLink traffic over all links in the last poll interval, by direction (tx, rx) (GPM).",
         labels: &["direction"],
         read: Read::Readings(|r, s| {
-            for (direction, rate) in activity(r).map(|a| a.nvlink_bytes_per_second.as_slice()).unwrap_or_default() {
+            for (direction, rate) in activity(r)
+                .map(|a| a.nvlink_bytes_per_second.as_slice())
+                .unwrap_or_default()
+            {
                 s.labelled(&[direction], *rate);
             }
         }),

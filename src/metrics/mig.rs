@@ -42,7 +42,10 @@ pub const FAMILIES: &[Family] = &[
         read: Read::Readings(|r, s| {
             for i in r.mig.iter().flat_map(|m| &m.instances) {
                 let compute = i.compute_instance.map(|c| c.to_string()).unwrap_or_default();
-                s.labelled_opt(&[&i.gpu_instance.to_string(), &compute], i.memory_used_bytes.map(|b| b as f64));
+                s.labelled_opt(
+                    &[&i.gpu_instance.to_string(), &compute],
+                    i.memory_used_bytes.map(|b| b as f64),
+                );
             }
         }),
     },
@@ -55,7 +58,10 @@ pub const FAMILIES: &[Family] = &[
         read: Read::Readings(|r, s| {
             for i in r.mig.iter().flat_map(|m| &m.instances) {
                 let compute = i.compute_instance.map(|c| c.to_string()).unwrap_or_default();
-                s.labelled_opt(&[&i.gpu_instance.to_string(), &compute], i.memory_total_bytes.map(|b| b as f64));
+                s.labelled_opt(
+                    &[&i.gpu_instance.to_string(), &compute],
+                    i.memory_total_bytes.map(|b| b as f64),
+                );
             }
         }),
     },

@@ -13,10 +13,10 @@ pub fn scoped_field_values(device: &Device<'static>, requests: &[(u32, u32)]) ->
         return Ok(Vec::new());
     }
     let sym = nvml_sym(device.nvml().lib().nvmlDeviceGetFieldValues.as_ref())?;
-    // SAFETY: nvmlFieldValue_t is plain data; all-zero is a valid value of it.
     let mut values: Vec<nvmlFieldValue_t> = requests
         .iter()
         .map(|(field, scope)| {
+            // SAFETY: nvmlFieldValue_t is plain data; all-zero is a valid value of it.
             let mut v: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
             v.fieldId = *field;
             v.scopeId = *scope;

@@ -35,7 +35,9 @@ pub fn devices(device: &Device<'static>, calls: &mut CallErrors) -> Vec<MigDevic
             Ok(handle) => handle,
             Err(NvmlError::NotFound) => continue,
             Err(e) => {
-                calls.errors.push(("nvmlDeviceGetMigDeviceHandleByIndex", e.to_string()));
+                calls
+                    .errors
+                    .push(("nvmlDeviceGetMigDeviceHandleByIndex", e.to_string()));
                 continue;
             }
         };

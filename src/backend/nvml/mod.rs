@@ -354,7 +354,10 @@ impl NvmlDevicePoller {
             slow.persistence_mode = p.persistence_mode;
             self.slow = Some((Instant::now(), slow));
         }
-        let gpm_due = self.activity.as_ref().is_none_or(|(at, _)| at.elapsed() >= self.gpm_interval);
+        let gpm_due = self
+            .activity
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() >= self.gpm_interval);
         if gpm_due {
             self.activity = Some((Instant::now(), self.gpm.read(&self.device, &mut calls)));
         }
@@ -527,7 +530,9 @@ impl NvmlDevicePoller {
 
     fn read_field_values(&self, calls: &mut CallErrors, r: &mut DeviceReadings) {
         let ids: Vec<FieldId> = FIELDS.iter().map(|id| FieldId(*id)).collect();
-        let Some(samples) = calls.read("nvmlDeviceGetFieldValues:slow_fields", || self.device.field_values_for(&ids)) else {
+        let Some(samples) = calls.read("nvmlDeviceGetFieldValues:slow_fields", || {
+            self.device.field_values_for(&ids)
+        }) else {
             return;
         };
         // Each sample answers for itself: an unsupported field is an Err in its slot.

@@ -77,7 +77,9 @@ pub fn read(device: &Device<'static>, board_links: u32, calls: &mut CallErrors) 
             requests.push((*field, 0));
         }
     }
-    let values = calls.read("nvmlDeviceGetFieldValues:nvlink", || scoped_field_values(device, &requests))?;
+    let values = calls.read("nvmlDeviceGetFieldValues:nvlink", || {
+        scoped_field_values(device, &requests)
+    })?;
     let mut values = values.into_iter();
     let mut links = Vec::with_capacity(board_links as usize);
     for link in 0..board_links {

@@ -130,7 +130,10 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
             return INVALID_ARGUMENT;
         }
         let processes = d.processes.as_deref().unwrap_or_default();
-        if processes.iter().all(|p| p.sm_percent.is_none() && p.memory_percent.is_none()) {
+        if processes
+            .iter()
+            .all(|p| p.sm_percent.is_none() && p.memory_percent.is_none())
+        {
             return NOT_SUPPORTED;
         }
         let busy: Vec<_> = processes

@@ -565,7 +565,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: nvmlDevice_t, out: *
     if let Some(answer) = topology::mig_call(device, |_, mig| unsafe { memory_info(mig.memory.as_ref(), out) }) {
         return answer;
     }
-    device_call(device, "nvmlDeviceGetMemoryInfo_v2", |_, d| unsafe { memory_info(d.memory.as_ref(), out) })
+    device_call(device, "nvmlDeviceGetMemoryInfo_v2", |_, d| unsafe {
+        memory_info(d.memory.as_ref(), out)
+    })
 }
 
 #[cfg(not(feature = "old-driver"))]
@@ -612,9 +614,17 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
             // (0xFFFFFFFF) as the instance outside MIG.
             Some(list) => list
                 .iter()
-                .map(|p| (p.pid, p.used_memory.unwrap_or(u64::MAX), p.gpu_instance.unwrap_or(u32::MAX)))
+                .map(|p| {
+                    (
+                        p.pid,
+                        p.used_memory.unwrap_or(u64::MAX),
+                        p.gpu_instance.unwrap_or(u32::MAX),
+                    )
+                })
                 .collect(),
-            None => (0..d.compute_processes).map(|i| (1000 + i, 1 << 30, u32::MAX)).collect(),
+            None => (0..d.compute_processes)
+                .map(|i| (1000 + i, 1 << 30, u32::MAX))
+                .collect(),
         };
         let n = processes.len() as c_uint;
         // SAFETY: the caller passes room for *count entries (NVML's contract).
@@ -873,5 +883,3 @@ pub extern "C" fn nvmlEventSetFree(set: nvmlEventSet_t) -> nvmlReturn_t {
     }
     SUCCESS
 }
-
-

@@ -36,7 +36,10 @@ pub fn nvlink_field(d: &scenario::Device, field_id: u32, scope: u32) -> Option<u
 
 #[cfg(not(feature = "old-driver"))]
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(device: nvmlDevice_t, out: *mut nvmlGpuFabricInfoV_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
+    device: nvmlDevice_t,
+    out: *mut nvmlGpuFabricInfoV_t,
+) -> nvmlReturn_t {
     device_call(device, "nvmlDeviceGetGpuFabricInfoV", |_, d| {
         if out.is_null() {
             return INVALID_ARGUMENT;
@@ -64,7 +67,11 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(device: nvmlDevice_t, out: 
 
 #[cfg(not(feature = "old-driver"))]
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMigMode(device: nvmlDevice_t, current: *mut c_uint, pending: *mut c_uint) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(
+    device: nvmlDevice_t,
+    current: *mut c_uint,
+    pending: *mut c_uint,
+) -> nvmlReturn_t {
     device_call(device, "nvmlDeviceGetMigMode", |_, d| {
         let Some(mig) = &d.mig else { return NOT_SUPPORTED };
         unsafe {
@@ -89,7 +96,11 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(device: nvmlDevice_t, ou
 
 #[cfg(not(feature = "old-driver"))]
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(device: nvmlDevice_t, index: c_uint, out: *mut nvmlDevice_t) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
+    device: nvmlDevice_t,
+    index: c_uint,
+    out: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
     device_call(device, "nvmlDeviceGetMigDeviceHandleByIndex", |i, d| {
         let Some(mig) = d.mig.as_ref().filter(|m| m.enabled) else {
             return INVALID_ARGUMENT;
