@@ -112,6 +112,64 @@ def fleet():
            q(f'gpu_pcie_link_width_lanes{{{SEL}}}', "{{instance}} GPU {{gpu}}"),
            q(f'max by (instance) (gpu_pcie_link_width_max_lanes{{{SEL}}})', "{{instance}} max"))
     )
+    dash = dash.with_row(db.Row("Workloads: pods and batch jobs"))
+    for title, unit, record in [
+        ("GPU utilisation by pod and job", "percentunit", "gpu_utilization_ratio:avg"),
+        ("GPU power by pod and job", "watt", "gpu_power_watts:sum"),
+        ("GPU memory by pod and job", "bytes", "gpu_memory_used_bytes:sum"),
+        ("GPU energy rate by pod and job", "watt", "gpu_energy_joules:rate5m"),
+    ]:
+        dash = dash.with_panel(
+            ts(title, unit,
+               q(f'namespace_pod:{record}', "{{namespace}}/{{pod}}"),
+               q(f'hpc_job:{record}', "job {{hpc_job}}"),
+               description="From gpu_pod_info (kubelet) and gpu_job_info (job mapping directory) "
+                           "joined on uuid by the recording rules; a shared GPU counts for each holder.",
+               w=6)
+        )
+    dash = dash.with_panel(
+        ts("SM and tensor activity by pod (GPM)", "percentunit",
+           q(f'avg by (namespace, pod) (gpu_sm_active_ratio{{{SEL}}} * on(instance, uuid) group_right gpu_pod_info)',
+             "{{namespace}}/{{pod}} SM"),
+           q(f'avg by (namespace, pod) (gpu_tensor_active_ratio{{{SEL}}} * on(instance, uuid) group_right gpu_pod_info)',
+             "{{namespace}}/{{pod}} tensor"),
+           description="Whether a pod's GPUs do real work: busy kernels (utilisation) can still leave SMs and tensor cores idle.",
+           w=24)
+    )
+    dash = dash.with_row(db.Row("Inside the GPUs (GPM, Hopper and newer)"))
+    for title, family in [("SM active", "gpu_sm_active_ratio"), ("Tensor pipes active", "gpu_tensor_active_ratio"),
+                          ("DRAM bandwidth used", "gpu_dram_active_ratio")]:
+        dash = dash.with_panel(
+            ts(title, "percentunit", q(f'{family}{{{SEL}}}', "{{instance}} GPU {{gpu}}"),
+               description="Averages over poll.gpm_interval (30 s).", w=8)
+        )
+    dash = dash.with_row(db.Row("NVLink, fabric and MIG"))
+    dash = dash.with_panel(
+        ts("NVLinks down", "none",
+           q(f'gpu_nvlink_links{{{SEL}}} - gpu_nvlink_links_up{{{SEL}}}', "{{instance}} GPU {{gpu}}"),
+           description="Links the board has minus links up (alert GpuNvlinkDown).", w=8)
+    )
+    dash = dash.with_panel(
+        ts("NVLink errors per minute", "none",
+           q(f'sum by (instance, gpu, type) (rate(gpu_nvlink_errors_total{{{SEL}}}[$__rate_interval])) * 60',
+             "{{instance}} GPU {{gpu}} {{type}}"),
+           description="CRC, replay and recovery counters, read every 2 minutes (alert GpuNvlinkErrors).", w=8)
+    )
+    dash = dash.with_panel(
+        ts("NVLink throughput", "Bps",
+           q(f'sum by (instance, gpu, direction) (gpu_nvlink_bytes_per_second{{{SEL}}})', "{{instance}} GPU {{gpu}} {{direction}}"),
+           description="GPM rate over all links of each GPU.", w=8)
+    )
+    dash = dash.with_panel(
+        table.Panel().title("NVLink fabric (NVSwitch systems)").datasource(DS).span(12).height(6)
+        .description("Registration with the fabric manager; anything but completed for long fires GpuFabricDegraded.")
+        .with_target(q(f'gpu_fabric_state{{{SEL}}} == 1', "", instant=True))
+    )
+    dash = dash.with_panel(
+        table.Panel().title("MIG devices").datasource(DS).span(12).height(6)
+        .description("GPU instance, compute instance, profile and MIG UUID of every MIG device.")
+        .with_target(q(f'gpu_mig_instance_info{{{SEL}}}', "", instant=True))
+    )
     dash = dash.with_row(db.Row("Power and probes"))
     dash = dash.with_panel(
         ts("Power per node", "watt", q(f'instance:gpu_power_watts:sum{{{SEL}}}', "{{instance}}"))
@@ -149,6 +207,19 @@ def single_gpu():
                               q(f'gpu_pcie_link_generation{{{one}}}', "generation"),
                               q(f'gpu_pcie_link_width_lanes{{{one}}}', "width"),
                               q(f'rate(gpu_pcie_replay_errors_total{{{one}}}[$__rate_interval])', "replays/s")))
+    dash = dash.with_panel(ts("Activity (GPM)", "percentunit",
+                              q(f'gpu_graphics_active_ratio{{{one}}}', "graphics engine"),
+                              q(f'gpu_sm_active_ratio{{{one}}}', "SM active"),
+                              q(f'gpu_sm_occupancy_ratio{{{one}}}', "SM occupancy"),
+                              q(f'gpu_tensor_active_ratio{{{one}}}', "tensor"),
+                              q(f'gpu_dram_active_ratio{{{one}}}', "DRAM bandwidth")))
+    dash = dash.with_panel(ts("Pipes (GPM)", "percentunit", q(f'gpu_pipe_active_ratio{{{one}}}', "{{pipe}}")))
+    dash = dash.with_panel(ts("PCIe and NVLink bandwidth (GPM)", "Bps",
+                              q(f'gpu_pcie_bytes_per_second{{{one}}}', "PCIe {{direction}}"),
+                              q(f'gpu_nvlink_bytes_per_second{{{one}}}', "NVLink {{direction}}")))
+    dash = dash.with_panel(ts("NVLink errors by link", "none",
+                              q(f'gpu_nvlink_errors_total{{{one}}} > 0 or gpu_nvlink_links_up{{{one}}} * 0',
+                                "link {{link}} {{type}}")))
     dash = dash.with_panel(ts("ECC errors and XIDs", "none",
                               q(f'gpu_ecc_errors_total{{{one}}}', "{{type}} {{scope}}"),
                               q(f'gpu_xid_errors_total{{{one}}}', "Xid {{xid}} ({{severity}})")))
