@@ -63,6 +63,57 @@ fn attribution(snapshot: &Snapshot, uuid: &str) -> String {
     out
 }
 
+/// GPM activity (SM, tensor, DRAM) and MIG, as a table cell.
+fn activity_cell(r: Option<&crate::model::DeviceReadings>) -> String {
+    let mut cell = String::from("<td class=\"n\">");
+    match r.and_then(|r| r.activity.as_ref()) {
+        Some(a) => {
+            let pct = |v: Option<f64>| v.map(|v| format!("{:.0}%", v * 100.0)).unwrap_or_else(|| "&ndash;".into());
+            let _ = write!(
+                cell,
+                "SM {}<br><small>tensor {} &middot; DRAM {}</small>",
+                pct(a.sm_active),
+                pct(a.tensor_active),
+                pct(a.dram_active)
+            );
+        }
+        None => cell.push_str("<small>&ndash;</small>"),
+    }
+    if let Some(mig) = r.and_then(|r| r.mig.as_ref()).filter(|m| m.enabled) {
+        let profiles: Vec<&str> = mig.instances.iter().map(|i| i.profile.as_str()).collect();
+        let _ = write!(cell, "<br><small>MIG: {}</small>", escape(&profiles.join(", ")));
+    }
+    cell.push_str("</td>");
+    cell
+}
+
+/// NVLinks up of the board's, their errors, and the fabric, as a table cell.
+fn links_cell(r: Option<&crate::model::DeviceReadings>) -> String {
+    let mut cell = String::from("<td class=\"n\">");
+    match r.and_then(|r| r.nvlinks.as_ref()) {
+        Some(n) => {
+            let errors: u64 = n.links.iter().map(|l| l.errors_total()).sum();
+            let _ = write!(
+                cell,
+                "NVLink {}/{} up<br><small>{errors} errors</small>",
+                n.links_up(),
+                n.board_links
+            );
+        }
+        None => cell.push_str("<small>no NVLink</small>"),
+    }
+    if let Some(f) = r.and_then(|r| r.fabric.as_ref()) {
+        let _ = write!(
+            cell,
+            "<br><small>fabric {}{}</small>",
+            f.state,
+            if f.error.is_some() { " (refused)" } else { "" }
+        );
+    }
+    cell.push_str("</td>");
+    cell
+}
+
 pub fn render(snapshot: &Snapshot) -> String {
     let mut out = String::with_capacity(8 * 1024);
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
@@ -92,7 +143,7 @@ pub fn render(snapshot: &Snapshot) -> String {
     }
     out.push_str(
         "<table><thead><tr><th>GPU</th><th>Health</th><th>Temperature</th><th>Power</th>\
-         <th>Clock events</th><th>XIDs</th><th>Last probe</th></tr></thead><tbody>",
+         <th>Activity</th><th>Links</th><th>Clock events</th><th>XIDs</th><th>Last probe</th></tr></thead><tbody>",
     );
     for d in &snapshot.devices {
         let id = &d.identity;
@@ -139,6 +190,8 @@ pub fn render(snapshot: &Snapshot) -> String {
             }
             None => out.push_str("<td>&ndash;</td>"),
         }
+        out.push_str(&activity_cell(r));
+        out.push_str(&links_cell(r));
         out.push_str("<td>");
         let active: Vec<&str> = r
             .map(|r| r.clock_events.iter().filter(|e| e.active).map(|e| e.reason).collect())

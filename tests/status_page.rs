@@ -36,6 +36,14 @@ fn the_page_shows_every_gpu_with_health_temperature_reasons_and_xids() {
             .to_string()
     };
     let gpu2 = row(2);
+    // Activity (GPM), NVLink and the fabric; GPU 3's MIG devices.
+    assert!(
+        gpu2.contains("SM 91%") && gpu2.contains("tensor 70%") && gpu2.contains("NVLink 18/18 up"),
+        "{gpu2}"
+    );
+    assert!(gpu2.contains("fabric completed"), "{gpu2}");
+    assert!(row(3).contains("MIG: 3g.71gb, 2g.35gb, 1g.18gb"), "{}", row(3));
+    assert!(row(5).contains("NVLink 18/18 up<br><small>2058 errors"), "{}", row(5));
     assert!(
         gpu2.contains("class=\"hot\">88 C") && gpu2.contains("slowdown at 89 C"),
         "{gpu2}"
