@@ -46,6 +46,13 @@ struct Latest {
     hw_slowdown: std::collections::HashMap<String, (Option<f64>, Option<std::time::Instant>)>,
     /// The last PCI census and when it was taken.
     pci: Option<(std::time::Instant, Vec<crate::model::PciGpu>)>,
+    /// The last walk of /proc for DRM clients (GPUs whose driver lists no processes), by
+    /// PCI bus id, and when it was taken.
+    /// `None` inside: the walk could not see every process.
+    drm_clients: Option<(
+        std::time::Instant,
+        Option<BTreeMap<String, Vec<crate::model::GpuProcess>>>,
+    )>,
     /// The XID store's and the probe state's change counters as last published.
     xid_changes: u64,
     probe_changes: u64,
@@ -110,6 +117,46 @@ fn describe_processes(devices: &mut [DeviceSnapshot], settings: &crate::config::
             process.listed = true;
             process.name = processes::name(&settings.proc_root, process.pid);
             process.container_id = processes::container_id(&settings.proc_root, process.pid);
+        }
+    }
+}
+
+/// GPUs whose driver gives no process list (AMD) get theirs from the DRM client statistics
+/// in /proc, walked at most every `drm_clients::SCAN_EVERY` and only while such GPUs exist.
+fn fill_processes_from_drm_clients(
+    cache: &mut Option<(
+        std::time::Instant,
+        Option<BTreeMap<String, Vec<crate::model::GpuProcess>>>,
+    )>,
+    devices: &mut [DeviceSnapshot],
+    proc_root: &std::path::Path,
+) {
+    use crate::attribution::drm_clients;
+    let wanting = |d: &DeviceSnapshot| d.readings.as_ref().is_some_and(|r| r.processes.is_none());
+    if !devices.iter().any(wanting) {
+        *cache = None;
+        return;
+    }
+    if cache
+        .as_ref()
+        .is_none_or(|(at, _)| at.elapsed() >= drm_clients::SCAN_EVERY)
+    {
+        let scanned = drm_clients::scan(proc_root).map_err(|why| {
+            // Logged once per daemon: it does not change while the daemon runs.
+            static TOLD: std::sync::Once = std::sync::Once::new();
+            TOLD.call_once(|| {
+                log::info!("no process list for GPUs whose driver keeps none (AMD): {why}; it needs root with CAP_SYS_PTRACE (docs/metrics.md)")
+            });
+        });
+        *cache = Some((std::time::Instant::now(), scanned.ok()));
+    }
+    let Some((_, Some(by_gpu))) = cache.as_ref() else {
+        return;
+    };
+    for device in devices.iter_mut() {
+        let bus = device.identity.pci_bus_id.clone();
+        if let Some(readings) = device.readings.as_mut().filter(|r| r.processes.is_none()) {
+            readings.processes = Some(by_gpu.get(&bus).cloned().unwrap_or_default());
         }
     }
 }
@@ -187,6 +234,7 @@ impl Publisher {
                 hw_slowdown: Default::default(),
                 jobs: None,
                 pci: None,
+                drm_clients: None,
                 xid_changes: 0,
                 probe_changes: 0,
             }),
@@ -213,6 +261,7 @@ impl Publisher {
         let mut round = round;
         track_hw_slowdown(&mut latest.hw_slowdown, &mut round.devices);
         let processes = &self.settings.current().config.processes;
+        fill_processes_from_drm_clients(&mut latest.drm_clients, &mut round.devices, &processes.proc_root);
         if processes.per_process {
             describe_processes(&mut round.devices, processes);
         }

@@ -68,7 +68,10 @@ fn activity_cell(r: Option<&crate::model::DeviceReadings>) -> String {
     let mut cell = String::from("<td class=\"n\">");
     match r.and_then(|r| r.activity.as_ref()) {
         Some(a) => {
-            let pct = |v: Option<f64>| v.map(|v| format!("{:.0}%", v * 100.0)).unwrap_or_else(|| "&ndash;".into());
+            let pct = |v: Option<f64>| {
+                v.map(|v| format!("{:.0}%", v * 100.0))
+                    .unwrap_or_else(|| "&ndash;".into())
+            };
             let _ = write!(
                 cell,
                 "SM {}<br><small>tensor {} &middot; DRAM {}</small>",

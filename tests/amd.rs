@@ -476,3 +476,89 @@ fn a_node_with_only_amd_gpus_needs_no_nvidia_library() {
         "{text}"
     );
 }
+
+/// AMD GPUs get their processes from the DRM client statistics in /proc/PID/fdinfo (amdgpu
+/// has no compute-process list like NVML's): a fixture /proc with two processes on card0
+/// (one of them with two fds on one client), one on card2, and a non-DRM file.
+#[test]
+fn amd_processes_come_from_drm_client_statistics() {
+    use std::os::unix::fs::symlink;
+    let proc_root = tempfile::tempdir().unwrap();
+    let client = |id: u32, pdev: &str, vram_kib: u64| {
+        format!(
+            "pos:\t0\nflags:\t02100002\ndrm-driver:\tamdgpu\ndrm-client-id:\t{id}\ndrm-pdev:\t{pdev}\n\
+             drm-memory-vram:\t{vram_kib} KiB\ndrm-memory-gtt:\t4 KiB\n"
+        )
+    };
+    for (pid, fd, target, fdinfo, comm) in [
+        (
+            5001,
+            4,
+            "/dev/dri/renderD128",
+            client(10, "0000:c1:00.0", 4 << 20),
+            "python3",
+        ),
+        (
+            5001,
+            5,
+            "/dev/dri/renderD128",
+            client(10, "0000:c1:00.0", 4 << 20),
+            "python3",
+        ),
+        (
+            5002,
+            4,
+            "/dev/dri/renderD128",
+            client(11, "0000:c1:00.0", 1 << 20),
+            "rccl-test",
+        ),
+        (
+            5003,
+            4,
+            "/dev/dri/renderD130",
+            client(12, "0000:1f:00.0", 2 << 20),
+            "vllm",
+        ),
+        (5004, 3, "/tmp/log", client(13, "0000:c1:00.0", 8 << 20), "cat"),
+    ] {
+        let dir = proc_root.path().join(pid.to_string());
+        std::fs::create_dir_all(dir.join("fd")).unwrap();
+        std::fs::create_dir_all(dir.join("fdinfo")).unwrap();
+        symlink(target, dir.join("fd").join(fd.to_string())).unwrap();
+        std::fs::write(dir.join("fdinfo").join(fd.to_string()), fdinfo).unwrap();
+        std::fs::write(dir.join("comm"), format!("{comm}\n")).unwrap();
+    }
+    let config = test_config(
+        &sim_library(),
+        &format!(
+            "amd:\n  sysfs_root: {}\nprocesses:\n  per_process: true\n  proc_root: {}\n",
+            FIXTURE,
+            proc_root.path().display()
+        ),
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    let m = d.scrape_until("AMD processes", |m| m.value("gpu_processes", &amd("0")).is_some());
+    assert_eq!(m.value("gpu_processes", &amd("0")), Some(2.0));
+    assert_eq!(m.value("gpu_processes", &amd("2")), Some(1.0));
+    assert_eq!(m.value("gpu_processes", &amd("3")), Some(0.0), "an AMD GPU nobody uses");
+    assert_eq!(
+        m.value(
+            "gpu_process_memory_used_bytes",
+            &with(amd("0"), &[("pid", "5001"), ("process", "python3")])
+        ),
+        Some((4u64 << 30) as f64),
+        "one client seen through two fds counts once"
+    );
+    assert_eq!(
+        m.value(
+            "gpu_process_memory_used_bytes",
+            &with(amd("2"), &[("pid", "5003"), ("process", "vllm")])
+        ),
+        Some((2u64 << 30) as f64)
+    );
+    // NVIDIA GPUs keep NVML's list (the demo's GPU 1 runs one process).
+    assert_eq!(
+        m.value("gpu_processes", &[("gpu", "1"), ("vendor", "nvidia")]),
+        Some(1.0)
+    );
+}

@@ -6,7 +6,9 @@
 //!   deploy/slurm/ has Slurm's).
 //! - `kubelet`: which pod and container holds each GPU, from the kubelet's pod-resources API.
 //! - `processes`: a compute process's name and container, for the per-process series.
+//! - `drm_clients`: GPU processes from the kernel's DRM client statistics in /proc (AMD).
 
+pub mod drm_clients;
 pub mod jobs;
 pub mod kubelet;
 pub mod processes;
