@@ -36,6 +36,13 @@ const PCI_CENSUS_EVERY: std::time::Duration = std::time::Duration::from_secs(30)
 /// stale attribution for a few seconds is harmless.
 const JOBS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// A walk of /proc for DRM clients and when it was taken; `None` inside when the walk could
+/// not see every process.
+type DrmClientScan = (
+    std::time::Instant,
+    Option<BTreeMap<String, Vec<crate::model::GpuProcess>>>,
+);
+
 struct Latest {
     round: Arc<RoundPart>,
     pod_changes: u64,
@@ -49,10 +56,7 @@ struct Latest {
     /// The last walk of /proc for DRM clients (GPUs whose driver lists no processes), by
     /// PCI bus id, and when it was taken.
     /// `None` inside: the walk could not see every process.
-    drm_clients: Option<(
-        std::time::Instant,
-        Option<BTreeMap<String, Vec<crate::model::GpuProcess>>>,
-    )>,
+    drm_clients: Option<DrmClientScan>,
     /// The XID store's and the probe state's change counters as last published.
     xid_changes: u64,
     probe_changes: u64,
@@ -124,10 +128,7 @@ fn describe_processes(devices: &mut [DeviceSnapshot], settings: &crate::config::
 /// GPUs whose driver gives no process list (AMD) get theirs from the DRM client statistics
 /// in /proc, walked at most every `drm_clients::SCAN_EVERY` and only while such GPUs exist.
 fn fill_processes_from_drm_clients(
-    cache: &mut Option<(
-        std::time::Instant,
-        Option<BTreeMap<String, Vec<crate::model::GpuProcess>>>,
-    )>,
+    cache: &mut Option<DrmClientScan>,
     devices: &mut [DeviceSnapshot],
     proc_root: &std::path::Path,
 ) {
