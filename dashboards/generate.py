@@ -217,9 +217,10 @@ def single_gpu():
     dash = dash.with_panel(ts("PCIe and NVLink bandwidth (GPM)", "Bps",
                               q(f'gpu_pcie_bytes_per_second{{{one}}}', "PCIe {{direction}}"),
                               q(f'gpu_nvlink_bytes_per_second{{{one}}}', "NVLink {{direction}}")))
-    dash = dash.with_panel(ts("NVLink errors by link", "none",
-                              q(f'gpu_nvlink_errors_total{{{one}}} > 0 or gpu_nvlink_links_up{{{one}}} * 0',
-                                "link {{link}} {{type}}")))
+    dash = dash.with_panel(ts("NVLinks and their errors", "none",
+                              q(f'gpu_nvlink_links_up{{{one}}}', "links up"),
+                              q(f'gpu_nvlink_errors_total{{{one}}}', "{{type}} errors"),
+                              description="Errors summed over the links; per link with nvlink.per_link."))
     dash = dash.with_panel(ts("ECC errors and XIDs", "none",
                               q(f'gpu_ecc_errors_total{{{one}}}', "{{type}} {{scope}}"),
                               q(f'gpu_xid_errors_total{{{one}}}', "Xid {{xid}} ({{severity}})")))

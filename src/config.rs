@@ -30,6 +30,16 @@ pub struct Config {
     pub hpc_jobs: HpcJobs,
     pub processes: Processes,
     pub kubernetes: Kubernetes,
+    pub nvlink: Nvlink,
+}
+
+/// NVLink series.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Nvlink {
+    /// Series per link (state, errors, bytes: 108 per H200) beside the per-GPU totals; off by
+    /// default, as dcgm-exporter's default fields are per GPU too.
+    pub per_link: bool,
 }
 
 /// Pod attribution from the kubelet's pod-resources API.
@@ -115,6 +125,7 @@ impl Default for Config {
             hpc_jobs: HpcJobs::default(),
             processes: Processes::default(),
             kubernetes: Kubernetes::default(),
+            nvlink: Nvlink::default(),
         }
     }
 }

@@ -337,6 +337,7 @@ impl Publisher {
             round_duration: round.round_duration.clone(),
             xid: self.xids.snapshot(),
             xid_critical_hold: self.settings.current().config.xid.critical_hold,
+            nvlink_per_link: self.settings.current().config.nvlink.per_link,
             probe: self.probes.as_ref().map(|p| p.snapshot()).unwrap_or_default(),
             pci_gpus: latest.pci.as_ref().map(|(_, gpus)| gpus.clone()).unwrap_or_default(),
             pods: pods_by_uuid(&pods.assignments, &round.devices),

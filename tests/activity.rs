@@ -121,38 +121,31 @@ fn gpuwarden_check_json(scenario: &str) -> serde_json::Value {
 }
 
 #[test]
-fn nvlink_per_link_state_errors_and_bytes_and_a_link_down_is_a_finding() {
+fn nvlink_per_gpu_by_default_per_link_when_asked_and_a_link_down_is_a_finding() {
     let scenario = edit_device(DEMO_SCENARIO, 0, |dev| without(dev, "nvlinks"));
     let d = Daemon::start(&scenario);
     let m = d.scrape_until("NVLink", |m| m.value("gpu_nvlink_links", &[("gpu", "5")]).is_some());
     assert_eq!(m.value("gpu_nvlink_links", &[("gpu", "5")]), Some(18.0));
     assert_eq!(m.value("gpu_nvlink_links_up", &[("gpu", "5")]), Some(18.0));
-    assert_eq!(m.find("gpu_nvlink_up", &[("gpu", "5")]).len(), 18);
-    let errors = |m: &Metrics, link: &str, kind: &str| {
-        m.value(
-            "gpu_nvlink_errors_total",
-            &[("gpu", "5"), ("link", link), ("type", kind)],
-        )
-    };
-    assert_eq!(errors(&m, "3", "crc_flit"), Some(1843.0));
-    assert_eq!(errors(&m, "3", "replay"), Some(212.0));
-    assert_eq!(errors(&m, "3", "recovery"), Some(3.0));
-    assert_eq!(errors(&m, "4", "crc_flit"), Some(0.0));
+    let errors = |m: &Metrics, kind: &str| m.value("gpu_nvlink_errors_total", &[("gpu", "5"), ("type", kind)]);
+    // Link 3 has them; the other 17 links count 0.
+    assert_eq!(errors(&m, "crc_flit"), Some(1843.0));
+    assert_eq!(errors(&m, "replay"), Some(212.0));
+    assert_eq!(errors(&m, "recovery"), Some(3.0));
+    assert_eq!(errors(&m, "crc_data"), None, "a counter no link has is absent");
+    let tx_kib: u64 = (0..18u64).map(|l| 1_200_000_000 + l * 1_000_003).sum();
     assert_eq!(
-        errors(&m, "3", "crc_data"),
-        None,
-        "a counter the link does not have is absent"
-    );
-    assert_eq!(
-        m.value(
-            "gpu_nvlink_bytes_total",
-            &[("gpu", "5"), ("link", "3"), ("direction", "tx")]
-        ),
-        Some((1_200_000_000u64 + 3 * 1_000_003) as f64 * 1024.0),
-        "KiB from the driver, bytes out"
+        m.value("gpu_nvlink_bytes_total", &[("gpu", "5"), ("direction", "tx")]),
+        Some((tx_kib * 1024) as f64),
+        "KiB from the driver, bytes out, summed over the links"
     );
     assert!(
-        m.find("gpu_nvlink_up", &[("gpu", "0")]).is_empty() && m.value("gpu_nvlink_links", &[("gpu", "0")]).is_none(),
+        !m.has_family("gpu_nvlink_up") && !m.has_family("gpu_nvlink_link_errors_total"),
+        "per link is opt-in"
+    );
+    assert!(
+        m.value("gpu_nvlink_links", &[("gpu", "0")]).is_none()
+            && m.find("gpu_nvlink_errors_total", &[("gpu", "0")]).is_empty(),
         "a board without NVLink has no NVLink series"
     );
     assert_eq!(
@@ -165,18 +158,40 @@ fn nvlink_per_link_state_errors_and_bytes_and_a_link_down_is_a_finding() {
     let broken = edit_device(&broken, 5, |dev| dev.replace("crc_flit: 1843", "crc_flit: 1900"));
     d.set_scenario(&broken);
     let m = d.scrape_until("link 7 down", |m| {
-        m.value("gpu_nvlink_up", &[("gpu", "2"), ("link", "7")]) == Some(0.0)
+        m.value("gpu_nvlink_links_up", &[("gpu", "2")]) == Some(17.0)
     });
-    assert_eq!(m.value("gpu_nvlink_links_up", &[("gpu", "2")]), Some(17.0));
     assert_eq!(m.value("gpu_nvlink_links", &[("gpu", "2")]), Some(18.0));
     assert_eq!(
         m.value("gpu_health_reason", &[("gpu", "2"), ("reason", "nvlink_down")]),
         Some(1.0)
     );
-    assert_eq!(errors(&m, "3", "crc_flit"), Some(1900.0));
+    assert_eq!(errors(&m, "crc_flit"), Some(1900.0));
     let check = gpuwarden_check_json(&broken);
     let findings = check["devices"][2].to_string();
     assert!(findings.contains("NVLink 7 down (17 of 18 up)"), "{findings}");
+    drop(d);
+
+    // Per link, when asked.
+    let d = Daemon::start_with(&broken, &test_config(&sim_library(), "nvlink:\n  per_link: true\n"));
+    let m = d.scrape_until("per-link series", |m| m.has_family("gpu_nvlink_up"));
+    assert_eq!(m.find("gpu_nvlink_up", &[("gpu", "5")]).len(), 18);
+    assert_eq!(m.value("gpu_nvlink_up", &[("gpu", "2"), ("link", "7")]), Some(0.0));
+    assert_eq!(m.value("gpu_nvlink_up", &[("gpu", "2"), ("link", "6")]), Some(1.0));
+    let link = |l: &str, kind: &str| {
+        m.value(
+            "gpu_nvlink_link_errors_total",
+            &[("gpu", "5"), ("link", l), ("type", kind)],
+        )
+    };
+    assert_eq!(link("3", "crc_flit"), Some(1900.0));
+    assert_eq!(link("4", "crc_flit"), Some(0.0));
+    assert_eq!(
+        m.value(
+            "gpu_nvlink_link_bytes_total",
+            &[("gpu", "5"), ("link", "3"), ("direction", "tx")]
+        ),
+        Some((1_200_000_000u64 + 3 * 1_000_003) as f64 * 1024.0)
+    );
 }
 
 #[test]

@@ -1,9 +1,19 @@
-//! NVLink and fabric families: each link's state, errors and bytes, links up against links
-//! the board has, and NVSwitch fabric registration. Boards without NVLink, and GPUs outside a
+//! NVLink and fabric families: links up against links the board has, errors and bytes per GPU
+//! (and per link with `nvlink.per_link`), and NVSwitch fabric registration. Boards without NVLink, and GPUs outside a
 //! fabric, have none of these series.
 
 use super::{Family, Kind, Read};
-use crate::model::links::FABRIC_STATES;
+use crate::model::DeviceSnapshot;
+use crate::model::links::{FABRIC_STATES, NvLink};
+
+/// The links of a GPU whose last poll answered.
+fn links_of(d: &DeviceSnapshot) -> impl Iterator<Item = &NvLink> {
+    d.readings
+        .iter()
+        .filter(|_| d.up)
+        .flat_map(|r| r.nvlinks.iter())
+        .flat_map(|n| n.links.iter())
+}
 
 pub const FAMILIES: &[Family] = &[
     Family {
@@ -23,25 +33,55 @@ pub const FAMILIES: &[Family] = &[
         read: Read::Readings(|r, s| s.opt(r.nvlinks.as_ref().map(|n| n.links_up() as f64))),
     },
     Family {
+        name: "gpu_nvlink_errors",
+        kind: Kind::Counter,
+        unit: "",
+        help: "NVLink errors since the driver loaded, summed over the GPU's links, by type: crc_flit and crc_data (corrupted flow-control units and data), replay (retransmissions), recovery (link retraining); what nvidia-smi nvlink -e shows per link.",
+        labels: &["type"],
+        read: Read::Readings(|r, s| {
+            for (kind, count) in r.nvlinks.iter().flat_map(|n| n.errors_by_type()) {
+                s.labelled(&[kind], count as f64);
+            }
+        }),
+    },
+    Family {
+        name: "gpu_nvlink_bytes",
+        kind: Kind::Counter,
+        unit: "bytes",
+        help: "User data moved over the GPU's NVLinks since the driver loaded, summed over its links, by direction (tx, rx).",
+        labels: &["direction"],
+        read: Read::Readings(|r, s| {
+            for (direction, bytes) in r.nvlinks.iter().flat_map(|n| n.bytes_by_direction()) {
+                s.labelled(&[direction], bytes as f64);
+            }
+        }),
+    },
+    Family {
         name: "gpu_nvlink_up",
         kind: Kind::Gauge,
         unit: "",
-        help: "1 when the NVLink is up (active), 0 when down, per link.",
+        help: "1 when the NVLink is up (active), 0 when down, per link (nvlink.per_link).",
         labels: &["link"],
-        read: Read::Readings(|r, s| {
-            for l in r.nvlinks.iter().flat_map(|n| &n.links) {
+        read: Read::Device(|snapshot, d, s| {
+            if !snapshot.nvlink_per_link {
+                return;
+            }
+            for l in links_of(d) {
                 s.labelled_opt(&[&l.link.to_string()], l.up.map(|up| if up { 1.0 } else { 0.0 }));
             }
         }),
     },
     Family {
-        name: "gpu_nvlink_errors",
+        name: "gpu_nvlink_link_errors",
         kind: Kind::Counter,
         unit: "",
-        help: "NVLink errors since the driver loaded, per link and type: crc_flit and crc_data (corrupted flow-control units and data), replay (retransmissions), recovery (link retraining); what nvidia-smi nvlink -e shows.",
+        help: "NVLink errors since the driver loaded, per link and type (nvlink.per_link).",
         labels: &["link", "type"],
-        read: Read::Readings(|r, s| {
-            for l in r.nvlinks.iter().flat_map(|n| &n.links) {
+        read: Read::Device(|snapshot, d, s| {
+            if !snapshot.nvlink_per_link {
+                return;
+            }
+            for l in links_of(d) {
                 let link = l.link.to_string();
                 for (kind, count) in &l.errors {
                     s.labelled(&[&link, kind], *count as f64);
@@ -50,13 +90,16 @@ pub const FAMILIES: &[Family] = &[
         }),
     },
     Family {
-        name: "gpu_nvlink_bytes",
+        name: "gpu_nvlink_link_bytes",
         kind: Kind::Counter,
         unit: "bytes",
-        help: "User data moved over the NVLink since the driver loaded, per link and direction (tx, rx).",
+        help: "User data moved over the NVLink since the driver loaded, per link and direction (nvlink.per_link).",
         labels: &["link", "direction"],
-        read: Read::Readings(|r, s| {
-            for l in r.nvlinks.iter().flat_map(|n| &n.links) {
+        read: Read::Device(|snapshot, d, s| {
+            if !snapshot.nvlink_per_link {
+                return;
+            }
+            for l in links_of(d) {
                 let link = l.link.to_string();
                 for (direction, bytes) in &l.bytes {
                     s.labelled(&[&link, direction], *bytes as f64);

@@ -14,6 +14,14 @@ pub struct NvLinks {
 }
 
 impl NvLinks {
+    /// (type, errors summed over the links) for each type some link counts.
+    pub fn errors_by_type(&self) -> Vec<(&'static str, u64)> {
+        sum_by_key(self.links.iter().flat_map(|l| l.errors.iter()))
+    }
+    /// (direction, bytes summed over the links).
+    pub fn bytes_by_direction(&self) -> Vec<(&'static str, u64)> {
+        sum_by_key(self.links.iter().flat_map(|l| l.bytes.iter()))
+    }
     pub fn links_up(&self) -> u32 {
         self.links.iter().filter(|l| l.up == Some(true)).count() as u32
     }
@@ -21,6 +29,17 @@ impl NvLinks {
     pub fn links_down(&self) -> impl Iterator<Item = &NvLink> {
         self.links.iter().filter(|l| l.up == Some(false))
     }
+}
+
+fn sum_by_key<'a>(pairs: impl Iterator<Item = &'a (&'static str, u64)>) -> Vec<(&'static str, u64)> {
+    let mut out: Vec<(&'static str, u64)> = Vec::new();
+    for (key, n) in pairs {
+        match out.iter_mut().find(|(k, _)| k == key) {
+            Some((_, total)) => *total += n,
+            None => out.push((key, *n)),
+        }
+    }
+    out
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

@@ -411,6 +411,8 @@ pub struct Snapshot {
     pub kubelet_up: Option<bool>,
     /// Batch job ids per GPU uuid, from the job mapping directory (empty when off).
     pub jobs: BTreeMap<String, Vec<String>>,
+    /// Serve NVLink series per link (`nvlink.per_link`).
+    pub nvlink_per_link: bool,
     /// Findings about the node rather than one GPU (a GPU on the bus no backend shows),
     /// computed with the devices' health.
     pub node_findings: Vec<health::Finding>,
