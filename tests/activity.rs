@@ -353,3 +353,26 @@ fn an_old_driver_without_gpm_fabric_or_mig_serves_the_rest() {
             .is_some()
     );
 }
+
+#[test]
+fn framebuffer_free_and_reserved_as_the_driver_counts_them() {
+    let scenario = edit_device(DEMO_SCENARIO, 0, |dev| {
+        dev.replace(
+            "memory: { total: 150754820096, used: 0 }",
+            "memory: { total: 150754820096, used: 0, reserved: 601882624 }",
+        )
+    });
+    let d = Daemon::start(&scenario);
+    let m = d.scrape_until("memory", |m| {
+        m.value("gpu_memory_free_bytes", &[("gpu", "1")]).is_some()
+    });
+    assert_eq!(m.value("gpu_memory_reserved_bytes", &[("gpu", "0")]), Some(601882624.0));
+    assert_eq!(
+        m.value("gpu_memory_free_bytes", &[("gpu", "0")]),
+        Some((150754820096u64 - 601882624) as f64)
+    );
+    assert_eq!(
+        m.value("gpu_memory_free_bytes", &[("gpu", "1")]),
+        Some((150754820096u64 - 128849018880) as f64)
+    );
+}

@@ -198,6 +198,22 @@ pub const FAMILIES: &[Family] = &[
         read: Read::Readings(|r, s| s.count(r.memory_total_bytes)),
     },
     Family {
+        name: "gpu_memory_free_bytes",
+        kind: Kind::Gauge,
+        unit: "bytes",
+        help: "Device memory free, as the driver counts it (total minus used minus reserved).",
+        labels: &[],
+        read: Read::Readings(|r, s| s.count(r.memory_free_bytes)),
+    },
+    Family {
+        name: "gpu_memory_reserved_bytes",
+        kind: Kind::Gauge,
+        unit: "bytes",
+        help: "Device memory the driver reserves for itself.",
+        labels: &[],
+        read: Read::Readings(|r, s| s.count(r.memory_reserved_bytes)),
+    },
+    Family {
         name: "gpu_pcie_link_generation",
         kind: Kind::Gauge,
         unit: "",

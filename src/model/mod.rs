@@ -163,6 +163,10 @@ pub struct DeviceReadings {
     pub decoder_utilization_ratio: Option<f64>,
     pub memory_used_bytes: Option<u64>,
     pub memory_total_bytes: Option<u64>,
+    /// Free device memory, as the driver counts it (total minus used minus reserved).
+    pub memory_free_bytes: Option<u64>,
+    /// Device memory the driver keeps for itself (NVML v2 memory info).
+    pub memory_reserved_bytes: Option<u64>,
     pub pcie: Pcie,
     pub ecc_enabled: Option<bool>,
     pub ecc_errors: Vec<EccCount>,

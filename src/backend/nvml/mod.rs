@@ -312,6 +312,8 @@ impl NvmlDevicePoller {
         if let Some(m) = calls.read("nvmlDeviceGetMemoryInfo_v2", || self.device.memory_info()) {
             r.memory_used_bytes = Some(m.used);
             r.memory_total_bytes = Some(m.total);
+            r.memory_free_bytes = Some(m.free);
+            r.memory_reserved_bytes = Some(m.reserved);
         }
 
         r.pcie.generation = calls.read("nvmlDeviceGetCurrPcieLinkGeneration", || {
