@@ -31,6 +31,15 @@ pub struct Config {
     pub processes: Processes,
     pub kubernetes: Kubernetes,
     pub nvlink: Nvlink,
+    pub compat: Compat,
+}
+
+/// Metric names of other exporters, served beside gpuwarden's own.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Compat {
+    /// dcgm-exporter's `DCGM_FI_*` families, labels and units (docs/metrics.md).
+    pub dcgm_exporter: bool,
 }
 
 /// NVLink series.
@@ -126,6 +135,7 @@ impl Default for Config {
             processes: Processes::default(),
             kubernetes: Kubernetes::default(),
             nvlink: Nvlink::default(),
+            compat: Compat::default(),
         }
     }
 }

@@ -215,6 +215,8 @@ pub struct Publisher {
     warned_jobs: std::sync::atomic::AtomicBool,
     /// What the kubelet said; None outside the daemon.
     pods: Option<Arc<PodState>>,
+    /// The node's host name, read once (dcgm-exporter's `Hostname` label).
+    hostname: String,
 }
 
 impl Publisher {
@@ -241,6 +243,9 @@ impl Publisher {
             }),
             warned_jobs: Default::default(),
             pods: None,
+            hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_default(),
         }
     }
 
@@ -338,6 +343,8 @@ impl Publisher {
             xid: self.xids.snapshot(),
             xid_critical_hold: self.settings.current().config.xid.critical_hold,
             nvlink_per_link: self.settings.current().config.nvlink.per_link,
+            dcgm_compat: self.settings.current().config.compat.dcgm_exporter,
+            hostname: self.hostname.clone(),
             probe: self.probes.as_ref().map(|p| p.snapshot()).unwrap_or_default(),
             pci_gpus: latest.pci.as_ref().map(|(_, gpus)| gpus.clone()).unwrap_or_default(),
             pods: pods_by_uuid(&pods.assignments, &round.devices),

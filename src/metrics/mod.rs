@@ -11,6 +11,7 @@
 //! | `probe.rs` | the scheduled CUDA probe (`gpu_probe_*`) |
 //! | `attribution.rs` | which pod, job and process uses each GPU |
 //! | `self_metrics.rs` | gpuwarden itself (`gpuwarden_*`): build, backends, polls |
+//! | `dcgm_compat.rs` | dcgm-exporter's names for the same readings (`compat.dcgm_exporter`) |
 //!
 //! A prometheus-client `Collector` over one snapshot builds every family from it at encode
 //! time; nothing here holds live metric objects. Every device series carries `gpu`, `uuid`
@@ -24,6 +25,7 @@
 
 pub mod activity;
 pub mod attribution;
+pub mod dcgm_compat;
 pub mod device;
 pub mod links;
 pub mod mig;
@@ -119,6 +121,7 @@ pub fn all() -> impl Iterator<Item = &'static Family> {
         .chain(probe::FAMILIES)
         .chain(attribution::FAMILIES)
         .chain(self_metrics::FAMILIES)
+        .chain(dcgm_compat::FAMILIES)
 }
 
 /// The samples of one family being read: device labels first, then the family's own.
@@ -368,7 +371,10 @@ mod tests {
         for family in all() {
             assert!(seen.insert(family.name), "{} is defined twice", family.name);
             assert!(
-                family.name.starts_with("gpu_") || family.name.starts_with("gpuwarden_"),
+                family.name.starts_with("gpu_")
+                    || family.name.starts_with("gpuwarden_")
+                    // dcgm-exporter's own names, served only with compat.dcgm_exporter.
+                    || dcgm_compat::FAMILIES.iter().any(|f| f.name == family.name),
                 "{}",
                 family.name
             );

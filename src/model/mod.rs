@@ -417,6 +417,10 @@ pub struct Snapshot {
     pub jobs: BTreeMap<String, Vec<String>>,
     /// Serve NVLink series per link (`nvlink.per_link`).
     pub nvlink_per_link: bool,
+    /// Serve dcgm-exporter's names too (`compat.dcgm_exporter`).
+    pub dcgm_compat: bool,
+    /// The node's host name (dcgm-exporter's `Hostname` label).
+    pub hostname: String,
     /// Findings about the node rather than one GPU (a GPU on the bus no backend shows),
     /// computed with the devices' health.
     pub node_findings: Vec<health::Finding>,

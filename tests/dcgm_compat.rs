@@ -1,0 +1,185 @@
+//! `compat.dcgm_exporter: true`: the queries of Grafana dashboard 12239 ("NVIDIA DCGM Exporter
+//! Dashboard", grafana/dcgm-exporter-dashboard.json in NVIDIA/dcgm-exporter) run against a
+//! live Prometheus scraping the demo, each returning one series per GPU with sane values.
+
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+
+/// The dashboard's panel queries, with its variables `$Hostname` and `$gpu` as Grafana
+/// substitutes them for "All", and what each should return: one series per GPU (8), or one
+/// (the aggregations), and the range its values must lie in.
+const PANELS: &[(&str, &str, usize, f64, f64)] = &[
+    (
+        "GPU Temperature",
+        r#"max(DCGM_FI_DEV_GPU_TEMP{Hostname=~".*", gpu=~".*"}) by (Hostname, gpu, uuid)"#,
+        8,
+        20.0,
+        100.0,
+    ),
+    (
+        "GPU Avg. Temp",
+        r#"avg(DCGM_FI_DEV_GPU_TEMP{Hostname=~".*", gpu=~".*"})"#,
+        1,
+        20.0,
+        100.0,
+    ),
+    (
+        "GPU Power Usage",
+        r#"max(DCGM_FI_DEV_POWER_USAGE{Hostname=~".*", gpu=~".*"}) by (Hostname, gpu, uuid)"#,
+        8,
+        50.0,
+        1000.0,
+    ),
+    (
+        "GPU Power Total",
+        r#"sum(max(DCGM_FI_DEV_POWER_USAGE{Hostname=~".*", gpu=~".*"}) by (gpu))"#,
+        1,
+        400.0,
+        8000.0,
+    ),
+    (
+        "GPU SM Clocks",
+        r#"max(DCGM_FI_DEV_SM_CLOCK{Hostname=~".*", gpu=~".*"} * 1000000) by (Hostname, UUID, gpu)"#,
+        8,
+        1e8,
+        3e9,
+    ),
+    (
+        "GPU Utilization",
+        r#"max(DCGM_FI_PROF_GR_ENGINE_ACTIVE{Hostname=~".*", gpu=~".*"}) by (Hostname, gpu, GPU_I_ID, GPU_I_PROFILE)"#,
+        8,
+        0.0,
+        1.0,
+    ),
+    (
+        "Tensor Core Utilization",
+        r#"max(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{Hostname=~".*", gpu=~".*"}) by (Hostname, gpu, GPU_I_ID, GPU_I_PROFILE)"#,
+        8,
+        0.0,
+        1.0,
+    ),
+    (
+        "GPU Framebuffer Mem Used",
+        r#"max(DCGM_FI_DEV_FB_USED{Hostname=~".*", gpu=~".*"}) by (Hostname, gpu, GPU_I_ID, GPU_I_PROFILE)"#,
+        8,
+        0.0,
+        144_000.0,
+    ),
+];
+
+fn query(prom: &Prometheus, promql: &str) -> Vec<(serde_json::Value, f64)> {
+    let v = prom
+        .get_json(&format!("/api/v1/query?query={}", url_encode(promql)))
+        .unwrap_or_default();
+    v["data"]["result"]
+        .as_array()
+        .map(|results| {
+            results
+                .iter()
+                .map(|r| {
+                    let value = r["value"][1].as_str().and_then(|s| s.parse().ok()).unwrap_or(f64::NAN);
+                    (r["metric"].clone(), value)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn dashboard_12239_works_unchanged_with_compat_on() {
+    // A pod on GPU 1, so the pod labels dcgm-exporter adds are there too.
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeKubelet::start(
+        dir.path(),
+        r#"{"pods": [{"namespace": "ml", "name": "trainer-0", "containers": [{"name": "main", "devices": [
+            {"resource": "nvidia.com/gpu", "ids": ["GPU-5f2c7a1e-0000-4d6b-9a0c-000000000001"]}]}]}]}"#,
+    );
+    let config = test_config(
+        &sim_library(),
+        &format!(
+            "compat:\n  dcgm_exporter: true\nkubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\n",
+            kubelet.socket.display()
+        ),
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    let m = d.scrape_until("compat families with GPM and a pod", |m| {
+        m.find("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &[]).len() == 8
+            && m.find("DCGM_FI_DEV_GPU_TEMP", &[("pod", "trainer-0")]).len() == 1
+    });
+    // The labels and units dcgm-exporter uses, on GPU 1.
+    let temp = m.find("DCGM_FI_DEV_GPU_TEMP", &[("gpu", "1")]);
+    let labels = &temp[0].labels;
+    for (k, v) in [
+        ("UUID", "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000001"),
+        ("device", "nvidia1"),
+        ("modelName", "NVIDIA H200"),
+        ("pci_bus_id", "00000000:3B:00.0"),
+        ("DCGM_FI_DRIVER_VERSION", "580.159.04"),
+        ("namespace", "ml"),
+        ("pod", "trainer-0"),
+        ("container", "main"),
+    ] {
+        assert_eq!(labels.get(k).map(String::as_str), Some(v), "{k}: {labels:?}");
+    }
+    assert!(!labels["Hostname"].is_empty());
+    assert_eq!(temp[0].value, 61.0);
+    assert_eq!(m.value("DCGM_FI_DEV_SM_CLOCK", &[("gpu", "1")]), Some(1440.0), "MHz");
+    assert_eq!(m.value("DCGM_FI_DEV_FB_USED", &[("gpu", "1")]), Some(122880.0), "MiB");
+    assert_eq!(m.value("DCGM_FI_DEV_GPU_UTIL", &[("gpu", "1")]), Some(100.0), "%");
+    assert_eq!(m.value("DCGM_FI_PROF_SM_ACTIVE", &[("gpu", "1")]), Some(0.96), "ratio");
+    assert_eq!(
+        m.value("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", &[("gpu", "1")]),
+        Some(94_500_000_000.0),
+        "mJ"
+    );
+    // gpuwarden's own families are still there, and no compat series for AMD or when off.
+    assert!(
+        m.value("gpu_temperature_celsius", &[("gpu", "1"), ("sensor", "gpu")])
+            .is_some()
+    );
+
+    let prom = Prometheus::start(&d.addr);
+    prom.wait_for_data();
+    for (title, promql, series, low, high) in PANELS {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let result = loop {
+            let result = query(&prom, promql);
+            if result.len() == *series || Instant::now() > deadline {
+                break result;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        };
+        assert_eq!(result.len(), *series, "{title}: {promql}: {result:?}");
+        for (metric, value) in &result {
+            assert!(
+                value.is_finite() && value >= low && value <= high,
+                "{title}: {metric} = {value}, outside {low}..{high}"
+            );
+        }
+    }
+    // The dashboard's variables: label_values(DCGM_FI_DEV_FB_FREE, Hostname) and (..., gpu).
+    let series = prom
+        .get_json(&format!("/api/v1/series?match[]={}", url_encode("DCGM_FI_DEV_FB_FREE")))
+        .unwrap();
+    let rows = series["data"].as_array().unwrap();
+    assert_eq!(rows.len(), 8);
+    assert!(
+        rows.iter()
+            .all(|r| r["Hostname"].as_str().is_some_and(|h| !h.is_empty()))
+    );
+    let mut gpus: Vec<&str> = rows.iter().filter_map(|r| r["gpu"].as_str()).collect();
+    gpus.sort();
+    assert_eq!(gpus, ["0", "1", "2", "3", "4", "5", "6", "7"]);
+}
+
+#[test]
+fn compat_is_off_by_default() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let m = d.scrape();
+    assert!(
+        !m.samples.iter().any(|s| s.name.starts_with("DCGM_")),
+        "no dcgm-exporter names without compat.dcgm_exporter"
+    );
+}
