@@ -101,6 +101,7 @@ def main():
         "max_link_speed": "16.0 GT/s PCIe\n", "max_link_width": "16\n",
         "pcie_replay_count": "3\n",
         "ras/umc_err_count": "ue: 0\nce: 5\n", "ras/gfx_err_count": "ue: 1\nce: 2\n",
+        "ras/xgmi_wafl_err_count": "ue: 0\nce: 9\n",
         "ras/features": "feature mask: 0x3fbb\n",
         "gpu_metrics": v1_3(45, 52, 48, 87, 35, 212, 123456, 1700, 1600, 16, 160, (50, 53, 51, 49),
                             (1 << 36) | 1),

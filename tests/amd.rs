@@ -94,7 +94,15 @@ fn amd_and_nvidia_gpus_are_served_side_by_side_with_the_same_families() {
     assert_eq!(v("gpu_pcie_link_width_lanes", "0", &[]), Some(16.0));
     assert_eq!(v("gpu_pcie_link_width_degraded", "0", &[]), Some(0.0));
     assert_eq!(v("gpu_pcie_replay_errors_total", "0", &[]), Some(3.0));
-    // RAS: umc 5 corrected, gfx 1 uncorrected + 2 corrected.
+    // RAS: umc 5 corrected, gfx 1 uncorrected + 2 corrected; the XGMI block's 9 corrected
+    // link errors apart, not in the ECC sums.
+    assert_eq!(v("gpu_xgmi_errors_total", "0", &[("type", "corrected")]), Some(9.0));
+    assert_eq!(v("gpu_xgmi_errors_total", "0", &[("type", "uncorrected")]), Some(0.0));
+    assert_eq!(
+        v("gpu_xgmi_errors_total", "2", &[("type", "corrected")]),
+        None,
+        "no XGMI block: absent"
+    );
     assert_eq!(
         v(
             "gpu_ecc_errors_total",

@@ -108,6 +108,18 @@ pub const FAMILIES: &[Family] = &[
         }),
     },
     Family {
+        name: "gpu_xgmi_errors",
+        kind: Kind::Counter,
+        unit: "",
+        help: "AMD XGMI (GPU-to-GPU link) errors since the driver loaded, by type (corrected, uncorrected), from the xgmi_wafl RAS block; not in gpu_ecc_errors_total.",
+        labels: &["type"],
+        read: Read::Readings(|r, s| {
+            for e in &r.xgmi_errors {
+                s.labelled(&[e.error_type.label()], e.count as f64);
+            }
+        }),
+    },
+    Family {
         name: "gpu_fabric_state",
         kind: Kind::Gauge,
         unit: "",

@@ -170,6 +170,9 @@ pub struct DeviceReadings {
     pub pcie: Pcie,
     pub ecc_enabled: Option<bool>,
     pub ecc_errors: Vec<EccCount>,
+    /// AMD XGMI (GPU-to-GPU link) errors, corrected and uncorrected, since the driver loaded;
+    /// empty where the GPU has no XGMI RAS block.
+    pub xgmi_errors: Vec<EccCount>,
     pub remapped_rows: RemappedRows,
     pub persistence_mode: Option<bool>,
     /// The compute processes on the GPU (a CUDA context each); `None` where the driver does

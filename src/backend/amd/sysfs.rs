@@ -349,7 +349,8 @@ impl SysfsDevicePoller {
     }
 
     /// RAS error counts summed over the blocks the driver reports (umc is the HBM; gfx,
-    /// sdma, mmhub, xgmi_wafl, ...): the counts since the driver loaded.
+    /// sdma, mmhub, ...): the counts since the driver loaded. The XGMI link block
+    /// (`xgmi_wafl`) is kept apart: link errors between GPUs are not memory errors.
     fn read_ras(&self, r: &mut DeviceReadings) {
         let Ok(dir) = std::fs::read_dir(self.device.join("ras")) else {
             return;
@@ -362,6 +363,12 @@ impl SysfsDevicePoller {
             }
             if let Ok(text) = std::fs::read_to_string(entry.path()) {
                 let (ue, ce) = ras_counts(&text);
+                if name.starts_with("xgmi") {
+                    if ue.is_some() || ce.is_some() {
+                        r.xgmi_errors = EccCount::volatile_pair(ce.unwrap_or(0), ue.unwrap_or(0));
+                    }
+                    continue;
+                }
                 uncorrected += ue.unwrap_or(0);
                 corrected += ce.unwrap_or(0);
                 any |= ue.is_some() || ce.is_some();
