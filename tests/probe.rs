@@ -17,6 +17,7 @@ const H100: &str = "devices:
     clock_events: {active: 4, supported: 511}
     utilization: {gpu: 0, memory: 0}
     memory: {total: 85899345920, used: 536870912}
+    gpm: {sm: 96, tensor: 93, dram: 17}
     cuda: {gemm_bf16_tflops: 690, fma_fp32_tflops: 65.7, hbm_copy_gbps: 3030, pcie_h2d_gbps: 55.1, pcie_d2h_gbps: 55.2}
 ";
 
@@ -105,6 +106,14 @@ fn a_healthy_gpu_passes_and_the_report_has_what_it_measured() {
     assert_eq!(under["peak_temperature_celsius"], 41.0);
     assert_eq!(under["mean_sm_clock_hertz"], 1755e6);
     assert_eq!(under["mean_power_watts"], 650.0);
+    // GPM activity while it ran (the simulated GPU reports the same in every interval).
+    for (key, expected) in [
+        ("mean_sm_active_ratio", 0.96),
+        ("mean_tensor_active_ratio", 0.93),
+        ("mean_dram_active_ratio", 0.17),
+    ] {
+        assert!(close(&under[key], expected), "{key}: {under}");
+    }
     assert!(
         under["clock_event_seconds"]["sw_power_cap"].as_f64().unwrap() > 0.0,
         "{under}"

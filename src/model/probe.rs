@@ -78,6 +78,14 @@ pub struct UnderLoad {
     pub peak_memory_temperature_celsius: Option<f64>,
     pub mean_sm_clock_hertz: Option<f64>,
     pub mean_power_watts: Option<f64>,
+    /// Mean GPM activity over the test (Hopper and newer): SM active, tensor pipes active,
+    /// DRAM bandwidth used, as fractions. Absent where the GPU has no GPM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_sm_active_ratio: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_tensor_active_ratio: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_dram_active_ratio: Option<f64>,
     /// Seconds each clock-event reason was seen active (sample count times the interval).
     pub clock_event_seconds: BTreeMap<String, f64>,
 }

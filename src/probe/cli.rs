@@ -89,7 +89,8 @@ pub fn run(config: &Config, options: &Options) -> Result<ProbeReport, ProbeError
             enable_persistence: false,
             slow_interval: config.poll.slow_interval,
             topology_interval: config.poll.topology_interval,
-            gpm_interval: config.poll.gpm_interval,
+            // GPM over each sampling interval, so the report has the activity of each test.
+            gpm_interval: config.probe.sample_interval,
             process_utilization: false,
         })
         .map_err(|e| ProbeError::NoDriver(format!("NVML cannot list the GPUs: {e}")))?;

@@ -76,6 +76,12 @@ fn under_load_text(t: &TestResult) -> String {
     if let Some(w) = u.mean_power_watts {
         parts.push(format!("{w:.0} W"));
     }
+    let pct = |v: Option<f64>| v.map(|v| format!("{:.0}%", v * 100.0));
+    if let Some(sm) = pct(u.mean_sm_active_ratio) {
+        let tensor = pct(u.mean_tensor_active_ratio).unwrap_or_else(|| "-".into());
+        let dram = pct(u.mean_dram_active_ratio).unwrap_or_else(|| "-".into());
+        parts.push(format!("GPM SM {sm} tensor {tensor} DRAM {dram}"));
+    }
     for (reason, seconds) in &u.clock_event_seconds {
         parts.push(format!("{reason} {seconds:.1}s"));
     }

@@ -20,6 +20,10 @@ pub struct Sample {
     pub sm_clock_hertz: Option<f64>,
     pub power_watts: Option<f64>,
     pub active_reasons: Vec<&'static str>,
+    /// GPM activity since the previous sample: SM active, tensor active, DRAM active.
+    pub sm_active: Option<f64>,
+    pub tensor_active: Option<f64>,
+    pub dram_active: Option<f64>,
 }
 
 impl Sample {
@@ -30,6 +34,9 @@ impl Sample {
             sm_clock_hertz: r.clock("sm"),
             power_watts: r.power_watts,
             active_reasons: r.clock_events.iter().filter(|e| e.active).map(|e| e.reason).collect(),
+            sm_active: r.activity.as_ref().and_then(|a| a.sm_active),
+            tensor_active: r.activity.as_ref().and_then(|a| a.tensor_active),
+            dram_active: r.activity.as_ref().and_then(|a| a.dram_active),
         }
     }
 }
@@ -56,6 +63,9 @@ pub fn summarize(samples: &[Sample], interval: Duration) -> UnderLoad {
         peak_memory_temperature_celsius: peak(samples.iter().filter_map(|s| s.memory_temperature)),
         mean_sm_clock_hertz: mean(samples.iter().filter_map(|s| s.sm_clock_hertz)),
         mean_power_watts: mean(samples.iter().filter_map(|s| s.power_watts)),
+        mean_sm_active_ratio: mean(samples.iter().filter_map(|s| s.sm_active)),
+        mean_tensor_active_ratio: mean(samples.iter().filter_map(|s| s.tensor_active)),
+        mean_dram_active_ratio: mean(samples.iter().filter_map(|s| s.dram_active)),
         clock_event_seconds: reasons,
     }
 }
@@ -138,6 +148,9 @@ mod tests {
             sm_clock_hertz: Some(clock_mhz * 1e6),
             power_watts: Some(watts),
             active_reasons: reasons.to_vec(),
+            sm_active: Some(0.96),
+            tensor_active: None,
+            dram_active: Some(0.17),
         }
     }
 
@@ -158,6 +171,8 @@ mod tests {
         assert!((u.clock_event_seconds["sw_power_cap"] - 0.3).abs() < 1e-9);
         assert!((u.clock_event_seconds["sw_thermal_slowdown"] - 0.1).abs() < 1e-9);
         assert!(!u.clock_event_seconds.contains_key("hw_slowdown"));
+        assert_eq!(u.mean_sm_active_ratio, Some(0.96));
+        assert_eq!(u.mean_tensor_active_ratio, None, "no GPM reading, no mean");
     }
 
     #[test]
