@@ -284,6 +284,17 @@ fn mig_mode_and_devices_where_the_gpu_has_them() {
         ),
         Some(18790481920.0)
     );
+    // GPM per GPU instance.
+    let m = d.scrape_until("GPM per MIG instance", |m| {
+        m.value("gpu_mig_sm_active_ratio", &[("gpu", "3"), ("gpu_instance", "2")])
+            .is_some()
+    });
+    let gi = |family: &str, instance: &str| m.value(family, &[("gpu", "3"), ("gpu_instance", instance)]);
+    assert_eq!(gi("gpu_mig_sm_active_ratio", "2"), Some(0.72));
+    assert_eq!(gi("gpu_mig_tensor_active_ratio", "2"), Some(0.41));
+    assert_eq!(gi("gpu_mig_dram_active_ratio", "3"), Some(0.14));
+    assert_eq!(gi("gpu_mig_graphics_active_ratio", "9"), Some(0.0));
+    assert!(m.find("gpu_mig_sm_active_ratio", &[("gpu", "0")]).is_empty());
     assert_eq!(m.value("gpu_mig_mode", &[("gpu", "0")]), Some(0.0));
     assert_eq!(m.value("gpu_mig_mode_pending", &[("gpu", "0")]), Some(1.0));
     assert!(m.find("gpu_mig_instance_info", &[("gpu", "0")]).is_empty());

@@ -1,7 +1,21 @@
 //! MIG families: the mode, and each MIG device (GPU instance and compute instance) with its
 //! profile and memory. GPUs without MIG have none of these series.
 
-use super::{Family, Kind, Read};
+use super::{Family, Kind, Read, Samples};
+use crate::model::DeviceReadings;
+use crate::model::activity::Activity;
+
+/// One sample per GPU instance (its compute instances share the reading) with GPM activity.
+fn per_instance(r: &DeviceReadings, s: &mut Samples, value: fn(&Activity) -> Option<f64>) {
+    let mut seen = Vec::new();
+    for i in r.mig.iter().flat_map(|m| &m.instances) {
+        if seen.contains(&i.gpu_instance) {
+            continue;
+        }
+        seen.push(i.gpu_instance);
+        s.labelled_opt(&[&i.gpu_instance.to_string()], i.activity.as_ref().and_then(value));
+    }
+}
 
 pub const FAMILIES: &[Family] = &[
     Family {
@@ -64,5 +78,37 @@ pub const FAMILIES: &[Family] = &[
                 );
             }
         }),
+    },
+    Family {
+        name: "gpu_mig_graphics_active_ratio",
+        kind: Kind::Gauge,
+        unit: "ratio",
+        help: "Per MIG GPU instance: fraction of the last poll.gpm_interval its graphics or compute engine was active (GPM).",
+        labels: &["gpu_instance"],
+        read: Read::Readings(|r, s| per_instance(r, s, |a| a.graphics_active)),
+    },
+    Family {
+        name: "gpu_mig_sm_active_ratio",
+        kind: Kind::Gauge,
+        unit: "ratio",
+        help: "Per MIG GPU instance: fraction of time its SMs had a warp assigned (GPM).",
+        labels: &["gpu_instance"],
+        read: Read::Readings(|r, s| per_instance(r, s, |a| a.sm_active)),
+    },
+    Family {
+        name: "gpu_mig_tensor_active_ratio",
+        kind: Kind::Gauge,
+        unit: "ratio",
+        help: "Per MIG GPU instance: fraction of time a tensor pipe was active (GPM).",
+        labels: &["gpu_instance"],
+        read: Read::Readings(|r, s| per_instance(r, s, |a| a.tensor_active)),
+    },
+    Family {
+        name: "gpu_mig_dram_active_ratio",
+        kind: Kind::Gauge,
+        unit: "ratio",
+        help: "Per MIG GPU instance: device memory bandwidth used, as a fraction of the instance's peak (GPM).",
+        labels: &["gpu_instance"],
+        read: Read::Readings(|r, s| per_instance(r, s, |a| a.dram_active)),
     },
 ];

@@ -21,4 +21,7 @@ pub struct MigDevice {
     pub profile: String,
     pub memory_used_bytes: Option<u64>,
     pub memory_total_bytes: Option<u64>,
+    /// GPM activity of its GPU instance over the last `poll.gpm_interval`; `None` on the
+    /// first interval and where the driver gives none.
+    pub activity: Option<super::activity::Activity>,
 }

@@ -57,30 +57,73 @@ pub struct GpmSampler {
     /// `Some(false)` once the GPU said it has no GPM.
     supported: Option<bool>,
     previous: Option<GpmSample<'static>>,
+    /// The previous sample of each MIG GPU instance, by its id.
+    previous_mig: std::collections::BTreeMap<u32, GpmSample<'static>>,
 }
 
 impl GpmSampler {
     /// Samples the GPU and returns its activity since the previous call, if there was one.
     pub fn read(&mut self, device: &Device<'static>, calls: &mut CallErrors) -> Option<Activity> {
-        if self.supported == Some(false) {
+        if !self.supported(device, calls) {
             return None;
         }
         let _turn = GPM_CALLS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if self.supported.is_none() {
-            let supported = calls
-                .read("nvmlGpmQueryDeviceSupport", || device.gpm_support())
-                .unwrap_or(false);
-            self.supported = Some(supported);
-            if !supported {
-                return None;
-            }
-        }
         let sample = calls.read("nvmlGpmSampleGet", || device.gpm_sample())?;
         let previous = self.previous.replace(sample)?;
-        let current = self.previous.as_ref()?;
+        activity(device, calls, &previous, self.previous.as_ref()?)
+    }
+
+    /// The activity of each MIG GPU instance in `instances` since the previous call
+    /// (`nvmlGpmMigSampleGet`); instances that went away are forgotten.
+    pub fn read_mig(
+        &mut self,
+        device: &Device<'static>,
+        instances: &[u32],
+        calls: &mut CallErrors,
+    ) -> std::collections::BTreeMap<u32, Activity> {
+        let mut out = std::collections::BTreeMap::new();
+        self.previous_mig.retain(|gi, _| instances.contains(gi));
+        if instances.is_empty() || !self.supported(device, calls) {
+            return out;
+        }
+        let _turn = GPM_CALLS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for &gi in instances {
+            let Some(sample) = calls.read("nvmlGpmMigSampleGet", || device.gpm_mig_sample(gi)) else {
+                continue;
+            };
+            if let Some(previous) = self.previous_mig.insert(gi, sample)
+                && let Some(current) = self.previous_mig.get(&gi)
+                && let Some(a) = activity(device, calls, &previous, current)
+            {
+                out.insert(gi, a);
+            }
+        }
+        out
+    }
+
+    fn supported(&mut self, device: &Device<'static>, calls: &mut CallErrors) -> bool {
+        if self.supported.is_none() {
+            self.supported = Some(
+                calls
+                    .read("nvmlGpmQueryDeviceSupport", || device.gpm_support())
+                    .unwrap_or(false),
+            );
+        }
+        self.supported == Some(true)
+    }
+}
+
+/// The driver's metrics between two samples, as an [`Activity`]; `None` when it gives none.
+fn activity(
+    device: &Device<'static>,
+    calls: &mut CallErrors,
+    previous: &GpmSample<'static>,
+    current: &GpmSample<'static>,
+) -> Option<Activity> {
+    {
         let ids: Vec<GpmMetricId> = METRICS.iter().map(|(id, _)| *id).collect();
         let results = calls.read("nvmlGpmMetricsGet", || {
-            gpm_metrics_get(device.nvml(), &previous, current, &ids)
+            gpm_metrics_get(device.nvml(), previous, current, &ids)
         })?;
         let mut activity = Activity::default();
         for ((_, target), result) in METRICS.iter().zip(results) {

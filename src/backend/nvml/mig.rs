@@ -55,6 +55,7 @@ pub fn devices(device: &Device<'static>, calls: &mut CallErrors) -> Vec<MigDevic
             profile: handle.name().map(|n| profile_of(&n)).unwrap_or_default(),
             memory_used_bytes: memory.as_ref().map(|m| m.used),
             memory_total_bytes: memory.as_ref().map(|m| m.total),
+            activity: None,
         });
     }
     instances

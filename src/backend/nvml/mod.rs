@@ -80,6 +80,7 @@ impl NvmlBackend {
                 topology: None,
                 gpm_interval: options.gpm_interval,
                 activity: None,
+                mig_activity: Default::default(),
                 gpm: gpm::GpmSampler::default(),
                 process_utilization: options.process_utilization,
                 last_poll_micros: None,
@@ -177,6 +178,8 @@ pub struct NvmlDevicePoller {
     gpm_interval: Duration,
     /// The last GPM activity and when it was computed.
     activity: Option<(Instant, Option<crate::model::activity::Activity>)>,
+    /// The last GPM activity of each MIG GPU instance, by its id.
+    mig_activity: std::collections::BTreeMap<u32, crate::model::activity::Activity>,
     topology_interval: Duration,
     topology: Option<Topology>,
     process_utilization: bool,
@@ -362,6 +365,14 @@ impl NvmlDevicePoller {
             .is_none_or(|(at, _)| at.elapsed() >= self.gpm_interval);
         if gpm_due {
             self.activity = Some((Instant::now(), self.gpm.read(&self.device, &mut calls)));
+            let mut instances: Vec<u32> = self
+                .slow
+                .as_ref()
+                .map(|(_, s)| s.mig_devices.iter().map(|d| d.gpu_instance).collect())
+                .unwrap_or_default();
+            instances.sort_unstable();
+            instances.dedup();
+            self.mig_activity = self.gpm.read_mig(&self.device, &instances, &mut calls);
         }
         r.activity = self.activity.as_ref().and_then(|(_, a)| a.clone());
         let topology = self.topology.as_ref();
@@ -378,7 +389,14 @@ impl NvmlDevicePoller {
             r.mig = mig_mode.map(|mode| crate::model::mig::Mig {
                 enabled: mode.enabled,
                 pending: mode.pending,
-                instances: slow.mig_devices.clone(),
+                instances: slow
+                    .mig_devices
+                    .iter()
+                    .map(|d| crate::model::mig::MigDevice {
+                        activity: self.mig_activity.get(&d.gpu_instance).cloned(),
+                        ..d.clone()
+                    })
+                    .collect(),
             });
         }
 

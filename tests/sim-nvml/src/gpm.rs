@@ -7,6 +7,8 @@ use crate::*;
 struct SimSample {
     /// Device index + 1, 0 before `nvmlGpmSampleGet` filled it.
     device: usize,
+    /// The GPU instance a `nvmlGpmMigSampleGet` sample is of.
+    gpu_instance: Option<u32>,
 }
 
 #[unsafe(no_mangle)]
@@ -14,7 +16,10 @@ pub unsafe extern "C" fn nvmlGpmSampleAlloc(out: *mut nvmlGpmSample_t) -> nvmlRe
     if out.is_null() {
         return INVALID_ARGUMENT;
     }
-    let sample = Box::into_raw(Box::new(SimSample { device: 0 }));
+    let sample = Box::into_raw(Box::new(SimSample {
+        device: 0,
+        gpu_instance: None,
+    }));
     unsafe { out.write(sample as nvmlGpmSample_t) };
     SUCCESS
 }
@@ -58,6 +63,32 @@ pub unsafe extern "C" fn nvmlGpmSampleGet(device: nvmlDevice_t, sample: nvmlGpmS
 
 #[cfg(not(feature = "old-driver"))]
 #[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlGpmMigSampleGet(
+    device: nvmlDevice_t,
+    gpu_instance: c_uint,
+    sample: nvmlGpmSample_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlGpmMigSampleGet", |i, d| {
+        if sample.is_null() {
+            return INVALID_ARGUMENT;
+        }
+        let Some(mig) = d.mig.as_ref().filter(|m| m.enabled) else {
+            return NOT_SUPPORTED;
+        };
+        if !mig.devices.iter().any(|m| m.gpu_instance == gpu_instance) {
+            return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+        }
+        unsafe {
+            let s = &mut *(sample as *mut SimSample);
+            s.device = i + 1;
+            s.gpu_instance = Some(gpu_instance);
+        }
+        SUCCESS
+    })
+}
+
+#[cfg(not(feature = "old-driver"))]
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut nvmlGpmMetricsGet_t) -> nvmlReturn_t {
     if request.is_null() {
         return INVALID_ARGUMENT;
@@ -67,18 +98,30 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut nvmlGpmMetricsGet_t) ->
     if request.sample1.is_null() || request.sample2.is_null() {
         return INVALID_ARGUMENT;
     }
-    let (first, second) = unsafe {
-        (
-            (*(request.sample1 as *mut SimSample)).device,
-            (*(request.sample2 as *mut SimSample)).device,
-        )
+    let (first, second, instance) = unsafe {
+        let (a, b) = (
+            &*(request.sample1 as *mut SimSample),
+            &*(request.sample2 as *mut SimSample),
+        );
+        if a.gpu_instance != b.gpu_instance {
+            return INVALID_ARGUMENT;
+        }
+        (a.device, b.device, b.gpu_instance)
     };
     if first == 0 || first != second {
         return INVALID_ARGUMENT;
     }
     let handle = second as nvmlDevice_t;
     device_call(handle, "nvmlGpmMetricsGet", |_, d| {
-        let Some(gpm) = &d.gpm else { return NOT_SUPPORTED };
+        let gpm = match instance {
+            Some(gi) => d
+                .mig
+                .as_ref()
+                .and_then(|m| m.devices.iter().find(|m| m.gpu_instance == gi))
+                .and_then(|m| m.gpm.as_ref()),
+            None => d.gpm.as_ref(),
+        };
+        let Some(gpm) = gpm else { return NOT_SUPPORTED };
         let count = (request.numMetrics as usize).min(request.metrics.len());
         for metric in request.metrics.iter_mut().take(count) {
             let (value, unit) = match metric.metricId {

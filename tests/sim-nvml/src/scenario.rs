@@ -197,6 +197,8 @@ pub struct MigDevice {
     /// `1g.18gb`: the device's name is the parent's name + " MIG " + this.
     pub profile: String,
     pub memory: Option<Memory>,
+    /// What `nvmlGpmMigSampleGet` samples of its GPU instance; absent: NOT_SUPPORTED.
+    pub gpm: Option<Gpm>,
 }
 
 fn yes() -> bool {
