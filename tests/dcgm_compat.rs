@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 /// The dashboard's panel queries, with its variables `$Hostname` and `$gpu` as Grafana
 /// substitutes them for "All", and what each should return: one series per GPU (8), or one
-/// (the aggregations), and the range its values must lie in.
+/// (the aggregations), or, for the profiling fields, one per GPU and per GPU instance of the
+/// demo's GPU in MIG mode (7 + 3), and the range its values must lie in.
 const PANELS: &[(&str, &str, usize, f64, f64)] = &[
     (
         "GPU Temperature",
@@ -49,14 +50,14 @@ const PANELS: &[(&str, &str, usize, f64, f64)] = &[
     (
         "GPU Utilization",
         r#"max(DCGM_FI_PROF_GR_ENGINE_ACTIVE{Hostname=~".*", gpu=~".*"}) by (Hostname, gpu, GPU_I_ID, GPU_I_PROFILE)"#,
-        8,
+        10,
         0.0,
         1.0,
     ),
     (
         "Tensor Core Utilization",
         r#"max(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{Hostname=~".*", gpu=~".*"}) by (Hostname, gpu, GPU_I_ID, GPU_I_PROFILE)"#,
-        8,
+        10,
         0.0,
         1.0,
     ),
@@ -105,7 +106,7 @@ fn dashboard_12239_works_unchanged_with_compat_on() {
     );
     let d = Daemon::start_with(DEMO_SCENARIO, &config);
     let m = d.scrape_until("compat families with GPM and a pod", |m| {
-        m.find("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &[]).len() == 8
+        m.find("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &[]).len() == 10
             && m.find("DCGM_FI_DEV_GPU_TEMP", &[("pod", "trainer-0")]).len() == 1
     });
     // The labels and units dcgm-exporter uses, on GPU 1.
@@ -129,6 +130,15 @@ fn dashboard_12239_works_unchanged_with_compat_on() {
     assert_eq!(m.value("DCGM_FI_DEV_FB_USED", &[("gpu", "1")]), Some(122880.0), "MiB");
     assert_eq!(m.value("DCGM_FI_DEV_GPU_UTIL", &[("gpu", "1")]), Some(100.0), "%");
     assert_eq!(m.value("DCGM_FI_PROF_SM_ACTIVE", &[("gpu", "1")]), Some(0.96), "ratio");
+    // GPU 3 is in MIG mode: its profiling fields are per GPU instance.
+    assert_eq!(
+        m.value(
+            "DCGM_FI_PROF_SM_ACTIVE",
+            &[("gpu", "3"), ("GPU_I_ID", "2"), ("GPU_I_PROFILE", "3g.71gb")]
+        ),
+        Some(0.72)
+    );
+    assert_eq!(m.find("DCGM_FI_PROF_SM_ACTIVE", &[("gpu", "3")]).len(), 3);
     assert_eq!(
         m.value("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", &[("gpu", "1")]),
         Some(94_500_000_000.0),

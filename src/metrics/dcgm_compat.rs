@@ -5,10 +5,12 @@
 //!
 //! dcgm-exporter declares some of these as counters but names them without `_total`; they
 //! are served as gauges here so the names are exactly its names (`rate()` works on either).
-//! NVIDIA GPUs only; one series per GPU (on a GPU in MIG mode, the whole GPU's reading, with
-//! `GPU_I_ID` and `GPU_I_PROFILE` empty).
+//! NVIDIA GPUs only; one series per GPU, except the profiling (GPM) fields of a GPU in MIG
+//! mode, which have one series per GPU instance with `GPU_I_ID` and `GPU_I_PROFILE` set, as
+//! dcgm-exporter serves them.
 
 use super::{Family, Kind, Read, Samples};
+use crate::model::activity::Activity;
 use crate::model::{DeviceReadings, DeviceSnapshot, EccScope, EccType, Snapshot, Vendor};
 
 /// dcgm-exporter's labels, in order.
@@ -29,38 +31,74 @@ const LABELS: &[&str] = &[
 
 type Value = fn(&DeviceReadings, &Snapshot, &DeviceSnapshot) -> Option<f64>;
 
-/// One sample per NVIDIA GPU that answered, with dcgm-exporter's labels; the first pod
-/// holding the GPU, where the kubelet says (dcgm-exporter labels with one pod too).
-fn per_gpu(snapshot: &Snapshot, s: &mut Samples, value: Value) {
-    if !snapshot.dcgm_compat {
-        return;
-    }
-    for d in snapshot
+/// The NVIDIA GPUs that answered their last poll, with their readings.
+fn answering(snapshot: &Snapshot) -> impl Iterator<Item = (&DeviceSnapshot, &DeviceReadings)> {
+    snapshot
         .devices
         .iter()
-        .filter(|d| d.identity.vendor == Vendor::Nvidia && d.up)
-    {
-        let Some(r) = d.readings.as_ref() else { continue };
-        let Some(v) = value(r, snapshot, d) else { continue };
-        let id = &d.identity;
-        let pod = snapshot.pods.get(&id.uuid).and_then(|p| p.first());
-        s.labelled(
-            &[
-                &id.index.to_string(),
-                &id.uuid,
-                &format!("nvidia{}", id.index),
-                &id.name,
-                &snapshot.hostname,
-                &nvml_bus_id(&id.pci_bus_id),
-                &id.driver_version,
-                "",
-                "",
-                pod.map(|p| p.namespace.as_str()).unwrap_or(""),
-                pod.map(|p| p.pod.as_str()).unwrap_or(""),
-                pod.map(|p| p.container.as_str()).unwrap_or(""),
-            ],
-            v,
-        );
+        .filter(|d| snapshot.dcgm_compat && d.identity.vendor == Vendor::Nvidia && d.up)
+        .filter_map(|d| Some((d, d.readings.as_ref()?)))
+}
+
+/// A sample with dcgm-exporter's labels: the GPU's, the GPU instance's where `instance` is
+/// set (id, profile), and the first pod holding the GPU or that instance, where the kubelet
+/// says (dcgm-exporter labels with one pod too).
+fn sample(snapshot: &Snapshot, s: &mut Samples, d: &DeviceSnapshot, instance: Option<(u32, &str)>, v: f64) {
+    let id = &d.identity;
+    let pod = snapshot
+        .pods
+        .get(&id.uuid)
+        .and_then(|p| p.iter().find(|h| h.gpu_instance == instance.map(|(gi, _)| gi)));
+    s.labelled(
+        &[
+            &id.index.to_string(),
+            &id.uuid,
+            &format!("nvidia{}", id.index),
+            &id.name,
+            &snapshot.hostname,
+            &nvml_bus_id(&id.pci_bus_id),
+            &id.driver_version,
+            &instance.map(|(gi, _)| gi.to_string()).unwrap_or_default(),
+            instance.map(|(_, profile)| profile).unwrap_or(""),
+            pod.map(|p| p.namespace.as_str()).unwrap_or(""),
+            pod.map(|p| p.pod.as_str()).unwrap_or(""),
+            pod.map(|p| p.container.as_str()).unwrap_or(""),
+        ],
+        v,
+    );
+}
+
+/// One sample per NVIDIA GPU that answered.
+fn per_gpu(snapshot: &Snapshot, s: &mut Samples, value: Value) {
+    for (d, r) in answering(snapshot) {
+        if let Some(v) = value(r, snapshot, d) {
+            sample(snapshot, s, d, None, v);
+        }
+    }
+}
+
+/// A profiling (GPM) field: one sample per GPU, or per GPU instance of a GPU in MIG mode.
+fn per_gpu_or_instance(snapshot: &Snapshot, s: &mut Samples, value: fn(&Activity) -> Option<f64>) {
+    for (d, r) in answering(snapshot) {
+        match r.mig.as_ref().filter(|m| m.enabled) {
+            Some(mig) => {
+                let mut seen = Vec::new();
+                for i in &mig.instances {
+                    if seen.contains(&i.gpu_instance) {
+                        continue;
+                    }
+                    seen.push(i.gpu_instance);
+                    if let Some(v) = i.activity.as_ref().and_then(value) {
+                        sample(snapshot, s, d, Some((i.gpu_instance, &i.profile)), v);
+                    }
+                }
+            }
+            None => {
+                if let Some(v) = r.activity.as_ref().and_then(value) {
+                    sample(snapshot, s, d, None, v);
+                }
+            }
+        }
     }
 }
 
@@ -73,6 +111,19 @@ fn nvml_bus_id(bus: &str) -> String {
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
+
+macro_rules! dcgm_prof {
+    ($name:literal, $help:literal, $value:expr) => {
+        Family {
+            name: $name,
+            kind: Kind::Gauge,
+            unit: "",
+            help: $help,
+            labels: LABELS,
+            read: Read::Node(|snapshot, s| per_gpu_or_instance(snapshot, s, $value)),
+        }
+    };
+}
 
 macro_rules! dcgm {
     ($name:literal, $help:literal, $value:expr) => {
@@ -186,30 +237,30 @@ pub const FAMILIES: &[Family] = &[
         "Whether remapping of rows has failed.",
         |r, _, _| r.remapped_rows.failed.map(|f| f as u8 as f64)
     ),
-    dcgm!(
+    dcgm_prof!(
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         "Ratio of time the graphics engine is active.",
-        |r, _, _| r.activity.as_ref()?.graphics_active
+        |a| a.graphics_active
     ),
-    dcgm!(
+    dcgm_prof!(
         "DCGM_FI_PROF_SM_ACTIVE",
         "The ratio of cycles an SM has at least 1 warp assigned.",
-        |r, _, _| r.activity.as_ref()?.sm_active
+        |a| a.sm_active
     ),
-    dcgm!(
+    dcgm_prof!(
         "DCGM_FI_PROF_SM_OCCUPANCY",
         "The ratio of number of warps resident on an SM.",
-        |r, _, _| r.activity.as_ref()?.sm_occupancy
+        |a| a.sm_occupancy
     ),
-    dcgm!(
+    dcgm_prof!(
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
         "Ratio of cycles the tensor (HMMA) pipe is active.",
-        |r, _, _| r.activity.as_ref()?.tensor_active
+        |a| a.tensor_active
     ),
-    dcgm!(
+    dcgm_prof!(
         "DCGM_FI_PROF_DRAM_ACTIVE",
         "Ratio of cycles the device memory interface is active sending or receiving data.",
-        |r, _, _| r.activity.as_ref()?.dram_active
+        |a| a.dram_active
     ),
     dcgm!(
         "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
