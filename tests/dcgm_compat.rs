@@ -70,24 +70,6 @@ const PANELS: &[(&str, &str, usize, f64, f64)] = &[
     ),
 ];
 
-fn query(prom: &Prometheus, promql: &str) -> Vec<(serde_json::Value, f64)> {
-    let v = prom
-        .get_json(&format!("/api/v1/query?query={}", url_encode(promql)))
-        .unwrap_or_default();
-    v["data"]["result"]
-        .as_array()
-        .map(|results| {
-            results
-                .iter()
-                .map(|r| {
-                    let value = r["value"][1].as_str().and_then(|s| s.parse().ok()).unwrap_or(f64::NAN);
-                    (r["metric"].clone(), value)
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[test]
 fn dashboard_12239_works_unchanged_with_compat_on() {
     // A pod on GPU 1, so the pod labels dcgm-exporter adds are there too.
@@ -155,7 +137,7 @@ fn dashboard_12239_works_unchanged_with_compat_on() {
     for (title, promql, series, low, high) in PANELS {
         let deadline = Instant::now() + Duration::from_secs(20);
         let result = loop {
-            let result = query(&prom, promql);
+            let result = prom.query(promql);
             if result.len() == *series || Instant::now() > deadline {
                 break result;
             }

@@ -2,17 +2,33 @@
 //! (and per link with `nvlink.per_link`), and NVSwitch fabric registration. Boards without NVLink, and GPUs outside a
 //! fabric, have none of these series.
 
-use super::{Family, Kind, Read};
-use crate::model::DeviceSnapshot;
+use super::{Family, Kind, Read, Samples};
 use crate::model::links::{FABRIC_STATES, NvLink};
+use crate::model::{DeviceSnapshot, Snapshot};
 
-/// The links of a GPU whose last poll answered.
-fn links_of(d: &DeviceSnapshot) -> impl Iterator<Item = &NvLink> {
+/// The links of a GPU whose last poll answered, when per-link series are on
+/// (`nvlink.per_link`); none otherwise.
+fn links_of<'a>(snapshot: &Snapshot, d: &'a DeviceSnapshot) -> impl Iterator<Item = &'a NvLink> {
     d.readings
         .iter()
-        .filter(|_| d.up)
+        .filter(|_| d.up && snapshot.nvlink_per_link)
         .flat_map(|r| r.nvlinks.iter())
         .flat_map(|n| n.links.iter())
+}
+
+/// One sample per link and (kind, count) pair that `counts` picks from it.
+fn per_link_counts(
+    snapshot: &Snapshot,
+    d: &DeviceSnapshot,
+    s: &mut Samples,
+    counts: fn(&NvLink) -> &[(&'static str, u64)],
+) {
+    for l in links_of(snapshot, d) {
+        let link = l.link.to_string();
+        for (kind, count) in counts(l) {
+            s.labelled(&[&link, kind], *count as f64);
+        }
+    }
 }
 
 pub const FAMILIES: &[Family] = &[
@@ -63,10 +79,7 @@ pub const FAMILIES: &[Family] = &[
         help: "1 when the NVLink is up (active), 0 when down, per link (nvlink.per_link).",
         labels: &["link"],
         read: Read::Device(|snapshot, d, s| {
-            if !snapshot.nvlink_per_link {
-                return;
-            }
-            for l in links_of(d) {
+            for l in links_of(snapshot, d) {
                 s.labelled_opt(&[&l.link.to_string()], l.up.map(|up| if up { 1.0 } else { 0.0 }));
             }
         }),
@@ -77,17 +90,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "NVLink errors since the driver loaded, per link and type (nvlink.per_link).",
         labels: &["link", "type"],
-        read: Read::Device(|snapshot, d, s| {
-            if !snapshot.nvlink_per_link {
-                return;
-            }
-            for l in links_of(d) {
-                let link = l.link.to_string();
-                for (kind, count) in &l.errors {
-                    s.labelled(&[&link, kind], *count as f64);
-                }
-            }
-        }),
+        read: Read::Device(|snapshot, d, s| per_link_counts(snapshot, d, s, |l| &l.errors)),
     },
     Family {
         name: "gpu_nvlink_link_bytes",
@@ -95,17 +98,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "bytes",
         help: "User data moved over the NVLink since the driver loaded, per link and direction (nvlink.per_link).",
         labels: &["link", "direction"],
-        read: Read::Device(|snapshot, d, s| {
-            if !snapshot.nvlink_per_link {
-                return;
-            }
-            for l in links_of(d) {
-                let link = l.link.to_string();
-                for (direction, bytes) in &l.bytes {
-                    s.labelled(&[&link, direction], *bytes as f64);
-                }
-            }
-        }),
+        read: Read::Device(|snapshot, d, s| per_link_counts(snapshot, d, s, |l| &l.bytes)),
     },
     Family {
         name: "gpu_xgmi_errors",

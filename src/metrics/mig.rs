@@ -4,6 +4,15 @@
 use super::{Family, Kind, Read, Samples};
 use crate::model::DeviceReadings;
 use crate::model::activity::Activity;
+use crate::model::mig::MigDevice;
+
+/// One sample per MIG device, labelled with its GPU and compute instance.
+fn per_device(r: &DeviceReadings, s: &mut Samples, value: fn(&MigDevice) -> Option<f64>) {
+    for i in r.mig.iter().flat_map(|m| &m.instances) {
+        let compute = i.compute_instance.map(|c| c.to_string()).unwrap_or_default();
+        s.labelled_opt(&[&i.gpu_instance.to_string(), &compute], value(i));
+    }
+}
 
 /// One sample per GPU instance (its compute instances share the reading) with GPM activity.
 fn per_instance(r: &DeviceReadings, s: &mut Samples, value: fn(&Activity) -> Option<f64>) {
@@ -53,15 +62,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "bytes",
         help: "Device memory in use in a MIG device (read every poll.slow_interval).",
         labels: &["gpu_instance", "compute_instance"],
-        read: Read::Readings(|r, s| {
-            for i in r.mig.iter().flat_map(|m| &m.instances) {
-                let compute = i.compute_instance.map(|c| c.to_string()).unwrap_or_default();
-                s.labelled_opt(
-                    &[&i.gpu_instance.to_string(), &compute],
-                    i.memory_used_bytes.map(|b| b as f64),
-                );
-            }
-        }),
+        read: Read::Readings(|r, s| per_device(r, s, |i| i.memory_used_bytes.map(|b| b as f64))),
     },
     Family {
         name: "gpu_mig_memory_total_bytes",
@@ -69,15 +70,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "bytes",
         help: "Device memory of a MIG device.",
         labels: &["gpu_instance", "compute_instance"],
-        read: Read::Readings(|r, s| {
-            for i in r.mig.iter().flat_map(|m| &m.instances) {
-                let compute = i.compute_instance.map(|c| c.to_string()).unwrap_or_default();
-                s.labelled_opt(
-                    &[&i.gpu_instance.to_string(), &compute],
-                    i.memory_total_bytes.map(|b| b as f64),
-                );
-            }
-        }),
+        read: Read::Readings(|r, s| per_device(r, s, |i| i.memory_total_bytes.map(|b| b as f64))),
     },
     Family {
         name: "gpu_mig_graphics_active_ratio",

@@ -81,10 +81,25 @@ impl Prometheus {
             .unwrap_or_default()
     }
 
-    pub fn query_has_data(&self, promql: &str) -> bool {
+    /// An instant query's series: (labels, value); empty when the query failed.
+    pub fn query(&self, promql: &str) -> Vec<(serde_json::Value, f64)> {
         let path = format!("/api/v1/query?query={}", url_encode(promql));
-        self.get_json(&path)
-            .is_some_and(|v| v["status"] == "success" && v["data"]["result"].as_array().is_some_and(|r| !r.is_empty()))
+        let Some(v) = self.get_json(&path).filter(|v| v["status"] == "success") else {
+            return Vec::new();
+        };
+        v["data"]["result"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| {
+                let value = r["value"][1].as_str().and_then(|s| s.parse().ok()).unwrap_or(f64::NAN);
+                (r["metric"].clone(), value)
+            })
+            .collect()
+    }
+
+    pub fn query_has_data(&self, promql: &str) -> bool {
+        !self.query(promql).is_empty()
     }
 
     /// Waits until Prometheus has scraped the daemon (a new server takes a few seconds).

@@ -120,40 +120,38 @@ fn activity(
     previous: &GpmSample<'static>,
     current: &GpmSample<'static>,
 ) -> Option<Activity> {
-    {
-        let ids: Vec<GpmMetricId> = METRICS.iter().map(|(id, _)| *id).collect();
-        let results = calls.read("nvmlGpmMetricsGet", || {
-            gpm_metrics_get(device.nvml(), previous, current, &ids)
-        })?;
-        let mut activity = Activity::default();
-        for ((_, target), result) in METRICS.iter().zip(results) {
-            // A metric this GPU does not have answers for itself; the others still count.
-            let Ok(result) = result else { continue };
-            if !result.value.is_finite() {
-                continue;
-            }
-            let ratio = (result.value / 100.0).clamp(0.0, 1.0);
-            match *target {
-                Target::GraphicsActive => activity.graphics_active = Some(ratio),
-                Target::SmActive => activity.sm_active = Some(ratio),
-                Target::SmOccupancy => activity.sm_occupancy = Some(ratio),
-                Target::TensorActive => activity.tensor_active = Some(ratio),
-                Target::DramActive => activity.dram_active = Some(ratio),
-                Target::Pipe(pipe) => activity.pipes.push((pipe, ratio)),
-                Target::Pcie(direction) => {
-                    if let Some(rate) = bytes_per_second(result.value, &result.metric_info.unit) {
-                        activity.pcie_bytes_per_second.push((direction, rate));
-                    }
+    let ids: Vec<GpmMetricId> = METRICS.iter().map(|(id, _)| *id).collect();
+    let results = calls.read("nvmlGpmMetricsGet", || {
+        gpm_metrics_get(device.nvml(), previous, current, &ids)
+    })?;
+    let mut activity = Activity::default();
+    for ((_, target), result) in METRICS.iter().zip(results) {
+        // A metric this GPU does not have answers for itself; the others still count.
+        let Ok(result) = result else { continue };
+        if !result.value.is_finite() {
+            continue;
+        }
+        let ratio = (result.value / 100.0).clamp(0.0, 1.0);
+        match *target {
+            Target::GraphicsActive => activity.graphics_active = Some(ratio),
+            Target::SmActive => activity.sm_active = Some(ratio),
+            Target::SmOccupancy => activity.sm_occupancy = Some(ratio),
+            Target::TensorActive => activity.tensor_active = Some(ratio),
+            Target::DramActive => activity.dram_active = Some(ratio),
+            Target::Pipe(pipe) => activity.pipes.push((pipe, ratio)),
+            Target::Pcie(direction) => {
+                if let Some(rate) = bytes_per_second(result.value, &result.metric_info.unit) {
+                    activity.pcie_bytes_per_second.push((direction, rate));
                 }
-                Target::Nvlink(direction) => {
-                    if let Some(rate) = bytes_per_second(result.value, &result.metric_info.unit) {
-                        activity.nvlink_bytes_per_second.push((direction, rate));
-                    }
+            }
+            Target::Nvlink(direction) => {
+                if let Some(rate) = bytes_per_second(result.value, &result.metric_info.unit) {
+                    activity.nvlink_bytes_per_second.push((direction, rate));
                 }
             }
         }
-        (!activity.is_empty()).then_some(activity)
     }
+    (!activity.is_empty()).then_some(activity)
 }
 
 /// A bandwidth in the unit the driver names (nvml.h documents MiB/sec for the PCIe and
