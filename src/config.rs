@@ -424,8 +424,9 @@ pub struct ProbeDurations {
 impl Default for ProbeDurations {
     fn default() -> Self {
         ProbeDurations {
-            // The GEMM runs longest: a board that is power-capped under load shows it only
-            // after the first second (an H200 bursts to ~775 TFLOP/s and settles at ~650).
+            // The GEMM runs longest: a power-capped board needs a while to settle (an H200
+            // bursts to ~790 TFLOP/s for ~40 ms, then swings between ~665 and ~695), and the
+            // sustained figure is taken over the second half of the run.
             gemm_bf16: Duration::from_secs(5),
             fma_fp32: Duration::from_secs(2),
             hbm_copy: Duration::from_secs(2),

@@ -144,7 +144,7 @@ pub fn run(config: &Config, options: &Options) -> Result<ProbeReport, ProbeError
         let mut results = Vec::new();
         for test in tests {
             sampler.begin(test);
-            let m = gpu.run(test, &settings.durations, sizes);
+            let m = gpu.run(test, &settings.durations, sizes, &|| sampler.load_started());
             let under_load = sampler.end();
             let expected_value = expectation.as_ref().and_then(|e| e.value(test));
             let sustained = m.rates.map(|r| r.sustained);

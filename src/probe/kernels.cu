@@ -22,11 +22,12 @@ extern "C" __global__ void fma_fp32(float *out, int iterations, float a, float b
     }
 }
 
-// HBM copy bandwidth: one 16-byte word per thread, launched with a grid that covers the
-// whole buffer (the loop only matters if it ever does not), with streaming hints (__ldcs,
-// __stcs: evict first) since no byte is touched twice. On an H100 this beat both a
-// grid-stride loop over a grid that fills the SMs once (2.80 TB/s against 3.03) and the
-// driver's own device-to-device memcpy (2.98); see docs/probe.md.
+// HBM copy bandwidth: one 16-byte word per thread, launched in 256-thread blocks with a grid
+// that covers the whole buffer (the loop only matters if it ever does not), with streaming
+// hints (__ldcs, __stcs: evict first) since no byte is touched twice. Chosen by
+// scripts/hbm-copy-sweep.cu on an H200 over words per thread, block size, cache hints and
+// grid-stride loops: it beat every other variant and the driver's own device-to-device
+// memcpy (4273 GB/s against 4227 on 512 MiB buffers); see docs/probe.md.
 extern "C" __global__ void hbm_copy(const uint4 *__restrict__ src, uint4 *__restrict__ dst,
                                     unsigned long long words) {
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;

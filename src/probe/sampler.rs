@@ -2,6 +2,11 @@
 //! under load: peak temperature, mean SM clock and power, and how long each clock-event
 //! (throttle) reason was active. A probe that is slow because the board is power-capped or
 //! too hot says so here, next to the number.
+//!
+//! Only samples taken while the timed windows run count (a GEMM's set-up, random inputs and
+//! cuBLAS start-up, would otherwise pull its mean SM activity on an H200 from 96 % to 87 %),
+//! and the first of them gives no GPM activity, which it measured partly before the load.
+//! A test shorter than one sample interval keeps what was sampled during its set-up.
 
 use super::{Test, UnderLoad};
 use crate::backend::nvml::NvmlDevicePoller;
@@ -73,7 +78,36 @@ pub fn summarize(samples: &[Sample], interval: Duration) -> UnderLoad {
 #[derive(Default)]
 struct Current {
     test: Option<Test>,
+    /// Samples since `begin`, or since `load_started` once it has been called.
     samples: Vec<Sample>,
+    /// Samples of the set-up, kept for a test that ends before a sample under load comes.
+    before_load: Option<Vec<Sample>>,
+}
+
+impl Current {
+    fn push(&mut self, mut sample: Sample) {
+        if self.test.is_none() {
+            return;
+        }
+        if self.before_load.is_some() && self.samples.is_empty() {
+            // Its GPM interval began before the load did.
+            (sample.sm_active, sample.tensor_active, sample.dram_active) = (None, None, None);
+        }
+        self.samples.push(sample);
+    }
+
+    fn load_started(&mut self) {
+        self.before_load = Some(std::mem::take(&mut self.samples));
+    }
+
+    fn take(&mut self) -> Vec<Sample> {
+        self.test = None;
+        let under_load = std::mem::take(&mut self.samples);
+        match self.before_load.take() {
+            Some(set_up) if under_load.is_empty() => set_up,
+            _ => under_load,
+        }
+    }
 }
 
 /// A thread that polls one GPU every `interval` and keeps the samples of the running test.
@@ -95,10 +129,8 @@ impl Sampler {
                 while !s.load(Ordering::Relaxed) {
                     let report = poller.poll();
                     if let Some(readings) = report.readings {
-                        let mut current = c.lock().unwrap_or_else(PoisonError::into_inner);
-                        if current.test.is_some() {
-                            current.samples.push(Sample::from_readings(&readings));
-                        }
+                        let sample = Sample::from_readings(&readings);
+                        c.lock().unwrap_or_else(PoisonError::into_inner).push(sample);
                     }
                     std::thread::sleep(interval);
                 }
@@ -117,13 +149,20 @@ impl Sampler {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         current.test = Some(test);
         current.samples.clear();
+        current.before_load = None;
+    }
+
+    /// The test's set-up is done and its timed windows begin.
+    pub fn load_started(&self) {
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .load_started();
     }
 
     /// Stops keeping samples and summarises those of the test that just ended.
     pub fn end(&self) -> UnderLoad {
-        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        current.test = None;
-        let samples = std::mem::take(&mut current.samples);
+        let samples = self.current.lock().unwrap_or_else(PoisonError::into_inner).take();
         summarize(&samples, self.interval)
     }
 }
@@ -173,6 +212,47 @@ mod tests {
         assert!(!u.clock_event_seconds.contains_key("hw_slowdown"));
         assert_eq!(u.mean_sm_active_ratio, Some(0.96));
         assert_eq!(u.mean_tensor_active_ratio, None, "no GPM reading, no mean");
+    }
+
+    #[test]
+    fn only_samples_under_load_count_and_the_first_gives_no_activity() {
+        let mut current = Current {
+            test: Some(Test::GemmBf16),
+            ..Current::default()
+        };
+        let idle = || Sample {
+            sm_active: Some(0.0),
+            ..sample(35.0, 1980.0, 120.0, &[])
+        };
+        current.push(idle());
+        current.push(idle());
+        current.load_started();
+        current.push(Sample {
+            sm_active: Some(0.5),
+            ..sample(45.0, 1980.0, 400.0, &[])
+        });
+        current.push(sample(60.0, 1700.0, 700.0, &["sw_power_cap"]));
+        current.push(sample(61.0, 1700.0, 700.0, &["sw_power_cap"]));
+        let u = summarize(&current.take(), Duration::from_millis(100));
+        assert_eq!(u.samples, 3);
+        assert!((u.mean_power_watts.unwrap() - 600.0).abs() < 1e-9, "{u:?}");
+        assert_eq!(u.mean_sm_active_ratio, Some(0.96), "the straddling 0.5 is left out");
+        assert!(current.take().is_empty(), "nothing is kept between tests");
+        current.push(idle());
+        assert!(current.samples.is_empty(), "no test, no samples");
+    }
+
+    #[test]
+    fn a_test_shorter_than_a_sample_keeps_its_set_up_samples() {
+        let mut current = Current {
+            test: Some(Test::HbmCopy),
+            ..Current::default()
+        };
+        current.push(sample(40.0, 1980.0, 300.0, &[]));
+        current.load_started();
+        let u = summarize(&current.take(), Duration::from_millis(100));
+        assert_eq!(u.samples, 1);
+        assert_eq!(u.mean_sm_active_ratio, Some(0.96));
     }
 
     #[test]

@@ -1,7 +1,13 @@
 //! Turning timed windows of work into the two figures a probe reports: the burst (what a
 //! cool GPU does for a moment) and the sustained rate (what it keeps up once clocks and
-//! power have settled). An H200 GEMM bursts to ~775 TFLOP/s and is power-capped to ~650
-//! within seconds; a single average would hide both.
+//! power have settled). An H200 GEMM bursts to ~790 TFLOP/s and is power-capped to ~680
+//! within 50 ms; a single average would hide both.
+//!
+//! Windows are short (25 ms) so that the burst is what a quick PyTorch matmul shows (a few
+//! warm-up matmuls, then 20 timed ones: 28 ms on an H200): measured there, the best 25 ms
+//! window of the first second was 791-794 TFLOP/s against the quick matmul's 792-794, while
+//! the best 100 ms window, the length used before, was 736-742 because the power cap had
+//! already bitten (scripts/gemm-burst-profile.py, docs/probe.md).
 
 /// One timed window: when it started (seconds from the start of the test), how long the GPU
 /// took (CUDA events) and how much work it held (FLOPs or bytes).
@@ -15,8 +21,10 @@ pub struct Window {
 /// The burst window lies within this many seconds of the start.
 pub const BURST_SPAN_SECONDS: f64 = 1.0;
 
-/// Target length of one window; scripts/probe-vs-pytorch.py uses the same.
-pub const WINDOW_SECONDS: f64 = 0.1;
+/// Target length of one window; scripts/probe-vs-pytorch.py uses the same. Short enough
+/// that a window ends before an H200's power cap bites (about 25-50 ms into a GEMM), long
+/// enough that the host's time between windows is a rounding error.
+pub const WINDOW_SECONDS: f64 = 0.025;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Rates {
@@ -63,19 +71,43 @@ mod tests {
 
     fn run(rates: &[f64]) -> Vec<Window> {
         // 0.1 s windows at the given rates.
+        windows_of(0.1, rates)
+    }
+
+    fn windows_of(seconds: f64, rates: &[f64]) -> Vec<Window> {
         let mut start = 0.0;
         rates
             .iter()
             .map(|r| {
                 let w = Window {
                     start,
-                    seconds: 0.1,
-                    units: r * 0.1,
+                    seconds,
+                    units: r * seconds,
                 };
-                start += 0.1;
+                start += seconds;
                 w
             })
             .collect()
+    }
+
+    #[test]
+    fn the_burst_is_caught_before_the_power_cap_bites() {
+        // What an H200 GEMM did (scripts/gemm-burst-profile.py): ~792 TFLOP/s for the first
+        // 25-50 ms, then ~680 under the power cap. Windows of WINDOW_SECONDS see the 792 a
+        // quick matmul shows; one 100 ms window would average it away.
+        let per_ms = |ms: usize| -> Vec<f64> { (0..ms).map(|t| if t < 40 { 792.0 } else { 680.0 }).collect() };
+        let merge = |ms_per_window: usize| -> Vec<f64> {
+            per_ms(5000)
+                .chunks(ms_per_window)
+                .map(|c| c.iter().sum::<f64>() / c.len() as f64)
+                .collect()
+        };
+        let short = (WINDOW_SECONDS * 1000.0).round() as usize;
+        let r = summarize(&windows_of(WINDOW_SECONDS, &merge(short))).unwrap();
+        assert!((r.burst - 792.0).abs() < 1e-9, "{r:?}");
+        assert!((r.sustained - 680.0).abs() < 1e-9, "{r:?}");
+        let long = summarize(&windows_of(0.1, &merge(100))).unwrap();
+        assert!(long.burst < 740.0, "{long:?}");
     }
 
     #[test]
@@ -107,7 +139,8 @@ mod tests {
 
     #[test]
     fn window_sizing() {
-        assert_eq!(ops_per_window(0.001), 100);
+        assert_eq!(ops_per_window(0.001), 25);
+        assert_eq!(ops_per_window(0.0014), 17);
         assert_eq!(ops_per_window(0.5), 1);
         assert_eq!(ops_per_window(0.0), 1);
         assert_eq!(ops_per_window(f64::NAN), 1);
