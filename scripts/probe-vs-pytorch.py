@@ -3,7 +3,7 @@
 both side by side (docs/probe.md has the results and how they were taken).
 
 Both sides use the same sizes (read from gpuwarden's JSON report), the same windowing
-(consecutive windows timed with CUDA events, about 100 ms each) and the same two figures:
+(consecutive windows timed with CUDA events, about 25 ms each) and the same two figures:
 burst = the best window in the first second, sustained = all work in the second half of the
 run divided by its time. PyTorch's GEMM also gets the figure a quick matmul gives (3 warm-up
 matmuls, then 20 timed ones, on the cool GPU before the windowed run), which is what the

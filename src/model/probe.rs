@@ -70,7 +70,8 @@ impl Unit {
     }
 }
 
-/// What the GPU did while one test ran, from NVML samples.
+/// What the GPU did while one test ran, from the NVML samples taken during its timed windows
+/// (its set-up left out; see probe::sampler).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct UnderLoad {
     pub samples: u32,

@@ -1,7 +1,7 @@
 //! The probe's GPU side, on cudarc with the driver loaded at run time: the binary builds and
 //! starts where there is no CUDA at all, and `driver_present` says so before anything else.
 //!
-//! Each test enqueues its operation in windows of about 100 ms, timed with CUDA events, so
+//! Each test enqueues its operation in windows of about 25 ms, timed with CUDA events, so
 //! what is measured is the GPU's own time; see `windows` for burst and sustained figures.
 
 use super::windows::{self, Window};
