@@ -10,21 +10,17 @@ Each round waits `--cool` seconds with the GPU idle, then runs the quick matmul,
 then profiles: one warm-up matmul, then 3 s of matmuls with an event after each.
 """
 import argparse
+import importlib.util
+import pathlib
 import time
 
 import torch
 
-
-def quick_matmul(a, b, warmup=3, iterations=20):
-    """What an operator types to see what a GPU does: warm up, then time 20 matmuls."""
-    for _ in range(warmup):
-        torch.matmul(a, b)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(iterations):
-        torch.matmul(a, b)
-    torch.cuda.synchronize()
-    return iterations * 2.0 * a.shape[0] ** 3 / (time.perf_counter() - t0)
+# The quick matmul is probe-vs-pytorch.py's, so both scripts mean the same by it.
+_spec = importlib.util.spec_from_file_location(
+    "probe_vs_pytorch", pathlib.Path(__file__).with_name("probe-vs-pytorch.py"))
+probe_vs_pytorch = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(probe_vs_pytorch)
 
 
 def profile(a, b, c, seconds=3.0):
@@ -58,7 +54,7 @@ def main():
     print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} n={n}")
     for r in range(args.rounds):
         time.sleep(args.cool)
-        q = quick_matmul(a, b)
+        q = probe_vs_pytorch.quick_matmul(n)
         print(f"round {r} quick matmul (3 warm-up + 20 timed): {q / 1e12:.1f} TFLOP/s")
         time.sleep(args.cool)
         ends = profile(a, b, c)
