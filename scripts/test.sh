@@ -53,6 +53,8 @@ if [ -z "${SKIP_SETUP:-}" ]; then
   "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'grafana-foundation-sdk==1769699998!10.1.0'
   # grpcio runs the fake kubelet of tests/kubelet_pods.rs.
   "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'grpcio==1.76.0'
+  # NVRTC compiles the probe's kernels to check the committed PTX (scripts/gen-probe-ptx.sh).
+  "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'nvidia-cuda-nvrtc==13.0.88'
 
   # The toolchain Cargo.toml's rust-version names, to prove that the code builds with it.
   msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
@@ -67,6 +69,9 @@ export PATH="$PWD/$VENV/bin:$PATH"
 
 step "dashboards are what their generator builds"
 python3 dashboards/generate.py --check
+
+step "the probe's PTX is what its kernels compile to"
+bash scripts/gen-probe-ptx.sh --check
 
 step "cargo fmt, cargo clippy"
 cargo fmt --all -- --check

@@ -1,6 +1,6 @@
 // The probe's own kernels. The binary embeds their PTX (kernels.ptx, made from this file by
-// scripts/gen-probe-ptx.sh on a machine with nvcc), which the driver compiles for the GPU at
-// load time, so gpuwarden needs no CUDA toolkit to build or run.
+// scripts/gen-probe-ptx.sh with NVRTC from PyPI; the tests check that it is), which the
+// driver compiles for the GPU at load time, so gpuwarden needs no CUDA toolkit to build or run.
 
 // FP32 FMA throughput. Eight independent chains per thread keep every FMA pipe busy (one
 // chain would wait on its own result); the result is stored only when it equals a value it
