@@ -82,12 +82,7 @@ fn per_gpu_or_instance(snapshot: &Snapshot, s: &mut Samples, value: fn(&Activity
     for (d, r) in answering(snapshot) {
         match r.mig.as_ref().filter(|m| m.enabled) {
             Some(mig) => {
-                let mut seen = Vec::new();
-                for i in &mig.instances {
-                    if seen.contains(&i.gpu_instance) {
-                        continue;
-                    }
-                    seen.push(i.gpu_instance);
+                for i in mig.gpu_instances() {
                     if let Some(v) = i.activity.as_ref().and_then(value) {
                         sample(snapshot, s, d, Some((i.gpu_instance, &i.profile)), v);
                     }

@@ -16,12 +16,7 @@ fn per_device(r: &DeviceReadings, s: &mut Samples, value: fn(&MigDevice) -> Opti
 
 /// One sample per GPU instance (its compute instances share the reading) with GPM activity.
 fn per_instance(r: &DeviceReadings, s: &mut Samples, value: fn(&Activity) -> Option<f64>) {
-    let mut seen = Vec::new();
-    for i in r.mig.iter().flat_map(|m| &m.instances) {
-        if seen.contains(&i.gpu_instance) {
-            continue;
-        }
-        seen.push(i.gpu_instance);
+    for i in r.mig.iter().flat_map(|m| m.gpu_instances()) {
         s.labelled_opt(&[&i.gpu_instance.to_string()], i.activity.as_ref().and_then(value));
     }
 }

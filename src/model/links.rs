@@ -3,9 +3,6 @@
 
 use serde::Serialize;
 
-/// NVLink error counters, as `nvidia-smi nvlink -e` names them.
-pub const NVLINK_ERROR_TYPES: [&str; 4] = ["crc_flit", "crc_data", "replay", "recovery"];
-
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct NvLinks {
     /// Links the board has (NVML's link count), whether or not they are up.
@@ -49,10 +46,10 @@ pub struct NvLink {
     pub up: Option<bool>,
     /// (type, count since the driver loaded): crc_flit, crc_data, replay, recovery; only the
     /// counters the link has.
-    #[serde(serialize_with = "super::pairs_as_map_u64")]
+    #[serde(serialize_with = "super::pairs_as_map")]
     pub errors: Vec<(&'static str, u64)>,
     /// (direction, bytes since the driver loaded): tx, rx; user data, without protocol overhead.
-    #[serde(serialize_with = "super::pairs_as_map_u64")]
+    #[serde(serialize_with = "super::pairs_as_map")]
     pub bytes: Vec<(&'static str, u64)>,
 }
 

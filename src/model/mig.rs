@@ -10,6 +10,18 @@ pub struct Mig {
     pub instances: Vec<MigDevice>,
 }
 
+impl Mig {
+    /// The first MIG device of each GPU instance: the GPU instance's compute instances share
+    /// its profile and its GPM activity, so one of them stands for it.
+    pub fn gpu_instances(&self) -> impl Iterator<Item = &MigDevice> {
+        let all = &self.instances;
+        all.iter()
+            .enumerate()
+            .filter(|(n, i)| !all[..*n].iter().any(|earlier| earlier.gpu_instance == i.gpu_instance))
+            .map(|(_, i)| i)
+    }
+}
+
 /// One MIG device: a compute instance in a GPU instance, with a UUID of its own (what
 /// `CUDA_VISIBLE_DEVICES` and the kubelet name).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

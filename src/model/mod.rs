@@ -181,8 +181,8 @@ pub struct DeviceReadings {
     /// 0 (P0, fastest) to 15 (P15, slowest).
     pub performance_state: Option<u32>,
     pub fan_speed_ratio: Option<f64>,
-    /// GPM activity over the interval since the previous poll (Hopper and newer); `None` on
-    /// the first poll and where unsupported.
+    /// GPM activity over the last `poll.gpm_interval` (Hopper and newer); `None` until the
+    /// second GPM sample and where unsupported.
     pub activity: Option<activity::Activity>,
     /// NVLinks; `None` where the board has none.
     pub nvlinks: Option<links::NvLinks>,
@@ -241,16 +241,10 @@ pub struct GpuProcess {
 }
 
 /// Writes (name, value) pairs as a JSON object, which is what a reader of `check --json` wants.
-pub(crate) fn pairs_as_map<S: serde::Serializer>(pairs: &[(&'static str, f64)], s: S) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeMap;
-    let mut map = s.serialize_map(Some(pairs.len()))?;
-    for (k, v) in pairs {
-        map.serialize_entry(k, v)?;
-    }
-    map.end()
-}
-
-pub(crate) fn pairs_as_map_u64<S: serde::Serializer>(pairs: &[(&'static str, u64)], s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn pairs_as_map<S: serde::Serializer, V: Serialize>(
+    pairs: &[(&'static str, V)],
+    s: S,
+) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
     let mut map = s.serialize_map(Some(pairs.len()))?;
     for (k, v) in pairs {

@@ -354,9 +354,7 @@ impl NvmlDevicePoller {
                 Some(mode) if mode.enabled => mig::devices(&self.device, &mut calls),
                 _ => Vec::new(),
             };
-            let mut p = DeviceReadings::default();
-            persistence = self.read_and_keep_persistence(&mut calls, &mut p);
-            slow.persistence_mode = p.persistence_mode;
+            persistence = self.read_and_keep_persistence(&mut calls, &mut slow.persistence_mode);
             self.slow = Some((Instant::now(), slow));
         }
         let gpm_due = self
@@ -603,14 +601,15 @@ impl NvmlDevicePoller {
         }
     }
 
-    /// Reads persistence mode and, when configured, turns it on where it is off. Never off.
+    /// Reads persistence mode into `mode` and, when configured, turns it on where it is off.
+    /// Never off.
     fn read_and_keep_persistence(
         &mut self,
         calls: &mut CallErrors,
-        r: &mut DeviceReadings,
+        mode: &mut Option<bool>,
     ) -> Option<PersistenceOutcome> {
         let on = calls.read("nvmlDeviceGetPersistenceMode", || self.device.is_in_persistent_mode())?;
-        r.persistence_mode = Some(on);
+        *mode = Some(on);
         if on || !self.enable_persistence {
             return None;
         }
@@ -624,7 +623,7 @@ impl NvmlDevicePoller {
                     id.uuid,
                     id.pci_bus_id
                 );
-                r.persistence_mode = Some(true);
+                *mode = Some(true);
                 PersistenceOutcome::Enabled
             }
             Err(NvmlError::NoPermission) => {
