@@ -1,6 +1,7 @@
 //! GPM activity families (Hopper and newer): how busy the GPU's engines, SMs, tensor cores
-//! and memory were over the last poll interval, and the bytes per second over PCIe and
-//! NVLink. Absent on the first poll after start and where the GPU has no GPM.
+//! and memory were over the last `poll.gpm_interval` (30 s by default: GPM is computed that
+//! often, not every poll), and the bytes per second over PCIe and NVLink. Absent until the
+//! second GPM sample after start, and where the GPU has no GPM.
 
 use super::{Family, Kind, Read};
 use crate::model::DeviceReadings;
@@ -15,7 +16,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_graphics_active_ratio",
         kind: Kind::Gauge,
         unit: "ratio",
-        help: "Fraction of the last poll interval in which the graphics or compute engine was active (GPM; dcgm's GR_ENGINE_ACTIVE).",
+        help: "Fraction of the last poll.gpm_interval in which the graphics or compute engine was active (GPM; dcgm's GR_ENGINE_ACTIVE).",
         labels: &[],
         read: Read::Readings(|r, s| s.opt(activity(r).and_then(|a| a.graphics_active))),
     },
@@ -23,7 +24,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_sm_active_ratio",
         kind: Kind::Gauge,
         unit: "ratio",
-        help: "Fraction of the last poll interval in which an SM had at least one warp assigned, averaged over all SMs (GPM; dcgm's SM_ACTIVE).",
+        help: "Fraction of the last poll.gpm_interval in which an SM had at least one warp assigned, averaged over all SMs (GPM; dcgm's SM_ACTIVE).",
         labels: &[],
         read: Read::Readings(|r, s| s.opt(activity(r).and_then(|a| a.sm_active))),
     },
@@ -31,7 +32,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_sm_occupancy_ratio",
         kind: Kind::Gauge,
         unit: "ratio",
-        help: "Resident warps as a fraction of the most an SM can hold, averaged over the SMs and the last poll interval (GPM; dcgm's SM_OCCUPANCY).",
+        help: "Resident warps as a fraction of the most an SM can hold, averaged over the SMs and the last poll.gpm_interval (GPM; dcgm's SM_OCCUPANCY).",
         labels: &[],
         read: Read::Readings(|r, s| s.opt(activity(r).and_then(|a| a.sm_occupancy))),
     },
@@ -39,7 +40,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_tensor_active_ratio",
         kind: Kind::Gauge,
         unit: "ratio",
-        help: "Fraction of the last poll interval in which any tensor pipe was active (GPM; dcgm's PIPE_TENSOR_ACTIVE).",
+        help: "Fraction of the last poll.gpm_interval in which any tensor pipe was active (GPM; dcgm's PIPE_TENSOR_ACTIVE).",
         labels: &[],
         read: Read::Readings(|r, s| s.opt(activity(r).and_then(|a| a.tensor_active))),
     },
@@ -47,7 +48,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_dram_active_ratio",
         kind: Kind::Gauge,
         unit: "ratio",
-        help: "Device memory bandwidth used over the last poll interval, as a fraction of the peak (GPM; dcgm's DRAM_ACTIVE).",
+        help: "Device memory bandwidth used over the last poll.gpm_interval, as a fraction of the peak (GPM; dcgm's DRAM_ACTIVE).",
         labels: &[],
         read: Read::Readings(|r, s| s.opt(activity(r).and_then(|a| a.dram_active))),
     },
@@ -55,7 +56,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_pipe_active_ratio",
         kind: Kind::Gauge,
         unit: "ratio",
-        help: "Fraction of the last poll interval in which a pipe was active, by pipe: fp64, fp32, fp16, integer, and the tensor pipes hmma, imma, dfma (GPM).",
+        help: "Fraction of the last poll.gpm_interval in which a pipe was active, by pipe: fp64, fp32, fp16, integer, and the tensor pipes hmma, imma, dfma (GPM).",
         labels: &["pipe"],
         read: Read::Readings(|r, s| {
             for (pipe, ratio) in activity(r).map(|a| a.pipes.as_slice()).unwrap_or_default() {
@@ -67,7 +68,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_pcie_bytes_per_second",
         kind: Kind::Gauge,
         unit: "bytes",
-        help: "PCIe traffic over the last poll interval, by direction (tx: from the GPU, rx: to it) (GPM).",
+        help: "PCIe traffic over the last poll.gpm_interval, by direction (tx: from the GPU, rx: to it) (GPM).",
         labels: &["direction"],
         read: Read::Readings(|r, s| {
             for (direction, rate) in activity(r)
@@ -82,7 +83,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_nvlink_bytes_per_second",
         kind: Kind::Gauge,
         unit: "bytes",
-        help: "NVLink traffic over all links in the last poll interval, by direction (tx, rx) (GPM).",
+        help: "NVLink traffic over all links in the last poll.gpm_interval, by direction (tx, rx) (GPM).",
         labels: &["direction"],
         read: Read::Readings(|r, s| {
             for (direction, rate) in activity(r)

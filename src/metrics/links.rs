@@ -1,6 +1,6 @@
 //! NVLink and fabric families: links up against links the board has, errors and bytes per GPU
-//! (and per link with `nvlink.per_link`), and NVSwitch fabric registration. Boards without NVLink, and GPUs outside a
-//! fabric, have none of these series.
+//! (and per link with `nvlink.per_link`), and NVSwitch fabric registration. Boards without
+//! NVLink, and GPUs outside a fabric, have none of these series.
 
 use super::{Family, Kind, Read, Samples};
 use crate::model::links::{FABRIC_STATES, NvLink};

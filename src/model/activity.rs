@@ -1,5 +1,5 @@
 //! What the GPU's performance monitors (NVIDIA GPM, Hopper and newer) say it did between two
-//! polls: how busy its engines, SMs, tensor cores and memory were, and how many bytes crossed
+//! GPM samples (`poll.gpm_interval` apart): how busy its engines, SMs, tensor cores and memory were, and how many bytes crossed
 //! PCIe and NVLink. Each value is an average over the interval between the two samples it
 //! was computed from; a value the GPU or driver does not give is absent.
 

@@ -3,8 +3,8 @@
 //! (throttle) reason was active. A probe that is slow because the board is power-capped or
 //! too hot says so here, next to the number.
 //!
-//! Only samples taken while the timed windows run count (a GEMM's set-up, random inputs and
-//! cuBLAS start-up, would otherwise pull its mean SM activity on an H200 from 96 % to 87 %),
+//! Only samples taken while the timed windows run count (counting a GEMM's set-up too, its
+//! random inputs and cuBLAS start-up, an H200's mean SM activity read 87 % against dmon's 95 %),
 //! and the first of them gives no GPM activity, which it measured partly before the load.
 //! A test shorter than one sample interval keeps what was sampled during its set-up.
 

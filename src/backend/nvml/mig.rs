@@ -1,7 +1,7 @@
 //! MIG: whether the GPU is partitioned (read every `poll.topology_interval`: it changes only
 //! with a reset), and, while it is, each MIG device's UUID, GPU and compute instance, profile
-//! and memory (every `poll.slow_interval`). The UUIDs let pod attribution map a kubelet's MIG device ids to their
-//! GPU. Only read: gpuwarden never changes MIG mode.
+//! and memory (every `poll.slow_interval`). The UUIDs let pod attribution map a kubelet's MIG
+//! device ids to their GPU. Only read: gpuwarden never changes MIG mode.
 
 use super::calls::CallErrors;
 use crate::model::mig::MigDevice;
