@@ -119,7 +119,7 @@ fn links_cell(r: Option<&crate::model::DeviceReadings>) -> String {
 
 pub fn render(snapshot: &Snapshot) -> String {
     let mut out = String::with_capacity(8 * 1024);
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = &snapshot.hostname;
     let _ = write!(
         out,
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"5\">\

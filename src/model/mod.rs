@@ -416,7 +416,8 @@ pub struct Snapshot {
     pub nvlink_per_link: bool,
     /// Serve dcgm-exporter's names too (`compat.dcgm_exporter`).
     pub dcgm_compat: bool,
-    /// The node's host name (dcgm-exporter's `Hostname` label).
+    /// The node's host name, read when the daemon starts (the status page's title,
+    /// dcgm-exporter's `Hostname` label).
     pub hostname: String,
     /// Findings about the node rather than one GPU (a GPU on the bus no backend shows),
     /// computed with the devices' health.
