@@ -15,6 +15,7 @@ pub mod demo;
 pub mod exposition;
 pub mod health;
 pub mod http;
+pub mod input;
 pub mod logging;
 pub mod metrics;
 pub mod model;

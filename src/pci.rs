@@ -35,41 +35,74 @@ const GPU_VENDORS: [(&str, &str); 2] = [("0x10de", "nvidia"), ("0x1002", "amd")]
 /// GPU is not missing, the host's driver is just not meant to see it.
 const PASSTHROUGH_DRIVERS: [&str; 2] = ["vfio-pci", "pci-stub"];
 
+/// Most PCI functions looked at: large servers have a few hundred.
+const MAX_PCI_DEVICES: usize = 8192;
+/// Most GPUs kept from the census: more than any node holds, and a bound on the
+/// `gpu_pci_missing` series a doctored tree can make.
+pub const MAX_PCI_GPUS: usize = 64;
+/// `vendor` and `class` are one short hex word each.
+const MAX_ATTRIBUTE: usize = 64;
+
 /// The NVIDIA and AMD GPUs (display or 3D controllers, PCI class 0x03) under
 /// `root`/sys/bus/pci/devices, not counting those bound to a passthrough driver. NVSwitches
 /// (class 0x0680) and the GPUs' audio functions (0x0403) are not GPUs. An unreadable tree
 /// gives none.
+///
+/// Each entry there is a link the kernel made into /sys/devices: it is followed only to a
+/// target inside `root`/sys ([`crate::input::resolve_inside`]), the files read are bounded,
+/// one address written three ways is one GPU, and what was skipped is counted.
 pub fn gpus_on_the_bus(root: &std::path::Path) -> Vec<PciGpu> {
-    let Ok(entries) = std::fs::read_dir(root.join("sys/bus/pci/devices")) else {
+    use crate::input::{self, Input, Reason, Skips};
+    let mut skips = Skips::new(Input::Sysfs);
+    let sys = root.join("sys");
+    let devices = sys.join("bus/pci/devices");
+    let Ok(entries) = input::list_dir(&devices, MAX_PCI_DEVICES, MAX_PCI_DEVICES, &mut skips, normalize_bus_id) else {
         return Vec::new();
     };
-    let read = |dir: &std::path::Path, file: &str| {
-        std::fs::read_to_string(dir.join(file))
+    let mut gpus: Vec<PciGpu> = Vec::new();
+    for (pci_bus_id, link) in entries {
+        let dir = match input::resolve_inside(&sys, &link) {
+            Ok(dir) => dir,
+            Err(refused) => {
+                refused.record(&mut skips);
+                continue;
+            }
+        };
+        let read = |file: &str, skips: &mut Skips| {
+            input::read_value(&dir.join(file), MAX_ATTRIBUTE, skips).map(|s| s.to_ascii_lowercase())
+        };
+        let Some(vendor) = read("vendor", &mut skips) else {
+            continue;
+        };
+        let Some((_, label)) = GPU_VENDORS.iter().find(|(id, _)| *id == vendor) else {
+            continue;
+        };
+        if !read("class", &mut skips).is_some_and(|class| class.starts_with("0x03")) {
+            continue;
+        }
+        // The driver's name is the last component of the link; nothing is read through it.
+        let driver = std::fs::read_link(dir.join("driver"))
             .ok()
-            .map(|s| s.trim().to_ascii_lowercase())
-    };
-    let mut gpus: Vec<PciGpu> = entries
-        .filter_map(Result::ok)
-        .filter_map(|entry| {
-            let dir = entry.path();
-            let vendor = read(&dir, "vendor")?;
-            let (_, label) = GPU_VENDORS.iter().find(|(id, _)| *id == vendor)?;
-            if !read(&dir, "class")?.starts_with("0x03") {
-                return None;
-            }
-            let driver = std::fs::read_link(dir.join("driver"))
-                .ok()
-                .and_then(|target| target.file_name().map(|n| n.to_string_lossy().into_owned()));
-            if driver.as_deref().is_some_and(|d| PASSTHROUGH_DRIVERS.contains(&d)) {
-                return None;
-            }
-            Some(PciGpu {
-                vendor: label,
-                pci_bus_id: normalize_bus_id(&entry.file_name().to_string_lossy())?,
-                driver,
-            })
-        })
-        .collect();
+            .and_then(|target| target.file_name().map(|n| n.to_string_lossy().into_owned()));
+        if driver.as_deref().is_some_and(|d| PASSTHROUGH_DRIVERS.contains(&d)) {
+            continue;
+        }
+        if gpus.iter().any(|g| g.pci_bus_id == pci_bus_id) {
+            continue;
+        }
+        if gpus.len() == MAX_PCI_GPUS {
+            skips.add(
+                Reason::TooMany,
+                format!("GPUs on the PCI bus (more than {MAX_PCI_GPUS})"),
+            );
+            break;
+        }
+        gpus.push(PciGpu {
+            vendor: label,
+            pci_bus_id,
+            driver,
+        });
+    }
     gpus.sort();
     gpus
 }
@@ -122,6 +155,45 @@ mod tests {
             ]
         );
         assert!(gpus_on_the_bus(&root.path().join("nowhere")).is_empty());
+    }
+
+    /// The kernel's links are followed inside the sysfs root only; one address written three
+    /// ways is one GPU; a huge `class` file is read only as far as a class can be long.
+    #[test]
+    fn hostile_sysfs_trees() {
+        use std::os::unix::fs::symlink;
+        let root = tempfile::tempdir().unwrap();
+        let sys = root.path().join("sys");
+        let devices = sys.join("bus/pci/devices");
+        std::fs::create_dir_all(&devices).unwrap();
+        let real = sys.join("devices/pci0000:e0/0000:e4:00.0");
+        std::fs::create_dir_all(&real).unwrap();
+        std::fs::write(real.join("vendor"), "0x10de\n").unwrap();
+        // A class file of 20 MB: only its beginning is read.
+        let mut class = b"0x030200\n".to_vec();
+        class.resize(20 << 20, b' ');
+        std::fs::write(real.join("class"), class).unwrap();
+        for name in ["0000:E4:00.0", "0000:e4:00", "00000000:e4:00.0"] {
+            symlink("../../../devices/pci0000:e0/0000:e4:00.0", devices.join(name)).unwrap();
+        }
+        // A link out of the sysfs root, to a tree that looks like a GPU.
+        let outside = root.path().join("elsewhere");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("vendor"), "0x10de\n").unwrap();
+        std::fs::write(outside.join("class"), "0x030200\n").unwrap();
+        symlink(&outside, devices.join("0000:66:00.0")).unwrap();
+        // A FIFO where a class file belongs.
+        let fifo_dir = sys.join("devices/pci0000:e0/0000:77:00.0");
+        std::fs::create_dir_all(&fifo_dir).unwrap();
+        std::fs::write(fifo_dir.join("vendor"), "0x10de\n").unwrap();
+        let fifo = std::ffi::CString::new(fifo_dir.join("class").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        symlink("../../../devices/pci0000:e0/0000:77:00.0", devices.join("0000:77:00.0")).unwrap();
+        let started = std::time::Instant::now();
+        let found: Vec<String> = gpus_on_the_bus(root.path()).into_iter().map(|g| g.pci_bus_id).collect();
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        assert_eq!(found, ["0000:e4:00.0"]);
     }
 
     #[test]

@@ -8,9 +8,10 @@
 //! a few times a second, so an XID shows on /metrics well within a second whatever the poll
 //! interval is.
 
-use crate::attribution::jobs::GpuKey;
+use crate::attribution::jobs::{self, GpuKey};
 use crate::attribution::kubelet::{Assignment, PodState};
 use crate::health;
+use crate::input::{Input, Reason, Skips};
 use crate::model::{BackendStatus, DeviceSnapshot, DurationHistogram, PersistenceAttempts, PodHolder, Snapshot};
 use crate::probe::schedule::ProbeState;
 use crate::settings::SharedSettings;
@@ -46,8 +47,11 @@ type DrmClientScan = (
 struct Latest {
     round: Arc<RoundPart>,
     pod_changes: u64,
-    /// The last read of the job mapping directory and when it was taken.
-    jobs: Option<(std::time::Instant, BTreeMap<GpuKey, Vec<String>>)>,
+    /// The last read of the job mapping directory, matched to GPUs (by uuid), and when it
+    /// was taken.
+    jobs: Option<(std::time::Instant, BTreeMap<String, Vec<String>>)>,
+    /// Whether the job mapping directory could not be read last time (its warning is given).
+    jobs_outage: crate::input::Outage,
     /// Per GPU uuid: the last hardware power slowdown counter total, and when a hardware
     /// power slowdown was last seen (active, or its counter grew).
     hw_slowdown: std::collections::HashMap<String, (Option<f64>, Option<std::time::Instant>)>,
@@ -93,25 +97,41 @@ fn track_hw_slowdown(
 }
 
 /// The job mapping's files matched to GPUs: a number is an NVIDIA GPU's index (the layout
-/// comes from dcgm-exporter; on a node with only AMD GPUs, theirs), a name a GPU's uuid.
+/// comes from dcgm-exporter; on a node with only AMD GPUs, theirs), a name a GPU's uuid. A GPU
+/// with a file by index and one by uuid gets the jobs of both, each once, at most
+/// [`jobs::MAX_JOBS_PER_GPU`] (the rest counted as skipped).
 fn jobs_by_uuid(jobs: &BTreeMap<GpuKey, Vec<String>>, devices: &[DeviceSnapshot]) -> BTreeMap<String, Vec<String>> {
     use crate::model::Vendor;
     let has_nvidia = devices.iter().any(|d| d.identity.vendor == Vendor::Nvidia);
-    jobs.iter()
-        .filter_map(|(key, ids)| {
-            let device = devices.iter().find(|d| match key {
-                GpuKey::Index(i) => d.identity.index == *i && (d.identity.vendor == Vendor::Nvidia || !has_nvidia),
-                GpuKey::Uuid(uuid) => d.identity.uuid == *uuid,
-            })?;
-            Some((device.identity.uuid.clone(), ids.clone()))
-        })
-        .collect()
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut skips = Skips::new(Input::JobMapping);
+    for (key, ids) in jobs {
+        let Some(device) = devices.iter().find(|d| match key {
+            GpuKey::Index(i) => d.identity.index == *i && (d.identity.vendor == Vendor::Nvidia || !has_nvidia),
+            GpuKey::Uuid(uuid) => d.identity.uuid == *uuid,
+        }) else {
+            continue;
+        };
+        let merged = out.entry(device.identity.uuid.clone()).or_default();
+        for id in ids {
+            if merged.contains(id) {
+                continue;
+            }
+            if merged.len() == jobs::MAX_JOBS_PER_GPU {
+                skips.add(Reason::TooMany, format!("jobs of GPU {}", device.identity.uuid));
+                continue;
+            }
+            merged.push(id.clone());
+        }
+    }
+    out
 }
 
 /// Marks the processes that get series of their own (the largest users of device memory
 /// first, at most `max_per_gpu` per GPU) and reads their names and containers.
 fn describe_processes(devices: &mut [DeviceSnapshot], settings: &crate::config::Processes) {
     use crate::attribution::processes;
+    let mut skips = Skips::new(Input::Proc);
     for readings in devices.iter_mut().filter_map(|d| d.readings.as_mut()) {
         let Some(list) = readings.processes.as_mut() else {
             continue;
@@ -119,8 +139,8 @@ fn describe_processes(devices: &mut [DeviceSnapshot], settings: &crate::config::
         list.sort_by(|a, b| b.used_memory_bytes.cmp(&a.used_memory_bytes).then(a.pid.cmp(&b.pid)));
         for process in list.iter_mut().take(settings.max_per_gpu as usize) {
             process.listed = true;
-            process.name = processes::name(&settings.proc_root, process.pid);
-            process.container_id = processes::container_id(&settings.proc_root, process.pid);
+            process.name = processes::name(&settings.proc_root, process.pid, &mut skips);
+            process.container_id = processes::container_id(&settings.proc_root, process.pid, &mut skips);
         }
     }
 }
@@ -142,7 +162,7 @@ fn fill_processes_from_drm_clients(
         .as_ref()
         .is_none_or(|(at, _)| at.elapsed() >= drm_clients::SCAN_EVERY)
     {
-        let scanned = drm_clients::scan(proc_root).map_err(|why| {
+        let scanned = drm_clients::scan(proc_root, &mut Skips::new(Input::Proc)).map_err(|why| {
             // Logged once per daemon: it does not change while the daemon runs.
             static TOLD: std::sync::Once = std::sync::Once::new();
             TOLD.call_once(|| {
@@ -168,7 +188,7 @@ fn fill_processes_from_drm_clients(
 /// matches nothing gives no series rather than a wrong GPU.
 fn pods_by_uuid(assignments: &[Assignment], devices: &[DeviceSnapshot]) -> BTreeMap<String, Vec<PodHolder>> {
     use crate::model::Vendor;
-    let mut out: BTreeMap<String, Vec<PodHolder>> = BTreeMap::new();
+    let mut out: BTreeMap<String, std::collections::BTreeSet<PodHolder>> = BTreeMap::new();
     for a in assignments {
         let id = a.device_id.split("::").next().unwrap_or("");
         let index = id.strip_prefix("nvidia").and_then(|n| n.parse::<u32>().ok());
@@ -195,12 +215,12 @@ fn pods_by_uuid(assignments: &[Assignment], devices: &[DeviceSnapshot]) -> BTree
             container: a.container.clone(),
             gpu_instance,
         };
-        let holders = out.entry(device.identity.uuid.clone()).or_default();
-        if !holders.contains(&holder) {
-            holders.push(holder);
-        }
+        // A set: a GPU with many holders once cost time quadratic in their number.
+        out.entry(device.identity.uuid.clone()).or_default().insert(holder);
     }
-    out
+    out.into_iter()
+        .map(|(uuid, holders)| (uuid, holders.into_iter().collect()))
+        .collect()
 }
 
 pub struct Publisher {
@@ -211,8 +231,6 @@ pub struct Publisher {
     settings: Arc<SharedSettings>,
     /// Held while a snapshot is put together, so a round and a refresh never interleave.
     latest: Mutex<Latest>,
-    /// An unreadable job mapping directory is logged once as a warning.
-    warned_jobs: std::sync::atomic::AtomicBool,
     /// What the kubelet said; None outside the daemon.
     pods: Option<Arc<PodState>>,
     /// The node's host name, read once (dcgm-exporter's `Hostname` label).
@@ -236,12 +254,12 @@ impl Publisher {
                 pod_changes: 0,
                 hw_slowdown: Default::default(),
                 jobs: None,
+                jobs_outage: Default::default(),
                 pci: None,
                 drm_clients: None,
                 xid_changes: 0,
                 probe_changes: 0,
             }),
-            warned_jobs: Default::default(),
             pods: None,
             hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|h| h.trim().to_string())
@@ -277,22 +295,10 @@ impl Publisher {
         if mapping_dir.as_os_str().is_empty() {
             latest.jobs = None;
         } else if latest.jobs.as_ref().is_none_or(|(at, _)| at.elapsed() >= JOBS_EVERY) {
-            let jobs = match crate::attribution::jobs::read(mapping_dir) {
-                Ok(jobs) => jobs,
-                Err(e) => {
-                    // No stale attribution: without the directory, no jobs are shown.
-                    if self.warned_jobs.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                        log::debug!("cannot read hpc_jobs.mapping_dir {}: {e}", mapping_dir.display());
-                    } else {
-                        log::warn!(
-                            "cannot read hpc_jobs.mapping_dir {}: {e}; no job attribution",
-                            mapping_dir.display()
-                        );
-                    }
-                    BTreeMap::new()
-                }
-            };
-            latest.jobs = Some((std::time::Instant::now(), jobs));
+            // Matched to this round's GPUs once per read: GPUs come and go far less often.
+            let jobs = jobs::read_logged(mapping_dir, &mut latest.jobs_outage);
+            let by_uuid = jobs_by_uuid(&jobs, &latest.round.devices);
+            latest.jobs = Some((std::time::Instant::now(), by_uuid));
         }
         if !settings.config.pci_census {
             latest.pci = None;
@@ -349,12 +355,12 @@ impl Publisher {
             pci_gpus: latest.pci.as_ref().map(|(_, gpus)| gpus.clone()).unwrap_or_default(),
             pods: pods_by_uuid(&pods.assignments, &round.devices),
             kubelet_up: pods.kubelet_up,
-            jobs: latest
-                .jobs
-                .as_ref()
-                .map(|(_, jobs)| jobs_by_uuid(jobs, &round.devices))
-                .unwrap_or_default(),
+            jobs: latest.jobs.as_ref().map(|(_, jobs)| jobs.clone()).unwrap_or_default(),
             node_findings: Vec::new(),
+            input_skipped: crate::input::skipped_totals()
+                .into_iter()
+                .map(|(input, reason, n)| (input.label(), reason.label(), n))
+                .collect(),
         };
         health::evaluate(&mut snapshot);
         snapshot

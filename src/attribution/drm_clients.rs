@@ -8,10 +8,15 @@
 //! point at a DRM device (`/dev/dri/...`) are read, and the walk runs at most every
 //! [`SCAN_EVERY`] (see the publisher).
 
+use crate::input;
 use crate::model::GpuProcess;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
+
+/// An fdinfo file with DRM usage statistics is about a kilobyte (one line per engine and
+/// memory region); more is not one.
+const MAX_FDINFO: usize = 16 * 1024;
 
 /// How often /proc is walked for DRM clients.
 pub const SCAN_EVERY: Duration = Duration::from_secs(10);
@@ -21,7 +26,7 @@ pub const SCAN_EVERY: Duration = Duration::from_secs(10);
 /// that GPU. `Err` when some process's file descriptors could not be looked at (another
 /// user's, without CAP_SYS_PTRACE) or /proc cannot be read: the list would be short, and a
 /// short list is not shown (no made-up counts).
-pub fn scan(proc_root: &Path) -> Result<BTreeMap<String, Vec<GpuProcess>>, String> {
+pub fn scan(proc_root: &Path, skips: &mut input::Skips) -> Result<BTreeMap<String, Vec<GpuProcess>>, String> {
     let mut by_gpu: BTreeMap<String, BTreeMap<u32, (Vec<String>, u64)>> = BTreeMap::new();
     let entries = std::fs::read_dir(proc_root).map_err(|e| format!("cannot read {}: {e}", proc_root.display()))?;
     for entry in entries.flatten() {
@@ -42,8 +47,14 @@ pub fn scan(proc_root: &Path) -> Result<BTreeMap<String, Vec<GpuProcess>>, Strin
             if !is_drm {
                 continue;
             }
-            let Ok(info) = std::fs::read_to_string(entry.path().join("fdinfo").join(fd.file_name())) else {
-                continue;
+            // Bounded and non-blocking like every file from outside (crate::input).
+            let fdinfo = entry.path().join("fdinfo").join(fd.file_name());
+            let info = match input::read_text(&fdinfo, MAX_FDINFO, input::Links::Refuse) {
+                Ok(info) => info.text,
+                Err(refused) => {
+                    refused.record(skips);
+                    continue;
+                }
             };
             let Some(client) = parse_fdinfo(&info) else { continue };
             let (clients, vram) = by_gpu.entry(client.pdev).or_default().entry(pid).or_default();
@@ -155,7 +166,7 @@ mod tests {
     fn drm_clients_by_gpu_and_process() {
         let root = tempfile::tempdir().unwrap();
         fixture(root.path());
-        let found = scan(root.path()).unwrap();
+        let found = scan(root.path(), &mut input::Skips::new(input::Input::Proc)).unwrap();
         assert_eq!(found.keys().collect::<Vec<_>>(), ["0000:c1:00.0"]);
         let list: Vec<(u32, Option<u64>)> = found["0000:c1:00.0"]
             .iter()
@@ -170,7 +181,13 @@ mod tests {
 
     #[test]
     fn a_missing_proc_gives_nothing() {
-        assert!(scan(Path::new("/nonexistent/proc")).is_err());
+        assert!(
+            scan(
+                Path::new("/nonexistent/proc"),
+                &mut input::Skips::new(input::Input::Proc)
+            )
+            .is_err()
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! line.
 
 use crate::config::Kubernetes;
+use crate::input::{Input, Reason, Skips};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -28,13 +29,16 @@ pub struct ListPodResourcesResponse {
     pub pod_resources: Vec<PodResources>,
 }
 
+// Names are declared as bytes, not strings: prost refuses a whole answer when one string
+// is not UTF-8, and one odd pod name must not drop every pod. They are decoded lossily.
+
 /// `v1.PodResources`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PodResources {
-    #[prost(string, tag = "1")]
-    pub name: String,
-    #[prost(string, tag = "2")]
-    pub namespace: String,
+    #[prost(bytes = "vec", tag = "1")]
+    pub name: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    pub namespace: Vec<u8>,
     #[prost(message, repeated, tag = "3")]
     pub containers: Vec<ContainerResources>,
 }
@@ -42,8 +46,8 @@ pub struct PodResources {
 /// `v1.ContainerResources` (devices only).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ContainerResources {
-    #[prost(string, tag = "1")]
-    pub name: String,
+    #[prost(bytes = "vec", tag = "1")]
+    pub name: Vec<u8>,
     #[prost(message, repeated, tag = "2")]
     pub devices: Vec<ContainerDevices>,
 }
@@ -51,11 +55,21 @@ pub struct ContainerResources {
 /// `v1.ContainerDevices` (without topology).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ContainerDevices {
-    #[prost(string, tag = "1")]
-    pub resource_name: String,
-    #[prost(string, repeated, tag = "2")]
-    pub device_ids: Vec<String>,
+    #[prost(bytes = "vec", tag = "1")]
+    pub resource_name: Vec<u8>,
+    #[prost(bytes = "vec", repeated, tag = "2")]
+    pub device_ids: Vec<Vec<u8>>,
 }
+
+/// The largest answer taken (tonic's default is 4 MiB). A node's pods make tens of
+/// kilobytes; a larger answer is refused with a message rather than decoded.
+pub const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+/// Most containers kept per device id (a whole GPU, a MIG device): time slicing and MPS
+/// share a GPU among a handful of pods; the rest are counted as skipped, not served, so a
+/// kubelet listing thousands cannot make thousands of series per GPU.
+pub const MAX_HOLDERS_PER_DEVICE: usize = 64;
+/// Longest name kept (Kubernetes allows 253 bytes for a pod name).
+const MAX_NAME: usize = 253;
 
 /// One device a container holds.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -126,7 +140,7 @@ pub async fn list(socket: &Path, deadline: Duration) -> Result<ListPodResourcesR
             }))
             .await
             .map_err(|e| format!("cannot connect: {e}"))?;
-        let mut grpc = tonic::client::Grpc::new(channel);
+        let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_ANSWER_BYTES);
         grpc.ready().await.map_err(|e| format!("not ready: {e}"))?;
         let path = axum::http::uri::PathAndQuery::from_static("/v1.PodResourcesLister/List");
         let codec = tonic_prost::ProstCodec::<ListPodResourcesRequest, ListPodResourcesResponse>::default();
@@ -141,30 +155,66 @@ pub async fn list(socket: &Path, deadline: Duration) -> Result<ListPodResourcesR
     }
 }
 
-/// The GPU devices of an answer, one per (container, device id).
-pub fn assignments(response: &ListPodResourcesResponse, resources: &[String]) -> Vec<Assignment> {
-    let mut out: Vec<Assignment> = response
-        .pod_resources
-        .iter()
-        .flat_map(|pod| {
-            pod.containers.iter().flat_map(move |container| {
-                container
-                    .devices
-                    .iter()
-                    .filter(|d| is_gpu_resource(&d.resource_name, resources))
-                    .flat_map(move |d| {
-                        d.device_ids.iter().map(move |id| Assignment {
-                            namespace: pod.namespace.clone(),
-                            pod: pod.name.clone(),
-                            container: container.name.clone(),
-                            device_id: id.clone(),
-                        })
-                    })
-            })
-        })
-        .collect();
+/// A name from the kubelet, decoded lossily, without control characters, at most
+/// [`MAX_NAME`] bytes; `None` (and a skip) for one that is longer.
+fn name(bytes: &[u8], skips: &mut Skips) -> Option<String> {
+    if bytes.len() > MAX_NAME {
+        skips.add(Reason::InvalidValue, format!("a name of {} bytes", bytes.len()));
+        return None;
+    }
+    Some(
+        String::from_utf8_lossy(bytes)
+            .chars()
+            .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+            .collect(),
+    )
+}
+
+/// The GPU devices of an answer, one per (container, device id), at most
+/// [`MAX_HOLDERS_PER_DEVICE`] per device (by the id without a time-slicing `::N`).
+pub fn assignments(response: &ListPodResourcesResponse, resources: &[String], skips: &mut Skips) -> Vec<Assignment> {
+    let mut out: Vec<Assignment> = Vec::new();
+    for pod in &response.pod_resources {
+        let (Some(namespace), Some(pod_name)) = (name(&pod.namespace, skips), name(&pod.name, skips)) else {
+            continue;
+        };
+        for container in &pod.containers {
+            let Some(container_name) = name(&container.name, skips) else {
+                continue;
+            };
+            for devices in &container.devices {
+                if !is_gpu_resource(&String::from_utf8_lossy(&devices.resource_name), resources) {
+                    continue;
+                }
+                for id in &devices.device_ids {
+                    let Some(device_id) = name(id, skips) else { continue };
+                    out.push(Assignment {
+                        namespace: namespace.clone(),
+                        pod: pod_name.clone(),
+                        container: container_name.clone(),
+                        device_id,
+                    });
+                }
+            }
+        }
+    }
     out.sort();
     out.dedup();
+    // Per device (sorted by namespace first: the same holders are kept from one answer to the next).
+    let mut per_device: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    out.retain(|a| {
+        let base = a.device_id.split("::").next().unwrap_or("").to_string();
+        let held = per_device.entry(base).or_default();
+        *held += 1;
+        if *held > MAX_HOLDERS_PER_DEVICE {
+            skips.add(
+                Reason::TooMany,
+                format!("holders of {} (more than {MAX_HOLDERS_PER_DEVICE})", a.device_id),
+            );
+            return false;
+        }
+        true
+    });
     out
 }
 
@@ -188,7 +238,7 @@ pub async fn follow(state: Arc<PodState>, settings: Arc<crate::settings::SharedS
                     }
                     PodSnapshot {
                         kubelet_up: Some(true),
-                        assignments: assignments(&response, &config.resources),
+                        assignments: assignments(&response, &config.resources, &mut Skips::new(Input::Kubelet)),
                     }
                 }
                 Err(e) => {
@@ -223,22 +273,22 @@ mod tests {
     fn only_gpu_resources_become_assignments() {
         let response = ListPodResourcesResponse {
             pod_resources: vec![PodResources {
-                name: "trainer-0".into(),
-                namespace: "ml".into(),
+                name: b"trainer-0".to_vec(),
+                namespace: b"ml".to_vec(),
                 containers: vec![ContainerResources {
-                    name: "main".into(),
+                    name: b"main".to_vec(),
                     devices: vec![
                         ContainerDevices {
-                            resource_name: "nvidia.com/gpu".into(),
-                            device_ids: vec!["GPU-a".into(), "GPU-b::3".into()],
+                            resource_name: b"nvidia.com/gpu".to_vec(),
+                            device_ids: vec![b"GPU-a".to_vec(), b"GPU-b::3".to_vec()],
                         },
                         ContainerDevices {
-                            resource_name: "nvidia.com/mig-1g.10gb".into(),
-                            device_ids: vec!["MIG-c".into()],
+                            resource_name: b"nvidia.com/mig-1g.10gb".to_vec(),
+                            device_ids: vec![b"MIG-c".to_vec()],
                         },
                         ContainerDevices {
-                            resource_name: "example.com/nic".into(),
-                            device_ids: vec!["eth9".into()],
+                            resource_name: b"example.com/nic".to_vec(),
+                            device_ids: vec![b"eth9".to_vec()],
                         },
                     ],
                 }],
@@ -247,10 +297,68 @@ mod tests {
         let resources: Vec<String> = ["nvidia.com/gpu", "nvidia.com/mig-*", "amd.com/gpu"]
             .map(String::from)
             .to_vec();
-        let ids: Vec<String> = assignments(&response, &resources)
+        let ids: Vec<String> = assignments(&response, &resources, &mut Skips::new(Input::Kubelet))
             .into_iter()
             .map(|a| a.device_id)
             .collect();
         assert_eq!(ids, ["GPU-a", "GPU-b::3", "MIG-c"]);
+    }
+
+    /// 10,000 pods on one GPU: at most MAX_HOLDERS_PER_DEVICE kept, the rest counted; a name
+    /// that is not UTF-8 is kept lossily and costs no other pod.
+    #[test]
+    fn many_holders_are_cut_and_odd_names_kept() {
+        let pod = |i: usize, name: Vec<u8>| PodResources {
+            name,
+            namespace: format!("ns{}", i % 3).into_bytes(),
+            containers: vec![ContainerResources {
+                name: b"c".to_vec(),
+                devices: vec![ContainerDevices {
+                    resource_name: b"nvidia.com/gpu".to_vec(),
+                    device_ids: vec![format!("GPU-a::{i}").into_bytes(), b"GPU-b".to_vec()],
+                }],
+            }],
+        };
+        let mut pods: Vec<PodResources> = (0..10_000).map(|i| pod(i, format!("p{i}").into_bytes())).collect();
+        pods.push(pod(10_001, b"bad\xff\nname".to_vec()));
+        let response = ListPodResourcesResponse { pod_resources: pods };
+        let mut skips = Skips::new(Input::Kubelet);
+        let started = std::time::Instant::now();
+        let found = assignments(&response, &["nvidia.com/gpu".to_string()], &mut skips);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        let on = |id: &str| {
+            found
+                .iter()
+                .filter(|a| a.device_id.split("::").next() == Some(id))
+                .count()
+        };
+        assert_eq!(
+            (on("GPU-a"), on("GPU-b")),
+            (MAX_HOLDERS_PER_DEVICE, MAX_HOLDERS_PER_DEVICE)
+        );
+        assert_eq!(
+            skips.count(Reason::TooMany),
+            2 * (10_001 - MAX_HOLDERS_PER_DEVICE as u64)
+        );
+        // Decoding the same answer from the wire with the odd name in it works too.
+        use prost::Message;
+        let odd = ListPodResourcesResponse {
+            pod_resources: vec![pod(10_001, b"bad\xff\nname".to_vec()), pod(1, b"p1".to_vec())],
+        };
+        let decoded = ListPodResourcesResponse::decode(odd.encode_to_vec().as_slice()).unwrap();
+        let all = assignments(
+            &decoded,
+            &["nvidia.com/gpu".to_string()],
+            &mut Skips::new(Input::Kubelet),
+        );
+        assert!(
+            all.iter().any(|a| a.pod == "bad\u{fffd}\u{fffd}name"),
+            "lossy, control characters replaced"
+        );
+        assert!(all.iter().any(|a| a.pod == "p1"), "the other pod is kept");
     }
 }

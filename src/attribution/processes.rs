@@ -1,21 +1,36 @@
 //! What the per-process series say about a process beside its pid: its name and the
 //! container it runs in, read from /proc (`processes.proc_root`: a DaemonSet mounts the host's
 //! /proc elsewhere). Only read when `processes.per_process` is on.
+//!
+//! Read through [`crate::input`] like every file from outside: a test tree or a hostile
+//! mount may put a FIFO or a link where /proc has a file. A name is decoded lossily: any
+//! process can set its name to bytes that are not UTF-8 (`PR_SET_NAME`), and a name with
+//! U+FFFD in it says more than an empty one.
 
+use crate::input::{self, Skips};
 use std::path::Path;
 
+/// `comm` is at most 16 bytes (TASK_COMM_LEN); more is not a process name.
+const MAX_COMM: usize = 64;
+/// A process's cgroup file: a line per hierarchy, a few hundred bytes on a real node.
+const MAX_CGROUP: usize = 16 * 1024;
+
 /// The process's name (`/proc/PID/comm`), `None` when it is gone or hidden from us.
-pub fn name(proc_root: &Path, pid: u32) -> Option<String> {
-    let comm = std::fs::read_to_string(proc_root.join(pid.to_string()).join("comm")).ok()?;
-    let comm = comm.trim();
-    (!comm.is_empty()).then(|| comm.chars().take(64).collect())
+pub fn name(proc_root: &Path, pid: u32, skips: &mut Skips) -> Option<String> {
+    let comm = input::read_value(&proc_root.join(pid.to_string()).join("comm"), MAX_COMM, skips)?;
+    // Control characters (a newline in a label value) are shown as what they are not.
+    Some(
+        comm.chars()
+            .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+            .collect(),
+    )
 }
 
 /// The id of the container the process runs in, from its cgroup path: the 64-hex-digit id
 /// that docker (`docker-<id>.scope`, `/docker/<id>`), containerd (`cri-containerd-<id>.scope`)
 /// and CRI-O (`crio-<id>.scope`) put there. `None` outside a container.
-pub fn container_id(proc_root: &Path, pid: u32) -> Option<String> {
-    let cgroup = std::fs::read_to_string(proc_root.join(pid.to_string()).join("cgroup")).ok()?;
+pub fn container_id(proc_root: &Path, pid: u32, skips: &mut Skips) -> Option<String> {
+    let cgroup = input::read_value(&proc_root.join(pid.to_string()).join("cgroup"), MAX_CGROUP, skips)?;
     cgroup.lines().find_map(|line| {
         let path = line.rsplit(':').next()?;
         path.rsplit('/').find_map(|part| {
@@ -49,11 +64,50 @@ mod tests {
             std::fs::write(dir.join("comm"), comm).unwrap();
             std::fs::write(dir.join("cgroup"), cgroup).unwrap();
         }
-        assert_eq!(name(root.path(), 10).as_deref(), Some("python3"));
+        let skips = &mut Skips::new(crate::input::Input::Proc);
+        assert_eq!(name(root.path(), 10, skips).as_deref(), Some("python3"));
         for pid in [10, 11, 12] {
-            assert_eq!(container_id(root.path(), pid).as_deref(), Some(id.as_str()), "{pid}");
+            assert_eq!(
+                container_id(root.path(), pid, skips).as_deref(),
+                Some(id.as_str()),
+                "{pid}"
+            );
         }
-        assert_eq!(container_id(root.path(), 13), None);
-        assert_eq!(name(root.path(), 99), None, "a process that is gone");
+        assert_eq!(container_id(root.path(), 13, skips), None);
+        assert_eq!(name(root.path(), 99, skips), None, "a process that is gone");
+        assert!(skips.is_empty());
+    }
+
+    /// A name that is not UTF-8 is shown lossily, not as "" (PR_SET_NAME takes any bytes);
+    /// a FIFO or a link where `comm` belongs is skipped at once and counted.
+    #[test]
+    fn hostile_proc_entries() {
+        use crate::input::Reason;
+        let root = tempfile::tempdir().unwrap();
+        let dir = |pid: u32| {
+            let d = root.path().join(pid.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            d
+        };
+        std::fs::write(dir(20).join("comm"), b"tr\xffin\x1b[31m\n").unwrap();
+        let fifo = std::ffi::CString::new(dir(21).join("comm").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        std::fs::write(root.path().join("shadow"), "root:x\n").unwrap();
+        std::os::unix::fs::symlink(root.path().join("shadow"), dir(22).join("comm")).unwrap();
+        std::fs::write(dir(23).join("cgroup"), vec![b'0'; 1 << 20]).unwrap();
+        let skips = &mut Skips::new(crate::input::Input::Proc);
+        assert_eq!(
+            name(root.path(), 20, skips).as_deref(),
+            Some("tr\u{fffd}in\u{fffd}[31m")
+        );
+        let started = std::time::Instant::now();
+        assert_eq!(name(root.path(), 21, skips), None);
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        assert_eq!(name(root.path(), 22, skips), None);
+        assert_eq!(container_id(root.path(), 23, skips), None);
+        assert_eq!(skips.count(Reason::NotRegularFile), 1);
+        assert_eq!(skips.count(Reason::Symlink), 1);
+        assert_eq!(skips.count(Reason::TooLarge), 1);
     }
 }

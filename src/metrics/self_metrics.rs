@@ -55,6 +55,18 @@ pub const FAMILIES: &[Family] = &[
         }),
     },
     Family {
+        name: "gpuwarden_input_skipped",
+        kind: Kind::Counter,
+        unit: "",
+        help: "Things skipped while reading inputs from outside (input: job_mapping, proc, sysfs, kernel_log, kubelet), by reason: symlink (not followed), not_regular_file (a FIFO, socket, device or directory), outside_root (a sysfs link leaving the sysfs root), too_large (read up to the bound), unreadable, name (a file that is not one gpuwarden reads), invalid_value, too_many (beyond a bound on entries or series). Counted at each read; the log names an example.",
+        labels: &["input", "reason"],
+        read: Read::Node(|snapshot, s| {
+            for (input, reason, n) in &snapshot.input_skipped {
+                s.labelled(&[input, reason], *n as f64);
+            }
+        }),
+    },
+    Family {
         name: "gpuwarden_persistence_enable_attempts",
         kind: Kind::Counter,
         unit: "",

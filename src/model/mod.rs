@@ -422,6 +422,9 @@ pub struct Snapshot {
     /// Findings about the node rather than one GPU (a GPU on the bus no backend shows),
     /// computed with the devices' health.
     pub node_findings: Vec<health::Finding>,
+    /// What was skipped reading inputs from outside since start, as (input, reason, count)
+    /// (`gpuwarden_input_skipped_total`; see input.rs).
+    pub input_skipped: Vec<(&'static str, &'static str, u64)>,
 }
 
 impl Snapshot {

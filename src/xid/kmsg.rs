@@ -16,7 +16,6 @@
 use super::parse::{self, LogParser, ReportKind, XidReport};
 use super::store::{Source, UNATTRIBUTED, XidEvent, XidStore};
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::{BufRead, BufReader, ErrorKind, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -136,11 +135,11 @@ fn read_line_capped(reader: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::R
 /// Reads what the log holds now and returns; for `gpuwarden check`. /dev/kmsg is opened
 /// non-blocking, so this ends when the ring buffer is read.
 pub fn read_backlog(path: &Path, store: &XidStore) -> std::io::Result<usize> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
+    use crate::input::{Kinds, Links, Refused};
+    let file = crate::input::open(path, Links::Follow, Kinds::RegularOrCharDevice).map_err(|e| match e {
+        Refused::Missing => std::io::Error::new(ErrorKind::NotFound, format!("{} not found", path.display())),
+        skip => std::io::Error::other(skip.to_string()),
+    })?;
     let boot = boot_time();
     let mut reader = BufReader::with_capacity(16 * 1024, file);
     let mut parser = LogParser::default();
@@ -182,9 +181,25 @@ pub fn spawn_follower(
 fn follow(path: &Path, store: &XidStore, stop: &AtomicBool, resume: &ResumePoints) {
     let mut warned = false;
     while !stop.load(Ordering::Relaxed) {
-        let mut file = match File::open(path) {
+        // Through crate::input: a regular file or a character device (/dev/kmsg); a FIFO,
+        // socket or directory is refused rather than waited on. Reads then block on this
+        // thread of its own, as following /dev/kmsg needs.
+        let opened = crate::input::open(
+            path,
+            crate::input::Links::Follow,
+            crate::input::Kinds::RegularOrCharDevice,
+        )
+        .and_then(|file| {
+            crate::input::set_blocking(&file)
+                .map(|()| file)
+                .map_err(|e| crate::input::Refused::Skip(crate::input::Reason::Unreadable, e.to_string()))
+        });
+        let mut file = match opened {
             Ok(f) => f,
             Err(e) => {
+                if let crate::input::Refused::Skip(reason, what) = &e {
+                    crate::input::Skips::new(crate::input::Input::KernelLog).add(*reason, what);
+                }
                 store.set_source_up(Source::KERNEL_LOG, false);
                 if !warned {
                     log::warn!(

@@ -12,6 +12,7 @@
 use super::gpu_metrics::{self, GpuMetrics};
 use crate::backend::PollReport;
 use crate::clock_events;
+use crate::input;
 use crate::model::{DeviceIdentity, DeviceReadings, EccCount, Vendor};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -57,7 +58,14 @@ pub fn device_pollers(root: &Path) -> std::io::Result<Vec<SysfsDevicePoller>> {
             let name = entry.file_name().to_string_lossy().into_owned();
             // card0, card1, ...; not card0-DP-1 (connectors) or renderD128.
             let number: u32 = name.strip_prefix("card")?.parse().ok()?;
-            Some((number, entry.path().join("device")))
+            // `device` is the kernel's link to the PCI device: followed only into the root.
+            match input::resolve_inside(&root.join("sys"), &entry.path().join("device")) {
+                Ok(device) => Some((number, device)),
+                Err(refused) => {
+                    refused.record(&mut input::Skips::new(input::Input::Sysfs));
+                    None
+                }
+            }
         })
         .filter(|(_, device)| uevent(device).is_some_and(|u| u.driver == "amdgpu"))
         .collect();
@@ -77,7 +85,7 @@ struct Uevent {
 }
 
 fn uevent(device: &Path) -> Option<Uevent> {
-    let text = std::fs::read_to_string(device.join("uevent")).ok()?;
+    let text = read_trimmed(&device.join("uevent"))?;
     let field = |key: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
@@ -92,11 +100,15 @@ fn uevent(device: &Path) -> Option<Uevent> {
     })
 }
 
+/// The largest sysfs attribute: the kernel hands out at most a page.
+const MAX_ATTRIBUTE: usize = 4096;
+/// `gpu_metrics` is a binary table of a few hundred bytes (v1.x) to a few kilobytes (v3).
+const MAX_GPU_METRICS: usize = 64 * 1024;
+
+/// A sysfs attribute, trimmed; through [`crate::input`] (bounded, non-blocking, no link
+/// followed), with what was skipped counted under `input="sysfs"`.
 fn read_trimmed(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
+    input::read_value(path, MAX_ATTRIBUTE, &mut input::Skips::new(input::Input::Sysfs))
 }
 
 /// Link rate files read like "16.0 GT/s PCIe".
@@ -231,7 +243,13 @@ impl SysfsDevicePoller {
     }
 
     fn metrics(&mut self, errors: &mut Vec<(&'static str, String)>) -> Option<GpuMetrics> {
-        let bytes = std::fs::read(self.device.join("gpu_metrics")).ok()?;
+        let bytes = match input::read_bytes(&self.device.join("gpu_metrics"), MAX_GPU_METRICS, input::Links::Refuse) {
+            Ok((bytes, _)) => bytes,
+            Err(refused) => {
+                refused.record(&mut input::Skips::new(input::Input::Sysfs));
+                return None;
+            }
+        };
         match gpu_metrics::parse(&bytes) {
             Ok(m) => Some(m),
             Err(e @ gpu_metrics::ParseError::UnknownRevision { .. }) => {
@@ -361,7 +379,7 @@ impl SysfsDevicePoller {
             if !name.ends_with("_err_count") {
                 continue;
             }
-            if let Ok(text) = std::fs::read_to_string(entry.path()) {
+            if let Some(text) = read_trimmed(&entry.path()) {
                 let (ue, ce) = ras_counts(&text);
                 if name.starts_with("xgmi") {
                     if ue.is_some() || ce.is_some() {

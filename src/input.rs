@@ -1,0 +1,605 @@
+//! Reading what comes from outside the daemon as if an attacker wrote it: the job mapping
+//! directory (written by a scheduler's prolog, by people, by job scripts), /proc, sysfs and
+//! the kernel log path.
+//!
+//! Every reader of such files goes through here, so one set of rules holds everywhere:
+//! - Nothing can block: files are opened non-blocking, and anything that is not a regular
+//!   file (a FIFO, a socket, a device, a directory) is refused before it is read. A FIFO
+//!   once froze the poll loop in `open()`.
+//! - No symlink is followed where people write ([`Links::Refuse`], `O_NOFOLLOW`): a link to
+//!   /etc/shadow once put its lines on /metrics. Sysfs is made of the kernel's own links
+//!   (`/sys/bus/pci/devices/*`, `/sys/class/drm/card*/device`), so there they are resolved
+//!   and only targets inside the configured sysfs root are read ([`resolve_inside`]).
+//! - Bounded: at most a stated number of bytes per file, decoded lossily (invalid UTF-8
+//!   becomes U+FFFD, never a dropped reading), and at most a stated number of directory
+//!   entries *after* the names that are not ours were filtered out, so stray files cannot
+//!   crowd out real ones ([`list_dir`]).
+//! - Visible: whatever is skipped is counted by input and reason
+//!   (`gpuwarden_input_skipped_total{input,reason}`) and logged, one line per input and
+//!   reason per [`LOG_EVERY`], naming an example and how many more there were ([`Skips`]).
+//!   A source that cannot be read at all says so once, says when it is back, and says so
+//!   again at the next outage ([`Outage`]).
+
+use crate::logging::{RateLimiter, held_back_suffix};
+use std::collections::BTreeMap;
+use std::fmt::Display;
+use std::io::{ErrorKind, Read};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+/// How often a skip of one kind (input and reason) is logged; each one is counted.
+pub const LOG_EVERY: Duration = Duration::from_secs(300);
+
+/// Where a skipped thing came from: the `input` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Input {
+    /// `hpc_jobs.mapping_dir`.
+    JobMapping,
+    /// `processes.proc_root`: process names, cgroups, DRM clients.
+    Proc,
+    /// The PCI census and amdgpu's files under `amd.sysfs_root`.
+    Sysfs,
+    /// `xid.kernel_log_path`.
+    KernelLog,
+    /// The kubelet's pod-resources answer.
+    Kubelet,
+}
+
+impl Input {
+    pub const ALL: [Input; 5] = [
+        Input::JobMapping,
+        Input::Proc,
+        Input::Sysfs,
+        Input::KernelLog,
+        Input::Kubelet,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Input::JobMapping => "job_mapping",
+            Input::Proc => "proc",
+            Input::Sysfs => "sysfs",
+            Input::KernelLog => "kernel_log",
+            Input::Kubelet => "kubelet",
+        }
+    }
+}
+
+/// Why something was skipped: the `reason` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Reason {
+    /// A symbolic link where none is followed.
+    Symlink,
+    /// A FIFO, socket, device or directory where a regular file belongs.
+    NotRegularFile,
+    /// A sysfs link whose target is outside the sysfs root.
+    OutsideRoot,
+    /// Longer than the byte bound: read up to it, the rest ignored.
+    TooLarge,
+    /// Could not be opened or read (permissions, an I/O error).
+    Unreadable,
+    /// A directory entry whose name is not one this input reads (an editor's or a script's
+    /// temporary file, a dotfile).
+    Name,
+    /// A line or value that is not valid where it stands (a job id with control characters).
+    InvalidValue,
+    /// Beyond the bound on entries or series: the rest were not looked at.
+    TooMany,
+}
+
+impl Reason {
+    pub fn label(self) -> &'static str {
+        match self {
+            Reason::Symlink => "symlink",
+            Reason::NotRegularFile => "not_regular_file",
+            Reason::OutsideRoot => "outside_root",
+            Reason::TooLarge => "too_large",
+            Reason::Unreadable => "unreadable",
+            Reason::Name => "name",
+            Reason::InvalidValue => "invalid_value",
+            Reason::TooMany => "too_many",
+        }
+    }
+
+    fn explain(self) -> &'static str {
+        match self {
+            Reason::Symlink => "a symbolic link (not followed here)",
+            Reason::NotRegularFile => "not a regular file (a FIFO, socket, device or directory)",
+            Reason::OutsideRoot => "a link that leads outside the sysfs root",
+            Reason::TooLarge => "larger than gpuwarden reads (the rest is ignored)",
+            Reason::Unreadable => "unreadable",
+            Reason::Name => "a name that is not read here",
+            Reason::InvalidValue => "an invalid value",
+            Reason::TooMany => "beyond the limit on entries or series",
+        }
+    }
+}
+
+struct Ledger {
+    counts: BTreeMap<(Input, Reason), u64>,
+    limiter: RateLimiter,
+}
+
+static LEDGER: Mutex<Option<Ledger>> = Mutex::new(None);
+
+/// Every skip counted since start, by input and reason (for `gpuwarden_input_skipped_total`).
+pub fn skipped_totals() -> Vec<(Input, Reason, u64)> {
+    let ledger = LEDGER.lock().unwrap_or_else(PoisonError::into_inner);
+    ledger
+        .as_ref()
+        .map(|l| l.counts.iter().map(|((i, r), n)| (*i, *r, *n)).collect())
+        .unwrap_or_default()
+}
+
+/// Skips of one read of one input, gathered and then counted and logged together: a
+/// directory with 100,000 stray files is one log line, not 100,000.
+pub struct Skips {
+    input: Input,
+    /// Per reason: how many, and the first one's description.
+    found: BTreeMap<Reason, (u64, String)>,
+}
+
+impl Skips {
+    pub fn new(input: Input) -> Skips {
+        Skips {
+            input,
+            found: BTreeMap::new(),
+        }
+    }
+
+    pub fn add(&mut self, reason: Reason, what: impl Display) {
+        let entry = self.found.entry(reason).or_insert_with(|| (0, what.to_string()));
+        entry.0 += 1;
+    }
+
+    pub fn add_many(&mut self, reason: Reason, count: u64, what: impl Display) {
+        if count > 0 {
+            let entry = self.found.entry(reason).or_insert_with(|| (0, what.to_string()));
+            entry.0 += count;
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.found.is_empty()
+    }
+
+    /// How many were skipped for `reason` in this read.
+    pub fn count(&self, reason: Reason) -> u64 {
+        self.found.get(&reason).map_or(0, |(n, _)| *n)
+    }
+}
+
+impl Drop for Skips {
+    /// Counts what was gathered and logs it (rate-limited), whatever path the reader left by.
+    fn drop(&mut self) {
+        if self.found.is_empty() {
+            return;
+        }
+        let mut guard = LEDGER.lock().unwrap_or_else(PoisonError::into_inner);
+        let ledger = guard.get_or_insert_with(|| Ledger {
+            counts: BTreeMap::new(),
+            limiter: RateLimiter::new(LOG_EVERY),
+        });
+        for (reason, (count, example)) in std::mem::take(&mut self.found) {
+            *ledger.counts.entry((self.input, reason)).or_default() += count;
+            let key = format!("{}/{}", self.input.label(), reason.label());
+            if let Some(held_back) = ledger.limiter.allow(&key) {
+                let more = if count > 1 {
+                    format!(" and {} more like it", count - 1)
+                } else {
+                    String::new()
+                };
+                log::warn!(
+                    "{}: skipped {example}{more}: {}{}",
+                    self.input.label(),
+                    reason.explain(),
+                    held_back_suffix(held_back)
+                );
+            }
+        }
+    }
+}
+
+/// Whether the last component of a path may be a symbolic link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Links {
+    /// Where people and job scripts write: a link is refused (`O_NOFOLLOW`).
+    Refuse,
+    /// The configured path itself (an administrator's choice): followed.
+    Follow,
+}
+
+/// Which kinds of file a reader takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kinds {
+    /// Regular files only.
+    Regular,
+    /// Regular files and character devices (`/dev/kmsg`).
+    RegularOrCharDevice,
+}
+
+/// Why a file was not read.
+#[derive(Debug)]
+pub enum Refused {
+    /// It is not there (a process that ended, a file the GPU does not have): not a skip.
+    Missing,
+    /// It is there and was not read, for this reason; the text says what was seen.
+    Skip(Reason, String),
+}
+
+impl Refused {
+    /// Counts a skip into `skips`; a missing file is not one.
+    pub fn record(self, skips: &mut Skips) {
+        if let Refused::Skip(reason, what) = self {
+            skips.add(reason, what);
+        }
+    }
+}
+
+impl Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::Missing => write!(f, "not found"),
+            Refused::Skip(reason, what) => write!(f, "{what}: {}", reason.explain()),
+        }
+    }
+}
+
+fn refused(path: &Path, e: &std::io::Error) -> Refused {
+    if e.kind() == ErrorKind::NotFound {
+        return Refused::Missing;
+    }
+    // O_NOFOLLOW on a link fails with ELOOP.
+    if e.raw_os_error() == Some(libc::ELOOP) {
+        return Refused::Skip(Reason::Symlink, path.display().to_string());
+    }
+    Refused::Skip(Reason::Unreadable, format!("{} ({e})", path.display()))
+}
+
+/// Opens a file for reading without blocking, refusing what `kinds` does not take, and
+/// refusing a link in the last component when `links` says so. The type is checked twice:
+/// before opening (opening a device can have effects) and on the open descriptor (the path
+/// may have been swapped in between).
+pub fn open(path: &Path, links: Links, kinds: Kinds) -> Result<std::fs::File, Refused> {
+    let before = match links {
+        Links::Refuse => std::fs::symlink_metadata(path),
+        Links::Follow => std::fs::metadata(path),
+    }
+    .map_err(|e| refused(path, &e))?;
+    let kind_ok = |t: std::fs::FileType| t.is_file() || (kinds == Kinds::RegularOrCharDevice && t.is_char_device());
+    if before.file_type().is_symlink() {
+        return Err(Refused::Skip(Reason::Symlink, path.display().to_string()));
+    }
+    if !kind_ok(before.file_type()) {
+        return Err(Refused::Skip(Reason::NotRegularFile, path.display().to_string()));
+    }
+    let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
+    if links == Links::Refuse {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| refused(path, &e))?;
+    let after = file.metadata().map_err(|e| refused(path, &e))?;
+    if !kind_ok(after.file_type()) {
+        return Err(Refused::Skip(Reason::NotRegularFile, path.display().to_string()));
+    }
+    Ok(file)
+}
+
+/// Makes reads of a file opened by [`open`] block again: for a reader on a thread of its
+/// own that follows a device (`/dev/kmsg`) and wants to sleep in `read()` until a record.
+pub fn set_blocking(file: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor this File owns and keeps open for the call.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above; only O_NONBLOCK changes.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A file's text, at most `max_bytes` of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Text {
+    /// Decoded lossily: invalid UTF-8 becomes U+FFFD.
+    pub text: String,
+    /// The file was longer than `max_bytes`; `text` holds its beginning.
+    pub truncated: bool,
+}
+
+/// Reads at most `max_bytes` of a regular file, never blocking and never holding more than
+/// that in memory (a 20 MB `class` file once cost 40 MB at every read).
+pub fn read_bytes(path: &Path, max_bytes: usize, links: Links) -> Result<(Vec<u8>, bool), Refused> {
+    let file = open(path, links, Kinds::Regular)?;
+    let mut bytes = Vec::with_capacity(max_bytes.min(4096));
+    // One byte more than allowed tells whether there was more.
+    file.take(max_bytes as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| refused(path, &e))?;
+    let truncated = bytes.len() > max_bytes;
+    bytes.truncate(max_bytes);
+    Ok((bytes, truncated))
+}
+
+/// [`read_bytes`], decoded lossily.
+pub fn read_text(path: &Path, max_bytes: usize, links: Links) -> Result<Text, Refused> {
+    let (bytes, truncated) = read_bytes(path, max_bytes, links)?;
+    Ok(Text {
+        text: String::from_utf8_lossy(&bytes).into_owned(),
+        truncated,
+    })
+}
+
+/// A small sysfs or /proc value (a number, a word), trimmed; `None` when missing, not a
+/// regular file, or empty. Skips other than a missing file go into `skips`.
+pub fn read_value(path: &Path, max_bytes: usize, skips: &mut Skips) -> Option<String> {
+    match read_text(path, max_bytes, Links::Refuse) {
+        Ok(t) => {
+            if t.truncated {
+                skips.add(Reason::TooLarge, path.display());
+            }
+            Some(t.text.trim().to_string()).filter(|s| !s.is_empty())
+        }
+        Err(refused) => {
+            refused.record(skips);
+            None
+        }
+    }
+}
+
+/// The entries of `dir` whose names `wanted` takes, at most `max` of them, with the names
+/// it does not take counted as [`Reason::Name`] and those beyond `max` as
+/// [`Reason::TooMany`]. Names are decoded lossily before `wanted` sees them. Nothing is
+/// opened or stat'ed here, so a directory of a hundred thousand stray files costs one pass
+/// over its names. At most `max_scanned` names are looked at in all, so even a directory
+/// with millions of entries ends in bounded time (what is left is counted as too many).
+pub fn list_dir<T>(
+    dir: &Path,
+    max: usize,
+    max_scanned: usize,
+    skips: &mut Skips,
+    mut wanted: impl FnMut(&str) -> Option<T>,
+) -> std::io::Result<Vec<(T, PathBuf)>> {
+    let entries = std::fs::read_dir(dir)?;
+    let mut out = Vec::new();
+    for (scanned, entry) in entries.enumerate() {
+        if scanned >= max_scanned {
+            skips.add(
+                Reason::TooMany,
+                format!("{} (more than {max_scanned} entries)", dir.display()),
+            );
+            break;
+        }
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => {
+                skips.add(Reason::Unreadable, format!("an entry of {} ({e})", dir.display()));
+                continue;
+            }
+        };
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        match wanted(&name) {
+            None => skips.add(Reason::Name, entry.path().display()),
+            Some(_) if out.len() >= max => {
+                skips.add(Reason::TooMany, format!("{} (more than {max})", entry.path().display()))
+            }
+            Some(key) => out.push((key, entry.path())),
+        }
+    }
+    Ok(out)
+}
+
+/// Resolves `path` (following the kernel's links) and returns the target when it lies
+/// inside `root`, itself resolved; [`Reason::OutsideRoot`] otherwise. For sysfs, where
+/// every device is reached through links, and a link placed there to /etc must not be read.
+pub fn resolve_inside(root: &Path, path: &Path) -> Result<PathBuf, Refused> {
+    let root = std::fs::canonicalize(root).map_err(|e| refused(root, &e))?;
+    let target = std::fs::canonicalize(path).map_err(|e| refused(path, &e))?;
+    if target.starts_with(&root) {
+        Ok(target)
+    } else {
+        Err(Refused::Skip(
+            Reason::OutsideRoot,
+            format!("{} -> {}", path.display(), target.display()),
+        ))
+    }
+}
+
+/// One source that is read again and again (the job mapping directory, /proc): logs a
+/// warning when it cannot be read, a line when it can again, and a warning again at the next
+/// outage; stays quiet while nothing changes.
+#[derive(Debug, Default)]
+pub struct Outage {
+    failing: bool,
+}
+
+impl Outage {
+    /// The source could not be read: warns when it could before.
+    pub fn failed(&mut self, what: impl Display) {
+        if !self.failing {
+            log::warn!("{what}");
+            self.failing = true;
+        } else {
+            log::debug!("{what}");
+        }
+    }
+
+    /// The source was read: says so when it could not be before.
+    pub fn recovered(&mut self, what: impl Display) {
+        if self.failing {
+            log::info!("{what}");
+            self.failing = false;
+        }
+    }
+
+    pub fn is_failing(&self) -> bool {
+        self.failing
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn mkfifo(path: &Path) {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    }
+
+    #[test]
+    fn a_fifo_is_refused_at_once_without_a_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("0");
+        mkfifo(&fifo);
+        let started = std::time::Instant::now();
+        for links in [Links::Refuse, Links::Follow] {
+            match read_text(&fifo, 100, links) {
+                Err(Refused::Skip(Reason::NotRegularFile, _)) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn sockets_directories_and_devices_are_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        for path in [
+            socket.as_path(),
+            dir.path(),
+            Path::new("/dev/null"),
+            Path::new("/dev/zero"),
+        ] {
+            assert!(
+                matches!(
+                    read_text(path, 100, Links::Follow),
+                    Err(Refused::Skip(Reason::NotRegularFile, _))
+                ),
+                "{}",
+                path.display()
+            );
+        }
+        // The kernel log reader takes a character device.
+        assert!(open(Path::new("/dev/null"), Links::Follow, Kinds::RegularOrCharDevice).is_ok());
+    }
+
+    #[test]
+    fn a_symlink_is_refused_where_links_are_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "root:$6$hash:19000::::::\n").unwrap();
+        let link = dir.path().join("3");
+        symlink(&secret, &link).unwrap();
+        assert!(matches!(
+            read_text(&link, 100, Links::Refuse),
+            Err(Refused::Skip(Reason::Symlink, _))
+        ));
+        // A dangling link too, and a link to a directory.
+        let dangling = dir.path().join("4");
+        symlink("/nonexistent", &dangling).unwrap();
+        assert!(matches!(
+            read_text(&dangling, 100, Links::Refuse),
+            Err(Refused::Skip(Reason::Symlink, _))
+        ));
+        // The configured path itself may be a link.
+        assert_eq!(
+            read_text(&link, 100, Links::Follow).unwrap().text,
+            "root:$6$hash:19000::::::\n"
+        );
+    }
+
+    #[test]
+    fn reads_are_bounded_and_lossy() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'x'; 1 << 20]).unwrap();
+        let t = read_text(&big, 64, Links::Refuse).unwrap();
+        assert_eq!((t.text.len(), t.truncated), (64, true));
+        let exact = dir.path().join("exact");
+        std::fs::write(&exact, "12345").unwrap();
+        assert!(!read_text(&exact, 5, Links::Refuse).unwrap().truncated);
+        let binary = dir.path().join("binary");
+        std::fs::write(&binary, b"py\xfftho\x00n").unwrap();
+        assert_eq!(read_text(&binary, 64, Links::Refuse).unwrap().text, "py\u{fffd}tho\0n");
+        assert!(matches!(
+            read_text(&dir.path().join("gone"), 64, Links::Refuse),
+            Err(Refused::Missing)
+        ));
+    }
+
+    #[test]
+    fn listing_filters_names_before_it_bounds_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..2000 {
+            std::fs::write(dir.path().join(format!(".stray{i}")), "").unwrap();
+        }
+        for i in 0..8 {
+            std::fs::write(dir.path().join(i.to_string()), "").unwrap();
+        }
+        let mut skips = Skips::new(Input::JobMapping);
+        let found = list_dir(dir.path(), 16, 1_000_000, &mut skips, |n| n.parse::<u32>().ok()).unwrap();
+        assert_eq!(found.len(), 8, "every real file, whatever the strays");
+        assert_eq!(skips.count(Reason::Name), 2000);
+        assert_eq!(skips.count(Reason::TooMany), 0);
+        // Beyond the bound on wanted entries: counted.
+        let found = list_dir(dir.path(), 5, 1_000_000, &mut skips, |n| n.parse::<u32>().ok()).unwrap();
+        assert_eq!(found.len(), 5);
+        assert_eq!(skips.count(Reason::TooMany), 3);
+        drop(skips);
+        let totals = skipped_totals();
+        assert!(
+            totals
+                .iter()
+                .any(|(i, r, n)| *i == Input::JobMapping && *r == Reason::Name && *n >= 4000)
+        );
+    }
+
+    #[test]
+    fn sysfs_links_are_read_only_inside_the_root() {
+        let root = tempfile::tempdir().unwrap();
+        let sys = root.path().join("sys");
+        std::fs::create_dir_all(sys.join("devices/pci0000:00/0000:19:00.0")).unwrap();
+        std::fs::create_dir_all(sys.join("bus/pci/devices")).unwrap();
+        symlink(
+            "../../../devices/pci0000:00/0000:19:00.0",
+            sys.join("bus/pci/devices/0000:19:00.0"),
+        )
+        .unwrap();
+        symlink("/etc", sys.join("bus/pci/devices/0000:66:00.0")).unwrap();
+        let inside = resolve_inside(&sys, &sys.join("bus/pci/devices/0000:19:00.0")).unwrap();
+        assert!(inside.ends_with("devices/pci0000:00/0000:19:00.0"));
+        assert!(matches!(
+            resolve_inside(&sys, &sys.join("bus/pci/devices/0000:66:00.0")),
+            Err(Refused::Skip(Reason::OutsideRoot, _))
+        ));
+    }
+
+    #[test]
+    fn an_outage_warns_once_says_when_it_is_over_and_warns_again() {
+        let mut outage = Outage::default();
+        outage.recovered("no-op");
+        assert!(!outage.is_failing());
+        outage.failed("down");
+        outage.failed("still down");
+        assert!(outage.is_failing());
+        outage.recovered("back");
+        assert!(!outage.is_failing());
+        outage.failed("down again");
+        assert!(outage.is_failing());
+    }
+}
