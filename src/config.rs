@@ -560,13 +560,35 @@ pub struct Overrides {
     pub listen: Option<SocketAddr>,
     pub nvml_library_path: Option<PathBuf>,
     pub kernel_log_path: Option<PathBuf>,
-    /// The demo's GPUs are simulated: the real PCI bus says nothing about them.
+    /// The demo's GPUs are simulated: the real PCI bus says nothing about them. A default
+    /// only: a config file that sets `pci_census` keeps its value.
     pub no_pci_census: bool,
+    /// The demo's job directory. A default only: a config file that sets
+    /// `hpc_jobs.mapping_dir` keeps its value.
     pub hpc_jobs_dir: Option<PathBuf>,
 }
 
 impl Overrides {
-    pub fn apply(&self, config: &mut Config) {
+    /// Applies the overrides to `config`, read from `file` (None: built-in defaults). What
+    /// the simulated GPUs need (the library, the kernel log) always wins; the demo's other
+    /// choices give way to a key the file sets, and the log says so.
+    pub fn apply(&self, config: &mut Config, file: Option<&Path>) {
+        let text = file
+            .filter(|_| self.no_pci_census || self.hpc_jobs_dir.is_some())
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .unwrap_or_default();
+        let file_sets = |section: &str, key: &str| {
+            let set = key_position(&text, section, key).is_some();
+            if set {
+                let name = if key.is_empty() {
+                    section.to_string()
+                } else {
+                    format!("{section}.{key}")
+                };
+                log::info!("demo: keeping `{name}` as the config file sets it");
+            }
+            set
+        };
         if let Some(listen) = self.listen {
             config.listen = listen;
         }
@@ -577,10 +599,12 @@ impl Overrides {
         if let Some(path) = &self.kernel_log_path {
             config.xid.kernel_log_path = path.clone();
         }
-        if self.no_pci_census {
+        if self.no_pci_census && !file_sets("pci_census", "") {
             config.pci_census = false;
         }
-        if let Some(dir) = &self.hpc_jobs_dir {
+        if let Some(dir) = &self.hpc_jobs_dir
+            && !file_sets("hpc_jobs", "mapping_dir")
+        {
             config.hpc_jobs.mapping_dir = dir.clone();
         }
     }

@@ -337,7 +337,7 @@ fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Re
         return Err("SIGHUP: gpuwarden runs on built-in defaults (no config file): nothing to reload".to_string());
     };
     let mut new_config = Config::load(path).map_err(|e| format!("reload refused, keeping the running config: {e}"))?;
-    overrides.apply(&mut new_config);
+    overrides.apply(&mut new_config, Some(path));
     if new_config.listen != running.listen {
         log::warn!(
             "reload: `listen` changed from {} to {}; {} take a restart, keeping {}",

@@ -153,16 +153,17 @@ fn main() {
             let path = config_path(config.as_deref());
             let mut cfg = load_config(path.as_deref())?;
             let (overrides, demo_files) = overrides(listen, demo)?;
-            overrides.apply(&mut cfg);
+            overrides.apply(&mut cfg, path.as_deref());
             let code = daemon::run(cfg, path, overrides);
             // Before process::exit, which runs no destructors.
             drop(demo_files);
             Ok(code)
         })(),
         Command::Check { config, json, demo } => (|| {
-            let mut cfg = load_config(config_path(config.as_deref()).as_deref())?;
+            let path = config_path(config.as_deref());
+            let mut cfg = load_config(path.as_deref())?;
             let (overrides, demo_files) = overrides(None, demo)?;
-            overrides.apply(&mut cfg);
+            overrides.apply(&mut cfg, path.as_deref());
             // check only looks: it reports persistence mode off rather than changing it.
             cfg.persistence.enable = false;
             let code = check::run(cfg, json);

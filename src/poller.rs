@@ -21,7 +21,7 @@ use crate::model::{
 };
 use crate::notify;
 use crate::publisher::{Publisher, RoundPart};
-use crate::settings::{BackendSettings, SharedSettings};
+use crate::settings::{BackendSettings, LiveSwitches, SharedSettings};
 use crate::xid::store::XidStore;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -73,6 +73,8 @@ pub struct Coordinator {
     xid_events: bool,
     /// What the current backends were made from; None before the first round.
     made_from: Option<BackendSettings>,
+    /// Switches the pollers read at every poll, set from the settings at every round.
+    live: LiveSwitches,
     backends: Vec<Box<dyn Backend>>,
     workers: Vec<Worker>,
     results_tx: Sender<PollResult>,
@@ -102,6 +104,7 @@ impl Coordinator {
             xids,
             xid_events,
             made_from: None,
+            live: LiveSwitches::default(),
             backends: Vec::new(),
             workers: Vec::new(),
             results_tx,
@@ -121,7 +124,10 @@ impl Coordinator {
     /// changed what they are made from. The old GPU threads end after their current poll
     /// (a hung one stays hung, harmlessly); the counters stay.
     fn apply_backend_settings(&mut self) {
-        let wanted = self.settings.current().backends.clone();
+        let settings = self.settings.current();
+        // The switches apply at once, to the pollers there are: no new backends for them.
+        self.live.apply(&settings.config);
+        let wanted = settings.backends.clone();
         if self.made_from.as_ref() == Some(&wanted) {
             return;
         }
@@ -129,7 +135,7 @@ impl Coordinator {
             log::info!("reload: the GPU backends' settings changed; enumerating the GPUs again");
         }
         self.workers.clear();
-        self.backends = backend::from_settings(&wanted, &self.xids, self.xid_events);
+        self.backends = backend::from_settings(&wanted, &self.live, &self.xids, self.xid_events);
         self.answers = vec![Answers::default(); self.backends.len()];
         let names: Vec<&'static str> = self
             .backends

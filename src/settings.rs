@@ -32,8 +32,29 @@ pub struct BackendSettings {
     pub gpm_interval: Duration,
     /// Listen for XIDs on NVML's event set (a thread the NVML backend runs).
     pub nvml_events: bool,
-    /// Read per-process utilisation (wanted only for per-process series).
-    pub process_utilization: bool,
+}
+
+/// Switches the GPU pollers read at every poll, shared with them, so that a reload that
+/// flips one changes what the next poll reads without making the backends anew (which
+/// would drop every GPM-derived series until the next GPM interval).
+#[derive(Debug, Clone, Default)]
+pub struct LiveSwitches {
+    /// Read per-process utilisation (wanted only for per-process series:
+    /// `processes.per_process`).
+    pub process_utilization: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl LiveSwitches {
+    /// Sets every switch from the settings in force.
+    pub fn apply(&self, config: &Config) {
+        use std::sync::atomic::Ordering;
+        self.process_utilization
+            .store(config.processes.per_process, Ordering::Relaxed);
+    }
+
+    pub fn process_utilization(&self) -> bool {
+        self.process_utilization.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl BackendSettings {
@@ -46,7 +67,6 @@ impl BackendSettings {
             topology_interval: config.poll.topology_interval,
             gpm_interval: config.poll.gpm_interval,
             nvml_events: config.xid.nvml_events,
-            process_utilization: config.processes.per_process,
         }
     }
 }

@@ -345,3 +345,43 @@ fn reloads_during_long_rounds_lose_no_counter() {
         before = after;
     }
 }
+
+/// A reload that changes only `processes.per_process` switches the per-process series on
+/// and leaves the GPU backends as they are: the GPM-derived series (computed once per
+/// `poll.gpm_interval`) stay on every scrape. Before, the backends were made anew and 293
+/// such series vanished for a whole GPM interval.
+#[test]
+fn per_process_on_reload_keeps_the_gpm_series() {
+    let config = test_config(&sim_library(), "processes:\n  per_process: false\n")
+        .replace("gpm_interval: 200ms", "gpm_interval: 8s");
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    let before = d.scrape_until_within("the first GPM figures", Duration::from_secs(30), |m| {
+        m.has_family("gpu_sm_active_ratio")
+    });
+    let gpm_series = before.find("gpu_sm_active_ratio", &[]).len();
+    assert!(gpm_series > 0);
+    assert!(!before.has_family("gpu_process_sm_utilization_ratio"));
+    reload(&d, |c| c.replace("per_process: false", "per_process: true"));
+    // Every scrape until the per-process series show, and a while after, has the GPM series.
+    let watched = Instant::now();
+    let mut per_process_seen = false;
+    while watched.elapsed() < Duration::from_secs(4) {
+        let m = d.scrape();
+        assert_eq!(
+            m.find("gpu_sm_active_ratio", &[]).len(),
+            gpm_series,
+            "GPM series went away {:?} after the reload",
+            watched.elapsed()
+        );
+        per_process_seen |= m
+            .value("gpu_process_sm_utilization_ratio", &[("gpu", "1"), ("pid", "4211")])
+            .is_some();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(per_process_seen, "the reload switched per-process series on");
+    assert!(
+        !d.log_text().contains("enumerating the GPUs again"),
+        "the backends were made anew:\n{}",
+        d.log_text()
+    );
+}

@@ -173,18 +173,55 @@ fn put(systemd: &Systemd, path: &str, text: &str) {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// Copies a file of this machine (the binary, a simulated library) into the namespace's own
+/// /run, executable. What the unit runs must live there: the unit's sandbox hides /home and
+/// /root (ProtectHome) and gives it a /tmp of its own (PrivateTmp), and the namespace mounts
+/// a fresh /tmp, so a checkout under any of them could not be run from where cargo built it.
+fn stage(systemd: &Systemd, from: &Path, to: &str) -> PathBuf {
+    let out = as_root("nsenter")
+        .args(["-t", &systemd.pid.to_string(), "-m", "-p", "sh", "-c"])
+        .arg(format!("mkdir -p $(dirname {to}) && cat > {to} && chmod 755 {to}"))
+        .stdin(std::fs::File::open(from).unwrap_or_else(|e| panic!("{}: {e}", from.display())))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "staging {}: {}",
+        from.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(to)
+}
+
 #[test]
 fn the_shipped_unit_under_a_real_systemd() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let systemd = Systemd::boot(dir.path());
     let port = free_port();
-    let cuda = sim_cuda_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), true);
-    let binary = PathBuf::from(BIN);
+    let binary = stage(&systemd, Path::new(BIN), "/run/gpuwarden-test/bin/gpuwarden");
+    let nvml = stage(
+        &systemd,
+        &sim_library(),
+        "/run/gpuwarden-test/lib/libgpuwarden_sim_nvml.so",
+    );
+    // One simulated CUDA library under every name, as links: one file loaded once, so the
+    // driver and cuBLAS share its state.
+    let host_cuda = sim_cuda_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), true);
+    stage(
+        &systemd,
+        &host_cuda.join("libcuda.so"),
+        "/run/gpuwarden-test/cuda/libsim_cuda.so",
+    );
+    systemd.shell(
+        "cd /run/gpuwarden-test/cuda && for n in libcuda.so libcuda.so.1 libcublas.so libcublas.so.13; do \
+         ln -sf libsim_cuda.so $n; done",
+    );
+    let cuda = PathBuf::from("/run/gpuwarden-test/cuda");
     let config = format!(
         "listen: 127.0.0.1:{port}\npoll:\n  interval: 200ms\n  timeout: 150ms\n  slow_interval: 200ms\n\
          nvml:\n  library_path: {}\n  retry_initial: 200ms\n  retry_max: 1s\n\
          xid:\n  kernel_log_path: /run/gpuwarden-test/kmsg\n{FAST_PROBES}",
-        sim_library().display()
+        nvml.display()
     );
     put(&systemd, "/run/gpuwarden-test/config.yaml", &config);
     put(&systemd, "/run/gpuwarden-test/scenario.yaml", &with_cuda(DEMO_SCENARIO));

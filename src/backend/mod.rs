@@ -11,7 +11,7 @@ pub mod amd;
 pub mod nvml;
 
 use crate::model::{DeviceIdentity, DeviceReadings};
-use crate::settings::BackendSettings;
+use crate::settings::{BackendSettings, LiveSwitches};
 use crate::xid::store::XidStore;
 use std::sync::Arc;
 
@@ -52,7 +52,13 @@ pub struct BackendState {
 /// enumeration is instant; NVML may be waiting for its driver). `xid_events`:
 /// whether a backend that can report XID events (NVML) starts its event thread; a one-shot
 /// `check` does not.
-pub fn from_settings(settings: &BackendSettings, xids: &Arc<XidStore>, xid_events: bool) -> Vec<Box<dyn Backend>> {
+/// `live`: the switches the pollers read at every poll.
+pub fn from_settings(
+    settings: &BackendSettings,
+    live: &LiveSwitches,
+    xids: &Arc<XidStore>,
+    xid_events: bool,
+) -> Vec<Box<dyn Backend>> {
     let mut backends: Vec<Box<dyn Backend>> = Vec::new();
     if settings.amd.enabled {
         backends.push(Box::new(amd::AmdBackend::new(&settings.amd)));
@@ -60,6 +66,7 @@ pub fn from_settings(settings: &BackendSettings, xids: &Arc<XidStore>, xid_event
     if settings.nvml.enabled {
         backends.push(Box::new(nvml::lifecycle::NvmlLifecycle::new(
             settings,
+            live,
             xids.clone(),
             xid_events && settings.nvml_events,
         )));

@@ -91,7 +91,7 @@ pub fn run(config: &Config, options: &Options) -> Result<ProbeReport, ProbeError
             topology_interval: config.poll.topology_interval,
             // GPM over each sampling interval, so the report has the activity of each test.
             gpm_interval: config.probe.sample_interval,
-            process_utilization: false,
+            live: Default::default(),
         })
         .map_err(|e| ProbeError::NoDriver(format!("NVML cannot list the GPUs: {e}")))?;
     let count = pollers.len();

@@ -5,7 +5,7 @@
 use super::{BACKEND, NvmlBackend};
 use crate::backend::{Backend, BackendState, DevicePoller};
 use crate::config::Nvml;
-use crate::settings::BackendSettings;
+use crate::settings::{BackendSettings, LiveSwitches};
 use crate::xid::nvml_events;
 use crate::xid::store::XidStore;
 use std::sync::Arc;
@@ -33,7 +33,12 @@ pub struct NvmlLifecycle {
 }
 
 impl NvmlLifecycle {
-    pub fn new(settings: &BackendSettings, xids: Arc<XidStore>, xid_events: bool) -> NvmlLifecycle {
+    pub fn new(
+        settings: &BackendSettings,
+        live: &LiveSwitches,
+        xids: Arc<XidStore>,
+        xid_events: bool,
+    ) -> NvmlLifecycle {
         NvmlLifecycle {
             config: settings.nvml.clone(),
             poll_options: super::PollOptions {
@@ -41,7 +46,7 @@ impl NvmlLifecycle {
                 slow_interval: settings.slow_interval,
                 topology_interval: settings.topology_interval,
                 gpm_interval: settings.gpm_interval,
-                process_utilization: settings.process_utilization,
+                live: live.clone(),
             },
             state: State::Waiting {
                 next_try: Instant::now(),

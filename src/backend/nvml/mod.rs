@@ -82,7 +82,7 @@ impl NvmlBackend {
                 activity: None,
                 mig_activity: Default::default(),
                 gpm: gpm::GpmSampler::default(),
-                process_utilization: options.process_utilization,
+                live: options.live.clone(),
                 last_poll_micros: None,
             });
         }
@@ -106,7 +106,7 @@ fn read_identity(device: &Device<'static>, index: u32, driver_version: &str) -> 
 }
 
 /// How each GPU's poller works, from the settings.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct PollOptions {
     pub enable_persistence: bool,
     /// How often the readings in [`SlowReadings`] are read (see there).
@@ -115,8 +115,9 @@ pub struct PollOptions {
     pub topology_interval: Duration,
     /// How often GPM activity is computed (see gpm.rs).
     pub gpm_interval: Duration,
-    /// Read per-process utilisation samples (only wanted with per-process series on).
-    pub process_utilization: bool,
+    /// Switches read at every poll: per-process utilisation samples (only wanted with
+    /// per-process series on).
+    pub live: crate::settings::LiveSwitches,
 }
 
 /// Readings that do not change while the GPU is in the node, read once.
@@ -182,7 +183,7 @@ pub struct NvmlDevicePoller {
     mig_activity: std::collections::BTreeMap<u32, crate::model::activity::Activity>,
     topology_interval: Duration,
     topology: Option<Topology>,
-    process_utilization: bool,
+    live: crate::settings::LiveSwitches,
     /// Wall time of the previous poll in microseconds: per-process samples are asked for
     /// from then on.
     last_poll_micros: Option<u64>,
@@ -467,7 +468,7 @@ impl NvmlDevicePoller {
                 ..GpuProcess::default()
             })
             .collect();
-        if self.process_utilization && !processes.is_empty() {
+        if self.live.process_utilization() && !processes.is_empty() {
             let since = self.last_poll_micros;
             let samples = calls.read("nvmlDeviceGetProcessUtilization", || {
                 match self.device.process_utilization_stats(since) {
