@@ -51,12 +51,26 @@ impl Daemon {
         std::fs::write(&kmsg, kernel_log).expect("write kernel log");
         let config = config.replace("@KMSG@", &kmsg.display().to_string());
         std::fs::write(dir.path().join("config.yaml"), config).expect("write config");
-        let mut child = Command::new(BIN)
+        let mut command = Command::new(BIN);
+        command
             .args(["run", "--config"])
             .arg(dir.path().join("config.yaml"))
             .env("GPUWARDEN_SIM_NVML_SCENARIO", dir.path().join("scenario.yaml"))
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+        Daemon::spawn(command, dir)
+    }
+
+    /// `gpuwarden ARGS` as it is (the demo, say), with a directory of its own.
+    pub fn spawn_command(args: &[&str]) -> Daemon {
+        let mut command = Command::new(BIN);
+        command.args(args);
+        Daemon::spawn(command, tempfile::tempdir().expect("temp dir"))
+    }
+
+    /// Starts `command` and waits until it serves.
+    fn spawn(mut command: Command, dir: tempfile::TempDir) -> Daemon {
+        let mut child = command
             .env("RUST_LOG", "info")
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
