@@ -22,8 +22,10 @@ step() { printf '\n== %s\n' "$*"; }
 # to show it fails cleanly on a machine without an AMD GPU; curl and openssl are the TLS
 # client and certificate maker of tests/web.rs; python3-venv holds the Python packages.
 # systemd and util-linux (unshare, nsenter): tests/systemd_real.rs boots a real systemd in a
-# namespace of its own and runs the shipped unit there.
-APT_PACKAGES=(prometheus prometheus-alertmanager chromium librocm-smi64-1 curl openssl python3-venv systemd util-linux)
+# namespace of its own and runs the shipped unit there. slurmctld, slurmd, slurm-client and
+# munge: tests/slurm_real.rs runs the shipped prolog and epilog under a real one-node Slurm.
+APT_PACKAGES=(prometheus prometheus-alertmanager chromium librocm-smi64-1 curl openssl python3-venv systemd util-linux
+  slurmctld slurmd slurm-client munge)
 VENV=target/test-venv
 
 if [ -z "${SKIP_SETUP:-}" ]; then

@@ -17,7 +17,7 @@ pub const KERNEL_LOG: &str = include_str!("../config/demo-kernel-log.txt");
 pub const LIBRARY_FILE: &str = "libgpuwarden_sim_nvml.so";
 
 /// The demo's batch jobs: (GPU index, job id).
-pub const DEMO_JOBS: [(&str, &str); 2] = [("1", "48213"), ("7", "48217_2")];
+pub const DEMO_JOBS: [(&str, &str); 2] = [("1", "48213"), ("7", "48217")];
 
 /// Where the simulated library is looked for, in order.
 pub fn library_candidates() -> Vec<PathBuf> {

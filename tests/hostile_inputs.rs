@@ -17,12 +17,8 @@ const UUID5: &str = "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000005";
 fn mkfifo(path: &Path) {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: a valid NUL-terminated path.
-    assert_eq!(
-        unsafe { libc::mkfifo(c.as_ptr(), 0o644) },
-        0,
-        "mkfifo {}",
-        path.display()
-    );
+    let made = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+    assert_eq!(made, 0, "mkfifo {}", path.display());
 }
 
 fn jobs(m: &Metrics) -> Vec<(String, String)> {

@@ -241,7 +241,8 @@ mod tests {
         std::os::unix::fs::symlink(&secret, dir.path().join("8")).unwrap();
         let fifo = std::ffi::CString::new(dir.path().join("9").as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let made = unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) };
+        assert_eq!(made, 0);
         std::fs::write(dir.path().join("10"), b"12\x00\x01\n\xff\xfe77\n").unwrap();
         let started = std::time::Instant::now();
         let (jobs, skips) = read_dir(dir.path());

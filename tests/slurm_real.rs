@@ -1,0 +1,264 @@
+//! The shipped prolog and epilog under a real Slurm (Debian's slurm-wlm and munge): one node
+//! whose controller, slurmd and munged all run under a temporary directory, with their own
+//! ports, a fresh munge key on a private socket (`AuthInfo=socket=`), and two GPUs in
+//! gres.conf as character devices made with `mknod c 195 N` (Slurm refuses plain files).
+//! The daemon runs over the simulated NVML with `hpc_jobs.mapping_dir` where the prolog
+//! writes. What a user checks: a job's id shows on the GPUs Slurm gave it and goes when it is
+//! cancelled; array tasks arrive as plain job ids; the prolog runs with no PATH.
+//!
+//! Needs root (CI runs as root): as another user the daemons run through `sudo -n`. Every
+//! process it starts is stopped by its PID when the test ends.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+unsafe extern "C" {
+    fn geteuid() -> u32;
+}
+
+fn as_root(program: &str) -> Command {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { geteuid() } == 0 {
+        Command::new(program)
+    } else {
+        let mut command = Command::new("sudo");
+        command.args(["-n", program]);
+        command
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn checked(what: &str, out: std::io::Result<Output>) -> String {
+    let out = out.unwrap_or_else(|e| {
+        panic!("{what}: {e}; install Debian's slurmctld, slurmd, slurm-client and munge (scripts/test.sh does)")
+    });
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// munged, slurmctld and slurmd on one node under `dir`; stopped (by PID) when dropped.
+struct Slurm {
+    dir: PathBuf,
+    conf: PathBuf,
+}
+
+impl Slurm {
+    fn start(dir: &Path, prolog: &Path, epilog: &Path) -> Slurm {
+        let d = dir.display();
+        let host = checked("hostname", Command::new("hostname").arg("-s").output())
+            .trim()
+            .to_string();
+        for sub in ["dev", "state", "spool", "log"] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        for gpu in 0..2 {
+            let device = dir.join(format!("dev/nvidia{gpu}"));
+            checked(
+                "mknod",
+                as_root("mknod")
+                    .arg(&device)
+                    .args(["c", "195", &gpu.to_string()])
+                    .output(),
+            );
+        }
+        // A fresh key: munge wants 1 KiB of randomness, readable by its owner only.
+        let mut key = vec![0u8; 1024];
+        {
+            use std::io::Read;
+            std::fs::File::open("/dev/urandom")
+                .unwrap()
+                .read_exact(&mut key)
+                .unwrap();
+        }
+        std::fs::write(dir.join("munge.key"), key).unwrap();
+        checked(
+            "chmod the key",
+            Command::new("chmod").arg("400").arg(dir.join("munge.key")).output(),
+        );
+        // -f: the temporary directory's parents (/tmp) are writable by others.
+        checked(
+            "munged",
+            as_root("munged")
+                .arg("-f")
+                .arg(format!("--socket={d}/munge.sock"))
+                .arg(format!("--key-file={d}/munge.key"))
+                .arg(format!("--pid-file={d}/munged.pid"))
+                .arg(format!("--log-file={d}/log/munged.log"))
+                .arg(format!("--seed-file={d}/munge.seed"))
+                .output(),
+        );
+        let (ctld_port, slurmd_port) = (free_port(), free_port());
+        let conf = dir.join("slurm.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "ClusterName=gwtest\nSlurmctldHost={host}(127.0.0.1)\nSlurmctldPort={ctld_port}\n\
+                 SlurmdPort={slurmd_port}\nAuthType=auth/munge\nAuthInfo=socket={d}/munge.sock\n\
+                 CredType=cred/munge\nSlurmUser=root\nSlurmdUser=root\nStateSaveLocation={d}/state\n\
+                 SlurmdSpoolDir={d}/spool\nSlurmctldPidFile={d}/slurmctld.pid\nSlurmdPidFile={d}/slurmd.pid\n\
+                 SlurmctldLogFile={d}/log/slurmctld.log\nSlurmdLogFile={d}/log/slurmd.log\n\
+                 ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nSelectType=select/cons_tres\n\
+                 SelectTypeParameters=CR_Core\nGresTypes=gpu\nPrologFlags=Alloc\nProlog={}\nEpilog={}\n\
+                 SlurmdParameters=config_overrides\nReturnToService=2\nMpiDefault=none\n\
+                 JobCompType=jobcomp/none\nAccountingStorageType=accounting_storage/none\n\
+                 NodeName={host} NodeAddr=127.0.0.1 CPUs=2 Gres=gpu:2 State=UNKNOWN\n\
+                 PartitionName=debug Nodes=ALL Default=YES MaxTime=10 State=UP\n",
+                prolog.display(),
+                epilog.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("gres.conf"),
+            format!("Name=gpu File={d}/dev/nvidia0\nName=gpu File={d}/dev/nvidia1\n"),
+        )
+        .unwrap();
+        let slurm = Slurm {
+            dir: dir.to_path_buf(),
+            conf: conf.clone(),
+        };
+        // Both daemonise; -i: no state from an earlier run.
+        checked(
+            "slurmctld",
+            as_root("slurmctld").arg("-f").arg(&conf).arg("-i").output(),
+        );
+        checked("slurmd", as_root("slurmd").arg("-f").arg(&conf).output());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let state = slurm.client("sinfo", &["-h", "-o", "%t"]);
+            if state.trim() == "idle" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the node never came up idle ({state}); slurmd log:\n{}",
+                std::fs::read_to_string(dir.join("log/slurmd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        slurm
+    }
+
+    /// A client command (sinfo, sbatch, scancel) against this cluster; its stdout.
+    fn client(&self, program: &str, args: &[&str]) -> String {
+        // Through env(1): sudo would not pass SLURM_CONF on.
+        checked(
+            program,
+            as_root("env")
+                .arg(format!("SLURM_CONF={}", self.conf.display()))
+                .arg(program)
+                .args(args)
+                .output(),
+        )
+    }
+}
+
+impl Drop for Slurm {
+    fn drop(&mut self) {
+        for daemon in ["slurmd", "slurmctld", "munged"] {
+            if let Ok(pid) = std::fs::read_to_string(self.dir.join(format!("{daemon}.pid"))) {
+                let _ = as_root("kill").arg(pid.trim()).status();
+            }
+        }
+    }
+}
+
+fn jobs(m: &Metrics) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = m
+        .find("gpu_job_info", &[])
+        .iter()
+        .map(|s| (s.labels["gpu"].clone(), s.labels["hpc_job"].clone()))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn the_prolog_and_epilog_under_a_real_slurm() {
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = root.path();
+    let jobs_dir = dir.join("jobs");
+    // Slurm runs the prolog with no environment of ours: a wrapper names the directory, and
+    // records what the prolog was given.
+    let script = |name: &str, shipped: &str, record: bool| {
+        let path = dir.join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\n{}GPUWARDEN_JOB_DIR={} exec /bin/sh {}/deploy/slurm/{shipped}\n",
+                if record {
+                    format!("env > {}/prolog-env.$SLURM_JOB_ID\n", dir.display())
+                } else {
+                    String::new()
+                },
+                jobs_dir.display(),
+                env!("CARGO_MANIFEST_DIR")
+            ),
+        )
+        .unwrap();
+        checked("chmod", Command::new("chmod").arg("755").arg(&path).output());
+        path
+    };
+    let prolog = script("prolog", "prolog.sh", true);
+    let epilog = script("epilog", "epilog.sh", false);
+    let slurm = Slurm::start(dir, &prolog, &epilog);
+
+    let config = test_config(
+        &sim_library(),
+        &format!("hpc_jobs:\n  mapping_dir: {}\n", jobs_dir.display()),
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    let submit = |args: &[&str]| -> String {
+        let out = slurm.client("sbatch", &[&["--parsable", "-o", "/dev/null"], args].concat());
+        out.trim().split(';').next().unwrap_or("").to_string()
+    };
+
+    // A job with both GPUs: on GPUs 0 and 1 within a few seconds, gone when cancelled.
+    let job = submit(&["--gres=gpu:2", "--wrap", "sleep 120"]);
+    let m = d.scrape_until_within("the job on its GPUs", Duration::from_secs(30), |m| jobs(m).len() == 2);
+    assert_eq!(
+        jobs(&m),
+        [("0".to_string(), job.clone()), ("1".to_string(), job.clone())]
+    );
+    let env = std::fs::read_to_string(dir.join(format!("prolog-env.{job}"))).unwrap();
+    assert!(env.contains("SLURM_JOB_GPUS=0,1"), "{env}");
+    assert!(
+        !env.lines().any(|l| l.starts_with("PATH=")),
+        "slurmd gave the prolog a PATH now:\n{env}"
+    );
+    slurm.client("scancel", &[&job]);
+    d.scrape_until_within("the job gone", Duration::from_secs(30), |m| jobs(m).is_empty());
+
+    // An array of two one-GPU tasks: each task a plain job id of its own, one per GPU.
+    let array = submit(&["--array=0-1", "--gres=gpu:1", "--wrap", "sleep 120"]);
+    let m = d.scrape_until_within("the array's tasks", Duration::from_secs(30), |m| jobs(m).len() == 2);
+    let ids: Vec<String> = jobs(&m).into_iter().map(|(_, id)| id).collect();
+    assert!(ids.iter().all(|id| id.chars().all(|c| c.is_ascii_digit())), "{ids:?}");
+    assert_ne!(ids[0], ids[1]);
+    assert!(
+        ids.contains(&array),
+        "the first task keeps the array's id: {ids:?} / {array}"
+    );
+    let gpus: Vec<String> = jobs(&m).into_iter().map(|(gpu, _)| gpu).collect();
+    assert_eq!(gpus, ["0", "1"]);
+    slurm.client("scancel", &[&array]);
+    d.scrape_until_within("the array gone", Duration::from_secs(30), |m| jobs(m).is_empty());
+    // The node was never drained by a prolog failure.
+    assert_eq!(slurm.client("sinfo", &["-h", "-o", "%t"]).trim(), "idle");
+}
