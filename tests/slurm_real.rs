@@ -171,10 +171,17 @@ impl Slurm {
 
 impl Drop for Slurm {
     fn drop(&mut self) {
+        let mut pids = Vec::new();
         for daemon in ["slurmd", "slurmctld", "munged"] {
             if let Ok(pid) = std::fs::read_to_string(self.dir.join(format!("{daemon}.pid"))) {
                 let _ = as_root("kill").arg(pid.trim()).status();
+                pids.push(pid.trim().to_string());
             }
+        }
+        // Gone before the directory is removed under them.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pids.iter().any(|pid| Path::new(&format!("/proc/{pid}")).exists()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 }
