@@ -472,6 +472,11 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
+        // Nor where the kernel log reader takes a character device.
+        assert!(matches!(
+            open(&fifo, Links::Follow, Kinds::RegularOrCharDevice),
+            Err(Refused::Skip(Reason::NotRegularFile, _))
+        ));
         assert!(started.elapsed() < Duration::from_secs(1));
     }
 

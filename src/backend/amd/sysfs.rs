@@ -403,6 +403,30 @@ impl SysfsDevicePoller {
 mod tests {
     use super::*;
 
+    /// `cardN/device` is the kernel's link to the PCI device: followed inside the sysfs root
+    /// (as on every real system), not to a tree outside it.
+    #[test]
+    fn card_links_are_followed_only_inside_the_root() {
+        use std::os::unix::fs::symlink;
+        let root = tempfile::tempdir().unwrap();
+        let sys = root.path().join("sys");
+        let uevent = "DRIVER=amdgpu\nPCI_ID=1002:74A1\nPCI_SLOT_NAME=0000:C1:00.0\n";
+        let inside = sys.join("devices/pci0000:c0/0000:c1:00.0");
+        std::fs::create_dir_all(&inside).unwrap();
+        std::fs::write(inside.join("uevent"), uevent).unwrap();
+        let outside = root.path().join("elsewhere");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("uevent"), uevent.replace("C1", "C2")).unwrap();
+        for (card, target) in [("card0", inside.as_path()), ("card1", outside.as_path())] {
+            let dir = sys.join("class/drm").join(card);
+            std::fs::create_dir_all(&dir).unwrap();
+            symlink(target, dir.join("device")).unwrap();
+        }
+        let pollers = device_pollers(root.path()).unwrap();
+        let buses: Vec<&str> = pollers.iter().map(|p| p.identity().pci_bus_id.as_str()).collect();
+        assert_eq!(buses, ["0000:c1:00.0"]);
+    }
+
     #[test]
     fn file_formats() {
         assert_eq!(link_rate_gts("16.0 GT/s PCIe"), Some(16.0));
