@@ -179,6 +179,31 @@ mod tests {
         );
     }
 
+    /// A FIFO where an fdinfo file is, and a 1 MiB one: skipped at once and counted, the
+    /// other clients still found.
+    #[test]
+    fn hostile_fdinfo_files_are_skipped() {
+        let root = tempfile::tempdir().unwrap();
+        fixture(root.path());
+        let dir = root.path().join("500");
+        std::fs::create_dir_all(dir.join("fd")).unwrap();
+        std::fs::create_dir_all(dir.join("fdinfo")).unwrap();
+        for fd in [3, 4] {
+            symlink("/dev/dri/renderD128", dir.join("fd").join(fd.to_string())).unwrap();
+        }
+        let fifo = std::ffi::CString::new(dir.join("fdinfo/3").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        let made = unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) };
+        assert_eq!(made, 0);
+        std::fs::write(dir.join("fdinfo/4"), vec![b'x'; 1 << 20]).unwrap();
+        let mut skips = input::Skips::new(input::Input::Proc);
+        let started = std::time::Instant::now();
+        let found = scan(root.path(), &mut skips).unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        assert_eq!(found["0000:c1:00.0"].len(), 2, "pids 100 and 200 as before");
+        assert_eq!(skips.count(input::Reason::NotRegularFile), 1);
+    }
+
     #[test]
     fn a_missing_proc_gives_nothing() {
         assert!(
