@@ -448,23 +448,25 @@ impl Outage {
     }
 }
 
+/// Makes a FIFO at `path`, for the hostile-input tests of every reader.
+#[cfg(test)]
+pub(crate) fn make_fifo(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default();
+    // SAFETY: a valid NUL-terminated path.
+    let made = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+    assert_eq!(made, 0, "mkfifo {}", path.display());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    fn mkfifo(path: &Path) {
-        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        let made = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
-        assert_eq!(made, 0);
-    }
-
     #[test]
     fn a_fifo_is_refused_at_once_without_a_writer() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("0");
-        mkfifo(&fifo);
+        make_fifo(&fifo);
         let started = std::time::Instant::now();
         for links in [Links::Refuse, Links::Follow] {
             match read_text(&fifo, 100, links) {

@@ -186,10 +186,7 @@ mod tests {
         let fifo_dir = sys.join("devices/pci0000:e0/0000:77:00.0");
         std::fs::create_dir_all(&fifo_dir).unwrap();
         std::fs::write(fifo_dir.join("vendor"), "0x10de\n").unwrap();
-        let fifo = std::ffi::CString::new(fifo_dir.join("class").as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        let made = unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) };
-        assert_eq!(made, 0);
+        crate::input::make_fifo(&fifo_dir.join("class"));
         symlink("../../../devices/pci0000:e0/0000:77:00.0", devices.join("0000:77:00.0")).unwrap();
         let started = std::time::Instant::now();
         let found: Vec<String> = gpus_on_the_bus(root.path()).into_iter().map(|g| g.pci_bus_id).collect();

@@ -9,27 +9,9 @@
 mod common;
 
 use common::*;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 const UUID5: &str = "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000005";
-
-fn mkfifo(path: &Path) {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    let made = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
-    assert_eq!(made, 0, "mkfifo {}", path.display());
-}
-
-fn jobs(m: &Metrics) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = m
-        .find("gpu_job_info", &[])
-        .iter()
-        .map(|s| (s.labels["gpu"].clone(), s.labels["hpc_job"].clone()))
-        .collect();
-    out.sort();
-    out
-}
 
 fn skipped(m: &Metrics, input: &str, reason: &str) -> f64 {
     m.value("gpuwarden_input_skipped_total", &[("input", input), ("reason", reason)])
@@ -49,7 +31,7 @@ fn a_hostile_job_directory_freezes_nothing_and_leaks_nothing() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("jobs");
     std::fs::create_dir(&dir).unwrap();
-    mkfifo(&dir.join("0"));
+    make_fifo(&dir.join("0"));
     let secret = root.path().join("id_ed25519");
     std::fs::write(&secret, "-----BEGIN OPENSSH PRIVATE KEY-----\nc2VjcmV0\n").unwrap();
     std::os::unix::fs::symlink(&secret, dir.join("3")).unwrap();
@@ -65,8 +47,8 @@ fn a_hostile_job_directory_freezes_nothing_and_leaks_nothing() {
     std::fs::write(dir.join("5"), "48205\n48300\n").unwrap();
     std::fs::write(dir.join(UUID5), "48300\n48301\n").unwrap();
     // `01` and `+1` are not GPU 1.
-    std::fs::write(dir.join("01"), "666\n").unwrap();
-    std::fs::write(dir.join("+1"), "666\n").unwrap();
+    std::fs::write(dir.join("01"), "not-gpu-1\n").unwrap();
+    std::fs::write(dir.join("+1"), "not-gpu-1\n").unwrap();
 
     let config = test_config(
         &sim_library(),
@@ -74,7 +56,7 @@ fn a_hostile_job_directory_freezes_nothing_and_leaks_nothing() {
     );
     // Before, a FIFO here at start kept HTTP from ever answering.
     let d = Daemon::start_with(DEMO_SCENARIO, &config);
-    let m = d.scrape_until("the real jobs", |m| jobs(m).len() == 7);
+    let m = d.scrape_until("the real jobs", |m| gpu_jobs(m).len() == 7);
     let expected: Vec<(String, String)> = [
         ("1", "48201"),
         ("2", "48202"),
@@ -87,12 +69,12 @@ fn a_hostile_job_directory_freezes_nothing_and_leaks_nothing() {
     .iter()
     .map(|(g, j)| (g.to_string(), j.to_string()))
     .collect();
-    assert_eq!(jobs(&m), expected);
+    assert_eq!(gpu_jobs(&m), expected);
     assert!(
         !m.text.contains("PRIVATE KEY") && !m.text.contains("c2VjcmV0"),
         "the secret leaked"
     );
-    assert!(!m.text.contains("666"), "01 or +1 read as GPU 1");
+    assert!(!m.text.contains("not-gpu-1"), "01 or +1 read as GPU 1");
     assert!(!m.text.contains('\0'), "raw NULs on /metrics");
     assert!(skipped(&m, "job_mapping", "symlink") >= 2.0, "{}", m.text);
     assert!(skipped(&m, "job_mapping", "not_regular_file") >= 1.0);
@@ -101,7 +83,7 @@ fn a_hostile_job_directory_freezes_nothing_and_leaks_nothing() {
 
     // A FIFO where a real job's file was, while it runs: polling goes on, the other jobs stay.
     std::fs::remove_file(dir.join("2")).unwrap();
-    mkfifo(&dir.join("2"));
+    make_fifo(&dir.join("2"));
     let before = rounds(&d.scrape());
     let watched = Instant::now();
     while watched.elapsed() < Duration::from_secs(7) {
@@ -115,7 +97,7 @@ fn a_hostile_job_directory_freezes_nothing_and_leaks_nothing() {
         before,
         rounds(&m)
     );
-    assert_eq!(jobs(&m).len(), 6, "{:?}", jobs(&m));
+    assert_eq!(gpu_jobs(&m).len(), 6, "{:?}", gpu_jobs(&m));
     let log = d.log_text();
     assert!(
         log.contains("job_mapping: skipped") && log.contains("symbolic link"),
@@ -146,12 +128,12 @@ fn job_directory_outages_are_logged_each_time_and_unsafe_modes_refused() {
         &format!("hpc_jobs:\n  mapping_dir: {}\n", dir.display()),
     );
     let d = Daemon::start_with(DEMO_SCENARIO, &config);
-    d.scrape_until("the job", |m| jobs(m).len() == 1);
+    d.scrape_until("the job", |m| gpu_jobs(m).len() == 1);
     let count = |text: &str| d.log_text().matches(text).count();
     for outage in 1..=2 {
         // A directory everyone may write: refused, no jobs shown.
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        d.scrape_until_within("no jobs", Duration::from_secs(15), |m| jobs(m).is_empty());
+        d.scrape_until_within("no jobs", Duration::from_secs(15), |m| gpu_jobs(m).is_empty());
         let deadline = Instant::now() + Duration::from_secs(5);
         while count("writable by its group or by everyone") < outage {
             assert!(
@@ -163,7 +145,7 @@ fn job_directory_outages_are_logged_each_time_and_unsafe_modes_refused() {
         }
         assert!(d.log_text().contains("chmod go-w"));
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        d.scrape_until_within("the job back", Duration::from_secs(15), |m| jobs(m).len() == 1);
+        d.scrape_until_within("the job back", Duration::from_secs(15), |m| gpu_jobs(m).len() == 1);
         let deadline = Instant::now() + Duration::from_secs(5);
         while count("can be read again") < outage {
             assert!(
@@ -190,7 +172,7 @@ fn a_hostile_proc_tree_freezes_nothing() {
     // GPU 1's process (pid 4211) hides its name behind bytes that are not UTF-8
     // (PR_SET_NAME takes any); GPU 2's (pid 4302) has a FIFO for `comm`.
     std::fs::write(process(4211).join("comm"), b"tr\xffin\n").unwrap();
-    mkfifo(&process(4302).join("comm"));
+    make_fifo(&process(4302).join("comm"));
     let config = test_config(
         &sim_library(),
         &format!(
@@ -233,8 +215,8 @@ fn the_demo_keeps_the_job_directory_a_config_file_sets() {
     )
     .unwrap();
     let d = Daemon::spawn_command(&["run", "--demo", "--config", &config.display().to_string()]);
-    let m = d.scrape_until("the file's job", |m| !jobs(m).is_empty());
-    assert_eq!(jobs(&m), [("4".to_string(), "90001".to_string())]);
+    let m = d.scrape_until("the file's job", |m| !gpu_jobs(m).is_empty());
+    assert_eq!(gpu_jobs(&m), [("4".to_string(), "90001".to_string())]);
     assert!(
         d.log_text().contains("keeping `hpc_jobs.mapping_dir`"),
         "{}",

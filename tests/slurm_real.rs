@@ -16,29 +16,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-unsafe extern "C" {
-    fn geteuid() -> u32;
-}
-
-fn as_root(program: &str) -> Command {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { geteuid() } == 0 {
-        Command::new(program)
-    } else {
-        let mut command = Command::new("sudo");
-        command.args(["-n", program]);
-        command
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn checked(what: &str, out: std::io::Result<Output>) -> String {
     let out = out.unwrap_or_else(|e| {
         panic!("{what}: {e}; install Debian's slurmctld, slurmd, slurm-client and munge (scripts/test.sh does)")
@@ -186,16 +163,6 @@ impl Drop for Slurm {
     }
 }
 
-fn jobs(m: &Metrics) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = m
-        .find("gpu_job_info", &[])
-        .iter()
-        .map(|s| (s.labels["gpu"].clone(), s.labels["hpc_job"].clone()))
-        .collect();
-    out.sort();
-    out
-}
-
 #[test]
 fn the_prolog_and_epilog_under_a_real_slurm() {
     let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -238,9 +205,11 @@ fn the_prolog_and_epilog_under_a_real_slurm() {
 
     // A job with both GPUs: on GPUs 0 and 1 within a few seconds, gone when cancelled.
     let job = submit(&["--gres=gpu:2", "--wrap", "sleep 120"]);
-    let m = d.scrape_until_within("the job on its GPUs", Duration::from_secs(30), |m| jobs(m).len() == 2);
+    let m = d.scrape_until_within("the job on its GPUs", Duration::from_secs(30), |m| {
+        gpu_jobs(m).len() == 2
+    });
     assert_eq!(
-        jobs(&m),
+        gpu_jobs(&m),
         [("0".to_string(), job.clone()), ("1".to_string(), job.clone())]
     );
     let env = std::fs::read_to_string(dir.join(format!("prolog-env.{job}"))).unwrap();
@@ -250,22 +219,22 @@ fn the_prolog_and_epilog_under_a_real_slurm() {
         "slurmd gave the prolog a PATH now:\n{env}"
     );
     slurm.client("scancel", &[&job]);
-    d.scrape_until_within("the job gone", Duration::from_secs(30), |m| jobs(m).is_empty());
+    d.scrape_until_within("the job gone", Duration::from_secs(30), |m| gpu_jobs(m).is_empty());
 
     // An array of two one-GPU tasks: each task a plain job id of its own, one per GPU.
     let array = submit(&["--array=0-1", "--gres=gpu:1", "--wrap", "sleep 120"]);
-    let m = d.scrape_until_within("the array's tasks", Duration::from_secs(30), |m| jobs(m).len() == 2);
-    let ids: Vec<String> = jobs(&m).into_iter().map(|(_, id)| id).collect();
+    let m = d.scrape_until_within("the array's tasks", Duration::from_secs(30), |m| gpu_jobs(m).len() == 2);
+    let ids: Vec<String> = gpu_jobs(&m).into_iter().map(|(_, id)| id).collect();
     assert!(ids.iter().all(|id| id.chars().all(|c| c.is_ascii_digit())), "{ids:?}");
     assert_ne!(ids[0], ids[1]);
     assert!(
         ids.contains(&array),
         "the first task keeps the array's id: {ids:?} / {array}"
     );
-    let gpus: Vec<String> = jobs(&m).into_iter().map(|(gpu, _)| gpu).collect();
+    let gpus: Vec<String> = gpu_jobs(&m).into_iter().map(|(gpu, _)| gpu).collect();
     assert_eq!(gpus, ["0", "1"]);
     slurm.client("scancel", &[&array]);
-    d.scrape_until_within("the array gone", Duration::from_secs(30), |m| jobs(m).is_empty());
+    d.scrape_until_within("the array gone", Duration::from_secs(30), |m| gpu_jobs(m).is_empty());
     // The node was never drained by a prolog failure.
     assert_eq!(slurm.client("sinfo", &["-h", "-o", "%t"]).trim(), "idle");
 }

@@ -12,7 +12,7 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// systemd as PID 1 of a namespace of its own; stopped when dropped.
@@ -20,21 +20,6 @@ struct Systemd {
     unshare: Child,
     /// systemd's PID as the machine sees it, for nsenter and signals.
     pid: u32,
-}
-
-fn as_root(program: &str) -> Command {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { geteuid() } == 0 {
-        Command::new(program)
-    } else {
-        let mut command = Command::new("sudo");
-        command.args(["-n", program]);
-        command
-    }
-}
-
-unsafe extern "C" {
-    fn geteuid() -> u32;
 }
 
 impl Systemd {
@@ -148,14 +133,6 @@ impl Drop for Systemd {
         }
         let _ = self.unshare.kill();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Writes `text` to `path` inside the namespace (its /run is its own).

@@ -191,10 +191,7 @@ mod tests {
         for fd in [3, 4] {
             symlink("/dev/dri/renderD128", dir.join("fd").join(fd.to_string())).unwrap();
         }
-        let fifo = std::ffi::CString::new(dir.join("fdinfo/3").as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        let made = unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) };
-        assert_eq!(made, 0);
+        crate::input::make_fifo(&dir.join("fdinfo/3"));
         std::fs::write(dir.join("fdinfo/4"), vec![b'x'; 1 << 20]).unwrap();
         let mut skips = input::Skips::new(input::Input::Proc);
         let started = std::time::Instant::now();

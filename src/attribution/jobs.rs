@@ -239,10 +239,7 @@ mod tests {
         let secret = dir.path().join("..secret");
         std::fs::write(&secret, "root:$6$hash\n").unwrap();
         std::os::unix::fs::symlink(&secret, dir.path().join("8")).unwrap();
-        let fifo = std::ffi::CString::new(dir.path().join("9").as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        let made = unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) };
-        assert_eq!(made, 0);
+        crate::input::make_fifo(&dir.path().join("9"));
         std::fs::write(dir.path().join("10"), b"12\x00\x01\n\xff\xfe77\n").unwrap();
         let started = std::time::Instant::now();
         let (jobs, skips) = read_dir(dir.path());

@@ -90,10 +90,7 @@ mod tests {
             d
         };
         std::fs::write(dir(20).join("comm"), b"tr\xffin\x1b[31m\n").unwrap();
-        let fifo = std::ffi::CString::new(dir(21).join("comm").as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        let made = unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) };
-        assert_eq!(made, 0);
+        crate::input::make_fifo(&dir(21).join("comm"));
         std::fs::write(root.path().join("shadow"), "root:x\n").unwrap();
         std::os::unix::fs::symlink(root.path().join("shadow"), dir(22).join("comm")).unwrap();
         std::fs::write(dir(23).join("cgroup"), vec![b'0'; 1 << 20]).unwrap();

@@ -13,6 +13,7 @@
 #![allow(dead_code, unused_imports)] // each test file uses a different part of the harness
 
 mod daemon;
+mod host;
 mod http;
 mod kubelet;
 mod metrics;
@@ -20,6 +21,7 @@ mod prometheus;
 mod scenario;
 
 pub use daemon::*;
+pub use host::*;
 pub use http::*;
 pub use kubelet::*;
 pub use metrics::*;
