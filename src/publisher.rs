@@ -61,6 +61,8 @@ struct Latest {
     /// PCI bus id, and when it was taken.
     /// `None` inside: the walk could not see every process.
     drm_clients: Option<DrmClientScan>,
+    /// Whether that walk failed last time (its warning is given).
+    drm_outage: crate::input::Outage,
     /// The XID store's and the probe state's change counters as last published.
     xid_changes: u64,
     probe_changes: u64,
@@ -149,6 +151,7 @@ fn describe_processes(devices: &mut [DeviceSnapshot], settings: &crate::config::
 /// in /proc, walked at most every `drm_clients::SCAN_EVERY` and only while such GPUs exist.
 fn fill_processes_from_drm_clients(
     cache: &mut Option<DrmClientScan>,
+    outage: &mut crate::input::Outage,
     devices: &mut [DeviceSnapshot],
     proc_root: &std::path::Path,
 ) {
@@ -162,13 +165,17 @@ fn fill_processes_from_drm_clients(
         .as_ref()
         .is_none_or(|(at, _)| at.elapsed() >= drm_clients::SCAN_EVERY)
     {
-        let scanned = drm_clients::scan(proc_root, &mut Skips::new(Input::Proc)).map_err(|why| {
-            // Logged once per daemon: it does not change while the daemon runs.
-            static TOLD: std::sync::Once = std::sync::Once::new();
-            TOLD.call_once(|| {
-                log::info!("no process list for GPUs whose driver keeps none (AMD): {why}; it needs root with CAP_SYS_PTRACE (docs/metrics.md)")
-            });
-        });
+        let scanned = drm_clients::scan(proc_root, &mut Skips::new(Input::Proc));
+        match &scanned {
+            Ok(_) => outage.recovered(format!(
+                "the process list of GPUs whose driver keeps none (AMD) can be read from {} again",
+                proc_root.display()
+            )),
+            Err(why) => outage.failed(format!(
+                "no process list for GPUs whose driver keeps none (AMD): {why}; it needs root with \
+                 CAP_SYS_PTRACE (docs/metrics.md)"
+            )),
+        }
         *cache = Some((std::time::Instant::now(), scanned.ok()));
     }
     let Some((_, Some(by_gpu))) = cache.as_ref() else {
@@ -257,6 +264,7 @@ impl Publisher {
                 jobs_outage: Default::default(),
                 pci: None,
                 drm_clients: None,
+                drm_outage: Default::default(),
                 xid_changes: 0,
                 probe_changes: 0,
             }),
@@ -285,7 +293,14 @@ impl Publisher {
         let mut round = round;
         track_hw_slowdown(&mut latest.hw_slowdown, &mut round.devices);
         let processes = &self.settings.current().config.processes;
-        fill_processes_from_drm_clients(&mut latest.drm_clients, &mut round.devices, &processes.proc_root);
+        // Two fields of the guarded value at once.
+        let parts = &mut *latest;
+        fill_processes_from_drm_clients(
+            &mut parts.drm_clients,
+            &mut parts.drm_outage,
+            &mut round.devices,
+            &processes.proc_root,
+        );
         if processes.per_process {
             describe_processes(&mut round.devices, processes);
         }

@@ -8,7 +8,10 @@ socket with grpcio, answering what ANSWER_FILE holds at each call (so a test can
 
 The protobuf is encoded by hand (no generated code, no protoc): strings and nested messages
 are length-delimited fields. "delay" sleeps before answering; "garbage" answers bytes that
-are not a ListPodResourcesResponse.
+are not a ListPodResourcesResponse. A string "hex:6261ff" is sent as those bytes (a name
+that is not UTF-8). "generate": {"pods": N, "ids": [...], "pad": K} adds N pods in
+namespace "gen", each with one container holding every id, named gen-<i> plus K "x"s (to
+make an answer of many megabytes).
 
     fake_kubelet.py SOCKET ANSWER_FILE
 """
@@ -32,13 +35,21 @@ def varint(n):
 
 def field(number, payload):
     if isinstance(payload, str):
-        payload = payload.encode()
+        payload = bytes.fromhex(payload[4:]) if payload.startswith("hex:") else payload.encode()
     return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def response(answer):
     out = b""
-    for pod in answer.get("pods", []):
+    pods = list(answer.get("pods", []))
+    generate = answer.get("generate")
+    if generate:
+        pad = "x" * generate.get("pad", 0)
+        for i in range(generate["pods"]):
+            pods.append({"namespace": "gen", "name": f"gen-{i}{pad}", "containers": [
+                {"name": "c", "devices": [{"resource": "nvidia.com/gpu", "ids": generate["ids"]}]}]})
+    parts = []
+    for pod in pods:
         body = field(1, pod["name"]) + field(2, pod["namespace"])
         for container in pod.get("containers", []):
             c = field(1, container["name"])
@@ -50,7 +61,8 @@ def response(answer):
             # cpu_ids (field 3, packed int64), which gpuwarden ignores, as a real kubelet sends.
             c += field(3, varint(2) + varint(3))
             body += field(3, c)
-        out += field(1, body)
+        parts.append(field(1, body))
+    out += b"".join(parts)
     return out
 
 

@@ -117,3 +117,57 @@ fn a_fake_kubelet_gives_gpu_pod_info_and_its_faults_leave_no_stale_pods() {
         "{log}"
     );
 }
+
+/// A kubelet listing 10,000 pods that all hold all eight GPUs: at most 64 holders per GPU are
+/// served and the rest counted (before: 80,000 series and a 12 MB /metrics); an answer over
+/// tonic's default 4 MiB is taken; a pod name that is not UTF-8 is kept lossily and drops no
+/// other pod (before: every pod went and `gpuwarden_kubelet_up` said 0).
+#[test]
+fn a_huge_or_odd_kubelet_answer_is_bounded_and_loses_no_pod() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids: Vec<String> = (0..8)
+        .map(|i| format!("\"GPU-5f2c7a1e-0000-4d6b-9a0c-00000000000{i}\""))
+        .collect();
+    // About 10,000 x (8 ids of 46 bytes + a 210-byte name) = 6 MB on the wire.
+    let huge = format!(
+        r#"{{"generate": {{"pods": 10000, "ids": [{}], "pad": 200}}}}"#,
+        ids.join(", ")
+    );
+    let kubelet = FakeKubelet::start(dir.path(), &huge);
+    let config = test_config(
+        &sim_library(),
+        &format!(
+            "kubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\n",
+            kubelet.socket.display()
+        ),
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    let m = d.scrape_until_within("the capped pods", std::time::Duration::from_secs(30), |m| {
+        m.find("gpu_pod_info", &[]).len() == 8 * 64
+    });
+    assert_eq!(m.value("gpuwarden_kubelet_up", &[]), Some(1.0));
+    let cut = m
+        .value(
+            "gpuwarden_input_skipped_total",
+            &[("input", "kubelet"), ("reason", "too_many")],
+        )
+        .unwrap_or(0.0);
+    assert!(cut >= 8.0 * (10_000.0 - 64.0), "{cut}");
+    for gpu in 0..8 {
+        assert_eq!(m.find("gpu_pod_info", &[("gpu", &gpu.to_string())]).len(), 64);
+    }
+
+    // One name that is not UTF-8 beside a plain one: both shown.
+    kubelet.answer(&format!(
+        r#"{{"pods": [
+          {{"namespace": "ml", "name": "hex:6261ff64", "containers": [
+            {{"name": "main", "devices": [{{"resource": "nvidia.com/gpu", "ids": ["{UUID0}"]}}]}}]}},
+          {{"namespace": "ml", "name": "good", "containers": [
+            {{"name": "main", "devices": [{{"resource": "nvidia.com/gpu", "ids": ["{UUID1}"]}}]}}]}}
+        ]}}"#
+    ));
+    let m = d.scrape_until("both pods", |m| m.find("gpu_pod_info", &[]).len() == 2);
+    assert_eq!(pods(&m)[0].2, "ba\u{fffd}d");
+    assert_eq!(pods(&m)[1].2, "good");
+    assert_eq!(m.value("gpuwarden_kubelet_up", &[]), Some(1.0));
+}
