@@ -48,14 +48,6 @@ pub enum Input {
 }
 
 impl Input {
-    pub const ALL: [Input; 5] = [
-        Input::JobMapping,
-        Input::Proc,
-        Input::Sysfs,
-        Input::KernelLog,
-        Input::Kubelet,
-    ];
-
     pub fn label(self) -> &'static str {
         match self {
             Input::JobMapping => "job_mapping",
@@ -154,13 +146,6 @@ impl Skips {
         entry.0 += 1;
     }
 
-    pub fn add_many(&mut self, reason: Reason, count: u64, what: impl Display) {
-        if count > 0 {
-            let entry = self.found.entry(reason).or_insert_with(|| (0, what.to_string()));
-            entry.0 += count;
-        }
-    }
-
     pub fn is_empty(&self) -> bool {
         self.found.is_empty()
     }
@@ -200,6 +185,14 @@ impl Drop for Skips {
             }
         }
     }
+}
+
+/// `text` with every control character (a newline in a label value, an escape sequence)
+/// shown as U+FFFD: for names from outside that end up in labels and logs.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect()
 }
 
 /// Whether the last component of a path may be a symbolic link.

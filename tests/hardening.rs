@@ -92,15 +92,6 @@ fn room_for_connections(wanted: usize) -> usize {
     wanted.min((limit.rlim_cur as usize).saturating_sub(64))
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// Bursts of thousands of connections leave no lasting memory: once they are gone, the
 /// daemon gives the freed memory back (before: 88 MB after twelve bursts of 2000, for good).
 #[test]

@@ -134,27 +134,11 @@ fn job_directory_outages_are_logged_each_time_and_unsafe_modes_refused() {
         // A directory everyone may write: refused, no jobs shown.
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         d.scrape_until_within("no jobs", Duration::from_secs(15), |m| gpu_jobs(m).is_empty());
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while count("writable by its group or by everyone") < outage {
-            assert!(
-                Instant::now() < deadline,
-                "outage {outage} not warned:\n{}",
-                d.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        d.wait_for_log("writable by its group or by everyone", outage, Duration::from_secs(5));
         assert!(d.log_text().contains("chmod go-w"));
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         d.scrape_until_within("the job back", Duration::from_secs(15), |m| gpu_jobs(m).len() == 1);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while count("can be read again") < outage {
-            assert!(
-                Instant::now() < deadline,
-                "recovery {outage} not logged:\n{}",
-                d.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        d.wait_for_log("can be read again", outage, Duration::from_secs(5));
     }
     assert_eq!(count("writable by its group or by everyone"), 2, "{}", d.log_text());
 }

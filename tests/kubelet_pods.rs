@@ -158,19 +158,11 @@ fn a_huge_or_odd_kubelet_answer_is_bounded_and_loses_no_pod() {
     }
     // Memory: before, about 180 MB (release build) stayed after such an answer. Bounded now:
     // 75 MB at the peak and 69 MB after, in a debug build on the 2-core dev machine.
-    let rss_kib = || {
-        std::fs::read_to_string(format!("/proc/{}/status", d.child.id()))
-            .unwrap()
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
-            .unwrap()
-    };
-    let peak = rss_kib();
+    let peak = rss_kib(d.child.id());
     kubelet.answer(r#"{"pods": []}"#);
     d.scrape_until("the pods gone", |m| !m.has_family("gpu_pod_info"));
     std::thread::sleep(std::time::Duration::from_secs(3));
-    let after = rss_kib();
+    let after = rss_kib(d.child.id());
     println!("RSS with 10,000 pods {peak} KiB, after they went {after} KiB");
     assert!(
         after < 120 * 1024,

@@ -162,12 +162,7 @@ fn name(bytes: &[u8], skips: &mut Skips) -> Option<String> {
         skips.add(Reason::InvalidValue, format!("a name of {} bytes", bytes.len()));
         return None;
     }
-    Some(
-        String::from_utf8_lossy(bytes)
-            .chars()
-            .map(|c| if c.is_control() { '\u{fffd}' } else { c })
-            .collect(),
-    )
+    Some(crate::input::printable(&String::from_utf8_lossy(bytes)))
 }
 
 /// The GPU devices of an answer, one per (container, device id), at most

@@ -18,12 +18,7 @@ const MAX_CGROUP: usize = 16 * 1024;
 /// The process's name (`/proc/PID/comm`), `None` when it is gone or hidden from us.
 pub fn name(proc_root: &Path, pid: u32, skips: &mut Skips) -> Option<String> {
     let comm = input::read_value(&proc_root.join(pid.to_string()).join("comm"), MAX_COMM, skips)?;
-    // Control characters (a newline in a label value) are shown as what they are not.
-    Some(
-        comm.chars()
-            .map(|c| if c.is_control() { '\u{fffd}' } else { c })
-            .collect(),
-    )
+    Some(input::printable(&comm))
 }
 
 /// The id of the container the process runs in, from its cgroup path: the 64-hex-digit id

@@ -162,6 +162,20 @@ impl Daemon {
         self.log.lock().unwrap().join("\n")
     }
 
+    /// Waits until `text` appears in the log at least `times` times, or fails after `within`
+    /// with the log.
+    pub fn wait_for_log(&self, text: &str, times: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        while self.log_text().matches(text).count() < times {
+            assert!(
+                Instant::now() < deadline,
+                "{text:?} not logged {times} time(s):\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn signal(&self, signal: i32) {
         // SAFETY: kill(2) with our own child's pid; no memory is involved.
         unsafe { libc_kill(self.child.id() as i32, signal) };

@@ -39,6 +39,16 @@ pub fn make_fifo(path: &Path) {
     assert_eq!(made, 0, "mkfifo {}", path.display());
 }
 
+/// A process's resident memory in KiB (VmRSS).
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap()
+}
+
 /// `gpu_job_info`'s (gpu, hpc_job) pairs, sorted.
 pub fn gpu_jobs(m: &Metrics) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = m
