@@ -10,6 +10,7 @@ use crate::model::{DeviceSnapshot, Snapshot};
 use crate::poller::Coordinator;
 use crate::publisher::Publisher;
 use crate::settings::{Settings, SharedSettings};
+use crate::sources::Sources;
 use crate::store::Store;
 use crate::xid::{kmsg, store::Source, store::XidCount, store::XidStore};
 use serde::Serialize;
@@ -39,9 +40,9 @@ pub fn poll_once(config: Config) -> Arc<Snapshot> {
     let xids = Arc::new(XidStore::new(config.xid.dedup_window));
     if config.xid.read_kernel_log {
         match kmsg::read_backlog(&config.xid.kernel_log_path, &xids) {
-            Ok(_) => xids.set_source_up(Source::KERNEL_LOG, true),
+            Ok(_) => xids.set_source_up(Source::KernelLog, true),
             Err(e) => {
-                xids.set_source_up(Source::KERNEL_LOG, false);
+                xids.set_source_up(Source::KernelLog, false);
                 log::warn!(
                     "cannot read the kernel log {} ({e}): XIDs since boot are not checked; run as root",
                     config.xid.kernel_log_path.display()
@@ -50,9 +51,14 @@ pub fn poll_once(config: Config) -> Arc<Snapshot> {
         }
     }
     let settings = Arc::new(SharedSettings::new(Settings::from_config_without_web(config)));
-    let publisher = Arc::new(Publisher::new(store.clone(), xids.clone(), None, settings.clone()));
-    let mut coordinator = Coordinator::new(settings, publisher, xids, false);
+    let sources = Sources::new(xids);
+    let publisher = Arc::new(Publisher::new(store.clone(), sources.clone(), settings.clone()));
+    let mut coordinator = Coordinator::new(settings.clone(), publisher.clone(), None);
     coordinator.run_round();
+    // No threads here: the side inputs are read once, after the round (the DRM client walk
+    // needs to know whether there are AMD GPUs), and the snapshot is put together again.
+    sources.read_periodic_once(&settings.current(), &store);
+    publisher.refresh_if_changed();
     store.latest()
 }
 

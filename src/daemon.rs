@@ -14,21 +14,22 @@
 //! waiting on a hung driver call, and exits 0: within systemd's 5-second expectation even
 //! with a wedged GPU.
 
-use crate::attribution::kubelet::PodState;
+use crate::backend::XidEvents;
 use crate::config::{Config, Overrides};
 use crate::exposition::RenderCache;
 use crate::http::{self, AppState};
 use crate::notify;
 use crate::poller::{Coordinator, PollLoop};
-use crate::probe::schedule::{self, ProbeState};
+use crate::probe::schedule;
 use crate::publisher::Publisher;
 use crate::settings::{self, Settings, SharedSettings};
+use crate::sources::Sources;
+use crate::stop::{Shutdown, Stop};
 use crate::store::Store;
 use crate::xid::kmsg::{self, ResumePoints};
 use crate::xid::store::{Source, XidStore};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -37,8 +38,9 @@ const REFRESH_EVERY: Duration = Duration::from_millis(200);
 
 /// How long scrapes in flight may take to finish once we are told to stop.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(4);
-/// How long to wait for the poll loop's current round before leaving it behind.
-const POLL_STOP_TIMEOUT: Duration = Duration::from_millis(800);
+/// How long every thread and task may take to end after the stop (beyond the drain):
+/// threads wait a second at most in the driver's event wait or in poll(2).
+const STOP_TIMEOUT: Duration = Duration::from_millis(1500);
 
 /// `config_path` is the file SIGHUP re-reads (None: built-in defaults); `overrides` are the
 /// command line's, applied again after every reload.
@@ -127,34 +129,37 @@ fn bind_error_message(config: &Config, e: &std::io::Error) -> String {
     message
 }
 
-/// The kernel-log reader and the flag that stops it.
+/// The kernel-log reader, and the signal that stops it alone (a reload that moves it).
 struct KernelLogReader {
     path: PathBuf,
-    stop: Arc<AtomicBool>,
+    stop: Stop,
 }
 
 impl KernelLogReader {
     /// `resume`: where earlier readers got to, per path, so a reload never counts a log twice.
-    fn start(config: &Config, xids: &Arc<XidStore>, resume: &Arc<ResumePoints>) -> Option<KernelLogReader> {
+    fn start(
+        config: &Config,
+        xids: &Arc<XidStore>,
+        resume: &Arc<ResumePoints>,
+        daemon: &Stop,
+    ) -> Option<KernelLogReader> {
         if !config.xid.read_kernel_log {
             return None;
         }
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = daemon.child("xid-kernel-log");
         let path = config.xid.kernel_log_path.clone();
-        match kmsg::spawn_follower(path, xids.clone(), stop.clone(), resume.clone()) {
-            Ok(()) => Some(KernelLogReader {
-                path: config.xid.kernel_log_path.clone(),
-                stop,
-            }),
+        match kmsg::spawn_follower(
+            path.clone(),
+            xids.clone(),
+            stop.handle("xid-kernel-log"),
+            resume.clone(),
+        ) {
+            Ok(()) => Some(KernelLogReader { path, stop }),
             Err(e) => {
                 log::error!("cannot start the kernel-log XID reader: {e}");
                 None
             }
         }
-    }
-
-    fn stop(self) {
-        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
@@ -164,139 +169,213 @@ fn reload_kernel_log(
     config: &Config,
     xids: &Arc<XidStore>,
     resume: &Arc<ResumePoints>,
+    daemon: &Stop,
 ) -> Option<KernelLogReader> {
     let wanted = config.xid.read_kernel_log.then_some(&config.xid.kernel_log_path);
     if running.as_ref().map(|k| &k.path) == wanted {
         return running;
     }
     if let Some(old) = running {
-        old.stop();
+        old.stop.stop_child();
         if !config.xid.read_kernel_log {
-            xids.forget_source(Source::KERNEL_LOG);
+            xids.forget_source(Source::KernelLog);
         }
     }
-    KernelLogReader::start(config, xids, resume)
+    KernelLogReader::start(config, xids, resume, daemon)
 }
 
-/// Publishes XIDs and probe results between poll rounds, so they show on /metrics within a
-/// fraction of a second whatever `poll.interval` is.
-fn spawn_refresher(publisher: Arc<Publisher>, stop: Arc<AtomicBool>) -> std::io::Result<()> {
+/// Publishes what the side inputs brought between poll rounds, so an XID or a probe result
+/// shows on /metrics within a fraction of a second whatever `poll.interval` is.
+fn spawn_refresher(publisher: Arc<Publisher>, stop: Stop) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("publish-events".into())
         .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(REFRESH_EVERY);
+            while !stop.sleep(REFRESH_EVERY) {
                 publisher.refresh_if_changed();
             }
         })?;
     Ok(())
 }
 
-async fn start_poll_loop(coordinator: Coordinator) -> Result<PollLoop, String> {
-    match tokio::task::spawn_blocking(move || PollLoop::start(coordinator)).await {
+async fn start_poll_loop(coordinator: Coordinator, stop: Stop) -> Result<PollLoop, String> {
+    match tokio::task::spawn_blocking(move || PollLoop::start(coordinator, stop)).await {
         Ok(Ok(poll_loop)) => Ok(poll_loop),
         Ok(Err(e)) => Err(format!("cannot start the poll thread: {e}")),
         Err(e) => Err(format!("the first poll round failed: {e}")),
     }
 }
 
-async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Overrides) -> i32 {
-    let (mut term, mut int, mut hup) = match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) {
-        (Ok(t), Ok(i), Ok(h)) => (t, i, h),
-        _ => {
-            log::error!("cannot install signal handlers");
-            return 1;
+/// SIGTERM, SIGINT and SIGHUP, installed before anything starts.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
+/// Binds the listener or says why not, with the exit code for it.
+async fn listen(config: &Config) -> Result<tokio::net::TcpListener, i32> {
+    bind(config).await.map_err(|e| {
+        log::error!("{}", bind_error_message(config, &e));
+        // Not 1: the unit's RestartPreventExitStatus lists this code, so a port that
+        // another program holds (node_exporter's 9100) does not become a restart loop
+        // that floods the journal every RestartSec.
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            EX_UNAVAILABLE
+        } else {
+            1
         }
-    };
-    let listener = match bind(&settings.config).await {
-        Ok(l) => l,
-        Err(e) => {
-            log::error!("{}", bind_error_message(&settings.config, &e));
-            // Not 1: the unit's RestartPreventExitStatus lists this code, so a port that
-            // another program holds (node_exporter's 9100) does not become a restart loop
-            // that floods the journal every RestartSec.
-            return if e.kind() == std::io::ErrorKind::AddrInUse {
-                EX_UNAVAILABLE
-            } else {
-                1
-            };
-        }
-    };
+    })
+}
+
+/// Everything the daemon runs, started in order: the sources, the poll loop (whose first
+/// round runs before this returns), the refresher.
+struct Running {
+    settings: Arc<SharedSettings>,
+    store: Arc<Store>,
+    xids: Arc<XidStore>,
+    resume: Arc<ResumePoints>,
+    kernel_log: Option<KernelLogReader>,
+    poll_loop: PollLoop,
+    /// The daemon's own handle: children (the kernel-log reader) are made from it.
+    stop: Stop,
+}
+
+async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, String> {
     let config = settings.config.clone();
     let settings = Arc::new(SharedSettings::new(settings));
     let store = Arc::new(Store::new());
-    let xids = Arc::new(XidStore::new(config.xid.dedup_window));
+    let stop = shutdown.handle("daemon");
+    let sources = Sources::new(Arc::new(XidStore::new(config.xid.dedup_window)));
+    let xids = sources.xids.clone();
     let resume = Arc::new(ResumePoints::default());
-    let mut kernel_log = KernelLogReader::start(&config, &xids, &resume);
-    let probes = Arc::new(ProbeState::default());
-    let background_stop = Arc::new(AtomicBool::new(false));
-    if let Err(e) = schedule::spawn(store.clone(), probes.clone(), settings.clone(), background_stop.clone()) {
+    let kernel_log = KernelLogReader::start(&config, &xids, &resume, &stop);
+    let probe_stop = shutdown.handle("probe-scheduler");
+    if let Err(e) = schedule::spawn(store.clone(), sources.probes.clone(), settings.clone(), probe_stop) {
         log::error!("cannot start the probe scheduler; no scheduled probes: {e}");
     }
     if config.probe.schedule {
         log::info!("scheduled probes: every {:?} per GPU, when idle", config.probe.interval);
     }
-    let pods = Arc::new(PodState::default());
-    tokio::spawn(crate::attribution::kubelet::follow(pods.clone(), settings.clone()));
-    let publisher =
-        Arc::new(Publisher::new(store.clone(), xids.clone(), Some(probes.clone()), settings.clone()).with_pods(pods));
-    let coordinator = Coordinator::new(settings.clone(), publisher.clone(), xids.clone(), true);
-    let poll_loop = match start_poll_loop(coordinator).await {
-        Ok(p) => p,
+    let kubelet_stop = shutdown.handle("kubelet");
+    tokio::spawn(crate::attribution::kubelet::follow(
+        sources.pods.clone(),
+        settings.clone(),
+        kubelet_stop,
+    ));
+    if let Err(e) = sources.spawn_periodic(&settings, &store, &stop) {
+        log::error!("cannot start a side-input thread; jobs, the PCI census or AMD processes are missing: {e}");
+    }
+    let publisher = Arc::new(Publisher::new(store.clone(), sources, settings.clone()));
+    let events = XidEvents {
+        store: xids.clone(),
+        stop: Arc::new(shutdown.handle("xid-nvml-events")),
+    };
+    let coordinator = Coordinator::new(settings.clone(), publisher.clone(), Some(events));
+    let poll_loop = start_poll_loop(coordinator, shutdown.handle("poll-coordinator")).await?;
+    if let Err(e) = spawn_refresher(publisher, shutdown.handle("publish-events")) {
+        log::error!("cannot start the XID publisher; XIDs show at the next poll round: {e}");
+    }
+    Ok(Running {
+        settings,
+        store,
+        xids,
+        resume,
+        kernel_log,
+        poll_loop,
+        stop,
+    })
+}
+
+impl Running {
+    /// SIGHUP: a new config swapped in whole, or the old one kept with the reason logged.
+    fn reload(&mut self, config_path: Option<&PathBuf>, overrides: &Overrides) {
+        notify::reloading();
+        match reload(&self.settings.current().config, config_path, overrides) {
+            Ok(new_settings) => {
+                self.xids.set_dedup_window(new_settings.config.xid.dedup_window);
+                self.kernel_log = reload_kernel_log(
+                    self.kernel_log.take(),
+                    &new_settings.config,
+                    &self.xids,
+                    &self.resume,
+                    &self.stop,
+                );
+                self.settings.replace(new_settings);
+                self.poll_loop.reload();
+                log::info!("reloaded the config");
+            }
+            Err(message) => log::error!("{message}"),
+        }
+    }
+
+    fn ready(&self, bound: &str) {
+        let devices = self.store.latest().devices.len();
+        notify::ready(&format!("serving {devices} GPU(s) on {bound}"));
+        self.poll_loop.status_overwritten();
+    }
+}
+
+async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Overrides) -> i32 {
+    let Ok(mut signals) = Signals::install() else {
+        log::error!("cannot install signal handlers");
+        return 1;
+    };
+    let listener = match listen(&settings.config).await {
+        Ok(listener) => listener,
+        Err(code) => return code,
+    };
+    let shutdown = Shutdown::new();
+    let mut running = match start(settings, &shutdown).await {
+        Ok(running) => running,
         Err(e) => {
             log::error!("{e}");
             return 1;
         }
     };
-    if let Err(e) = spawn_refresher(publisher, background_stop.clone()) {
-        log::error!("cannot start the XID publisher; XIDs show at the next poll round: {e}");
-    }
-    let devices = store.latest().devices.len();
     let app = http::router(AppState {
-        store: store.clone(),
+        store: running.store.clone(),
         cache: Arc::new(RenderCache::default()),
-        settings: settings.clone(),
+        settings: running.settings.clone(),
     });
     // The bound address, not the configured one: with port 0 the kernel picks the port.
     let bound = listener
         .local_addr()
         .map(|a| a.to_string())
-        .unwrap_or_else(|_| config.listen.to_string());
-    let scheme = if settings.current().web.tls.is_some() {
+        .unwrap_or_else(|_| running.settings.current().config.listen.to_string());
+    let scheme = if running.settings.current().web.tls.is_some() {
         "https"
     } else {
         "http"
     };
+    let devices = running.store.latest().devices.len();
     log::info!("serving metrics on {scheme}://{bound}/metrics ({devices} GPU(s))");
-
-    let (stop_server, stop_rx) = tokio::sync::watch::channel(false);
-    let mut server = tokio::spawn(http::serve(listener, app, settings.clone(), stop_rx, DRAIN_TIMEOUT));
-    notify::ready(&format!("serving {devices} GPU(s) on {bound}"));
-    poll_loop.status_overwritten();
+    let server_stop = shutdown.handle("http");
+    let mut server = tokio::spawn(http::serve(
+        listener,
+        app,
+        running.settings.clone(),
+        server_stop,
+        DRAIN_TIMEOUT,
+    ));
+    running.ready(&bound);
 
     loop {
         tokio::select! {
-            _ = term.recv() => { log::info!("SIGTERM: stopping"); break; }
-            _ = int.recv() => { log::info!("SIGINT: stopping"); break; }
-            _ = hup.recv() => {
-                notify::reloading();
-                match reload(&settings.current().config, config_path.as_ref(), &overrides) {
-                    Ok(new_settings) => {
-                        xids.set_dedup_window(new_settings.config.xid.dedup_window);
-                        kernel_log = reload_kernel_log(kernel_log, &new_settings.config, &xids, &resume);
-                        settings.replace(new_settings);
-                        poll_loop.reload();
-                        log::info!("reloaded the config");
-                    }
-                    Err(message) => log::error!("{message}"),
-                }
-                let devices = store.latest().devices.len();
-                notify::ready(&format!("serving {devices} GPU(s) on {bound}"));
-                poll_loop.status_overwritten();
+            _ = signals.term.recv() => { log::info!("SIGTERM: stopping"); break; }
+            _ = signals.int.recv() => { log::info!("SIGINT: stopping"); break; }
+            _ = signals.hup.recv() => {
+                running.reload(config_path.as_ref(), &overrides);
+                running.ready(&bound);
             }
             result = &mut server => {
                 // The server ended on its own: that is a failure.
@@ -305,9 +384,17 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
             }
         }
     }
-
     notify::stopping();
-    let _ = stop_server.send(true);
+    drop(running);
+    stop_everything(shutdown, server).await;
+    0
+}
+
+/// The one stop: every thread and task hears it at once; the HTTP server drains scrapes in
+/// flight; what does not end in time (a thread inside a driver call that does not return)
+/// is named and left behind.
+async fn stop_everything(shutdown: Shutdown, mut server: tokio::task::JoinHandle<()>) {
+    shutdown.stop();
     // serve() drains for DRAIN_TIMEOUT at most; the margin covers the accept loop itself.
     if tokio::time::timeout(DRAIN_TIMEOUT + Duration::from_millis(500), &mut server)
         .await
@@ -315,19 +402,14 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
     {
         server.abort();
     }
-    let finished = tokio::task::spawn_blocking(move || poll_loop.stop(POLL_STOP_TIMEOUT))
-        .await
-        .unwrap_or(false);
-    if !finished {
-        log::warn!("the poll loop is inside a driver call that does not return; leaving it");
+    let left = shutdown.wait(STOP_TIMEOUT).await;
+    if !left.is_empty() {
+        log::warn!(
+            "still running after {STOP_TIMEOUT:?}, left behind: {} (a driver call that does not return)",
+            left.join(", ")
+        );
     }
-    if let Some(k) = kernel_log {
-        k.stop();
-    }
-    // A probe in flight is killed within a tick of this; the refresher ends within its period.
-    background_stop.store(true, Ordering::Relaxed);
     log::info!("stopped");
-    0
 }
 
 /// Reads the config again for SIGHUP and builds the settings it asks for. Err carries the

@@ -32,7 +32,7 @@ use hyper_util::service::TowerToHyperService;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::Semaphore;
 use tower_http::timeout::TimeoutLayer;
 
 /// Connections open at once; more wait in the kernel's accept queue.
@@ -42,13 +42,13 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest request head we read.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
-/// Serves `app` until `stop` turns true, then lets requests in flight finish for up to
-/// `drain` and returns.
+/// Serves `app` until `stop`, then lets requests in flight finish for up to `drain` and
+/// returns.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     settings: Arc<SharedSettings>,
-    mut stop: watch::Receiver<bool>,
+    stop: crate::stop::Stop,
     drain: Duration,
 ) {
     let mut builder = http1::Builder::new();
@@ -64,7 +64,7 @@ pub async fn serve(
     let trimmer = tokio::spawn(return_memory_after_bursts(slots.clone(), peak.clone()));
     let mut accept_errors = crate::logging::RateLimiter::new(Duration::from_secs(60));
     loop {
-        if *stop.borrow() {
+        if stop.is_stopped() {
             break;
         }
         let permit = tokio::select! {
@@ -72,7 +72,7 @@ pub async fn serve(
                 Ok(p) => p,
                 Err(_) => break,
             },
-            _ = stop.changed() => break,
+            _ = stop.stopped() => break,
         };
         peak.fetch_max(
             MAX_CONNECTIONS - slots.available_permits(),
@@ -90,7 +90,7 @@ pub async fn serve(
                     continue;
                 }
             },
-            _ = stop.changed() => break,
+            _ = stop.stopped() => break,
         };
         let service = TowerToHyperService::new(app.clone());
         let tls = settings.current().web.tls.clone();

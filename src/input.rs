@@ -141,6 +141,11 @@ impl Skips {
         }
     }
 
+    /// Drops what was gathered uncounted: the same skips were counted at an earlier look.
+    pub fn forget(&mut self) {
+        self.found.clear();
+    }
+
     pub fn add(&mut self, reason: Reason, what: impl Display) {
         let entry = self.found.entry(reason).or_insert_with(|| (0, what.to_string()));
         entry.0 += 1;
@@ -284,21 +289,20 @@ pub fn open(path: &Path, links: Links, kinds: Kinds) -> Result<std::fs::File, Re
     Ok(file)
 }
 
-/// Makes reads of a file opened by [`open`] block again: for a reader on a thread of its
-/// own that follows a device (`/dev/kmsg`) and wants to sleep in `read()` until a record.
-pub fn set_blocking(file: &std::fs::File) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let fd = file.as_raw_fd();
-    // SAFETY: fcntl on a descriptor this File owns and keeps open for the call.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 {
-        return Err(std::io::Error::last_os_error());
+/// Waits until `fd` has something to read, `timeout` at most (a follower of /dev/kmsg waits
+/// here rather than in a blocking read, so it sees a stop within the timeout).
+pub fn wait_readable(fd: std::os::fd::RawFd, timeout: std::time::Duration) {
+    let mut poll = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let millis = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one valid pollfd for the length of the call; the result only says whether to
+    // read, and a failed poll means reading again, which reports the error.
+    unsafe {
+        libc::poll(&mut poll, 1, millis);
     }
-    // SAFETY: as above; only O_NONBLOCK changes.
-    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// A file's text, at most `max_bytes` of it.

@@ -7,6 +7,7 @@
 
 pub mod attribution;
 pub mod backend;
+pub mod cadence;
 pub mod check;
 pub mod clock_events;
 pub mod config;
@@ -25,7 +26,9 @@ pub mod poller;
 pub mod probe;
 pub mod publisher;
 pub mod settings;
+pub mod sources;
 pub mod status_page;
+pub mod stop;
 pub mod store;
 pub mod web_config;
 pub mod xid;

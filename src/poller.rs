@@ -13,7 +13,7 @@
 //! deadline at once, and makes the backends anew only when their own settings changed;
 //! counters and histograms carry on either way.
 
-use crate::backend::{self, Backend, BackendState, DevicePoller, PollReport};
+use crate::backend::{self, Backend, BackendState, DevicePoller, PollReport, XidEvents};
 use crate::health;
 use crate::logging::RateLimiter;
 use crate::model::{
@@ -22,7 +22,6 @@ use crate::model::{
 use crate::notify;
 use crate::publisher::{Publisher, RoundPart};
 use crate::settings::{BackendSettings, LiveSwitches, SharedSettings};
-use crate::xid::store::XidStore;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
@@ -68,9 +67,10 @@ struct Answers {
 pub struct Coordinator {
     settings: Arc<SharedSettings>,
     publisher: Arc<Publisher>,
-    xids: Arc<XidStore>,
-    /// The daemon listens for XID events from the backends; a one-shot `check` does not.
-    xid_events: bool,
+    /// Where backends send XID events: the daemon listens for them, a one-shot `check` not.
+    xid_events: Option<XidEvents>,
+    /// When each GPU last showed a hardware power slowdown (state across rounds).
+    hw_slowdown: crate::clock_events::HwSlowdownTracker,
     /// What the current backends were made from; None before the first round.
     made_from: Option<BackendSettings>,
     /// Switches the pollers read at every poll, set from the settings at every round.
@@ -91,18 +91,13 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    pub fn new(
-        settings: Arc<SharedSettings>,
-        publisher: Arc<Publisher>,
-        xids: Arc<XidStore>,
-        xid_events: bool,
-    ) -> Coordinator {
+    pub fn new(settings: Arc<SharedSettings>, publisher: Arc<Publisher>, xid_events: Option<XidEvents>) -> Coordinator {
         let (results_tx, results_rx) = mpsc::channel();
         Coordinator {
             settings,
             publisher,
-            xids,
             xid_events,
+            hw_slowdown: Default::default(),
             made_from: None,
             live: LiveSwitches::default(),
             backends: Vec::new(),
@@ -135,7 +130,7 @@ impl Coordinator {
             log::info!("reload: the GPU backends' settings changed; enumerating the GPUs again");
         }
         self.workers.clear();
-        self.backends = backend::from_settings(&wanted, &self.live, &self.xids, self.xid_events);
+        self.backends = backend::from_settings(&wanted, &self.live, self.xid_events.as_ref());
         self.answers = vec![Answers::default(); self.backends.len()];
         let names: Vec<&'static str> = self
             .backends
@@ -424,7 +419,7 @@ impl Coordinator {
             status.up = state.up;
             status.note = state.note;
         }
-        let devices = self
+        let mut devices: Vec<DeviceSnapshot> = self
             .workers
             .iter()
             .map(|w| DeviceSnapshot {
@@ -437,6 +432,11 @@ impl Coordinator {
                 health: Default::default(),
             })
             .collect();
+        self.hw_slowdown.track(&mut devices);
+        let processes = &self.settings.current().config.processes;
+        if processes.per_process {
+            crate::attribution::processes::describe(&mut devices, processes);
+        }
         self.publisher.publish_round(RoundPart {
             backends: self.backend_status.clone(),
             devices,
@@ -453,24 +453,28 @@ enum Control {
     /// Someone else wrote systemd's STATUS= (the READY message): send the health summary
     /// again after the next round, even if it did not change.
     StatusOverwritten,
+    /// The daemon's stop signal fired.
     Stop,
 }
 
-/// The running poll loop; dropping the handle does not stop it, [`PollLoop::stop`] does.
+/// The running poll loop; dropping the handle does not stop it, the daemon's stop signal
+/// does (the loop's thread drops its handle when it ends).
 pub struct PollLoop {
     control: Sender<Control>,
-    /// Says the loop's thread ended.
-    finished: Receiver<()>,
 }
 
 impl PollLoop {
     /// Runs the first round before returning, so the first scrape already has data.
-    pub fn start(mut coordinator: Coordinator) -> std::io::Result<PollLoop> {
+    pub fn start(mut coordinator: Coordinator, stop: crate::stop::Stop) -> std::io::Result<PollLoop> {
         coordinator.run_round();
         coordinator.report_status();
         let watchdog = notify::watchdog_interval();
         let (control_tx, control_rx) = mpsc::channel::<Control>();
-        let (finished_tx, finished_rx) = mpsc::channel::<()>();
+        // The loop waits on its channel, so the stop reaches it there.
+        let wake = control_tx.clone();
+        stop.on_stop(move || {
+            let _ = wake.send(Control::Stop);
+        });
         std::thread::Builder::new()
             .name("poll-coordinator".into())
             .spawn(move || {
@@ -509,12 +513,9 @@ impl PollLoop {
                     }
                 }
                 drop(coordinator);
-                let _ = finished_tx.send(());
+                drop(stop);
             })?;
-        Ok(PollLoop {
-            control: control_tx,
-            finished: finished_rx,
-        })
+        Ok(PollLoop { control: control_tx })
     }
 
     /// The settings were replaced: the loop applies them and polls at once (a round that
@@ -527,12 +528,5 @@ impl PollLoop {
     /// summary again.
     pub fn status_overwritten(&self) {
         let _ = self.control.send(Control::StatusOverwritten);
-    }
-
-    /// Stops the loop; false when it did not finish within `wait` (it is stuck in a vendor
-    /// call; the process will go on without it).
-    pub fn stop(self, wait: Duration) -> bool {
-        let _ = self.control.send(Control::Stop);
-        self.finished.recv_timeout(wait).is_ok()
     }
 }

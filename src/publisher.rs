@@ -1,22 +1,25 @@
 //! Putting a whole snapshot together and publishing it.
 //!
 //! A snapshot has parts that change at different times: the poll round's devices and
-//! counters (every `poll.interval`), the XID counts (whenever the kernel log or NVML reports
-//! one) and the probe results (after a probe). The publisher keeps the latest of each, puts
-//! them together, computes every GPU's health verdict once for the result, and publishes it.
-//! A poll round publishes; so does [`Publisher::refresh_if_changed`], which the daemon calls
-//! a few times a second, so an XID shows on /metrics well within a second whatever the poll
-//! interval is.
+//! counters (every `poll.interval`), and the side inputs (XID counts, probe results, pods,
+//! jobs, the PCI census, DRM clients), each kept by its source (crate::sources). [`assemble`]
+//! is the whole of putting them together: a pure function of the round, the sources' values
+//! and a few options, with every GPU's health verdict computed once for the result. It does
+//! no I/O, so the publisher's lock is never held across a read of the outside world.
+//!
+//! A poll round publishes ([`Publisher::publish_round`]); so does
+//! [`Publisher::refresh_if_changed`], which the daemon calls a few times a second and which
+//! publishes when any source's version moved, so an XID shows on /metrics well within a
+//! second whatever the poll interval is.
 
 use crate::attribution::jobs::{self, GpuKey};
-use crate::attribution::kubelet::{Assignment, PodState};
+use crate::attribution::kubelet::Assignment;
 use crate::health;
 use crate::input::{Input, Reason, Skips};
 use crate::model::{BackendStatus, DeviceSnapshot, DurationHistogram, PersistenceAttempts, PodHolder, Snapshot};
-use crate::probe::schedule::ProbeState;
 use crate::settings::SharedSettings;
+use crate::sources::{Inputs, Sources, Versions};
 use crate::store::Store;
-use crate::xid::store::XidStore;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -29,84 +32,67 @@ pub struct RoundPart {
     pub round_duration: DurationHistogram,
 }
 
-/// How often the PCI bus is looked at for GPUs no backend shows: it changes at boot and at
-/// hot-plug, and each look reads a few hundred small files under /sys.
-const PCI_CENSUS_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// How often the job mapping directory is read: a job starts or ends in seconds, and a
-/// stale attribution for a few seconds is harmless.
-const JOBS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// A walk of /proc for DRM clients and when it was taken; `None` inside when the walk could
-/// not see every process.
-type DrmClientScan = (
-    std::time::Instant,
-    Option<BTreeMap<String, Vec<crate::model::GpuProcess>>>,
-);
-
-struct Latest {
-    round: Arc<RoundPart>,
-    pod_changes: u64,
-    /// The last read of the job mapping directory, matched to GPUs (by uuid), and when it
-    /// was taken.
-    jobs: Option<(std::time::Instant, BTreeMap<String, Vec<String>>)>,
-    /// Whether the job mapping directory could not be read last time (its warning is given).
-    jobs_outage: crate::input::Outage,
-    /// Per GPU uuid: the last hardware power slowdown counter total, and when a hardware
-    /// power slowdown was last seen (active, or its counter grew).
-    hw_slowdown: std::collections::HashMap<String, (Option<f64>, Option<std::time::Instant>)>,
-    /// The last PCI census and when it was taken.
-    pci: Option<(std::time::Instant, Vec<crate::model::PciGpu>)>,
-    /// The last walk of /proc for DRM clients (GPUs whose driver lists no processes), by
-    /// PCI bus id, and when it was taken.
-    /// `None` inside: the walk could not see every process.
-    drm_clients: Option<DrmClientScan>,
-    /// Whether that walk failed last time (its warning is given).
-    drm_outage: crate::input::Outage,
-    /// The XID store's and the probe state's change counters as last published.
-    xid_changes: u64,
-    probe_changes: u64,
+/// What a snapshot takes from the settings and the host, beside the round and the sources.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub xid_critical_hold: std::time::Duration,
+    pub nvlink_per_link: bool,
+    pub dcgm_compat: bool,
+    /// The node's host name (dcgm-exporter's `Hostname` label).
+    pub hostname: String,
 }
 
-/// Notes, per GPU, when a hardware power slowdown was last seen: active in this round's
-/// readings, or its driver counters grew since the last round that had them.
-fn track_hw_slowdown(
-    seen: &mut std::collections::HashMap<String, (Option<f64>, Option<std::time::Instant>)>,
-    devices: &mut [DeviceSnapshot],
-) {
-    use crate::clock_events::HW_POWER_REASONS;
-    for device in devices {
-        let entry = seen.entry(device.identity.uuid.clone()).or_default();
-        if let Some(r) = device.readings.as_ref().filter(|_| device.up) {
-            let active = HW_POWER_REASONS.iter().any(|reason| r.clock_event_active(reason));
-            let counters: Vec<f64> = r
-                .clock_event_seconds
-                .iter()
-                .filter(|(reason, _)| HW_POWER_REASONS.contains(reason))
-                .map(|(_, s)| *s)
-                .collect();
-            let total = (!counters.is_empty()).then(|| counters.iter().sum::<f64>());
-            let grew = entry.0.zip(total).is_some_and(|(before, now)| now > before);
-            if active || grew {
-                entry.1 = Some(std::time::Instant::now());
-            }
-            if total.is_some() {
-                entry.0 = total;
-            }
+impl Options {
+    pub fn from_config(config: &crate::config::Config, hostname: &str) -> Options {
+        Options {
+            xid_critical_hold: config.xid.critical_hold,
+            nvlink_per_link: config.nvlink.per_link,
+            dcgm_compat: config.compat.dcgm_exporter,
+            hostname: hostname.to_string(),
         }
-        device.hw_slowdown_seen = entry.1;
     }
+}
+
+/// The snapshot of one round and the sources' values: no I/O, no locks, no clock. What
+/// could not be kept (more jobs on a GPU than it carries) goes into `skips`.
+pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generation: u64, skips: &mut Skips) -> Snapshot {
+    let mut devices = round.devices.clone();
+    fill_processes_from_drm_clients(&mut devices, &inputs.drm_clients);
+    let mut snapshot = Snapshot {
+        generation,
+        backends: round.backends.clone(),
+        persistence_attempts: round.persistence_attempts.clone(),
+        round_duration: round.round_duration.clone(),
+        xid: inputs.xid.clone(),
+        xid_critical_hold: options.xid_critical_hold,
+        nvlink_per_link: options.nvlink_per_link,
+        dcgm_compat: options.dcgm_compat,
+        hostname: options.hostname.clone(),
+        probe: inputs.probe.clone(),
+        pci_gpus: (*inputs.pci).clone(),
+        pods: pods_by_uuid(&inputs.pods.assignments, &devices),
+        kubelet_up: inputs.pods.kubelet_up,
+        jobs: jobs_by_uuid(&inputs.jobs, &devices, skips),
+        node_findings: Vec::new(),
+        input_skipped: inputs.input_skipped.clone(),
+        devices,
+    };
+    health::evaluate(&mut snapshot);
+    snapshot
 }
 
 /// The job mapping's files matched to GPUs: a number is an NVIDIA GPU's index (the layout
 /// comes from dcgm-exporter; on a node with only AMD GPUs, theirs), a name a GPU's uuid. A GPU
 /// with a file by index and one by uuid gets the jobs of both, each once, at most
 /// [`jobs::MAX_JOBS_PER_GPU`] (the rest counted as skipped).
-fn jobs_by_uuid(jobs: &BTreeMap<GpuKey, Vec<String>>, devices: &[DeviceSnapshot]) -> BTreeMap<String, Vec<String>> {
+fn jobs_by_uuid(
+    jobs: &BTreeMap<GpuKey, Vec<String>>,
+    devices: &[DeviceSnapshot],
+    skips: &mut Skips,
+) -> BTreeMap<String, Vec<String>> {
     use crate::model::Vendor;
     let has_nvidia = devices.iter().any(|d| d.identity.vendor == Vendor::Nvidia);
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut skips = Skips::new(Input::JobMapping);
     for (key, ids) in jobs {
         let Some(device) = devices.iter().find(|d| match key {
             GpuKey::Index(i) => d.identity.index == *i && (d.identity.vendor == Vendor::Nvidia || !has_nvidia),
@@ -129,62 +115,19 @@ fn jobs_by_uuid(jobs: &BTreeMap<GpuKey, Vec<String>>, devices: &[DeviceSnapshot]
     out
 }
 
-/// Marks the processes that get series of their own (the largest users of device memory
-/// first, at most `max_per_gpu` per GPU) and reads their names and containers.
-fn describe_processes(devices: &mut [DeviceSnapshot], settings: &crate::config::Processes) {
-    use crate::attribution::processes;
-    let mut skips = Skips::new(Input::Proc);
-    for readings in devices.iter_mut().filter_map(|d| d.readings.as_mut()) {
-        let Some(list) = readings.processes.as_mut() else {
-            continue;
-        };
-        list.sort_by(|a, b| b.used_memory_bytes.cmp(&a.used_memory_bytes).then(a.pid.cmp(&b.pid)));
-        for process in list.iter_mut().take(settings.max_per_gpu as usize) {
-            process.listed = true;
-            process.name = processes::name(&settings.proc_root, process.pid, &mut skips);
-            process.container_id = processes::container_id(&settings.proc_root, process.pid, &mut skips);
-        }
-    }
-}
-
-/// GPUs whose driver gives no process list (AMD) get theirs from the DRM client statistics
-/// in /proc, walked at most every `drm_clients::SCAN_EVERY` and only while such GPUs exist.
-fn fill_processes_from_drm_clients(
-    cache: &mut Option<DrmClientScan>,
-    outage: &mut crate::input::Outage,
-    devices: &mut [DeviceSnapshot],
-    proc_root: &std::path::Path,
-) {
-    use crate::attribution::drm_clients;
-    let wanting = |d: &DeviceSnapshot| d.readings.as_ref().is_some_and(|r| r.processes.is_none());
-    if !devices.iter().any(wanting) {
-        *cache = None;
-        return;
-    }
-    if cache
-        .as_ref()
-        .is_none_or(|(at, _)| at.elapsed() >= drm_clients::SCAN_EVERY)
-    {
-        let scanned = drm_clients::scan(proc_root, &mut Skips::new(Input::Proc));
-        match &scanned {
-            Ok(_) => outage.recovered(format!(
-                "the process list of GPUs whose driver keeps none (AMD) can be read from {} again",
-                proc_root.display()
-            )),
-            Err(why) => outage.failed(format!(
-                "no process list for GPUs whose driver keeps none (AMD): {why}; it needs root with \
-                 CAP_SYS_PTRACE (docs/metrics.md)"
-            )),
-        }
-        *cache = Some((std::time::Instant::now(), scanned.ok()));
-    }
-    let Some((_, Some(by_gpu))) = cache.as_ref() else {
+/// GPUs whose driver gives no process list (AMD) get theirs from the DRM client walk, when
+/// it could see every process.
+fn fill_processes_from_drm_clients(devices: &mut [DeviceSnapshot], scan: &crate::sources::processes::DrmScan) {
+    let Some(by_gpu) = scan else {
         return;
     };
     for device in devices.iter_mut() {
-        let bus = device.identity.pci_bus_id.clone();
+        if !crate::sources::processes::wants_drm_clients(device.identity.vendor) {
+            continue;
+        }
+        let bus = &device.identity.pci_bus_id;
         if let Some(readings) = device.readings.as_mut().filter(|r| r.processes.is_none()) {
-            readings.processes = Some(by_gpu.get(&bus).cloned().unwrap_or_default());
+            readings.processes = Some(by_gpu.get(bus).cloned().unwrap_or_default());
         }
     }
 }
@@ -230,154 +173,235 @@ fn pods_by_uuid(assignments: &[Assignment], devices: &[DeviceSnapshot]) -> BTree
         .collect()
 }
 
+/// What was published last.
+struct Published {
+    round: Arc<RoundPart>,
+    /// The sources' versions it was put together from.
+    versions: Versions,
+    /// The job map's version whose overflow was last counted: a map is counted once, not at
+    /// every publish.
+    jobs_counted: Option<u64>,
+}
+
+/// Puts snapshots together and publishes them into the store.
 pub struct Publisher {
     store: Arc<Store>,
-    xids: Arc<XidStore>,
-    /// Scheduled probe results; None outside the daemon.
-    probes: Option<Arc<ProbeState>>,
+    sources: Sources,
     settings: Arc<SharedSettings>,
-    /// Held while a snapshot is put together, so a round and a refresh never interleave.
-    latest: Mutex<Latest>,
-    /// What the kubelet said; None outside the daemon.
-    pods: Option<Arc<PodState>>,
-    /// The node's host name, read once (dcgm-exporter's `Hostname` label).
+    /// Held while a snapshot is put together (no I/O inside), so a round and a refresh never
+    /// interleave.
+    published: Mutex<Published>,
+    /// The node's host name, read once.
     hostname: String,
 }
 
 impl Publisher {
-    pub fn new(
-        store: Arc<Store>,
-        xids: Arc<XidStore>,
-        probes: Option<Arc<ProbeState>>,
-        settings: Arc<SharedSettings>,
-    ) -> Publisher {
+    pub fn new(store: Arc<Store>, sources: Sources, settings: Arc<SharedSettings>) -> Publisher {
+        let hostname = crate::input::read_text(
+            std::path::Path::new("/proc/sys/kernel/hostname"),
+            256,
+            crate::input::Links::Follow,
+        )
+        .map(|text| text.text.trim().to_string())
+        .unwrap_or_default();
         Publisher {
             store,
-            xids,
-            probes,
+            sources,
             settings,
-            latest: Mutex::new(Latest {
+            published: Mutex::new(Published {
                 round: Arc::new(RoundPart::default()),
-                pod_changes: 0,
-                hw_slowdown: Default::default(),
-                jobs: None,
-                jobs_outage: Default::default(),
-                pci: None,
-                drm_clients: None,
-                drm_outage: Default::default(),
-                xid_changes: 0,
-                probe_changes: 0,
+                versions: Versions::default(),
+                jobs_counted: None,
             }),
-            pods: None,
-            hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|h| h.trim().to_string())
-                .unwrap_or_default(),
+            hostname,
         }
-    }
-
-    /// Takes pod attribution from the kubelet task's state.
-    pub fn with_pods(mut self, pods: Arc<PodState>) -> Publisher {
-        self.pods = Some(pods);
-        self
     }
 
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }
 
-    /// Publishes a poll round's part with the latest XIDs and probe results.
+    pub fn sources(&self) -> &Sources {
+        &self.sources
+    }
+
+    /// Publishes a poll round's part with the sources' latest values.
     pub fn publish_round(&self, round: RoundPart) {
-        self.xids
+        self.sources
+            .xids
             .set_gpus(round.devices.iter().map(|d| d.identity.pci_bus_id.as_str()));
-        let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut round = round;
-        track_hw_slowdown(&mut latest.hw_slowdown, &mut round.devices);
-        let processes = &self.settings.current().config.processes;
-        // Two fields of the guarded value at once.
-        let parts = &mut *latest;
-        fill_processes_from_drm_clients(
-            &mut parts.drm_clients,
-            &mut parts.drm_outage,
-            &mut round.devices,
-            &processes.proc_root,
-        );
-        if processes.per_process {
-            describe_processes(&mut round.devices, processes);
-        }
-        latest.round = Arc::new(round);
-        let settings = self.settings.current();
-        let mapping_dir = &settings.config.hpc_jobs.mapping_dir;
-        if mapping_dir.as_os_str().is_empty() {
-            latest.jobs = None;
-        } else if latest.jobs.as_ref().is_none_or(|(at, _)| at.elapsed() >= JOBS_EVERY) {
-            // Matched to this round's GPUs once per read: GPUs come and go far less often.
-            let jobs = jobs::read_logged(mapping_dir, &mut latest.jobs_outage);
-            let by_uuid = jobs_by_uuid(&jobs, &latest.round.devices);
-            latest.jobs = Some((std::time::Instant::now(), by_uuid));
-        }
-        if !settings.config.pci_census {
-            latest.pci = None;
-        } else if latest
-            .pci
-            .as_ref()
-            .is_none_or(|(at, _)| at.elapsed() >= PCI_CENSUS_EVERY)
-        {
-            // `/` on a host, a fixture tree in tests.
-            let root = &settings.sys_root;
-            latest.pci = Some((std::time::Instant::now(), crate::pci::gpus_on_the_bus(root)));
-        }
-        let snapshot = self.assemble(&mut latest);
+        let mut published = self.published.lock().unwrap_or_else(PoisonError::into_inner);
+        published.round = Arc::new(round);
+        let snapshot = self.assemble(&mut published);
         self.store.publish(snapshot);
     }
 
-    /// Publishes again when XIDs or probe results changed since the last snapshot; true when
-    /// it did. Cheap when nothing changed (two atomic loads).
+    /// Publishes again when a source's version moved since the last snapshot; true when it
+    /// did. Cheap when nothing changed (a few atomic loads).
     pub fn refresh_if_changed(&self) -> bool {
-        let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
-        let probe_changes = self.probes.as_ref().map_or(0, |p| p.changes());
-        let pod_changes = self.pods.as_ref().map_or(0, |p| p.changes());
-        if self.xids.changes() == latest.xid_changes
-            && probe_changes == latest.probe_changes
-            && pod_changes == latest.pod_changes
-        {
+        let mut published = self.published.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.sources.versions() == published.versions {
             return false;
         }
-        let snapshot = self.assemble(&mut latest);
+        let snapshot = self.assemble(&mut published);
         self.store.replace(snapshot);
         true
     }
 
-    fn assemble(&self, latest: &mut Latest) -> Snapshot {
-        // Read the counters before the data: a change that lands in between is published
-        // now and once more at the next refresh, never lost.
-        latest.xid_changes = self.xids.changes();
-        latest.probe_changes = self.probes.as_ref().map_or(0, |p| p.changes());
-        latest.pod_changes = self.pods.as_ref().map_or(0, |p| p.changes());
-        let pods = self.pods.as_ref().map(|p| p.snapshot()).unwrap_or_default();
-        let round = &latest.round;
-        let mut snapshot = Snapshot {
-            generation: self.store.latest().generation + 1,
-            backends: round.backends.clone(),
-            devices: round.devices.clone(),
-            persistence_attempts: round.persistence_attempts.clone(),
-            round_duration: round.round_duration.clone(),
-            xid: self.xids.snapshot(),
-            xid_critical_hold: self.settings.current().config.xid.critical_hold,
-            nvlink_per_link: self.settings.current().config.nvlink.per_link,
-            dcgm_compat: self.settings.current().config.compat.dcgm_exporter,
-            hostname: self.hostname.clone(),
-            probe: self.probes.as_ref().map(|p| p.snapshot()).unwrap_or_default(),
-            pci_gpus: latest.pci.as_ref().map(|(_, gpus)| gpus.clone()).unwrap_or_default(),
-            pods: pods_by_uuid(&pods.assignments, &round.devices),
-            kubelet_up: pods.kubelet_up,
-            jobs: latest.jobs.as_ref().map(|(_, jobs)| jobs.clone()).unwrap_or_default(),
-            node_findings: Vec::new(),
-            input_skipped: crate::input::skipped_totals()
-                .into_iter()
-                .map(|(input, reason, n)| (input.label(), reason.label(), n))
-                .collect(),
-        };
-        health::evaluate(&mut snapshot);
+    fn assemble(&self, published: &mut Published) -> Snapshot {
+        let inputs = self.sources.read();
+        let options = Options::from_config(&self.settings.current().config, &self.hostname);
+        let mut skips = Skips::new(Input::JobMapping);
+        let generation = self.store.latest().generation + 1;
+        let snapshot = assemble(&published.round, &inputs, &options, generation, &mut skips);
+        let jobs_version = self.sources.jobs.version();
+        if published.jobs_counted == Some(jobs_version) {
+            // This job map's overflow is counted already.
+            skips.forget();
+        }
+        published.jobs_counted = Some(jobs_version);
+        published.versions = inputs.versions;
         snapshot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{DeviceIdentity, DeviceReadings, GpuProcess, PciGpu, Vendor};
+
+    fn gpu(index: u32, vendor: Vendor, bus: &str) -> DeviceSnapshot {
+        DeviceSnapshot {
+            identity: DeviceIdentity {
+                index,
+                uuid: match vendor {
+                    Vendor::Amd => format!("AMD-{index}"),
+                    _ => format!("GPU-{index}"),
+                },
+                vendor,
+                name: "test".into(),
+                pci_bus_id: bus.into(),
+                driver_version: "1".into(),
+                serial: None,
+            },
+            up: true,
+            lost: false,
+            last_good_poll: None,
+            readings: Some(DeviceReadings::default()),
+            hw_slowdown_seen: None,
+            health: Default::default(),
+        }
+    }
+
+    fn round() -> RoundPart {
+        RoundPart {
+            devices: vec![
+                gpu(0, Vendor::Nvidia, "0000:19:00.0"),
+                gpu(1, Vendor::Nvidia, "0000:3b:00.0"),
+                gpu(0, Vendor::Amd, "0000:c1:00.0"),
+            ],
+            ..Default::default()
+        }
+    }
+
+    fn assemble_plain(round: &RoundPart, inputs: &Inputs) -> Snapshot {
+        let options = Options {
+            hostname: "node-1".into(),
+            ..Default::default()
+        };
+        assemble(round, inputs, &options, 7, &mut Skips::new(Input::JobMapping))
+    }
+
+    #[test]
+    fn a_snapshot_is_the_round_and_the_sources_put_together_without_a_daemon() {
+        let round = round();
+        let mut jobs = crate::sources::jobs::JobMap::new();
+        // By NVIDIA index (dcgm-exporter's layout) and by UUID: GPU 1 gets both, once each.
+        jobs.insert(GpuKey::Index(1), vec!["100".into(), "101".into()]);
+        jobs.insert(GpuKey::Uuid("GPU-1".into()), vec!["101".into(), "102".into()]);
+        jobs.insert(GpuKey::Uuid("GPU-unknown".into()), vec!["999".into()]);
+        let pods = crate::attribution::kubelet::PodSnapshot {
+            kubelet_up: Some(true),
+            assignments: vec![
+                Assignment {
+                    namespace: "ml".into(),
+                    pod: "trainer".into(),
+                    container: "main".into(),
+                    device_id: "nvidia0".into(),
+                },
+                Assignment {
+                    namespace: "ml".into(),
+                    pod: "amd-job".into(),
+                    container: "main".into(),
+                    device_id: "0000:c1:00.0".into(),
+                },
+            ],
+        };
+        let process = GpuProcess {
+            pid: 42,
+            used_memory_bytes: Some(1 << 30),
+            ..Default::default()
+        };
+        let inputs = Inputs {
+            jobs: Arc::new(jobs),
+            pods: Arc::new(pods),
+            pci: Arc::new(vec![PciGpu {
+                vendor: "nvidia",
+                pci_bus_id: "0000:5d:00.0".into(),
+                driver: Some("nvidia".into()),
+            }]),
+            drm_clients: Arc::new(Some(BTreeMap::from([("0000:c1:00.0".to_string(), vec![process])]))),
+            ..Default::default()
+        };
+        let snapshot = assemble_plain(&round, &inputs);
+
+        assert_eq!(snapshot.generation, 7);
+        assert_eq!(snapshot.hostname, "node-1");
+        assert_eq!(
+            snapshot.jobs.get("GPU-1"),
+            Some(&vec!["100".to_string(), "101".into(), "102".into()])
+        );
+        assert_eq!(snapshot.jobs.len(), 1, "a file for no GPU of the node gives nothing");
+        let pods_of = |uuid: &str| snapshot.pods.get(uuid).map(|p| p[0].pod.clone());
+        assert_eq!(pods_of("GPU-0").as_deref(), Some("trainer"));
+        assert_eq!(snapshot.kubelet_up, Some(true));
+        // The AMD GPU takes its processes from the DRM clients; the NVIDIA ones keep theirs
+        // (none read here), never a made-up empty list.
+        let processes = |i: usize| snapshot.devices[i].readings.as_ref().and_then(|r| r.processes.clone());
+        assert_eq!(processes(2).map(|p| p.len()), Some(1));
+        assert_eq!(processes(0), None);
+        // A GPU on the bus that no backend shows is a node finding.
+        assert!(
+            snapshot
+                .node_findings
+                .iter()
+                .any(|f| f.message.contains("0000:5d:00.0")),
+            "{:?}",
+            snapshot.node_findings
+        );
+        assert_eq!(pods_of("AMD-0").as_deref(), Some("amd-job"));
+    }
+
+    #[test]
+    fn a_failed_drm_walk_leaves_the_amd_gpu_without_a_process_list() {
+        let snapshot = assemble_plain(&round(), &Inputs::default());
+        assert!(snapshot.devices[2].readings.as_ref().unwrap().processes.is_none());
+    }
+
+    #[test]
+    fn more_jobs_than_a_gpu_carries_are_cut_and_reported_as_skipped() {
+        let mut jobs = crate::sources::jobs::JobMap::new();
+        let ids = |from: usize| (from..from + jobs::MAX_JOBS_PER_GPU).map(|n| n.to_string()).collect();
+        jobs.insert(GpuKey::Index(0), ids(0));
+        jobs.insert(GpuKey::Uuid("GPU-0".into()), ids(1000));
+        let inputs = Inputs {
+            jobs: Arc::new(jobs),
+            ..Default::default()
+        };
+        let mut skips = Skips::new(Input::JobMapping);
+        let snapshot = assemble(&round(), &inputs, &Options::default(), 1, &mut skips);
+        assert_eq!(snapshot.jobs["GPU-0"].len(), jobs::MAX_JOBS_PER_GPU);
+        assert!(!skips.is_empty());
+        skips.forget();
     }
 }

@@ -57,3 +57,72 @@ impl Default for Store {
         Store::new()
     }
 }
+
+/// A value that a source replaces whole, with a counter that moves on every change: readers
+/// take an `Arc` of it without waiting on the writer, and compare counters to learn that it
+/// changed without comparing values.
+pub struct Versioned<T> {
+    current: RwLock<Arc<T>>,
+    version: std::sync::atomic::AtomicU64,
+}
+
+impl<T: Default> Default for Versioned<T> {
+    fn default() -> Self {
+        Versioned {
+            current: RwLock::new(Arc::new(T::default())),
+            version: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+impl<T> Versioned<T> {
+    pub fn get(&self) -> Arc<T> {
+        match self.current.read() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// A number that moves whenever the value does. Read it before [`Versioned::get`]: a
+    /// change that lands in between is then seen again, never missed.
+    pub fn version(&self) -> u64 {
+        self.version.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Replaces the value and moves the counter.
+    pub fn set(&self, value: T) {
+        let value = Arc::new(value);
+        match self.current.write() {
+            Ok(mut guard) => *guard = value,
+            Err(poisoned) => *poisoned.into_inner() = value,
+        }
+        self.version.fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Replaces the value with what `change` makes of a copy of it.
+    pub fn update(&self, change: impl FnOnce(&mut T))
+    where
+        T: Clone,
+    {
+        let mut guard = match self.current.write() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let mut next = (**guard).clone();
+        change(&mut next);
+        *guard = Arc::new(next);
+        drop(guard);
+        self.version.fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl<T: PartialEq> Versioned<T> {
+    /// Replaces the value when it differs; true when it did (the counter moved).
+    pub fn set_if_changed(&self, value: T) -> bool {
+        if *self.get() == value {
+            return false;
+        }
+        self.set(value);
+        true
+    }
+}

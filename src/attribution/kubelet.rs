@@ -14,8 +14,7 @@
 use crate::config::Kubernetes;
 use crate::input::{Input, Reason, Skips};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// `v1.ListPodResourcesRequest`: empty.
@@ -90,31 +89,8 @@ pub struct PodSnapshot {
     pub assignments: Vec<Assignment>,
 }
 
-/// Shared between the kubelet task and the publisher.
-#[derive(Default)]
-pub struct PodState {
-    current: Mutex<Arc<PodSnapshot>>,
-    changes: AtomicU64,
-}
-
-impl PodState {
-    pub fn snapshot(&self) -> Arc<PodSnapshot> {
-        self.current.lock().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-
-    /// A number that changes whenever the snapshot does.
-    pub fn changes(&self) -> u64 {
-        self.changes.load(Ordering::Relaxed)
-    }
-
-    fn set(&self, next: PodSnapshot) {
-        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        if **current != next {
-            *current = Arc::new(next);
-            self.changes.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
+/// Shared between the kubelet task and the publisher: replaced only when the answer changed.
+pub type PodState = crate::store::Versioned<PodSnapshot>;
 
 /// Whether a resource name is one of `patterns` (`nvidia.com/mig-*`: a prefix).
 fn is_gpu_resource(name: &str, patterns: &[String]) -> bool {
@@ -213,9 +189,9 @@ pub fn assignments(response: &ListPodResourcesResponse, resources: &[String], sk
     out
 }
 
-/// Asks the kubelet every `refresh` until the runtime stops; `settings` gives the socket,
-/// the refresh and the resource names at each turn, so a reload applies.
-pub async fn follow(state: Arc<PodState>, settings: Arc<crate::settings::SharedSettings>) {
+/// Asks the kubelet every `refresh` until `stop`; `settings` gives the socket, the refresh
+/// and the resource names at each turn, so a reload applies.
+pub async fn follow(state: Arc<PodState>, settings: Arc<crate::settings::SharedSettings>, stop: crate::stop::Stop) {
     let mut last_error: Option<String> = None;
     loop {
         let config: Kubernetes = settings.current().config.kubernetes.clone();
@@ -252,8 +228,11 @@ pub async fn follow(state: Arc<PodState>, settings: Arc<crate::settings::SharedS
                 }
             }
         };
-        state.set(snapshot);
-        tokio::time::sleep(config.refresh).await;
+        state.set_if_changed(snapshot);
+        tokio::select! {
+            _ = tokio::time::sleep(config.refresh) => {}
+            _ = stop.stopped() => return,
+        }
     }
 }
 

@@ -15,6 +15,24 @@ const MAX_COMM: usize = 64;
 /// A process's cgroup file: a line per hierarchy, a few hundred bytes on a real node.
 const MAX_CGROUP: usize = 16 * 1024;
 
+/// Marks the processes that get series of their own (the largest users of device memory
+/// first, at most `max_per_gpu` per GPU) and reads their names and containers. Runs on the
+/// poll thread after a round, never under the publisher's lock.
+pub fn describe(devices: &mut [crate::model::DeviceSnapshot], settings: &crate::config::Processes) {
+    let mut skips = Skips::new(input::Input::Proc);
+    for readings in devices.iter_mut().filter_map(|d| d.readings.as_mut()) {
+        let Some(list) = readings.processes.as_mut() else {
+            continue;
+        };
+        list.sort_by(|a, b| b.used_memory_bytes.cmp(&a.used_memory_bytes).then(a.pid.cmp(&b.pid)));
+        for process in list.iter_mut().take(settings.max_per_gpu as usize) {
+            process.listed = true;
+            process.name = name(&settings.proc_root, process.pid, &mut skips);
+            process.container_id = container_id(&settings.proc_root, process.pid, &mut skips);
+        }
+    }
+}
+
 /// The process's name (`/proc/PID/comm`), `None` when it is gone or hidden from us.
 pub fn name(proc_root: &Path, pid: u32, skips: &mut Skips) -> Option<String> {
     let comm = input::read_value(&proc_root.join(pid.to_string()).join("comm"), MAX_COMM, skips)?;

@@ -12,6 +12,7 @@ pub mod nvml;
 
 use crate::model::{DeviceIdentity, DeviceReadings};
 use crate::settings::{BackendSettings, LiveSwitches};
+use crate::stop::Stop;
 use crate::xid::store::XidStore;
 use std::sync::Arc;
 
@@ -48,16 +49,22 @@ pub struct BackendState {
     pub note: Option<String>,
 }
 
+/// Where a backend that can report XID events (NVML's event set) sends them, and the stop
+/// signal its event thread ends with. The daemon gives one; a one-shot `check` does not
+/// listen for events.
+#[derive(Clone)]
+pub struct XidEvents {
+    pub store: Arc<XidStore>,
+    pub stop: Arc<Stop>,
+}
+
 /// Every backend the settings enable, in the order their GPUs are first listed (AMD's sysfs
-/// enumeration is instant; NVML may be waiting for its driver). `xid_events`:
-/// whether a backend that can report XID events (NVML) starts its event thread; a one-shot
-/// `check` does not.
-/// `live`: the switches the pollers read at every poll.
+/// enumeration is instant; NVML may be waiting for its driver). `live`: the switches the
+/// pollers read at every poll.
 pub fn from_settings(
     settings: &BackendSettings,
     live: &LiveSwitches,
-    xids: &Arc<XidStore>,
-    xid_events: bool,
+    xid_events: Option<&XidEvents>,
 ) -> Vec<Box<dyn Backend>> {
     let mut backends: Vec<Box<dyn Backend>> = Vec::new();
     if settings.amd.enabled {
@@ -67,8 +74,7 @@ pub fn from_settings(
         backends.push(Box::new(nvml::lifecycle::NvmlLifecycle::new(
             settings,
             live,
-            xids.clone(),
-            xid_events && settings.nvml_events,
+            xid_events.filter(|_| settings.nvml_events).cloned(),
         )));
     }
     backends

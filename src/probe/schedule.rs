@@ -15,46 +15,23 @@ use super::{ProbeError, ProbeReport, ProbeSnapshot};
 use crate::config::Probe;
 use crate::model::{DeviceSnapshot, Snapshot};
 pub use crate::settings::ChildSettings;
+use crate::stop::Stop;
 use crate::store::Store;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A skipped GPU is looked at again after this long (or after `probe.interval`, if shorter).
 const RETRY_AFTER: Duration = Duration::from_secs(600);
 const TICK: Duration = Duration::from_secs(1);
 
-/// Shared between the scheduler thread and the poll loop, which copies it into every snapshot.
-#[derive(Default)]
-pub struct ProbeState {
-    current: Mutex<Arc<ProbeSnapshot>>,
-    /// Bumped on every change, so the publisher shows a new result at once.
-    changes: std::sync::atomic::AtomicU64,
-}
-
-impl ProbeState {
-    pub fn snapshot(&self) -> Arc<ProbeSnapshot> {
-        self.current.lock().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-
-    fn update(&self, change: impl FnOnce(&mut ProbeSnapshot)) {
-        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut next = (**current).clone();
-        change(&mut next);
-        *current = Arc::new(next);
-        self.changes.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A number that changes whenever the probe results or counters change.
-    pub fn changes(&self) -> u64 {
-        self.changes.load(Ordering::Relaxed)
-    }
-}
+/// Shared between the scheduler thread and the publisher, which puts it into every snapshot;
+/// its version moves on every change, so a new result is published at once.
+pub type ProbeState = crate::store::Versioned<ProbeSnapshot>;
 
 /// What one scheduled probe came to.
 #[derive(Debug, Clone, PartialEq)]
@@ -101,7 +78,7 @@ pub fn spawn(
     store: Arc<Store>,
     state: Arc<ProbeState>,
     settings: Arc<crate::settings::SharedSettings>,
-    stop: Arc<AtomicBool>,
+    stop: Stop,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("probe-scheduler".into())
@@ -109,15 +86,15 @@ pub fn spawn(
             let started = Instant::now();
             let mut due: BTreeMap<String, Instant> = BTreeMap::new();
             let mut idle = true;
-            while !stop.load(Ordering::Relaxed) {
+            loop {
                 // Straight on to the next GPU after one was dealt with; a tick's rest otherwise.
-                if idle {
-                    std::thread::sleep(TICK);
+                if (idle && stop.sleep(TICK)) || stop.is_stopped() {
+                    break;
                 }
                 idle = true;
                 let current = settings.current().probe_child.clone();
                 let enabled = current.probe.schedule;
-                if state.snapshot().schedule_enabled != enabled {
+                if state.get().schedule_enabled != enabled {
                     state.update(|s| s.schedule_enabled = enabled);
                 }
                 if !enabled {
@@ -222,7 +199,7 @@ fn skip_label(reason: &str) -> &'static str {
     }
 }
 
-fn run_child(gpu: u32, settings: &ChildSettings, stop: &AtomicBool) -> Outcome {
+fn run_child(gpu: u32, settings: &ChildSettings, stop: &Stop) -> Outcome {
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(e) => return Outcome::Error("error", format!("cannot find gpuwarden's own executable: {e}")),
@@ -259,7 +236,7 @@ fn run_child(gpu: u32, settings: &ChildSettings, stop: &AtomicBool) -> Outcome {
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() >= deadline || stop.load(Ordering::Relaxed) => {
+            Ok(None) if Instant::now() >= deadline || stop.is_stopped() => {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Outcome::Error(
@@ -270,7 +247,9 @@ fn run_child(gpu: u32, settings: &ChildSettings, stop: &AtomicBool) -> Outcome {
                     ),
                 );
             }
-            Ok(None) => std::thread::sleep(Duration::from_millis(100)),
+            Ok(None) => {
+                stop.sleep(Duration::from_millis(100));
+            }
             Err(e) => return Outcome::Error("error", format!("waiting for the probe process: {e}")),
         }
     };
@@ -400,7 +379,7 @@ mod tests {
         record(&state, "GPU-0", 0, Outcome::Skipped("utilization", "busy".into()));
         record(&state, "GPU-0", 0, Outcome::Skipped("utilization", "busy".into()));
         record(&state, "GPU-0", 0, Outcome::Error("timeout", "killed".into()));
-        let s = state.snapshot();
+        let s = state.get();
         assert_eq!(s.skipped[&("GPU-0".to_string(), "utilization")], 2);
         assert_eq!(s.runs[&("GPU-0".to_string(), "timeout")], 1);
         assert_eq!(s.last_error["GPU-0"], "killed");
@@ -415,7 +394,7 @@ mod tests {
             tests: vec![],
         };
         record(&state, "GPU-0", 0, Outcome::Report(Box::new(report)));
-        let s = state.snapshot();
+        let s = state.get();
         assert_eq!(s.runs[&("GPU-0".to_string(), "no_verdict")], 1);
         assert!(s.reports.contains_key("GPU-0"));
         assert!(!s.last_error.contains_key("GPU-0"), "a report clears the last error");

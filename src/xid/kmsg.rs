@@ -15,11 +15,12 @@
 
 use super::parse::{self, LogParser, ReportKind, XidReport};
 use super::store::{Source, UNATTRIBUTED, XidEvent, XidStore};
+use crate::stop::Stop;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, ErrorKind, Seek, SeekFrom};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -169,7 +170,7 @@ pub fn read_backlog(path: &Path, store: &XidStore) -> std::io::Result<usize> {
 pub fn spawn_follower(
     path: PathBuf,
     store: Arc<XidStore>,
-    stop: Arc<AtomicBool>,
+    stop: Stop,
     resume: Arc<ResumePoints>,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
@@ -178,29 +179,24 @@ pub fn spawn_follower(
     Ok(())
 }
 
-fn follow(path: &Path, store: &XidStore, stop: &AtomicBool, resume: &ResumePoints) {
+fn follow(path: &Path, store: &XidStore, stop: &Stop, resume: &ResumePoints) {
     let mut warned = false;
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.is_stopped() {
         // Through crate::input: a regular file or a character device (/dev/kmsg); a FIFO,
-        // socket or directory is refused rather than waited on. Reads then block on this
-        // thread of its own, as following /dev/kmsg needs.
+        // socket or directory is refused rather than waited on. It stays non-blocking: with
+        // nothing new, the thread waits in poll(2) for a second at most, so a stop is seen.
         let opened = crate::input::open(
             path,
             crate::input::Links::Follow,
             crate::input::Kinds::RegularOrCharDevice,
-        )
-        .and_then(|file| {
-            crate::input::set_blocking(&file)
-                .map(|()| file)
-                .map_err(|e| crate::input::Refused::Skip(crate::input::Reason::Unreadable, e.to_string()))
-        });
+        );
         let mut file = match opened {
             Ok(f) => f,
             Err(e) => {
                 if let crate::input::Refused::Skip(reason, what) = &e {
                     crate::input::Skips::new(crate::input::Input::KernelLog).add(*reason, what);
                 }
-                store.set_source_up(Source::KERNEL_LOG, false);
+                store.set_source_up(Source::KernelLog, false);
                 if !warned {
                     log::warn!(
                         "cannot read the kernel log {} ({e}): XIDs are counted from NVML events only; \
@@ -209,11 +205,13 @@ fn follow(path: &Path, store: &XidStore, stop: &AtomicBool, resume: &ResumePoint
                     );
                     warned = true;
                 }
-                std::thread::sleep(Duration::from_secs(30));
+                if stop.sleep(Duration::from_secs(30)) {
+                    return;
+                }
                 continue;
             }
         };
-        store.set_source_up(Source::KERNEL_LOG, true);
+        store.set_source_up(Source::KernelLog, true);
         if warned {
             log::info!("reading the kernel log {} again", path.display());
             warned = false;
@@ -231,6 +229,7 @@ fn follow(path: &Path, store: &XidStore, stop: &AtomicBool, resume: &ResumePoint
             offset = seen_offset;
         }
         let boot = boot_time();
+        let raw = file.as_raw_fd();
         let mut reader = BufReader::with_capacity(16 * 1024, file);
         let mut parser = LogParser::default();
         let mut line = Vec::new();
@@ -238,7 +237,7 @@ fn follow(path: &Path, store: &XidStore, stop: &AtomicBool, resume: &ResumePoint
             match read_line_capped(&mut reader, &mut line) {
                 // End of a regular file, or a FIFO whose writer went away: wait for more.
                 Ok(0) => {
-                    if stop.load(Ordering::Relaxed) {
+                    if stop.is_stopped() {
                         return;
                     }
                     if let Some(inode) = inode {
@@ -256,10 +255,12 @@ fn follow(path: &Path, store: &XidStore, stop: &AtomicBool, resume: &ResumePoint
                             _ => {}
                         }
                     }
-                    std::thread::sleep(Duration::from_millis(100));
+                    if stop.sleep(Duration::from_millis(100)) {
+                        return;
+                    }
                 }
                 Ok(consumed) => {
-                    if stop.load(Ordering::Relaxed) {
+                    if stop.is_stopped() {
                         return;
                     }
                     offset += consumed as u64;
@@ -279,14 +280,23 @@ fn follow(path: &Path, store: &XidStore, stop: &AtomicBool, resume: &ResumePoint
                     position.file = inode.map(|inode| (inode, offset));
                     resume.set(path, position);
                 }
+                // /dev/kmsg has no new record: wait for one, a second at most.
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if stop.is_stopped() {
+                        return;
+                    }
+                    crate::input::wait_readable(raw, Duration::from_secs(1));
+                }
                 Err(e) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::InvalidData) => continue,
                 Err(e) => {
                     log::warn!(
                         "reading the kernel log {} failed ({e}); opening it again",
                         path.display()
                     );
-                    store.set_source_up(Source::KERNEL_LOG, false);
-                    std::thread::sleep(Duration::from_secs(1));
+                    store.set_source_up(Source::KernelLog, false);
+                    if stop.sleep(Duration::from_secs(1)) {
+                        return;
+                    }
                     break;
                 }
             }

@@ -1,14 +1,13 @@
 //! XID errors: the catalog, the kernel-log parser, the two sources and the counters.
 //!
-//! NVML's event set and the kernel log both report XIDs; the store counts each event once
-//! (store.rs) and keeps the counts apart from the poller, so they survive a lost GPU and an
-//! NVML re-initialisation. The poller copies a snapshot of the counts into every published
-//! snapshot; metrics and the health rules read it from there.
+//! NVML's event set (backend/nvml/events.rs) and the kernel log (kmsg.rs) both report XIDs;
+//! the store counts each event once (store.rs) and keeps the counts apart from the poller, so
+//! they survive a lost GPU and an NVML re-initialisation. The publisher puts a copy of the
+//! counts into every snapshot; metrics and the health rules read it from there.
 
 pub mod catalog;
 pub mod cli;
 pub mod kmsg;
-pub mod nvml_events;
 pub mod parse;
 pub mod store;
 

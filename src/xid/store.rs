@@ -29,15 +29,12 @@ pub enum Source {
 }
 
 impl Source {
-    /// The `source` label of the XID self metrics.
-    pub const NVML_EVENTS: &'static str = "nvml_events";
-    pub const KERNEL_LOG: &'static str = "kernel_log";
-
-    /// The source label: the kernel log's two kinds of line are one source.
+    /// The `source` label of the XID self metrics: the kernel log's two kinds of line are
+    /// one source.
     pub fn label(self) -> &'static str {
         match self {
-            Source::Nvml => Source::NVML_EVENTS,
-            Source::KernelLog | Source::KernelLogFallenOffBus => Source::KERNEL_LOG,
+            Source::Nvml => "nvml_events",
+            Source::KernelLog | Source::KernelLogFallenOffBus => "kernel_log",
         }
     }
 
@@ -206,15 +203,15 @@ impl XidStore {
         true
     }
 
-    pub fn set_source_up(&self, source: &'static str, up: bool) {
-        if self.lock().sources.insert(source, up) != Some(up) {
+    pub fn set_source_up(&self, source: Source, up: bool) {
+        if self.lock().sources.insert(source.label(), up) != Some(up) {
             self.changes.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// A source turned off by a reload: it is not read, so it has no state to show.
-    pub fn forget_source(&self, source: &'static str) {
-        if self.lock().sources.remove(source).is_some() {
+    pub fn forget_source(&self, source: Source) {
+        if self.lock().sources.remove(source.label()).is_some() {
             self.changes.fetch_add(1, Ordering::Relaxed);
         }
     }

@@ -3,13 +3,10 @@
 //! driver reload. The poller sees only the [`Backend`] trait.
 
 use super::{BACKEND, NvmlBackend};
-use crate::backend::{Backend, BackendState, DevicePoller};
+use crate::backend::{Backend, BackendState, DevicePoller, XidEvents};
 use crate::config::Nvml;
 use crate::settings::{BackendSettings, LiveSwitches};
-use crate::xid::nvml_events;
-use crate::xid::store::XidStore;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use crate::stop::Stop;
 use std::time::{Duration, Instant};
 
 enum State {
@@ -25,20 +22,15 @@ pub struct NvmlLifecycle {
     config: Nvml,
     poll_options: super::PollOptions,
     state: State,
-    xids: Arc<XidStore>,
-    /// Listen for XID events (the daemon does; a one-shot `check` does not).
-    xid_events: bool,
-    /// Tells the current event thread to end (on a driver reload, or when this goes).
-    event_thread_stop: Arc<AtomicBool>,
+    /// Where XID events go (the daemon listens; a one-shot `check` does not).
+    xid_events: Option<XidEvents>,
+    /// Ends the current event thread (on a driver reload, or when this goes); the daemon's
+    /// stop ends it too.
+    event_thread_stop: Option<Stop>,
 }
 
 impl NvmlLifecycle {
-    pub fn new(
-        settings: &BackendSettings,
-        live: &LiveSwitches,
-        xids: Arc<XidStore>,
-        xid_events: bool,
-    ) -> NvmlLifecycle {
+    pub fn new(settings: &BackendSettings, live: &LiveSwitches, xid_events: Option<XidEvents>) -> NvmlLifecycle {
         NvmlLifecycle {
             config: settings.nvml.clone(),
             poll_options: super::PollOptions {
@@ -53,24 +45,34 @@ impl NvmlLifecycle {
                 delay: settings.nvml.retry_initial,
                 failures: 0,
             },
-            xids,
             xid_events,
-            event_thread_stop: Arc::new(AtomicBool::new(false)),
+            event_thread_stop: None,
         }
     }
 
     fn start_event_thread(&mut self, backend: &NvmlBackend, gpus: Vec<(u32, String)>) {
-        self.event_thread_stop.store(true, Ordering::Relaxed);
-        self.event_thread_stop = Arc::new(AtomicBool::new(false));
-        if let Err(e) = nvml_events::spawn(backend.nvml(), gpus, self.xids.clone(), self.event_thread_stop.clone()) {
+        self.stop_event_thread();
+        let Some(events) = &self.xid_events else {
+            return;
+        };
+        let stop = events.stop.child("xid-nvml-events");
+        let thread_stop = stop.handle("xid-nvml-events");
+        self.event_thread_stop = Some(stop);
+        if let Err(e) = super::events::spawn(backend.nvml(), gpus, events.store.clone(), thread_stop) {
             log::error!("cannot start the NVML XID event thread: {e}");
+        }
+    }
+
+    fn stop_event_thread(&mut self) {
+        if let Some(stop) = self.event_thread_stop.take() {
+            stop.stop_child();
         }
     }
 }
 
 impl Drop for NvmlLifecycle {
     fn drop(&mut self) {
-        self.event_thread_stop.store(true, Ordering::Relaxed);
+        self.stop_event_thread();
     }
 }
 
@@ -104,7 +106,7 @@ impl Backend for NvmlLifecycle {
             Ok((backend, pollers)) => {
                 let driver = backend.driver_version().unwrap_or_default();
                 log::info!("NVML ready (driver {driver}): {} NVIDIA GPU(s)", pollers.len());
-                if self.xid_events {
+                if self.xid_events.is_some() {
                     let gpus = pollers
                         .iter()
                         .map(|p| (p.identity().index, p.identity().pci_bus_id.clone()))
@@ -145,7 +147,7 @@ impl Backend for NvmlLifecycle {
             "NVML stopped answering on every GPU (not initialised / driver not loaded): the driver was unloaded or \
              reloaded; initialising NVML again"
         );
-        self.event_thread_stop.store(true, Ordering::Relaxed);
+        self.stop_event_thread();
         self.state = State::Waiting {
             next_try: Instant::now(),
             delay: self.config.retry_initial,

@@ -8,6 +8,7 @@
 //! one `nvmlDeviceGetFieldValues` call.
 
 pub mod calls;
+pub mod events;
 mod fabric;
 mod fields;
 mod gpm;

@@ -1,4 +1,4 @@
-//! The NVML XID source: an event set registered for critical-XID and double-bit-ECC events on
+//! The NVML XID source (the only NVML calls outside the pollers, so it lives with them): an event set registered for critical-XID and double-bit-ECC events on
 //! every GPU, waited on by a thread of its own.
 //!
 //! `nvmlEventSetWait` blocks inside the driver, so it gets its own thread and a one-second
@@ -6,48 +6,43 @@
 //! one GPU refuses to register, and a GPU that does not support events must not cost us the
 //! others. A double-bit ECC event is the same event as XID 48 and is counted as such.
 
-use super::store::{Source, XidEvent, XidStore};
+use crate::stop::Stop;
+use crate::xid::store::{Source, XidEvent, XidStore};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 /// Starts the event thread for the GPUs with these (index, PCI bus id); it ends within a
-/// second of `stop` being set (on reload, a new thread replaces it).
-pub fn spawn(
-    nvml: &'static Nvml,
-    gpus: Vec<(u32, String)>,
-    store: Arc<XidStore>,
-    stop: Arc<AtomicBool>,
-) -> std::io::Result<()> {
+/// second of `stop` (the daemon's, or a driver reload's: a new thread replaces it).
+pub fn spawn(nvml: &'static Nvml, gpus: Vec<(u32, String)>, store: Arc<XidStore>, stop: Stop) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("xid-nvml-events".into())
         .spawn(move || run(nvml, &gpus, &store, &stop))?;
     Ok(())
 }
 
-fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore, stop: &AtomicBool) {
+fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore, stop: &Stop) {
     let set = match nvml.create_event_set() {
         Ok(set) => set,
         Err(e) => {
             log::warn!("cannot create an NVML event set ({e}): XIDs are counted from the kernel log only");
-            store.set_source_up(Source::NVML_EVENTS, false);
+            store.set_source_up(Source::Nvml, false);
             return;
         }
     };
     let Ok(register) = nvml.lib().nvmlDeviceRegisterEvents.as_ref() else {
         log::warn!("this NVML has no nvmlDeviceRegisterEvents: XIDs are counted from the kernel log only");
-        store.set_source_up(Source::NVML_EVENTS, false);
+        store.set_source_up(Source::Nvml, false);
         return;
     };
     // An older driver without the event wait: say so once, and rely on the kernel log.
     if nvml.lib().nvmlEventSetWait_v2.is_err() {
         log::info!("this NVML has no nvmlEventSetWait_v2: XIDs are counted from the kernel log only");
-        store.set_source_up(Source::NVML_EVENTS, false);
+        store.set_source_up(Source::Nvml, false);
         return;
     }
     let wanted = EventTypes::CRITICAL_XID_ERROR | EventTypes::DOUBLE_BIT_ECC_ERROR;
@@ -72,16 +67,16 @@ fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore, stop: &Ato
         }
     }
     if bus_by_handle.is_empty() {
-        store.set_source_up(Source::NVML_EVENTS, false);
+        store.set_source_up(Source::Nvml, false);
         return;
     }
-    store.set_source_up(Source::NVML_EVENTS, true);
+    store.set_source_up(Source::Nvml, true);
     log::info!("listening for NVML XID events on {} GPU(s)", bus_by_handle.len());
     let mut failures = 0u32;
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.is_stopped() {
         match set.wait(1000) {
             // An event that arrives as we are told to stop belongs to our successor.
-            Ok(_) if stop.load(Ordering::Relaxed) => break,
+            Ok(_) if stop.is_stopped() => break,
             Ok(data) => {
                 failures = 0;
                 // SAFETY: the raw handle is only compared with the keys, never called through.
@@ -107,7 +102,7 @@ fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore, stop: &Ato
                     at: SystemTime::now(),
                 };
                 if store.record(event) {
-                    super::log_xid(bus, xid, "NVML event set");
+                    crate::xid::log_xid(bus, xid, "NVML event set");
                 }
             }
             Err(NvmlError::Timeout) => {}
@@ -117,7 +112,9 @@ fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore, stop: &Ato
                 if failures == 1 {
                     log::warn!("waiting for NVML events failed: {e}; retrying");
                 }
-                std::thread::sleep(Duration::from_secs(1));
+                if stop.sleep(Duration::from_secs(1)) {
+                    break;
+                }
             }
         }
     }

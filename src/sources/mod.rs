@@ -1,0 +1,212 @@
+//! Side inputs: everything a snapshot holds beside the poll round, each read on a thread or
+//! task of its own and kept as a [`Versioned`] value.
+//!
+//! | source | where it runs | value |
+//! | --- | --- | --- |
+//! | kernel log | `xid::kmsg`, thread `xid-kernel-log` | counts in the [`XidStore`] |
+//! | NVML events | `backend::nvml::events`, thread `xid-nvml-events` | counts in the [`XidStore`] |
+//! | job mapping | [`jobs::JobFiles`], thread `source-jobs`, every 5 s | job ids per mapping file |
+//! | pods | `attribution::kubelet::follow`, a task | the kubelet's device assignments |
+//! | DRM clients | [`processes::DrmClients`], thread `source-drm-clients`, every 10 s while AMD GPUs exist | processes per PCI address |
+//! | PCI census | [`pci::PciCensus`], thread `source-pci`, every 30 s | GPUs on the bus |
+//! | probe results | `probe::schedule`, thread `probe-scheduler` | the latest report per GPU |
+//!
+//! Nothing else reads the outside world between rounds: the publisher only takes an `Arc` of
+//! each value ([`Sources::read`]) and puts the snapshot together from them without I/O, so a
+//! slow or hostile input (a FIFO in the job directory, a /proc walk over 100,000 processes)
+//! stalls its own thread and nothing else. Each source's version moves when its value
+//! changes; the refresher publishes a new snapshot when any did ([`Sources::versions`]).
+//!
+//! The periodic ones share one shape, [`Periodic`]: a period from the settings in force (none:
+//! off, and the value is emptied) and a read. A reload applies at the next look (within a
+//! second), and reads at once.
+
+pub mod jobs;
+pub mod pci;
+pub mod processes;
+
+use crate::cadence::Every;
+use crate::model::PciGpu;
+use crate::model::probe::ProbeSnapshot;
+use crate::settings::{Settings, SharedSettings};
+use crate::stop::Stop;
+use crate::store::Versioned;
+use crate::xid::store::{XidSnapshot, XidStore};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often a periodic source looks at the settings while it waits: a reload that turns it
+/// on, off or elsewhere applies within this.
+const LOOK_AGAIN: Duration = Duration::from_secs(1);
+
+/// A side input read every so often on a thread of its own.
+pub trait Periodic: Send + 'static {
+    type Value: Default + PartialEq + Send + Sync + 'static;
+    /// The thread's name.
+    const NAME: &'static str;
+    /// How often to read with these settings; `None`: off.
+    fn every(&self, settings: &Settings) -> Option<Duration>;
+    /// One read. Never blocks on what others write (crate::input), and says itself what it
+    /// skipped.
+    fn read(&mut self, settings: &Settings) -> Self::Value;
+}
+
+/// Runs `source` on a thread of its own until `stop`, keeping its value in `out`.
+pub fn spawn<P: Periodic>(
+    mut source: P,
+    out: Arc<Versioned<P::Value>>,
+    settings: Arc<SharedSettings>,
+    stop: Stop,
+) -> std::io::Result<()> {
+    std::thread::Builder::new().name(P::NAME.into()).spawn(move || {
+        let mut every = Every::new(LOOK_AGAIN);
+        let mut read_with: Option<Arc<Settings>> = None;
+        loop {
+            let current = settings.current();
+            let wait = match source.every(&current) {
+                None => {
+                    out.set_if_changed(P::Value::default());
+                    read_with = None;
+                    LOOK_AGAIN
+                }
+                Some(period) => {
+                    every.set_period(period);
+                    // A reload reads at once: the directory or root may have moved.
+                    if read_with.as_ref().is_none_or(|s| !Arc::ptr_eq(s, &current)) {
+                        every.reset();
+                    }
+                    if every.take(Instant::now()) {
+                        out.set_if_changed(source.read(&current));
+                        read_with = Some(current);
+                    }
+                    every.until_due(Instant::now()).min(LOOK_AGAIN)
+                }
+            };
+            if stop.sleep(wait) {
+                break;
+            }
+        }
+    })?;
+    Ok(())
+}
+
+/// Reads a periodic source once, here and now: for `gpuwarden check`, which has no threads.
+pub fn read_once<P: Periodic>(mut source: P, out: &Versioned<P::Value>, settings: &Settings) {
+    if source.every(settings).is_some() {
+        out.set(source.read(settings));
+    }
+}
+
+/// Every side input's value, shared between its source and the publisher.
+#[derive(Clone)]
+pub struct Sources {
+    pub xids: Arc<XidStore>,
+    pub probes: Arc<crate::probe::schedule::ProbeState>,
+    pub pods: Arc<crate::attribution::kubelet::PodState>,
+    pub jobs: Arc<Versioned<jobs::JobMap>>,
+    pub pci: Arc<Versioned<Vec<PciGpu>>>,
+    pub drm_clients: Arc<Versioned<processes::DrmScan>>,
+}
+
+/// Each source's version at one moment: equal versions, nothing new to publish.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Versions {
+    xids: u64,
+    probes: u64,
+    pods: u64,
+    jobs: u64,
+    pci: u64,
+    drm_clients: u64,
+}
+
+/// Every side input's value at one moment, as the publisher puts it into a snapshot.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    pub xid: XidSnapshot,
+    pub probe: Arc<ProbeSnapshot>,
+    pub pods: Arc<crate::attribution::kubelet::PodSnapshot>,
+    pub jobs: Arc<jobs::JobMap>,
+    pub pci: Arc<Vec<PciGpu>>,
+    pub drm_clients: Arc<processes::DrmScan>,
+    /// What readers of the outside world skipped so far, by (input, reason).
+    pub input_skipped: Vec<(&'static str, &'static str, u64)>,
+    /// Versions read before the values: a change that lands in between is published again.
+    pub versions: Versions,
+}
+
+impl Sources {
+    /// Empty sources around an XID store: what `check` and the tests start from.
+    pub fn new(xids: Arc<XidStore>) -> Sources {
+        Sources {
+            xids,
+            probes: Arc::default(),
+            pods: Arc::default(),
+            jobs: Arc::default(),
+            pci: Arc::default(),
+            drm_clients: Arc::default(),
+        }
+    }
+
+    pub fn versions(&self) -> Versions {
+        Versions {
+            xids: self.xids.changes(),
+            probes: self.probes.version(),
+            pods: self.pods.version(),
+            jobs: self.jobs.version(),
+            pci: self.pci.version(),
+            drm_clients: self.drm_clients.version(),
+        }
+    }
+
+    /// Takes every value; no I/O, no lock held beyond the copy of an `Arc`.
+    pub fn read(&self) -> Inputs {
+        let versions = self.versions();
+        Inputs {
+            xid: self.xids.snapshot(),
+            probe: self.probes.get(),
+            pods: self.pods.get(),
+            jobs: self.jobs.get(),
+            pci: self.pci.get(),
+            drm_clients: self.drm_clients.get(),
+            input_skipped: crate::input::skipped_totals()
+                .into_iter()
+                .map(|(input, reason, n)| (input.label(), reason.label(), n))
+                .collect(),
+            versions,
+        }
+    }
+
+    /// Starts the periodic sources' threads (the others are started by their owners).
+    pub fn spawn_periodic(
+        &self,
+        settings: &Arc<SharedSettings>,
+        store: &Arc<crate::store::Store>,
+        stop: &Stop,
+    ) -> std::io::Result<()> {
+        spawn(
+            jobs::JobFiles::default(),
+            self.jobs.clone(),
+            settings.clone(),
+            stop.handle(jobs::JobFiles::NAME),
+        )?;
+        spawn(
+            pci::PciCensus,
+            self.pci.clone(),
+            settings.clone(),
+            stop.handle(pci::PciCensus::NAME),
+        )?;
+        spawn(
+            processes::DrmClients::new(store.clone()),
+            self.drm_clients.clone(),
+            settings.clone(),
+            stop.handle(processes::DrmClients::NAME),
+        )
+    }
+
+    /// Reads the periodic sources once, here and now (`gpuwarden check`).
+    pub fn read_periodic_once(&self, settings: &Settings, store: &Arc<crate::store::Store>) {
+        read_once(jobs::JobFiles::default(), &self.jobs, settings);
+        read_once(pci::PciCensus, &self.pci, settings);
+        read_once(processes::DrmClients::new(store.clone()), &self.drm_clients, settings);
+    }
+}

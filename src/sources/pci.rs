@@ -1,0 +1,26 @@
+//! The PCI census as a source: the GPUs on the bus, looked at every [`LOOK_EVERY`] with
+//! `pci_census` on (they change at boot and at hot-plug; each look reads a few hundred small
+//! files under /sys).
+
+use super::Periodic;
+use crate::model::PciGpu;
+use crate::settings::Settings;
+use std::time::Duration;
+
+pub const LOOK_EVERY: Duration = Duration::from_secs(30);
+
+pub struct PciCensus;
+
+impl Periodic for PciCensus {
+    type Value = Vec<PciGpu>;
+    const NAME: &'static str = "source-pci";
+
+    fn every(&self, settings: &Settings) -> Option<Duration> {
+        settings.config.pci_census.then_some(LOOK_EVERY)
+    }
+
+    fn read(&mut self, settings: &Settings) -> Vec<PciGpu> {
+        // `/` on a host, a fixture tree in tests.
+        crate::pci::gpus_on_the_bus(&settings.sys_root)
+    }
+}

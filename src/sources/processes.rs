@@ -1,0 +1,64 @@
+//! GPU processes of the GPUs whose driver keeps no list (AMD), from the kernel's DRM client
+//! statistics in /proc: walked every `drm_clients::SCAN_EVERY` on a thread of its own, and
+//! only while the latest snapshot has such a GPU.
+
+use super::Periodic;
+use crate::attribution::drm_clients;
+use crate::input::{Input, Outage, Skips};
+use crate::model::{GpuProcess, Vendor};
+use crate::settings::Settings;
+use crate::store::Store;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Processes by PCI bus id; `None`: the walk could not see every process (a short list is not
+/// shown), or there was no walk.
+pub type DrmScan = Option<BTreeMap<String, Vec<GpuProcess>>>;
+
+pub struct DrmClients {
+    store: Arc<Store>,
+    /// Whether the walk failed last time (its warning is given).
+    outage: Outage,
+}
+
+impl DrmClients {
+    pub fn new(store: Arc<Store>) -> DrmClients {
+        DrmClients {
+            store,
+            outage: Outage::default(),
+        }
+    }
+}
+
+/// Whether a GPU's processes come from the DRM client walk: its driver keeps no list.
+pub fn wants_drm_clients(vendor: Vendor) -> bool {
+    vendor == Vendor::Amd
+}
+
+impl Periodic for DrmClients {
+    type Value = DrmScan;
+    const NAME: &'static str = "source-drm-clients";
+
+    fn every(&self, _settings: &Settings) -> Option<Duration> {
+        let latest = self.store.latest();
+        let wanted = latest.devices.iter().any(|d| wants_drm_clients(d.identity.vendor));
+        wanted.then_some(drm_clients::SCAN_EVERY)
+    }
+
+    fn read(&mut self, settings: &Settings) -> DrmScan {
+        let proc_root = &settings.config.processes.proc_root;
+        let scanned = drm_clients::scan(proc_root, &mut Skips::new(Input::Proc));
+        match &scanned {
+            Ok(_) => self.outage.recovered(format!(
+                "the process list of GPUs whose driver keeps none (AMD) can be read from {} again",
+                proc_root.display()
+            )),
+            Err(why) => self.outage.failed(format!(
+                "no process list for GPUs whose driver keeps none (AMD): {why}; it needs root with \
+                 CAP_SYS_PTRACE (docs/metrics.md)"
+            )),
+        }
+        scanned.ok()
+    }
+}

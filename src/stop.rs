@@ -1,0 +1,312 @@
+//! One stop signal for every thread and task of the daemon.
+//!
+//! The shape is mini-redis's: the daemon owns a [`Shutdown`]; everything that runs on its own
+//! (the poll loop, each source, the refresher, the probe scheduler, the kubelet task, the
+//! HTTP server) holds a [`Stop`] handle made from it. [`Shutdown::stop`] tells them all at
+//! once; each handle is dropped when its thread or task ends, and when the last one is gone
+//! [`Shutdown::wait`] returns: "all stopped" is a dropped sender, not a count kept by hand.
+//! A thread stuck inside a driver call never drops its handle; `wait` gives up after its
+//! timeout and names what is still running.
+//!
+//! A thread waits with [`Stop::sleep`] (woken at once by a stop, not at its next tick); a
+//! task awaits [`Stop::stopped`]. A thread blocked on something else (a channel) asks to be
+//! woken with [`Stop::on_stop`]. A part with a shorter life than the daemon (the kernel-log
+//! reader a reload replaces, the NVML event thread of one driver load) gets a
+//! [`Stop::child`]: stopped with its parent, or on its own.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+type Callback = Box<dyn FnOnce() + Send>;
+
+struct Signal {
+    stopped: Mutex<bool>,
+    wake: Condvar,
+    /// For tasks: turns true together with `stopped`.
+    token: tokio::sync::watch::Sender<bool>,
+    /// Run once, at the stop (at once for one registered after it).
+    on_stop: Mutex<Vec<Callback>>,
+}
+
+impl Default for Signal {
+    fn default() -> Self {
+        Signal {
+            stopped: Mutex::default(),
+            wake: Condvar::new(),
+            token: tokio::sync::watch::Sender::new(false),
+            on_stop: Mutex::default(),
+        }
+    }
+}
+
+impl Signal {
+    fn fire(&self) {
+        {
+            let mut stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
+            if *stopped {
+                return;
+            }
+            *stopped = true;
+        }
+        self.wake.notify_all();
+        self.token.send_replace(true);
+        let callbacks = std::mem::take(&mut *self.on_stop.lock().unwrap_or_else(PoisonError::into_inner));
+        for callback in callbacks {
+            callback();
+        }
+    }
+
+    fn is_fired(&self) -> bool {
+        *self.stopped.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Which handles are alive, by name: what `wait` names when something does not stop.
+#[derive(Default)]
+struct Running {
+    by_name: Mutex<BTreeMap<&'static str, usize>>,
+    /// Dropped with the last handle; `wait` sees the channel close.
+    all_done: Mutex<Option<tokio::sync::mpsc::Sender<()>>>,
+}
+
+/// The owner's side: stops everything, then waits for it.
+pub struct Shutdown {
+    signal: Arc<Signal>,
+    running: Arc<Running>,
+    all_stopped: tokio::sync::mpsc::Receiver<()>,
+}
+
+/// A handle to the stop signal, held by one thread or task for as long as it runs.
+pub struct Stop {
+    signal: Arc<Signal>,
+    running: Arc<Running>,
+    name: &'static str,
+    /// A clone of the shared sender: the receiver closes when the last handle is dropped.
+    _alive: Option<tokio::sync::mpsc::Sender<()>>,
+}
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Shutdown::new()
+    }
+}
+
+impl Shutdown {
+    pub fn new() -> Shutdown {
+        let (sender, all_stopped) = tokio::sync::mpsc::channel(1);
+        let running = Running {
+            by_name: Mutex::default(),
+            all_done: Mutex::new(Some(sender)),
+        };
+        Shutdown {
+            signal: Arc::default(),
+            running: Arc::new(running),
+            all_stopped,
+        }
+    }
+
+    /// A handle for the thread or task called `name` (its thread name, for the log).
+    pub fn handle(&self, name: &'static str) -> Stop {
+        Stop::new(self.signal.clone(), self.running.clone(), name)
+    }
+
+    /// Tells every handle to stop; returns at once.
+    pub fn stop(&self) {
+        self.signal.fire();
+    }
+
+    /// Waits until every handle is dropped, at most `timeout`; the names of those still
+    /// running when it gave up (a thread inside a driver call that does not return).
+    pub async fn wait(mut self, timeout: Duration) -> Vec<&'static str> {
+        // Our own sender must go too, or the channel never closes.
+        self.running
+            .all_done
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if tokio::time::timeout(timeout, self.all_stopped.recv()).await.is_ok() {
+            return Vec::new();
+        }
+        self.running
+            .by_name
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .copied()
+            .collect()
+    }
+}
+
+impl Stop {
+    fn new(signal: Arc<Signal>, running: Arc<Running>, name: &'static str) -> Stop {
+        *running
+            .by_name
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(name)
+            .or_default() += 1;
+        let alive = running.all_done.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        Stop {
+            signal,
+            running,
+            name,
+            _alive: alive,
+        }
+    }
+
+    /// A handle that is not tied to a daemon: for a one-shot command and for tests.
+    pub fn never() -> Stop {
+        Stop::new(Arc::default(), Arc::default(), "standalone")
+    }
+
+    /// Another handle to the same signal, for a thread or task this one starts.
+    pub fn handle(&self, name: &'static str) -> Stop {
+        Stop::new(self.signal.clone(), self.running.clone(), name)
+    }
+
+    /// A signal of its own that also fires when this one does: for a part a reload or a
+    /// driver reload replaces while the daemon goes on. Stop it with [`Stop::stop_child`].
+    pub fn child(&self, name: &'static str) -> Stop {
+        let child = Arc::new(Signal::default());
+        let weak = Arc::downgrade(&child);
+        self.on_stop(move || {
+            if let Some(child) = weak.upgrade() {
+                child.fire();
+            }
+        });
+        Stop::new(child, self.running.clone(), name)
+    }
+
+    /// Fires this handle's own signal: for a child, ends the child alone; for a daemon's
+    /// handle, stops everything (as [`Shutdown::stop`]).
+    pub fn stop_child(&self) {
+        self.signal.fire();
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.signal.is_fired()
+    }
+
+    /// Sleeps `period` or until the stop, whichever comes first; true when stopped.
+    pub fn sleep(&self, period: Duration) -> bool {
+        let stopped = self.signal.stopped.lock().unwrap_or_else(PoisonError::into_inner);
+        let (stopped, _) = self
+            .signal
+            .wake
+            .wait_timeout_while(stopped, period, |stopped| !*stopped)
+            .unwrap_or_else(PoisonError::into_inner);
+        *stopped
+    }
+
+    /// Resolves at the stop.
+    pub async fn stopped(&self) {
+        let mut stopped = self.signal.token.subscribe();
+        // Err only when the sender is gone, and the signal owns it.
+        let _ = stopped.wait_for(|stopped| *stopped).await;
+    }
+
+    /// Runs `wake` at the stop (at once when already stopped): for a thread that blocks on
+    /// a channel rather than in [`Stop::sleep`].
+    pub fn on_stop(&self, wake: impl FnOnce() + Send + 'static) {
+        let mut callbacks = self.signal.on_stop.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.signal.is_fired() {
+            drop(callbacks);
+            wake();
+            return;
+        }
+        callbacks.push(Box::new(wake));
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        let mut by_name = self.running.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = by_name.get_mut(self.name) {
+            *count -= 1;
+            if *count == 0 {
+                by_name.remove(self.name);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn a_sleeping_thread_wakes_at_the_stop_not_at_its_tick() {
+        let shutdown = Shutdown::new();
+        let stop = shutdown.handle("sleeper");
+        let thread = std::thread::spawn(move || {
+            let started = Instant::now();
+            let stopped = stop.sleep(Duration::from_secs(30));
+            (stopped, started.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        shutdown.stop();
+        let (stopped, slept) = thread.join().unwrap();
+        assert!(stopped);
+        assert!(slept < Duration::from_secs(5), "slept {slept:?}");
+    }
+
+    #[test]
+    fn a_sleep_without_a_stop_runs_its_period_and_says_not_stopped() {
+        let shutdown = Shutdown::new();
+        let stop = shutdown.handle("sleeper");
+        assert!(!stop.sleep(Duration::from_millis(20)));
+        assert!(!stop.is_stopped());
+    }
+
+    #[tokio::test]
+    async fn wait_returns_when_every_handle_is_dropped_and_names_those_that_are_not() {
+        let shutdown = Shutdown::new();
+        let quick = shutdown.handle("quick");
+        let stuck = shutdown.handle("stuck-in-a-driver-call");
+        let task = tokio::spawn(async move {
+            quick.stopped().await;
+        });
+        shutdown.stop();
+        let left = shutdown.wait(Duration::from_millis(200)).await;
+        assert_eq!(left, vec!["stuck-in-a-driver-call"]);
+        task.await.unwrap();
+        drop(stuck);
+
+        let shutdown = Shutdown::new();
+        let handle = shutdown.handle("worker");
+        let thread = std::thread::spawn(move || while !handle.sleep(Duration::from_secs(10)) {});
+        shutdown.stop();
+        assert!(shutdown.wait(Duration::from_secs(5)).await.is_empty());
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn a_child_stops_with_its_parent_or_alone() {
+        let shutdown = Shutdown::new();
+        let parent = shutdown.handle("daemon");
+        let first = parent.child("reader");
+        first.stop_child();
+        assert!(first.is_stopped());
+        assert!(!parent.is_stopped(), "a child's stop must not stop the daemon");
+        let second = parent.child("reader");
+        shutdown.stop();
+        assert!(second.is_stopped());
+        assert!(second.sleep(Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn a_wake_registered_after_the_stop_runs_at_once() {
+        let shutdown = Shutdown::new();
+        let stop = shutdown.handle("late");
+        shutdown.stop();
+        let (tx, rx) = std::sync::mpsc::channel();
+        stop.on_stop(move || tx.send(()).unwrap());
+        assert!(rx.try_recv().is_ok());
+    }
+}
