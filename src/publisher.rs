@@ -53,8 +53,9 @@ impl Options {
     }
 }
 
-/// The snapshot of one round and the sources' values: no I/O, no locks, no clock. What
-/// could not be kept (more jobs on a GPU than it carries) goes into `skips`.
+/// The snapshot of one round and the sources' values: no I/O and no locks (the health rules
+/// read the clock for their windows). What could not be kept (more jobs on a GPU than it
+/// carries) goes into `skips`.
 pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generation: u64, skips: &mut Skips) -> Snapshot {
     let mut devices = round.devices.clone();
     fill_processes_from_drm_clients(&mut devices, &inputs.drm_clients);

@@ -1,0 +1,112 @@
+//! Findings a person should act on, and the health verdict they add up to.
+//!
+//! [`evaluate`] runs the rules once per snapshot, when it is put together, and stores each
+//! GPU's verdict in it; `gpuwarden check` prints the findings, /metrics exports the verdict
+//! as `gpu_health` and each finding as `gpu_health_reason`, the status page and systemd's
+//! STATUS line count them. The rules are rows of a table (rules.rs); docs/health.md's table
+//! is made of the same rows.
+
+pub mod rules;
+
+pub use crate::model::health::{DeviceHealth, Finding, HealthState};
+use crate::model::{DeviceSnapshot, Snapshot};
+use rules::{Check, RULES, Seen};
+use std::time::SystemTime;
+
+/// Everything about one GPU that a person should act on: the rules' findings, in the
+/// rules' order.
+pub fn findings(seen: &Seen) -> Vec<Finding> {
+    let readings = seen.device.readings.as_ref().filter(|_| seen.device.up);
+    let mut out = Vec::new();
+    for rule in RULES {
+        let hit = match (&rule.check, readings) {
+            (Check::Device(check), _) => check(seen),
+            (Check::Readings(check), Some(r)) => check(seen, r),
+            (Check::Readings(_), None) => None,
+        };
+        let Some(hit) = hit else {
+            continue;
+        };
+        out.push(Finding {
+            reason: rule.reason,
+            severity: hit.severity.unwrap_or(rule.severity),
+            message: hit.message,
+        });
+        if rule.ends {
+            break;
+        }
+    }
+    out
+}
+
+/// Computes every GPU's verdict for this snapshot, from its readings, its XIDs (matched by
+/// PCI bus id, with the snapshot's critical-XID hold) and its last probe.
+pub fn evaluate(snapshot: &mut Snapshot) {
+    let verdicts: Vec<DeviceHealth> = snapshot
+        .devices
+        .iter()
+        .map(|device| {
+            let findings = device_findings(snapshot, device);
+            DeviceHealth {
+                state: state(&findings),
+                findings,
+            }
+        })
+        .collect();
+    for (device, health) in snapshot.devices.iter_mut().zip(verdicts) {
+        device.health = health;
+    }
+    snapshot.node_findings = snapshot
+        .missing_gpus()
+        .map(|gpu| Finding {
+            reason: rules::GPU_MISSING.reason,
+            severity: rules::GPU_MISSING.severity,
+            message: format!(
+                "{} GPU {} is on the PCI bus but no backend shows it ({}): it fell off the bus at boot or \
+                 the driver did not bind; check dmesg, then reseat or replace it",
+                gpu.vendor,
+                gpu.pci_bus_id,
+                match &gpu.driver {
+                    Some(driver) => format!("bound to {driver}"),
+                    None => "no driver bound".to_string(),
+                }
+            ),
+        })
+        .collect();
+}
+
+/// "8 GPU(s): 0 unhealthy, 1 degraded", for systemd's STATUS= line.
+pub fn summary(snapshot: &Snapshot) -> String {
+    let count = |s: HealthState| snapshot.devices.iter().filter(|d| d.health.state == s).count();
+    let missing = snapshot
+        .node_findings
+        .iter()
+        .filter(|f| f.reason == "gpu_missing")
+        .count();
+    format!(
+        "{} GPU(s): {} unhealthy, {} degraded{}",
+        snapshot.devices.len(),
+        count(HealthState::Unhealthy),
+        count(HealthState::Degraded),
+        if missing > 0 {
+            format!(", {missing} missing")
+        } else {
+            String::new()
+        }
+    )
+}
+
+fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding> {
+    findings(&Seen {
+        device,
+        xids: snapshot.xid.for_bus(&device.identity.pci_bus_id),
+        probe: snapshot.probe.reports.get(&device.identity.uuid),
+        critical_hold: snapshot.xid_critical_hold,
+        now: SystemTime::now(),
+    })
+}
+
+/// The worst severity among the findings, `Ok` when there are none.
+pub fn state(findings: &[Finding]) -> HealthState {
+    findings.iter().map(|f| f.severity).max().unwrap_or(HealthState::Ok)
+}

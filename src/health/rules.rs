@@ -1,0 +1,470 @@
+//! The health rules, one row each: its reason (the `reason` label), its severity, the
+//! condition in words and what to do (docs/health.md's table is these rows; a test holds the
+//! two equal), and the check over one GPU's part of a snapshot.
+//!
+//! Rows are looked at in order. XIDs come first: they explain the rest (a GPU that fell off
+//! the bus is also not answering). A row that `ends` stops the look when it fires: a lost GPU
+//! is not also "not responding", and a GPU that did not answer has no readings to judge.
+//! The next step (operator policy) makes severities and thresholds configurable from here.
+
+use crate::clock_events::{HW_POWER_REASONS, THERMAL_REASONS};
+use crate::model::health::HealthState;
+use crate::model::probe::ProbeReport;
+use crate::model::xid::{Severity, XidCount};
+use crate::model::{DeviceReadings, DeviceSnapshot, EccScope, EccType};
+use crate::xid::catalog;
+use std::time::{Duration, SystemTime};
+
+/// A hardware power slowdown keeps the GPU degraded this long after it was last seen, so
+/// one that comes and goes between scrapes is not missed, and frequent ones stay visible.
+pub const HW_SLOWDOWN_WINDOW: Duration = Duration::from_secs(600);
+
+/// What the rules look at for one GPU.
+pub struct Seen<'a> {
+    pub device: &'a DeviceSnapshot,
+    /// The GPU's XID counts.
+    pub xids: &'a [XidCount],
+    /// Its last scheduled probe.
+    pub probe: Option<&'a ProbeReport>,
+    /// How long a critical XID counts after it was last seen (`xid.critical_hold`).
+    pub critical_hold: Duration,
+    pub now: SystemTime,
+}
+
+/// A rule that fired: what was seen and what to do, and a severity when it is not the row's.
+pub struct Hit {
+    pub message: String,
+    pub severity: Option<HealthState>,
+}
+
+impl From<String> for Hit {
+    fn from(message: String) -> Hit {
+        Hit {
+            message,
+            severity: None,
+        }
+    }
+}
+
+/// How a rule looks.
+pub enum Check {
+    /// At the GPU whatever its state (XIDs, a lost GPU, a probe).
+    Device(fn(&Seen) -> Option<Hit>),
+    /// At the readings of a GPU that answered its last poll.
+    Readings(fn(&Seen, &DeviceReadings) -> Option<Hit>),
+}
+
+/// One health rule.
+pub struct Rule {
+    /// The `reason` label of `gpu_health_reason`, stable.
+    pub reason: &'static str,
+    pub severity: HealthState,
+    /// When a finding is more severe than the row's (docs: "degraded, unhealthy when ...").
+    pub worse_when: Option<&'static str>,
+    /// The condition, for docs/health.md.
+    pub when: &'static str,
+    /// What to do, for docs/health.md (the finding's message says it for the case at hand).
+    pub action: &'static str,
+    /// When it fires, the rows after it are not looked at.
+    pub ends: bool,
+    pub check: Check,
+}
+
+/// "Xid 79 (GPU has fallen off the bus) x2, last at ...: <NVIDIA's action>".
+fn describe_xid(x: &XidCount) -> String {
+    let when = humantime::format_rfc3339_seconds(x.last_seen);
+    match catalog::lookup(x.xid) {
+        Some(e) => format!(
+            "Xid {} ({}) x{}, last at {when}: {}",
+            x.xid,
+            e.name,
+            x.count,
+            e.action()
+        ),
+        None => format!("Xid {} x{}, last at {when}", x.xid, x.count),
+    }
+}
+
+/// Several things seen, or none: `None` for an empty list.
+fn listed(items: Vec<String>, message: impl FnOnce(String) -> String) -> Option<Hit> {
+    (!items.is_empty()).then(|| message(items.join("; ")).into())
+}
+
+fn xid_fatal(seen: &Seen) -> Option<Hit> {
+    let fatal = seen.xids.iter().filter(|x| x.severity == Severity::Fatal);
+    listed(fatal.map(describe_xid).collect(), |xids| {
+        format!("fatal XID since boot: {xids}")
+    })
+}
+
+fn xid_critical(seen: &Seen) -> Option<Hit> {
+    let recent = |x: &&XidCount| {
+        seen.now
+            .duration_since(x.last_seen)
+            .map(|age| age <= seen.critical_hold)
+            .unwrap_or(true)
+    };
+    let critical = seen
+        .xids
+        .iter()
+        .filter(|x| x.severity == Severity::Critical)
+        .filter(recent);
+    listed(critical.map(describe_xid).collect(), |xids| {
+        format!("critical XID: {xids}")
+    })
+}
+
+fn gpu_lost(seen: &Seen) -> Option<Hit> {
+    seen.device.lost.then(|| {
+        "the GPU is lost (fallen off the bus): drain the node and reset or reseat the GPU"
+            .to_string()
+            .into()
+    })
+}
+
+fn not_responding(seen: &Seen) -> Option<Hit> {
+    let answered = seen.device.up && seen.device.readings.is_some();
+    (!answered).then(|| {
+        "the GPU did not answer within poll.timeout: the driver may be hung; check dmesg for Xid errors"
+            .to_string()
+            .into()
+    })
+}
+
+fn thermal_slowdown(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
+    let active: Vec<&str> = THERMAL_REASONS
+        .iter()
+        .copied()
+        .filter(|reason| r.clock_event_active(reason))
+        .collect();
+    if active.is_empty() {
+        return None;
+    }
+    let temperature = r.die_temperature().map(|t| format!(" at {t:.0} C")).unwrap_or_default();
+    Some(
+        format!(
+            "clocks are slowed for temperature ({}){temperature}: check airflow, fans and inlet temperature",
+            active.join(", ")
+        )
+        .into(),
+    )
+}
+
+fn hw_slowdown(seen: &Seen, r: &DeviceReadings) -> Option<Hit> {
+    let last = seen
+        .device
+        .hw_slowdown_seen
+        .filter(|at| at.elapsed() <= HW_SLOWDOWN_WINDOW)?;
+    let active: Vec<&str> = HW_POWER_REASONS
+        .iter()
+        .copied()
+        .filter(|reason| r.clock_event_active(reason))
+        .collect();
+    let when = if active.is_empty() {
+        format!("{} s ago", last.elapsed().as_secs())
+    } else {
+        format!("now ({})", active.join(", "))
+    };
+    Some(
+        format!(
+            "the hardware pulled the clocks down for power {when} (slowdown signal or power brake): \
+             check the power supplies and the GPU's power cables"
+        )
+        .into(),
+    )
+}
+
+fn pcie_width_degraded(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
+    (r.pcie.width_degraded() == Some(true)).then(|| {
+        format!(
+            "PCIe link runs at x{} of x{}: reseat the GPU or check the riser and slot",
+            r.pcie.width.unwrap_or(0),
+            r.pcie.width_max.unwrap_or(0)
+        )
+        .into()
+    })
+}
+
+fn persistence_off(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
+    (r.persistence_mode == Some(false)).then(|| {
+        "persistence mode is off: the driver is torn down between jobs; enable it (nvidia-smi -pm 1 or nvidia-persistenced)"
+            .to_string()
+            .into()
+    })
+}
+
+fn ecc_uncorrectable(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
+    let n = r
+        .ecc_count(EccType::Uncorrected, EccScope::Volatile)
+        .filter(|n| *n > 0)?;
+    let plural = if n == 1 { "" } else { "s" };
+    Some(
+        format!("{n} uncorrectable ECC error{plural} since the driver loaded: drain the node and reset the GPU").into(),
+    )
+}
+
+fn row_remap_pending(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
+    (r.remapped_rows.pending == Some(true)).then(|| {
+        "a memory row remap is pending: reset the GPU (or reboot) when it is idle to apply it"
+            .to_string()
+            .into()
+    })
+}
+
+fn row_remap_failed(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
+    (r.remapped_rows.failed == Some(true)).then(|| {
+        "a memory row remap failed: the GPU has run out of spare rows; take it out of service and RMA it"
+            .to_string()
+            .into()
+    })
+}
+
+fn nvlink_down(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
+    let links = r.nvlinks.as_ref()?;
+    let down: Vec<String> = links.links_down().map(|l| l.link.to_string()).collect();
+    if down.is_empty() {
+        return None;
+    }
+    Some(
+        format!(
+            "NVLink {} down ({} of {} up): traffic to the other GPUs slows or falls back to PCIe; \
+             check nvidia-smi nvlink -s and the kernel log, then reset the GPU or reseat the baseboard",
+            down.join(", "),
+            links.links_up(),
+            links.board_links
+        )
+        .into(),
+    )
+}
+
+fn fabric_not_ready(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
+    let fabric = r.fabric.as_ref().filter(|f| f.degraded())?;
+    Some(match &fabric.error {
+        Some(error) => Hit {
+            message: format!(
+                "the NVLink fabric refused the GPU ({error}): its NVLinks carry nothing; check nvidia-fabricmanager's log, then reset the GPU"
+            ),
+            severity: Some(HealthState::Unhealthy),
+        },
+        None => format!(
+            "the GPU has not joined the NVLink fabric (state {}): is nvidia-fabricmanager running? Jobs across GPUs fail or fall back to PCIe until it has",
+            fabric.state
+        )
+        .into(),
+    })
+}
+
+fn probe_failed(seen: &Seen) -> Option<Hit> {
+    let report = seen.probe?;
+    let failed: Vec<String> = report
+        .tests
+        .iter()
+        .filter(|t| t.pass == Some(false))
+        .map(|t| match (t.sustained, t.expected) {
+            (Some(s), Some(e)) if e > 0.0 => format!("{} at {:.0}% of expected", t.test.name(), s / e * 100.0),
+            _ => t.test.name().to_string(),
+        })
+        .collect();
+    (!failed.is_empty()).then(|| {
+        format!(
+            "failed the probe: {}; look at its clock-event reasons, temperature and PCIe width under load (`gpuwarden probe --gpu {}`)",
+            failed.join(", "),
+            report.gpu
+        )
+        .into()
+    })
+}
+
+use HealthState::{Degraded, Unhealthy};
+
+/// Every rule about one GPU, in the order they are looked at.
+pub const RULES: &[Rule] = &[
+    Rule {
+        reason: "xid_fatal",
+        severity: Unhealthy,
+        worse_when: None,
+        when: "a fatal XID (see below) was seen on the GPU since boot",
+        action: "the XID's action: reset the GPU or reboot the node (`gpuwarden xid explain CODE`)",
+        ends: false,
+        check: Check::Device(xid_fatal),
+    },
+    Rule {
+        reason: "xid_critical",
+        severity: Degraded,
+        worse_when: None,
+        when: "a critical XID was seen within `xid.critical_hold` (1h)",
+        action: "the XID's action; watch whether it recurs",
+        ends: false,
+        check: Check::Device(xid_critical),
+    },
+    Rule {
+        reason: "gpu_lost",
+        severity: Unhealthy,
+        worse_when: None,
+        when: "the driver answers \"GPU is lost\" (fallen off the bus)",
+        action: "drain the node; reset or reseat the GPU",
+        ends: true,
+        check: Check::Device(gpu_lost),
+    },
+    Rule {
+        reason: "not_responding",
+        severity: Degraded,
+        worse_when: None,
+        when: "the last poll did not finish within `poll.timeout` (a hung driver call)",
+        action: "check `dmesg` for Xid errors; if it persists, drain and reset",
+        ends: true,
+        check: Check::Device(not_responding),
+    },
+    Rule {
+        reason: "thermal_slowdown",
+        severity: Degraded,
+        worse_when: None,
+        when: "`sw_thermal_slowdown` or `hw_thermal_slowdown` is active",
+        action: "check airflow, fans, inlet temperature",
+        ends: false,
+        check: Check::Readings(thermal_slowdown),
+    },
+    Rule {
+        reason: "hw_slowdown",
+        severity: Degraded,
+        worse_when: None,
+        when: "the hardware pulled the clocks down for power (`hw_slowdown` or `hw_power_brake_slowdown`): active now, or its driver counter grew, within the last 10 minutes (so one between scrapes, or frequent short ones, are seen)",
+        action: "check the power supplies, the GPU's power cables and the board",
+        ends: false,
+        check: Check::Readings(hw_slowdown),
+    },
+    Rule {
+        reason: "pcie_width_degraded",
+        severity: Degraded,
+        worse_when: None,
+        when: "current PCIe width below the max",
+        action: "reseat the GPU; check riser and slot",
+        ends: false,
+        check: Check::Readings(pcie_width_degraded),
+    },
+    Rule {
+        reason: "persistence_off",
+        severity: Degraded,
+        worse_when: None,
+        when: "persistence mode is off (and gpuwarden could not, or was told not to, turn it on)",
+        action: "run gpuwarden as root, or use nvidia-persistenced",
+        ends: false,
+        check: Check::Readings(persistence_off),
+    },
+    Rule {
+        reason: "ecc_uncorrectable",
+        severity: Degraded,
+        worse_when: None,
+        when: "volatile uncorrectable ECC errors above 0",
+        action: "drain and reset the GPU",
+        ends: false,
+        check: Check::Readings(ecc_uncorrectable),
+    },
+    Rule {
+        reason: "row_remap_pending",
+        severity: Degraded,
+        worse_when: None,
+        when: "a row remap waits for a GPU reset",
+        action: "reset the GPU (or reboot) when idle",
+        ends: false,
+        check: Check::Readings(row_remap_pending),
+    },
+    Rule {
+        reason: "row_remap_failed",
+        severity: Unhealthy,
+        worse_when: None,
+        when: "a memory row remap failed: no spare rows left",
+        action: "take the GPU out of service; RMA",
+        ends: false,
+        check: Check::Readings(row_remap_failed),
+    },
+    Rule {
+        reason: "nvlink_down",
+        severity: Degraded,
+        worse_when: None,
+        when: "an NVLink of the GPU is down (`gpu_nvlink_up` 0; read every `poll.topology_interval`, 2 min)",
+        action: "`nvidia-smi nvlink -s`, the kernel log (Xid 74); reset the GPU; if it stays down, reseat or service the baseboard",
+        ends: false,
+        check: Check::Readings(nvlink_down),
+    },
+    Rule {
+        reason: "fabric_not_ready",
+        severity: Degraded,
+        worse_when: Some("the fabric manager refused the GPU"),
+        when: "on an NVSwitch system, the GPU has not completed NVLink fabric registration, or completed it with an error (`gpu_fabric_state`, `gpu_fabric_registration_ok`)",
+        action: "check that nvidia-fabricmanager runs and its log; reset the GPU",
+        ends: false,
+        check: Check::Readings(fabric_not_ready),
+    },
+    Rule {
+        reason: "probe_failed",
+        severity: Degraded,
+        worse_when: None,
+        when: "the last scheduled probe fell short of the model's expected throughput, or the GPU failed a test with a CUDA error ([probe.md](probe.md)); until a later probe passes",
+        action: "look at what the probe saw under load; run `gpuwarden probe --gpu N` on the idle GPU before draining it",
+        ends: false,
+        check: Check::Device(probe_failed),
+    },
+];
+
+/// The node's rule: a GPU on the PCI bus that no backend shows (its check is
+/// `health::evaluate`'s, over the snapshot's census).
+pub const GPU_MISSING: Rule = Rule {
+    reason: "gpu_missing",
+    severity: Unhealthy,
+    worse_when: None,
+    when: "a GPU is on the PCI bus but no backend enumerates it (`gpu_pci_missing`, alert `GpuMissing`)",
+    action: "dmesg for why the driver did not take it; reseat or replace",
+    ends: false,
+    check: Check::Device(|_| None),
+};
+
+impl Rule {
+    /// Its row of docs/health.md's table.
+    pub fn doc_row(&self) -> String {
+        let severity = match self.worse_when {
+            Some(when) => format!("{}, unhealthy when {when}", self.severity.label()),
+            None => self.severity.label().to_string(),
+        };
+        format!("| `{}` | {severity} | {} | {} |", self.reason, self.when, self.action)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rows of the first table in `section` of docs/health.md that starts with `| reason`.
+    fn doc_table(after: &str) -> Vec<String> {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/health.md")).unwrap();
+        let rest = &doc[doc.find(after).unwrap_or(0)..];
+        rest.lines()
+            .skip_while(|l| !l.starts_with("| reason |"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn docs_health_md_lists_every_rule_as_its_row_says() {
+        let expected: Vec<String> = RULES.iter().map(Rule::doc_row).collect();
+        assert_eq!(
+            doc_table("# Health rules"),
+            expected,
+            "docs/health.md's rule table must be these rows, in this order:\n{}",
+            expected.join("\n")
+        );
+        assert_eq!(doc_table("Node findings"), vec![GPU_MISSING.doc_row()]);
+    }
+
+    #[test]
+    fn reasons_are_unique_and_only_the_lost_and_silent_gpu_end_the_look() {
+        let mut reasons: Vec<&str> = RULES.iter().map(|r| r.reason).collect();
+        reasons.sort();
+        reasons.dedup();
+        assert_eq!(reasons.len(), RULES.len());
+        let ending: Vec<&str> = RULES.iter().filter(|r| r.ends).map(|r| r.reason).collect();
+        assert_eq!(ending, ["gpu_lost", "not_responding"]);
+    }
+}
