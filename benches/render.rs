@@ -7,6 +7,7 @@
 
 use gpuwarden::config::Config;
 use gpuwarden::exposition::{openmetrics_to_text, render_openmetrics};
+use gpuwarden::metrics::Selection;
 use gpuwarden::model::*;
 use std::hint::black_box;
 use std::sync::Arc;
@@ -64,12 +65,12 @@ fn main() {
     let demo = demo_snapshot();
     for gpus in [8, 64] {
         let snap = snapshot(&demo, gpus);
-        let text = render_openmetrics(snap.clone());
+        let text = render_openmetrics(snap.clone(), Selection::default());
         let series = text.lines().filter(|l| !l.starts_with('#')).count();
         let (mut om, mut plain) = (Vec::new(), Vec::new());
         for _ in 0..200 {
             let t = Instant::now();
-            let rendered = black_box(render_openmetrics(black_box(snap.clone())));
+            let rendered = black_box(render_openmetrics(black_box(snap.clone()), Selection::default()));
             om.push(t.elapsed());
             let t = Instant::now();
             black_box(openmetrics_to_text(&rendered));

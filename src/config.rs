@@ -360,7 +360,7 @@ pub struct Probe {
     pub interval: Duration,
     /// The tests a probe runs, in this order.
     #[serde(deserialize_with = "probe_tests")]
-    pub tests: Vec<crate::probe::Test>,
+    pub tests: Vec<crate::model::probe::Test>,
     /// How long each test runs; long enough for clocks and power to settle.
     pub durations: ProbeDurations,
     /// A test passes when it reaches at least this fraction of the expected value.
@@ -384,7 +384,7 @@ pub struct Probe {
     /// (libcublas.so.13, .12, ...); a path loads that file first.
     pub cublas_library: PathBuf,
     /// Expected values that override or extend the shipped table (docs/probe.md).
-    pub expected: Vec<crate::probe::expected::Expectation>,
+    pub expected: Vec<crate::model::probe::Expectation>,
 }
 
 impl Default for Probe {
@@ -392,7 +392,7 @@ impl Default for Probe {
         Probe {
             schedule: false,
             interval: Duration::from_secs(24 * 3600),
-            tests: crate::probe::Test::ALL.to_vec(),
+            tests: crate::model::probe::Test::ALL.to_vec(),
             durations: ProbeDurations::default(),
             pass_fraction: 0.9,
             memory_cap_mib: 4096,
@@ -437,8 +437,8 @@ impl Default for ProbeDurations {
 }
 
 impl ProbeDurations {
-    pub fn of(&self, test: crate::probe::Test) -> Duration {
-        use crate::probe::Test;
+    pub fn of(&self, test: crate::model::probe::Test) -> Duration {
+        use crate::model::probe::Test;
         match test {
             Test::GemmBf16 => self.gemm_bf16,
             Test::FmaFp32 => self.fma_fp32,
@@ -537,8 +537,8 @@ fn memory_cap_mib<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     Ok(value)
 }
 
-fn probe_tests<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<crate::probe::Test>, D::Error> {
-    let tests = Vec::<crate::probe::Test>::deserialize(d)?;
+fn probe_tests<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<crate::model::probe::Test>, D::Error> {
+    let tests = Vec::<crate::model::probe::Test>::deserialize(d)?;
     if tests.is_empty() {
         return Err(serde::de::Error::custom(
             "probe.tests is empty; list at least one of gemm_bf16, fma_fp32, hbm_copy, pcie_h2d, pcie_d2h",
@@ -804,7 +804,7 @@ mod tests {
     fn probe_settings_are_checked_where_they_are_written() {
         let c = parse("probe:\n  schedule: true\n  tests: [hbm_copy]\n  durations:\n    hbm_copy: 3s\n").unwrap();
         assert!(c.probe.schedule);
-        assert_eq!(c.probe.tests, vec![crate::probe::Test::HbmCopy]);
+        assert_eq!(c.probe.tests, vec![crate::model::probe::Test::HbmCopy]);
         assert_eq!(c.probe.durations.hbm_copy, Duration::from_secs(3));
         for (text, line, says) in [
             ("probe:\n  pass_fraction: 1.5\n", 2, "not a fraction"),

@@ -93,8 +93,8 @@ pub fn accepts_gzip(accept_encoding: Option<&str>) -> bool {
 }
 
 /// Renders a snapshot as OpenMetrics text.
-pub fn render_openmetrics(snapshot: Arc<Snapshot>) -> String {
-    let registry = metrics::registry_for(snapshot);
+pub fn render_openmetrics(snapshot: Arc<Snapshot>, families: metrics::Selection) -> String {
+    let registry = metrics::registry_for(snapshot, families);
     let mut out = String::with_capacity(64 * 1024);
     // Writing to a String cannot fail; an Err here would be a bug in a collector.
     if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
@@ -160,9 +160,10 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
     encoder.finish().unwrap_or_default()
 }
 
-/// One rendered body and the snapshot generation it was rendered from.
+/// One rendered body and the snapshot generation and families it was rendered from.
 struct CachedBody {
     generation: u64,
+    families: metrics::Selection,
     body: Bytes,
 }
 
@@ -176,7 +177,7 @@ pub struct RenderCache {
 impl RenderCache {
     /// The body for this snapshot in this format, rendering it if this generation has not
     /// been rendered in it yet.
-    pub fn body(&self, snapshot: Arc<Snapshot>, format: Format, gzipped: bool) -> Bytes {
+    pub fn body(&self, snapshot: Arc<Snapshot>, families: metrics::Selection, format: Format, gzipped: bool) -> Bytes {
         let slot = (format == Format::Text) as usize * 2 + gzipped as usize;
         let generation = snapshot.generation;
         // Holding the lock while rendering makes concurrent scrapes of a new snapshot wait
@@ -187,10 +188,11 @@ impl RenderCache {
         };
         if let Some(cached) = &slots[slot]
             && cached.generation == generation
+            && cached.families == families
         {
             return cached.body.clone();
         }
-        let text = render_openmetrics(snapshot);
+        let text = render_openmetrics(snapshot, families);
         let text = match format {
             Format::OpenMetrics => text,
             Format::Text => openmetrics_to_text(&text),
@@ -202,6 +204,7 @@ impl RenderCache {
         });
         slots[slot] = Some(CachedBody {
             generation,
+            families,
             body: body.clone(),
         });
         body

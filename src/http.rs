@@ -214,7 +214,8 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
     let format = exposition::negotiate_format(header_str(header::ACCEPT));
     let gzipped = exposition::accepts_gzip(header_str(header::ACCEPT_ENCODING));
     let snapshot = state.store.latest();
-    let body = state.cache.body(snapshot, format, gzipped);
+    let families = state.settings.current().families;
+    let body = state.cache.body(snapshot, families, format, gzipped);
     let mut response = (StatusCode::OK, body).into_response();
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(format.content_type()));

@@ -36,8 +36,6 @@ pub struct RoundPart {
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     pub xid_critical_hold: std::time::Duration,
-    pub nvlink_per_link: bool,
-    pub dcgm_compat: bool,
     /// The node's host name (dcgm-exporter's `Hostname` label).
     pub hostname: String,
 }
@@ -46,8 +44,6 @@ impl Options {
     pub fn from_config(config: &crate::config::Config, hostname: &str) -> Options {
         Options {
             xid_critical_hold: config.xid.critical_hold,
-            nvlink_per_link: config.nvlink.per_link,
-            dcgm_compat: config.compat.dcgm_exporter,
             hostname: hostname.to_string(),
         }
     }
@@ -66,8 +62,6 @@ pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generatio
         round_duration: round.round_duration.clone(),
         xid: inputs.xid.clone(),
         xid_critical_hold: options.xid_critical_hold,
-        nvlink_per_link: options.nvlink_per_link,
-        dcgm_compat: options.dcgm_compat,
         hostname: options.hostname.clone(),
         probe: inputs.probe.clone(),
         pci_gpus: (*inputs.pci).clone(),

@@ -104,6 +104,8 @@ pub struct Settings {
     /// Where the kernel's /sys is found (`amd.sysfs_root`: `/` on a host, a copy in tests):
     /// the PCI census reads it too.
     pub sys_root: std::path::PathBuf,
+    /// Which optional metric families are served.
+    pub families: crate::metrics::Selection,
 }
 
 impl Settings {
@@ -118,6 +120,7 @@ impl Settings {
             probe_child: ChildSettings::from_config(&config),
             web,
             sys_root: config.amd.sysfs_root.clone(),
+            families: crate::metrics::Selection::from_config(&config),
             config,
         })
     }
@@ -130,6 +133,7 @@ impl Settings {
             probe_child: ChildSettings::from_config(&config),
             web: WebSecurity::none(),
             sys_root: config.amd.sysfs_root.clone(),
+            families: crate::metrics::Selection::from_config(&config),
             config,
         }
     }

@@ -199,3 +199,100 @@ fn a_made_up_cycle_is_found() {
     assert!(cycle_through("a", &edges).is_some());
     assert!(cycle_through("d", &edges).is_none());
 }
+
+/// docs/architecture.md's layers, bottom first: a module imports only from its own layer or
+/// those below it. The longest listed prefix of a module's path decides its layer.
+const LAYERS: &[(&str, u32)] = &[
+    ("model", 1),
+    ("input", 2),
+    ("cadence", 2),
+    ("stop", 2),
+    ("store", 2),
+    ("logging", 2),
+    ("notify", 2),
+    ("clock_events", 2),
+    ("pci", 2),
+    ("config", 2),
+    ("web_config", 2),
+    ("xid", 2),
+    ("xid::store", 2),
+    ("xid::parse", 2),
+    ("xid::catalog", 2),
+    ("probe::expected", 2),
+    ("probe::windows", 2),
+    ("settings", 3),
+    ("metrics", 3),
+    ("health", 3),
+    ("attribution", 3),
+    ("backend", 3),
+    ("exposition", 3),
+    ("probe", 3),
+    ("sources", 4),
+    ("poller", 4),
+    ("publisher", 4),
+    ("http", 4),
+    ("status_page", 4),
+    ("xid::kmsg", 4),
+    ("probe::schedule", 4),
+    ("daemon", 5),
+    ("check", 5),
+    ("demo", 5),
+    ("probe::cli", 5),
+    ("xid::cli", 5),
+    ("", 6),
+];
+
+fn layer_of(module: &str) -> u32 {
+    LAYERS
+        .iter()
+        .filter(|(prefix, _)| prefix.is_empty() || module == *prefix || module.starts_with(&format!("{prefix}::")))
+        .max_by_key(|(prefix, _)| prefix.len())
+        .map(|(_, layer)| *layer)
+        .unwrap_or(6)
+}
+
+#[test]
+fn every_import_goes_down_the_layers_or_stays_in_its_own() {
+    let modules = modules();
+    let edges = imports(&modules);
+    let upward: Vec<String> = edges
+        .iter()
+        .flat_map(|(module, targets)| targets.iter().map(move |t| (module, t)))
+        .filter(|(module, target)| layer_of(target) > layer_of(module))
+        .map(|(module, target)| {
+            format!(
+                "{module} (layer {}) imports {target} (layer {})",
+                layer_of(module),
+                layer_of(target)
+            )
+        })
+        .collect();
+    assert!(upward.is_empty(), "imports against the layers:\n{}", upward.join("\n"));
+    // Every module has a place in the table other than the catch-all top.
+    let unplaced: Vec<&String> = modules
+        .keys()
+        .filter(|m| layer_of(m) == 6 && !matches!(m.as_str(), "" | "main"))
+        .collect();
+    assert!(unplaced.is_empty(), "modules missing from LAYERS: {unplaced:?}");
+}
+
+#[test]
+fn vendor_libraries_are_called_only_under_backend() {
+    let modules = modules();
+    let outside: Vec<&String> = modules
+        .iter()
+        .filter(|(m, text)| !m.starts_with("backend") && text.contains("nvml_wrapper"))
+        .map(|(m, _)| m)
+        .collect();
+    assert!(outside.is_empty(), "NVML called outside backend/: {outside:?}");
+}
+
+#[test]
+fn the_layer_table_reads_prefixes_as_modules() {
+    assert_eq!(layer_of("xid::kmsg"), 4);
+    assert_eq!(layer_of("xid::store"), 2);
+    assert_eq!(layer_of("probe::cli"), 5);
+    assert_eq!(layer_of("probe::cuda"), 3);
+    assert_eq!(layer_of("backend::nvml::events"), 3);
+    assert_eq!(layer_of("storeroom"), 6, "a prefix must end at a module boundary");
+}

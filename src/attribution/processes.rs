@@ -17,19 +17,24 @@ const MAX_CGROUP: usize = 16 * 1024;
 
 /// Marks the processes that get series of their own (the largest users of device memory
 /// first, at most `max_per_gpu` per GPU) and reads their names and containers. Runs on the
-/// poll thread after a round, never under the publisher's lock.
+/// poll thread after a round (and on the DRM-client source's thread for AMD GPUs), never
+/// under the publisher's lock.
 pub fn describe(devices: &mut [crate::model::DeviceSnapshot], settings: &crate::config::Processes) {
     let mut skips = Skips::new(input::Input::Proc);
     for readings in devices.iter_mut().filter_map(|d| d.readings.as_mut()) {
-        let Some(list) = readings.processes.as_mut() else {
-            continue;
-        };
-        list.sort_by(|a, b| b.used_memory_bytes.cmp(&a.used_memory_bytes).then(a.pid.cmp(&b.pid)));
-        for process in list.iter_mut().take(settings.max_per_gpu as usize) {
-            process.listed = true;
-            process.name = name(&settings.proc_root, process.pid, &mut skips);
-            process.container_id = container_id(&settings.proc_root, process.pid, &mut skips);
+        if let Some(list) = readings.processes.as_mut() {
+            describe_list(list, settings, &mut skips);
         }
+    }
+}
+
+/// [`describe`] for one GPU's list.
+pub fn describe_list(list: &mut [crate::model::GpuProcess], settings: &crate::config::Processes, skips: &mut Skips) {
+    list.sort_by(|a, b| b.used_memory_bytes.cmp(&a.used_memory_bytes).then(a.pid.cmp(&b.pid)));
+    for process in list.iter_mut().take(settings.max_per_gpu as usize) {
+        process.listed = true;
+        process.name = name(&settings.proc_root, process.pid, skips);
+        process.container_id = container_id(&settings.proc_root, process.pid, skips);
     }
 }
 

@@ -36,7 +36,7 @@ fn answering(snapshot: &Snapshot) -> impl Iterator<Item = (&DeviceSnapshot, &Dev
     snapshot
         .devices
         .iter()
-        .filter(|d| snapshot.dcgm_compat && d.identity.vendor == Vendor::Nvidia && d.up)
+        .filter(|d| d.identity.vendor == Vendor::Nvidia && d.up)
         .filter_map(|d| Some((d, d.readings.as_ref()?)))
 }
 

@@ -3,27 +3,21 @@
 //! NVLink, and GPUs outside a fabric, have none of these series.
 
 use super::{Family, Kind, Read, Samples};
+use crate::model::DeviceSnapshot;
 use crate::model::links::{FABRIC_STATES, NvLink};
-use crate::model::{DeviceSnapshot, Snapshot};
 
-/// The links of a GPU whose last poll answered, when per-link series are on
-/// (`nvlink.per_link`); none otherwise.
-fn links_of<'a>(snapshot: &Snapshot, d: &'a DeviceSnapshot) -> impl Iterator<Item = &'a NvLink> {
+/// The links of a GPU whose last poll answered.
+fn links_of(d: &DeviceSnapshot) -> impl Iterator<Item = &NvLink> {
     d.readings
         .iter()
-        .filter(|_| d.up && snapshot.nvlink_per_link)
+        .filter(|_| d.up)
         .flat_map(|r| r.nvlinks.iter())
         .flat_map(|n| n.links.iter())
 }
 
 /// One sample per link and (kind, count) pair that `counts` picks from it.
-fn per_link_counts(
-    snapshot: &Snapshot,
-    d: &DeviceSnapshot,
-    s: &mut Samples,
-    counts: fn(&NvLink) -> &[(&'static str, u64)],
-) {
-    for l in links_of(snapshot, d) {
+fn per_link_counts(d: &DeviceSnapshot, s: &mut Samples, counts: fn(&NvLink) -> &[(&'static str, u64)]) {
+    for l in links_of(d) {
         let link = l.link.to_string();
         for (kind, count) in counts(l) {
             s.labelled(&[&link, kind], *count as f64);
@@ -73,34 +67,6 @@ pub const FAMILIES: &[Family] = &[
         }),
     },
     Family {
-        name: "gpu_nvlink_up",
-        kind: Kind::Gauge,
-        unit: "",
-        help: "1 when the NVLink is up (active), 0 when down, per link (nvlink.per_link).",
-        labels: &["link"],
-        read: Read::Device(|snapshot, d, s| {
-            for l in links_of(snapshot, d) {
-                s.labelled_opt(&[&l.link.to_string()], l.up.map(|up| if up { 1.0 } else { 0.0 }));
-            }
-        }),
-    },
-    Family {
-        name: "gpu_nvlink_link_errors",
-        kind: Kind::Counter,
-        unit: "",
-        help: "NVLink errors since the driver loaded, per link and type (nvlink.per_link).",
-        labels: &["link", "type"],
-        read: Read::Device(|snapshot, d, s| per_link_counts(snapshot, d, s, |l| &l.errors)),
-    },
-    Family {
-        name: "gpu_nvlink_link_bytes",
-        kind: Kind::Counter,
-        unit: "bytes",
-        help: "User data moved over the NVLink since the driver loaded, per link and direction (nvlink.per_link).",
-        labels: &["link", "direction"],
-        read: Read::Device(|snapshot, d, s| per_link_counts(snapshot, d, s, |l| &l.bytes)),
-    },
-    Family {
         name: "gpu_xgmi_errors",
         kind: Kind::Counter,
         unit: "",
@@ -136,5 +102,38 @@ pub const FAMILIES: &[Family] = &[
             let done = r.fabric.as_ref().filter(|f| f.state == "completed");
             s.flag(done.map(|f| f.error.is_none()))
         }),
+    },
+];
+
+/// Per-link families: served only with `nvlink.per_link` (eighteen links a GPU multiply the
+/// series), chosen when the families are picked, not inside each read.
+pub const PER_LINK_FAMILIES: &[Family] = &[
+    Family {
+        name: "gpu_nvlink_up",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 when the NVLink is up (active), 0 when down, per link (nvlink.per_link).",
+        labels: &["link"],
+        read: Read::Device(|_, d, s| {
+            for l in links_of(d) {
+                s.labelled_opt(&[&l.link.to_string()], l.up.map(|up| if up { 1.0 } else { 0.0 }));
+            }
+        }),
+    },
+    Family {
+        name: "gpu_nvlink_link_errors",
+        kind: Kind::Counter,
+        unit: "",
+        help: "NVLink errors since the driver loaded, per link and type (nvlink.per_link).",
+        labels: &["link", "type"],
+        read: Read::Device(|_, d, s| per_link_counts(d, s, |l| &l.errors)),
+    },
+    Family {
+        name: "gpu_nvlink_link_bytes",
+        kind: Kind::Counter,
+        unit: "bytes",
+        help: "User data moved over the NVLink since the driver loaded, per link and direction (nvlink.per_link).",
+        labels: &["link", "direction"],
+        read: Read::Device(|_, d, s| per_link_counts(d, s, |l| &l.bytes)),
     },
 ];

@@ -110,18 +110,59 @@ impl Family {
     }
 }
 
-/// Every family gpuwarden serves, in the order it serves them.
-pub fn all() -> impl Iterator<Item = &'static Family> {
+/// Which optional groups of families are served; chosen from the config at start and at
+/// every reload (`Settings::families`), not looked at inside each read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Selection {
+    /// dcgm-exporter's names beside ours (`compat.dcgm_exporter`).
+    pub dcgm_compat: bool,
+    /// A series per NVLink (`nvlink.per_link`).
+    pub nvlink_per_link: bool,
+}
+
+impl Selection {
+    pub fn from_config(config: &crate::config::Config) -> Selection {
+        Selection {
+            dcgm_compat: config.compat.dcgm_exporter,
+            nvlink_per_link: config.nvlink.per_link,
+        }
+    }
+
+    /// Everything on: what the docs and the tests of the whole catalogue look at.
+    pub const ALL: Selection = Selection {
+        dcgm_compat: true,
+        nvlink_per_link: true,
+    };
+}
+
+/// The families served with `selection`, in the order they are served.
+pub fn served(selection: Selection) -> impl Iterator<Item = &'static Family> {
+    let per_link: &[Family] = if selection.nvlink_per_link {
+        links::PER_LINK_FAMILIES
+    } else {
+        &[]
+    };
+    let compat: &[Family] = if selection.dcgm_compat {
+        dcgm_compat::FAMILIES
+    } else {
+        &[]
+    };
     device::FAMILIES
         .iter()
         .chain(activity::FAMILIES)
         .chain(links::FAMILIES)
+        .chain(per_link)
         .chain(mig::FAMILIES)
         .chain(xid::FAMILIES)
         .chain(probe::FAMILIES)
         .chain(attribution::FAMILIES)
         .chain(self_metrics::FAMILIES)
-        .chain(dcgm_compat::FAMILIES)
+        .chain(compat)
+}
+
+/// Every family gpuwarden can serve.
+pub fn all() -> impl Iterator<Item = &'static Family> {
+    served(Selection::ALL)
 }
 
 /// The samples of one family being read: device labels first, then the family's own.
@@ -185,12 +226,13 @@ fn device_labels(d: &DeviceSnapshot) -> Labels {
 #[derive(Debug)]
 pub struct SnapshotCollector {
     snapshot: Arc<Snapshot>,
+    selection: Selection,
 }
 
 impl Collector for SnapshotCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let snapshot = &self.snapshot;
-        let families: Vec<&Family> = all().collect();
+        let families: Vec<&Family> = served(self.selection).collect();
         let mut samples: Vec<Vec<(Labels, f64)>> = families.iter().map(|_| Vec::new()).collect();
         // Device by device, each GPU's data is read while it is in the cache.
         for d in &snapshot.devices {
@@ -298,10 +340,11 @@ fn encode_histograms(
     Ok(())
 }
 
-/// A registry holding only this snapshot's collector, ready to encode.
-pub fn registry_for(snapshot: Arc<Snapshot>) -> Registry {
+/// A registry holding only this snapshot's collector over the selected families, ready to
+/// encode.
+pub fn registry_for(snapshot: Arc<Snapshot>, selection: Selection) -> Registry {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(SnapshotCollector { snapshot }));
+    registry.register_collector(Box::new(SnapshotCollector { snapshot, selection }));
     registry
 }
 

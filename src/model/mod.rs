@@ -412,10 +412,6 @@ pub struct Snapshot {
     pub kubelet_up: Option<bool>,
     /// Batch job ids per GPU uuid, from the job mapping directory (empty when off).
     pub jobs: BTreeMap<String, Vec<String>>,
-    /// Serve NVLink series per link (`nvlink.per_link`).
-    pub nvlink_per_link: bool,
-    /// Serve dcgm-exporter's names too (`compat.dcgm_exporter`).
-    pub dcgm_compat: bool,
     /// The node's host name, read when the daemon starts (the status page's title,
     /// dcgm-exporter's `Hostname` label).
     pub hostname: String,

@@ -154,3 +154,35 @@ pub struct ProbeSnapshot {
     /// The last error per uuid, for the status page.
     pub last_error: BTreeMap<String, String>,
 }
+
+/// One row of `probe.expected` (the config) or of the shipped table: GPUs whose name contains `match` (case-insensitive) should reach these values.
+/// Units are the ones people quote: TFLOP/s and GB/s (10^9 bytes per second).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expectation {
+    #[serde(rename = "match")]
+    pub pattern: String,
+    #[serde(default)]
+    pub gemm_bf16_tflops: Option<f64>,
+    #[serde(default)]
+    pub fma_fp32_tflops: Option<f64>,
+    #[serde(default)]
+    pub hbm_copy_gbps: Option<f64>,
+    #[serde(default)]
+    pub pcie_h2d_gbps: Option<f64>,
+    #[serde(default)]
+    pub pcie_d2h_gbps: Option<f64>,
+}
+
+impl Expectation {
+    /// The expected value for one test in base units (FLOP/s or bytes/s).
+    pub fn value(&self, test: Test) -> Option<f64> {
+        match test {
+            Test::GemmBf16 => self.gemm_bf16_tflops.map(|v| v * 1e12),
+            Test::FmaFp32 => self.fma_fp32_tflops.map(|v| v * 1e12),
+            Test::HbmCopy => self.hbm_copy_gbps.map(|v| v * 1e9),
+            Test::PcieH2d => self.pcie_h2d_gbps.map(|v| v * 1e9),
+            Test::PcieD2h => self.pcie_d2h_gbps.map(|v| v * 1e9),
+        }
+    }
+}

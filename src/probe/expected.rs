@@ -7,43 +7,13 @@
 //! The config's `probe.expected` rows come first: a value they set wins, a value they leave
 //! out falls back to the shipped row for the same GPU.
 
-use super::Test;
-use serde::{Deserialize, Serialize};
+use crate::model::probe::Test;
 
-/// One row: GPUs whose name contains `match` (case-insensitive) should reach these values.
-/// Units are the ones people quote: TFLOP/s and GB/s (10^9 bytes per second).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Expectation {
-    #[serde(rename = "match")]
-    pub pattern: String,
-    #[serde(default)]
-    pub gemm_bf16_tflops: Option<f64>,
-    #[serde(default)]
-    pub fma_fp32_tflops: Option<f64>,
-    #[serde(default)]
-    pub hbm_copy_gbps: Option<f64>,
-    #[serde(default)]
-    pub pcie_h2d_gbps: Option<f64>,
-    #[serde(default)]
-    pub pcie_d2h_gbps: Option<f64>,
-}
+pub use crate::model::probe::Expectation;
 
-impl Expectation {
-    /// The expected value for one test in base units (FLOP/s or bytes/s).
-    pub fn value(&self, test: Test) -> Option<f64> {
-        match test {
-            Test::GemmBf16 => self.gemm_bf16_tflops.map(|v| v * 1e12),
-            Test::FmaFp32 => self.fma_fp32_tflops.map(|v| v * 1e12),
-            Test::HbmCopy => self.hbm_copy_gbps.map(|v| v * 1e9),
-            Test::PcieH2d => self.pcie_h2d_gbps.map(|v| v * 1e9),
-            Test::PcieD2h => self.pcie_d2h_gbps.map(|v| v * 1e9),
-        }
-    }
-
-    fn matches(&self, gpu_name: &str) -> bool {
-        !self.pattern.is_empty() && gpu_name.to_lowercase().contains(&self.pattern.to_lowercase())
-    }
+/// Whether a row is about a GPU of this name.
+fn matches(row: &Expectation, gpu_name: &str) -> bool {
+    !row.pattern.is_empty() && gpu_name.to_lowercase().contains(&row.pattern.to_lowercase())
 }
 
 /// (match, gemm_bf16 TFLOP/s, fma_fp32 TFLOP/s, hbm_copy GB/s, pcie_h2d GB/s, pcie_d2h GB/s).
@@ -83,7 +53,7 @@ pub fn shipped() -> Vec<Expectation> {
 /// The most specific row (longest pattern) that matches.
 fn best_match<'a>(rows: &'a [Expectation], gpu_name: &str) -> Option<&'a Expectation> {
     rows.iter()
-        .filter(|row| row.matches(gpu_name))
+        .filter(|row| matches(row, gpu_name))
         .max_by_key(|row| row.pattern.len())
 }
 

@@ -50,3 +50,41 @@ impl ProbeError {
         }
     }
 }
+
+/// CUDA's own context and cuBLAS workspace come on top of the probe's buffers.
+const CONTEXT_OVERHEAD_MIB: u64 = 768;
+
+/// Why this GPU should not be probed now, from one poll and its process count.
+pub fn busy_reason(
+    compute_processes: Option<u32>,
+    utilization: Option<f64>,
+    memory_free_mib: Option<u64>,
+    config: &crate::config::Probe,
+) -> Option<(&'static str, String)> {
+    if let Some(n) = compute_processes.filter(|n| *n > 0) {
+        return Some((
+            "compute_processes",
+            format!("{n} compute process(es) are running on it"),
+        ));
+    }
+    if let Some(u) = utilization.filter(|u| *u > config.max_utilization) {
+        return Some((
+            "utilization",
+            format!(
+                "its utilization is {:.0}% (probe.max_utilization is {:.0}%)",
+                u * 100.0,
+                config.max_utilization * 100.0
+            ),
+        ));
+    }
+    let needed = config.memory_cap_mib + CONTEXT_OVERHEAD_MIB;
+    if let Some(free) = memory_free_mib.filter(|free| *free < needed) {
+        return Some((
+            "memory",
+            format!(
+                "only {free} MiB of its memory is free and the probe needs {needed} MiB (probe.memory_cap_mib + CUDA's own)"
+            ),
+        ));
+    }
+    None
+}

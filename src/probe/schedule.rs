@@ -10,7 +10,7 @@
 //! CUDA driver and cuBLAS add hundreds of MB that would stay mapped for good, and a probe
 //! that hangs in the driver is killed after `probe.timeout` while the daemon goes on.
 
-use super::cli::busy_reason;
+use super::busy_reason;
 use super::{ProbeError, ProbeReport, ProbeSnapshot};
 use crate::config::Probe;
 use crate::model::{DeviceSnapshot, Snapshot};

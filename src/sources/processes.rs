@@ -59,6 +59,14 @@ impl Periodic for DrmClients {
                  CAP_SYS_PTRACE (docs/metrics.md)"
             )),
         }
-        scanned.ok()
+        let mut by_gpu = scanned.ok()?;
+        let processes = &settings.config.processes;
+        if processes.per_process {
+            let mut skips = Skips::new(Input::Proc);
+            for list in by_gpu.values_mut() {
+                crate::attribution::processes::describe_list(list, processes, &mut skips);
+            }
+        }
+        Some(by_gpu)
     }
 }
