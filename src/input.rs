@@ -413,38 +413,6 @@ pub fn resolve_inside(root: &Path, path: &Path) -> Result<PathBuf, Refused> {
     }
 }
 
-/// One source that is read again and again (the job mapping directory, /proc): logs a
-/// warning when it cannot be read, a line when it can again, and a warning again at the next
-/// outage; stays quiet while nothing changes.
-#[derive(Debug, Default)]
-pub struct Outage {
-    failing: bool,
-}
-
-impl Outage {
-    /// The source could not be read: warns when it could before.
-    pub fn failed(&mut self, what: impl Display) {
-        if !self.failing {
-            log::warn!("{what}");
-            self.failing = true;
-        } else {
-            log::debug!("{what}");
-        }
-    }
-
-    /// The source was read: says so when it could not be before.
-    pub fn recovered(&mut self, what: impl Display) {
-        if self.failing {
-            log::info!("{what}");
-            self.failing = false;
-        }
-    }
-
-    pub fn is_failing(&self) -> bool {
-        self.failing
-    }
-}
-
 /// Makes a FIFO at `path`, for the hostile-input tests of every reader.
 #[cfg(test)]
 pub(crate) fn make_fifo(path: &Path) {
@@ -592,19 +560,5 @@ mod tests {
             resolve_inside(&sys, &sys.join("bus/pci/devices/0000:66:00.0")),
             Err(Refused::Skip(Reason::OutsideRoot, _))
         ));
-    }
-
-    #[test]
-    fn an_outage_warns_once_says_when_it_is_over_and_warns_again() {
-        let mut outage = Outage::default();
-        outage.recovered("no-op");
-        assert!(!outage.is_failing());
-        outage.failed("down");
-        outage.failed("still down");
-        assert!(outage.is_failing());
-        outage.recovered("back");
-        assert!(!outage.is_failing());
-        outage.failed("down again");
-        assert!(outage.is_failing());
     }
 }

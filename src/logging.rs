@@ -80,6 +80,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_outage_warns_once_says_when_it_is_over_and_warns_again() {
+        let mut outage = Outage::default();
+        outage.recovered("no-op");
+        assert!(!outage.is_failing());
+        outage.failed("down");
+        outage.failed("still down");
+        assert!(outage.is_failing());
+        outage.recovered("back");
+        assert!(!outage.is_failing());
+        outage.failed("down again");
+        assert!(outage.is_failing());
+    }
+
+    #[test]
     fn repeats_within_the_period_are_held_back_and_counted() {
         let mut limiter = RateLimiter::new(Duration::from_millis(50));
         assert_eq!(limiter.allow("a"), Some(0));
@@ -89,4 +103,51 @@ mod tests {
         std::thread::sleep(Duration::from_millis(60));
         assert_eq!(limiter.allow("a"), Some(2));
     }
+}
+
+/// The one "warn once, say when it is back" helper, for a source that is read again and
+/// again (the job mapping directory, /proc, the kernel log, the kubelet, NVML events): logs a
+/// warning when it cannot be read, a line when it can again, and a warning again at the next
+/// outage; stays quiet while nothing changes.
+#[derive(Debug, Default)]
+pub struct Outage {
+    failing: bool,
+}
+
+impl Outage {
+    /// The source could not be read: warns when it could before.
+    pub fn failed(&mut self, what: impl std::fmt::Display) {
+        if !self.failing {
+            log::warn!("{what}");
+            self.failing = true;
+        } else {
+            log::debug!("{what}");
+        }
+    }
+
+    /// The source was read: says so when it could not be before.
+    pub fn recovered(&mut self, what: impl std::fmt::Display) {
+        if self.failing {
+            log::info!("{what}");
+            self.failing = false;
+        }
+    }
+
+    pub fn is_failing(&self) -> bool {
+        self.failing
+    }
+}
+
+/// A log line about one GPU: its uuid and PCI bus id go with it as structured fields
+/// (journald's `GPU_UUID=` and `PCI_BUS_ID=`, so `journalctl GPU_UUID=...` finds every line
+/// about one GPU), given the GPU's [`crate::model::DeviceIdentity`].
+#[macro_export]
+macro_rules! gpu_log {
+    ($level:expr, $identity:expr, $($message:tt)+) => {
+        log::log!(
+            $level,
+            gpu_uuid = $identity.uuid.as_str(), pci_bus_id = $identity.pci_bus_id.as_str();
+            $($message)+
+        )
+    };
 }

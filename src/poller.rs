@@ -280,8 +280,9 @@ impl Coordinator {
                         .allow(&format!("{}/not-answering", worker.identity.uuid))
                 {
                     let repeats = crate::logging::held_back_suffix(held_back);
-                    log::warn!(
-                        gpu_uuid = worker.identity.uuid.as_str(), pci_bus_id = worker.identity.pci_bus_id.as_str();
+                    crate::gpu_log!(
+                        log::Level::Warn,
+                        worker.identity,
                         "GPU {} ({}) did not answer within {:?}; reporting it down until it does{repeats}",
                         worker.identity.index,
                         worker.identity.uuid,
@@ -342,8 +343,9 @@ impl Coordinator {
             let key = format!("{}/{call}/{error}", worker.identity.uuid);
             if let Some(held_back) = self.log_limiter.allow(&key) {
                 let repeats = crate::logging::held_back_suffix(held_back);
-                log::warn!(
-                    gpu_uuid = worker.identity.uuid.as_str(), pci_bus_id = worker.identity.pci_bus_id.as_str();
+                crate::gpu_log!(
+                    log::Level::Warn,
+                    worker.identity,
                     "GPU {} ({}): {call} failed: {error}{repeats}",
                     worker.identity.index,
                     worker.identity.uuid
@@ -382,9 +384,12 @@ impl Coordinator {
                 worker.last_good_poll = Some(SystemTime::now());
                 worker.readings = Some(readings);
                 if !was_up && (was_lost || answered_before) {
-                    log::info!(
-                        gpu_uuid = worker.identity.uuid.as_str(), pci_bus_id = worker.identity.pci_bus_id.as_str();
-                        "GPU {} ({}) answers again", worker.identity.index, worker.identity.uuid
+                    crate::gpu_log!(
+                        log::Level::Info,
+                        worker.identity,
+                        "GPU {} ({}) answers again",
+                        worker.identity.index,
+                        worker.identity.uuid
                     );
                 }
             }
@@ -393,8 +398,9 @@ impl Coordinator {
                 worker.lost = true;
                 worker.readings = None;
                 if !was_lost {
-                    log::error!(
-                        gpu_uuid = worker.identity.uuid.as_str(), pci_bus_id = worker.identity.pci_bus_id.as_str();
+                    crate::gpu_log!(
+                        log::Level::Error,
+                        worker.identity,
                         "GPU {} ({}, {}) is lost: the driver reports it fell off the bus",
                         worker.identity.index,
                         worker.identity.uuid,

@@ -143,7 +143,7 @@ fn check_ownership(dir: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
 
 /// Reads the directory for the publisher: the jobs, or none (and one warning, then one line
 /// when it can be read again) when it cannot be read.
-pub fn read_logged(dir: &Path, outage: &mut input::Outage) -> BTreeMap<GpuKey, Vec<String>> {
+pub fn read_logged(dir: &Path, outage: &mut crate::logging::Outage) -> BTreeMap<GpuKey, Vec<String>> {
     let mut skips = Skips::new(Input::JobMapping);
     match read(dir, &mut skips) {
         Ok(jobs) => {

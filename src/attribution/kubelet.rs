@@ -192,7 +192,7 @@ pub fn assignments(response: &ListPodResourcesResponse, resources: &[String], sk
 /// Asks the kubelet every `refresh` until `stop`; `settings` gives the socket, the refresh
 /// and the resource names at each turn, so a reload applies.
 pub async fn follow(state: Arc<PodState>, settings: Arc<crate::settings::SharedSettings>, stop: crate::stop::Stop) {
-    let mut last_error: Option<String> = None;
+    let mut outage = crate::logging::Outage::default();
     loop {
         let config: Kubernetes = settings.current().config.kubernetes.clone();
         let socket: PathBuf = config.pod_resources_socket.clone();
@@ -204,23 +204,18 @@ pub async fn follow(state: Arc<PodState>, settings: Arc<crate::settings::SharedS
             let deadline = KUBELET_DEADLINE.min(config.refresh);
             match list(&socket, deadline).await {
                 Ok(response) => {
-                    if last_error.take().is_some() {
-                        log::info!("the kubelet at {} answers again", socket.display());
-                    }
+                    outage.recovered(format!("the kubelet at {} answers again", socket.display()));
                     PodSnapshot {
                         kubelet_up: Some(true),
                         assignments: assignments(&response, &config.resources, &mut Skips::new(Input::Kubelet)),
                     }
                 }
                 Err(e) => {
-                    if last_error.is_none() {
-                        log::warn!(
-                            "the kubelet's pod-resources API at {} does not answer ({e}): no pod attribution \
-                             until it does",
-                            socket.display()
-                        );
-                    }
-                    last_error = Some(e);
+                    outage.failed(format!(
+                        "the kubelet's pod-resources API at {} does not answer ({e}): no pod attribution \
+                         until it does",
+                        socket.display()
+                    ));
                     PodSnapshot {
                         kubelet_up: Some(false),
                         assignments: Vec::new(),

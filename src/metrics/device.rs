@@ -49,7 +49,7 @@ pub const FAMILIES: &[Family] = &[
         labels: &["state"],
         read: Read::Device(|_, d, s| {
             for state in HealthState::ALL {
-                s.labelled(&[state.label()], if state == d.health.state { 1.0 } else { 0.0 });
+                s.labelled(&[state.label()], super::one_if(state == d.health.state));
             }
         }),
     },
@@ -97,7 +97,7 @@ pub const FAMILIES: &[Family] = &[
         labels: &["reason"],
         read: Read::Readings(|r, s| {
             for e in &r.clock_events {
-                s.labelled(&[e.reason], if e.active { 1.0 } else { 0.0 });
+                s.labelled(&[e.reason], super::one_if(e.active));
             }
         }),
     },

@@ -87,7 +87,7 @@ pub const FAMILIES: &[Family] = &[
         read: Read::Readings(|r, s| {
             if let Some(fabric) = &r.fabric {
                 for state in FABRIC_STATES {
-                    s.labelled(&[state], if fabric.state == state { 1.0 } else { 0.0 });
+                    s.labelled(&[state], super::one_if(fabric.state == state));
                 }
             }
         }),
@@ -116,7 +116,7 @@ pub const PER_LINK_FAMILIES: &[Family] = &[
         labels: &["link"],
         read: Read::Device(|_, d, s| {
             for l in links_of(d) {
-                s.labelled_opt(&[&l.link.to_string()], l.up.map(|up| if up { 1.0 } else { 0.0 }));
+                s.labelled_opt(&[&l.link.to_string()], l.up.map(super::one_if));
             }
         }),
     },

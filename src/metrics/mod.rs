@@ -204,13 +204,18 @@ impl Samples<'_> {
 
     /// 1 for true, 0 for false, nothing when unknown.
     pub fn flag(&mut self, value: Option<bool>) {
-        self.opt(value.map(|b| if b { 1.0 } else { 0.0 }));
+        self.opt(value.map(one_if));
     }
 
     /// A count as a float sample, when there is one.
     pub fn count(&mut self, value: Option<u64>) {
         self.opt(value.map(|n| n as f64));
     }
+}
+
+/// A 0/1 sample value: 1 for true.
+pub fn one_if(condition: bool) -> f64 {
+    if condition { 1.0 } else { 0.0 }
 }
 
 /// The labels every device series carries.

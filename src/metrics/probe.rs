@@ -100,7 +100,7 @@ pub const FAMILIES: &[Family] = &[
         labels: &["test"],
         read: Read::Device(|snapshot, d, s| {
             each_test(snapshot, d, s, |t, test, s| {
-                s.labelled_opt(&[test], t.pass.map(|p| if p { 1.0 } else { 0.0 }))
+                s.labelled_opt(&[test], t.pass.map(super::one_if))
             })
         }),
     },

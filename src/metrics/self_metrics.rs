@@ -19,7 +19,7 @@ pub const FAMILIES: &[Family] = &[
         labels: &["backend"],
         read: Read::Node(|snapshot, s| {
             for (name, status) in &snapshot.backends {
-                s.labelled(&[name], if status.up { 1.0 } else { 0.0 });
+                s.labelled(&[name], super::one_if(status.up));
             }
         }),
     },

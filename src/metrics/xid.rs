@@ -55,7 +55,7 @@ pub const FAMILIES: &[Family] = &[
         labels: &["source"],
         read: Read::Node(|snapshot, s| {
             for (source, up) in &snapshot.xid.sources {
-                s.labelled(&[source], if *up { 1.0 } else { 0.0 });
+                s.labelled(&[source], super::one_if(*up));
             }
         }),
     },

@@ -3,7 +3,7 @@
 
 use super::Periodic;
 use crate::attribution::jobs::{self, GpuKey};
-use crate::input::Outage;
+use crate::logging::Outage;
 use crate::settings::Settings;
 use std::collections::BTreeMap;
 use std::time::Duration;

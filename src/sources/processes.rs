@@ -4,7 +4,8 @@
 
 use super::Periodic;
 use crate::attribution::drm_clients;
-use crate::input::{Input, Outage, Skips};
+use crate::input::{Input, Skips};
+use crate::logging::Outage;
 use crate::model::{GpuProcess, Vendor};
 use crate::settings::Settings;
 use crate::store::Store;

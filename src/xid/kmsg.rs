@@ -180,7 +180,7 @@ pub fn spawn_follower(
 }
 
 fn follow(path: &Path, store: &XidStore, stop: &Stop, resume: &ResumePoints) {
-    let mut warned = false;
+    let mut outage = crate::logging::Outage::default();
     while !stop.is_stopped() {
         // Through crate::input: a regular file or a character device (/dev/kmsg); a FIFO,
         // socket or directory is refused rather than waited on. It stays non-blocking: with
@@ -197,14 +197,11 @@ fn follow(path: &Path, store: &XidStore, stop: &Stop, resume: &ResumePoints) {
                     crate::input::Skips::new(crate::input::Input::KernelLog).add(*reason, what);
                 }
                 store.set_source_up(Source::KernelLog, false);
-                if !warned {
-                    log::warn!(
-                        "cannot read the kernel log {} ({e}): XIDs are counted from NVML events only; \
-                         run as root or set xid.kernel_log_path",
-                        path.display()
-                    );
-                    warned = true;
-                }
+                outage.failed(format!(
+                    "cannot read the kernel log {} ({e}): XIDs are counted from NVML events only; \
+                     run as root or set xid.kernel_log_path",
+                    path.display()
+                ));
                 if stop.sleep(Duration::from_secs(30)) {
                     return;
                 }
@@ -212,10 +209,7 @@ fn follow(path: &Path, store: &XidStore, stop: &Stop, resume: &ResumePoints) {
             }
         };
         store.set_source_up(Source::KernelLog, true);
-        if warned {
-            log::info!("reading the kernel log {} again", path.display());
-            warned = false;
-        }
+        outage.recovered(format!("reading the kernel log {} again", path.display()));
         let mut position = resume.get(path);
         // A regular file: go on from where an earlier reader of this file stopped.
         let regular = file.metadata().ok().filter(|m| m.is_file());

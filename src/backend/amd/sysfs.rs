@@ -255,8 +255,9 @@ impl SysfsDevicePoller {
             Err(e @ gpu_metrics::ParseError::UnknownRevision { .. }) => {
                 if !self.warned_metrics {
                     self.warned_metrics = true;
-                    log::warn!(
-                        gpu_uuid = self.identity.uuid.as_str(), pci_bus_id = self.identity.pci_bus_id.as_str();
+                    crate::gpu_log!(
+                        log::Level::Warn,
+                        self.identity,
                         "AMD GPU {}: {e}; its energy, clocks and throttle reasons come from other files or are left out",
                         self.identity.index
                     );

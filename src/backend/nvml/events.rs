@@ -72,50 +72,54 @@ fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore, stop: &Sto
     }
     store.set_source_up(Source::Nvml, true);
     log::info!("listening for NVML XID events on {} GPU(s)", bus_by_handle.len());
-    let mut failures = 0u32;
+    let mut outage = crate::logging::Outage::default();
     while !stop.is_stopped() {
         match set.wait(1000) {
             // An event that arrives as we are told to stop belongs to our successor.
             Ok(_) if stop.is_stopped() => break,
             Ok(data) => {
-                failures = 0;
+                outage.recovered("waiting for NVML events works again");
                 // SAFETY: the raw handle is only compared with the keys, never called through.
                 let handle = unsafe { data.device.handle() } as usize;
-                let Some(bus) = bus_by_handle.get(&handle) else {
-                    continue;
-                };
-                let xid = if data.event_type.contains(EventTypes::CRITICAL_XID_ERROR) {
-                    match data.event_data {
-                        Some(XidError::Value(v)) => u32::try_from(v).unwrap_or(u32::MAX),
-                        _ => continue,
-                    }
-                } else if data.event_type.contains(EventTypes::DOUBLE_BIT_ECC_ERROR) {
-                    48
-                } else {
-                    continue;
-                };
-                let event = XidEvent {
-                    pci_bus_id: bus.clone(),
-                    gpu_instance: None,
-                    xid,
-                    source: Source::Nvml,
-                    at: SystemTime::now(),
-                };
-                if store.record(event) {
-                    crate::xid::log_xid(bus, xid, "NVML event set");
+                if let (Some(bus), Some(xid)) = (bus_by_handle.get(&handle), xid_of(&data)) {
+                    record(store, bus, xid);
                 }
             }
-            Err(NvmlError::Timeout) => {}
+            Err(NvmlError::Timeout) => outage.recovered("waiting for NVML events works again"),
             Err(e) => {
                 // A lost GPU can make the wait fail; keep listening for the others.
-                failures += 1;
-                if failures == 1 {
-                    log::warn!("waiting for NVML events failed: {e}; retrying");
-                }
+                outage.failed(format!("waiting for NVML events failed: {e}; retrying"));
                 if stop.sleep(Duration::from_secs(1)) {
                     break;
                 }
             }
         }
+    }
+}
+
+/// The XID an event reports: its own for a critical XID event, 48 for a double-bit ECC one.
+fn xid_of(data: &nvml_wrapper::struct_wrappers::event::EventData) -> Option<u32> {
+    if data.event_type.contains(EventTypes::CRITICAL_XID_ERROR) {
+        match data.event_data {
+            Some(XidError::Value(v)) => Some(u32::try_from(v).unwrap_or(u32::MAX)),
+            _ => None,
+        }
+    } else if data.event_type.contains(EventTypes::DOUBLE_BIT_ECC_ERROR) {
+        Some(48)
+    } else {
+        None
+    }
+}
+
+fn record(store: &XidStore, bus: &str, xid: u32) {
+    let event = XidEvent {
+        pci_bus_id: bus.to_string(),
+        gpu_instance: None,
+        xid,
+        source: Source::Nvml,
+        at: SystemTime::now(),
+    };
+    if store.record(event) {
+        crate::xid::log_xid(bus, xid, "NVML event set");
     }
 }

@@ -17,6 +17,7 @@ mod mig;
 mod nvlink;
 
 use crate::backend::{DevicePoller, PersistenceOutcome, PollReport};
+use crate::cadence::Every;
 use crate::clock_events;
 use crate::config;
 use crate::model::{DeviceIdentity, DeviceReadings, EccCount, EccScope, EccType, GpuProcess, RemappedRows, Vendor};
@@ -61,7 +62,6 @@ impl NvmlBackend {
     /// One poller per GPU the driver enumerates. A GPU whose identity cannot be read (it
     /// fell off the bus before we started) still gets a poller, so it shows as down rather
     /// than vanishing.
-    /// `slow_interval`: how often the readings in [`SlowReadings`] are read (see there).
     pub fn device_pollers(&self, options: &PollOptions) -> Result<Vec<NvmlDevicePoller>, NvmlError> {
         let driver_version = self.driver_version().unwrap_or_default();
         let count = self.nvml.device_count()?;
@@ -75,16 +75,19 @@ impl NvmlBackend {
                 enable_persistence: options.enable_persistence,
                 static_readings: None,
                 warned_persistence_denied: false,
-                slow_interval: options.slow_interval,
-                slow: None,
-                topology_interval: options.topology_interval,
-                topology: None,
-                gpm_interval: options.gpm_interval,
-                activity: None,
-                mig_activity: Default::default(),
+                tiers: Tiers {
+                    slow: Every::new(options.slow_interval),
+                    gpm: Every::new(options.gpm_interval),
+                    topology: Every::new(options.topology_interval),
+                },
+                carried: DeviceReadings::default(),
                 gpm: gpm::GpmSampler::default(),
+                mig_mode: None,
+                mig_devices: Vec::new(),
+                mig_activity: Default::default(),
                 live: options.live.clone(),
-                last_poll_micros: None,
+                process_samples: None,
+                last_sample_micros: None,
             });
         }
         Ok(pollers)
@@ -110,7 +113,7 @@ fn read_identity(device: &Device<'static>, index: u32, driver_version: &str) -> 
 #[derive(Debug, Clone)]
 pub struct PollOptions {
     pub enable_persistence: bool,
-    /// How often the readings in [`SlowReadings`] are read (see there).
+    /// How often the slow tier is read (see [`Tiers`]).
     pub slow_interval: Duration,
     /// How often the NVLink counters are read (see nvlink.rs).
     pub topology_interval: Duration,
@@ -135,36 +138,30 @@ struct StaticReadings {
     nvlink_count: u32,
 }
 
-/// Readings that change slowly or cost the driver real time, read every `poll.slow_interval`
-/// (10 s) instead of every poll. Measured on an H200 (docs/performance.md): the energy counter
-/// costs 4.1 ms of CPU per call, the ECC mode 0.17 ms, the replay counter 0.15 ms, the
-/// remap and clock-event counter fields 0.16 ms; the readings polled every second cost about
-/// 1 us each. Between two slow reads the last values are served: they are at most one slow
-/// interval old, and counters (energy, ECC, replays, clock-event time) lose nothing.
-#[derive(Debug, Clone, Default)]
-struct SlowReadings {
-    energy_joules: Option<f64>,
-    ecc_enabled: Option<bool>,
-    ecc_errors: Vec<EccCount>,
-    remapped_rows: RemappedRows,
-    replay_errors: Option<u64>,
-    clock_event_seconds: Vec<(&'static str, f64)>,
-    /// MIG devices, read only while MIG mode is on.
-    mig_devices: Vec<crate::model::mig::MigDevice>,
-    /// Persistence mode: checked (and turned on where configured) every slow interval; it
-    /// cost 0.1 ms per poll on an H200.
-    persistence_mode: Option<bool>,
+/// The tiers of one GPU's readings, by what they cost the driver (docs/performance.md has
+/// the per-call costs measured on an H200): every poll (temperatures, power, clocks,
+/// utilisation, memory, PCIe link, processes: about 1 us each); every `poll.slow_interval`,
+/// 10 s (energy 4.1 ms, ECC 0.17 ms, the replay counter 0.15 ms, the remap and clock-event
+/// counter fields 0.16 ms, persistence mode 0.1 ms, MIG devices, and per-process utilisation
+/// samples, 1.7 ms); every `poll.gpm_interval`, 30 s (GPM activity); every
+/// `poll.topology_interval`, 2 min (NVLink states and counters, 15-40 ms for 18 links; fabric
+/// registration and MIG mode, 0.2-0.6 ms each). A tier writes its own fields of the readings
+/// in place; between its reads they carry over from the last poll (at most one interval old;
+/// counters lose nothing).
+#[derive(Debug, Clone)]
+struct Tiers {
+    slow: Every,
+    gpm: Every,
+    topology: Every,
 }
 
-/// What changes only with a reboot, a reset or an administrator, or costs the driver most:
-/// read every `poll.topology_interval`. Measured on an H200 (docs/performance.md): NVLink
-/// states and counters cost 15 to 40 ms for 18 links, fabric info and MIG mode 0.2-0.6 ms each.
-#[derive(Debug, Clone)]
-struct Topology {
-    read_at: Instant,
-    nvlinks: Option<crate::model::links::NvLinks>,
-    fabric: Option<crate::model::links::Fabric>,
-    mig_mode: Option<mig::MigMode>,
+impl Tiers {
+    /// Read every tier at the next poll (the first one, and after a lost GPU comes back).
+    fn reset(&mut self) {
+        self.slow.reset();
+        self.gpm.reset();
+        self.topology.reset();
+    }
 }
 
 pub struct NvmlDevicePoller {
@@ -173,21 +170,21 @@ pub struct NvmlDevicePoller {
     enable_persistence: bool,
     static_readings: Option<StaticReadings>,
     warned_persistence_denied: bool,
-    slow_interval: Duration,
-    /// The last slow read and when it was taken.
-    slow: Option<(Instant, SlowReadings)>,
+    tiers: Tiers,
+    /// The last poll's readings: the slower tiers' fields carry over from here.
+    carried: DeviceReadings,
     gpm: gpm::GpmSampler,
-    gpm_interval: Duration,
-    /// The last GPM activity and when it was computed.
-    activity: Option<(Instant, Option<crate::model::activity::Activity>)>,
-    /// The last GPM activity of each MIG GPU instance, by its id.
+    /// MIG mode (topology tier), MIG devices (slow tier) and each GPU instance's GPM activity
+    /// (GPM tier), put together into `mig` at every poll.
+    mig_mode: Option<mig::MigMode>,
+    mig_devices: Vec<crate::model::mig::MigDevice>,
     mig_activity: std::collections::BTreeMap<u32, crate::model::activity::Activity>,
-    topology_interval: Duration,
-    topology: Option<Topology>,
     live: crate::settings::LiveSwitches,
-    /// Wall time of the previous poll in microseconds: per-process samples are asked for
-    /// from then on.
-    last_poll_micros: Option<u64>,
+    /// Per-process utilisation from the last slow read, by pid: (SM, memory). `None` when
+    /// not read (per-process series off, or the driver does not sample processes).
+    process_samples: Option<std::collections::BTreeMap<u32, (f64, f64)>>,
+    /// Wall time of the last sample read in microseconds: samples are asked for from then on.
+    last_sample_micros: Option<u64>,
 }
 
 /// The slow fields read with one `nvmlDeviceGetFieldValues` call, in the order of `FIELDS`.
@@ -248,173 +245,41 @@ impl NvmlDevicePoller {
         self.device.running_compute_processes_count()
     }
 
-    /// Reads every supported value once. Never panics; failed calls are listed in the report.
+    /// Reads what is due: the every-poll tier, and each slower tier whose interval has
+    /// passed. Never panics; failed calls are listed in the report.
     pub fn poll(&mut self) -> PollReport {
         let mut calls = CallErrors::default();
-        let mut r = DeviceReadings::default();
-
         // The first call tells us whether the GPU is there at all; a lost GPU answers every
         // call with GpuLost, and there is no point making twenty more.
-        if let Some(t) = calls.read("nvmlDeviceGetTemperature", || {
+        let gpu_temperature = calls.read("nvmlDeviceGetTemperature", || {
             self.device.temperature(TemperatureSensor::Gpu)
-        }) {
-            r.temperatures.push(("gpu", t as f64));
-        }
+        });
         if calls.lost || calls.library_gone {
+            self.tiers.reset();
             return calls.into_lost_report();
         }
-
-        let statics = match &self.static_readings {
-            Some(s) => s.clone(),
-            None => {
-                let s = self.read_static(&mut calls);
-                self.static_readings = Some(s.clone());
-                s
-            }
-        };
-        r.temperature_thresholds = statics.thresholds.clone();
-
-        if let Some(samples) = calls.read("nvmlDeviceGetFieldValues:memory_temperature", || {
-            self.device.field_values_for(&[FieldId(NVML_FI_DEV_MEMORY_TEMP)])
-        }) && let Some(Ok(sample)) = samples.first()
-            && let Ok(value) = &sample.value
-        {
-            r.temperatures.push(("memory", sample_as_f64(value)));
+        let statics = self.statics(&mut calls);
+        let now = Instant::now();
+        let mut r = std::mem::take(&mut self.carried);
+        r.temperatures = gpu_temperature.map(|t| ("gpu", t as f64)).into_iter().collect();
+        self.read_every_poll(&mut r, &statics, &mut calls);
+        if self.tiers.topology.take(now) {
+            self.read_topology(&mut r, &statics, &mut calls);
         }
-
-        if let Some(active) = calls.read("nvmlDeviceGetCurrentClocksEventReasons", || self.current_clock_events()) {
-            let supported = statics.supported_clock_events.unwrap_or(u64::MAX);
-            r.clock_events = clock_events::decode_nvidia(active, supported);
-        }
-
-        r.power_watts = calls
-            .read("nvmlDeviceGetPowerUsage", || self.device.power_usage())
-            .map(|mw| mw as f64 / 1000.0);
-        r.power_limit_watts = calls
-            .read("nvmlDeviceGetEnforcedPowerLimit", || self.device.enforced_power_limit())
-            .map(|mw| mw as f64 / 1000.0);
-
-        for (clock, name) in [
-            (Clock::SM, "sm"),
-            (Clock::Memory, "memory"),
-            (Clock::Graphics, "graphics"),
-        ] {
-            if let Some(mhz) = calls.read("nvmlDeviceGetClockInfo", || self.device.clock_info(clock)) {
-                r.clocks_hertz.push((name, mhz as f64 * 1e6));
-            }
-        }
-
-        if let Some(u) = calls.read("nvmlDeviceGetUtilizationRates", || self.device.utilization_rates()) {
-            r.utilization_ratio = Some(u.gpu as f64 / 100.0);
-            r.memory_copy_utilization_ratio = Some(u.memory as f64 / 100.0);
-        }
-        r.encoder_utilization_ratio = calls
-            .read("nvmlDeviceGetEncoderUtilization", || self.device.encoder_utilization())
-            .map(|u| u.utilization as f64 / 100.0);
-        r.decoder_utilization_ratio = calls
-            .read("nvmlDeviceGetDecoderUtilization", || self.device.decoder_utilization())
-            .map(|u| u.utilization as f64 / 100.0);
-        if let Some(m) = calls.read("nvmlDeviceGetMemoryInfo_v2", || self.device.memory_info()) {
-            r.memory_used_bytes = Some(m.used);
-            r.memory_total_bytes = Some(m.total);
-            r.memory_free_bytes = Some(m.free);
-            r.memory_reserved_bytes = Some(m.reserved);
-        }
-
-        r.pcie.generation = calls.read("nvmlDeviceGetCurrPcieLinkGeneration", || {
-            self.device.current_pcie_link_gen()
-        });
-        r.pcie.width = calls.read("nvmlDeviceGetCurrPcieLinkWidth", || {
-            self.device.current_pcie_link_width()
-        });
-        r.pcie.generation_max = statics.pcie_generation_max;
-        r.pcie.width_max = statics.pcie_width_max;
-
-        let due = self
-            .slow
-            .as_ref()
-            .is_none_or(|(at, _)| at.elapsed() >= self.slow_interval);
-        let topology_due = self
-            .topology
-            .as_ref()
-            .is_none_or(|t| t.read_at.elapsed() >= self.topology_interval);
-        if topology_due {
-            self.topology = Some(Topology {
-                read_at: Instant::now(),
-                // A failed read leaves the counters out until the next one (not stale
-                // values), and is not retried every poll: it costs the driver real time.
-                nvlinks: nvlink::read(&self.device, statics.nvlink_count, &mut calls),
-                fabric: fabric::read(&self.device, &mut calls),
-                mig_mode: mig::mode(&self.device, &mut calls),
-            });
-        }
-        let mig_mode = self.topology.as_ref().and_then(|t| t.mig_mode);
         let mut persistence = None;
-        if due {
-            let mut slow = self.read_slow(&mut calls);
-            slow.mig_devices = match mig_mode {
-                Some(mode) if mode.enabled => mig::devices(&self.device, &mut calls),
-                _ => Vec::new(),
-            };
-            persistence = self.read_and_keep_persistence(&mut calls, &mut slow.persistence_mode);
-            self.slow = Some((Instant::now(), slow));
+        if self.tiers.slow.take(now) {
+            persistence = self.read_slow(&mut r, &mut calls);
         }
-        let gpm_due = self
-            .activity
-            .as_ref()
-            .is_none_or(|(at, _)| at.elapsed() >= self.gpm_interval);
-        if gpm_due {
-            self.activity = Some((Instant::now(), self.gpm.read(&self.device, &mut calls)));
-            let mut instances: Vec<u32> = self
-                .slow
-                .as_ref()
-                .map(|(_, s)| s.mig_devices.iter().map(|d| d.gpu_instance).collect())
-                .unwrap_or_default();
-            instances.sort_unstable();
-            instances.dedup();
-            self.mig_activity = self.gpm.read_mig(&self.device, &instances, &mut calls);
+        if self.tiers.gpm.take(now) {
+            self.read_gpm(&mut r, &mut calls);
         }
-        r.activity = self.activity.as_ref().and_then(|(_, a)| a.clone());
-        let topology = self.topology.as_ref();
-        r.nvlinks = topology.and_then(|t| t.nvlinks.clone());
-        r.fabric = topology.and_then(|t| t.fabric.clone());
-        if let Some((_, slow)) = &self.slow {
-            r.energy_joules = slow.energy_joules;
-            r.ecc_enabled = slow.ecc_enabled;
-            r.ecc_errors = slow.ecc_errors.clone();
-            r.remapped_rows = slow.remapped_rows.clone();
-            r.pcie.replay_errors = slow.replay_errors;
-            r.clock_event_seconds = slow.clock_event_seconds.clone();
-            r.persistence_mode = slow.persistence_mode;
-            r.mig = mig_mode.map(|mode| crate::model::mig::Mig {
-                enabled: mode.enabled,
-                pending: mode.pending,
-                instances: slow
-                    .mig_devices
-                    .iter()
-                    .map(|d| crate::model::mig::MigDevice {
-                        activity: self.mig_activity.get(&d.gpu_instance).cloned(),
-                        ..d.clone()
-                    })
-                    .collect(),
-            });
-        }
-
-        r.processes = self.read_processes(&mut calls);
-        self.last_poll_micros = Some(now_micros());
-
-        r.performance_state = calls
-            .read("nvmlDeviceGetPerformanceState", || self.device.performance_state())
-            .map(|p| p.as_c());
-        if statics.fan_count > 0 {
-            r.fan_speed_ratio = calls
-                .read("nvmlDeviceGetFanSpeed_v2", || self.device.fan_speed(0))
-                .map(|p| p as f64 / 100.0);
-        }
-
+        r.mig = self.mig();
+        self.attach_process_samples(&mut r);
         if calls.lost {
+            self.tiers.reset();
             return calls.into_lost_report();
         }
+        self.carried = r.clone();
         PollReport {
             readings: Some(r),
             library_gone: calls.library_gone,
@@ -423,6 +288,116 @@ impl NvmlDevicePoller {
             errors: calls.errors,
             persistence,
         }
+    }
+
+    /// The readings that cannot change while the GPU is in the node, read at the first poll.
+    fn statics(&mut self, calls: &mut CallErrors) -> StaticReadings {
+        if let Some(s) = &self.static_readings {
+            return s.clone();
+        }
+        let s = self.read_static(calls);
+        self.static_readings = Some(s.clone());
+        s
+    }
+
+    /// The every-poll tier: each field written whatever the call answers (a call that stops
+    /// answering leaves its field empty, never the last value).
+    fn read_every_poll(&self, r: &mut DeviceReadings, statics: &StaticReadings, calls: &mut CallErrors) {
+        r.temperature_thresholds = statics.thresholds.clone();
+        if let Some(samples) = calls.read("nvmlDeviceGetFieldValues:memory_temperature", || {
+            self.device.field_values_for(&[FieldId(NVML_FI_DEV_MEMORY_TEMP)])
+        }) && let Some(Ok(sample)) = samples.first()
+            && let Ok(value) = &sample.value
+        {
+            r.temperatures.push(("memory", sample_as_f64(value)));
+        }
+        let supported = statics.supported_clock_events.unwrap_or(u64::MAX);
+        r.clock_events = calls
+            .read("nvmlDeviceGetCurrentClocksEventReasons", || self.current_clock_events())
+            .map(|active| clock_events::decode_nvidia(active, supported))
+            .unwrap_or_default();
+        r.power_watts = calls
+            .read("nvmlDeviceGetPowerUsage", || self.device.power_usage())
+            .map(|mw| mw as f64 / 1000.0);
+        r.power_limit_watts = calls
+            .read("nvmlDeviceGetEnforcedPowerLimit", || self.device.enforced_power_limit())
+            .map(|mw| mw as f64 / 1000.0);
+        r.clocks_hertz = [
+            (Clock::SM, "sm"),
+            (Clock::Memory, "memory"),
+            (Clock::Graphics, "graphics"),
+        ]
+        .into_iter()
+        .filter_map(|(clock, name)| {
+            let mhz = calls.read("nvmlDeviceGetClockInfo", || self.device.clock_info(clock))?;
+            Some((name, mhz as f64 * 1e6))
+        })
+        .collect();
+        let rates = calls.read("nvmlDeviceGetUtilizationRates", || self.device.utilization_rates());
+        r.utilization_ratio = rates.as_ref().map(|u| u.gpu as f64 / 100.0);
+        r.memory_copy_utilization_ratio = rates.as_ref().map(|u| u.memory as f64 / 100.0);
+        r.encoder_utilization_ratio = calls
+            .read("nvmlDeviceGetEncoderUtilization", || self.device.encoder_utilization())
+            .map(|u| u.utilization as f64 / 100.0);
+        r.decoder_utilization_ratio = calls
+            .read("nvmlDeviceGetDecoderUtilization", || self.device.decoder_utilization())
+            .map(|u| u.utilization as f64 / 100.0);
+        let memory = calls.read("nvmlDeviceGetMemoryInfo_v2", || self.device.memory_info());
+        r.memory_used_bytes = memory.as_ref().map(|m| m.used);
+        r.memory_total_bytes = memory.as_ref().map(|m| m.total);
+        r.memory_free_bytes = memory.as_ref().map(|m| m.free);
+        r.memory_reserved_bytes = memory.as_ref().map(|m| m.reserved);
+        r.pcie.generation = calls.read("nvmlDeviceGetCurrPcieLinkGeneration", || {
+            self.device.current_pcie_link_gen()
+        });
+        r.pcie.width = calls.read("nvmlDeviceGetCurrPcieLinkWidth", || {
+            self.device.current_pcie_link_width()
+        });
+        r.pcie.generation_max = statics.pcie_generation_max;
+        r.pcie.width_max = statics.pcie_width_max;
+        r.processes = self.read_processes(calls);
+        r.performance_state = calls
+            .read("nvmlDeviceGetPerformanceState", || self.device.performance_state())
+            .map(|p| p.as_c());
+        r.fan_speed_ratio = (statics.fan_count > 0)
+            .then(|| calls.read("nvmlDeviceGetFanSpeed_v2", || self.device.fan_speed(0)))
+            .flatten()
+            .map(|p| p as f64 / 100.0);
+    }
+
+    /// The topology tier. A failed read leaves its fields out until the next one (not stale
+    /// values), and is not retried every poll: it costs the driver real time.
+    fn read_topology(&mut self, r: &mut DeviceReadings, statics: &StaticReadings, calls: &mut CallErrors) {
+        r.nvlinks = nvlink::read(&self.device, statics.nvlink_count, calls);
+        r.fabric = fabric::read(&self.device, calls);
+        self.mig_mode = mig::mode(&self.device, calls);
+    }
+
+    /// The GPM tier: a sample computed against the previous one, for the GPU and each of its
+    /// MIG GPU instances.
+    fn read_gpm(&mut self, r: &mut DeviceReadings, calls: &mut CallErrors) {
+        r.activity = self.gpm.read(&self.device, calls);
+        let mut instances: Vec<u32> = self.mig_devices.iter().map(|d| d.gpu_instance).collect();
+        instances.sort_unstable();
+        instances.dedup();
+        self.mig_activity = self.gpm.read_mig(&self.device, &instances, calls);
+    }
+
+    /// MIG mode with its devices and their activity, from the three tiers that read them.
+    fn mig(&self) -> Option<crate::model::mig::Mig> {
+        let mode = self.mig_mode?;
+        Some(crate::model::mig::Mig {
+            enabled: mode.enabled,
+            pending: mode.pending,
+            instances: self
+                .mig_devices
+                .iter()
+                .map(|d| crate::model::mig::MigDevice {
+                    activity: self.mig_activity.get(&d.gpu_instance).cloned(),
+                    ..d.clone()
+                })
+                .collect(),
+        })
     }
 
     fn read_static(&self, calls: &mut CallErrors) -> StaticReadings {
@@ -451,13 +426,13 @@ impl NvmlDevicePoller {
         s
     }
 
-    /// The compute processes, with their utilisation since the previous poll when asked for.
+    /// The compute processes (their utilisation comes from the slow tier).
     fn read_processes(&self, calls: &mut CallErrors) -> Option<Vec<GpuProcess>> {
         use nvml_wrapper::enums::device::UsedGpuMemory;
         let processes = calls.read("nvmlDeviceGetComputeRunningProcesses_v3", || {
             self.device.running_compute_processes()
         })?;
-        let mut processes: Vec<GpuProcess> = processes
+        let processes: Vec<GpuProcess> = processes
             .into_iter()
             .map(|p| GpuProcess {
                 pid: p.pid,
@@ -469,32 +444,6 @@ impl NvmlDevicePoller {
                 ..GpuProcess::default()
             })
             .collect();
-        if self.live.process_utilization() && !processes.is_empty() {
-            let since = self.last_poll_micros;
-            let samples = calls.read("nvmlDeviceGetProcessUtilization", || {
-                match self.device.process_utilization_stats(since) {
-                    // No process had a sample since then: all idle.
-                    Err(NvmlError::NotFound) => Ok(Vec::new()),
-                    other => other,
-                }
-            });
-            if let Some(samples) = samples {
-                for p in &mut processes {
-                    let mine: Vec<_> = samples.iter().filter(|s| s.pid == p.pid).collect();
-                    // The driver lists only processes with a non-zero sample in the window, so
-                    // a process it leaves out was idle.
-                    let mean = |f: fn(&nvml_wrapper::struct_wrappers::device::ProcessUtilizationSample) -> u32| {
-                        if mine.is_empty() {
-                            0.0
-                        } else {
-                            mine.iter().map(|s| f(s) as f64).sum::<f64>() / mine.len() as f64 / 100.0
-                        }
-                    };
-                    p.sm_utilization_ratio = Some(mean(|s| s.sm_util).clamp(0.0, 1.0));
-                    p.memory_utilization_ratio = Some(mean(|s| s.mem_util).clamp(0.0, 1.0));
-                }
-            }
-        }
         Some(processes)
     }
 
@@ -526,29 +475,76 @@ impl NvmlDevicePoller {
         }
     }
 
-    fn read_slow(&self, calls: &mut CallErrors) -> SlowReadings {
-        let mut r = DeviceReadings::default();
-        self.read_field_values(calls, &mut r);
-        self.read_ecc(calls, &mut r);
-        SlowReadings {
-            energy_joules: calls
-                .read("nvmlDeviceGetTotalEnergyConsumption", || {
-                    self.device.total_energy_consumption()
-                })
-                .map(|mj| mj as f64 / 1000.0),
-            ecc_enabled: r.ecc_enabled,
-            ecc_errors: r.ecc_errors,
-            remapped_rows: r.remapped_rows,
-            replay_errors: calls
-                .read("nvmlDeviceGetPcieReplayCounter", || self.device.pcie_replay_counter())
-                .map(u64::from),
-            clock_event_seconds: r.clock_event_seconds,
-            mig_devices: Vec::new(),
-            persistence_mode: None,
+    /// The slow tier; returns what happened to persistence mode, when it was off.
+    fn read_slow(&mut self, r: &mut DeviceReadings, calls: &mut CallErrors) -> Option<PersistenceOutcome> {
+        self.read_field_values(calls, r);
+        self.read_ecc(calls, r);
+        r.energy_joules = calls
+            .read("nvmlDeviceGetTotalEnergyConsumption", || {
+                self.device.total_energy_consumption()
+            })
+            .map(|mj| mj as f64 / 1000.0);
+        r.pcie.replay_errors = calls
+            .read("nvmlDeviceGetPcieReplayCounter", || self.device.pcie_replay_counter())
+            .map(u64::from);
+        self.mig_devices = match self.mig_mode {
+            Some(mode) if mode.enabled => mig::devices(&self.device, calls),
+            _ => Vec::new(),
+        };
+        let busy = r.processes.as_ref().is_some_and(|p| !p.is_empty());
+        self.process_samples = (self.live.process_utilization() && busy)
+            .then(|| self.read_process_samples(calls))
+            .flatten();
+        self.last_sample_micros = Some(now_micros());
+        self.read_and_keep_persistence(calls, &mut r.persistence_mode)
+    }
+
+    /// Each process's mean SM and memory utilisation over the samples since the last read:
+    /// 1.7 ms per call on an H200, so once per slow interval, which also makes the mean one
+    /// over that interval. The driver lists only processes with a non-zero sample in the
+    /// window, so a process it leaves out was idle.
+    fn read_process_samples(&self, calls: &mut CallErrors) -> Option<std::collections::BTreeMap<u32, (f64, f64)>> {
+        let since = self.last_sample_micros;
+        let samples = calls.read("nvmlDeviceGetProcessUtilization", || {
+            match self.device.process_utilization_stats(since) {
+                // No process had a sample since then: all idle.
+                Err(NvmlError::NotFound) => Ok(Vec::new()),
+                other => other,
+            }
+        })?;
+        let mut sums: std::collections::BTreeMap<u32, (f64, f64, u32)> = Default::default();
+        for sample in &samples {
+            let entry = sums.entry(sample.pid).or_default();
+            entry.0 += sample.sm_util as f64;
+            entry.1 += sample.mem_util as f64;
+            entry.2 += 1;
+        }
+        let mean = |sum: f64, n: u32| (sum / n as f64 / 100.0).clamp(0.0, 1.0);
+        Some(
+            sums.into_iter()
+                .map(|(pid, (sm, mem, n))| (pid, (mean(sm, n), mean(mem, n))))
+                .collect(),
+        )
+    }
+
+    /// Puts the last utilisation samples on this poll's processes (per-process series on).
+    fn attach_process_samples(&self, r: &mut DeviceReadings) {
+        let (Some(samples), Some(processes)) = (&self.process_samples, r.processes.as_mut()) else {
+            return;
+        };
+        if !self.live.process_utilization() {
+            return;
+        }
+        for p in processes {
+            let (sm, memory) = samples.get(&p.pid).copied().unwrap_or((0.0, 0.0));
+            p.sm_utilization_ratio = Some(sm);
+            p.memory_utilization_ratio = Some(memory);
         }
     }
 
     fn read_field_values(&self, calls: &mut CallErrors, r: &mut DeviceReadings) {
+        r.remapped_rows = RemappedRows::default();
+        r.clock_event_seconds = Vec::new();
         let ids: Vec<FieldId> = FIELDS.iter().map(|id| FieldId(*id)).collect();
         let Some(samples) = calls.read("nvmlDeviceGetFieldValues:slow_fields", || {
             self.device.field_values_for(&ids)
@@ -575,6 +571,8 @@ impl NvmlDevicePoller {
     }
 
     fn read_ecc(&self, calls: &mut CallErrors, r: &mut DeviceReadings) {
+        r.ecc_enabled = None;
+        r.ecc_errors = Vec::new();
         let Some(mode) = calls.read("nvmlDeviceGetEccMode", || self.device.is_ecc_enabled()) else {
             return;
         };
@@ -610,6 +608,7 @@ impl NvmlDevicePoller {
         calls: &mut CallErrors,
         mode: &mut Option<bool>,
     ) -> Option<PersistenceOutcome> {
+        *mode = None;
         let on = calls.read("nvmlDeviceGetPersistenceMode", || self.device.is_in_persistent_mode())?;
         *mode = Some(on);
         if on || !self.enable_persistence {
@@ -618,8 +617,9 @@ impl NvmlDevicePoller {
         let id = &self.identity;
         let outcome = match self.device.set_persistent(true) {
             Ok(()) => {
-                log::info!(
-                    gpu_uuid = id.uuid.as_str(), pci_bus_id = id.pci_bus_id.as_str();
+                crate::gpu_log!(
+                    log::Level::Info,
+                    id,
                     "persistence mode was off on GPU {} ({}, {}); turned it on",
                     id.index,
                     id.uuid,
@@ -630,8 +630,9 @@ impl NvmlDevicePoller {
             }
             Err(NvmlError::NoPermission) => {
                 if !self.warned_persistence_denied {
-                    log::warn!(
-                        gpu_uuid = id.uuid.as_str(), pci_bus_id = id.pci_bus_id.as_str();
+                    crate::gpu_log!(
+                        log::Level::Warn,
+                        id,
                         "persistence mode is off on GPU {} ({}) and turning it on was not permitted: \
                          run gpuwarden as root, or set persistence.enable: false and use nvidia-persistenced",
                         id.index,
@@ -642,8 +643,9 @@ impl NvmlDevicePoller {
                 PersistenceOutcome::NotPermitted
             }
             Err(e) => {
-                log::warn!(
-                    gpu_uuid = id.uuid.as_str(), pci_bus_id = id.pci_bus_id.as_str();
+                crate::gpu_log!(
+                    log::Level::Warn,
+                    id,
                     "turning persistence mode on for GPU {} ({}) failed: {e}",
                     id.index,
                     id.uuid
