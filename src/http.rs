@@ -92,38 +92,50 @@ pub async fn serve(
             },
             _ = stop.stopped() => break,
         };
-        let service = TowerToHyperService::new(app.clone());
         let tls = settings.current().web.tls.clone();
-        match tls {
-            None => {
-                let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
-                tokio::spawn(async move {
-                    // A client that goes away mid-request is not our error.
-                    let _ = connection.await;
-                    drop(permit);
-                });
-            }
-            Some(config) => {
-                let builder = builder.clone();
-                let watcher = graceful.watcher();
-                tokio::spawn(async move {
-                    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-                    // A failed or too slow handshake (a plain-HTTP client, a wrong client
-                    // certificate, a slowloris) just ends the connection.
-                    if let Ok(Ok(tls_stream)) = tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream)).await
-                    {
-                        let connection = watcher.watch(builder.serve_connection(TokioIo::new(tls_stream), service));
-                        let _ = connection.await;
-                    }
-                    drop(permit);
-                });
-            }
-        }
+        spawn_connection(stream, app.clone(), tls, &builder, &graceful, permit);
     }
     drop(listener);
     trimmer.abort();
     if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
         log::warn!("scrapes still open after {drain:?}; closing them");
+    }
+}
+
+/// Serves one accepted connection on a task of its own, over TLS when configured; the
+/// permit goes with it.
+fn spawn_connection(
+    stream: tokio::net::TcpStream,
+    app: Router,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    builder: &http1::Builder,
+    graceful: &GracefulShutdown,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let service = TowerToHyperService::new(app);
+    match tls {
+        None => {
+            let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+            tokio::spawn(async move {
+                // A client that goes away mid-request is not our error.
+                let _ = connection.await;
+                drop(permit);
+            });
+        }
+        Some(config) => {
+            let builder = builder.clone();
+            let watcher = graceful.watcher();
+            tokio::spawn(async move {
+                let acceptor = tokio_rustls::TlsAcceptor::from(config);
+                // A failed or too slow handshake (a plain-HTTP client, a wrong client
+                // certificate, a slowloris) just ends the connection.
+                if let Ok(Ok(tls_stream)) = tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream)).await {
+                    let connection = watcher.watch(builder.serve_connection(TokioIo::new(tls_stream), service));
+                    let _ = connection.await;
+                }
+                drop(permit);
+            });
+        }
     }
 }
 

@@ -149,27 +149,8 @@ fn main() {
         "warn"
     });
     let code = match cli.command {
-        Command::Run { config, listen, demo } => (|| {
-            let path = config_path(config.as_deref());
-            let mut cfg = load_config(path.as_deref())?;
-            let (overrides, demo_files) = overrides(listen, demo)?;
-            overrides.apply(&mut cfg, path.as_deref());
-            let code = daemon::run(cfg, path, overrides);
-            // Before process::exit, which runs no destructors.
-            drop(demo_files);
-            Ok(code)
-        })(),
-        Command::Check { config, json, demo } => (|| {
-            let path = config_path(config.as_deref());
-            let mut cfg = load_config(path.as_deref())?;
-            let (overrides, demo_files) = overrides(None, demo)?;
-            overrides.apply(&mut cfg, path.as_deref());
-            // check only looks: it reports persistence mode off rather than changing it.
-            cfg.persistence.enable = false;
-            let code = check::run(cfg, json);
-            drop(demo_files);
-            Ok(code)
-        })(),
+        Command::Run { config, listen, demo } => run(config, listen, demo),
+        Command::Check { config, json, demo } => check(config, json, demo),
         Command::Probe {
             config,
             gpu,
@@ -177,32 +158,17 @@ fn main() {
             json,
             force,
             settings_from_stdin,
-        } => (|| {
-            let cfg = if settings_from_stdin {
-                match probe::schedule::settings_from_stdin() {
-                    Ok(settings) => Config {
-                        nvml: settings.nvml,
-                        probe: settings.probe,
-                        ..Config::default()
-                    },
-                    Err(e) => {
-                        eprintln!("gpuwarden probe: {e}");
-                        return Err(2);
-                    }
-                }
-            } else {
-                load_config(config_path(config.as_deref()).as_deref())?
-            };
-            let tests = match tests.as_deref().map(probe::cli::parse_tests).transpose() {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("gpuwarden probe: {e}");
-                    return Err(2);
-                }
-            };
-            let options = probe::cli::Options { gpu, tests, force };
-            Ok(probe::cli::main(&cfg, &options, json))
-        })(),
+        } => probe(
+            config,
+            probe::cli::Options {
+                gpu,
+                tests: None,
+                force,
+            },
+            tests,
+            json,
+            settings_from_stdin,
+        ),
         Command::Xid {
             command: XidCommand::Explain { code },
         } => Ok(xid::cli::explain(code)),
@@ -211,16 +177,73 @@ fn main() {
         } => Ok(xid::cli::scan(file.as_deref())),
         Command::Config {
             command: ConfigCommand::Check { file },
-        } => match Config::load(&file) {
-            Ok(_) => {
-                println!("{}: ok", file.display());
-                Ok(0)
-            }
-            Err(e) => {
-                eprintln!("{e}");
-                Err(EX_CONFIG)
-            }
-        },
+        } => config_check(&file),
     };
     std::process::exit(code.unwrap_or_else(|code| code));
+}
+
+/// An exit code: `Err` for a failure found before the command ran (bad config, bad flags).
+type Exit = Result<i32, i32>;
+
+fn run(config: Option<PathBuf>, listen: Option<std::net::SocketAddr>, demo: bool) -> Exit {
+    let path = config_path(config.as_deref());
+    let mut cfg = load_config(path.as_deref())?;
+    let (overrides, demo_files) = overrides(listen, demo)?;
+    overrides.apply(&mut cfg, path.as_deref());
+    let code = daemon::run(cfg, path, overrides);
+    // Before process::exit, which runs no destructors.
+    drop(demo_files);
+    Ok(code)
+}
+
+fn check(config: Option<PathBuf>, json: bool, demo: bool) -> Exit {
+    let path = config_path(config.as_deref());
+    let mut cfg = load_config(path.as_deref())?;
+    let (overrides, demo_files) = overrides(None, demo)?;
+    overrides.apply(&mut cfg, path.as_deref());
+    // check only looks: it reports persistence mode off rather than changing it.
+    cfg.persistence.enable = false;
+    let code = check::run(cfg, json);
+    drop(demo_files);
+    Ok(code)
+}
+
+fn probe(
+    config: Option<PathBuf>,
+    mut options: probe::cli::Options,
+    tests: Option<String>,
+    json: bool,
+    settings_from_stdin: bool,
+) -> Exit {
+    let cfg = if settings_from_stdin {
+        let settings = probe::schedule::settings_from_stdin().map_err(|e| {
+            eprintln!("gpuwarden probe: {e}");
+            2
+        })?;
+        Config {
+            nvml: settings.nvml,
+            probe: settings.probe,
+            ..Config::default()
+        }
+    } else {
+        load_config(config_path(config.as_deref()).as_deref())?
+    };
+    options.tests = tests.as_deref().map(probe::cli::parse_tests).transpose().map_err(|e| {
+        eprintln!("gpuwarden probe: {e}");
+        2
+    })?;
+    Ok(probe::cli::main(&cfg, &options, json))
+}
+
+fn config_check(file: &std::path::Path) -> Exit {
+    match Config::load(file) {
+        Ok(_) => {
+            println!("{}: ok", file.display());
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            Err(EX_CONFIG)
+        }
+    }
 }

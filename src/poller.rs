@@ -55,6 +55,71 @@ struct Worker {
     readings: Option<DeviceReadings>,
 }
 
+impl Worker {
+    /// This round's answer: readings (up), or none (the driver says the GPU is lost). Logs
+    /// the changes: lost, and answering again.
+    fn take(&mut self, readings: Option<DeviceReadings>) {
+        let (was_up, was_lost) = (self.up, self.lost);
+        let answered_before = self.last_good_poll.is_some();
+        self.up = readings.is_some();
+        self.lost = readings.is_none();
+        self.readings = readings;
+        if self.up {
+            self.last_good_poll = Some(SystemTime::now());
+            if !was_up && (was_lost || answered_before) {
+                crate::gpu_log!(
+                    log::Level::Info,
+                    self.identity,
+                    "GPU {} ({}) answers again",
+                    self.identity.index,
+                    self.identity.uuid
+                );
+            }
+        } else if !was_lost {
+            crate::gpu_log!(
+                log::Level::Error,
+                self.identity,
+                "GPU {} ({}, {}) is lost: the driver reports it fell off the bus",
+                self.identity.index,
+                self.identity.uuid,
+                self.identity.pci_bus_id
+            );
+        }
+    }
+}
+
+/// Adds one answer's durations, call times and errors to its backend's counters.
+fn count_calls(status: &mut BackendStatus, result: &PollResult) {
+    status.poll_duration.observe(result.elapsed.as_secs_f64());
+    status.call_seconds += result.report.call_seconds;
+    if result.report.call_times.is_empty() {
+        *status.call_seconds_by_call.entry("all").or_insert(0.0) += result.report.call_seconds;
+    }
+    for (call, seconds) in &result.report.call_times {
+        *status.call_seconds_by_call.entry(call).or_insert(0.0) += seconds;
+    }
+    for (call, _) in &result.report.errors {
+        *status.errors.entry(call).or_insert(0) += 1;
+    }
+}
+
+/// One line per failing call, GPU and error, rate-limited.
+fn log_call_errors(limiter: &mut RateLimiter, identity: &DeviceIdentity, errors: &[(&'static str, String)]) {
+    for (call, error) in errors {
+        let key = format!("{}/{call}/{error}", identity.uuid);
+        if let Some(held_back) = limiter.allow(&key) {
+            let repeats = crate::logging::held_back_suffix(held_back);
+            crate::gpu_log!(
+                log::Level::Warn,
+                identity,
+                "GPU {} ({}): {call} failed: {error}{repeats}",
+                identity.index,
+                identity.uuid
+            );
+        }
+    }
+}
+
 /// This round's answers per backend: how many, and how many said the library is gone.
 #[derive(Default, Clone, Copy)]
 struct Answers {
@@ -328,30 +393,8 @@ impl Coordinator {
         worker.busy_with = None;
         // A backend that started reading through a second source (ROCm SMI) gets its entry now.
         let status = self.backend_status.entry(worker.backend_name).or_default();
-        status.poll_duration.observe(result.elapsed.as_secs_f64());
-        status.call_seconds += result.report.call_seconds;
-        if result.report.call_times.is_empty() {
-            *status.call_seconds_by_call.entry("all").or_insert(0.0) += result.report.call_seconds;
-        }
-        for (call, seconds) in &result.report.call_times {
-            *status.call_seconds_by_call.entry(call).or_insert(0.0) += seconds;
-        }
-        for (call, _) in &result.report.errors {
-            *status.errors.entry(call).or_insert(0) += 1;
-        }
-        for (call, error) in &result.report.errors {
-            let key = format!("{}/{call}/{error}", worker.identity.uuid);
-            if let Some(held_back) = self.log_limiter.allow(&key) {
-                let repeats = crate::logging::held_back_suffix(held_back);
-                crate::gpu_log!(
-                    log::Level::Warn,
-                    worker.identity,
-                    "GPU {} ({}): {call} failed: {error}{repeats}",
-                    worker.identity.index,
-                    worker.identity.uuid
-                );
-            }
-        }
+        count_calls(status, &result);
+        log_call_errors(&mut self.log_limiter, &worker.identity, &result.report.errors);
         if let Some(outcome) = result.report.persistence {
             *self
                 .persistence_attempts
@@ -374,41 +417,7 @@ impl Coordinator {
             worker.readings = None;
             return;
         }
-        let was_up = worker.up;
-        let was_lost = worker.lost;
-        let answered_before = worker.last_good_poll.is_some();
-        match result.report.readings {
-            Some(readings) => {
-                worker.up = true;
-                worker.lost = false;
-                worker.last_good_poll = Some(SystemTime::now());
-                worker.readings = Some(readings);
-                if !was_up && (was_lost || answered_before) {
-                    crate::gpu_log!(
-                        log::Level::Info,
-                        worker.identity,
-                        "GPU {} ({}) answers again",
-                        worker.identity.index,
-                        worker.identity.uuid
-                    );
-                }
-            }
-            None => {
-                worker.up = false;
-                worker.lost = true;
-                worker.readings = None;
-                if !was_lost {
-                    crate::gpu_log!(
-                        log::Level::Error,
-                        worker.identity,
-                        "GPU {} ({}, {}) is lost: the driver reports it fell off the bus",
-                        worker.identity.index,
-                        worker.identity.uuid,
-                        worker.identity.pci_bus_id
-                    );
-                }
-            }
-        }
+        worker.take(result.report.readings);
     }
 
     fn publish(&mut self) {

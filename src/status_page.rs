@@ -149,87 +149,106 @@ pub fn render(snapshot: &Snapshot) -> String {
          <th>Activity</th><th>Links</th><th>Clock events</th><th>XIDs</th><th>Last probe</th></tr></thead><tbody>",
     );
     for d in &snapshot.devices {
-        let id = &d.identity;
-        let xids = snapshot.xid.for_bus(&id.pci_bus_id);
-        let findings = &d.health.findings;
-        let state = d.health.state;
-        let _ = write!(
-            out,
-            "<tr><td><b>{}</b> {}<br><small>{} &middot; {}</small>{}</td>",
-            id.index,
-            escape(&id.name),
-            escape(&id.pci_bus_id),
-            escape(&id.uuid),
-            attribution(snapshot, &id.uuid)
-        );
-        let _ = write!(out, "<td><span class=\"state {0}\">{0}</span>", state.label());
-        if state != HealthState::Ok {
-            out.push_str("<ul>");
-            for f in findings {
-                let _ = write!(out, "<li>{}</li>", escape(&f.message));
-            }
-            out.push_str("</ul>");
-        }
-        out.push_str("</td>");
-        let r = d.readings.as_ref().filter(|_| d.up);
-        let temp = r.and_then(|r| r.die_temperature());
-        let slowdown = r.and_then(|r| r.threshold("slowdown"));
-        match (temp, slowdown) {
-            (Some(t), Some(s)) => {
-                let class = if s - t < 5.0 { " class=\"hot\"" } else { "" };
-                let _ = write!(
-                    out,
-                    "<td class=\"n\"><span{class}>{t:.0} C</span><br><small>slowdown at {s:.0} C</small></td>"
-                );
-            }
-            (Some(t), None) => {
-                let _ = write!(out, "<td>{t:.0} C</td>");
-            }
-            _ => out.push_str("<td>&ndash;</td>"),
-        }
-        match r.and_then(|r| Some((r.power_watts?, r.power_limit_watts?))) {
-            Some((p, l)) => {
-                let _ = write!(out, "<td class=\"n\">{p:.0} W<br><small>of {l:.0} W</small></td>");
-            }
-            None => out.push_str("<td>&ndash;</td>"),
-        }
-        out.push_str(&activity_cell(r));
-        out.push_str(&links_cell(r));
-        out.push_str("<td>");
-        let active: Vec<&str> = r
-            .map(|r| r.clock_events.iter().filter(|e| e.active).map(|e| e.reason).collect())
-            .unwrap_or_default();
-        if active.is_empty() {
-            out.push_str("<small>none</small>");
-        }
-        for reason in active {
-            let _ = write!(out, "<span class=\"reason\">{}</span>", escape(reason));
-        }
-        out.push_str("</td><td>");
-        if xids.is_empty() {
-            out.push_str("<small>none</small>");
-        } else {
-            out.push_str("<ul>");
-            for x in xids {
-                let name = catalog::lookup(x.xid).map(|e| e.name).unwrap_or("unknown");
-                let _ = write!(
-                    out,
-                    "<li>Xid {} <small>{} &middot; {} &middot; x{} &middot; {}</small></li>",
-                    x.xid,
-                    escape(name),
-                    x.severity.label(),
-                    x.count,
-                    ago(x.last_seen)
-                );
-            }
-            out.push_str("</ul>");
-        }
-        out.push_str("</td><td>");
-        out.push_str(&probe_cell(snapshot, d));
-        out.push_str("</td></tr>");
+        device_row(&mut out, snapshot, d);
     }
     out.push_str("</tbody></table></body></html>\n");
     out
+}
+
+/// One GPU's row of the table.
+fn device_row(out: &mut String, snapshot: &Snapshot, d: &crate::model::DeviceSnapshot) {
+    let id = &d.identity;
+    let xids = snapshot.xid.for_bus(&id.pci_bus_id);
+    let findings = &d.health.findings;
+    let state = d.health.state;
+    let _ = write!(
+        out,
+        "<tr><td><b>{}</b> {}<br><small>{} &middot; {}</small>{}</td>",
+        id.index,
+        escape(&id.name),
+        escape(&id.pci_bus_id),
+        escape(&id.uuid),
+        attribution(snapshot, &id.uuid)
+    );
+    let _ = write!(out, "<td><span class=\"state {0}\">{0}</span>", state.label());
+    if state != HealthState::Ok {
+        out.push_str("<ul>");
+        for f in findings {
+            let _ = write!(out, "<li>{}</li>", escape(&f.message));
+        }
+        out.push_str("</ul>");
+    }
+    out.push_str("</td>");
+    let r = d.readings.as_ref().filter(|_| d.up);
+    temperature_and_power_cells(out, r);
+    out.push_str(&activity_cell(r));
+    out.push_str(&links_cell(r));
+    events_and_xids_cells(out, r, xids);
+    out.push_str("</td><td>");
+    out.push_str(&probe_cell(snapshot, d));
+    out.push_str("</td></tr>");
+}
+
+/// The temperature (with the slowdown threshold) and power (with the limit) cells.
+fn temperature_and_power_cells(out: &mut String, r: Option<&crate::model::DeviceReadings>) {
+    let temp = r.and_then(|r| r.die_temperature());
+    let slowdown = r.and_then(|r| r.threshold("slowdown"));
+    match (temp, slowdown) {
+        (Some(t), Some(s)) => {
+            let class = if s - t < 5.0 { " class=\"hot\"" } else { "" };
+            let _ = write!(
+                out,
+                "<td class=\"n\"><span{class}>{t:.0} C</span><br><small>slowdown at {s:.0} C</small></td>"
+            );
+        }
+        (Some(t), None) => {
+            let _ = write!(out, "<td>{t:.0} C</td>");
+        }
+        _ => out.push_str("<td>&ndash;</td>"),
+    }
+    match r.and_then(|r| Some((r.power_watts?, r.power_limit_watts?))) {
+        Some((p, l)) => {
+            let _ = write!(out, "<td class=\"n\">{p:.0} W<br><small>of {l:.0} W</small></td>");
+        }
+        None => out.push_str("<td>&ndash;</td>"),
+    }
+}
+
+/// The active clock-event reasons and the XIDs seen, each a cell.
+fn events_and_xids_cells(
+    out: &mut String,
+    r: Option<&crate::model::DeviceReadings>,
+    xids: &[crate::model::xid::XidCount],
+) {
+    out.push_str("<td>");
+    let active: Vec<&str> = r
+        .map(|r| r.clock_events.iter().filter(|e| e.active).map(|e| e.reason).collect())
+        .unwrap_or_default();
+    if active.is_empty() {
+        out.push_str("<small>none</small>");
+    }
+    for reason in active {
+        let _ = write!(out, "<span class=\"reason\">{}</span>", escape(reason));
+    }
+    out.push_str("</td><td>");
+    if xids.is_empty() {
+        out.push_str("<small>none</small>");
+    } else {
+        out.push_str("<ul>");
+        for x in xids {
+            let name = catalog::lookup(x.xid).map(|e| e.name).unwrap_or("unknown");
+            let _ = write!(
+                out,
+                "<li>Xid {} <small>{} &middot; {} &middot; x{} &middot; {}</small></li>",
+                x.xid,
+                escape(name),
+                x.severity.label(),
+                x.count,
+                ago(x.last_seen)
+            );
+        }
+        out.push_str("</ul>");
+    }
 }
 
 /// The last probe: its verdict, when, and the tests that failed; or why there is none.

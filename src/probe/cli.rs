@@ -41,6 +41,55 @@ pub fn run(config: &Config, options: &Options) -> Result<ProbeReport, ProbeError
     let started = SystemTime::now();
     let clock = Instant::now();
     let settings = &config.probe;
+    let mut poller = open_gpu(config, options.gpu)?;
+    let identity = poller.identity().clone();
+    let readings = poller.poll().readings;
+    if !options.force {
+        check_idle(&poller, readings.as_ref(), options.gpu, settings)?;
+    }
+    if !cuda::driver_present() {
+        return Err(ProbeError::NoDriver(
+            "the CUDA driver library (libcuda.so.1) is not installed; the probe needs it (it comes with the NVIDIA driver)"
+                .into(),
+        ));
+    }
+    let cublas = cuda::cublas_present(&settings.cublas_library).map_err(ProbeError::Cuda)?;
+    let tests = options.tests.clone().unwrap_or_else(|| settings.tests.clone());
+    let expectation = expected::resolve(&settings.expected, &identity.name);
+    // cudarc panics when a driver lacks a function it was asked for (a driver older than
+    // CUDA 11.4); that must be an error message, not a crash.
+    let measured = catch_unwind(AssertUnwindSafe(|| {
+        let gpu = CudaGpu::open(&identity.uuid, cublas)?;
+        let sampler = Sampler::start(poller, settings.sample_interval);
+        Ok(tests
+            .into_iter()
+            .map(|test| measure(&gpu, &sampler, test, settings, expectation.as_ref()))
+            .collect())
+    }))
+    .map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown failure".into());
+        ProbeError::Cuda(format!(
+            "the CUDA driver or cuBLAS is missing something the probe needs: {message}"
+        ))
+    })??;
+    Ok(ProbeReport {
+        gpu: identity.index,
+        uuid: identity.uuid,
+        name: identity.name,
+        started: crate::model::unix_seconds(started),
+        wall_seconds: clock.elapsed().as_secs_f64(),
+        expectation: expectation.map(|e| e.source),
+        pass_fraction: settings.pass_fraction,
+        tests: measured,
+    })
+}
+
+/// The GPU's NVML poller (for the samples under load), or why there is none.
+fn open_gpu(config: &Config, gpu: u32) -> Result<NvmlDevicePoller, ProbeError> {
     let backend = NvmlBackend::load(&config.nvml).map_err(|e| {
         ProbeError::NoDriver(format!(
             "cannot load NVML ({}): {e}; the probe needs the NVIDIA driver",
@@ -58,98 +107,65 @@ pub fn run(config: &Config, options: &Options) -> Result<ProbeReport, ProbeError
         })
         .map_err(|e| ProbeError::NoDriver(format!("NVML cannot list the GPUs: {e}")))?;
     let count = pollers.len();
-    if options.gpu as usize >= count {
+    if gpu as usize >= count {
         return Err(ProbeError::NoSuchGpu(format!(
-            "there is no GPU {}; this node has {count} (numbered from 0, as in `gpuwarden check`)",
-            options.gpu
+            "there is no GPU {gpu}; this node has {count} (numbered from 0, as in `gpuwarden check`)"
         )));
     }
-    let mut poller: NvmlDevicePoller = pollers.swap_remove(options.gpu as usize);
-    let identity = poller.identity().clone();
-    let readings = poller.poll().readings;
+    Ok(pollers.swap_remove(gpu as usize))
+}
 
-    if !options.force {
-        let processes = poller.compute_processes().map_err(|e| ProbeError::Busy {
-            reason: "compute_processes".into(),
-            message: format!("cannot tell whether GPU {} is in use: {e}", options.gpu),
-        })?;
-        let utilization = readings.as_ref().and_then(|r| r.utilization_ratio);
-        let free = readings
-            .as_ref()
-            .and_then(|r| Some(r.memory_total_bytes?.saturating_sub(r.memory_used_bytes?) >> 20));
-        if let Some((reason, why)) = busy_reason(Some(processes), utilization, free, settings) {
-            return Err(ProbeError::Busy {
-                reason: reason.into(),
-                message: format!(
-                    "GPU {} is not idle: {why}; run with --force to probe it anyway",
-                    options.gpu
-                ),
-            });
-        }
+/// Refuses a GPU that is in use: a probe would disturb the work and measure nonsense.
+fn check_idle(
+    poller: &NvmlDevicePoller,
+    readings: Option<&crate::model::DeviceReadings>,
+    gpu: u32,
+    settings: &crate::config::Probe,
+) -> Result<(), ProbeError> {
+    let processes = poller.compute_processes().map_err(|e| ProbeError::Busy {
+        reason: "compute_processes".into(),
+        message: format!("cannot tell whether GPU {gpu} is in use: {e}"),
+    })?;
+    let utilization = readings.and_then(|r| r.utilization_ratio);
+    let free = readings.and_then(|r| Some(r.memory_total_bytes?.saturating_sub(r.memory_used_bytes?) >> 20));
+    match busy_reason(Some(processes), utilization, free, settings) {
+        Some((reason, why)) => Err(ProbeError::Busy {
+            reason: reason.into(),
+            message: format!("GPU {gpu} is not idle: {why}; run with --force to probe it anyway"),
+        }),
+        None => Ok(()),
     }
+}
 
-    if !cuda::driver_present() {
-        return Err(ProbeError::NoDriver(
-            "the CUDA driver library (libcuda.so.1) is not installed; the probe needs it (it comes with the NVIDIA driver)"
-                .into(),
-        ));
-    }
-    let cublas = cuda::cublas_present(&settings.cublas_library).map_err(ProbeError::Cuda)?;
-    let tests = options.tests.clone().unwrap_or_else(|| settings.tests.clone());
+/// One test, sampled under load and judged against the expected value.
+fn measure(
+    gpu: &CudaGpu,
+    sampler: &Sampler,
+    test: Test,
+    settings: &crate::config::Probe,
+    expectation: Option<&expected::Resolved>,
+) -> TestResult {
+    sampler.begin(test);
     let sizes = Sizes::for_cap(settings.memory_cap_mib);
-    let expectation = expected::resolve(&settings.expected, &identity.name);
-
-    // cudarc panics when a driver lacks a function it was asked for (a driver older than
-    // CUDA 11.4); that must be an error message, not a crash.
-    let measured = catch_unwind(AssertUnwindSafe(|| -> Result<Vec<TestResult>, ProbeError> {
-        let gpu = CudaGpu::open(&identity.uuid, cublas)?;
-        let sampler = Sampler::start(poller, settings.sample_interval);
-        let mut results = Vec::new();
-        for test in tests {
-            sampler.begin(test);
-            let m = gpu.run(test, &settings.durations, sizes, &|| sampler.load_started());
-            let under_load = sampler.end();
-            let expected_value = expectation.as_ref().and_then(|e| e.value(test));
-            let sustained = m.rates.map(|r| r.sustained);
-            results.push(TestResult {
-                test,
-                params: m.params,
-                duration_seconds: settings.durations.of(test).as_secs_f64(),
-                burst: m.rates.map(|r| r.burst),
-                sustained,
-                expected: expected_value,
-                pass: match (sustained, expected_value) {
-                    (Some(s), Some(e)) => Some(expected::verdict(s, e, settings.pass_fraction)),
-                    _ if m.failed => Some(false),
-                    _ => None,
-                },
-                skipped: m.skipped,
-                under_load,
-            });
-        }
-        Ok(results)
-    }))
-    .map_err(|panic| {
-        let message = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "unknown failure".into());
-        ProbeError::Cuda(format!(
-            "the CUDA driver or cuBLAS is missing something the probe needs: {message}"
-        ))
-    })??;
-
-    Ok(ProbeReport {
-        gpu: identity.index,
-        uuid: identity.uuid,
-        name: identity.name,
-        started: crate::model::unix_seconds(started),
-        wall_seconds: clock.elapsed().as_secs_f64(),
-        expectation: expectation.map(|e| e.source),
-        pass_fraction: settings.pass_fraction,
-        tests: measured,
-    })
+    let m = gpu.run(test, &settings.durations, sizes, &|| sampler.load_started());
+    let under_load = sampler.end();
+    let expected_value = expectation.and_then(|e| e.value(test));
+    let sustained = m.rates.map(|r| r.sustained);
+    TestResult {
+        test,
+        params: m.params,
+        duration_seconds: settings.durations.of(test).as_secs_f64(),
+        burst: m.rates.map(|r| r.burst),
+        sustained,
+        expected: expected_value,
+        pass: match (sustained, expected_value) {
+            (Some(s), Some(e)) => Some(expected::verdict(s, e, settings.pass_fraction)),
+            _ if m.failed => Some(false),
+            _ => None,
+        },
+        skipped: m.skipped,
+        under_load,
+    }
 }
 
 /// Runs the probe and prints the report (or the error); returns the exit status.

@@ -180,13 +180,63 @@ pub fn spawn_follower(
 }
 
 fn follow(path: &Path, store: &XidStore, stop: &Stop, resume: &ResumePoints) {
+    let follower = Follower {
+        path,
+        store,
+        stop,
+        resume,
+    };
     let mut outage = crate::logging::Outage::default();
     while !stop.is_stopped() {
-        // Through crate::input: a regular file or a character device (/dev/kmsg); a FIFO,
-        // socket or directory is refused rather than waited on. It stays non-blocking: with
-        // nothing new, the thread waits in poll(2) for a second at most, so a stop is seen.
+        match follower.open(&mut outage) {
+            Some(opened) => {
+                if follower.read(opened) == After::Stop {
+                    return;
+                }
+            }
+            None => {
+                if stop.sleep(Duration::from_secs(30)) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// One kernel-log reader's inputs and outputs.
+struct Follower<'a> {
+    path: &'a Path,
+    store: &'a XidStore,
+    stop: &'a Stop,
+    resume: &'a ResumePoints,
+}
+
+/// The log as opened: where reading goes on from, and the parser's state.
+struct Opened {
+    reader: BufReader<std::fs::File>,
+    raw: std::os::fd::RawFd,
+    /// A regular file's inode (rotation shows as a new one); `None` for /dev/kmsg.
+    inode: Option<u64>,
+    offset: u64,
+    position: Position,
+    parser: LogParser,
+    boot: Option<SystemTime>,
+}
+
+/// What the reader does after the log ended or failed.
+#[derive(PartialEq)]
+enum After {
+    Stop,
+    Reopen,
+}
+
+impl Follower<'_> {
+    /// Through crate::input: a regular file or a character device (/dev/kmsg); a FIFO,
+    /// socket or directory is refused rather than waited on. It stays non-blocking: with
+    /// nothing new, the thread waits in poll(2) for a second at most, so a stop is seen.
+    fn open(&self, outage: &mut crate::logging::Outage) -> Option<Opened> {
         let opened = crate::input::open(
-            path,
+            self.path,
             crate::input::Links::Follow,
             crate::input::Kinds::RegularOrCharDevice,
         );
@@ -196,24 +246,20 @@ fn follow(path: &Path, store: &XidStore, stop: &Stop, resume: &ResumePoints) {
                 if let crate::input::Refused::Skip(reason, what) = &e {
                     crate::input::Skips::new(crate::input::Input::KernelLog).add(*reason, what);
                 }
-                store.set_source_up(Source::KernelLog, false);
+                self.store.set_source_up(Source::KernelLog, false);
                 outage.failed(format!(
                     "cannot read the kernel log {} ({e}): XIDs are counted from NVML events only; \
                      run as root or set xid.kernel_log_path",
-                    path.display()
+                    self.path.display()
                 ));
-                if stop.sleep(Duration::from_secs(30)) {
-                    return;
-                }
-                continue;
+                return None;
             }
         };
-        store.set_source_up(Source::KernelLog, true);
-        outage.recovered(format!("reading the kernel log {} again", path.display()));
-        let mut position = resume.get(path);
+        self.store.set_source_up(Source::KernelLog, true);
+        outage.recovered(format!("reading the kernel log {} again", self.path.display()));
+        let position = self.resume.get(self.path);
         // A regular file: go on from where an earlier reader of this file stopped.
         let regular = file.metadata().ok().filter(|m| m.is_file());
-        let inode = regular.as_ref().map(|m| m.ino());
         let mut offset = 0;
         if let (Some(meta), Some((seen_inode, seen_offset))) = (&regular, position.file)
             && seen_inode == meta.ino()
@@ -222,79 +268,98 @@ fn follow(path: &Path, store: &XidStore, stop: &Stop, resume: &ResumePoints) {
         {
             offset = seen_offset;
         }
-        let boot = boot_time();
-        let raw = file.as_raw_fd();
-        let mut reader = BufReader::with_capacity(16 * 1024, file);
-        let mut parser = LogParser::default();
+        Some(Opened {
+            raw: file.as_raw_fd(),
+            inode: regular.as_ref().map(|m| m.ino()),
+            reader: BufReader::with_capacity(16 * 1024, file),
+            offset,
+            position,
+            parser: LogParser::default(),
+            boot: boot_time(),
+        })
+    }
+
+    /// Reads lines until the stop, a rotation or an error.
+    fn read(&self, mut log: Opened) -> After {
         let mut line = Vec::new();
         loop {
-            match read_line_capped(&mut reader, &mut line) {
-                // End of a regular file, or a FIFO whose writer went away: wait for more.
+            match read_line_capped(&mut log.reader, &mut line) {
+                // End of a regular file: wait for more, or start over after a rotation.
                 Ok(0) => {
-                    if stop.is_stopped() {
-                        return;
-                    }
-                    if let Some(inode) = inode {
-                        match std::fs::metadata(path) {
-                            // Rotated: a new file at the path. Read it from its start.
-                            Ok(meta) if meta.ino() != inode => {
-                                position.file = None;
-                                resume.set(path, position);
-                                break;
-                            }
-                            // Truncated in place: read again from the start.
-                            Ok(meta) if meta.len() < offset && reader.seek(SeekFrom::Start(0)).is_ok() => {
-                                offset = 0;
-                            }
-                            _ => {}
-                        }
-                    }
-                    if stop.sleep(Duration::from_millis(100)) {
-                        return;
+                    if let Some(after) = self.at_end(&mut log) {
+                        return after;
                     }
                 }
                 Ok(consumed) => {
-                    if stop.is_stopped() {
-                        return;
+                    if self.stop.is_stopped() {
+                        return After::Stop;
                     }
-                    offset += consumed as u64;
-                    let text = String::from_utf8_lossy(&line);
-                    let text = text.trim_end();
-                    // /dev/kmsg after a reload: skip what an earlier reader already counted.
-                    let sequence = parse::kmsg_record_header(text).map(|(sequence, _)| sequence);
-                    let seen = sequence.zip(position.sequence).is_some_and(|(s, last)| s <= last);
-                    if !seen {
-                        for event in events_from_line(&mut parser, text, boot) {
-                            record(store, event);
-                        }
-                    }
-                    if sequence.is_some() {
-                        position.sequence = sequence.max(position.sequence);
-                    }
-                    position.file = inode.map(|inode| (inode, offset));
-                    resume.set(path, position);
+                    self.take_line(&mut log, &line, consumed);
                 }
                 // /dev/kmsg has no new record: wait for one, a second at most.
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    if stop.is_stopped() {
-                        return;
+                    if self.stop.is_stopped() {
+                        return After::Stop;
                     }
-                    crate::input::wait_readable(raw, Duration::from_secs(1));
+                    crate::input::wait_readable(log.raw, Duration::from_secs(1));
                 }
                 Err(e) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::InvalidData) => continue,
                 Err(e) => {
                     log::warn!(
                         "reading the kernel log {} failed ({e}); opening it again",
-                        path.display()
+                        self.path.display()
                     );
-                    store.set_source_up(Source::KernelLog, false);
-                    if stop.sleep(Duration::from_secs(1)) {
-                        return;
-                    }
-                    break;
+                    self.store.set_source_up(Source::KernelLog, false);
+                    return match self.stop.sleep(Duration::from_secs(1)) {
+                        true => After::Stop,
+                        false => After::Reopen,
+                    };
                 }
             }
         }
+    }
+
+    /// At the end of a regular file: `Some` when reading ends here (a stop, or a rotated
+    /// file to open anew), `None` to read on after a short wait (or from the start of a file
+    /// truncated in place).
+    fn at_end(&self, log: &mut Opened) -> Option<After> {
+        if self.stop.is_stopped() {
+            return Some(After::Stop);
+        }
+        if let Some(inode) = log.inode {
+            match std::fs::metadata(self.path) {
+                // Rotated: a new file at the path. Read it from its start.
+                Ok(meta) if meta.ino() != inode => {
+                    log.position.file = None;
+                    self.resume.set(self.path, log.position);
+                    return Some(After::Reopen);
+                }
+                Ok(meta) if meta.len() < log.offset && log.reader.seek(SeekFrom::Start(0)).is_ok() => {
+                    log.offset = 0;
+                }
+                _ => {}
+            }
+        }
+        self.stop.sleep(Duration::from_millis(100)).then_some(After::Stop)
+    }
+
+    /// Counts the XIDs of one line, unless an earlier reader (before a reload) counted it.
+    fn take_line(&self, log: &mut Opened, line: &[u8], consumed: usize) {
+        log.offset += consumed as u64;
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim_end();
+        let sequence = parse::kmsg_record_header(text).map(|(sequence, _)| sequence);
+        let seen = sequence.zip(log.position.sequence).is_some_and(|(s, last)| s <= last);
+        if !seen {
+            for event in events_from_line(&mut log.parser, text, log.boot) {
+                record(self.store, event);
+            }
+        }
+        if sequence.is_some() {
+            log.position.sequence = sequence.max(log.position.sequence);
+        }
+        log.position.file = log.inode.map(|inode| (inode, log.offset));
+        self.resume.set(self.path, log.position);
     }
 }
 

@@ -10,7 +10,7 @@
 
 use super::sysfs::SysfsDevicePoller;
 use crate::backend::PollReport;
-use crate::model::{DeviceIdentity, EccCount, Vendor};
+use crate::model::{DeviceIdentity, DeviceReadings, EccCount, Vendor};
 use libloading::Library;
 use std::ffi::c_char;
 use std::path::Path;
@@ -300,6 +300,7 @@ impl RocmDevicePoller {
         &self.identity
     }
 
+    /// The sysfs twin's readings, with what ROCm SMI gives put over them.
     pub fn poll(&mut self) -> PollReport {
         let started = Instant::now();
         // The sysfs twin first: ROCm SMI's own values then replace what it read.
@@ -315,24 +316,81 @@ impl RocmDevicePoller {
             None => PollReport::default(),
         };
         let mut r = report.readings.take().unwrap_or_default();
-        let (smi, device) = (self.smi, self.device);
-        let s = &smi.symbols;
-        let mut calls = Calls {
-            smi,
-            errors: Vec::new(),
+        let mut reader = Reader {
+            s: &self.smi.symbols,
+            device: self.device,
+            calls: Calls {
+                smi: self.smi,
+                errors: Vec::new(),
+            },
         };
-        let temperature = |calls: &mut Calls, sensor: u32, metric: u32| {
-            calls
-                .read("rsmi_dev_temp_metric_get", || {
-                    let mut t = 0i64;
-                    // SAFETY: writes one i64.
-                    s.rsmi_dev_temp_metric_get
-                        .map(|f| (unsafe { f(device, sensor, metric, &mut t) }, t))
-                })
-                .map(|t| t as f64 / 1000.0)
-        };
+        reader.temperatures(&mut r);
+        reader.power_and_energy(&mut r);
+        reader.utilization_and_memory(&mut r);
+        reader.ecc(&mut r);
+        report.errors.extend(reader.calls.errors);
+        report.readings = Some(r);
+        report.call_seconds = started.elapsed().as_secs_f64();
+        report
+    }
+}
+
+type U64Getter = Option<unsafe extern "C" fn(u32, *mut u64) -> Status>;
+type U32Getter = Option<unsafe extern "C" fn(u32, *mut u32) -> Status>;
+type IndexedU64Getter = Option<unsafe extern "C" fn(u32, u32, *mut u64) -> Status>;
+
+/// One poll's calls into ROCm SMI for one GPU. A value ROCm SMI gives replaces the sysfs
+/// twin's; one it does not give leaves the twin's.
+struct Reader<'a> {
+    s: &'a Symbols,
+    device: u32,
+    calls: Calls<'a>,
+}
+
+impl Reader<'_> {
+    fn temperature(&mut self, sensor: u32, metric: u32) -> Option<f64> {
+        let (s, device) = (self.s, self.device);
+        self.calls
+            .read("rsmi_dev_temp_metric_get", || {
+                let mut t = 0i64;
+                // SAFETY: writes one i64.
+                s.rsmi_dev_temp_metric_get
+                    .map(|f| (unsafe { f(device, sensor, metric, &mut t) }, t))
+            })
+            .map(|t| t as f64 / 1000.0)
+    }
+
+    fn u64_value(&mut self, name: &'static str, f: U64Getter) -> Option<u64> {
+        let device = self.device;
+        self.calls.read(name, || {
+            let mut v = 0u64;
+            // SAFETY: writes one u64.
+            f.map(|f| (unsafe { f(device, &mut v) }, v))
+        })
+    }
+
+    fn u32_value(&mut self, name: &'static str, f: U32Getter) -> Option<u32> {
+        let device = self.device;
+        self.calls.read(name, || {
+            let mut v = 0u32;
+            // SAFETY: writes one u32.
+            f.map(|f| (unsafe { f(device, &mut v) }, v))
+        })
+    }
+
+    /// A getter with an index: sensor 0 for power, the memory type for VRAM.
+    fn indexed_u64(&mut self, name: &'static str, index: u32, f: IndexedU64Getter) -> Option<u64> {
+        let device = self.device;
+        self.calls.read(name, || {
+            let mut v = 0u64;
+            // SAFETY: a sensor or memory-type index; writes one u64.
+            f.map(|f| (unsafe { f(device, index, &mut v) }, v))
+        })
+    }
+
+    fn temperatures(&mut self, r: &mut DeviceReadings) {
         for (sensor, label) in [(TEMP_EDGE, "edge"), (TEMP_JUNCTION, "junction"), (TEMP_MEMORY, "hbm")] {
-            if let Some(t) = temperature(&mut calls, sensor, METRIC_CURRENT) {
+            if let Some(t) = self.temperature(sensor, METRIC_CURRENT) {
                 r.temperatures.retain(|(s, _)| *s != label);
                 r.temperatures.push((label, t));
             }
@@ -342,42 +400,23 @@ impl RocmDevicePoller {
             (TEMP_JUNCTION, METRIC_EMERGENCY, "shutdown"),
             (TEMP_MEMORY, METRIC_CRITICAL, "memory_max"),
         ] {
-            if let Some(t) = temperature(&mut calls, sensor, metric) {
+            if let Some(t) = self.temperature(sensor, metric) {
                 r.temperature_thresholds.retain(|(n, _)| *n != threshold);
                 r.temperature_thresholds.push((threshold, t));
             }
         }
-        let u64_call =
-            |calls: &mut Calls, name: &'static str, f: Option<unsafe extern "C" fn(u32, *mut u64) -> Status>| {
-                calls.read(name, || {
-                    let mut v = 0u64;
-                    // SAFETY: writes one u64.
-                    f.map(|f| (unsafe { f(device, &mut v) }, v))
-                })
-            };
-        let u32_call =
-            |calls: &mut Calls, name: &'static str, f: Option<unsafe extern "C" fn(u32, *mut u32) -> Status>| {
-                calls.read(name, || {
-                    let mut v = 0u32;
-                    // SAFETY: writes one u32.
-                    f.map(|f| (unsafe { f(device, &mut v) }, v))
-                })
-            };
-        let sensor_call =
-            |calls: &mut Calls, name: &'static str, f: Option<unsafe extern "C" fn(u32, u32, *mut u64) -> Status>| {
-                calls.read(name, || {
-                    let mut v = 0u64;
-                    // SAFETY: sensor 0 (or VRAM); writes one u64.
-                    f.map(|f| (unsafe { f(device, 0, &mut v) }, v))
-                })
-            };
-        if let Some(uw) = sensor_call(&mut calls, "rsmi_dev_power_ave_get", s.rsmi_dev_power_ave_get) {
+    }
+
+    fn power_and_energy(&mut self, r: &mut DeviceReadings) {
+        let s = self.s;
+        if let Some(uw) = self.indexed_u64("rsmi_dev_power_ave_get", 0, s.rsmi_dev_power_ave_get) {
             r.power_watts = Some(uw as f64 / 1e6);
         }
-        if let Some(uw) = sensor_call(&mut calls, "rsmi_dev_power_cap_get", s.rsmi_dev_power_cap_get) {
+        if let Some(uw) = self.indexed_u64("rsmi_dev_power_cap_get", 0, s.rsmi_dev_power_cap_get) {
             r.power_limit_watts = Some(uw as f64 / 1e6);
         }
-        if let Some((counter, resolution)) = calls.read("rsmi_dev_energy_count_get", || {
+        let device = self.device;
+        if let Some((counter, resolution)) = self.calls.read("rsmi_dev_energy_count_get", || {
             let (mut counter, mut resolution, mut timestamp) = (0u64, 0f32, 0u64);
             s.rsmi_dev_energy_count_get.map(|f| {
                 (
@@ -390,40 +429,33 @@ impl RocmDevicePoller {
             // counter x resolution is in microjoules.
             r.energy_joules = Some(counter as f64 * f64::from(resolution) / 1e6);
         }
-        if let Some(p) = u32_call(&mut calls, "rsmi_dev_busy_percent_get", s.rsmi_dev_busy_percent_get) {
-            r.utilization_ratio = Some(f64::from(p.min(100)) / 100.0);
-        }
-        if let Some(p) = u32_call(
-            &mut calls,
-            "rsmi_dev_memory_busy_percent_get",
-            s.rsmi_dev_memory_busy_percent_get,
-        ) {
-            r.memory_copy_utilization_ratio = Some(f64::from(p.min(100)) / 100.0);
-        }
-        let vram =
-            |calls: &mut Calls, name: &'static str, f: Option<unsafe extern "C" fn(u32, u32, *mut u64) -> Status>| {
-                calls.read(name, || {
-                    let mut v = 0u64;
-                    // SAFETY: memory type VRAM; writes one u64.
-                    f.map(|f| (unsafe { f(device, MEM_VRAM, &mut v) }, v))
-                })
-            };
-        if let Some(b) = vram(&mut calls, "rsmi_dev_memory_usage_get", s.rsmi_dev_memory_usage_get) {
-            r.memory_used_bytes = Some(b);
-        }
-        if let Some(b) = vram(&mut calls, "rsmi_dev_memory_total_get", s.rsmi_dev_memory_total_get) {
-            r.memory_total_bytes = Some(b);
-        }
-        if let Some(n) = u64_call(
-            &mut calls,
-            "rsmi_dev_pci_replay_counter_get",
-            s.rsmi_dev_pci_replay_counter_get,
-        ) {
+        if let Some(n) = self.u64_value("rsmi_dev_pci_replay_counter_get", s.rsmi_dev_pci_replay_counter_get) {
             r.pcie.replay_errors = Some(n);
         }
+    }
+
+    fn utilization_and_memory(&mut self, r: &mut DeviceReadings) {
+        let s = self.s;
+        if let Some(p) = self.u32_value("rsmi_dev_busy_percent_get", s.rsmi_dev_busy_percent_get) {
+            r.utilization_ratio = Some(f64::from(p.min(100)) / 100.0);
+        }
+        if let Some(p) = self.u32_value("rsmi_dev_memory_busy_percent_get", s.rsmi_dev_memory_busy_percent_get) {
+            r.memory_copy_utilization_ratio = Some(f64::from(p.min(100)) / 100.0);
+        }
+        if let Some(b) = self.indexed_u64("rsmi_dev_memory_usage_get", MEM_VRAM, s.rsmi_dev_memory_usage_get) {
+            r.memory_used_bytes = Some(b);
+        }
+        if let Some(b) = self.indexed_u64("rsmi_dev_memory_total_get", MEM_VRAM, s.rsmi_dev_memory_total_get) {
+            r.memory_total_bytes = Some(b);
+        }
+    }
+
+    /// ECC counts summed over the RAS blocks that answer.
+    fn ecc(&mut self, r: &mut DeviceReadings) {
+        let (s, device) = (self.s, self.device);
         let (mut corrected, mut uncorrected, mut any) = (0u64, 0u64, false);
         for block in ECC_BLOCKS {
-            if let Some(count) = calls.read("rsmi_dev_ecc_count_get", || {
+            if let Some(count) = self.calls.read("rsmi_dev_ecc_count_get", || {
                 let mut count = ErrorCount::default();
                 s.rsmi_dev_ecc_count_get.map(|f| {
                     (
@@ -442,10 +474,6 @@ impl RocmDevicePoller {
             r.ecc_enabled = Some(true);
             r.ecc_errors = EccCount::volatile_pair(corrected, uncorrected);
         }
-        report.errors.extend(calls.errors);
-        report.readings = Some(r);
-        report.call_seconds = started.elapsed().as_secs_f64();
-        report
     }
 }
 

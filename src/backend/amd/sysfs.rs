@@ -145,6 +145,58 @@ pub struct SysfsDevicePoller {
     warned_metrics: bool,
 }
 
+/// Temperatures, power and the fan from the card's hwmon directory.
+fn read_hwmon(statics: &StaticReadings, r: &mut DeviceReadings) {
+    let Some(hwmon) = &statics.hwmon else {
+        return;
+    };
+    for (stem, sensor) in &statics.sensors {
+        if let Some(t) = read_trimmed(&hwmon.join(format!("{stem}_input"))).and_then(|v| v.parse::<f64>().ok()) {
+            r.temperatures.push((sensor, t / 1000.0));
+        }
+    }
+    let microwatts = |name: &str| {
+        read_trimmed(&hwmon.join(name))
+            .and_then(|v| v.parse::<f64>().ok())
+            .map(|v| v / 1e6)
+    };
+    r.power_watts = microwatts("power1_average").or_else(|| microwatts("power1_input"));
+    r.power_limit_watts = microwatts("power1_cap");
+    let pwm: Option<f64> = read_trimmed(&hwmon.join("pwm1")).and_then(|v| v.parse().ok());
+    let pwm_max: f64 = read_trimmed(&hwmon.join("pwm1_max"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(255.0);
+    r.fan_speed_ratio = pwm.filter(|_| pwm_max > 0.0).map(|p| p / pwm_max);
+}
+
+/// What the gpu_metrics table gives where hwmon gave nothing (HBM and junction
+/// temperatures, socket power), and what only it gives (energy, clocks, throttle status).
+fn fill_from_gpu_metrics(metrics: &gpu_metrics::GpuMetrics, r: &mut DeviceReadings) {
+    if !r.temperatures.iter().any(|(s, _)| *s == "hbm")
+        && let Some(t) = metrics.temperature_hbm_max.or(metrics.temperature_mem)
+    {
+        r.temperatures.push(("hbm", t));
+    }
+    if !r.temperatures.iter().any(|(s, _)| *s == "junction")
+        && let Some(t) = metrics.temperature_hotspot
+    {
+        r.temperatures.push(("junction", t));
+    }
+    r.power_watts = r.power_watts.or(metrics.socket_power_watts);
+    r.energy_joules = metrics.energy_joules;
+    if let Some(hz) = metrics.gfxclk_hertz {
+        // The compute units run on gfxclk: it is what "sm" means on NVIDIA.
+        r.clocks_hertz.push(("sm", hz));
+        r.clocks_hertz.push(("graphics", hz));
+    }
+    if let Some(hz) = metrics.uclk_hertz {
+        r.clocks_hertz.push(("memory", hz));
+    }
+    if let Some(status) = metrics.throttle_independent {
+        r.clock_events = clock_events::decode_amd(status);
+    }
+}
+
 impl SysfsDevicePoller {
     fn new(index: u32, device: PathBuf, driver_version: &str) -> SysfsDevicePoller {
         let event = uevent(&device);
@@ -295,49 +347,8 @@ impl SysfsDevicePoller {
             temperature_thresholds: statics.thresholds.clone(),
             ..DeviceReadings::default()
         };
-        if let Some(hwmon) = &statics.hwmon {
-            for (stem, sensor) in &statics.sensors {
-                if let Some(t) = read_trimmed(&hwmon.join(format!("{stem}_input"))).and_then(|v| v.parse::<f64>().ok())
-                {
-                    r.temperatures.push((sensor, t / 1000.0));
-                }
-            }
-            let microwatts = |name: &str| {
-                read_trimmed(&hwmon.join(name))
-                    .and_then(|v| v.parse::<f64>().ok())
-                    .map(|v| v / 1e6)
-            };
-            r.power_watts = microwatts("power1_average").or_else(|| microwatts("power1_input"));
-            r.power_limit_watts = microwatts("power1_cap");
-            let pwm: Option<f64> = read_trimmed(&hwmon.join("pwm1")).and_then(|v| v.parse().ok());
-            let pwm_max: f64 = read_trimmed(&hwmon.join("pwm1_max"))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(255.0);
-            r.fan_speed_ratio = pwm.filter(|_| pwm_max > 0.0).map(|p| p / pwm_max);
-        }
-        if !r.temperatures.iter().any(|(s, _)| *s == "hbm")
-            && let Some(t) = metrics.temperature_hbm_max.or(metrics.temperature_mem)
-        {
-            r.temperatures.push(("hbm", t));
-        }
-        if !r.temperatures.iter().any(|(s, _)| *s == "junction")
-            && let Some(t) = metrics.temperature_hotspot
-        {
-            r.temperatures.push(("junction", t));
-        }
-        r.power_watts = r.power_watts.or(metrics.socket_power_watts);
-        r.energy_joules = metrics.energy_joules;
-        if let Some(hz) = metrics.gfxclk_hertz {
-            // The compute units run on gfxclk: it is what "sm" means on NVIDIA.
-            r.clocks_hertz.push(("sm", hz));
-            r.clocks_hertz.push(("graphics", hz));
-        }
-        if let Some(hz) = metrics.uclk_hertz {
-            r.clocks_hertz.push(("memory", hz));
-        }
-        if let Some(status) = metrics.throttle_independent {
-            r.clock_events = clock_events::decode_amd(status);
-        }
+        read_hwmon(&statics, &mut r);
+        fill_from_gpu_metrics(&metrics, &mut r);
         r.utilization_ratio = self
             .number::<f64>("gpu_busy_percent")
             .map(|p| p / 100.0)
