@@ -1,5 +1,5 @@
 //! AMD GPUs through the amdgpu sysfs backend, over the fixture tree
-//! tests/fixtures/amdgpu-sysfs (made by scripts/gen-amd-fixtures.py): four amdgpu cards with
+//! tests/fixtures/amdgpu-sysfs (made by scripts/gen/gen-amd-fixtures.py): four amdgpu cards with
 //! gpu_metrics in the v1.3, v1.5 and v1.4 layouts and one revision gpuwarden does not read,
 //! next to the simulated NVML's NVIDIA GPUs in the same daemon.
 

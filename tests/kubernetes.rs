@@ -26,7 +26,7 @@ fn the_prometheusrule_holds_exactly_the_shipped_rules() {
     assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
     assert_eq!(
         rule["spec"]["groups"], rules["groups"],
-        "deploy/kubernetes/prometheusrule.yaml is out of date: run scripts/gen-k8s-rules.sh"
+        "deploy/kubernetes/prometheusrule.yaml is out of date: run scripts/gen/gen-k8s-rules.sh"
     );
 }
 

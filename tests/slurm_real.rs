@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 fn checked(what: &str, out: std::io::Result<Output>) -> String {
     let out = out.unwrap_or_else(|e| {
-        panic!("{what}: {e}; install Debian's slurmctld, slurmd, slurm-client and munge (scripts/test.sh does)")
+        panic!("{what}: {e}; install Debian's slurmctld, slurmd, slurm-client and munge (scripts/ci/test.sh does)")
     });
     assert!(
         out.status.success(),

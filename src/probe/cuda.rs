@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The PTX of kernels.cu, made by scripts/gen-probe-ptx.sh; the driver compiles it for
+/// The PTX of kernels.cu, made by scripts/gen/gen-probe-ptx.sh; the driver compiles it for
 /// whatever GPU it finds.
 const KERNELS_PTX: &str = include_str!("kernels.ptx");
 
@@ -26,7 +26,7 @@ const FMA_FLOPS_PER_ITERATION: f64 = 256.0;
 const FMA_ITERATIONS: i32 = 2048;
 const THREADS_PER_BLOCK: u32 = 256;
 /// 256-thread blocks: on an H200 the same kernel moved 4273 GB/s with them against 4123 with
-/// 1024-thread blocks (scripts/hbm-copy-sweep.cu, docs/probe.md).
+/// 1024-thread blocks (scripts/gpu/hbm-copy-sweep.cu, docs/probe.md).
 const COPY_THREADS_PER_BLOCK: u32 = 256;
 const MIB: u64 = 1 << 20;
 

@@ -1,5 +1,5 @@
 // The probe's own kernels. The binary embeds their PTX (kernels.ptx, made from this file by
-// scripts/gen-probe-ptx.sh with NVRTC from PyPI; the tests check that it is), which the
+// scripts/gen/gen-probe-ptx.sh with NVRTC from PyPI; the tests check that it is), which the
 // driver compiles for the GPU at load time, so gpuwarden needs no CUDA toolkit to build or run.
 
 // FP32 FMA throughput. Eight independent chains per thread keep every FMA pipe busy (one
@@ -25,7 +25,7 @@ extern "C" __global__ void fma_fp32(float *out, int iterations, float a, float b
 // HBM copy bandwidth: one 16-byte word per thread, launched in 256-thread blocks with a grid
 // that covers the whole buffer (the loop only matters if it ever does not), with streaming
 // hints (__ldcs, __stcs: evict first) since no byte is touched twice. Chosen by
-// scripts/hbm-copy-sweep.cu on an H200 over words per thread, block size, cache hints and
+// scripts/gpu/hbm-copy-sweep.cu on an H200 over words per thread, block size, cache hints and
 // grid-stride loops: it beat every other variant and the driver's own device-to-device
 // memcpy (4273 GB/s against 4227 on 512 MiB buffers); see docs/probe.md.
 extern "C" __global__ void hbm_copy(const uint4 *__restrict__ src, uint4 *__restrict__ dst,

@@ -7,7 +7,7 @@
 //! warm-up matmuls, then 20 timed ones: 28 ms on an H200): measured there, the best 25 ms
 //! window of the first second was 791-794 TFLOP/s against the quick matmul's 792-794, while
 //! the best 100 ms window, the length used before, was 736-742 because the power cap had
-//! already bitten (scripts/gemm-burst-profile.py, docs/probe.md).
+//! already bitten (scripts/gpu/gemm-burst-profile.py, docs/probe.md).
 
 /// One timed window: when it started (seconds from the start of the test), how long the GPU
 /// took (CUDA events) and how much work it held (FLOPs or bytes).
@@ -21,7 +21,7 @@ pub struct Window {
 /// The burst window lies within this many seconds of the start.
 pub const BURST_SPAN_SECONDS: f64 = 1.0;
 
-/// Target length of one window; scripts/probe-vs-pytorch.py uses the same. Short enough
+/// Target length of one window; scripts/gpu/probe-vs-pytorch.py uses the same. Short enough
 /// that a window ends before an H200's power cap bites (about 25-50 ms into a GEMM), long
 /// enough that the host's time between windows is a rounding error.
 pub const WINDOW_SECONDS: f64 = 0.025;
@@ -92,7 +92,7 @@ mod tests {
 
     #[test]
     fn the_burst_is_caught_before_the_power_cap_bites() {
-        // What an H200 GEMM did (scripts/gemm-burst-profile.py): ~792 TFLOP/s for the first
+        // What an H200 GEMM did (scripts/gpu/gemm-burst-profile.py): ~792 TFLOP/s for the first
         // 25-50 ms, then ~680 under the power cap. Windows of WINDOW_SECONDS see the 792 a
         // quick matmul shows; one 100 ms window would average it away.
         let per_ms = |ms: usize| -> Vec<f64> { (0..ms).map(|t| if t < 40 { 792.0 } else { 680.0 }).collect() };

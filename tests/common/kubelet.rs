@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub fn python() -> PathBuf {
-    // scripts/test.sh installs grpcio into this virtual environment.
+    // scripts/ci/test.sh installs grpcio into this virtual environment.
     let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-venv/bin/python3");
     if venv.exists() { venv } else { PathBuf::from("python3") }
 }
@@ -30,7 +30,7 @@ impl FakeKubelet {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("python3 with grpcio (scripts/test.sh installs it into target/test-venv)");
+            .expect("python3 with grpcio (scripts/ci/test.sh installs it into target/test-venv)");
         let deadline = Instant::now() + Duration::from_secs(20);
         while !socket.exists() {
             assert!(

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Debian package with cargo-deb and checks what it holds.
-#   scripts/package.sh          (needs: cargo install cargo-deb)
+#   scripts/ci/package.sh          (needs: cargo install cargo-deb)
 # Prints the package path last.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 cargo build --release --workspace
 cargo deb --no-build --output target/debian/ >/dev/null
 deb=$(ls -t target/debian/gpuwarden_*.deb | head -1)

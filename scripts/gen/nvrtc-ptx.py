@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Compiles a CUDA source file to PTX with NVRTC and prints the PTX: what `nvcc -ptx` does,
 without a CUDA toolkit. NVRTC comes from the PyPI wheel nvidia-cuda-nvrtc, installed in the
-Python that runs this script; scripts/gen-probe-ptx.sh pins its version.
+Python that runs this script; scripts/gen/gen-probe-ptx.sh pins its version.
 
-    python3 scripts/nvrtc-ptx.py src/probe/kernels.cu compute_75 > kernels.ptx
+    python3 scripts/gen/nvrtc-ptx.py src/probe/kernels.cu compute_75 > kernels.ptx
 """
 import ctypes
 import glob
@@ -17,7 +17,7 @@ def load_nvrtc():
     pattern = os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "cu13", "lib")
     folders = glob.glob(pattern)
     if not folders:
-        sys.exit(f"no NVRTC under {pattern}: pip install nvidia-cuda-nvrtc (scripts/gen-probe-ptx.sh)")
+        sys.exit(f"no NVRTC under {pattern}: pip install nvidia-cuda-nvrtc (scripts/gen/gen-probe-ptx.sh)")
     folder = folders[0]
     for builtins in sorted(glob.glob(os.path.join(folder, "libnvrtc-builtins.so.*"))):
         ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)

@@ -2,9 +2,9 @@
 # A slowloris attack (slowhttptest, Debian package slowhttptest) on gpuwarden while a normal
 # client scrapes every 0.5 s: prints the attack's own view (is the service available?) and
 # the normal scrapes' latency and failures. docs/performance.md has a run.
-#   scripts/slowloris.sh [CONNECTIONS] [SECONDS]
+#   scripts/load/slowloris.sh [CONNECTIONS] [SECONDS]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 CONNS=${1:-2000}
 SECS=${2:-60}
 cargo build --release --workspace >/dev/null 2>&1

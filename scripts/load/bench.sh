@@ -2,14 +2,14 @@
 # Benchmarks for docs/performance.md: scrape latency (p50, p99) at 8 and 64 simulated GPUs
 # under 1 and 64 concurrent scrapers, 1000 concurrent scrapers for 30 s, RSS at rest, CPU per
 # poll per GPU, and render time per series (cargo bench --bench render).
-#   scripts/bench.sh                  (needs: wrk; the release build)
-#   BENCH_ONLY=scrapes scripts/bench.sh   only the scrape-latency table
+#   scripts/load/bench.sh                  (needs: wrk; the release build)
+#   BENCH_ONLY=scrapes scripts/load/bench.sh   only the scrape-latency table
 # On a machine without Rust (the GPU machines) carry target/release/gpuwarden and
 # target/release/libgpuwarden_sim_nvml.so: without cargo the build and the render benchmark
 # are skipped.
 # Run it on a quiet machine: it measures time.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 if command -v cargo >/dev/null 2>&1; then
   cargo build --release --workspace >/dev/null 2>&1
 fi

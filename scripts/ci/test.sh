@@ -8,11 +8,11 @@
 # Python packages go into a virtual environment under target/, never into the system's
 # Python (Debian's refuses `pip install` outside one).
 #
-#   scripts/test.sh            set up, then fmt, clippy, the MSRV build, the fuzz targets,
+#   scripts/ci/test.sh            set up, then fmt, clippy, the MSRV build, the fuzz targets,
 #                              every test, and the Debian package
-#   SKIP_SETUP=1 scripts/test.sh   the same without installing anything
+#   SKIP_SETUP=1 scripts/ci/test.sh   the same without installing anything
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 step() { printf '\n== %s\n' "$*"; }
 
@@ -55,7 +55,7 @@ if [ -z "${SKIP_SETUP:-}" ]; then
   "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'grafana-foundation-sdk==1769699998!10.1.0'
   # grpcio runs the fake kubelet of tests/kubelet_pods.rs.
   "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'grpcio==1.76.0'
-  # NVRTC compiles the probe's kernels to check the committed PTX (scripts/gen-probe-ptx.sh).
+  # NVRTC compiles the probe's kernels to check the committed PTX (scripts/gen/gen-probe-ptx.sh).
   "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'nvidia-cuda-nvrtc==13.0.88'
 
   # The toolchain Cargo.toml's rust-version names, to prove that the code builds with it.
@@ -73,7 +73,7 @@ step "dashboards are what their generator builds"
 python3 dashboards/generate.py --check
 
 step "the probe's PTX is what its kernels compile to"
-bash scripts/gen-probe-ptx.sh --check
+bash scripts/gen/gen-probe-ptx.sh --check
 
 step "cargo fmt, cargo clippy"
 cargo fmt --all -- --check
@@ -90,4 +90,4 @@ step "tests"
 cargo test --workspace
 
 step "the Debian package builds and holds what it should"
-bash scripts/package.sh
+bash scripts/ci/package.sh

@@ -2,7 +2,7 @@
 # XID sources on a real NVIDIA GPU: the daemon reads /dev/kmsg and registers an NVML event
 # set, runs for RUN_SECONDS without errors, and (with PROVOKE_XID31=1) sees one real XID.
 #
-#   sudo PROVOKE_XID31=1 scripts/gpu-xid-check.sh [path/to/gpuwarden]
+#   sudo PROVOKE_XID31=1 scripts/gpu/gpu-xid-check.sh [path/to/gpuwarden]
 #
 # PROVOKE_XID31=1 runs a one-thread CUDA kernel (through CuPy) that writes to an unmapped
 # address: an application fault that the driver reports as Xid 31 (GPU memory page fault)

@@ -4,13 +4,13 @@ not amdgpu), laid out as the amdgpu driver and the PCI core lay them out, with g
 tables packed in the kernel's v1.3, v1.4 and v1.5 layouts (kgd_pp_interface.h) and one
 revision gpuwarden does not read. tests/amd.rs asserts the metrics these values give.
 
-    python3 scripts/gen-amd-fixtures.py
+    python3 scripts/gen/gen-amd-fixtures.py
 """
 import os
 import shutil
 import struct
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "amdgpu-sysfs")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "fixtures", "amdgpu-sysfs")
 U16_NA = 0xFFFF
 
 

@@ -6,13 +6,13 @@
 # injection to its alert reaching the webhook, checks that no other node alerted, measures the
 # daemons' memory and CPU and Prometheus's series and ingestion, and stops everything.
 #
-#   scripts/fleet-sim.sh [N]            (RESULTS=dir to keep the figures as JSON)
+#   scripts/load/fleet-sim.sh [N]            (RESULTS=dir to keep the figures as JSON)
 #
 # Loopback only; bounded: it gives up 6 minutes after the injection at the latest.
 # Needs: the release build (cargo build --release --workspace), Debian's prometheus and
 # prometheus-alertmanager, python3 with PyYAML.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 N=${1:-100}
 [ -x target/release/gpuwarden ] && [ -f target/release/libgpuwarden_sim_nvml.so ] \
   || cargo build --release --workspace

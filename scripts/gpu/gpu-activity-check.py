@@ -2,7 +2,7 @@
 """Checks gpuwarden's attribution, GPM, NVLink and fabric readings on real NVIDIA GPUs against
 nvidia-smi, and measures what the new NVML calls cost (docs/validation.md, docs/performance.md).
 
-    python3 scripts/gpu-activity-check.py --bin ./target/release/gpuwarden --out DIR
+    python3 scripts/gpu/gpu-activity-check.py --bin ./target/release/gpuwarden --out DIR
 
 Needs root, the NVIDIA driver, nvidia-smi and PyTorch; grpcio for the fake kubelet (installed
 from WHEELS, a directory of wheels, when missing). Two GPUs joined by NVLink for the NVLink

@@ -4,7 +4,7 @@ CUDA events, next to the figure a "quick PyTorch matmul" gives (a few warm-up ma
 20 timed ones). It shows how long a GPU runs before its power cap bites, and so how long the
 probe's burst window may be for burst to mean what such a quick matmul shows (docs/probe.md).
 
-    python3 scripts/gemm-burst-profile.py --gpu 0 --rounds 3 --cool 15
+    python3 scripts/gpu/gemm-burst-profile.py --gpu 0 --rounds 3 --cool 15
 
 Each round waits `--cool` seconds with the GPU idle, then runs the quick matmul, waits again,
 then profiles: one warm-up matmul, then 3 s of matmuls with an event after each.

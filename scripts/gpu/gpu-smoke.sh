@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compares gpuwarden with nvidia-smi on a real NVIDIA GPU.
 #
-#   scripts/gpu-smoke.sh [path/to/gpuwarden]
+#   scripts/gpu/gpu-smoke.sh [path/to/gpuwarden]
 #
 # Needs: root (persistence mode), nvidia-smi, python3; PyTorch for the load phase (skipped
 # without it). It never changes clocks, power limits or MIG mode and never resets a GPU;

@@ -4,7 +4,7 @@ PR_MDWE_REFUSE_EXEC_GAIN: no mapping may become writable and executable), the ke
 mechanism behind systemd's MemoryDenyWriteExecute on systemd 253 and newer, to see whether
 CUDA works under the shipped unit's sandbox on a GPU machine without systemd.
 
-    python3 scripts/mdwe-probe.py ./gpuwarden probe --json --tests gemm_bf16,hbm_copy
+    python3 scripts/gpu/mdwe-probe.py ./gpuwarden probe --json --tests gemm_bf16,hbm_copy
 """
 import ctypes
 import os

@@ -4,7 +4,7 @@
 // This is how the probe's copy kernel (src/probe/kernels.cu) was chosen; docs/probe.md has
 // the results.
 //
-//     nvcc -O3 -arch=sm_90 -o hbm-copy-sweep scripts/hbm-copy-sweep.cu && ./hbm-copy-sweep 2
+//     nvcc -O3 -arch=sm_90 -o hbm-copy-sweep scripts/gpu/hbm-copy-sweep.cu && ./hbm-copy-sweep 2
 //
 // The argument is the number of passes over all variants (interleaved, so no variant always
 // meets the warmer GPU). Output: one line per variant and buffer size, best and mean window.

@@ -3,7 +3,7 @@
 fetched in one nvmlDeviceGetFieldValues call: what decides gpuwarden's CPU use on a real
 node (docs/performance.md). Needs only the NVIDIA driver (ctypes, no pynvml).
 
-    python3 scripts/nvml-call-cost.py [--gpu 0] [--repeat 200]
+    python3 scripts/gpu/nvml-call-cost.py [--gpu 0] [--repeat 200]
 """
 import argparse
 import ctypes

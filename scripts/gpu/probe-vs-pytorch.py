@@ -10,7 +10,7 @@ matmuls, then 20 timed ones, on the cool GPU before the windowed run), which is 
 probe's burst is meant to match. The runs alternate (gpuwarden, PyTorch, gpuwarden, ...) so neither
 side always meets a cooler GPU, and each side's best round is kept.
 
-    python3 scripts/probe-vs-pytorch.py --gpuwarden ./gpuwarden --gpu 0 --rounds 2 --json out.json
+    python3 scripts/gpu/probe-vs-pytorch.py --gpuwarden ./gpuwarden --gpu 0 --rounds 2 --json out.json
 """
 import argparse
 import json

@@ -2,9 +2,9 @@
 # Soak: the release daemon polls 8 simulated GPUs every 10 ms for DURATION seconds (default
 # 600) while being scraped once a second; its RSS must not grow by 1 MiB or more between the
 # end of the first minute (warm-up: allocator pools, caches) and the end.
-#   scripts/soak.sh [DURATION]
+#   scripts/load/soak.sh [DURATION]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DURATION=${1:-600}
 [ -x target/release/gpuwarden ] || cargo build --release --workspace
 WORK=$(mktemp -d)
