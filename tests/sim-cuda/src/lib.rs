@@ -103,6 +103,7 @@ unsafe fn put<T>(out: *mut T, value: T) -> CUresult {
     if out.is_null() {
         return INVALID_VALUE;
     }
+    // SAFETY: not null (checked above), and the caller's, valid for writes under CUDA's contract.
     unsafe { out.write(value) };
     SUCCESS
 }
@@ -116,11 +117,13 @@ pub extern "C" fn cuInit(_flags: c_uint) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDriverGetVersion(out: *mut c_int) -> CUresult {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, 13000) }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetCount(out: *mut c_int) -> CUresult {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, devices().len() as c_int) }
 }
 
@@ -129,12 +132,14 @@ pub unsafe extern "C" fn cuDeviceGet(out: *mut c_int, ordinal: c_int) -> CUresul
     if ordinal < 0 || ordinal as usize >= devices().len() {
         return INVALID_DEVICE;
     }
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, ordinal) }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetUuid(out: *mut [u8; 16], device: c_int) -> CUresult {
     match devices().get(device.max(0) as usize) {
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
         Some((uuid, _)) => unsafe { put(out, *uuid) },
         None => INVALID_DEVICE,
     }
@@ -142,6 +147,7 @@ pub unsafe extern "C" fn cuDeviceGetUuid(out: *mut [u8; 16], device: c_int) -> C
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetUuid_v2(out: *mut [u8; 16], device: c_int) -> CUresult {
+    // SAFETY: the same contract as the call it forwards to.
     unsafe { cuDeviceGetUuid(out, device) }
 }
 
@@ -152,6 +158,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(out: *mut c_int, attribute: c_int,
         ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR => 2048,
         _ => 0, // memory pools and the rest: not supported
     };
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, value) }
 }
 
@@ -165,6 +172,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(out: *mut usize, device: c_int
     m.current = device.max(0) as usize;
     m.rates = rates;
     drop(m);
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, 0x100 + device.max(0) as usize) }
 }
 
@@ -186,6 +194,7 @@ pub extern "C" fn cuCtxSetCurrent(_ctx: usize) -> CUresult {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuCtxGetCurrent(out: *mut usize) -> CUresult {
     let current = machine().current;
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, 0x100 + current) }
 }
 
@@ -196,11 +205,13 @@ pub extern "C" fn cuCtxSynchronize() -> CUresult {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGetErrorString(_error: CUresult, out: *mut *const c_char) -> CUresult {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, c"simulated CUDA error".as_ptr()) }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGetErrorName(_error: CUresult, out: *mut *const c_char) -> CUresult {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, c"CUDA_ERROR_SIMULATED".as_ptr()) }
 }
 
@@ -208,11 +219,13 @@ pub unsafe extern "C" fn cuGetErrorName(_error: CUresult, out: *mut *const c_cha
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamCreate(out: *mut usize, _flags: c_uint) -> CUresult {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, new_handle()) }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamCreateWithPriority(out: *mut usize, _flags: c_uint, _priority: c_int) -> CUresult {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, new_handle()) }
 }
 
@@ -233,6 +246,7 @@ pub extern "C" fn cuStreamWaitEvent(_stream: usize, _event: usize, _flags: c_uin
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventCreate(out: *mut usize, _flags: c_uint) -> CUresult {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, new_handle()) }
 }
 
@@ -258,6 +272,7 @@ pub extern "C" fn cuEventQuery(_event: usize) -> CUresult {
 pub unsafe extern "C" fn cuEventElapsedTime(out: *mut f32, start: usize, end: usize) -> CUresult {
     let m = machine();
     match (m.events.get(&start), m.events.get(&end)) {
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
         (Some(a), Some(b)) => unsafe { put(out, ((b - a) * 1000.0) as f32) },
         _ => INVALID_VALUE,
     }
@@ -265,6 +280,7 @@ pub unsafe extern "C" fn cuEventElapsedTime(out: *mut f32, start: usize, end: us
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventElapsedTime_v2(out: *mut f32, start: usize, end: usize) -> CUresult {
+    // SAFETY: the same contract as the call it forwards to.
     unsafe { cuEventElapsedTime(out, start, end) }
 }
 
@@ -281,6 +297,7 @@ pub unsafe extern "C" fn cuModuleLoadData(out: *mut usize, image: *const c_void)
     if image.is_null() {
         return INVALID_VALUE;
     }
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, new_handle()) }
 }
 
@@ -291,12 +308,14 @@ pub extern "C" fn cuModuleUnload(_module: usize) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuModuleGetFunction(out: *mut usize, _module: usize, name: *const c_char) -> CUresult {
+    // SAFETY: CUDA's contract: `name` is a NUL-terminated string the caller keeps alive.
     let name = unsafe { CStr::from_ptr(name) };
     let function = match name.to_bytes() {
         b"fma_fp32" => FMA_FUNCTION,
         b"hbm_copy" => COPY_FUNCTION,
         _ => return NOT_FOUND,
     };
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, function) }
 }
 
@@ -352,6 +371,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(out: *mut u64, bytes: usize) -> CUresult 
     // Device addresses are never dereferenced here; they only have to be distinct.
     let handle = new_handle() as u64;
     let _ = bytes;
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, handle << 32) }
 }
 
@@ -410,6 +430,7 @@ pub unsafe extern "C" fn cuMemHostAlloc(out: *mut *mut c_void, bytes: usize, _fl
         return 2; // CUDA_ERROR_OUT_OF_MEMORY
     }
     machine().events.insert(ptr as usize, bytes as f64);
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, ptr as *mut c_void) }
 }
 
@@ -429,6 +450,7 @@ pub unsafe extern "C" fn cuMemFreeHost(ptr: *mut c_void) -> CUresult {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cublasCreate_v2(out: *mut usize) -> c_uint {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, new_handle()) }
 }
 

@@ -20,6 +20,7 @@ pub unsafe extern "C" fn nvmlGpmSampleAlloc(out: *mut nvmlGpmSample_t) -> nvmlRe
         device: 0,
         gpu_instance: None,
     }));
+    // SAFETY: not null (checked above), and the caller's, valid for writes.
     unsafe { out.write(sample as nvmlGpmSample_t) };
     SUCCESS
 }
@@ -41,6 +42,7 @@ pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(device: nvmlDevice_t, out: *m
         if out.is_null() {
             return INVALID_ARGUMENT;
         }
+        // SAFETY: not null (checked above), and the caller's struct, valid for writes.
         unsafe { (*out).isSupportedDevice = d.gpm.is_some() as c_uint };
         SUCCESS
     })
@@ -56,6 +58,7 @@ pub unsafe extern "C" fn nvmlGpmSampleGet(device: nvmlDevice_t, sample: nvmlGpmS
         if d.gpm.is_none() {
             return NOT_SUPPORTED;
         }
+        // SAFETY: not null (checked above), and a sample nvmlGpmSampleAlloc made.
         unsafe { (*(sample as *mut SimSample)).device = i + 1 };
         SUCCESS
     })
@@ -78,6 +81,7 @@ pub unsafe extern "C" fn nvmlGpmMigSampleGet(
         if !mig.devices.iter().any(|m| m.gpu_instance == gpu_instance) {
             return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
         }
+        // SAFETY: not null (checked above), and a sample nvmlGpmSampleAlloc made.
         unsafe {
             let s = &mut *(sample as *mut SimSample);
             s.device = i + 1;
@@ -98,6 +102,7 @@ pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut nvmlGpmMetricsGet_t) ->
     if request.sample1.is_null() || request.sample2.is_null() {
         return INVALID_ARGUMENT;
     }
+    // SAFETY: both not null (checked above), and samples nvmlGpmSampleAlloc made.
     let (first, second, instance) = unsafe {
         let (a, b) = (
             &*(request.sample1 as *mut SimSample),

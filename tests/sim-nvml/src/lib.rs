@@ -143,6 +143,7 @@ unsafe fn put<T>(out: *mut T, value: Option<T>) -> nvmlReturn_t {
     }
     match value {
         Some(v) => {
+            // SAFETY: not null (checked above), and the caller's, valid for writes.
             unsafe { out.write(v) };
             SUCCESS
         }
@@ -161,6 +162,8 @@ unsafe fn put_string(out: *mut c_char, length: c_uint, value: Option<&str>) -> n
     if bytes.len() + 1 > length as usize {
         return INSUFFICIENT_SIZE;
     }
+    // SAFETY: not null, and the caller's buffer of `length` bytes, which holds the text and
+    // its NUL (checked above).
     unsafe {
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), out as *mut u8, bytes.len());
         *out.add(bytes.len()) = 0;
@@ -201,21 +204,25 @@ pub extern "C" fn nvmlErrorString(_result: nvmlReturn_t) -> *const c_char {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlSystemGetDriverVersion(out: *mut c_char, length: c_uint) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put_string(out, length, Some(&current().driver_version)) }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(out: *mut c_char, length: c_uint) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put_string(out, length, Some(&current().nvml_version)) }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(out: *mut c_int) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, Some(current().cuda_driver_version)) }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(out: *mut c_uint) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, Some(current().devices.len() as c_uint)) }
 }
 
@@ -224,6 +231,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, out: *mut 
     let scenario = current();
     match scenario.devices.get(index as usize) {
         // A lost GPU can still be enumerated; its calls fail. That is what the driver does.
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
         Some(_) => unsafe { put(out, Some((index as usize + 1) as nvmlDevice_t)) },
         None => INVALID_ARGUMENT,
     }
@@ -233,6 +241,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, out: *mut 
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetIndex(device: nvmlDevice_t, out: *mut c_uint) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(device, "nvmlDeviceGetIndex", |i, _| unsafe {
         put(out, Some(i as c_uint))
     })
@@ -240,11 +249,13 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(device: nvmlDevice_t, out: *mut c_ui
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetName(device: nvmlDevice_t, out: *mut c_char, length: c_uint) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     if let Some(answer) = topology::mig_call(device, |parent, mig| unsafe {
         put_string(out, length, Some(&format!("{} MIG {}", parent.name, mig.profile)))
     }) {
         return answer;
     }
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(device, "nvmlDeviceGetName", |_, d| unsafe {
         put_string(out, length, Some(&d.name))
     })
@@ -252,9 +263,11 @@ pub unsafe extern "C" fn nvmlDeviceGetName(device: nvmlDevice_t, out: *mut c_cha
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetUUID(device: nvmlDevice_t, out: *mut c_char, length: c_uint) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     if let Some(answer) = topology::mig_call(device, |_, mig| unsafe { put_string(out, length, Some(&mig.uuid)) }) {
         return answer;
     }
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(device, "nvmlDeviceGetUUID", |_, d| unsafe {
         put_string(out, length, Some(&d.uuid))
     })
@@ -262,6 +275,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(device: nvmlDevice_t, out: *mut c_cha
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetSerial(device: nvmlDevice_t, out: *mut c_char, length: c_uint) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(device, "nvmlDeviceGetSerial", |_, d| unsafe {
         put_string(out, length, d.serial.as_deref())
     })
@@ -291,6 +305,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(device: nvmlDevice_t, out: *mut
         }
         info.pciDeviceId = 0x233510de;
         info.pciSubSystemId = 0x18b010de;
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
         unsafe { put(out, Some(info)) }
     })
 }
@@ -307,6 +322,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(
         if sensor != nvmlTemperatureSensors_enum_NVML_TEMPERATURE_GPU {
             return INVALID_ARGUMENT;
         }
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
         unsafe { put(out, d.temperature) }
     })
 }
@@ -326,6 +342,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperatureThreshold(
             nvmlTemperatureThresholds_enum_NVML_TEMPERATURE_THRESHOLD_GPU_MAX => t.gpu_max,
             _ => None,
         };
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
         unsafe { put(out, value) }
     })
 }
@@ -409,6 +426,7 @@ fn clock_events(device: nvmlDevice_t, call: &str, out: *mut c_ulonglong, support
             .clock_events
             .as_ref()
             .map(|c| if supported { c.supported } else { c.active });
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
         unsafe { put(out, value) }
     })
 }
@@ -451,6 +469,7 @@ pub unsafe extern "C" fn nvmlDeviceGetSupportedClocksThrottleReasons(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(device: nvmlDevice_t, out: *mut c_uint) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(device, "nvmlDeviceGetPowerUsage", |_, d| unsafe {
         put(out, d.power_mw)
     })
@@ -458,6 +477,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(device: nvmlDevice_t, out: *mut
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetEnforcedPowerLimit(device: nvmlDevice_t, out: *mut c_uint) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(device, "nvmlDeviceGetEnforcedPowerLimit", |_, d| unsafe {
         put(out, d.power_limit_mw)
     })
@@ -469,6 +489,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
     device: nvmlDevice_t,
     out: *mut c_ulonglong,
 ) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(device, "nvmlDeviceGetTotalEnergyConsumption", |_, d| unsafe {
         put(out, d.energy_mj)
     })
@@ -489,6 +510,7 @@ pub unsafe extern "C" fn nvmlDeviceGetClockInfo(
             nvmlClockType_enum_NVML_CLOCK_VIDEO => c.video,
             _ => return INVALID_ARGUMENT,
         };
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
         unsafe { put(out, value) }
     })
 }
@@ -498,6 +520,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(
     device: nvmlDevice_t,
     out: *mut nvmlUtilization_t,
 ) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(device, "nvmlDeviceGetUtilizationRates", |_, d| unsafe {
         put(
             out,
@@ -562,9 +585,11 @@ pub unsafe extern "C" fn nvmlDeviceGetDecoderUtilization(
 #[cfg(not(feature = "old-driver"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: nvmlDevice_t, out: *mut nvmlMemory_v2_t) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     if let Some(answer) = topology::mig_call(device, |_, mig| unsafe { memory_info(mig.memory.as_ref(), out) }) {
         return answer;
     }
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(device, "nvmlDeviceGetMemoryInfo_v2", |_, d| unsafe {
         memory_info(d.memory.as_ref(), out)
     })
@@ -580,6 +605,7 @@ unsafe fn memory_info(memory: Option<&scenario::Memory>, out: *mut nvmlMemory_v2
             return INVALID_ARGUMENT;
         }
         // The caller sets `version`; keep it and fill the rest.
+        // SAFETY: not null (checked above), and the caller's struct, valid for reads.
         let version = unsafe { (*out).version };
         let value = nvmlMemory_v2_t {
             version,
@@ -588,12 +614,14 @@ unsafe fn memory_info(memory: Option<&scenario::Memory>, out: *mut nvmlMemory_v2
             used: m.used,
             free: m.total.saturating_sub(m.used + m.reserved),
         };
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
         unsafe { put(out, Some(value)) }
     }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetPerformanceState(device: nvmlDevice_t, out: *mut nvmlPstates_t) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(device, "nvmlDeviceGetPerformanceState", |_, d| unsafe {
         put(out, d.performance_state.map(|p| p as nvmlPstates_t))
     })
@@ -654,12 +682,14 @@ pub unsafe extern "C" fn nvmlDeviceGetFanSpeed_v2(device: nvmlDevice_t, fan: c_u
         if d.fan_speed_percent.is_none() || fan != 0 {
             return INVALID_ARGUMENT;
         }
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
         unsafe { put(out, d.fan_speed_percent) }
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetNumFans(device: nvmlDevice_t, out: *mut c_uint) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(device, "nvmlDeviceGetNumFans", |_, d| unsafe {
         put(out, Some(d.fan_speed_percent.is_some() as c_uint))
     })
@@ -671,6 +701,7 @@ macro_rules! pcie_getter {
     ($symbol:ident, $field:ident) => {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $symbol(device: nvmlDevice_t, out: *mut c_uint) -> nvmlReturn_t {
+            // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
             device_call(device, stringify!($symbol), |_, d| unsafe {
                 put(out, d.pcie.$field)
             })
@@ -697,6 +728,8 @@ pub unsafe extern "C" fn nvmlDeviceGetEccMode(
             return NOT_SUPPORTED;
         };
         let state = ecc.enabled as nvmlEnableState_t;
+        // SAFETY: `current` and `pending` are the caller's, valid for writes or null as the C
+        // API allows; put refuses null.
         unsafe {
             let r = put(current, Some(state));
             if r != SUCCESS {
@@ -728,6 +761,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
             nvmlMemoryErrorType_enum_NVML_MEMORY_ERROR_TYPE_UNCORRECTED => counts.uncorrected,
             _ => return INVALID_ARGUMENT,
         };
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
         unsafe { put(out, Some(value)) }
     })
 }
@@ -741,6 +775,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPersistenceMode(
 ) -> nvmlReturn_t {
     device_call(device, "nvmlDeviceGetPersistenceMode", |i, d| {
         let set = state().lock().ok().and_then(|s| s.persistence_set.get(&i).copied());
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
         unsafe { put(out, set.or(d.persistence_mode).map(|on| on as nvmlEnableState_t)) }
     })
 }
@@ -796,6 +831,7 @@ pub unsafe extern "C" fn nvmlEventSetCreate(out: *mut nvmlEventSet_t) -> nvmlRet
     let id = sets.next_id;
     sets.next_id += 1;
     sets.registrations.insert(id, Vec::new());
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, Some(id as nvmlEventSet_t)) }
 }
 
@@ -867,6 +903,7 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
                 gpuInstanceId: u32::MAX,
                 computeInstanceId: u32::MAX,
             };
+            // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
             return unsafe { put(out, Some(data)) };
         }
         if std::time::Instant::now() >= until {

@@ -74,6 +74,8 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
 ) -> nvmlReturn_t {
     device_call(device, "nvmlDeviceGetMigMode", |_, d| {
         let Some(mig) = &d.mig else { return NOT_SUPPORTED };
+        // SAFETY: `current` and `pending` are the caller's, valid for writes or null as the C
+        // API allows; put refuses null.
         unsafe {
             let code = put(current, Some(mig.enabled as c_uint));
             if code != SUCCESS {
@@ -90,6 +92,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
 pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(device: nvmlDevice_t, out: *mut c_uint) -> nvmlReturn_t {
     device_call(device, "nvmlDeviceGetMaxMigDeviceCount", |_, d| {
         let Some(mig) = &d.mig else { return NOT_SUPPORTED };
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
         unsafe { put(out, Some(if mig.enabled { 7 } else { 0 })) }
     })
 }
@@ -109,6 +112,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
             return nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
         }
         let handle = (i + 1) | ((index as usize + 1) << MIG_SHIFT);
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
         unsafe { put(out, Some(handle as nvmlDevice_t)) }
     })
 }
@@ -116,12 +120,14 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
 #[cfg(not(feature = "old-driver"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(device: nvmlDevice_t, out: *mut c_uint) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     mig_call(device, |_, mig| unsafe { put(out, Some(mig.gpu_instance)) }).unwrap_or(INVALID_ARGUMENT)
 }
 
 #[cfg(not(feature = "old-driver"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(device: nvmlDevice_t, out: *mut c_uint) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     mig_call(device, |_, mig| unsafe { put(out, Some(mig.compute_instance)) }).unwrap_or(INVALID_ARGUMENT)
 }
 

@@ -99,6 +99,7 @@ unsafe fn put<T>(out: *mut T, value: Option<T>) -> Status {
         None => NOT_SUPPORTED,
         Some(_) if out.is_null() => INVALID_ARGS,
         Some(v) => {
+            // SAFETY: not null (checked above), and the caller's, valid for writes.
             unsafe { out.write(v) };
             SUCCESS
         }
@@ -115,8 +116,10 @@ unsafe fn put_string(out: *mut c_char, len: usize, value: Option<&str>) -> Statu
     let bytes = value.as_bytes();
     let n = bytes.len().min(len - 1);
     for (i, b) in bytes[..n].iter().enumerate() {
+        // SAFETY: i < n < len: inside the caller's buffer of `len` bytes.
         unsafe { *out.add(i) = *b as c_char };
     }
+    // SAFETY: n <= len - 1: inside the caller's buffer of `len` bytes.
     unsafe { *out.add(n) = 0 };
     SUCCESS
 }
@@ -132,6 +135,7 @@ pub struct Version {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rsmi_version_get(out: *mut Version) -> Status {
     let [major, minor, patch] = scenario().version;
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; put refuses null.
     unsafe {
         put(
             out,
@@ -161,16 +165,19 @@ pub unsafe extern "C" fn rsmi_status_string(status: Status, out: *mut *const c_c
         8 => c"RSMI_STATUS_INIT_ERROR: simulated",
         _ => c"simulated ROCm SMI error",
     };
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, Some(text.as_ptr())) }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rsmi_num_monitor_devices(out: *mut u32) -> Status {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     unsafe { put(out, Some(scenario().devices.len() as u32)) }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rsmi_dev_name_get(dv: u32, out: *mut c_char, len: usize) -> Status {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(dv, "rsmi_dev_name_get", |d| unsafe {
         put_string(out, len, d.name.as_deref())
     })
@@ -178,6 +185,7 @@ pub unsafe extern "C" fn rsmi_dev_name_get(dv: u32, out: *mut c_char, len: usize
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rsmi_dev_serial_number_get(dv: u32, out: *mut c_char, len: u32) -> Status {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(dv, "rsmi_dev_serial_number_get", |d| unsafe {
         put_string(out, len as usize, d.serial.as_deref())
     })
@@ -185,6 +193,7 @@ pub unsafe extern "C" fn rsmi_dev_serial_number_get(dv: u32, out: *mut c_char, l
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rsmi_dev_unique_id_get(dv: u32, out: *mut u64) -> Status {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(dv, "rsmi_dev_unique_id_get", |d| unsafe { put(out, d.unique_id) })
 }
 
@@ -201,6 +210,7 @@ pub unsafe extern "C" fn rsmi_dev_pci_id_get(dv: u32, out: *mut u64) -> Status {
             [domain, bus, device, function] => domain << 32 | bus << 8 | device << 3 | function,
             _ => return INVALID_ARGS,
         };
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
         unsafe { put(out, Some(bdf)) }
     })
 }
@@ -223,17 +233,20 @@ pub unsafe extern "C" fn rsmi_dev_temp_metric_get(dv: u32, sensor: u32, metric: 
             7 => &d.emergency,
             _ => return NOT_SUPPORTED,
         };
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
         unsafe { put(out, table.get(sensor_name(sensor)).copied()) }
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rsmi_dev_power_ave_get(dv: u32, _sensor: u32, out: *mut u64) -> Status {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(dv, "rsmi_dev_power_ave_get", |d| unsafe { put(out, d.power_uw) })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rsmi_dev_power_cap_get(dv: u32, _sensor: u32, out: *mut u64) -> Status {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(dv, "rsmi_dev_power_cap_get", |d| unsafe { put(out, d.power_cap_uw) })
 }
 
@@ -249,6 +262,8 @@ pub unsafe extern "C" fn rsmi_dev_energy_count_get(
         let Some((c, r)) = d.energy else {
             return NOT_SUPPORTED;
         };
+        // SAFETY: the three pointers are the caller's, valid for writes or null as the C API
+        // allows; put refuses null.
         unsafe {
             put(counter, Some(c));
             put(resolution, Some(r));
@@ -259,12 +274,14 @@ pub unsafe extern "C" fn rsmi_dev_energy_count_get(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rsmi_dev_busy_percent_get(dv: u32, out: *mut u32) -> Status {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(dv, "rsmi_dev_busy_percent_get", |d| unsafe { put(out, d.busy_percent) })
 }
 
 #[cfg(not(feature = "old-rocm"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rsmi_dev_memory_busy_percent_get(dv: u32, out: *mut u32) -> Status {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(dv, "rsmi_dev_memory_busy_percent_get", |d| unsafe {
         put(out, d.memory_busy_percent)
     })
@@ -272,6 +289,7 @@ pub unsafe extern "C" fn rsmi_dev_memory_busy_percent_get(dv: u32, out: *mut u32
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rsmi_dev_memory_usage_get(dv: u32, kind: u32, out: *mut u64) -> Status {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(dv, "rsmi_dev_memory_usage_get", |d| unsafe {
         put(out, if kind == 0 { d.vram_used } else { None })
     })
@@ -279,6 +297,7 @@ pub unsafe extern "C" fn rsmi_dev_memory_usage_get(dv: u32, kind: u32, out: *mut
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rsmi_dev_memory_total_get(dv: u32, kind: u32, out: *mut u64) -> Status {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(dv, "rsmi_dev_memory_total_get", |d| unsafe {
         put(out, if kind == 0 { d.vram_total } else { None })
     })
@@ -286,6 +305,7 @@ pub unsafe extern "C" fn rsmi_dev_memory_total_get(dv: u32, kind: u32, out: *mut
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rsmi_dev_pci_replay_counter_get(dv: u32, out: *mut u64) -> Status {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
     device_call(dv, "rsmi_dev_pci_replay_counter_get", |d| unsafe {
         put(out, d.pcie_replays)
     })
@@ -310,6 +330,7 @@ pub unsafe extern "C" fn rsmi_dev_ecc_count_get(dv: u32, block: u64, out: *mut E
             0x80 => "xgmi_wafl",
             _ => return INVALID_ARGS,
         };
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; put refuses null.
         unsafe {
             put(
                 out,
