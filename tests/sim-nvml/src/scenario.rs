@@ -338,3 +338,49 @@ pub struct Process {
     /// The MIG GPU instance it runs in.
     pub gpu_instance: Option<u32>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/testing.md's scenario reference: the YAML block under "## Scenario format".
+    fn documented_example() -> String {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/testing.md")).unwrap();
+        let section = &doc[doc.find("## Scenario format").unwrap()..];
+        let start = section.find("```yaml\n").unwrap() + "```yaml\n".len();
+        section[start..start + section[start..].find("```").unwrap()].to_string()
+    }
+
+    /// Every `pub name:` field of the scenario's structs, from this file's source: the keys a
+    /// scenario may have.
+    fn keys() -> Vec<String> {
+        let source = include_str!("scenario.rs");
+        let source = &source[..source.find("#[cfg(test)]").unwrap()];
+        source
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("pub ")?.split_once(':'))
+            .map(|(name, _)| name.trim().to_string())
+            .filter(|name| !name.contains(' ') && !name.contains('('))
+            .collect()
+    }
+
+    /// The scenario keys live in one place (this file); docs/testing.md's reference is held to
+    /// them both ways: its example parses (no key the library does not know) and names every key.
+    #[test]
+    fn docs_testing_md_documents_every_scenario_key_and_no_other() {
+        let example = documented_example();
+        let parsed: Result<Scenario, _> = serde_saphyr::from_str(&example);
+        assert!(
+            parsed.is_ok(),
+            "docs/testing.md's scenario example does not parse: {parsed:?}"
+        );
+        let missing: Vec<String> = keys()
+            .into_iter()
+            .filter(|key| !example.contains(&format!("{key}:")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "scenario keys docs/testing.md does not show: {missing:?}"
+        );
+    }
+}
