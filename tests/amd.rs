@@ -53,6 +53,14 @@ fn amd_and_nvidia_gpus_are_served_side_by_side_with_the_same_families() {
     assert_eq!(m.find("gpu_info", &[("vendor", "nvidia")]).len(), 8);
     let v = |name: &str, gpu: &str, extra: &[(&str, &str)]| m.value(name, &with(amd(gpu), extra));
 
+    // The fan: from hwmon's pwm1 of pwm1_max where the board has one, absent where not.
+    assert_eq!(m.value("gpu_fan_speed_ratio", &amd("3")), Some(0.4));
+    assert_eq!(
+        m.value("gpu_fan_speed_ratio", &amd("0")),
+        None,
+        "no pwm1: no fan series"
+    );
+
     // card0: an MI210, every reading from its files, gpu_metrics v1.3.
     let info = m.find("gpu_info", &amd("0"));
     let labels = &info[0].labels;

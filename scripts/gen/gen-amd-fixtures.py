@@ -133,13 +133,15 @@ def main():
         "max_link_speed": "32.0 GT/s PCIe\n", "max_link_width": "16\n",
         "gpu_metrics": v1_4_or_5(4, 58, 50, 480, 0, 0, 4000000, 16, 320, 0, 2050, 1300),
     })
-    # card3: an MI210 whose gpu_metrics has a revision gpuwarden does not read (v1.9).
+    # card3: an MI210 whose gpu_metrics has a revision gpuwarden does not read (v1.9), on a
+    # board with a fan controller in hwmon (pwm1 of pwm1_max: 40 %); the other cards have none.
     table = bytearray(v1_3(40, 44, 42, 0, 0, 90, 10, 800, 1600, 16, 160, (40, 40, 40, 40), 0))
     table[3] = 9
     card(3, "amdgpu", "0000:2a:00.0", "1002:740F", {
         "hwmon/hwmon5/name": "amdgpu\n",
         "hwmon/hwmon5/temp1_label": "edge\n", "hwmon/hwmon5/temp1_input": "40000\n",
         "hwmon/hwmon5/power1_average": "90000000\n",
+        "hwmon/hwmon5/pwm1": "102\n", "hwmon/hwmon5/pwm1_max": "255\n",
         "gpu_busy_percent": "0\n",
         "gpu_metrics": bytes(table),
     })

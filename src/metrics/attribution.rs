@@ -41,7 +41,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_process_sm_utilization_ratio",
         kind: Kind::Gauge,
         unit: "ratio",
-        help: "Fraction of the last poll interval in which a compute process's kernels ran on the SMs, per process (NVML's per-process samples; the driver lists only processes that did something, so the others read 0); same processes and labels as gpu_process_memory_used_bytes.",
+        help: "Fraction of the last poll.slow_interval (10 s) in which a compute process's kernels ran on the SMs, per process (NVML's per-process samples; the driver lists only processes that did something, so the others read 0); same processes and labels as gpu_process_memory_used_bytes.",
         labels: &["pid", "process", "container_id"],
         read: Read::Readings(|r, s| {
             for p in r.processes.iter().flatten().filter(|p| p.listed) {
@@ -53,7 +53,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_process_memory_utilization_ratio",
         kind: Kind::Gauge,
         unit: "ratio",
-        help: "Fraction of the last poll interval in which a compute process read or wrote device memory, per process; as gpu_process_sm_utilization_ratio.",
+        help: "Fraction of the last poll.slow_interval (10 s) in which a compute process read or wrote device memory, per process; as gpu_process_sm_utilization_ratio.",
         labels: &["pid", "process", "container_id"],
         read: Read::Readings(|r, s| {
             for p in r.processes.iter().flatten().filter(|p| p.listed) {

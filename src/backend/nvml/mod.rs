@@ -180,8 +180,9 @@ pub struct NvmlDevicePoller {
     mig_devices: Vec<crate::model::mig::MigDevice>,
     mig_activity: std::collections::BTreeMap<u32, crate::model::activity::Activity>,
     live: crate::settings::LiveSwitches,
-    /// Per-process utilisation from the last slow read, by pid: (SM, memory). `None` when
-    /// not read (per-process series off, or the driver does not sample processes).
+    /// Per-process utilisation from the last slow read, by pid: (SM, memory), for each
+    /// process running at that read (one the driver left out was idle: 0). `None` when not
+    /// read (per-process series off, or the driver does not sample processes).
     process_samples: Option<std::collections::BTreeMap<u32, (f64, f64)>>,
     /// Wall time of the last sample read in microseconds: samples are asked for from then on.
     last_sample_micros: Option<u64>,
@@ -491,9 +492,9 @@ impl NvmlDevicePoller {
             Some(mode) if mode.enabled => mig::devices(&self.device, calls),
             _ => Vec::new(),
         };
-        let busy = r.processes.as_ref().is_some_and(|p| !p.is_empty());
-        self.process_samples = (self.live.process_utilization() && busy)
-            .then(|| self.read_process_samples(calls))
+        let running: Vec<u32> = r.processes.iter().flatten().map(|p| p.pid).collect();
+        self.process_samples = (self.live.process_utilization() && !running.is_empty())
+            .then(|| self.read_process_samples(calls, &running))
             .flatten();
         self.last_sample_micros = Some(now_micros());
         self.read_and_keep_persistence(calls, &mut r.persistence_mode)
@@ -503,7 +504,11 @@ impl NvmlDevicePoller {
     /// 1.7 ms per call on an H200, so once per slow interval, which also makes the mean one
     /// over that interval. The driver lists only processes with a non-zero sample in the
     /// window, so a process it leaves out was idle.
-    fn read_process_samples(&self, calls: &mut CallErrors) -> Option<std::collections::BTreeMap<u32, (f64, f64)>> {
+    fn read_process_samples(
+        &self,
+        calls: &mut CallErrors,
+        running: &[u32],
+    ) -> Option<std::collections::BTreeMap<u32, (f64, f64)>> {
         let since = self.last_sample_micros;
         let samples = calls.read("nvmlDeviceGetProcessUtilization", || {
             match self.device.process_utilization_stats(since) {
@@ -521,8 +526,12 @@ impl NvmlDevicePoller {
         }
         let mean = |sum: f64, n: u32| (sum / n as f64 / 100.0).clamp(0.0, 1.0);
         Some(
-            sums.into_iter()
-                .map(|(pid, (sm, mem, n))| (pid, (mean(sm, n), mean(mem, n))))
+            running
+                .iter()
+                .map(|pid| match sums.get(pid) {
+                    Some((sm, mem, n)) => (*pid, (mean(*sm, *n), mean(*mem, *n))),
+                    None => (*pid, (0.0, 0.0)),
+                })
                 .collect(),
         )
     }
@@ -535,10 +544,12 @@ impl NvmlDevicePoller {
         if !self.live.process_utilization() {
             return;
         }
+        // A process that started after the last read has no value until the next one.
         for p in processes {
-            let (sm, memory) = samples.get(&p.pid).copied().unwrap_or((0.0, 0.0));
-            p.sm_utilization_ratio = Some(sm);
-            p.memory_utilization_ratio = Some(memory);
+            if let Some((sm, memory)) = samples.get(&p.pid) {
+                p.sm_utilization_ratio = Some(*sm);
+                p.memory_utilization_ratio = Some(*memory);
+            }
         }
     }
 
