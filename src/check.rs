@@ -50,7 +50,7 @@ pub fn poll_once(config: Config) -> Arc<Snapshot> {
             }
         }
     }
-    let settings = Arc::new(SharedSettings::new(Settings::from_config_without_web(config)));
+    let settings = Arc::new(SharedSettings::new(Settings::serving_nothing(config)));
     let sources = Sources::new(xids);
     let publisher = Arc::new(Publisher::new(store.clone(), sources.clone(), settings.clone()));
     let mut coordinator = Coordinator::new(settings.clone(), publisher.clone(), None);

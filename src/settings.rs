@@ -109,29 +109,27 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The one way to turn a config into running settings. Fails when the web config named
-    /// by `web.config_file` does not load: serving with weaker security than configured is
-    /// not an option, at start or on reload.
+    /// The daemon's settings: [`Settings::serving_nothing`] plus the TLS and auth of
+    /// `web.config_file`. Fails when that web config does not load: serving with weaker
+    /// security than configured is not an option, at start or on reload.
     pub fn build(config: Config) -> Result<Settings, String> {
         let web = load_web_security(&config)?;
         Ok(Settings {
-            backends: BackendSettings::from_config(&config),
-            stale_after: config.poll.interval.saturating_mul(3).max(MIN_STALE_AFTER),
-            probe_child: ChildSettings::from_config(&config),
             web,
-            sys_root: config.amd.sysfs_root.clone(),
-            families: crate::metrics::Selection::from_config(&config),
-            config,
+            ..Settings::serving_nothing(config)
         })
     }
 
-    /// Settings for code that runs without a config file of its own (tests, `check`).
-    pub fn from_config_without_web(config: Config) -> Settings {
+    /// Settings for what serves nothing over the network (`check`, tests): everything but TLS
+    /// and auth, which stay off.
+    pub fn serving_nothing(config: Config) -> Settings {
         Settings {
             backends: BackendSettings::from_config(&config),
             stale_after: config.poll.interval.saturating_mul(3).max(MIN_STALE_AFTER),
             probe_child: ChildSettings::from_config(&config),
             web: WebSecurity::none(),
+            // The PCI census reads the same /sys as the amdgpu backend (`amd.sysfs_root`: `/`
+            // on a host, a fixture tree in tests).
             sys_root: config.amd.sysfs_root.clone(),
             families: crate::metrics::Selection::from_config(&config),
             config,
@@ -191,7 +189,7 @@ mod tests {
             let mut config = Config::default();
             config.poll.interval = interval;
             assert_eq!(
-                Settings::from_config_without_web(config).stale_after,
+                Settings::serving_nothing(config).stale_after,
                 stale_after,
                 "{interval:?}"
             );
