@@ -185,16 +185,18 @@ fn reload_kernel_log(
 }
 
 /// Publishes what the side inputs brought between poll rounds, so an XID or a probe result
-/// shows on /metrics within a fraction of a second whatever `poll.interval` is.
-fn spawn_refresher(publisher: Arc<Publisher>, stop: Stop) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("publish-events".into())
-        .spawn(move || {
-            while !stop.sleep(REFRESH_EVERY) {
-                publisher.refresh_if_changed();
+/// shows on /metrics within a fraction of a second whatever `poll.interval` is. A task: a
+/// look is a few atomic loads, and putting a snapshot together takes microseconds.
+fn spawn_refresher(publisher: Arc<Publisher>, stop: Stop) {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(REFRESH_EVERY) => {}
+                _ = stop.stopped() => break,
             }
-        })?;
-    Ok(())
+            publisher.refresh_if_changed();
+        }
+    });
 }
 
 async fn start_poll_loop(coordinator: Coordinator, stop: Stop) -> Result<PollLoop, String> {
@@ -272,9 +274,7 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Strin
         settings.clone(),
         kubelet_stop,
     ));
-    if let Err(e) = sources.spawn_periodic(&settings, &store, &stop) {
-        log::error!("cannot start a side-input thread; jobs, the PCI census or AMD processes are missing: {e}");
-    }
+    sources.spawn_periodic(&settings, &store, &stop);
     let publisher = Arc::new(Publisher::new(store.clone(), sources, settings.clone()));
     let events = XidEvents {
         store: xids.clone(),
@@ -282,9 +282,7 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Strin
     };
     let coordinator = Coordinator::new(settings.clone(), publisher.clone(), Some(events));
     let poll_loop = start_poll_loop(coordinator, shutdown.handle("poll-coordinator")).await?;
-    if let Err(e) = spawn_refresher(publisher, shutdown.handle("publish-events")) {
-        log::error!("cannot start the XID publisher; XIDs show at the next poll round: {e}");
-    }
+    spawn_refresher(publisher, shutdown.handle("publish-events"));
     Ok(Running {
         settings,
         store,

@@ -693,8 +693,9 @@ fn a_driver_reload_while_running_reinitialises_nvml_and_keeps_the_counts() {
     });
 }
 
-/// Costly, slowly changing readings (energy, ECC, remaps, replays, clock-event time) are read
-/// every `poll.slow_interval`; temperatures and the rest every `poll.interval`.
+/// Costly, slowly changing readings (energy, ECC, remaps, replays, clock-event time, PCIe
+/// width, processes) are read every `poll.slow_interval`; temperatures and the rest every
+/// `poll.interval`.
 #[test]
 fn slow_readings_follow_the_slow_interval_and_fast_ones_every_poll() {
     let config = test_config(&sim_library(), "").replace("slow_interval: 200ms", "slow_interval: 3s");

@@ -5,16 +5,16 @@
 //! | --- | --- | --- |
 //! | kernel log | `xid::kmsg`, thread `xid-kernel-log` | counts in the [`XidStore`] |
 //! | NVML events | `backend::nvml::events`, thread `xid-nvml-events` | counts in the [`XidStore`] |
-//! | job mapping | [`jobs::JobFiles`], thread `source-jobs`, every 5 s | job ids per mapping file |
+//! | job mapping | [`jobs::JobFiles`], task `source-jobs`, every 5 s | job ids per mapping file |
 //! | pods | `attribution::kubelet::follow`, a task | the kubelet's device assignments |
-//! | DRM clients | [`processes::DrmClients`], thread `source-drm-clients`, every 10 s while AMD GPUs exist | processes per PCI address |
-//! | PCI census | [`pci::PciCensus`], thread `source-pci`, every 30 s | GPUs on the bus |
+//! | DRM clients | [`processes::DrmClients`], task `source-drm-clients`, every 10 s while AMD GPUs exist | processes per PCI address |
+//! | PCI census | [`pci::PciCensus`], task `source-pci`, every 30 s | GPUs on the bus |
 //! | probe results | `probe::schedule`, thread `probe-scheduler` | the latest report per GPU |
 //!
 //! Nothing else reads the outside world between rounds: the publisher only takes an `Arc` of
 //! each value ([`Sources::read`]) and puts the snapshot together from them without I/O, so a
 //! slow or hostile input (a FIFO in the job directory, a /proc walk over 100,000 processes)
-//! stalls its own thread and nothing else. Each source's version moves when its value
+//! stalls its own source and nothing else. Each source's version moves when its value
 //! changes; the refresher publishes a new snapshot when any did ([`Sources::versions`]).
 //!
 //! The periodic ones share one shape, [`Periodic`]: a period from the settings in force (none:
@@ -42,7 +42,7 @@ const LOOK_AGAIN: Duration = Duration::from_secs(1);
 /// A side input read every so often on a thread of its own.
 pub trait Periodic: Send + 'static {
     type Value: Default + PartialEq + Send + Sync + 'static;
-    /// The thread's name.
+    /// Its name, for the log and the stop signal.
     const NAME: &'static str;
     /// How often to read with these settings; `None`: off.
     fn every(&self, settings: &Settings) -> Option<Duration>;
@@ -51,19 +51,19 @@ pub trait Periodic: Send + 'static {
     fn read(&mut self, settings: &Settings) -> Self::Value;
 }
 
-/// Runs `source` on a thread of its own until `stop`, keeping its value in `out`.
-pub fn spawn<P: Periodic>(
-    mut source: P,
-    out: Arc<Versioned<P::Value>>,
-    settings: Arc<SharedSettings>,
-    stop: Stop,
-) -> std::io::Result<()> {
-    std::thread::Builder::new().name(P::NAME.into()).spawn(move || {
+/// Runs `source` as a task until `stop`, keeping its value in `out`. Each read runs on the
+/// runtime's blocking pool (a walk of a large /proc never holds up a scrape), one at a time:
+/// a read that hangs (a stale network mount) stalls this source alone and piles nothing up.
+/// Tasks rather than threads of their own: the pool's one thread serves every source, which
+/// keeps the daemon's memory down (a thread costs its stack and a malloc arena).
+pub fn spawn<P: Periodic + Sync>(source: P, out: Arc<Versioned<P::Value>>, settings: Arc<SharedSettings>, stop: Stop) {
+    tokio::spawn(async move {
+        let mut source = Some(source);
         let mut every = Every::new(LOOK_AGAIN);
         let mut read_with: Option<Arc<Settings>> = None;
-        loop {
+        while let Some(mut running) = source.take() {
             let current = settings.current();
-            let wait = match source.every(&current) {
+            let wait = match running.every(&current) {
                 None => {
                     out.set_if_changed(P::Value::default());
                     read_with = None;
@@ -76,18 +76,29 @@ pub fn spawn<P: Periodic>(
                         every.reset();
                     }
                     if every.take(Instant::now()) {
-                        out.set_if_changed(source.read(&current));
+                        let with = current.clone();
+                        let read = tokio::task::spawn_blocking(move || {
+                            let value = running.read(&with);
+                            (running, value)
+                        });
+                        let Ok((back, value)) = read.await else {
+                            log::error!("the {} source failed and stopped", P::NAME);
+                            return;
+                        };
+                        running = back;
+                        out.set_if_changed(value);
                         read_with = Some(current);
                     }
                     every.until_due(Instant::now()).min(LOOK_AGAIN)
                 }
             };
-            if stop.sleep(wait) {
-                break;
+            source = Some(running);
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.stopped() => break,
             }
         }
-    })?;
-    Ok(())
+    });
 }
 
 /// Reads a periodic source once, here and now: for `gpuwarden check`, which has no threads.
@@ -176,31 +187,29 @@ impl Sources {
         }
     }
 
-    /// Starts the periodic sources' threads (the others are started by their owners).
-    pub fn spawn_periodic(
-        &self,
-        settings: &Arc<SharedSettings>,
-        store: &Arc<crate::store::Store>,
-        stop: &Stop,
-    ) -> std::io::Result<()> {
+    /// Starts the periodic sources' tasks (the others are started by their owners); inside
+    /// the runtime.
+    pub fn spawn_periodic(&self, settings: &Arc<SharedSettings>, store: &Arc<crate::store::Store>, stop: &Stop) {
+        let handle = |name| stop.handle(name);
         spawn(
             jobs::JobFiles::default(),
             self.jobs.clone(),
             settings.clone(),
-            stop.handle(jobs::JobFiles::NAME),
-        )?;
+            handle(jobs::JobFiles::NAME),
+        );
         spawn(
             pci::PciCensus,
             self.pci.clone(),
             settings.clone(),
-            stop.handle(pci::PciCensus::NAME),
-        )?;
+            handle(pci::PciCensus::NAME),
+        );
+        let drm = processes::DrmClients::new(store.clone());
         spawn(
-            processes::DrmClients::new(store.clone()),
+            drm,
             self.drm_clients.clone(),
             settings.clone(),
-            stop.handle(processes::DrmClients::NAME),
-        )
+            handle(processes::DrmClients::NAME),
+        );
     }
 
     /// Reads the periodic sources once, here and now (`gpuwarden check`).

@@ -140,10 +140,10 @@ struct StaticReadings {
 
 /// The tiers of one GPU's readings, by what they cost the driver (docs/performance.md has
 /// the per-call costs measured on an H200): every poll (temperatures, power, clocks,
-/// utilisation, memory, PCIe link, processes: about 1 us each); every `poll.slow_interval`,
-/// 10 s (energy 4.1 ms, ECC 0.17 ms, the replay counter 0.15 ms, the remap and clock-event
-/// counter fields 0.16 ms, persistence mode 0.1 ms, MIG devices, and per-process utilisation
-/// samples, 1.7 ms); every `poll.gpm_interval`, 30 s (GPM activity); every
+/// utilisation, memory, PCIe generation: 1 to 50 us each); every `poll.slow_interval`, 10 s
+/// (energy 2.6-4.1 ms, ECC 0.17 ms, the replay counter 0.15 ms, the remap and clock-event
+/// counter fields 0.16 ms, persistence mode 0.1 ms, MIG devices, the compute processes
+/// 0.09 ms, the PCIe link width 0.08 ms, and per-process utilisation samples, 1.7 ms); every `poll.gpm_interval`, 30 s (GPM activity); every
 /// `poll.topology_interval`, 2 min (NVLink states and counters, 15-40 ms for 18 links; fabric
 /// registration and MIG mode, 0.2-0.6 ms each). A tier writes its own fields of the readings
 /// in place; between its reads they carry over from the last poll (at most one interval old;
@@ -351,12 +351,8 @@ impl NvmlDevicePoller {
         r.pcie.generation = calls.read("nvmlDeviceGetCurrPcieLinkGeneration", || {
             self.device.current_pcie_link_gen()
         });
-        r.pcie.width = calls.read("nvmlDeviceGetCurrPcieLinkWidth", || {
-            self.device.current_pcie_link_width()
-        });
         r.pcie.generation_max = statics.pcie_generation_max;
         r.pcie.width_max = statics.pcie_width_max;
-        r.processes = self.read_processes(calls);
         r.performance_state = calls
             .read("nvmlDeviceGetPerformanceState", || self.device.performance_state())
             .map(|p| p.as_c());
@@ -478,6 +474,13 @@ impl NvmlDevicePoller {
 
     /// The slow tier; returns what happened to persistence mode, when it was off.
     fn read_slow(&mut self, r: &mut DeviceReadings, calls: &mut CallErrors) -> Option<PersistenceOutcome> {
+        // 0.08 ms per call on an H200 under load, against 3 us for the generation: a link
+        // that trains narrower stays so until a reset, so ten seconds to see it is enough.
+        r.pcie.width = calls.read("nvmlDeviceGetCurrPcieLinkWidth", || {
+            self.device.current_pcie_link_width()
+        });
+        // 0.09 ms per call with a process running.
+        r.processes = self.read_processes(calls);
         self.read_field_values(calls, r);
         self.read_ecc(calls, r);
         r.energy_joules = calls
