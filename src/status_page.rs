@@ -179,7 +179,7 @@ fn device_row(out: &mut String, snapshot: &Snapshot, d: &crate::model::DeviceSna
         out.push_str("</ul>");
     }
     out.push_str("</td>");
-    let r = d.readings.as_ref().filter(|_| d.up);
+    let r = d.answered();
     temperature_and_power_cells(out, r);
     out.push_str(&activity_cell(r));
     out.push_str(&links_cell(r));

@@ -16,7 +16,7 @@ use std::time::SystemTime;
 /// Everything about one GPU that a person should act on: the rules' findings, in the
 /// rules' order.
 pub fn findings(seen: &Seen) -> Vec<Finding> {
-    let readings = seen.device.readings.as_ref().filter(|_| seen.device.up);
+    let readings = seen.device.answered();
     let mut out = Vec::new();
     for rule in RULES {
         let hit = match (&rule.check, readings) {

@@ -123,8 +123,7 @@ fn gpu_lost(seen: &Seen) -> Option<Hit> {
 }
 
 fn not_responding(seen: &Seen) -> Option<Hit> {
-    let answered = seen.device.up && seen.device.readings.is_some();
-    (!answered).then(|| {
+    seen.device.answered().is_none().then(|| {
         "the GPU did not answer within poll.timeout: the driver may be hung; check dmesg for Xid errors"
             .to_string()
             .into()

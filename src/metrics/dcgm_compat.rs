@@ -36,8 +36,8 @@ fn answering(snapshot: &Snapshot) -> impl Iterator<Item = (&DeviceSnapshot, &Dev
     snapshot
         .devices
         .iter()
-        .filter(|d| d.identity.vendor == Vendor::Nvidia && d.up)
-        .filter_map(|d| Some((d, d.readings.as_ref()?)))
+        .filter(|d| d.identity.vendor == Vendor::Nvidia)
+        .filter_map(|d| Some((d, d.answered()?)))
 }
 
 /// A sample with dcgm-exporter's labels: the GPU's, the GPU instance's where `instance` is

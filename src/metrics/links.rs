@@ -8,9 +8,8 @@ use crate::model::links::{FABRIC_STATES, NvLink};
 
 /// The links of a GPU whose last poll answered.
 fn links_of(d: &DeviceSnapshot) -> impl Iterator<Item = &NvLink> {
-    d.readings
-        .iter()
-        .filter(|_| d.up)
+    d.answered()
+        .into_iter()
         .flat_map(|r| r.nvlinks.iter())
         .flat_map(|n| n.links.iter())
 }

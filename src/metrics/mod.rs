@@ -242,7 +242,7 @@ impl Collector for SnapshotCollector {
         // Device by device, each GPU's data is read while it is in the cache.
         for d in &snapshot.devices {
             let base = device_labels(d);
-            let readings = d.readings.as_ref().filter(|_| d.up);
+            let readings = d.answered();
             for (family, out) in families.iter().zip(samples.iter_mut()) {
                 let names = family.labels;
                 match family.read {

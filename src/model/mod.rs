@@ -281,6 +281,14 @@ pub struct DeviceSnapshot {
     pub health: health::DeviceHealth,
 }
 
+impl DeviceSnapshot {
+    /// The readings of a GPU that answered its latest poll; `None` for one that did not (the
+    /// one place that says readings count only with `up`).
+    pub fn answered(&self) -> Option<&DeviceReadings> {
+        self.readings.as_ref().filter(|_| self.up)
+    }
+}
+
 /// A time as Unix seconds in JSON.
 pub fn serialize_system_time<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(unix_seconds(*t))
