@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 
-/// How often the publisher looks for XIDs and probe results that came in between rounds.
+/// The shortest gap between two publishes of news from between rounds (XIDs, probe results).
 const REFRESH_EVERY: Duration = Duration::from_millis(200);
 
 /// How long scrapes in flight may take to finish once we are told to stop.
@@ -185,16 +185,22 @@ fn reload_kernel_log(
 }
 
 /// Publishes what the side inputs brought between poll rounds, so an XID or a probe result
-/// shows on /metrics within a fraction of a second whatever `poll.interval` is. A task: a
-/// look is a few atomic loads, and putting a snapshot together takes microseconds.
+/// shows on /metrics within a fraction of a second whatever `poll.interval` is. It waits for
+/// a source to signal a change (no wake-ups while nothing happens), and publishes at most
+/// every [`REFRESH_EVERY`], whatever an XID storm does.
 fn spawn_refresher(publisher: Arc<Publisher>, stop: Stop) {
+    let changed = publisher.sources().changed.clone();
     tokio::spawn(async move {
         loop {
+            tokio::select! {
+                _ = changed.wait() => {}
+                _ = stop.stopped() => break,
+            }
+            publisher.refresh_if_changed();
             tokio::select! {
                 _ = tokio::time::sleep(REFRESH_EVERY) => {}
                 _ = stop.stopped() => break,
             }
-            publisher.refresh_if_changed();
         }
     });
 }

@@ -58,12 +58,32 @@ impl Default for Store {
     }
 }
 
+/// "Something changed": sources signal it, the refresher waits for it, so nothing polls for
+/// news while there is none. A signal given while nobody waits is kept for the next wait.
+#[derive(Default)]
+pub struct Changed {
+    notify: tokio::sync::Notify,
+}
+
+impl Changed {
+    pub fn signal(&self) {
+        self.notify.notify_one();
+    }
+
+    /// Resolves at the next signal, or at once for one given since the last wait.
+    pub async fn wait(&self) {
+        self.notify.notified().await;
+    }
+}
+
 /// A value that a source replaces whole, with a counter that moves on every change: readers
 /// take an `Arc` of it without waiting on the writer, and compare counters to learn that it
 /// changed without comparing values.
 pub struct Versioned<T> {
     current: RwLock<Arc<T>>,
     version: std::sync::atomic::AtomicU64,
+    /// Signalled on every change, once set.
+    changed: std::sync::OnceLock<Arc<Changed>>,
 }
 
 impl<T: Default> Default for Versioned<T> {
@@ -71,11 +91,24 @@ impl<T: Default> Default for Versioned<T> {
         Versioned {
             current: RwLock::new(Arc::new(T::default())),
             version: std::sync::atomic::AtomicU64::new(0),
+            changed: std::sync::OnceLock::new(),
         }
     }
 }
 
 impl<T> Versioned<T> {
+    /// Signal `changed` at every change from now on (once; later calls are ignored).
+    pub fn signal_to(&self, changed: Arc<Changed>) {
+        let _ = self.changed.set(changed);
+    }
+
+    fn moved_on(&self) {
+        self.version.fetch_add(1, std::sync::atomic::Ordering::Release);
+        if let Some(changed) = self.changed.get() {
+            changed.signal();
+        }
+    }
+
     pub fn get(&self) -> Arc<T> {
         match self.current.read() {
             Ok(guard) => guard.clone(),
@@ -96,7 +129,7 @@ impl<T> Versioned<T> {
             Ok(mut guard) => *guard = value,
             Err(poisoned) => *poisoned.into_inner() = value,
         }
-        self.version.fetch_add(1, std::sync::atomic::Ordering::Release);
+        self.moved_on();
     }
 
     /// Replaces the value with what `change` makes of a copy of it.
@@ -112,7 +145,7 @@ impl<T> Versioned<T> {
         change(&mut next);
         *guard = Arc::new(next);
         drop(guard);
-        self.version.fetch_add(1, std::sync::atomic::Ordering::Release);
+        self.moved_on();
     }
 }
 
@@ -124,5 +157,29 @@ impl<T: PartialEq> Versioned<T> {
         }
         self.set(value);
         true
+    }
+}
+
+#[cfg(test)]
+mod versioned_tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_change_is_signalled_and_kept_for_a_waiter_that_comes_later() {
+        let changed = Arc::new(Changed::default());
+        let value: Versioned<u32> = Versioned::default();
+        value.signal_to(changed.clone());
+        assert!(!value.set_if_changed(0), "the same value is no change");
+        let before = value.version();
+        assert!(value.set_if_changed(7));
+        assert!(value.version() > before);
+        assert_eq!(*value.get(), 7);
+        // The signal was given before anyone waited: the wait returns at once.
+        tokio::time::timeout(Duration::from_secs(1), changed.wait())
+            .await
+            .expect("the change was signalled");
+        // And nothing more until the next change.
+        assert!(tokio::time::timeout(Duration::from_millis(50), changed.wait()).await.is_err());
     }
 }

@@ -117,6 +117,8 @@ pub struct Sources {
     pub jobs: Arc<Versioned<jobs::JobMap>>,
     pub pci: Arc<Versioned<Vec<PciGpu>>>,
     pub drm_clients: Arc<Versioned<processes::DrmScan>>,
+    /// Signalled by every source when its value changes.
+    pub changed: Arc<crate::store::Changed>,
 }
 
 /// Each source's version at one moment: equal versions, nothing new to publish.
@@ -148,14 +150,23 @@ pub struct Inputs {
 impl Sources {
     /// Empty sources around an XID store: what `check` and the tests start from.
     pub fn new(xids: Arc<XidStore>) -> Sources {
-        Sources {
+        let sources = Sources {
             xids,
             probes: Arc::default(),
             pods: Arc::default(),
             jobs: Arc::default(),
             pci: Arc::default(),
             drm_clients: Arc::default(),
-        }
+            changed: Arc::default(),
+        };
+        let changed = &sources.changed;
+        sources.xids.signal_to(changed.clone());
+        sources.probes.signal_to(changed.clone());
+        sources.pods.signal_to(changed.clone());
+        sources.jobs.signal_to(changed.clone());
+        sources.pci.signal_to(changed.clone());
+        sources.drm_clients.signal_to(changed.clone());
+        sources
     }
 
     pub fn versions(&self) -> Versions {

@@ -115,12 +115,27 @@ pub struct XidStore {
     /// Bumped whenever what [`XidStore::snapshot`] returns changes, so the publisher can put
     /// a new XID into the served snapshot at once instead of at the next poll round.
     changes: AtomicU64,
+    /// Signalled with every change, once set (the daemon's refresher waits for it).
+    changed: std::sync::OnceLock<std::sync::Arc<crate::store::Changed>>,
 }
 
 impl XidStore {
+    /// Signal `changed` at every change from now on (once).
+    pub fn signal_to(&self, changed: std::sync::Arc<crate::store::Changed>) {
+        let _ = self.changed.set(changed);
+    }
+
+    fn moved_on(&self) {
+        self.changes.fetch_add(1, Ordering::Relaxed);
+        if let Some(changed) = self.changed.get() {
+            changed.signal();
+        }
+    }
+
     pub fn new(dedup_window: Duration) -> XidStore {
         XidStore {
             changes: AtomicU64::new(0),
+            changed: std::sync::OnceLock::new(),
             inner: Mutex::new(Inner {
                 dedup_window,
                 counts: BTreeMap::new(),
@@ -165,7 +180,7 @@ impl XidStore {
                     MAX_KEYS
                 );
             }
-            self.changes.fetch_add(1, Ordering::Relaxed);
+            self.moved_on();
             return false;
         }
         let newest = inner.newest.map_or(event.at, |n| n.max(event.at));
@@ -199,20 +214,20 @@ impl XidStore {
         let entry = inner.counts.entry(key).or_insert((0, event.at));
         entry.0 += 1;
         entry.1 = entry.1.max(event.at);
-        self.changes.fetch_add(1, Ordering::Relaxed);
+        self.moved_on();
         true
     }
 
     pub fn set_source_up(&self, source: Source, up: bool) {
         if self.lock().sources.insert(source.label(), up) != Some(up) {
-            self.changes.fetch_add(1, Ordering::Relaxed);
+            self.moved_on();
         }
     }
 
     /// A source turned off by a reload: it is not read, so it has no state to show.
     pub fn forget_source(&self, source: Source) {
         if self.lock().sources.remove(source.label()).is_some() {
-            self.changes.fetch_add(1, Ordering::Relaxed);
+            self.moved_on();
         }
     }
 
