@@ -180,6 +180,10 @@ mod versioned_tests {
             .await
             .expect("the change was signalled");
         // And nothing more until the next change.
-        assert!(tokio::time::timeout(Duration::from_millis(50), changed.wait()).await.is_err());
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), changed.wait())
+                .await
+                .is_err()
+        );
     }
 }
