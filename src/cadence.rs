@@ -17,10 +17,6 @@ impl Every {
         Every { period, last: None }
     }
 
-    pub fn period(&self) -> Duration {
-        self.period
-    }
-
     /// A new period applies from the last run (a reload that shortens it makes it due sooner).
     pub fn set_period(&mut self, period: Duration) {
         self.period = period;
@@ -55,41 +51,6 @@ impl Every {
     }
 }
 
-/// A reading kept between reads of its tier: read when due, served from the last read in
-/// between. A failed read (`None`) is kept as such until the next one.
-#[derive(Debug, Clone)]
-pub struct Tier<T> {
-    every: Every,
-    value: Option<T>,
-}
-
-impl<T> Tier<T> {
-    pub const fn new(period: Duration) -> Tier<T> {
-        Tier {
-            every: Every::new(period),
-            value: None,
-        }
-    }
-
-    /// The reading, read anew with `read` when the tier is due.
-    pub fn get(&mut self, now: Instant, read: impl FnOnce() -> T) -> &T {
-        if self.every.take(now) {
-            return self.value.insert(read());
-        }
-        self.value.get_or_insert_with(read)
-    }
-
-    pub fn set_period(&mut self, period: Duration) {
-        self.every.set_period(period);
-    }
-
-    /// Read anew at the next `get` (after a reset of what it depends on).
-    pub fn forget(&mut self) {
-        self.every.reset();
-        self.value = None;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,21 +65,5 @@ mod tests {
         assert!(every.take(start + Duration::from_secs(10)));
         every.reset();
         assert!(every.is_due(start + Duration::from_secs(11)));
-    }
-
-    #[test]
-    fn a_tier_reads_once_per_period_and_serves_the_last_read_between() {
-        let start = Instant::now();
-        let mut tier = Tier::new(Duration::from_secs(10));
-        let mut reads = 0;
-        let mut read = |at| {
-            *tier.get(at, || {
-                reads += 1;
-                reads
-            })
-        };
-        assert_eq!(read(start), 1);
-        assert_eq!(read(start + Duration::from_secs(5)), 1);
-        assert_eq!(read(start + Duration::from_secs(10)), 2);
     }
 }

@@ -249,7 +249,7 @@ impl Publisher {
         let mut skips = Skips::new(Input::JobMapping);
         let generation = self.store.latest().generation + 1;
         let snapshot = assemble(&published.round, &inputs, &options, generation, &mut skips);
-        let jobs_version = self.sources.jobs.version();
+        let jobs_version = inputs.versions.jobs;
         if published.jobs_counted == Some(jobs_version) {
             // This job map's overflow is counted already.
             skips.forget();

@@ -155,11 +155,6 @@ impl Stop {
         }
     }
 
-    /// A handle that is not tied to a daemon: for a one-shot command and for tests.
-    pub fn never() -> Stop {
-        Stop::new(Arc::default(), Arc::default(), "standalone")
-    }
-
     /// Another handle to the same signal, for a thread or task this one starts.
     pub fn handle(&self, name: &'static str) -> Stop {
         Stop::new(self.signal.clone(), self.running.clone(), name)
@@ -216,10 +211,6 @@ impl Stop {
             return;
         }
         callbacks.push(Box::new(wake));
-    }
-
-    pub fn name(&self) -> &'static str {
-        self.name
     }
 }
 

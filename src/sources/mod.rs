@@ -56,7 +56,7 @@ pub trait Periodic: Send + 'static {
 /// a read that hangs (a stale network mount) stalls this source alone and piles nothing up.
 /// Tasks rather than threads of their own: the pool's one thread serves every source, which
 /// keeps the daemon's memory down (a thread costs its stack and a malloc arena).
-pub fn spawn<P: Periodic + Sync>(source: P, out: Arc<Versioned<P::Value>>, settings: Arc<SharedSettings>, stop: Stop) {
+pub fn spawn<P: Periodic>(source: P, out: Arc<Versioned<P::Value>>, settings: Arc<SharedSettings>, stop: Stop) {
     tokio::spawn(async move {
         let mut source = Some(source);
         let mut every = Every::new(LOOK_AGAIN);
@@ -127,7 +127,8 @@ pub struct Versions {
     xids: u64,
     probes: u64,
     pods: u64,
-    jobs: u64,
+    /// The job map's: the publisher counts a map's overflow once per version.
+    pub jobs: u64,
     pci: u64,
     drm_clients: u64,
 }
