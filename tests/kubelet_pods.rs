@@ -32,6 +32,18 @@ fn pods(m: &Metrics) -> Vec<(String, String, String, String)> {
     out
 }
 
+/// The demo's GPUs, with the daemon asking `kubelet` for pods every second.
+fn daemon_asking(kubelet: &FakeKubelet) -> Daemon {
+    let config = test_config(
+        &sim_library(),
+        &format!(
+            "kubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\n",
+            kubelet.socket.display()
+        ),
+    );
+    Daemon::start_with(DEMO_SCENARIO, &config)
+}
+
 fn owned(rows: &[(&str, &str, &str, &str)]) -> Vec<(String, String, String, String)> {
     rows.iter()
         .map(|(a, b, c, d)| (a.to_string(), b.to_string(), c.to_string(), d.to_string()))
@@ -60,14 +72,7 @@ fn a_fake_kubelet_gives_gpu_pod_info_and_its_faults_leave_no_stale_pods() {
         ]}}"#
     );
     let kubelet = FakeKubelet::start(dir.path(), &answer);
-    let config = test_config(
-        &sim_library(),
-        &format!(
-            "kubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\n",
-            kubelet.socket.display()
-        ),
-    );
-    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    let d = daemon_asking(&kubelet);
     let m = d.scrape_until("the pods", |m| m.find("gpu_pod_info", &[]).len() == 5);
     assert_eq!(
         pods(&m),
@@ -134,14 +139,7 @@ fn a_huge_or_odd_kubelet_answer_is_bounded_and_loses_no_pod() {
         ids.join(", ")
     );
     let kubelet = FakeKubelet::start(dir.path(), &huge);
-    let config = test_config(
-        &sim_library(),
-        &format!(
-            "kubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\n",
-            kubelet.socket.display()
-        ),
-    );
-    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    let d = daemon_asking(&kubelet);
     let m = d.scrape_until_within("the capped pods", std::time::Duration::from_secs(30), |m| {
         m.find("gpu_pod_info", &[]).len() == 8 * 64
     });
