@@ -6,37 +6,12 @@
 set -euo pipefail
 WINDOW=${WINDOW:-60}
 bin=$1
-work=$(mktemp -d)
-mkdir -p "$work/jobs"
-echo 48217 > "$work/jobs/0"
-cat > "$work/config.yaml" <<YAML
-listen: 127.0.0.1:9401
-compat:
-  dcgm_exporter: true
-nvlink:
-  per_link: true
-processes:
-  per_process: true
-hpc_jobs:
-  mapping_dir: $work/jobs
-YAML
-python3 -c '
-import torch, time
-a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-end = time.time() + 600
-while time.time() < end:
-    for _ in range(20):
-        a @ a
-    torch.cuda.synchronize()
-    time.sleep(0.05)
-' &
-load=$!
-trap 'kill $load 2>/dev/null; rm -rf "$work"' EXIT
-sleep 10
+PORT=9401
+source "$(dirname "$0")/all-features.sh"
 "$bin" run --config "$work/config.yaml" >"$work/log" 2>&1 &
 pid=$!
 sleep 15
-calls() { curl -s 127.0.0.1:9401/metrics | grep '^gpuwarden_vendor_call_seconds_total' ; }
+calls() { curl -s 127.0.0.1:$PORT/metrics | grep '^gpuwarden_vendor_call_seconds_total' ; }
 read -r -a s0 < "/proc/$pid/stat"; calls > "$work/c0"
 sleep "$WINDOW"
 read -r -a s1 < "/proc/$pid/stat"; calls > "$work/c1"

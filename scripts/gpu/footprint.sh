@@ -10,33 +10,8 @@
 set -euo pipefail
 WINDOW=${WINDOW:-90}
 WARMUP=${WARMUP:-20}
-work=$(mktemp -d)
-mkdir -p "$work/jobs"
-echo 48217 > "$work/jobs/0"
-cat > "$work/config.yaml" <<YAML
-listen: 127.0.0.1:9400
-compat:
-  dcgm_exporter: true
-nvlink:
-  per_link: true
-processes:
-  per_process: true
-hpc_jobs:
-  mapping_dir: $work/jobs
-YAML
-python3 - <<'PY' &
-import torch, time
-a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-end = time.time() + 3600
-while time.time() < end:
-    for _ in range(20):
-        a @ a
-    torch.cuda.synchronize()
-    time.sleep(0.05)
-PY
-load=$!
-trap 'kill $load 2>/dev/null; rm -rf "$work"' EXIT
-sleep 10
+PORT=9400
+source "$(dirname "$0")/all-features.sh"
 ticks=$(getconf CLK_TCK)
 for pass in 1 2; do
   for bin in "$@"; do
@@ -47,7 +22,7 @@ for pass in 1 2; do
     sleep "$WINDOW"
     read -r -a s1 < "/proc/$pid/stat"
     rss=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
-    scrape=$(curl -s 127.0.0.1:9400/metrics | grep -c '^[a-zA-Z]' || true)
+    scrape=$(curl -s 127.0.0.1:$PORT/metrics | grep -c '^[a-zA-Z]' || true)
     kill "$pid"; wait "$pid" || true
     cpu=$(( (s1[13] + s1[14]) - (s0[13] + s0[14]) ))
     awk -v b="$bin" -v p="$pass" -v c="$cpu" -v t="$ticks" -v w="$WINDOW" -v r="$rss" -v n="$scrape" \
