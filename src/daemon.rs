@@ -205,11 +205,24 @@ fn spawn_refresher(publisher: Arc<Publisher>, stop: Stop) {
     });
 }
 
-async fn start_poll_loop(coordinator: Coordinator, stop: Stop) -> Result<PollLoop, String> {
+/// Why the daemon could not start, or refused a reload (and kept what runs).
+#[derive(Debug, thiserror::Error)]
+enum DaemonError {
+    #[error("cannot start the poll thread: {0}")]
+    PollThread(std::io::Error),
+    #[error("the first poll round failed: {0}")]
+    FirstRound(tokio::task::JoinError),
+    #[error("SIGHUP: gpuwarden runs on built-in defaults (no config file): nothing to reload")]
+    NothingToReload,
+    #[error("reload refused, keeping the running config: {0}")]
+    ReloadRefused(crate::config::ConfigError),
+}
+
+async fn start_poll_loop(coordinator: Coordinator, stop: Stop) -> Result<PollLoop, DaemonError> {
     match tokio::task::spawn_blocking(move || PollLoop::start(coordinator, stop)).await {
         Ok(Ok(poll_loop)) => Ok(poll_loop),
-        Ok(Err(e)) => Err(format!("cannot start the poll thread: {e}")),
-        Err(e) => Err(format!("the first poll round failed: {e}")),
+        Ok(Err(e)) => Err(DaemonError::PollThread(e)),
+        Err(e) => Err(DaemonError::FirstRound(e)),
     }
 }
 
@@ -258,7 +271,7 @@ struct Running {
     stop: Stop,
 }
 
-async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, String> {
+async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, DaemonError> {
     let config = settings.config.clone();
     let settings = Arc::new(SharedSettings::new(settings));
     let store = Arc::new(Store::new());
@@ -416,13 +429,13 @@ async fn stop_everything(shutdown: Shutdown, mut server: tokio::task::JoinHandle
     log::info!("stopped");
 }
 
-/// Reads the config again for SIGHUP and builds the settings it asks for. Err carries the
-/// message to log; the caller keeps the running settings then.
-fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Result<Settings, String> {
+/// Reads the config again for SIGHUP and builds the settings it asks for. Err says why not;
+/// the caller logs it and keeps the running settings.
+fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Result<Settings, DaemonError> {
     let Some(path) = path else {
-        return Err("SIGHUP: gpuwarden runs on built-in defaults (no config file): nothing to reload".to_string());
+        return Err(DaemonError::NothingToReload);
     };
-    let mut new_config = Config::load(path).map_err(|e| format!("reload refused, keeping the running config: {e}"))?;
+    let mut new_config = Config::load(path).map_err(DaemonError::ReloadRefused)?;
     overrides.apply(&mut new_config, Some(path));
     if new_config.listen != running.listen {
         log::warn!(
@@ -434,5 +447,5 @@ fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Re
         );
         new_config.listen = running.listen;
     }
-    Settings::build(new_config).map_err(|e| format!("reload refused, keeping the running config: {e}"))
+    Settings::build(new_config).map_err(DaemonError::ReloadRefused)
 }

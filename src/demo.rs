@@ -4,7 +4,7 @@
 //! The simulated library (tests/sim-nvml) is built by `cargo build --workspace` next to the
 //! gpuwarden binary; the Debian package installs it under /usr/lib/gpuwarden.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Eight H200s with something to look at: clock events, one x8 link, ECC errors, a pending
 /// row remap, one GPU whose persistence mode is off.
@@ -54,22 +54,42 @@ impl Drop for Demo {
     }
 }
 
+/// Why the demo cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error(
+        "the demo needs the simulated NVML library ({LIBRARY_FILE}) next to the gpuwarden binary; \
+         build it with `cargo build --release --workspace` (looked in: {looked_in})"
+    )]
+    NoLibrary { looked_in: String },
+    #[error("cannot write {what} to {}: {source}", .path.display())]
+    Write {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn write_error(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> DemoError {
+    let path = path.to_path_buf();
+    move |source| DemoError::Write { what, path, source }
+}
+
 /// Writes the demo scenario and kernel log to temporary files and finds the simulated library.
 /// Must run before any thread starts: it sets the environment variable the library reads.
-pub fn prepare() -> Result<Demo, String> {
-    let library = library_candidates().into_iter().find(|p| p.exists()).ok_or_else(|| {
-        format!(
-            "the demo needs the simulated NVML library ({LIBRARY_FILE}) next to the gpuwarden binary; \
-             build it with `cargo build --release --workspace` (looked in: {})",
-            library_candidates()
+pub fn prepare() -> Result<Demo, DemoError> {
+    let library = library_candidates()
+        .into_iter()
+        .find(|p| p.exists())
+        .ok_or_else(|| DemoError::NoLibrary {
+            looked_in: library_candidates()
                 .iter()
                 .map(|p| p.display().to_string())
                 .collect::<Vec<_>>()
-                .join(", ")
-        )
-    })?;
+                .join(", "),
+        })?;
     let dir = std::env::temp_dir().join(format!("gpuwarden-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(write_error("the demo's directory", &dir))?;
     // From here on, dropping `demo` removes the directory, also when a write below fails.
     let demo = Demo {
         library,
@@ -78,16 +98,13 @@ pub fn prepare() -> Result<Demo, String> {
         dir: dir.clone(),
     };
     // GPUs 1 and 7 are the loaded ones; what a Slurm prolog (deploy/slurm/) would write.
-    std::fs::create_dir_all(&demo.jobs).map_err(|e| format!("cannot create {}: {e}", demo.jobs.display()))?;
+    std::fs::create_dir_all(&demo.jobs).map_err(write_error("the demo's job directory", &demo.jobs))?;
     for (gpu, job) in DEMO_JOBS {
-        std::fs::write(demo.jobs.join(gpu), format!("{job}\n"))
-            .map_err(|e| format!("cannot write the demo's jobs to {}: {e}", demo.jobs.display()))?;
+        std::fs::write(demo.jobs.join(gpu), format!("{job}\n")).map_err(write_error("the demo's jobs", &demo.jobs))?;
     }
     let scenario = dir.join("scenario.yaml");
-    std::fs::write(&scenario, SCENARIO)
-        .map_err(|e| format!("cannot write the demo scenario to {}: {e}", scenario.display()))?;
-    std::fs::write(&demo.kernel_log, KERNEL_LOG)
-        .map_err(|e| format!("cannot write the demo kernel log to {}: {e}", demo.kernel_log.display()))?;
+    std::fs::write(&scenario, SCENARIO).map_err(write_error("the demo scenario", &scenario))?;
+    std::fs::write(&demo.kernel_log, KERNEL_LOG).map_err(write_error("the demo kernel log", &demo.kernel_log))?;
     // SAFETY: called from main before the runtime or any other thread exists.
     unsafe { std::env::set_var("GPUWARDEN_SIM_NVML_SCENARIO", &scenario) };
     Ok(demo)

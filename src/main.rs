@@ -218,7 +218,7 @@ fn probe(
     let cfg = if settings_from_stdin {
         let settings = probe::schedule::settings_from_stdin().map_err(|e| {
             eprintln!("gpuwarden probe: {e}");
-            2
+            e.exit_code()
         })?;
         Config {
             nvml: settings.nvml,

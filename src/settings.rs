@@ -112,7 +112,7 @@ impl Settings {
     /// The daemon's settings: [`Settings::serving_nothing`] plus the TLS and auth of
     /// `web.config_file`. Fails when that web config does not load: serving with weaker
     /// security than configured is not an option, at start or on reload.
-    pub fn build(config: Config) -> Result<Settings, String> {
+    pub fn build(config: Config) -> Result<Settings, crate::config::ConfigError> {
         let web = load_web_security(&config)?;
         Ok(Settings {
             web,
@@ -138,11 +138,11 @@ impl Settings {
 }
 
 /// The web config named by `web.config_file`: TLS and basic auth, or none.
-fn load_web_security(config: &Config) -> Result<WebSecurity, String> {
+fn load_web_security(config: &Config) -> Result<WebSecurity, crate::config::ConfigError> {
     if config.web.config_file.as_os_str().is_empty() {
         return Ok(WebSecurity::none());
     }
-    let security = WebSecurity::load(&config.web.config_file).map_err(|e| e.to_string())?;
+    let security = WebSecurity::load(&config.web.config_file)?;
     log::info!(
         "web config {}: {}{}",
         config.web.config_file.display(),

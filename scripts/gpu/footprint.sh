@@ -7,13 +7,14 @@
 #
 #   scripts/gpu/footprint.sh BINARY...        (as root, on the GPU machine)
 #   WINDOW=90 WARMUP=20 scripts/gpu/footprint.sh before/gpuwarden after/gpuwarden
+#   PASSES=1 ... (one pass: for a run that must fit a time limit)
 set -euo pipefail
 WINDOW=${WINDOW:-90}
 WARMUP=${WARMUP:-20}
 PORT=9400
 source "$(dirname "$0")/all-features.sh"
 ticks=$(getconf CLK_TCK)
-for pass in 1 2; do
+for pass in $(seq "${PASSES:-2}"); do
   for bin in "$@"; do
     "$bin" run --config "$work/config.yaml" >"$work/log" 2>&1 &
     pid=$!

@@ -26,9 +26,16 @@ pub const SCAN_EVERY: Duration = Duration::from_secs(10);
 /// that GPU. `Err` when some process's file descriptors could not be looked at (another
 /// user's, without CAP_SYS_PTRACE) or /proc cannot be read: the list would be short, and a
 /// short list is not shown (no made-up counts).
-pub fn scan(proc_root: &Path, skips: &mut input::Skips) -> Result<BTreeMap<String, Vec<GpuProcess>>, String> {
+pub fn scan(
+    proc_root: &Path,
+    skips: &mut input::Skips,
+) -> Result<BTreeMap<String, Vec<GpuProcess>>, super::AttributionError> {
     let mut by_gpu: BTreeMap<String, BTreeMap<u32, (Vec<String>, u64)>> = BTreeMap::new();
-    let entries = std::fs::read_dir(proc_root).map_err(|e| format!("cannot read {}: {e}", proc_root.display()))?;
+    let entries = std::fs::read_dir(proc_root).map_err(|source| super::AttributionError::Read {
+        what: "processes.proc_root",
+        path: proc_root.to_path_buf(),
+        source,
+    })?;
     for entry in entries.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
@@ -37,7 +44,7 @@ pub fn scan(proc_root: &Path, skips: &mut input::Skips) -> Result<BTreeMap<Strin
         let fds = match std::fs::read_dir(&fd_dir) {
             Ok(fds) => fds,
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                return Err(format!("cannot look at {}'s file descriptors: {e}", fd_dir.display()));
+                return Err(super::AttributionError::FileDescriptors { fd_dir, source: e });
             }
             // The process ended, or is a kernel thread.
             Err(_) => continue,

@@ -10,6 +10,7 @@
 //! every file, line and id is bounded. A job id is at most [`MAX_JOB_ID`] bytes of printable
 //! text and a GPU carries at most [`MAX_JOBS_PER_GPU`] of them.
 
+use super::AttributionError;
 use crate::input::{self, Input, Links, Reason, Skips};
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -56,15 +57,15 @@ impl GpuKey {
 /// job running since boot, with a prolog that creates it) is no jobs; one that cannot be
 /// read, or that others may write, is an error that says what to fix. What was skipped on
 /// the way goes into `skips`.
-pub fn read(dir: &Path, skips: &mut Skips) -> Result<BTreeMap<GpuKey, Vec<String>>, String> {
+pub fn read(dir: &Path, skips: &mut Skips) -> Result<BTreeMap<GpuKey, Vec<String>>, AttributionError> {
     let meta = match std::fs::metadata(dir) {
         Ok(meta) => meta,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(e) => return Err(format!("cannot read hpc_jobs.mapping_dir {}: {e}", dir.display())),
+        Err(source) => return Err(read_error(dir, source)),
     };
     check_ownership(dir, &meta)?;
     let files = input::list_dir(dir, MAX_FILES, MAX_SCANNED, skips, GpuKey::from_file_name)
-        .map_err(|e| format!("cannot read hpc_jobs.mapping_dir {}: {e}", dir.display()))?;
+        .map_err(|source| read_error(dir, source))?;
     let mut jobs = BTreeMap::new();
     for (key, path) in files {
         let text = match input::read_text(&path, MAX_FILE_BYTES, Links::Refuse) {
@@ -116,29 +117,34 @@ fn job_ids(text: &str, path: &Path, skips: &mut Skips) -> Vec<String> {
 /// user could then claim any GPU for any job, or replace the prolog's files. Group- or
 /// world-writable is fine with the sticky bit (as /tmp), where users cannot replace each
 /// other's files.
-fn check_ownership(dir: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
+fn check_ownership(dir: &Path, meta: &std::fs::Metadata) -> Result<(), AttributionError> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
     if meta.uid() != 0 && meta.uid() != me {
-        return Err(format!(
-            "hpc_jobs.mapping_dir {} belongs to uid {}, not to root or to gpuwarden's user (uid {me}): \
-             other users could write job ids for any GPU; chown it to root (the prolog runs as root)",
-            dir.display(),
-            meta.uid()
-        ));
+        return Err(AttributionError::MappingDirOwner {
+            dir: dir.to_path_buf(),
+            owner: meta.uid(),
+            me,
+        });
     }
     let mode = meta.mode();
     let writable_by_others = mode & 0o022 != 0;
     let sticky = mode & 0o1000 != 0;
     if writable_by_others && !sticky {
-        return Err(format!(
-            "hpc_jobs.mapping_dir {} is writable by its group or by everyone (mode {:o}): other users could \
-             write job ids for any GPU; chmod go-w it (or set the sticky bit)",
-            dir.display(),
-            mode & 0o7777
-        ));
+        return Err(AttributionError::MappingDirWritable {
+            dir: dir.to_path_buf(),
+            mode: mode & 0o7777,
+        });
     }
     Ok(())
+}
+
+fn read_error(dir: &Path, source: std::io::Error) -> AttributionError {
+    AttributionError::Read {
+        what: "hpc_jobs.mapping_dir",
+        path: dir.to_path_buf(),
+        source,
+    }
 }
 
 /// Reads the directory for the publisher: the jobs, or none (and one warning, then one line
@@ -275,7 +281,7 @@ mod tests {
             let result = read(dir.path(), &mut Skips::new(Input::JobMapping));
             assert_eq!(result.is_err(), refused, "mode {mode:o}: {result:?}");
             if let Err(e) = result {
-                assert!(e.contains("chmod go-w"), "{e}");
+                assert!(e.to_string().contains("chmod go-w"), "{e}");
             }
         }
     }

@@ -11,6 +11,7 @@
 //! (no stale attribution), `gpuwarden_kubelet_up` says 0, and each change of state is one log
 //! line.
 
+use super::AttributionError;
 use crate::config::Kubernetes;
 use crate::input::{Input, Reason, Skips};
 use std::path::{Path, PathBuf};
@@ -101,7 +102,7 @@ fn is_gpu_resource(name: &str, patterns: &[String]) -> bool {
 }
 
 /// Asks the kubelet once, within `deadline`.
-pub async fn list(socket: &Path, deadline: Duration) -> Result<ListPodResourcesResponse, String> {
+pub async fn list(socket: &Path, deadline: Duration) -> Result<ListPodResourcesResponse, AttributionError> {
     let socket = socket.to_path_buf();
     let call = async move {
         // The URI is not used: the connector dials the socket.
@@ -115,19 +116,19 @@ pub async fn list(socket: &Path, deadline: Duration) -> Result<ListPodResourcesR
                 }
             }))
             .await
-            .map_err(|e| format!("cannot connect: {e}"))?;
+            .map_err(AttributionError::KubeletConnect)?;
         let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_ANSWER_BYTES);
-        grpc.ready().await.map_err(|e| format!("not ready: {e}"))?;
+        grpc.ready().await.map_err(AttributionError::KubeletNotReady)?;
         let path = axum::http::uri::PathAndQuery::from_static("/v1.PodResourcesLister/List");
         let codec = tonic_prost::ProstCodec::<ListPodResourcesRequest, ListPodResourcesResponse>::default();
         grpc.unary(tonic::Request::new(ListPodResourcesRequest {}), path, codec)
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|status| format!("List failed: {}: {}", status.code(), status.message()))
+            .map_err(|status| AttributionError::KubeletList(Box::new(status)))
     };
     match tokio::time::timeout(deadline, call).await {
         Ok(result) => result,
-        Err(_) => Err(format!("no answer within {deadline:?}")),
+        Err(_) => Err(AttributionError::KubeletTimeout(deadline)),
     }
 }
 

@@ -12,3 +12,42 @@ pub mod drm_clients;
 pub mod jobs;
 pub mod kubelet;
 pub mod processes;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Why an attribution input could not be read at all. Each says what to fix; what was
+/// skipped inside an input that could be read is counted (`input::Skips`), not an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AttributionError {
+    #[error("cannot read {what} {}: {source}", .path.display())]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "cannot look at {}'s file descriptors: {source}", .fd_dir.display()
+    )]
+    FileDescriptors { fd_dir: PathBuf, source: std::io::Error },
+    #[error(
+        "hpc_jobs.mapping_dir {} belongs to uid {owner}, not to root or to gpuwarden's user (uid {me}): \
+         other users could write job ids for any GPU; chown it to root (the prolog runs as root)",
+        .dir.display()
+    )]
+    MappingDirOwner { dir: PathBuf, owner: u32, me: u32 },
+    #[error(
+        "hpc_jobs.mapping_dir {} is writable by its group or by everyone (mode {mode:o}): other users could \
+         write job ids for any GPU; chmod go-w it (or set the sticky bit)",
+        .dir.display()
+    )]
+    MappingDirWritable { dir: PathBuf, mode: u32 },
+    #[error("cannot connect: {0}")]
+    KubeletConnect(tonic::transport::Error),
+    #[error("not ready: {0}")]
+    KubeletNotReady(tonic::transport::Error),
+    #[error("List failed: {}: {}", .0.code(), .0.message())]
+    KubeletList(Box<tonic::Status>),
+    #[error("no answer within {0:?}")]
+    KubeletTimeout(Duration),
+}

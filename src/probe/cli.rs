@@ -20,19 +20,19 @@ pub struct Options {
 }
 
 /// Parses `--tests gemm_bf16,hbm_copy`.
-pub fn parse_tests(list: &str) -> Result<Vec<Test>, String> {
+pub fn parse_tests(list: &str) -> Result<Vec<Test>, ProbeError> {
     let mut tests = Vec::new();
     for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         let test = Test::from_name(name).ok_or_else(|| {
             let known: Vec<&str> = Test::ALL.iter().map(|t| t.name()).collect();
-            format!("unknown test {name:?}; the tests are {}", known.join(", "))
+            ProbeError::Settings(format!("unknown test {name:?}; the tests are {}", known.join(", ")))
         })?;
         if !tests.contains(&test) {
             tests.push(test);
         }
     }
     if tests.is_empty() {
-        return Err("--tests is empty; name at least one test".into());
+        return Err(ProbeError::Settings("--tests is empty; name at least one test".into()));
     }
     Ok(tests)
 }
@@ -53,7 +53,7 @@ pub fn run(config: &Config, options: &Options) -> Result<ProbeReport, ProbeError
                 .into(),
         ));
     }
-    let cublas = cuda::cublas_present(&settings.cublas_library).map_err(ProbeError::Cuda)?;
+    let cublas = cuda::cublas_present(&settings.cublas_library)?;
     let tests = options.tests.clone().unwrap_or_else(|| settings.tests.clone());
     let expectation = expected::resolve(&settings.expected, &identity.name);
     // cudarc panics when a driver lacks a function it was asked for (a driver older than
@@ -205,7 +205,7 @@ mod tests {
             vec![Test::GemmBf16, Test::HbmCopy]
         );
         assert_eq!(parse_tests("pcie_h2d,pcie_h2d").unwrap(), vec![Test::PcieH2d]);
-        let e = parse_tests("gemm_fp8").unwrap_err();
+        let e = parse_tests("gemm_fp8").unwrap_err().to_string();
         assert!(e.contains("gemm_fp8") && e.contains("gemm_bf16, fma_fp32"), "{e}");
         assert!(parse_tests(" , ").is_err());
     }

@@ -87,11 +87,11 @@ pub fn driver_present() -> bool {
 
 /// Loads `path` (when given) so that cudarc's own lookup by soname finds this cuBLAS, then
 /// says whether a cuBLAS can be loaded at all.
-pub fn cublas_present(path: &Path) -> Result<bool, String> {
+pub fn cublas_present(path: &Path) -> Result<bool, ProbeError> {
     if !path.as_os_str().is_empty() {
         // SAFETY: loading a shared library runs its initialisers; cuBLAS's are benign.
         let library = unsafe { libloading::Library::new(path) }
-            .map_err(|e| format!("probe.cublas_library {}: {e}", path.display()))?;
+            .map_err(|e| ProbeError::Cuda(format!("probe.cublas_library {}: {e}", path.display())))?;
         // Kept loaded for the life of the process, which is what cudarc expects.
         std::mem::forget(library);
     }
@@ -110,7 +110,8 @@ pub struct CudaGpu {
     cublas: bool,
 }
 
-fn cuda_error(what: &str) -> impl Fn(driver::DriverError) -> ProbeError + '_ {
+/// A failed CUDA, cuBLAS or driver call as the probe's error, naming the call.
+fn cuda_error<E: std::fmt::Debug>(what: &str) -> impl Fn(E) -> ProbeError + '_ {
     move |e| ProbeError::Cuda(format!("{what}: {e:?}"))
 }
 
@@ -226,19 +227,18 @@ impl CudaGpu {
         duration: Duration,
         units_per_op: f64,
         load_started: &dyn Fn(),
-        mut enqueue: impl FnMut(u32) -> Result<(), String>,
-    ) -> Result<Vec<Window>, String> {
-        let err = |what: &'static str| move |e: driver::DriverError| format!("{what}: {e:?}");
+        mut enqueue: impl FnMut(u32) -> Result<(), ProbeError>,
+    ) -> Result<Vec<Window>, ProbeError> {
         // Blocking sync: the probe's CPU thread sleeps while the GPU works instead of spinning.
         let flags = Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC);
-        let start = self.ctx.new_event(flags).map_err(err("cuEventCreate"))?;
-        let end = self.ctx.new_event(flags).map_err(err("cuEventCreate"))?;
-        let mut timed = |ops: u32| -> Result<f64, String> {
-            start.record(&self.stream).map_err(err("cuEventRecord"))?;
+        let start = self.ctx.new_event(flags).map_err(cuda_error("cuEventCreate"))?;
+        let end = self.ctx.new_event(flags).map_err(cuda_error("cuEventCreate"))?;
+        let mut timed = |ops: u32| -> Result<f64, ProbeError> {
+            start.record(&self.stream).map_err(cuda_error("cuEventRecord"))?;
             enqueue(ops)?;
-            end.record(&self.stream).map_err(err("cuEventRecord"))?;
-            end.synchronize().map_err(err("cuEventSynchronize"))?;
-            let ms = start.elapsed_ms(&end).map_err(err("cuEventElapsedTime"))?;
+            end.record(&self.stream).map_err(cuda_error("cuEventRecord"))?;
+            end.synchronize().map_err(cuda_error("cuEventSynchronize"))?;
+            let ms = start.elapsed_ms(&end).map_err(cuda_error("cuEventElapsedTime"))?;
             Ok(f64::from(ms) / 1000.0)
         };
         timed(1)?; // warm-up: JIT, cuBLAS heuristics, first-touch
@@ -259,23 +259,23 @@ impl CudaGpu {
         Ok(out)
     }
 
-    fn gemm_bf16(&self, n: u64, duration: Duration, load_started: &dyn Fn()) -> Result<Vec<Window>, String> {
-        let blas = CudaBlas::new(self.stream.clone()).map_err(|e| format!("cublasCreate: {e:?}"))?;
+    fn gemm_bf16(&self, n: u64, duration: Duration, load_started: &dyn Fn()) -> Result<Vec<Window>, ProbeError> {
+        let blas = CudaBlas::new(self.stream.clone()).map_err(cuda_error("cublasCreate"))?;
         let elements = (n * n) as usize;
         // Random values, not zeros: a tensor core multiplying zeros draws far less power, and
         // a power-capped board would look faster than it is under a real workload.
         let a = self
             .stream
             .clone_htod(&random_bf16(elements, 1))
-            .map_err(|e| format!("copy A: {e:?}"))?;
+            .map_err(cuda_error("copy A"))?;
         let b = self
             .stream
             .clone_htod(&random_bf16(elements, 2))
-            .map_err(|e| format!("copy B: {e:?}"))?;
+            .map_err(cuda_error("copy B"))?;
         let mut c = self
             .stream
             .alloc_zeros::<u16>(elements)
-            .map_err(|e| format!("alloc C: {e:?}"))?;
+            .map_err(cuda_error("alloc C"))?;
         let (a_ptr, _a) = a.device_ptr(&self.stream);
         let (b_ptr, _b) = b.device_ptr(&self.stream);
         let (c_ptr, _c) = c.device_ptr_mut(&self.stream);
@@ -309,18 +309,18 @@ impl CudaGpu {
                         cublas::sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
                     )
                 }
-                .map_err(|e| format!("cublasGemmEx: {e:?}"))?;
+                .map_err(cuda_error("cublasGemmEx"))?;
             }
             Ok(())
         })
     }
 
-    fn fma_fp32(&self, duration: Duration, load_started: &dyn Fn()) -> Result<Vec<Window>, String> {
+    fn fma_fp32(&self, duration: Duration, load_started: &dyn Fn()) -> Result<Vec<Window>, ProbeError> {
         let threads = self.full_grid * THREADS_PER_BLOCK;
         let mut out = self
             .stream
             .alloc_zeros::<f32>(threads as usize)
-            .map_err(|e| format!("alloc: {e:?}"))?;
+            .map_err(cuda_error("alloc"))?;
         let config = LaunchConfig {
             grid_dim: (self.full_grid, 1, 1),
             block_dim: (THREADS_PER_BLOCK, 1, 1),
@@ -335,21 +335,21 @@ impl CudaGpu {
                 launch.arg(&mut out).arg(&iterations).arg(&a).arg(&b);
                 // SAFETY: the arguments match fma_fp32(float*, int, float, float) and `out`
                 // has one float per thread.
-                unsafe { launch.launch(config) }.map_err(|e| format!("launching fma_fp32: {e:?}"))?;
+                unsafe { launch.launch(config) }.map_err(cuda_error("launching fma_fp32"))?;
             }
             Ok(())
         })
     }
 
-    fn hbm_copy(&self, bytes: u64, duration: Duration, load_started: &dyn Fn()) -> Result<Vec<Window>, String> {
+    fn hbm_copy(&self, bytes: u64, duration: Duration, load_started: &dyn Fn()) -> Result<Vec<Window>, ProbeError> {
         let src = self
             .stream
             .alloc_zeros::<u8>(bytes as usize)
-            .map_err(|e| format!("alloc: {e:?}"))?;
+            .map_err(cuda_error("alloc"))?;
         let mut dst = self
             .stream
             .alloc_zeros::<u8>(bytes as usize)
-            .map_err(|e| format!("alloc: {e:?}"))?;
+            .map_err(cuda_error("alloc"))?;
         let words = bytes / 16;
         // One word per thread over the whole buffer (see kernels.cu for why).
         let config = LaunchConfig {
@@ -367,7 +367,7 @@ impl CudaGpu {
                 let mut launch = self.stream.launch_builder(&self.kernels_copy);
                 launch.arg(&src).arg(&mut dst).arg(&words);
                 // SAFETY: both buffers hold `words` 16-byte words (bytes is a multiple of 16 MiB).
-                unsafe { launch.launch(config) }.map_err(|e| format!("launching hbm_copy: {e:?}"))?;
+                unsafe { launch.launch(config) }.map_err(cuda_error("launching hbm_copy"))?;
             }
             Ok(())
         })
@@ -379,12 +379,12 @@ impl CudaGpu {
         bytes: u64,
         duration: Duration,
         load_started: &dyn Fn(),
-    ) -> Result<Vec<Window>, String> {
+    ) -> Result<Vec<Window>, ProbeError> {
         let host = PinnedBuffer::new(&self.ctx, bytes as usize)?;
         let device = self
             .stream
             .alloc_zeros::<u8>(bytes as usize)
-            .map_err(|e| format!("alloc: {e:?}"))?;
+            .map_err(cuda_error("alloc"))?;
         let (device_ptr, _guard) = device.device_ptr(&self.stream);
         let stream = self.stream.cu_stream();
         self.timed_windows(duration, bytes as f64, load_started, |k| {
@@ -398,7 +398,7 @@ impl CudaGpu {
                         driver::sys::cuMemcpyDtoHAsync_v2(host.ptr, device_ptr, bytes as usize, stream).result()
                     }
                 };
-                result.map_err(|e| format!("cuMemcpyAsync: {e:?}"))?;
+                result.map_err(cuda_error("cuMemcpyAsync"))?;
             }
             Ok(())
         })
@@ -411,11 +411,11 @@ struct PinnedBuffer {
 }
 
 impl PinnedBuffer {
-    fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<PinnedBuffer, String> {
-        ctx.bind_to_thread().map_err(|e| format!("{e:?}"))?;
+    fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<PinnedBuffer, ProbeError> {
+        ctx.bind_to_thread().map_err(cuda_error("binding the context"))?;
         // SAFETY: a plain cuMemHostAlloc; the pointer is freed exactly once, in drop.
         let ptr = unsafe { driver::result::malloc_host(bytes, 0) }
-            .map_err(|e| format!("cuMemHostAlloc of {bytes} bytes of pinned memory: {e:?}"))?;
+            .map_err(|e| ProbeError::Cuda(format!("cuMemHostAlloc of {bytes} bytes of pinned memory: {e:?}")))?;
         // SAFETY: the allocation is `bytes` long; touching it now keeps page faults out of
         // the measurement.
         unsafe { std::ptr::write_bytes(ptr as *mut u8, 0x5a, bytes) };

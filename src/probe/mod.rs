@@ -30,12 +30,17 @@ pub enum ProbeError {
     Busy { reason: String, message: String },
     /// CUDA failed while probing.
     Cuda(String),
+    /// The probe's settings are not valid: its command line (`--tests`), or what the daemon
+    /// hands its probe child.
+    Settings(String),
 }
 
 impl std::fmt::Display for ProbeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ProbeError::NoDriver(m) | ProbeError::NoSuchGpu(m) | ProbeError::Cuda(m) => f.write_str(m),
+            ProbeError::NoDriver(m) | ProbeError::NoSuchGpu(m) | ProbeError::Cuda(m) | ProbeError::Settings(m) => {
+                f.write_str(m)
+            }
             ProbeError::Busy { message, .. } => f.write_str(message),
         }
     }

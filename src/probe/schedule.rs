@@ -261,12 +261,13 @@ fn run_child(gpu: u32, settings: &ChildSettings, stop: &Stop) -> Outcome {
 }
 
 /// The child's side of `ChildSettings`: `gpuwarden probe --settings-from-stdin`.
-pub fn settings_from_stdin() -> Result<ChildSettings, String> {
+pub fn settings_from_stdin() -> Result<ChildSettings, super::ProbeError> {
     let mut text = String::new();
     std::io::stdin()
         .read_to_string(&mut text)
-        .map_err(|e| format!("cannot read the probe settings from stdin: {e}"))?;
-    serde_json::from_str(&text).map_err(|e| format!("the probe settings on stdin are not valid: {e}"))
+        .map_err(|e| super::ProbeError::Settings(format!("cannot read the probe settings from stdin: {e}")))?;
+    serde_json::from_str(&text)
+        .map_err(|e| super::ProbeError::Settings(format!("the probe settings on stdin are not valid: {e}")))
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use crate::backend::PollReport;
 use crate::model::{DeviceIdentity, DeviceReadings, EccCount, Vendor};
 use libloading::Library;
 use std::ffi::c_char;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 pub const BACKEND: &str = "rocm_smi";
@@ -122,16 +122,31 @@ impl RocmSmi {
     }
 }
 
+/// Why ROCm SMI cannot be used: not installed, not ROCm SMI, or no AMD GPU / driver.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot load {}: {source}", .path.display())]
+    Library { path: PathBuf, source: libloading::Error },
+    #[error("{} has no {symbol}: not ROCm SMI", .path.display())]
+    NotRocmSmi { path: PathBuf, symbol: &'static str },
+    #[error("{call} failed: {status}")]
+    Call { call: &'static str, status: String },
+}
+
 /// Loads the library, reads its version, initialises it and counts its GPUs. Err says why
-/// not, for a log line: not installed, not ROCm SMI, or no AMD GPU / driver.
-pub fn load(path: &Path) -> Result<&'static RocmSmi, String> {
+/// not, for a log line.
+pub fn load(path: &Path) -> Result<&'static RocmSmi, LoadError> {
     // SAFETY: loading a shared library runs its initialisers; ROCm SMI's only set up state.
-    let library = unsafe { Library::new(path) }.map_err(|e| format!("cannot load {}: {e}", path.display()))?;
+    let library = unsafe { Library::new(path) }.map_err(|source| LoadError::Library {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let library: &'static Library = Box::leak(Box::new(library));
     let symbols = Symbols::load(library);
-    let version_get = symbols
-        .rsmi_version_get
-        .ok_or_else(|| format!("{} has no rsmi_version_get: not ROCm SMI", path.display()))?;
+    let version_get = symbols.rsmi_version_get.ok_or_else(|| LoadError::NotRocmSmi {
+        path: path.to_path_buf(),
+        symbol: "rsmi_version_get",
+    })?;
     let mut v = Version {
         major: 0,
         minor: 0,
@@ -156,18 +171,27 @@ pub fn load(path: &Path) -> Result<&'static RocmSmi, String> {
         version,
         devices: 0,
     }));
-    let init = smi.symbols.rsmi_init.ok_or("ROCm SMI has no rsmi_init")?;
+    let init = smi.symbols.rsmi_init.ok_or_else(|| LoadError::NotRocmSmi {
+        path: path.to_path_buf(),
+        symbol: "rsmi_init",
+    })?;
     // SAFETY: no flags; ROCm SMI may be initialised more than once (it counts).
     let status = unsafe { init(0) };
     if status != SUCCESS {
-        return Err(format!("rsmi_init failed: {}", smi.status_text(status)));
+        return Err(LoadError::Call {
+            call: "rsmi_init",
+            status: smi.status_text(status),
+        });
     }
     let mut count = 0u32;
     if let Some(f) = smi.symbols.rsmi_num_monitor_devices {
         // SAFETY: writes one u32.
         let status = unsafe { f(&mut count) };
         if status != SUCCESS {
-            return Err(format!("rsmi_num_monitor_devices failed: {}", smi.status_text(status)));
+            return Err(LoadError::Call {
+                call: "rsmi_num_monitor_devices",
+                status: smi.status_text(status),
+            });
         }
     }
     smi.devices = count;
@@ -497,6 +521,9 @@ mod tests {
             Err(e) => e,
             Ok(_) => panic!("loaded a library that does not exist"),
         };
-        assert!(e.contains("cannot load /nonexistent/librocm_smi64.so.1"), "{e}");
+        assert!(
+            e.to_string().contains("cannot load /nonexistent/librocm_smi64.so.1"),
+            "{e}"
+        );
     }
 }

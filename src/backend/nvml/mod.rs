@@ -77,6 +77,7 @@ impl NvmlBackend {
                 warned_persistence_denied: false,
                 tiers: Tiers {
                     slow: Every::new(options.slow_interval),
+                    costly: Every::new(options.slow_interval * COSTLY_SLOW_INTERVALS),
                     gpm: Every::new(options.gpm_interval),
                     topology: Every::new(options.topology_interval),
                 },
@@ -108,6 +109,10 @@ fn read_identity(device: &Device<'static>, index: u32, driver_version: &str) -> 
         serial: device.serial().ok(),
     }
 }
+
+/// The costly tier's interval in slow intervals: 30 s at the default 10 s. Energy every 10 s
+/// was a fifth of the daemon's CPU on an H200 (docs/performance.md).
+const COSTLY_SLOW_INTERVALS: u32 = 3;
 
 /// How each GPU's poller works, from the settings.
 #[derive(Debug, Clone)]
@@ -141,9 +146,12 @@ struct StaticReadings {
 /// The tiers of one GPU's readings, by what they cost the driver (docs/performance.md has
 /// the per-call costs measured on an H200): every poll (temperatures, power, clocks,
 /// utilisation, memory, PCIe generation: 1 to 50 us each); every `poll.slow_interval`, 10 s
-/// (energy 2.6-4.1 ms, ECC 0.17 ms, the replay counter 0.15 ms, the remap and clock-event
-/// counter fields 0.16 ms, persistence mode 0.1 ms, MIG devices, the compute processes
-/// 0.09 ms, the PCIe link width 0.08 ms, and per-process utilisation samples, 1.7 ms); every `poll.gpm_interval`, 30 s (GPM activity); every
+/// (ECC 0.17 ms, the replay counter 0.15 ms, the remap and clock-event counter fields
+/// 0.16 ms, persistence mode 0.1 ms, MIG devices, the compute processes 0.09 ms, the PCIe
+/// link width 0.08 ms); every three slow intervals, 30 s, the calls above a millisecond
+/// (the energy counter 2.6-4.1 ms, dcgm-exporter's collection interval for the same
+/// counter; per-process utilisation samples 1.7 ms, then a mean over those 30 s); every
+/// `poll.gpm_interval`, 30 s (GPM activity); every
 /// `poll.topology_interval`, 2 min (NVLink states and counters, 15-40 ms for 18 links; fabric
 /// registration and MIG mode, 0.2-0.6 ms each). A tier writes its own fields of the readings
 /// in place; between its reads they carry over from the last poll (at most one interval old;
@@ -151,6 +159,7 @@ struct StaticReadings {
 #[derive(Debug, Clone)]
 struct Tiers {
     slow: Every,
+    costly: Every,
     gpm: Every,
     topology: Every,
 }
@@ -159,6 +168,7 @@ impl Tiers {
     /// Read every tier at the next poll (the first one, and after a lost GPU comes back).
     fn reset(&mut self) {
         self.slow.reset();
+        self.costly.reset();
         self.gpm.reset();
         self.topology.reset();
     }
@@ -270,6 +280,9 @@ impl NvmlDevicePoller {
         let mut persistence = None;
         if self.tiers.slow.take(now) {
             persistence = self.read_slow(&mut r, &mut calls);
+        }
+        if self.tiers.costly.take(now) {
+            self.read_costly(&mut r, &mut calls);
         }
         if self.tiers.gpm.take(now) {
             self.read_gpm(&mut r, &mut calls);
@@ -483,11 +496,6 @@ impl NvmlDevicePoller {
         r.processes = self.read_processes(calls);
         self.read_field_values(calls, r);
         self.read_ecc(calls, r);
-        r.energy_joules = calls
-            .read("nvmlDeviceGetTotalEnergyConsumption", || {
-                self.device.total_energy_consumption()
-            })
-            .map(|mj| mj as f64 / 1000.0);
         r.pcie.replay_errors = calls
             .read("nvmlDeviceGetPcieReplayCounter", || self.device.pcie_replay_counter())
             .map(u64::from);
@@ -495,16 +503,26 @@ impl NvmlDevicePoller {
             Some(mode) if mode.enabled => mig::devices(&self.device, calls),
             _ => Vec::new(),
         };
+        self.read_and_keep_persistence(calls, &mut r.persistence_mode)
+    }
+
+    /// The calls above a millisecond each, every [`COSTLY_SLOW_INTERVALS`] slow intervals.
+    /// Both are counters or means over the interval, so reading them less often loses nothing.
+    fn read_costly(&mut self, r: &mut DeviceReadings, calls: &mut CallErrors) {
+        r.energy_joules = calls
+            .read("nvmlDeviceGetTotalEnergyConsumption", || {
+                self.device.total_energy_consumption()
+            })
+            .map(|mj| mj as f64 / 1000.0);
         let running: Vec<u32> = r.processes.iter().flatten().map(|p| p.pid).collect();
         self.process_samples = (self.live.process_utilization() && !running.is_empty())
             .then(|| self.read_process_samples(calls, &running))
             .flatten();
         self.last_sample_micros = Some(now_micros());
-        self.read_and_keep_persistence(calls, &mut r.persistence_mode)
     }
 
     /// Each process's mean SM and memory utilisation over the samples since the last read:
-    /// 1.7 ms per call on an H200, so once per slow interval, which also makes the mean one
+    /// 1.7 ms per call on an H200, so once per costly tier (30 s), which also makes the mean one
     /// over that interval. The driver lists only processes with a non-zero sample in the
     /// window, so a process it leaves out was idle.
     fn read_process_samples(

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Where the daemon's resident memory is, by mapping, with every feature on (all-features.sh)
+# after WARMUP seconds: the binary, each shared library, the heap and thread arenas, stacks.
+# Reads /proc/PID/smaps (Rss per mapping) and prints the largest, in KiB.
+#
+#   scripts/gpu/rss-breakdown.sh BINARY       (as root, on the GPU machine)
+set -euo pipefail
+WARMUP=${WARMUP:-40}
+PORT=9401
+source "$(dirname "$0")/all-features.sh"
+"$1" run --config "$work/config.yaml" >"$work/log" 2>&1 &
+pid=$!
+sleep "$WARMUP"
+grep -E '^(VmRSS|RssAnon|RssFile|RssShmem|Threads)' "/proc/$pid/status"
+python3 - "$pid" <<'PY'
+import collections, re, sys
+rss = collections.Counter()
+name = None
+for line in open(f"/proc/{sys.argv[1]}/smaps"):
+    head = re.match(r"^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(.*)$", line)
+    if head:
+        name = head.group(1) or "[anonymous]"
+    elif line.startswith("Rss:"):
+        rss[name] += int(line.split()[1])
+for name, kib in rss.most_common(25):
+    print(f"{kib:8d} KiB  {name}")
+PY
+kill "$pid"; wait "$pid" || true
