@@ -6,7 +6,7 @@
 
 The builders carry Grafana's dashboard schema, so a panel, query or variable that does not
 fit it does not build; CI runs --check, so the committed JSON is always what they produce.
-Every query runs against a live Prometheus in tests/dashboards.rs.
+Every query runs against a live Prometheus in tests/all/dashboards.rs.
 Needs: pip install 'grafana-foundation-sdk==1769699998!10.1.0'
 """
 import json

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A fake kubelet for tests/kubelet_pods.rs: serves v1.PodResourcesLister/List on a unix
+"""A fake kubelet for tests/all/kubelet_pods.rs: serves v1.PodResourcesLister/List on a unix
 socket with grpcio, answering what ANSWER_FILE holds at each call (so a test can change it):
 
     {"pods": [{"namespace": "ml", "name": "trainer-0", "containers": [

@@ -20,10 +20,10 @@ step() { printf '\n== %s\n' "$*"; }
 # check our exposition, rules and configs with them and run a real Prometheus; Chromium
 # renders the status page; librocm-smi64-1 is the real ROCm SMI library, which a test loads
 # to show it fails cleanly on a machine without an AMD GPU; curl and openssl are the TLS
-# client and certificate maker of tests/web.rs; python3-venv holds the Python packages.
-# systemd and util-linux (unshare, nsenter): tests/systemd_real.rs boots a real systemd in a
+# client and certificate maker of tests/all/web.rs; python3-venv holds the Python packages.
+# systemd and util-linux (unshare, nsenter): tests/all/systemd_real.rs boots a real systemd in a
 # namespace of its own and runs the shipped unit there. slurmctld, slurmd, slurm-client and
-# munge: tests/slurm_real.rs runs the shipped prolog and epilog under a real one-node Slurm.
+# munge: tests/all/slurm_real.rs runs the shipped prolog and epilog under a real one-node Slurm.
 APT_PACKAGES=(prometheus prometheus-alertmanager chromium librocm-smi64-1 curl openssl python3-venv systemd util-linux
   slurmctld slurmd slurm-client munge)
 VENV=target/test-venv
@@ -53,7 +53,7 @@ if [ -z "${SKIP_SETUP:-}" ]; then
   fi
   # The dashboards are built with grafana-foundation-sdk's schema-typed builders.
   "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'grafana-foundation-sdk==1769699998!10.1.0'
-  # grpcio runs the fake kubelet of tests/kubelet_pods.rs.
+  # grpcio runs the fake kubelet of tests/all/kubelet_pods.rs.
   "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'grpcio==1.76.0'
   # NVRTC compiles the probe's kernels to check the committed PTX (scripts/gen/gen-probe-ptx.sh).
   "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'nvidia-cuda-nvrtc==13.0.88'

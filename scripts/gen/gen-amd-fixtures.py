@@ -2,7 +2,7 @@
 """Writes tests/fixtures/amdgpu-sysfs: a sysfs tree with four amdgpu cards (and one that is
 not amdgpu), laid out as the amdgpu driver and the PCI core lay them out, with gpu_metrics
 tables packed in the kernel's v1.3, v1.4 and v1.5 layouts (kgd_pp_interface.h) and one
-revision gpuwarden does not read. tests/amd.rs asserts the metrics these values give.
+revision gpuwarden does not read. tests/all/amd.rs asserts the metrics these values give.
 
     python3 scripts/gen/gen-amd-fixtures.py
 """

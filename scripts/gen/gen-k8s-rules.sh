@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes deploy/kubernetes/prometheusrule.yaml from deploy/prometheus/gpuwarden.rules.yml, so the
-# Prometheus Operator gets exactly the rules a plain Prometheus does. A test (tests/kubernetes.rs)
+# Prometheus Operator gets exactly the rules a plain Prometheus does. A test (tests/all/kubernetes.rs)
 # fails when the two differ: run this after editing the rules.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

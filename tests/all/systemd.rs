@@ -1,7 +1,7 @@
 //! Life under systemd: sd_notify messages, the watchdog, SIGHUP reloads, SIGTERM, the
 //! journal, and the unit file's sandbox score.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::collections::BTreeMap;

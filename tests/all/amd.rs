@@ -3,7 +3,7 @@
 //! gpu_metrics in the v1.3, v1.5 and v1.4 layouts and one revision gpuwarden does not read,
 //! next to the simulated NVML's NVIDIA GPUs in the same daemon.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 

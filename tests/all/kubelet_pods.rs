@@ -2,7 +2,7 @@
 //! real wire protocol): whole GPUs, shared `UUID::N` ids, `nvidiaN` ids, MIG ids, non-GPU
 //! resources, an empty list, a slow answer, garbage, a kubelet that goes away and comes back.
 
-mod common;
+use crate::common;
 
 use common::*;
 

@@ -1,6 +1,6 @@
 //! End to end: the real binary over the simulated NVML library, scraped over real HTTP.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::collections::HashSet;
@@ -569,7 +569,7 @@ fn every_family_served_is_documented_in_docs_metrics_md() {
     let env = [("LD_LIBRARY_PATH", sim_cuda_dir(dir.path(), true).display().to_string())];
     let d = Daemon::start_full(&scenario, &test_config(&sim_library(), FAST_PROBES), "", &env);
     // And XIDs, one on a bus no GPU has.
-    d.log_kernel(include_str!("../config/demo-kernel-log.txt"));
+    d.log_kernel(include_str!("../../config/demo-kernel-log.txt"));
     d.log_kernel("NVRM: Xid (PCI:0000:f1:00): 79, pid=1, name=x, GPU has fallen off the bus.\n");
     let m = d.scrape_until("GPU 7 down and XIDs counted", |m| {
         m.value("gpu_up", &[gpu("7")]) == Some(0.0)

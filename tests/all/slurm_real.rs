@@ -9,7 +9,7 @@
 //! Needs root (CI runs as root): as another user the daemons run through `sudo -n`. Every
 //! process it starts is stopped by its PID when the test ends.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::path::{Path, PathBuf};

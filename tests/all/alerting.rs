@@ -2,7 +2,7 @@
 //! and proven end to end: a real Prometheus scrapes the daemon over simulated GPUs with the
 //! shipped rules loaded, and the alerts fire and clear as the GPUs change.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::collections::{BTreeSet, HashSet};

@@ -2,7 +2,6 @@
 
 use super::{RULES, http_get};
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

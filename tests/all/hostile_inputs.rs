@@ -6,7 +6,7 @@
 //! onto /metrics. The readers' own unit tests (src/input.rs and its users) cover the rest;
 //! docs/testing.md lists them all.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::{Duration, Instant};

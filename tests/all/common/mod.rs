@@ -10,8 +10,6 @@
 //! | `prometheus.rs` | a real Prometheus on loopback |
 //! | `kubelet.rs` | a fake kubelet serving the pod-resources API |
 
-#![allow(dead_code, unused_imports)] // each test file uses a different part of the harness
-
 mod daemon;
 mod host;
 mod http;
@@ -28,7 +26,7 @@ pub use metrics::*;
 pub use prometheus::*;
 pub use scenario::*;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_gpuwarden");
 

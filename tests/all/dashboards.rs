@@ -3,7 +3,7 @@
 //! a variable everywhere. dashboards/generate.py --check (in .ci/run) holds the JSON to
 //! grafana-foundation-sdk's schema-typed builders.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::{Duration, Instant};
@@ -85,7 +85,7 @@ fn every_panel_and_variable_query_returns_data_from_a_live_prometheus() {
     let config = format!("{config}{FAST_PROBES}");
     let env = [("LD_LIBRARY_PATH", sim_cuda_dir(dir.path(), true).display().to_string())];
     let d = Daemon::start_full(&with_cuda(DEMO_SCENARIO), &config, "", &env);
-    d.log_kernel(include_str!("../config/demo-kernel-log.txt"));
+    d.log_kernel(include_str!("../../config/demo-kernel-log.txt"));
     let prom = Prometheus::start(&d.addr);
     prom.wait_for_data();
     // Enough samples for rate() over a 1m window and for the recording rules.
@@ -144,7 +144,7 @@ fn every_metric_the_dashboards_use_is_served_by_the_daemon() {
     let env = [("LD_LIBRARY_PATH", sim_cuda_dir(dir.path(), true).display().to_string())];
     let config = test_config(&sim_library(), FAST_PROBES);
     let d = Daemon::start_full(&with_cuda(DEMO_SCENARIO), &config, "", &env);
-    d.log_kernel(include_str!("../config/demo-kernel-log.txt"));
+    d.log_kernel(include_str!("../../config/demo-kernel-log.txt"));
     let m = d.scrape_until("XIDs and a probe", |m| {
         m.find("gpu_xid_errors_total", &[]).len() == 4 && m.has_family("gpu_probe_pass")
     });

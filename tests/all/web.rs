@@ -2,7 +2,7 @@
 //! (curl) and certificates made by openssl: good and wrong passwords, no password, plain HTTP
 //! to a TLS port, client certificates, a bad web config at start and on reload.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! `gpuwarden probe` exit codes, reports and errors, and the daemon's scheduled probes with
 //! their skip rules, metrics, health and status page.
 
-mod common;
+use crate::common;
 use common::*;
 use std::process::{Command, Output};
 

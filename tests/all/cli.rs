@@ -1,6 +1,6 @@
 //! The command line: `check`, `config check`, and how `run` refuses bad input.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::process::{Command, Output};

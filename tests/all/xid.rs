@@ -1,6 +1,6 @@
 //! XID errors end to end: both sources, deduplication, health, and the `xid` commands.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::process::Command;
@@ -286,7 +286,7 @@ fn xid_scan_reads_stdin_and_finds_nothing_in_a_clean_boot_log() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let boot_log = include_str!("fixtures/kernel-log/h200-boot-dmesg.txt");
+    let boot_log = include_str!("../fixtures/kernel-log/h200-boot-dmesg.txt");
     child.stdin.take().unwrap().write_all(boot_log.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());

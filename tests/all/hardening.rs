@@ -1,6 +1,6 @@
 //! The HTTP server under abuse: slow clients, oversized headers, wrong methods.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::io::{Read, Write};

@@ -1,6 +1,6 @@
 //! The status page at `/`, as served and as a browser renders it.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::process::Command;
@@ -8,7 +8,7 @@ use std::process::Command;
 /// The demo with a lost GPU and XIDs: every kind of row the page can show.
 fn busy_daemon() -> Daemon {
     let d = Daemon::start(&edit_device(DEMO_SCENARIO, 7, |dev| format!("{dev}    lost: true\n")));
-    d.log_kernel(include_str!("../config/demo-kernel-log.txt"));
+    d.log_kernel(include_str!("../../config/demo-kernel-log.txt"));
     d.scrape_until("XIDs counted and GPU 7 down", |m| {
         m.find("gpu_xid_errors_total", &[]).len() == 4 && m.value("gpu_up", &[("gpu", "7")]) == Some(0.0)
     });

@@ -8,7 +8,7 @@
 //!
 //! Needs root (CI runs as root): as another user it runs the namespace through `sudo -n`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@ use super::BIN;
 use std::path::{Path, PathBuf};
 
 /// The demo's eight H200s, the richest scenario we ship.
-pub const DEMO_SCENARIO: &str = include_str!("../../config/demo-scenario.yaml");
+pub const DEMO_SCENARIO: &str = include_str!("../../../config/demo-scenario.yaml");
 
 /// The simulated libnvidia-ml that cargo built as a dev-dependency of the daemon.
 pub fn sim_library() -> PathBuf {

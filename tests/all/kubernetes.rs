@@ -1,7 +1,7 @@
 //! The Kubernetes manifests: the PrometheusRule carries exactly the shipped rules, the
 //! embedded config is valid, and ports, labels and selectors line up.
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 

@@ -2,7 +2,7 @@
 //! per link, NVLink fabric registration, MIG devices and per-process utilisation. Each is
 //! served where the GPU has it, absent (never 0) where it does not, and the findings follow.
 
-mod common;
+use crate::common;
 
 use common::*;
 

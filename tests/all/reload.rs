@@ -2,7 +2,7 @@
 //! reloads, and checks what a user would see change. Keys that need a restart (`listen`)
 //! are named in the log and left as they are. Counters never go backwards over a reload.
 
-mod common;
+use crate::common;
 use common::*;
 use std::time::{Duration, Instant};
 

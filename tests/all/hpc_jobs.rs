@@ -1,7 +1,7 @@
 //! Batch jobs per GPU: the Slurm prolog and epilog under deploy/slurm/ keep the job mapping
 //! directory, and the daemon serves what it holds as gpu_job_info, in step with it.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::path::Path;

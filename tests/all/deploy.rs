@@ -1,6 +1,6 @@
 //! The shipped unit file and Prometheus config, checked by the tools that consume them.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

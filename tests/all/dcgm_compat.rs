@@ -2,7 +2,7 @@
 //! Dashboard", grafana/dcgm-exporter-dashboard.json in NVIDIA/dcgm-exporter) run against a
 //! live Prometheus scraping the demo, each returning one series per GPU with sane values.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::{Duration, Instant};
