@@ -32,6 +32,39 @@ pub struct Config {
     pub kubernetes: Kubernetes,
     pub nvlink: Nvlink,
     pub compat: Compat,
+    pub state: State,
+}
+
+/// The health journal (docs/journal.md): what happened to each GPU, kept on the node across
+/// restarts and reboots.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct State {
+    /// The SQLite database; "" turns the journal off.
+    pub path: PathBuf,
+    /// Rows older than this are deleted (hourly).
+    #[serde(deserialize_with = "state_retention")]
+    pub retention: Duration,
+    /// The database's size cap in MiB: past it, the oldest rows go first.
+    #[serde(deserialize_with = "state_max_size_mib")]
+    pub max_size_mib: u64,
+    /// Where the boot id is read: rows carry it, and a fatal XID holds its GPU for the rest of
+    /// the boot it was seen in. Another file only for tests and chroots.
+    pub boot_id_file: PathBuf,
+}
+
+/// Where the journal lives by default; systemd's `StateDirectory=gpuwarden` makes the directory.
+pub const STATE_PATH: &str = "/var/lib/gpuwarden/state.db";
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            path: PathBuf::from(STATE_PATH),
+            retention: Duration::from_secs(180 * 24 * 3600),
+            max_size_mib: 64,
+            boot_id_file: PathBuf::from("/proc/sys/kernel/random/boot_id"),
+        }
+    }
 }
 
 /// Metric names of other exporters, served beside gpuwarden's own.
@@ -136,6 +169,7 @@ impl Default for Config {
             kubernetes: Kubernetes::default(),
             nvlink: Nvlink::default(),
             compat: Compat::default(),
+            state: State::default(),
         }
     }
 }
@@ -486,6 +520,7 @@ bounded_duration!(probe_interval, "probe.interval", SECOND, 366 * DAY);
 bounded_duration!(probe_sample_interval, "probe.sample_interval", 10 * MS, 10 * SECOND);
 bounded_duration!(probe_timeout, "probe.timeout", SECOND, HOUR);
 bounded_duration!(kubernetes_refresh, "kubernetes.refresh", SECOND, HOUR);
+bounded_duration!(state_retention, "state.retention", HOUR, 10 * 366 * DAY);
 
 fn in_range<E: serde::de::Error>(value: Duration, key: &str, min: Duration, max: Duration) -> Result<Duration, E> {
     if value < min || value > max {
@@ -537,6 +572,16 @@ fn memory_cap_mib<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     Ok(value)
 }
 
+fn state_max_size_mib<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let value = u64::deserialize(d)?;
+    if !(1..=1024 * 1024).contains(&value) {
+        return Err(serde::de::Error::custom(format!(
+            "state.max_size_mib is {value}; it must be from 1 to 1048576 (a year of a busy node takes a few MiB)"
+        )));
+    }
+    Ok(value)
+}
+
 fn probe_tests<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<crate::model::probe::Test>, D::Error> {
     let tests = Vec::<crate::model::probe::Test>::deserialize(d)?;
     if tests.is_empty() {
@@ -566,6 +611,8 @@ pub struct Overrides {
     /// The demo's job directory. A default only: a config file that sets
     /// `hpc_jobs.mapping_dir` keeps its value.
     pub hpc_jobs_dir: Option<PathBuf>,
+    /// The demo's journal. A default only: a config file that sets `state.path` keeps it.
+    pub state_path: Option<PathBuf>,
 }
 
 impl Overrides {
@@ -574,7 +621,7 @@ impl Overrides {
     /// choices give way to a key the file sets, and the log says so.
     pub fn apply(&self, config: &mut Config, file: Option<&Path>) {
         let text = file
-            .filter(|_| self.no_pci_census || self.hpc_jobs_dir.is_some())
+            .filter(|_| self.no_pci_census || self.hpc_jobs_dir.is_some() || self.state_path.is_some())
             .and_then(|f| std::fs::read_to_string(f).ok())
             .unwrap_or_default();
         let file_sets = |section: &str, key: &str| {
@@ -606,6 +653,11 @@ impl Overrides {
             && !file_sets("hpc_jobs", "mapping_dir")
         {
             config.hpc_jobs.mapping_dir = dir.clone();
+        }
+        if let Some(path) = &self.state_path
+            && !file_sets("state", "path")
+        {
+            config.state.path = path.clone();
         }
     }
 }

@@ -18,6 +18,7 @@ use crate::backend::XidEvents;
 use crate::config::{Config, Overrides};
 use crate::exposition::RenderCache;
 use crate::http::{self, AppState};
+use crate::journal::{self, Journal};
 use crate::notify;
 use crate::poller::{Coordinator, PollLoop};
 use crate::probe::schedule;
@@ -271,6 +272,23 @@ struct Running {
     stop: Stop,
 }
 
+/// Before the kernel log is read: this boot's XID counts from before a restart, and the
+/// last /dev/kmsg record they came from, so that nothing is lost or counted twice.
+fn take_over_from_journal(place: &journal::Place, config: &Config, xids: &XidStore, resume: &ResumePoints) {
+    let seed = journal::seed(place);
+    if !seed.xid_counts.is_empty() {
+        let total: u64 = seed.xid_counts.iter().map(|(_, n, _)| n).sum();
+        log::info!(
+            "journal: {total} XID(s) counted earlier in this boot (boot id {}) are counted again",
+            place.boot_id
+        );
+    }
+    xids.seed(&seed.xid_counts);
+    if let Some(sequence) = seed.kmsg_sequence {
+        resume.resume_after(&config.xid.kernel_log_path, sequence);
+    }
+}
+
 async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, DaemonError> {
     let config = settings.config.clone();
     let settings = Arc::new(SharedSettings::new(settings));
@@ -279,6 +297,20 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
     let sources = Sources::new(Arc::new(XidStore::new(config.xid.dedup_window)));
     let xids = sources.xids.clone();
     let resume = Arc::new(ResumePoints::default());
+    let place = journal::Place::from_config(&config, &crate::input::hostname());
+    if let Some(place) = place {
+        take_over_from_journal(&place, &config, &xids, &resume);
+        // Before the kernel log's backlog is read: its XIDs go into the journal too.
+        match Journal::start(
+            place,
+            store.clone(),
+            sources.journal.clone(),
+            shutdown.handle("journal"),
+        ) {
+            Ok(journal) => xids.listen(Arc::new(journal)),
+            Err(e) => log::error!("cannot start the journal's thread; no journal: {e}"),
+        }
+    }
     let kernel_log = KernelLogReader::start(&config, &xids, &resume, &stop);
     let probe_stop = shutdown.handle("probe-scheduler");
     if let Err(e) = schedule::spawn(store.clone(), sources.probes.clone(), settings.clone(), probe_stop) {
@@ -446,6 +478,10 @@ fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Re
             running.listen
         );
         new_config.listen = running.listen;
+    }
+    if new_config.state != running.state {
+        log::warn!("reload: `state` changed; the journal's file and settings take a restart, keeping the running ones");
+        new_config.state = running.state.clone();
     }
     Settings::build(new_config).map_err(DaemonError::ReloadRefused)
 }

@@ -43,6 +43,8 @@ pub struct Demo {
     pub kernel_log: PathBuf,
     /// A job mapping directory: the demo's two busy GPUs run batch jobs.
     pub jobs: PathBuf,
+    /// The demo's health journal (gone with the demo, like the rest of its files).
+    pub state: PathBuf,
     dir: PathBuf,
 }
 
@@ -95,6 +97,7 @@ pub fn prepare() -> Result<Demo, DemoError> {
         library,
         kernel_log: dir.join("kmsg"),
         jobs: dir.join("jobs"),
+        state: dir.join("state.db"),
         dir: dir.clone(),
     };
     // GPUs 1 and 7 are the loaded ones; what a Slurm prolog (deploy/slurm/) would write.

@@ -200,6 +200,25 @@ pub fn printable(text: &str) -> String {
         .collect()
 }
 
+/// The node's host name (/proc/sys/kernel/hostname), or "" where it cannot be read.
+pub fn hostname() -> String {
+    read_text(Path::new("/proc/sys/kernel/hostname"), 256, Links::Follow)
+        .map(|text| printable(text.text.trim()))
+        .unwrap_or_default()
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary.
+pub fn truncate_utf8(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// Whether the last component of a path may be a symbolic link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Links {

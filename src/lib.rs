@@ -17,6 +17,7 @@ pub mod exposition;
 pub mod health;
 pub mod http;
 pub mod input;
+pub mod journal;
 pub mod logging;
 pub mod metrics;
 pub mod model;

@@ -1,9 +1,10 @@
-//! gpuwarden's command line: `run`, `check`, `probe`, `config check`, `xid explain|scan`.
+//! gpuwarden's command line: `run`, `check`, `probe`, `config check`, `xid explain|scan`,
+//! `events`, `report`.
 //! The work is in the library (lib.rs).
 
 use clap::{Parser, Subcommand};
 use gpuwarden::config::{Config, EX_CONFIG, Overrides};
-use gpuwarden::{check, daemon, demo, logging, probe, xid};
+use gpuwarden::{check, daemon, demo, journal, logging, probe, xid};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -79,6 +80,47 @@ enum Command {
         #[command(subcommand)]
         command: XidCommand,
     },
+    /// Print the health journal's events (read-only; also while the daemon runs). Exit 2 when
+    /// the journal cannot be read.
+    Events {
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The journal to read, instead of the config's state.path.
+        #[arg(long, value_name = "FILE")]
+        state: Option<PathBuf>,
+        /// Only events since this long ago (30m, 7d) or this Unix time.
+        #[arg(long, value_name = "WHEN")]
+        since: Option<String>,
+        /// Only this GPU: its index (as `gpuwarden check` shows it) or its UUID.
+        #[arg(long, value_name = "N|UUID")]
+        gpu: Option<String>,
+        /// Only these kinds, comma-separated: xid, xid_storm, health, probe, ecc, row_remap,
+        /// nvlink, slowdown, lost, back, pci_missing, persistence, inventory, board_swap, daemon.
+        #[arg(long, value_name = "LIST")]
+        kind: Option<String>,
+        /// At most this many (the newest).
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print one GPU's evidence packet for a vendor case (RMA) from the journal: identity, XID
+    /// timeline, ECC and row remapping, probes, slowdowns, NVLink, and what NVIDIA's documents
+    /// say to do. Exit 1: no such GPU in the journal; 2: the journal cannot be read.
+    Report {
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        #[arg(long, value_name = "FILE")]
+        state: Option<PathBuf>,
+        /// The GPU: its index or UUID.
+        #[arg(long, value_name = "N|UUID")]
+        gpu: String,
+        #[arg(long, conflicts_with = "markdown")]
+        json: bool,
+        #[arg(long)]
+        markdown: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -131,6 +173,7 @@ fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<(Overrides, Optio
             overrides.kernel_log_path = Some(demo.kernel_log.clone());
             overrides.no_pci_census = true;
             overrides.hpc_jobs_dir = Some(demo.jobs.clone());
+            overrides.state_path = Some(demo.state.clone());
             Ok((overrides, Some(demo)))
         }
         Err(e) => {
@@ -178,12 +221,59 @@ fn main() {
         Command::Config {
             command: ConfigCommand::Check { file },
         } => config_check(&file),
+        Command::Events {
+            config,
+            state,
+            since,
+            gpu,
+            kind,
+            limit,
+            json,
+        } => state_path(config, state).map(|path| {
+            journal::cli::events(
+                &path,
+                &journal::cli::EventsOptions {
+                    since,
+                    gpu,
+                    kinds: kind,
+                    limit,
+                    json,
+                },
+            )
+        }),
+        Command::Report {
+            config,
+            state,
+            gpu,
+            json,
+            markdown,
+        } => state_path(config, state).map(|path| {
+            let format = match (json, markdown) {
+                (true, _) => journal::cli::ReportFormat::Json,
+                (_, true) => journal::cli::ReportFormat::Markdown,
+                _ => journal::cli::ReportFormat::Text,
+            };
+            journal::cli::report(&path, &gpu, format)
+        }),
     };
     std::process::exit(code.unwrap_or_else(|code| code));
 }
 
 /// An exit code: `Err` for a failure found before the command ran (bad config, bad flags).
 type Exit = Result<i32, i32>;
+
+/// The journal `events` and `report` read: --state, else the config's state.path.
+fn state_path(config: Option<PathBuf>, state: Option<PathBuf>) -> Result<PathBuf, i32> {
+    if let Some(state) = state {
+        return Ok(state);
+    }
+    let cfg = load_config(config_path(config.as_deref()).as_deref())?;
+    if cfg.state.path.as_os_str().is_empty() {
+        eprintln!("gpuwarden: the journal is off (state.path is \"\"); --state FILE reads one");
+        return Err(journal::cli::EXIT_UNREADABLE);
+    }
+    Ok(cfg.state.path)
+}
 
 fn run(config: Option<PathBuf>, listen: Option<std::net::SocketAddr>, demo: bool) -> Exit {
     let path = config_path(config.as_deref());

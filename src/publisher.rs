@@ -70,6 +70,7 @@ pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generatio
         jobs: jobs_by_uuid(&inputs.jobs, &devices, skips),
         node_findings: Vec::new(),
         input_skipped: inputs.input_skipped.clone(),
+        journal: inputs.journal.clone(),
         devices,
     };
     health::evaluate(&mut snapshot);
@@ -192,13 +193,7 @@ pub struct Publisher {
 
 impl Publisher {
     pub fn new(store: Arc<Store>, sources: Sources, settings: Arc<SharedSettings>) -> Publisher {
-        let hostname = crate::input::read_text(
-            std::path::Path::new("/proc/sys/kernel/hostname"),
-            256,
-            crate::input::Links::Follow,
-        )
-        .map(|text| text.text.trim().to_string())
-        .unwrap_or_default();
+        let hostname = crate::input::hostname();
         Publisher {
             store,
             sources,
@@ -278,6 +273,7 @@ mod tests {
                 pci_bus_id: bus.into(),
                 driver_version: "1".into(),
                 serial: None,
+                inventory: Default::default(),
             },
             up: true,
             lost: false,

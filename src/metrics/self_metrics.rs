@@ -106,4 +106,64 @@ pub const FAMILIES: &[Family] = &[
         labels: &[],
         read: Read::Histograms(|snapshot| vec![(Vec::new(), &snapshot.round_duration)]),
     },
+    Family {
+        name: "gpuwarden_journal_up",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 when the health journal (state.path) was opened and its last write succeeded; 0 when it cannot be written (locked, read-only, full disk; the log says what to do). Metrics and health go on either way. Absent when the journal is off.",
+        labels: &[],
+        read: Read::Node(|snapshot, s| {
+            if let Some(journal) = &snapshot.journal {
+                s.value(super::one_if(journal.up));
+            }
+        }),
+    },
+    Family {
+        name: "gpuwarden_journal_write_errors",
+        kind: Kind::Counter,
+        unit: "",
+        help: "Journal transactions that failed since start; their rows are kept in memory (up to 10,000) and written when the database can be written again.",
+        labels: &[],
+        read: Read::Node(|snapshot, s| {
+            if let Some(journal) = &snapshot.journal {
+                s.value(journal.write_errors as f64);
+            }
+        }),
+    },
+    Family {
+        name: "gpuwarden_journal_dropped",
+        kind: Kind::Counter,
+        unit: "",
+        help: "Journal rows not written because its queue or its in-memory backlog was full (an XID storm while the database could not be written).",
+        labels: &[],
+        read: Read::Node(|snapshot, s| {
+            if let Some(journal) = &snapshot.journal {
+                s.value(journal.dropped as f64);
+            }
+        }),
+    },
+    Family {
+        name: "gpuwarden_journal_rows_written",
+        kind: Kind::Counter,
+        unit: "",
+        help: "Journal rows written since start.",
+        labels: &[],
+        read: Read::Node(|snapshot, s| {
+            if let Some(journal) = &snapshot.journal {
+                s.value(journal.rows_written as f64);
+            }
+        }),
+    },
+    Family {
+        name: "gpuwarden_journal_size_bytes",
+        kind: Kind::Gauge,
+        unit: "bytes",
+        help: "The journal database's pages in use, checked every minute; rows past state.retention or beyond state.max_size_mib (oldest first) are deleted.",
+        labels: &[],
+        read: Read::Node(|snapshot, s| {
+            if let Some(journal) = &snapshot.journal {
+                s.value(journal.bytes as f64);
+            }
+        }),
+    },
 ];

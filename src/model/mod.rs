@@ -44,6 +44,19 @@ pub struct DeviceIdentity {
     pub pci_bus_id: String,
     pub driver_version: String,
     pub serial: Option<String>,
+    /// Firmware and board versions, for the journal's inventory and an RMA report.
+    pub inventory: Inventory,
+}
+
+/// Versions of a board's firmware and parts; each absent where the GPU or driver does not say.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct Inventory {
+    /// `nvmlDeviceGetVbiosVersion`; amdgpu's `vbios_version`.
+    pub vbios: Option<String>,
+    /// `nvmlDeviceGetBoardPartNumber`.
+    pub board_part_number: Option<String>,
+    /// `nvmlDeviceGetInforomImageVersion`.
+    pub inforom_image: Option<String>,
 }
 
 /// One clock-event (throttle) reason the device supports, and whether it is active now.
@@ -429,6 +442,23 @@ pub struct Snapshot {
     /// What was skipped reading inputs from outside since start, as (input, reason, count)
     /// (`gpuwarden_input_skipped_total`; see input.rs).
     pub input_skipped: Vec<(&'static str, &'static str, u64)>,
+    /// The health journal's state; None where it is off (`state.path: ""`) or not started.
+    pub journal: Option<JournalStatus>,
+}
+
+/// The health journal's state, for its self metrics and the status page.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JournalStatus {
+    /// The last write (or the opening) succeeded.
+    pub up: bool,
+    /// Transactions that failed (locked, read-only, full disk, corrupt).
+    pub write_errors: u64,
+    /// Rows not written because the queue or the backlog was full.
+    pub dropped: u64,
+    /// Rows written since start.
+    pub rows_written: u64,
+    /// The database's size in bytes (pages in use).
+    pub bytes: u64,
 }
 
 impl Snapshot {

@@ -286,6 +286,7 @@ mod tests {
                 pci_bus_id: format!("0000:{index:02x}:00.0"),
                 driver_version: "580".into(),
                 serial: None,
+                inventory: Default::default(),
             },
             up,
             lost: false,

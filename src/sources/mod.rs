@@ -117,6 +117,8 @@ pub struct Sources {
     pub jobs: Arc<Versioned<jobs::JobMap>>,
     pub pci: Arc<Versioned<Vec<PciGpu>>>,
     pub drm_clients: Arc<Versioned<processes::DrmScan>>,
+    /// The health journal's state (its writer thread sets it).
+    pub journal: Arc<Versioned<Option<crate::model::JournalStatus>>>,
     /// Signalled by every source when its value changes.
     pub changed: Arc<crate::store::Changed>,
 }
@@ -131,6 +133,7 @@ pub struct Versions {
     pub jobs: u64,
     pci: u64,
     drm_clients: u64,
+    journal: u64,
 }
 
 /// Every side input's value at one moment, as the publisher puts it into a snapshot.
@@ -142,6 +145,7 @@ pub struct Inputs {
     pub jobs: Arc<jobs::JobMap>,
     pub pci: Arc<Vec<PciGpu>>,
     pub drm_clients: Arc<processes::DrmScan>,
+    pub journal: Option<crate::model::JournalStatus>,
     /// What readers of the outside world skipped so far, by (input, reason).
     pub input_skipped: Vec<(&'static str, &'static str, u64)>,
     /// Versions read before the values: a change that lands in between is published again.
@@ -158,6 +162,7 @@ impl Sources {
             jobs: Arc::default(),
             pci: Arc::default(),
             drm_clients: Arc::default(),
+            journal: Arc::default(),
             changed: Arc::default(),
         };
         let changed = &sources.changed;
@@ -167,6 +172,7 @@ impl Sources {
         sources.jobs.signal_to(changed.clone());
         sources.pci.signal_to(changed.clone());
         sources.drm_clients.signal_to(changed.clone());
+        sources.journal.signal_to(changed.clone());
         sources
     }
 
@@ -178,6 +184,7 @@ impl Sources {
             jobs: self.jobs.version(),
             pci: self.pci.version(),
             drm_clients: self.drm_clients.version(),
+            journal: self.journal.version(),
         }
     }
 
@@ -191,6 +198,7 @@ impl Sources {
             jobs: self.jobs.get(),
             pci: self.pci.get(),
             drm_clients: self.drm_clients.get(),
+            journal: (*self.journal.get()).clone(),
             input_skipped: crate::input::skipped_totals()
                 .into_iter()
                 .map(|(input, reason, n)| (input.label(), reason.label(), n))

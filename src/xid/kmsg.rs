@@ -14,7 +14,7 @@
 //! UTF-8 is replaced rather than losing the line.
 
 use super::parse::{self, LogParser, ReportKind, XidReport};
-use super::store::{Source, UNATTRIBUTED, XidEvent, XidStore};
+use super::store::{MAX_RAW_LINE, Source, UNATTRIBUTED, XidEvent, XidStore};
 use crate::stop::Stop;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, ErrorKind, Seek, SeekFrom};
@@ -49,6 +49,14 @@ impl ResumePoints {
         positions.get(path).copied().unwrap_or_default()
     }
 
+    /// Start reading `path` after /dev/kmsg record `sequence` (the journal's last, from before
+    /// a restart in this boot): what was counted then is not counted again.
+    pub fn resume_after(&self, path: &Path, sequence: u64) {
+        let mut positions = self.positions.lock().unwrap_or_else(PoisonError::into_inner);
+        let position = positions.entry(path.to_path_buf()).or_default();
+        position.sequence = position.sequence.max(Some(sequence));
+    }
+
     fn set(&self, path: &Path, position: Position) {
         let mut positions = self.positions.lock().unwrap_or_else(PoisonError::into_inner);
         positions.insert(path.to_path_buf(), position);
@@ -70,12 +78,22 @@ fn events_from_line(parser: &mut LogParser, line: &str, boot: Option<SystemTime>
     if line.starts_with(' ') && !line.trim_start().starts_with("NVRM: ") {
         return Vec::new();
     }
-    let at = parse::kmsg_record_header(line)
+    let header = parse::kmsg_record_header(line);
+    let at = header
         .zip(boot)
         .map(|((_, microseconds), boot)| boot + Duration::from_micros(microseconds))
         .map(|t| t.min(SystemTime::now()))
         .unwrap_or_else(SystemTime::now);
-    parser.parse(line).into_iter().map(|report| event(report, at)).collect()
+    let raw = crate::input::truncate_utf8(line, MAX_RAW_LINE);
+    parser
+        .parse(line)
+        .into_iter()
+        .map(|report| XidEvent {
+            raw: Some(raw.to_string()),
+            kmsg_sequence: header.map(|(sequence, _)| sequence),
+            ..event(report, at)
+        })
+        .collect()
 }
 
 fn event(report: XidReport, at: SystemTime) -> XidEvent {
@@ -89,6 +107,8 @@ fn event(report: XidReport, at: SystemTime) -> XidEvent {
         xid: report.xid,
         source,
         at,
+        raw: None,
+        kmsg_sequence: None,
     }
 }
 

@@ -56,6 +56,27 @@ pub struct XidEvent {
     pub xid: u32,
     pub source: Source,
     pub at: SystemTime,
+    /// The kernel-log line it came from (at most [`MAX_RAW_LINE`] bytes), for the journal.
+    pub raw: Option<String>,
+    /// The /dev/kmsg record's sequence number: the journal resumes after it on a restart, so
+    /// a line still in the ring buffer is not counted twice.
+    pub kmsg_sequence: Option<u64>,
+}
+
+/// XIDs counted before a restart: ((PCI bus id, code), count, last seen).
+pub type SeedCounts = Vec<((String, u32), u64, SystemTime)>;
+
+/// The longest kernel-log line kept with an XID.
+pub const MAX_RAW_LINE: usize = 1024;
+
+/// Told of every XID report that is counted and of every one that joins a counted event
+/// from another source (the health journal). Called with the store's lock held: it must
+/// only hand the event on, never wait.
+pub trait XidListener: Send + Sync {
+    /// A new event, `group` its number in this store.
+    fn counted(&self, group: u64, event: &XidEvent);
+    /// Another source's report of event `group`.
+    fn joined(&self, group: u64, event: &XidEvent);
 }
 
 /// At most this many PCI addresses that are no GPU the backends enumerated, and (address,
@@ -72,6 +93,7 @@ const RECENT_PER_KEY: usize = 64;
 struct Group {
     at: SystemTime,
     sources: u8,
+    id: u64,
 }
 
 struct Inner {
@@ -117,12 +139,36 @@ pub struct XidStore {
     changes: AtomicU64,
     /// Signalled with every change, once set (the daemon's refresher waits for it).
     changed: std::sync::OnceLock<std::sync::Arc<crate::store::Changed>>,
+    /// Told of every counted report, once set (the journal).
+    listener: std::sync::OnceLock<std::sync::Arc<dyn XidListener>>,
+    /// The last event's number.
+    groups: AtomicU64,
 }
 
 impl XidStore {
     /// Signal `changed` at every change from now on (once).
     pub fn signal_to(&self, changed: std::sync::Arc<crate::store::Changed>) {
         let _ = self.changed.set(changed);
+    }
+
+    /// Tell `listener` of every counted report from now on (once).
+    pub fn listen(&self, listener: std::sync::Arc<dyn XidListener>) {
+        let _ = self.listener.set(listener);
+    }
+
+    /// Counts from before a restart in this boot (the journal's), added to what this store
+    /// counts: ((PCI bus id, code), count, last seen).
+    pub fn seed(&self, counts: &SeedCounts) {
+        let mut inner = self.lock();
+        for ((bus, xid), count, last) in counts {
+            let entry = inner.counts.entry((bus.clone(), *xid)).or_insert((0, *last));
+            entry.0 += count;
+            entry.1 = entry.1.max(*last);
+        }
+        drop(inner);
+        if !counts.is_empty() {
+            self.moved_on();
+        }
     }
 
     fn moved_on(&self) {
@@ -136,6 +182,8 @@ impl XidStore {
         XidStore {
             changes: AtomicU64::new(0),
             changed: std::sync::OnceLock::new(),
+            listener: std::sync::OnceLock::new(),
+            groups: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 dedup_window,
                 counts: BTreeMap::new(),
@@ -169,7 +217,7 @@ impl XidStore {
                 .map(|d| d <= window)
                 .unwrap_or(false)
         };
-        let key = (event.pci_bus_id, event.xid);
+        let key = (event.pci_bus_id.clone(), event.xid);
         if !inner.counts.contains_key(&key) && !inner.has_room_for(&key.0) {
             inner.dropped += 1;
             if inner.dropped == 1 {
@@ -194,11 +242,16 @@ impl XidStore {
         let bit = event.source.bit();
         if let Some(group) = groups.iter_mut().find(|g| g.sources & bit == 0 && near(g.at, event.at)) {
             group.sources |= bit;
+            if let Some(listener) = self.listener.get() {
+                listener.joined(group.id, &event);
+            }
             return false;
         }
+        let id = self.groups.fetch_add(1, Ordering::Relaxed) + 1;
         groups.push_back(Group {
             at: event.at,
             sources: bit,
+            id,
         });
         if groups.len() > RECENT_PER_KEY {
             groups.pop_front();
@@ -214,6 +267,9 @@ impl XidStore {
         let entry = inner.counts.entry(key).or_insert((0, event.at));
         entry.0 += 1;
         entry.1 = entry.1.max(event.at);
+        if let Some(listener) = self.listener.get() {
+            listener.counted(id, &event);
+        }
         self.moved_on();
         true
     }
@@ -295,6 +351,8 @@ mod tests {
             xid,
             source,
             at: SystemTime::UNIX_EPOCH + Duration::from_secs(at_s),
+            raw: None,
+            kmsg_sequence: None,
         }
     }
 

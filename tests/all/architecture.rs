@@ -228,6 +228,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("exposition", 3),
     ("probe", 3),
     ("sources", 4),
+    ("journal", 4),
     ("poller", 4),
     ("publisher", 4),
     ("http", 4),
@@ -239,6 +240,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("demo", 5),
     ("probe::cli", 5),
     ("xid::cli", 5),
+    ("journal::cli", 5),
     ("", 6),
 ];
 

@@ -17,6 +17,7 @@ mod deploy;
 mod hardening;
 mod hostile_inputs;
 mod hpc_jobs;
+mod journal;
 mod kubelet_pods;
 mod kubernetes;
 mod probe;

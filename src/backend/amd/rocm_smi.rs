@@ -307,6 +307,7 @@ pub fn device_pollers(
                     .unwrap_or_else(|| "AMD GPU".to_string()),
                 pci_bus_id: bus_id,
                 driver_version: driver_version.to_string(),
+                inventory: twin_identity.as_ref().map(|i| i.inventory.clone()).unwrap_or_default(),
                 serial: serial.or_else(|| twin_identity.and_then(|i| i.serial)),
             };
             RocmDevicePoller {

@@ -226,6 +226,10 @@ impl SysfsDevicePoller {
                 pci_bus_id,
                 driver_version: driver_version.to_string(),
                 serial: read_trimmed(&device.join("serial_number")),
+                inventory: crate::model::Inventory {
+                    vbios: read_trimmed(&device.join("vbios_version")),
+                    ..Default::default()
+                },
             },
             device,
             statics: None,

@@ -118,6 +118,8 @@ fn record(store: &XidStore, bus: &str, xid: u32) {
         xid,
         source: Source::Nvml,
         at: SystemTime::now(),
+        raw: None,
+        kmsg_sequence: None,
     };
     if store.record(event) {
         crate::xid::log_xid(bus, xid, "NVML event set");

@@ -20,7 +20,9 @@ use crate::backend::{DevicePoller, PersistenceOutcome, PollReport};
 use crate::cadence::Every;
 use crate::clock_events;
 use crate::config;
-use crate::model::{DeviceIdentity, DeviceReadings, EccCount, EccScope, EccType, GpuProcess, RemappedRows, Vendor};
+use crate::model::{
+    DeviceIdentity, DeviceReadings, EccCount, EccScope, EccType, GpuProcess, Inventory, RemappedRows, Vendor,
+};
 use calls::CallErrors;
 use nvml_wrapper::Device;
 use nvml_wrapper::Nvml;
@@ -107,6 +109,13 @@ fn read_identity(device: &Device<'static>, index: u32, driver_version: &str) -> 
             .unwrap_or_default(),
         driver_version: driver_version.to_string(),
         serial: device.serial().ok(),
+        // Read once, like the rest of the identity: they change only with a firmware update,
+        // which takes a GPU reset (and a new poller).
+        inventory: Inventory {
+            vbios: device.vbios_version().ok(),
+            board_part_number: device.board_part_number().ok(),
+            inforom_image: device.info_rom_image_version().ok(),
+        },
     }
 }
 

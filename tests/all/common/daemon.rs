@@ -18,15 +18,24 @@ pub struct Daemon {
 }
 
 /// Config for a test daemon: fast polls, the simulated library, loopback port 0, and a
-/// kernel log of its own (`@KMSG@` becomes the file `kmsg` in the daemon's directory).
-/// `extra` holds further top-level sections.
+/// kernel log of its own (`@KMSG@` becomes the file `kmsg` in the daemon's directory), and
+/// a journal of its own (`@STATE@`: `state.db` there, with the boot id in `boot_id`) unless
+/// `extra` sets `state`. `extra` holds further top-level sections.
 pub fn test_config(library: &Path, extra: &str) -> String {
+    let state = if extra.contains("state:") {
+        ""
+    } else {
+        "state:\n  path: \"@STATE@\"\n  boot_id_file: \"@BOOT@\"\n"
+    };
     format!(
         "listen: 127.0.0.1:0\npoll:\n  interval: 200ms\n  timeout: 150ms\n  slow_interval: 200ms\n  topology_interval: 200ms\n  gpm_interval: 200ms\nnvml:\n  library_path: {}\n  retry_initial: 200ms\n  retry_max: 1s\n\
-         xid:\n  kernel_log_path: \"@KMSG@\"\n  dedup_window: 2s\n{extra}",
+         xid:\n  kernel_log_path: \"@KMSG@\"\n  dedup_window: 2s\n{state}{extra}",
         library.display()
     )
 }
+
+/// The boot id a test daemon reads until [`Daemon::reboot`].
+pub const TEST_BOOT_ID: &str = "0e5c1a2b-0000-4000-8000-000000000001";
 
 impl Daemon {
     pub fn start(scenario: &str) -> Daemon {
@@ -49,15 +58,55 @@ impl Daemon {
         std::fs::write(dir.path().join("scenario.yaml"), scenario).expect("write scenario");
         let kmsg = dir.path().join("kmsg");
         std::fs::write(&kmsg, kernel_log).expect("write kernel log");
-        let config = config.replace("@KMSG@", &kmsg.display().to_string());
+        std::fs::write(dir.path().join("boot_id"), format!("{TEST_BOOT_ID}\n")).expect("write boot id");
+        let config = config
+            .replace("@KMSG@", &kmsg.display().to_string())
+            .replace("@STATE@", &dir.path().join("state.db").display().to_string())
+            .replace("@BOOT@", &dir.path().join("boot_id").display().to_string());
         std::fs::write(dir.path().join("config.yaml"), config).expect("write config");
+        let mut command = Daemon::command_in(dir.path());
+        command.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+        Daemon::spawn(command, dir)
+    }
+
+    fn command_in(dir: &Path) -> Command {
         let mut command = Command::new(BIN);
         command
             .args(["run", "--config"])
-            .arg(dir.path().join("config.yaml"))
-            .env("GPUWARDEN_SIM_NVML_SCENARIO", dir.path().join("scenario.yaml"))
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
-        Daemon::spawn(command, dir)
+            .arg(dir.join("config.yaml"))
+            .env("GPUWARDEN_SIM_NVML_SCENARIO", dir.join("scenario.yaml"));
+        command
+    }
+
+    /// The journal this daemon writes (`state.db` in its directory).
+    pub fn state_path(&self) -> PathBuf {
+        self.dir.path().join("state.db")
+    }
+
+    /// Stops the daemon (`kill -9` when `kill`, else SIGTERM), replaces its kernel log with
+    /// `kernel_log` when given (the ring buffer after the restart), and starts it again over
+    /// the same directory: config, scenario and journal.
+    pub fn restart(mut self, kill: bool, kernel_log: Option<&str>) -> Daemon {
+        if kill {
+            let _ = self.child.kill();
+        } else {
+            self.signal(15);
+        }
+        let _ = self.child.wait();
+        if let Some(text) = kernel_log {
+            std::fs::write(self.dir.path().join("kmsg"), text).expect("write kernel log");
+        }
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
+        Daemon::spawn(Daemon::command_in(dir.path()), dir)
+    }
+
+    /// A new boot id for the next start, as after a reboot.
+    pub fn reboot(&self) {
+        std::fs::write(
+            self.dir.path().join("boot_id"),
+            "0e5c1a2b-0000-4000-8000-000000000002\n",
+        )
+        .expect("write boot id");
     }
 
     /// `gpuwarden ARGS` as it is (the demo, say), with a directory of its own.

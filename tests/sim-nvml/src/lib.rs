@@ -282,6 +282,42 @@ pub unsafe extern "C" fn nvmlDeviceGetSerial(device: nvmlDevice_t, out: *mut c_c
 }
 
 #[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetVbiosVersion(
+    device: nvmlDevice_t,
+    out: *mut c_char,
+    length: c_uint,
+) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
+    device_call(device, "nvmlDeviceGetVbiosVersion", |_, d| unsafe {
+        put_string(out, length, d.vbios.as_deref())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetBoardPartNumber(
+    device: nvmlDevice_t,
+    out: *mut c_char,
+    length: c_uint,
+) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
+    device_call(device, "nvmlDeviceGetBoardPartNumber", |_, d| unsafe {
+        put_string(out, length, d.board_part_number.as_deref())
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetInforomImageVersion(
+    device: nvmlDevice_t,
+    out: *mut c_char,
+    length: c_uint,
+) -> nvmlReturn_t {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
+    device_call(device, "nvmlDeviceGetInforomImageVersion", |_, d| unsafe {
+        put_string(out, length, d.inforom_image.as_deref())
+    })
+}
+
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(device: nvmlDevice_t, out: *mut nvmlPciInfo_t) -> nvmlReturn_t {
     device_call(device, "nvmlDeviceGetPciInfo_v3", |_, d| {
         if out.is_null() {

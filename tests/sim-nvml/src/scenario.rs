@@ -63,6 +63,12 @@ pub struct Device {
     pub pci_bus_id: String,
     /// `nvmlDeviceGetSerial`; absent: NOT_SUPPORTED (boards without one).
     pub serial: Option<String>,
+    /// `nvmlDeviceGetVbiosVersion` (`96.00.AF.00.01`); absent: NOT_SUPPORTED.
+    pub vbios: Option<String>,
+    /// `nvmlDeviceGetBoardPartNumber` (`692-2G520-0280-000`); absent: NOT_SUPPORTED.
+    pub board_part_number: Option<String>,
+    /// `nvmlDeviceGetInforomImageVersion` (`G520.0280.00.05`); absent: NOT_SUPPORTED.
+    pub inforom_image: Option<String>,
     /// Every call on this device returns `NVML_ERROR_GPU_IS_LOST`.
     #[serde(default)]
     pub lost: bool,

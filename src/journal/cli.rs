@@ -1,0 +1,136 @@
+//! `gpuwarden events` and `gpuwarden report`: read the journal directly and read-only, so
+//! they work while the daemon runs and on a node where it does not.
+
+use super::db;
+use super::read::{self, GpuSelector, Query, Row};
+use super::report;
+use std::path::Path;
+use std::time::SystemTime;
+
+/// Exit status when the journal cannot be read (no file, not a database, no permission).
+pub const EXIT_UNREADABLE: i32 = 2;
+
+pub struct EventsOptions {
+    pub since: Option<String>,
+    pub gpu: Option<String>,
+    pub kinds: Option<String>,
+    pub limit: usize,
+    pub json: bool,
+}
+
+/// Prints the rows; exit 0 (also when there are none), 2 when the journal cannot be read,
+/// 64 for a bad option.
+pub fn events(path: &Path, options: &EventsOptions) -> i32 {
+    let mut query = Query {
+        limit: options.limit,
+        ..Default::default()
+    };
+    if let Some(since) = &options.since {
+        match read::parse_since(since, SystemTime::now()) {
+            Ok(since) => query.since = Some(since),
+            Err(e) => return usage(&e),
+        }
+    }
+    if let Some(kinds) = &options.kinds {
+        match read::parse_kinds(kinds) {
+            Ok(kinds) => query.kinds = kinds,
+            Err(e) => return usage(&e),
+        }
+    }
+    let conn = match open(path) {
+        Ok(conn) => conn,
+        Err(code) => return code,
+    };
+    if let Some(gpu) = &options.gpu {
+        match read::find_gpu(&conn, &GpuSelector::parse(gpu)) {
+            Ok(Some(facts)) => query.gpus = vec![facts.uuid],
+            // A UUID the journal never saw as a GPU may still name rows (a board swapped out).
+            Ok(None) if gpu.starts_with("GPU-") || gpu.starts_with("AMD-") => query.gpus = vec![gpu.clone()],
+            Ok(None) => return not_in_journal(gpu, path),
+            Err(e) => return unreadable(path, &e.to_string()),
+        }
+    }
+    match read::events(&conn, &query) {
+        Ok(rows) if options.json => {
+            println!("{}", serde_json::to_string_pretty(&rows).unwrap_or_default());
+            0
+        }
+        Ok(rows) => {
+            for row in &rows {
+                println!("{}", line(row));
+            }
+            0
+        }
+        Err(e) => unreadable(path, &e.to_string()),
+    }
+}
+
+/// One row as a line: time, GPU, kind, summary.
+pub fn line(row: &Row) -> String {
+    let gpu = match (&row.gpu_uuid, &row.pci_bus_id) {
+        (Some(uuid), _) => format!("{uuid} serial {}", row.serial.as_deref().unwrap_or("unknown")),
+        (None, Some(bus)) if !bus.is_empty() => bus.clone(),
+        _ => "node".to_string(),
+    };
+    format!("{}  {:<12} {gpu}  {}", report::utc(row.at), row.kind, row.summary)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportFormat {
+    Text,
+    Json,
+    Markdown,
+}
+
+/// Prints one GPU's evidence packet; exit 0, 1 when the journal has no such GPU, 2 when it
+/// cannot be read.
+pub fn report(path: &Path, gpu: &str, format: ReportFormat) -> i32 {
+    let conn = match open(path) {
+        Ok(conn) => conn,
+        Err(code) => return code,
+    };
+    let facts = match read::find_gpu(&conn, &GpuSelector::parse(gpu)) {
+        Ok(Some(facts)) => facts,
+        Ok(None) => return not_in_journal(gpu, path),
+        Err(e) => return unreadable(path, &e.to_string()),
+    };
+    let now = crate::model::unix_seconds(SystemTime::now());
+    match report::build(&conn, &facts, now) {
+        Ok(r) => {
+            match format {
+                ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default()),
+                ReportFormat::Markdown | ReportFormat::Text => print!("{}", report::markdown(&r)),
+            }
+            0
+        }
+        Err(e) => unreadable(path, &e.to_string()),
+    }
+}
+
+fn open(path: &Path) -> Result<rusqlite::Connection, i32> {
+    if !path.exists() {
+        return Err(unreadable(
+            path,
+            "no such file (the daemon writes it; is state.path set elsewhere? --state FILE reads another)",
+        ));
+    }
+    db::open_read_only(path).map_err(|e| unreadable(path, &e.to_string()))
+}
+
+fn unreadable(path: &Path, why: &str) -> i32 {
+    eprintln!("gpuwarden: cannot read the journal {}: {why}", path.display());
+    EXIT_UNREADABLE
+}
+
+fn not_in_journal(gpu: &str, path: &Path) -> i32 {
+    eprintln!(
+        "gpuwarden: the journal {} has no GPU {gpu} (give an index as `gpuwarden check` shows it, or a UUID)",
+        path.display()
+    );
+    1
+}
+
+fn usage(message: &str) -> i32 {
+    eprintln!("gpuwarden: {message}");
+    64
+}

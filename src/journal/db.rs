@@ -1,0 +1,243 @@
+//! The database file: opening it for the writer (and what to do when it is corrupt, locked,
+//! read-only or on a full disk), its schema, and opening it read-only for the readers.
+//!
+//! SQLite in WAL mode with `synchronous=NORMAL`: a committed transaction survives the process
+//! being killed (`kill -9`); a power cut may lose the last transactions, never the file.
+//! Readers (`gpuwarden events`, `/api/v1/events`) never block the writer, nor it them.
+
+use rusqlite::{Connection, ErrorCode, OpenFlags};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The schema this build writes. A file with a newer one is left alone (a downgrade).
+pub const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    boot_id TEXT NOT NULL,
+    host TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    gpu_uuid TEXT,
+    serial TEXT,
+    pci_bus_id TEXT,
+    summary TEXT NOT NULL,
+    details TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS events_at ON events (at);
+CREATE INDEX IF NOT EXISTS events_gpu ON events (gpu_uuid, at);
+CREATE TABLE IF NOT EXISTS gpu_facts (
+    uuid TEXT PRIMARY KEY,
+    pci_bus_id TEXT NOT NULL,
+    serial TEXT,
+    facts TEXT NOT NULL,
+    at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS xid_counts (
+    boot_id TEXT NOT NULL,
+    pci_bus_id TEXT NOT NULL,
+    xid INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    last_at REAL NOT NULL,
+    PRIMARY KEY (boot_id, pci_bus_id, xid)
+);
+CREATE TABLE IF NOT EXISTS boots (
+    boot_id TEXT PRIMARY KEY,
+    first_seen REAL NOT NULL,
+    host TEXT NOT NULL,
+    kmsg_sequence INTEGER
+);
+";
+
+/// Why the writer cannot use the file now.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("{}: {source}", .path.display())]
+    Sqlite { path: PathBuf, source: rusqlite::Error },
+    #[error("{} is a symbolic link; the journal is not written through links", .0.display())]
+    Link(PathBuf),
+    #[error("{} was written by a newer gpuwarden (schema {found}, this one writes {SCHEMA_VERSION}); \
+             set state.path to another file or upgrade", .path.display())]
+    Newer { path: PathBuf, found: i64 },
+    #[error("{} failed its integrity check: {detail}", .path.display())]
+    Corrupt { path: PathBuf, detail: String },
+}
+
+impl DbError {
+    fn sqlite(path: &Path) -> impl FnOnce(rusqlite::Error) -> DbError + '_ {
+        move |source| DbError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// A file that is not a database or is damaged: move it aside and start anew.
+    pub fn is_corrupt(&self) -> bool {
+        match self {
+            DbError::Corrupt { .. } => true,
+            DbError::Sqlite { source, .. } => is_corrupt(source),
+            _ => false,
+        }
+    }
+
+    /// What an operator should do about it, for the log line.
+    pub fn advice(&self) -> &'static str {
+        let code = match self {
+            DbError::Sqlite { source, .. } => source.sqlite_error_code(),
+            _ => None,
+        };
+        match code {
+            Some(ErrorCode::ReadOnly) | Some(ErrorCode::PermissionDenied) | Some(ErrorCode::CannotOpen) => {
+                "make state.path's directory writable by gpuwarden (systemd: StateDirectory=gpuwarden; \
+                 Kubernetes: a hostPath volume), or set state.path"
+            }
+            Some(ErrorCode::DiskFull) => "free space on the state directory's file system",
+            Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => {
+                "another program holds the database's write lock (an open sqlite3 transaction?); end it"
+            }
+            _ => "see the error; gpuwarden retries every 30 s",
+        }
+    }
+}
+
+pub fn is_corrupt(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseCorrupt) | Some(ErrorCode::NotADatabase)
+    )
+}
+
+/// Opens (or creates) the database for the writer, checks it and brings the schema up.
+pub fn open_for_writing(path: &Path) -> Result<Connection, DbError> {
+    // The state directory is root's, but a link there could still point the writes at any
+    // file: refuse it rather than follow it.
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(DbError::Link(path.to_path_buf()));
+    }
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(DbError::sqlite(path))?;
+    setup(&conn, path)?;
+    Ok(conn)
+}
+
+fn setup(conn: &Connection, path: &Path) -> Result<(), DbError> {
+    let err = || DbError::sqlite(path);
+    // A short wait: the writer is a thread of its own, but a reader's checkpoint or an
+    // operator's sqlite3 must not stall it for long; the batch is retried next second.
+    conn.busy_timeout(Duration::from_millis(200)).map_err(err())?;
+    // Only takes effect on a new file (before the first table): lets the size cap give
+    // deleted pages back to the file system.
+    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL").map_err(err())?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+        .map_err(err())?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        log::warn!(
+            "journal {}: journal_mode is {mode}, not WAL (a file system without shared memory?)",
+            path.display()
+        );
+    }
+    conn.pragma_update(None, "synchronous", "NORMAL").map_err(err())?;
+    // 512 KiB of page cache, not SQLite's 2 MiB default: the writer appends and the hot
+    // pages are few (docs/performance.md).
+    conn.pragma_update(None, "cache_size", -512).map_err(err())?;
+    let check: String = conn
+        .query_row("PRAGMA quick_check", [], |row| row.get(0))
+        .map_err(err())?;
+    if check != "ok" {
+        return Err(DbError::Corrupt {
+            path: path.to_path_buf(),
+            detail: check,
+        });
+    }
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(err())?;
+    if version > SCHEMA_VERSION {
+        return Err(DbError::Newer {
+            path: path.to_path_buf(),
+            found: version,
+        });
+    }
+    conn.execute_batch(SCHEMA).map_err(err())?;
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+        .map_err(err())?;
+    Ok(())
+}
+
+/// Moves a corrupt file (and its WAL and shared-memory files) aside as
+/// `state.db.corrupt-UNIXTIME`, so a new one can start and the old one can be looked at.
+pub fn move_aside(path: &Path) -> std::io::Result<PathBuf> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let aside = with_suffix(path, &format!(".corrupt-{stamp}"));
+    std::fs::rename(path, &aside)?;
+    for side in ["-wal", "-shm"] {
+        let file = with_suffix(path, side);
+        if file.exists() {
+            let _ = std::fs::rename(&file, with_suffix(&aside, side));
+        }
+    }
+    Ok(aside)
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Opens the database read-only, for `events`, `report` and the HTTP API: works while the
+/// daemon writes (WAL), and never changes the file.
+pub fn open_read_only(path: &Path) -> Result<Connection, DbError> {
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(DbError::Link(path.to_path_buf()));
+    }
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(DbError::sqlite(path))?;
+    conn.busy_timeout(Duration::from_secs(2))
+        .map_err(DbError::sqlite(path))?;
+    conn.pragma_update(None, "query_only", true)
+        .map_err(DbError::sqlite(path))?;
+    Ok(conn)
+}
+
+/// The file's size in bytes as SQLite counts it (pages in use, not the free list).
+pub fn used_bytes(conn: &Connection) -> rusqlite::Result<u64> {
+    conn.query_row(
+        "SELECT (page_count - freelist_count) * page_size FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()",
+        [],
+        |row| row.get::<_, i64>(0),
+    )
+    .map(|n| n.max(0) as u64)
+}
+
+/// Deletes rows older than `oldest` (Unix seconds), then the oldest rows until the file's
+/// pages in use fit `max_bytes`, and gives the freed pages back to the file system. Returns
+/// the size after.
+pub fn prune(conn: &Connection, oldest: f64, max_bytes: u64) -> rusqlite::Result<u64> {
+    conn.execute("DELETE FROM events WHERE at < ?1", [oldest])?;
+    conn.execute("DELETE FROM xid_counts WHERE last_at < ?1", [oldest])?;
+    conn.execute("DELETE FROM boots WHERE first_seen < ?1", [oldest])?;
+    let mut bytes = used_bytes(conn)?;
+    // A tenth of the rows at a time: a few rounds bring a file back under its cap.
+    for _ in 0..20 {
+        if bytes <= max_bytes {
+            break;
+        }
+        let rows: i64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
+        if rows == 0 {
+            break;
+        }
+        conn.execute(
+            "DELETE FROM events WHERE id IN (SELECT id FROM events ORDER BY id LIMIT ?1)",
+            [(rows / 10).max(1)],
+        )?;
+        bytes = used_bytes(conn)?;
+    }
+    conn.execute_batch("PRAGMA incremental_vacuum")?;
+    used_bytes(conn)
+}

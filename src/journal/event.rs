@@ -1,0 +1,119 @@
+//! One journal row: what happened, when, on which boot, host and GPU.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// What a row records. The names are the `kind` column and `gpuwarden events --kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// An XID, counted once whichever sources saw it (details: code, name, severity,
+    /// sources, the kernel-log line).
+    Xid,
+    /// More reports of one XID on one GPU than are recorded one by one (a storm): their count.
+    XidStorm,
+    /// The health verdict changed (from, to, findings).
+    Health,
+    /// A probe finished (each test's measured and expected value, pass).
+    Probe,
+    /// The uncorrectable ECC count changed.
+    Ecc,
+    /// Row remapping: pending, failed, or the remapped rows changed.
+    RowRemap,
+    /// NVLink errors grew, or links went down or came back.
+    Nvlink,
+    /// A thermal or power-brake slowdown episode (start, duration).
+    Slowdown,
+    /// The GPU stopped answering (fell off the bus), or answers again.
+    Lost,
+    Back,
+    /// A GPU on the PCI bus that no backend enumerates.
+    PciMissing,
+    /// gpuwarden turned persistence mode on.
+    Persistence,
+    /// Driver, VBIOS, board part number or InfoROM of a GPU: first seen, or changed.
+    Inventory,
+    /// A different GPU (another UUID and serial) at a PCI address: a board swap.
+    BoardSwap,
+    /// The daemon started or stopped.
+    Daemon,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 15] = [
+        Kind::Xid,
+        Kind::XidStorm,
+        Kind::Health,
+        Kind::Probe,
+        Kind::Ecc,
+        Kind::RowRemap,
+        Kind::Nvlink,
+        Kind::Slowdown,
+        Kind::Lost,
+        Kind::Back,
+        Kind::PciMissing,
+        Kind::Persistence,
+        Kind::Inventory,
+        Kind::BoardSwap,
+        Kind::Daemon,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Xid => "xid",
+            Kind::XidStorm => "xid_storm",
+            Kind::Health => "health",
+            Kind::Probe => "probe",
+            Kind::Ecc => "ecc",
+            Kind::RowRemap => "row_remap",
+            Kind::Nvlink => "nvlink",
+            Kind::Slowdown => "slowdown",
+            Kind::Lost => "lost",
+            Kind::Back => "back",
+            Kind::PciMissing => "pci_missing",
+            Kind::Persistence => "persistence",
+            Kind::Inventory => "inventory",
+            Kind::BoardSwap => "board_swap",
+            Kind::Daemon => "daemon",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// Which GPU a row is about, as it was known when the row was written: the serial stays
+/// with its rows after the board moves or is replaced.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GpuRef {
+    pub uuid: String,
+    pub serial: Option<String>,
+    pub pci_bus_id: String,
+    pub index: Option<u32>,
+}
+
+/// A row before it is written. Time, boot id and host are the writer's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// Unix seconds.
+    pub at: f64,
+    pub kind: Kind,
+    pub gpu: Option<GpuRef>,
+    /// One line for people: what happened.
+    pub summary: String,
+    /// The details as JSON (kind-specific).
+    pub details: Value,
+}
+
+impl Event {
+    pub fn new(at: f64, kind: Kind, gpu: Option<GpuRef>, summary: String, details: Value) -> Event {
+        Event {
+            at,
+            kind,
+            gpu,
+            summary,
+            details,
+        }
+    }
+}

@@ -1,0 +1,374 @@
+//! What the journal remembers of each GPU between snapshots (and restarts: the `gpu_facts`
+//! table), and the events that a change in it makes. Pure: a snapshot and the last facts
+//! in, events and new facts out.
+
+use super::event::{Event, GpuRef, Kind};
+use crate::model::health::HealthState;
+use crate::model::probe::ProbeReport;
+use crate::model::{DeviceSnapshot, EccScope, EccType, Inventory, Snapshot};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::collections::BTreeMap;
+
+/// A slowdown episode ends when its reason has been clear this long: a reason that flickers
+/// every poll is one episode, not one row a second.
+pub const EPISODE_GAP: f64 = 30.0;
+
+/// The clock-event reasons whose episodes are recorded: heat and the board's power brake.
+pub const EPISODE_REASONS: [&str; 4] = [
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_slowdown",
+    "hw_power_brake_slowdown",
+];
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FindingFact {
+    pub reason: String,
+    pub severity: String,
+    pub message: String,
+}
+
+/// One GPU as last seen.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuFacts {
+    pub index: u32,
+    pub uuid: String,
+    pub serial: Option<String>,
+    pub pci_bus_id: String,
+    pub name: String,
+    pub driver_version: String,
+    #[serde(default)]
+    pub inventory: Inventory,
+    pub verdict: String,
+    pub findings: Vec<FindingFact>,
+    pub lost: bool,
+    pub ecc_uncorrectable: Option<u64>,
+    pub remap_pending: Option<bool>,
+    pub remap_failed: Option<bool>,
+    pub remapped_rows: Option<u64>,
+    pub nvlink_errors: Option<u64>,
+    pub nvlinks_down: Option<Vec<u32>>,
+    /// When the latest probe started (Unix seconds).
+    pub probe_started: Option<f64>,
+    /// Slowdown reasons in an episode now: (started, last seen active).
+    #[serde(default)]
+    pub episodes: BTreeMap<String, (f64, f64)>,
+}
+
+impl GpuFacts {
+    /// What decides whether the stored facts are out of date: everything but the findings'
+    /// wording (which carries live values) and when an episode's reason was last seen, so
+    /// that a steady GPU costs no write at all.
+    pub fn key(&self) -> GpuFacts {
+        let mut key = self.clone();
+        for finding in &mut key.findings {
+            finding.message.clear();
+        }
+        for episode in key.episodes.values_mut() {
+            episode.1 = episode.0;
+        }
+        key
+    }
+
+    pub fn gpu_ref(&self) -> GpuRef {
+        GpuRef {
+            uuid: self.uuid.clone(),
+            serial: self.serial.clone(),
+            pci_bus_id: self.pci_bus_id.clone(),
+            index: Some(self.index),
+        }
+    }
+}
+
+/// The facts of `device` now; readings the GPU did not give this time keep their last value
+/// (a GPU that stops answering has not had its ECC count reset).
+pub fn facts_of(device: &DeviceSnapshot, snapshot: &Snapshot, last: Option<&GpuFacts>, now: f64) -> GpuFacts {
+    let id = &device.identity;
+    let keep = last.cloned().unwrap_or_default();
+    let mut f = GpuFacts {
+        index: id.index,
+        uuid: id.uuid.clone(),
+        serial: id.serial.clone(),
+        pci_bus_id: id.pci_bus_id.clone(),
+        name: id.name.clone(),
+        driver_version: id.driver_version.clone(),
+        inventory: id.inventory.clone(),
+        verdict: device.health.state.label().to_string(),
+        findings: device
+            .health
+            .findings
+            .iter()
+            .map(|f| FindingFact {
+                reason: f.reason.to_string(),
+                severity: f.severity.label().to_string(),
+                message: f.message.clone(),
+            })
+            .collect(),
+        lost: device.lost,
+        probe_started: snapshot
+            .probe
+            .reports
+            .get(&id.uuid)
+            .map(|r| r.started)
+            .or(keep.probe_started),
+        episodes: keep.episodes.clone(),
+        ..keep.clone()
+    };
+    if let Some(r) = device.answered() {
+        let uncorrectable: Vec<u64> = r
+            .ecc_errors
+            .iter()
+            .filter(|e| e.error_type == EccType::Uncorrected && e.scope == EccScope::Aggregate)
+            .map(|e| e.count)
+            .collect();
+        if !uncorrectable.is_empty() {
+            f.ecc_uncorrectable = Some(uncorrectable.iter().sum());
+        }
+        f.remap_pending = r.remapped_rows.pending.or(f.remap_pending);
+        f.remap_failed = r.remapped_rows.failed.or(f.remap_failed);
+        if let (Some(c), Some(u)) = (r.remapped_rows.correctable, r.remapped_rows.uncorrectable) {
+            f.remapped_rows = Some(c + u);
+        }
+        if let Some(links) = &r.nvlinks {
+            f.nvlink_errors = Some(links.links.iter().map(|l| l.errors_total()).sum());
+            f.nvlinks_down = Some(links.links_down().map(|l| l.link).collect());
+        }
+        for reason in EPISODE_REASONS {
+            let active = r.clock_events.iter().any(|c| c.reason == reason && c.active);
+            if active {
+                f.episodes
+                    .entry(reason.to_string())
+                    .and_modify(|e| e.1 = now)
+                    .or_insert((now, now));
+            }
+        }
+    }
+    f
+}
+
+/// The events between `old` (None: a GPU the journal has not seen) and `new`. Ends the
+/// slowdown episodes that are over (removing them from `new`).
+pub fn changes(old: Option<&GpuFacts>, new: &mut GpuFacts, probe: Option<&ProbeReport>, now: f64) -> Vec<Event> {
+    let gpu = Some(new.gpu_ref());
+    let event = |kind, summary: String, details| Event::new(now, kind, gpu.clone(), summary, details);
+    let mut out = Vec::new();
+    let Some(old) = old else {
+        out.push(event(
+            Kind::Inventory,
+            format!(
+                "first seen: {} serial {}",
+                new.name,
+                new.serial.as_deref().unwrap_or("unknown")
+            ),
+            inventory_details(new),
+        ));
+        if new.verdict != HealthState::Ok.label() {
+            out.push(event(
+                Kind::Health,
+                format!("ok -> {}: {}", new.verdict, reasons(new)),
+                health_details("ok", new),
+            ));
+        }
+        out.extend(probe.map(|r| probe_event(r, gpu.clone())));
+        return out;
+    };
+    if (&old.driver_version, &old.inventory) != (&new.driver_version, &new.inventory) {
+        out.push(event(
+            Kind::Inventory,
+            inventory_change(old, new),
+            json!({"before": inventory_details(old), "after": inventory_details(new)}),
+        ));
+    }
+    if old.verdict != new.verdict {
+        out.push(event(
+            Kind::Health,
+            format!("{} -> {}: {}", old.verdict, new.verdict, reasons(new)),
+            health_details(&old.verdict, new),
+        ));
+    }
+    match (old.lost, new.lost) {
+        (false, true) => out.push(event(Kind::Lost, "the GPU stopped answering (lost)".into(), json!({}))),
+        (true, false) => out.push(event(Kind::Back, "the GPU answers again".into(), json!({}))),
+        _ => {}
+    }
+    if let (Some(a), Some(b)) = (old.ecc_uncorrectable, new.ecc_uncorrectable)
+        && a != b
+    {
+        out.push(event(
+            Kind::Ecc,
+            format!("uncorrectable ECC errors (aggregate) {a} -> {b}"),
+            json!({"uncorrectable_before": a, "uncorrectable": b}),
+        ));
+    }
+    let remap = |f: &GpuFacts| (f.remap_pending, f.remap_failed, f.remapped_rows);
+    if remap(old) != remap(new) && new.remapped_rows.is_some() {
+        out.push(event(
+            Kind::RowRemap,
+            format!(
+                "row remapping: pending {}, failed {}, remapped rows {}",
+                yes_no(new.remap_pending),
+                yes_no(new.remap_failed),
+                new.remapped_rows.unwrap_or(0)
+            ),
+            json!({"pending": new.remap_pending, "failed": new.remap_failed, "remapped_rows": new.remapped_rows,
+                   "remapped_rows_before": old.remapped_rows}),
+        ));
+    }
+    if let Some(e) = nvlink_change(old, new, now, &gpu) {
+        out.push(e);
+    }
+    if let Some(report) = probe.filter(|r| Some(r.started) != old.probe_started) {
+        out.push(probe_event(report, gpu.clone()));
+    }
+    out.extend(ended_episodes(new, now, &gpu));
+    out
+}
+
+fn nvlink_change(old: &GpuFacts, new: &GpuFacts, now: f64, gpu: &Option<GpuRef>) -> Option<Event> {
+    let grew = matches!((old.nvlink_errors, new.nvlink_errors), (Some(a), Some(b)) if b > a);
+    let down_changed = old.nvlinks_down.is_some() && new.nvlinks_down.is_some() && old.nvlinks_down != new.nvlinks_down;
+    if !grew && !down_changed {
+        return None;
+    }
+    let down = new.nvlinks_down.clone().unwrap_or_default();
+    Some(Event::new(
+        now,
+        Kind::Nvlink,
+        gpu.clone(),
+        format!(
+            "NVLink errors {} -> {}, links down: {}",
+            old.nvlink_errors.unwrap_or(0),
+            new.nvlink_errors.unwrap_or(0),
+            if down.is_empty() {
+                "none".to_string()
+            } else {
+                down.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+            }
+        ),
+        json!({"errors_before": old.nvlink_errors, "errors": new.nvlink_errors, "links_down": down,
+               "links_down_before": old.nvlinks_down}),
+    ))
+}
+
+/// Episodes whose reason has been clear for [`EPISODE_GAP`]: one row each, with its start
+/// and length.
+fn ended_episodes(new: &mut GpuFacts, now: f64, gpu: &Option<GpuRef>) -> Vec<Event> {
+    let ended: Vec<String> = new
+        .episodes
+        .iter()
+        .filter(|(_, (_, last))| now - last >= EPISODE_GAP)
+        .map(|(reason, _)| reason.clone())
+        .collect();
+    ended
+        .into_iter()
+        .filter_map(|reason| {
+            let (start, last) = new.episodes.remove(&reason)?;
+            Some(episode_event(&reason, start, last, gpu))
+        })
+        .collect()
+}
+
+/// The row for one slowdown episode (also written at stop for one still going on).
+pub fn episode_event(reason: &str, start: f64, last: f64, gpu: &Option<GpuRef>) -> Event {
+    let seconds = (last - start).max(0.0);
+    Event::new(
+        start,
+        Kind::Slowdown,
+        gpu.clone(),
+        format!("{reason} for {seconds:.0} s"),
+        json!({"reason": reason, "started": start, "last_active": last, "seconds": seconds}),
+    )
+}
+
+fn yes_no(v: Option<bool>) -> &'static str {
+    match v {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "unknown",
+    }
+}
+
+fn reasons(f: &GpuFacts) -> String {
+    if f.findings.is_empty() {
+        return "no findings".into();
+    }
+    f.findings
+        .iter()
+        .map(|x| x.reason.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn health_details(from: &str, new: &GpuFacts) -> serde_json::Value {
+    json!({"from": from, "to": new.verdict, "findings": new.findings})
+}
+
+fn inventory_details(f: &GpuFacts) -> serde_json::Value {
+    json!({
+        "name": f.name, "serial": f.serial, "driver_version": f.driver_version,
+        "vbios": f.inventory.vbios, "board_part_number": f.inventory.board_part_number,
+        "inforom_image": f.inventory.inforom_image,
+    })
+}
+
+fn inventory_change(old: &GpuFacts, new: &GpuFacts) -> String {
+    let mut parts = Vec::new();
+    let mut diff = |what: &str, a: Option<&str>, b: Option<&str>| {
+        if a != b {
+            parts.push(format!(
+                "{what} {} -> {}",
+                a.unwrap_or("unknown"),
+                b.unwrap_or("unknown")
+            ));
+        }
+    };
+    diff("driver", Some(&old.driver_version), Some(&new.driver_version));
+    diff("VBIOS", old.inventory.vbios.as_deref(), new.inventory.vbios.as_deref());
+    diff(
+        "board part number",
+        old.inventory.board_part_number.as_deref(),
+        new.inventory.board_part_number.as_deref(),
+    );
+    diff(
+        "InfoROM",
+        old.inventory.inforom_image.as_deref(),
+        new.inventory.inforom_image.as_deref(),
+    );
+    parts.join(", ")
+}
+
+/// A GPU first seen at an address where another GPU (another UUID) was: the board was
+/// swapped. The old GPU's rows keep its serial.
+pub fn board_swap(previous: &GpuFacts, new: &GpuFacts, now: f64) -> Event {
+    Event::new(
+        now,
+        Kind::BoardSwap,
+        Some(new.gpu_ref()),
+        format!(
+            "a different GPU at {}: serial {} (was {}, {})",
+            new.pci_bus_id,
+            new.serial.as_deref().unwrap_or("unknown"),
+            previous.serial.as_deref().unwrap_or("unknown"),
+            previous.uuid
+        ),
+        json!({"previous_uuid": previous.uuid, "previous_serial": previous.serial,
+               "uuid": new.uuid, "serial": new.serial}),
+    )
+}
+
+/// A finished probe: every test's measured and expected value and whether it passed.
+fn probe_event(report: &ProbeReport, gpu: Option<GpuRef>) -> Event {
+    let verdict = match report.passed() {
+        Some(true) => "passed",
+        Some(false) => "FAILED",
+        None => "no verdict (no expected values for this GPU)",
+    };
+    Event::new(
+        report.started,
+        Kind::Probe,
+        gpu,
+        format!("probe {verdict}"),
+        serde_json::to_value(report).unwrap_or_default(),
+    )
+}

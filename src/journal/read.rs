@@ -1,0 +1,196 @@
+//! Reading the journal: the rows `gpuwarden events`, `/api/v1/events` and the status page
+//! show, the facts and counts the writer starts from, and what a restart takes over.
+//! Everything here but the writer's helpers opens the file read-only.
+
+use super::Seed;
+use super::db::{self, DbError};
+use super::event::Kind;
+use super::facts::GpuFacts;
+use crate::xid::store::SeedCounts;
+use rusqlite::{Connection, params_from_iter, types::Value as SqlValue};
+use serde::Serialize;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+/// At most this many rows in one answer (the HTTP API's and the CLI's default).
+pub const DEFAULT_LIMIT: usize = 1000;
+pub const MAX_LIMIT: usize = 100_000;
+
+/// One row as read back.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    pub id: i64,
+    /// Unix seconds.
+    pub at: f64,
+    pub boot_id: String,
+    pub host: String,
+    pub kind: String,
+    pub gpu_uuid: Option<String>,
+    pub serial: Option<String>,
+    pub pci_bus_id: Option<String>,
+    pub summary: String,
+    pub details: serde_json::Value,
+}
+
+/// Which GPU: its index as the journal last knew it, or its UUID.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GpuSelector {
+    Index(u32),
+    Uuid(String),
+}
+
+impl GpuSelector {
+    pub fn parse(text: &str) -> GpuSelector {
+        match text.parse::<u32>() {
+            Ok(index) => GpuSelector::Index(index),
+            Err(_) => GpuSelector::Uuid(text.to_string()),
+        }
+    }
+}
+
+/// A query over the rows, newest last.
+#[derive(Debug, Clone, Default)]
+pub struct Query {
+    /// Unix seconds; None: from the first row.
+    pub since: Option<f64>,
+    /// GPU UUIDs (resolved from a selector); empty: every row.
+    pub gpus: Vec<String>,
+    pub kinds: Vec<Kind>,
+    pub limit: usize,
+}
+
+/// Parses `--kind xid,health`: a clear error names the kinds there are.
+pub fn parse_kinds(text: &str) -> Result<Vec<Kind>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(|k| {
+            Kind::from_name(k).ok_or_else(|| {
+                let known: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+                format!("unknown kind {k:?}; the kinds are {}", known.join(", "))
+            })
+        })
+        .collect()
+}
+
+/// Rows matching `query`, oldest first, the newest `limit` of them.
+pub fn events(conn: &Connection, query: &Query) -> rusqlite::Result<Vec<Row>> {
+    let mut sql = String::from(
+        "SELECT id, at, boot_id, host, kind, gpu_uuid, serial, pci_bus_id, summary, details FROM events WHERE 1",
+    );
+    let mut values: Vec<SqlValue> = Vec::new();
+    if let Some(since) = query.since {
+        sql.push_str(" AND at >= ?");
+        values.push(SqlValue::Real(since));
+    }
+    if !query.gpus.is_empty() {
+        sql.push_str(&format!(" AND gpu_uuid IN ({})", vec!["?"; query.gpus.len()].join(",")));
+        values.extend(query.gpus.iter().map(|g| SqlValue::Text(g.clone())));
+    }
+    if !query.kinds.is_empty() {
+        sql.push_str(&format!(" AND kind IN ({})", vec!["?"; query.kinds.len()].join(",")));
+        values.extend(query.kinds.iter().map(|k| SqlValue::Text(k.name().to_string())));
+    }
+    let limit = query.limit.clamp(1, MAX_LIMIT);
+    sql.push_str(&format!(" ORDER BY at DESC, id DESC LIMIT {limit}"));
+    let mut statement = conn.prepare(&sql)?;
+    let mut rows: Vec<Row> = statement
+        .query_map(params_from_iter(values), |r| {
+            let details: String = r.get(9)?;
+            Ok(Row {
+                id: r.get(0)?,
+                at: r.get(1)?,
+                boot_id: r.get(2)?,
+                host: r.get(3)?,
+                kind: r.get(4)?,
+                gpu_uuid: r.get(5)?,
+                serial: r.get(6)?,
+                pci_bus_id: r.get(7)?,
+                summary: r.get(8)?,
+                details: serde_json::from_str(&details).unwrap_or(serde_json::Value::Null),
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    rows.reverse();
+    Ok(rows)
+}
+
+/// Every GPU's last known facts.
+pub fn load_facts(conn: &Connection) -> rusqlite::Result<Vec<GpuFacts>> {
+    let mut statement = conn.prepare("SELECT facts FROM gpu_facts ORDER BY at")?;
+    let texts: Vec<String> = statement
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(texts
+        .iter()
+        .filter_map(|t| serde_json::from_str::<GpuFacts>(t).ok())
+        .collect())
+}
+
+/// The GPU `selector` names, as the journal last knew it: by UUID, or the GPU last seen
+/// with that index (a GPU that moved to another address is found by its UUID).
+pub fn find_gpu(conn: &Connection, selector: &GpuSelector) -> rusqlite::Result<Option<GpuFacts>> {
+    let facts = load_facts(conn)?;
+    Ok(match selector {
+        GpuSelector::Uuid(uuid) => facts.into_iter().find(|f| &f.uuid == uuid),
+        // The newest facts with that index at an address (a swapped-out board has none).
+        GpuSelector::Index(index) => facts
+            .into_iter()
+            .rev()
+            .find(|f| f.index == *index && !f.pci_bus_id.is_empty()),
+    })
+}
+
+/// This boot's XID counts.
+pub fn xid_counts(conn: &Connection, boot_id: &str) -> rusqlite::Result<SeedCounts> {
+    let mut statement = conn.prepare("SELECT pci_bus_id, xid, count, last_at FROM xid_counts WHERE boot_id = ?1")?;
+    let rows = statement.query_map([boot_id], |r| {
+        let last: f64 = r.get(3)?;
+        Ok((
+            (r.get::<_, String>(0)?, r.get::<_, u32>(1)?),
+            r.get::<_, i64>(2)?.max(0) as u64,
+            SystemTime::UNIX_EPOCH + Duration::from_secs_f64(last.max(0.0)),
+        ))
+    })?;
+    rows.collect()
+}
+
+/// What a restart in boot `boot_id` takes over (read-only).
+pub fn seed(path: &Path, boot_id: &str) -> Result<Seed, DbError> {
+    let conn = db::open_read_only(path)?;
+    let err = |source| DbError::Sqlite {
+        path: path.to_path_buf(),
+        source,
+    };
+    let kmsg_sequence: Option<i64> = conn
+        .query_row("SELECT kmsg_sequence FROM boots WHERE boot_id = ?1", [boot_id], |r| {
+            r.get(0)
+        })
+        .or_else(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            other => Err(other),
+        })
+        .map_err(err)?;
+    Ok(Seed {
+        xid_counts: xid_counts(&conn, boot_id).map_err(err)?,
+        kmsg_sequence: kmsg_sequence.filter(|s| *s > 0).map(|s| s as u64),
+    })
+}
+
+/// The boots the journal has seen, oldest first: (boot id, first seen).
+pub fn boots(conn: &Connection) -> rusqlite::Result<Vec<(String, f64)>> {
+    let mut statement = conn.prepare("SELECT boot_id, first_seen FROM boots ORDER BY first_seen")?;
+    let rows = statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    rows.collect()
+}
+
+/// Reads `--since 7d` (a duration back from now) or a Unix time.
+pub fn parse_since(text: &str, now: SystemTime) -> Result<f64, String> {
+    if let Ok(seconds) = text.parse::<f64>() {
+        return Ok(seconds);
+    }
+    let back = humantime::parse_duration(text)
+        .map_err(|e| format!("--since {text:?} is not a duration ({e}); write it like 30m, 7d or 180d"))?;
+    let now = crate::model::unix_seconds(now);
+    Ok(now - back.as_secs_f64())
+}

@@ -1,0 +1,224 @@
+//! One GPU's evidence packet for a vendor (an RMA) or a repair ticket: identity, the verdict
+//! as last recorded, the XID timeline with the catalog's names and NVIDIA's actions, ECC and
+//! row-remap history, probe results against expected, slowdown episodes, NVLink errors, and
+//! which findings NVIDIA's public documents send to field diagnostics or replacement.
+
+use super::facts::{FindingFact, GpuFacts};
+use super::read::{self, Query, Row};
+use rusqlite::Connection;
+use serde::Serialize;
+
+pub const XID_CATALOG: &str = "NVIDIA Xid Catalog, docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html";
+pub const MEMORY_ERRORS: &str =
+    "NVIDIA GPU Memory Error Management, docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/ (row remapping)";
+pub const DCGM_DIAG: &str =
+    "NVIDIA DCGM Diagnostics, docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Identity {
+    pub name: String,
+    pub uuid: String,
+    pub serial: Option<String>,
+    pub board_part_number: Option<String>,
+    pub vbios: Option<String>,
+    pub inforom_image: Option<String>,
+    pub driver_version: String,
+    pub pci_bus_id: String,
+    pub host: Option<String>,
+    /// Boots of this node the journal has seen: (boot id, first seen, Unix seconds).
+    pub boots_seen: Vec<(String, f64)>,
+}
+
+/// What a finding calls for, and which public document says so.
+#[derive(Debug, Clone, Serialize)]
+pub struct Guidance {
+    pub finding: String,
+    pub advice: String,
+    pub document: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub generated_at: f64,
+    pub identity: Identity,
+    /// The verdict when the journal last wrote this GPU's state.
+    pub verdict: String,
+    pub findings: Vec<FindingFact>,
+    pub xids: Vec<Row>,
+    pub memory: Vec<Row>,
+    pub probes: Vec<Row>,
+    pub slowdowns: Vec<Row>,
+    pub nvlink: Vec<Row>,
+    pub health: Vec<Row>,
+    /// Lost and back, board swaps, inventory changes, persistence mode.
+    pub other: Vec<Row>,
+    pub guidance: Vec<Guidance>,
+}
+
+/// The report for `gpu`, from the whole retained history.
+pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64) -> rusqlite::Result<Report> {
+    let rows = read::events(
+        conn,
+        &Query {
+            gpus: vec![gpu.uuid.clone()],
+            limit: read::MAX_LIMIT,
+            ..Default::default()
+        },
+    )?;
+    let of = |kinds: &[&str]| -> Vec<Row> {
+        rows.iter()
+            .filter(|r| kinds.contains(&r.kind.as_str()))
+            .cloned()
+            .collect()
+    };
+    let host = rows.iter().rev().map(|r| r.host.clone()).next();
+    let xids = of(&["xid", "xid_storm"]);
+    let memory = of(&["ecc", "row_remap"]);
+    let probes = of(&["probe"]);
+    let guidance = guidance(gpu, &xids, &probes);
+    Ok(Report {
+        generated_at: now,
+        identity: Identity {
+            name: gpu.name.clone(),
+            uuid: gpu.uuid.clone(),
+            serial: gpu.serial.clone(),
+            board_part_number: gpu.inventory.board_part_number.clone(),
+            vbios: gpu.inventory.vbios.clone(),
+            inforom_image: gpu.inventory.inforom_image.clone(),
+            driver_version: gpu.driver_version.clone(),
+            pci_bus_id: gpu.pci_bus_id.clone(),
+            host,
+            boots_seen: read::boots(conn)?,
+        },
+        verdict: gpu.verdict.clone(),
+        findings: gpu.findings.clone(),
+        xids,
+        memory,
+        probes,
+        slowdowns: of(&["slowdown"]),
+        nvlink: of(&["nvlink"]),
+        health: of(&["health"]),
+        other: of(&["lost", "back", "board_swap", "inventory", "persistence"]),
+        guidance,
+    })
+}
+
+/// The findings NVIDIA's documents send to a reset, field diagnostics or the vendor.
+fn guidance(gpu: &GpuFacts, xids: &[Row], probes: &[Row]) -> Vec<Guidance> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for row in xids.iter().filter(|r| r.kind == "xid") {
+        let Some(code) = row.details.get("xid").and_then(|x| x.as_u64()) else {
+            continue;
+        };
+        let Some(entry) = crate::xid::catalog::lookup(code as u32) else {
+            continue;
+        };
+        // The codes whose catalog action is a reset, a node restart or a hardware workflow
+        // (gpuwarden's fatal and critical, docs/health.md).
+        let hardware = entry.severity >= crate::xid::catalog::Severity::Critical;
+        if !hardware || !seen.insert(code) {
+            continue;
+        }
+        out.push(Guidance {
+            finding: format!("Xid {code} ({})", entry.name),
+            advice: format!(
+                "NVIDIA's immediate action: {}. {}. If it recurs after that, run field diagnostics \
+                 (dcgmi diag -r 3, or NVIDIA's field diagnostic) and open a case with this report",
+                entry.nvidia_action,
+                entry.action()
+            ),
+            document: XID_CATALOG,
+        });
+    }
+    if gpu.remap_failed == Some(true) {
+        out.push(Guidance {
+            finding: "row remapping failed".into(),
+            advice: "the guide names row-remapping statistics as the way to watch HBM health and possible RMA \
+                     conditions; a failed remapping means an error could not be repaired: run field \
+                     diagnostics and open a case with this report"
+                .into(),
+            document: MEMORY_ERRORS,
+        });
+    }
+    if gpu.remap_pending == Some(true) {
+        out.push(Guidance {
+            finding: "row remapping pending".into(),
+            advice: "reset the GPU (or reboot) to apply the remapping; the guide says a reset is required".into(),
+            document: MEMORY_ERRORS,
+        });
+    }
+    let failed_probes = probes
+        .iter()
+        .filter(|r| r.details.get("tests").is_some() && r.summary.contains("FAILED"))
+        .count();
+    if failed_probes > 0 {
+        out.push(Guidance {
+            finding: format!("{failed_probes} probe(s) below the expected throughput"),
+            advice: "confirm with DCGM's diagnostics (dcgmi diag -r 3: memory bandwidth, targeted stress and \
+                     power) before a replacement"
+                .into(),
+            document: DCGM_DIAG,
+        });
+    }
+    out
+}
+
+/// The report as Markdown, for a ticket.
+pub fn markdown(report: &Report) -> String {
+    let id = &report.identity;
+    let mut out = format!(
+        "# GPU evidence: {} serial {}\n\n",
+        id.name,
+        id.serial.as_deref().unwrap_or("unknown")
+    );
+    let field = |name: &str, value: Option<&str>| format!("| {name} | {} |\n", value.unwrap_or("unknown"));
+    out.push_str("| | |\n| --- | --- |\n");
+    out.push_str(&field("UUID", Some(&id.uuid)));
+    out.push_str(&field("serial", id.serial.as_deref()));
+    out.push_str(&field("board part number", id.board_part_number.as_deref()));
+    out.push_str(&field("VBIOS", id.vbios.as_deref()));
+    out.push_str(&field("InfoROM image", id.inforom_image.as_deref()));
+    out.push_str(&field("driver", Some(&id.driver_version)));
+    out.push_str(&field("PCI bus id", Some(&id.pci_bus_id)));
+    out.push_str(&field("host", id.host.as_deref()));
+    out.push_str(&field("boots seen", Some(&id.boots_seen.len().to_string())));
+    out.push_str(&format!("\n**Verdict** (as last recorded): {}\n\n", report.verdict));
+    for f in &report.findings {
+        out.push_str(&format!("- {} ({}): {}\n", f.reason, f.severity, f.message));
+    }
+    let sections: [(&str, &Vec<Row>); 7] = [
+        ("XIDs", &report.xids),
+        ("ECC and row remapping", &report.memory),
+        ("Probes", &report.probes),
+        ("Thermal and power-brake slowdowns", &report.slowdowns),
+        ("NVLink", &report.nvlink),
+        ("Health verdicts", &report.health),
+        ("Other", &report.other),
+    ];
+    for (title, rows) in sections {
+        out.push_str(&format!("\n## {title}\n\n"));
+        if rows.is_empty() {
+            out.push_str("None recorded.\n");
+            continue;
+        }
+        out.push_str("| time (UTC) | what |\n| --- | --- |\n");
+        for r in rows {
+            out.push_str(&format!("| {} | {} |\n", utc(r.at), r.summary.replace('|', "\\|")));
+        }
+    }
+    out.push_str("\n## What NVIDIA's documents say to do\n\n");
+    if report.guidance.is_empty() {
+        out.push_str("Nothing recorded that they send to field diagnostics or replacement.\n");
+    }
+    for g in &report.guidance {
+        out.push_str(&format!("- **{}**: {} ({})\n", g.finding, g.advice, g.document));
+    }
+    out
+}
+
+/// Unix seconds as `2026-11-24T10:00:00Z`.
+pub fn utc(at: f64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(at.max(0.0));
+    humantime::format_rfc3339_seconds(t).to_string()
+}

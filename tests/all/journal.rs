@@ -1,0 +1,341 @@
+//! The health journal end to end: the real daemon over the simulated GPUs writing a real
+//! SQLite file, restarted, rebooted, killed, locked and handed garbage; read back with
+//! `gpuwarden events` and `gpuwarden report`, and with SQLite itself.
+
+use crate::common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// Xid 48 (double-bit ECC, fatal) on GPU 0 as a /dev/kmsg record with sequence number 501.
+const FATAL_XID: &str = "3,501,5000000,-;NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=train, DBE (0x00000000)\n";
+const GPU0_UUID: &str = "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000000";
+const GPU0_SERIAL: &str = "1653024000000";
+
+fn gpu0() -> (&'static str, &'static str) {
+    ("gpu", "0")
+}
+
+fn events_json(state: &Path, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(BIN)
+        .args(["events", "--json", "--state"])
+        .arg(state)
+        .args(args)
+        .output()
+        .expect("run gpuwarden events");
+    assert!(
+        out.status.success(),
+        "events failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("events --json is JSON")
+}
+
+fn xid_rows(state: &Path) -> Vec<serde_json::Value> {
+    events_json(state, &["--kind", "xid"])
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Waits until the journal holds `n` XID rows (the writer batches once a second).
+fn wait_for_xid_rows(state: &Path, n: usize) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let rows = if state.exists() { xid_rows(state) } else { Vec::new() };
+        if rows.len() >= n {
+            return rows;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{n} XID row(s) never written: {rows:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn unhealthy(m: &Metrics) -> bool {
+    m.value("gpu_health", &[gpu0(), ("state", "unhealthy")]) == Some(1.0)
+}
+
+#[test]
+fn a_fatal_xid_holds_its_gpu_across_a_restart_and_is_listed_once() {
+    let d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &test_config(&sim_library(), ""), FATAL_XID);
+    d.scrape_until("Xid 48 makes GPU 0 unhealthy", unhealthy);
+    let state = d.state_path();
+    wait_for_xid_rows(&state, 1);
+    // Restarted after the ring buffer dropped the line: the journal still knows.
+    let d = d.restart(false, Some(""));
+    let m = d.scrape_until("GPU 0 unhealthy after the restart", unhealthy);
+    assert_eq!(
+        m.value("gpu_xid_errors_total", &[gpu0(), ("xid", "48")]),
+        Some(1.0),
+        "{}",
+        m.text
+    );
+    let rows = xid_rows(&state);
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let row = &rows[0];
+    assert_eq!(row["gpu_uuid"], GPU0_UUID);
+    assert_eq!(row["serial"], GPU0_SERIAL);
+    assert_eq!(row["pci_bus_id"], "0000:19:00.0");
+    assert_eq!(row["details"]["xid"], 48);
+    assert_eq!(row["details"]["severity"], "fatal");
+    assert_eq!(row["details"]["kmsg_sequence"], 501);
+    assert!(
+        row["details"]["raw"]
+            .as_str()
+            .unwrap()
+            .contains("Xid (PCI:0000:19:00): 48"),
+        "{row}"
+    );
+    // The kernel's time of the record: 5 s after boot.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let at = row["at"].as_f64().unwrap();
+    assert!(
+        (at - (now - uptime + 5.0)).abs() < 2.0,
+        "at {at}, boot + 5 s {}",
+        now - uptime + 5.0
+    );
+    // The evidence packet names the serial and the XID.
+    let out = Command::new(BIN)
+        .args(["report", "--gpu", "0", "--json", "--state"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["identity"]["serial"], GPU0_SERIAL);
+    assert_eq!(report["identity"]["uuid"], GPU0_UUID);
+    assert_eq!(report["identity"]["vbios"], "96.00.AF.00.01");
+    assert_eq!(report["identity"]["board_part_number"], "692-2G520-0280-000");
+    assert_eq!(report["xids"][0]["details"]["xid"], 48);
+    assert_eq!(report["verdict"], "unhealthy");
+    assert!(
+        report["guidance"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["finding"].as_str().unwrap().contains("Xid 48")),
+        "{report:#}"
+    );
+}
+
+#[test]
+fn a_line_still_in_the_ring_buffer_after_a_restart_is_not_counted_twice() {
+    let d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &test_config(&sim_library(), ""), FATAL_XID);
+    d.scrape_until("Xid 48 counted", |m| {
+        m.value("gpu_xid_errors_total", &[gpu0(), ("xid", "48")]) == Some(1.0)
+    });
+    let state = d.state_path();
+    wait_for_xid_rows(&state, 1);
+    // The kernel log still holds the record; a new one comes after the restart.
+    let d = d.restart(
+        false,
+        Some(&format!(
+            "{FATAL_XID}3,502,6000000,-;NVRM: Xid (PCI:0000:19:00): 48, pid=2, name=train, DBE (0x00000000)\n"
+        )),
+    );
+    let m = d.scrape_until("the new record counted once", |m| {
+        m.value("gpu_xid_errors_total", &[gpu0(), ("xid", "48")]) == Some(2.0)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let rows = wait_for_xid_rows(&state, 2);
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    let sequences: Vec<u64> = rows
+        .iter()
+        .map(|r| r["details"]["kmsg_sequence"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sequences, vec![501, 502]);
+    assert_eq!(
+        d.scrape().value("gpu_xid_errors_total", &[gpu0(), ("xid", "48")]),
+        Some(2.0),
+        "{}",
+        m.text
+    );
+}
+
+#[test]
+fn after_a_reboot_the_verdict_starts_fresh_and_the_history_stays() {
+    let d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &test_config(&sim_library(), ""), FATAL_XID);
+    d.scrape_until("unhealthy", unhealthy);
+    let state = d.state_path();
+    wait_for_xid_rows(&state, 1);
+    d.reboot();
+    let d = d.restart(false, Some(""));
+    let m = d.scrape_until("GPU 0 ok after the reboot", |m| {
+        m.value("gpu_health", &[gpu0(), ("state", "ok")]) == Some(1.0)
+    });
+    assert_eq!(
+        m.value("gpu_xid_errors_total", &[gpu0(), ("xid", "48")]),
+        None,
+        "{}",
+        m.text
+    );
+    let rows = xid_rows(&state);
+    assert_eq!(rows.len(), 1, "the history stays: {rows:#?}");
+    assert_eq!(rows[0]["boot_id"], TEST_BOOT_ID);
+    // Both boots are in the report (the new one from the writer's first batch).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = Command::new(BIN)
+            .args(["report", "--gpu", GPU0_UUID, "--json", "--state"])
+            .arg(&state)
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if report["identity"]["boots_seen"].as_array().unwrap().len() == 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{report:#}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(d);
+}
+
+#[test]
+fn a_garbage_state_file_is_moved_aside_and_a_new_journal_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.db");
+    std::fs::write(&state, "this is not a SQLite database, just some garbage\n".repeat(100)).unwrap();
+    let config = test_config(
+        &sim_library(),
+        &format!(
+            "state:\n  path: {}\n  boot_id_file: /proc/sys/kernel/random/boot_id\n",
+            state.display()
+        ),
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    d.scrape_until("the journal up on a new file", |m| {
+        m.value("gpuwarden_journal_up", &[]) == Some(1.0)
+    });
+    let aside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("state.db.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "the garbage was moved aside: {aside:?}");
+    assert!(d.log_text().contains("moved it to"), "{}", d.log_text());
+    let rows = events_json(&state, &["--kind", "daemon"]);
+    assert_eq!(rows.as_array().unwrap().len(), 1, "{rows:#}");
+}
+
+#[test]
+fn a_journal_that_cannot_be_opened_leaves_metrics_and_health_working() {
+    let dir = tempfile::tempdir().unwrap();
+    // A directory where the file should be: SQLite cannot open it.
+    let state = dir.path().join("state.db");
+    std::fs::create_dir(&state).unwrap();
+    let config = test_config(
+        &sim_library(),
+        &format!(
+            "state:\n  path: {}\n  boot_id_file: /proc/sys/kernel/random/boot_id\n",
+            state.display()
+        ),
+    );
+    let d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &config, FATAL_XID);
+    let m = d.scrape_until("health goes on without the journal", |m| {
+        unhealthy(m) && m.value("gpuwarden_journal_up", &[]) == Some(0.0)
+    });
+    assert!(
+        m.value("gpu_temperature_celsius", &[gpu0(), ("sensor", "gpu")])
+            .is_some()
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let log = d.log_text();
+    assert_eq!(log.matches("cannot write").count(), 1, "logged once:\n{log}");
+    assert!(log.contains("state.path"), "says what to do:\n{log}");
+}
+
+#[test]
+fn a_locked_journal_counts_write_errors_and_loses_nothing_once_free() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("journal up", |m| m.value("gpuwarden_journal_up", &[]) == Some(1.0));
+    let state = d.state_path();
+    let mut other = rusqlite::Connection::open(&state).unwrap();
+    let lock = other
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive)
+        .unwrap();
+    d.log_kernel(FATAL_XID);
+    let m = d.scrape_until("the journal down while locked", |m| {
+        m.value("gpuwarden_journal_up", &[]) == Some(0.0)
+    });
+    assert!(
+        m.value("gpuwarden_journal_write_errors_total", &[]).unwrap_or(0.0) >= 1.0,
+        "{}",
+        m.text
+    );
+    assert!(unhealthy(&m), "health goes on");
+    lock.rollback().unwrap();
+    drop(other);
+    // The writer tries again within 30 s; the XID seen while locked is written then.
+    let rows = {
+        let deadline = std::time::Instant::now() + Duration::from_secs(40);
+        loop {
+            let rows = xid_rows(&state);
+            if !rows.is_empty() {
+                break rows;
+            }
+            assert!(std::time::Instant::now() < deadline, "the XID was never written");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    assert_eq!(rows.len(), 1);
+    d.scrape_until("journal up again", |m| {
+        m.value("gpuwarden_journal_up", &[]) == Some(1.0)
+    });
+}
+
+#[test]
+fn kill_9_while_writing_loses_at_most_the_last_second_and_never_the_file() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("journal up", |m| m.value("gpuwarden_journal_up", &[]) == Some(1.0));
+    let state = d.state_path();
+    // 40 distinct XIDs (two GPUs, 20 codes of the catalog, so no storm limit applies).
+    let codes = [
+        13, 31, 32, 38, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 119, 120,
+    ];
+    let mut lines = String::new();
+    let mut sequence = 1000;
+    for bus in ["19", "3b"] {
+        for code in codes {
+            sequence += 1;
+            lines.push_str(&format!(
+                "3,{sequence},7000000,-;NVRM: Xid (PCI:0000:{bus}:00): {code}, pid=1, name=x, test\n"
+            ));
+        }
+    }
+    d.log_kernel(&lines);
+    std::thread::sleep(Duration::from_millis(2500));
+    // Then more, and kill -9 at once: those may be lost, the file may not.
+    d.log_kernel("3,2001,8000000,-;NVRM: Xid (PCI:0000:5d:00): 13, pid=1, name=x, test\n");
+    let d = d.restart(true, None);
+    let conn = rusqlite::Connection::open(&state).unwrap();
+    let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(check, "ok");
+    let written: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM events WHERE kind = 'xid' AND at < 1e10",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        written >= 40,
+        "the 40 XIDs written more than a second before the kill are there: {written}"
+    );
+    drop(d);
+}
