@@ -395,6 +395,7 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
         store: running.store.clone(),
         cache: Arc::new(RenderCache::default()),
         settings: running.settings.clone(),
+        journal_readers: Arc::new(tokio::sync::Semaphore::new(http::JOURNAL_READERS)),
     });
     // The bound address, not the configured one: with port 0 the kernel picks the port.
     let bound = listener

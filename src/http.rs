@@ -176,13 +176,20 @@ pub struct AppState {
     /// The running settings: the staleness limit of /healthz, TLS and basic auth. Read at
     /// every request, so a reload applies to the next one.
     pub settings: Arc<SharedSettings>,
+    /// Journal reads at once (the API and the status page): each opens the file and runs
+    /// a query on the blocking pool; more wait (the page) or get 503 (the API).
+    pub journal_readers: Arc<Semaphore>,
 }
+
+/// How many journal reads may run at once.
+pub const JOURNAL_READERS: usize = 4;
 
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/", get(index))
+        .route("/api/v1/events", get(events))
         .layer(middleware::from_fn_with_state(state.clone(), require_basic_auth))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
@@ -255,7 +262,91 @@ async fn healthz(State(state): State<AppState>) -> Response {
     }
 }
 
-/// The status page: every GPU with its health, temperature, clock events and XIDs.
+/// The status page: every GPU with its health, temperature, clock events and XIDs, and the
+/// journal's last seven days.
 async fn index(State(state): State<AppState>) -> Html<String> {
-    Html(status_page::render(&state.store.latest()))
+    let snapshot = state.store.latest();
+    let path = state.settings.current().config.state.path.clone();
+    let timeline = if path.as_os_str().is_empty() {
+        None
+    } else {
+        let now = crate::model::unix_seconds(std::time::SystemTime::now());
+        let read = async {
+            let _permit = state.journal_readers.acquire().await.ok()?;
+            tokio::task::spawn_blocking(move || crate::journal::read::timeline(&path, now).map_err(|e| e.to_string()))
+                .await
+                .ok()
+        };
+        Some(read.await.unwrap_or_else(|| Err("busy".to_string())))
+    };
+    Html(status_page::render_with_timeline(&snapshot, timeline.as_ref()))
+}
+
+/// `/api/v1/events?since=7d&gpu=0&kind=xid,health&limit=100`: the journal's rows as JSON,
+/// read-only, behind the same TLS and auth as /metrics. 404 with the journal off, 400 for
+/// a bad parameter, 503 when it cannot be read or too many readers are at it.
+async fn events(
+    State(state): State<AppState>,
+    axum::extract::Query(params): axum::extract::Query<std::collections::BTreeMap<String, String>>,
+) -> Response {
+    use crate::journal::read;
+    let path = state.settings.current().config.state.path.clone();
+    if path.as_os_str().is_empty() {
+        return (StatusCode::NOT_FOUND, "the journal is off (state.path is \"\")\n").into_response();
+    }
+    let mut query = read::Query {
+        limit: read::DEFAULT_LIMIT,
+        ..Default::default()
+    };
+    let bad = |message: String| (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response();
+    if let Some(since) = params.get("since") {
+        match read::parse_since(since, std::time::SystemTime::now()) {
+            Ok(s) => query.since = Some(s),
+            Err(e) => return bad(e),
+        }
+    }
+    if let Some(kinds) = params.get("kind") {
+        match read::parse_kinds(kinds) {
+            Ok(k) => query.kinds = k,
+            Err(e) => return bad(e),
+        }
+    }
+    if let Some(limit) = params.get("limit") {
+        match limit.parse::<usize>() {
+            Ok(n) if (1..=read::MAX_LIMIT).contains(&n) => query.limit = n,
+            _ => return bad(format!("limit must be from 1 to {}", read::MAX_LIMIT)),
+        }
+    }
+    let gpu = params.get("gpu").map(|g| read::GpuSelector::parse(g));
+    let Ok(_permit) = state.journal_readers.try_acquire() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many journal readers at once; try again\n",
+        )
+            .into_response();
+    };
+    let answer = tokio::task::spawn_blocking(move || -> Result<Option<Vec<read::Row>>, String> {
+        let conn = crate::journal::db::open_read_only(&path).map_err(|e| e.to_string())?;
+        if let Some(gpu) = gpu {
+            match read::find_gpu(&conn, &gpu).map_err(|e| e.to_string())? {
+                Some(facts) => query.gpus = vec![facts.uuid],
+                None => return Ok(None),
+            }
+        }
+        read::events(&conn, &query).map(Some).map_err(|e| e.to_string())
+    })
+    .await;
+    match answer {
+        Ok(Ok(Some(rows))) => {
+            let body = serde_json::json!({ "events": rows }).to_string();
+            ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+        }
+        Ok(Ok(None)) => (StatusCode::NOT_FOUND, "the journal has no such GPU\n").into_response(),
+        Ok(Err(e)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("cannot read the journal: {e}\n"),
+        )
+            .into_response(),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "the journal reader failed\n").into_response(),
+    }
 }

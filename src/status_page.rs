@@ -117,7 +117,15 @@ fn links_cell(r: Option<&crate::model::DeviceReadings>) -> String {
     cell
 }
 
+/// The journal's recent rows by GPU UUID (node rows under ""), or why it could not be read.
+pub type Timeline = Result<std::collections::BTreeMap<String, Vec<crate::journal::read::Row>>, String>;
+
 pub fn render(snapshot: &Snapshot) -> String {
+    render_with_timeline(snapshot, None)
+}
+
+/// The page with each GPU's recent events from the journal (None: the journal is off).
+pub fn render_with_timeline(snapshot: &Snapshot, timeline: Option<&Timeline>) -> String {
     let mut out = String::with_capacity(8 * 1024);
     let host = &snapshot.hostname;
     let _ = write!(
@@ -151,8 +159,48 @@ pub fn render(snapshot: &Snapshot) -> String {
     for d in &snapshot.devices {
         device_row(&mut out, snapshot, d);
     }
-    out.push_str("</tbody></table></body></html>\n");
+    out.push_str("</tbody></table>");
+    if let Some(timeline) = timeline {
+        timeline_section(&mut out, snapshot, timeline);
+    }
+    out.push_str("</body></html>\n");
     out
+}
+
+/// The last seven days of the journal, a few rows per GPU (`gpuwarden events` has the rest).
+fn timeline_section(out: &mut String, snapshot: &Snapshot, timeline: &Timeline) {
+    out.push_str("<h2>Recent events (7 days)</h2>");
+    let rows = match timeline {
+        Ok(rows) => rows,
+        Err(e) => {
+            let _ = write!(out, "<p>The journal cannot be read: {}.</p>", escape(e));
+            return;
+        }
+    };
+    out.push_str("<table class=\"timeline\"><thead><tr><th>GPU</th><th>events (newest last)</th></tr></thead><tbody>");
+    let mut row = |label: String, uuid: &str| {
+        let _ = write!(out, "<tr><td>{label}</td><td>");
+        match rows.get(uuid) {
+            Some(list) if !list.is_empty() => {
+                for r in list {
+                    let _ = write!(
+                        out,
+                        "<div><small>{}</small> <b>{}</b> {}</div>",
+                        escape(&crate::journal::report::utc(r.at)),
+                        escape(&r.kind),
+                        escape(&r.summary)
+                    );
+                }
+            }
+            _ => out.push_str("<small>none</small>"),
+        }
+        out.push_str("</td></tr>");
+    };
+    for d in &snapshot.devices {
+        row(format!("<b>{}</b>", d.identity.index), &d.identity.uuid);
+    }
+    row("node".to_string(), "");
+    out.push_str("</tbody></table>");
 }
 
 /// One GPU's row of the table.

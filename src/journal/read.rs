@@ -194,3 +194,36 @@ pub fn parse_since(text: &str, now: SystemTime) -> Result<f64, String> {
     let now = crate::model::unix_seconds(now);
     Ok(now - back.as_secs_f64())
 }
+
+/// How far back the status page's timeline looks, and how many rows per GPU it shows.
+pub const TIMELINE_SPAN: f64 = 7.0 * 24.0 * 3600.0;
+pub const TIMELINE_PER_GPU: usize = 12;
+
+/// The newest rows of the last seven days by GPU UUID (node rows under ""), at most
+/// [`TIMELINE_PER_GPU`] each, oldest first: the status page's timeline.
+pub fn timeline(path: &Path, now: f64) -> Result<std::collections::BTreeMap<String, Vec<Row>>, DbError> {
+    let conn = db::open_read_only(path)?;
+    let rows = events(
+        &conn,
+        &Query {
+            since: Some(now - TIMELINE_SPAN),
+            limit: 5000,
+            ..Default::default()
+        },
+    )
+    .map_err(|source| DbError::Sqlite {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut by_gpu: std::collections::BTreeMap<String, Vec<Row>> = Default::default();
+    for row in rows.into_iter().rev() {
+        let list = by_gpu.entry(row.gpu_uuid.clone().unwrap_or_default()).or_default();
+        if list.len() < TIMELINE_PER_GPU {
+            list.push(row);
+        }
+    }
+    for list in by_gpu.values_mut() {
+        list.reverse();
+    }
+    Ok(by_gpu)
+}

@@ -339,3 +339,47 @@ fn kill_9_while_writing_loses_at_most_the_last_second_and_never_the_file() {
     );
     drop(d);
 }
+
+#[test]
+fn the_api_and_the_status_page_show_the_journal() {
+    let d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &test_config(&sim_library(), ""), FATAL_XID);
+    d.scrape_until("unhealthy", unhealthy);
+    wait_for_xid_rows(&d.state_path(), 1);
+    let answer = d.get("/api/v1/events?kind=xid&gpu=0", &[]);
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let json: serde_json::Value = serde_json::from_str(&answer.text()).unwrap();
+    let rows = json["events"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{json:#}");
+    assert_eq!(rows[0]["details"]["xid"], 48);
+    assert_eq!(rows[0]["gpu_uuid"], GPU0_UUID);
+    // Everything of GPU 0 since an hour ago holds the XID and the verdict change.
+    let all: serde_json::Value = serde_json::from_str(&d.get("/api/v1/events?since=1h&gpu=0", &[]).text()).unwrap();
+    let kinds: Vec<&str> = all["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"health") && kinds.contains(&"inventory"), "{kinds:?}");
+    assert_eq!(d.get("/api/v1/events?kind=nonsense", &[]).status, 400);
+    assert_eq!(d.get("/api/v1/events?limit=0", &[]).status, 400);
+    assert_eq!(d.get("/api/v1/events?gpu=GPU-not-here", &[]).status, 404);
+    let page = d.get("/", &[]).text();
+    assert!(page.contains("Recent events (7 days)"), "{page}");
+    assert!(page.contains("Xid 48 (ROBUST_CHANNEL_GPU_ECC_DBE, fatal)"), "{page}");
+}
+
+#[test]
+fn with_the_journal_off_nothing_is_written_and_the_api_says_so() {
+    let config = test_config(&sim_library(), "state:\n  path: \"\"\n");
+    let d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &config, FATAL_XID);
+    let m = d.scrape_until("unhealthy", unhealthy);
+    assert_eq!(
+        m.value("gpuwarden_journal_up", &[]),
+        None,
+        "absent with the journal off"
+    );
+    assert_eq!(d.get("/api/v1/events", &[]).status, 404);
+    assert!(!d.get("/", &[]).text().contains("Recent events"));
+    assert!(!d.dir.path().join("state.db").exists());
+}

@@ -162,7 +162,7 @@ fn tls_and_basic_auth_with_a_real_client() {
     assert_eq!(curl(certs.path(), &url, &["-u", "nobody:s3cret"]).code, Some(401));
     assert_eq!(curl(certs.path(), &url, &[]).code, Some(401));
     // Every endpoint, not only /metrics.
-    for path in ["/healthz", "/"] {
+    for path in ["/healthz", "/", "/api/v1/events"] {
         let url = format!("https://{}{path}", d.addr);
         assert_eq!(curl(certs.path(), &url, &[]).code, Some(401), "{path}");
         assert_eq!(
