@@ -21,5 +21,7 @@ grep -qx /etc/gpuwarden/config.yaml "$control/conffiles" || fail "config.yaml is
 grep -q 'deb-systemd-helper enable gpuwarden.service' "$control/postinst" || fail "postinst does not enable the unit"
 grep -q 'deb-systemd-invoke .*gpuwarden.service' "$control/postinst" || fail "postinst does not start the unit"
 grep -q '^Depends:.*libc6' "$control/control" || fail "no libc6 dependency"
+grep -q 'install -d -m 0750 -o root -g root /var/lib/gpuwarden' "$control/postinst" || fail "postinst does not make the journal's directory"
+grep -q 'rm -rf /var/lib/gpuwarden' "$control/postrm" || fail "postrm does not remove the journal on purge"
 echo "package check passed: $(dpkg-deb -f "$deb" Package) $(dpkg-deb -f "$deb" Version) $(dpkg-deb -f "$deb" Architecture)"
 echo "$deb"

@@ -67,6 +67,23 @@ fn the_embedded_config_is_valid_and_matches_the_ports() {
         "the XID reader needs /dev/kmsg"
     );
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    // The journal lives on the node, where the config's state.path (the default) points.
+    let state = pod["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "state")
+        .expect("a state volume");
+    assert_eq!(state["hostPath"]["path"], "/var/lib/gpuwarden");
+    assert!(
+        container["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["name"] == "state" && m["mountPath"] == "/var/lib/gpuwarden" && m["readOnly"] != true),
+        "the state volume is mounted writable at state.path's directory"
+    );
+    assert!(!config.contains("state:") || config.contains("/var/lib/gpuwarden/"));
 
     let svc = kind(&docs, "Service");
     assert_eq!(svc["spec"]["selector"], pod["metadata"]["labels"]);

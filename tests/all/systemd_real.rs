@@ -203,6 +203,9 @@ fn the_shipped_unit_under_a_real_systemd() {
     put(&systemd, "/run/gpuwarden-test/config.yaml", &config);
     put(&systemd, "/run/gpuwarden-test/scenario.yaml", &with_cuda(DEMO_SCENARIO));
     put(&systemd, "/run/gpuwarden-test/kmsg", "");
+    // The journal's state directory on a tmpfs of this namespace's own, so no state.db is
+    // left on the machine (an empty directory is); systemd sets it up (StateDirectory=).
+    systemd.shell("mkdir -p /var/lib/gpuwarden && mount -t tmpfs -o mode=0700 tmpfs /var/lib/gpuwarden");
     let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/gpuwarden.service")).unwrap();
     put(&systemd, "/run/systemd/system/gpuwarden.service", &unit);
     // Only what a test needs differs from the shipped unit: the binary, its config, the
@@ -251,6 +254,22 @@ fn the_shipped_unit_under_a_real_systemd() {
         s.run("journalctl", &["-u", "gpuwarden", "XID=13", "-o", "json", "--no-pager"])
             .contains("\"PCI_BUS_ID\":\"0000:3b:00.0\"")
     });
+    // The health journal: written to the state directory systemd made, through the sandbox
+    // (ProtectSystem=strict), and readable with `gpuwarden events` while the daemon runs.
+    systemd.wait_for("the XID in the health journal", Duration::from_secs(10), |s| {
+        s.shell(&format!(
+            "{} events --state /var/lib/gpuwarden/state.db --kind xid 2>&1",
+            binary.display()
+        ))
+        .contains("Xid 13")
+    });
+    assert_eq!(
+        systemd.shell("stat -c '%a %U' /var/lib/gpuwarden").trim(),
+        "750 root",
+        "StateDirectory= made it"
+    );
+    let m = Metrics::parse(&http_get(&format!("127.0.0.1:{port}"), "/metrics", &[]).text());
+    assert_eq!(m.value("gpuwarden_journal_up", &[]), Some(1.0), "{}", m.text);
     let persistence = systemd.run(
         "journalctl",
         &[
