@@ -423,6 +423,7 @@ impl Writer {
         ));
         self.conn = None;
         self.status_now.up = false;
+        self.status_now.write_errors += 1;
         self.retry_at = Instant::now() + RETRY_EVERY;
     }
 
@@ -500,7 +501,6 @@ impl Writer {
                 self.dirty_counts.clear();
             }
             Err(e) => {
-                self.status_now.write_errors += 1;
                 let e = DbError::Sqlite {
                     path: self.place.path.clone(),
                     source: e,

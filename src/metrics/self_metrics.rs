@@ -122,7 +122,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpuwarden_journal_write_errors",
         kind: Kind::Counter,
         unit: "",
-        help: "Journal transactions that failed since start; their rows are kept in memory (up to 10,000) and written when the database can be written again.",
+        help: "Journal opens and transactions that failed since start (one open every 30 s while it cannot be written); their rows are kept in memory (up to 10,000) and written when the database can be written again.",
         labels: &[],
         read: Read::Node(|snapshot, s| {
             if let Some(journal) = &snapshot.journal {

@@ -451,7 +451,7 @@ pub struct Snapshot {
 pub struct JournalStatus {
     /// The last write (or the opening) succeeded.
     pub up: bool,
-    /// Transactions that failed (locked, read-only, full disk, corrupt).
+    /// Opens and transactions that failed (locked, read-only, full disk, corrupt).
     pub write_errors: u64,
     /// Rows not written because the queue or the backlog was full.
     pub dropped: u64,

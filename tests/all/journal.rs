@@ -383,3 +383,94 @@ fn with_the_journal_off_nothing_is_written_and_the_api_says_so() {
     assert!(!d.get("/", &[]).text().contains("Recent events"));
     assert!(!d.dir.path().join("state.db").exists());
 }
+
+fn journal_up(m: &Metrics) -> Option<f64> {
+    m.value("gpuwarden_journal_up", &[])
+}
+
+/// Kernel-log lines with `n` distinct XIDs (20 codes over the 8 GPUs, so no storm limit
+/// applies within a minute) and long enough lines to fill a small file system.
+fn many_xids(first_sequence: u32, n: usize) -> String {
+    let codes = [
+        13, 31, 32, 38, 43, 45, 61, 62, 63, 64, 68, 69, 74, 92, 94, 95, 119, 120, 121, 140,
+    ];
+    let padding = "x".repeat(700);
+    (0..n)
+        .map(|i| {
+            let bus = &DEMO_ADDRESSES[i % 8][5..10];
+            let code = codes[(i / 8) % codes.len()];
+            format!(
+                "3,{},9000000,-;NVRM: Xid (PCI:0000:{bus}): {code}, pid=1, name=x, {padding}\n",
+                first_sequence as usize + i
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_full_disk_leaves_metrics_and_health_working() {
+    // 512 KiB for the journal's directory: the schema and a few batches fit, then SQLite
+    // answers "database or disk is full".
+    let d = Daemon::start_in_private_mounts(DEMO_SCENARIO, "mount -t tmpfs -o size=512k tmpfs \"$STATE\"");
+    d.scrape_until("journal up", |m| journal_up(m) == Some(1.0));
+    d.log_kernel(&many_xids(3000, 1500));
+    let m = d.scrape_until_within("the journal down: disk full", Duration::from_secs(20), |m| {
+        journal_up(m) == Some(0.0)
+    });
+    assert!(
+        m.value("gpuwarden_journal_write_errors_total", &[]).unwrap_or(0.0) >= 1.0,
+        "{}",
+        m.text
+    );
+    d.log_kernel(FATAL_XID);
+    let m = d.scrape_until("health goes on", unhealthy);
+    assert!(
+        m.value("gpu_temperature_celsius", &[gpu0(), ("sensor", "gpu")])
+            .is_some()
+    );
+    let log = d.log_text();
+    assert!(log.contains("free space"), "says what to do:\n{log}");
+    assert_eq!(log.matches("cannot write").count(), 1, "logged once:\n{log}");
+}
+
+#[test]
+fn a_read_only_file_system_leaves_health_working_and_the_journal_catches_up() {
+    // A journal from before, on a file system that is read-only when the daemon starts (a
+    // file system with open writers cannot be made read-only under them).
+    let before = tempfile::tempdir().unwrap();
+    let file = before.path().join("state.db");
+    rusqlite::Connection::open(&file)
+        .unwrap()
+        .execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t (x); PRAGMA wal_checkpoint(TRUNCATE);")
+        .unwrap();
+    let d = Daemon::start_in_private_mounts(
+        DEMO_SCENARIO,
+        &format!(
+            "mount -t tmpfs tmpfs \"$STATE\" && cp {} \"$STATE\"/ && mount -o remount,ro \"$STATE\"",
+            file.display()
+        ),
+    );
+    let state = d.state_path();
+    let dir = state.parent().unwrap().display().to_string();
+    d.log_kernel(FATAL_XID);
+    let m = d.scrape_until("the journal down, health on", |m| {
+        journal_up(m) == Some(0.0) && unhealthy(m)
+    });
+    assert!(
+        m.value("gpuwarden_journal_write_errors_total", &[]).unwrap_or(0.0) >= 1.0,
+        "{}",
+        m.text
+    );
+    assert!(d.log_text().contains("cannot write"), "{}", d.log_text());
+    // Writable again: within the 30 s retry the XID seen meanwhile is written.
+    d.in_mount_namespace(&format!("mount -o remount,rw {dir}"));
+    d.scrape_until_within("the journal up again", Duration::from_secs(45), |m| {
+        journal_up(m) == Some(1.0)
+    });
+    d.wait_for_log("writing again", 1, Duration::from_secs(5));
+    let rows: f64 = d
+        .scrape()
+        .value("gpuwarden_journal_rows_written_total", &[])
+        .unwrap_or(0.0);
+    assert!(rows >= 2.0, "the daemon start and the XID: {rows}");
+}

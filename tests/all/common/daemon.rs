@@ -69,6 +69,46 @@ impl Daemon {
         Daemon::spawn(command, dir)
     }
 
+    /// Starts the daemon in a private mount namespace where `setup` (a shell script, run as
+    /// root; `$STATE` is the directory of the daemon's journal) ran first: a small or
+    /// read-only file system for the journal. The daemon keeps the pid (`exec`).
+    pub fn start_in_private_mounts(scenario: &str, setup: &str) -> Daemon {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let state_dir = dir.path().join("state");
+        std::fs::create_dir(&state_dir).expect("state dir");
+        std::fs::write(dir.path().join("scenario.yaml"), scenario).expect("write scenario");
+        std::fs::write(dir.path().join("kmsg"), "").expect("write kernel log");
+        std::fs::write(dir.path().join("boot_id"), format!("{TEST_BOOT_ID}\n")).expect("write boot id");
+        let config = test_config(&sim_library(), "")
+            .replace("@KMSG@", &dir.path().join("kmsg").display().to_string())
+            .replace("@STATE@", &state_dir.join("state.db").display().to_string())
+            .replace("@BOOT@", &dir.path().join("boot_id").display().to_string());
+        std::fs::write(dir.path().join("config.yaml"), config).expect("write config");
+        let mut command = super::as_root("unshare");
+        command
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(format!(
+                "{setup}\nexec {BIN} run --config {}",
+                dir.path().join("config.yaml").display()
+            ))
+            .env("STATE", &state_dir)
+            .env("GPUWARDEN_SIM_NVML_SCENARIO", dir.path().join("scenario.yaml"));
+        Daemon::spawn(command, dir)
+    }
+
+    /// Runs `script` (as root) in the daemon's mount namespace.
+    pub fn in_mount_namespace(&self, script: &str) {
+        let out = super::as_root("nsenter")
+            .args(["-t", &self.child.id().to_string(), "-m", "sh", "-c", script])
+            .output()
+            .expect("nsenter");
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     fn command_in(dir: &Path) -> Command {
         let mut command = Command::new(BIN);
         command
@@ -78,9 +118,15 @@ impl Daemon {
         command
     }
 
-    /// The journal this daemon writes (`state.db` in its directory).
+    /// The journal this daemon writes (`state.db` in its directory, or in `state/` there
+    /// for [`Daemon::start_in_private_mounts`]).
     pub fn state_path(&self) -> PathBuf {
-        self.dir.path().join("state.db")
+        let own_mount = self.dir.path().join("state");
+        if own_mount.is_dir() {
+            own_mount.join("state.db")
+        } else {
+            self.dir.path().join("state.db")
+        }
     }
 
     /// Stops the daemon (`kill -9` when `kill`, else SIGTERM), replaces its kernel log with
