@@ -472,10 +472,10 @@ fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Re
     overrides.apply(&mut new_config, Some(path));
     if new_config.listen != running.listen {
         log::warn!(
-            "reload: `listen` changed from {} to {}; {} take a restart, keeping {}",
+            "reload: `listen` changed from {} to {}; it takes a restart (as {} do), keeping {}",
             running.listen,
             new_config.listen,
-            settings::RESTART_ONLY.join(", "),
+            settings::RESTART_ONLY.join(" and "),
             running.listen
         );
         new_config.listen = running.listen;

@@ -155,17 +155,8 @@ async fn return_memory_after_bursts(slots: Arc<Semaphore>, peak: Arc<std::sync::
         let open = MAX_CONNECTIONS - slots.available_permits();
         if peak.load(Ordering::Relaxed) >= BURST && open <= CALM {
             peak.store(open, Ordering::Relaxed);
-            trim_heap();
+            crate::logging::trim_heap();
         }
-    }
-}
-
-/// Returns free heap memory to the kernel (glibc's malloc_trim); a no-op elsewhere.
-fn trim_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim takes a padding size and only touches the allocator's free lists.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 

@@ -151,3 +151,12 @@ macro_rules! gpu_log {
         )
     };
 }
+
+/// Returns free heap memory to the kernel (glibc's malloc_trim); a no-op elsewhere.
+pub fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes a padding size and only touches the allocator's free lists.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}

@@ -2,9 +2,16 @@
 # (dcgm-exporter compat, per-process series, per-link NVLink, a job mapping directory with one
 # job), listening on $PORT, in $work/config.yaml, and a PyTorch bf16 matmul that keeps a
 # compute process on GPU 0 (so the per-process calls run) until the caller exits.
+# FEATURES=defaults writes the default config instead (only `listen`: the journal, where the
+# binary has one, goes to /var/lib/gpuwarden/state.db, which the caller makes).
 work=$(mktemp -d)
 mkdir -p "$work/jobs"
 echo 48217 > "$work/jobs/0"
+if [ "${FEATURES:-all}" = defaults ]; then
+cat > "$work/config.yaml" <<YAML
+listen: 127.0.0.1:$PORT
+YAML
+else
 cat > "$work/config.yaml" <<YAML
 listen: 127.0.0.1:$PORT
 compat:
@@ -15,7 +22,10 @@ processes:
   per_process: true
 hpc_jobs:
   mapping_dir: $work/jobs
+state:
+  path: $work/state.db
 YAML
+fi
 python3 - <<'PY' &
 import torch, time
 a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)

@@ -62,7 +62,7 @@ struct Storm {
 
 pub(super) struct Writer {
     place: Place,
-    rx: Receiver<Message>,
+    rx: Receiver<Box<Message>>,
     store: Arc<Store>,
     status: Arc<Versioned<Option<JournalStatus>>>,
     shared: Arc<Shared>,
@@ -92,7 +92,7 @@ pub(super) struct Writer {
 impl Writer {
     pub(super) fn new(
         place: Place,
-        rx: Receiver<Message>,
+        rx: Receiver<Box<Message>>,
         store: Arc<Store>,
         status: Arc<Versioned<Option<JournalStatus>>>,
         shared: Arc<Shared>,
@@ -130,7 +130,7 @@ impl Writer {
         loop {
             let wait = next_batch.saturating_duration_since(Instant::now());
             match self.rx.recv_timeout(wait.min(Duration::from_millis(500))) {
-                Ok(message) => self.take(message),
+                Ok(message) => self.take(*message),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
@@ -148,7 +148,7 @@ impl Writer {
         }
         // The last batch: what the queue still holds, the slowdowns still going on, and the stop.
         while let Ok(message) = self.rx.try_recv() {
-            self.take(message);
+            self.take(*message);
         }
         self.look_at_snapshot();
         self.end_open_episodes();
@@ -413,6 +413,23 @@ impl Writer {
         }
     }
 
+    fn move_aside_and_reopen(&mut self, e: &DbError) {
+        let path = self.place.path.clone();
+        match db::move_aside(&path) {
+            Ok(aside) => {
+                log::warn!(
+                    "journal {}: {e}; moved it to {} and started a new one (the old one can be \
+                     inspected with sqlite3)",
+                    path.display(),
+                    aside.display()
+                );
+                self.retry_at = Instant::now();
+                self.open();
+            }
+            Err(io) => log::warn!("journal {}: {e}; moving it aside failed: {io}", path.display()),
+        }
+    }
+
     fn failed(&mut self, e: &DbError) {
         self.outage.failed(format!(
             "journal {}: cannot write: {e}; {}. Metrics and health go on; the journal keeps up to \
@@ -490,6 +507,10 @@ impl Writer {
         };
         match batch.write(conn) {
             Ok((rows, new_xid_rows)) => {
+                // Give SQLite's page cache back between batches: the daemon idles far more
+                // than it writes (docs/performance.md).
+                let _ = conn.execute_batch("PRAGMA shrink_memory");
+                crate::logging::trim_heap();
                 self.status_now.rows_written += rows;
                 self.status_now.up = true;
                 if self.xid_rows.len() + new_xid_rows.len() > MAX_XID_ROWS {
@@ -505,11 +526,12 @@ impl Writer {
                     path: self.place.path.clone(),
                     source: e,
                 };
-                if e.is_corrupt() {
-                    // Next open moves it aside.
-                    self.retry_at = Instant::now();
-                }
                 self.failed(&e);
+                if e.is_corrupt() {
+                    // Found damaged while writing: moved aside at once, the batch kept for the
+                    // new file.
+                    self.move_aside_and_reopen(&e);
+                }
             }
         }
     }

@@ -203,7 +203,7 @@ fn basic_auth_is_applied_and_listen_needs_a_restart() {
     assert_eq!(ok.status, 200);
     let log = d.log_text();
     assert!(
-        log.contains("`listen` changed") && log.contains("listen take a restart"),
+        log.contains("`listen` changed") && log.contains("it takes a restart"),
         "{log}"
     );
 }

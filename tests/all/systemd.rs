@@ -328,9 +328,10 @@ fn under_journald_records_carry_gpu_uuid_pci_bus_id_and_xid_fields() {
     std::fs::write(
         dir.path().join("c.yaml"),
         format!(
-            "listen: 127.0.0.1:{port}\nnvml:\n  library_path: {}\nxid:\n  kernel_log_path: {}\n",
+            "listen: 127.0.0.1:{port}\nnvml:\n  library_path: {}\nxid:\n  kernel_log_path: {}\nstate:\n  path: {}\n",
             sim_library().display(),
-            dir.path().join("kmsg").display()
+            dir.path().join("kmsg").display(),
+            dir.path().join("state.db").display()
         ),
     )
     .unwrap();

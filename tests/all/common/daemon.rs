@@ -29,7 +29,7 @@ pub fn test_config(library: &Path, extra: &str) -> String {
     };
     format!(
         "listen: 127.0.0.1:0\npoll:\n  interval: 200ms\n  timeout: 150ms\n  slow_interval: 200ms\n  topology_interval: 200ms\n  gpm_interval: 200ms\nnvml:\n  library_path: {}\n  retry_initial: 200ms\n  retry_max: 1s\n\
-         xid:\n  kernel_log_path: \"@KMSG@\"\n  dedup_window: 2s\n{state}{extra}",
+         {state}xid:\n  kernel_log_path: \"@KMSG@\"\n  dedup_window: 2s\n{extra}",
         library.display()
     )
 }
@@ -59,6 +59,13 @@ impl Daemon {
         let kmsg = dir.path().join("kmsg");
         std::fs::write(&kmsg, kernel_log).expect("write kernel log");
         std::fs::write(dir.path().join("boot_id"), format!("{TEST_BOOT_ID}\n")).expect("write boot id");
+        // Never the machine's /var/lib/gpuwarden: a journal shared between tests would carry
+        // one test's XIDs into another.
+        let config = if config.contains("state:") {
+            config.to_string()
+        } else {
+            format!("{config}state:\n  path: \"@STATE@\"\n  boot_id_file: \"@BOOT@\"\n")
+        };
         let config = config
             .replace("@KMSG@", &kmsg.display().to_string())
             .replace("@STATE@", &dir.path().join("state.db").display().to_string())
