@@ -5,7 +5,7 @@
 # rows, 50 XIDs a day, a probe a day on every GPU and a verdict change every hour, for 365
 # days. Prints the rows, the file's size, and how long `events` and `report` take on it.
 #
-#   scripts/gen/journal-year.sh [BINARY]      (default target/release/gpuwarden; needs the
+#   scripts/load/journal-year.sh [BINARY]      (default target/release/gpuwarden; needs the
 #                                              simulated NVML library beside it: cargo build --release --workspace)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
