@@ -232,6 +232,96 @@ pub fn prune(conn: &Connection, oldest: f64, max_bytes: u64) -> rusqlite::Result
         )?;
         bytes = used_bytes(conn)?;
     }
-    conn.execute_batch("PRAGMA incremental_vacuum")?;
+    // It frees one page per step (each a result row): step it to the end.
+    let mut vacuum = conn.prepare("PRAGMA incremental_vacuum")?;
+    let mut freed = vacuum.query([])?;
+    while freed.next()?.is_some() {}
+    drop(freed);
     used_bytes(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn insert(conn: &Connection, at: f64, details: &str) {
+        conn.execute(
+            "INSERT INTO events (at, boot_id, host, kind, summary, details) VALUES (?1, 'b', 'h', 'xid', 's', ?2)",
+            rusqlite::params![at, details],
+        )
+        .unwrap();
+    }
+
+    fn count(conn: &Connection) -> i64 {
+        conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0)).unwrap()
+    }
+
+    #[test]
+    fn rows_past_the_retention_go_and_the_newest_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_for_writing(&dir.path().join("state.db")).unwrap();
+        for at in [100.0, 200.0, 300.0, 400.0] {
+            insert(&conn, at, "{}");
+        }
+        prune(&conn, 250.0, u64::MAX).unwrap();
+        let left: Vec<f64> = conn
+            .prepare("SELECT at FROM events ORDER BY at")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(left, vec![300.0, 400.0]);
+    }
+
+    #[test]
+    fn over_the_size_cap_the_oldest_rows_go_until_it_fits_and_the_file_shrinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let conn = open_for_writing(&path).unwrap();
+        let details = format!("{{\"raw\": \"{}\"}}", "x".repeat(2000));
+        for i in 0..2000 {
+            insert(&conn, f64::from(i), &details);
+        }
+        let full = used_bytes(&conn).unwrap();
+        assert!(full > 4 << 20, "{full}");
+        let cap = 1 << 20;
+        let after = prune(&conn, 0.0, cap).unwrap();
+        assert!(after <= cap, "{after} > {cap}");
+        let left = count(&conn);
+        assert!(left > 0 && left < 2000, "{left}");
+        // The newest are the ones kept.
+        let newest: f64 = conn.query_row("SELECT max(at) FROM events", [], |r| r.get(0)).unwrap();
+        assert_eq!(newest, 1999.0);
+        // Freed pages went back to the file system (auto_vacuum=incremental), after a checkpoint.
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+        let on_disk = std::fs::metadata(&path).unwrap().len();
+        assert!(on_disk < 2 * cap, "{on_disk}");
+    }
+
+    #[test]
+    fn garbage_is_corrupt_and_is_moved_aside_with_its_side_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        std::fs::write(&path, "not a database at all, but long enough to have a header........").unwrap();
+        std::fs::write(dir.path().join("state.db-wal"), "x").unwrap();
+        let e = open_for_writing(&path).unwrap_err();
+        assert!(e.is_corrupt(), "{e}");
+        let aside = move_aside(&path).unwrap();
+        assert!(aside.to_string_lossy().contains("state.db.corrupt-"));
+        assert!(!path.exists() && aside.exists());
+        assert!(!dir.path().join("state.db-wal").exists());
+        assert!(open_for_writing(&path).is_ok());
+    }
+
+    #[test]
+    fn a_link_at_the_path_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, "").unwrap();
+        let path = dir.path().join("state.db");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        assert!(matches!(open_for_writing(&path), Err(DbError::Link(_))));
+        assert!(matches!(open_read_only(&path), Err(DbError::Link(_))));
+    }
 }

@@ -151,6 +151,7 @@ impl Writer {
             self.take(*message);
         }
         self.look_at_snapshot();
+        self.storm_rows(Self::now(), true);
         self.end_open_episodes();
         self.push(self.daemon_event("stopped"));
         self.flush();
@@ -262,11 +263,12 @@ impl Writer {
         )
     }
 
-    /// Storms whose minute is over: one row each with the count not recorded one by one.
-    fn storm_rows(&mut self, now: f64) {
+    /// Storms whose minute is over (all of them at stop): one row each with the count not
+    /// recorded one by one.
+    fn storm_rows(&mut self, now: f64, stopping: bool) {
         let mut rows = Vec::new();
         for ((bus, xid), storm) in &mut self.storms {
-            if storm.suppressed > 0 && now - storm.minute_start >= 60.0 {
+            if storm.suppressed > 0 && (stopping || now - storm.minute_start >= 60.0) {
                 rows.push((bus.clone(), *xid, storm.suppressed, storm.first_suppressed));
                 storm.suppressed = 0;
             }
@@ -291,7 +293,7 @@ impl Writer {
         }
         self.last_generation = snapshot.generation;
         let now = Self::now();
-        self.storm_rows(now);
+        self.storm_rows(now, false);
         for device in &snapshot.devices {
             self.look_at_gpu(device, &snapshot, now);
         }

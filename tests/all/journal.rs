@@ -474,3 +474,167 @@ fn a_read_only_file_system_leaves_health_working_and_the_journal_catches_up() {
         .unwrap_or(0.0);
     assert!(rows >= 2.0, "the daemon start and the XID: {rows}");
 }
+
+/// Waits until the journal holds a row of `kind` for `uuid`; returns all of that kind.
+fn wait_for_kind(state: &Path, kind: &str, uuid: &str) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if !state.exists() {
+            std::thread::sleep(Duration::from_millis(200));
+            continue;
+        }
+        let rows: Vec<serde_json::Value> = events_json(state, &["--kind", kind])
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|r| r["gpu_uuid"] == uuid)
+            .collect();
+        if !rows.is_empty() {
+            return rows;
+        }
+        assert!(std::time::Instant::now() < deadline, "no {kind} row for {uuid}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn each_change_of_a_gpu_is_one_row() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let state = d.state_path();
+    assert_eq!(wait_for_kind(&state, "inventory", GPU0_UUID).len(), 1);
+    // GPU 0: two uncorrectable ECC errors, a pending row remap, NVLink errors and a link down.
+    let changed = edit_device(DEMO_SCENARIO, 0, |dev| {
+        dev.replace(
+            "aggregate: { corrected: 40, uncorrected: 0 }",
+            "aggregate: { corrected: 40, uncorrected: 2 }",
+        )
+        .replace("pending: false", "pending: true")
+        .replacen("{ up: true, crc_flit: 0,", "{ up: false, crc_flit: 7,", 1)
+    });
+    d.set_scenario(&changed);
+    let ecc = wait_for_kind(&state, "ecc", GPU0_UUID);
+    assert_eq!(ecc[0]["details"]["uncorrectable_before"], 0);
+    assert_eq!(ecc[0]["details"]["uncorrectable"], 2);
+    let remap = wait_for_kind(&state, "row_remap", GPU0_UUID);
+    assert_eq!(remap[0]["details"]["pending"], true);
+    let nvlink = wait_for_kind(&state, "nvlink", GPU0_UUID);
+    assert_eq!(nvlink[0]["details"]["links_down"], serde_json::json!([0]));
+    assert_eq!(nvlink[0]["details"]["errors"], 7);
+    let health = wait_for_kind(&state, "health", GPU0_UUID);
+    assert_ne!(health.last().unwrap()["details"]["to"], "ok", "{health:#?}");
+    // GPU 1 falls off the bus, and comes back.
+    d.set_scenario(&edit_device(&changed, 1, |dev| format!("{dev}    lost: true\n")));
+    let uuid1 = "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000001";
+    wait_for_kind(&state, "lost", uuid1);
+    d.set_scenario(&changed);
+    wait_for_kind(&state, "back", uuid1);
+    // Steady now: no more rows of those kinds (the writer writes changes, not states).
+    std::thread::sleep(Duration::from_millis(2500));
+    for kind in ["ecc", "row_remap", "nvlink", "lost", "back", "inventory"] {
+        let rows: Vec<_> = events_json(&state, &["--kind", kind, "--gpu", "0"])
+            .as_array()
+            .unwrap()
+            .clone();
+        let expected = usize::from(kind != "lost" && kind != "back");
+        assert_eq!(rows.len(), expected, "{kind}: {rows:#?}");
+    }
+}
+
+#[test]
+fn a_different_gpu_at_the_same_address_is_a_board_swap_and_the_old_serial_keeps_its_rows() {
+    let d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &test_config(&sim_library(), ""), FATAL_XID);
+    let state = d.state_path();
+    wait_for_xid_rows(&state, 1);
+    d.reboot();
+    // The board in slot 0000:19:00.0 replaced: another UUID and serial.
+    let swapped = edit_device(DEMO_SCENARIO, 0, |dev| {
+        dev.replace(GPU0_UUID, "GPU-0b0a4d1e-1111-4d6b-9a0c-00000000beef")
+            .replace(GPU0_SERIAL, "1653099999999")
+    });
+    d.set_scenario(&swapped);
+    let d = d.restart(false, Some(""));
+    let swap = wait_for_kind(&state, "board_swap", "GPU-0b0a4d1e-1111-4d6b-9a0c-00000000beef");
+    assert_eq!(swap[0]["details"]["previous_serial"], GPU0_SERIAL);
+    assert_eq!(swap[0]["serial"], "1653099999999");
+    assert_eq!(swap[0]["pci_bus_id"], "0000:19:00.0");
+    // GPU 0 is now the new board, with a clean history; the old one's XID keeps its serial.
+    let new_rows = events_json(&state, &["--gpu", "0", "--kind", "xid"]);
+    assert_eq!(new_rows.as_array().unwrap().len(), 0, "{new_rows:#}");
+    let old_rows = xid_rows(&state);
+    assert_eq!(old_rows.len(), 1);
+    assert_eq!(old_rows[0]["serial"], GPU0_SERIAL);
+    let out = Command::new(BIN)
+        .args(["report", "--gpu", GPU0_UUID, "--json", "--state"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["identity"]["serial"], GPU0_SERIAL);
+    assert_eq!(report["xids"].as_array().unwrap().len(), 1);
+    drop(d);
+}
+
+#[test]
+fn one_xid_seen_by_both_sources_is_one_row_with_both() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let state = d.state_path();
+    wait_for_kind(&state, "inventory", GPU0_UUID);
+    d.set_scenario(&edit_device(DEMO_SCENARIO, 2, |dev| {
+        format!("{dev}    xid_events: [48]\n")
+    }));
+    // The kernel's record of the same event: time since boot now, as the kernel stamps it.
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    d.log_kernel(&format!(
+        "3,700,{},-;NVRM: Xid (PCI:0000:4c:00): 48, pid=1, name=x, DBE\n",
+        (uptime * 1e6) as u64
+    ));
+    let uuid2 = "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000002";
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let row = loop {
+        let rows = wait_for_kind(&state, "xid", uuid2);
+        if rows[0]["details"]["sources"].as_array().unwrap().len() == 2 {
+            break rows;
+        }
+        assert!(std::time::Instant::now() < deadline, "{rows:#?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(row.len(), 1, "{row:#?}");
+    assert!(
+        row[0]["details"]["raw"].as_str().unwrap().contains("0000:4c:00"),
+        "{row:#?}"
+    );
+    assert_eq!(row[0]["details"]["kmsg_sequence"], 700);
+}
+
+#[test]
+fn an_xid_storm_is_counted_whole_and_recorded_in_part() {
+    let mut d = Daemon::start(DEMO_SCENARIO);
+    let state = d.state_path();
+    wait_for_kind(&state, "inventory", GPU0_UUID);
+    let lines: String = (0..25)
+        .map(|i| {
+            format!(
+                "3,{},9000000,-;NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, storm\n",
+                800 + i
+            )
+        })
+        .collect();
+    d.log_kernel(&lines);
+    d.scrape_until("all 25 counted", |m| {
+        m.value("gpu_xid_errors_total", &[gpu0(), ("xid", "13")]) == Some(25.0)
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    // Stopped (its directory kept): the storm's count is written at the stop.
+    d.signal(15);
+    assert_eq!(d.child.wait().unwrap().code(), Some(0));
+    assert_eq!(xid_rows(&state).len(), 10, "ten a minute one by one");
+    let storm = events_json(&state, &["--kind", "xid_storm"]);
+    assert_eq!(storm[0]["details"]["reports"], 15, "{storm:#}");
+}
