@@ -638,3 +638,53 @@ fn an_xid_storm_is_counted_whole_and_recorded_in_part() {
     let storm = events_json(&state, &["--kind", "xid_storm"]);
     assert_eq!(storm[0]["details"]["reports"], 15, "{storm:#}");
 }
+
+#[test]
+fn probes_slowdowns_and_a_gpu_missing_from_the_bus_are_recorded() {
+    // The PCI bus has a ninth NVIDIA GPU that NVML does not enumerate.
+    let root = tempfile::tempdir().unwrap();
+    let mut gpus: Vec<(&str, Option<&str>)> = DEMO_ADDRESSES.iter().map(|a| (*a, Some("nvidia"))).collect();
+    gpus.push(("0000:ee:00.0", None));
+    pci_fixture(root.path(), &gpus);
+    let config = test_config(
+        &sim_library(),
+        &format!("amd:\n  sysfs_root: {}\n{FAST_PROBES}", root.path().display()),
+    );
+    let cuda = tempfile::tempdir().unwrap();
+    let env = [("LD_LIBRARY_PATH", sim_cuda_dir(cuda.path(), true).display().to_string())];
+    let mut d = Daemon::start_full(&with_cuda(DEMO_SCENARIO), &config, "", &env);
+    let state = d.state_path();
+    let probe = wait_for_kind(&state, "probe", GPU0_UUID);
+    let tests = probe[0]["details"]["tests"].as_array().unwrap();
+    assert!(!tests.is_empty(), "{probe:#?}");
+    assert!(
+        tests
+            .iter()
+            .all(|t| t.get("sustained").is_some() && t.get("expected").is_some()),
+        "{tests:#?}"
+    );
+    let missing = events_json(&state, &["--kind", "pci_missing"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut missing = missing.as_array().unwrap().clone();
+    while missing.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no pci_missing row");
+        std::thread::sleep(Duration::from_millis(200));
+        missing = events_json(&state, &["--kind", "pci_missing"])
+            .as_array()
+            .unwrap()
+            .clone();
+    }
+    assert_eq!(missing.len(), 1, "{missing:#?}");
+    assert_eq!(missing[0]["pci_bus_id"], "0000:ee:00.0");
+    // The demo's GPU 2 runs hot (thermal slowdown active): its episode is written at the stop.
+    d.signal(15);
+    assert_eq!(d.child.wait().unwrap().code(), Some(0));
+    let slowdowns = events_json(&state, &["--kind", "slowdown", "--gpu", "2"]);
+    let reasons: Vec<&str> = slowdowns
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["details"]["reason"].as_str().unwrap())
+        .collect();
+    assert!(reasons.contains(&"hw_thermal_slowdown"), "{slowdowns:#}");
+}
