@@ -289,7 +289,7 @@ async fn events(
         limit: read::DEFAULT_LIMIT,
         ..Default::default()
     };
-    let bad = |message: String| (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response();
+    let bad = |e: read::QueryError| (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response();
     if let Some(since) = params.get("since") {
         match read::parse_since(since, std::time::SystemTime::now()) {
             Ok(s) => query.since = Some(s),
@@ -305,7 +305,13 @@ async fn events(
     if let Some(limit) = params.get("limit") {
         match limit.parse::<usize>() {
             Ok(n) if (1..=read::MAX_LIMIT).contains(&n) => query.limit = n,
-            _ => return bad(format!("limit must be from 1 to {}", read::MAX_LIMIT)),
+            _ => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    format!("limit must be from 1 to {}\n", read::MAX_LIMIT),
+                )
+                    .into_response();
+            }
         }
     }
     let gpu = params.get("gpu").map(|g| read::GpuSelector::parse(g));

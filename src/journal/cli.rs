@@ -28,13 +28,13 @@ pub fn events(path: &Path, options: &EventsOptions) -> i32 {
     if let Some(since) = &options.since {
         match read::parse_since(since, SystemTime::now()) {
             Ok(since) => query.since = Some(since),
-            Err(e) => return usage(&e),
+            Err(e) => return usage(&e.to_string()),
         }
     }
     if let Some(kinds) = &options.kinds {
         match read::parse_kinds(kinds) {
             Ok(kinds) => query.kinds = kinds,
-            Err(e) => return usage(&e),
+            Err(e) => return usage(&e.to_string()),
         }
     }
     let conn = match open(path) {

@@ -59,17 +59,24 @@ pub struct Query {
     pub limit: usize,
 }
 
+/// A query's parameter that does not parse; says what to write instead.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    #[error("unknown kind {0:?}; the kinds are {known}", known = Kind::ALL.map(Kind::name).join(", "))]
+    Kind(String),
+    #[error("--since {text:?} is not a duration ({reason}); write it like 30m, 7d or 180d")]
+    Since {
+        text: String,
+        reason: humantime::DurationError,
+    },
+}
+
 /// Parses `--kind xid,health`: a clear error names the kinds there are.
-pub fn parse_kinds(text: &str) -> Result<Vec<Kind>, String> {
+pub fn parse_kinds(text: &str) -> Result<Vec<Kind>, QueryError> {
     text.split(',')
         .map(str::trim)
         .filter(|k| !k.is_empty())
-        .map(|k| {
-            Kind::from_name(k).ok_or_else(|| {
-                let known: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
-                format!("unknown kind {k:?}; the kinds are {}", known.join(", "))
-            })
-        })
+        .map(|k| Kind::from_name(k).ok_or_else(|| QueryError::Kind(k.to_string())))
         .collect()
 }
 
@@ -185,12 +192,14 @@ pub fn boots(conn: &Connection) -> rusqlite::Result<Vec<(String, f64)>> {
 }
 
 /// Reads `--since 7d` (a duration back from now) or a Unix time.
-pub fn parse_since(text: &str, now: SystemTime) -> Result<f64, String> {
+pub fn parse_since(text: &str, now: SystemTime) -> Result<f64, QueryError> {
     if let Ok(seconds) = text.parse::<f64>() {
         return Ok(seconds);
     }
-    let back = humantime::parse_duration(text)
-        .map_err(|e| format!("--since {text:?} is not a duration ({e}); write it like 30m, 7d or 180d"))?;
+    let back = humantime::parse_duration(text).map_err(|reason| QueryError::Since {
+        text: text.to_string(),
+        reason,
+    })?;
     let now = crate::model::unix_seconds(now);
     Ok(now - back.as_secs_f64())
 }
