@@ -179,7 +179,7 @@ fn timeline_section(out: &mut String, snapshot: &Snapshot, timeline: &Timeline) 
     };
     out.push_str("<table class=\"timeline\"><thead><tr><th>GPU</th><th>events (newest last)</th></tr></thead><tbody>");
     let mut row = |label: String, uuid: &str| {
-        let _ = write!(out, "<tr><td>{label}</td><td>");
+        let _ = write!(out, "<tr class=\"events\"><td>{label}</td><td>");
         match rows.get(uuid) {
             Some(list) if !list.is_empty() => {
                 for r in list {
@@ -197,7 +197,7 @@ fn timeline_section(out: &mut String, snapshot: &Snapshot, timeline: &Timeline) 
         out.push_str("</td></tr>");
     };
     for d in &snapshot.devices {
-        row(format!("<b>{}</b>", d.identity.index), &d.identity.uuid);
+        row(format!("GPU {}", d.identity.index), &d.identity.uuid);
     }
     row("node".to_string(), "");
     out.push_str("</tbody></table>");
