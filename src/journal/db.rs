@@ -60,7 +60,8 @@ pub enum DbError {
     #[error("{} was written by a newer gpuwarden (schema {found}, this one writes {SCHEMA_VERSION}); \
              set state.path to another file or upgrade", .path.display())]
     Newer { path: PathBuf, found: i64 },
-    #[error("{} failed its integrity check: {detail}", .path.display())]
+    /// A damaged file that could not be moved aside.
+    #[error("{} is damaged and stays in place: {detail}", .path.display())]
     Corrupt { path: PathBuf, detail: String },
 }
 

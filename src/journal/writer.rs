@@ -387,21 +387,7 @@ impl Writer {
         }
         let path = self.place.path.clone();
         let opened = match db::open_for_writing(&path) {
-            Err(e) if e.is_corrupt() => match db::move_aside(&path) {
-                Ok(aside) => {
-                    log::warn!(
-                        "journal {}: {e}; moved it to {} and started a new one (the old one can be \
-                         inspected with sqlite3)",
-                        path.display(),
-                        aside.display()
-                    );
-                    db::open_for_writing(&path)
-                }
-                Err(io) => Err(DbError::Corrupt {
-                    path: path.clone(),
-                    detail: format!("{e}; moving it aside failed: {io}"),
-                }),
-            },
+            Err(e) if e.is_corrupt() => self.set_aside(&e).and_then(|()| db::open_for_writing(&path)),
             other => other,
         };
         match opened {
@@ -415,9 +401,10 @@ impl Writer {
         }
     }
 
-    fn move_aside_and_reopen(&mut self, e: &DbError) {
-        let path = self.place.path.clone();
-        match db::move_aside(&path) {
+    /// Moves a damaged file (found by `e`) aside, saying where; Err when it cannot be moved.
+    fn set_aside(&self, e: &DbError) -> Result<(), DbError> {
+        let path = &self.place.path;
+        match db::move_aside(path) {
             Ok(aside) => {
                 log::warn!(
                     "journal {}: {e}; moved it to {} and started a new one (the old one can be \
@@ -425,10 +412,22 @@ impl Writer {
                     path.display(),
                     aside.display()
                 );
+                Ok(())
+            }
+            Err(io) => Err(DbError::Corrupt {
+                path: path.clone(),
+                detail: format!("{e}; moving it aside failed: {io}"),
+            }),
+        }
+    }
+
+    fn move_aside_and_reopen(&mut self, e: &DbError) {
+        match self.set_aside(e) {
+            Ok(()) => {
                 self.retry_at = Instant::now();
                 self.open();
             }
-            Err(io) => log::warn!("journal {}: {e}; moving it aside failed: {io}", path.display()),
+            Err(e) => log::warn!("journal {}: {e}", self.place.path.display()),
         }
     }
 
