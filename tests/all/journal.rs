@@ -40,20 +40,50 @@ fn xid_rows(state: &Path) -> Vec<serde_json::Value> {
         .unwrap_or_default()
 }
 
-/// Waits until the journal holds `n` XID rows (the writer batches once a second).
-fn wait_for_xid_rows(state: &Path, n: usize) -> Vec<serde_json::Value> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+/// Looks every 200 ms until `look` gives a value, or fails after `within` saying `what`.
+fn eventually<T>(what: &str, within: Duration, mut look: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + within;
     loop {
-        let rows = if state.exists() { xid_rows(state) } else { Vec::new() };
-        if rows.len() >= n {
-            return rows;
+        if let Some(found) = look() {
+            return found;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{n} XID row(s) never written: {rows:?}"
-        );
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// `gpuwarden report --gpu GPU --json` on the journal at `state`.
+fn report_json(state: &Path, gpu: &str) -> serde_json::Value {
+    let out = Command::new(BIN)
+        .args(["report", "--gpu", gpu, "--json", "--state"])
+        .arg(state)
+        .output()
+        .expect("run gpuwarden report");
+    assert!(
+        out.status.success(),
+        "report failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("report --json is JSON")
+}
+
+/// Seconds since boot, as the kernel stamps its records.
+fn uptime_seconds() -> f64 {
+    std::fs::read_to_string("/proc/uptime")
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Waits until the journal holds `n` XID rows (the writer batches once a second).
+fn wait_for_xid_rows(state: &Path, n: usize) -> Vec<serde_json::Value> {
+    eventually(&format!("{n} XID row(s)"), Duration::from_secs(10), || {
+        let rows = if state.exists() { xid_rows(state) } else { Vec::new() };
+        (rows.len() >= n).then_some(rows)
+    })
 }
 
 fn unhealthy(m: &Metrics) -> bool {
@@ -96,13 +126,7 @@ fn a_fatal_xid_holds_its_gpu_across_a_restart_and_is_listed_once() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64();
-    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let uptime = uptime_seconds();
     let at = row["at"].as_f64().unwrap();
     assert!(
         (at - (now - uptime + 5.0)).abs() < 2.0,
@@ -110,13 +134,7 @@ fn a_fatal_xid_holds_its_gpu_across_a_restart_and_is_listed_once() {
         now - uptime + 5.0
     );
     // The evidence packet names the serial and the XID.
-    let out = Command::new(BIN)
-        .args(["report", "--gpu", "0", "--json", "--state"])
-        .arg(&state)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = report_json(&state, "0");
     assert_eq!(report["identity"]["serial"], GPU0_SERIAL);
     assert_eq!(report["identity"]["uuid"], GPU0_UUID);
     assert_eq!(report["identity"]["vbios"], "96.00.AF.00.01");
@@ -188,20 +206,10 @@ fn after_a_reboot_the_verdict_starts_fresh_and_the_history_stays() {
     assert_eq!(rows.len(), 1, "the history stays: {rows:#?}");
     assert_eq!(rows[0]["boot_id"], TEST_BOOT_ID);
     // Both boots are in the report (the new one from the writer's first batch).
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let out = Command::new(BIN)
-            .args(["report", "--gpu", GPU0_UUID, "--json", "--state"])
-            .arg(&state)
-            .output()
-            .unwrap();
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        if report["identity"]["boots_seen"].as_array().unwrap().len() == 2 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{report:#}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    eventually("both boots in the report", Duration::from_secs(10), || {
+        let report = report_json(&state, GPU0_UUID);
+        (report["identity"]["boots_seen"].as_array().unwrap().len() == 2).then_some(())
+    });
     drop(d);
 }
 
@@ -282,17 +290,9 @@ fn a_locked_journal_counts_write_errors_and_loses_nothing_once_free() {
     lock.rollback().unwrap();
     drop(other);
     // The writer tries again within 30 s; the XID seen while locked is written then.
-    let rows = {
-        let deadline = std::time::Instant::now() + Duration::from_secs(40);
-        loop {
-            let rows = xid_rows(&state);
-            if !rows.is_empty() {
-                break rows;
-            }
-            assert!(std::time::Instant::now() < deadline, "the XID was never written");
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    };
+    let rows = eventually("the XID written after the lock", Duration::from_secs(40), || {
+        Some(xid_rows(&state)).filter(|rows| !rows.is_empty())
+    });
     assert_eq!(rows.len(), 1);
     d.scrape_until("journal up again", |m| {
         m.value("gpuwarden_journal_up", &[]) == Some(1.0)
@@ -477,11 +477,9 @@ fn a_read_only_file_system_leaves_health_working_and_the_journal_catches_up() {
 
 /// Waits until the journal holds a row of `kind` for `uuid`; returns all of that kind.
 fn wait_for_kind(state: &Path, kind: &str, uuid: &str) -> Vec<serde_json::Value> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    eventually(&format!("a {kind} row for {uuid}"), Duration::from_secs(10), || {
         if !state.exists() {
-            std::thread::sleep(Duration::from_millis(200));
-            continue;
+            return None;
         }
         let rows: Vec<serde_json::Value> = events_json(state, &["--kind", kind])
             .as_array()
@@ -490,12 +488,8 @@ fn wait_for_kind(state: &Path, kind: &str, uuid: &str) -> Vec<serde_json::Value>
             .into_iter()
             .filter(|r| r["gpu_uuid"] == uuid)
             .collect();
-        if !rows.is_empty() {
-            return rows;
-        }
-        assert!(std::time::Instant::now() < deadline, "no {kind} row for {uuid}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        (!rows.is_empty()).then_some(rows)
+    })
 }
 
 #[test]
@@ -564,12 +558,7 @@ fn a_different_gpu_at_the_same_address_is_a_board_swap_and_the_old_serial_keeps_
     let old_rows = xid_rows(&state);
     assert_eq!(old_rows.len(), 1);
     assert_eq!(old_rows[0]["serial"], GPU0_SERIAL);
-    let out = Command::new(BIN)
-        .args(["report", "--gpu", GPU0_UUID, "--json", "--state"])
-        .arg(&state)
-        .output()
-        .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = report_json(&state, GPU0_UUID);
     assert_eq!(report["identity"]["serial"], GPU0_SERIAL);
     assert_eq!(report["xids"].as_array().unwrap().len(), 1);
     drop(d);
@@ -584,27 +573,16 @@ fn one_xid_seen_by_both_sources_is_one_row_with_both() {
         format!("{dev}    xid_events: [48]\n")
     }));
     // The kernel's record of the same event: time since boot now, as the kernel stamps it.
-    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let uptime = uptime_seconds();
     d.log_kernel(&format!(
         "3,700,{},-;NVRM: Xid (PCI:0000:4c:00): 48, pid=1, name=x, DBE\n",
         (uptime * 1e6) as u64
     ));
     let uuid2 = "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000002";
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let row = loop {
+    let row = eventually("the row with both sources", Duration::from_secs(10), || {
         let rows = wait_for_kind(&state, "xid", uuid2);
-        if rows[0]["details"]["sources"].as_array().unwrap().len() == 2 {
-            break rows;
-        }
-        assert!(std::time::Instant::now() < deadline, "{rows:#?}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+        (rows[0]["details"]["sources"].as_array().unwrap().len() == 2).then_some(rows)
+    });
     assert_eq!(row.len(), 1, "{row:#?}");
     assert!(
         row[0]["details"]["raw"].as_str().unwrap().contains("0000:4c:00"),
@@ -663,17 +641,13 @@ fn probes_slowdowns_and_a_gpu_missing_from_the_bus_are_recorded() {
             .all(|t| t.get("sustained").is_some() && t.get("expected").is_some()),
         "{tests:#?}"
     );
-    let missing = events_json(&state, &["--kind", "pci_missing"]);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut missing = missing.as_array().unwrap().clone();
-    while missing.is_empty() {
-        assert!(std::time::Instant::now() < deadline, "no pci_missing row");
-        std::thread::sleep(Duration::from_millis(200));
-        missing = events_json(&state, &["--kind", "pci_missing"])
+    let missing = eventually("a pci_missing row", Duration::from_secs(10), || {
+        let rows = events_json(&state, &["--kind", "pci_missing"])
             .as_array()
             .unwrap()
             .clone();
-    }
+        (!rows.is_empty()).then_some(rows)
+    });
     assert_eq!(missing.len(), 1, "{missing:#?}");
     assert_eq!(missing[0]["pci_bus_id"], "0000:ee:00.0");
     // The demo's GPU 2 runs hot (thermal slowdown active): its episode is written at the stop.

@@ -22,17 +22,16 @@ pub struct Daemon {
 /// a journal of its own (`@STATE@`: `state.db` there, with the boot id in `boot_id`) unless
 /// `extra` sets `state`. `extra` holds further top-level sections.
 pub fn test_config(library: &Path, extra: &str) -> String {
-    let state = if extra.contains("state:") {
-        ""
-    } else {
-        "state:\n  path: \"@STATE@\"\n  boot_id_file: \"@BOOT@\"\n"
-    };
+    let state = if extra.contains("state:") { "" } else { STATE_SECTION };
     format!(
         "listen: 127.0.0.1:0\npoll:\n  interval: 200ms\n  timeout: 150ms\n  slow_interval: 200ms\n  topology_interval: 200ms\n  gpm_interval: 200ms\nnvml:\n  library_path: {}\n  retry_initial: 200ms\n  retry_max: 1s\n\
          {state}xid:\n  kernel_log_path: \"@KMSG@\"\n  dedup_window: 2s\n{extra}",
         library.display()
     )
 }
+
+/// A test daemon's own journal: `state.db` and `boot_id` in its directory.
+const STATE_SECTION: &str = "state:\n  path: \"@STATE@\"\n  boot_id_file: \"@BOOT@\"\n";
 
 /// The boot id a test daemon reads until [`Daemon::reboot`].
 pub const TEST_BOOT_ID: &str = "0e5c1a2b-0000-4000-8000-000000000001";
@@ -64,7 +63,7 @@ impl Daemon {
         let config = if config.contains("state:") {
             config.to_string()
         } else {
-            format!("{config}state:\n  path: \"@STATE@\"\n  boot_id_file: \"@BOOT@\"\n")
+            format!("{config}{STATE_SECTION}")
         };
         let config = config
             .replace("@KMSG@", &kmsg.display().to_string())
