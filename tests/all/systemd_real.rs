@@ -142,7 +142,11 @@ fn put(systemd: &Systemd, path: &str, text: &str) {
     // /tmp is the namespace's own too: pass the text on stdin instead.
     let out = as_root("nsenter")
         .args(["-t", &systemd.pid.to_string(), "-m", "-p", "sh", "-c"])
-        .arg(format!("mkdir -p $(dirname {path}) && cat > {path}"))
+        // Written beside and renamed: the service may start (a watchdog restart) while the
+        // file is being written, and a half-written scenario is a machine with no GPU.
+        .arg(format!(
+            "mkdir -p $(dirname {path}) && cat > {path}.part && mv {path}.part {path}"
+        ))
         .stdin(std::fs::File::open(&staged).unwrap())
         .output()
         .unwrap();
