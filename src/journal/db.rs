@@ -57,6 +57,10 @@ pub enum DbError {
     Sqlite { path: PathBuf, source: rusqlite::Error },
     #[error("{} is a symbolic link; the journal is not written through links", .0.display())]
     Link(PathBuf),
+    /// A FIFO, socket, device or directory where the file (or its -wal/-shm) should be: opening
+    /// or reading it could block the writer, or write somewhere no one meant.
+    #[error("{} is not a regular file; remove it or set state.path to another file", .0.display())]
+    NotAFile(PathBuf),
     #[error("{} was written by a newer gpuwarden (schema {found}, this one writes {SCHEMA_VERSION}); \
              set state.path to another file or upgrade", .path.display())]
     Newer { path: PathBuf, found: i64 },
@@ -111,15 +115,34 @@ pub fn is_corrupt(e: &rusqlite::Error) -> bool {
 
 /// Opens (or creates) the database for the writer, checks it and brings the schema up.
 pub fn open_for_writing(path: &Path) -> Result<Connection, DbError> {
-    // The state directory is root's, but a link there could still point the writes at any
-    // file: refuse it rather than follow it.
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Err(DbError::Link(path.to_path_buf()));
-    }
+    check_files(path)?;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(DbError::sqlite(path))?;
     setup(&conn, path)?;
     Ok(conn)
+}
+
+/// The database and its side files are each a regular file or absent. The state directory is
+/// root's, but a link there could still point the writes at any file, and a FIFO would block
+/// the open or the first read: refuse both rather than follow or wait.
+fn check_files(path: &Path) -> Result<(), DbError> {
+    for file in [
+        path.to_path_buf(),
+        with_suffix(path, "-wal"),
+        with_suffix(path, "-shm"),
+        with_suffix(path, "-journal"),
+    ] {
+        let Ok(meta) = std::fs::symlink_metadata(&file) else {
+            continue; // absent: SQLite creates it
+        };
+        if meta.file_type().is_symlink() {
+            return Err(DbError::Link(file));
+        }
+        if !meta.file_type().is_file() {
+            return Err(DbError::NotAFile(file));
+        }
+    }
+    Ok(())
 }
 
 fn setup(conn: &Connection, path: &Path) -> Result<(), DbError> {
@@ -188,9 +211,7 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 /// Opens the database read-only, for `events`, `report` and the HTTP API: works while the
 /// daemon writes (WAL), and never changes the file.
 pub fn open_read_only(path: &Path) -> Result<Connection, DbError> {
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Err(DbError::Link(path.to_path_buf()));
-    }
+    check_files(path)?;
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(DbError::sqlite(path))?;
     conn.busy_timeout(Duration::from_secs(2))
@@ -324,5 +345,28 @@ mod tests {
         std::os::unix::fs::symlink(&target, &path).unwrap();
         assert!(matches!(open_for_writing(&path), Err(DbError::Link(_))));
         assert!(matches!(open_read_only(&path), Err(DbError::Link(_))));
+    }
+
+    #[test]
+    fn a_fifo_socket_or_directory_at_the_path_or_beside_it_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        // A FIFO at the path: opening it for reading would wait for a writer forever.
+        crate::input::make_fifo(&path);
+        assert!(matches!(open_for_writing(&path), Err(DbError::NotAFile(_))));
+        assert!(matches!(open_read_only(&path), Err(DbError::NotAFile(_))));
+        std::fs::remove_file(&path).unwrap();
+        // A socket as the WAL beside a good file.
+        assert!(open_for_writing(&path).is_ok());
+        let wal = dir.path().join("state.db-wal");
+        let _ = std::fs::remove_file(&wal);
+        let _listener = std::os::unix::net::UnixListener::bind(&wal).unwrap();
+        let e = open_for_writing(&path).unwrap_err();
+        assert!(matches!(&e, DbError::NotAFile(p) if p == &wal), "{e}");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        std::fs::remove_file(&wal).unwrap();
+        // A directory as the shared-memory file.
+        std::fs::create_dir(dir.path().join("state.db-shm")).unwrap();
+        assert!(matches!(open_read_only(&path), Err(DbError::NotAFile(_))));
     }
 }
