@@ -15,6 +15,7 @@
 //! the moment it was accepted.
 
 use crate::exposition::{self, RenderCache};
+use crate::journal::worker;
 use crate::settings::SharedSettings;
 use crate::status_page;
 use crate::store::Store;
@@ -167,13 +168,16 @@ pub struct AppState {
     /// The running settings: the staleness limit of /healthz, TLS and basic auth. Read at
     /// every request, so a reload applies to the next one.
     pub settings: Arc<SharedSettings>,
-    /// Journal reads at once (the API and the status page): each opens the file and runs
-    /// a query on the blocking pool; more wait (the page) or get 503 (the API).
+    /// Journal reads at once (the API and the status page): each runs a worker process
+    /// (journal/worker.rs) that opens the file read-only; more wait (the page) or get 503
+    /// (the API).
     pub journal_readers: Arc<Semaphore>,
 }
 
-/// How many journal reads may run at once.
-pub const JOURNAL_READERS: usize = 4;
+/// How many journal reads may run at once: each is a process of a few MiB for its time.
+pub const JOURNAL_READERS: usize = 2;
+/// A journal read that has not answered by then is killed (the file is on a hung disk).
+const JOURNAL_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -264,9 +268,16 @@ async fn index(State(state): State<AppState>) -> Html<String> {
         let now = crate::model::unix_seconds(std::time::SystemTime::now());
         let read = async {
             let _permit = state.journal_readers.acquire().await.ok()?;
-            tokio::task::spawn_blocking(move || crate::journal::read::timeline(&path, now).map_err(|e| e.to_string()))
-                .await
-                .ok()
+            tokio::task::spawn_blocking(move || {
+                let request = worker::Request::Timeline { path, now };
+                match worker::call(&request, JOURNAL_READ_TIMEOUT) {
+                    Ok(worker::Answer::Timeline { rows }) => Ok(rows),
+                    Ok(_) => Err("unexpected answer".to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            })
+            .await
+            .ok()
         };
         Some(read.await.unwrap_or_else(|| Err("busy".to_string())))
     };
@@ -314,7 +325,7 @@ async fn events(
             }
         }
     }
-    let gpu = params.get("gpu").map(|g| read::GpuSelector::parse(g));
+    let gpu = params.get("gpu").cloned();
     let Ok(_permit) = state.journal_readers.try_acquire() else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -322,15 +333,19 @@ async fn events(
         )
             .into_response();
     };
+    let request = worker::Request::Events {
+        path,
+        since: query.since,
+        gpu,
+        kinds: query.kinds,
+        limit: query.limit,
+    };
     let answer = tokio::task::spawn_blocking(move || -> Result<Option<Vec<read::Row>>, String> {
-        let conn = crate::journal::db::open_read_only(&path).map_err(|e| e.to_string())?;
-        if let Some(gpu) = gpu {
-            match read::find_gpu(&conn, &gpu).map_err(|e| e.to_string())? {
-                Some(facts) => query.gpus = vec![facts.uuid],
-                None => return Ok(None),
-            }
+        match worker::call(&request, JOURNAL_READ_TIMEOUT) {
+            Ok(worker::Answer::Events { rows }) => Ok(rows),
+            Ok(_) => Err("unexpected answer".to_string()),
+            Err(e) => Err(e.to_string()),
         }
-        read::events(&conn, &query).map(Some).map_err(|e| e.to_string())
     })
     .await;
     match answer {

@@ -121,6 +121,10 @@ enum Command {
         #[arg(long)]
         markdown: bool,
     },
+    /// The daemon's journal worker: one request on stdin, one answer on stdout (internal;
+    /// the daemon runs it, see src/journal/worker.rs).
+    #[command(name = "journal-worker", hide = true)]
+    JournalWorker,
 }
 
 #[derive(Subcommand)]
@@ -185,6 +189,10 @@ fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<(Overrides, Optio
 
 fn main() {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::JournalWorker) {
+        // No logger: its answer, failures included, is the one thing it writes.
+        std::process::exit(journal::worker::serve());
+    }
     // The daemon says what it does; a one-shot command prints only what went wrong.
     logging::init(if matches!(cli.command, Command::Run { .. }) {
         "info"
@@ -255,6 +263,7 @@ fn main() {
             };
             journal::cli::report(&path, &gpu, format)
         }),
+        Command::JournalWorker => Ok(journal::worker::serve()),
     };
     std::process::exit(code.unwrap_or_else(|code| code));
 }

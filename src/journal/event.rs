@@ -1,10 +1,10 @@
 //! One journal row: what happened, when, on which boot, host and GPU.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// What a row records. The names are the `kind` column and `gpuwarden events --kind`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// An XID, counted once whichever sources saw it (details: code, name, severity,
@@ -85,7 +85,7 @@ impl Kind {
 
 /// Which GPU a row is about, as it was known when the row was written: the serial stays
 /// with its rows after the board moves or is replaced.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GpuRef {
     pub uuid: String,
     pub serial: Option<String>,
@@ -94,7 +94,7 @@ pub struct GpuRef {
 }
 
 /// A row before it is written. Time, boot id and host are the writer's.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     /// Unix seconds.
     pub at: f64,

@@ -6,7 +6,8 @@
 //! | `event.rs` | one row: kind, time, GPU, summary, details |
 //! | `db.rs` | the file: opening, schema, corrupt/locked/read-only/full, read-only readers |
 //! | `facts.rs` | what is remembered of each GPU, and the events a change in it makes |
-//! | `writer.rs` | the thread that writes: batches, one transaction a second at most |
+//! | `writer.rs` | the thread that decides what to write: batches, one a second at most |
+//! | `worker.rs` | the short-lived child process that opens, writes and reads the file |
 //! | `read.rs` | queries for `gpuwarden events`, `/api/v1/events` and the status page |
 //! | `report.rs` | one GPU's evidence packet for an RMA (`gpuwarden report`) |
 //!
@@ -27,6 +28,7 @@ pub mod event;
 pub mod facts;
 pub mod read;
 pub mod report;
+pub mod worker;
 mod writer;
 
 use crate::model::JournalStatus;
@@ -95,20 +97,44 @@ pub struct Seed {
     pub kmsg_sequence: Option<u64>,
 }
 
-/// Reads this boot's XID counts and kernel-log position (read-only; an empty seed when there
-/// is no journal yet or it cannot be read; the writer says why when it starts).
+/// Reads this boot's XID counts and kernel-log position (read-only, in a worker; an empty
+/// seed when there is no journal yet or it cannot be read; the writer says why when it starts).
 pub fn seed(place: &Place) -> Seed {
     if !place.path.exists() {
         return Seed::default();
     }
-    match read::seed(&place.path, &place.boot_id) {
-        Ok(seed) => seed,
+    let request = worker::Request::Seed {
+        path: place.path.clone(),
+        boot_id: place.boot_id.clone(),
+    };
+    match worker::call(&request, SEED_TIMEOUT) {
+        Ok(worker::Answer::Seed {
+            xid_counts,
+            kmsg_sequence,
+        }) => Seed {
+            xid_counts: xid_counts
+                .into_iter()
+                .map(|(bus, xid, count, last)| {
+                    let last = std::time::UNIX_EPOCH + Duration::from_secs_f64(last.max(0.0));
+                    ((bus, xid), count, last)
+                })
+                .collect(),
+            kmsg_sequence,
+        },
+        Ok(other) => {
+            log::debug!("journal: no counts from before the restart: unexpected answer {other:?}");
+            Seed::default()
+        }
         Err(e) => {
             log::debug!("journal: no counts from before the restart: {e}");
             Seed::default()
         }
     }
 }
+
+/// How long the start waits for the counts from before a restart: a bad file never holds
+/// the daemon's start up for longer.
+const SEED_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The handle the daemon keeps: sends events to the writer thread.
 #[derive(Clone)]

@@ -8,7 +8,7 @@ use super::event::Kind;
 use super::facts::GpuFacts;
 use crate::xid::store::SeedCounts;
 use rusqlite::{Connection, params_from_iter, types::Value as SqlValue};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -17,7 +17,7 @@ pub const DEFAULT_LIMIT: usize = 1000;
 pub const MAX_LIMIT: usize = 100_000;
 
 /// One row as read back.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Row {
     pub id: i64,
     /// Unix seconds.

@@ -4,14 +4,13 @@
 //! logs once what to do and tries again every 30 s; a corrupt file is moved aside and a new
 //! one started.
 
-use super::db::{self, DbError};
 use super::event::{Event, GpuRef, Kind};
 use super::facts::{self, GpuFacts};
+use super::worker::{self, Answer, Batch, Failure, Item, Prune, Request, XidCount};
 use super::{Message, Place, Shared};
 use crate::model::{JournalStatus, Snapshot, unix_seconds};
 use crate::store::{Store, Versioned};
 use crate::xid::store::XidEvent;
-use rusqlite::{Connection, params};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -25,8 +24,12 @@ const BATCH_EVERY: Duration = Duration::from_secs(1);
 const RETRY_EVERY: Duration = Duration::from_secs(30);
 /// Rows kept while the database cannot be written; older ones are dropped (and counted).
 const MAX_BACKLOG: usize = 10_000;
-/// How often old rows are deleted (retention) and the size cap is checked.
+/// How often old rows are deleted (retention) and the size cap is checked, with a batch.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
+/// On a node with nothing to write, a worker still runs this often to delete old rows.
+const IDLE_PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// A worker that has not answered by then is killed; the batch is kept and retried.
+const WORKER_TIMEOUT: Duration = Duration::from_secs(30);
 /// XID rows per (GPU, code) recorded one by one per minute; the rest of a storm is one
 /// `xid_storm` row a minute with its count.
 const XID_ROWS_PER_MINUTE: u32 = 10;
@@ -66,7 +69,8 @@ pub(super) struct Writer {
     store: Arc<Store>,
     status: Arc<Versioned<Option<JournalStatus>>>,
     shared: Arc<Shared>,
-    conn: Option<Connection>,
+    /// The last worker opened or wrote the file: write batches without opening first.
+    open: bool,
     retry_at: Instant,
     outage: crate::logging::Outage,
     backlog: Vec<Pending>,
@@ -103,7 +107,7 @@ impl Writer {
             store,
             status,
             shared,
-            conn: None,
+            open: false,
             retry_at: Instant::now(),
             outage: Default::default(),
             backlog: Vec::new(),
@@ -141,7 +145,6 @@ impl Writer {
             if Instant::now() >= next_batch && self.store.latest().generation > 0 {
                 self.look_at_snapshot();
                 self.flush();
-                self.prune_when_due();
                 self.publish_status();
                 next_batch = Instant::now() + BATCH_EVERY;
             }
@@ -380,100 +383,94 @@ impl Writer {
         }
     }
 
-    /// Opens the file when it is not open and a retry is due; moves a corrupt one aside.
+    /// Opens the file when it is not known good and a retry is due (in a worker, which moves
+    /// a damaged file aside); takes over what it knows the first time.
     fn open(&mut self) {
-        if self.conn.is_some() || Instant::now() < self.retry_at {
+        if self.open || Instant::now() < self.retry_at {
             return;
         }
-        let path = self.place.path.clone();
-        let opened = match db::open_for_writing(&path) {
-            Err(e) if e.is_corrupt() => self.set_aside(&e).and_then(|()| db::open_for_writing(&path)),
-            other => other,
+        let request = Request::Open {
+            path: self.place.path.clone(),
+            boot_id: self.place.boot_id.clone(),
         };
-        match opened {
-            Ok(conn) => {
+        match worker::call(&request, WORKER_TIMEOUT) {
+            Ok(Answer::Opened {
+                facts,
+                xid_counts,
+                bytes,
+                moved_aside,
+            }) => {
+                if let Some((what, aside)) = moved_aside {
+                    self.moved_aside(&what, &aside);
+                }
                 self.outage
-                    .recovered(format!("journal {}: writing again", path.display()));
-                self.conn = Some(conn);
-                self.load_state();
+                    .recovered(format!("journal {}: writing again", self.place.path.display()));
+                self.open = true;
+                self.status_now.up = true;
+                self.status_now.bytes = bytes;
+                self.load_state(facts, xid_counts);
             }
+            Ok(other) => self.failed(&unexpected(&other)),
             Err(e) => self.failed(&e),
         }
     }
 
-    /// Moves a damaged file (found by `e`) aside, saying where; Err when it cannot be moved.
-    fn set_aside(&self, e: &DbError) -> Result<(), DbError> {
-        let path = &self.place.path;
-        match db::move_aside(path) {
-            Ok(aside) => {
-                log::warn!(
-                    "journal {}: {e}; moved it to {} and started a new one (the old one can be \
-                     inspected with sqlite3)",
-                    path.display(),
-                    aside.display()
-                );
-                Ok(())
-            }
-            Err(io) => Err(DbError::Corrupt {
-                path: path.clone(),
-                detail: format!("{e}; moving it aside failed: {io}"),
-            }),
-        }
+    /// A damaged file was moved aside: say where, and write everything known into the new one.
+    fn moved_aside(&mut self, what: &str, aside: &std::path::Path) {
+        log::warn!(
+            "journal {}: {what}; moved it to {} and started a new one (the old one can be \
+             inspected with sqlite3)",
+            self.place.path.display(),
+            aside.display()
+        );
+        self.xid_rows.clear();
+        self.dirty_facts.extend(self.facts.keys().cloned());
+        self.dirty_counts.extend(self.xid_counts.keys().cloned());
     }
 
-    fn move_aside_and_reopen(&mut self, e: &DbError) {
-        match self.set_aside(e) {
-            Ok(()) => {
-                self.retry_at = Instant::now();
-                self.open();
-            }
-            Err(e) => log::warn!("journal {}: {e}", self.place.path.display()),
-        }
-    }
-
-    fn failed(&mut self, e: &DbError) {
+    fn failed(&mut self, e: &Failure) {
         self.outage.failed(format!(
             "journal {}: cannot write: {e}; {}. Metrics and health go on; the journal keeps up to \
              {MAX_BACKLOG} rows in memory and tries again every {}s",
             self.place.path.display(),
-            e.advice(),
+            e.advice,
             RETRY_EVERY.as_secs()
         ));
-        self.conn = None;
+        self.open = false;
         self.status_now.up = false;
         self.status_now.write_errors += 1;
         self.retry_at = Instant::now() + RETRY_EVERY;
-    }
-
-    /// What the file knows at open: each GPU's facts, this boot's XID counts.
-    fn load_state(&mut self) {
-        let Some(conn) = &self.conn else { return };
-        if !self.facts_loaded {
-            match super::read::load_facts(conn) {
-                Ok(facts) => {
-                    for f in facts {
-                        self.facts.entry(f.uuid.clone()).or_insert(f);
-                    }
-                    self.facts_loaded = true;
-                }
-                Err(e) => log::warn!("journal: cannot read the GPUs' last state: {e}"),
-            }
-            match super::read::xid_counts(conn, &self.place.boot_id) {
-                Ok(counts) => {
-                    for ((bus, xid), n, last) in counts {
-                        let entry = self.xid_counts.entry((bus, xid)).or_insert((0, 0.0));
-                        entry.0 += n;
-                        entry.1 = entry.1.max(unix_seconds(last));
-                    }
-                }
-                Err(e) => log::warn!("journal: cannot read this boot's XID counts: {e}"),
-            }
+        if let Some(aside) = &e.moved_aside {
+            // Found damaged while writing: a new file at once, the batch kept for it.
+            self.moved_aside(&e.message, aside);
+            self.retry_at = Instant::now();
         }
     }
 
-    /// Writes the backlog, the changed facts and counts in one transaction.
+    /// What the file knew at its first open: each GPU's facts, this boot's XID counts.
+    fn load_state(&mut self, facts: Vec<GpuFacts>, counts: Vec<XidCount>) {
+        if self.facts_loaded {
+            return;
+        }
+        self.facts_loaded = true;
+        for f in facts {
+            self.facts.entry(f.uuid.clone()).or_insert(f);
+        }
+        for (bus, xid, n, last) in counts {
+            let entry = self.xid_counts.entry((bus, xid)).or_insert((0, 0.0));
+            entry.0 += n;
+            entry.1 = entry.1.max(last);
+        }
+    }
+
+    /// Writes the backlog, the changed facts and counts in one transaction (in a worker),
+    /// with old rows deleted when that is due. A node with nothing to write runs no worker
+    /// but the hourly deletion of old rows.
     fn flush(&mut self) {
         self.open();
+        if !self.open {
+            return;
+        }
         let backlog = std::mem::take(&mut self.backlog);
         self.backlog = backlog
             .into_iter()
@@ -486,187 +483,99 @@ impl Writer {
             })
             .collect();
         let dirty = !self.backlog.is_empty() || !self.dirty_facts.is_empty() || !self.dirty_counts.is_empty();
-        let Some(conn) = self.conn.as_mut() else { return };
-        if !dirty {
+        let since_prune = self.last_prune.map(|t| t.elapsed());
+        let prune_due = since_prune.is_none_or(|t| t >= PRUNE_EVERY);
+        if !dirty && since_prune.is_some_and(|t| t < IDLE_PRUNE_EVERY) {
             return;
         }
-        let batch = Batch {
-            place: &self.place,
-            backlog: &self.backlog,
-            facts: self
-                .dirty_facts
-                .iter()
-                .filter_map(|uuid| self.facts.get(uuid))
-                .collect(),
-            counts: self
-                .dirty_counts
-                .iter()
-                .filter_map(|key| self.xid_counts.get(key).map(|c| (key, *c)))
-                .collect(),
-            kmsg_sequence: self.kmsg_sequence,
-            xid_rows: &self.xid_rows,
-        };
-        match batch.write(conn) {
-            Ok((rows, new_xid_rows)) => {
-                // Give SQLite's page cache back between batches: the daemon idles far more
-                // than it writes (docs/performance.md).
-                let _ = conn.execute_batch("PRAGMA shrink_memory");
-                crate::logging::trim_heap();
+        let batch = self.batch(prune_due);
+        match worker::call(&Request::Write(batch), WORKER_TIMEOUT) {
+            Ok(Answer::Written { rows, xid_rows, bytes }) => {
+                if prune_due {
+                    self.last_prune = Some(Instant::now());
+                }
+                if let Some(bytes) = bytes {
+                    self.status_now.bytes = bytes;
+                }
                 self.status_now.rows_written += rows;
                 self.status_now.up = true;
-                if self.xid_rows.len() + new_xid_rows.len() > MAX_XID_ROWS {
+                if self.xid_rows.len() + xid_rows.len() > MAX_XID_ROWS {
                     self.xid_rows.clear();
                 }
-                self.xid_rows.extend(new_xid_rows);
+                self.xid_rows.extend(xid_rows);
                 self.backlog.clear();
                 self.dirty_facts.clear();
                 self.dirty_counts.clear();
             }
-            Err(e) => {
-                let e = DbError::Sqlite {
-                    path: self.place.path.clone(),
-                    source: e,
-                };
-                self.failed(&e);
-                if e.is_corrupt() {
-                    // Found damaged while writing: moved aside at once, the batch kept for the
-                    // new file.
-                    self.move_aside_and_reopen(&e);
-                }
-            }
+            Ok(other) => self.failed(&unexpected(&other)),
+            Err(e) => self.failed(&e),
         }
+        // The request's text and the answer: give the heap back, the daemon idles far more
+        // than it writes.
+        crate::logging::trim_heap();
     }
 
-    /// Deletes rows past the retention, then the oldest until the file is under its cap.
-    fn prune_when_due(&mut self) {
-        if self.last_prune.is_some_and(|t| t.elapsed() < PRUNE_EVERY) {
-            return;
-        }
-        self.last_prune = Some(Instant::now());
-        let Some(conn) = &self.conn else { return };
-        let oldest = Self::now() - self.place.retention.as_secs_f64();
-        match db::prune(conn, oldest, self.place.max_bytes) {
-            Ok(bytes) => self.status_now.bytes = bytes,
-            Err(e) => log::warn!("journal: cannot delete old rows: {e}"),
+    /// The worker's request for what is waiting.
+    fn batch(&self, prune: bool) -> Batch {
+        let items = self
+            .backlog
+            .iter()
+            .filter_map(|pending| match pending {
+                Pending::Insert { event, group } => Some(Item::Insert {
+                    event: event.clone(),
+                    group: *group,
+                }),
+                // Made into rows before the batch (flush).
+                Pending::Xid { .. } => None,
+                Pending::XidJoined { group, event } => Some(Item::Join {
+                    group: *group,
+                    row: self.xid_rows.get(group).copied(),
+                    source: event.source.label().to_string(),
+                    raw: event.raw.clone(),
+                    kmsg_sequence: event.kmsg_sequence,
+                }),
+            })
+            .collect();
+        Batch {
+            path: self.place.path.clone(),
+            boot_id: self.place.boot_id.clone(),
+            host: self.place.host.clone(),
+            items,
+            facts: self
+                .dirty_facts
+                .iter()
+                .filter_map(|uuid| self.facts.get(uuid).cloned())
+                .collect(),
+            counts: self
+                .dirty_counts
+                .iter()
+                .filter_map(|key| {
+                    self.xid_counts
+                        .get(key)
+                        .map(|(count, last)| (key.0.clone(), key.1, *count, *last))
+                })
+                .collect(),
+            kmsg_sequence: self.kmsg_sequence,
+            prune: prune.then(|| Prune {
+                oldest: Self::now() - self.place.retention.as_secs_f64(),
+                max_bytes: self.place.max_bytes,
+            }),
         }
     }
 
     fn publish_status(&mut self) {
         let mut status = self.status_now.clone();
         status.dropped += self.shared.dropped.load(Ordering::Relaxed);
-        status.up = self.conn.is_some() && status.up;
+        status.up = self.open && status.up;
         self.status.set_if_changed(Some(status));
     }
 }
 
-type XidCountRow<'a> = (&'a (String, u32), (u64, f64));
-
-/// One transaction's worth.
-struct Batch<'a> {
-    place: &'a Place,
-    backlog: &'a [Pending],
-    facts: Vec<&'a GpuFacts>,
-    /// ((PCI bus id, code), (count, last seen)).
-    counts: Vec<XidCountRow<'a>>,
-    kmsg_sequence: Option<u64>,
-    xid_rows: &'a HashMap<u64, i64>,
-}
-
-impl Batch<'_> {
-    /// Rows inserted, and the rows of the XID events it inserted.
-    fn write(&self, conn: &mut Connection) -> rusqlite::Result<(u64, Vec<(u64, i64)>)> {
-        let tx = conn.transaction()?;
-        let mut rows = 0;
-        let mut new_xid_rows: Vec<(u64, i64)> = Vec::new();
-        {
-            let mut insert = tx.prepare(
-                "INSERT INTO events (at, boot_id, host, kind, gpu_uuid, serial, pci_bus_id, summary, details)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            )?;
-            for pending in self.backlog {
-                match pending {
-                    Pending::Insert { event, group } => {
-                        let gpu = event.gpu.as_ref();
-                        insert.execute(params![
-                            event.at,
-                            self.place.boot_id,
-                            self.place.host,
-                            event.kind.name(),
-                            gpu.map(|g| g.uuid.as_str()).filter(|u| !u.is_empty()),
-                            gpu.and_then(|g| g.serial.as_deref()),
-                            gpu.map(|g| g.pci_bus_id.as_str()),
-                            event.summary,
-                            event.details.to_string(),
-                        ])?;
-                        rows += 1;
-                        if let Some(group) = group {
-                            new_xid_rows.push((*group, tx.last_insert_rowid()));
-                        }
-                    }
-                    // Made into rows before the batch (flush).
-                    Pending::Xid { .. } => {}
-                    Pending::XidJoined { group, event } => {
-                        let row = new_xid_rows
-                            .iter()
-                            .rev()
-                            .find(|(g, _)| g == group)
-                            .map(|(_, r)| *r)
-                            .or_else(|| self.xid_rows.get(group).copied());
-                        if let Some(row) = row {
-                            join_xid(&tx, row, event)?;
-                        }
-                    }
-                }
-            }
-        }
-        for f in &self.facts {
-            let text = serde_json::to_string(f).unwrap_or_default();
-            tx.execute(
-                "INSERT INTO gpu_facts (uuid, pci_bus_id, serial, facts, at) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (uuid) DO UPDATE SET pci_bus_id = ?2, serial = ?3, facts = ?4, at = ?5",
-                params![f.uuid, f.pci_bus_id, f.serial, text, unix_seconds(SystemTime::now())],
-            )?;
-        }
-        for ((bus, xid), (count, last)) in &self.counts {
-            tx.execute(
-                "INSERT INTO xid_counts (boot_id, pci_bus_id, xid, count, last_at) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (boot_id, pci_bus_id, xid) DO UPDATE SET count = ?4, last_at = ?5",
-                params![self.place.boot_id, bus, xid, *count as i64, last],
-            )?;
-        }
-        tx.execute(
-            "INSERT INTO boots (boot_id, first_seen, host, kmsg_sequence) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (boot_id) DO UPDATE SET kmsg_sequence = max(coalesce(kmsg_sequence, 0), coalesce(?4, 0))",
-            params![
-                self.place.boot_id,
-                unix_seconds(SystemTime::now()),
-                self.place.host,
-                self.kmsg_sequence.map(|s| s as i64)
-            ],
-        )?;
-        tx.commit()?;
-        Ok((rows, new_xid_rows))
+fn unexpected(answer: &Answer) -> Failure {
+    Failure {
+        message: format!("the journal worker answered something else: {answer:?}"),
+        advice: "a bug: please report it".to_string(),
+        corrupt: false,
+        moved_aside: None,
     }
-}
-
-/// Another source's report of an XID already written: its source, and the kernel-log line
-/// when the row has none yet.
-fn join_xid(tx: &rusqlite::Transaction, row: i64, event: &XidEvent) -> rusqlite::Result<()> {
-    let details: String = tx.query_row("SELECT details FROM events WHERE id = ?1", [row], |r| r.get(0))?;
-    let mut details: serde_json::Value = serde_json::from_str(&details).unwrap_or_else(|_| json!({}));
-    if let Some(sources) = details.get_mut("sources").and_then(|s| s.as_array_mut()) {
-        let label = json!(event.source.label());
-        if !sources.contains(&label) {
-            sources.push(label);
-        }
-    }
-    if details.get("raw").is_none_or(|r| r.is_null()) && event.raw.is_some() {
-        details["raw"] = json!(event.raw);
-        details["kmsg_sequence"] = json!(event.kmsg_sequence);
-    }
-    tx.execute(
-        "UPDATE events SET details = ?1 WHERE id = ?2",
-        params![details.to_string(), row],
-    )?;
-    Ok(())
 }

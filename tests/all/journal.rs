@@ -662,3 +662,57 @@ fn probes_slowdowns_and_a_gpu_missing_from_the_bus_are_recorded() {
         .collect();
     assert!(reasons.contains(&"hw_thermal_slowdown"), "{slowdowns:#}");
 }
+
+/// Runs `gpuwarden journal-worker` (what the daemon runs for every batch and read) with
+/// `input` on stdin; its exit status and answer.
+fn worker(input: &[u8]) -> (std::process::ExitStatus, serde_json::Value) {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .arg("journal-worker")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the journal worker");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let answer = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("the answer is JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)));
+    (out.status, answer)
+}
+
+#[test]
+fn the_journal_worker_answers_garbage_and_hostile_files_with_a_failure_never_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    // Not JSON, the wrong shape, and nothing at all: a failure that says so.
+    for input in [&b"\xff\xfe not json"[..], br#"{"request": "drop_table"}"#, b""] {
+        let (status, answer) = worker(input);
+        assert!(status.success());
+        let message = answer["Err"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("unreadable request"), "{answer}");
+    }
+    // A garbage file at the path: moved aside by the open, a new file with the schema made.
+    let state = dir.path().join("state.db");
+    std::fs::write(&state, vec![b'x'; 8192]).unwrap();
+    let open = serde_json::json!({"request": "open", "path": state, "boot_id": "b"}).to_string();
+    let (_, answer) = worker(open.as_bytes());
+    let opened = &answer["Ok"];
+    assert_eq!(opened["answer"], "opened", "{answer}");
+    assert!(
+        opened["moved_aside"][1].as_str().unwrap().contains("state.db.corrupt-"),
+        "{answer}"
+    );
+    assert_eq!(events_json(&state, &[]), serde_json::json!([]), "a new, empty journal");
+    // A FIFO at the path: refused at once, not waited on.
+    let fifo = dir.path().join("fifo.db");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let read =
+        serde_json::json!({"request": "events", "path": fifo, "since": null, "gpu": null, "kinds": [], "limit": 10});
+    let (_, answer) = worker(read.to_string().as_bytes());
+    assert!(
+        answer["Err"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not a regular file"),
+        "{answer}"
+    );
+}

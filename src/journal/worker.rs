@@ -1,0 +1,485 @@
+//! The journal's database work runs in a short-lived child process, `gpuwarden journal-worker`
+//! (the daemon's own binary, `/proc/self/exe`), one request on its stdin and one answer on
+//! its stdout, JSON both ways.
+//!
+//! Why a process and not a thread: SQLite's code (parser, B-tree, pager, WAL) is 1.6 MiB of
+//! the binary's pages, and once the daemon has run it those pages stay in its resident set
+//! (the kernel maps 64 KiB around each page it runs). The daemon idles far more than it
+//! writes: a steady node writes nothing, a busy one a few batches an hour. In a child, the
+//! daemon's memory stays where it was before the journal (docs/performance.md), and a
+//! damaged file that trips a bug in SQLite ends a child, never the daemon.
+//!
+//! The daemon decides what to write (writer.rs); the worker only opens, writes, prunes and
+//! reads. A worker that does not answer within its time is killed and counts as a failed
+//! write (the batch is kept and retried).
+
+use super::db::{self, DbError};
+use super::event::{Event, Kind};
+use super::facts::GpuFacts;
+use super::read::{self, Row};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+/// The hidden subcommand the daemon runs itself as.
+pub const SUBCOMMAND: &str = "journal-worker";
+/// The daemon's own binary, even after a package upgrade replaced the file on disk: the
+/// worker always speaks the daemon's protocol.
+const SELF: &str = "/proc/self/exe";
+/// The longest request (a backlog of 10,000 rows of a few KiB) and answer (a reader's rows).
+const MAX_REQUEST: u64 = 128 * 1024 * 1024;
+const MAX_ANSWER: u64 = 128 * 1024 * 1024;
+
+/// A counted XID's running total in this boot: (PCI bus id, code, count, last seen).
+pub type XidCount = (String, u32, u64, f64);
+
+/// What the daemon asks.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "request", rename_all = "snake_case")]
+pub enum Request {
+    /// Open (or create) the file for writing, moving a damaged one aside; what it knows.
+    Open { path: PathBuf, boot_id: String },
+    /// One transaction.
+    Write(Batch),
+    /// What a restart in this boot takes over (read-only).
+    Seed { path: PathBuf, boot_id: String },
+    /// The status page's last seven days.
+    Timeline { path: PathBuf, now: f64 },
+    /// `/api/v1/events`.
+    Events {
+        path: PathBuf,
+        since: Option<f64>,
+        gpu: Option<String>,
+        kinds: Vec<Kind>,
+        limit: usize,
+    },
+}
+
+/// One transaction's worth: rows in the order they happened, the GPUs' changed facts, this
+/// boot's changed XID counts, and old rows to delete when that is due.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Batch {
+    pub path: PathBuf,
+    pub boot_id: String,
+    pub host: String,
+    pub items: Vec<Item>,
+    pub facts: Vec<GpuFacts>,
+    pub counts: Vec<XidCount>,
+    pub kmsg_sequence: Option<u64>,
+    pub prune: Option<Prune>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Item {
+    /// A new row; `group` the XID store's event number for an XID row.
+    Insert { event: Event, group: Option<u64> },
+    /// Another source's report of XID event `group`, whose row an earlier batch wrote as
+    /// `row` (or this batch does).
+    Join {
+        group: u64,
+        row: Option<i64>,
+        source: String,
+        raw: Option<String>,
+        kmsg_sequence: Option<u64>,
+    },
+}
+
+/// Rows older than `oldest` (Unix seconds) go, then the oldest until the file fits `max_bytes`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Prune {
+    pub oldest: f64,
+    pub max_bytes: u64,
+}
+
+/// What the worker answers.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "answer", rename_all = "snake_case")]
+pub enum Answer {
+    Opened {
+        facts: Vec<GpuFacts>,
+        xid_counts: Vec<XidCount>,
+        bytes: u64,
+        /// A damaged file moved aside before this one was started: (what was wrong, where it went).
+        moved_aside: Option<(String, PathBuf)>,
+    },
+    Written {
+        rows: u64,
+        /// (XID event number, its row) for the XID rows this batch inserted.
+        xid_rows: Vec<(u64, i64)>,
+        /// The file's size when the batch pruned.
+        bytes: Option<u64>,
+    },
+    Seed {
+        xid_counts: Vec<XidCount>,
+        kmsg_sequence: Option<u64>,
+    },
+    Timeline {
+        rows: BTreeMap<String, Vec<Row>>,
+    },
+    /// None: the journal has no such GPU.
+    Events {
+        rows: Option<Vec<Row>>,
+    },
+}
+
+/// Why a request failed: for the log line, the write-error counter and the HTTP answer.
+#[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct Failure {
+    pub message: String,
+    /// What an operator should do about it.
+    pub advice: String,
+    /// The file is damaged: move it aside and start a new one.
+    pub corrupt: bool,
+    /// Where the damaged file went, when the worker moved it.
+    pub moved_aside: Option<PathBuf>,
+}
+
+impl Failure {
+    fn from_db(e: &DbError) -> Failure {
+        Failure {
+            message: e.to_string(),
+            advice: e.advice().to_string(),
+            corrupt: e.is_corrupt(),
+            moved_aside: None,
+        }
+    }
+
+    fn of_worker(what: String) -> Failure {
+        Failure {
+            message: format!("the journal worker ({SELF} {SUBCOMMAND}): {what}"),
+            advice: "see the error; gpuwarden retries every 30 s".to_string(),
+            corrupt: false,
+            moved_aside: None,
+        }
+    }
+}
+
+type Reply = Result<Answer, Failure>;
+
+// ---- the daemon's side ----
+
+/// Runs one request in a worker process; kills it after `timeout`.
+pub fn call(request: &Request, timeout: Duration) -> Reply {
+    let input = serde_json::to_vec(request).map_err(|e| Failure::of_worker(format!("cannot encode: {e}")))?;
+    let output = run_child(&input, timeout).map_err(|e| Failure::of_worker(e.to_string()))?;
+    serde_json::from_slice::<Reply>(&output)
+        .map_err(|e| Failure::of_worker(format!("unreadable answer ({} bytes): {e}", output.len())))?
+}
+
+fn run_child(input: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
+    let mut child = Command::new(SELF)
+        .arg(SUBCOMMAND)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(std::io::Error::other("no pipes to the worker"));
+    };
+    let deadline = Instant::now() + timeout;
+    std::thread::scope(|scope| {
+        // Both ends on threads of their own: a worker that stops reading or writing is
+        // killed at the deadline instead of holding this thread.
+        scope.spawn(move || {
+            let _ = stdin.write_all(input);
+        });
+        let reader = scope.spawn(move || {
+            let mut out = Vec::new();
+            stdout.take(MAX_ANSWER).read_to_end(&mut out).map(|_| out)
+        });
+        let status = loop {
+            match child.try_wait()? {
+                Some(status) => break status,
+                None if Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no answer within {timeout:?}; killed it"),
+                    ));
+                }
+                None => std::thread::sleep(Duration::from_millis(2)),
+            }
+        };
+        let out = reader
+            .join()
+            .map_err(|_| std::io::Error::other("the worker's reader panicked"))??;
+        if !status.success() && out.is_empty() {
+            return Err(std::io::Error::other(format!("it ended with {status}")));
+        }
+        Ok(out)
+    })
+}
+
+// ---- the worker's side ----
+
+/// `gpuwarden journal-worker`: one request from stdin, one answer to stdout. Exit 0 when
+/// an answer (a failure too) was written.
+pub fn serve() -> i32 {
+    let mut input = Vec::new();
+    let reply = match std::io::stdin().take(MAX_REQUEST).read_to_end(&mut input) {
+        Ok(_) => match serde_json::from_slice::<Request>(&input) {
+            Ok(request) => answer(request),
+            Err(e) => Err(Failure::of_worker(format!("unreadable request: {e}"))),
+        },
+        Err(e) => Err(Failure::of_worker(format!("cannot read the request: {e}"))),
+    };
+    let text = serde_json::to_vec(&reply).unwrap_or_default();
+    let mut out = std::io::stdout().lock();
+    match out.write_all(&text).and_then(|()| out.flush()) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
+}
+
+fn answer(request: Request) -> Reply {
+    match request {
+        Request::Open { path, boot_id } => open(&path, &boot_id),
+        Request::Write(batch) => write(&batch),
+        Request::Seed { path, boot_id } => {
+            let seed = read::seed(&path, &boot_id).map_err(|e| Failure::from_db(&e))?;
+            Ok(Answer::Seed {
+                xid_counts: seed.xid_counts.into_iter().map(count_of_seed).collect(),
+                kmsg_sequence: seed.kmsg_sequence,
+            })
+        }
+        Request::Timeline { path, now } => read::timeline(&path, now)
+            .map(|rows| Answer::Timeline { rows })
+            .map_err(|e| Failure::from_db(&e)),
+        Request::Events {
+            path,
+            since,
+            gpu,
+            kinds,
+            limit,
+        } => events(&path, since, gpu, kinds, limit),
+    }
+}
+
+fn count_of_seed(((bus, xid), count, last): ((String, u32), u64, SystemTime)) -> XidCount {
+    (bus, xid, count, crate::model::unix_seconds(last))
+}
+
+/// The file for writing; a damaged one is moved aside and a new one started.
+fn open_for_writing(path: &Path) -> Result<(Connection, Option<(String, PathBuf)>), Failure> {
+    match db::open_for_writing(path) {
+        Ok(conn) => Ok((conn, None)),
+        Err(e) if e.is_corrupt() => {
+            let aside = move_aside(path, &e)?;
+            let conn = db::open_for_writing(path).map_err(|e| Failure::from_db(&e))?;
+            Ok((conn, Some((e.to_string(), aside))))
+        }
+        Err(e) => Err(Failure::from_db(&e)),
+    }
+}
+
+fn move_aside(path: &Path, e: &DbError) -> Result<PathBuf, Failure> {
+    db::move_aside(path).map_err(|io| {
+        Failure::from_db(&DbError::Corrupt {
+            path: path.to_path_buf(),
+            detail: format!("{e}; moving it aside failed: {io}"),
+        })
+    })
+}
+
+fn open(path: &Path, boot_id: &str) -> Reply {
+    let (conn, moved_aside) = open_for_writing(path)?;
+    let sqlite = |source| {
+        Failure::from_db(&DbError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    let facts = read::load_facts(&conn).map_err(sqlite)?;
+    let xid_counts = read::xid_counts(&conn, boot_id).map_err(sqlite)?;
+    let bytes = db::used_bytes(&conn).map_err(sqlite)?;
+    Ok(Answer::Opened {
+        facts,
+        xid_counts: xid_counts.into_iter().map(count_of_seed).collect(),
+        bytes,
+        moved_aside,
+    })
+}
+
+fn write(batch: &Batch) -> Reply {
+    let (mut conn, moved_aside) = open_for_writing(&batch.path)?;
+    if let Some((what, aside)) = moved_aside {
+        // Damaged since the last batch: the rows the daemon still knows (this batch's XID
+        // joins to rows of the old file) go nowhere; the daemon reopens and says so.
+        return Err(Failure {
+            message: what,
+            advice: "a new file was started".to_string(),
+            corrupt: true,
+            moved_aside: Some(aside),
+        });
+    }
+    let written = batch.write(&mut conn).map_err(|source| DbError::Sqlite {
+        path: batch.path.clone(),
+        source,
+    });
+    let (rows, xid_rows) = match written {
+        Ok(written) => written,
+        Err(e) if e.is_corrupt() => {
+            drop(conn);
+            let aside = move_aside(&batch.path, &e)?;
+            let mut failure = Failure::from_db(&e);
+            failure.moved_aside = Some(aside);
+            return Err(failure);
+        }
+        Err(e) => return Err(Failure::from_db(&e)),
+    };
+    let bytes = match &batch.prune {
+        Some(prune) => Some(db::prune(&conn, prune.oldest, prune.max_bytes).map_err(|source| {
+            Failure::from_db(&DbError::Sqlite {
+                path: batch.path.clone(),
+                source,
+            })
+        })?),
+        None => None,
+    };
+    Ok(Answer::Written { rows, xid_rows, bytes })
+}
+
+impl Batch {
+    /// Rows inserted, and the rows of the XID events it inserted.
+    fn write(&self, conn: &mut Connection) -> rusqlite::Result<(u64, Vec<(u64, i64)>)> {
+        let tx = conn.transaction()?;
+        let mut rows = 0;
+        let mut new_xid_rows: Vec<(u64, i64)> = Vec::new();
+        {
+            let mut insert = tx.prepare(
+                "INSERT INTO events (at, boot_id, host, kind, gpu_uuid, serial, pci_bus_id, summary, details)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?;
+            for item in &self.items {
+                match item {
+                    Item::Insert { event, group } => {
+                        let gpu = event.gpu.as_ref();
+                        insert.execute(params![
+                            event.at,
+                            self.boot_id,
+                            self.host,
+                            event.kind.name(),
+                            gpu.map(|g| g.uuid.as_str()).filter(|u| !u.is_empty()),
+                            gpu.and_then(|g| g.serial.as_deref()),
+                            gpu.map(|g| g.pci_bus_id.as_str()),
+                            event.summary,
+                            event.details.to_string(),
+                        ])?;
+                        rows += 1;
+                        if let Some(group) = group {
+                            new_xid_rows.push((*group, tx.last_insert_rowid()));
+                        }
+                    }
+                    Item::Join {
+                        group,
+                        row,
+                        source,
+                        raw,
+                        kmsg_sequence,
+                    } => {
+                        let row = new_xid_rows
+                            .iter()
+                            .rev()
+                            .find(|(g, _)| g == group)
+                            .map(|(_, r)| *r)
+                            .or(*row);
+                        if let Some(row) = row {
+                            join_xid(&tx, row, source, raw.as_deref(), *kmsg_sequence)?;
+                        }
+                    }
+                }
+            }
+        }
+        let now = crate::model::unix_seconds(SystemTime::now());
+        for f in &self.facts {
+            let text = serde_json::to_string(f).unwrap_or_default();
+            tx.execute(
+                "INSERT INTO gpu_facts (uuid, pci_bus_id, serial, facts, at) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (uuid) DO UPDATE SET pci_bus_id = ?2, serial = ?3, facts = ?4, at = ?5",
+                params![f.uuid, f.pci_bus_id, f.serial, text, now],
+            )?;
+        }
+        for (bus, xid, count, last) in &self.counts {
+            tx.execute(
+                "INSERT INTO xid_counts (boot_id, pci_bus_id, xid, count, last_at) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (boot_id, pci_bus_id, xid) DO UPDATE SET count = ?4, last_at = ?5",
+                params![self.boot_id, bus, xid, *count as i64, last],
+            )?;
+        }
+        tx.execute(
+            "INSERT INTO boots (boot_id, first_seen, host, kmsg_sequence) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (boot_id) DO UPDATE SET kmsg_sequence = max(coalesce(kmsg_sequence, 0), coalesce(?4, 0))",
+            params![self.boot_id, now, self.host, self.kmsg_sequence.map(|s| s as i64)],
+        )?;
+        tx.commit()?;
+        Ok((rows, new_xid_rows))
+    }
+}
+
+/// Another source's report of an XID already written: its source, and the kernel-log line
+/// when the row has none yet. A row that is gone (pruned, or in a file moved aside) is left.
+fn join_xid(
+    tx: &rusqlite::Transaction,
+    row: i64,
+    source: &str,
+    raw: Option<&str>,
+    kmsg_sequence: Option<u64>,
+) -> rusqlite::Result<()> {
+    let Some(details) = tx
+        .query_row("SELECT details FROM events WHERE id = ?1", [row], |r| {
+            r.get::<_, String>(0)
+        })
+        .optional()?
+    else {
+        return Ok(());
+    };
+    let mut details: serde_json::Value = serde_json::from_str(&details).unwrap_or_else(|_| json!({}));
+    if let Some(sources) = details.get_mut("sources").and_then(|s| s.as_array_mut()) {
+        let label = json!(source);
+        if !sources.contains(&label) {
+            sources.push(label);
+        }
+    }
+    if details.get("raw").is_none_or(|r| r.is_null()) && raw.is_some() {
+        details["raw"] = json!(raw);
+        details["kmsg_sequence"] = json!(kmsg_sequence);
+    }
+    tx.execute(
+        "UPDATE events SET details = ?1 WHERE id = ?2",
+        params![details.to_string(), row],
+    )?;
+    Ok(())
+}
+
+fn events(path: &Path, since: Option<f64>, gpu: Option<String>, kinds: Vec<Kind>, limit: usize) -> Reply {
+    let conn = db::open_read_only(path).map_err(|e| Failure::from_db(&e))?;
+    let sqlite = |source| {
+        Failure::from_db(&DbError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    let mut query = read::Query {
+        since,
+        gpus: Vec::new(),
+        kinds,
+        limit,
+    };
+    if let Some(gpu) = gpu {
+        match read::find_gpu(&conn, &read::GpuSelector::parse(&gpu)).map_err(sqlite)? {
+            Some(facts) => query.gpus = vec![facts.uuid],
+            None => return Ok(Answer::Events { rows: None }),
+        }
+    }
+    let rows = read::events(&conn, &query).map_err(sqlite)?;
+    Ok(Answer::Events { rows: Some(rows) })
+}
