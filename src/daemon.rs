@@ -301,15 +301,13 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
     if let Some(place) = place {
         take_over_from_journal(&place, &config, &xids, &resume);
         // Before the kernel log's backlog is read: its XIDs go into the journal too.
-        match Journal::start(
+        let journal = Journal::start(
             place,
             store.clone(),
             sources.journal.clone(),
             shutdown.handle("journal"),
-        ) {
-            Ok(journal) => xids.listen(Arc::new(journal)),
-            Err(e) => log::error!("cannot start the journal's thread; no journal: {e}"),
-        }
+        );
+        xids.listen(Arc::new(journal));
     }
     let kernel_log = KernelLogReader::start(&config, &xids, &resume, &stop);
     let probe_stop = shutdown.handle("probe-scheduler");

@@ -3,7 +3,8 @@
 # per-process series, per-link NVLink, a job mapping directory), while a PyTorch matmul keeps
 # a compute process on GPU 0 (so the per-process calls run). Each binary given runs in turn,
 # twice (A B A B, so drift on the node shows), for WINDOW seconds after WARMUP seconds.
-# CPU: utime+stime from /proc/PID/stat over the window; RSS: VmRSS at its end.
+# CPU: utime+stime from /proc/PID/stat over the window, plus cutime+cstime (the children it
+# ran and reaped: the journal's worker processes), shown apart; RSS: VmRSS at its end.
 #
 #   scripts/gpu/footprint.sh BINARY...        (as root, on the GPU machine)
 #   WINDOW=90 WARMUP=20 scripts/gpu/footprint.sh before/gpuwarden after/gpuwarden
@@ -26,7 +27,8 @@ for pass in $(seq "${PASSES:-2}"); do
     scrape=$(curl -s 127.0.0.1:$PORT/metrics | grep -c '^[a-zA-Z]' || true)
     kill "$pid"; wait "$pid" || true
     cpu=$(( (s1[13] + s1[14]) - (s0[13] + s0[14]) ))
-    awk -v b="$bin" -v p="$pass" -v c="$cpu" -v t="$ticks" -v w="$WINDOW" -v r="$rss" -v n="$scrape" \
-      'BEGIN { printf "%s pass %s: CPU %.3f %% of a core (%d ticks in %d s), RSS %.1f MiB, %d series\n", b, p, 100 * c / t / w, c, w, r / 1024, n }'
+    children=$(( (s1[15] + s1[16]) - (s0[15] + s0[16]) ))
+    awk -v b="$bin" -v p="$pass" -v c="$cpu" -v k="$children" -v t="$ticks" -v w="$WINDOW" -v r="$rss" -v n="$scrape" \
+      'BEGIN { printf "%s pass %s: CPU %.3f %% of a core (%d ticks in %d s; children %d ticks more), RSS %.1f MiB, %d series\n", b, p, 100 * (c + k) / t / w, c, w, k, r / 1024, n }'
   done
 done

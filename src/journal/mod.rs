@@ -136,7 +136,7 @@ pub fn seed(place: &Place) -> Seed {
 /// the daemon's start up for longer.
 const SEED_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The handle the daemon keeps: sends events to the writer thread.
+/// The handle the daemon keeps: sends events to the writer.
 #[derive(Clone)]
 pub struct Journal {
     /// Boxed: the channel allocates all its slots up front, 4096 x 8 bytes this way rather
@@ -151,25 +151,23 @@ struct Shared {
 }
 
 impl Journal {
-    /// Starts the writer thread. It opens the database itself: a bad file never holds the
-    /// daemon's start up.
+    /// Starts the writer, a task on the runtime. It opens the database itself (in a worker):
+    /// a bad file never holds the daemon's start up.
     pub fn start(
         place: Place,
         store: Arc<Store>,
         status: Arc<Versioned<Option<JournalStatus>>>,
         stop: crate::stop::Stop,
-    ) -> std::io::Result<Journal> {
+    ) -> Journal {
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
         let shared = Arc::new(Shared {
             dropped: AtomicU64::new(0),
         });
         let writer = writer::Writer::new(place, rx, store, status, shared.clone());
-        // The thread ends at the stop signal, after its last batch; dropping its stop handle
+        // The task ends at the stop signal, after its last batch; dropping its stop handle
         // then tells the daemon's shutdown that it is done.
-        std::thread::Builder::new()
-            .name("journal".into())
-            .spawn(move || writer.run(stop))?;
-        Ok(Journal { tx, shared })
+        tokio::spawn(writer.run(stop));
+        Journal { tx, shared }
     }
 
     /// Queues one event; never waits.

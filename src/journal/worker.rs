@@ -172,6 +172,13 @@ pub fn call(request: &Request, timeout: Duration) -> Reply {
         .map_err(|e| Failure::of_worker(format!("unreadable answer ({} bytes): {e}", output.len())))?
 }
 
+/// [`call`] from the runtime: on its blocking pool, so no task waits on the child.
+pub async fn call_blocking_pool(request: Request, timeout: Duration) -> Reply {
+    tokio::task::spawn_blocking(move || call(&request, timeout))
+        .await
+        .unwrap_or_else(|e| Err(Failure::of_worker(format!("the call did not finish: {e}"))))
+}
+
 fn run_child(input: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
     let mut child = Command::new(SELF)
         .arg(SUBCOMMAND)

@@ -1,8 +1,8 @@
-//! The journal's writer thread: takes events from the queue and from snapshot changes, and
-//! writes them in one transaction at most once a second. When the database cannot be
-//! written (locked, read-only, full disk) it keeps a bounded backlog, reports itself down,
-//! logs once what to do and tries again every 30 s; a corrupt file is moved aside and a new
-//! one started.
+//! The journal's writer, a task on the runtime: takes events from the queue and from
+//! snapshot changes, and writes them (through a worker process) in one transaction at most
+//! once a second. When the database cannot be written (locked, read-only, full disk) it
+//! keeps a bounded backlog, reports itself down, logs once what to do and tries again every
+//! 30 s; a corrupt file is moved aside and a new one started.
 
 use super::event::{Event, GpuRef, Kind};
 use super::facts::{self, GpuFacts};
@@ -15,7 +15,7 @@ use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant, SystemTime};
 
 /// At most one transaction per this.
@@ -127,38 +127,48 @@ impl Writer {
         }
     }
 
-    pub(super) fn run(mut self, stop: crate::stop::Stop) {
-        self.open();
+    /// Once a second: takes what the queue holds, compares the newest snapshot, writes
+    /// what changed. A task on the runtime rather than a thread of its own: it is idle almost
+    /// always, and a thread costs the daemon a stack and a malloc arena (docs/performance.md).
+    pub(super) async fn run(mut self, stop: crate::stop::Stop) {
+        self.open().await;
         self.push(self.daemon_event("started"));
-        let mut next_batch = Instant::now();
+        let mut tick = tokio::time::interval(BATCH_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let wait = next_batch.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(wait.min(Duration::from_millis(500))) {
-                Ok(message) => self.take(*message),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.stopped() => break,
             }
-            if stop.is_stopped() {
+            if !self.take_queued() {
                 break;
             }
             // Nothing published yet (the first poll round runs): rows wait for the GPUs' names.
-            if Instant::now() >= next_batch && self.store.latest().generation > 0 {
+            if self.store.latest().generation > 0 {
                 self.look_at_snapshot();
-                self.flush();
+                self.flush().await;
                 self.publish_status();
-                next_batch = Instant::now() + BATCH_EVERY;
             }
         }
         // The last batch: what the queue still holds, the slowdowns still going on, and the stop.
-        while let Ok(message) = self.rx.try_recv() {
-            self.take(*message);
-        }
+        self.take_queued();
         self.look_at_snapshot();
         self.storm_rows(Self::now(), true);
         self.end_open_episodes();
         self.push(self.daemon_event("stopped"));
-        self.flush();
+        self.flush().await;
         self.publish_status();
+    }
+
+    /// Takes every queued message; false when the daemon's handles are gone.
+    fn take_queued(&mut self) -> bool {
+        loop {
+            match self.rx.try_recv() {
+                Ok(message) => self.take(*message),
+                Err(TryRecvError::Empty) => return true,
+                Err(TryRecvError::Disconnected) => return false,
+            }
+        }
     }
 
     fn now() -> f64 {
@@ -385,7 +395,7 @@ impl Writer {
 
     /// Opens the file when it is not known good and a retry is due (in a worker, which moves
     /// a damaged file aside); takes over what it knows the first time.
-    fn open(&mut self) {
+    async fn open(&mut self) {
         if self.open || Instant::now() < self.retry_at {
             return;
         }
@@ -393,7 +403,7 @@ impl Writer {
             path: self.place.path.clone(),
             boot_id: self.place.boot_id.clone(),
         };
-        match worker::call(&request, WORKER_TIMEOUT) {
+        match worker::call_blocking_pool(request, WORKER_TIMEOUT).await {
             Ok(Answer::Opened {
                 facts,
                 xid_counts,
@@ -466,8 +476,8 @@ impl Writer {
     /// Writes the backlog, the changed facts and counts in one transaction (in a worker),
     /// with old rows deleted when that is due. A node with nothing to write runs no worker
     /// but the hourly deletion of old rows.
-    fn flush(&mut self) {
-        self.open();
+    async fn flush(&mut self) {
+        self.open().await;
         if !self.open {
             return;
         }
@@ -489,7 +499,7 @@ impl Writer {
             return;
         }
         let batch = self.batch(prune_due);
-        match worker::call(&Request::Write(batch), WORKER_TIMEOUT) {
+        match worker::call_blocking_pool(Request::Write(batch), WORKER_TIMEOUT).await {
             Ok(Answer::Written { rows, xid_rows, bytes }) => {
                 if prune_due {
                     self.last_prune = Some(Instant::now());

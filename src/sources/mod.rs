@@ -117,7 +117,7 @@ pub struct Sources {
     pub jobs: Arc<Versioned<jobs::JobMap>>,
     pub pci: Arc<Versioned<Vec<PciGpu>>>,
     pub drm_clients: Arc<Versioned<processes::DrmScan>>,
-    /// The health journal's state (its writer thread sets it).
+    /// The health journal's state (its writer sets it).
     pub journal: Arc<Versioned<Option<crate::model::JournalStatus>>>,
     /// Signalled by every source when its value changes.
     pub changed: Arc<crate::store::Changed>,
