@@ -38,6 +38,7 @@ struct Report<'a> {
 pub fn poll_once(config: Config) -> Arc<Snapshot> {
     let store = Arc::new(Store::new());
     let xids = Arc::new(XidStore::new(config.xid.dedup_window));
+    xids.set_policy(config.health.xid_severity.clone());
     if config.xid.read_kernel_log {
         match kmsg::read_backlog(&config.xid.kernel_log_path, &xids) {
             Ok(_) => xids.set_source_up(Source::KernelLog, true),

@@ -33,6 +33,93 @@ pub struct Config {
     pub nvlink: Nvlink,
     pub compat: Compat,
     pub state: State,
+    pub health: Health,
+}
+
+/// The operator's health policy (docs/health.md, "Policy"). Reloadable.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Health {
+    /// XID severities over NVIDIA's catalog: `{48: fatal, 45: ignore}`, with `all` for every
+    /// code not listed.
+    #[serde(deserialize_with = "xid_severity")]
+    pub xid_severity: crate::model::xid::XidPolicy,
+}
+
+/// An XID code, or `all`, as a key of `health.xid_severity`.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+enum XidKey {
+    All,
+    Code(u32),
+}
+
+impl<'de> Deserialize<'de> for XidKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<XidKey, D::Error> {
+        struct Key;
+        impl serde::de::Visitor<'_> for Key {
+            type Value = XidKey;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an XID code (1 to 65535) or `all`")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<XidKey, E> {
+                match u32::try_from(v) {
+                    Ok(code) if (1..=65535).contains(&code) => Ok(XidKey::Code(code)),
+                    _ => Err(E::custom(format!(
+                        "XID code {v} is out of range; XID codes are 1 to 65535"
+                    ))),
+                }
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<XidKey, E> {
+                u64::try_from(v)
+                    .map_err(|_| E::custom(format!("XID code {v} is out of range; XID codes are 1 to 65535")))
+                    .and_then(|v| self.visit_u64(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<XidKey, E> {
+                match v.trim() {
+                    "all" => Ok(XidKey::All),
+                    digits => match digits.parse::<u64>() {
+                        Ok(n) => self.visit_u64(n),
+                        Err(_) => Err(E::custom(format!(
+                            "{v:?} is not an XID code; write a number (48) or `all`"
+                        ))),
+                    },
+                }
+            }
+        }
+        d.deserialize_any(Key)
+    }
+}
+
+/// A severity as the operator writes it.
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum SeverityName {
+    Fatal,
+    Critical,
+    Warning,
+    /// Counted (metrics, journal) with severity `info`; never a finding.
+    Ignore,
+}
+
+fn xid_severity<'de, D: Deserializer<'de>>(d: D) -> Result<crate::model::xid::XidPolicy, D::Error> {
+    use crate::model::xid::Severity;
+    let written = std::collections::BTreeMap::<XidKey, SeverityName>::deserialize(d)?;
+    let mut policy = crate::model::xid::XidPolicy::default();
+    for (key, name) in written {
+        let severity = match name {
+            SeverityName::Fatal => Severity::Fatal,
+            SeverityName::Critical => Severity::Critical,
+            SeverityName::Warning => Severity::Warning,
+            SeverityName::Ignore => Severity::Info,
+        };
+        match key {
+            XidKey::All => policy.all = Some(severity),
+            XidKey::Code(code) => {
+                policy.codes.insert(code, severity);
+            }
+        }
+    }
+    Ok(policy)
 }
 
 /// The health journal (docs/journal.md): what happened to each GPU, kept on the node across
@@ -170,6 +257,7 @@ impl Default for Config {
             nvlink: Nvlink::default(),
             compat: Compat::default(),
             state: State::default(),
+            health: Health::default(),
         }
     }
 }
@@ -870,6 +958,39 @@ mod tests {
                 4,
                 "hbm_gbps",
             ),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.line, Some(line), "{text}: {e}");
+            assert!(e.message.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn xid_severities_override_the_catalog_per_code_and_all_covers_the_rest() {
+        use crate::model::xid::Severity;
+        let c =
+            parse("health:\n  xid_severity:\n    all: ignore\n    48: fatal\n    \"45\": critical\n    13: warning\n")
+                .unwrap();
+        let policy = &c.health.xid_severity;
+        assert_eq!(policy.all, Some(Severity::Info));
+        assert_eq!(policy.chosen(48), Some(Severity::Fatal));
+        assert_eq!(policy.chosen(45), Some(Severity::Critical));
+        assert_eq!(policy.chosen(13), Some(Severity::Warning));
+        assert_eq!(policy.chosen(79), Some(Severity::Info), "all: every code not listed");
+        let c = parse("health:\n  xid_severity: {94: fatal}\n").unwrap();
+        assert_eq!(c.health.xid_severity.chosen(94), Some(Severity::Fatal));
+        assert_eq!(c.health.xid_severity.chosen(79), None, "the catalog's");
+        for (text, line, says) in [
+            ("health:\n  xid_severity:\n    0: fatal\n", 3, "1 to 65535"),
+            ("health:\n  xid_severity:\n    70000: fatal\n", 3, "1 to 65535"),
+            ("health:\n  xid_severity:\n    -1: fatal\n", 3, "1 to 65535"),
+            (
+                "health:\n  xid_severity:\n    everything: fatal\n",
+                3,
+                "write a number (48) or `all`",
+            ),
+            ("health:\n  xid_severity:\n    48: deadly\n", 3, "fatal"),
+            ("health:\n  xid_severities: {}\n", 2, "xid_severities"),
         ] {
             let e = parse(text).unwrap_err();
             assert_eq!(e.line, Some(line), "{text}: {e}");

@@ -296,6 +296,7 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
     let stop = shutdown.handle("daemon");
     let sources = Sources::new(Arc::new(XidStore::new(config.xid.dedup_window)));
     let xids = sources.xids.clone();
+    xids.set_policy(config.health.xid_severity.clone());
     let resume = Arc::new(ResumePoints::default());
     let place = journal::Place::from_config(&config, &crate::input::hostname());
     if let Some(place) = place {
@@ -350,6 +351,7 @@ impl Running {
         match reload(&self.settings.current().config, config_path, overrides) {
             Ok(new_settings) => {
                 self.xids.set_dedup_window(new_settings.config.xid.dedup_window);
+                self.xids.set_policy(new_settings.config.health.xid_severity.clone());
                 self.kernel_log = reload_kernel_log(
                     self.kernel_log.take(),
                     &new_settings.config,

@@ -48,8 +48,15 @@ const QUEUE: usize = 4096;
 /// What reaches the writer.
 enum Message {
     Event(Event),
-    XidCounted { group: u64, event: XidEvent },
-    XidJoined { group: u64, event: XidEvent },
+    XidCounted {
+        group: u64,
+        event: XidEvent,
+        severity: crate::model::xid::Severity,
+    },
+    XidJoined {
+        group: u64,
+        event: XidEvent,
+    },
 }
 
 /// Where the journal is, and what it stamps on every row.
@@ -186,10 +193,11 @@ impl Journal {
 }
 
 impl XidListener for Journal {
-    fn counted(&self, group: u64, event: &XidEvent) {
+    fn counted(&self, group: u64, event: &XidEvent, severity: crate::model::xid::Severity) {
         self.send(Message::XidCounted {
             group,
             event: event.clone(),
+            severity,
         });
     }
 

@@ -10,7 +10,7 @@ use super::worker::{self, Answer, Batch, Failure, Item, Prune, Request, XidCount
 use super::{Message, Place, Shared};
 use crate::model::{JournalStatus, Snapshot, unix_seconds};
 use crate::store::{Store, Versioned};
-use crate::xid::store::XidEvent;
+use crate::xid::store::{Severity, XidEvent};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -47,6 +47,8 @@ enum Pending {
     Xid {
         group: u64,
         event: XidEvent,
+        /// The code's severity when it was counted (the operator's policy, else the catalog's).
+        severity: Severity,
     },
     XidJoined {
         group: u64,
@@ -200,7 +202,7 @@ impl Writer {
     fn take(&mut self, message: Message) {
         match message {
             Message::Event(event) => self.push(event),
-            Message::XidCounted { group, event } => self.xid_counted(group, event),
+            Message::XidCounted { group, event, severity } => self.xid_counted(group, event, severity),
             Message::XidJoined { group, event } => {
                 self.note_sequence(&event);
                 self.queue(Pending::XidJoined { group, event });
@@ -216,7 +218,7 @@ impl Writer {
 
     /// A counted XID: into this boot's counts always; a row of its own unless its (GPU,
     /// code) is in a storm.
-    fn xid_counted(&mut self, group: u64, event: XidEvent) {
+    fn xid_counted(&mut self, group: u64, event: XidEvent, severity: Severity) {
         self.note_sequence(&event);
         let at = unix_seconds(event.at);
         let key = (event.pci_bus_id.clone(), event.xid);
@@ -237,7 +239,7 @@ impl Writer {
             return;
         }
         storm.rows += 1;
-        self.queue(Pending::Xid { group, event });
+        self.queue(Pending::Xid { group, event, severity });
     }
 
     fn gpu_at(&self, pci_bus_id: &str) -> Option<GpuRef> {
@@ -253,9 +255,8 @@ impl Writer {
             })
     }
 
-    fn xid_event(&self, event: &XidEvent) -> Event {
+    fn xid_event(&self, event: &XidEvent, severity: Severity) -> Event {
         let entry = crate::xid::catalog::lookup(event.xid);
-        let severity = crate::xid::catalog::severity(event.xid);
         let name = entry.map(|e| e.name).unwrap_or("unknown");
         Event::new(
             unix_seconds(event.at),
@@ -485,8 +486,8 @@ impl Writer {
         self.backlog = backlog
             .into_iter()
             .map(|pending| match pending {
-                Pending::Xid { group, event } => Pending::Insert {
-                    event: self.xid_event(&event),
+                Pending::Xid { group, event, severity } => Pending::Insert {
+                    event: self.xid_event(&event, severity),
                     group: Some(group),
                 },
                 other => other,

@@ -28,6 +28,24 @@ impl Severity {
     }
 }
 
+/// The operator's XID severities (config `health.xid_severity`), over the catalog's: a code
+/// listed here gets that severity, `all` gives every code not listed one, and the catalog
+/// decides the rest. The severity is the `severity` label of `gpu_xid_errors_total` and what
+/// the health rules read: fatal -> unhealthy until reboot, critical -> degraded for
+/// `xid.critical_hold`, warning and ignore (`info`) -> counted, no finding.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct XidPolicy {
+    pub all: Option<Severity>,
+    pub codes: BTreeMap<u32, Severity>,
+}
+
+impl XidPolicy {
+    /// The operator's severity for `code`; None: the catalog's (`xid::store` asks it).
+    pub fn chosen(&self, code: u32) -> Option<Severity> {
+        self.codes.get(&code).copied().or(self.all)
+    }
+}
+
 /// One XID code on one GPU.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct XidCount {

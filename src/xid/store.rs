@@ -11,7 +11,7 @@
 //! GPU falling off the bus and NVML being re-initialised.
 
 use super::catalog;
-pub use crate::model::xid::{UNATTRIBUTED, XidCount, XidSnapshot};
+pub use crate::model::xid::{Severity, UNATTRIBUTED, XidCount, XidSnapshot};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
@@ -74,7 +74,8 @@ pub const MAX_RAW_LINE: usize = 1024;
 /// only hand the event on, never wait.
 pub trait XidListener: Send + Sync {
     /// A new event, `group` its number in this store.
-    fn counted(&self, group: u64, event: &XidEvent);
+    /// `severity`: the code's severity now (the operator's policy, else the catalog's).
+    fn counted(&self, group: u64, event: &XidEvent, severity: Severity);
     /// Another source's report of event `group`.
     fn joined(&self, group: u64, event: &XidEvent);
 }
@@ -100,6 +101,8 @@ struct Inner {
     /// Reports of one event from two sources within this window count once (xid.dedup_window;
     /// a reload changes it).
     dedup_window: Duration,
+    /// The operator's severities (health.xid_severity; a reload changes them).
+    policy: crate::model::xid::XidPolicy,
     counts: BTreeMap<(String, u32), (u64, SystemTime)>,
     instance_counts: BTreeMap<(String, u32, u32), (u64, SystemTime)>,
     recent: HashMap<(String, u32), VecDeque<Group>>,
@@ -113,6 +116,11 @@ struct Inner {
 }
 
 impl Inner {
+    /// The operator's severity for `code`, else the catalog's.
+    fn severity(&self, code: u32) -> Severity {
+        self.policy.chosen(code).unwrap_or_else(|| catalog::severity(code))
+    }
+
     /// Whether a new (address, code) pair on `address` may still be counted. A GPU the
     /// backends enumerated always may: noise must never crowd out a real GPU's XIDs.
     fn has_room_for(&self, address: &str) -> bool {
@@ -186,6 +194,7 @@ impl XidStore {
             groups: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 dedup_window,
+                policy: Default::default(),
                 counts: BTreeMap::new(),
                 instance_counts: BTreeMap::new(),
                 recent: HashMap::new(),
@@ -268,7 +277,7 @@ impl XidStore {
         entry.0 += 1;
         entry.1 = entry.1.max(event.at);
         if let Some(listener) = self.listener.get() {
-            listener.counted(id, &event);
+            listener.counted(id, &event, inner.severity(event.xid));
         }
         self.moved_on();
         true
@@ -298,6 +307,18 @@ impl XidStore {
         }
     }
 
+    /// Applies the operator's XID severities (at start and on reload): to every count,
+    /// those from before too, from the next snapshot on.
+    pub fn set_policy(&self, policy: crate::model::xid::XidPolicy) {
+        self.lock().policy = policy;
+        self.moved_on();
+    }
+
+    /// The severity `code` has now (the operator's, else the catalog's).
+    pub fn severity(&self, code: u32) -> Severity {
+        self.lock().severity(code)
+    }
+
     /// Applies a reloaded `xid.dedup_window` to the reports that come from now on.
     pub fn set_dedup_window(&self, window: Duration) {
         self.lock().dedup_window = window;
@@ -314,7 +335,7 @@ impl XidStore {
         for ((bus, xid), (count, last_seen)) in &inner.counts {
             by_bus.entry(bus.clone()).or_default().push(XidCount {
                 xid: *xid,
-                severity: catalog::severity(*xid),
+                severity: inner.severity(*xid),
                 count: *count,
                 last_seen: *last_seen,
             });
@@ -323,7 +344,7 @@ impl XidStore {
         for ((bus, instance, xid), (count, last_seen)) in &inner.instance_counts {
             by_instance.entry((bus.clone(), *instance)).or_default().push(XidCount {
                 xid: *xid,
-                severity: catalog::severity(*xid),
+                severity: inner.severity(*xid),
                 count: *count,
                 last_seen: *last_seen,
             });
@@ -373,6 +394,34 @@ mod tests {
         assert!(!store.record(event(79, Source::Nvml, 101)));
         assert!(!store.record(event(79, Source::KernelLogFallenOffBus, 101)));
         assert_eq!(count(&store, 79), 1);
+    }
+
+    #[test]
+    fn the_operators_severities_apply_to_counts_from_before_and_say_so() {
+        let store = XidStore::new(Duration::from_secs(10));
+        let severity_of = |store: &XidStore, xid| {
+            store
+                .snapshot()
+                .by_bus
+                .values()
+                .flatten()
+                .find(|c| c.xid == xid)
+                .map(|c| c.severity)
+        };
+        assert!(store.record(event(13, Source::KernelLog, 100)));
+        assert!(store.record(event(48, Source::KernelLog, 100)));
+        assert_eq!(severity_of(&store, 13), Some(Severity::Warning), "the catalog's");
+        let changes = store.changes();
+        store.set_policy(crate::model::xid::XidPolicy {
+            all: Some(Severity::Info),
+            codes: [(13, Severity::Fatal)].into(),
+        });
+        assert!(store.changes() > changes, "a new snapshot is due");
+        assert_eq!(severity_of(&store, 13), Some(Severity::Fatal));
+        assert_eq!(severity_of(&store, 48), Some(Severity::Info), "all: ignore");
+        assert_eq!(count(&store, 13), 1, "counted whatever its severity");
+        store.set_policy(Default::default());
+        assert_eq!(severity_of(&store, 48), Some(Severity::Fatal));
     }
 
     #[test]

@@ -113,6 +113,36 @@ fn critical_hold_is_applied() {
 }
 
 #[test]
+fn xid_severities_are_applied_to_earlier_counts_and_to_the_verdict() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let count = |m: &Metrics, severity| {
+        m.value(
+            "gpu_xid_errors_total",
+            &[("gpu", "0"), ("xid", "13"), ("severity", severity)],
+        )
+    };
+    let fatal_finding = |m: &Metrics| m.value("gpu_health_reason", &[("gpu", "0"), ("reason", "xid_fatal")]);
+    // Xid 13 (graphics engine exception) is a warning in NVIDIA's catalog: counted, no finding.
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, Graphics Exception\n");
+    let m = d.scrape_until("Xid 13 counted as a warning", |m| count(m, "warning") == Some(1.0));
+    assert_eq!(fatal_finding(&m), None);
+    // The operator makes it fatal: the same count, now fatal, and the GPU unhealthy.
+    reload(&d, |c| format!("{c}health:\n  xid_severity: {{13: fatal}}\n"));
+    let m = d.scrape_until("Xid 13 fatal by the policy", |m| {
+        count(m, "fatal") == Some(1.0) && fatal_finding(m) == Some(1.0)
+    });
+    assert_eq!(count(&m, "warning"), None, "one series per code, with its severity now");
+    assert_eq!(
+        m.value("gpu_health", &[("gpu", "0"), ("state", "unhealthy")]),
+        Some(1.0)
+    );
+    // `all: ignore`: still counted (as info), never a finding.
+    reload(&d, |c| c.replace("{13: fatal}", "{all: ignore}"));
+    let m = d.scrape_until("Xid 13 ignored", |m| count(m, "info") == Some(1.0));
+    assert_eq!(fatal_finding(&m), None);
+}
+
+#[test]
 fn the_kernel_log_reader_follows_its_keys() {
     let d = Daemon::start(DEMO_SCENARIO);
     let other = d.dir.path().join("kmsg-2");
