@@ -34,6 +34,28 @@ pub struct Config {
     pub compat: Compat,
     pub state: State,
     pub health: Health,
+    pub local_api: LocalApi,
+}
+
+/// The local API (docs/health.md, "The verdict for schedulers"): `gpuwarden health` and the
+/// scheduler hooks ask the running daemon here, never over the network.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LocalApi {
+    /// A Unix socket, mode 0600, answering only root and gpuwarden's own user; "" turns it off.
+    pub socket: PathBuf,
+}
+
+/// Where the local API listens by default; systemd's `RuntimeDirectory=gpuwarden` makes the
+/// directory.
+pub const LOCAL_SOCKET: &str = "/run/gpuwarden/gpuwarden.sock";
+
+impl Default for LocalApi {
+    fn default() -> Self {
+        LocalApi {
+            socket: PathBuf::from(LOCAL_SOCKET),
+        }
+    }
 }
 
 /// The operator's health policy (docs/health.md, "Policy"). Reloadable.
@@ -258,6 +280,7 @@ impl Default for Config {
             compat: Compat::default(),
             state: State::default(),
             health: Health::default(),
+            local_api: LocalApi::default(),
         }
     }
 }
@@ -701,6 +724,8 @@ pub struct Overrides {
     pub hpc_jobs_dir: Option<PathBuf>,
     /// The demo's journal. A default only: a config file that sets `state.path` keeps it.
     pub state_path: Option<PathBuf>,
+    /// The demo's local API socket. A default only, like `state_path`.
+    pub local_socket: Option<PathBuf>,
 }
 
 impl Overrides {
@@ -709,7 +734,12 @@ impl Overrides {
     /// choices give way to a key the file sets, and the log says so.
     pub fn apply(&self, config: &mut Config, file: Option<&Path>) {
         let text = file
-            .filter(|_| self.no_pci_census || self.hpc_jobs_dir.is_some() || self.state_path.is_some())
+            .filter(|_| {
+                self.no_pci_census
+                    || self.hpc_jobs_dir.is_some()
+                    || self.state_path.is_some()
+                    || self.local_socket.is_some()
+            })
             .and_then(|f| std::fs::read_to_string(f).ok())
             .unwrap_or_default();
         let file_sets = |section: &str, key: &str| {
@@ -746,6 +776,11 @@ impl Overrides {
             && !file_sets("state", "path")
         {
             config.state.path = path.clone();
+        }
+        if let Some(path) = &self.local_socket
+            && !file_sets("local_api", "socket")
+        {
+            config.local_api.socket = path.clone();
         }
     }
 }

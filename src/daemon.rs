@@ -391,12 +391,14 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
             return 1;
         }
     };
-    let app = http::router(AppState {
+    let state = AppState {
         store: running.store.clone(),
         cache: Arc::new(RenderCache::default()),
         settings: running.settings.clone(),
         journal_readers: Arc::new(tokio::sync::Semaphore::new(http::JOURNAL_READERS)),
-    });
+    };
+    start_local_api(&running.settings.current().config, state.clone(), &shutdown);
+    let app = http::router(state);
     // The bound address, not the configured one: with port 0 the kernel picks the port.
     let bound = listener
         .local_addr()
@@ -462,6 +464,28 @@ async fn stop_everything(shutdown: Shutdown, mut server: tokio::task::JoinHandle
     log::info!("stopped");
 }
 
+/// The local API's socket (local_api.rs), when configured; the daemon goes on without it
+/// when it cannot be opened, and says why.
+fn start_local_api(config: &Config, state: AppState, shutdown: &Shutdown) {
+    let path = config.local_api.socket.clone();
+    if path.as_os_str().is_empty() {
+        return;
+    }
+    match crate::local_api::bind(&path) {
+        Ok(listener) => {
+            log::info!("local API on {} (gpuwarden health)", path.display());
+            let app = crate::local_api::router(state);
+            tokio::spawn(crate::local_api::serve(
+                listener,
+                path,
+                app,
+                shutdown.handle("local-api"),
+            ));
+        }
+        Err(e) => log::warn!("no local API: {e}; `gpuwarden health` cannot reach this daemon"),
+    }
+}
+
 /// Reads the config again for SIGHUP and builds the settings it asks for. Err says why not;
 /// the caller logs it and keeps the running settings.
 fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Result<Settings, DaemonError> {
@@ -483,6 +507,10 @@ fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Re
     if new_config.state != running.state {
         log::warn!("reload: `state` changed; the journal's file and settings take a restart, keeping the running ones");
         new_config.state = running.state.clone();
+    }
+    if new_config.local_api != running.local_api {
+        log::warn!("reload: `local_api` changed; the socket takes a restart, keeping the running one");
+        new_config.local_api = running.local_api.clone();
     }
     Settings::build(new_config).map_err(DaemonError::ReloadRefused)
 }

@@ -45,6 +45,8 @@ pub struct Demo {
     pub jobs: PathBuf,
     /// The demo's health journal (gone with the demo, like the rest of its files).
     pub state: PathBuf,
+    /// The demo's local API socket: `gpuwarden health --socket` it.
+    pub socket: PathBuf,
     dir: PathBuf,
 }
 
@@ -98,6 +100,7 @@ pub fn prepare() -> Result<Demo, DemoError> {
         kernel_log: dir.join("kmsg"),
         jobs: dir.join("jobs"),
         state: dir.join("state.db"),
+        socket: dir.join("gpuwarden.sock"),
         dir: dir.clone(),
     };
     // GPUs 1 and 7 are the loaded ones; what a Slurm prolog (deploy/slurm/) would write.

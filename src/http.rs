@@ -185,12 +185,23 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/", get(index))
         .route("/api/v1/events", get(events))
+        .route("/api/v1/health", get(health))
         .layer(middleware::from_fn_with_state(state.clone(), require_basic_auth))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             Duration::from_secs(10),
         ))
         .with_state(state)
+}
+
+/// `/api/v1/health` (and the local socket's): the node's and every GPU's verdict with the
+/// findings behind it, from the newest snapshot (health/verdict.rs).
+pub async fn health(State(state): State<AppState>) -> Response {
+    let verdict = crate::health::verdict::of(&state.store.latest());
+    match serde_json::to_string(&verdict) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
 }
 
 /// Every endpoint asks for basic auth when the web config lists users (exporter-toolkit does

@@ -18,6 +18,7 @@ pub mod health;
 pub mod http;
 pub mod input;
 pub mod journal;
+pub mod local_api;
 pub mod logging;
 pub mod metrics;
 pub mod model;

@@ -1,10 +1,10 @@
 //! gpuwarden's command line: `run`, `check`, `probe`, `config check`, `xid explain|scan`,
-//! `events`, `report`.
+//! `events`, `report`, `health`.
 //! The work is in the library (lib.rs).
 
 use clap::{Parser, Subcommand};
 use gpuwarden::config::{Config, EX_CONFIG, Overrides};
-use gpuwarden::{check, daemon, demo, journal, logging, probe, xid};
+use gpuwarden::{check, daemon, demo, health, journal, logging, probe, xid};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -121,6 +121,19 @@ enum Command {
         #[arg(long)]
         markdown: bool,
     },
+    /// Print the running daemon's health verdict (asked over its local socket, never by
+    /// polling the GPUs again). Exit 0: no GPU unhealthy; 1: a GPU or the node is
+    /// unhealthy; 2: unknown (the daemon does not answer). The first line is short, for
+    /// node-problem-detector and Slurm's HealthCheckProgram.
+    Health {
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The daemon's socket (default: the config's local_api.socket).
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
     /// The daemon's journal worker: one request on stdin, one answer on stdout (internal;
     /// the daemon runs it, see src/journal/worker.rs).
     #[command(name = "journal-worker", hide = true)]
@@ -178,6 +191,7 @@ fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<(Overrides, Optio
             overrides.no_pci_census = true;
             overrides.hpc_jobs_dir = Some(demo.jobs.clone());
             overrides.state_path = Some(demo.state.clone());
+            overrides.local_socket = Some(demo.socket.clone());
             Ok((overrides, Some(demo)))
         }
         Err(e) => {
@@ -264,6 +278,12 @@ fn main() {
             journal::cli::report(&path, &gpu, format)
         }),
         Command::JournalWorker => Ok(journal::worker::serve()),
+        Command::Health { config, socket, json } => match socket {
+            Some(socket) => Ok(health::cli::health(&socket, json)),
+            None => load_config(config_path(config.as_deref()).as_deref())
+                .map_err(|_| health::cli::EXIT_UNKNOWN)
+                .map(|cfg| health::cli::health(&cfg.local_api.socket, json)),
+        },
     };
     std::process::exit(code.unwrap_or_else(|code| code));
 }

@@ -6,7 +6,9 @@
 //! STATUS line count them. The rules are rows of a table (rules.rs); docs/health.md's table
 //! is made of the same rows.
 
+pub mod cli;
 pub mod rules;
+pub mod verdict;
 
 pub use crate::model::health::{DeviceHealth, Finding, HealthState};
 use crate::model::{DeviceSnapshot, Snapshot};

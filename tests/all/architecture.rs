@@ -232,6 +232,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("poller", 4),
     ("publisher", 4),
     ("http", 4),
+    ("local_api", 4),
     ("status_page", 4),
     ("xid::kmsg", 4),
     ("probe::schedule", 4),
@@ -241,6 +242,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("probe::cli", 5),
     ("xid::cli", 5),
     ("journal::cli", 5),
+    ("health::cli", 5),
     ("", 6),
 ];
 

@@ -15,6 +15,7 @@ mod dashboards;
 mod dcgm_compat;
 mod deploy;
 mod hardening;
+mod health_api;
 mod hostile_inputs;
 mod hpc_jobs;
 mod journal;

@@ -251,6 +251,19 @@ fn the_shipped_unit_under_a_real_systemd() {
         std::thread::sleep(Duration::from_millis(500));
     }
 
+    // The local API: systemd made /run/gpuwarden (RuntimeDirectory=), the daemon's socket is
+    // there, and `gpuwarden health` (root, as Slurm's health check runs) gets its verdict.
+    let health = systemd.shell(&format!("{} health; echo exit=$?", binary.display()));
+    let first = health.lines().next().unwrap_or_default();
+    assert!(
+        health.contains("exit=0") && (first.starts_with("ok: 8 GPU(s)") || first.starts_with("degraded: 8 GPU(s)")),
+        "{health}"
+    );
+    assert!(
+        systemd.shell("stat -c %a /run/gpuwarden/gpuwarden.sock").trim() == "600",
+        "the socket is root's only"
+    );
+
     // An XID reaches the real journal with the fields to filter on.
     systemd
         .shell("echo 'NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=x, Graphics Exception' >> /run/gpuwarden-test/kmsg");

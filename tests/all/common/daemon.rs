@@ -33,6 +33,19 @@ pub fn test_config(library: &Path, extra: &str) -> String {
 /// A test daemon's own journal: `state.db` and `boot_id` in its directory.
 const STATE_SECTION: &str = "state:\n  path: \"@STATE@\"\n  boot_id_file: \"@BOOT@\"\n";
 
+/// A test daemon's own local API socket (`gpuwarden.sock` in its directory), first in the
+/// file so that tests that append to the last section still do. Never the machine's
+/// /run/gpuwarden: one test would answer for another.
+fn with_own_socket(config: &str, dir: &std::path::Path) -> String {
+    if config.contains("local_api:") {
+        return config.to_string();
+    }
+    format!(
+        "local_api:\n  socket: \"{}\"\n{config}",
+        dir.join("gpuwarden.sock").display()
+    )
+}
+
 /// The boot id a test daemon reads until [`Daemon::reboot`].
 pub const TEST_BOOT_ID: &str = "0e5c1a2b-0000-4000-8000-000000000001";
 
@@ -65,6 +78,7 @@ impl Daemon {
         } else {
             format!("{config}{STATE_SECTION}")
         };
+        let config = with_own_socket(&config, dir.path());
         let config = config
             .replace("@KMSG@", &kmsg.display().to_string())
             .replace("@STATE@", &dir.path().join("state.db").display().to_string())
@@ -85,7 +99,7 @@ impl Daemon {
         std::fs::write(dir.path().join("scenario.yaml"), scenario).expect("write scenario");
         std::fs::write(dir.path().join("kmsg"), "").expect("write kernel log");
         std::fs::write(dir.path().join("boot_id"), format!("{TEST_BOOT_ID}\n")).expect("write boot id");
-        let config = test_config(&sim_library(), "")
+        let config = with_own_socket(&test_config(&sim_library(), ""), dir.path())
             .replace("@KMSG@", &dir.path().join("kmsg").display().to_string())
             .replace("@STATE@", &state_dir.join("state.db").display().to_string())
             .replace("@BOOT@", &dir.path().join("boot_id").display().to_string());
@@ -122,6 +136,11 @@ impl Daemon {
             .arg(dir.join("config.yaml"))
             .env("GPUWARDEN_SIM_NVML_SCENARIO", dir.join("scenario.yaml"));
         command
+    }
+
+    /// This daemon's local API socket.
+    pub fn socket_path(&self) -> PathBuf {
+        self.dir.path().join("gpuwarden.sock")
     }
 
     /// The journal this daemon writes (`state.db` in its directory, or in `state/` there

@@ -1,0 +1,130 @@
+//! `gpuwarden health`: the running daemon's verdict, asked over the local API's socket
+//! (local_api.rs) instead of polling the GPUs a second time. Exit 0: no GPU unhealthy (ok or
+//! degraded); 1: a GPU or the node is unhealthy; 2: unknown (the daemon does not answer, or
+//! has not finished its first poll). node-problem-detector's custom plugins and Slurm's
+//! health check read the exit code and the first line (deploy/).
+
+use super::verdict::NodeVerdict;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::Duration;
+
+pub const EXIT_HEALTHY: i32 = 0;
+pub const EXIT_UNHEALTHY: i32 = 1;
+pub const EXIT_UNKNOWN: i32 = 2;
+
+/// How long the daemon has to answer: NPD's default plugin timeout is 5 s.
+const TIMEOUT: Duration = Duration::from_secs(3);
+/// The longest answer read: a node of many GPUs with every finding is a few KiB.
+const MAX_ANSWER: u64 = 1024 * 1024;
+
+/// Why the daemon's verdict could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum AskError {
+    #[error("the daemon does not answer on {path}: {source} (is gpuwarden running, and am I root?)")]
+    Connect { path: String, source: std::io::Error },
+    #[error("the daemon's answer on {path} could not be read: {detail}")]
+    Answer { path: String, detail: String },
+}
+
+/// Asks the daemon at `socket` for `path` (GET) and returns the body of a 200 answer.
+pub fn ask(socket: &Path, request_path: &str) -> Result<String, AskError> {
+    let shown = socket.display().to_string();
+    let connect = |source| AskError::Connect {
+        path: shown.clone(),
+        source,
+    };
+    let answer = |detail: String| AskError::Answer {
+        path: shown.clone(),
+        detail,
+    };
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).map_err(connect)?;
+    stream.set_read_timeout(Some(TIMEOUT)).map_err(connect)?;
+    stream.set_write_timeout(Some(TIMEOUT)).map_err(connect)?;
+    // HTTP/1.0 with Connection: close: the answer ends where the stream does.
+    write!(
+        stream,
+        "GET {request_path} HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(connect)?;
+    let mut raw = Vec::new();
+    stream
+        .take(MAX_ANSWER)
+        .read_to_end(&mut raw)
+        .map_err(|e| answer(e.to_string()))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| answer("no end of headers".to_string()))?;
+    let status = head.lines().next().unwrap_or_default();
+    if status.split_whitespace().nth(1) != Some("200") {
+        return Err(answer(format!("{status}: {}", body.trim())));
+    }
+    Ok(body.to_string())
+}
+
+/// Prints the verdict; the exit code says it for scripts.
+pub fn health(socket: &Path, json: bool) -> i32 {
+    let verdict = match ask(socket, "/api/v1/health").and_then(|body| {
+        serde_json::from_str::<NodeVerdict>(&body).map_err(|e| AskError::Answer {
+            path: socket.display().to_string(),
+            detail: e.to_string(),
+        })
+    }) {
+        Ok(verdict) => verdict,
+        Err(e) => {
+            // First line for NPD and Slurm: short, says it is not known.
+            println!("unknown: {e}");
+            return EXIT_UNKNOWN;
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&verdict).unwrap_or_default());
+    } else {
+        print!("{}", text(&verdict));
+    }
+    exit_code(&verdict)
+}
+
+pub fn exit_code(verdict: &NodeVerdict) -> i32 {
+    match verdict.state.as_str() {
+        "unhealthy" => EXIT_UNHEALTHY,
+        "ok" | "degraded" => EXIT_HEALTHY,
+        _ => EXIT_UNKNOWN,
+    }
+}
+
+/// The first line names the state and, when unhealthy, each GPU and reason in a few words
+/// (what NPD puts in the node condition and Slurm in the drain reason); then one line per
+/// finding with what to do.
+pub fn text(verdict: &NodeVerdict) -> String {
+    let mut out = String::new();
+    let unhealthy: Vec<String> = verdict
+        .gpus
+        .iter()
+        .flat_map(|g| {
+            g.findings
+                .iter()
+                .filter(|f| f.severity == "unhealthy")
+                .map(move |f| format!("GPU {} {}", g.index, f.reason))
+        })
+        .chain(
+            verdict
+                .node_findings
+                .iter()
+                .filter(|f| f.severity == "unhealthy")
+                .map(|f| format!("node {}", f.reason)),
+        )
+        .collect();
+    if unhealthy.is_empty() {
+        out.push_str(&format!("{}: {}\n", verdict.state, verdict.summary));
+    } else {
+        out.push_str(&format!("{}: {}\n", verdict.state, unhealthy.join(", ")));
+    }
+    for state in ["unhealthy", "degraded"] {
+        for line in verdict.lines_at(state) {
+            out.push_str(&format!("  {state}: {line}\n"));
+        }
+    }
+    out
+}

@@ -1,0 +1,107 @@
+//! The node's verdict as the local API and `/api/v1/health` answer it: every GPU's state and
+//! findings, the node's own findings, and one word for the node. What `gpuwarden health`,
+//! Slurm's health check and node-problem-detector read; the same snapshot /metrics shows.
+
+use crate::model::Snapshot;
+use crate::model::health::{Finding, HealthState};
+use serde::{Deserialize, Serialize};
+
+/// The node: `unhealthy` when a GPU is unhealthy or a node finding is (a GPU missing from
+/// the bus); `degraded` when one is degraded; `ok`; `unknown` before the first poll.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeVerdict {
+    pub state: String,
+    /// "8 GPU(s): 1 unhealthy, 0 degraded", as systemd's status line says it.
+    pub summary: String,
+    pub gpus: Vec<GpuVerdict>,
+    pub node_findings: Vec<FindingView>,
+    /// The snapshot's number: it grows with every poll round.
+    pub generation: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GpuVerdict {
+    pub index: u32,
+    pub uuid: String,
+    pub pci_bus_id: String,
+    pub name: String,
+    pub serial: Option<String>,
+    pub state: String,
+    pub findings: Vec<FindingView>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FindingView {
+    pub reason: String,
+    pub severity: String,
+    pub message: String,
+}
+
+impl From<&Finding> for FindingView {
+    fn from(f: &Finding) -> FindingView {
+        FindingView {
+            reason: f.reason.to_string(),
+            severity: f.severity.label().to_string(),
+            message: f.message.clone(),
+        }
+    }
+}
+
+pub fn of(snapshot: &Snapshot) -> NodeVerdict {
+    let worst = snapshot
+        .devices
+        .iter()
+        .map(|d| d.health.state)
+        .chain(snapshot.node_findings.iter().map(|f| f.severity))
+        .max()
+        .unwrap_or(HealthState::Ok);
+    NodeVerdict {
+        state: if snapshot.generation == 0 {
+            "unknown".to_string()
+        } else {
+            worst.label().to_string()
+        },
+        summary: super::summary(snapshot),
+        gpus: snapshot
+            .devices
+            .iter()
+            .map(|d| GpuVerdict {
+                index: d.identity.index,
+                uuid: d.identity.uuid.clone(),
+                pci_bus_id: d.identity.pci_bus_id.clone(),
+                name: d.identity.name.clone(),
+                serial: d.identity.serial.clone(),
+                state: d.health.state.label().to_string(),
+                findings: d.health.findings.iter().map(FindingView::from).collect(),
+            })
+            .collect(),
+        node_findings: snapshot.node_findings.iter().map(FindingView::from).collect(),
+        generation: snapshot.generation,
+    }
+}
+
+impl NodeVerdict {
+    /// The findings at `state` (unhealthy, say), as one short line each: "GPU 3
+    /// (GPU-5f2c..., 0000:19:00.0) xid_fatal: fatal XID since boot: Xid 48 ...".
+    pub fn lines_at(&self, state: &str) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .gpus
+            .iter()
+            .flat_map(|g| {
+                g.findings.iter().filter(|f| f.severity == state).map(move |f| {
+                    format!(
+                        "GPU {} ({}, {}) {}: {}",
+                        g.index, g.uuid, g.pci_bus_id, f.reason, f.message
+                    )
+                })
+            })
+            .collect();
+        lines.extend(
+            self.node_findings
+                .iter()
+                .filter(|f| f.severity == state)
+                .map(|f| format!("node {}: {}", f.reason, f.message)),
+        );
+        lines
+    }
+}
