@@ -36,7 +36,8 @@ struct Slurm {
 }
 
 impl Slurm {
-    fn start(dir: &Path, prolog: &Path, epilog: &Path) -> Slurm {
+    /// `extra`: more slurm.conf lines (a health check).
+    fn start(dir: &Path, prolog: &Path, epilog: &Path, extra: &str) -> Slurm {
         let d = dir.display();
         let host = checked("hostname", Command::new("hostname").arg("-s").output())
             .trim()
@@ -93,11 +94,11 @@ impl Slurm {
                  ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nSelectType=select/cons_tres\n\
                  SelectTypeParameters=CR_Core\nGresTypes=gpu\nPrologFlags=Alloc\nProlog={}\nEpilog={}\n\
                  SlurmdParameters=config_overrides\nReturnToService=2\nMpiDefault=none\n\
-                 JobCompType=jobcomp/none\nAccountingStorageType=accounting_storage/none\n\
+                 JobCompType=jobcomp/none\nAccountingStorageType=accounting_storage/none\n{extra}\
                  NodeName={host} NodeAddr=127.0.0.1 CPUs=2 Gres=gpu:2 State=UNKNOWN\n\
                  PartitionName=debug Nodes=ALL Default=YES MaxTime=10 State=UP\n",
                 prolog.display(),
-                epilog.display()
+                epilog.display(),
             ),
         )
         .unwrap();
@@ -191,7 +192,7 @@ fn the_prolog_and_epilog_under_a_real_slurm() {
     };
     let prolog = script("prolog", "prolog.sh", true);
     let epilog = script("epilog", "epilog.sh", false);
-    let slurm = Slurm::start(dir, &prolog, &epilog);
+    let slurm = Slurm::start(dir, &prolog, &epilog, "");
 
     let config = test_config(
         &sim_library(),
@@ -237,4 +238,109 @@ fn the_prolog_and_epilog_under_a_real_slurm() {
     d.scrape_until_within("the array gone", Duration::from_secs(30), |m| gpu_jobs(m).is_empty());
     // The node was never drained by a prolog failure.
     assert_eq!(slurm.client("sinfo", &["-h", "-o", "%t"]).trim(), "idle");
+}
+
+/// The node's state and drain reason as Slurm shows them ("drain gpuwarden: GPU 0 xid_fatal").
+fn node_state(slurm: &Slurm) -> String {
+    slurm.client("sinfo", &["-h", "-N", "-o", "%t %E"]).trim().to_string()
+}
+
+fn wait_for_node(slurm: &Slurm, what: &str, within: Duration, check: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let state = node_state(slurm);
+        if check(&state) {
+            return state;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: the node is {state:?}; slurmd log:\n{}",
+            std::fs::read_to_string(slurm.dir.join("log/slurmd.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Rewrites the daemon's config with `edit` and reloads it (SIGHUP), waiting for the log.
+fn reload(d: &Daemon, edit: impl Fn(&str) -> String) {
+    let config = std::fs::read_to_string(d.config_path()).unwrap();
+    std::fs::write(d.config_path(), edit(&config)).unwrap();
+    let reloads = d.log_text().matches("reloaded the config").count();
+    d.signal(1);
+    d.wait_for_log("reloaded the config", reloads + 1, Duration::from_secs(10));
+}
+
+#[test]
+fn the_health_check_drains_on_an_unhealthy_gpu_resumes_after_and_leaves_an_admins_drain_alone() {
+    const INTERVAL: u64 = 3;
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = root.path();
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    // slurmd runs the health check with no environment of ours: a wrapper names the daemon's
+    // socket, the binary and this cluster's slurm.conf for scontrol and sinfo.
+    let conf = dir.join("slurm.conf");
+    let check = dir.join("healthcheck");
+    std::fs::write(
+        &check,
+        format!(
+            "#!/bin/sh\nexport SLURM_CONF={} GPUWARDEN={BIN} GPUWARDEN_SOCKET={}\nexec /bin/sh {}/deploy/slurm/healthcheck.sh\n",
+            conf.display(),
+            d.socket_path().display(),
+            env!("CARGO_MANIFEST_DIR")
+        ),
+    )
+    .unwrap();
+    checked("chmod", Command::new("chmod").arg("755").arg(&check).output());
+    let noop = dir.join("noop");
+    std::fs::write(&noop, "#!/bin/sh\nexit 0\n").unwrap();
+    checked("chmod", Command::new("chmod").arg("755").arg(&noop).output());
+    let slurm = Slurm::start(
+        dir,
+        &noop,
+        &noop,
+        &format!(
+            "HealthCheckProgram={}\nHealthCheckInterval={INTERVAL}\nHealthCheckNodeState=ANY\n",
+            check.display()
+        ),
+    );
+    let within = Duration::from_secs(INTERVAL + 1 + 4); // an interval, a poll, and slack for CI
+    // Healthy (the demo's GPUs are ok or degraded): a few checks leave the node idle.
+    std::thread::sleep(Duration::from_secs(INTERVAL + 1));
+    assert_eq!(node_state(&slurm), "idle none");
+
+    // A fatal XID on GPU 0: drained, the reason naming the GPU and the finding.
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE (0x00000000)\n");
+    d.scrape_until("GPU 0 unhealthy", |m| {
+        m.value("gpu_health", &[("gpu", "0"), ("state", "unhealthy")]) == Some(1.0)
+    });
+    let state = wait_for_node(&slurm, "the drain", within, |s| s.starts_with("drain"));
+    assert!(state.contains("gpuwarden: GPU 0 xid_fatal"), "{state}");
+
+    // The operator's policy no longer counts Xid 48: every GPU healthy, the node resumed.
+    reload(&d, |c| format!("{c}health:\n  xid_severity: {{48: ignore}}\n"));
+    wait_for_node(&slurm, "the resume", within, |s| s == "idle none");
+
+    // An admin drains the node: the health check never resumes it nor takes its reason,
+    // healthy or not.
+    let host = checked("hostname", Command::new("hostname").arg("-s").output())
+        .trim()
+        .to_string();
+    slurm.client(
+        "scontrol",
+        &[
+            "update",
+            &format!("nodename={host}"),
+            "state=drain",
+            "reason=disk maintenance",
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    assert_eq!(node_state(&slurm), "drain disk maintenance");
+    reload(&d, |c| c.replace("{48: ignore}", "{48: fatal}"));
+    d.scrape_until("GPU 0 unhealthy again", |m| {
+        m.value("gpu_health", &[("gpu", "0"), ("state", "unhealthy")]) == Some(1.0)
+    });
+    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    assert_eq!(node_state(&slurm), "drain disk maintenance");
 }
