@@ -66,6 +66,105 @@ pub struct Health {
     /// code not listed.
     #[serde(deserialize_with = "xid_severity")]
     pub xid_severity: crate::model::xid::XidPolicy,
+    /// Per rule (by its reason): how long its condition must hold before the finding is
+    /// raised, and how long it must be clear before the finding clears.
+    #[serde(deserialize_with = "rule_policies")]
+    pub rules: std::collections::BTreeMap<String, RulePolicy>,
+}
+
+/// One rule's debounce and hold (docs/health.md, "Debounce and hold").
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RulePolicy {
+    /// The condition must be seen this many polls in a row (a number) or this long (a
+    /// duration) before its finding is raised; 1 (the default): at once.
+    #[serde(deserialize_with = "debounce")]
+    pub debounce: Debounce,
+    /// Once raised, the finding stays until its condition has been clear this long.
+    #[serde(deserialize_with = "rule_hold")]
+    pub hold: Duration,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub enum Debounce {
+    #[default]
+    None,
+    Polls(u32),
+    For(Duration),
+}
+
+impl Debounce {
+    /// How long the condition must have held, given the poll interval: N polls in a row are
+    /// N - 1 intervals from the first to the last.
+    pub fn span(self, poll_interval: Duration) -> Duration {
+        match self {
+            Debounce::None => Duration::ZERO,
+            Debounce::Polls(n) => poll_interval.saturating_mul(n.saturating_sub(1)),
+            Debounce::For(d) => d,
+        }
+    }
+}
+
+fn debounce<'de, D: Deserializer<'de>>(d: D) -> Result<Debounce, D::Error> {
+    struct V;
+    impl serde::de::Visitor<'_> for V {
+        type Value = Debounce;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a number of polls (3) or a duration (30s)")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Debounce, E> {
+            match u32::try_from(v) {
+                Ok(n) if (1..=10_000).contains(&n) => Ok(Debounce::Polls(n)),
+                _ => Err(E::custom(format!(
+                    "debounce {v} polls: write 1 to 10000 polls, or a duration (30s)"
+                ))),
+            }
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Debounce, E> {
+            u64::try_from(v)
+                .map_err(|_| {
+                    E::custom(format!(
+                        "debounce {v} polls: write 1 to 10000 polls, or a duration (30s)"
+                    ))
+                })
+                .and_then(|v| self.visit_u64(v))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Debounce, E> {
+            let d = humantime::parse_duration(v.trim()).map_err(|e| {
+                E::custom(format!(
+                    "{v:?} is not a debounce ({e}); write a number of polls (3) or a duration (30s)"
+                ))
+            })?;
+            if d > Duration::from_secs(24 * 3600) {
+                return Err(E::custom(format!("debounce {v} is over a day; write at most 24h")));
+            }
+            Ok(Debounce::For(d))
+        }
+    }
+    d.deserialize_any(V)
+}
+
+/// A rule's name as a key of `health.rules`: one of the rules' reasons.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct RuleName(String);
+
+impl<'de> Deserialize<'de> for RuleName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RuleName, D::Error> {
+        let name = String::deserialize(d)?;
+        if crate::model::health::RULE_REASONS.contains(&name.as_str()) {
+            Ok(RuleName(name))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "no health rule {name:?}; the rules are {}",
+                crate::model::health::RULE_REASONS.join(", ")
+            )))
+        }
+    }
+}
+
+fn rule_policies<'de, D: Deserializer<'de>>(d: D) -> Result<std::collections::BTreeMap<String, RulePolicy>, D::Error> {
+    let written = std::collections::BTreeMap::<RuleName, RulePolicy>::deserialize(d)?;
+    Ok(written.into_iter().map(|(k, v)| (k.0, v)).collect())
 }
 
 /// An XID code, or `all`, as a key of `health.xid_severity`.
@@ -627,6 +726,7 @@ bounded_duration!(poll_gpm_interval, "poll.gpm_interval", 10 * MS, DAY);
 bounded_duration!(nvml_retry, "nvml.retry_initial and retry_max", 100 * MS, DAY);
 bounded_duration!(xid_dedup_window, "xid.dedup_window", 100 * MS, HOUR);
 bounded_duration!(xid_critical_hold, "xid.critical_hold", SECOND, 30 * DAY);
+bounded_duration!(rule_hold, "health.rules.*.hold", Duration::ZERO, DAY);
 bounded_duration!(probe_interval, "probe.interval", SECOND, 366 * DAY);
 bounded_duration!(probe_sample_interval, "probe.sample_interval", 10 * MS, 10 * SECOND);
 bounded_duration!(probe_timeout, "probe.timeout", SECOND, HOUR);
@@ -1026,6 +1126,51 @@ mod tests {
             ),
             ("health:\n  xid_severity:\n    48: deadly\n", 3, "fatal"),
             ("health:\n  xid_severities: {}\n", 2, "xid_severities"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.line, Some(line), "{text}: {e}");
+            assert!(e.message.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn rule_debounce_and_hold_are_read_per_rule_and_refused_where_wrong() {
+        let c = parse(
+            "health:\n  rules:\n    nvlink_down: {debounce: 3, hold: 5m}\n    thermal_slowdown:\n      debounce: 30s\n",
+        )
+        .unwrap();
+        let nvlink = &c.health.rules["nvlink_down"];
+        assert_eq!(nvlink.debounce, Debounce::Polls(3));
+        assert_eq!(nvlink.hold, Duration::from_secs(300));
+        assert_eq!(nvlink.debounce.span(Duration::from_secs(1)), Duration::from_secs(2));
+        assert_eq!(
+            c.health.rules["thermal_slowdown"].debounce,
+            Debounce::For(Duration::from_secs(30))
+        );
+        assert_eq!(c.health.rules["thermal_slowdown"].hold, Duration::ZERO);
+        for (text, line, says) in [
+            (
+                "health:\n  rules:\n    nvlink_flap: {hold: 1m}\n",
+                3,
+                "no health rule \"nvlink_flap\"",
+            ),
+            (
+                "health:\n  rules:\n    nvlink_down: {debounce: 0}\n",
+                3,
+                "1 to 10000 polls",
+            ),
+            (
+                "health:\n  rules:\n    nvlink_down: {debounce: soon}\n",
+                3,
+                "not a debounce",
+            ),
+            ("health:\n  rules:\n    nvlink_down: {debounce: 2d}\n", 3, "over a day"),
+            (
+                "health:\n  rules:\n    nvlink_down: {hold: 5years}\n",
+                3,
+                "health.rules.*.hold",
+            ),
+            ("health:\n  rules:\n    nvlink_down: {holdd: 1m}\n", 3, "holdd"),
         ] {
             let e = parse(text).unwrap_err();
             assert_eq!(e.line, Some(line), "{text}: {e}");

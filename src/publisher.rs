@@ -177,6 +177,8 @@ struct Published {
     /// The job map's version whose overflow was last counted: a map is counted once, not at
     /// every publish.
     jobs_counted: Option<u64>,
+    /// The operator's debounce and hold per rule remember across snapshots.
+    debouncer: health::debounce::Debouncer,
 }
 
 /// Puts snapshots together and publishes them into the store.
@@ -202,6 +204,7 @@ impl Publisher {
                 round: Arc::new(RoundPart::default()),
                 versions: Versions::default(),
                 jobs_counted: None,
+                debouncer: Default::default(),
             }),
             hostname,
         }
@@ -240,10 +243,18 @@ impl Publisher {
 
     fn assemble(&self, published: &mut Published) -> Snapshot {
         let inputs = self.sources.read();
-        let options = Options::from_config(&self.settings.current().config, &self.hostname);
+        let settings = self.settings.current();
+        let config = &settings.config;
+        let options = Options::from_config(config, &self.hostname);
         let mut skips = Skips::new(Input::JobMapping);
         let generation = self.store.latest().generation + 1;
-        let snapshot = assemble(&published.round, &inputs, &options, generation, &mut skips);
+        let mut snapshot = assemble(&published.round, &inputs, &options, generation, &mut skips);
+        published.debouncer.apply(
+            &mut snapshot,
+            &config.health.rules,
+            config.poll.interval,
+            std::time::Instant::now(),
+        );
         let jobs_version = inputs.versions.jobs;
         if published.jobs_counted == Some(jobs_version) {
             // This job map's overflow is counted already.

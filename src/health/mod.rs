@@ -7,6 +7,7 @@
 //! is made of the same rows.
 
 pub mod cli;
+pub mod debounce;
 pub mod rules;
 pub mod verdict;
 

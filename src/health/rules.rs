@@ -458,6 +458,12 @@ mod tests {
     }
 
     #[test]
+    fn the_configs_rule_names_are_the_rules() {
+        let reasons: Vec<&str> = RULES.iter().map(|r| r.reason).collect();
+        assert_eq!(reasons, crate::model::health::RULE_REASONS);
+    }
+
+    #[test]
     fn reasons_are_unique_and_only_the_lost_and_silent_gpu_end_the_look() {
         let mut reasons: Vec<&str> = RULES.iter().map(|r| r.reason).collect();
         reasons.sort();

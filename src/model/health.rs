@@ -40,3 +40,22 @@ pub struct DeviceHealth {
     pub state: HealthState,
     pub findings: Vec<Finding>,
 }
+
+/// The per-GPU rules' reasons, in the rules' order (health::rules::RULES; a test there holds
+/// the two equal): the keys `health.rules` of the config accepts.
+pub const RULE_REASONS: [&str; 14] = [
+    "xid_fatal",
+    "xid_critical",
+    "gpu_lost",
+    "not_responding",
+    "thermal_slowdown",
+    "hw_slowdown",
+    "pcie_width_degraded",
+    "persistence_off",
+    "ecc_uncorrectable",
+    "row_remap_pending",
+    "row_remap_failed",
+    "nvlink_down",
+    "fabric_not_ready",
+    "probe_failed",
+];

@@ -143,6 +143,35 @@ fn xid_severities_are_applied_to_earlier_counts_and_to_the_verdict() {
 }
 
 #[test]
+fn a_rules_debounce_keeps_a_short_condition_from_raising_its_finding() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    // Xid 94 (critical): with a debounce of an hour its finding waits, the count does not.
+    reload(&d, |c| {
+        format!("{c}health:\n  rules:\n    xid_critical: {{debounce: 1h}}\n")
+    });
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 94, pid=1, name=x, Contained: SM (0x1). RST: No, D-RST: No\n");
+    let m = d.scrape_until("Xid 94 counted", |m| {
+        m.value("gpu_xid_errors_total", &[("gpu", "0"), ("xid", "94")]) == Some(1.0)
+    });
+    assert_eq!(
+        m.value("gpu_health_reason", &[("gpu", "0"), ("reason", "xid_critical")]),
+        None,
+        "held back by the debounce"
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    let m = d.scrape();
+    assert_eq!(
+        m.value("gpu_health_reason", &[("gpu", "0"), ("reason", "xid_critical")]),
+        None
+    );
+    // Without it, the finding at once.
+    reload(&d, |c| c.replace("{debounce: 1h}", "{debounce: 1}"));
+    d.scrape_until("the finding raised", |m| {
+        m.value("gpu_health_reason", &[("gpu", "0"), ("reason", "xid_critical")]) == Some(1.0)
+    });
+}
+
+#[test]
 fn the_kernel_log_reader_follows_its_keys() {
     let d = Daemon::start(DEMO_SCENARIO);
     let other = d.dir.path().join("kmsg-2");

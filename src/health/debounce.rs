@@ -1,0 +1,234 @@
+//! The operator's debounce and hold per rule (`health.rules`): a finding is raised only once
+//! its condition has held for the rule's debounce, and once raised it stays until the
+//! condition has been clear for the rule's hold. The rules themselves stay pure (a
+//! snapshot in, findings out); this is the one place that remembers across snapshots, kept
+//! by the publisher and applied to each snapshot after [`super::evaluate`].
+//!
+//! Time, not snapshot counts: a snapshot is also put together between polls when a side
+//! input changes, so "N polls" is read as N - 1 poll intervals from the first sighting.
+
+use crate::config::RulePolicy;
+use crate::model::Snapshot;
+use crate::model::health::Finding;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+/// One (GPU, rule)'s memory.
+#[derive(Debug)]
+struct Track {
+    /// When the condition was first seen in its current stretch; None while it is clear.
+    since: Option<Instant>,
+    /// When it was last seen.
+    last_seen: Instant,
+    /// The finding is raised (passed the debounce, not yet past its hold).
+    raised: bool,
+    /// The last finding the rule made, shown while it is held.
+    finding: Finding,
+}
+
+#[derive(Debug, Default)]
+pub struct Debouncer {
+    /// By (GPU UUID, rule reason).
+    tracks: HashMap<(String, &'static str), Track>,
+}
+
+impl Debouncer {
+    /// Applies `rules` to every GPU's findings in `snapshot` (as of `now`) and sets each
+    /// GPU's state from what is left.
+    pub fn apply(
+        &mut self,
+        snapshot: &mut Snapshot,
+        rules: &BTreeMap<String, RulePolicy>,
+        poll_interval: Duration,
+        now: Instant,
+    ) {
+        if rules.is_empty() {
+            self.tracks.clear();
+            return;
+        }
+        // Jitter: polls a little less than an interval apart still count as the next poll.
+        let slack = poll_interval / 2;
+        for device in &mut snapshot.devices {
+            let uuid = device.identity.uuid.clone();
+            for (reason, policy) in rules {
+                let seen = device.health.findings.iter().position(|f| f.reason == reason.as_str());
+                let key_reason = match seen {
+                    Some(i) => device.health.findings[i].reason,
+                    None => match self.tracks.keys().find(|(u, r)| u == &uuid && *r == reason.as_str()) {
+                        Some((_, r)) => *r,
+                        None => continue,
+                    },
+                };
+                let key = (uuid.clone(), key_reason);
+                match seen {
+                    Some(i) => {
+                        let finding = device.health.findings[i].clone();
+                        let track = self.tracks.entry(key).or_insert_with(|| Track {
+                            since: None,
+                            last_seen: now,
+                            raised: false,
+                            finding: finding.clone(),
+                        });
+                        let since = *track.since.get_or_insert(now);
+                        track.last_seen = now;
+                        track.finding = finding;
+                        if now.duration_since(since) + slack >= policy.debounce.span(poll_interval) {
+                            track.raised = true;
+                        }
+                        if !track.raised {
+                            device.health.findings.remove(i);
+                        }
+                    }
+                    None => {
+                        let Some(track) = self.tracks.get_mut(&key) else {
+                            continue;
+                        };
+                        track.since = None;
+                        let clear_for = now.duration_since(track.last_seen);
+                        if track.raised && clear_for < policy.hold {
+                            let mut held = track.finding.clone();
+                            held.message = format!(
+                                "{} (clear for {}s; held until clear for {}s, health.rules.{reason}.hold)",
+                                held.message,
+                                clear_for.as_secs(),
+                                policy.hold.as_secs()
+                            );
+                            device.health.findings.push(held);
+                        } else {
+                            self.tracks.remove(&key);
+                        }
+                    }
+                }
+            }
+            device.health.state = super::state(&device.health.findings);
+        }
+        // GPUs gone from the node, and rules taken out of the policy, are forgotten.
+        let present: std::collections::HashSet<&str> =
+            snapshot.devices.iter().map(|d| d.identity.uuid.as_str()).collect();
+        self.tracks
+            .retain(|(uuid, reason), _| present.contains(uuid.as_str()) && rules.contains_key(*reason));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Debounce;
+    use crate::model::health::{DeviceHealth, HealthState};
+    use crate::model::{DeviceIdentity, DeviceSnapshot, Vendor};
+
+    fn snapshot(nvlink_down: bool) -> Snapshot {
+        let findings = if nvlink_down {
+            vec![Finding {
+                reason: "nvlink_down",
+                severity: HealthState::Degraded,
+                message: "NVLink 3 down".into(),
+            }]
+        } else {
+            Vec::new()
+        };
+        Snapshot {
+            devices: vec![DeviceSnapshot {
+                identity: DeviceIdentity {
+                    index: 0,
+                    uuid: "GPU-0".into(),
+                    vendor: Vendor::Nvidia,
+                    name: "test".into(),
+                    pci_bus_id: "0000:19:00.0".into(),
+                    driver_version: "1".into(),
+                    serial: None,
+                    inventory: Default::default(),
+                },
+                up: true,
+                lost: false,
+                last_good_poll: None,
+                readings: None,
+                hw_slowdown_seen: None,
+                health: DeviceHealth {
+                    state: super::super::state(&findings),
+                    findings,
+                },
+            }],
+            ..Default::default()
+        }
+    }
+
+    const POLL: Duration = Duration::from_secs(1);
+
+    /// Runs `pattern` (true: the condition seen) one poll apart; how many times the GPU
+    /// went from ok to degraded, and its state at the end.
+    fn raises(rules: &BTreeMap<String, RulePolicy>, pattern: &[bool]) -> (usize, HealthState) {
+        let mut debouncer = Debouncer::default();
+        let start = Instant::now();
+        let mut last = HealthState::Ok;
+        let mut raised = 0;
+        for (i, seen) in pattern.iter().enumerate() {
+            let mut s = snapshot(*seen);
+            debouncer.apply(&mut s, rules, POLL, start + POLL * i as u32);
+            let state = s.devices[0].health.state;
+            if state != HealthState::Ok && last == HealthState::Ok {
+                raised += 1;
+            }
+            last = state;
+        }
+        (raised, last)
+    }
+
+    fn policy(debounce: Debounce, hold: u64) -> BTreeMap<String, RulePolicy> {
+        [(
+            "nvlink_down".to_string(),
+            RulePolicy {
+                debounce,
+                hold: Duration::from_secs(hold),
+            },
+        )]
+        .into()
+    }
+
+    #[test]
+    fn a_link_flapping_every_poll_for_a_minute_is_one_finding_with_a_hold_and_thirty_without() {
+        let flapping: Vec<bool> = (0..60).map(|i| i % 2 == 0).collect();
+        assert_eq!(raises(&BTreeMap::new(), &flapping).0, 30, "no policy: every flap");
+        assert_eq!(
+            raises(&policy(Debounce::None, 10), &flapping).0,
+            1,
+            "held through the flaps"
+        );
+        // Debounce alone: it never holds two polls in a row, so it is never raised.
+        assert_eq!(raises(&policy(Debounce::Polls(2), 0), &flapping).0, 0);
+    }
+
+    #[test]
+    fn debounce_in_polls_or_seconds_raises_only_a_condition_that_stays() {
+        let stays = [true; 5];
+        assert_eq!(
+            raises(&policy(Debounce::Polls(3), 0), &stays),
+            (1, HealthState::Degraded)
+        );
+        assert_eq!(
+            raises(&policy(Debounce::Polls(3), 0), &[true, true, false, true, true]).0,
+            0
+        );
+        assert_eq!(raises(&policy(Debounce::For(Duration::from_secs(10)), 0), &stays).0, 0);
+        assert_eq!(raises(&policy(Debounce::For(Duration::from_secs(4)), 0), &stays).0, 1);
+    }
+
+    #[test]
+    fn hold_keeps_a_finding_until_clear_that_long_and_says_so() {
+        let rules = policy(Debounce::None, 3);
+        let mut debouncer = Debouncer::default();
+        let start = Instant::now();
+        let mut s = snapshot(true);
+        debouncer.apply(&mut s, &rules, POLL, start);
+        for (i, expect_held) in [(1, true), (2, true), (3, false)] {
+            let mut s = snapshot(false);
+            debouncer.apply(&mut s, &rules, POLL, start + POLL * i);
+            let held = s.devices[0].health.findings.first();
+            assert_eq!(held.is_some(), expect_held, "after {i}s clear");
+            if let Some(f) = held {
+                assert!(f.message.contains("held until clear for 3s"), "{}", f.message);
+                assert_eq!(s.devices[0].health.state, HealthState::Degraded);
+            }
+        }
+    }
+}
