@@ -278,14 +278,22 @@ fn main() {
             journal::cli::report(&path, &gpu, format)
         }),
         Command::JournalWorker => Ok(journal::worker::serve()),
-        Command::Health { config, socket, json } => match socket {
-            Some(socket) => Ok(health::cli::health(&socket, json)),
-            None => load_config(config_path(config.as_deref()).as_deref())
-                .map_err(|_| health::cli::EXIT_UNKNOWN)
-                .map(|cfg| health::cli::health(&cfg.local_api.socket, json)),
-        },
+        Command::Health { config, socket, json } => health(config, socket, json),
     };
     std::process::exit(code.unwrap_or_else(|code| code));
+}
+
+/// `gpuwarden health`: the socket given, else the config's `local_api.socket`. A config that
+/// cannot be read is an unknown verdict (exit 2), as NPD and Slurm's check expect.
+fn health(config: Option<PathBuf>, socket: Option<PathBuf>, json: bool) -> Exit {
+    let socket = match socket {
+        Some(socket) => socket,
+        None => {
+            let cfg = load_config(config_path(config.as_deref()).as_deref()).map_err(|_| health::cli::EXIT_UNKNOWN)?;
+            cfg.local_api.socket
+        }
+    };
+    Ok(health::cli::health(&socket, json))
 }
 
 /// An exit code: `Err` for a failure found before the command ran (bad config, bad flags).
