@@ -70,6 +70,20 @@ pub struct Health {
     /// raised, and how long it must be clear before the finding clears.
     #[serde(deserialize_with = "rule_policies")]
     pub rules: std::collections::BTreeMap<String, RulePolicy>,
+    /// A GPU within this many degrees C of its slowdown temperature is degraded
+    /// (`temperature_near_slowdown`); unset: no such finding (the alert still warns at 5 C).
+    #[serde(deserialize_with = "temperature_margin")]
+    pub temperature_margin_c: Option<f64>,
+}
+
+fn temperature_margin<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let margin = f64::deserialize(d)?;
+    if !(0.0..=50.0).contains(&margin) {
+        return Err(serde::de::Error::custom(format!(
+            "health.temperature_margin_c is {margin}; write 0 to 50 degrees C"
+        )));
+    }
+    Ok(Some(margin))
 }
 
 /// One rule's debounce and hold (docs/health.md, "Debounce and hold").
@@ -1176,6 +1190,16 @@ mod tests {
             assert_eq!(e.line, Some(line), "{text}: {e}");
             assert!(e.message.contains(says), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn the_temperature_margin_is_off_by_default_and_bounded() {
+        assert_eq!(Config::default().health.temperature_margin_c, None);
+        let c = parse("health:\n  temperature_margin_c: 3\n").unwrap();
+        assert_eq!(c.health.temperature_margin_c, Some(3.0));
+        let e = parse("health:\n  temperature_margin_c: 80\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.message.contains("0 to 50"), "{e}");
     }
 
     #[test]

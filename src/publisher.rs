@@ -36,6 +36,7 @@ pub struct RoundPart {
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     pub xid_critical_hold: std::time::Duration,
+    pub temperature_margin: Option<f64>,
     /// The node's host name (dcgm-exporter's `Hostname` label).
     pub hostname: String,
 }
@@ -44,6 +45,7 @@ impl Options {
     pub fn from_config(config: &crate::config::Config, hostname: &str) -> Options {
         Options {
             xid_critical_hold: config.xid.critical_hold,
+            temperature_margin: config.health.temperature_margin_c,
             hostname: hostname.to_string(),
         }
     }
@@ -62,6 +64,7 @@ pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generatio
         round_duration: round.round_duration.clone(),
         xid: inputs.xid.clone(),
         xid_critical_hold: options.xid_critical_hold,
+        temperature_margin: options.temperature_margin,
         hostname: options.hostname.clone(),
         probe: inputs.probe.clone(),
         pci_gpus: (*inputs.pci).clone(),

@@ -105,6 +105,7 @@ fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding>
         xids: snapshot.xid.for_bus(&device.identity.pci_bus_id),
         probe: snapshot.probe.reports.get(&device.identity.uuid),
         critical_hold: snapshot.xid_critical_hold,
+        temperature_margin: snapshot.temperature_margin,
         now: SystemTime::now(),
     })
 }

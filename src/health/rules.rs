@@ -28,6 +28,8 @@ pub struct Seen<'a> {
     pub probe: Option<&'a ProbeReport>,
     /// How long a critical XID counts after it was last seen (`xid.critical_hold`).
     pub critical_hold: Duration,
+    /// `health.temperature_margin_c`.
+    pub temperature_margin: Option<f64>,
     pub now: SystemTime,
 }
 
@@ -147,6 +149,19 @@ fn thermal_slowdown(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
         )
         .into(),
     )
+}
+
+fn temperature_near_slowdown(seen: &Seen, r: &DeviceReadings) -> Option<Hit> {
+    let margin = seen.temperature_margin?;
+    let (temperature, slowdown) = (r.die_temperature()?, r.threshold("slowdown")?);
+    (slowdown - temperature < margin).then(|| {
+        format!(
+            "{temperature:.0} C, {:.0} C below its slowdown temperature of {slowdown:.0} C (health.temperature_margin_c \
+             {margin}): check airflow, fans and inlet temperature before the clocks come down",
+            slowdown - temperature
+        )
+        .into()
+    })
 }
 
 fn hw_slowdown(seen: &Seen, r: &DeviceReadings) -> Option<Hit> {
@@ -324,6 +339,15 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(thermal_slowdown),
     },
     Rule {
+        reason: "temperature_near_slowdown",
+        severity: Degraded,
+        worse_when: None,
+        when: "the die is within `health.temperature_margin_c` of its slowdown temperature (off unless set)",
+        action: "check airflow, fans, inlet temperature before the clocks come down",
+        ends: false,
+        check: Check::Readings(temperature_near_slowdown),
+    },
+    Rule {
         reason: "hw_slowdown",
         severity: Degraded,
         worse_when: None,
@@ -455,6 +479,53 @@ mod tests {
             expected.join("\n")
         );
         assert_eq!(doc_table("Node findings"), vec![GPU_MISSING.doc_row()]);
+    }
+
+    #[test]
+    fn the_temperature_margin_makes_a_finding_only_when_set_and_inside_it() {
+        use crate::model::{DeviceIdentity, Vendor};
+        let device = crate::model::DeviceSnapshot {
+            identity: DeviceIdentity {
+                index: 0,
+                uuid: "GPU-0".into(),
+                vendor: Vendor::Nvidia,
+                name: "test".into(),
+                pci_bus_id: "0000:19:00.0".into(),
+                driver_version: "1".into(),
+                serial: None,
+                inventory: Default::default(),
+            },
+            up: true,
+            lost: false,
+            last_good_poll: None,
+            readings: Some(DeviceReadings {
+                temperatures: vec![("gpu", 85.0)],
+                temperature_thresholds: vec![("slowdown", 87.0)],
+                ..Default::default()
+            }),
+            hw_slowdown_seen: None,
+            health: Default::default(),
+        };
+        let reasons = |margin: Option<f64>| -> Vec<&'static str> {
+            crate::health::findings(&Seen {
+                device: &device,
+                xids: &[],
+                probe: None,
+                critical_hold: Duration::from_secs(3600),
+                temperature_margin: margin,
+                now: SystemTime::now(),
+            })
+            .iter()
+            .map(|f| f.reason)
+            .collect()
+        };
+        assert!(reasons(None).is_empty(), "off unless set");
+        assert_eq!(
+            reasons(Some(3.0)),
+            ["temperature_near_slowdown"],
+            "2 C of headroom, inside 3"
+        );
+        assert!(reasons(Some(2.0)).is_empty(), "2 C of headroom is not under 2");
     }
 
     #[test]

@@ -43,12 +43,13 @@ pub struct DeviceHealth {
 
 /// The per-GPU rules' reasons, in the rules' order (health::rules::RULES; a test there holds
 /// the two equal): the keys `health.rules` of the config accepts.
-pub const RULE_REASONS: [&str; 14] = [
+pub const RULE_REASONS: [&str; 15] = [
     "xid_fatal",
     "xid_critical",
     "gpu_lost",
     "not_responding",
     "thermal_slowdown",
+    "temperature_near_slowdown",
     "hw_slowdown",
     "pcie_width_degraded",
     "persistence_off",

@@ -423,6 +423,8 @@ pub struct Snapshot {
     pub xid: xid::XidSnapshot,
     /// How long a critical XID keeps a GPU degraded (xid.critical_hold).
     pub xid_critical_hold: std::time::Duration,
+    /// `health.temperature_margin_c`: the headroom below slowdown that makes a GPU degraded.
+    pub temperature_margin: Option<f64>,
     /// Scheduled probe results and counters (empty outside the daemon).
     pub probe: std::sync::Arc<probe::ProbeSnapshot>,
     /// NVIDIA and AMD GPUs on the PCI bus (sysfs), to compare with the enumerated ones.
