@@ -272,30 +272,10 @@ impl Publisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{DeviceIdentity, DeviceReadings, GpuProcess, PciGpu, Vendor};
+    use crate::model::{DeviceReadings, GpuProcess, PciGpu, Vendor};
 
     fn gpu(index: u32, vendor: Vendor, bus: &str) -> DeviceSnapshot {
-        DeviceSnapshot {
-            identity: DeviceIdentity {
-                index,
-                uuid: match vendor {
-                    Vendor::Amd => format!("AMD-{index}"),
-                    _ => format!("GPU-{index}"),
-                },
-                vendor,
-                name: "test".into(),
-                pci_bus_id: bus.into(),
-                driver_version: "1".into(),
-                serial: None,
-                inventory: Default::default(),
-            },
-            up: true,
-            lost: false,
-            last_good_poll: None,
-            readings: Some(DeviceReadings::default()),
-            hw_slowdown_seen: None,
-            health: Default::default(),
-        }
+        DeviceSnapshot::for_test(index, vendor, bus, DeviceReadings::default())
     }
 
     fn round() -> RoundPart {

@@ -115,7 +115,7 @@ mod tests {
     use super::*;
     use crate::config::Debounce;
     use crate::model::health::{DeviceHealth, HealthState};
-    use crate::model::{DeviceIdentity, DeviceSnapshot, Vendor};
+    use crate::model::{DeviceSnapshot, Vendor};
 
     fn snapshot(nvlink_down: bool) -> Snapshot {
         let findings = if nvlink_down {
@@ -127,28 +127,13 @@ mod tests {
         } else {
             Vec::new()
         };
+        let mut device = DeviceSnapshot::for_test(0, Vendor::Nvidia, "0000:19:00.0", Default::default());
+        device.health = DeviceHealth {
+            state: super::super::state(&findings),
+            findings,
+        };
         Snapshot {
-            devices: vec![DeviceSnapshot {
-                identity: DeviceIdentity {
-                    index: 0,
-                    uuid: "GPU-0".into(),
-                    vendor: Vendor::Nvidia,
-                    name: "test".into(),
-                    pci_bus_id: "0000:19:00.0".into(),
-                    driver_version: "1".into(),
-                    serial: None,
-                    inventory: Default::default(),
-                },
-                up: true,
-                lost: false,
-                last_good_poll: None,
-                readings: None,
-                hw_slowdown_seen: None,
-                health: DeviceHealth {
-                    state: super::super::state(&findings),
-                    findings,
-                },
-            }],
+            devices: vec![device],
             ..Default::default()
         }
     }

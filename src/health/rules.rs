@@ -483,29 +483,16 @@ mod tests {
 
     #[test]
     fn the_temperature_margin_makes_a_finding_only_when_set_and_inside_it() {
-        use crate::model::{DeviceIdentity, Vendor};
-        let device = crate::model::DeviceSnapshot {
-            identity: DeviceIdentity {
-                index: 0,
-                uuid: "GPU-0".into(),
-                vendor: Vendor::Nvidia,
-                name: "test".into(),
-                pci_bus_id: "0000:19:00.0".into(),
-                driver_version: "1".into(),
-                serial: None,
-                inventory: Default::default(),
-            },
-            up: true,
-            lost: false,
-            last_good_poll: None,
-            readings: Some(DeviceReadings {
+        let device = crate::model::DeviceSnapshot::for_test(
+            0,
+            crate::model::Vendor::Nvidia,
+            "0000:19:00.0",
+            DeviceReadings {
                 temperatures: vec![("gpu", 85.0)],
                 temperature_thresholds: vec![("slowdown", 87.0)],
                 ..Default::default()
-            }),
-            hw_slowdown_seen: None,
-            health: Default::default(),
-        };
+            },
+        );
         let reasons = |margin: Option<f64>| -> Vec<&'static str> {
             crate::health::findings(&Seen {
                 device: &device,

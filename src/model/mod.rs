@@ -294,6 +294,34 @@ pub struct DeviceSnapshot {
     pub health: health::DeviceHealth,
 }
 
+#[cfg(test)]
+impl DeviceSnapshot {
+    /// A GPU for unit tests, answering with `readings`: uuid `GPU-N` (`AMD-N` for AMD).
+    pub(crate) fn for_test(index: u32, vendor: Vendor, pci_bus_id: &str, readings: DeviceReadings) -> DeviceSnapshot {
+        DeviceSnapshot {
+            identity: DeviceIdentity {
+                index,
+                uuid: match vendor {
+                    Vendor::Amd => format!("AMD-{index}"),
+                    _ => format!("GPU-{index}"),
+                },
+                vendor,
+                name: "test".into(),
+                pci_bus_id: pci_bus_id.into(),
+                driver_version: "1".into(),
+                serial: None,
+                inventory: Default::default(),
+            },
+            up: true,
+            lost: false,
+            last_good_poll: None,
+            readings: Some(readings),
+            hw_slowdown_seen: None,
+            health: Default::default(),
+        }
+    }
+}
+
 impl DeviceSnapshot {
     /// The readings of a GPU that answered its latest poll; `None` for one that did not (the
     /// one place that says readings count only with `up`).
