@@ -70,7 +70,8 @@ pub enum DbError {
 }
 
 impl DbError {
-    fn sqlite(path: &Path) -> impl FnOnce(rusqlite::Error) -> DbError + '_ {
+    /// The error of a SQLite call on the file at `path`.
+    pub fn sqlite(path: &Path) -> impl Fn(rusqlite::Error) -> DbError + '_ {
         move |source| DbError::Sqlite {
             path: path.to_path_buf(),
             source,

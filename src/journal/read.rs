@@ -165,10 +165,7 @@ pub fn xid_counts(conn: &Connection, boot_id: &str) -> rusqlite::Result<SeedCoun
 /// What a restart in boot `boot_id` takes over (read-only).
 pub fn seed(path: &Path, boot_id: &str) -> Result<Seed, DbError> {
     let conn = db::open_read_only(path)?;
-    let err = |source| DbError::Sqlite {
-        path: path.to_path_buf(),
-        source,
-    };
+    let err = DbError::sqlite(path);
     let kmsg_sequence: Option<i64> = conn
         .query_row("SELECT kmsg_sequence FROM boots WHERE boot_id = ?1", [boot_id], |r| {
             r.get(0)
@@ -177,9 +174,9 @@ pub fn seed(path: &Path, boot_id: &str) -> Result<Seed, DbError> {
             rusqlite::Error::QueryReturnedNoRows => Ok(None),
             other => Err(other),
         })
-        .map_err(err)?;
+        .map_err(&err)?;
     Ok(Seed {
-        xid_counts: xid_counts(&conn, boot_id).map_err(err)?,
+        xid_counts: xid_counts(&conn, boot_id).map_err(&err)?,
         kmsg_sequence: kmsg_sequence.filter(|s| *s > 0).map(|s| s as u64),
     })
 }
@@ -220,10 +217,7 @@ pub fn timeline(path: &Path, now: f64) -> Result<std::collections::BTreeMap<Stri
             ..Default::default()
         },
     )
-    .map_err(|source| DbError::Sqlite {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    .map_err(DbError::sqlite(path))?;
     let mut by_gpu: std::collections::BTreeMap<String, Vec<Row>> = Default::default();
     for row in rows.into_iter().rev() {
         let list = by_gpu.entry(row.gpu_uuid.clone().unwrap_or_default()).or_default();

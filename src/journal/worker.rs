@@ -140,8 +140,8 @@ pub struct Failure {
     pub moved_aside: Option<PathBuf>,
 }
 
-impl Failure {
-    fn from_db(e: &DbError) -> Failure {
+impl From<DbError> for Failure {
+    fn from(e: DbError) -> Failure {
         Failure {
             message: e.to_string(),
             advice: e.advice().to_string(),
@@ -149,7 +149,9 @@ impl Failure {
             moved_aside: None,
         }
     }
+}
 
+impl Failure {
     fn of_worker(what: String) -> Failure {
         Failure {
             message: format!("the journal worker ({SELF} {SUBCOMMAND}): {what}"),
@@ -252,7 +254,7 @@ fn answer(request: Request) -> Reply {
         Request::Open { path, boot_id } => open(&path, &boot_id),
         Request::Write(batch) => write(&batch),
         Request::Seed { path, boot_id } => {
-            let seed = read::seed(&path, &boot_id).map_err(|e| Failure::from_db(&e))?;
+            let seed = read::seed(&path, &boot_id)?;
             Ok(Answer::Seed {
                 xid_counts: seed.xid_counts.into_iter().map(count_of_seed).collect(),
                 kmsg_sequence: seed.kmsg_sequence,
@@ -260,7 +262,7 @@ fn answer(request: Request) -> Reply {
         }
         Request::Timeline { path, now } => read::timeline(&path, now)
             .map(|rows| Answer::Timeline { rows })
-            .map_err(|e| Failure::from_db(&e)),
+            .map_err(Failure::from),
         Request::Events {
             path,
             since,
@@ -281,16 +283,16 @@ fn open_for_writing(path: &Path) -> Result<(Connection, Option<(String, PathBuf)
         Ok(conn) => Ok((conn, None)),
         Err(e) if e.is_corrupt() => {
             let aside = move_aside(path, &e)?;
-            let conn = db::open_for_writing(path).map_err(|e| Failure::from_db(&e))?;
+            let conn = db::open_for_writing(path)?;
             Ok((conn, Some((e.to_string(), aside))))
         }
-        Err(e) => Err(Failure::from_db(&e)),
+        Err(e) => Err(e.into()),
     }
 }
 
 fn move_aside(path: &Path, e: &DbError) -> Result<PathBuf, Failure> {
     db::move_aside(path).map_err(|io| {
-        Failure::from_db(&DbError::Corrupt {
+        Failure::from(DbError::Corrupt {
             path: path.to_path_buf(),
             detail: format!("{e}; moving it aside failed: {io}"),
         })
@@ -299,15 +301,10 @@ fn move_aside(path: &Path, e: &DbError) -> Result<PathBuf, Failure> {
 
 fn open(path: &Path, boot_id: &str) -> Reply {
     let (conn, moved_aside) = open_for_writing(path)?;
-    let sqlite = |source| {
-        Failure::from_db(&DbError::Sqlite {
-            path: path.to_path_buf(),
-            source,
-        })
-    };
-    let facts = read::load_facts(&conn).map_err(sqlite)?;
-    let xid_counts = read::xid_counts(&conn, boot_id).map_err(sqlite)?;
-    let bytes = db::used_bytes(&conn).map_err(sqlite)?;
+    let sqlite = DbError::sqlite(path);
+    let facts = read::load_facts(&conn).map_err(&sqlite)?;
+    let xid_counts = read::xid_counts(&conn, boot_id).map_err(&sqlite)?;
+    let bytes = db::used_bytes(&conn).map_err(&sqlite)?;
     Ok(Answer::Opened {
         facts,
         xid_counts: xid_counts.into_iter().map(count_of_seed).collect(),
@@ -328,28 +325,20 @@ fn write(batch: &Batch) -> Reply {
             moved_aside: Some(aside),
         });
     }
-    let written = batch.write(&mut conn).map_err(|source| DbError::Sqlite {
-        path: batch.path.clone(),
-        source,
-    });
-    let (rows, xid_rows) = match written {
+    let sqlite = DbError::sqlite(&batch.path);
+    let (rows, xid_rows) = match batch.write(&mut conn).map_err(&sqlite) {
         Ok(written) => written,
         Err(e) if e.is_corrupt() => {
             drop(conn);
             let aside = move_aside(&batch.path, &e)?;
-            let mut failure = Failure::from_db(&e);
+            let mut failure = Failure::from(e);
             failure.moved_aside = Some(aside);
             return Err(failure);
         }
-        Err(e) => return Err(Failure::from_db(&e)),
+        Err(e) => return Err(e.into()),
     };
     let bytes = match &batch.prune {
-        Some(prune) => Some(db::prune(&conn, prune.oldest, prune.max_bytes).map_err(|source| {
-            Failure::from_db(&DbError::Sqlite {
-                path: batch.path.clone(),
-                source,
-            })
-        })?),
+        Some(prune) => Some(db::prune(&conn, prune.oldest, prune.max_bytes).map_err(&sqlite)?),
         None => None,
     };
     Ok(Answer::Written { rows, xid_rows, bytes })
@@ -468,13 +457,8 @@ fn join_xid(
 }
 
 fn events(path: &Path, since: Option<f64>, gpu: Option<String>, kinds: Vec<Kind>, limit: usize) -> Reply {
-    let conn = db::open_read_only(path).map_err(|e| Failure::from_db(&e))?;
-    let sqlite = |source| {
-        Failure::from_db(&DbError::Sqlite {
-            path: path.to_path_buf(),
-            source,
-        })
-    };
+    let conn = db::open_read_only(path)?;
+    let sqlite = DbError::sqlite(path);
     let mut query = read::Query {
         since,
         gpus: Vec::new(),
@@ -482,11 +466,11 @@ fn events(path: &Path, since: Option<f64>, gpu: Option<String>, kinds: Vec<Kind>
         limit,
     };
     if let Some(gpu) = gpu {
-        match read::find_gpu(&conn, &read::GpuSelector::parse(&gpu)).map_err(sqlite)? {
+        match read::find_gpu(&conn, &read::GpuSelector::parse(&gpu)).map_err(&sqlite)? {
             Some(facts) => query.gpus = vec![facts.uuid],
             None => return Ok(Answer::Events { rows: None }),
         }
     }
-    let rows = read::events(&conn, &query).map_err(sqlite)?;
+    let rows = read::events(&conn, &query).map_err(&sqlite)?;
     Ok(Answer::Events { rows: Some(rows) })
 }
