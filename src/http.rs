@@ -43,6 +43,17 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest request head we read.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
+/// HTTP/1 connections as every listener serves them: a client has [`HEADER_READ_TIMEOUT`]
+/// to send its request head, of at most [`MAX_HEADER_BYTES`].
+pub fn connection_builder() -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_HEADER_BYTES);
+    builder
+}
+
 /// Serves `app` until `stop`, then lets requests in flight finish for up to `drain` and
 /// returns.
 pub async fn serve(
@@ -52,11 +63,7 @@ pub async fn serve(
     stop: crate::stop::Stop,
     drain: Duration,
 ) {
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .max_buf_size(MAX_HEADER_BYTES);
+    let builder = connection_builder();
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     // The most connections open at once since the last trim, kept at accept time so that a

@@ -6,13 +6,13 @@
 //!
 //! Hostile shapes: a file, link or directory at the path is left alone (only a stale socket
 //! is replaced); a peer of another user is closed at once and counted in the log (rate
-//! limited); at most [`MAX_CONNECTIONS`] at once, each with the HTTP server's header timeout.
+//! limited); at most [`MAX_CONNECTIONS`] at once, each with the HTTP server's header timeout
+//! and size limit (`http::connection_builder`).
 
-use crate::http::{AppState, HEADER_READ_TIMEOUT, MAX_HEADER_BYTES};
+use crate::http::AppState;
 use axum::Router;
 use axum::routing::get;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -61,11 +61,7 @@ pub fn bind(path: &Path) -> Result<UnixListener, LocalApiError> {
 
 /// Serves until `stop`, then removes the socket.
 pub async fn serve(listener: UnixListener, path: PathBuf, app: Router, stop: crate::stop::Stop) {
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .max_buf_size(MAX_HEADER_BYTES);
+    let builder = crate::http::connection_builder();
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut refused = crate::logging::RateLimiter::new(Duration::from_secs(60));
     let own_uid = own_uid();
