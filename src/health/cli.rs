@@ -100,21 +100,11 @@ pub fn exit_code(verdict: &NodeVerdict) -> i32 {
 pub fn text(verdict: &NodeVerdict) -> String {
     let mut out = String::new();
     let unhealthy: Vec<String> = verdict
-        .gpus
-        .iter()
-        .flat_map(|g| {
-            g.findings
-                .iter()
-                .filter(|f| f.severity == "unhealthy")
-                .map(move |f| format!("GPU {} {}", g.index, f.reason))
+        .at("unhealthy")
+        .map(|(gpu, f)| match gpu {
+            Some(g) => format!("GPU {} {}", g.index, f.reason),
+            None => format!("node {}", f.reason),
         })
-        .chain(
-            verdict
-                .node_findings
-                .iter()
-                .filter(|f| f.severity == "unhealthy")
-                .map(|f| format!("node {}", f.reason)),
-        )
         .collect();
     if unhealthy.is_empty() {
         out.push_str(&format!("{}: {}\n", verdict.state, verdict.summary));

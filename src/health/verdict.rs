@@ -81,27 +81,27 @@ pub fn of(snapshot: &Snapshot) -> NodeVerdict {
 }
 
 impl NodeVerdict {
-    /// The findings at `state` (unhealthy, say), as one short line each: "GPU 3
-    /// (GPU-5f2c..., 0000:19:00.0) xid_fatal: fatal XID since boot: Xid 48 ...".
-    pub fn lines_at(&self, state: &str) -> Vec<String> {
-        let mut lines: Vec<String> = self
+    /// The findings at `state` (unhealthy, say), each with its GPU (None: the node's own).
+    pub fn at<'a>(&'a self, state: &'a str) -> impl Iterator<Item = (Option<&'a GpuVerdict>, &'a FindingView)> + 'a {
+        let gpus = self
             .gpus
             .iter()
-            .flat_map(|g| {
-                g.findings.iter().filter(|f| f.severity == state).map(move |f| {
-                    format!(
-                        "GPU {} ({}, {}) {}: {}",
-                        g.index, g.uuid, g.pci_bus_id, f.reason, f.message
-                    )
-                })
+            .flat_map(|g| g.findings.iter().map(move |f| (Some(g), f)));
+        let node = self.node_findings.iter().map(|f| (None, f));
+        gpus.chain(node).filter(move |(_, f)| f.severity == state)
+    }
+
+    /// The findings at `state` as one line each: "GPU 3 (GPU-5f2c..., 0000:19:00.0)
+    /// xid_fatal: fatal XID since boot: Xid 48 ...", "node gpu_missing: ...".
+    pub fn lines_at(&self, state: &str) -> Vec<String> {
+        self.at(state)
+            .map(|(gpu, f)| match gpu {
+                Some(g) => format!(
+                    "GPU {} ({}, {}) {}: {}",
+                    g.index, g.uuid, g.pci_bus_id, f.reason, f.message
+                ),
+                None => format!("node {}: {}", f.reason, f.message),
             })
-            .collect();
-        lines.extend(
-            self.node_findings
-                .iter()
-                .filter(|f| f.severity == state)
-                .map(|f| format!("node {}: {}", f.reason, f.message)),
-        );
-        lines
+            .collect()
     }
 }
