@@ -9,7 +9,7 @@
 
 use crate::config::RulePolicy;
 use crate::model::Snapshot;
-use crate::model::health::Finding;
+use crate::model::health::{Finding, RULE_REASONS};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
@@ -50,16 +50,13 @@ impl Debouncer {
         let slack = poll_interval / 2;
         for device in &mut snapshot.devices {
             let uuid = device.identity.uuid.clone();
-            for (reason, policy) in rules {
-                let seen = device.health.findings.iter().position(|f| f.reason == reason.as_str());
-                let key_reason = match seen {
-                    Some(i) => device.health.findings[i].reason,
-                    None => match self.tracks.keys().find(|(u, r)| u == &uuid && *r == reason.as_str()) {
-                        Some((_, r)) => *r,
-                        None => continue,
-                    },
+            for (name, policy) in rules {
+                // The config takes only the rules' reasons; this gives the one with a 'static life.
+                let Some(reason) = RULE_REASONS.iter().copied().find(|r| r == name) else {
+                    continue;
                 };
-                let key = (uuid.clone(), key_reason);
+                let seen = device.health.findings.iter().position(|f| f.reason == reason);
+                let key = (uuid.clone(), reason);
                 match seen {
                     Some(i) => {
                         let finding = device.health.findings[i].clone();
