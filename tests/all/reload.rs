@@ -6,24 +6,6 @@ use crate::common;
 use common::*;
 use std::time::{Duration, Instant};
 
-const SIGHUP: i32 = 1;
-
-/// Rewrites the daemon's config with `edit` applied, sends SIGHUP, and waits for the log to
-/// say the reload was taken.
-fn reload(d: &Daemon, edit: impl Fn(&str) -> String) {
-    let config = std::fs::read_to_string(d.config_path()).unwrap();
-    let edited = edit(&config);
-    assert_ne!(config, edited, "the edit changed nothing");
-    std::fs::write(d.config_path(), edited).unwrap();
-    let reloads = d.log_text().matches("reloaded the config").count();
-    d.signal(SIGHUP);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while d.log_text().matches("reloaded the config").count() == reloads {
-        assert!(Instant::now() < deadline, "no reload; log:\n{}", d.log_text());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The counters and histogram counts of a scrape, to compare across a reload.
 fn counters(m: &Metrics) -> Vec<(String, f64)> {
     m.samples

@@ -261,15 +261,6 @@ fn wait_for_node(slurm: &Slurm, what: &str, within: Duration, check: impl Fn(&st
     }
 }
 
-/// Rewrites the daemon's config with `edit` and reloads it (SIGHUP), waiting for the log.
-fn reload(d: &Daemon, edit: impl Fn(&str) -> String) {
-    let config = std::fs::read_to_string(d.config_path()).unwrap();
-    std::fs::write(d.config_path(), edit(&config)).unwrap();
-    let reloads = d.log_text().matches("reloaded the config").count();
-    d.signal(1);
-    d.wait_for_log("reloaded the config", reloads + 1, Duration::from_secs(10));
-}
-
 #[test]
 fn the_health_check_drains_on_an_unhealthy_gpu_resumes_after_and_leaves_an_admins_drain_alone() {
     const INTERVAL: u64 = 3;

@@ -9,8 +9,6 @@ use std::os::unix::net::UnixDatagram;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const SIGHUP: i32 = 1;
-
 /// A socket that plays systemd's NOTIFY_SOCKET.
 struct NotifySocket {
     _dir: tempfile::TempDir,
