@@ -123,3 +123,51 @@ fn a_file_at_the_socket_path_is_left_alone_and_a_stale_socket_replaced() {
         .unwrap();
     assert_ne!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
 }
+
+#[test]
+fn a_socket_that_never_answers_or_answers_garbage_is_an_unknown_verdict_in_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    // Accepts and then says nothing: the client gives up after its 3 s and exits 2.
+    let silent = dir.path().join("silent.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&silent).unwrap();
+    let holder = std::thread::spawn(move || {
+        let held = listener.accept();
+        std::thread::sleep(Duration::from_secs(6));
+        drop(held);
+    });
+    let started = std::time::Instant::now();
+    let out = Command::new(BIN)
+        .arg("health")
+        .arg("--socket")
+        .arg(&silent)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("unknown:"));
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    holder.join().unwrap();
+    // Answers bytes that are not HTTP, then a 200 that is not the verdict: unknown both times.
+    for answer in [
+        &b"\xff\xfe\x00 not http at all"[..],
+        b"HTTP/1.1 200 OK\r\n\r\n{\"state\": 7}",
+    ] {
+        let path = dir.path().join(format!("garbage-{}.sock", answer.len()));
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let answer = answer.to_vec();
+        let server = std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut request = [0u8; 512];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(&answer);
+        });
+        let out = Command::new(BIN)
+            .arg("health")
+            .arg("--socket")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
+        server.join().unwrap();
+    }
+}
