@@ -74,6 +74,40 @@ pub struct Health {
     /// (`temperature_near_slowdown`); unset: no such finding (the alert still warns at 5 C).
     #[serde(deserialize_with = "temperature_margin")]
     pub temperature_margin_c: Option<f64>,
+    /// Per error counter: more errors than this within the last hour make a GPU degraded
+    /// (`ecc_corrected_rate`, `nvlink_error_rate`, `pcie_replay_rate`); unset: no such finding.
+    #[serde(deserialize_with = "error_rates")]
+    pub error_rates: crate::model::health::ErrorRateLimits,
+}
+
+/// `health.error_rates`: each limit a whole number of errors an hour.
+fn error_rates<'de, D: Deserializer<'de>>(d: D) -> Result<crate::model::health::ErrorRateLimits, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Written {
+        #[serde(default)]
+        ecc_corrected: Option<serde_json::Value>,
+        #[serde(default)]
+        nvlink: Option<serde_json::Value>,
+        #[serde(default)]
+        pcie_replay: Option<serde_json::Value>,
+    }
+    fn count<E: serde::de::Error>(key: &str, value: Option<serde_json::Value>) -> Result<Option<u64>, E> {
+        let Some(value) = value else {
+            return Ok(None);
+        };
+        value.as_u64().map(Some).ok_or_else(|| {
+            E::custom(format!(
+                "health.error_rates.{key} is {value}; write a whole number of errors an hour (0 or more)"
+            ))
+        })
+    }
+    let written = Written::deserialize(d)?;
+    Ok(crate::model::health::ErrorRateLimits {
+        ecc_corrected: count("ecc_corrected", written.ecc_corrected)?,
+        nvlink: count("nvlink", written.nvlink)?,
+        pcie_replay: count("pcie_replay", written.pcie_replay)?,
+    })
 }
 
 fn temperature_margin<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
@@ -1200,6 +1234,36 @@ mod tests {
         let e = parse("health:\n  temperature_margin_c: 80\n").unwrap_err();
         assert_eq!(e.line, Some(2), "{e}");
         assert!(e.message.contains("0 to 50"), "{e}");
+    }
+
+    #[test]
+    fn error_rate_limits_are_off_by_default_and_checked_where_written() {
+        assert_eq!(Config::default().health.error_rates, Default::default());
+        let c = parse("health:\n  error_rates:\n    ecc_corrected: 1000\n    pcie_replay: 100\n").unwrap();
+        assert_eq!(c.health.error_rates.ecc_corrected, Some(1000));
+        assert_eq!(c.health.error_rates.pcie_replay, Some(100));
+        assert_eq!(c.health.error_rates.nvlink, None);
+        for (text, line, says) in [
+            (
+                "health:\n  error_rates:\n    ecc_correctable: 10\n",
+                3,
+                "ecc_correctable",
+            ),
+            (
+                "health:\n  error_rates:\n    nvlink: -1\n",
+                3,
+                "health.error_rates.nvlink is -1; write a whole number",
+            ),
+            (
+                "health:\n  error_rates:\n    nvlink: lots\n",
+                3,
+                "health.error_rates.nvlink is \"lots\"",
+            ),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.line, Some(line), "{text}: {e}");
+            assert!(e.message.contains(says), "{text}: {e}");
+        }
     }
 
     #[test]

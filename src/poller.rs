@@ -136,6 +136,8 @@ pub struct Coordinator {
     xid_events: Option<XidEvents>,
     /// When each GPU last showed a hardware power slowdown (state across rounds).
     hw_slowdown: crate::clock_events::HwSlowdownTracker,
+    /// How each GPU's error counters grew within the last hour (state across rounds).
+    error_rates: crate::health::rates::ErrorRateTracker,
     /// What the current backends were made from; None before the first round.
     made_from: Option<BackendSettings>,
     /// Switches the pollers read at every poll, set from the settings at every round.
@@ -163,6 +165,7 @@ impl Coordinator {
             publisher,
             xid_events,
             hw_slowdown: Default::default(),
+            error_rates: Default::default(),
             made_from: None,
             live: LiveSwitches::default(),
             backends: Vec::new(),
@@ -444,10 +447,12 @@ impl Coordinator {
                 last_good_poll: w.last_good_poll,
                 readings: w.readings.clone(),
                 hw_slowdown_seen: None,
+                error_growth: Default::default(),
                 health: Default::default(),
             })
             .collect();
         self.hw_slowdown.track(&mut devices);
+        self.error_rates.track(&mut devices, std::time::Instant::now());
         let processes = &self.settings.current().config.processes;
         if processes.per_process {
             crate::attribution::processes::describe(&mut devices, processes);

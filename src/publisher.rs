@@ -35,8 +35,7 @@ pub struct RoundPart {
 /// What a snapshot takes from the settings and the host, beside the round and the sources.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
-    pub xid_critical_hold: std::time::Duration,
-    pub temperature_margin: Option<f64>,
+    pub health_limits: crate::model::health::Limits,
     /// The node's host name (dcgm-exporter's `Hostname` label).
     pub hostname: String,
 }
@@ -44,8 +43,11 @@ pub struct Options {
 impl Options {
     pub fn from_config(config: &crate::config::Config, hostname: &str) -> Options {
         Options {
-            xid_critical_hold: config.xid.critical_hold,
-            temperature_margin: config.health.temperature_margin_c,
+            health_limits: crate::model::health::Limits {
+                critical_hold: config.xid.critical_hold,
+                temperature_margin: config.health.temperature_margin_c,
+                error_rates: config.health.error_rates,
+            },
             hostname: hostname.to_string(),
         }
     }
@@ -63,8 +65,7 @@ pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generatio
         persistence_attempts: round.persistence_attempts.clone(),
         round_duration: round.round_duration.clone(),
         xid: inputs.xid.clone(),
-        xid_critical_hold: options.xid_critical_hold,
-        temperature_margin: options.temperature_margin,
+        health_limits: options.health_limits,
         hostname: options.hostname.clone(),
         probe: inputs.probe.clone(),
         pci_gpus: (*inputs.pci).clone(),

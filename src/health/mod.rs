@@ -8,6 +8,7 @@
 
 pub mod cli;
 pub mod debounce;
+pub mod rates;
 pub mod rules;
 pub mod verdict;
 
@@ -104,8 +105,7 @@ fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding>
         device,
         xids: snapshot.xid.for_bus(&device.identity.pci_bus_id),
         probe: snapshot.probe.reports.get(&device.identity.uuid),
-        critical_hold: snapshot.xid_critical_hold,
-        temperature_margin: snapshot.temperature_margin,
+        limits: &snapshot.health_limits,
         now: SystemTime::now(),
     })
 }

@@ -8,7 +8,7 @@
 //! The next step (operator policy) makes severities and thresholds configurable from here.
 
 use crate::clock_events::{HW_POWER_REASONS, THERMAL_REASONS};
-use crate::model::health::HealthState;
+use crate::model::health::{ErrorCounter, HealthState, Limits};
 use crate::model::probe::ProbeReport;
 use crate::model::xid::{Severity, XidCount};
 use crate::model::{DeviceReadings, DeviceSnapshot, EccScope, EccType};
@@ -26,10 +26,8 @@ pub struct Seen<'a> {
     pub xids: &'a [XidCount],
     /// Its last scheduled probe.
     pub probe: Option<&'a ProbeReport>,
-    /// How long a critical XID counts after it was last seen (`xid.critical_hold`).
-    pub critical_hold: Duration,
-    /// `health.temperature_margin_c`.
-    pub temperature_margin: Option<f64>,
+    /// The operator's thresholds.
+    pub limits: &'a Limits,
     pub now: SystemTime,
 }
 
@@ -103,7 +101,7 @@ fn xid_critical(seen: &Seen) -> Option<Hit> {
     let recent = |x: &&XidCount| {
         seen.now
             .duration_since(x.last_seen)
-            .map(|age| age <= seen.critical_hold)
+            .map(|age| age <= seen.limits.critical_hold)
             .unwrap_or(true)
     };
     let critical = seen
@@ -152,7 +150,7 @@ fn thermal_slowdown(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
 }
 
 fn temperature_near_slowdown(seen: &Seen, r: &DeviceReadings) -> Option<Hit> {
-    let margin = seen.temperature_margin?;
+    let margin = seen.limits.temperature_margin?;
     let (temperature, slowdown) = (r.die_temperature()?, r.threshold("slowdown")?);
     (slowdown - temperature < margin).then(|| {
         format!(
@@ -214,6 +212,49 @@ fn ecc_uncorrectable(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
     let plural = if n == 1 { "" } else { "s" };
     Some(
         format!("{n} uncorrectable ECC error{plural} since the driver loaded: drain the node and reset the GPU").into(),
+    )
+}
+
+/// "412 corrected ECC errors in the last 60 min (health.error_rates.ecc_corrected is 100
+/// an hour)": more of the counter's errors within the last hour than the operator allows.
+fn error_rate(seen: &Seen, counter: ErrorCounter, what: &str, action: &str) -> Option<Hit> {
+    let limit = seen.limits.error_rates.get(counter)?;
+    let growth = seen.device.error_growth.get(counter).filter(|g| g.errors > limit)?;
+    Some(
+        format!(
+            "{} {what} in the last {} min (health.error_rates.{} is {limit} an hour): {action}",
+            growth.errors,
+            growth.over.as_secs().div_ceil(60).max(1),
+            counter.key()
+        )
+        .into(),
+    )
+}
+
+fn ecc_corrected_rate(seen: &Seen, _: &DeviceReadings) -> Option<Hit> {
+    error_rate(
+        seen,
+        ErrorCounter::EccCorrected,
+        "corrected ECC errors",
+        "the memory is wearing; watch for row remaps and uncorrectable errors, and plan to drain it for the vendor's diagnostics",
+    )
+}
+
+fn pcie_replay_rate(seen: &Seen, _: &DeviceReadings) -> Option<Hit> {
+    error_rate(
+        seen,
+        ErrorCounter::PcieReplay,
+        "PCIe replays",
+        "the link is retransmitting; reseat the GPU, check the riser and slot",
+    )
+}
+
+fn nvlink_error_rate(seen: &Seen, _: &DeviceReadings) -> Option<Hit> {
+    error_rate(
+        seen,
+        ErrorCounter::Nvlink,
+        "NVLink errors (CRC, replay, recovery over its links)",
+        "see which link with nvidia-smi nvlink -e (or gpu_nvlink_link_errors_total); reset the GPU, reseat or service the baseboard if it goes on",
     )
 }
 
@@ -366,6 +407,15 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(pcie_width_degraded),
     },
     Rule {
+        reason: "pcie_replay_rate",
+        severity: Degraded,
+        worse_when: None,
+        when: "more PCIe replays within the last hour than `health.error_rates.pcie_replay` (off unless set)",
+        action: "reseat the GPU; check riser and slot",
+        ends: false,
+        check: Check::Readings(pcie_replay_rate),
+    },
+    Rule {
         reason: "persistence_off",
         severity: Degraded,
         worse_when: None,
@@ -382,6 +432,15 @@ pub const RULES: &[Rule] = &[
         action: "drain and reset the GPU",
         ends: false,
         check: Check::Readings(ecc_uncorrectable),
+    },
+    Rule {
+        reason: "ecc_corrected_rate",
+        severity: Degraded,
+        worse_when: None,
+        when: "more corrected ECC errors within the last hour than `health.error_rates.ecc_corrected` (off unless set)",
+        action: "watch for row remaps and uncorrectable errors; plan a drain for the vendor's diagnostics",
+        ends: false,
+        check: Check::Readings(ecc_corrected_rate),
     },
     Rule {
         reason: "row_remap_pending",
@@ -409,6 +468,15 @@ pub const RULES: &[Rule] = &[
         action: "`nvidia-smi nvlink -s`, the kernel log (Xid 74); reset the GPU; if it stays down, reseat or service the baseboard",
         ends: false,
         check: Check::Readings(nvlink_down),
+    },
+    Rule {
+        reason: "nvlink_error_rate",
+        severity: Degraded,
+        worse_when: None,
+        when: "more NVLink errors (CRC, replay, recovery, summed over the links) within the last hour than `health.error_rates.nvlink` (off unless set)",
+        action: "find the link (`nvidia-smi nvlink -e`); reset the GPU; reseat or service the baseboard if it goes on",
+        ends: false,
+        check: Check::Readings(nvlink_error_rate),
     },
     Rule {
         reason: "fabric_not_ready",
@@ -498,8 +566,11 @@ mod tests {
                 device: &device,
                 xids: &[],
                 probe: None,
-                critical_hold: Duration::from_secs(3600),
-                temperature_margin: margin,
+                limits: &Limits {
+                    critical_hold: Duration::from_secs(3600),
+                    temperature_margin: margin,
+                    ..Default::default()
+                },
                 now: SystemTime::now(),
             })
             .iter()

@@ -43,7 +43,7 @@ pub struct DeviceHealth {
 
 /// The per-GPU rules' reasons, in the rules' order (health::rules::RULES; a test there holds
 /// the two equal): the keys `health.rules` of the config accepts.
-pub const RULE_REASONS: [&str; 15] = [
+pub const RULE_REASONS: [&str; 18] = [
     "xid_fatal",
     "xid_critical",
     "gpu_lost",
@@ -52,11 +52,98 @@ pub const RULE_REASONS: [&str; 15] = [
     "temperature_near_slowdown",
     "hw_slowdown",
     "pcie_width_degraded",
+    "pcie_replay_rate",
     "persistence_off",
     "ecc_uncorrectable",
+    "ecc_corrected_rate",
     "row_remap_pending",
     "row_remap_failed",
     "nvlink_down",
+    "nvlink_error_rate",
     "fabric_not_ready",
     "probe_failed",
 ];
+
+/// The operator's thresholds the rules read (config `xid.critical_hold` and `health.*`),
+/// carried by the snapshot they were applied to.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Limits {
+    /// How long a critical XID keeps its GPU degraded.
+    pub critical_hold: std::time::Duration,
+    /// `health.temperature_margin_c`: the headroom below slowdown that makes a GPU degraded.
+    pub temperature_margin: Option<f64>,
+    /// `health.error_rates`.
+    pub error_rates: ErrorRateLimits,
+}
+
+/// An error counter whose growth the operator can put a limit on (`health.error_rates`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCounter {
+    /// Corrected (single-bit) ECC errors, volatile (since the driver loaded).
+    EccCorrected,
+    /// NVLink CRC, replay and recovery errors, summed over the GPU's links.
+    Nvlink,
+    /// PCIe replays (the link retransmitted a packet).
+    PcieReplay,
+}
+
+impl ErrorCounter {
+    pub const ALL: [ErrorCounter; 3] = [
+        ErrorCounter::EccCorrected,
+        ErrorCounter::Nvlink,
+        ErrorCounter::PcieReplay,
+    ];
+
+    /// Its key under `health.error_rates`.
+    pub fn key(self) -> &'static str {
+        match self {
+            ErrorCounter::EccCorrected => "ecc_corrected",
+            ErrorCounter::Nvlink => "nvlink",
+            ErrorCounter::PcieReplay => "pcie_replay",
+        }
+    }
+
+    fn slot(self) -> usize {
+        self as usize
+    }
+}
+
+/// The operator's limits on error counters: more errors than this within the last hour make
+/// the GPU degraded. `None` (the default) for a counter: no such finding.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ErrorRateLimits {
+    pub ecc_corrected: Option<u64>,
+    pub nvlink: Option<u64>,
+    pub pcie_replay: Option<u64>,
+}
+
+impl ErrorRateLimits {
+    pub fn get(&self, counter: ErrorCounter) -> Option<u64> {
+        match counter {
+            ErrorCounter::EccCorrected => self.ecc_corrected,
+            ErrorCounter::Nvlink => self.nvlink,
+            ErrorCounter::PcieReplay => self.pcie_replay,
+        }
+    }
+}
+
+/// How much a counter grew within the last hour, as far as the daemon has watched it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Growth {
+    pub errors: u64,
+    /// Since when it was counted: an hour, or less after a start or a counter reset.
+    pub over: std::time::Duration,
+}
+
+/// Each [`ErrorCounter`]'s growth on one GPU; `None` where the GPU does not count it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ErrorGrowth([Option<Growth>; 3]);
+
+impl ErrorGrowth {
+    pub fn get(&self, counter: ErrorCounter) -> Option<Growth> {
+        self.0[counter.slot()]
+    }
+    pub fn set(&mut self, counter: ErrorCounter, growth: Option<Growth>) {
+        self.0[counter.slot()] = growth;
+    }
+}

@@ -288,6 +288,9 @@ pub struct DeviceSnapshot {
     /// growth of its driver counter: the publisher keeps it across rounds.
     #[serde(skip)]
     pub hw_slowdown_seen: Option<std::time::Instant>,
+    /// How its error counters grew within the last hour: the poller keeps it across rounds.
+    #[serde(skip)]
+    pub error_growth: health::ErrorGrowth,
     /// The verdict over everything the snapshot knows about this GPU (readings, XIDs, the
     /// last probe), computed once when the snapshot is put together.
     #[serde(skip)]
@@ -317,6 +320,7 @@ impl DeviceSnapshot {
             last_good_poll: None,
             readings: Some(readings),
             hw_slowdown_seen: None,
+            error_growth: Default::default(),
             health: Default::default(),
         }
     }
@@ -449,10 +453,8 @@ pub struct Snapshot {
     pub round_duration: DurationHistogram,
     /// XID counts by PCI bus id, and the state of their sources.
     pub xid: xid::XidSnapshot,
-    /// How long a critical XID keeps a GPU degraded (xid.critical_hold).
-    pub xid_critical_hold: std::time::Duration,
-    /// `health.temperature_margin_c`: the headroom below slowdown that makes a GPU degraded.
-    pub temperature_margin: Option<f64>,
+    /// The thresholds the health rules were applied with.
+    pub health_limits: health::Limits,
     /// Scheduled probe results and counters (empty outside the daemon).
     pub probe: std::sync::Arc<probe::ProbeSnapshot>,
     /// NVIDIA and AMD GPUs on the PCI bus (sysfs), to compare with the enumerated ones.

@@ -291,6 +291,7 @@ mod tests {
             up,
             lost: false,
             hw_slowdown_seen: None,
+            error_growth: Default::default(),
             health: Default::default(),
             last_good_poll: None,
             readings: Some(DeviceReadings {

@@ -154,6 +154,59 @@ fn a_rules_debounce_keeps_a_short_condition_from_raising_its_finding() {
 }
 
 #[test]
+fn error_rate_limits_raise_findings_only_when_set_and_crossed() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    // GPU 0's corrected ECC errors, PCIe replays and NVLink 0's CRC errors grow by 500.
+    let grown = edit_device(DEMO_SCENARIO, 0, |dev| {
+        dev.replacen("volatile: { corrected: 0,", "volatile: { corrected: 500,", 1)
+            .replacen("replay_counter: 0", "replay_counter: 500", 1)
+            .replacen("crc_flit: 0,", "crc_flit: 500,", 1)
+    });
+    d.set_scenario(&grown);
+    let reasons = |m: &Metrics, gpu: &str| -> Vec<String> {
+        m.find("gpu_health_reason", &[("gpu", gpu)])
+            .iter()
+            .filter(|s| s.value == 1.0)
+            .filter_map(|s| s.labels.get("reason").filter(|r| r.ends_with("_rate")).cloned())
+            .collect()
+    };
+    let m = d.scrape_until("the counters grew", |m| {
+        m.value("gpu_pcie_replay_errors_total", &[("gpu", "0")]) == Some(500.0)
+            && m.value("gpu_nvlink_errors_total", &[("gpu", "0"), ("type", "crc_flit")]) == Some(500.0)
+    });
+    assert!(
+        reasons(&m, "0").is_empty(),
+        "no limits by default: {:?}",
+        reasons(&m, "0")
+    );
+
+    // Limits under the growth: GPU 0 is degraded for each, GPU 1 (no errors) is not.
+    reload(&d, |c| {
+        format!("{c}health:\n  error_rates: {{ecc_corrected: 100, nvlink: 100, pcie_replay: 100}}\n")
+    });
+    let m = d.scrape_until("three rate findings", |m| reasons(m, "0").len() == 3);
+    let mut found = reasons(&m, "0");
+    found.sort();
+    assert_eq!(found, ["ecc_corrected_rate", "nvlink_error_rate", "pcie_replay_rate"]);
+    assert!(reasons(&m, "1").is_empty());
+    assert_eq!(m.value("gpu_health", &[("gpu", "0"), ("state", "degraded")]), Some(1.0));
+    let check = d.get("/api/v1/health", &[]).text();
+    assert!(
+        check.contains("500 corrected ECC errors in the last 1 min (health.error_rates.ecc_corrected is 100 an hour)"),
+        "{check}"
+    );
+
+    // Limits above it: the findings go.
+    reload(&d, |c| {
+        c.replace(
+            "ecc_corrected: 100, nvlink: 100, pcie_replay: 100",
+            "ecc_corrected: 1000, nvlink: 1000, pcie_replay: 500",
+        )
+    });
+    d.scrape_until("no rate findings", |m| reasons(m, "0").is_empty());
+}
+
+#[test]
 fn the_kernel_log_reader_follows_its_keys() {
     let d = Daemon::start(DEMO_SCENARIO);
     let other = d.dir.path().join("kmsg-2");
