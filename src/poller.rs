@@ -452,7 +452,8 @@ impl Coordinator {
             })
             .collect();
         self.hw_slowdown.track(&mut devices);
-        self.error_rates.track(&mut devices, std::time::Instant::now());
+        let clears = self.publisher.sources().clears.get();
+        self.error_rates.track(&mut devices, &clears, std::time::Instant::now());
         let processes = &self.settings.current().config.processes;
         if processes.per_process {
             crate::attribution::processes::describe(&mut devices, processes);

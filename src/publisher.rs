@@ -66,6 +66,7 @@ pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generatio
         round_duration: round.round_duration.clone(),
         xid: inputs.xid.clone(),
         health_limits: options.health_limits,
+        clears: inputs.clears.clone(),
         hostname: options.hostname.clone(),
         probe: inputs.probe.clone(),
         pci_gpus: (*inputs.pci).clone(),

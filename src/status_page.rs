@@ -309,7 +309,7 @@ fn probe_cell(snapshot: &Snapshot, d: &crate::model::DeviceSnapshot) -> String {
             None => "<small>not scheduled (probe.schedule)</small>".to_string(),
         };
     };
-    let when = ago(std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(report.started.max(0.0)));
+    let when = ago(crate::model::from_unix_seconds(report.started));
     let mut cell = match report.passed() {
         Some(true) => format!("pass <small>{when}</small>"),
         Some(false) => format!("<span class=\"hot\">FAIL</span> <small>{when}</small>"),

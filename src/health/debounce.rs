@@ -30,6 +30,9 @@ struct Track {
 pub struct Debouncer {
     /// By (GPU UUID, rule reason).
     tracks: HashMap<(String, &'static str), Track>,
+    /// The last operator's clear seen per GPU UUID (its time): a newer one lets go of the
+    /// findings held only by a rule's hold.
+    clears_seen: HashMap<String, f64>,
 }
 
 impl Debouncer {
@@ -50,6 +53,11 @@ impl Debouncer {
         let slack = poll_interval / 2;
         for device in &mut snapshot.devices {
             let uuid = device.identity.uuid.clone();
+            let clear = snapshot.clears.get(&uuid).map(|c| c.at);
+            let cleared_now = clear.is_some() && self.clears_seen.get(&uuid).copied() != clear;
+            if let Some(at) = clear {
+                self.clears_seen.insert(uuid.clone(), at);
+            }
             for (name, policy) in rules {
                 // The config takes only the rules' reasons; this gives the one with a 'static life.
                 let Some(reason) = RULE_REASONS.iter().copied().find(|r| r == name) else {
@@ -75,6 +83,10 @@ impl Debouncer {
                         if !track.raised {
                             device.health.findings.remove(i);
                         }
+                    }
+                    None if cleared_now => {
+                        // Held only by the hold: the operator says it is repaired.
+                        self.tracks.remove(&key);
                     }
                     None => {
                         let Some(track) = self.tracks.get_mut(&key) else {
@@ -104,6 +116,7 @@ impl Debouncer {
             snapshot.devices.iter().map(|d| d.identity.uuid.as_str()).collect();
         self.tracks
             .retain(|(uuid, reason), _| present.contains(uuid.as_str()) && rules.contains_key(*reason));
+        self.clears_seen.retain(|uuid, _| present.contains(uuid.as_str()));
     }
 }
 
@@ -212,5 +225,48 @@ mod tests {
                 assert_eq!(s.devices[0].health.state, HealthState::Degraded);
             }
         }
+    }
+
+    #[test]
+    fn an_operators_clear_lets_go_of_a_held_finding_and_one_seen_after_it_counts_again() {
+        let rules = policy(Debounce::None, 600);
+        let mut debouncer = Debouncer::default();
+        let start = Instant::now();
+        debouncer.apply(&mut snapshot(true), &rules, POLL, start);
+        let mut held = snapshot(false);
+        debouncer.apply(&mut held, &rules, POLL, start + POLL);
+        assert_eq!(
+            held.devices[0].health.state,
+            HealthState::Degraded,
+            "held for 10 minutes"
+        );
+        let cleared = |seen: bool| {
+            let mut s = snapshot(seen);
+            s.clears = std::sync::Arc::new(
+                [(
+                    "GPU-0".to_string(),
+                    crate::model::health::Clear {
+                        at: 1.0e9,
+                        reason: "reseated".into(),
+                        by: "uid 0".into(),
+                    },
+                )]
+                .into(),
+            );
+            s
+        };
+        let mut after = cleared(false);
+        debouncer.apply(&mut after, &rules, POLL, start + POLL * 2);
+        assert_eq!(after.devices[0].health.state, HealthState::Ok, "the clear let go of it");
+        // Down again after the clear: raised again, and held again.
+        let mut down = cleared(true);
+        debouncer.apply(&mut down, &rules, POLL, start + POLL * 3);
+        let mut up = cleared(false);
+        debouncer.apply(&mut up, &rules, POLL, start + POLL * 4);
+        assert_eq!(
+            up.devices[0].health.state,
+            HealthState::Degraded,
+            "the same clear counts once"
+        );
     }
 }

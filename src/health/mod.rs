@@ -106,6 +106,7 @@ fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding>
         xids: snapshot.xid.for_bus(&device.identity.pci_bus_id),
         probe: snapshot.probe.reports.get(&device.identity.uuid),
         limits: &snapshot.health_limits,
+        cleared: snapshot.clears.get(&device.identity.uuid).map(|c| c.time()),
         now: SystemTime::now(),
     })
 }

@@ -7,7 +7,7 @@
 //! Nothing is extrapolated: after a start or a reset the count covers less than an hour, and
 //! a limit is crossed only by errors that really happened.
 
-use crate::model::health::{ErrorCounter, ErrorGrowth, Growth};
+use crate::model::health::{Clears, ErrorCounter, ErrorGrowth, Growth};
 use crate::model::{DeviceReadings, DeviceSnapshot, EccScope, EccType};
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -64,26 +64,39 @@ impl Window {
     }
 }
 
+/// One GPU's windows, and the operator's clear they count from.
+#[derive(Debug, Default)]
+struct GpuWindows {
+    windows: [Window; 3],
+    cleared: Option<f64>,
+}
+
 /// Per GPU uuid, one window per counter. Kept by the poller across rounds.
 #[derive(Debug, Default)]
 pub struct ErrorRateTracker {
-    gpus: HashMap<String, [Window; 3]>,
+    gpus: HashMap<String, GpuWindows>,
 }
 
 impl ErrorRateTracker {
     /// Notes this round's counters and writes each device's `error_growth`. A GPU that did
     /// not answer keeps its windows and has no growth this round (its rules are not looked
-    /// at); a GPU gone from the round is forgotten.
-    pub fn track(&mut self, devices: &mut [DeviceSnapshot], now: Instant) {
+    /// at); a GPU gone from the round is forgotten; a GPU an operator cleared after a repair
+    /// counts from the clear.
+    pub fn track(&mut self, devices: &mut [DeviceSnapshot], clears: &Clears, now: Instant) {
         self.gpus
             .retain(|uuid, _| devices.iter().any(|d| &d.identity.uuid == uuid));
         for device in devices {
             let Some(readings) = device.answered() else {
                 continue;
             };
-            let windows = self.gpus.entry(device.identity.uuid.clone()).or_default();
+            let gpu = self.gpus.entry(device.identity.uuid.clone()).or_default();
+            let cleared = clears.get(&device.identity.uuid).map(|c| c.at);
+            if cleared != gpu.cleared {
+                gpu.windows = Default::default();
+                gpu.cleared = cleared;
+            }
             let mut growth = ErrorGrowth::default();
-            for (counter, window) in ErrorCounter::ALL.into_iter().zip(windows.iter_mut()) {
+            for (counter, window) in ErrorCounter::ALL.into_iter().zip(gpu.windows.iter_mut()) {
                 growth.set(counter, read(counter, readings).map(|value| window.note(value, now)));
             }
             device.error_growth = growth;
@@ -114,7 +127,7 @@ mod tests {
         let mut last = None;
         for (minute, count) in rounds {
             let mut devices = [gpu(Some(*count), None)];
-            tracker.track(&mut devices, start + Duration::from_secs(minute * 60));
+            tracker.track(&mut devices, &Clears::new(), start + Duration::from_secs(minute * 60));
             last = devices[0].error_growth.get(ErrorCounter::EccCorrected);
         }
         last.unwrap()
@@ -163,14 +176,37 @@ mod tests {
         // Polled every second for three hours: one sample a minute is kept.
         for second in 0..3 * 3600 {
             let mut devices = [gpu(Some(second), None)];
-            tracker.track(&mut devices, start + Duration::from_secs(second));
+            tracker.track(&mut devices, &Clears::new(), start + Duration::from_secs(second));
             assert_eq!(devices[0].error_growth.get(ErrorCounter::PcieReplay), None);
             assert_eq!(devices[0].error_growth.get(ErrorCounter::Nvlink), None);
         }
-        let kept = tracker.gpus.values().map(|w| w[0].samples.len()).max();
+        let kept = tracker.gpus.values().map(|g| g.windows[0].samples.len()).max();
         assert!(kept <= Some(61), "{kept:?}");
         // A GPU gone from the round is forgotten.
-        tracker.track(&mut [], start);
+        tracker.track(&mut [], &Clears::new(), start);
         assert!(tracker.gpus.is_empty());
+    }
+
+    #[test]
+    fn an_operators_clear_counts_from_the_clear() {
+        let start = Instant::now();
+        let mut tracker = ErrorRateTracker::default();
+        fed(&mut tracker, start, &[(0, 0), (10, 400)]);
+        let clears: Clears = [(
+            "GPU-0".to_string(),
+            crate::model::health::Clear {
+                at: 1.0e9,
+                reason: "reseated".into(),
+                by: "uid 0".into(),
+            },
+        )]
+        .into();
+        let mut growth_at = |minute: u64, count: u64| {
+            let mut devices = [gpu(Some(count), None)];
+            tracker.track(&mut devices, &clears, start + Duration::from_secs(minute * 60));
+            devices[0].error_growth.get(ErrorCounter::EccCorrected).unwrap().errors
+        };
+        assert_eq!(growth_at(11, 400), 0, "the 400 before the clear do not count");
+        assert_eq!(growth_at(12, 405), 5);
     }
 }

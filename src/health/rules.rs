@@ -28,7 +28,17 @@ pub struct Seen<'a> {
     pub probe: Option<&'a ProbeReport>,
     /// The operator's thresholds.
     pub limits: &'a Limits,
+    /// When an operator last cleared the GPU after a repair: what was held from before
+    /// no longer counts.
+    pub cleared: Option<SystemTime>,
     pub now: SystemTime,
+}
+
+impl Seen<'_> {
+    /// Whether something seen at `at` counts: it came after the last clear, if any.
+    fn after_clear(&self, at: SystemTime) -> bool {
+        self.cleared.is_none_or(|cleared| at > cleared)
+    }
 }
 
 /// A rule that fired: what was seen and what to do, and a severity when it is not the row's.
@@ -91,7 +101,10 @@ fn listed(items: Vec<String>, message: impl FnOnce(String) -> String) -> Option<
 }
 
 fn xid_fatal(seen: &Seen) -> Option<Hit> {
-    let fatal = seen.xids.iter().filter(|x| x.severity == Severity::Fatal);
+    let fatal = seen
+        .xids
+        .iter()
+        .filter(|x| x.severity == Severity::Fatal && seen.after_clear(x.last_seen));
     listed(fatal.map(describe_xid).collect(), |xids| {
         format!("fatal XID since boot: {xids}")
     })
@@ -107,7 +120,7 @@ fn xid_critical(seen: &Seen) -> Option<Hit> {
     let critical = seen
         .xids
         .iter()
-        .filter(|x| x.severity == Severity::Critical)
+        .filter(|x| x.severity == Severity::Critical && seen.after_clear(x.last_seen))
         .filter(recent);
     listed(critical.map(describe_xid).collect(), |xids| {
         format!("critical XID: {xids}")
@@ -166,7 +179,8 @@ fn hw_slowdown(seen: &Seen, r: &DeviceReadings) -> Option<Hit> {
     let last = seen
         .device
         .hw_slowdown_seen
-        .filter(|at| at.elapsed() <= HW_SLOWDOWN_WINDOW)?;
+        .filter(|at| at.elapsed() <= HW_SLOWDOWN_WINDOW)
+        .filter(|at| seen.after_clear(seen.now.checked_sub(at.elapsed()).unwrap_or(seen.now)))?;
     let active: Vec<&str> = HW_POWER_REASONS
         .iter()
         .copied()
@@ -310,7 +324,9 @@ fn fabric_not_ready(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
 }
 
 fn probe_failed(seen: &Seen) -> Option<Hit> {
-    let report = seen.probe?;
+    let report = seen
+        .probe
+        .filter(|r| seen.after_clear(crate::model::from_unix_seconds(r.started)))?;
     let failed: Vec<String> = report
         .tests
         .iter()
@@ -571,6 +587,7 @@ mod tests {
                     temperature_margin: margin,
                     ..Default::default()
                 },
+                cleared: None,
                 now: SystemTime::now(),
             })
             .iter()
@@ -584,6 +601,67 @@ mod tests {
             "2 C of headroom, inside 3"
         );
         assert!(reasons(Some(2.0)).is_empty(), "2 C of headroom is not under 2");
+    }
+
+    #[test]
+    fn an_operators_clear_drops_what_was_seen_before_it_and_nothing_after() {
+        use crate::model::probe::{Test, TestResult};
+        let device =
+            crate::model::DeviceSnapshot::for_test(0, crate::model::Vendor::Nvidia, "0000:19:00.0", Default::default());
+        let hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        let minute_ago = SystemTime::now() - Duration::from_secs(60);
+        let xid = |code, severity, last_seen| XidCount {
+            xid: code,
+            severity,
+            count: 1,
+            last_seen,
+        };
+        let xids = [
+            xid(79, Severity::Fatal, hour_ago),
+            xid(94, Severity::Critical, minute_ago),
+        ];
+        let probe = ProbeReport {
+            gpu: 0,
+            uuid: "GPU-0".into(),
+            name: "test".into(),
+            started: crate::model::unix_seconds(hour_ago),
+            wall_seconds: 10.0,
+            expectation: None,
+            pass_fraction: 0.9,
+            tests: vec![TestResult {
+                test: Test::GemmBf16,
+                params: Default::default(),
+                duration_seconds: 1.0,
+                burst: None,
+                sustained: None,
+                expected: None,
+                pass: Some(false),
+                skipped: None,
+                under_load: Default::default(),
+            }],
+        };
+        let limits = Limits {
+            critical_hold: Duration::from_secs(3600),
+            ..Default::default()
+        };
+        let reasons = |cleared: Option<SystemTime>| -> Vec<&'static str> {
+            crate::health::findings(&Seen {
+                device: &device,
+                xids: &xids,
+                probe: Some(&probe),
+                limits: &limits,
+                cleared,
+                now: SystemTime::now(),
+            })
+            .iter()
+            .map(|f| f.reason)
+            .collect()
+        };
+        assert_eq!(reasons(None), ["xid_fatal", "xid_critical", "probe_failed"]);
+        // Cleared half an hour ago: the fatal XID and the probe were before, Xid 94 after.
+        let half_hour_ago = SystemTime::now() - Duration::from_secs(1800);
+        assert_eq!(reasons(Some(half_hour_ago)), ["xid_critical"]);
+        assert!(reasons(Some(SystemTime::now())).is_empty());
     }
 
     #[test]

@@ -122,7 +122,7 @@ pub fn seed(place: &Place) -> Seed {
             xid_counts: xid_counts
                 .into_iter()
                 .map(|(bus, xid, count, last)| {
-                    let last = std::time::UNIX_EPOCH + Duration::from_secs_f64(last.max(0.0));
+                    let last = crate::model::from_unix_seconds(last);
                     ((bus, xid), count, last)
                 })
                 .collect(),

@@ -10,7 +10,7 @@ use crate::xid::store::SeedCounts;
 use rusqlite::{Connection, params_from_iter, types::Value as SqlValue};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 /// At most this many rows in one answer (the HTTP API's and the CLI's default).
 pub const DEFAULT_LIMIT: usize = 1000;
@@ -156,7 +156,7 @@ pub fn xid_counts(conn: &Connection, boot_id: &str) -> rusqlite::Result<SeedCoun
         Ok((
             (r.get::<_, String>(0)?, r.get::<_, u32>(1)?),
             r.get::<_, i64>(2)?.max(0) as u64,
-            SystemTime::UNIX_EPOCH + Duration::from_secs_f64(last.max(0.0)),
+            crate::model::from_unix_seconds(last),
         ))
     })?;
     rows.collect()

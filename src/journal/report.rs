@@ -219,6 +219,6 @@ pub fn markdown(report: &Report) -> String {
 
 /// Unix seconds as `2026-11-24T10:00:00Z`.
 pub fn utc(at: f64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(at.max(0.0));
+    let t = crate::model::from_unix_seconds(at);
     humantime::format_rfc3339_seconds(t).to_string()
 }

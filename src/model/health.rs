@@ -147,3 +147,24 @@ impl ErrorGrowth {
         self.0[counter.slot()] = growth;
     }
 }
+
+/// An operator's "repaired, count it healthy again" for one GPU (`gpuwarden health clear`):
+/// findings held from before `at` (XIDs, a failed probe, a hardware slowdown's window, error
+/// counts, a rule's hold) no longer count; what still holds comes back at the next poll.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Clear {
+    /// Unix seconds.
+    pub at: f64,
+    pub reason: String,
+    /// Who asked: "uid 0, pid 4242 (bash)".
+    pub by: String,
+}
+
+impl Clear {
+    pub fn time(&self) -> std::time::SystemTime {
+        super::from_unix_seconds(self.at)
+    }
+}
+
+/// The latest clear per GPU UUID.
+pub type Clears = std::collections::BTreeMap<String, Clear>;

@@ -352,6 +352,14 @@ pub fn unix_seconds(t: SystemTime) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Unix seconds as a time; a negative, NaN or out-of-range value is the epoch.
+pub fn from_unix_seconds(seconds: f64) -> SystemTime {
+    std::time::Duration::try_from_secs_f64(seconds)
+        .ok()
+        .and_then(|d| SystemTime::UNIX_EPOCH.checked_add(d))
+        .unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
 /// A cumulative histogram of poll durations (seconds), Prometheus style.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DurationHistogram {
@@ -455,6 +463,8 @@ pub struct Snapshot {
     pub xid: xid::XidSnapshot,
     /// The thresholds the health rules were applied with.
     pub health_limits: health::Limits,
+    /// The operators' clears after a repair, by GPU UUID.
+    pub clears: std::sync::Arc<health::Clears>,
     /// Scheduled probe results and counters (empty outside the daemon).
     pub probe: std::sync::Arc<probe::ProbeSnapshot>,
     /// NVIDIA and AMD GPUs on the PCI bus (sysfs), to compare with the enumerated ones.

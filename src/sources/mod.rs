@@ -10,6 +10,7 @@
 //! | DRM clients | [`processes::DrmClients`], task `source-drm-clients`, every 10 s while AMD GPUs exist | processes per PCI address |
 //! | PCI census | [`pci::PciCensus`], task `source-pci`, every 30 s | GPUs on the bus |
 //! | probe results | `probe::schedule`, thread `probe-scheduler` | the latest report per GPU |
+//! | clears | the local API's `POST /api/v1/health/clear`; the journal at start | the latest clear per GPU |
 //!
 //! Nothing else reads the outside world between rounds: the publisher only takes an `Arc` of
 //! each value ([`Sources::read`]) and puts the snapshot together from them without I/O, so a
@@ -119,6 +120,8 @@ pub struct Sources {
     pub drm_clients: Arc<Versioned<processes::DrmScan>>,
     /// The health journal's state (its writer sets it).
     pub journal: Arc<Versioned<Option<crate::model::JournalStatus>>>,
+    /// The operators' clears after a repair (`gpuwarden health clear`).
+    pub clears: Arc<Versioned<crate::model::health::Clears>>,
     /// Signalled by every source when its value changes.
     pub changed: Arc<crate::store::Changed>,
 }
@@ -134,6 +137,7 @@ pub struct Versions {
     pci: u64,
     drm_clients: u64,
     journal: u64,
+    clears: u64,
 }
 
 /// Every side input's value at one moment, as the publisher puts it into a snapshot.
@@ -146,6 +150,7 @@ pub struct Inputs {
     pub pci: Arc<Vec<PciGpu>>,
     pub drm_clients: Arc<processes::DrmScan>,
     pub journal: Option<crate::model::JournalStatus>,
+    pub clears: Arc<crate::model::health::Clears>,
     /// What readers of the outside world skipped so far, by (input, reason).
     pub input_skipped: Vec<(&'static str, &'static str, u64)>,
     /// Versions read before the values: a change that lands in between is published again.
@@ -163,6 +168,7 @@ impl Sources {
             pci: Arc::default(),
             drm_clients: Arc::default(),
             journal: Arc::default(),
+            clears: Arc::default(),
             changed: Arc::default(),
         };
         let changed = &sources.changed;
@@ -173,6 +179,7 @@ impl Sources {
         sources.pci.signal_to(changed.clone());
         sources.drm_clients.signal_to(changed.clone());
         sources.journal.signal_to(changed.clone());
+        sources.clears.signal_to(changed.clone());
         sources
     }
 
@@ -185,6 +192,7 @@ impl Sources {
             pci: self.pci.version(),
             drm_clients: self.drm_clients.version(),
             journal: self.journal.version(),
+            clears: self.clears.version(),
         }
     }
 
@@ -199,6 +207,7 @@ impl Sources {
             pci: self.pci.get(),
             drm_clients: self.drm_clients.get(),
             journal: (*self.journal.get()).clone(),
+            clears: self.clears.get(),
             input_skipped: crate::input::skipped_totals()
                 .into_iter()
                 .map(|(input, reason, n)| (input.label(), reason.label(), n))

@@ -67,7 +67,7 @@ impl ResumePoints {
 fn boot_time() -> Option<SystemTime> {
     let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
     let seconds: f64 = uptime.split_whitespace().next()?.parse().ok()?;
-    SystemTime::now().checked_sub(Duration::from_secs_f64(seconds))
+    SystemTime::now().checked_sub(Duration::try_from_secs_f64(seconds).ok()?)
 }
 
 /// Turns one line into XID events, if it reports any. `parser` carries a multi-line notice
