@@ -268,14 +268,27 @@ struct Running {
     resume: Arc<ResumePoints>,
     kernel_log: Option<KernelLogReader>,
     poll_loop: PollLoop,
+    /// The operators' clears (the local API sets them).
+    clears: Arc<crate::store::Versioned<crate::model::health::Clears>>,
+    /// The journal's handle; None with the journal off.
+    journal: Option<Journal>,
     /// The daemon's own handle: children (the kernel-log reader) are made from it.
     stop: Stop,
 }
 
 /// Before the kernel log is read: this boot's XID counts from before a restart, and the
-/// last /dev/kmsg record they came from, so that nothing is lost or counted twice.
-fn take_over_from_journal(place: &journal::Place, config: &Config, xids: &XidStore, resume: &ResumePoints) {
+/// last /dev/kmsg record they came from, so that nothing is lost or counted twice; and the
+/// operators' clears of this boot, so that a cleared XID stays cleared.
+fn take_over_from_journal(place: &journal::Place, config: &Config, sources: &Sources, resume: &ResumePoints) {
     let seed = journal::seed(place);
+    let xids = &sources.xids;
+    if !seed.clears.is_empty() {
+        log::info!(
+            "journal: {} GPU(s) cleared earlier in this boot stay cleared",
+            seed.clears.len()
+        );
+    }
+    sources.clears.set(seed.clears);
     if !seed.xid_counts.is_empty() {
         let total: u64 = seed.xid_counts.iter().map(|(_, n, _)| n).sum();
         log::info!(
@@ -299,8 +312,8 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
     xids.set_policy(config.health.xid_severity.clone());
     let resume = Arc::new(ResumePoints::default());
     let place = journal::Place::from_config(&config, &crate::input::hostname());
-    if let Some(place) = place {
-        take_over_from_journal(&place, &config, &xids, &resume);
+    let journal = place.map(|place| {
+        take_over_from_journal(&place, &config, &sources, &resume);
         // Before the kernel log's backlog is read: its XIDs go into the journal too.
         let journal = Journal::start(
             place,
@@ -308,8 +321,9 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
             sources.journal.clone(),
             shutdown.handle("journal"),
         );
-        xids.listen(Arc::new(journal));
-    }
+        xids.listen(Arc::new(journal.clone()));
+        journal
+    });
     let kernel_log = KernelLogReader::start(&config, &xids, &resume, &stop);
     let probe_stop = shutdown.handle("probe-scheduler");
     if let Err(e) = schedule::spawn(store.clone(), sources.probes.clone(), settings.clone(), probe_stop) {
@@ -325,6 +339,7 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
         kubelet_stop,
     ));
     sources.spawn_periodic(&settings, &store, &stop);
+    let clears = sources.clears.clone();
     let publisher = Arc::new(Publisher::new(store.clone(), sources, settings.clone()));
     let events = XidEvents {
         store: xids.clone(),
@@ -340,6 +355,8 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
         resume,
         kernel_log,
         poll_loop,
+        clears,
+        journal,
         stop,
     })
 }
@@ -397,7 +414,12 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
         settings: running.settings.clone(),
         journal_readers: Arc::new(tokio::sync::Semaphore::new(http::JOURNAL_READERS)),
     };
-    start_local_api(&running.settings.current().config, state.clone(), &shutdown);
+    let local = crate::local_api::LocalState {
+        app: state.clone(),
+        clears: running.clears.clone(),
+        journal: running.journal.clone(),
+    };
+    start_local_api(&running.settings.current().config, local, &shutdown);
     let app = http::router(state);
     // The bound address, not the configured one: with port 0 the kernel picks the port.
     let bound = listener
@@ -466,7 +488,7 @@ async fn stop_everything(shutdown: Shutdown, mut server: tokio::task::JoinHandle
 
 /// The local API's socket (local_api.rs), when configured; the daemon goes on without it
 /// when it cannot be opened, and says why.
-fn start_local_api(config: &Config, state: AppState, shutdown: &Shutdown) {
+fn start_local_api(config: &Config, state: crate::local_api::LocalState, shutdown: &Shutdown) {
     let path = config.local_api.socket.clone();
     if path.as_os_str().is_empty() {
         return;

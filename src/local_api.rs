@@ -4,31 +4,199 @@
 //! mode and the peer's credentials (root or gpuwarden's own user, `SO_PEERCRED`) are its
 //! authentication, so it needs no TLS or password.
 //!
+//! `POST /api/v1/health/clear` (`gpuwarden health clear`) is here only, never on the HTTP
+//! server: who cleared a GPU is the peer's credentials (uid, pid and its command name), kept
+//! in the journal with the reason.
+//!
 //! Hostile shapes: a file, link or directory at the path is left alone (only a stale socket
 //! is replaced); a peer of another user is closed at once and counted in the log (rate
 //! limited); at most [`MAX_CONNECTIONS`] at once, each with the HTTP server's header timeout
 //! and size limit (`http::connection_builder`).
 
+use crate::health::clear::{self, ClearRequest};
 use crate::http::AppState;
-use axum::Router;
-use axum::routing::get;
+use crate::journal::Journal;
+use crate::journal::event::{Event, GpuRef, Kind};
+use crate::model::health::{Clear, Clears};
+use crate::store::Versioned;
+use axum::extract::{DefaultBodyLimit, Extension, FromRef, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Router, body::Bytes};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 use tokio::net::UnixListener;
 use tokio::sync::Semaphore;
 
 /// Local clients at once: a health check every few seconds needs one.
 pub const MAX_CONNECTIONS: usize = 16;
 
+/// The largest request body: a clear is a GPU and a reason.
+const MAX_BODY: usize = 4096;
+/// The longest a clear waits for the next poll round to look at the GPU again.
+const MAX_CLEAR_WAIT: Duration = Duration::from_secs(10);
+
+/// What the local API's handlers share.
+#[derive(Clone)]
+pub struct LocalState {
+    pub app: AppState,
+    /// Where a clear goes: the publisher reads it into the next snapshot.
+    pub clears: Arc<Versioned<Clears>>,
+    /// Where a clear is recorded; None with the journal off.
+    pub journal: Option<Journal>,
+}
+
+impl FromRef<LocalState> for AppState {
+    fn from_ref(local: &LocalState) -> AppState {
+        local.app.clone()
+    }
+}
+
+/// Who is on the other end of a connection, from the kernel (`SO_PEERCRED`).
+#[derive(Debug, Clone)]
+struct Peer {
+    uid: u32,
+    pid: Option<i32>,
+    /// Its command name (/proc/PID/comm; the process sets it, so it is only a hint).
+    comm: String,
+}
+
+impl Peer {
+    fn of(stream: &tokio::net::UnixStream) -> Option<Peer> {
+        let credentials = stream.peer_cred().ok()?;
+        let pid = credentials.pid();
+        let comm = pid
+            .and_then(|pid| {
+                let mut skips = crate::input::Skips::new(crate::input::Input::Proc);
+                crate::input::read_value(Path::new(&format!("/proc/{pid}/comm")), 64, &mut skips)
+            })
+            .map(|comm| crate::input::printable(comm.trim()))
+            .unwrap_or_default();
+        Some(Peer {
+            uid: credentials.uid(),
+            pid,
+            comm,
+        })
+    }
+
+    /// "uid 0, pid 4242 (bash)".
+    fn describe(&self) -> String {
+        match self.pid {
+            Some(pid) => format!("uid {}, pid {pid} ({})", self.uid, self.comm),
+            None => format!("uid {}", self.uid),
+        }
+    }
+}
+
 /// What the socket answers.
-pub fn router(state: AppState) -> Router {
+pub fn router(state: LocalState) -> Router {
     Router::new()
         .route("/api/v1/health", get(crate::http::health))
+        .route("/api/v1/health/clear", post(clear_gpu))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
+}
+
+fn refused(status: StatusCode, message: impl std::fmt::Display) -> Response {
+    (status, format!("{message}\n")).into_response()
+}
+
+/// `POST /api/v1/health/clear` with `{"gpu": "0", "reason": "reseated, INC-42"}`: clears the
+/// GPU from now on, waits for the next poll round to look at it again, records who and why
+/// in the journal, and answers what was let go of and what is still present.
+async fn clear_gpu(State(local): State<LocalState>, Extension(peer): Extension<Peer>, body: Bytes) -> Response {
+    let request: ClearRequest = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(e) => {
+            return refused(
+                StatusCode::BAD_REQUEST,
+                format!("not a clear request ({e}); send {{\"gpu\": \"0\", \"reason\": \"...\"}}"),
+            );
+        }
+    };
+    let reason = match request.checked_reason() {
+        Ok(reason) => reason,
+        Err(e) => return refused(StatusCode::BAD_REQUEST, e),
+    };
+    let before = local.app.store.latest();
+    let device = match clear::find_gpu(&before, &request.gpu) {
+        Ok(device) => device.clone(),
+        Err(e) => return refused(StatusCode::NOT_FOUND, e),
+    };
+    let at = crate::model::unix_seconds(SystemTime::now());
+    let by = peer.describe();
+    let uuid = device.identity.uuid.clone();
+    local.clears.update(|clears| {
+        clears.insert(
+            uuid.clone(),
+            Clear {
+                at,
+                reason: reason.clone(),
+                by: by.clone(),
+            },
+        );
+    });
+    let polled_after = next_round(&local.app, Instant::now()).await;
+    let after = local.app.store.latest();
+    let answer = clear::answer(
+        &device,
+        after.devices.iter().find(|d| d.identity.uuid == uuid),
+        polled_after,
+    );
+    let still: Vec<&str> = answer.still.iter().map(|f| f.reason.as_str()).collect();
+    log::info!(
+        "GPU {} ({uuid}) cleared by {by}: {reason}; let go of [{}], still present [{}]",
+        device.identity.index,
+        answer.cleared.join(", "),
+        still.join(", ")
+    );
+    if let Some(journal) = &local.journal {
+        journal.record(Event::new(
+            at,
+            Kind::Clear,
+            Some(GpuRef {
+                uuid: uuid.clone(),
+                serial: device.identity.serial.clone(),
+                pci_bus_id: device.identity.pci_bus_id.clone(),
+                index: Some(device.identity.index),
+            }),
+            format!("cleared by {by}: {reason}"),
+            serde_json::json!({
+                "reason": reason,
+                "by": by,
+                "uid": peer.uid,
+                "pid": peer.pid,
+                "comm": peer.comm,
+                "cleared": answer.cleared,
+                "still": still,
+            }),
+        ));
+    }
+    match serde_json::to_string(&answer) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => refused(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+/// Waits for a poll round published after `since` (a poll interval and its timeout, at most
+/// [`MAX_CLEAR_WAIT`]); false when none came.
+async fn next_round(app: &AppState, since: Instant) -> bool {
+    let poll = app.settings.current().config.poll.clone();
+    let deadline = since + (poll.interval + poll.timeout).min(MAX_CLEAR_WAIT) + Duration::from_millis(500);
+    loop {
+        if app.store.published_at().is_some_and(|at| at > since) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Why the socket was not opened; the daemon goes on without it.
@@ -83,8 +251,9 @@ pub async fn serve(listener: UnixListener, path: PathBuf, app: Router, stop: cra
             },
             _ = stop.stopped() => break,
         };
-        let uid = stream.peer_cred().map(|c| c.uid()).ok();
-        if !uid.is_some_and(|uid| uid == 0 || uid == own_uid) {
+        let peer = Peer::of(&stream);
+        let uid = peer.as_ref().map(|p| p.uid);
+        let Some(peer) = peer.filter(|p| p.uid == 0 || p.uid == own_uid) else {
             if let Some(skipped) = refused.allow("peer") {
                 log::warn!(
                     "local API {}: refused a client of uid {uid:?} (only root and gpuwarden's user \
@@ -94,8 +263,9 @@ pub async fn serve(listener: UnixListener, path: PathBuf, app: Router, stop: cra
                 );
             }
             continue;
-        }
-        let connection = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        };
+        let app = app.clone().layer(Extension(peer));
+        let connection = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
         tokio::spawn(async move {
             let _ = connection.await;
             drop(permit);

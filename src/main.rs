@@ -95,7 +95,7 @@ enum Command {
         #[arg(long, value_name = "N|UUID")]
         gpu: Option<String>,
         /// Only these kinds, comma-separated: xid, xid_storm, health, probe, ecc, row_remap,
-        /// nvlink, slowdown, lost, back, pci_missing, persistence, inventory, board_swap, daemon.
+        /// nvlink, slowdown, lost, back, pci_missing, persistence, inventory, board_swap, clear, daemon.
         #[arg(long, value_name = "LIST")]
         kind: Option<String>,
         /// At most this many (the newest).
@@ -126,12 +126,14 @@ enum Command {
     /// unhealthy; 2: unknown (the daemon does not answer). The first line is short, for
     /// node-problem-detector and Slurm's HealthCheckProgram.
     Health {
-        #[arg(long, value_name = "FILE")]
+        #[command(subcommand)]
+        action: Option<HealthAction>,
+        #[arg(long, value_name = "FILE", global = true)]
         config: Option<PathBuf>,
         /// The daemon's socket (default: the config's local_api.socket).
-        #[arg(long, value_name = "PATH")]
+        #[arg(long, value_name = "PATH", global = true)]
         socket: Option<PathBuf>,
-        #[arg(long)]
+        #[arg(long, global = true)]
         json: bool,
     },
     /// The daemon's journal worker: one request on stdin, one answer on stdout (internal;
@@ -278,14 +280,37 @@ fn main() {
             journal::cli::report(&path, &gpu, format)
         }),
         Command::JournalWorker => Ok(journal::worker::serve()),
-        Command::Health { config, socket, json } => health(config, socket, json),
+        Command::Health {
+            action,
+            config,
+            socket,
+            json,
+        } => health(config, socket, json, action),
     };
     std::process::exit(code.unwrap_or_else(|code| code));
 }
 
+#[derive(Subcommand)]
+enum HealthAction {
+    /// After a repair: count the GPU healthy again from now on (its fatal XIDs, failed probe
+    /// and held findings from before no longer count) and record who and why in the journal.
+    /// A finding whose condition still holds (a lost GPU, a pending row remap) comes back at
+    /// the next poll, and this says so. Root (or gpuwarden's user), over the local socket only.
+    /// Exit 0: no finding left; 1: a finding is still present; 2: not cleared (the daemon did
+    /// not answer, or refused: no such GPU, no reason).
+    Clear {
+        /// The GPU: its index, UUID or PCI address.
+        #[arg(long, value_name = "N|UUID|PCI")]
+        gpu: String,
+        /// What was repaired, a ticket: kept in the journal.
+        #[arg(long, value_name = "TEXT")]
+        reason: String,
+    },
+}
+
 /// `gpuwarden health`: the socket given, else the config's `local_api.socket`. A config that
 /// cannot be read is an unknown verdict (exit 2), as NPD and Slurm's check expect.
-fn health(config: Option<PathBuf>, socket: Option<PathBuf>, json: bool) -> Exit {
+fn health(config: Option<PathBuf>, socket: Option<PathBuf>, json: bool, action: Option<HealthAction>) -> Exit {
     let socket = match socket {
         Some(socket) => socket,
         None => {
@@ -293,7 +318,10 @@ fn health(config: Option<PathBuf>, socket: Option<PathBuf>, json: bool) -> Exit 
             cfg.local_api.socket
         }
     };
-    Ok(health::cli::health(&socket, json))
+    Ok(match action {
+        None => health::cli::health(&socket, json),
+        Some(HealthAction::Clear { gpu, reason }) => health::cli::clear(&socket, &gpu, &reason, json),
+    })
 }
 
 /// An exit code: `Err` for a failure found before the command ran (bad config, bad flags).

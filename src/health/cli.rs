@@ -25,10 +25,26 @@ pub enum AskError {
     Connect { path: String, source: std::io::Error },
     #[error("the daemon's answer on {path} could not be read: {detail}")]
     Answer { path: String, detail: String },
+    #[error("the daemon refused ({status}): {message}")]
+    Refused { status: String, message: String },
 }
 
 /// Asks the daemon at `socket` for `path` (GET) and returns the body of a 200 answer.
 pub fn ask(socket: &Path, request_path: &str) -> Result<String, AskError> {
+    request(socket, "GET", request_path, None, TIMEOUT)
+}
+
+/// How long a clear may take: the daemon waits for its next poll round (10 s at most).
+const CLEAR_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// One request over the socket; the body of a 200 answer.
+fn request(
+    socket: &Path,
+    method: &str,
+    request_path: &str,
+    body: Option<&str>,
+    timeout: Duration,
+) -> Result<String, AskError> {
     let shown = socket.display().to_string();
     let connect = |source| AskError::Connect {
         path: shown.clone(),
@@ -39,12 +55,15 @@ pub fn ask(socket: &Path, request_path: &str) -> Result<String, AskError> {
         detail,
     };
     let mut stream = std::os::unix::net::UnixStream::connect(socket).map_err(connect)?;
-    stream.set_read_timeout(Some(TIMEOUT)).map_err(connect)?;
-    stream.set_write_timeout(Some(TIMEOUT)).map_err(connect)?;
+    stream.set_read_timeout(Some(timeout)).map_err(connect)?;
+    stream.set_write_timeout(Some(timeout)).map_err(connect)?;
     // HTTP/1.0 with Connection: close: the answer ends where the stream does.
+    let body = body.unwrap_or_default();
     write!(
         stream,
-        "GET {request_path} HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        "{method} {request_path} HTTP/1.0\r\nHost: localhost\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
     )
     .map_err(connect)?;
     let mut raw = Vec::new();
@@ -58,7 +77,10 @@ pub fn ask(socket: &Path, request_path: &str) -> Result<String, AskError> {
         .ok_or_else(|| answer("no end of headers".to_string()))?;
     let status = head.lines().next().unwrap_or_default();
     if status.split_whitespace().nth(1) != Some("200") {
-        return Err(answer(format!("{status}: {}", body.trim())));
+        return Err(AskError::Refused {
+            status: status.split_whitespace().skip(1).collect::<Vec<_>>().join(" "),
+            message: crate::input::printable(body.trim()),
+        });
     }
     Ok(body.to_string())
 }
@@ -84,6 +106,43 @@ pub fn health(socket: &Path, json: bool) -> i32 {
         print!("{}", text(&verdict));
     }
     exit_code(&verdict)
+}
+
+/// `gpuwarden health clear`: clears one GPU and prints what was let go of and what is still
+/// present. Exit 0: no finding left; 1: a finding still present; 2: not cleared.
+pub fn clear(socket: &Path, gpu: &str, reason: &str, json: bool) -> i32 {
+    let asked = super::clear::ClearRequest {
+        gpu: gpu.to_string(),
+        reason: reason.to_string(),
+    };
+    if let Err(e) = asked.checked_reason() {
+        eprintln!("not cleared: {e}");
+        return EXIT_UNKNOWN;
+    }
+    let body = serde_json::to_string(&asked).unwrap_or_default();
+    let answer = request(socket, "POST", "/api/v1/health/clear", Some(&body), CLEAR_TIMEOUT).and_then(|body| {
+        serde_json::from_str::<super::clear::ClearAnswer>(&body).map_err(|e| AskError::Answer {
+            path: socket.display().to_string(),
+            detail: e.to_string(),
+        })
+    });
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(e) => {
+            eprintln!("not cleared: {e}");
+            return EXIT_UNKNOWN;
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&answer).unwrap_or_default());
+    } else {
+        print!("{}", super::clear::text(&answer));
+    }
+    if answer.still.is_empty() {
+        EXIT_HEALTHY
+    } else {
+        EXIT_UNHEALTHY
+    }
 }
 
 pub fn exit_code(verdict: &NodeVerdict) -> i32 {

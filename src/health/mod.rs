@@ -6,6 +6,7 @@
 //! STATUS line count them. The rules are rows of a table (rules.rs); docs/health.md's table
 //! is made of the same rows.
 
+pub mod clear;
 pub mod cli;
 pub mod debounce;
 pub mod rates;

@@ -35,12 +35,15 @@ pub enum Kind {
     Inventory,
     /// A different GPU (another UUID and serial) at a PCI address: a board swap.
     BoardSwap,
+    /// An operator cleared a GPU after a repair (`gpuwarden health clear`): who (uid, pid,
+    /// command), why, and the findings it let go of and those still present.
+    Clear,
     /// The daemon started or stopped.
     Daemon,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 16] = [
         Kind::Xid,
         Kind::XidStorm,
         Kind::Health,
@@ -55,6 +58,7 @@ impl Kind {
         Kind::Persistence,
         Kind::Inventory,
         Kind::BoardSwap,
+        Kind::Clear,
         Kind::Daemon,
     ];
 
@@ -74,6 +78,7 @@ impl Kind {
             Kind::Persistence => "persistence",
             Kind::Inventory => "inventory",
             Kind::BoardSwap => "board_swap",
+            Kind::Clear => "clear",
             Kind::Daemon => "daemon",
         }
     }

@@ -102,6 +102,8 @@ pub struct Seed {
     pub xid_counts: crate::xid::store::SeedCounts,
     /// The last /dev/kmsg record counted.
     pub kmsg_sequence: Option<u64>,
+    /// This boot's latest clear per GPU.
+    pub clears: crate::model::health::Clears,
 }
 
 /// Reads this boot's XID counts and kernel-log position (read-only, in a worker; an empty
@@ -118,6 +120,7 @@ pub fn seed(place: &Place) -> Seed {
         Ok(worker::Answer::Seed {
             xid_counts,
             kmsg_sequence,
+            clears,
         }) => Seed {
             xid_counts: xid_counts
                 .into_iter()
@@ -127,6 +130,7 @@ pub fn seed(place: &Place) -> Seed {
                 })
                 .collect(),
             kmsg_sequence,
+            clears,
         },
         Ok(other) => {
             log::debug!("journal: no counts from before the restart: unexpected answer {other:?}");

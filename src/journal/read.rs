@@ -178,7 +178,42 @@ pub fn seed(path: &Path, boot_id: &str) -> Result<Seed, DbError> {
     Ok(Seed {
         xid_counts: xid_counts(&conn, boot_id).map_err(&err)?,
         kmsg_sequence: kmsg_sequence.filter(|s| *s > 0).map(|s| s as u64),
+        clears: clears(&conn, boot_id).map_err(&err)?,
     })
+}
+
+/// The most clear rows a seed reads: far more than a node's GPUs are ever cleared in a boot.
+const MAX_CLEARS: u32 = 1000;
+
+/// This boot's latest clear per GPU UUID, from its `clear` rows.
+pub fn clears(conn: &Connection, boot_id: &str) -> rusqlite::Result<crate::model::health::Clears> {
+    let mut statement = conn.prepare(
+        "SELECT gpu_uuid, at, details FROM events WHERE boot_id = ?1 AND kind = 'clear' AND gpu_uuid IS NOT NULL \
+         ORDER BY at DESC LIMIT ?2",
+    )?;
+    let rows = statement.query_map(rusqlite::params![boot_id, MAX_CLEARS], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?, r.get::<_, String>(2)?))
+    })?;
+    let mut out = crate::model::health::Clears::new();
+    for row in rows {
+        let (uuid, at, details) = row?;
+        let details: serde_json::Value = serde_json::from_str(&details).unwrap_or_default();
+        let text = |key: &str| {
+            details
+                .get(key)
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let by = text("by");
+        // Newest first: the first row per GPU is its latest clear.
+        out.entry(uuid).or_insert(crate::model::health::Clear {
+            at,
+            reason: text("reason"),
+            by,
+        });
+    }
+    Ok(out)
 }
 
 /// The boots the journal has seen, oldest first: (boot id, first seen).

@@ -98,7 +98,7 @@ pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64) -> rusqlite::Result<Re
         slowdowns: of(&["slowdown"]),
         nvlink: of(&["nvlink"]),
         health: of(&["health"]),
-        other: of(&["lost", "back", "board_swap", "inventory", "persistence"]),
+        other: of(&["lost", "back", "board_swap", "clear", "inventory", "persistence"]),
         guidance,
     })
 }

@@ -117,6 +117,8 @@ pub enum Answer {
     Seed {
         xid_counts: Vec<XidCount>,
         kmsg_sequence: Option<u64>,
+        #[serde(default)]
+        clears: crate::model::health::Clears,
     },
     Timeline {
         rows: BTreeMap<String, Vec<Row>>,
@@ -258,6 +260,7 @@ fn answer(request: Request) -> Reply {
             Ok(Answer::Seed {
                 xid_counts: seed.xid_counts.into_iter().map(count_of_seed).collect(),
                 kmsg_sequence: seed.kmsg_sequence,
+                clears: seed.clears,
             })
         }
         Request::Timeline { path, now } => read::timeline(&path, now)

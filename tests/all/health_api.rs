@@ -171,3 +171,113 @@ fn a_socket_that_never_answers_or_answers_garbage_is_an_unknown_verdict_in_secon
         server.join().unwrap();
     }
 }
+
+/// `gpuwarden health clear --gpu GPU --reason REASON` against `d`: exit code, stdout, stderr.
+fn clear(d: &Daemon, gpu: &str, reason: &str) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(["health", "clear", "--gpu", gpu, "--reason", reason, "--socket"])
+        .arg(d.socket_path())
+        .output()
+        .expect("run gpuwarden health clear");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// The journal's `clear` rows, newest first.
+fn clear_rows(d: &Daemon) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = Command::new(BIN)
+            .args(["events", "--json", "--kind", "clear", "--state"])
+            .arg(d.state_path())
+            .output()
+            .expect("run gpuwarden events");
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if !rows.is_empty() || std::time::Instant::now() > deadline {
+            return rows;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn health_clear_lets_go_of_a_held_fatal_xid_records_who_and_why_and_survives_a_restart() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\n");
+    wait_for_exit(&d, 1);
+
+    // Refused without a reason, for a GPU the node does not have, and over the network.
+    let (code, _, err) = clear(&d, "0", " ");
+    assert_eq!(code, 2);
+    assert!(err.contains("--reason"), "{err}");
+    let (code, _, err) = clear(&d, "GPU-nope", "reseated");
+    assert_eq!(code, 2);
+    assert!(err.contains("no GPU \"GPU-nope\""), "{err}");
+    let over_http = http_get(&d.addr, "/api/v1/health/clear", &[]);
+    assert_eq!(over_http.status, 404, "the HTTP server has no clear");
+
+    // Cleared: exit 0, nothing left, the verdict healthy again, the metrics too.
+    let (code, out, err) = clear(&d, "0000:19:00.0", "reseated the GPU, INC-4711");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("let go of xid_fatal"), "{out}");
+    assert!(out.contains("no finding left"), "{out}");
+    assert!(!health(&d, false).1.starts_with("unhealthy"));
+    let m = d.scrape();
+    assert_eq!(
+        m.value("gpu_health_reason", &[("gpu", "0"), ("reason", "xid_fatal")]),
+        None
+    );
+    assert_eq!(
+        m.value("gpu_xid_errors_total", &[("gpu", "0"), ("xid", "79")]),
+        Some(1.0),
+        "the count stays: a clear changes the verdict, not the history"
+    );
+
+    // The journal says who and why.
+    let rows = clear_rows(&d);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let row = &rows[0];
+    assert_eq!(row["pci_bus_id"], "0000:19:00.0");
+    assert_eq!(row["serial"], "1653024000000", "the board's serial stays with the row");
+    let details = &row["details"];
+    assert_eq!(details["reason"], "reseated the GPU, INC-4711");
+    // SAFETY: geteuid cannot fail.
+    assert_eq!(details["uid"], u64::from(unsafe { libc::geteuid() }));
+    assert_eq!(details["comm"], "gpuwarden");
+    assert_eq!(details["cleared"], serde_json::json!(["xid_fatal"]));
+
+    // A restart in the same boot (its ring buffer empty): the XID is counted again from the
+    // journal, and stays cleared.
+    let d = d.restart(false, Some(""));
+    d.scrape_until("the XID counted again", |m| {
+        m.value("gpu_xid_errors_total", &[("gpu", "0"), ("xid", "79")]) == Some(1.0)
+    });
+    let (code, out) = health(&d, false);
+    assert_eq!(code, 0, "{out}");
+
+    // A new fatal XID after the clear counts.
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE (0x00000000)\n");
+    let out = wait_for_exit(&d, 1);
+    assert!(out.contains("Xid 48"), "{out}");
+    assert!(!out.contains("Xid 79"), "the cleared one stays cleared: {out}");
+}
+
+#[test]
+fn health_clear_of_a_still_lost_gpu_says_it_is_still_lost_and_exits_1() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let lost = edit_device(DEMO_SCENARIO, 7, |dev| format!("{dev}    lost: true\n"));
+    d.set_scenario(&lost);
+    wait_for_exit(&d, 1);
+    let (code, out, err) = clear(&d, "7", "replaced the riser");
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("still present after the next poll"), "{out}");
+    assert!(out.contains("unhealthy: gpu_lost: the GPU is lost"), "{out}");
+    let (code, _) = health(&d, false);
+    assert_eq!(code, 1, "still unhealthy");
+    let rows = clear_rows(&d);
+    assert_eq!(rows[0]["details"]["still"], serde_json::json!(["gpu_lost"]));
+}

@@ -1,0 +1,189 @@
+//! Clearing a GPU after a repair (`gpuwarden health clear`, docs/health.md "Clear after a
+//! repair"): what is asked, which GPU it names, and what the answer says. The local API
+//! (local_api.rs) takes the request; the rules drop what was held from before the clear
+//! (rules.rs, `Seen::cleared`); this module is the words and checks around it.
+
+use super::verdict::FindingView;
+use crate::model::{DeviceSnapshot, Snapshot};
+use serde::{Deserialize, Serialize};
+
+/// The longest reason kept: a ticket number and a few words.
+pub const MAX_REASON: usize = 200;
+
+/// `POST /api/v1/health/clear`'s body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClearRequest {
+    /// An index (`0`), a UUID or a PCI address.
+    pub gpu: String,
+    /// Why: the repair, a ticket.
+    pub reason: String,
+}
+
+/// What the daemon answers once the next poll has looked at the GPU again.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClearAnswer {
+    pub index: u32,
+    pub uuid: String,
+    pub pci_bus_id: String,
+    /// The reasons of the findings the clear let go of.
+    pub cleared: Vec<String>,
+    /// Findings still present after the clear: their condition still holds.
+    pub still: Vec<FindingView>,
+    /// False when no poll round came within the wait: `still` is as of the last one.
+    pub polled_after: bool,
+}
+
+/// Why a clear was refused; each says what to do.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ClearError {
+    #[error("say why with --reason (what was repaired, a ticket); at most {MAX_REASON} characters")]
+    Reason,
+    #[error("no GPU {0:?} on this node; give its index, UUID or PCI address (`gpuwarden health` lists them)")]
+    NoSuchGpu(String),
+    #[error("GPU {index} is ambiguous here ({uuids}); give its UUID or PCI address")]
+    Ambiguous { index: String, uuids: String },
+}
+
+impl ClearRequest {
+    /// The reason as it is kept: trimmed, control characters replaced, not empty, not long.
+    pub fn checked_reason(&self) -> Result<String, ClearError> {
+        let reason = crate::input::printable(self.reason.trim());
+        if reason.is_empty() || reason.chars().count() > MAX_REASON {
+            return Err(ClearError::Reason);
+        }
+        Ok(reason)
+    }
+}
+
+/// The GPU `gpu` names: a UUID, a PCI address, or an index that only one GPU has (on a node
+/// with NVIDIA and AMD GPUs both have a GPU 0).
+pub fn find_gpu<'a>(snapshot: &'a Snapshot, gpu: &str) -> Result<&'a DeviceSnapshot, ClearError> {
+    let gpu = gpu.trim();
+    // lspci writes `3b:00.0`, without the domain.
+    let bus = crate::pci::normalize_bus_id(gpu).or_else(|| crate::pci::normalize_bus_id(&format!("0000:{gpu}")));
+    if let Some(device) = snapshot
+        .devices
+        .iter()
+        .find(|d| d.identity.uuid.eq_ignore_ascii_case(gpu) || bus.as_deref() == Some(d.identity.pci_bus_id.as_str()))
+    {
+        return Ok(device);
+    }
+    let index: Option<u32> = gpu.parse().ok();
+    let by_index: Vec<&DeviceSnapshot> = snapshot
+        .devices
+        .iter()
+        .filter(|d| Some(d.identity.index) == index)
+        .collect();
+    match by_index.as_slice() {
+        [device] => Ok(device),
+        [] => Err(ClearError::NoSuchGpu(crate::input::printable(gpu))),
+        several => Err(ClearError::Ambiguous {
+            index: gpu.to_string(),
+            uuids: several
+                .iter()
+                .map(|d| d.identity.uuid.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
+/// The answer from the GPU's findings before the clear and the GPU as the next snapshot
+/// shows it (None: it has left the node).
+pub fn answer(before: &DeviceSnapshot, after: Option<&DeviceSnapshot>, polled_after: bool) -> ClearAnswer {
+    let still: Vec<FindingView> = after
+        .map(|d| d.health.findings.iter().map(FindingView::from).collect())
+        .unwrap_or_default();
+    let cleared = before
+        .health
+        .findings
+        .iter()
+        .filter(|f| !still.iter().any(|s| s.reason == f.reason))
+        .map(|f| f.reason.to_string())
+        .collect();
+    ClearAnswer {
+        index: before.identity.index,
+        uuid: before.identity.uuid.clone(),
+        pci_bus_id: before.identity.pci_bus_id.clone(),
+        cleared,
+        still,
+        polled_after,
+    }
+}
+
+/// For a person: what was let go of, and each finding still present (one line each).
+pub fn text(answer: &ClearAnswer) -> String {
+    let gpu = format!("GPU {} ({}, {})", answer.index, answer.uuid, answer.pci_bus_id);
+    let mut out = match answer.cleared.as_slice() {
+        [] => format!("cleared {gpu}: nothing was held\n"),
+        reasons => format!("cleared {gpu}: let go of {}\n", reasons.join(", ")),
+    };
+    if answer.still.is_empty() {
+        out.push_str("no finding left\n");
+        return out;
+    }
+    let when = if answer.polled_after {
+        "after the next poll"
+    } else {
+        "as of the last poll (the next one has not come yet)"
+    };
+    out.push_str(&format!("still present {when}; its condition still holds:\n"));
+    for f in &answer.still {
+        out.push_str(&format!("  {}: {}: {}\n", f.severity, f.reason, f.message));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Vendor;
+
+    fn node() -> Snapshot {
+        let gpu = |i, vendor, bus| DeviceSnapshot::for_test(i, vendor, bus, Default::default());
+        Snapshot {
+            devices: vec![
+                gpu(0, Vendor::Nvidia, "0000:19:00.0"),
+                gpu(1, Vendor::Nvidia, "0000:3b:00.0"),
+                gpu(0, Vendor::Amd, "0000:c1:00.0"),
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_gpu_is_named_by_uuid_address_or_an_index_only_it_has() {
+        let node = node();
+        let uuid = |gpu: &str| find_gpu(&node, gpu).map(|d| d.identity.uuid.clone());
+        assert_eq!(uuid("GPU-1").as_deref(), Ok("GPU-1"));
+        assert_eq!(uuid("gpu-1").as_deref(), Ok("GPU-1"));
+        assert_eq!(uuid("3b:00.0").as_deref(), Ok("GPU-1"));
+        assert_eq!(uuid("00000000:C1:00.0").as_deref(), Ok("AMD-0"));
+        assert_eq!(uuid(" 1 ").as_deref(), Ok("GPU-1"));
+        assert!(
+            matches!(uuid("0"), Err(ClearError::Ambiguous { .. })),
+            "NVIDIA 0 and AMD 0"
+        );
+        assert_eq!(uuid("7"), Err(ClearError::NoSuchGpu("7".into())));
+        assert!(matches!(uuid("GPU-\u{1b}[2J"), Err(ClearError::NoSuchGpu(s)) if !s.contains('\u{1b}')));
+    }
+
+    #[test]
+    fn a_reason_is_required_kept_short_and_printable() {
+        let request = |reason: &str| ClearRequest {
+            gpu: "0".into(),
+            reason: reason.into(),
+        };
+        assert_eq!(request("  ").checked_reason(), Err(ClearError::Reason));
+        assert_eq!(
+            request(&"x".repeat(MAX_REASON + 1)).checked_reason(),
+            Err(ClearError::Reason)
+        );
+        assert_eq!(
+            request(" reseated, INC-42\n").checked_reason().as_deref(),
+            Ok("reseated, INC-42")
+        );
+        assert_eq!(request("a\u{7}b").checked_reason().as_deref(), Ok("a\u{fffd}b"));
+    }
+}
