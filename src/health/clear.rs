@@ -49,7 +49,8 @@ impl ClearRequest {
     /// The reason as it is kept: trimmed, control characters replaced, not empty, not long.
     pub fn checked_reason(&self) -> Result<String, ClearError> {
         let reason = crate::input::printable(self.reason.trim());
-        if reason.is_empty() || reason.chars().count() > MAX_REASON {
+        // Something a person can read: not only blanks and replaced control characters.
+        if !reason.chars().any(char::is_alphanumeric) || reason.chars().count() > MAX_REASON {
             return Err(ClearError::Reason);
         }
         Ok(reason)
@@ -176,6 +177,7 @@ mod tests {
             reason: reason.into(),
         };
         assert_eq!(request("  ").checked_reason(), Err(ClearError::Reason));
+        assert_eq!(request("\u{7}\n").checked_reason(), Err(ClearError::Reason));
         assert_eq!(
             request(&"x".repeat(MAX_REASON + 1)).checked_reason(),
             Err(ClearError::Reason)

@@ -281,3 +281,60 @@ fn health_clear_of_a_still_lost_gpu_says_it_is_still_lost_and_exits_1() {
     let rows = clear_rows(&d);
     assert_eq!(rows[0]["details"]["still"], serde_json::json!(["gpu_lost"]));
 }
+
+/// One raw HTTP request on the daemon's socket; the status line and body.
+fn raw_post(d: &Daemon, path: &str, body: &[u8]) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(d.socket_path()).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.0\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let _ = stream.write_all(body);
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (head.lines().next().unwrap_or_default().to_string(), body.to_string())
+}
+
+#[test]
+fn the_clear_endpoint_refuses_bad_bodies_and_clears_nothing() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\n");
+    wait_for_exit(&d, 1);
+    let huge = format!(r#"{{"gpu": "0", "reason": "{}"}}"#, "x".repeat(8192));
+    for (body, status, says) in [
+        (b"not json".as_slice(), "400", "not a clear request"),
+        (br#"{"gpu": "0"}"#.as_slice(), "400", "not a clear request"),
+        (
+            br#"{"gpu": "0", "reason": "x", "force": true}"#.as_slice(),
+            "400",
+            "force",
+        ),
+        (br#"{"gpu": "0", "reason": "\u0007\n"}"#.as_slice(), "400", "--reason"),
+        (br#"{"gpu": "../../etc", "reason": "x"}"#.as_slice(), "404", "no GPU"),
+        (huge.as_bytes(), "413", ""),
+        (b"\xff\xfe\x00garbage".as_slice(), "400", "not a clear request"),
+    ] {
+        let (status_line, answer) = raw_post(&d, "/api/v1/health/clear", body);
+        assert!(
+            status_line.contains(status),
+            "{}: {status_line} {answer}",
+            String::from_utf8_lossy(body)
+        );
+        assert!(answer.contains(says), "{answer}");
+    }
+    // Nothing was cleared, nothing was recorded.
+    assert_eq!(health(&d, false).0, 1);
+    let out = Command::new(BIN)
+        .args(["events", "--json", "--kind", "clear", "--state"])
+        .arg(d.state_path())
+        .output()
+        .expect("run gpuwarden events");
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert!(rows.is_empty(), "{rows:?}");
+}
