@@ -179,7 +179,7 @@ fn table(report: &Report) -> String {
     if !findings.is_empty() || !report.node_findings.is_empty() {
         let _ = writeln!(out, "\nFindings:");
         for f in report.node_findings {
-            let _ = writeln!(out, "  node: {}: {}", f.severity.label(), f.message);
+            let _ = writeln!(out, "  node: {}: {}", f.severity.finding_label(), f.message);
         }
         for (d, f) in findings {
             let id = &d.device.identity;
@@ -188,7 +188,7 @@ fn table(report: &Report) -> String {
                 "  GPU {} ({}): {}: {}",
                 id.index,
                 id.uuid,
-                f.severity.label(),
+                f.severity.finding_label(),
                 f.message
             );
         }

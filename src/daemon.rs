@@ -289,6 +289,7 @@ fn take_over_from_journal(place: &journal::Place, config: &Config, sources: &Sou
         );
     }
     sources.clears.set(seed.clears);
+    sources.board_swaps.set(seed.board_swaps);
     if !seed.xid_counts.is_empty() {
         let total: u64 = seed.xid_counts.iter().map(|(_, n, _)| n).sum();
         log::info!(
@@ -319,6 +320,7 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
             place,
             store.clone(),
             sources.journal.clone(),
+            sources.board_swaps.clone(),
             shutdown.handle("journal"),
         );
         xids.listen(Arc::new(journal.clone()));

@@ -67,6 +67,7 @@ pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generatio
         xid: inputs.xid.clone(),
         health_limits: options.health_limits,
         clears: inputs.clears.clone(),
+        board_swaps: inputs.board_swaps.clone(),
         hostname: options.hostname.clone(),
         probe: inputs.probe.clone(),
         pci_gpus: (*inputs.pci).clone(),

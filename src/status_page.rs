@@ -4,7 +4,6 @@
 //! Plain server-rendered HTML from the latest snapshot: no JavaScript, a refresh every five
 //! seconds, and nothing that calls a vendor library.
 
-use crate::health::HealthState;
 use crate::model::{Snapshot, unix_seconds};
 use crate::xid::catalog;
 use std::fmt::Write;
@@ -219,7 +218,7 @@ fn device_row(out: &mut String, snapshot: &Snapshot, d: &crate::model::DeviceSna
         attribution(snapshot, &id.uuid)
     );
     let _ = write!(out, "<td><span class=\"state {0}\">{0}</span>", state.label());
-    if state != HealthState::Ok {
+    if !findings.is_empty() {
         out.push_str("<ul>");
         for f in findings {
             let _ = write!(out, "<li>{}</li>", escape(&f.message));

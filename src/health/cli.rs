@@ -170,7 +170,7 @@ pub fn text(verdict: &NodeVerdict) -> String {
     } else {
         out.push_str(&format!("{}: {}\n", verdict.state, unhealthy.join(", ")));
     }
-    for state in ["unhealthy", "degraded"] {
+    for state in ["unhealthy", "degraded", "notice"] {
         for line in verdict.lines_at(state) {
             out.push_str(&format!("  {state}: {line}\n"));
         }

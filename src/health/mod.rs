@@ -108,6 +108,7 @@ fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding>
         probe: snapshot.probe.reports.get(&device.identity.uuid),
         limits: &snapshot.health_limits,
         cleared: snapshot.clears.get(&device.identity.uuid).map(|c| c.time()),
+        board_swap: snapshot.board_swaps.get(&device.identity.uuid),
         now: SystemTime::now(),
     })
 }

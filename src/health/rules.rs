@@ -8,7 +8,7 @@
 //! The next step (operator policy) makes severities and thresholds configurable from here.
 
 use crate::clock_events::{HW_POWER_REASONS, THERMAL_REASONS};
-use crate::model::health::{ErrorCounter, HealthState, Limits};
+use crate::model::health::{BOARD_SWAP_NOTICE, BoardSwap, ErrorCounter, HealthState, Limits};
 use crate::model::probe::ProbeReport;
 use crate::model::xid::{Severity, XidCount};
 use crate::model::{DeviceReadings, DeviceSnapshot, EccScope, EccType};
@@ -31,6 +31,8 @@ pub struct Seen<'a> {
     /// When an operator last cleared the GPU after a repair: what was held from before
     /// no longer counts.
     pub cleared: Option<SystemTime>,
+    /// The board this one replaced, when the journal found it in the last day.
+    pub board_swap: Option<&'a BoardSwap>,
     pub now: SystemTime,
 }
 
@@ -346,7 +348,28 @@ fn probe_failed(seen: &Seen) -> Option<Hit> {
     })
 }
 
-use HealthState::{Degraded, Unhealthy};
+fn board_replaced(seen: &Seen) -> Option<Hit> {
+    let swap = seen.board_swap?;
+    let at = crate::model::from_unix_seconds(swap.at);
+    let recent = seen
+        .now
+        .duration_since(at)
+        .map(|age| age <= BOARD_SWAP_NOTICE)
+        .unwrap_or(true);
+    (recent && seen.after_clear(at)).then(|| {
+        format!(
+            "a different board in this slot since {}: it replaced serial {} ({}); the old board's history stays \
+             in the journal (`gpuwarden report --gpu {}`), this one's starts clean",
+            humantime::format_rfc3339_seconds(at),
+            swap.previous_serial.as_deref().unwrap_or("unknown"),
+            swap.previous_uuid,
+            swap.previous_uuid
+        )
+        .into()
+    })
+}
+
+use HealthState::{Degraded, Ok as Notice, Unhealthy};
 
 /// Every rule about one GPU, in the order they are looked at.
 pub const RULES: &[Rule] = &[
@@ -512,6 +535,15 @@ pub const RULES: &[Rule] = &[
         ends: false,
         check: Check::Device(probe_failed),
     },
+    Rule {
+        reason: "board_replaced",
+        severity: Notice,
+        worse_when: None,
+        when: "the journal found a different GPU (another UUID) in a slot where it knew another, within the last day; a notice: the verdict stays what the other rules make it",
+        action: "none; the old board's serial and history stay in the journal (`gpuwarden report`)",
+        ends: false,
+        check: Check::Device(board_replaced),
+    },
 ];
 
 /// The node's rule: a GPU on the PCI bus that no backend shows (its check is
@@ -531,7 +563,7 @@ impl Rule {
     pub fn doc_row(&self) -> String {
         let severity = match self.worse_when {
             Some(when) => format!("{}, unhealthy when {when}", self.severity.label()),
-            None => self.severity.label().to_string(),
+            None => self.severity.finding_label().to_string(),
         };
         format!("| `{}` | {severity} | {} | {} |", self.reason, self.when, self.action)
     }
@@ -588,6 +620,7 @@ mod tests {
                     ..Default::default()
                 },
                 cleared: None,
+                board_swap: None,
                 now: SystemTime::now(),
             })
             .iter()
@@ -651,6 +684,7 @@ mod tests {
                 probe: Some(&probe),
                 limits: &limits,
                 cleared,
+                board_swap: None,
                 now: SystemTime::now(),
             })
             .iter()

@@ -41,7 +41,7 @@ impl From<&Finding> for FindingView {
     fn from(f: &Finding) -> FindingView {
         FindingView {
             reason: f.reason.to_string(),
-            severity: f.severity.label().to_string(),
+            severity: f.severity.finding_label().to_string(),
             message: f.message.clone(),
         }
     }

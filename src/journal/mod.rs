@@ -104,6 +104,8 @@ pub struct Seed {
     pub kmsg_sequence: Option<u64>,
     /// This boot's latest clear per GPU.
     pub clears: crate::model::health::Clears,
+    /// The board swaps of the last day.
+    pub board_swaps: crate::model::health::BoardSwaps,
 }
 
 /// Reads this boot's XID counts and kernel-log position (read-only, in a worker; an empty
@@ -121,6 +123,7 @@ pub fn seed(place: &Place) -> Seed {
             xid_counts,
             kmsg_sequence,
             clears,
+            board_swaps,
         }) => Seed {
             xid_counts: xid_counts
                 .into_iter()
@@ -131,6 +134,7 @@ pub fn seed(place: &Place) -> Seed {
                 .collect(),
             kmsg_sequence,
             clears,
+            board_swaps,
         },
         Ok(other) => {
             log::debug!("journal: no counts from before the restart: unexpected answer {other:?}");
@@ -168,13 +172,14 @@ impl Journal {
         place: Place,
         store: Arc<Store>,
         status: Arc<Versioned<Option<JournalStatus>>>,
+        board_swaps: Arc<Versioned<crate::model::health::BoardSwaps>>,
         stop: crate::stop::Stop,
     ) -> Journal {
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
         let shared = Arc::new(Shared {
             dropped: AtomicU64::new(0),
         });
-        let writer = writer::Writer::new(place, rx, store, status, shared.clone());
+        let writer = writer::Writer::new(place, rx, store, status, board_swaps, shared.clone());
         // The task ends at the stop signal, after its last batch; dropping its stop handle
         // then tells the daemon's shutdown that it is done.
         tokio::spawn(writer.run(stop));

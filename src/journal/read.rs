@@ -179,7 +179,34 @@ pub fn seed(path: &Path, boot_id: &str) -> Result<Seed, DbError> {
         xid_counts: xid_counts(&conn, boot_id).map_err(&err)?,
         kmsg_sequence: kmsg_sequence.filter(|s| *s > 0).map(|s| s as u64),
         clears: clears(&conn, boot_id).map_err(&err)?,
+        board_swaps: board_swaps(&conn, SystemTime::now()).map_err(&err)?,
     })
+}
+
+/// The board swaps of the last [`BOARD_SWAP_NOTICE`] by the new board's UUID, from the
+/// `board_swap` rows (whatever the boot: a swap is found after the reboot it took).
+pub fn board_swaps(conn: &Connection, now: SystemTime) -> rusqlite::Result<crate::model::health::BoardSwaps> {
+    use crate::model::health::{BOARD_SWAP_NOTICE, BoardSwap};
+    let since = crate::model::unix_seconds(now) - BOARD_SWAP_NOTICE.as_secs_f64();
+    let mut statement = conn.prepare(
+        "SELECT gpu_uuid, at, details FROM events WHERE kind = 'board_swap' AND at >= ?1 AND gpu_uuid IS NOT NULL \
+         ORDER BY at DESC LIMIT ?2",
+    )?;
+    let rows = statement.query_map(rusqlite::params![since, MAX_CLEARS], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?, r.get::<_, String>(2)?))
+    })?;
+    let mut out = crate::model::health::BoardSwaps::new();
+    for row in rows {
+        let (uuid, at, details) = row?;
+        let details: serde_json::Value = serde_json::from_str(&details).unwrap_or_default();
+        let text = |key: &str| details.get(key).and_then(|v| v.as_str()).map(crate::input::printable);
+        out.entry(uuid).or_insert(BoardSwap {
+            at,
+            previous_uuid: text("previous_uuid").unwrap_or_default(),
+            previous_serial: text("previous_serial"),
+        });
+    }
+    Ok(out)
 }
 
 /// The most clear rows a seed reads: far more than a node's GPUs are ever cleared in a boot.

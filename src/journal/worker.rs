@@ -119,6 +119,8 @@ pub enum Answer {
         kmsg_sequence: Option<u64>,
         #[serde(default)]
         clears: crate::model::health::Clears,
+        #[serde(default)]
+        board_swaps: crate::model::health::BoardSwaps,
     },
     Timeline {
         rows: BTreeMap<String, Vec<Row>>,
@@ -261,6 +263,7 @@ fn answer(request: Request) -> Reply {
                 xid_counts: seed.xid_counts.into_iter().map(count_of_seed).collect(),
                 kmsg_sequence: seed.kmsg_sequence,
                 clears: seed.clears,
+                board_swaps: seed.board_swaps,
             })
         }
         Request::Timeline { path, now } => read::timeline(&path, now)

@@ -70,6 +70,8 @@ pub(super) struct Writer {
     rx: Receiver<Box<Message>>,
     store: Arc<Store>,
     status: Arc<Versioned<Option<JournalStatus>>>,
+    /// Where a board swap goes for the verdict's notice.
+    board_swaps: Arc<Versioned<crate::model::health::BoardSwaps>>,
     shared: Arc<Shared>,
     /// The last worker opened or wrote the file: write batches without opening first.
     open: bool,
@@ -101,6 +103,7 @@ impl Writer {
         rx: Receiver<Box<Message>>,
         store: Arc<Store>,
         status: Arc<Versioned<Option<JournalStatus>>>,
+        board_swaps: Arc<Versioned<crate::model::health::BoardSwaps>>,
         shared: Arc<Shared>,
     ) -> Writer {
         Writer {
@@ -108,6 +111,7 @@ impl Writer {
             rx,
             store,
             status,
+            board_swaps,
             shared,
             open: false,
             retry_at: Instant::now(),
@@ -326,6 +330,16 @@ impl Writer {
                 .cloned()
         {
             self.push(facts::board_swap(&previous, &new, now));
+            self.board_swaps.update(|swaps| {
+                swaps.insert(
+                    new.uuid.clone(),
+                    crate::model::health::BoardSwap {
+                        at: now,
+                        previous_uuid: previous.uuid.clone(),
+                        previous_serial: previous.serial.clone(),
+                    },
+                );
+            });
             // The old board's facts stay (its history keeps its serial), but no longer at
             // this address.
             if let Some(old) = self.facts.get_mut(&previous.uuid) {

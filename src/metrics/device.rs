@@ -57,7 +57,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_health_reason",
         kind: Kind::Gauge,
         unit: "",
-        help: "1 for each finding behind a degraded or unhealthy verdict.",
+        help: "1 for each finding behind a degraded or unhealthy verdict, and for each notice (board_replaced) that leaves it ok.",
         labels: &["reason"],
         read: Read::Device(|_, d, s| {
             for finding in &d.health.findings {

@@ -23,6 +23,14 @@ impl HealthState {
             HealthState::Unhealthy => "unhealthy",
         }
     }
+
+    /// A finding's word for its severity: a finding that leaves the verdict ok is a notice.
+    pub fn finding_label(self) -> &'static str {
+        match self {
+            HealthState::Ok => "notice",
+            other => other.label(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -43,7 +51,7 @@ pub struct DeviceHealth {
 
 /// The per-GPU rules' reasons, in the rules' order (health::rules::RULES; a test there holds
 /// the two equal): the keys `health.rules` of the config accepts.
-pub const RULE_REASONS: [&str; 18] = [
+pub const RULE_REASONS: [&str; 19] = [
     "xid_fatal",
     "xid_critical",
     "gpu_lost",
@@ -62,6 +70,7 @@ pub const RULE_REASONS: [&str; 18] = [
     "nvlink_error_rate",
     "fabric_not_ready",
     "probe_failed",
+    "board_replaced",
 ];
 
 /// The operator's thresholds the rules read (config `xid.critical_hold` and `health.*`),
@@ -168,3 +177,19 @@ impl Clear {
 
 /// The latest clear per GPU UUID.
 pub type Clears = std::collections::BTreeMap<String, Clear>;
+
+/// A different GPU (another UUID) found in a slot where the journal knew another: the board
+/// was replaced. Kept by UUID of the new board.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BoardSwap {
+    /// Unix seconds: when the journal first saw the new board.
+    pub at: f64,
+    pub previous_uuid: String,
+    pub previous_serial: Option<String>,
+}
+
+/// The board swaps of the last [`BOARD_SWAP_NOTICE`], by the new board's UUID.
+pub type BoardSwaps = std::collections::BTreeMap<String, BoardSwap>;
+
+/// How long a board swap is a notice in the verdict (`board_replaced`).
+pub const BOARD_SWAP_NOTICE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);

@@ -465,6 +465,8 @@ pub struct Snapshot {
     pub health_limits: health::Limits,
     /// The operators' clears after a repair, by GPU UUID.
     pub clears: std::sync::Arc<health::Clears>,
+    /// Boards replaced within the last day, by the new board's UUID.
+    pub board_swaps: std::sync::Arc<health::BoardSwaps>,
     /// Scheduled probe results and counters (empty outside the daemon).
     pub probe: std::sync::Arc<probe::ProbeSnapshot>,
     /// NVIDIA and AMD GPUs on the PCI bus (sysfs), to compare with the enumerated ones.

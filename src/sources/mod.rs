@@ -10,6 +10,7 @@
 //! | DRM clients | [`processes::DrmClients`], task `source-drm-clients`, every 10 s while AMD GPUs exist | processes per PCI address |
 //! | PCI census | [`pci::PciCensus`], task `source-pci`, every 30 s | GPUs on the bus |
 //! | probe results | `probe::schedule`, thread `probe-scheduler` | the latest report per GPU |
+//! | board swaps | the journal's writer; the journal at start | the last day's swaps per new GPU |
 //! | clears | the local API's `POST /api/v1/health/clear`; the journal at start | the latest clear per GPU |
 //!
 //! Nothing else reads the outside world between rounds: the publisher only takes an `Arc` of
@@ -122,6 +123,8 @@ pub struct Sources {
     pub journal: Arc<Versioned<Option<crate::model::JournalStatus>>>,
     /// The operators' clears after a repair (`gpuwarden health clear`).
     pub clears: Arc<Versioned<crate::model::health::Clears>>,
+    /// Boards the journal found replaced.
+    pub board_swaps: Arc<Versioned<crate::model::health::BoardSwaps>>,
     /// Signalled by every source when its value changes.
     pub changed: Arc<crate::store::Changed>,
 }
@@ -138,6 +141,7 @@ pub struct Versions {
     drm_clients: u64,
     journal: u64,
     clears: u64,
+    board_swaps: u64,
 }
 
 /// Every side input's value at one moment, as the publisher puts it into a snapshot.
@@ -151,6 +155,7 @@ pub struct Inputs {
     pub drm_clients: Arc<processes::DrmScan>,
     pub journal: Option<crate::model::JournalStatus>,
     pub clears: Arc<crate::model::health::Clears>,
+    pub board_swaps: Arc<crate::model::health::BoardSwaps>,
     /// What readers of the outside world skipped so far, by (input, reason).
     pub input_skipped: Vec<(&'static str, &'static str, u64)>,
     /// Versions read before the values: a change that lands in between is published again.
@@ -169,6 +174,7 @@ impl Sources {
             drm_clients: Arc::default(),
             journal: Arc::default(),
             clears: Arc::default(),
+            board_swaps: Arc::default(),
             changed: Arc::default(),
         };
         let changed = &sources.changed;
@@ -180,6 +186,7 @@ impl Sources {
         sources.drm_clients.signal_to(changed.clone());
         sources.journal.signal_to(changed.clone());
         sources.clears.signal_to(changed.clone());
+        sources.board_swaps.signal_to(changed.clone());
         sources
     }
 
@@ -193,6 +200,7 @@ impl Sources {
             drm_clients: self.drm_clients.version(),
             journal: self.journal.version(),
             clears: self.clears.version(),
+            board_swaps: self.board_swaps.version(),
         }
     }
 
@@ -208,6 +216,7 @@ impl Sources {
             drm_clients: self.drm_clients.get(),
             journal: (*self.journal.get()).clone(),
             clears: self.clears.get(),
+            board_swaps: self.board_swaps.get(),
             input_skipped: crate::input::skipped_totals()
                 .into_iter()
                 .map(|(input, reason, n)| (input.label(), reason.label(), n))

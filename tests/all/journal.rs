@@ -561,7 +561,68 @@ fn a_different_gpu_at_the_same_address_is_a_board_swap_and_the_old_serial_keeps_
     let report = report_json(&state, GPU0_UUID);
     assert_eq!(report["identity"]["serial"], GPU0_SERIAL);
     assert_eq!(report["xids"].as_array().unwrap().len(), 1);
-    drop(d);
+
+    // The verdict says which board was replaced, and stays healthy: the old board's fatal
+    // XID was another boot's and another board's.
+    let replaced = |d: &Daemon| -> Option<String> {
+        let verdict: serde_json::Value = serde_json::from_slice(&d.get("/api/v1/health", &[]).body).ok()?;
+        let gpu0 = verdict["gpus"]
+            .as_array()?
+            .iter()
+            .find(|g| g["pci_bus_id"] == "0000:19:00.0")?
+            .clone();
+        assert_ne!(gpu0["state"], "unhealthy", "{gpu0}");
+        let notice = gpu0["findings"]
+            .as_array()?
+            .iter()
+            .find(|f| f["reason"] == "board_replaced")?
+            .clone();
+        assert_eq!(notice["severity"], "notice");
+        notice["message"].as_str().map(str::to_string)
+    };
+    let message = eventually("the notice", Duration::from_secs(10), || replaced(&d));
+    assert!(
+        message.contains(&format!("it replaced serial {GPU0_SERIAL} ({GPU0_UUID})")),
+        "{message}"
+    );
+    let m = d.scrape();
+    assert_eq!(
+        m.value("gpu_health_reason", &[gpu0(), ("reason", "board_replaced")]),
+        Some(1.0)
+    );
+    assert_eq!(m.value("gpu_health", &[gpu0(), ("state", "ok")]), Some(1.0));
+    let health = Command::new(BIN)
+        .args(["health", "--socket"])
+        .arg(d.socket_path())
+        .output()
+        .expect("run gpuwarden health");
+    assert_eq!(health.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&health.stdout);
+    assert!(
+        text.contains("notice: GPU 0") && text.contains("board_replaced"),
+        "{text}"
+    );
+
+    // A restart keeps the notice (from the journal); a clear ends it.
+    let d = d.restart(false, Some(""));
+    eventually("the notice after a restart", Duration::from_secs(10), || replaced(&d));
+    let clear = Command::new(BIN)
+        .args([
+            "health",
+            "clear",
+            "--gpu",
+            "0",
+            "--reason",
+            "new board checked",
+            "--socket",
+        ])
+        .arg(d.socket_path())
+        .output()
+        .expect("run gpuwarden health clear");
+    let out = String::from_utf8_lossy(&clear.stdout);
+    assert!(out.contains("let go of board_replaced"), "{out}");
+    assert_eq!(clear.status.code(), Some(0), "{out}");
+    assert_eq!(replaced(&d), None);
 }
 
 #[test]
