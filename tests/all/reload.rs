@@ -153,6 +153,57 @@ fn a_rules_debounce_keeps_a_short_condition_from_raising_its_finding() {
     });
 }
 
+/// Flaps GPU 0's NVLink 0 down and up every `every` for `span`, watching `/api/v1/health`
+/// every 40 ms; how many times GPU 0 went from ok to degraded.
+fn raises_while_flapping(d: &Daemon, every: Duration, span: Duration) -> usize {
+    let up = DEMO_SCENARIO.to_string();
+    let down = edit_device(DEMO_SCENARIO, 0, |dev| {
+        dev.replacen(
+            "      - { up: true, crc_flit: 0,",
+            "      - { up: false, crc_flit: 0,",
+            1,
+        )
+    });
+    let state = |d: &Daemon| -> String {
+        let body = d.get("/api/v1/health", &[]).body;
+        let verdict: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        verdict["gpus"][0]["state"].as_str().unwrap_or_default().to_string()
+    };
+    let start = Instant::now();
+    let (mut raises, mut last, mut flip_at, mut is_down) = (0, state(d), start, false);
+    while start.elapsed() < span {
+        if flip_at.elapsed() >= every || flip_at == start {
+            is_down = !is_down;
+            d.set_scenario(if is_down { &down } else { &up });
+            flip_at = Instant::now();
+        }
+        let now = state(d);
+        if now == "degraded" && last == "ok" {
+            raises += 1;
+        }
+        last = now;
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    d.set_scenario(&up);
+    raises
+}
+
+#[test]
+fn a_link_flapping_for_seconds_raises_many_findings_without_a_hold_and_one_with_it() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    // Down and up every 600 ms (three polls) for 9 s: about seven flaps.
+    let without = raises_while_flapping(&d, Duration::from_millis(600), Duration::from_secs(9));
+    assert!(without >= 4, "no policy: every flap is a finding ({without})");
+    d.scrape_until("the link up again", |m| {
+        m.value("gpu_health_reason", &[("gpu", "0"), ("reason", "nvlink_down")])
+            .is_none()
+    });
+    reload(&d, |c| format!("{c}health:\n  rules:\n    nvlink_down: {{hold: 1m}}\n"));
+    let with = raises_while_flapping(&d, Duration::from_millis(600), Duration::from_secs(9));
+    assert_eq!(with, 1, "held through the flaps");
+}
+
 #[test]
 fn error_rate_limits_raise_findings_only_when_set_and_crossed() {
     let d = Daemon::start(DEMO_SCENARIO);
