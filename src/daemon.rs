@@ -444,6 +444,10 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
         DRAIN_TIMEOUT,
     ));
     running.ready(&bound);
+    // Once settled (and again after a reload), the code only start-up ran is given back.
+    let page_out = tokio::time::sleep(crate::residency::SETTLE);
+    tokio::pin!(page_out);
+    let mut paged_out = false;
 
     loop {
         tokio::select! {
@@ -452,6 +456,15 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
             _ = signals.hup.recv() => {
                 running.reload(config_path.as_ref(), &overrides);
                 running.ready(&bound);
+                page_out.as_mut().reset(tokio::time::Instant::now() + crate::residency::SETTLE);
+                paged_out = false;
+            }
+            _ = &mut page_out, if !paged_out => {
+                paged_out = true;
+                match crate::residency::page_out_own_code() {
+                    Ok(done) => log::debug!("gave back the start-up code: {} mappings, {} KiB asked", done.mappings, done.bytes / 1024),
+                    Err(e) => log::debug!("cannot give back the start-up code (MADV_PAGEOUT needs Linux 5.4): {e}"),
+                }
             }
             result = &mut server => {
                 // The server ended on its own: that is a failure.
