@@ -10,11 +10,35 @@ use std::time::{Duration, Instant};
 pub struct Every {
     period: Duration,
     last: Option<Instant>,
+    /// A shorter wait between the first run and the second (GPM: a value needs two samples,
+    /// and a dashboard should not wait a whole period after every start for it).
+    first: Option<Duration>,
+    /// Runs since new or reset, counted to 2.
+    runs: u8,
 }
 
 impl Every {
     pub const fn new(period: Duration) -> Every {
-        Every { period, last: None }
+        Every {
+            period,
+            last: None,
+            first: None,
+            runs: 0,
+        }
+    }
+
+    /// The second run comes `first` after the first (if shorter than the period), the rest a
+    /// period apart; again after a reset.
+    pub const fn first_after(mut self, first: Duration) -> Every {
+        self.first = Some(first);
+        self
+    }
+
+    fn wait(&self) -> Duration {
+        match self.first {
+            Some(first) if self.runs == 1 => first.min(self.period),
+            _ => self.period,
+        }
     }
 
     /// A new period applies from the last run (a reload that shortens it makes it due sooner).
@@ -25,7 +49,7 @@ impl Every {
     /// Never read, or the period has passed since.
     pub fn is_due(&self, now: Instant) -> bool {
         self.last
-            .is_none_or(|at| now.saturating_duration_since(at) >= self.period)
+            .is_none_or(|at| now.saturating_duration_since(at) >= self.wait())
     }
 
     /// True (and counts as run now) when due.
@@ -33,6 +57,7 @@ impl Every {
         let due = self.is_due(now);
         if due {
             self.last = Some(now);
+            self.runs = self.runs.saturating_add(1).min(2);
         }
         due
     }
@@ -40,13 +65,14 @@ impl Every {
     /// Due at once, as if never run.
     pub fn reset(&mut self) {
         self.last = None;
+        self.runs = 0;
     }
 
     /// How long until it is due; zero when it is.
     pub fn until_due(&self, now: Instant) -> Duration {
         match self.last {
             None => Duration::ZERO,
-            Some(at) => (at + self.period).saturating_duration_since(now),
+            Some(at) => (at + self.wait()).saturating_duration_since(now),
         }
     }
 }
@@ -65,5 +91,18 @@ mod tests {
         assert!(every.take(start + Duration::from_secs(10)));
         every.reset();
         assert!(every.is_due(start + Duration::from_secs(11)));
+    }
+
+    #[test]
+    fn a_shorter_first_wait_applies_once_and_again_after_a_reset() {
+        let start = Instant::now();
+        let mut every = Every::new(Duration::from_secs(30)).first_after(Duration::from_secs(1));
+        assert!(every.take(start));
+        assert!(every.take(start + Duration::from_secs(1)), "the second run after 1 s");
+        assert!(!every.take(start + Duration::from_secs(2)), "then every 30 s");
+        assert!(every.take(start + Duration::from_secs(31)));
+        every.reset();
+        assert!(every.take(start + Duration::from_secs(32)));
+        assert!(every.take(start + Duration::from_secs(33)));
     }
 }

@@ -104,7 +104,9 @@ pub fn render_openmetrics(snapshot: Arc<Snapshot>, families: metrics::Selection)
 }
 
 /// The classic Prometheus text format 0.0.4 from OpenMetrics text: counter families are
-/// named with their `_total` suffix, `# UNIT` and `# EOF` go.
+/// named with their `_total` suffix, `# UNIT` and `# EOF` go, and `unknown` families are
+/// counters named without `_total` (`metrics::Kind::CounterAsNamed`, the only kind written as
+/// `unknown`), which 0.0.4 calls counters.
 pub fn openmetrics_to_text(openmetrics: &str) -> String {
     let mut out = String::with_capacity(openmetrics.len());
     let mut pending_help: Option<&str> = None;
@@ -135,6 +137,8 @@ pub fn openmetrics_to_text(openmetrics: &str) -> String {
             }
             if rename {
                 out.push_str(&format!("# TYPE {name}_total counter\n"));
+            } else if kind == "unknown" {
+                out.push_str(&format!("# TYPE {name} counter\n"));
             } else {
                 out.push_str(line);
                 out.push('\n');

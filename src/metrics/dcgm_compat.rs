@@ -3,8 +3,10 @@
 //! Grafana dashboard 12239 and alert rules written for dcgm-exporter work unchanged.
 //! docs/metrics.md has the mapping, and what has no equivalent.
 //!
-//! dcgm-exporter declares some of these as counters but names them without `_total`; they
-//! are served as gauges here so the names are exactly its names (`rate()` works on either).
+//! dcgm-exporter declares some of these as counters but names them without `_total`; they are
+//! `counter` in the text format as it serves them, and `unknown` in OpenMetrics, which has no
+//! counter without `_total` (`Kind::CounterAsNamed`): the names are exactly its names either
+//! way. tests/all/dcgm_compat.rs checks every row of its field lists (tests/fixtures/dcgm-exporter).
 //! NVIDIA GPUs only; one series per GPU, except the profiling (GPM) fields of a GPU in MIG
 //! mode, which have one series per GPU instance with `GPU_I_ID` and `GPU_I_PROFILE` set, as
 //! dcgm-exporter serves them.
@@ -40,32 +42,102 @@ fn answering(snapshot: &Snapshot) -> impl Iterator<Item = (&DeviceSnapshot, &Dev
         .filter_map(|d| Some((d, d.answered()?)))
 }
 
+/// [`LABELS`] and `DCGM_FI_DEV_XID_ERRORS`'s own (dcgm-exporter 3.3.6 and later).
+const XID_LABELS: &[&str] = &[
+    "gpu",
+    "UUID",
+    "device",
+    "modelName",
+    "Hostname",
+    "pci_bus_id",
+    "DCGM_FI_DRIVER_VERSION",
+    "GPU_I_ID",
+    "GPU_I_PROFILE",
+    "namespace",
+    "pod",
+    "container",
+    "err_code",
+    "err_msg",
+];
+
+/// [`LABELS`] and the XID code (`DCGM_EXP_XID_ERRORS_TOTAL`).
+const XID_TOTAL_LABELS: &[&str] = &[
+    "gpu",
+    "UUID",
+    "device",
+    "modelName",
+    "Hostname",
+    "pci_bus_id",
+    "DCGM_FI_DRIVER_VERSION",
+    "GPU_I_ID",
+    "GPU_I_PROFILE",
+    "namespace",
+    "pod",
+    "container",
+    "xid",
+];
+
+/// [`LABELS`] and the health watch and its failure code (`DCGM_EXP_GPU_HEALTH_STATUS`).
+const HEALTH_LABELS: &[&str] = &[
+    "gpu",
+    "UUID",
+    "device",
+    "modelName",
+    "Hostname",
+    "pci_bus_id",
+    "DCGM_FI_DRIVER_VERSION",
+    "GPU_I_ID",
+    "GPU_I_PROFILE",
+    "namespace",
+    "pod",
+    "container",
+    "health_watch",
+    "health_error_code",
+];
+
 /// A sample with dcgm-exporter's labels: the GPU's, the GPU instance's where `instance` is
 /// set (id, profile), and the first pod holding the GPU or that instance, where the kubelet
 /// says (dcgm-exporter labels with one pod too).
 fn sample(snapshot: &Snapshot, s: &mut Samples, d: &DeviceSnapshot, instance: Option<(u32, &str)>, v: f64) {
+    sample_with(snapshot, s, d, instance, &[], v);
+}
+
+/// [`sample`] with the family's own labels after dcgm-exporter's.
+fn sample_with(
+    snapshot: &Snapshot,
+    s: &mut Samples,
+    d: &DeviceSnapshot,
+    instance: Option<(u32, &str)>,
+    extra: &[&str],
+    v: f64,
+) {
     let id = &d.identity;
     let pod = snapshot
         .pods
         .get(&id.uuid)
         .and_then(|p| p.iter().find(|h| h.gpu_instance == instance.map(|(gi, _)| gi)));
-    s.labelled(
-        &[
-            &id.index.to_string(),
-            &id.uuid,
-            &format!("nvidia{}", id.index),
-            &id.name,
-            &snapshot.hostname,
-            &nvml_bus_id(&id.pci_bus_id),
-            &id.driver_version,
-            &instance.map(|(gi, _)| gi.to_string()).unwrap_or_default(),
-            instance.map(|(_, profile)| profile).unwrap_or(""),
-            pod.map(|p| p.namespace.as_str()).unwrap_or(""),
-            pod.map(|p| p.pod.as_str()).unwrap_or(""),
-            pod.map(|p| p.container.as_str()).unwrap_or(""),
-        ],
-        v,
+    let (index, bus, gi) = (
+        id.index.to_string(),
+        nvml_bus_id(&id.pci_bus_id),
+        instance.map(|(gi, _)| gi.to_string()).unwrap_or_default(),
     );
+    let device = format!("nvidia{}", id.index);
+    let mut values: Vec<&str> = vec![
+        &index,
+        &id.uuid,
+        &device,
+        &id.name,
+        &snapshot.hostname,
+        &bus,
+        &id.driver_version,
+        &gi,
+        instance.map(|(_, profile)| profile).unwrap_or(""),
+        pod.map(|p| p.namespace.as_str()).unwrap_or(""),
+        pod.map(|p| p.pod.as_str()).unwrap_or(""),
+        pod.map(|p| p.container.as_str()).unwrap_or(""),
+    ];
+    values.extend_from_slice(extra);
+    s.labelled(&values, v);
 }
 
 /// One sample per NVIDIA GPU that answered.
@@ -120,6 +192,20 @@ macro_rules! dcgm_prof {
     };
 }
 
+/// A counter dcgm-exporter names without `_total`.
+macro_rules! dcgm_counter {
+    ($name:literal, $help:literal, $value:expr) => {
+        Family {
+            name: $name,
+            kind: Kind::CounterAsNamed,
+            unit: "",
+            help: $help,
+            labels: LABELS,
+            read: Read::Node(|snapshot, s| per_gpu(snapshot, s, $value)),
+        }
+    };
+}
+
 macro_rules! dcgm {
     ($name:literal, $help:literal, $value:expr) => {
         Family {
@@ -152,14 +238,14 @@ pub const FAMILIES: &[Family] = &[
         "Enforced power limit (in W).",
         |r, _, _| r.power_limit_watts
     ),
-    dcgm!(
+    dcgm_counter!(
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        "Total energy consumption since boot (in mJ); a counter, served as a gauge.",
+        "Total energy consumption since boot (in mJ).",
         |r, _, _| r.energy_joules.map(|j| (j * 1000.0).round())
     ),
-    dcgm!(
+    dcgm_counter!(
         "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-        "Total number of PCIe retries; a counter, served as a gauge.",
+        "Total number of PCIe retries.",
         |r, _, _| r.pcie.replay_errors.map(|n| n as f64)
     ),
     dcgm!("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", |r, _, _| r
@@ -174,18 +260,14 @@ pub const FAMILIES: &[Family] = &[
     dcgm!("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", |r, _, _| r
         .decoder_utilization_ratio
         .map(|u| u * 100.0)),
-    dcgm!(
-        "DCGM_FI_DEV_XID_ERRORS",
-        "Value of the last XID error encountered.",
-        |_, snapshot, d| {
-            snapshot
-                .xid
-                .for_bus(&d.identity.pci_bus_id)
-                .iter()
-                .max_by_key(|x| x.last_seen)
-                .map(|x| x.xid as f64)
-        }
-    ),
+    Family {
+        name: "DCGM_FI_DEV_XID_ERRORS",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "Value of the last XID error encountered; 0 with err_msg \"No Error\" before the first.",
+        labels: XID_LABELS,
+        read: Read::Node(last_xid),
+    },
     dcgm!("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", |r, _, _| r
         .memory_free_bytes
         .map(|b| b as f64 / MIB)),
@@ -197,32 +279,32 @@ pub const FAMILIES: &[Family] = &[
         "Framebuffer memory reserved (in MiB).",
         |r, _, _| r.memory_reserved_bytes.map(|b| b as f64 / MIB)
     ),
-    dcgm!(
+    dcgm_counter!(
         "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
         "Total number of single-bit volatile ECC errors.",
         |r, _, _| r.ecc_count(EccType::Corrected, EccScope::Volatile).map(|n| n as f64)
     ),
-    dcgm!(
+    dcgm_counter!(
         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
         "Total number of double-bit volatile ECC errors.",
         |r, _, _| r.ecc_count(EccType::Uncorrected, EccScope::Volatile).map(|n| n as f64)
     ),
-    dcgm!(
+    dcgm_counter!(
         "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
         "Total number of single-bit persistent ECC errors.",
         |r, _, _| r.ecc_count(EccType::Corrected, EccScope::Aggregate).map(|n| n as f64)
     ),
-    dcgm!(
+    dcgm_counter!(
         "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
         "Total number of double-bit persistent ECC errors.",
         |r, _, _| r.ecc_count(EccType::Uncorrected, EccScope::Aggregate).map(|n| n as f64)
     ),
-    dcgm!(
+    dcgm_counter!(
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
         "Number of remapped rows for correctable errors.",
         |r, _, _| r.remapped_rows.correctable.map(|n| n as f64)
     ),
-    dcgm!(
+    dcgm_counter!(
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
         "Number of remapped rows for uncorrectable errors.",
         |r, _, _| r.remapped_rows.uncorrectable.map(|n| n as f64)
@@ -272,6 +354,41 @@ pub const FAMILIES: &[Family] = &[
         "Ratio of cycles the fp16 pipes are active.",
         |r, _, _| pipe(r, "fp16")
     ),
+    dcgm_counter!(
+        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
+        "PCIe transmit throughput (in KB/s), from GPM's 30 s average (dcgm-exporter's NVML sample is 20 ms).",
+        |r, _, _| Some(rate(&r.activity.as_ref()?.pcie_bytes_per_second, "tx")? / 1024.0)
+    ),
+    dcgm_counter!(
+        "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
+        "PCIe receive throughput (in KB/s), from GPM's 30 s average (dcgm-exporter's NVML sample is 20 ms).",
+        |r, _, _| Some(rate(&r.activity.as_ref()?.pcie_bytes_per_second, "rx")? / 1024.0)
+    ),
+    dcgm_counter!(
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "NVLink bandwidth over all links, transmitted and received (in MB/s), from GPM's 30 s average.",
+        |r, _, _| {
+            r.nvlinks.as_ref().filter(|l| l.board_links > 0)?;
+            let nvlink = &r.activity.as_ref()?.nvlink_bytes_per_second;
+            Some((rate(nvlink, "tx")? + rate(nvlink, "rx")?) / 1e6)
+        }
+    ),
+    Family {
+        name: "DCGM_EXP_XID_ERRORS_TOTAL",
+        kind: Kind::CounterAsNamed,
+        unit: "",
+        help: "XID errors by code on the GPU since boot (gpuwarden_xid: each event once, kept across restarts by the journal).",
+        labels: XID_TOTAL_LABELS,
+        read: Read::Node(xid_totals),
+    },
+    Family {
+        name: "DCGM_EXP_GPU_HEALTH_STATUS",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "Health per watch as DCGM reports it: 0 pass, 10 warn (degraded), 20 fail (unhealthy), from gpuwarden's findings; only the watches gpuwarden judges.",
+        labels: HEALTH_LABELS,
+        read: Read::Node(health_status),
+    },
     dcgm!(
         "DCGM_FI_PROF_PCIE_TX_BYTES",
         "The rate of data transmitted over the PCIe bus, including both protocol headers and data payloads, in bytes per second.",
@@ -294,6 +411,104 @@ pub const FAMILIES: &[Family] = &[
     ),
 ];
 
+/// `DCGM_FI_DEV_XID_ERRORS`: the code of the XID seen last on each NVIDIA GPU that answered,
+/// with its catalog name; 0, "No Error", before the first (dcgm-exporter serves it so too).
+fn last_xid(snapshot: &Snapshot, s: &mut Samples) {
+    for (d, _) in answering(snapshot) {
+        let last = snapshot
+            .xid
+            .for_bus(&d.identity.pci_bus_id)
+            .iter()
+            .max_by_key(|x| x.last_seen);
+        let (code, message) = match last {
+            Some(x) => (x.xid, crate::xid::catalog::lookup(x.xid).map(|e| e.name).unwrap_or("")),
+            None => (0, "No Error"),
+        };
+        sample_with(snapshot, s, d, None, &[&code.to_string(), message], code as f64);
+    }
+}
+
+/// `DCGM_EXP_XID_ERRORS_TOTAL`: each XID code's count on each NVIDIA GPU that answered.
+fn xid_totals(snapshot: &Snapshot, s: &mut Samples) {
+    for (d, _) in answering(snapshot) {
+        for x in snapshot.xid.for_bus(&d.identity.pci_bus_id) {
+            sample_with(snapshot, s, d, None, &[&x.xid.to_string()], x.count as f64);
+        }
+    }
+}
+
+/// Which DCGM health watch each of gpuwarden's findings belongs to, and the DCGM failure
+/// code it stands for.
+const HEALTH_WATCHES: &[(&str, &[(&str, &str)])] = &[
+    (
+        "PCIE",
+        &[
+            ("gpu_lost", "DCGM_FR_NVML_API"),
+            ("pcie_width_degraded", "DCGM_FR_PCIE_WIDTH"),
+            ("pcie_replay_rate", "DCGM_FR_PCI_REPLAY_RATE"),
+        ],
+    ),
+    (
+        "NVLINK",
+        &[
+            ("nvlink_down", "DCGM_FR_NVLINK_DOWN"),
+            ("nvlink_error_rate", "DCGM_FR_NVLINK_ERROR_THRESHOLD"),
+            ("fabric_not_ready", "DCGM_FR_NVLINK_DOWN"),
+        ],
+    ),
+    (
+        "MEM",
+        &[
+            ("ecc_uncorrectable", "DCGM_FR_VOLATILE_DBE_DETECTED"),
+            ("row_remap_failed", "DCGM_FR_ROW_REMAP_FAILURE"),
+            ("row_remap_pending", "DCGM_FR_PENDING_ROW_REMAP"),
+            ("ecc_corrected_rate", "DCGM_FR_VOLATILE_SBE_DETECTED"),
+        ],
+    ),
+    (
+        "THERMAL",
+        &[
+            ("thermal_slowdown", "DCGM_FR_CLOCK_THROTTLE_THERMAL"),
+            ("temperature_near_slowdown", "DCGM_FR_TEMP_VIOLATION"),
+        ],
+    ),
+    ("POWER", &[("hw_slowdown", "DCGM_FR_CLOCK_THROTTLE_POWER")]),
+    (
+        "DRIVER",
+        &[
+            ("xid_fatal", "DCGM_FR_XID_ERROR"),
+            ("xid_critical", "DCGM_FR_XID_ERROR"),
+            ("not_responding", "DCGM_FR_NVML_API"),
+            ("persistence_off", "DCGM_FR_PERSISTENCE_MODE"),
+        ],
+    ),
+];
+
+/// `DCGM_EXP_GPU_HEALTH_STATUS`: per NVIDIA GPU and watch, the worst finding of that watch
+/// (0 pass, 10 warn, 20 fail, DCGM's `DCGM_HEALTH_RESULT_*`) and its failure code.
+fn health_status(snapshot: &Snapshot, s: &mut Samples) {
+    use crate::model::health::HealthState;
+    for d in snapshot.devices.iter().filter(|d| d.identity.vendor == Vendor::Nvidia) {
+        for (watch, reasons) in HEALTH_WATCHES {
+            let worst = d
+                .health
+                .findings
+                .iter()
+                .filter_map(|f| {
+                    let code = reasons.iter().find(|(r, _)| *r == f.reason)?.1;
+                    Some((f.severity, code))
+                })
+                .max_by_key(|(severity, _)| *severity);
+            let (value, code) = match worst {
+                Some((HealthState::Unhealthy, code)) => (20.0, code),
+                Some((HealthState::Degraded, code)) => (10.0, code),
+                _ => (0.0, "DCGM_FR_OK"),
+            };
+            sample_with(snapshot, s, d, None, &[watch, code], value);
+        }
+    }
+}
+
 fn pipe(r: &DeviceReadings, name: &str) -> Option<f64> {
     r.activity
         .as_ref()?
@@ -312,5 +527,24 @@ mod tests {
     #[test]
     fn bus_ids_in_nvml_form() {
         assert_eq!(super::nvml_bus_id("0000:3b:00.0"), "00000000:3B:00.0");
+    }
+
+    #[test]
+    fn every_finding_but_the_probe_and_the_notice_belongs_to_one_health_watch() {
+        let mut placed: Vec<&str> = super::HEALTH_WATCHES
+            .iter()
+            .flat_map(|(_, reasons)| reasons.iter().map(|(r, _)| *r))
+            .collect();
+        placed.sort();
+        let before = placed.len();
+        placed.dedup();
+        assert_eq!(placed.len(), before, "a reason in two watches");
+        let mut expected: Vec<&str> = crate::model::health::RULE_REASONS
+            .iter()
+            .copied()
+            .filter(|r| !["probe_failed", "board_replaced"].contains(r))
+            .collect();
+        expected.sort();
+        assert_eq!(placed, expected);
     }
 }

@@ -46,7 +46,12 @@ pub type Labels = Vec<(&'static str, String)>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Gauge,
+    /// A counter; its samples are named with `_total`.
     Counter,
+    /// A counter named without `_total`, as dcgm-exporter names its counters: OpenMetrics
+    /// has no such thing, so it is `unknown` there (the name stays as queries write it), and
+    /// `counter` in the text format 0.0.4, as dcgm-exporter serves it.
+    CounterAsNamed,
     Histogram,
 }
 
@@ -55,7 +60,7 @@ impl Kind {
     pub fn name(self) -> &'static str {
         match self {
             Kind::Gauge => "gauge",
-            Kind::Counter => "counter",
+            Kind::Counter | Kind::CounterAsNamed => "counter",
             Kind::Histogram => "histogram",
         }
     }
@@ -64,6 +69,7 @@ impl Kind {
         match self {
             Kind::Gauge => MetricType::Gauge,
             Kind::Counter => MetricType::Counter,
+            Kind::CounterAsNamed => MetricType::Unknown,
             Kind::Histogram => MetricType::Histogram,
         }
     }

@@ -140,11 +140,12 @@ fn eight_gpus_report_the_scenario_values() {
     }
     // One clock-event series per supported reason (mask 511: all nine).
     assert_eq!(m.find("gpu_clock_event_active", &[gpu("2")]).len(), 9);
-    // Not supported means absent, never a made-up 0: the scenario has no fan, no GPU that
-    // reports its video encoder, and only GPU 1 reports its decoder.
+    // Not supported means absent, never a made-up 0: the scenario has no fan. Encoder and
+    // decoder are reported by every GPU, as a real H200 reports them (0 % when idle).
     assert!(!m.has_family("gpu_fan_speed_ratio"));
-    assert!(!m.has_family("gpu_encoder_utilization_ratio"));
-    assert_eq!(m.find("gpu_decoder_utilization_ratio", &[]).len(), 1);
+    assert_eq!(m.find("gpu_encoder_utilization_ratio", &[]).len(), 8);
+    assert_eq!(m.value("gpu_encoder_utilization_ratio", &[gpu("1")]), Some(0.0));
+    assert_eq!(m.find("gpu_decoder_utilization_ratio", &[]).len(), 8);
 
     // Persistence mode was off on GPU 4: the daemon turned it on and counted it.
     assert_eq!(m.value("gpu_persistence_mode", &[gpu("4")]), Some(1.0));

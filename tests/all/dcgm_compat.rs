@@ -175,3 +175,157 @@ fn compat_is_off_by_default() {
         "no dcgm-exporter names without compat.dcgm_exporter"
     );
 }
+
+/// The uncommented rows of one of dcgm-exporter's field lists: (field, type).
+fn csv_rows(csv: &str) -> Vec<(String, String)> {
+    csv.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| {
+            let mut cells = l.split(',').map(str::trim);
+            Some((cells.next()?.to_string(), cells.next()?.to_string()))
+        })
+        .collect()
+}
+
+/// dcgm-exporter's own fields (commented out in its 4.x lists) that gpuwarden serves.
+const EXP_FIELDS: &[(&str, &str)] = &[
+    ("DCGM_EXP_XID_ERRORS_TOTAL", "counter"),
+    ("DCGM_EXP_GPU_HEALTH_STATUS", "gauge"),
+];
+
+/// dcgm-exporter's rates that gpuwarden takes from GPM: there a second after start.
+const GPM_RATES: &[&str] = &[
+    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
+    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+];
+
+/// The fields docs/metrics.md says have no equivalent (its "No equivalent" paragraph).
+fn documented_as_missing() -> String {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md")).unwrap();
+    let at = doc
+        .find("No equivalent")
+        .expect("docs/metrics.md has a \"No equivalent\" paragraph");
+    doc[at..].split("\n\n").next().unwrap_or_default().to_string()
+}
+
+#[test]
+fn every_row_of_dcgm_exporters_field_lists_is_served_from_the_first_scrape() {
+    let mut rows = csv_rows(include_str!("../fixtures/dcgm-exporter/default-counters.csv"));
+    rows.extend(csv_rows(include_str!(
+        "../fixtures/dcgm-exporter/dcp-metrics-included.csv"
+    )));
+    rows.extend(EXP_FIELDS.iter().map(|(n, t)| (n.to_string(), t.to_string())));
+    rows.sort();
+    rows.dedup();
+    assert!(rows.len() > 25, "{rows:?}");
+    // The default GPM interval (30 s), so the first values come from the short first interval.
+    let config = test_config(&sim_library(), "compat:\n  dcgm_exporter: true\n")
+        .replace("gpm_interval: 200ms", "gpm_interval: 30s");
+    let start = Instant::now();
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    let first = d.get("/metrics", &[("Accept", "text/plain")]).text();
+    let missing = documented_as_missing();
+    // The GPM (profiling) fields need two samples: a second after start, not 30 s.
+    let within = Duration::from_secs(5);
+    let later = loop {
+        let text = d.get("/metrics", &[("Accept", "text/plain")]).text();
+        if Metrics::parse(&text).find("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &[]).len() == 10 || start.elapsed() > within {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        start.elapsed() <= within + Duration::from_secs(1),
+        "GPM took {:?}",
+        start.elapsed()
+    );
+    let (first_m, later_m) = (Metrics::parse(&first), Metrics::parse(&later));
+    for (field, kind) in &rows {
+        if kind == "label" {
+            // A label on every other series, as dcgm-exporter adds it.
+            let temp = first_m.find("DCGM_FI_DEV_GPU_TEMP", &[]);
+            assert!(temp.iter().all(|s| s.labels.contains_key(field)), "{field} label");
+            continue;
+        }
+        if missing.contains(&format!("`{field}`")) {
+            assert!(
+                !later_m.has_family(field),
+                "{field} is documented as missing but served"
+            );
+            continue;
+        }
+        // The profiling fields, and the rates gpuwarden takes from GPM too.
+        let profiling = field.starts_with("DCGM_FI_PROF_") || GPM_RATES.contains(&field.as_str());
+        let (m, text) = if profiling {
+            (&later_m, &later)
+        } else {
+            (&first_m, &first)
+        };
+        if field == "DCGM_EXP_XID_ERRORS_TOTAL" {
+            // Per XID code seen: none yet (its type is checked after one, below).
+            assert!(!m.has_family(field));
+            continue;
+        }
+        assert!(
+            text.contains(&format!("# TYPE {field} {kind}\n")),
+            "{field}: not served as a {kind} in the text format (docs/metrics.md names no reason)"
+        );
+        let series = m.find(field, &[]);
+        let gpus: std::collections::BTreeSet<&str> = series
+            .iter()
+            .filter_map(|s| s.labels.get("gpu").map(String::as_str))
+            .collect();
+        match field.as_str() {
+            // Per watch: six for each GPU.
+            "DCGM_EXP_GPU_HEALTH_STATUS" => assert_eq!(series.len(), 8 * 6, "{field}"),
+            // GPU 3 is in MIG mode: its three GPU instances instead of it, as dcgm-exporter does.
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE" | "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" | "DCGM_FI_PROF_DRAM_ACTIVE" => {
+                assert_eq!(series.len(), 10, "{field}");
+                assert_eq!(
+                    series.iter().filter(|s| !s.labels["GPU_I_ID"].is_empty()).count(),
+                    3,
+                    "{field}"
+                );
+            }
+            _ => {
+                assert_eq!(series.len(), 8, "{field}: one series per GPU");
+                assert_eq!(gpus.len(), 8, "{field}");
+            }
+        }
+    }
+    // No XID yet: 0, "No Error", for every GPU (alert rules written as `== 0` work).
+    for s in first_m.find("DCGM_FI_DEV_XID_ERRORS", &[]) {
+        assert_eq!(
+            (s.value, s.labels["err_code"].as_str(), s.labels["err_msg"].as_str()),
+            (0.0, "0", "No Error")
+        );
+    }
+    // After one: its code and name, and the per-code total.
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 31, pid=1, name=x, MMU Fault\n");
+    let m = d.scrape_until("Xid 31", |m| {
+        m.value("DCGM_FI_DEV_XID_ERRORS", &[("gpu", "0")]) == Some(31.0)
+    });
+    let xid = m.find("DCGM_FI_DEV_XID_ERRORS", &[("gpu", "0")]);
+    assert_eq!(xid[0].labels["err_code"], "31");
+    assert!(!xid[0].labels["err_msg"].is_empty());
+    assert_eq!(
+        m.value("DCGM_EXP_XID_ERRORS_TOTAL", &[("gpu", "0"), ("xid", "31")]),
+        Some(1.0)
+    );
+    let text = d.get("/metrics", &[("Accept", "text/plain")]).text();
+    assert!(text.contains("# TYPE DCGM_EXP_XID_ERRORS_TOTAL counter\n"), "{text}");
+    // A degraded GPU's watch: GPU 3's PCIe link at x8 is a warning with DCGM's code.
+    assert_eq!(
+        m.value(
+            "DCGM_EXP_GPU_HEALTH_STATUS",
+            &[
+                ("gpu", "3"),
+                ("health_watch", "PCIE"),
+                ("health_error_code", "DCGM_FR_PCIE_WIDTH")
+            ]
+        ),
+        Some(10.0)
+    );
+}

@@ -2,7 +2,9 @@
 //! PCIe/NVLink bandwidth, computed by the driver from two samples of the GPU's counters.
 //!
 //! Every `poll.gpm_interval` a poll takes one sample and computes the metrics against the
-//! previous one, so the values are averages over that interval and the poll never sleeps.
+//! previous one, so the values are averages over that interval and the poll never sleeps; the
+//! second sample comes [`FIRST_INTERVAL`] after the first, so values appear a second after
+//! start.
 //! (Measured on an H200: 2.3 ms of driver CPU per sample and computation, whatever the number
 //! of metrics: too much for every second.) The first sample has nothing to compare against
 //! and gives nothing. A GPU that says it has no GPM (Ampere and older, or a driver that
@@ -14,6 +16,11 @@ use nvml_wrapper::Device;
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::gpm::{GpmSample, gpm_metrics_get};
 use std::sync::Mutex;
+
+/// The second sample's wait after the first (at start, and after a GPU comes back): the
+/// first values, a one-second average, appear a second after start instead of a whole
+/// `poll.gpm_interval` later, at one more sample's cost (2.3 ms of driver CPU) per start.
+pub const FIRST_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What each metric becomes. Percentages turn into ratios; bandwidths into bytes per second.
 #[derive(Clone, Copy)]

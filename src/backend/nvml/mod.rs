@@ -80,7 +80,8 @@ impl NvmlBackend {
                 tiers: Tiers {
                     slow: Every::new(options.slow_interval),
                     costly: Every::new(options.slow_interval * COSTLY_SLOW_INTERVALS),
-                    gpm: Every::new(options.gpm_interval),
+                    // The first GPM values a second after start, then every interval.
+                    gpm: Every::new(options.gpm_interval).first_after(gpm::FIRST_INTERVAL),
                     topology: Every::new(options.topology_interval),
                 },
                 carried: DeviceReadings::default(),
