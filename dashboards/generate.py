@@ -127,6 +127,16 @@ def fleet():
                            "joined on uuid by the recording rules; a shared GPU counts for each holder.",
                w=6)
         )
+    for by, record, legend in [("job", "hpc_job", "job {{hpc_job}}"), ("namespace", "namespace", "{{namespace}}")]:
+        dash = dash.with_panel(
+            table.Panel().title(f"Energy (kWh) and GPU-hours by {by}, over the time range").datasource(DS).span(12).height(8)
+            .description("From the gpuwarden.energy recording rules (one-minute samples, a shared GPU split evenly "
+                         "among its holders); docs/energy.md bills a finished job the same way.")
+            .with_target(q(f'sum by ({record}) (sum_over_time({record}:gpu_energy_joules:increase1m[$__range])) / 3.6e6',
+                           "kWh", instant=True))
+            .with_target(q(f'sum by ({record}) (sum_over_time({record}:gpus:share[$__range])) / 60',
+                           "GPU-hours", instant=True))
+        )
     dash = dash.with_panel(
         ts("SM and tensor activity by pod (GPM)", "percentunit",
            q(f'avg by (namespace, pod) (gpu_sm_active_ratio{{{SEL}}} * on(instance, uuid) group_right gpu_pod_info)',

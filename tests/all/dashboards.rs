@@ -99,7 +99,8 @@ fn every_panel_and_variable_query_returns_data_from_a_live_prometheus() {
             let promql = expr
                 .replace("$instance", ".*")
                 .replace("$gpu", "2")
-                .replace("$__rate_interval", "1m");
+                .replace("$__rate_interval", "1m")
+                .replace("$__range", "5m");
             let deadline = Instant::now() + Duration::from_secs(20);
             while !prom.query_has_data(&promql) {
                 assert!(
