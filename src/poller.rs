@@ -138,6 +138,8 @@ pub struct Coordinator {
     hw_slowdown: crate::clock_events::HwSlowdownTracker,
     /// How each GPU's error counters grew within the last hour (state across rounds).
     error_rates: crate::health::rates::ErrorRateTracker,
+    /// How often each clock-event reason became active (state across rounds).
+    clock_event_starts: crate::clock_events::EventStartCounter,
     /// What the current backends were made from; None before the first round.
     made_from: Option<BackendSettings>,
     /// Switches the pollers read at every poll, set from the settings at every round.
@@ -166,6 +168,7 @@ impl Coordinator {
             xid_events,
             hw_slowdown: Default::default(),
             error_rates: Default::default(),
+            clock_event_starts: Default::default(),
             made_from: None,
             live: LiveSwitches::default(),
             backends: Vec::new(),
@@ -448,12 +451,14 @@ impl Coordinator {
                 readings: w.readings.clone(),
                 hw_slowdown_seen: None,
                 error_growth: Default::default(),
+                clock_event_starts: Vec::new(),
                 health: Default::default(),
             })
             .collect();
         self.hw_slowdown.track(&mut devices);
         let clears = self.publisher.sources().clears.get();
         self.error_rates.track(&mut devices, &clears, std::time::Instant::now());
+        self.clock_event_starts.track(&mut devices, std::time::Instant::now());
         let processes = &self.settings.current().config.processes;
         if processes.per_process {
             crate::attribution::processes::describe(&mut devices, processes);

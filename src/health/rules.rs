@@ -648,6 +648,7 @@ mod tests {
             severity,
             count: 1,
             last_seen,
+            recent: 0,
         };
         let xids = [
             xid(79, Severity::Fatal, hour_ago),

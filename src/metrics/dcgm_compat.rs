@@ -77,6 +77,59 @@ const XID_TOTAL_LABELS: &[&str] = &[
     "xid",
 ];
 
+/// [`LABELS`], the XID code and the window (`DCGM_EXP_XID_ERRORS_COUNT`).
+const XID_COUNT_LABELS: &[&str] = &[
+    "gpu",
+    "UUID",
+    "device",
+    "modelName",
+    "Hostname",
+    "pci_bus_id",
+    "DCGM_FI_DRIVER_VERSION",
+    "GPU_I_ID",
+    "GPU_I_PROFILE",
+    "namespace",
+    "pod",
+    "container",
+    "xid",
+    "window_size_in_ms",
+];
+
+/// [`LABELS`] and the reason (`DCGM_EXP_CLOCK_EVENTS_TOTAL`).
+const CLOCK_EVENT_LABELS: &[&str] = &[
+    "gpu",
+    "UUID",
+    "device",
+    "modelName",
+    "Hostname",
+    "pci_bus_id",
+    "DCGM_FI_DRIVER_VERSION",
+    "GPU_I_ID",
+    "GPU_I_PROFILE",
+    "namespace",
+    "pod",
+    "container",
+    "clock_event",
+];
+
+/// [`LABELS`], the reason and the window (`DCGM_EXP_CLOCK_EVENTS_COUNT`).
+const CLOCK_EVENT_COUNT_LABELS: &[&str] = &[
+    "gpu",
+    "UUID",
+    "device",
+    "modelName",
+    "Hostname",
+    "pci_bus_id",
+    "DCGM_FI_DRIVER_VERSION",
+    "GPU_I_ID",
+    "GPU_I_PROFILE",
+    "namespace",
+    "pod",
+    "container",
+    "clock_event",
+    "window_size_in_ms",
+];
+
 /// [`LABELS`] and the health watch and its failure code (`DCGM_EXP_GPU_HEALTH_STATUS`).
 const HEALTH_LABELS: &[&str] = &[
     "gpu",
@@ -382,6 +435,30 @@ pub const FAMILIES: &[Family] = &[
         read: Read::Node(xid_totals),
     },
     Family {
+        name: "DCGM_EXP_XID_ERRORS_COUNT",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "XID errors by code on the GPU within the last window_size_in_ms (5 minutes).",
+        labels: XID_COUNT_LABELS,
+        read: Read::Node(xid_recent),
+    },
+    Family {
+        name: "DCGM_EXP_CLOCK_EVENTS_TOTAL",
+        kind: Kind::CounterAsNamed,
+        unit: "",
+        help: "Times each clock-event reason became active since gpuwarden started, poll to poll (edge-counted).",
+        labels: CLOCK_EVENT_LABELS,
+        read: Read::Node(|snapshot, s| clock_event_starts(snapshot, s, false)),
+    },
+    Family {
+        name: "DCGM_EXP_CLOCK_EVENTS_COUNT",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "Times each clock-event reason became active within the last window_size_in_ms (5 minutes).",
+        labels: CLOCK_EVENT_COUNT_LABELS,
+        read: Read::Node(|snapshot, s| clock_event_starts(snapshot, s, true)),
+    },
+    Family {
         name: "DCGM_EXP_GPU_HEALTH_STATUS",
         kind: Kind::Gauge,
         unit: "",
@@ -433,6 +510,47 @@ fn xid_totals(snapshot: &Snapshot, s: &mut Samples) {
     for (d, _) in answering(snapshot) {
         for x in snapshot.xid.for_bus(&d.identity.pci_bus_id) {
             sample_with(snapshot, s, d, None, &[&x.xid.to_string()], x.count as f64);
+        }
+    }
+}
+
+/// The window of the `*_COUNT` families, as their `window_size_in_ms` label says it.
+fn window_ms() -> String {
+    crate::model::xid::RECENT_WINDOW.as_millis().to_string()
+}
+
+/// `DCGM_EXP_XID_ERRORS_COUNT`: each XID code seen within the window on each NVIDIA GPU.
+fn xid_recent(snapshot: &Snapshot, s: &mut Samples) {
+    let window = window_ms();
+    for (d, _) in answering(snapshot) {
+        for x in snapshot
+            .xid
+            .for_bus(&d.identity.pci_bus_id)
+            .iter()
+            .filter(|x| x.recent > 0)
+        {
+            sample_with(snapshot, s, d, None, &[&x.xid.to_string(), &window], x.recent as f64);
+        }
+    }
+}
+
+/// `DCGM_EXP_CLOCK_EVENTS_TOTAL` (`recent` false) and `_COUNT` (true), by dcgm-exporter's
+/// reason names.
+fn clock_event_starts(snapshot: &Snapshot, s: &mut Samples, recent: bool) {
+    let window = window_ms();
+    for (d, _) in answering(snapshot) {
+        for starts in &d.clock_event_starts {
+            let Some((_, name)) = crate::clock_events::DCGM_NAMES
+                .iter()
+                .find(|(ours, _)| *ours == starts.reason)
+            else {
+                continue;
+            };
+            match recent {
+                false => sample_with(snapshot, s, d, None, &[name], starts.total as f64),
+                true if starts.recent > 0 => sample_with(snapshot, s, d, None, &[name, &window], starts.recent as f64),
+                true => {}
+            }
         }
     }
 }

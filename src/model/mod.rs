@@ -59,6 +59,15 @@ pub struct Inventory {
     pub inforom_image: Option<String>,
 }
 
+/// How often one clock-event reason became active (seen inactive, then active, poll to poll).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClockEventStarts {
+    pub reason: &'static str,
+    pub total: u64,
+    /// Within the last `xid::RECENT_WINDOW` (5 minutes).
+    pub recent: u64,
+}
+
 /// One clock-event (throttle) reason the device supports, and whether it is active now.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ClockEvent {
@@ -291,6 +300,10 @@ pub struct DeviceSnapshot {
     /// How its error counters grew within the last hour: the poller keeps it across rounds.
     #[serde(skip)]
     pub error_growth: health::ErrorGrowth,
+    /// How often each clock-event reason became active since the daemon started, and within
+    /// the last `xid::RECENT_WINDOW`: the poller counts it across rounds.
+    #[serde(skip)]
+    pub clock_event_starts: Vec<ClockEventStarts>,
     /// The verdict over everything the snapshot knows about this GPU (readings, XIDs, the
     /// last probe), computed once when the snapshot is put together.
     #[serde(skip)]
@@ -321,6 +334,7 @@ impl DeviceSnapshot {
             readings: Some(readings),
             hw_slowdown_seen: None,
             error_growth: Default::default(),
+            clock_event_starts: Vec::new(),
             health: Default::default(),
         }
     }

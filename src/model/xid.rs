@@ -54,7 +54,14 @@ pub struct XidCount {
     pub count: u64,
     #[serde(serialize_with = "crate::model::serialize_system_time")]
     pub last_seen: SystemTime,
+    /// How many of them were seen within the last [`RECENT_WINDOW`] (dcgm-exporter's
+    /// `DCGM_EXP_XID_ERRORS_COUNT`); counts taken over from the journal have no times.
+    #[serde(skip)]
+    pub recent: u64,
 }
+
+/// The window of [`XidCount::recent`]: dcgm-exporter's default `xid-count-window-size`.
+pub const RECENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The bus id under which XIDs whose report names no GPU are counted.
 pub const UNATTRIBUTED: &str = "";

@@ -292,6 +292,7 @@ mod tests {
             lost: false,
             hw_slowdown_seen: None,
             error_growth: Default::default(),
+            clock_event_starts: Vec::new(),
             health: Default::default(),
             last_good_poll: None,
             readings: Some(DeviceReadings {

@@ -190,8 +190,19 @@ fn csv_rows(csv: &str) -> Vec<(String, String)> {
 
 /// dcgm-exporter's own fields (commented out in its 4.x lists) that gpuwarden serves.
 const EXP_FIELDS: &[(&str, &str)] = &[
+    ("DCGM_EXP_XID_ERRORS_COUNT", "gauge"),
+    ("DCGM_EXP_CLOCK_EVENTS_TOTAL", "counter"),
+    ("DCGM_EXP_CLOCK_EVENTS_COUNT", "gauge"),
     ("DCGM_EXP_XID_ERRORS_TOTAL", "counter"),
     ("DCGM_EXP_GPU_HEALTH_STATUS", "gauge"),
+];
+
+/// dcgm-exporter's own fields with a series per event kind seen: none before the first.
+const EVENT_FIELDS: &[&str] = &[
+    "DCGM_EXP_XID_ERRORS_TOTAL",
+    "DCGM_EXP_XID_ERRORS_COUNT",
+    "DCGM_EXP_CLOCK_EVENTS_TOTAL",
+    "DCGM_EXP_CLOCK_EVENTS_COUNT",
 ];
 
 /// dcgm-exporter's rates that gpuwarden takes from GPM: there a second after start.
@@ -263,8 +274,8 @@ fn every_row_of_dcgm_exporters_field_lists_is_served_from_the_first_scrape() {
         } else {
             (&first_m, &first)
         };
-        if field == "DCGM_EXP_XID_ERRORS_TOTAL" {
-            // Per XID code seen: none yet (its type is checked after one, below).
+        if EVENT_FIELDS.contains(&field.as_str()) {
+            // Per XID code or clock event seen: none yet (checked after some, below).
             assert!(!m.has_family(field));
             continue;
         }
@@ -316,6 +327,42 @@ fn every_row_of_dcgm_exporters_field_lists_is_served_from_the_first_scrape() {
     );
     let text = d.get("/metrics", &[("Accept", "text/plain")]).text();
     assert!(text.contains("# TYPE DCGM_EXP_XID_ERRORS_TOTAL counter\n"), "{text}");
+    assert!(text.contains("# TYPE DCGM_EXP_XID_ERRORS_COUNT gauge\n"), "{text}");
+    assert_eq!(
+        m.value(
+            "DCGM_EXP_XID_ERRORS_COUNT",
+            &[("gpu", "0"), ("xid", "31"), ("window_size_in_ms", "300000")]
+        ),
+        Some(1.0)
+    );
+    // GPU 0's power cap comes on (it was idle only): one clock event, in the total and the window.
+    d.set_scenario(&edit_device(DEMO_SCENARIO, 0, |dev| {
+        dev.replace("clock_events: { active: 1,", "clock_events: { active: 5,")
+    }));
+    let m = d.scrape_until("the power cap counted", |m| {
+        m.value(
+            "DCGM_EXP_CLOCK_EVENTS_TOTAL",
+            &[("gpu", "0"), ("clock_event", "power_cap")],
+        ) == Some(1.0)
+    });
+    assert_eq!(
+        m.value(
+            "DCGM_EXP_CLOCK_EVENTS_COUNT",
+            &[
+                ("gpu", "0"),
+                ("clock_event", "power_cap"),
+                ("window_size_in_ms", "300000")
+            ]
+        ),
+        Some(1.0)
+    );
+    assert!(
+        m.find("DCGM_EXP_CLOCK_EVENTS_TOTAL", &[("clock_event", "gpu_idle")])
+            .is_empty(),
+        "active at start: not a start seen"
+    );
+    let text = d.get("/metrics", &[("Accept", "text/plain")]).text();
+    assert!(text.contains("# TYPE DCGM_EXP_CLOCK_EVENTS_TOTAL counter\n"), "{text}");
     // A degraded GPU's watch: GPU 3's PCIe link at x8 is a warning with DCGM's code.
     assert_eq!(
         m.value(
