@@ -233,3 +233,28 @@ fn the_demo_removes_its_temporary_files() {
 unsafe extern "C" {
     fn kill(pid: i32, signal: i32) -> i32;
 }
+
+#[test]
+fn cargo_run_demo_works_from_a_fresh_clone_with_the_library_cargo_builds_as_a_dependency() {
+    // `cargo run --release -- run --demo`: cargo builds the package's dependencies only, so
+    // the simulated NVML library must be one (not only a workspace member) ...
+    let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).unwrap();
+    let dependencies = manifest
+        .split("\n[dependencies]\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n[").next())
+        .unwrap_or_default();
+    assert!(
+        dependencies.contains("gpuwarden-sim-nvml = { path = \"tests/sim-nvml\" }"),
+        "{dependencies}"
+    );
+    // ... which cargo puts in target/release/deps, beside nothing else the demo needs.
+    let target = tempfile::tempdir().unwrap();
+    let binary = target.path().join("gpuwarden");
+    std::fs::copy(BIN, &binary).unwrap();
+    std::fs::create_dir(target.path().join("deps")).unwrap();
+    std::fs::copy(sim_library(), target.path().join("deps/libgpuwarden_sim_nvml.so")).unwrap();
+    let d = Daemon::spawn_program(&binary, &["run", "--demo", "--listen", "127.0.0.1:0"]);
+    let m = d.scrape_until("the demo's eight GPUs", |m| m.find("gpu_up", &[]).len() == 8);
+    assert_eq!(m.find("gpu_info", &[("name", "NVIDIA H200")]).len(), 8);
+}

@@ -187,6 +187,13 @@ impl Daemon {
         Daemon::spawn(command, tempfile::tempdir().expect("temp dir"))
     }
 
+    /// `PROGRAM ARGS`: a copy of the gpuwarden binary somewhere else (the demo's layouts).
+    pub fn spawn_program(program: &Path, args: &[&str]) -> Daemon {
+        let mut command = Command::new(program);
+        command.args(args);
+        Daemon::spawn(command, tempfile::tempdir().expect("temp dir"))
+    }
+
     /// Starts `command` and waits until it serves.
     fn spawn(mut command: Command, dir: tempfile::TempDir) -> Daemon {
         let mut child = command
