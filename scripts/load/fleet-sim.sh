@@ -7,10 +7,16 @@
 # daemons' memory and CPU and Prometheus's series and ingestion, and stops everything.
 #
 #   scripts/load/fleet-sim.sh [N]            (RESULTS=dir to keep the figures as JSON)
+#   MODE=victoriametrics scripts/load/fleet-sim.sh [N]
+#
+# MODE=victoriametrics replaces Prometheus by what a fleet past one Prometheus runs: vmagent
+# scrapes the nodes and remote-writes to VictoriaMetrics, vmalert evaluates the shipped rules
+# file unchanged against it (recording rules and alert state written back) and sends to the
+# same Alertmanager (Debian's victoria-metrics package).
 #
 # Loopback only; bounded: it gives up 6 minutes after the injection at the latest.
 # Needs: the release build (cargo build --release --workspace), Debian's prometheus and
-# prometheus-alertmanager, python3 with PyYAML.
+# prometheus-alertmanager (and victoria-metrics for that mode), python3 with PyYAML.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${1:-100}
@@ -23,6 +29,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import yaml
 
 N = int(sys.argv[1])
+MODE = os.environ.get("MODE", "prometheus")
+if MODE not in ("prometheus", "victoriametrics"):
+    raise SystemExit(f"MODE={MODE}: write prometheus or victoriametrics")
 ROOT = pathlib.Path.cwd()
 BIN = ROOT / "target/release/gpuwarden"
 LIB = ROOT / "target/release/libgpuwarden_sim_nvml.so"
@@ -113,22 +122,52 @@ procs.append(subprocess.Popen(["prometheus-alertmanager", f"--config.file={WORK 
     f"--storage.path={WORK / 'am-data'}", f"--web.listen-address=127.0.0.1:{am_port}", "--cluster.listen-address="],
     stdout=subprocess.DEVNULL, stderr=open(WORK / "alertmanager.log", "w")))
 
-# ---- Prometheus: every node every 5 s, the shipped rules, evaluated every second -------------
+# ---- Prometheus, or vmagent + VictoriaMetrics + vmalert: every node every 5 s, the shipped ----
+# ---- rules evaluated every second -----------------------------------------------------------
 prom_port = free_port()
-prom_config = {
-    "global": {"scrape_interval": f"{SCRAPE}s", "evaluation_interval": "1s"},
-    "rule_files": [str(RULES)],
-    "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
-    "scrape_configs": [
-        {"job_name": "gpuwarden", "static_configs": [{"targets": [n["instance"] for n in nodes]}]},
-        # Prometheus's own metrics: head series and ingestion for the figures.
-        {"job_name": "prometheus", "static_configs": [{"targets": [f"127.0.0.1:{prom_port}"]}]},
-    ],
-}
-(WORK / "prometheus.yml").write_text(yaml.safe_dump(prom_config))
-procs.append(subprocess.Popen(["prometheus", f"--config.file={WORK / 'prometheus.yml'}",
-    f"--storage.tsdb.path={WORK / 'prom-data'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
-    stdout=subprocess.DEVNULL, stderr=open(WORK / "prometheus.log", "w")))
+targets = [n["instance"] for n in nodes]
+def log(name):
+    return open(WORK / f"{name}.log", "w")
+if MODE == "prometheus":
+    prom_config = {
+        "global": {"scrape_interval": f"{SCRAPE}s", "evaluation_interval": "1s"},
+        "rule_files": [str(RULES)],
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
+        "scrape_configs": [
+            {"job_name": "gpuwarden", "static_configs": [{"targets": targets}]},
+            # Prometheus's own metrics: head series and ingestion for the figures.
+            {"job_name": "prometheus", "static_configs": [{"targets": [f"127.0.0.1:{prom_port}"]}]},
+        ],
+    }
+    (WORK / "prometheus.yml").write_text(yaml.safe_dump(prom_config))
+    procs.append(subprocess.Popen(["prometheus", f"--config.file={WORK / 'prometheus.yml'}",
+        f"--storage.tsdb.path={WORK / 'prom-data'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=subprocess.DEVNULL, stderr=log("prometheus")))
+else:
+    agent_port, vmalert_port = free_port(), free_port()
+    scrape = {
+        "global": {"scrape_interval": f"{SCRAPE}s"},
+        "scrape_configs": [
+            {"job_name": "gpuwarden", "static_configs": [{"targets": targets}]},
+            # VictoriaMetrics' own metrics: rows inserted, for the figures.
+            {"job_name": "victoriametrics", "static_configs": [{"targets": [f"127.0.0.1:{prom_port}"]}]},
+        ],
+    }
+    (WORK / "scrape.yml").write_text(yaml.safe_dump(scrape))
+    vm = f"http://127.0.0.1:{prom_port}"
+    # A query sees samples up to a second old (the default waits 30 s for late samples, which
+    # would add 30 s to every alert).
+    procs.append(subprocess.Popen(["victoria-metrics", f"-storageDataPath={WORK / 'vm-data'}",
+        f"-httpListenAddr=127.0.0.1:{prom_port}", "-retentionPeriod=1d", "-search.latencyOffset=1s",
+        "-loggerLevel=ERROR"], stdout=subprocess.DEVNULL, stderr=log("victoria-metrics")))
+    procs.append(subprocess.Popen(["vmagent", f"-promscrape.config={WORK / 'scrape.yml'}",
+        f"-remoteWrite.url={vm}/api/v1/write", f"-remoteWrite.tmpDataPath={WORK / 'vmagent-data'}",
+        "-remoteWrite.flushInterval=1s", f"-httpListenAddr=127.0.0.1:{agent_port}", "-loggerLevel=ERROR"],
+        stdout=subprocess.DEVNULL, stderr=log("vmagent")))
+    procs.append(subprocess.Popen(["vmalert", f"-rule={RULES}", f"-datasource.url={vm}",
+        f"-remoteWrite.url={vm}", f"-remoteRead.url={vm}", f"-notifier.url=http://127.0.0.1:{am_port}",
+        "-evaluationInterval=1s", f"-httpListenAddr=127.0.0.1:{vmalert_port}", "-loggerLevel=ERROR"],
+        stdout=subprocess.DEVNULL, stderr=log("vmalert")))
 
 def query(expr):
     url = f"http://127.0.0.1:{prom_port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
@@ -217,9 +256,16 @@ try:
     med = lambda xs: xs[len(xs) // 2]
     results["daemon_rss_mib"] = {"median": med(rss), "max": rss[-1]}
     results["daemon_cpu_percent_of_one_core"] = {"median": med(cpu), "max": cpu[-1]}
-    series = scalar("prometheus_tsdb_head_series")
+    if MODE == "prometheus":
+        series = scalar("prometheus_tsdb_head_series")
+        ingest = scalar("rate(prometheus_tsdb_head_samples_appended_total[1m])")
+    else:
+        # Series with a sample in the last 5 minutes (what Prometheus' head holds), and rows
+        # VictoriaMetrics stored per second (scraped and written back by vmalert).
+        series = scalar('count({__name__!=""})')
+        ingest = scalar('sum(rate(vm_rows_inserted_total{job="victoriametrics"}[1m]))')
     per_scrape = scalar('avg(scrape_samples_scraped{job="gpuwarden"})')
-    ingest = scalar("rate(prometheus_tsdb_head_samples_appended_total[1m])")
+    results["mode"] = MODE
     results["prometheus"] = {"head_series": series, "samples_per_scrape_per_node": per_scrape,
                              "samples_per_second": ingest, "samples_per_second_per_node": ingest / N if ingest else None}
     print(f"\ndaemons still running: {len(live)} of {N}")
@@ -229,12 +275,12 @@ try:
         print(f"Prometheus figures missing: series={series} per_scrape={per_scrape} ingest={ingest}")
         ok = False
     else:
-        print(f"Prometheus: {series:.0f} head series, {per_scrape:.0f} samples per node per scrape, "
+        print(f"{MODE}: {series:.0f} series, {per_scrape:.0f} samples per node per scrape, "
               f"{ingest:.0f} samples/s ({ingest / N:.1f} per node)")
     ok &= len(live) == N
     if os.environ.get("RESULTS"):
         pathlib.Path(os.environ["RESULTS"]).mkdir(parents=True, exist_ok=True)
-        (pathlib.Path(os.environ["RESULTS"]) / "fleet-sim.json").write_text(json.dumps(results, indent=2))
+        (pathlib.Path(os.environ["RESULTS"]) / f"fleet-sim-{MODE}.json").write_text(json.dumps(results, indent=2))
     print("\nfleet-sim: " + ("PASSED" if ok else "FAILED"))
     sys.exit(0 if ok else 1)
 finally:
