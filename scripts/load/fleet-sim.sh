@@ -83,7 +83,9 @@ for i in range(N):
     (d / "kmsg").write_text("")
     (d / "config.yaml").write_text(
         f"listen: 127.0.0.1:{port}\npoll:\n  interval: 1s\n  timeout: 500ms\n"
-        f"nvml:\n  library_path: {LIB}\nxid:\n  kernel_log_path: {d / 'kmsg'}\n")
+        f"nvml:\n  library_path: {LIB}\nxid:\n  kernel_log_path: {d / 'kmsg'}\n"
+        # Each node its own health journal and local socket, as on real nodes.
+        f"state:\n  path: {d / 'state.db'}\nlocal_api:\n  socket: {d / 'gpuwarden.sock'}\n")
     env = dict(os.environ, GPUWARDEN_SIM_NVML_SCENARIO=str(d / "scenario.yaml"), RUST_LOG="warn")
     p = subprocess.Popen([str(BIN), "run", "--config", str(d / "config.yaml")], env=env,
                          stdout=subprocess.DEVNULL, stderr=open(d / "daemon.log", "w"))
