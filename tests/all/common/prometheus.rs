@@ -21,8 +21,9 @@ impl Drop for Prometheus {
 
 impl Prometheus {
     /// Scrapes `target` every second and evaluates the shipped rules every 250 ms; the energy
-    /// group, which runs every minute (a billing cadence), every second, so its series appear
-    /// within a test's time (its expressions are the shipped ones).
+    /// group, which runs every minute over the last minute (a billing cadence), every second
+    /// over the last second, so its series appear within a test's time (its arithmetic is
+    /// checked by promtool: deploy/prometheus/tests/energy.test.yml).
     pub fn start(target: &str) -> Prometheus {
         let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -37,7 +38,8 @@ impl Prometheus {
         );
         let rules = std::fs::read_to_string(RULES)
             .unwrap()
-            .replace("    interval: 1m\n", "    interval: 1s\n");
+            .replace("    interval: 1m\n", "    interval: 1s\n")
+            .replace("offset 1m", "offset 1s");
         std::fs::write(dir.path().join("rules.yml"), rules).unwrap();
         std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
         let child = Command::new("prometheus")
