@@ -16,7 +16,8 @@ use crate::model::activity::Activity;
 use crate::model::{DeviceReadings, DeviceSnapshot, EccScope, EccType, Snapshot, Vendor};
 
 /// dcgm-exporter's labels, in order.
-const LABELS: &[&str] = &[
+const LABELS: &[&str] = &BASE_LABELS;
+const BASE_LABELS: [&str; 12] = [
     "gpu",
     "UUID",
     "device",
@@ -30,6 +31,23 @@ const LABELS: &[&str] = &[
     "pod",
     "container",
 ];
+
+/// [`LABELS`] followed by a family's own; `N` must be 12 more than `M` (a const item that gets
+/// it wrong does not compile).
+const fn with_own<const M: usize, const N: usize>(own: [&'static str; M]) -> [&'static str; N] {
+    assert!(N == BASE_LABELS.len() + M);
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = if i < BASE_LABELS.len() {
+            BASE_LABELS[i]
+        } else {
+            own[i - BASE_LABELS.len()]
+        };
+        i += 1;
+    }
+    out
+}
 
 type Value = fn(&DeviceReadings, &Snapshot, &DeviceSnapshot) -> Option<f64>;
 
@@ -43,110 +61,22 @@ fn answering(snapshot: &Snapshot) -> impl Iterator<Item = (&DeviceSnapshot, &Dev
 }
 
 /// [`LABELS`] and `DCGM_FI_DEV_XID_ERRORS`'s own (dcgm-exporter 3.3.6 and later).
-const XID_LABELS: &[&str] = &[
-    "gpu",
-    "UUID",
-    "device",
-    "modelName",
-    "Hostname",
-    "pci_bus_id",
-    "DCGM_FI_DRIVER_VERSION",
-    "GPU_I_ID",
-    "GPU_I_PROFILE",
-    "namespace",
-    "pod",
-    "container",
-    "err_code",
-    "err_msg",
-];
+const XID_LABELS: &[&str] = &with_own::<2, 14>(["err_code", "err_msg"]);
 
 /// [`LABELS`] and the XID code (`DCGM_EXP_XID_ERRORS_TOTAL`).
-const XID_TOTAL_LABELS: &[&str] = &[
-    "gpu",
-    "UUID",
-    "device",
-    "modelName",
-    "Hostname",
-    "pci_bus_id",
-    "DCGM_FI_DRIVER_VERSION",
-    "GPU_I_ID",
-    "GPU_I_PROFILE",
-    "namespace",
-    "pod",
-    "container",
-    "xid",
-];
+const XID_TOTAL_LABELS: &[&str] = &with_own::<1, 13>(["xid"]);
 
 /// [`LABELS`], the XID code and the window (`DCGM_EXP_XID_ERRORS_COUNT`).
-const XID_COUNT_LABELS: &[&str] = &[
-    "gpu",
-    "UUID",
-    "device",
-    "modelName",
-    "Hostname",
-    "pci_bus_id",
-    "DCGM_FI_DRIVER_VERSION",
-    "GPU_I_ID",
-    "GPU_I_PROFILE",
-    "namespace",
-    "pod",
-    "container",
-    "xid",
-    "window_size_in_ms",
-];
+const XID_COUNT_LABELS: &[&str] = &with_own::<2, 14>(["xid", "window_size_in_ms"]);
 
 /// [`LABELS`] and the reason (`DCGM_EXP_CLOCK_EVENTS_TOTAL`).
-const CLOCK_EVENT_LABELS: &[&str] = &[
-    "gpu",
-    "UUID",
-    "device",
-    "modelName",
-    "Hostname",
-    "pci_bus_id",
-    "DCGM_FI_DRIVER_VERSION",
-    "GPU_I_ID",
-    "GPU_I_PROFILE",
-    "namespace",
-    "pod",
-    "container",
-    "clock_event",
-];
+const CLOCK_EVENT_LABELS: &[&str] = &with_own::<1, 13>(["clock_event"]);
 
 /// [`LABELS`], the reason and the window (`DCGM_EXP_CLOCK_EVENTS_COUNT`).
-const CLOCK_EVENT_COUNT_LABELS: &[&str] = &[
-    "gpu",
-    "UUID",
-    "device",
-    "modelName",
-    "Hostname",
-    "pci_bus_id",
-    "DCGM_FI_DRIVER_VERSION",
-    "GPU_I_ID",
-    "GPU_I_PROFILE",
-    "namespace",
-    "pod",
-    "container",
-    "clock_event",
-    "window_size_in_ms",
-];
+const CLOCK_EVENT_COUNT_LABELS: &[&str] = &with_own::<2, 14>(["clock_event", "window_size_in_ms"]);
 
 /// [`LABELS`] and the health watch and its failure code (`DCGM_EXP_GPU_HEALTH_STATUS`).
-const HEALTH_LABELS: &[&str] = &[
-    "gpu",
-    "UUID",
-    "device",
-    "modelName",
-    "Hostname",
-    "pci_bus_id",
-    "DCGM_FI_DRIVER_VERSION",
-    "GPU_I_ID",
-    "GPU_I_PROFILE",
-    "namespace",
-    "pod",
-    "container",
-    "health_watch",
-    "health_error_code",
-];
+const HEALTH_LABELS: &[&str] = &with_own::<2, 14>(["health_watch", "health_error_code"]);
 
 /// A sample with dcgm-exporter's labels: the GPU's, the GPU instance's where `instance` is
 /// set (id, profile), and the first pod holding the GPU or that instance, where the kubelet
