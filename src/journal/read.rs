@@ -188,59 +188,68 @@ pub fn seed(path: &Path, boot_id: &str) -> Result<Seed, DbError> {
 pub fn board_swaps(conn: &Connection, now: SystemTime) -> rusqlite::Result<crate::model::health::BoardSwaps> {
     use crate::model::health::{BOARD_SWAP_NOTICE, BoardSwap};
     let since = crate::model::unix_seconds(now) - BOARD_SWAP_NOTICE.as_secs_f64();
-    let mut statement = conn.prepare(
-        "SELECT gpu_uuid, at, details FROM events WHERE kind = 'board_swap' AND at >= ?1 AND gpu_uuid IS NOT NULL \
-         ORDER BY at DESC LIMIT ?2",
-    )?;
-    let rows = statement.query_map(rusqlite::params![since, MAX_CLEARS], |r| {
+    let rows = newest_per_gpu(conn, "board_swap", "at >= ?1", since)?;
+    Ok(rows
+        .into_iter()
+        .map(|(uuid, (at, details))| {
+            let swap = BoardSwap {
+                at,
+                previous_uuid: text(&details, "previous_uuid").unwrap_or_default(),
+                previous_serial: text(&details, "previous_serial"),
+            };
+            (uuid, swap)
+        })
+        .collect())
+}
+
+/// This boot's latest clear per GPU UUID, from its `clear` rows.
+pub fn clears(conn: &Connection, boot_id: &str) -> rusqlite::Result<crate::model::health::Clears> {
+    let rows = newest_per_gpu(conn, "clear", "boot_id = ?1", boot_id)?;
+    Ok(rows
+        .into_iter()
+        .map(|(uuid, (at, details))| {
+            let clear = crate::model::health::Clear {
+                at,
+                reason: text(&details, "reason").unwrap_or_default(),
+                by: text(&details, "by").unwrap_or_default(),
+            };
+            (uuid, clear)
+        })
+        .collect())
+}
+
+/// The most rows [`newest_per_gpu`] looks at: far more than a node's GPUs are ever cleared
+/// or swapped in the span it reads.
+const MAX_NEWEST: u32 = 1000;
+
+/// The newest row of `kind` per GPU UUID among those where `filter` (a condition on `?1`,
+/// written here, never from input) holds for `value`: (time, details).
+fn newest_per_gpu(
+    conn: &Connection,
+    kind: &str,
+    filter: &str,
+    value: impl rusqlite::ToSql,
+) -> rusqlite::Result<std::collections::BTreeMap<String, (f64, serde_json::Value)>> {
+    let mut statement = conn.prepare(&format!(
+        "SELECT gpu_uuid, at, details FROM events WHERE kind = ?2 AND {filter} AND gpu_uuid IS NOT NULL \
+         ORDER BY at DESC LIMIT ?3"
+    ))?;
+    let rows = statement.query_map(rusqlite::params![value, kind, MAX_NEWEST], |r| {
         Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?, r.get::<_, String>(2)?))
     })?;
-    let mut out = crate::model::health::BoardSwaps::new();
+    let mut out = std::collections::BTreeMap::new();
     for row in rows {
         let (uuid, at, details) = row?;
         let details: serde_json::Value = serde_json::from_str(&details).unwrap_or_default();
-        let text = |key: &str| details.get(key).and_then(|v| v.as_str()).map(crate::input::printable);
-        out.entry(uuid).or_insert(BoardSwap {
-            at,
-            previous_uuid: text("previous_uuid").unwrap_or_default(),
-            previous_serial: text("previous_serial"),
-        });
+        // Newest first: the first row of a GPU is its newest.
+        out.entry(uuid).or_insert((at, details));
     }
     Ok(out)
 }
 
-/// The most clear rows a seed reads: far more than a node's GPUs are ever cleared in a boot.
-const MAX_CLEARS: u32 = 1000;
-
-/// This boot's latest clear per GPU UUID, from its `clear` rows.
-pub fn clears(conn: &Connection, boot_id: &str) -> rusqlite::Result<crate::model::health::Clears> {
-    let mut statement = conn.prepare(
-        "SELECT gpu_uuid, at, details FROM events WHERE boot_id = ?1 AND kind = 'clear' AND gpu_uuid IS NOT NULL \
-         ORDER BY at DESC LIMIT ?2",
-    )?;
-    let rows = statement.query_map(rusqlite::params![boot_id, MAX_CLEARS], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?, r.get::<_, String>(2)?))
-    })?;
-    let mut out = crate::model::health::Clears::new();
-    for row in rows {
-        let (uuid, at, details) = row?;
-        let details: serde_json::Value = serde_json::from_str(&details).unwrap_or_default();
-        let text = |key: &str| {
-            details
-                .get(key)
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_string()
-        };
-        let by = text("by");
-        // Newest first: the first row per GPU is its latest clear.
-        out.entry(uuid).or_insert(crate::model::health::Clear {
-            at,
-            reason: text("reason"),
-            by,
-        });
-    }
-    Ok(out)
+/// A text field of a row's details, control characters replaced.
+fn text(details: &serde_json::Value, key: &str) -> Option<String> {
+    details.get(key).and_then(|v| v.as_str()).map(crate::input::printable)
 }
 
 /// The boots the journal has seen, oldest first: (boot id, first seen).
