@@ -29,22 +29,17 @@ pub enum AskError {
     Refused { status: String, message: String },
 }
 
-/// Asks the daemon at `socket` for `path` (GET) and returns the body of a 200 answer.
-pub fn ask(socket: &Path, request_path: &str) -> Result<String, AskError> {
-    request(socket, "GET", request_path, None, TIMEOUT)
-}
-
 /// How long a clear may take: the daemon waits for its next poll round (10 s at most).
 const CLEAR_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// One request over the socket; the body of a 200 answer.
-fn request(
+/// One request over the socket; the JSON body of a 200 answer, read as a `T`.
+fn request<T: serde::de::DeserializeOwned>(
     socket: &Path,
     method: &str,
     request_path: &str,
     body: Option<&str>,
     timeout: Duration,
-) -> Result<String, AskError> {
+) -> Result<T, AskError> {
     let shown = socket.display().to_string();
     let connect = |source| AskError::Connect {
         path: shown.clone(),
@@ -82,17 +77,12 @@ fn request(
             message: crate::input::printable(body.trim()),
         });
     }
-    Ok(body.to_string())
+    serde_json::from_str(body).map_err(|e| answer(e.to_string()))
 }
 
 /// Prints the verdict; the exit code says it for scripts.
 pub fn health(socket: &Path, json: bool) -> i32 {
-    let verdict = match ask(socket, "/api/v1/health").and_then(|body| {
-        serde_json::from_str::<NodeVerdict>(&body).map_err(|e| AskError::Answer {
-            path: socket.display().to_string(),
-            detail: e.to_string(),
-        })
-    }) {
+    let verdict = match request::<NodeVerdict>(socket, "GET", "/api/v1/health", None, TIMEOUT) {
         Ok(verdict) => verdict,
         Err(e) => {
             // First line for NPD and Slurm: short, says it is not known.
@@ -120,12 +110,8 @@ pub fn clear(socket: &Path, gpu: &str, reason: &str, json: bool) -> i32 {
         return EXIT_UNKNOWN;
     }
     let body = serde_json::to_string(&asked).unwrap_or_default();
-    let answer = request(socket, "POST", "/api/v1/health/clear", Some(&body), CLEAR_TIMEOUT).and_then(|body| {
-        serde_json::from_str::<super::clear::ClearAnswer>(&body).map_err(|e| AskError::Answer {
-            path: socket.display().to_string(),
-            detail: e.to_string(),
-        })
-    });
+    let answer =
+        request::<super::clear::ClearAnswer>(socket, "POST", "/api/v1/health/clear", Some(&body), CLEAR_TIMEOUT);
     let answer = match answer {
         Ok(answer) => answer,
         Err(e) => {
