@@ -62,32 +62,33 @@ impl FromRef<LocalState> for AppState {
 struct Peer {
     uid: u32,
     pid: Option<i32>,
-    /// Its command name (/proc/PID/comm; the process sets it, so it is only a hint).
-    comm: String,
 }
 
 impl Peer {
     fn of(stream: &tokio::net::UnixStream) -> Option<Peer> {
         let credentials = stream.peer_cred().ok()?;
-        let pid = credentials.pid();
-        let comm = pid
+        Some(Peer {
+            uid: credentials.uid(),
+            pid: credentials.pid(),
+        })
+    }
+
+    /// Its command name (/proc/PID/comm; the process sets it, so it is only a hint), read
+    /// only for a clear, while the peer waits for its answer: not for every health check.
+    fn comm(&self) -> String {
+        self.pid
             .and_then(|pid| {
                 let mut skips = crate::input::Skips::new(crate::input::Input::Proc);
                 crate::input::read_value(Path::new(&format!("/proc/{pid}/comm")), 64, &mut skips)
             })
             .map(|comm| crate::input::printable(comm.trim()))
-            .unwrap_or_default();
-        Some(Peer {
-            uid: credentials.uid(),
-            pid,
-            comm,
-        })
+            .unwrap_or_default()
     }
 
     /// "uid 0, pid 4242 (bash)".
-    fn describe(&self) -> String {
+    fn describe(&self, comm: &str) -> String {
         match self.pid {
-            Some(pid) => format!("uid {}, pid {pid} ({})", self.uid, self.comm),
+            Some(pid) => format!("uid {}, pid {pid} ({comm})", self.uid),
             None => format!("uid {}", self.uid),
         }
     }
@@ -129,7 +130,8 @@ async fn clear_gpu(State(local): State<LocalState>, Extension(peer): Extension<P
         Err(e) => return refused(StatusCode::NOT_FOUND, e),
     };
     let at = crate::model::unix_seconds(SystemTime::now());
-    let by = peer.describe();
+    let comm = peer.comm();
+    let by = peer.describe(&comm);
     let uuid = device.identity.uuid.clone();
     local.clears.update(|clears| {
         clears.insert(
@@ -171,7 +173,7 @@ async fn clear_gpu(State(local): State<LocalState>, Extension(peer): Extension<P
                 "by": by,
                 "uid": peer.uid,
                 "pid": peer.pid,
-                "comm": peer.comm,
+                "comm": comm,
                 "cleared": answer.cleared,
                 "still": still,
             }),
