@@ -186,16 +186,21 @@ fn clear(d: &Daemon, gpu: &str, reason: &str) -> (i32, String, String) {
     )
 }
 
-/// The journal's `clear` rows, newest first.
+/// The journal's `clear` rows now, newest first.
+fn clear_rows_now(d: &Daemon) -> Vec<serde_json::Value> {
+    let out = Command::new(BIN)
+        .args(["events", "--json", "--kind", "clear", "--state"])
+        .arg(d.state_path())
+        .output()
+        .expect("run gpuwarden events");
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+/// The journal's `clear` rows once there are some (at most 10 s), newest first.
 fn clear_rows(d: &Daemon) -> Vec<serde_json::Value> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let out = Command::new(BIN)
-            .args(["events", "--json", "--kind", "clear", "--state"])
-            .arg(d.state_path())
-            .output()
-            .expect("run gpuwarden events");
-        let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let rows = clear_rows_now(d);
         if !rows.is_empty() || std::time::Instant::now() > deadline {
             return rows;
         }
@@ -330,11 +335,6 @@ fn the_clear_endpoint_refuses_bad_bodies_and_clears_nothing() {
     }
     // Nothing was cleared, nothing was recorded.
     assert_eq!(health(&d, false).0, 1);
-    let out = Command::new(BIN)
-        .args(["events", "--json", "--kind", "clear", "--state"])
-        .arg(d.state_path())
-        .output()
-        .expect("run gpuwarden events");
-    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let rows = clear_rows_now(&d);
     assert!(rows.is_empty(), "{rows:?}");
 }
