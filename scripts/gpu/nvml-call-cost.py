@@ -54,7 +54,15 @@ calls = {
     # Added 2026-11-23 with gpu_encoder/decoder_utilization_ratio.
     "nvmlDeviceGetEncoderUtilization": lambda: nvml.nvmlDeviceGetEncoderUtilization(dev, ctypes.byref(u), ctypes.byref(ctypes.c_uint())),
     "nvmlDeviceGetDecoderUtilization": lambda: nvml.nvmlDeviceGetDecoderUtilization(dev, ctypes.byref(u), ctypes.byref(ctypes.c_uint())),
+    # Added 2026-11-24 with the vGPU licence state (DCGM_FI_DEV_VGPU_LICENSE_STATUS).
+    "nvmlDeviceGetVirtualizationMode": lambda: nvml.nvmlDeviceGetVirtualizationMode(dev, ctypes.byref(u)),
 }
+
+# nvmlGridLicensableFeatures_t: int isGridLicenseSupported, uint count, then 3 features of
+# 284 bytes each (uint code, uint state, char[128] info, char[128] product, uint enabled,
+# a 16-byte expiry). 1 KiB holds it with room to spare.
+grid = ctypes.create_string_buffer(1024)
+calls["nvmlDeviceGetGridLicensableFeatures_v4"] = lambda: nvml.nvmlDeviceGetGridLicensableFeatures_v4(dev, grid)
 
 
 def fields_call(ids):
@@ -83,3 +91,16 @@ for label, call in calls.items():
     cpu = (time.process_time() - c0) / args.repeat * 1e3
     wall = (time.perf_counter() - w0) / args.repeat * 1e3
     print(f"{label:58} {cpu:12.3f} {wall:13.3f}" + ("" if rc == 0 else f"   (returned {rc})"))
+
+# What the licensing calls answer on this GPU (a bare-metal GPU: no vGPU licence).
+rc = nvml.nvmlDeviceGetVirtualizationMode(dev, ctypes.byref(u))
+print(f"\nvirtualization mode: rc {rc}, mode {u.value} (0 none, 1 passthrough, 2 vGPU guest, 3 vGPU host)")
+rc = nvml.nvmlDeviceGetGridLicensableFeatures_v4(dev, grid)
+supported, count = ctypes.c_int.from_buffer(grid, 0).value, ctypes.c_uint.from_buffer(grid, 4).value
+print(f"grid licensable features: rc {rc}, isGridLicenseSupported {supported}, licensableFeaturesCount {count}")
+for i in range(min(count, 3)):
+    base = 8 + i * 284
+    code, state = ctypes.c_uint.from_buffer(grid, base).value, ctypes.c_uint.from_buffer(grid, base + 4).value
+    enabled = ctypes.c_uint.from_buffer(grid, base + 264).value
+    product = grid.raw[base + 136:base + 264].split(b"\0")[0].decode(errors="replace")
+    print(f"  feature {i}: code {code}, state {state}, enabled {enabled}, product {product!r}")

@@ -13,6 +13,7 @@
 
 use super::{Family, Kind, Read, Samples};
 use crate::model::activity::Activity;
+use crate::model::mig::MigDevice;
 use crate::model::{DeviceReadings, DeviceSnapshot, EccScope, EccType, Snapshot, Vendor};
 
 /// dcgm-exporter's labels, in order.
@@ -152,6 +153,46 @@ fn per_gpu_or_instance(snapshot: &Snapshot, s: &mut Samples, value: fn(&Activity
     }
 }
 
+/// Framebuffer memory in MiB: per GPU, or per GPU instance of a GPU in MIG mode (each GPU
+/// instance has memory of its own, which dcgm-exporter reports for it).
+fn per_gpu_or_instance_memory(
+    snapshot: &Snapshot,
+    s: &mut Samples,
+    gpu: fn(&DeviceReadings) -> Option<u64>,
+    instance: fn(&MigDevice) -> Option<u64>,
+) {
+    for (d, r) in answering(snapshot) {
+        match r.mig.as_ref().filter(|m| m.enabled) {
+            Some(mig) => {
+                for i in mig.gpu_instances() {
+                    if let Some(bytes) = instance(i) {
+                        sample(snapshot, s, d, Some((i.gpu_instance, &i.profile)), bytes as f64 / MIB);
+                    }
+                }
+            }
+            None => {
+                if let Some(bytes) = gpu(r) {
+                    sample(snapshot, s, d, None, bytes as f64 / MIB);
+                }
+            }
+        }
+    }
+}
+
+/// NVML's clock-event bit mask of the reasons active now, rebuilt from the decoded reasons;
+/// absent when the driver gave none.
+fn clock_event_mask(r: &DeviceReadings) -> Option<f64> {
+    if r.clock_events.is_empty() {
+        return None;
+    }
+    let mask: u64 = crate::clock_events::NVIDIA_REASONS
+        .iter()
+        .filter(|(_, reason)| r.clock_event_active(reason))
+        .map(|(bit, _)| bit)
+        .sum();
+    Some(mask as f64)
+}
+
 /// `0000:19:00.0` -> `00000000:19:00.0`, NVML's form, which dcgm-exporter shows.
 fn nvml_bus_id(bus: &str) -> String {
     match bus.split_once(':') {
@@ -243,6 +284,19 @@ pub const FAMILIES: &[Family] = &[
     dcgm!("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", |r, _, _| r
         .decoder_utilization_ratio
         .map(|u| u * 100.0)),
+    dcgm!(
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        "Current clock event reasons (bit mask of nvmlClocksEventReason*).",
+        |r, _, _| clock_event_mask(r)
+    ),
+    dcgm!(
+        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+        "Current clock throttle reasons (the same bit mask, under DCGM's name before 3.2).",
+        |r, _, _| clock_event_mask(r)
+    ),
+    dcgm!("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "vGPU License status", |r, _, _| r
+        .vgpu_licensed
+        .map(|licensed| if licensed { 1.0 } else { 0.0 })),
     Family {
         name: "DCGM_FI_DEV_XID_ERRORS",
         kind: Kind::Gauge,
@@ -251,12 +305,31 @@ pub const FAMILIES: &[Family] = &[
         labels: XID_LABELS,
         read: Read::Node(last_xid),
     },
-    dcgm!("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", |r, _, _| r
-        .memory_free_bytes
-        .map(|b| b as f64 / MIB)),
-    dcgm!("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", |r, _, _| r
-        .memory_used_bytes
-        .map(|b| b as f64 / MIB)),
+    Family {
+        name: "DCGM_FI_DEV_FB_FREE",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "Framebuffer memory free (in MiB).",
+        labels: LABELS,
+        read: Read::Node(|snapshot, s| {
+            per_gpu_or_instance_memory(
+                snapshot,
+                s,
+                |r| r.memory_free_bytes,
+                |i| Some(i.memory_total_bytes?.saturating_sub(i.memory_used_bytes?)),
+            )
+        }),
+    },
+    Family {
+        name: "DCGM_FI_DEV_FB_USED",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "Framebuffer memory used (in MiB).",
+        labels: LABELS,
+        read: Read::Node(|snapshot, s| {
+            per_gpu_or_instance_memory(snapshot, s, |r| r.memory_used_bytes, |i| i.memory_used_bytes)
+        }),
+    },
     dcgm!(
         "DCGM_FI_DEV_FB_RESERVED",
         "Framebuffer memory reserved (in MiB).",

@@ -318,6 +318,14 @@ pub const FAMILIES: &[Family] = &[
         read: Read::Readings(|r, s| s.flag(r.persistence_mode)),
     },
     Family {
+        name: "gpu_vgpu_licensed",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "In a vGPU guest, 1 when the vGPU holds its licence, 0 when not (it runs degraded once the grace period ends); absent where the GPU needs none (bare metal, passthrough).",
+        labels: &[],
+        read: Read::Readings(|r, s| s.flag(r.vgpu_licensed)),
+    },
+    Family {
         name: "gpu_performance_state",
         kind: Kind::Gauge,
         unit: "",

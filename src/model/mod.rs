@@ -197,6 +197,9 @@ pub struct DeviceReadings {
     pub xgmi_errors: Vec<EccCount>,
     pub remapped_rows: RemappedRows,
     pub persistence_mode: Option<bool>,
+    /// In a vGPU guest, whether it holds its licence (an unlicensed vGPU runs degraded once
+    /// the grace period ends); `None` where the GPU needs none (bare metal, passthrough).
+    pub vgpu_licensed: Option<bool>,
     /// The compute processes on the GPU (a CUDA context each); `None` where the driver does
     /// not say.
     pub processes: Option<Vec<GpuProcess>>,

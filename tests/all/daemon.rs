@@ -386,6 +386,8 @@ fn unsupported_readings_are_left_out() {
         "gpu_remapped_rows",
         "gpu_encoder_utilization_ratio",
         "gpu_decoder_utilization_ratio",
+        // Licensing unsupported, as on bare metal: no licence to hold, not "unlicensed".
+        "gpu_vgpu_licensed",
     ] {
         assert!(!m.has_family(family), "{family} should be absent:\n{}", m.text);
     }
@@ -560,12 +562,14 @@ fn a_board_with_a_fan_reports_its_speed() {
 #[test]
 fn every_family_served_is_documented_in_docs_metrics_md() {
     let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md")).unwrap();
-    // The demo with a fan, a lost GPU and an error counter shows every family there is.
+    // The demo with a fan, a lost GPU, a vGPU licence and an error counter shows every family
+    // there is.
     // With scheduled probes over the simulated CUDA driver; GPU 1 runs a job, so its probes
     // are skipped.
     let scenario = edit_device(&with_cuda(DEMO_SCENARIO), 7, |dev| format!("{dev}    lost: true\n"));
     let scenario = edit_device(&scenario, 0, |dev| format!("{dev}    fan_speed_percent: 30\n"));
     let scenario = edit_device(&scenario, 1, |dev| format!("{dev}    compute_processes: 1\n"));
+    let scenario = edit_device(&scenario, 2, |dev| format!("{dev}    vgpu_licensed: true\n"));
     let dir = tempfile::tempdir().unwrap();
     let env = [("LD_LIBRARY_PATH", sim_cuda_dir(dir.path(), true).display().to_string())];
     let d = Daemon::start_full(&scenario, &test_config(&sim_library(), FAST_PROBES), "", &env);

@@ -64,7 +64,7 @@ const PANELS: &[(&str, &str, usize, f64, f64)] = &[
     (
         "GPU Framebuffer Mem Used",
         r#"max(DCGM_FI_DEV_FB_USED{Hostname=~".*", gpu=~".*"}) by (Hostname, gpu, GPU_I_ID, GPU_I_PROFILE)"#,
-        8,
+        10,
         0.0,
         144_000.0,
     ),
@@ -156,13 +156,15 @@ fn dashboard_12239_works_unchanged_with_compat_on() {
         .get_json(&format!("/api/v1/series?match[]={}", url_encode("DCGM_FI_DEV_FB_FREE")))
         .unwrap();
     let rows = series["data"].as_array().unwrap();
-    assert_eq!(rows.len(), 8);
+    // Seven GPUs and the three GPU instances of GPU 3, in MIG mode.
+    assert_eq!(rows.len(), 10);
     assert!(
         rows.iter()
             .all(|r| r["Hostname"].as_str().is_some_and(|h| !h.is_empty()))
     );
     let mut gpus: Vec<&str> = rows.iter().filter_map(|r| r["gpu"].as_str()).collect();
     gpus.sort();
+    gpus.dedup();
     assert_eq!(gpus, ["0", "1", "2", "3", "4", "5", "6", "7"]);
 }
 
@@ -274,9 +276,10 @@ fn every_row_of_dcgm_exporters_field_lists_is_served_from_the_first_scrape() {
         } else {
             (&first_m, &first)
         };
-        if EVENT_FIELDS.contains(&field.as_str()) {
-            // Per XID code or clock event seen: none yet (checked after some, below).
-            assert!(!m.has_family(field));
+        if EVENT_FIELDS.contains(&field.as_str()) || field == "DCGM_FI_DEV_VGPU_LICENSE_STATUS" {
+            // Per XID code or clock event seen: none yet; a vGPU licence only in a vGPU guest,
+            // which the demo's GPUs are not (each checked below).
+            assert!(!m.has_family(field), "{field}");
             continue;
         }
         assert!(
@@ -292,7 +295,11 @@ fn every_row_of_dcgm_exporters_field_lists_is_served_from_the_first_scrape() {
             // Per watch: six for each GPU.
             "DCGM_EXP_GPU_HEALTH_STATUS" => assert_eq!(series.len(), 8 * 6, "{field}"),
             // GPU 3 is in MIG mode: its three GPU instances instead of it, as dcgm-exporter does.
-            "DCGM_FI_PROF_GR_ENGINE_ACTIVE" | "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" | "DCGM_FI_PROF_DRAM_ACTIVE" => {
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+            | "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+            | "DCGM_FI_PROF_DRAM_ACTIVE"
+            | "DCGM_FI_DEV_FB_USED"
+            | "DCGM_FI_DEV_FB_FREE" => {
                 assert_eq!(series.len(), 10, "{field}");
                 assert_eq!(
                     series.iter().filter(|s| !s.labels["GPU_I_ID"].is_empty()).count(),
@@ -305,6 +312,28 @@ fn every_row_of_dcgm_exporters_field_lists_is_served_from_the_first_scrape() {
                 assert_eq!(gpus.len(), 8, "{field}");
             }
         }
+    }
+    // GPU 3's GPU instances: their own memory, which adds up to no more than the GPU's.
+    let instances_used: f64 = first_m
+        .find("DCGM_FI_DEV_FB_USED", &[("gpu", "3")])
+        .iter()
+        .map(|s| s.value)
+        .sum();
+    let instances_total: f64 = ["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"]
+        .iter()
+        .flat_map(|f| first_m.find(f, &[("gpu", "3")]))
+        .map(|s| s.value)
+        .sum();
+    let gpu_total = first_m.value("gpu_memory_total_bytes", &[("gpu", "3")]);
+    assert!(instances_used > 0.0, "{instances_used}");
+    assert!(
+        gpu_total.is_some_and(|t| instances_total > 0.0 && instances_total <= t / 1048576.0),
+        "{instances_total} {gpu_total:?}"
+    );
+    // NVML's clock-event mask: GPU 0 idle (bit 0x1) at start.
+    for field in ["DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"] {
+        assert_eq!(first_m.value(field, &[("gpu", "0")]), Some(1.0), "{field}");
+        assert_eq!(first_m.find(field, &[]).len(), 8, "{field}");
     }
     // No XID yet: 0, "No Error", for every GPU (alert rules written as `== 0` work).
     for s in first_m.find("DCGM_FI_DEV_XID_ERRORS", &[]) {
@@ -361,6 +390,7 @@ fn every_row_of_dcgm_exporters_field_lists_is_served_from_the_first_scrape() {
             .is_empty(),
         "active at start: not a start seen"
     );
+    assert_eq!(m.value("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", &[("gpu", "0")]), Some(5.0));
     let text = d.get("/metrics", &[("Accept", "text/plain")]).text();
     assert!(text.contains("# TYPE DCGM_EXP_CLOCK_EVENTS_TOTAL counter\n"), "{text}");
     // A degraded GPU's watch: GPU 3's PCIe link at x8 is a warning with DCGM's code.
@@ -375,4 +405,22 @@ fn every_row_of_dcgm_exporters_field_lists_is_served_from_the_first_scrape() {
         ),
         Some(10.0)
     );
+    // GPU 1 turns out to be a vGPU guest without its licence, then gets it: 0, then 1.
+    for (licensed, value) in [(false, 0.0), (true, 1.0)] {
+        d.set_scenario(&edit_device(DEMO_SCENARIO, 1, |dev| {
+            dev.replace(
+                "    persistence_mode: true\n",
+                &format!("    persistence_mode: true\n    vgpu_licensed: {licensed}\n"),
+            )
+        }));
+        let m = d.scrape_until("the vGPU licence", |m| {
+            m.value("DCGM_FI_DEV_VGPU_LICENSE_STATUS", &[("gpu", "1")]) == Some(value)
+        });
+        assert_eq!(m.value("gpu_vgpu_licensed", &[("gpu", "1")]), Some(value));
+        assert_eq!(
+            m.find("DCGM_FI_DEV_VGPU_LICENSE_STATUS", &[]).len(),
+            1,
+            "only GPU 1 needs one"
+        );
+    }
 }

@@ -12,6 +12,7 @@ pub mod events;
 mod fabric;
 mod fields;
 mod gpm;
+mod licence;
 pub mod lifecycle;
 mod mig;
 mod nvlink;
@@ -157,8 +158,8 @@ struct StaticReadings {
 /// the per-call costs measured on an H200): every poll (temperatures, power, clocks,
 /// utilisation, memory, PCIe generation: 1 to 50 us each); every `poll.slow_interval`, 10 s
 /// (ECC 0.17 ms, the replay counter 0.15 ms, the remap and clock-event counter fields
-/// 0.16 ms, persistence mode 0.1 ms, MIG devices, the compute processes 0.09 ms, the PCIe
-/// link width 0.08 ms); every three slow intervals, 30 s, the calls above a millisecond
+/// 0.16 ms, persistence mode 0.1 ms, the vGPU licence 0.17 ms, MIG devices, the compute
+/// processes 0.09 ms, the PCIe link width 0.08 ms); every three slow intervals, 30 s, the calls above a millisecond
 /// (the energy counter 2.6-4.1 ms, dcgm-exporter's collection interval for the same
 /// counter; per-process utilisation samples 1.7 ms, then a mean over those 30 s); every
 /// `poll.gpm_interval`, 30 s (GPM activity); every
@@ -513,6 +514,9 @@ impl NvmlDevicePoller {
             Some(mode) if mode.enabled => mig::devices(&self.device, calls),
             _ => Vec::new(),
         };
+        // 0.17 ms per call on an H200 (which needs no licence); a vGPU guest's licence can
+        // lapse at any time, and DCGM looks every 20 s.
+        r.vgpu_licensed = licence::read(&self.device, calls);
         self.read_and_keep_persistence(calls, &mut r.persistence_mode)
     }
 

@@ -837,6 +837,34 @@ pub unsafe extern "C" fn nvmlDeviceSetPersistenceMode(device: nvmlDevice_t, mode
     })
 }
 
+// ---- vGPU licence --------------------------------------------------------------------------
+
+/// A GPU without `vgpu_licensed` answers as an H200 in passthrough does: success, licensing
+/// unsupported, no features. With it, as a vGPU guest with one licensable feature (vCS).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGridLicensableFeatures_v4(
+    device: nvmlDevice_t,
+    out: *mut nvmlGridLicensableFeatures_t,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetGridLicensableFeatures_v4", |_, d| {
+        // SAFETY: plain data; all-zero is valid.
+        let mut features: nvmlGridLicensableFeatures_t = unsafe { std::mem::zeroed() };
+        if let Some(licensed) = d.vgpu_licensed {
+            features.isGridLicenseSupported = 1;
+            features.licensableFeaturesCount = 1;
+            let feature = &mut features.gridLicensableFeatures[0];
+            feature.featureCode = nvmlGridLicenseFeatureCode_t_NVML_GRID_LICENSE_FEATURE_CODE_COMPUTE;
+            feature.featureEnabled = 1;
+            feature.featureState = licensed as u32;
+            for (slot, byte) in feature.productName.iter_mut().zip(b"NVIDIA Virtual Compute Server") {
+                *slot = *byte as _;
+            }
+        }
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
+        unsafe { put(out, Some(features)) }
+    })
+}
+
 // ---- events --------------------------------------------------------------------------------
 
 /// Event sets by id: which devices registered which event types.

@@ -123,6 +123,9 @@ pub struct Device {
     /// When false, `nvmlDeviceSetPersistenceMode` answers `NVML_ERROR_NO_PERMISSION`.
     #[serde(default = "yes")]
     pub persistence_settable: bool,
+    /// A vGPU guest's licence: true licensed, false not; absent: the GPU needs none (bare
+    /// metal, passthrough), as a real H200 answers.
+    pub vgpu_licensed: Option<bool>,
     /// What the simulated CUDA driver (tests/sim-cuda) makes this GPU measure in the probe;
     /// without it, CUDA does not see the GPU.
     #[serde(default)]
