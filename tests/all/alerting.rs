@@ -354,6 +354,52 @@ fn interval_cases() -> Vec<IntervalCase> {
             ],
         },
         IntervalCase {
+            alert: "GpuThermalViolation",
+            what: "thermal time from before gpuwarden started (a new series holding 40 s, not growing)",
+            series: &[
+                (
+                    "gpu_clock_event_seconds_total{GPU,reason=\"hw_thermal_slowdown\"}",
+                    |t| (t >= EVENT).then_some(40.0),
+                ),
+                ("gpu_clock_event_active{GPU,reason=\"hw_thermal_slowdown\"}", |t| {
+                    (t >= EVENT).then_some(0.0)
+                }),
+            ],
+            checks: &[(0, true, false), (120, true, false), (600, false, false)],
+        },
+        IntervalCase {
+            alert: "GpuThermalViolation",
+            what: "a driver reload between two scrapes (the counter 40, then 2: reset, and 2 s of slowdown since)",
+            series: &[
+                (
+                    "gpu_clock_event_seconds_total{GPU,reason=\"sw_thermal_slowdown\"}",
+                    |t| Some(if t < EVENT { 40.0 } else { 2.0 }),
+                ),
+                ("gpu_clock_event_active{GPU,reason=\"sw_thermal_slowdown\"}", |_| {
+                    Some(0.0)
+                }),
+            ],
+            checks: &[
+                (-60, false, false),
+                (0, true, true),
+                (120, true, true),
+                (600, false, false),
+            ],
+        },
+        IntervalCase {
+            alert: "GpuXidCritical",
+            what: "the code again after a reboot 10 minutes on (5, no series while the node reboots, then 1)",
+            series: &[(
+                "gpu_xid_errors_total{GPU,xid=\"94\",severity=\"critical\"}",
+                |t| match t {
+                    t if t < EVENT + 480 => Some(5.0),
+                    t if t < EVENT + 600 => None,
+                    _ => Some(1.0),
+                },
+            )],
+            checks: &[(540, false, false), (600, true, true), (720, true, true)],
+        },
+        IntervalCase {
             alert: "GpuXidCritical",
             what: "the first critical XID (a new series with the value 1)",
             series: &[("gpu_xid_errors_total{GPU,xid=\"94\",severity=\"critical\"}", |t| {
