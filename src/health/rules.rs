@@ -221,6 +221,14 @@ fn persistence_off(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
     })
 }
 
+fn vgpu_unlicensed(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
+    (r.vgpu_licensed == Some(false)).then(|| {
+        "the vGPU holds no licence: it runs degraded once the grace period ends; check the licence server and nvidia-gridd"
+            .to_string()
+            .into()
+    })
+}
+
 fn ecc_uncorrectable(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
     let n = r
         .ecc_count(EccType::Uncorrected, EccScope::Volatile)
@@ -464,6 +472,15 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(persistence_off),
     },
     Rule {
+        reason: "vgpu_unlicensed",
+        severity: Degraded,
+        worse_when: None,
+        when: "in a vGPU guest, the vGPU holds no licence (`gpu_vgpu_licensed` 0; read every `poll.slow_interval`)",
+        action: "check that the licence server is reachable and the client configuration token is in place (`nvidia-smi -q` shows the licence status; nvidia-gridd's log says why); `systemctl restart nvidia-gridd`",
+        ends: false,
+        check: Check::Readings(vgpu_unlicensed),
+    },
+    Rule {
         reason: "ecc_uncorrectable",
         severity: Degraded,
         worse_when: None,
@@ -697,6 +714,36 @@ mod tests {
         let half_hour_ago = SystemTime::now() - Duration::from_secs(1800);
         assert_eq!(reasons(Some(half_hour_ago)), ["xid_critical"]);
         assert!(reasons(Some(SystemTime::now())).is_empty());
+    }
+
+    #[test]
+    fn an_unlicensed_vgpu_is_degraded_and_a_gpu_without_licensing_is_not() {
+        let reasons = |licensed: Option<bool>| -> Vec<&'static str> {
+            let device = crate::model::DeviceSnapshot::for_test(
+                0,
+                crate::model::Vendor::Nvidia,
+                "0000:19:00.0",
+                DeviceReadings {
+                    vgpu_licensed: licensed,
+                    ..Default::default()
+                },
+            );
+            crate::health::findings(&Seen {
+                device: &device,
+                xids: &[],
+                probe: None,
+                limits: &Limits::default(),
+                cleared: None,
+                board_swap: None,
+                now: SystemTime::now(),
+            })
+            .iter()
+            .map(|f| f.reason)
+            .collect()
+        };
+        assert_eq!(reasons(Some(false)), ["vgpu_unlicensed"]);
+        assert!(reasons(Some(true)).is_empty());
+        assert!(reasons(None).is_empty(), "bare metal needs no licence");
     }
 
     #[test]

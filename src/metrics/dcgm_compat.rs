@@ -294,7 +294,7 @@ pub const FAMILIES: &[Family] = &[
         "Current clock throttle reasons (the same bit mask, under DCGM's name before 3.2).",
         |r, _, _| clock_event_mask(r)
     ),
-    dcgm!("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "vGPU License status", |r, _, _| r
+    dcgm!("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "vGPU License status.", |r, _, _| r
         .vgpu_licensed
         .map(|licensed| if licensed { 1.0 } else { 0.0 })),
     Family {
@@ -651,7 +651,7 @@ mod tests {
     }
 
     #[test]
-    fn every_finding_but_the_probe_and_the_notice_belongs_to_one_health_watch() {
+    fn every_finding_but_the_probe_the_notice_and_the_licence_belongs_to_one_health_watch() {
         let mut placed: Vec<&str> = super::HEALTH_WATCHES
             .iter()
             .flat_map(|(_, reasons)| reasons.iter().map(|(r, _)| *r))
@@ -663,7 +663,9 @@ mod tests {
         let mut expected: Vec<&str> = crate::model::health::RULE_REASONS
             .iter()
             .copied()
-            .filter(|r| !["probe_failed", "board_replaced"].contains(r))
+            // DCGM has no watch for these: its diagnostics, not its health watches, run
+            // workloads; a board swap is not a fault; vGPU licensing is not a watch of DCGM's.
+            .filter(|r| !["probe_failed", "board_replaced", "vgpu_unlicensed"].contains(r))
             .collect();
         expected.sort();
         assert_eq!(placed, expected);

@@ -51,7 +51,7 @@ pub struct DeviceHealth {
 
 /// The per-GPU rules' reasons, in the rules' order (health::rules::RULES; a test there holds
 /// the two equal): the keys `health.rules` of the config accepts.
-pub const RULE_REASONS: [&str; 19] = [
+pub const RULE_REASONS: [&str; 20] = [
     "xid_fatal",
     "xid_critical",
     "gpu_lost",
@@ -62,6 +62,7 @@ pub const RULE_REASONS: [&str; 19] = [
     "pcie_width_degraded",
     "pcie_replay_rate",
     "persistence_off",
+    "vgpu_unlicensed",
     "ecc_uncorrectable",
     "ecc_corrected_rate",
     "row_remap_pending",

@@ -417,6 +417,9 @@ fn every_row_of_dcgm_exporters_field_lists_is_served_from_the_first_scrape() {
             m.value("DCGM_FI_DEV_VGPU_LICENSE_STATUS", &[("gpu", "1")]) == Some(value)
         });
         assert_eq!(m.value("gpu_vgpu_licensed", &[("gpu", "1")]), Some(value));
+        // Unlicensed, the GPU is degraded with a finding that says why.
+        let finding = m.value("gpu_health_reason", &[("gpu", "1"), ("reason", "vgpu_unlicensed")]);
+        assert_eq!(finding, (!licensed).then_some(1.0), "{licensed}");
         assert_eq!(
             m.find("DCGM_FI_DEV_VGPU_LICENSE_STATUS", &[]).len(),
             1,
