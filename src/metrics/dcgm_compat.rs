@@ -76,6 +76,9 @@ const CLOCK_EVENT_LABELS: &[&str] = &with_own::<1, 13>(["clock_event"]);
 /// [`LABELS`], the reason and the window (`DCGM_EXP_CLOCK_EVENTS_COUNT`).
 const CLOCK_EVENT_COUNT_LABELS: &[&str] = &with_own::<2, 14>(["clock_event", "window_size_in_ms"]);
 
+/// [`LABELS`], the peer and its status in words (`DCGM_EXP_P2P_STATUS`).
+const P2P_LABELS: &[&str] = &with_own::<2, 14>(["peer_gpu", "link_status"]);
+
 /// [`LABELS`] and the health watch and its failure code (`DCGM_EXP_GPU_HEALTH_STATUS`).
 const HEALTH_LABELS: &[&str] = &with_own::<2, 14>(["health_watch", "health_error_code"]);
 
@@ -430,6 +433,14 @@ pub const FAMILIES: &[Family] = &[
         }
     ),
     Family {
+        name: "DCGM_EXP_P2P_STATUS",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "Current NVLink P2P status per peer link (NVML's nvmlGpuP2PStatus_t: 0 OK).",
+        labels: P2P_LABELS,
+        read: Read::Node(p2p_status),
+    },
+    Family {
         name: "DCGM_EXP_XID_ERRORS_TOTAL",
         kind: Kind::CounterAsNamed,
         unit: "",
@@ -505,6 +516,25 @@ fn last_xid(snapshot: &Snapshot, s: &mut Samples) {
             None => (0, "No Error"),
         };
         sample_with(snapshot, s, d, None, &[&code.to_string(), message], code as f64);
+    }
+}
+
+/// `DCGM_EXP_P2P_STATUS`: per NVIDIA GPU and peer, NVML's status number and dcgm-exporter's
+/// word for it.
+fn p2p_status(snapshot: &Snapshot, s: &mut Samples) {
+    for (d, r) in answering(snapshot) {
+        for (peer, status) in &r.nvlink_p2p {
+            let word = match status {
+                0 => "OK",
+                1 => "ChipsetNotSupported",
+                2 => "GPUNotSupported",
+                3 => "TopologyNotSupported",
+                4 => "DisabledByRegKey",
+                5 => "NotSupported",
+                _ => "Unknown",
+            };
+            sample_with(snapshot, s, d, None, &[&peer.to_string(), word], *status as f64);
+        }
     }
 }
 

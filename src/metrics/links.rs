@@ -92,6 +92,18 @@ pub const FAMILIES: &[Family] = &[
         }),
     },
     Family {
+        name: "gpu_nvlink_p2p_ok",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 when the GPU can reach peer_gpu peer-to-peer over NVLink, 0 when NVML says it cannot (PCIe only, disabled, unsupported); read every poll.topology_interval.",
+        labels: &["peer_gpu"],
+        read: Read::Readings(|r, s| {
+            for (peer, status) in &r.nvlink_p2p {
+                s.labelled(&[&peer.to_string()], super::one_if(*status == 0));
+            }
+        }),
+    },
+    Family {
         name: "gpu_fabric_registration_ok",
         kind: Kind::Gauge,
         unit: "",

@@ -213,6 +213,9 @@ pub struct DeviceReadings {
     pub nvlinks: Option<links::NvLinks>,
     /// NVLink fabric registration (NVSwitch systems); `None` where not applicable.
     pub fabric: Option<links::Fabric>,
+    /// Peer-to-peer over NVLink to each other GPU: (peer's index, NVML's `nvmlGpuP2PStatus_t`,
+    /// 0 for OK). Empty on a node of one GPU and where the driver does not say.
+    pub nvlink_p2p: Vec<(u32, u32)>,
     /// MIG mode and instances; `None` where the GPU has no MIG.
     pub mig: Option<mig::Mig>,
 }

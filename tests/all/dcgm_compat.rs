@@ -197,6 +197,7 @@ const EXP_FIELDS: &[(&str, &str)] = &[
     ("DCGM_EXP_CLOCK_EVENTS_COUNT", "gauge"),
     ("DCGM_EXP_XID_ERRORS_TOTAL", "counter"),
     ("DCGM_EXP_GPU_HEALTH_STATUS", "gauge"),
+    ("DCGM_EXP_P2P_STATUS", "gauge"),
 ];
 
 /// dcgm-exporter's own fields with a series per event kind seen: none before the first.
@@ -294,6 +295,14 @@ fn every_row_of_dcgm_exporters_field_lists_is_served_from_the_first_scrape() {
         match field.as_str() {
             // Per watch: six for each GPU.
             "DCGM_EXP_GPU_HEALTH_STATUS" => assert_eq!(series.len(), 8 * 6, "{field}"),
+            // Per pair: each GPU towards the seven others, all over NVLink on the demo's H200s.
+            "DCGM_EXP_P2P_STATUS" => {
+                assert_eq!(series.len(), 8 * 7, "{field}");
+                assert!(
+                    series.iter().all(|s| s.value == 0.0 && s.labels["link_status"] == "OK"),
+                    "{series:?}"
+                );
+            }
             // GPU 3 is in MIG mode: its three GPU instances instead of it, as dcgm-exporter does.
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
             | "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
@@ -405,6 +414,25 @@ fn every_row_of_dcgm_exporters_field_lists_is_served_from_the_first_scrape() {
         ),
         Some(10.0)
     );
+    // GPU 6's NVLink peer-to-peer disabled by a registry key: NVML's 4, towards every peer.
+    d.set_scenario(&edit_device(DEMO_SCENARIO, 6, |dev| {
+        format!("{dev}    p2p_nvlink_status: 4\n")
+    }));
+    let m = d.scrape_until("GPU 6's P2P disabled", |m| {
+        m.value(
+            "DCGM_EXP_P2P_STATUS",
+            &[("gpu", "6"), ("peer_gpu", "0"), ("link_status", "DisabledByRegKey")],
+        ) == Some(4.0)
+    });
+    assert_eq!(
+        m.value("gpu_nvlink_p2p_ok", &[("gpu", "6"), ("peer_gpu", "0")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        m.value("gpu_nvlink_p2p_ok", &[("gpu", "0"), ("peer_gpu", "6")]),
+        Some(1.0)
+    );
+    assert_eq!(m.find("gpu_nvlink_p2p_ok", &[("gpu", "6")]).len(), 7);
     // GPU 1 turns out to be a vGPU guest without its licence, then gets it: 0, then 1.
     for (licensed, value) in [(false, 0.0), (true, 1.0)] {
         d.set_scenario(&edit_device(DEMO_SCENARIO, 1, |dev| {

@@ -16,6 +16,7 @@ mod licence;
 pub mod lifecycle;
 mod mig;
 mod nvlink;
+mod p2p;
 
 use crate::backend::{DevicePoller, PersistenceOutcome, PollReport};
 use crate::cadence::Every;
@@ -72,8 +73,15 @@ impl NvmlBackend {
         for index in 0..count {
             let device = self.nvml.device_by_index(index)?;
             let identity = read_identity(&device, index, &driver_version);
+            // The other GPUs, for the NVLink peer-to-peer status of each pair. One that
+            // cannot be opened now is left out, as it is from the rest of the node.
+            let peers = (0..count)
+                .filter(|peer| *peer != index)
+                .filter_map(|peer| Some((peer, self.nvml.device_by_index(peer).ok()?)))
+                .collect();
             pollers.push(NvmlDevicePoller {
                 device,
+                peers,
                 identity,
                 enable_persistence: options.enable_persistence,
                 static_readings: None,
@@ -164,7 +172,8 @@ struct StaticReadings {
 /// counter; per-process utilisation samples 1.7 ms, then a mean over those 30 s); every
 /// `poll.gpm_interval`, 30 s (GPM activity); every
 /// `poll.topology_interval`, 2 min (NVLink states and counters, 15-40 ms for 18 links; fabric
-/// registration and MIG mode, 0.2-0.6 ms each). A tier writes its own fields of the readings
+/// registration and MIG mode, 0.2-0.6 ms each; NVLink peer-to-peer status, one call per
+/// other GPU). A tier writes its own fields of the readings
 /// in place; between its reads they carry over from the last poll (at most one interval old;
 /// counters lose nothing).
 #[derive(Debug, Clone)]
@@ -187,6 +196,8 @@ impl Tiers {
 
 pub struct NvmlDevicePoller {
     device: Device<'static>,
+    /// The node's other GPUs by NVML index (NVLink peer-to-peer status, topology tier).
+    peers: Vec<(u32, Device<'static>)>,
     identity: DeviceIdentity,
     enable_persistence: bool,
     static_readings: Option<StaticReadings>,
@@ -391,6 +402,7 @@ impl NvmlDevicePoller {
     fn read_topology(&mut self, r: &mut DeviceReadings, statics: &StaticReadings, calls: &mut CallErrors) {
         r.nvlinks = nvlink::read(&self.device, statics.nvlink_count, calls);
         r.fabric = fabric::read(&self.device, calls);
+        r.nvlink_p2p = p2p::read(&self.device, &self.peers, calls);
         self.mig_mode = mig::mode(&self.device, calls);
     }
 

@@ -155,6 +155,10 @@ pub struct Device {
     pub nvlinks: Vec<NvLink>,
     /// NVLink fabric registration; absent: not on a fabric (state NOT_SUPPORTED).
     pub fabric: Option<Fabric>,
+    /// NVML's NVLink peer-to-peer status towards every other GPU (`nvmlGpuP2PStatus_t`, 4:
+    /// disabled by a registry key); absent: OK where both GPUs have NVLinks, else 5 (not
+    /// supported).
+    pub p2p_nvlink_status: Option<u32>,
     /// MIG; absent: the GPU has no MIG (nvmlDeviceGetMigMode answers NOT_SUPPORTED).
     pub mig: Option<Mig>,
 }

@@ -65,6 +65,36 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
     })
 }
 
+/// NVLink peer-to-peer between two GPUs: the first GPU's `p2p_nvlink_status` when set, else
+/// OK where both have NVLinks and NOT_SUPPORTED where either has none (PCIe cards). Other
+/// capabilities answer NOT_SUPPORTED.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetP2PStatus(
+    device1: nvmlDevice_t,
+    device2: nvmlDevice_t,
+    caps: nvmlGpuP2PCapsIndex_t,
+    out: *mut nvmlGpuP2PStatus_t,
+) -> nvmlReturn_t {
+    device_call(device1, "nvmlDeviceGetP2PStatus", |index, d| {
+        let scenario = current();
+        let peer = (device2 as usize).wrapping_sub(1);
+        let Some(other) = scenario.devices.get(peer).filter(|_| peer != index) else {
+            return INVALID_ARGUMENT;
+        };
+        let status = if caps != nvmlGpuP2PCapsIndex_enum_NVML_P2P_CAPS_INDEX_NVLINK {
+            nvmlGpuP2PStatus_enum_NVML_P2P_STATUS_NOT_SUPPORTED
+        } else if let Some(status) = d.p2p_nvlink_status {
+            status
+        } else if !d.nvlinks.is_empty() && !other.nvlinks.is_empty() {
+            nvmlGpuP2PStatus_enum_NVML_P2P_STATUS_OK
+        } else {
+            nvmlGpuP2PStatus_enum_NVML_P2P_STATUS_NOT_SUPPORTED
+        };
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
+        unsafe { put(out, Some(status)) }
+    })
+}
+
 #[cfg(not(feature = "old-driver"))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMigMode(
