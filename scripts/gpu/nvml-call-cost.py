@@ -64,6 +64,14 @@ calls = {
 grid = ctypes.create_string_buffer(1024)
 calls["nvmlDeviceGetGridLicensableFeatures_v4"] = lambda: nvml.nvmlDeviceGetGridLicensableFeatures_v4(dev, grid)
 
+# NVLink peer-to-peer status (NVML_P2P_CAPS_INDEX_NVLINK = 2) towards the next GPU; on a
+# machine of one GPU, towards itself (what the call costs; the answer there means nothing).
+count = ctypes.c_uint()
+nvml.nvmlDeviceGetCount_v2(ctypes.byref(count))
+peer = ctypes.c_void_p()
+nvml.nvmlDeviceGetHandleByIndex_v2((args.gpu + 1) % max(count.value, 1), ctypes.byref(peer))
+calls["nvmlDeviceGetP2PStatus(NVLINK)"] = lambda: nvml.nvmlDeviceGetP2PStatus(dev, peer, 2, ctypes.byref(u))
+
 
 def fields_call(ids):
     arr = (FieldValue * len(ids))()
