@@ -602,6 +602,16 @@ mod tests {
             .collect()
     }
 
+    /// One NVIDIA GPU with these readings, as the rules see it.
+    fn gpu_reading(readings: DeviceReadings) -> crate::model::DeviceSnapshot {
+        crate::model::DeviceSnapshot::for_test(0, crate::model::Vendor::Nvidia, "0000:19:00.0", readings)
+    }
+
+    /// The reasons of what the rules find, in the table's order.
+    fn reasons_found(seen: &Seen) -> Vec<&'static str> {
+        crate::health::findings(seen).iter().map(|f| f.reason).collect()
+    }
+
     #[test]
     fn docs_health_md_lists_every_rule_as_its_row_says() {
         let expected: Vec<String> = RULES.iter().map(Rule::doc_row).collect();
@@ -616,18 +626,13 @@ mod tests {
 
     #[test]
     fn the_temperature_margin_makes_a_finding_only_when_set_and_inside_it() {
-        let device = crate::model::DeviceSnapshot::for_test(
-            0,
-            crate::model::Vendor::Nvidia,
-            "0000:19:00.0",
-            DeviceReadings {
-                temperatures: vec![("gpu", 85.0)],
-                temperature_thresholds: vec![("slowdown", 87.0)],
-                ..Default::default()
-            },
-        );
+        let device = gpu_reading(DeviceReadings {
+            temperatures: vec![("gpu", 85.0)],
+            temperature_thresholds: vec![("slowdown", 87.0)],
+            ..Default::default()
+        });
         let reasons = |margin: Option<f64>| -> Vec<&'static str> {
-            crate::health::findings(&Seen {
+            reasons_found(&Seen {
                 device: &device,
                 xids: &[],
                 probe: None,
@@ -640,9 +645,6 @@ mod tests {
                 board_swap: None,
                 now: SystemTime::now(),
             })
-            .iter()
-            .map(|f| f.reason)
-            .collect()
         };
         assert!(reasons(None).is_empty(), "off unless set");
         assert_eq!(
@@ -656,8 +658,7 @@ mod tests {
     #[test]
     fn an_operators_clear_drops_what_was_seen_before_it_and_nothing_after() {
         use crate::model::probe::{Test, TestResult};
-        let device =
-            crate::model::DeviceSnapshot::for_test(0, crate::model::Vendor::Nvidia, "0000:19:00.0", Default::default());
+        let device = gpu_reading(Default::default());
         let hour_ago = SystemTime::now() - Duration::from_secs(3600);
         let minute_ago = SystemTime::now() - Duration::from_secs(60);
         let xid = |code, severity, last_seen| XidCount {
@@ -696,7 +697,7 @@ mod tests {
             ..Default::default()
         };
         let reasons = |cleared: Option<SystemTime>| -> Vec<&'static str> {
-            crate::health::findings(&Seen {
+            reasons_found(&Seen {
                 device: &device,
                 xids: &xids,
                 probe: Some(&probe),
@@ -705,9 +706,6 @@ mod tests {
                 board_swap: None,
                 now: SystemTime::now(),
             })
-            .iter()
-            .map(|f| f.reason)
-            .collect()
         };
         assert_eq!(reasons(None), ["xid_fatal", "xid_critical", "probe_failed"]);
         // Cleared half an hour ago: the fatal XID and the probe were before, Xid 94 after.
@@ -719,17 +717,11 @@ mod tests {
     #[test]
     fn an_unlicensed_vgpu_is_degraded_and_a_gpu_without_licensing_is_not() {
         let reasons = |licensed: Option<bool>| -> Vec<&'static str> {
-            let device = crate::model::DeviceSnapshot::for_test(
-                0,
-                crate::model::Vendor::Nvidia,
-                "0000:19:00.0",
-                DeviceReadings {
+            reasons_found(&Seen {
+                device: &gpu_reading(DeviceReadings {
                     vgpu_licensed: licensed,
                     ..Default::default()
-                },
-            );
-            crate::health::findings(&Seen {
-                device: &device,
+                }),
                 xids: &[],
                 probe: None,
                 limits: &Limits::default(),
@@ -737,9 +729,6 @@ mod tests {
                 board_swap: None,
                 now: SystemTime::now(),
             })
-            .iter()
-            .map(|f| f.reason)
-            .collect()
         };
         assert_eq!(reasons(Some(false)), ["vgpu_unlicensed"]);
         assert!(reasons(Some(true)).is_empty());
