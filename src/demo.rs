@@ -26,12 +26,22 @@ pub fn library_candidates() -> Vec<PathBuf> {
         .ok()
         .and_then(|exe| exe.parent().map(PathBuf::from))
     {
-        candidates.push(dir.join(LIBRARY_FILE));
-        // Where `cargo test` puts it (it is a dev-dependency of the daemon).
-        candidates.push(dir.join("deps").join(LIBRARY_FILE));
+        // Cargo builds it into deps/ as the daemon's dependency and copies it next to the
+        // binary only when it builds the crate itself (`--workspace`): a copy there can be
+        // older than deps/'s, so the newer of the two goes first.
+        candidates.extend(newest_first(vec![
+            dir.join(LIBRARY_FILE),
+            dir.join("deps").join(LIBRARY_FILE),
+        ]));
     }
     candidates.push(PathBuf::from("/usr/lib/gpuwarden").join(LIBRARY_FILE));
     candidates
+}
+
+/// The paths by modification time, newest first; those that do not exist last.
+fn newest_first(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    paths.sort_by_key(|path| std::cmp::Reverse(path.metadata().and_then(|m| m.modified()).ok()));
+    paths
 }
 
 /// What the demo needs: the simulated library and the demo's kernel log. The scenario and
@@ -114,4 +124,28 @@ pub fn prepare() -> Result<Demo, DemoError> {
     // SAFETY: called from main before the runtime or any other thread exists.
     unsafe { std::env::set_var("GPUWARDEN_SIM_NVML_SCENARIO", &scenario) };
     Ok(demo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn the_newer_built_library_is_tried_first_and_a_missing_one_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let (old, new, missing) = (
+            dir.path().join("old.so"),
+            dir.path().join("new.so"),
+            dir.path().join("none.so"),
+        );
+        for (path, age) in [(&old, 3600), (&new, 60)] {
+            let file = std::fs::File::create(path).unwrap();
+            file.set_modified(SystemTime::now() - Duration::from_secs(age)).unwrap();
+        }
+        assert_eq!(
+            newest_first(vec![missing.clone(), old.clone(), new.clone()]),
+            [new, old, missing]
+        );
+    }
 }
