@@ -22,8 +22,9 @@ impl Drop for Prometheus {
 impl Prometheus {
     /// Scrapes `target` every second and evaluates the shipped rules every 250 ms; the energy
     /// group, which runs every minute over the last minute (a billing cadence), every second
-    /// over the last second, so its series appear within a test's time (its arithmetic is
-    /// checked by promtool: deploy/prometheus/tests/energy.test.yml).
+    /// over the last second, and the energy-rate records over 5 s instead of 5 minutes, so
+    /// their series appear within a test's time (their arithmetic is checked by promtool:
+    /// deploy/prometheus/tests/energy.test.yml).
     pub fn start(target: &str) -> Prometheus {
         let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -39,7 +40,11 @@ impl Prometheus {
         let rules = std::fs::read_to_string(RULES)
             .unwrap()
             .replace("    interval: 1m\n", "    interval: 1s\n")
-            .replace("offset 1m", "offset 1s");
+            .replace("offset 1m", "offset 1s")
+            .replace(
+                "gpu_energy_joules_total offset 5m, 0) / 300",
+                "gpu_energy_joules_total offset 5s, 0) / 5",
+            );
         std::fs::write(dir.path().join("rules.yml"), rules).unwrap();
         std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
         let child = Command::new("prometheus")
