@@ -160,16 +160,13 @@ pub const DCGM_NAMES: [(&str, &str); 9] = [
     ("display_clock_setting", "display_clocks"),
 ];
 
-/// Start times kept per GPU and reason for the recent count.
-const MAX_RECENT_STARTS: usize = 1024;
-
 #[derive(Debug, Default)]
 struct GpuStarts {
     /// The reasons active at the last poll that answered; `None` before the first (which
     /// only primes: a reason already active at start is not a start seen).
     active: Option<Vec<&'static str>>,
     totals: std::collections::BTreeMap<&'static str, u64>,
-    recent: std::collections::BTreeMap<&'static str, std::collections::VecDeque<std::time::Instant>>,
+    recent: std::collections::BTreeMap<&'static str, crate::recent::RecentTimes<std::time::Instant>>,
 }
 
 /// Counts, per GPU, how often each clock-event reason became active from one poll to the next
@@ -196,21 +193,16 @@ impl EventStartCounter {
                 if let Some(before) = &gpu.active {
                     for reason in now_active.iter().filter(|r| !before.contains(r)) {
                         *gpu.totals.entry(reason).or_default() += 1;
-                        let times = gpu.recent.entry(reason).or_default();
-                        times.push_back(now);
-                        if times.len() > MAX_RECENT_STARTS {
-                            times.pop_front();
-                        }
+                        gpu.recent.entry(reason).or_default().push(now);
                     }
                 }
                 gpu.active = Some(now_active);
             }
-            for times in gpu.recent.values_mut() {
-                while times
-                    .front()
-                    .is_some_and(|at| now.saturating_duration_since(*at) > window)
-                {
-                    times.pop_front();
+            // Shortly after boot the window reaches back before the clock's start: nothing
+            // to forget then.
+            if let Some(since) = now.checked_sub(window) {
+                for times in gpu.recent.values_mut() {
+                    times.forget_before(since);
                 }
             }
             device.clock_event_starts = gpu
@@ -219,7 +211,7 @@ impl EventStartCounter {
                 .map(|(reason, total)| crate::model::ClockEventStarts {
                     reason,
                     total: *total,
-                    recent: gpu.recent.get(reason).map_or(0, |t| t.len() as u64),
+                    recent: gpu.recent.get(reason).map_or(0, |t| t.count()),
                 })
                 .collect();
         }

@@ -27,6 +27,7 @@ pub mod pci;
 pub mod poller;
 pub mod probe;
 pub mod publisher;
+pub mod recent;
 pub mod residency;
 pub mod settings;
 pub mod sources;

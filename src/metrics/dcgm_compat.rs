@@ -136,19 +136,25 @@ fn per_gpu(snapshot: &Snapshot, s: &mut Samples, value: Value) {
     }
 }
 
-/// A profiling (GPM) field: one sample per GPU, or per GPU instance of a GPU in MIG mode.
-fn per_gpu_or_instance(snapshot: &Snapshot, s: &mut Samples, value: fn(&Activity) -> Option<f64>) {
+/// One sample per GPU, or per GPU instance of a GPU in MIG mode (`GPU_I_ID` and
+/// `GPU_I_PROFILE` set), as dcgm-exporter serves the fields a GPU instance has of its own.
+fn per_gpu_or_instance(
+    snapshot: &Snapshot,
+    s: &mut Samples,
+    gpu: impl Fn(&DeviceReadings) -> Option<f64>,
+    instance: impl Fn(&MigDevice) -> Option<f64>,
+) {
     for (d, r) in answering(snapshot) {
         match r.mig.as_ref().filter(|m| m.enabled) {
             Some(mig) => {
                 for i in mig.gpu_instances() {
-                    if let Some(v) = i.activity.as_ref().and_then(value) {
+                    if let Some(v) = instance(i) {
                         sample(snapshot, s, d, Some((i.gpu_instance, &i.profile)), v);
                     }
                 }
             }
             None => {
-                if let Some(v) = r.activity.as_ref().and_then(value) {
+                if let Some(v) = gpu(r) {
                     sample(snapshot, s, d, None, v);
                 }
             }
@@ -156,30 +162,29 @@ fn per_gpu_or_instance(snapshot: &Snapshot, s: &mut Samples, value: fn(&Activity
     }
 }
 
-/// Framebuffer memory in MiB: per GPU, or per GPU instance of a GPU in MIG mode (each GPU
-/// instance has memory of its own, which dcgm-exporter reports for it).
-fn per_gpu_or_instance_memory(
+/// A profiling (GPM) field: the GPU's activity, or each GPU instance's.
+fn activity_per_gpu_or_instance(snapshot: &Snapshot, s: &mut Samples, value: fn(&Activity) -> Option<f64>) {
+    per_gpu_or_instance(
+        snapshot,
+        s,
+        |r| r.activity.as_ref().and_then(value),
+        |i| i.activity.as_ref().and_then(value),
+    );
+}
+
+/// Framebuffer memory in MiB: the GPU's, or each GPU instance's (memory of its own).
+fn memory_per_gpu_or_instance(
     snapshot: &Snapshot,
     s: &mut Samples,
     gpu: fn(&DeviceReadings) -> Option<u64>,
     instance: fn(&MigDevice) -> Option<u64>,
 ) {
-    for (d, r) in answering(snapshot) {
-        match r.mig.as_ref().filter(|m| m.enabled) {
-            Some(mig) => {
-                for i in mig.gpu_instances() {
-                    if let Some(bytes) = instance(i) {
-                        sample(snapshot, s, d, Some((i.gpu_instance, &i.profile)), bytes as f64 / MIB);
-                    }
-                }
-            }
-            None => {
-                if let Some(bytes) = gpu(r) {
-                    sample(snapshot, s, d, None, bytes as f64 / MIB);
-                }
-            }
-        }
-    }
+    per_gpu_or_instance(
+        snapshot,
+        s,
+        |r| gpu(r).map(|bytes| bytes as f64 / MIB),
+        |i| instance(i).map(|bytes| bytes as f64 / MIB),
+    );
 }
 
 /// NVML's clock-event bit mask of the reasons active now, rebuilt from the decoded reasons;
@@ -214,7 +219,7 @@ macro_rules! dcgm_prof {
             unit: "",
             help: $help,
             labels: LABELS,
-            read: Read::Node(|snapshot, s| per_gpu_or_instance(snapshot, s, $value)),
+            read: Read::Node(|snapshot, s| activity_per_gpu_or_instance(snapshot, s, $value)),
         }
     };
 }
@@ -299,7 +304,7 @@ pub const FAMILIES: &[Family] = &[
     ),
     dcgm!("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "vGPU License status.", |r, _, _| r
         .vgpu_licensed
-        .map(|licensed| if licensed { 1.0 } else { 0.0 })),
+        .map(super::one_if)),
     Family {
         name: "DCGM_FI_DEV_XID_ERRORS",
         kind: Kind::Gauge,
@@ -315,7 +320,7 @@ pub const FAMILIES: &[Family] = &[
         help: "Framebuffer memory free (in MiB).",
         labels: LABELS,
         read: Read::Node(|snapshot, s| {
-            per_gpu_or_instance_memory(
+            memory_per_gpu_or_instance(
                 snapshot,
                 s,
                 |r| r.memory_free_bytes,
@@ -330,7 +335,7 @@ pub const FAMILIES: &[Family] = &[
         help: "Framebuffer memory used (in MiB).",
         labels: LABELS,
         read: Read::Node(|snapshot, s| {
-            per_gpu_or_instance_memory(snapshot, s, |r| r.memory_used_bytes, |i| i.memory_used_bytes)
+            memory_per_gpu_or_instance(snapshot, s, |r| r.memory_used_bytes, |i| i.memory_used_bytes)
         }),
     },
     dcgm!(

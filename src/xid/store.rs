@@ -89,9 +89,6 @@ const MAX_KEYS: usize = 512;
 /// Recent events kept per (address, code) for joining one event's reports from two
 /// sources: enough for any real burst, and a constant cost per report however long the log.
 const RECENT_PER_KEY: usize = 64;
-/// Event times kept per (address, code) for the recent count: a storm beyond it is counted
-/// in full by the totals, and the recent count says "at least" this many.
-const RECENT_TIMES: usize = 1024;
 
 /// One recent event: when, and which sources have reported it.
 struct Group {
@@ -107,9 +104,8 @@ struct Inner {
     /// The operator's severities (health.xid_severity; a reload changes them).
     policy: crate::model::xid::XidPolicy,
     counts: BTreeMap<(String, u32), (u64, SystemTime)>,
-    /// The times of the events counted within the last `RECENT_WINDOW`, per (address, code),
-    /// at most [`RECENT_TIMES`] each.
-    recent_times: HashMap<(String, u32), VecDeque<SystemTime>>,
+    /// The times of the events counted within the last `RECENT_WINDOW`, per (address, code).
+    recent_times: HashMap<(String, u32), crate::recent::RecentTimes<SystemTime>>,
     instance_counts: BTreeMap<(String, u32, u32), (u64, SystemTime)>,
     recent: HashMap<(String, u32), VecDeque<Group>>,
     /// The newest report time seen, to forget groups no new report can join.
@@ -280,11 +276,7 @@ impl XidStore {
                 entry.1 = entry.1.max(event.at);
             }
         }
-        let times = inner.recent_times.entry(key.clone()).or_default();
-        times.push_back(event.at);
-        if times.len() > RECENT_TIMES {
-            times.pop_front();
-        }
+        inner.recent_times.entry(key.clone()).or_default().push(event.at);
         let entry = inner.counts.entry(key).or_insert((0, event.at));
         entry.0 += 1;
         entry.1 = entry.1.max(event.at);
@@ -346,9 +338,7 @@ impl XidStore {
         // Times that fell out of the window go (a snapshot is taken every round).
         let since = SystemTime::now() - crate::model::xid::RECENT_WINDOW;
         inner.recent_times.retain(|_, times| {
-            while times.front().is_some_and(|at| *at < since) {
-                times.pop_front();
-            }
+            times.forget_before(since);
             !times.is_empty()
         });
         let mut by_bus: BTreeMap<String, Vec<XidCount>> = BTreeMap::new();
@@ -356,7 +346,7 @@ impl XidStore {
             let recent = inner
                 .recent_times
                 .get(&(bus.clone(), *xid))
-                .map_or(0, |times| times.len() as u64);
+                .map_or(0, |times| times.count());
             by_bus.entry(bus.clone()).or_default().push(XidCount {
                 xid: *xid,
                 severity: inner.severity(*xid),

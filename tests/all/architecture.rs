@@ -212,6 +212,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("notify", 2),
     ("clock_events", 2),
     ("residency", 2),
+    ("recent", 2),
     ("pci", 2),
     ("config", 2),
     ("web_config", 2),
