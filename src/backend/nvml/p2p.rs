@@ -6,8 +6,8 @@
 
 use super::calls::CallErrors;
 use nvml_wrapper::Device;
-use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
-use nvml_wrapper_sys::bindings::*;
+use nvml_wrapper::enum_wrappers::device::P2pCapabilitiesIndex;
+use nvml_wrapper::error::NvmlError;
 
 /// NVML's status for each peer, by the peer's NVML index (`nvmlGpuP2PStatus_t`: 0 OK, 1
 /// chipset, 2 GPU, 3 topology not supported, 4 disabled by a registry key, 5 not supported,
@@ -23,17 +23,10 @@ pub fn read(device: &Device<'static>, peers: &[(u32, Device<'static>)], calls: &
 }
 
 fn nvlink_status(device: &Device<'static>, peer: &Device<'static>) -> Result<u32, NvmlError> {
-    let sym = nvml_sym(device.nvml().lib().nvmlDeviceGetP2PStatus.as_ref())?;
-    let mut status: nvmlGpuP2PStatus_t = 0;
-    // SAFETY: two valid device handles of the same library, a capability index nvml.h
-    // defines, and a plain integer out-parameter.
-    nvml_try(unsafe {
-        sym(
-            device.handle(),
-            peer.handle(),
-            nvmlGpuP2PCapsIndex_enum_NVML_P2P_CAPS_INDEX_NVLINK,
-            &mut status,
-        )
-    })?;
-    Ok(status)
+    match device.p2p_status(peer, P2pCapabilitiesIndex::NvLink) {
+        Ok(status) => Ok(status.as_c()),
+        // A status newer than nvml-wrapper knows: its number (the metrics call it Unknown).
+        Err(NvmlError::UnexpectedVariant(status)) => Ok(status),
+        Err(e) => Err(e),
+    }
 }
