@@ -162,20 +162,19 @@ struct StaticReadings {
     nvlink_count: u32,
 }
 
-/// The tiers of one GPU's readings, by what they cost the driver (docs/performance.md has
-/// the per-call costs measured on an H200): every poll (temperatures, power, clocks,
-/// utilisation, memory, PCIe generation: 1 to 50 us each); every `poll.slow_interval`, 10 s
-/// (ECC 0.17 ms, the replay counter 0.15 ms, the remap and clock-event counter fields
-/// 0.16 ms, persistence mode 0.1 ms, the vGPU licence 0.17 ms, MIG devices, the compute
-/// processes 0.09 ms, the PCIe link width 0.08 ms); every three slow intervals, 30 s, the calls above a millisecond
-/// (the energy counter 2.6-4.1 ms, dcgm-exporter's collection interval for the same
-/// counter; per-process utilisation samples 1.7 ms, then a mean over those 30 s); every
-/// `poll.gpm_interval`, 30 s (GPM activity); every
-/// `poll.topology_interval`, 2 min (NVLink states and counters, 15-40 ms for 18 links; fabric
-/// registration and MIG mode, 0.2-0.6 ms each; NVLink peer-to-peer status, one call per
-/// other GPU). A tier writes its own fields of the readings
-/// in place; between its reads they carry over from the last poll (at most one interval old;
-/// counters lose nothing).
+/// The tiers of one GPU's readings, by what they cost the driver (docs/performance.md has the
+/// per-call costs measured on an H200): every poll (temperatures, power, clocks, utilisation,
+/// memory, PCIe generation: 1 to 50 us each); every `poll.slow_interval`, 10 s (ECC 0.17 ms,
+/// the replay counter 0.15 ms, the remap and clock-event counter fields 0.16 ms, persistence
+/// mode 0.1 ms, the vGPU licence 0.17 ms, MIG devices, the compute processes 0.09 ms, the PCIe
+/// link width 0.08 ms); every three slow intervals, 30 s, the calls above a millisecond (the
+/// energy counter 2.6-4.1 ms, dcgm-exporter's collection interval for the same counter;
+/// per-process utilisation samples 1.7 ms, then a mean over those 30 s); every
+/// `poll.gpm_interval`, 30 s (GPM activity); every `poll.topology_interval`, 2 min (NVLink
+/// states and counters, 15-40 ms for 18 links; fabric registration and MIG mode, 0.2-0.6 ms
+/// each; NVLink peer-to-peer status, 0.006 ms per other GPU). A tier writes its own fields of
+/// the readings in place; between its reads they carry over from the last poll (at most one
+/// interval old; counters lose nothing).
 #[derive(Debug, Clone)]
 struct Tiers {
     slow: Every,
