@@ -38,8 +38,9 @@ pub fn library_candidates() -> Vec<PathBuf> {
     candidates
 }
 
-/// The paths by modification time, newest first; those that do not exist last.
-fn newest_first(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
+/// The paths by modification time, newest first; those that do not exist last (the tests
+/// pick their simulated library with it too).
+pub fn newest_first(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
     paths.sort_by_key(|path| std::cmp::Reverse(path.metadata().and_then(|m| m.modified()).ok()));
     paths
 }

@@ -6,23 +6,17 @@ use std::path::{Path, PathBuf};
 /// The demo's eight H200s, the richest scenario we ship.
 pub const DEMO_SCENARIO: &str = include_str!("../../../config/demo-scenario.yaml");
 
-/// The simulated libnvidia-ml that cargo built as a dev-dependency of the daemon.
+/// The simulated libnvidia-ml that cargo built as a dependency of the daemon.
 pub fn sim_library() -> PathBuf {
     let dir = Path::new(BIN).parent().expect("binary has a directory");
     // Cargo builds it into deps/ as the daemon's dependency and copies it up a level only when
-    // it builds the crate itself (`cargo test --workspace`): the newer of the two is current.
-    [
-        dir.join("libgpuwarden_sim_nvml.so"),
-        dir.join("deps/libgpuwarden_sim_nvml.so"),
-    ]
-    .into_iter()
-    .filter_map(|candidate| {
-        let modified = candidate.metadata().and_then(|m| m.modified()).ok()?;
-        Some((modified, candidate))
-    })
-    .max()
-    .map(|(_, newest)| newest)
-    .unwrap_or_else(|| panic!("libgpuwarden_sim_nvml.so not found next to {BIN}; run the tests with cargo test"))
+    // it builds the crate itself (`cargo test --workspace`): the newer of the two is current,
+    // as the demo picks it.
+    let file = gpuwarden::demo::LIBRARY_FILE;
+    gpuwarden::demo::newest_first(vec![dir.join(file), dir.join("deps").join(file)])
+        .into_iter()
+        .find(|candidate| candidate.exists())
+        .unwrap_or_else(|| panic!("{file} not found next to {BIN}; run the tests with cargo test"))
 }
 
 /// The simulated library built as an old driver (tests/sim-nvml-old): some symbols missing.
