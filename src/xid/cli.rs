@@ -63,13 +63,13 @@ pub fn scan(input: Option<&Path>) -> i32 {
     // Read bytes, not strings: a log with a stray non-UTF-8 byte must not stop the scan.
     for (index, line) in reader.split(b'\n').enumerate() {
         let line = match line {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Ok(bytes) => bytes,
             Err(e) => {
                 eprintln!("gpuwarden: reading input failed at line {}: {e}", index + 1);
                 return 1;
             }
         };
-        for report in parser.parse(&line) {
+        for (report, _) in parser.feed(&line, line.len() + 1) {
             let entry = catalog::lookup(report.xid);
             let found = Found {
                 line: index + 1,

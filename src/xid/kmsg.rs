@@ -70,30 +70,51 @@ fn boot_time() -> Option<SystemTime> {
     SystemTime::now().checked_sub(Duration::try_from_secs_f64(seconds).ok()?)
 }
 
-/// Turns one line into XID events, if it reports any. `parser` carries a multi-line notice
-/// from one line to the next.
-fn events_from_line(parser: &mut LogParser, line: &str, boot: Option<SystemTime>) -> Vec<XidEvent> {
-    // Continuation lines of a /dev/kmsg record (" SUBSYSTEM=pci") start with a space; so do
-    // the later lines of a multi-line notice in dmesg's output, which start with NVRM.
-    if line.starts_with(' ') && !line.trim_start().starts_with("NVRM: ") {
+/// Turns one line (as read: its bytes, and how many the reader consumed for it) into XID
+/// events, if it reports any. `parser` carries a multi-line notice and a journald export
+/// entry from one line to the next.
+fn events_from_line(parser: &mut LogParser, line: &[u8], consumed: usize, boot: Option<SystemTime>) -> Vec<XidEvent> {
+    let reports = parser.feed(line, consumed);
+    if reports.is_empty() {
         return Vec::new();
     }
-    let header = parse::kmsg_record_header(line);
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim_end();
+    let header = parse::kmsg_record_header(text);
     let at = header
         .zip(boot)
         .map(|((_, microseconds), boot)| boot + Duration::from_micros(microseconds))
         .map(|t| t.min(SystemTime::now()))
         .unwrap_or_else(SystemTime::now);
-    let raw = crate::input::truncate_utf8(line, MAX_RAW_LINE);
-    parser
-        .parse(line)
+    let raw = crate::input::truncate_utf8(text, MAX_RAW_LINE);
+    reports
         .into_iter()
-        .map(|report| XidEvent {
-            raw: Some(raw.to_string()),
-            kmsg_sequence: header.map(|(sequence, _)| sequence),
-            ..event(report, at)
+        .map(|(report, kernel_time_us)| {
+            let identity = kernel_time_us.map(|t| record_identity(t, &report));
+            XidEvent {
+                raw: Some(raw.to_string()),
+                kmsg_sequence: header.map(|(sequence, _)| sequence),
+                identity,
+                ..event(report, at)
+            }
         })
         .collect()
+}
+
+/// One kernel record's identity in this boot: its kernel time and what it says, whatever
+/// wrapper or file it was read from (a log file emptied and written again, or the same
+/// record in two files, is not a second XID).
+fn record_identity(kernel_time_us: u64, report: &XidReport) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    kernel_time_us.hash(&mut hasher);
+    report.xid.hash(&mut hasher);
+    report.pci_bus_id.hash(&mut hasher);
+    report.gpu_instance.hash(&mut hasher);
+    report.pid.hash(&mut hasher);
+    report.process.hash(&mut hasher);
+    report.message.hash(&mut hasher);
+    hasher.finish()
 }
 
 fn event(report: XidReport, at: SystemTime) -> XidEvent {
@@ -109,6 +130,7 @@ fn event(report: XidReport, at: SystemTime) -> XidEvent {
         at,
         raw: None,
         kmsg_sequence: None,
+        identity: None,
     }
 }
 
@@ -169,8 +191,8 @@ pub fn read_backlog(path: &Path, store: &XidStore) -> std::io::Result<usize> {
     loop {
         match read_line_capped(&mut reader, &mut line) {
             Ok(0) => return Ok(found),
-            Ok(_) => {
-                for event in events_from_line(&mut parser, String::from_utf8_lossy(&line).trim_end(), boot) {
+            Ok(consumed) => {
+                for event in events_from_line(&mut parser, &line, consumed, boot) {
                     record(store, event);
                     found += 1;
                 }
@@ -371,7 +393,7 @@ impl Follower<'_> {
         let sequence = parse::kmsg_record_header(text).map(|(sequence, _)| sequence);
         let seen = sequence.zip(log.position.sequence).is_some_and(|(s, last)| s <= last);
         if !seen {
-            for event in events_from_line(&mut log.parser, text, log.boot) {
+            for event in events_from_line(&mut log.parser, line, consumed, log.boot) {
                 record(self.store, event);
             }
         }
@@ -390,19 +412,15 @@ mod tests {
     #[test]
     fn kmsg_records_are_dated_from_boot() {
         let boot = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        let e = events_from_line(
-            &mut LogParser::default(),
-            "3,811,5000000,-;NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=x, DBE",
-            Some(boot),
-        )
-        .remove(0);
+        let line = "3,811,5000000,-;NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=x, DBE";
+        let e = events_from_line(&mut LogParser::default(), line.as_bytes(), line.len() + 1, Some(boot)).remove(0);
         assert_eq!(e.at, boot + Duration::from_secs(5));
         assert_eq!((e.xid, e.source), (48, Source::KernelLog));
     }
 
     #[test]
     fn continuation_lines_are_skipped() {
-        assert!(events_from_line(&mut LogParser::default(), " SUBSYSTEM=pci", None).is_empty());
+        assert!(events_from_line(&mut LogParser::default(), b" SUBSYSTEM=pci", 14, None).is_empty());
     }
 
     #[test]

@@ -17,9 +17,20 @@
 //! line to the last.
 //!
 //! The same line can reach us in many wrappings: a raw /dev/kmsg record
-//! (`4,1234,5678901,-;NVRM: ...`), `dmesg` (`[ 5.678] NVRM: ...`), `dmesg -T`, `journalctl -k`
-//! or syslog. The parser looks for the `NVRM: ` marker wherever it is and ignores the prefix,
-//! so it needs no format switch. It never panics on any input (a fuzz target holds it to that).
+//! (`4,1234,5678901,-;NVRM: ...`), `dmesg` (`[ 5.678] NVRM: ...`, `<3>[ 5.678] NVRM: ...` with
+//! `-r`), `dmesg -T`, `journalctl -k` or syslog (`... kernel: NVRM: ...`), and journald's export
+//! format (`MESSAGE=NVRM: ...` in an entry with `_TRANSPORT=kernel`).
+//!
+//! **Records, not text to search.** The verdict drains nodes, so a line only counts when the
+//! kernel itself logged it and the driver's prefix *begins* its message ([`classify`]). Any
+//! user can make the kernel log text of their choosing inside another message (a rejected
+//! mount option: `tmpfs: Unknown parameter 'NVRM: Xid (...): 79\x0ax'`, from an unprivileged
+//! user namespace), and root's writes to /dev/kmsg carry the user facility: neither is an
+//! XID. A /dev/kmsg record is never split at an escaped `\x0a`; the later lines of a multi-line
+//! record (as dmesg prints them, indented) only ever finish a notice whose first line the
+//! driver logged. A syslog file is weaker: on many set-ups any local user can write a
+//! kernel-looking line into it (`logger -t kernel`); docs/xid.md says so.
+//! It never panics on any input (a fuzz target holds it to that).
 
 use crate::pci::normalize_bus_id;
 use serde::Serialize;
@@ -55,11 +66,136 @@ pub struct XidReport {
     pub kind: ReportKind,
 }
 
+/// The driver's prefix: a message that begins with anything else is not the driver's.
+const DRIVER_PREFIX: &str = "NVRM: ";
+
+/// What one line of a kernel log is, once its wrapper is taken off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLine<'a> {
+    /// A message the kernel logged: a /dev/kmsg record of the kernel facility, a dmesg line,
+    /// a syslog line tagged `kernel`, or a bare message. `kernel_time_us`: its time since boot
+    /// where the wrapper says (the record's identity in this boot, with its text).
+    Kernel {
+        message: &'a str,
+        kernel_time_us: Option<u64>,
+    },
+    /// An indented later line of a multi-line record, as dmesg prints it.
+    Continuation(&'a str),
+    /// One field of a journald export entry (`KEY=value`).
+    ExportField(&'a str, &'a str),
+    /// An empty line: the end of a journald export entry.
+    Blank,
+    /// Not the kernel's: a /dev/kmsg record of another facility (what user space writes to
+    /// /dev/kmsg), another program's syslog line, anything unrecognised.
+    NotKernel,
+}
+
+/// Takes the wrapper off one log line (see [`LogLine`]).
+pub fn classify(line: &str) -> LogLine<'_> {
+    if line.trim().is_empty() {
+        return LogLine::Blank;
+    }
+    if line.starts_with([' ', '\t']) {
+        return LogLine::Continuation(line.trim());
+    }
+    if let Some((header, message)) = line.split_once(';')
+        && let Some((priority, _sequence, microseconds)) = kmsg_header_fields(header)
+    {
+        // The kernel's own records have facility 0; user space's writes never do.
+        return match priority >> 3 {
+            0 => LogLine::Kernel {
+                message,
+                kernel_time_us: Some(microseconds),
+            },
+            _ => LogLine::NotKernel,
+        };
+    }
+    if let Some((key, value)) = line.split_once('=')
+        && !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+    {
+        return LogLine::ExportField(key, value);
+    }
+    // `dmesg -r`: `<priority>` before the rest; the facility must be the kernel's.
+    let mut rest = line;
+    if let Some(after) = rest.strip_prefix('<')
+        && let Some((priority, after)) = after.split_once('>')
+        && let Ok(priority) = priority.parse::<u32>()
+    {
+        if priority >> 3 != 0 {
+            return LogLine::NotKernel;
+        }
+        rest = after;
+    }
+    if rest.starts_with('[') {
+        return dmesg_message(rest).unwrap_or(LogLine::NotKernel);
+    }
+    if rest.starts_with(DRIVER_PREFIX) {
+        // `dmesg -t`, or a bare message.
+        return LogLine::Kernel {
+            message: rest,
+            kernel_time_us: None,
+        };
+    }
+    syslog_message(rest).unwrap_or(LogLine::NotKernel)
+}
+
+/// `[ 1936.510073] message` (dmesg) or `[Sun Nov 22 02:38:41 2026] message` (dmesg -T).
+fn dmesg_message(line: &str) -> Option<LogLine<'_>> {
+    let (stamp, message) = line.strip_prefix('[')?.split_once(']')?;
+    let message = message.strip_prefix(' ')?.trim_start_matches(' ');
+    Some(LogLine::Kernel {
+        message,
+        kernel_time_us: seconds_to_micros(stamp.trim()),
+    })
+}
+
+/// `1936.510073` -> 1_936_510_073 microseconds; None for a wall-clock stamp.
+fn seconds_to_micros(stamp: &str) -> Option<u64> {
+    let (seconds, fraction) = stamp.split_once('.')?;
+    if fraction.len() > 9 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let seconds: u64 = seconds.parse().ok()?;
+    let mut micros: u64 = 0;
+    for (i, digit) in fraction.bytes().chain(std::iter::repeat(b'0')).take(6).enumerate() {
+        let _ = i;
+        micros = micros * 10 + u64::from(digit - b'0');
+    }
+    seconds.checked_mul(1_000_000)?.checked_add(micros)
+}
+
+/// `Nov 22 02:40:01 host kernel: message` or `2026-11-22T02:42:00+00:00 host kernel: message`:
+/// the first `: ` must end the tag `kernel`, whose message may carry the kernel's own
+/// `[ seconds]` stamp. Another program's line (`sshd[12]: ...`) is not the kernel's.
+fn syslog_message(line: &str) -> Option<LogLine<'_>> {
+    let (before, message) = line.split_once(": ")?;
+    if before.rsplit(' ').next()? != "kernel" {
+        return None;
+    }
+    if message.starts_with('[') {
+        return dmesg_message(message);
+    }
+    Some(LogLine::Kernel {
+        message,
+        kernel_time_us: None,
+    })
+}
+
 /// The XID the line reports, if it reports one, on its own: a notice spread over several
-/// lines needs a [`LogParser`].
+/// lines needs a [`LogParser`]. The line is any of the wrappings the module names.
 pub fn parse_line(line: &str) -> Option<XidReport> {
-    let start = line.find("NVRM: ")?;
-    let message = line[start + "NVRM: ".len()..].trim_end();
+    match classify(line) {
+        LogLine::Kernel { message, .. } => parse_message(message),
+        _ => None,
+    }
+}
+
+/// The XID a kernel message (its wrapper taken off) reports: the driver's prefix begins it.
+fn parse_message(message: &str) -> Option<XidReport> {
+    let message = message.strip_prefix(DRIVER_PREFIX)?.trim_end();
     if let Some(rest) = message.strip_prefix("Xid (") {
         return parse_xid(rest);
     }
@@ -69,47 +205,219 @@ pub fn parse_line(line: &str) -> Option<XidReport> {
 /// How many lines after "The NVIDIA GPU <address>" its "fallen off the bus" line may come.
 const NOTICE_LINES: u8 = 4;
 
+/// The longest journald export entry's message kept while the entry is read.
+const MAX_EXPORT_MESSAGE: usize = 4096;
+
 /// Parses a log line by line, carrying the address of a multi-line "fallen off the bus"
-/// notice from its first line to its last.
+/// notice from its first line to its last, and the fields of a journald export entry to its end.
 #[derive(Debug, Default)]
 pub struct LogParser {
     /// The address of "NVRM: The NVIDIA GPU <address>", and how many more lines may finish it.
     notice: Option<(String, u8)>,
+    /// The journald export entry being read: its message, kernel time and whether its
+    /// transport is the kernel.
+    entry: ExportEntry,
+    /// A binary journald export field being read (see [`LogParser::feed`]).
+    binary: Option<BinaryField>,
+}
+
+/// A journald export field in its binary form: a line with the bare name, then a 64-bit
+/// little-endian length, the bytes (line breaks and all) and a line break. Its bytes are
+/// whatever the logging process wrote, so they are skipped by their length, never read as
+/// lines: a user's message could otherwise carry a whole forged entry.
+#[derive(Debug, Default)]
+struct BinaryField {
+    message: bool,
+    /// The length's bytes read so far.
+    header: Vec<u8>,
+    /// Bytes of the field still to come, its closing line break included, once the length is read.
+    remaining: Option<u64>,
+    /// The value, as much of it as is kept (a message).
+    value: Vec<u8>,
+}
+
+#[derive(Debug, Default)]
+struct ExportEntry {
+    /// A field of it has been read.
+    started: bool,
+    /// Its `_TRANSPORT` fields: one, or the entry is not believed.
+    transports: u8,
+    message: Option<String>,
+    kernel_time_us: Option<u64>,
+    kernel: bool,
 }
 
 impl LogParser {
-    /// The XIDs one line (or one /dev/kmsg record, whose inner line breaks are escaped as
-    /// `\x0a`) reports.
-    pub fn parse(&mut self, line: &str) -> Vec<XidReport> {
-        line.split("\\x0a")
-            .flat_map(|part| part.split('\n'))
-            .filter_map(|part| self.parse_part(part))
-            .collect()
+    /// The XIDs one line read from a log as bytes reports; `consumed` is how many bytes the
+    /// reader took for it (its line break included, and whatever of a long line it skipped),
+    /// which keeps a binary journald export field in step whatever it holds.
+    pub fn feed(&mut self, line: &[u8], consumed: usize) -> Vec<(XidReport, Option<u64>)> {
+        if let Some(mut field) = self.binary.take() {
+            let had_break = consumed > line.len();
+            let mut bytes = line;
+            let mut consumed = consumed as u64;
+            if field.remaining.is_none() {
+                let take = (8 - field.header.len()).min(bytes.len());
+                field.header.extend_from_slice(&bytes[..take]);
+                bytes = &bytes[take..];
+                consumed -= take as u64;
+                if field.header.len() < 8 {
+                    // A line break inside the length: it is one of its bytes.
+                    if had_break {
+                        field.header.push(b'\n');
+                        consumed -= 1;
+                    }
+                    if field.header.len() < 8 {
+                        self.binary = Some(field);
+                        return Vec::new();
+                    }
+                }
+                let mut length = [0u8; 8];
+                length.copy_from_slice(&field.header[..8]);
+                // The value and its closing line break.
+                field.remaining = Some(u64::from_le_bytes(length).saturating_add(1));
+            }
+            if field.message {
+                let room = MAX_EXPORT_MESSAGE.saturating_sub(field.value.len());
+                field.value.extend_from_slice(&bytes[..bytes.len().min(room)]);
+                if had_break && field.value.len() < MAX_EXPORT_MESSAGE {
+                    field.value.push(b'\n');
+                }
+            }
+            let remaining = field.remaining.unwrap_or(0).saturating_sub(consumed);
+            if remaining > 0 {
+                field.remaining = Some(remaining);
+                self.binary = Some(field);
+            } else if field.message {
+                // The closing line break is not part of the value.
+                if field.value.last() == Some(&b'\n') {
+                    field.value.pop();
+                }
+                self.entry.message = Some(String::from_utf8_lossy(&field.value).into_owned());
+            }
+            return Vec::new();
+        }
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim_end_matches(['\n', '\r']);
+        // A bare field name inside an export entry: its binary value follows.
+        if self.entry.started
+            && !text.is_empty()
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        {
+            self.binary = Some(BinaryField {
+                message: text == "MESSAGE",
+                ..Default::default()
+            });
+            return Vec::new();
+        }
+        self.parse_timed(text)
     }
 
-    fn parse_part(&mut self, line: &str) -> Option<XidReport> {
-        if let Some(report) = parse_line(line) {
-            self.notice = None;
-            return Some(report);
-        }
-        let message = line
-            .find("NVRM: ")
-            .map(|start| line[start + "NVRM: ".len()..].trim_end());
-        if let Some(address) = message
-            .and_then(|m| m.strip_prefix("The NVIDIA GPU "))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(normalize_bus_id)
-        {
-            // The whole notice on one line (some syslog forwarders join it).
-            if line.contains("fallen off the bus and is not responding") {
-                self.notice = None;
-                return Some(fallen_off_bus(address));
+    /// The XIDs one line (or one /dev/kmsg record, whose inner line breaks are escaped as
+    /// `\x0a` and never split) reports.
+    pub fn parse(&mut self, line: &str) -> Vec<XidReport> {
+        self.parse_timed(line).into_iter().map(|(report, _)| report).collect()
+    }
+
+    /// As [`LogParser::parse`], each report with the kernel time of its record where the
+    /// wrapper gives it (microseconds since boot).
+    pub fn parse_timed(&mut self, line: &str) -> Vec<(XidReport, Option<u64>)> {
+        match classify(line) {
+            LogLine::Kernel {
+                message,
+                kernel_time_us,
+            } => self
+                .kernel_message(message, true)
+                .map(|r| (r, kernel_time_us))
+                .into_iter()
+                .collect(),
+            // Only ever the rest of a notice whose first line the driver logged.
+            LogLine::Continuation(text) => self
+                .kernel_message(text, false)
+                .map(|r| (r, None))
+                .into_iter()
+                .collect(),
+            LogLine::ExportField(key, value) => {
+                if key == "__CURSOR" {
+                    let ended = self.end_entry();
+                    self.entry.started = true;
+                    return ended;
+                }
+                self.entry.started = true;
+                match key {
+                    "MESSAGE" => {
+                        self.entry.message = Some(crate::input::truncate_utf8(value, MAX_EXPORT_MESSAGE).to_string())
+                    }
+                    "_TRANSPORT" => {
+                        self.entry.transports = self.entry.transports.saturating_add(1);
+                        self.entry.kernel = value == "kernel";
+                    }
+                    "_SOURCE_MONOTONIC_TIMESTAMP" => self.entry.kernel_time_us = value.parse().ok(),
+                    _ => {}
+                }
+                Vec::new()
             }
-            self.notice = Some((address, NOTICE_LINES));
+            LogLine::Blank => self.end_entry(),
+            LogLine::NotKernel => {
+                self.age_notice();
+                Vec::new()
+            }
+        }
+    }
+
+    /// The end of a journald export entry: its message counts when the kernel logged it.
+    fn end_entry(&mut self) -> Vec<(XidReport, Option<u64>)> {
+        let entry = std::mem::take(&mut self.entry);
+        match (entry.kernel && entry.transports == 1, entry.message) {
+            (true, Some(message)) => self
+                .kernel_message(&message, true)
+                .map(|r| (r, entry.kernel_time_us))
+                .into_iter()
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn age_notice(&mut self) {
+        if let Some((address, left)) = self.notice.take()
+            && left > 1
+        {
+            self.notice = Some((address, left - 1));
+        }
+    }
+
+    /// One kernel message. `starts_record`: false for the indented later line of a record,
+    /// which may only finish a notice.
+    fn kernel_message(&mut self, message: &str, starts_record: bool) -> Option<XidReport> {
+        let Some(text) = message.strip_prefix(DRIVER_PREFIX) else {
+            self.age_notice();
             return None;
+        };
+        if starts_record {
+            if let Some(report) = parse_message(message) {
+                self.notice = None;
+                return Some(report);
+            }
+            if let Some(rest) = text.strip_prefix("The NVIDIA GPU ") {
+                // The address, up to the first character that cannot be part of one (a
+                // space, or the `\x0a` of a /dev/kmsg record or `#012` of rsyslog).
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_hexdigit() || c == ':' || c == '.'))
+                    .unwrap_or(rest.len());
+                let address = normalize_bus_id(&rest[..end])?;
+                // The whole notice in one record or line.
+                if rest.contains("fallen off the bus and is not responding") {
+                    self.notice = None;
+                    return Some(fallen_off_bus(address));
+                }
+                self.notice = Some((address, NOTICE_LINES));
+                return None;
+            }
         }
         let (address, left) = self.notice.take()?;
-        if line.contains("fallen off the bus and is not responding") {
+        if text.contains("fallen off the bus and is not responding") {
             return Some(fallen_off_bus(address));
         }
         if left > 1 {
@@ -234,11 +542,18 @@ fn parse_fallen_off_bus(message: &str) -> Option<XidReport> {
 /// (`priority,sequence,microseconds,flags;message`), and its sequence number.
 pub fn kmsg_record_header(record: &str) -> Option<(u64, u64)> {
     let (header, _) = record.split_once(';')?;
+    let (_, sequence, microseconds) = kmsg_header_fields(header)?;
+    Some((sequence, microseconds))
+}
+
+/// `priority,sequence,microseconds,flags[,...]`: all three numbers, or not a record header.
+fn kmsg_header_fields(header: &str) -> Option<(u32, u64, u64)> {
     let mut fields = header.split(',');
-    let _priority = fields.next()?;
+    let priority = fields.next()?.parse().ok()?;
     let sequence = fields.next()?.parse().ok()?;
     let microseconds = fields.next()?.parse().ok()?;
-    Some((sequence, microseconds))
+    fields.next()?;
+    Some((priority, sequence, microseconds))
 }
 
 #[cfg(test)]
@@ -398,6 +713,131 @@ mod tests {
         ] {
             assert_eq!(parse_line(line), None, "{line}");
         }
+    }
+
+    /// Every shape of a forged XID found so far: none is counted, whatever the wrapper.
+    #[test]
+    fn text_a_user_can_make_the_kernel_log_is_never_an_xid() {
+        let forged = [
+            // A rejected tmpfs option from an unprivileged user namespace, as /dev/kmsg has it.
+            "4,344,118757994,-;tmpfs: Unknown parameter 'NVRM: Xid (PCI:0000:19:00): 79\\x0ax'",
+            // The same with the driver's line after the escaped break.
+            "4,345,118757995,-;tmpfs: Unknown parameter 'x\\x0aNVRM: Xid (PCI:0000:19:00): 79'",
+            // Root writing to /dev/kmsg: the user facility (1), whatever the level.
+            "12,346,118757996,-;NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+            "11,347,118757997,-;NVRM: Xid (PCI:0000:19:00): 48, DBE",
+            // As rsyslog writes the tmpfs record into kern.log (its line break as #012).
+            "Nov 25 10:00:00 node kernel: tmpfs: Unknown parameter 'NVRM: Xid (PCI:0000:19:00): 79#012x'",
+            "Nov 25 10:00:00 node kernel: [  118.757994] tmpfs: Unknown parameter 'NVRM: Xid (PCI:0000:19:00): 79'",
+            // Another program's syslog line that quotes the driver.
+            "Nov 25 10:00:00 node sshd[12]: NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, y",
+            "Nov 25 10:00:00 node alice: NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, y",
+            // dmesg: the first line of the record is not the driver's.
+            "[  118.757994] tmpfs: Unknown parameter 'NVRM: Xid (PCI:0000:19:00): 79",
+            // dmesg -r of a user-facility record.
+            "<12>[  118.757994] NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, y",
+        ];
+        for line in forged {
+            assert_eq!(parse_line(line), None, "{line}");
+            assert!(LogParser::default().parse(line).is_empty(), "{line}");
+        }
+        // The later, indented line of a user's record, as dmesg prints it, on its own.
+        let mut parser = LogParser::default();
+        assert!(parser.parse("[  118.757994] tmpfs: Unknown parameter 'x").is_empty());
+        assert!(
+            parser
+                .parse("               NVRM: Xid (PCI:0000:19:00): 79'")
+                .is_empty(),
+            "a continuation line is never an XID of its own"
+        );
+        // The genuine records around them still count.
+        for line in [
+            "3,348,118757998,-;NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+            "<3>[  118.757994] NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, y",
+            "Nov 25 10:00:00 node kernel: NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, y",
+        ] {
+            assert_eq!(parse_line(line).map(|r| r.xid), Some(79), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_process_name_cannot_smuggle_a_second_xid_into_a_driver_record() {
+        // The driver's own record names the process, whose name is the user's to choose.
+        let line = "3,350,5000000,-;NVRM: Xid (PCI:0000:5d:00): 13, pid=7, name=a\\x0aNVRM: Xid (PCI:0000:19:00): 79, Graphics Exception";
+        let reports = LogParser::default().parse(line);
+        assert_eq!(reports.len(), 1, "{reports:?}");
+        assert_eq!(
+            (reports[0].xid, reports[0].pci_bus_id.as_deref()),
+            (13, Some("0000:5d:00.0"))
+        );
+    }
+
+    /// journald's export format: only an entry whose transport is the kernel counts, and a
+    /// binary field's bytes (a user's message with line breaks) are skipped by their length.
+    #[test]
+    fn journald_export_counts_only_the_kernels_entries() {
+        fn binary(name: &str, value: &[u8]) -> Vec<u8> {
+            let mut out = format!("{name}\n").into_bytes();
+            out.extend_from_slice(&(value.len() as u64).to_le_bytes());
+            out.extend_from_slice(value);
+            out.push(b'\n');
+            out
+        }
+        let mut log = Vec::new();
+        // A kernel entry: counted, with its kernel time.
+        log.extend_from_slice(
+            b"__CURSOR=s=1\n__REALTIME_TIMESTAMP=1\n_SOURCE_MONOTONIC_TIMESTAMP=5000000\n_TRANSPORT=kernel\n\
+              MESSAGE=NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE\nSYSLOG_IDENTIFIER=kernel\n\n",
+        );
+        // logger -t kernel: the syslog transport.
+        log.extend_from_slice(
+            b"__CURSOR=s=2\n_TRANSPORT=syslog\nSYSLOG_IDENTIFIER=kernel\nMESSAGE=NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, y\n\n",
+        );
+        // A user's message whose bytes hold a whole forged kernel entry (a length byte of 10,
+        // a line break, included).
+        let mut forged =
+            b"x\n\n__CURSOR=s=9\n_TRANSPORT=kernel\nMESSAGE=NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, y\n\n"
+                .to_vec();
+        forged.resize(10 + 256 * 1, b' ');
+        log.extend_from_slice(b"__CURSOR=s=3\n_TRANSPORT=stdout\n");
+        log.extend_from_slice(&binary("MESSAGE", &forged));
+        log.extend_from_slice(b"\n");
+        // A user's entry that adds a kernel transport of its own: two transports, not believed.
+        log.extend_from_slice(
+            b"__CURSOR=s=4\n_TRANSPORT=journal\n_TRANSPORT=kernel\nMESSAGE=NVRM: Xid (PCI:0000:19:00): 79, y\n\n",
+        );
+        // The kernel's three-line notice, as a binary message.
+        log.extend_from_slice(b"__CURSOR=s=5\n_TRANSPORT=kernel\n");
+        log.extend_from_slice(&binary(
+            "MESSAGE",
+            b"NVRM: The NVIDIA GPU 0000:b4:00.0\nNVRM: (PCI ID: 10de:2335) installed in this system has\nNVRM: fallen off the bus and is not responding to commands.",
+        ));
+        log.extend_from_slice(b"\n");
+        let mut parser = LogParser::default();
+        let mut found = Vec::new();
+        for line in log.split_inclusive(|b| *b == b'\n') {
+            let text = line.strip_suffix(b"\n").unwrap_or(line);
+            found.extend(parser.feed(text, line.len()));
+        }
+        let found: Vec<_> = found
+            .iter()
+            .map(|(r, t)| (r.xid, r.pci_bus_id.clone().unwrap_or_default(), *t))
+            .collect();
+        assert_eq!(
+            found,
+            vec![
+                (48, "0000:19:00.0".to_string(), Some(5_000_000)),
+                (79, "0000:b4:00.0".to_string(), None)
+            ]
+        );
+    }
+
+    #[test]
+    fn dmesg_stamps_are_kernel_times() {
+        assert_eq!(seconds_to_micros("1936.510073"), Some(1_936_510_073));
+        assert_eq!(seconds_to_micros("5.5"), Some(5_500_000));
+        assert_eq!(seconds_to_micros("Sun Nov 22 02:38:41 2026"), None);
+        assert_eq!(seconds_to_micros("99999999999999999999.1"), None);
     }
 
     #[test]

@@ -61,6 +61,9 @@ pub struct XidEvent {
     /// The /dev/kmsg record's sequence number: the journal resumes after it on a restart, so
     /// a line still in the ring buffer is not counted twice.
     pub kmsg_sequence: Option<u64>,
+    /// The kernel record's identity in this boot (its kernel time and text), where the log
+    /// gives its time: the same record read twice is one report.
+    pub identity: Option<u64>,
 }
 
 /// XIDs counted before a restart: ((PCI bus id, code), count, last seen).
@@ -89,6 +92,9 @@ const MAX_KEYS: usize = 512;
 /// Recent events kept per (address, code) for joining one event's reports from two
 /// sources: enough for any real burst, and a constant cost per report however long the log.
 const RECENT_PER_KEY: usize = 64;
+/// Kernel records remembered by identity, so one read again is not counted again: more than
+/// a kernel ring buffer holds of XID lines.
+const MAX_IDENTITIES: usize = 8192;
 
 /// One recent event: when, and which sources have reported it.
 struct Group {
@@ -113,6 +119,11 @@ struct Inner {
     sources: BTreeMap<&'static str, bool>,
     reports: BTreeMap<&'static str, u64>,
     dropped: u64,
+    /// The identities of the kernel records counted (at most [`MAX_IDENTITIES`], oldest forgotten first).
+    identities: std::collections::HashSet<u64>,
+    identity_order: VecDeque<u64>,
+    /// Records read a second time (a log file emptied and written again) and not counted.
+    repeated: u64,
     /// The PCI addresses of the GPUs the backends enumerated, which the limits never apply to.
     gpus: std::collections::BTreeSet<String>,
 }
@@ -205,6 +216,9 @@ impl XidStore {
                 sources: BTreeMap::new(),
                 reports: BTreeMap::new(),
                 dropped: 0,
+                identities: Default::default(),
+                identity_order: Default::default(),
+                repeated: 0,
                 gpus: Default::default(),
             }),
         }
@@ -229,6 +243,25 @@ impl XidStore {
                 .map(|d| d <= window)
                 .unwrap_or(false)
         };
+        if let Some(identity) = event.identity {
+            if inner.identities.contains(&identity) {
+                inner.repeated += 1;
+                if inner.repeated == 1 {
+                    log::info!(
+                        "a kernel-log record already counted was read again (the log was emptied and \
+                         written again, or the same record is in two places); not counted twice"
+                    );
+                }
+                return false;
+            }
+            inner.identities.insert(identity);
+            inner.identity_order.push_back(identity);
+            if inner.identity_order.len() > MAX_IDENTITIES
+                && let Some(oldest) = inner.identity_order.pop_front()
+            {
+                inner.identities.remove(&oldest);
+            }
+        }
         let key = (event.pci_bus_id.clone(), event.xid);
         if !inner.counts.contains_key(&key) && !inner.has_room_for(&key.0) {
             inner.dropped += 1;
@@ -390,6 +423,7 @@ mod tests {
             at: SystemTime::UNIX_EPOCH + Duration::from_secs(at_s),
             raw: None,
             kmsg_sequence: None,
+            identity: None,
         }
     }
 

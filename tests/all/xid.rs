@@ -481,3 +481,113 @@ fn a_log_file_is_followed_across_truncation_and_rotation() {
     d.scrape_until("the XID in the new file", |m| count(m, "43") == Some(1.0));
     assert_eq!(count(&d.scrape(), "13"), Some(1.0), "nothing counted twice");
 }
+
+/// The forgery of the trust round, on the real kernel log: an unprivileged user makes the
+/// kernel log a rejected mount option that reads as a fatal XID on GPU 0's address. It
+/// must not be counted. Needs a readable /dev/kmsg, setpriv and user namespaces for nobody;
+/// where the machine has none of these, it says so and checks nothing.
+#[test]
+fn a_mount_option_an_unprivileged_user_makes_the_kernel_log_is_not_an_xid() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("mnt");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let marker = format!("forged-{}", std::process::id());
+    let option = format!("NVRM: Xid (PCI:0000:19:00): 79, pid=1, name={marker}, GPU has fallen off the bus.\nx");
+    let script = format!("mount -t tmpfs -o \"$1\" none {}", target.display());
+    let forged = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "unshare",
+            "-Urm",
+            "sh",
+            "-c",
+        ])
+        .arg(&script)
+        .args(["sh", &option])
+        .output();
+    let kmsg = Command::new("dd")
+        .args(["if=/dev/kmsg", "iflag=nonblock", "bs=65536", "status=none"])
+        .output();
+    let logged = kmsg
+        .as_ref()
+        .map(|out| String::from_utf8_lossy(&out.stdout).contains(&format!("name={marker}")))
+        .unwrap_or(false);
+    if !logged {
+        eprintln!(
+            "SKIPPED: this machine did not let nobody log the forged record ({forged:?}); \
+             the parser's unit tests cover its shapes"
+        );
+        return;
+    }
+    std::fs::write(dir.path().join("s.yaml"), DEMO_SCENARIO).unwrap();
+    std::fs::write(
+        dir.path().join("c.yaml"),
+        format!(
+            "nvml:\n  library_path: {}\nxid:\n  kernel_log_path: /dev/kmsg\nstate:\n  path: \"\"\n",
+            sim_library().display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "--json", "--config"])
+        .arg(dir.path().join("c.yaml"))
+        .env("GPUWARDEN_SIM_NVML_SCENARIO", dir.path().join("s.yaml"))
+        .output()
+        .unwrap();
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let d0 = &report["devices"][0];
+    assert_eq!(d0["pci_bus_id"], "0000:19:00.0", "{d0:#}");
+    assert!(
+        !d0["xids"].as_array().unwrap().iter().any(|x| x["xid"] == 79),
+        "the forged record was counted: {d0:#}"
+    );
+    assert_ne!(d0["health"], "unhealthy", "{d0:#}");
+}
+
+/// A record's identity is its kernel time and text: a log file emptied and written again
+/// with the same record (a `dmesg > file` run twice) counts it once, and journals it once.
+#[test]
+fn the_same_record_read_again_after_the_file_was_emptied_is_counted_once() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let kmsg = d.dir.path().join("kmsg");
+    let count = |m: &Metrics, xid: &str| m.value("gpu_xid_errors_total", &[("gpu", "0"), ("xid", xid)]);
+    let line = "[  100.000001] NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE (0x00000000)\n";
+    d.log_kernel(line);
+    d.scrape_until("the first XID", |m| count(m, "48") == Some(1.0));
+    std::fs::write(&kmsg, "").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    d.log_kernel(&format!(
+        "{line}[  100.500000] NVRM: Xid (PCI:0000:19:00): 31, pid=1, name=x, MMU Fault\n"
+    ));
+    d.scrape_until("the new XID after the file was written again", |m| {
+        count(m, "31") == Some(1.0)
+    });
+    assert_eq!(count(&d.scrape(), "48"), Some(1.0), "the same record counted twice");
+    let state = d.state_path();
+    let xid_rows = || {
+        let out = Command::new(BIN)
+            .args(["events", "--json", "--kind", "xid", "--state"])
+            .arg(&state)
+            .output()
+            .unwrap();
+        let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        rows.as_array().cloned().unwrap_or_default()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while xid_rows().len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the two XID rows were not written"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // A second batch, had the repeat been queued.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let rows = xid_rows();
+    let of_48 = rows.iter().filter(|r| r["details"]["xid"] == 48).count();
+    assert_eq!(of_48, 1, "{rows:#?}");
+}

@@ -120,6 +120,7 @@ fn record(store: &XidStore, bus: &str, xid: u32) {
         at: SystemTime::now(),
         raw: None,
         kmsg_sequence: None,
+        identity: None,
     };
     if store.record(event) {
         crate::xid::log_xid(bus, xid, "NVML event set");
