@@ -221,6 +221,20 @@ pub fn spawn_follower(
     Ok(())
 }
 
+/// A log file is weaker evidence than /dev/kmsg: on many set-ups any local user can write a
+/// kernel-looking line into syslog (`logger -t kernel`). Said once per daemon run.
+fn warn_once_of_a_log_file(path: &Path) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        log::warn!(
+            "xid.kernel_log_path {} is a file: if it is a syslog file, any local user may be able to write \
+             a kernel-looking XID line into it (logger -t kernel). /dev/kmsg (the default) holds only the \
+             kernel's own records; see docs/health.md, \"Where XIDs are read\"",
+            path.display()
+        );
+    }
+}
+
 fn follow(path: &Path, store: &XidStore, stop: &Stop, resume: &ResumePoints) {
     let follower = Follower {
         path,
@@ -302,6 +316,9 @@ impl Follower<'_> {
         let position = self.resume.get(self.path);
         // A regular file: go on from where an earlier reader of this file stopped.
         let regular = file.metadata().ok().filter(|m| m.is_file());
+        if regular.is_some() {
+            warn_once_of_a_log_file(self.path);
+        }
         let mut offset = 0;
         if let (Some(meta), Some((seen_inode, seen_offset))) = (&regular, position.file)
             && seen_inode == meta.ino()
