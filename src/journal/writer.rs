@@ -30,9 +30,6 @@ const PRUNE_EVERY: Duration = Duration::from_secs(60);
 const IDLE_PRUNE_EVERY: Duration = Duration::from_secs(3600);
 /// A worker that has not answered by then is killed; the batch is kept and retried.
 const WORKER_TIMEOUT: Duration = Duration::from_secs(30);
-/// XID rows per (GPU, code) recorded one by one per minute; the rest of a storm is one
-/// `xid_storm` row a minute with its count.
-const XID_ROWS_PER_MINUTE: u32 = 10;
 /// Remembered XID events whose row a second source's report may still update.
 const MAX_XID_ROWS: usize = 4096;
 
@@ -56,15 +53,6 @@ enum Pending {
     },
 }
 
-/// An XID storm on one (GPU, code): rows in the current minute, and reports not recorded.
-#[derive(Default)]
-struct Storm {
-    minute_start: f64,
-    rows: u32,
-    suppressed: u64,
-    first_suppressed: f64,
-}
-
 pub(super) struct Writer {
     place: Place,
     rx: Receiver<Box<Message>>,
@@ -85,11 +73,11 @@ pub(super) struct Writer {
     dirty_facts: BTreeSet<String>,
     /// XID event number -> its row, for another source's report of the same event.
     xid_rows: HashMap<u64, i64>,
-    /// This boot's XID counts by (PCI bus id, code), seeded from the file.
+    /// This boot's XID counts by (PCI bus id, code): the file's, then the XID store's (which
+    /// the file seeded at start) whenever it holds more.
     xid_counts: BTreeMap<(String, u32), (u64, f64)>,
     dirty_counts: BTreeSet<(String, u32)>,
     kmsg_sequence: Option<u64>,
-    storms: HashMap<(String, u32), Storm>,
     last_generation: u64,
     missing: BTreeSet<String>,
     persistence_enabled: BTreeMap<String, u64>,
@@ -124,7 +112,6 @@ impl Writer {
             xid_counts: BTreeMap::new(),
             dirty_counts: BTreeSet::new(),
             kmsg_sequence: None,
-            storms: HashMap::new(),
             last_generation: 0,
             missing: BTreeSet::new(),
             persistence_enabled: BTreeMap::new(),
@@ -166,8 +153,24 @@ impl Writer {
         self.publish_status();
     }
 
-    /// Takes every queued message; false when the daemon's handles are gone.
+    /// Takes every queued message (and those kept beside the queue while it was full); false
+    /// when the daemon's handles are gone.
     fn take_queued(&mut self) -> bool {
+        let precious: Vec<Box<Message>> = {
+            let mut lane = self
+                .shared
+                .precious
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            lane.drain(..).collect()
+        };
+        for message in precious {
+            self.take(*message);
+        }
+        let sequence = self.shared.kmsg_sequence.load(Ordering::Relaxed);
+        if sequence > 0 {
+            self.kmsg_sequence = self.kmsg_sequence.max(Some(sequence));
+        }
         loop {
             match self.rx.try_recv() {
                 Ok(message) => self.take(*message),
@@ -207,43 +210,30 @@ impl Writer {
         match message {
             Message::Event(event) => self.push(event),
             Message::XidCounted { group, event, severity } => self.xid_counted(group, event, severity),
-            Message::XidJoined { group, event } => {
-                self.note_sequence(&event);
-                self.queue(Pending::XidJoined { group, event });
-            }
+            Message::XidJoined { group, event } => self.queue(Pending::XidJoined { group, event }),
         }
     }
 
-    fn note_sequence(&mut self, event: &XidEvent) {
-        if event.kmsg_sequence.is_some() {
-            self.kmsg_sequence = self.kmsg_sequence.max(event.kmsg_sequence);
-        }
-    }
-
-    /// A counted XID: into this boot's counts always; a row of its own unless its (GPU,
-    /// code) is in a storm.
+    /// A counted XID with a row of its own (a storm was folded before it was queued; the
+    /// count comes from the XID store).
     fn xid_counted(&mut self, group: u64, event: XidEvent, severity: Severity) {
-        self.note_sequence(&event);
-        let at = unix_seconds(event.at);
-        let key = (event.pci_bus_id.clone(), event.xid);
-        let count = self.xid_counts.entry(key.clone()).or_insert((0, at));
-        count.0 += 1;
-        count.1 = count.1.max(at);
-        self.dirty_counts.insert(key.clone());
-        let storm = self.storms.entry(key).or_default();
-        if at - storm.minute_start >= 60.0 || at < storm.minute_start {
-            storm.minute_start = at;
-            storm.rows = 0;
-        }
-        if storm.rows >= XID_ROWS_PER_MINUTE {
-            if storm.suppressed == 0 {
-                storm.first_suppressed = at;
-            }
-            storm.suppressed += 1;
-            return;
-        }
-        storm.rows += 1;
         self.queue(Pending::Xid { group, event, severity });
+    }
+
+    /// This boot's counts as the XID store holds them: what the file has is never lowered
+    /// (a seed that could not be read at start leaves the store short of it).
+    fn take_counts(&mut self, snapshot: &Snapshot) {
+        for (bus, counts) in &snapshot.xid.by_bus {
+            for count in counts {
+                let key = (bus.clone(), count.xid);
+                let last = unix_seconds(count.last_seen);
+                let known = self.xid_counts.entry(key.clone()).or_insert((0, last));
+                if count.count > known.0 {
+                    *known = (count.count, known.1.max(last));
+                    self.dirty_counts.insert(key);
+                }
+            }
+        }
     }
 
     fn gpu_at(&self, pci_bus_id: &str) -> Option<GpuRef> {
@@ -285,10 +275,17 @@ impl Writer {
     /// recorded one by one.
     fn storm_rows(&mut self, now: f64, stopping: bool) {
         let mut rows = Vec::new();
-        for ((bus, xid), storm) in &mut self.storms {
-            if storm.suppressed > 0 && (stopping || now - storm.minute_start >= 60.0) {
-                rows.push((bus.clone(), *xid, storm.suppressed, storm.first_suppressed));
-                storm.suppressed = 0;
+        {
+            let mut folds = self
+                .shared
+                .folds
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for ((bus, xid), storm) in &mut folds.by_key {
+                if storm.due(now, stopping) {
+                    rows.push((bus.clone(), *xid, storm.suppressed, storm.first_suppressed));
+                    storm.suppressed = 0;
+                }
             }
         }
         for (bus, xid, n, first) in rows {
@@ -306,7 +303,11 @@ impl Writer {
     /// Compares the newest snapshot with what the journal knew, GPU by GPU.
     fn look_at_snapshot(&mut self) {
         let snapshot = self.store.latest();
-        if snapshot.generation == self.last_generation || snapshot.devices.is_empty() {
+        if snapshot.generation == self.last_generation {
+            return;
+        }
+        self.take_counts(&snapshot);
+        if snapshot.devices.is_empty() {
             return;
         }
         self.last_generation = snapshot.generation;

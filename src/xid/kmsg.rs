@@ -90,7 +90,8 @@ fn events_from_line(parser: &mut LogParser, line: &[u8], consumed: usize, boot: 
     reports
         .into_iter()
         .map(|(report, kernel_time_us)| {
-            let identity = kernel_time_us.map(|t| record_identity(t, &report));
+            let sequence = header.map(|(sequence, _)| sequence);
+            let identity = kernel_time_us.map(|t| record_identity(t, sequence, &report));
             XidEvent {
                 raw: Some(raw.to_string()),
                 kmsg_sequence: header.map(|(sequence, _)| sequence),
@@ -101,13 +102,14 @@ fn events_from_line(parser: &mut LogParser, line: &[u8], consumed: usize, boot: 
         .collect()
 }
 
-/// One kernel record's identity in this boot: its kernel time and what it says, whatever
-/// wrapper or file it was read from (a log file emptied and written again, or the same
-/// record in two files, is not a second XID).
-fn record_identity(kernel_time_us: u64, report: &XidReport) -> u64 {
+/// One kernel record's identity in this boot: its kernel time and what it says (and its
+/// /dev/kmsg sequence number where the line has one), whatever file it was read from: a log
+/// file emptied and written again, or the same record in two files, is not a second XID.
+fn record_identity(kernel_time_us: u64, sequence: Option<u64>, report: &XidReport) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     kernel_time_us.hash(&mut hasher);
+    sequence.hash(&mut hasher);
     report.xid.hash(&mut hasher);
     report.pci_bus_id.hash(&mut hasher);
     report.gpu_instance.hash(&mut hasher);

@@ -777,3 +777,69 @@ fn the_journal_worker_answers_garbage_and_hostile_files_with_a_failure_never_a_c
         "{answer}"
     );
 }
+
+/// The storm of the trust round: 10,000 Xid 13 on GPU 0, one Xid 79 on GPU 2, 10,000 more
+/// Xid 13. The fatal XID has its row, nothing is dropped, the counts are whole, and after a
+/// restart with the line gone from the kernel log GPU 2 is still unhealthy.
+#[test]
+fn a_storm_never_costs_the_journal_a_fatal_xid_or_a_count() {
+    let storm = |first: usize| -> String {
+        (first..first + 10_000)
+            .map(|i| format!("3,{i},9000000,-;NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, storm\n"))
+            .collect()
+    };
+    let mut d = Daemon::start(DEMO_SCENARIO);
+    let state = d.state_path();
+    wait_for_kind(&state, "inventory", GPU0_UUID);
+    d.log_kernel(&format!(
+        "{}3,20000,9000001,-;NVRM: Xid (PCI:0000:4c:00): 79, pid=1, name=x, GPU has fallen off the bus.\n{}",
+        storm(0),
+        storm(20_001)
+    ));
+    let gpu2_unhealthy = |m: &Metrics| m.value("gpu_health", &[("gpu", "2"), ("state", "unhealthy")]) == Some(1.0);
+    let m = d.scrape_until("all 20,000 Xid 13 and the Xid 79 counted", |m| {
+        m.value("gpu_xid_errors_total", &[gpu0(), ("xid", "13")]) == Some(20_000.0) && gpu2_unhealthy(m)
+    });
+    let uuid2 = "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000002";
+    let rows = eventually("the Xid 79 row", Duration::from_secs(15), || {
+        let rows = xid_rows(&state);
+        rows.iter().any(|r| r["details"]["xid"] == 79).then_some(rows)
+    });
+    let row = rows.iter().find(|r| r["details"]["xid"] == 79).unwrap();
+    assert_eq!(row["gpu_uuid"], uuid2, "{row:#}");
+    assert!(
+        rows.iter().filter(|r| r["details"]["xid"] == 13).count() <= 20,
+        "folded: {}",
+        rows.len()
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let m2 = d.scrape();
+    assert_eq!(
+        m2.value("gpuwarden_journal_dropped_total", &[]),
+        Some(0.0),
+        "{}",
+        m.text
+    );
+    // Stopped, and started again with the ring buffer empty: the counts come from the journal.
+    d.signal(15);
+    assert_eq!(d.child.wait().unwrap().code(), Some(0));
+    let d = d.restart(false, Some(""));
+    let m = d.scrape_until("GPU 2 unhealthy after the restart", gpu2_unhealthy);
+    assert_eq!(
+        m.value("gpu_xid_errors_total", &[gpu0(), ("xid", "13")]),
+        Some(20_000.0)
+    );
+    let storm_rows = events_json(&state, &["--kind", "xid_storm"]);
+    let folded: u64 = storm_rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["details"]["reports"].as_u64().unwrap())
+        .sum();
+    let single = xid_rows(&state).iter().filter(|r| r["details"]["xid"] == 13).count() as u64;
+    assert_eq!(
+        folded + single,
+        20_000,
+        "every report is a row or in a storm row's count"
+    );
+}
