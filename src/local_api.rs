@@ -208,15 +208,66 @@ pub enum LocalApiError {
     NotASocket(PathBuf),
     #[error("cannot listen on {}: {source}; create its directory (systemd: RuntimeDirectory=gpuwarden) or set local_api.socket", .path.display())]
     Bind { path: PathBuf, source: std::io::Error },
+    #[error("{} is the socket of a running daemon ({why}); left to it (stop the other daemon, or give this one another local_api.socket)", .path.display())]
+    InUse { path: PathBuf, why: &'static str },
 }
 
-/// Binds the socket: a stale one (a daemon that was killed) is replaced, anything else at
-/// the path is refused.
+/// How long a socket found at the path has to accept a connection before it is taken for
+/// a live daemon's (a stopped daemon with a full accept queue does not answer at all).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Whether a socket at `path` belongs to a live daemon: Err with why when it does (or when it
+/// cannot be told), Ok when nothing listens there any more (a daemon that was killed).
+fn probe_existing(path: &Path) -> Result<(), &'static str> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let target = path.to_path_buf();
+    let spawned = std::thread::Builder::new()
+        .name("local-api-probe".into())
+        .spawn(move || {
+            let _ = tx.send(std::os::unix::net::UnixStream::connect(&target).map(drop));
+        });
+    if spawned.is_err() {
+        return Err("could not check it");
+    }
+    match rx.recv_timeout(PROBE_TIMEOUT) {
+        Ok(Ok(())) => Err("it accepts connections"),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Ok(Err(_)) => Err("it cannot be connected to, so it cannot be told stale"),
+        Err(_) => Err("it does not answer within a second but is listening: a stopped daemon"),
+    }
+}
+
+/// Makes the socket's directory (0750) when it is missing, as systemd's RuntimeDirectory=
+/// does for the unit: `gpuwarden run` started by hand as root gets its local API too. Only
+/// the last component is made, under an existing parent (never a whole tree of root-owned
+/// directories from a mistyped path).
+fn make_directory(path: &Path) {
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return;
+    };
+    if dir.exists() || own_uid() != 0 {
+        return;
+    }
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o750).create(dir) {
+        Ok(()) => log::info!("made {} (mode 0750) for the local API", dir.display()),
+        Err(e) => log::debug!("cannot make {}: {e}", dir.display()),
+    }
+}
+
+/// Binds the socket: a stale one (a daemon that was killed) is replaced; a live daemon's
+/// socket, or anything else at the path, is refused. The directory is made when missing.
 pub fn bind(path: &Path) -> Result<UnixListener, LocalApiError> {
+    make_directory(path);
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
             return Err(LocalApiError::NotASocket(path.to_path_buf()));
         }
+        probe_existing(path).map_err(|why| LocalApiError::InUse {
+            path: path.to_path_buf(),
+            why,
+        })?;
         let _ = std::fs::remove_file(path);
     }
     let bind_error = |source| LocalApiError::Bind {
@@ -229,8 +280,10 @@ pub fn bind(path: &Path) -> Result<UnixListener, LocalApiError> {
     Ok(listener)
 }
 
-/// Serves until `stop`, then removes the socket.
+/// Serves until `stop`, then removes the socket (only while it is still this daemon's).
 pub async fn serve(listener: UnixListener, path: PathBuf, app: Router, stop: crate::stop::Stop) {
+    use std::os::unix::fs::MetadataExt;
+    let inode = std::fs::symlink_metadata(&path).map(|m| m.ino()).ok();
     let builder = crate::http::connection_builder();
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut refused = crate::logging::RateLimiter::new(Duration::from_secs(60));
@@ -274,7 +327,9 @@ pub async fn serve(listener: UnixListener, path: PathBuf, app: Router, stop: cra
         });
     }
     drop(listener);
-    let _ = std::fs::remove_file(&path);
+    if inode.is_some() && std::fs::symlink_metadata(&path).map(|m| m.ino()).ok() == inode {
+        let _ = std::fs::remove_file(&path);
+    }
 }
 
 fn own_uid() -> u32 {

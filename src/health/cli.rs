@@ -27,13 +27,55 @@ pub enum AskError {
     Answer { path: String, detail: String },
     #[error("the daemon refused ({status}): {message}")]
     Refused { status: String, message: String },
+    #[error("the daemon did not answer on {path} within {} s (stopped, or hung?)", .timeout.as_secs())]
+    TimedOut { path: String, timeout: Duration },
 }
 
 /// How long a clear may take: the daemon waits for its next poll round (10 s at most).
 const CLEAR_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// One request over the socket; the JSON body of a 200 answer, read as a `T`.
-fn request<T: serde::de::DeserializeOwned>(
+/// One request over the socket; the JSON body of a 200 answer, read as a `T`. `timeout`
+/// covers the whole exchange, connect included: a stopped daemon (SIGSTOP) whose accept
+/// queue is full makes connect(2) on a Unix socket wait forever, and a health check that
+/// hangs would hang Slurm's and node-problem-detector's with it. The exchange runs on a
+/// thread of its own; one that overruns is left behind and ends with the process.
+fn request<T: serde::de::DeserializeOwned + Send + 'static>(
+    socket: &Path,
+    method: &str,
+    request_path: &str,
+    body: Option<&str>,
+    timeout: Duration,
+) -> Result<T, AskError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (socket_owned, method, request_path, body) = (
+        socket.to_path_buf(),
+        method.to_string(),
+        request_path.to_string(),
+        body.map(str::to_string),
+    );
+    let spawned = std::thread::Builder::new()
+        .name("local-api-client".into())
+        .spawn(move || {
+            let _ = tx.send(exchange::<T>(
+                &socket_owned,
+                &method,
+                &request_path,
+                body.as_deref(),
+                timeout,
+            ));
+        });
+    let shown = socket.display().to_string();
+    if let Err(e) = spawned {
+        return Err(AskError::Connect { path: shown, source: e });
+    }
+    match rx.recv_timeout(timeout) {
+        Ok(answer) => answer,
+        Err(_) => Err(AskError::TimedOut { path: shown, timeout }),
+    }
+}
+
+/// The exchange itself: connect, write, read.
+fn exchange<T: serde::de::DeserializeOwned>(
     socket: &Path,
     method: &str,
     request_path: &str,

@@ -338,3 +338,147 @@ fn the_clear_endpoint_refuses_bad_bodies_and_clears_nothing() {
     let rows = clear_rows_now(&d);
     assert!(rows.is_empty(), "{rows:?}");
 }
+
+/// A daemon that no longer accepts (stopped with SIGSTOP, its accept queue full): connect(2)
+/// on a Unix socket then waits forever. `gpuwarden health` must give up within its 3 s and
+/// say unknown (exit 2), or every Slurm and NPD check would hang with it.
+#[test]
+fn gpuwarden_health_gives_up_on_a_daemon_that_does_not_accept() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("stopped.sock");
+    // A listener with the smallest accept queue that never accepts: a stopped daemon.
+    let mut listener = Command::new("python3")
+        .args([
+            "-c",
+            "import socket,sys,time\ns=socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1])\ns.listen(0)\n\
+             print('ready',flush=True)\ntime.sleep(60)",
+        ])
+        .arg(&socket)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(listener.stdout.as_mut().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    // Fill the queue: connects that succeed at once, until one waits.
+    let mut filled = false;
+    for _ in 0..16 {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = socket.clone();
+        std::thread::spawn(move || {
+            let stream = std::os::unix::net::UnixStream::connect(&path);
+            let _ = tx.send(());
+            std::thread::sleep(Duration::from_secs(30));
+            drop(stream);
+        });
+        if rx.recv_timeout(Duration::from_millis(300)).is_err() {
+            filled = true;
+            break;
+        }
+    }
+    assert!(filled, "the accept queue never filled");
+    let started = std::time::Instant::now();
+    let out = Command::new(BIN)
+        .args(["health", "--socket"])
+        .arg(&socket)
+        .output()
+        .expect("run gpuwarden health");
+    let took = started.elapsed();
+    let _ = listener.kill();
+    let _ = listener.wait();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("unknown: "), "{stdout}");
+    assert!(stdout.contains("within 3 s"), "{stdout}");
+}
+
+/// A second daemon pointed at a live daemon's socket leaves it alone (it used to replace it,
+/// and remove it when it stopped, leaving the first unreachable); so does one that finds the
+/// first stopped (SIGSTOP). (A stale socket of a killed daemon is still replaced: the test
+/// `a_file_at_the_socket_path_is_left_alone_and_a_stale_socket_replaced`.)
+#[test]
+fn a_second_daemon_never_takes_a_live_daemons_socket() {
+    let first = Daemon::start(DEMO_SCENARIO);
+    wait_for_exit(&first, 0);
+    let config = format!(
+        "local_api:\n  socket: \"{}\"\n{}",
+        first.socket_path().display(),
+        test_config(&sim_library(), "")
+    );
+    let second = Daemon::start_with(DEMO_SCENARIO, &config);
+    second.scrape_until("the second daemon's first poll", |m| {
+        m.value("gpu_up", &[("gpu", "0")]) == Some(1.0)
+    });
+    assert!(
+        second.log_text().contains("is the socket of a running daemon"),
+        "{}",
+        second.log_text()
+    );
+    second.signal(15);
+    drop(second);
+    assert_eq!(health(&first, false).0, 0, "the first daemon is still reachable");
+    // Stopped: not answering is no reason to take its socket either.
+    first.signal(libc_sigstop());
+    let third = Daemon::start_with(DEMO_SCENARIO, &config);
+    third.scrape_until("the third daemon's first poll", |m| {
+        m.value("gpu_up", &[("gpu", "0")]) == Some(1.0)
+    });
+    assert!(
+        third.log_text().contains("is the socket of a running daemon"),
+        "{}",
+        third.log_text()
+    );
+    drop(third);
+    first.signal(libc_sigcont());
+    wait_for_exit(&first, 0);
+}
+
+fn libc_sigstop() -> i32 {
+    19
+}
+
+fn libc_sigcont() -> i32 {
+    18
+}
+
+/// `gpuwarden run` by hand as root, with the socket's directory missing (no systemd
+/// RuntimeDirectory=): the directory is made, mode 0750, and `gpuwarden health` answers.
+#[test]
+fn the_local_api_directory_is_made_when_missing() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { geteuid() } != 0 {
+        eprintln!("SKIPPED: only root makes the directory");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("run-gpuwarden").join("gpuwarden.sock");
+    let config = format!(
+        "local_api:\n  socket: \"{}\"\n{}",
+        socket.display(),
+        test_config(&sim_library(), "")
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = Command::new(BIN)
+            .args(["health", "--socket"])
+            .arg(&socket)
+            .output()
+            .unwrap();
+        if out.status.code() == Some(0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{out:?}\n{}", d.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mode = std::fs::metadata(socket.parent().unwrap()).unwrap().permissions();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777, 0o750);
+}
+
+unsafe extern "C" {
+    fn geteuid() -> u32;
+}
