@@ -12,12 +12,15 @@
 # finding, e.g. "gpuwarden: GPU 0 xid_fatal". A node someone else drained (a reason that does
 # not begin with "gpuwarden:") is never resumed and its reason never overwritten. When the
 # daemon does not answer (exit 2: stopped, restarting) nothing changes: a restart must not
-# drain a fleet. Like the prolog it runs as root with no PATH, and it always exits 0 (slurmd
-# logs a failing health check but does not act on its exit code).
+# drain a fleet. When it cannot read the node's current state (sinfo fails, is missing or
+# prints nothing) it changes nothing either: it could not tell an admin's drain from none.
+# slurmd runs it as root with no PATH: it searches the standard directories, /usr/local ones
+# included, then whatever PATH it was given. It always exits 0 (slurmd logs a failing health
+# check but does not act on its exit code).
 #
 # Environment (for tests and unusual installs): GPUWARDEN (the binary), GPUWARDEN_SOCKET (the
 # daemon's local_api.socket), SCONTROL and SINFO.
-PATH=/usr/sbin:/usr/bin:/sbin:/bin
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}
 export PATH
 set -u
 gpuwarden=${GPUWARDEN:-gpuwarden}
@@ -36,7 +39,13 @@ else
 fi
 code=$?
 # The current drain reason ("none" when there is none); %E is the reason, -N per node.
-reason=$("$sinfo" -h -N -n "$node" -o '%E' 2>/dev/null | head -n 1)
+state=$("$sinfo" -h -N -n "$node" -o '%E' 2>/dev/null)
+state_code=$?
+reason=$(printf '%s\n' "$state" | head -n 1)
+if [ "$state_code" -ne 0 ] || [ -z "$reason" ]; then
+    say "cannot read $node's state from sinfo (exit $state_code); changing nothing"
+    exit 0
+fi
 ours=no
 case "$reason" in
     gpuwarden:*) ours=yes ;;
@@ -47,7 +56,7 @@ case "$code" in
         # First line: "unhealthy: GPU 0 xid_fatal, GPU 3 gpu_lost".
         what=$(printf '%s\n' "$verdict" | head -n 1 | sed 's/^unhealthy: //' | cut -c1-200)
         new="gpuwarden: $what"
-        if [ "$reason" = "none" ] || [ -z "$reason" ]; then
+        if [ "$reason" = "none" ]; then
             "$scontrol" update nodename="$node" state=drain reason="$new" && say "drained $node: $what"
         elif [ "$ours" = yes ] && [ "$reason" != "$new" ]; then
             "$scontrol" update nodename="$node" reason="$new" && say "$node still drained: $what"

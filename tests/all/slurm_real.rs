@@ -269,16 +269,35 @@ fn the_health_check_drains_on_an_unhealthy_gpu_resumes_after_and_leaves_an_admin
     let d = Daemon::start(DEMO_SCENARIO);
     d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
     // slurmd runs the health check with no environment of ours: a wrapper names the daemon's
-    // socket, the binary and this cluster's slurm.conf for scontrol and sinfo.
+    // socket and this cluster's slurm.conf for scontrol and sinfo, and gives a PATH where
+    // gpuwarden is (installed elsewhere than /usr/bin: found through the PATH it was given).
+    // While `break-sinfo` exists, sinfo fails.
     let conf = dir.join("slurm.conf");
     let check = dir.join("healthcheck");
+    let bin = dir.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(BIN, bin.join("gpuwarden")).unwrap();
+    std::fs::write(
+        bin.join("failing-sinfo"),
+        "#!/bin/sh\necho 'sinfo: error: cannot reach slurmctld' >&2\nexit 1\n",
+    )
+    .unwrap();
+    checked(
+        "chmod",
+        Command::new("chmod").arg("755").arg(bin.join("failing-sinfo")).output(),
+    );
     std::fs::write(
         &check,
         format!(
-            "#!/bin/sh\nexport SLURM_CONF={} GPUWARDEN={BIN} GPUWARDEN_SOCKET={}\nexec /bin/sh {}/deploy/slurm/healthcheck.sh\n",
+            "#!/bin/sh\nexport SLURM_CONF={} GPUWARDEN_SOCKET={} PATH={}\n\
+             [ -e {dir}/break-sinfo ] && export SINFO={}/failing-sinfo\n\
+             exec /bin/sh {}/deploy/slurm/healthcheck.sh\n",
             conf.display(),
             d.socket_path().display(),
-            env!("CARGO_MANIFEST_DIR")
+            bin.display(),
+            bin.display(),
+            env!("CARGO_MANIFEST_DIR"),
+            dir = dir.display(),
         ),
     )
     .unwrap();
@@ -334,4 +353,20 @@ fn the_health_check_drains_on_an_unhealthy_gpu_resumes_after_and_leaves_an_admin
     });
     std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
     assert_eq!(node_state(&slurm), "drain disk maintenance");
+
+    // sinfo fails while the admin's drain stands and a GPU is unhealthy: the check cannot
+    // tell the admin's drain from none, so it changes nothing (it used to overwrite it).
+    std::fs::write(dir.join("break-sinfo"), "").unwrap();
+    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    assert_eq!(node_state(&slurm), "drain disk maintenance");
+    // The admin resumes the node; with sinfo still failing, nothing drains it either.
+    slurm.client("scontrol", &["update", &format!("nodename={host}"), "state=resume"]);
+    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    assert_eq!(node_state(&slurm), "idle none");
+    // sinfo answers again: the unhealthy GPU drains the node.
+    std::fs::remove_file(dir.join("break-sinfo")).unwrap();
+    let state = wait_for_node(&slurm, "the drain once sinfo answers", within, |s| {
+        s.starts_with("drain")
+    });
+    assert!(state.contains("gpuwarden: GPU 0 xid_fatal"), "{state}");
 }
