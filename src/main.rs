@@ -203,11 +203,26 @@ fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<(Overrides, Optio
     }
 }
 
+/// Restores SIGPIPE's default action (the Rust runtime ignores it): a write to a closed pipe
+/// ends the process quietly.
+fn quiet_on_closed_output() {
+    // SAFETY: signal(2) with a valid signal number and SIG_DFL, before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
     if matches!(cli.command, Command::JournalWorker) {
         // No logger: its answer, failures included, is the one thing it writes.
         std::process::exit(journal::worker::serve());
+    }
+    // A one-shot command whose output is closed (`gpuwarden check --json | head -1`) ends
+    // quietly, as other Unix tools do, instead of panicking in println!. The daemon keeps
+    // SIGPIPE ignored: a client that goes away is an error to handle, never the daemon's end.
+    if !matches!(cli.command, Command::Run { .. }) {
+        quiet_on_closed_output();
     }
     // The daemon says what it does; a one-shot command prints only what went wrong.
     logging::init(if matches!(cli.command, Command::Run { .. }) {

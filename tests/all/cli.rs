@@ -258,3 +258,62 @@ fn cargo_run_demo_works_from_a_fresh_clone_with_the_library_cargo_builds_as_a_de
     let m = d.scrape_until("the demo's eight GPUs", |m| m.find("gpu_up", &[]).len() == 8);
     assert_eq!(m.find("gpu_info", &[("name", "NVIDIA H200")]).len(), 8);
 }
+
+/// Every command that prints, with its output already closed (`| head -1` that has exited):
+/// it ends quietly, never with a panic (exit 101, "failed printing to stdout").
+#[test]
+fn a_closed_output_ends_every_printing_command_quietly() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = write(&dir, "s.yaml", DEMO_SCENARIO);
+    let config = write(
+        &dir,
+        "c.yaml",
+        &format!(
+            "nvml:\n  library_path: {}\nstate:\n  path: \"\"\n",
+            sim_library().display()
+        ),
+    );
+    let kernel_log = write(
+        &dir,
+        "kmsg",
+        &"NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, y\n".repeat(2000),
+    );
+    let state = d.state_path();
+    let socket = d.socket_path();
+    let (config, kernel_log, state, socket) = (
+        config.display().to_string(),
+        kernel_log.display().to_string(),
+        state.display().to_string(),
+        socket.display().to_string(),
+    );
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["check", "--json", "--config", &config],
+        vec!["check", "--config", &config],
+        vec!["xid", "explain", "79"],
+        vec!["xid", "scan", &kernel_log],
+        vec!["events", "--json", "--state", &state],
+        vec!["events", "--state", &state],
+        vec!["report", "--gpu", "0", "--state", &state],
+        vec!["health", "--json", "--socket", &socket],
+        vec!["health", "--socket", &socket],
+        vec!["config", "check", &config],
+        vec!["--help"],
+        vec!["--version"],
+    ];
+    for args in commands {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(BIN)
+            .args(&args)
+            .env("GPUWARDEN_SIM_NVML_SCENARIO", &scenario)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {stderr}");
+    }
+}
