@@ -217,6 +217,8 @@ enum DaemonError {
     NothingToReload,
     #[error("reload refused, keeping the running config: {0}")]
     ReloadRefused(crate::config::ConfigError),
+    #[error("{0}")]
+    Journal(journal::LockError),
 }
 
 async fn start_poll_loop(coordinator: Coordinator, stop: Stop) -> Result<PollLoop, DaemonError> {
@@ -313,10 +315,22 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
     xids.set_policy(config.health.xid_severity.clone());
     let resume = Arc::new(ResumePoints::default());
     let place = journal::Place::from_config(&config, &crate::input::hostname());
-    let journal = place.map(|place| {
+    let lock = match &place {
+        Some(place) => match journal::lock_waiting(place).await {
+            Ok(lock) => Some(lock),
+            Err(e @ journal::LockError::InUse { .. }) => return Err(DaemonError::Journal(e)),
+            Err(e) => {
+                log::warn!("{e}; going on without the lock");
+                Some(journal::JournalLock::none())
+            }
+        },
+        None => None,
+    };
+    let journal = place.zip(lock).map(|(place, lock)| {
         take_over_from_journal(&place, &config, &sources, &resume);
         // Before the kernel log's backlog is read: its XIDs go into the journal too.
         let journal = Journal::start(
+            lock,
             place,
             store.clone(),
             sources.journal.clone(),
@@ -405,6 +419,10 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
     let shutdown = Shutdown::new();
     let mut running = match start(settings, &shutdown).await {
         Ok(running) => running,
+        Err(e @ DaemonError::Journal(journal::LockError::InUse { .. })) => {
+            log::error!("{e}");
+            return EX_UNAVAILABLE;
+        }
         Err(e) => {
             log::error!("{e}");
             return 1;
@@ -494,7 +512,7 @@ async fn stop_everything(shutdown: Shutdown, mut server: tokio::task::JoinHandle
     let left = shutdown.wait(STOP_TIMEOUT).await;
     if !left.is_empty() {
         log::warn!(
-            "still running after {STOP_TIMEOUT:?}, left behind: {} (a driver call that does not return)",
+            "still running after {STOP_TIMEOUT:?}, left behind: {} (each named by what it was doing)",
             left.join(", ")
         );
     }

@@ -93,7 +93,7 @@ fn describe_xid(x: &XidCount) -> String {
             x.count,
             e.action()
         ),
-        None => format!("Xid {} x{}, last at {when}", x.xid, x.count),
+        None => format!("Xid {} x{}, last at {when}", x.code(), x.count),
     }
 }
 

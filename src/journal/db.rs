@@ -42,6 +42,10 @@ CREATE TABLE IF NOT EXISTS xid_counts (
     last_at REAL NOT NULL,
     PRIMARY KEY (boot_id, pci_bus_id, xid)
 );
+CREATE TABLE IF NOT EXISTS batches (
+    id TEXT PRIMARY KEY,
+    at REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS boots (
     boot_id TEXT PRIMARY KEY,
     first_seen REAL NOT NULL,
@@ -232,27 +236,56 @@ pub fn used_bytes(conn: &Connection) -> rusqlite::Result<u64> {
     .map(|n| n.max(0) as u64)
 }
 
+/// How long a batch's id is kept to recognise it written again: far longer than a worker's
+/// time-out and the retries after it.
+const BATCH_IDS_KEPT_FOR: f64 = 86_400.0;
+
 /// Deletes rows older than `oldest` (Unix seconds), then the oldest rows until the file's
 /// pages in use fit `max_bytes`, and gives the freed pages back to the file system. Returns
-/// the size after.
-pub fn prune(conn: &Connection, oldest: f64, max_bytes: u64) -> rusqlite::Result<u64> {
+/// the size after. This boot's (`boot_id`) XID counts and kernel-log position stay however
+/// old they are: a restart must find a fatal XID of this boot even with a retention shorter
+/// than the uptime. Other boots' counts go by age, and by size once no event row is left.
+pub fn prune(conn: &Connection, oldest: f64, max_bytes: u64, boot_id: &str) -> rusqlite::Result<u64> {
     conn.execute("DELETE FROM events WHERE at < ?1", [oldest])?;
-    conn.execute("DELETE FROM xid_counts WHERE last_at < ?1", [oldest])?;
-    conn.execute("DELETE FROM boots WHERE first_seen < ?1", [oldest])?;
+    conn.execute(
+        "DELETE FROM xid_counts WHERE last_at < ?1 AND boot_id != ?2",
+        rusqlite::params![oldest, boot_id],
+    )?;
+    conn.execute(
+        "DELETE FROM boots WHERE first_seen < ?1 AND boot_id != ?2",
+        rusqlite::params![oldest, boot_id],
+    )?;
+    let now = crate::model::unix_seconds(std::time::SystemTime::now());
+    conn.execute("DELETE FROM batches WHERE at < ?1", [now - BATCH_IDS_KEPT_FOR])?;
     let mut bytes = used_bytes(conn)?;
     // A tenth of the rows at a time: a few rounds bring a file back under its cap.
-    for _ in 0..20 {
+    for _ in 0..40 {
         if bytes <= max_bytes {
             break;
         }
         let rows: i64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
-        if rows == 0 {
-            break;
+        if rows > 0 {
+            conn.execute(
+                "DELETE FROM events WHERE id IN (SELECT id FROM events ORDER BY id LIMIT ?1)",
+                [(rows / 10).max(1)],
+            )?;
+        } else {
+            // No events left: the counts of the oldest tenth of the other boots.
+            let boots: i64 = conn.query_row(
+                "SELECT count(DISTINCT boot_id) FROM xid_counts WHERE boot_id != ?1",
+                [boot_id],
+                |r| r.get(0),
+            )?;
+            let deleted = conn.execute(
+                "DELETE FROM xid_counts WHERE boot_id IN (SELECT boot_id FROM xid_counts WHERE boot_id != ?1
+                 GROUP BY boot_id ORDER BY max(last_at) LIMIT ?2)",
+                rusqlite::params![boot_id, (boots / 10).max(1)],
+            )?;
+            conn.execute("DELETE FROM batches", [])?;
+            if deleted == 0 {
+                break;
+            }
         }
-        conn.execute(
-            "DELETE FROM events WHERE id IN (SELECT id FROM events ORDER BY id LIMIT ?1)",
-            [(rows / 10).max(1)],
-        )?;
         bytes = used_bytes(conn)?;
     }
     // It frees one page per step (each a result row): step it to the end.
@@ -286,7 +319,7 @@ mod tests {
         for at in [100.0, 200.0, 300.0, 400.0] {
             insert(&conn, at, "{}");
         }
-        prune(&conn, 250.0, u64::MAX).unwrap();
+        prune(&conn, 250.0, u64::MAX, "this-boot").unwrap();
         let left: Vec<f64> = conn
             .prepare("SELECT at FROM events ORDER BY at")
             .unwrap()
@@ -309,7 +342,7 @@ mod tests {
         let full = used_bytes(&conn).unwrap();
         assert!(full > 4 << 20, "{full}");
         let cap = 1 << 20;
-        let after = prune(&conn, 0.0, cap).unwrap();
+        let after = prune(&conn, 0.0, cap, "this-boot").unwrap();
         assert!(after <= cap, "{after} > {cap}");
         let left = count(&conn);
         assert!(left > 0 && left < 2000, "{left}");
@@ -369,5 +402,56 @@ mod tests {
         // A directory as the shared-memory file.
         std::fs::create_dir(dir.path().join("state.db-shm")).unwrap();
         assert!(matches!(open_read_only(&path), Err(DbError::NotAFile(_))));
+    }
+
+    /// A retention shorter than the uptime: this boot's XID counts and position stay, an
+    /// older boot's go; by size, other boots' counts go once no event is left.
+    #[test]
+    fn this_boots_counts_outlive_the_retention_and_the_size_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_for_writing(&dir.path().join("state.db")).unwrap();
+        for (boot, last) in [("this-boot", 10.0), ("old-boot", 10.0)] {
+            conn.execute(
+                "INSERT INTO xid_counts (boot_id, pci_bus_id, xid, count, last_at) VALUES (?1, '0000:19:00.0', 79, 1, ?2)",
+                rusqlite::params![boot, last],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO boots (boot_id, first_seen, host, kmsg_sequence) VALUES (?1, 5.0, 'h', 9)",
+                [boot],
+            )
+            .unwrap();
+        }
+        prune(&conn, 1000.0, u64::MAX, "this-boot").unwrap();
+        let boots: Vec<String> = conn
+            .prepare("SELECT boot_id FROM xid_counts")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(boots, vec!["this-boot".to_string()]);
+        let positions: i64 = conn.query_row("SELECT count(*) FROM boots", [], |r| r.get(0)).unwrap();
+        assert_eq!(positions, 1);
+        // Many old boots' counts and no events: the cap takes them, never this boot's.
+        for boot in 0..3000 {
+            for xid in 0..10 {
+                conn.execute(
+                    "INSERT INTO xid_counts (boot_id, pci_bus_id, xid, count, last_at) VALUES (?1, '0000:19:00.0', ?2, 1, ?3)",
+                    rusqlite::params![format!("boot-{boot}"), xid, 2000.0 + f64::from(boot)],
+                )
+                .unwrap();
+            }
+        }
+        let cap = 256 * 1024;
+        assert!(used_bytes(&conn).unwrap() > 2 * cap);
+        let after = prune(&conn, 1000.0, cap, "this-boot").unwrap();
+        assert!(after <= cap, "{after}");
+        let ours: i64 = conn
+            .query_row("SELECT count(*) FROM xid_counts WHERE boot_id = 'this-boot'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(ours, 1);
     }
 }

@@ -45,6 +45,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use std::time::Instant;
 
 /// Events waiting for the writer. A second of an XID storm on eight GPUs fits; beyond, rows
 /// are dropped and counted rather than letting the queue grow without bound.
@@ -113,6 +114,88 @@ pub struct Seed {
     pub board_swaps: crate::model::health::BoardSwaps,
 }
 
+/// The daemon's hold on its journal: an exclusive lock on `<state.path>.lock` for as long as
+/// it runs (the kernel lets go of it when the process ends, `kill -9` too). Two daemons on one
+/// file would write every row twice; the second is refused at start.
+#[derive(Debug)]
+pub struct JournalLock {
+    _file: Option<std::fs::File>,
+}
+
+impl JournalLock {
+    /// No lock: the lock file cannot be made (a read-only state directory, which the writer
+    /// reports and retries on its own). Only another daemon holding it refuses the start.
+    pub fn none() -> JournalLock {
+        JournalLock { _file: None }
+    }
+}
+
+/// Why the journal could not be locked.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error(
+        "journal {path} is in use by another gpuwarden ({holder}, per {lock}); stop it, or give this one another state.path"
+    )]
+    InUse { path: String, lock: String, holder: String },
+    #[error(
+        "cannot lock the journal {path} ({lock}): {source}; make state.path's directory writable by gpuwarden or set state.path"
+    )]
+    Io {
+        path: String,
+        lock: String,
+        source: std::io::Error,
+    },
+}
+
+/// Locks the journal at `place` for this daemon (see [`JournalLock`]). The lock file is
+/// opened without following a link, and holds the holder's pid for the error message.
+pub fn lock(place: &Place) -> Result<JournalLock, LockError> {
+    use std::io::{Read, Seek, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut name = place.path.as_os_str().to_os_string();
+    name.push(".lock");
+    let lock_path = PathBuf::from(name);
+    let shown = || (place.path.display().to_string(), lock_path.display().to_string());
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(&lock_path)
+        .map_err(|source| {
+            let (path, lock) = shown();
+            LockError::Io { path, lock, source }
+        })?;
+    // SAFETY: flock on a descriptor we own; no memory is involved.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let error = std::io::Error::last_os_error();
+        let (path, lock) = shown();
+        if error.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(LockError::Io {
+                path,
+                lock,
+                source: error,
+            });
+        }
+        let mut holder = String::new();
+        let _ = (&mut file).take(32).read_to_string(&mut holder);
+        let holder = crate::input::printable(holder.trim());
+        let holder = if holder.is_empty() {
+            "pid unknown".to_string()
+        } else {
+            format!("pid {holder}")
+        };
+        return Err(LockError::InUse { path, lock, holder });
+    }
+    let _ = file.set_len(0);
+    let _ = file.seek(std::io::SeekFrom::Start(0));
+    let _ = writeln!(file, "{}", std::process::id());
+    Ok(JournalLock { _file: Some(file) })
+}
+
 /// Reads this boot's XID counts and kernel-log position (read-only, in a worker; an empty
 /// seed when there is no journal yet or it cannot be read; the writer says why when it starts).
 pub fn seed(place: &Place) -> Seed {
@@ -152,6 +235,23 @@ pub fn seed(place: &Place) -> Seed {
     }
 }
 
+/// How long a start waits for the journal's lock: a previous daemon that is still stopping
+/// (a restart) lets go of it within its own stop time-out.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// [`lock`], tried again every 200 ms for [`LOCK_WAIT`] while another daemon holds it.
+pub async fn lock_waiting(place: &Place) -> Result<JournalLock, LockError> {
+    let started = Instant::now();
+    loop {
+        match lock(place) {
+            Err(LockError::InUse { .. }) if started.elapsed() < LOCK_WAIT => {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// How long the start waits for the counts from before a restart: a bad file never holds
 /// the daemon's start up for longer.
 const SEED_TIMEOUT: Duration = Duration::from_secs(10);
@@ -159,6 +259,8 @@ const SEED_TIMEOUT: Duration = Duration::from_secs(10);
 /// The handle the daemon keeps: sends events to the writer.
 #[derive(Clone)]
 pub struct Journal {
+    /// Held for as long as any handle lives (the daemon's run).
+    _lock: Arc<JournalLock>,
     /// Boxed: the channel allocates all its slots up front, 4096 x 8 bytes this way rather
     /// than 4096 x the size of a message (640 KiB, measured in docs/performance.md).
     tx: SyncSender<Box<Message>>,
@@ -235,6 +337,7 @@ impl Journal {
     /// Starts the writer, a task on the runtime. It opens the database itself (in a worker):
     /// a bad file never holds the daemon's start up.
     pub fn start(
+        lock: JournalLock,
         place: Place,
         store: Arc<Store>,
         status: Arc<Versioned<Option<JournalStatus>>>,
@@ -253,7 +356,11 @@ impl Journal {
         // The task ends at the stop signal, after its last batch; dropping its stop handle
         // then tells the daemon's shutdown that it is done.
         tokio::spawn(writer.run(stop));
-        Journal { tx, shared }
+        Journal {
+            _lock: Arc::new(lock),
+            tx,
+            shared,
+        }
     }
 
     /// Queues one event; never waits.
@@ -312,12 +419,13 @@ impl Journal {
 }
 
 impl XidListener for Journal {
-    fn counted(&self, group: u64, event: &XidEvent, severity: crate::model::xid::Severity) {
+    fn counted(&self, group: u64, event: &XidEvent, severity: crate::model::xid::Severity, counted_as: u32) {
         self.note_sequence(event);
         let at = crate::model::unix_seconds(event.at);
         let (admitted, first) = {
             let mut folds = self.shared.folds.lock().unwrap_or_else(PoisonError::into_inner);
-            let storm = folds.by_key.entry((event.pci_bus_id.clone(), event.xid)).or_default();
+            // Folded by the code it is counted under: the store bounds those.
+            let storm = folds.by_key.entry((event.pci_bus_id.clone(), counted_as)).or_default();
             let first = !storm.seen;
             storm.seen = true;
             (storm.admit(at, group), first)
@@ -340,10 +448,12 @@ impl XidListener for Journal {
         self.note_sequence(event);
         let has_row = {
             let folds = self.shared.folds.lock().unwrap_or_else(PoisonError::into_inner);
-            folds
-                .by_key
-                .get(&(event.pci_bus_id.clone(), event.xid))
-                .is_some_and(|storm| storm.queued_groups.contains(&group))
+            [event.xid, crate::model::xid::OTHER_CODES].iter().any(|code| {
+                folds
+                    .by_key
+                    .get(&(event.pci_bus_id.clone(), *code))
+                    .is_some_and(|storm| storm.queued_groups.contains(&group))
+            })
         };
         // A report of an event folded into a storm's count has no row to join.
         if has_row {

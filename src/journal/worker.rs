@@ -62,8 +62,12 @@ pub enum Request {
 
 /// One transaction's worth: rows in the order they happened, the GPUs' changed facts, this
 /// boot's changed XID counts, and old rows to delete when that is due.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Batch {
+    /// Unique per batch of a daemon run: a batch written again (its worker answered after
+    /// its time-out, so the writer tried again) is recognised and not written twice.
+    #[serde(default)]
+    pub id: String,
     pub path: PathBuf,
     pub boot_id: String,
     pub host: String,
@@ -74,7 +78,7 @@ pub struct Batch {
     pub prune: Option<Prune>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Item {
     /// A new row; `group` the XID store's event number for an XID row.
     Insert { event: Event, group: Option<u64> },
@@ -89,11 +93,19 @@ pub enum Item {
     },
 }
 
-/// Rows older than `oldest` (Unix seconds) go, then the oldest until the file fits `max_bytes`.
-#[derive(Debug, Serialize, Deserialize)]
+/// Rows older than `oldest` (Unix seconds) go, then the oldest until the file fits `max_bytes`;
+/// this boot's XID counts and kernel-log position stay, however old.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Prune {
     pub oldest: f64,
     pub max_bytes: u64,
+    /// The minute's pruning is due; otherwise only a file over its cap is pruned.
+    #[serde(default = "due_by_default")]
+    pub due: bool,
+}
+
+fn due_by_default() -> bool {
+    true
 }
 
 /// What the worker answers.
@@ -111,8 +123,15 @@ pub enum Answer {
         rows: u64,
         /// (XID event number, its row) for the XID rows this batch inserted.
         xid_rows: Vec<(u64, i64)>,
-        /// The file's size when the batch pruned.
+        /// The file's pages in use after the batch.
         bytes: Option<u64>,
+        /// The file knew this boot before the batch: false when it was deleted, emptied or
+        /// replaced since the daemon last wrote it (the writer then fills it again).
+        #[serde(default)]
+        knew_boot: bool,
+        /// The batch had been written before (the same id): nothing was written again.
+        #[serde(default)]
+        repeated: bool,
     },
     Seed {
         xid_counts: Vec<XidCount>,
@@ -185,7 +204,16 @@ pub async fn call_blocking_pool(request: Request, timeout: Duration) -> Reply {
         .unwrap_or_else(|e| Err(Failure::of_worker(format!("the call did not finish: {e}"))))
 }
 
+/// Bumped by [`abort_running`]: a worker started before the bump is killed at once.
+static ABORTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Kills every worker running now (the daemon stops and cannot wait for a stalled one).
+pub fn abort_running() {
+    ABORTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
 fn run_child(input: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
+    let aborts = ABORTS.load(std::sync::atomic::Ordering::SeqCst);
     let mut child = Command::new(SELF)
         .arg(SUBCOMMAND)
         .stdin(Stdio::piped())
@@ -211,12 +239,12 @@ fn run_child(input: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
         let status = loop {
             match child.try_wait()? {
                 Some(status) => break status,
-                None if Instant::now() >= deadline => {
+                None if Instant::now() >= deadline || ABORTS.load(std::sync::atomic::Ordering::SeqCst) != aborts => {
                     let _ = child.kill();
                     let _ = child.wait();
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
-                        format!("no answer within {timeout:?}; killed it"),
+                        format!("no answer within {timeout:?} (or the daemon stops); killed it"),
                     ));
                 }
                 None => std::thread::sleep(Duration::from_millis(2)),
@@ -332,7 +360,13 @@ fn write(batch: &Batch) -> Reply {
         });
     }
     let sqlite = DbError::sqlite(&batch.path);
-    let (rows, xid_rows) = match batch.write(&mut conn).map_err(&sqlite) {
+    let knew_boot = conn
+        .query_row("SELECT count(*) FROM boots WHERE boot_id = ?1", [&batch.boot_id], |r| {
+            r.get::<_, i64>(0)
+        })
+        .map_err(&sqlite)?
+        > 0;
+    let (rows, xid_rows, repeated) = match batch.write(&mut conn).map_err(&sqlite) {
         Ok(written) => written,
         Err(e) if e.is_corrupt() => {
             drop(conn);
@@ -343,17 +377,38 @@ fn write(batch: &Batch) -> Reply {
         }
         Err(e) => return Err(e.into()),
     };
+    let used = db::used_bytes(&conn).map_err(&sqlite)?;
+    // Pruned when due, and at once after a burst that took the file over its cap.
     let bytes = match &batch.prune {
-        Some(prune) => Some(db::prune(&conn, prune.oldest, prune.max_bytes).map_err(&sqlite)?),
-        None => None,
+        Some(prune) if prune.due || used > prune.max_bytes => {
+            db::prune(&conn, prune.oldest, prune.max_bytes, &batch.boot_id).map_err(&sqlite)?
+        }
+        _ => used,
     };
-    Ok(Answer::Written { rows, xid_rows, bytes })
+    Ok(Answer::Written {
+        rows,
+        xid_rows,
+        bytes: Some(bytes),
+        knew_boot,
+        repeated,
+    })
 }
 
 impl Batch {
-    /// Rows inserted, and the rows of the XID events it inserted.
-    fn write(&self, conn: &mut Connection) -> rusqlite::Result<(u64, Vec<(u64, i64)>)> {
+    /// Rows inserted, the rows of the XID events it inserted, and whether it had been
+    /// written before (then nothing is written again).
+    fn write(&self, conn: &mut Connection) -> rusqlite::Result<(u64, Vec<(u64, i64)>, bool)> {
         let tx = conn.transaction()?;
+        if !self.id.is_empty() {
+            let now = crate::model::unix_seconds(SystemTime::now());
+            let new = tx.execute(
+                "INSERT OR IGNORE INTO batches (id, at) VALUES (?1, ?2)",
+                params![self.id, now],
+            )?;
+            if new == 0 {
+                return Ok((0, Vec::new(), true));
+            }
+        }
         let mut rows = 0;
         let mut new_xid_rows: Vec<(u64, i64)> = Vec::new();
         {
@@ -423,7 +478,7 @@ impl Batch {
             params![self.boot_id, now, self.host, self.kmsg_sequence.map(|s| s as i64)],
         )?;
         tx.commit()?;
-        Ok((rows, new_xid_rows))
+        Ok((rows, new_xid_rows, false))
     }
 }
 

@@ -28,8 +28,14 @@ const MAX_BACKLOG: usize = 10_000;
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// On a node with nothing to write, a worker still runs this often to delete old rows.
 const IDLE_PRUNE_EVERY: Duration = Duration::from_secs(3600);
-/// A worker that has not answered by then is killed; the batch is kept and retried.
+/// A worker that has not answered by then is killed; the batch is kept and retried (with
+/// the same id, so a worker that did commit before it was killed is not written twice).
 const WORKER_TIMEOUT: Duration = Duration::from_secs(30);
+/// When the daemon stops: how long a batch in flight may still take before its worker is
+/// killed, and how long the last batch (a fresh worker) may take. Both well inside the
+/// daemon's own stop time-out.
+const STOP_GRACE: Duration = Duration::from_millis(400);
+const LAST_BATCH_TIMEOUT: Duration = Duration::from_millis(900);
 /// Remembered XID events whose row a second source's report may still update.
 const MAX_XID_ROWS: usize = 4096;
 
@@ -83,6 +89,14 @@ pub(super) struct Writer {
     persistence_enabled: BTreeMap<String, u64>,
     status_now: JournalStatus,
     last_prune: Option<Instant>,
+    /// This run's batches are `run_id:N`.
+    run_id: String,
+    batch_seq: u64,
+    /// A batch that failed: written again first, with the same id.
+    pending: Option<Batch>,
+    /// A batch of this run has been written (a file that then no longer knows this boot
+    /// was deleted, emptied or replaced).
+    wrote: bool,
 }
 
 impl Writer {
@@ -117,6 +131,17 @@ impl Writer {
             persistence_enabled: BTreeMap::new(),
             status_now: JournalStatus::default(),
             last_prune: None,
+            run_id: format!(
+                "{}-{}",
+                std::process::id(),
+                SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0)
+            ),
+            batch_seq: 0,
+            pending: None,
+            wrote: false,
         }
     }
 
@@ -139,7 +164,7 @@ impl Writer {
             // Nothing published yet (the first poll round runs): rows wait for the GPUs' names.
             if self.store.latest().generation > 0 {
                 self.look_at_snapshot();
-                self.flush().await;
+                self.flush(Some(&stop), WORKER_TIMEOUT).await;
                 self.publish_status();
             }
         }
@@ -149,7 +174,21 @@ impl Writer {
         self.storm_rows(Self::now(), true);
         self.end_open_episodes();
         self.push(self.daemon_event("stopped"));
-        self.flush().await;
+        // A batch that failed (its worker stalled and was killed) first, then the rest.
+        for _ in 0..2 {
+            self.flush(None, LAST_BATCH_TIMEOUT).await;
+            if self.pending.is_none() && self.backlog.is_empty() {
+                break;
+            }
+        }
+        let lost = self.backlog.len() + self.pending.as_ref().map_or(0, |b| b.items.len());
+        if lost > 0 {
+            log::error!(
+                "journal {}: {lost} row(s) could not be written before the stop (the journal worker did \
+                 not answer); they are lost. Metrics and the kernel log still hold what they were about",
+                self.place.path.display()
+            );
+        }
         self.publish_status();
     }
 
@@ -294,8 +333,14 @@ impl Writer {
                 first,
                 Kind::XidStorm,
                 gpu,
-                format!("{n} more reports of Xid {xid} within a minute, counted but not recorded one by one"),
-                json!({"xid": xid, "reports": n}),
+                format!(
+                    "{n} more reports of Xid {} within a minute, counted but not recorded one by one",
+                    crate::model::xid::code_label(xid)
+                ),
+                json!({
+                    "xid": if xid == crate::model::xid::OTHER_CODES { json!("other") } else { json!(xid) },
+                    "reports": n
+                }),
             ));
         }
     }
@@ -491,12 +536,71 @@ impl Writer {
 
     /// Writes the backlog, the changed facts and counts in one transaction (in a worker),
     /// with old rows deleted when that is due. A node with nothing to write runs no worker
-    /// but the hourly deletion of old rows.
-    async fn flush(&mut self) {
+    /// but the hourly deletion of old rows. A batch that fails is kept whole and written
+    /// again first, with its id. `stop`: the daemon's stop, which cuts a stalled worker short.
+    async fn flush(&mut self, stop: Option<&crate::stop::Stop>, timeout: Duration) {
         self.open().await;
         if !self.open {
             return;
         }
+        let batch = match self.pending.take() {
+            Some(batch) => batch,
+            None => match self.next_batch() {
+                Some(batch) => batch,
+                None => return,
+            },
+        };
+        let prune_due = batch.prune.as_ref().is_some_and(|p| p.due);
+        let answer = call_until_stop(Request::Write(batch.clone()), timeout, stop).await;
+        match answer {
+            Ok(Answer::Written {
+                rows,
+                xid_rows,
+                bytes,
+                knew_boot,
+                repeated,
+            }) => {
+                if prune_due {
+                    self.last_prune = Some(Instant::now());
+                }
+                if let Some(bytes) = bytes {
+                    self.status_now.bytes = bytes;
+                }
+                if repeated {
+                    log::info!(
+                        "journal {}: batch {} had already been written (its worker answered late); not written twice",
+                        self.place.path.display(),
+                        batch.id
+                    );
+                }
+                self.status_now.rows_written += rows;
+                self.status_now.up = true;
+                if self.xid_rows.len() + xid_rows.len() > MAX_XID_ROWS {
+                    self.xid_rows.clear();
+                }
+                self.xid_rows.extend(xid_rows);
+                if self.wrote && !knew_boot {
+                    self.refill();
+                }
+                self.wrote = true;
+            }
+            Ok(other) => {
+                self.pending = Some(batch);
+                self.failed(&unexpected(&other));
+            }
+            Err(e) => {
+                self.pending = Some(batch);
+                self.failed(&e);
+            }
+        }
+        // The request's text and the answer: give the heap back, the daemon idles far more
+        // than it writes.
+        crate::logging::trim_heap();
+    }
+
+    /// The next batch from what is waiting, taken out of the writer's hands; None when there
+    /// is nothing to write and no pruning due.
+    fn next_batch(&mut self) -> Option<Batch> {
         let backlog = std::mem::take(&mut self.backlog);
         self.backlog = backlog
             .into_iter()
@@ -512,33 +616,27 @@ impl Writer {
         let since_prune = self.last_prune.map(|t| t.elapsed());
         let prune_due = since_prune.is_none_or(|t| t >= PRUNE_EVERY);
         if !dirty && since_prune.is_some_and(|t| t < IDLE_PRUNE_EVERY) {
-            return;
+            return None;
         }
+        self.batch_seq += 1;
         let batch = self.batch(prune_due);
-        match worker::call_blocking_pool(Request::Write(batch), WORKER_TIMEOUT).await {
-            Ok(Answer::Written { rows, xid_rows, bytes }) => {
-                if prune_due {
-                    self.last_prune = Some(Instant::now());
-                }
-                if let Some(bytes) = bytes {
-                    self.status_now.bytes = bytes;
-                }
-                self.status_now.rows_written += rows;
-                self.status_now.up = true;
-                if self.xid_rows.len() + xid_rows.len() > MAX_XID_ROWS {
-                    self.xid_rows.clear();
-                }
-                self.xid_rows.extend(xid_rows);
-                self.backlog.clear();
-                self.dirty_facts.clear();
-                self.dirty_counts.clear();
-            }
-            Ok(other) => self.failed(&unexpected(&other)),
-            Err(e) => self.failed(&e),
-        }
-        // The request's text and the answer: give the heap back, the daemon idles far more
-        // than it writes.
-        crate::logging::trim_heap();
+        self.backlog.clear();
+        self.dirty_facts.clear();
+        self.dirty_counts.clear();
+        Some(batch)
+    }
+
+    /// The file no longer knows this boot: it was deleted, emptied or replaced while the
+    /// daemon ran. Say so, and write every GPU's identity and this boot's counts into it again.
+    fn refill(&mut self) {
+        log::warn!(
+            "journal {}: the file was deleted, emptied or replaced while gpuwarden ran; writing the \
+             GPUs' identities and this boot's XID counts into it again (rows written before are gone)",
+            self.place.path.display()
+        );
+        self.xid_rows.clear();
+        self.dirty_facts.extend(self.facts.keys().cloned());
+        self.dirty_counts.extend(self.xid_counts.keys().cloned());
     }
 
     /// The worker's request for what is waiting.
@@ -563,6 +661,7 @@ impl Writer {
             })
             .collect();
         Batch {
+            id: format!("{}:{}", self.run_id, self.batch_seq),
             path: self.place.path.clone(),
             boot_id: self.place.boot_id.clone(),
             host: self.place.host.clone(),
@@ -582,9 +681,10 @@ impl Writer {
                 })
                 .collect(),
             kmsg_sequence: self.kmsg_sequence,
-            prune: prune.then(|| Prune {
+            prune: Some(Prune {
                 oldest: Self::now() - self.place.retention.as_secs_f64(),
                 max_bytes: self.place.max_bytes,
+                due: prune,
             }),
         }
     }
@@ -594,6 +694,31 @@ impl Writer {
         status.dropped += self.shared.dropped.load(Ordering::Relaxed);
         status.up = self.open && status.up;
         self.status.set_if_changed(Some(status));
+    }
+}
+
+/// A worker call that the daemon's stop cuts short: once `stop` is heard, a worker that has
+/// not answered within [`STOP_GRACE`] is killed (a stopped one too: SIGKILL), so the stop
+/// never waits out [`WORKER_TIMEOUT`] and leaves no worker behind.
+async fn call_until_stop(
+    request: Request,
+    timeout: Duration,
+    stop: Option<&crate::stop::Stop>,
+) -> Result<Answer, Failure> {
+    let call = worker::call_blocking_pool(request, timeout);
+    let Some(stop) = stop else {
+        return call.await;
+    };
+    tokio::pin!(call);
+    tokio::select! {
+        answer = &mut call => answer,
+        _ = stop.stopped() => match tokio::time::timeout(STOP_GRACE, &mut call).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                worker::abort_running();
+                call.await
+            }
+        },
     }
 }
 

@@ -515,6 +515,7 @@ fn last_xid(snapshot: &Snapshot, s: &mut Samples) {
             .xid
             .for_bus(&d.identity.pci_bus_id)
             .iter()
+            .filter(|x| x.xid != crate::model::xid::OTHER_CODES)
             .max_by_key(|x| x.last_seen);
         let (code, message) = match last {
             Some(x) => (x.xid, crate::xid::catalog::lookup(x.xid).map(|e| e.name).unwrap_or("")),
@@ -547,7 +548,7 @@ fn p2p_status(snapshot: &Snapshot, s: &mut Samples) {
 fn xid_totals(snapshot: &Snapshot, s: &mut Samples) {
     for (d, _) in answering(snapshot) {
         for x in snapshot.xid.for_bus(&d.identity.pci_bus_id) {
-            sample_with(snapshot, s, d, None, &[&x.xid.to_string()], x.count as f64);
+            sample_with(snapshot, s, d, None, &[&x.code()], x.count as f64);
         }
     }
 }
@@ -567,7 +568,7 @@ fn xid_recent(snapshot: &Snapshot, s: &mut Samples) {
             .iter()
             .filter(|x| x.recent > 0)
         {
-            sample_with(snapshot, s, d, None, &[&x.xid.to_string(), &window], x.recent as f64);
+            sample_with(snapshot, s, d, None, &[&x.code(), &window], x.recent as f64);
         }
     }
 }

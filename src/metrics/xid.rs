@@ -8,11 +8,11 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_xid_errors",
         kind: Kind::Counter,
         unit: "",
-        help: "XID errors by code and severity, from NVML events and the kernel log, each event counted once.",
+        help: "XID errors by code and severity, from NVML events and the kernel log, each event counted once; codes beyond a GPU's 64th distinct one are counted as xid=\"other\" with the highest severity among them.",
         labels: &["xid", "severity"],
         read: Read::Device(|snapshot, d, s| {
             for x in snapshot.xid.for_bus(&d.identity.pci_bus_id) {
-                s.labelled(&[&x.xid.to_string(), x.severity.label()], x.count as f64);
+                s.labelled(&[&x.code(), x.severity.label()], x.count as f64);
             }
         }),
     },
@@ -24,7 +24,7 @@ pub const FAMILIES: &[Family] = &[
         labels: &["xid"],
         read: Read::Device(|snapshot, d, s| {
             for x in snapshot.xid.for_bus(&d.identity.pci_bus_id) {
-                s.labelled(&[&x.xid.to_string()], unix_seconds(x.last_seen));
+                s.labelled(&[&x.code()], unix_seconds(x.last_seen));
             }
         }),
     },
@@ -38,10 +38,7 @@ pub const FAMILIES: &[Family] = &[
             for ((bus, instance), counts) in &snapshot.xid.by_instance {
                 if *bus == d.identity.pci_bus_id {
                     for x in counts {
-                        s.labelled(
-                            &[&instance.to_string(), &x.xid.to_string(), x.severity.label()],
-                            x.count as f64,
-                        );
+                        s.labelled(&[&instance.to_string(), &x.code(), x.severity.label()], x.count as f64);
                     }
                 }
             }
@@ -83,7 +80,7 @@ pub const FAMILIES: &[Family] = &[
                     continue;
                 }
                 for x in counts {
-                    s.labelled(&[bus, &x.xid.to_string(), x.severity.label()], x.count as f64);
+                    s.labelled(&[bus, &x.code(), x.severity.label()], x.count as f64);
                 }
             }
         }),
@@ -92,7 +89,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpuwarden_xid_dropped",
         kind: Kind::Counter,
         unit: "",
-        help: "XID reports not counted because the XID store already holds its limit of PCI addresses that are no enumerated GPU (32) or address and code pairs on them (512).",
+        help: "XID reports not counted because they name a PCI address that is no enumerated GPU when the XID store already holds its limit of such addresses (32).",
         labels: &[],
         read: Read::Node(|snapshot, s| {
             if snapshot.xid.dropped > 0 {

@@ -46,6 +46,10 @@ impl XidPolicy {
     }
 }
 
+/// The code under which the XIDs of codes beyond a GPU's limit of distinct codes are counted
+/// (label `xid="other"`), so that no count is lost and the series stay bounded.
+pub const OTHER_CODES: u32 = u32::MAX;
+
 /// One XID code on one GPU.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct XidCount {
@@ -58,6 +62,22 @@ pub struct XidCount {
     /// `DCGM_EXP_XID_ERRORS_COUNT`); counts taken over from the journal have no times.
     #[serde(skip)]
     pub recent: u64,
+}
+
+impl XidCount {
+    /// The code as a label: its number, or `other` for [`OTHER_CODES`].
+    pub fn code(&self) -> String {
+        code_label(self.xid)
+    }
+}
+
+/// A code as a label: its number, or `other` for [`OTHER_CODES`].
+pub fn code_label(code: u32) -> String {
+    if code == OTHER_CODES {
+        "other".to_string()
+    } else {
+        code.to_string()
+    }
 }
 
 /// The window of [`XidCount::recent`]: dcgm-exporter's default `xid-count-window-size`.

@@ -11,7 +11,7 @@
 //! GPU falling off the bus and NVML being re-initialised.
 
 use super::catalog;
-pub use crate::model::xid::{Severity, UNATTRIBUTED, XidCount, XidSnapshot};
+pub use crate::model::xid::{OTHER_CODES, Severity, UNATTRIBUTED, XidCount, XidSnapshot};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
@@ -78,17 +78,24 @@ pub const MAX_RAW_LINE: usize = 1024;
 pub trait XidListener: Send + Sync {
     /// A new event, `group` its number in this store.
     /// `severity`: the code's severity now (the operator's policy, else the catalog's).
-    fn counted(&self, group: u64, event: &XidEvent, severity: Severity);
+    /// `counted_as`: the code it is counted under ([`OTHER_CODES`] beyond the GPU's limit).
+    fn counted(&self, group: u64, event: &XidEvent, severity: Severity, counted_as: u32);
     /// Another source's report of event `group`.
     fn joined(&self, group: u64, event: &XidEvent);
 }
 
-/// At most this many PCI addresses that are no GPU the backends enumerated, and (address,
-/// code) pairs on them, are counted, and as many (address, GPU instance, code) triples: a node has a few GPUs and an XID catalog of about
-/// two hundred codes, so a log that names thousands of addresses is noise or an attack, and
-/// must not become thousands of permanent series. Reports beyond are counted as dropped.
+/// At most this many PCI addresses that are no GPU the backends enumerated are counted: a
+/// node has a few GPUs, so a log that names thousands of addresses is noise or an attack, and
+/// must not become thousands of permanent series. Reports on further addresses are counted as
+/// dropped.
 const MAX_ADDRESSES: usize = 32;
-const MAX_KEYS: usize = 512;
+/// Distinct codes counted one by one per address (and per MIG GPU instance): the catalog has
+/// about two hundred and a failing GPU shows a handful. Further codes are counted together
+/// under [`OTHER_CODES`] with the highest severity among them, so the counts still add up and
+/// a fatal one still makes the GPU unhealthy.
+pub const MAX_CODES_PER_ADDRESS: usize = 64;
+/// MIG GPU instances per GPU whose XIDs are counted apart (the largest GPUs have seven).
+const MAX_INSTANCES: usize = 16;
 /// Recent events kept per (address, code) for joining one event's reports from two
 /// sources: enough for any real burst, and a constant cost per report however long the log.
 const RECENT_PER_KEY: usize = 64;
@@ -124,8 +131,12 @@ struct Inner {
     identity_order: VecDeque<u64>,
     /// Records read a second time (a log file emptied and written again) and not counted.
     repeated: u64,
-    /// The PCI addresses of the GPUs the backends enumerated, which the limits never apply to.
+    /// The PCI addresses of the GPUs the backends enumerated, which the address limit never
+    /// applies to.
     gpus: std::collections::BTreeSet<String>,
+    /// Per address, the highest severity among the codes counted under [`OTHER_CODES`] (as
+    /// it was when each was counted).
+    other_severity: BTreeMap<String, Severity>,
 }
 
 impl Inner {
@@ -134,22 +145,48 @@ impl Inner {
         self.policy.chosen(code).unwrap_or_else(|| catalog::severity(code))
     }
 
-    /// Whether a new (address, code) pair on `address` may still be counted. A GPU the
-    /// backends enumerated always may: noise must never crowd out a real GPU's XIDs.
+    /// Whether XIDs on `address` may be counted. A GPU the backends enumerated always may:
+    /// noise must never crowd out a real GPU's XIDs.
     fn has_room_for(&self, address: &str) -> bool {
-        if self.gpus.contains(address) {
+        if self.gpus.contains(address) || self.counts.keys().any(|(a, _)| a == address) {
             return true;
         }
-        let others = || self.counts.keys().filter(|(a, _)| !self.gpus.contains(a));
-        if others().count() >= MAX_KEYS {
-            return false;
-        }
-        let seen = others().any(|(a, _)| a == address);
-        seen || others()
+        let others: std::collections::BTreeSet<&String> = self
+            .counts
+            .keys()
             .map(|(a, _)| a)
-            .collect::<std::collections::BTreeSet<_>>()
-            .len()
-            < MAX_ADDRESSES
+            .filter(|a| !self.gpus.contains(*a))
+            .collect();
+        others.len() < MAX_ADDRESSES
+    }
+
+    /// The code a report of `code` on `address` is counted under: its own, or
+    /// [`OTHER_CODES`] once the address holds [`MAX_CODES_PER_ADDRESS`] others.
+    fn counted_as(&mut self, address: &str, code: u32) -> u32 {
+        let key = (address.to_string(), code);
+        if self.counts.contains_key(&key) {
+            return code;
+        }
+        let codes = self
+            .counts
+            .range((address.to_string(), 0)..=(address.to_string(), OTHER_CODES))
+            .filter(|((_, c), _)| *c != OTHER_CODES)
+            .count();
+        if codes < MAX_CODES_PER_ADDRESS {
+            return code;
+        }
+        let severity = self.severity(code);
+        let highest = self.other_severity.entry(address.to_string()).or_insert(severity);
+        *highest = (*highest).max(severity);
+        OTHER_CODES
+    }
+
+    /// The severity a count shows: the code's, or for [`OTHER_CODES`] the highest among them.
+    fn count_severity(&self, address: &str, code: u32) -> Severity {
+        if code == OTHER_CODES {
+            return self.other_severity.get(address).copied().unwrap_or(Severity::Unknown);
+        }
+        self.severity(code)
     }
 }
 
@@ -216,6 +253,7 @@ impl XidStore {
                 sources: BTreeMap::new(),
                 reports: BTreeMap::new(),
                 dropped: 0,
+                other_severity: BTreeMap::new(),
                 identities: Default::default(),
                 identity_order: Default::default(),
                 repeated: 0,
@@ -262,20 +300,30 @@ impl XidStore {
                 inner.identities.remove(&oldest);
             }
         }
-        let key = (event.pci_bus_id.clone(), event.xid);
-        if !inner.counts.contains_key(&key) && !inner.has_room_for(&key.0) {
+        if !inner.has_room_for(&event.pci_bus_id) {
             inner.dropped += 1;
             if inner.dropped == 1 {
                 log::warn!(
-                    "the XID store holds XIDs for {} PCI addresses or {} (address, code) pairs, its limit; \
-                     further new ones are counted in gpuwarden_xid_dropped_total only",
-                    MAX_ADDRESSES,
-                    MAX_KEYS
+                    "the XID store holds XIDs for {MAX_ADDRESSES} PCI addresses that are no GPU, its limit; \
+                     reports on further addresses are counted in gpuwarden_xid_dropped_total only \
+                     (the first: {:?}, Xid {})",
+                    event.pci_bus_id,
+                    event.xid
                 );
             }
             self.moved_on();
             return false;
         }
+        let counted_as = inner.counted_as(&event.pci_bus_id, event.xid);
+        if counted_as == OTHER_CODES && !inner.counts.contains_key(&(event.pci_bus_id.clone(), OTHER_CODES)) {
+            log::warn!(
+                "{} has XIDs of {MAX_CODES_PER_ADDRESS} distinct codes; further codes (first: Xid {}) are \
+                 counted together as xid=\"other\"",
+                event.pci_bus_id,
+                event.xid
+            );
+        }
+        let key = (event.pci_bus_id.clone(), counted_as);
         let newest = inner.newest.map_or(event.at, |n| n.max(event.at));
         inner.newest = Some(newest);
         let groups = inner.recent.entry(key.clone()).or_default();
@@ -302,8 +350,24 @@ impl XidStore {
             groups.pop_front();
         }
         if let Some(instance) = event.gpu_instance {
-            let instance_key = (key.0.clone(), instance, key.1);
-            if inner.instance_counts.len() < MAX_KEYS || inner.instance_counts.contains_key(&instance_key) {
+            let bus = key.0.clone();
+            let on_bus = |k: &(String, u32, u32)| k.0 == bus;
+            let instances: std::collections::BTreeSet<u32> = inner
+                .instance_counts
+                .keys()
+                .filter(|k| on_bus(k))
+                .map(|k| k.1)
+                .collect();
+            if instances.contains(&instance) || instances.len() < MAX_INSTANCES {
+                let codes = inner
+                    .instance_counts
+                    .keys()
+                    .filter(|k| on_bus(k) && k.1 == instance && k.2 != OTHER_CODES)
+                    .count();
+                let mut instance_key = (bus.clone(), instance, key.1);
+                if !inner.instance_counts.contains_key(&instance_key) && codes >= MAX_CODES_PER_ADDRESS {
+                    instance_key.2 = OTHER_CODES;
+                }
                 let entry = inner.instance_counts.entry(instance_key).or_insert((0, event.at));
                 entry.0 += 1;
                 entry.1 = entry.1.max(event.at);
@@ -314,7 +378,7 @@ impl XidStore {
         entry.0 += 1;
         entry.1 = entry.1.max(event.at);
         if let Some(listener) = self.listener.get() {
-            listener.counted(id, &event, inner.severity(event.xid));
+            listener.counted(id, &event, inner.severity(event.xid), counted_as);
         }
         self.moved_on();
         true
@@ -382,7 +446,7 @@ impl XidStore {
                 .map_or(0, |times| times.count());
             by_bus.entry(bus.clone()).or_default().push(XidCount {
                 xid: *xid,
-                severity: inner.severity(*xid),
+                severity: inner.count_severity(bus, *xid),
                 count: *count,
                 last_seen: *last_seen,
                 recent,
@@ -392,7 +456,7 @@ impl XidStore {
         for ((bus, instance, xid), (count, last_seen)) in &inner.instance_counts {
             by_instance.entry((bus.clone(), *instance)).or_default().push(XidCount {
                 xid: *xid,
-                severity: inner.severity(*xid),
+                severity: inner.count_severity(bus, *xid),
                 count: *count,
                 last_seen: *last_seen,
                 recent: 0,
@@ -505,5 +569,48 @@ mod tests {
         let mut other = event(79, Source::Nvml, 100);
         other.pci_bus_id = "0000:5d:00.0".into();
         assert!(store.record(other));
+    }
+
+    /// 40,000 distinct codes on one GPU: 64 counted one by one, the rest as `other`, with
+    /// the highest severity among them; every report counted (the values add up).
+    #[test]
+    fn distinct_codes_per_gpu_are_bounded_and_still_add_up() {
+        let store = XidStore::new(Duration::from_secs(10));
+        store.set_gpus([BUS].into_iter());
+        for code in 1000..41_000u32 {
+            assert!(store.record(event(code, Source::KernelLog, u64::from(code))));
+        }
+        // A fatal code beyond the limit still makes it into a fatal count.
+        assert!(store.record(event(79, Source::KernelLog, 50_000)));
+        let snapshot = store.snapshot();
+        let counts = snapshot.for_bus(BUS);
+        assert_eq!(counts.len(), MAX_CODES_PER_ADDRESS + 1);
+        let total: u64 = counts.iter().map(|c| c.count).sum();
+        assert_eq!(total, 40_001);
+        let other = counts.iter().find(|c| c.xid == OTHER_CODES).unwrap();
+        assert_eq!(other.code(), "other");
+        assert_eq!(other.severity, Severity::Fatal);
+        assert_eq!(snapshot.dropped, 0);
+        // Addresses that are no GPU: 32 of them, further ones dropped and counted.
+        for n in 0..40u32 {
+            let mut e = event(13, Source::KernelLog, 60_000);
+            e.pci_bus_id = format!("0000:{:02x}:00.0", 0x80 + n);
+            store.record(e);
+        }
+        let snapshot = store.snapshot();
+        assert_eq!(snapshot.by_bus.len(), 1 + MAX_ADDRESSES);
+        assert_eq!(snapshot.dropped, 8);
+    }
+
+    #[test]
+    fn a_record_read_twice_is_counted_once() {
+        let store = XidStore::new(Duration::from_secs(10));
+        let mut e = event(48, Source::KernelLog, 100);
+        e.identity = Some(7);
+        assert!(store.record(e.clone()));
+        assert!(!store.record(e.clone()), "the same record again");
+        e.identity = Some(8);
+        assert!(store.record(e), "another record");
+        assert_eq!(count(&store, 48), 2);
     }
 }
