@@ -149,7 +149,7 @@ impl Writer {
     /// what changed. A task on the runtime rather than a thread of its own: it is idle almost
     /// always, and a thread costs the daemon a stack and a malloc arena (docs/performance.md).
     pub(super) async fn run(mut self, stop: crate::stop::Stop) {
-        self.open().await;
+        self.open(WORKER_TIMEOUT).await;
         self.push(self.daemon_event("started"));
         let mut tick = tokio::time::interval(BATCH_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -174,8 +174,10 @@ impl Writer {
         self.storm_rows(Self::now(), true);
         self.end_open_episodes();
         self.push(self.daemon_event("stopped"));
-        // A batch that failed (its worker stalled and was killed) first, then the rest.
+        // A batch that failed (its worker stalled and was killed) first, then the rest, each
+        // with a fresh worker tried at once.
         for _ in 0..2 {
+            self.retry_at = Instant::now();
             self.flush(None, LAST_BATCH_TIMEOUT).await;
             if self.pending.is_none() && self.backlog.is_empty() {
                 break;
@@ -456,7 +458,7 @@ impl Writer {
 
     /// Opens the file when it is not known good and a retry is due (in a worker, which moves
     /// a damaged file aside); takes over what it knows the first time.
-    async fn open(&mut self) {
+    async fn open(&mut self, timeout: Duration) {
         if self.open || Instant::now() < self.retry_at {
             return;
         }
@@ -464,7 +466,7 @@ impl Writer {
             path: self.place.path.clone(),
             boot_id: self.place.boot_id.clone(),
         };
-        match worker::call_blocking_pool(request, WORKER_TIMEOUT).await {
+        match worker::call_blocking_pool(request, timeout).await {
             Ok(Answer::Opened {
                 facts,
                 xid_counts,
@@ -539,7 +541,7 @@ impl Writer {
     /// but the hourly deletion of old rows. A batch that fails is kept whole and written
     /// again first, with its id. `stop`: the daemon's stop, which cuts a stalled worker short.
     async fn flush(&mut self, stop: Option<&crate::stop::Stop>, timeout: Duration) {
-        self.open().await;
+        self.open(timeout).await;
         if !self.open {
             return;
         }

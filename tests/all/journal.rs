@@ -843,3 +843,245 @@ fn a_storm_never_costs_the_journal_a_fatal_xid_or_a_count() {
         "every report is a row or in a storm row's count"
     );
 }
+
+/// Pids of the daemon's journal workers running now.
+fn journal_workers(daemon_pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let parent = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if parent == Some(daemon_pid) && String::from_utf8_lossy(&cmdline).contains("journal-worker") {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// A journal worker stopped (SIGSTOP) while it writes, XIDs queued after it, then SIGTERM:
+/// the daemon exits within its stop time, kills the stalled worker (none is left behind) and
+/// writes the queued rows with a fresh one.
+#[test]
+fn sigterm_while_the_journal_worker_is_stopped_keeps_the_queued_rows_and_leaves_no_worker() {
+    let mut d = Daemon::start(DEMO_SCENARIO);
+    let state = d.state_path();
+    wait_for_kind(&state, "inventory", GPU0_UUID);
+    let pid = d.child.id();
+    // Catch a worker in flight: one runs for each batch (XIDs keep them coming).
+    let mut stopped = None;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut sequence = 900;
+    while stopped.is_none() {
+        assert!(std::time::Instant::now() < deadline, "never caught a journal worker");
+        sequence += 1;
+        d.log_kernel(&format!(
+            "3,{sequence},9000000,-;NVRM: Xid (PCI:0000:19:00): 31, pid=1, name=x, catch a worker\n"
+        ));
+        for _ in 0..200 {
+            if let Some(worker) = journal_workers(pid).first() {
+                let _ = Command::new("kill").args(["-STOP", &worker.to_string()]).status();
+                stopped = Some(*worker);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let stopped = stopped.unwrap();
+    // Queued while the worker is stopped: a fatal XID on GPU 0 (after the records above).
+    d.log_kernel("3,5000,9500000,-;NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=train, DBE (0x00000000)\n");
+    d.scrape_until("Xid 48 counted", unhealthy);
+    std::thread::sleep(Duration::from_millis(1200));
+    let started = std::time::Instant::now();
+    d.signal(15);
+    assert_eq!(d.child.wait().unwrap().code(), Some(0));
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    // The stalled worker was killed, not left behind under PID 1.
+    std::thread::sleep(Duration::from_millis(200));
+    let status = std::fs::read_to_string(format!("/proc/{stopped}/status")).unwrap_or_default();
+    assert!(
+        status.is_empty() || status.contains("State:\tZ"),
+        "worker {stopped} still there:\n{status}"
+    );
+    let rows = xid_rows(&state);
+    assert!(
+        rows.iter().any(|r| r["details"]["xid"] == 48),
+        "{rows:#?}\n{}",
+        d.log_text()
+    );
+    assert!(
+        !d.log_text().contains("could not be written before the stop"),
+        "{}",
+        d.log_text()
+    );
+}
+
+/// Two daemons on one state.path: the second is refused at start with who holds the file
+/// (exit 69), and writes nothing: every row stays single.
+#[test]
+fn a_second_daemon_on_the_same_journal_is_refused_and_writes_nothing() {
+    let d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &test_config(&sim_library(), ""), FATAL_XID);
+    let state = d.state_path();
+    wait_for_xid_rows(&state, 1);
+    // The same config but another port and socket, so only the journal is shared.
+    let config = std::fs::read_to_string(d.dir.path().join("config.yaml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // (Its port is 127.0.0.1:0, as every test daemon's.)
+    let config = config.replace(
+        &d.socket_path().display().to_string(),
+        &dir.path().join("second.sock").display().to_string(),
+    );
+    std::fs::write(dir.path().join("config.yaml"), &config).unwrap();
+    let started = std::time::Instant::now();
+    let out = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(dir.path().join("config.yaml"))
+        .env("GPUWARDEN_SIM_NVML_SCENARIO", d.dir.path().join("scenario.yaml"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(stderr.contains("is in use by another gpuwarden"), "{stderr}");
+    assert!(stderr.contains(&format!("pid {}", d.child.id())), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(xid_rows(&state).len(), 1);
+    let started_rows = events_json(&state, &["--kind", "daemon"]);
+    assert_eq!(
+        started_rows.as_array().unwrap().len(),
+        1,
+        "only the first daemon's start: {started_rows:#}"
+    );
+}
+
+/// The journal deleted while the daemon runs: noticed, warned about, and filled again with
+/// the GPUs' identities and this boot's counts, so a restart still finds the fatal XID.
+#[test]
+fn a_journal_deleted_while_running_is_refilled_and_a_restart_still_knows_the_fatal_xid() {
+    let d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &test_config(&sim_library(), ""), FATAL_XID);
+    let state = d.state_path();
+    wait_for_xid_rows(&state, 1);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", state.display()));
+    }
+    // A change gives the writer a batch to write into the new file.
+    d.log_kernel("3,502,6000000,-;NVRM: Xid (PCI:0000:5d:00): 31, pid=1, name=x, MMU Fault\n");
+    eventually("the warning", Duration::from_secs(10), || {
+        d.log_text().contains("was deleted, emptied or replaced").then_some(())
+    });
+    // Restarted with the ring buffer empty: the refilled file holds the count.
+    let d = d.restart(false, Some(""));
+    let m = d.scrape_until("GPU 0 unhealthy after the restart", unhealthy);
+    assert_eq!(m.value("gpu_xid_errors_total", &[gpu0(), ("xid", "48")]), Some(1.0));
+    let report = report_json(&state, "0");
+    assert_eq!(report["identity"]["serial"], GPU0_SERIAL, "{report:#}");
+}
+
+/// A retention shorter than the uptime: the pruning at a start deletes rows older than the
+/// retention, but never this boot's XID counts, so the next restart keeps the fatal XID.
+#[test]
+fn a_retention_shorter_than_the_uptime_keeps_this_boots_counts() {
+    let config = test_config(&sim_library(), "").replace("state:\n", "state:\n  retention: 1h\n");
+    assert!(config.contains("retention: 1h"), "{config}");
+    let mut d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &config, FATAL_XID);
+    let state = d.state_path();
+    d.scrape_until("Xid 48 makes GPU 0 unhealthy", unhealthy);
+    wait_for_xid_rows(&state, 1);
+    d.signal(15);
+    assert_eq!(d.child.wait().unwrap().code(), Some(0));
+    // Two hours pass (the rows made older): this boot's count is past the retention.
+    let conn = rusqlite::Connection::open(&state).unwrap();
+    conn.execute_batch(
+        "UPDATE xid_counts SET last_at = last_at - 7200; UPDATE events SET at = at - 7200;
+         UPDATE boots SET first_seen = first_seen - 7200;",
+    )
+    .unwrap();
+    drop(conn);
+    // The restart's first batch prunes; the one after must still find the count.
+    let d = d.restart(false, Some(""));
+    d.scrape_until("GPU 0 unhealthy after the first restart", unhealthy);
+    std::thread::sleep(Duration::from_millis(2500));
+    let d = d.restart(false, Some(""));
+    let m = d.scrape_until("GPU 0 unhealthy after the second restart", unhealthy);
+    assert_eq!(m.value("gpu_xid_errors_total", &[gpu0(), ("xid", "48")]), Some(1.0));
+    assert!(
+        xid_rows(&state).is_empty(),
+        "the old XID row itself is past the retention"
+    );
+}
+
+/// 5,000 distinct codes on GPU 0: 64 series and one `other`, the values add up, the fatal
+/// one among them still makes the GPU unhealthy, and the journal stays small.
+#[test]
+fn thousands_of_distinct_codes_stay_bounded_in_series_and_in_the_journal() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let state = d.state_path();
+    wait_for_kind(&state, "inventory", GPU0_UUID);
+    let lines: String = (0..5000u32)
+        .map(|i| {
+            format!(
+                "3,{},9000000,-;NVRM: Xid (PCI:0000:19:00): {}, pid=1, name=x, many codes\n",
+                2000 + i,
+                10_000 + i
+            )
+        })
+        .collect();
+    d.log_kernel(&format!(
+        "{lines}3,7001,9000001,-;NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, y\n"
+    ));
+    let m = d.scrape_until("all 5,001 counted", |m| {
+        let total: f64 = m.find("gpu_xid_errors_total", &[gpu0()]).iter().map(|s| s.value).sum();
+        total == 5001.0
+    });
+    let series = m.find("gpu_xid_errors_total", &[gpu0()]);
+    assert_eq!(series.len(), 65, "{}", series.len());
+    let other = series
+        .iter()
+        .find(|s| s.labels["xid"] == "other")
+        .expect("an other series");
+    assert_eq!(other.labels["severity"], "fatal");
+    assert!(unhealthy(&m));
+    std::thread::sleep(Duration::from_millis(2500));
+    let size = std::fs::metadata(&state).unwrap().len();
+    assert!(size < 2 * 1024 * 1024, "journal {size} bytes");
+    let m = d.scrape();
+    let reported = m.value("gpuwarden_journal_size_bytes", &[]).unwrap();
+    assert!(reported > 0.0 && reported <= size as f64, "{reported} vs {size}");
+}
+
+/// A batch written again (its worker committed, then answered after its time-out and the
+/// writer tried again): recognised by its id and not written twice.
+#[test]
+fn a_batch_written_twice_is_written_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.db");
+    let event = |xid: u32| {
+        serde_json::json!({"Insert": {"event": {
+            "at": 1000.0, "kind": "xid", "gpu": null, "summary": format!("Xid {xid}"),
+            "details": {"xid": xid}
+        }, "group": xid}})
+    };
+    let batch = |id: &str| {
+        serde_json::json!({
+            "request": "write", "id": id, "path": state, "boot_id": "b", "host": "h",
+            "items": [event(13), event(31), event(43)], "facts": [], "counts": [],
+            "kmsg_sequence": null, "prune": null
+        })
+        .to_string()
+    };
+    let (status, first) = worker(batch("run-1:7").as_bytes());
+    assert!(status.success(), "{first}");
+    assert_eq!(first["Ok"]["rows"], 3, "{first}");
+    let (_, again) = worker(batch("run-1:7").as_bytes());
+    assert_eq!(again["Ok"]["rows"], 0, "{again}");
+    assert_eq!(again["Ok"]["repeated"], true, "{again}");
+    let (_, next) = worker(batch("run-1:8").as_bytes());
+    assert_eq!(next["Ok"]["rows"], 3, "another batch is written: {next}");
+    assert_eq!(xid_rows(&state).len(), 6);
+}
