@@ -888,7 +888,7 @@ impl Overrides {
                     || self.state_path.is_some()
                     || self.local_socket.is_some()
             })
-            .and_then(|f| std::fs::read_to_string(f).ok())
+            .and_then(|f| read_config_file(f, "config file").ok())
             .unwrap_or_default();
         let file_sets = |section: &str, key: &str| {
             let set = key_position(&text, section, key).is_some();
@@ -993,8 +993,9 @@ pub(crate) fn split_rendered(rendered: &str, file: &Path) -> (String, Option<Str
     };
     let snippet: Vec<String> = lines
         .map(|line| {
-            if let Some(rest) = line.strip_prefix(" --> <input>") {
-                format!(" --> {}{rest}", file.display())
+            if let Some(rest) = line.trim_start().strip_prefix("--> <input>") {
+                let indent = &line[..line.len() - line.trim_start().len()];
+                format!("{indent}--> {}{rest}", file.display())
             } else if let Some(caret) = line.find('^').filter(|_| line.trim_start().starts_with('|')) {
                 line[..=caret].to_string()
             } else {
@@ -1032,15 +1033,46 @@ impl Config {
     }
 
     pub fn load(file: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(file).map_err(|e| ConfigError {
+        let text = read_config_file(file, "config file").map_err(|message| ConfigError {
             file: file.to_path_buf(),
             line: None,
             column: None,
-            message: format!("cannot read the config file: {e}"),
+            message,
             snippet: None,
         })?;
         Config::parse(&text, file)
     }
+}
+
+/// The largest config file read: a fully commented config is about 20 KiB.
+pub const MAX_CONFIG_BYTES: usize = 1024 * 1024;
+
+/// Reads a config file (`what`: "config file", "web config file") through the hardened
+/// reader: a regular file only (a FIFO would block the start or a reload, /dev/zero would be
+/// read without end), opened without blocking, at most [`MAX_CONFIG_BYTES`]. A link is
+/// followed: the config directory is root's, and Kubernetes mounts ConfigMaps as links.
+/// Err: what is wrong and what to do.
+pub fn read_config_file(file: &Path, what: &str) -> Result<String, String> {
+    use crate::input::{Links, Reason, Refused};
+    let (bytes, truncated) = crate::input::read_bytes(file, MAX_CONFIG_BYTES, Links::Follow).map_err(|e| match e {
+        Refused::Missing => format!("cannot read the {what}: it does not exist"),
+        Refused::Skip(Reason::NotRegularFile, _) => {
+            format!("the {what} is not a regular file (a FIFO, device, socket or directory); point it at a file")
+        }
+        skip => format!("cannot read the {what}: {skip}"),
+    })?;
+    if truncated {
+        return Err(format!(
+            "the {what} is larger than {} MiB; is it the right file?",
+            MAX_CONFIG_BYTES / (1024 * 1024)
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "the {what} is not UTF-8 text (an invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
 }
 
 #[cfg(test)]

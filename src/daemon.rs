@@ -219,6 +219,8 @@ enum DaemonError {
     ReloadRefused(crate::config::ConfigError),
     #[error("{0}")]
     Journal(journal::LockError),
+    #[error("reload refused, keeping the running config: its thread failed: {0}")]
+    ReloadThread(String),
 }
 
 async fn start_poll_loop(coordinator: Coordinator, stop: Stop) -> Result<PollLoop, DaemonError> {
@@ -379,9 +381,28 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
 
 impl Running {
     /// SIGHUP: a new config swapped in whole, or the old one kept with the reason logged.
-    fn reload(&mut self, config_path: Option<&PathBuf>, overrides: &Overrides) {
+    /// The files are read and checked on a blocking thread (the hardened reader never waits
+    /// on a FIFO, but a hung file system could): SIGTERM is still heard meanwhile. Returns
+    /// false when SIGTERM came first.
+    async fn reload(
+        &mut self,
+        config_path: Option<&PathBuf>,
+        overrides: &Overrides,
+        term: &mut tokio::signal::unix::Signal,
+    ) -> bool {
         notify::reloading();
-        match reload(&self.settings.current().config, config_path, overrides) {
+        let running = self.settings.current().config.clone();
+        let (path, overrides) = (config_path.cloned(), overrides.clone());
+        let reading = tokio::task::spawn_blocking(move || reload(&running, path.as_ref(), &overrides));
+        let read = tokio::select! {
+            read = reading => read,
+            _ = term.recv() => {
+                log::info!("SIGTERM while reloading: stopping (the config being read is dropped)");
+                return false;
+            }
+        };
+        let read = read.unwrap_or_else(|e| Err(DaemonError::ReloadThread(e.to_string())));
+        match read {
             Ok(new_settings) => {
                 self.xids.set_dedup_window(new_settings.config.xid.dedup_window);
                 self.xids.set_policy(new_settings.config.health.xid_severity.clone());
@@ -398,6 +419,7 @@ impl Running {
             }
             Err(message) => log::error!("{message}"),
         }
+        true
     }
 
     fn ready(&self, bound: &str) {
@@ -472,7 +494,9 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
             _ = signals.term.recv() => { log::info!("SIGTERM: stopping"); break; }
             _ = signals.int.recv() => { log::info!("SIGINT: stopping"); break; }
             _ = signals.hup.recv() => {
-                running.reload(config_path.as_ref(), &overrides);
+                if !running.reload(config_path.as_ref(), &overrides, &mut signals.term).await {
+                    break;
+                }
                 running.ready(&bound);
                 page_out.as_mut().reset(tokio::time::Instant::now() + crate::residency::SETTLE);
                 paged_out = false;

@@ -120,8 +120,8 @@ impl WebSecurity {
             message,
             snippet: None,
         };
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| error(None, None, format!("cannot read the web config file: {e}")))?;
+        let text =
+            crate::config::read_config_file(file, "web config file").map_err(|message| error(None, None, message))?;
         let raw: RawWebConfig = if text.trim().is_empty() {
             RawWebConfig::default()
         } else {

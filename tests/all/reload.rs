@@ -4,6 +4,7 @@
 
 use crate::common;
 use common::*;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The counters and histogram counts of a scrape, to compare across a reload.
@@ -529,4 +530,93 @@ fn per_process_on_reload_keeps_the_gpm_series() {
         "the backends were made anew:\n{}",
         d.log_text()
     );
+}
+
+/// Waits until the daemon's log holds `text` `n` times.
+fn wait_for_log(d: &Daemon, text: &str, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while d.log_text().matches(text).count() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {text:?} in:\n{}",
+            d.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Hostile shapes at the config path on SIGHUP: a FIFO (reading it used to block the daemon,
+/// SIGTERM ignored), a link to /dev/zero (read without end), a 2 MiB file and a file that is
+/// not UTF-8. Each is refused with what is wrong, the running config kept and served, and
+/// SIGTERM still stops the daemon at once.
+#[test]
+fn a_fifo_or_an_endless_file_at_the_config_path_is_refused_on_reload() {
+    let mut d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    let path = d.config_path();
+    let good = std::fs::read_to_string(&path).unwrap();
+    let shapes: Vec<(&str, Box<dyn Fn()>)> = vec![
+        (
+            "is not a regular file",
+            Box::new(|| {
+                std::fs::remove_file(&path).unwrap();
+                let made = Command::new("mkfifo").arg(&path).status().unwrap();
+                assert!(made.success());
+            }),
+        ),
+        (
+            "is not a regular file",
+            Box::new(|| {
+                std::fs::remove_file(&path).unwrap();
+                std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+            }),
+        ),
+        (
+            "is larger than 1 MiB",
+            Box::new(|| {
+                std::fs::remove_file(&path).unwrap();
+                std::fs::write(&path, format!("{good}\n# {}\n", "x".repeat(2 * 1024 * 1024))).unwrap();
+            }),
+        ),
+        (
+            "is not UTF-8",
+            Box::new(|| {
+                std::fs::remove_file(&path).unwrap();
+                let mut bytes = good.clone().into_bytes();
+                bytes.extend_from_slice(b"\n# \xff\xfe\n");
+                std::fs::write(&path, bytes).unwrap();
+            }),
+        ),
+    ];
+    for (n, (expected, make)) in shapes.iter().enumerate() {
+        make();
+        d.signal(1);
+        wait_for_log(&d, "reload refused", n + 1);
+        assert!(d.log_text().contains(expected), "{expected}:\n{}", d.log_text());
+        d.scrape_until("still serving", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    }
+    // The FIFO again, and SIGTERM right after SIGHUP: stopped within a few seconds.
+    std::fs::remove_file(&path).unwrap();
+    assert!(Command::new("mkfifo").arg(&path).status().unwrap().success());
+    d.signal(1);
+    std::thread::sleep(Duration::from_millis(100));
+    let started = std::time::Instant::now();
+    d.signal(15);
+    assert_eq!(d.child.wait().unwrap().code(), Some(0));
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
+/// A reload refused for a bad value names the file in its snippet, never serde's `<input>`.
+#[test]
+fn a_refused_reload_names_the_file_and_line() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    let path = d.config_path();
+    let config = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, config.replace("dedup_window: 2s", "dedup_window: 2 parsecs")).unwrap();
+    d.signal(1);
+    wait_for_log(&d, "reload refused", 1);
+    let log = d.log_text();
+    assert!(!log.contains("<input>"), "{log}");
+    assert!(log.contains(&format!("--> {}:", path.display())), "{log}");
 }
