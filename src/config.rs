@@ -270,9 +270,43 @@ enum SeverityName {
     Ignore,
 }
 
+/// `health.xid_severity` as written, every key once: `{48: fatal, "48": ignore}` names one
+/// code twice, and which one wins would be a guess, so it is refused.
+struct XidSeverities(Vec<(XidKey, SeverityName)>);
+
+impl<'de> Deserialize<'de> for XidSeverities {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<XidSeverities, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = XidSeverities;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map of XID codes (or `all`) to fatal, critical, warning or ignore")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<XidSeverities, A::Error> {
+                let mut entries: Vec<(XidKey, SeverityName)> = Vec::new();
+                while let Some(key) = map.next_key::<XidKey>()? {
+                    if entries.iter().any(|(seen, _)| *seen == key) {
+                        let named = match key {
+                            XidKey::All => "`all`".to_string(),
+                            XidKey::Code(code) => format!("XID {code}"),
+                        };
+                        return Err(serde::de::Error::custom(format!(
+                            "{named} is given twice in health.xid_severity (48 and \"48\" are one code); keep one"
+                        )));
+                    }
+                    let value = map.next_value::<SeverityName>()?;
+                    entries.push((key, value));
+                }
+                Ok(XidSeverities(entries))
+            }
+        }
+        d.deserialize_map(Entries)
+    }
+}
+
 fn xid_severity<'de, D: Deserializer<'de>>(d: D) -> Result<crate::model::xid::XidPolicy, D::Error> {
     use crate::model::xid::Severity;
-    let written = std::collections::BTreeMap::<XidKey, SeverityName>::deserialize(d)?;
+    let written = XidSeverities::deserialize(d)?.0;
     let mut policy = crate::model::xid::XidPolicy::default();
     for (key, name) in written {
         let severity = match name {
@@ -1019,7 +1053,7 @@ impl Config {
         if text.trim().is_empty() {
             return Ok(Config::default());
         }
-        serde_saphyr::from_str_with_options::<Config>(text, options).map_err(|e| {
+        let config = serde_saphyr::from_str_with_options::<Config>(text, options).map_err(|e| {
             let location = e.location();
             let (message, snippet) = split_rendered(e.render().trim(), file);
             ConfigError {
@@ -1029,7 +1063,35 @@ impl Config {
                 message,
                 snippet,
             }
-        })
+        })?;
+        config.check_debounce_spans(text, file)?;
+        Ok(config)
+    }
+
+    /// One bound for both forms of a debounce: N polls at `poll.interval` span at most a day,
+    /// as a duration does (10000 polls at 1h would be over a year).
+    fn check_debounce_spans(&self, text: &str, file: &Path) -> Result<(), ConfigError> {
+        for (name, rule) in &self.health.rules {
+            if let Debounce::Polls(n) = rule.debounce {
+                let span = rule.debounce.span(self.poll.interval);
+                if span > DAY {
+                    let at = key_position(text, "health", name);
+                    return Err(ConfigError {
+                        file: file.to_path_buf(),
+                        line: at.map(|(line, _)| line),
+                        column: at.map(|(_, column)| column),
+                        message: format!(
+                            "health.rules.{name}.debounce: {n} polls at poll.interval {} span {}, over a day; \
+                             write fewer polls or a duration of at most 24h",
+                            humantime::format_duration(self.poll.interval),
+                            humantime::format_duration(span)
+                        ),
+                        snippet: None,
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn load(file: &Path) -> Result<Config, ConfigError> {
@@ -1211,6 +1273,23 @@ mod tests {
             assert_eq!(e.line, Some(line), "{text}: {e}");
             assert!(e.message.contains(says), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn a_code_given_twice_and_a_debounce_over_a_day_in_polls_are_refused() {
+        let e = parse("health:\n  xid_severity: {48: fatal, \"48\": ignore}\n").unwrap_err();
+        assert!(e.message.contains("XID 48 is given twice"), "{e}");
+        assert_eq!(e.file, Path::new("test.yaml"));
+        // The same key written alike: the YAML reader refuses it itself.
+        let e = parse("health:\n  xid_severity:\n    all: fatal\n    all: ignore\n").unwrap_err();
+        assert!(e.message.contains("duplicate"), "{e}");
+        let e = parse("health:\n  xid_severity:\n    48: fatal\n    \"048\": ignore\n").unwrap_err();
+        assert!(e.message.contains("XID 48 is given twice"), "{e}");
+        let e = parse("poll:\n  interval: 1h\n  slow_interval: 1h\n  topology_interval: 1h\n  gpm_interval: 1h\nhealth:\n  rules:\n    nvlink_down: {debounce: 10000}\n").unwrap_err();
+        assert!(e.message.contains("over a day"), "{e}");
+        assert_eq!(e.line, Some(8), "{e}");
+        // 24 polls at 1h: 23 h, under a day.
+        assert!(parse("poll:\n  interval: 1h\n  slow_interval: 1h\n  topology_interval: 1h\n  gpm_interval: 1h\nhealth:\n  rules:\n    nvlink_down: {debounce: 24}\n").is_ok());
     }
 
     #[test]
