@@ -11,7 +11,9 @@
 //! Hostile shapes: a file, link or directory at the path is left alone (only a stale socket
 //! is replaced); a peer of another user is closed at once and counted in the log (rate
 //! limited); at most [`MAX_CONNECTIONS`] at once, each with the HTTP server's header timeout
-//! and size limit (`http::connection_builder`).
+//! and size limit (`http::connection_builder`), as long for the body, one request per
+//! connection and [`CONNECTION_LIFETIME`] in all: slow or idle clients free their slots in
+//! seconds.
 
 use crate::health::clear::{self, ClearRequest};
 use crate::http::AppState;
@@ -33,8 +35,13 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::net::UnixListener;
 use tokio::sync::Semaphore;
 
-/// Local clients at once: a health check every few seconds needs one.
-pub const MAX_CONNECTIONS: usize = 16;
+/// Local clients at once: a health check every few seconds needs one, but idle or slow
+/// clients (root's, the only ones answered) must not queue it behind them: each costs a task
+/// and a small buffer, so there is room for many.
+pub const MAX_CONNECTIONS: usize = 256;
+/// How long a local client has to send its request head, and then its body: a local program
+/// sends both at once.
+const LOCAL_READ_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The largest request body: a clear is a GPU and a reason.
 const MAX_BODY: usize = 4096;
@@ -100,8 +107,19 @@ pub fn router(state: LocalState) -> Router {
         .route("/api/v1/health", get(crate::http::health))
         .route("/api/v1/health/clear", post(clear_gpu))
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        // A body that trickles in holds a slot: it has as long as a request head has.
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(LOCAL_READ_TIMEOUT))
+        // A clear waits for the next poll round (MAX_CLEAR_WAIT at most); nothing takes longer.
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            MAX_CLEAR_WAIT + Duration::from_secs(5),
+        ))
         .with_state(state)
 }
+
+/// The longest a local connection lives, whatever its client does: one request (a head, a
+/// body, a clear's wait for the next poll round) and its answer.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(20);
 
 fn refused(status: StatusCode, message: impl std::fmt::Display) -> Response {
     (status, format!("{message}\n")).into_response()
@@ -284,7 +302,10 @@ pub fn bind(path: &Path) -> Result<UnixListener, LocalApiError> {
 pub async fn serve(listener: UnixListener, path: PathBuf, app: Router, stop: crate::stop::Stop) {
     use std::os::unix::fs::MetadataExt;
     let inode = std::fs::symlink_metadata(&path).map(|m| m.ino()).ok();
-    let builder = crate::http::connection_builder();
+    let mut builder = crate::http::connection_builder();
+    // One request a connection (the clients send Connection: close anyway): an idle client
+    // never keeps a slot between requests.
+    builder.keep_alive(false).header_read_timeout(LOCAL_READ_TIMEOUT);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut refused = crate::logging::RateLimiter::new(Duration::from_secs(60));
     let own_uid = own_uid();
@@ -322,7 +343,7 @@ pub async fn serve(listener: UnixListener, path: PathBuf, app: Router, stop: cra
         let app = app.clone().layer(Extension(peer));
         let connection = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
         tokio::spawn(async move {
-            let _ = connection.await;
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
             drop(permit);
         });
     }

@@ -482,3 +482,46 @@ fn the_local_api_directory_is_made_when_missing() {
 unsafe extern "C" {
     fn geteuid() -> u32;
 }
+
+/// Slow and idle clients on the local socket (root's): 16 POST bodies trickling in a byte a
+/// second and 160 connections that send nothing. `gpuwarden health` still answers within
+/// seconds (it used to wait as long as the slow bodies lasted, and about 50 s behind the idle
+/// connections).
+#[test]
+fn slow_and_idle_local_clients_do_not_hold_the_health_check() {
+    use std::io::Write;
+    let d = Daemon::start(DEMO_SCENARIO);
+    wait_for_exit(&d, 0);
+    let socket = d.socket_path();
+    let mut held = Vec::new();
+    for _ in 0..16 {
+        let mut stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        stream
+            .write_all(b"POST /api/v1/health/clear HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+            .unwrap();
+        held.push(std::thread::spawn(move || {
+            for _ in 0..30 {
+                if stream.write_all(b" ").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }));
+    }
+    let idle: Vec<_> = (0..160)
+        .map(|_| std::os::unix::net::UnixStream::connect(&socket).unwrap())
+        .collect();
+    let started = std::time::Instant::now();
+    loop {
+        let (code, out) = health(&d, false);
+        if code == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "no answer within 8 s behind slow and idle clients: {code} {out}"
+        );
+    }
+    drop(idle);
+    drop(held);
+}
