@@ -305,6 +305,33 @@ async fn index(State(state): State<AppState>) -> Html<String> {
 /// `/api/v1/events?since=7d&gpu=0&kind=xid,health&limit=100`: the journal's rows as JSON,
 /// read-only, behind the same TLS and auth as /metrics. 404 with the journal off, 400 for
 /// a bad parameter, 503 when it cannot be read or too many readers are at it.
+/// The body of `/api/v1/events`, serialized straight from the rows.
+#[derive(serde::Serialize)]
+struct EventsPage<'a> {
+    events: &'a [crate::journal::read::Row],
+}
+
+/// `</api/v1/events?...&before=ID>; rel="next"`: the same query, older rows.
+fn next_page_link(params: &std::collections::BTreeMap<String, String>, cursor: &str) -> String {
+    let mut query: Vec<String> = params
+        .iter()
+        .filter(|(k, _)| k.as_str() != "before")
+        .map(|(k, v)| format!("{}={}", percent(k), percent(v)))
+        .collect();
+    query.push(format!("before={}", percent(cursor)));
+    format!("</api/v1/events?{}>; rel=\"next\"", query.join("&"))
+}
+
+/// Percent-encodes what is not unreserved in a query component.
+fn percent(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b',' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 async fn events(
     State(state): State<AppState>,
     axum::extract::Query(params): axum::extract::Query<std::collections::BTreeMap<String, String>>,
@@ -333,11 +360,26 @@ async fn events(
     }
     if let Some(limit) = params.get("limit") {
         match limit.parse::<usize>() {
-            Ok(n) if (1..=read::MAX_LIMIT).contains(&n) => query.limit = n,
+            Ok(n) if (1..=read::MAX_HTTP_LIMIT).contains(&n) => query.limit = n,
             _ => {
                 return (
                     StatusCode::BAD_REQUEST,
-                    format!("limit must be from 1 to {}\n", read::MAX_LIMIT),
+                    format!(
+                        "limit must be from 1 to {} (a page; follow the Link header for older rows)\n",
+                        read::MAX_HTTP_LIMIT
+                    ),
+                )
+                    .into_response();
+            }
+        }
+    }
+    if let Some(before) = params.get("before") {
+        match read::parse_before(before) {
+            Some(cursor) => query.before = Some(cursor),
+            None => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    "before must be a page cursor as the Link header gives it (TIME_ID)\n",
                 )
                     .into_response();
             }
@@ -357,6 +399,7 @@ async fn events(
         gpu,
         kinds: query.kinds,
         limit: query.limit,
+        before: query.before,
     };
     let answer = tokio::task::spawn_blocking(move || -> Result<Option<Vec<read::Row>>, String> {
         match worker::call(&request, JOURNAL_READ_TIMEOUT) {
@@ -368,8 +411,19 @@ async fn events(
     .await;
     match answer {
         Ok(Ok(Some(rows))) => {
-            let body = serde_json::json!({ "events": rows }).to_string();
-            ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+            // A full page: the next one is the rows older than its oldest.
+            let next = (rows.len() == query.limit)
+                .then(|| rows.first().map(read::cursor_after))
+                .flatten()
+                .map(|cursor| next_page_link(&params, &cursor));
+            let body = serde_json::to_string(&EventsPage { events: &rows }).unwrap_or_default();
+            drop(rows);
+            crate::logging::trim_heap();
+            let mut response = ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+            if let Some(link) = next.and_then(|l| axum::http::HeaderValue::from_str(&l).ok()) {
+                response.headers_mut().insert(header::LINK, link);
+            }
+            response
         }
         Ok(Ok(None)) => (StatusCode::NOT_FOUND, "the journal has no such GPU\n").into_response(),
         Ok(Err(e)) => (

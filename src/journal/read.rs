@@ -15,6 +15,9 @@ use std::time::SystemTime;
 /// At most this many rows in one answer (the HTTP API's and the CLI's default).
 pub const DEFAULT_LIMIT: usize = 1000;
 pub const MAX_LIMIT: usize = 100_000;
+/// At most this many rows in one answer of `/api/v1/events`: a page, with a `Link` to the
+/// next (older) one. Two readers at once then hold a few MiB, not hundreds.
+pub const MAX_HTTP_LIMIT: usize = 5000;
 
 /// One row as read back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,6 +60,8 @@ pub struct Query {
     pub gpus: Vec<String>,
     pub kinds: Vec<Kind>,
     pub limit: usize,
+    /// Only rows before this one, by (time, row id): the next page of a paged answer.
+    pub before: Option<(f64, i64)>,
 }
 
 /// A query's parameter that does not parse; says what to write instead.
@@ -69,6 +74,18 @@ pub enum QueryError {
         text: String,
         reason: humantime::DurationError,
     },
+}
+
+/// A page cursor, `AT_ID` (the oldest row of the page before): Unix seconds and row id.
+pub fn parse_before(text: &str) -> Option<(f64, i64)> {
+    let (at, id) = text.rsplit_once('_')?;
+    let at: f64 = at.parse().ok().filter(|a: &f64| a.is_finite())?;
+    Some((at, id.parse().ok()?))
+}
+
+/// The cursor of the page after one whose oldest row is `row`.
+pub fn cursor_after(row: &Row) -> String {
+    format!("{}_{}", row.at, row.id)
 }
 
 /// Parses `--kind xid,health`: a clear error names the kinds there are.
@@ -97,6 +114,10 @@ pub fn events(conn: &Connection, query: &Query) -> rusqlite::Result<Vec<Row>> {
     if !query.kinds.is_empty() {
         sql.push_str(&format!(" AND kind IN ({})", vec!["?"; query.kinds.len()].join(",")));
         values.extend(query.kinds.iter().map(|k| SqlValue::Text(k.name().to_string())));
+    }
+    if let Some((at, id)) = query.before {
+        sql.push_str(" AND (at < ? OR (at = ? AND id < ?))");
+        values.extend([SqlValue::Real(at), SqlValue::Real(at), SqlValue::Integer(id)]);
     }
     let limit = query.limit.clamp(1, MAX_LIMIT);
     sql.push_str(&format!(" ORDER BY at DESC, id DESC LIMIT {limit}"));

@@ -57,6 +57,8 @@ pub enum Request {
         gpu: Option<String>,
         kinds: Vec<Kind>,
         limit: usize,
+        #[serde(default)]
+        before: Option<(f64, i64)>,
     },
 }
 
@@ -303,7 +305,8 @@ fn answer(request: Request) -> Reply {
             gpu,
             kinds,
             limit,
-        } => events(&path, since, gpu, kinds, limit),
+            before,
+        } => events(&path, since, gpu, kinds, limit, before),
     }
 }
 
@@ -517,7 +520,14 @@ fn join_xid(
     Ok(())
 }
 
-fn events(path: &Path, since: Option<f64>, gpu: Option<String>, kinds: Vec<Kind>, limit: usize) -> Reply {
+fn events(
+    path: &Path,
+    since: Option<f64>,
+    gpu: Option<String>,
+    kinds: Vec<Kind>,
+    limit: usize,
+    before: Option<(f64, i64)>,
+) -> Reply {
     let conn = db::open_read_only(path)?;
     let sqlite = DbError::sqlite(path);
     let mut query = read::Query {
@@ -525,6 +535,7 @@ fn events(path: &Path, since: Option<f64>, gpu: Option<String>, kinds: Vec<Kind>
         gpus: Vec::new(),
         kinds,
         limit,
+        before,
     };
     if let Some(gpu) = gpu {
         match read::find_gpu(&conn, &read::GpuSelector::parse(&gpu)).map_err(&sqlite)? {

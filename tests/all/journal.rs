@@ -1085,3 +1085,51 @@ fn a_batch_written_twice_is_written_once() {
     assert_eq!(next["Ok"]["rows"], 3, "another batch is written: {next}");
     assert_eq!(xid_rows(&state).len(), 6);
 }
+
+/// `/api/v1/events` answers in pages of at most 5,000 rows with a `Link` to the next (older)
+/// one: a limit of 100,000 is refused, and following the links reads every row once.
+#[test]
+fn the_events_api_answers_in_bounded_pages() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let state = d.state_path();
+    wait_for_kind(&state, "inventory", GPU0_UUID);
+    let conn = rusqlite::Connection::open(&state).unwrap();
+    conn.execute_batch("BEGIN").unwrap();
+    for i in 0..12_000 {
+        conn.execute(
+            "INSERT INTO events (at, boot_id, host, kind, summary, details) VALUES (?1, 'b', 'h', 'daemon', ?2, '{}')",
+            rusqlite::params![1_000_000.0 + f64::from(i % 3000), format!("row {i}")],
+        )
+        .unwrap();
+    }
+    conn.execute_batch("COMMIT").unwrap();
+    drop(conn);
+    assert_eq!(d.get("/api/v1/events?limit=100000", &[]).status, 400);
+    let mut path = "/api/v1/events?limit=5000&kind=daemon".to_string();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut pages = 0;
+    loop {
+        let response = d.get(&path, &[]);
+        assert_eq!(response.status, 200, "{}", response.text());
+        let body: serde_json::Value = serde_json::from_str(&response.text()).unwrap();
+        let rows = body["events"].as_array().unwrap();
+        assert!(rows.len() <= 5000);
+        for row in rows {
+            assert!(seen.insert(row["id"].as_i64().unwrap()), "a row twice: {row}");
+        }
+        pages += 1;
+        let Some(link) = response.headers.get("link").cloned() else {
+            break;
+        };
+        let next = link.trim_start_matches('<').split('>').next().unwrap().to_string();
+        assert!(next.contains("before="), "{link}");
+        path = next;
+        assert!(pages < 10, "too many pages");
+    }
+    let rows: i64 = rusqlite::Connection::open(&state)
+        .unwrap()
+        .query_row("SELECT count(*) FROM events WHERE kind = 'daemon'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(seen.len() as i64, rows);
+    assert!(pages >= 3);
+}
