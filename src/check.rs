@@ -78,13 +78,15 @@ pub fn run(config: Config, json: bool) -> i32 {
             }
         })
         .collect();
-    // A GPU missing from the bus is a finding even when every GPU shown is healthy.
+    // A GPU missing from the bus is a finding even when every GPU shown is healthy, and when
+    // none is shown at all (the driver is down while its GPUs are on the bus): that node is
+    // unhealthy, not "no GPU". Only a node with no GPU anywhere has no verdict.
     let worst = devices
         .iter()
         .map(|d| d.health)
         .chain(snapshot.node_findings.iter().map(|f| f.severity))
         .max()
-        .filter(|_| !devices.is_empty());
+        .filter(|_| !devices.is_empty() || !snapshot.node_findings.is_empty());
     let report = Report {
         node_findings: &snapshot.node_findings,
         backends: snapshot.backends.iter().map(|(k, v)| (*k, v.up)).collect(),
@@ -112,6 +114,9 @@ pub fn run(config: Config, json: bool) -> i32 {
         }
         if snapshot.backends.is_empty() {
             println!("  every GPU backend is disabled in the config");
+        }
+        for finding in &snapshot.node_findings {
+            println!("node: {}: {}", finding.severity.label(), finding.message);
         }
     } else {
         print!("{}", table(&report));

@@ -356,6 +356,9 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
         settings.clone(),
         kubelet_stop,
     ));
+    // The PCI census before the first round: a verdict published without it would say "ok"
+    // on a node whose driver is down while its GPUs are on the bus.
+    crate::sources::read_once(crate::sources::pci::PciCensus, &sources.pci, &settings.current());
     sources.spawn_periodic(&settings, &store, &stop);
     let clears = sources.clears.clone();
     let publisher = Arc::new(Publisher::new(store.clone(), sources, settings.clone()));

@@ -871,3 +871,46 @@ fn compute_processes_are_counted_and_listed_when_asked() {
     assert!(m.find("gpu_process_memory_used_bytes", &[("pid", "4103")]).is_empty());
     assert_eq!(m.value("gpu_processes", &[("gpu", "0")]), Some(3.0));
 }
+
+/// The NVIDIA driver down (no NVML library) while its GPUs are on the PCI bus: the node is
+/// unhealthy, in `check` and in the daemon's verdict from its first answer on (it used to say
+/// "ok: 0 GPU(s)"). A node with no GPU anywhere has nothing to judge and stays ok.
+#[test]
+fn nvidia_gpus_on_the_bus_that_no_driver_reads_make_the_node_unhealthy() {
+    for (gpus, check_exit, health_exit) in [(&DEMO_ADDRESSES[..2], 1, 1), (&[][..], 2, 0)] {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("sys/bus/pci/devices")).unwrap();
+        let bound: Vec<(&str, Option<&str>)> = gpus.iter().map(|a| (*a, Some("nvidia"))).collect();
+        pci_fixture(root.path(), &bound);
+        let config = test_config(
+            std::path::Path::new("/nonexistent/libnvidia-ml.so.1"),
+            &format!("amd:\n  sysfs_root: {}\n", root.path().display()),
+        );
+        let d = Daemon::start_with(DEMO_SCENARIO, &config);
+        let out = std::process::Command::new(BIN)
+            .args(["health", "--socket"])
+            .arg(d.socket_path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(health_exit),
+            "{gpus:?}: {stdout}\n{}",
+            d.log_text()
+        );
+        if health_exit == 1 {
+            assert!(stdout.starts_with("unhealthy: node gpu_missing"), "{stdout}");
+        }
+        let out = std::process::Command::new(BIN)
+            .args(["check", "--config"])
+            .arg(d.config_path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(check_exit), "{gpus:?}: {stdout}");
+        if check_exit == 1 {
+            assert!(stdout.contains("node: unhealthy: nvidia GPU 0000:19:00.0"), "{stdout}");
+        }
+    }
+}
