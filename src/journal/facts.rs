@@ -171,6 +171,7 @@ pub fn changes(old: Option<&GpuFacts>, new: &mut GpuFacts, probe: Option<&ProbeR
             ));
         }
         out.extend(probe.map(|r| probe_event(r, gpu.clone())));
+        out.extend(first_readings(new, now, "at first sight"));
         return out;
     };
     if (&old.driver_version, &old.inventory) != (&new.driver_version, &new.inventory) {
@@ -222,6 +223,50 @@ pub fn changes(old: Option<&GpuFacts>, new: &mut GpuFacts, probe: Option<&ProbeR
         out.push(probe_event(report, gpu.clone()));
     }
     out.extend(ended_episodes(new, now, &gpu));
+    out
+}
+
+/// The counters the report shows, as read now: at a GPU's first sight and at each start of
+/// the daemon. The journal otherwise records changes only, so a GPU that came with an
+/// uncorrectable ECC error or a pending remap would show "none recorded" beside a verdict
+/// that names them. `when`: "at first sight", "at start".
+pub fn first_readings(f: &GpuFacts, now: f64, when: &str) -> Vec<Event> {
+    let gpu = Some(f.gpu_ref());
+    let event = |kind, summary: String, details| Event::new(now, kind, gpu.clone(), summary, details);
+    let mut out = Vec::new();
+    if let Some(n) = f.ecc_uncorrectable {
+        out.push(event(
+            Kind::Ecc,
+            format!("uncorrectable ECC errors (aggregate) {n} {when}"),
+            json!({"uncorrectable": n, "reading": when}),
+        ));
+    }
+    if f.remapped_rows.is_some() || f.remap_pending.is_some() || f.remap_failed.is_some() {
+        out.push(event(
+            Kind::RowRemap,
+            format!(
+                "row remapping {when}: pending {}, failed {}, remapped rows {}",
+                yes_no(f.remap_pending),
+                yes_no(f.remap_failed),
+                f.remapped_rows.map_or("unknown".to_string(), |n| n.to_string())
+            ),
+            json!({"pending": f.remap_pending, "failed": f.remap_failed, "remapped_rows": f.remapped_rows,
+                   "reading": when}),
+        ));
+    }
+    if let Some(n) = f.nvlink_errors {
+        out.push(event(
+            Kind::Nvlink,
+            format!(
+                "NVLink errors {n} {when}{}",
+                match f.nvlinks_down.as_deref() {
+                    Some([]) | None => String::new(),
+                    Some(down) => format!(", links down: {down:?}"),
+                }
+            ),
+            json!({"errors": n, "links_down": f.nvlinks_down, "reading": when}),
+        ));
+    }
     out
 }
 

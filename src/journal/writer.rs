@@ -94,6 +94,8 @@ pub(super) struct Writer {
     batch_seq: u64,
     /// A batch that failed: written again first, with the same id.
     pending: Option<Batch>,
+    /// GPUs looked at in this run: the first look at each records its counters.
+    looked_at: BTreeSet<String>,
     /// A batch of this run has been written (a file that then no longer knows this boot
     /// was deleted, emptied or replaced).
     wrote: bool,
@@ -141,6 +143,7 @@ impl Writer {
             ),
             batch_seq: 0,
             pending: None,
+            looked_at: BTreeSet::new(),
             wrote: false,
         }
     }
@@ -398,6 +401,12 @@ impl Writer {
         let probe = snapshot.probe.reports.get(&uuid);
         for event in facts::changes(last.as_ref(), &mut new, probe, now) {
             self.push(event);
+        }
+        // Known from before a restart: this run's first reading of its counters.
+        if self.looked_at.insert(uuid.clone()) && last.is_some() {
+            for event in facts::first_readings(&new, now, "at start") {
+                self.push(event);
+            }
         }
         let enabled = snapshot
             .persistence_attempts

@@ -507,14 +507,24 @@ fn each_change_of_a_gpu_is_one_row() {
         .replacen("{ up: true, crc_flit: 0,", "{ up: false, crc_flit: 7,", 1)
     });
     d.set_scenario(&changed);
-    let ecc = wait_for_kind(&state, "ecc", GPU0_UUID);
-    assert_eq!(ecc[0]["details"]["uncorrectable_before"], 0);
-    assert_eq!(ecc[0]["details"]["uncorrectable"], 2);
-    let remap = wait_for_kind(&state, "row_remap", GPU0_UUID);
-    assert_eq!(remap[0]["details"]["pending"], true);
-    let nvlink = wait_for_kind(&state, "nvlink", GPU0_UUID);
-    assert_eq!(nvlink[0]["details"]["links_down"], serde_json::json!([0]));
-    assert_eq!(nvlink[0]["details"]["errors"], 7);
+    // Each kind's first row is the reading at first sight; the change is the row after it.
+    let changed_row = |kind: &str| {
+        eventually(&format!("the {kind} change"), Duration::from_secs(10), || {
+            let rows = wait_for_kind(&state, kind, GPU0_UUID);
+            (rows.len() >= 2).then(|| rows[rows.len() - 1].clone())
+        })
+    };
+    let first_ecc = &wait_for_kind(&state, "ecc", GPU0_UUID)[0];
+    assert_eq!(first_ecc["details"]["reading"], "at first sight", "{first_ecc:#}");
+    assert_eq!(first_ecc["details"]["uncorrectable"], 0);
+    let ecc = changed_row("ecc");
+    assert_eq!(ecc["details"]["uncorrectable_before"], 0);
+    assert_eq!(ecc["details"]["uncorrectable"], 2);
+    let remap = changed_row("row_remap");
+    assert_eq!(remap["details"]["pending"], true);
+    let nvlink = changed_row("nvlink");
+    assert_eq!(nvlink["details"]["links_down"], serde_json::json!([0]));
+    assert_eq!(nvlink["details"]["errors"], 7);
     let health = wait_for_kind(&state, "health", GPU0_UUID);
     assert_ne!(health.last().unwrap()["details"]["to"], "ok", "{health:#?}");
     // GPU 1 falls off the bus, and comes back.
@@ -530,7 +540,12 @@ fn each_change_of_a_gpu_is_one_row() {
             .as_array()
             .unwrap()
             .clone();
-        let expected = usize::from(kind != "lost" && kind != "back");
+        // The reading at first sight and the change; one inventory row; GPU 0 was never lost.
+        let expected = match kind {
+            "ecc" | "row_remap" | "nvlink" => 2,
+            "inventory" => 1,
+            _ => 0,
+        };
         assert_eq!(rows.len(), expected, "{kind}: {rows:#?}");
     }
 }
@@ -1132,4 +1147,58 @@ fn the_events_api_answers_in_bounded_pages() {
         .unwrap();
     assert_eq!(seen.len() as i64, rows);
     assert!(pages >= 3);
+}
+
+/// What a GPU already had when it was first seen is evidence too: the demo's GPU 5 comes with
+/// an uncorrectable ECC error and GPU 6 with a pending row remap. The report shows both (it
+/// said "None recorded" beside a verdict that named them), and each start records the
+/// counters again.
+#[test]
+fn the_report_shows_what_a_gpu_had_when_first_seen_and_at_each_start() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let state = d.state_path();
+    let uuid = |i: u32| format!("GPU-5f2c7a1e-0000-4d6b-9a0c-00000000000{i}");
+    wait_for_kind(&state, "inventory", &uuid(6));
+    let memory = |gpu: &str| {
+        eventually("memory rows", Duration::from_secs(10), || {
+            let report = report_json(&state, gpu);
+            let rows = report["memory"].as_array().cloned().unwrap_or_default();
+            (!rows.is_empty()).then_some(rows)
+        })
+    };
+    let gpu5 = memory("5");
+    assert!(
+        gpu5.iter()
+            .any(|r| r["kind"] == "ecc" && r["details"]["uncorrectable"] == 1),
+        "{gpu5:#?}"
+    );
+    let gpu6 = memory("6");
+    assert!(
+        gpu6.iter()
+            .any(|r| r["kind"] == "row_remap" && r["details"]["pending"] == true),
+        "{gpu6:#?}"
+    );
+    let markdown = Command::new(BIN)
+        .args(["report", "--gpu", "5", "--markdown", "--state"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let markdown = String::from_utf8_lossy(&markdown.stdout);
+    assert!(
+        markdown.contains("uncorrectable ECC errors (aggregate) 1 at first sight"),
+        "{markdown}"
+    );
+    // Restarted: the counters are read into the journal again.
+    let d = d.restart(false, None);
+    d.scrape_until("the first poll after the restart", |m| {
+        m.value("gpu_up", &[gpu0()]) == Some(1.0)
+    });
+    eventually("the readings at start", Duration::from_secs(10), || {
+        let rows = events_json(&state, &["--kind", "ecc", "--gpu", "5"]);
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["details"]["reading"] == "at start")
+            .then_some(())
+    });
 }
