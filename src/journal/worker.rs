@@ -397,10 +397,14 @@ fn write(batch: &Batch) -> Reply {
     })
 }
 
+/// What a batch wrote: rows, (XID event number, row) for its XID rows, and whether it had
+/// been written before.
+type Written = (u64, Vec<(u64, i64)>, bool);
+
 impl Batch {
     /// Rows inserted, the rows of the XID events it inserted, and whether it had been
     /// written before (then nothing is written again).
-    fn write(&self, conn: &mut Connection) -> rusqlite::Result<(u64, Vec<(u64, i64)>, bool)> {
+    fn write(&self, conn: &mut Connection) -> rusqlite::Result<Written> {
         let tx = conn.transaction()?;
         if !self.id.is_empty() {
             let now = crate::model::unix_seconds(SystemTime::now());

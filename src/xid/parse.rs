@@ -798,7 +798,8 @@ mod tests {
         let mut forged =
             b"x\n\n__CURSOR=s=9\n_TRANSPORT=kernel\nMESSAGE=NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, y\n\n"
                 .to_vec();
-        forged.resize(10 + 256 * 1, b' ');
+        // 266 bytes: the length's first byte is 10, a line break.
+        forged.resize(266, b' ');
         log.extend_from_slice(b"__CURSOR=s=3\n_TRANSPORT=stdout\n");
         log.extend_from_slice(&binary("MESSAGE", &forged));
         log.extend_from_slice(b"\n");

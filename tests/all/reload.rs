@@ -555,7 +555,8 @@ fn a_fifo_or_an_endless_file_at_the_config_path_is_refused_on_reload() {
     d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
     let path = d.config_path();
     let good = std::fs::read_to_string(&path).unwrap();
-    let shapes: Vec<(&str, Box<dyn Fn()>)> = vec![
+    type MakeShape<'a> = Box<dyn Fn() + 'a>;
+    let shapes: Vec<(&str, MakeShape)> = vec![
         (
             "is not a regular file",
             Box::new(|| {
