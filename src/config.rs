@@ -1116,6 +1116,10 @@ pub const MAX_CONFIG_BYTES: usize = 1024 * 1024;
 /// Err: what is wrong and what to do.
 pub fn read_config_file(file: &Path, what: &str) -> Result<String, String> {
     use crate::input::{Links, Reason, Refused};
+    // `--config /dev/null`: the usual way to ask for the built-in defaults.
+    if std::fs::canonicalize(file).is_ok_and(|p| p == Path::new("/dev/null")) {
+        return Ok(String::new());
+    }
     let (bytes, truncated) = crate::input::read_bytes(file, MAX_CONFIG_BYTES, Links::Follow).map_err(|e| match e {
         Refused::Missing => format!("cannot read the {what}: it does not exist"),
         Refused::Skip(Reason::NotRegularFile, _) => {

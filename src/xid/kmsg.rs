@@ -223,15 +223,16 @@ pub fn spawn_follower(
     Ok(())
 }
 
-/// A log file is weaker evidence than /dev/kmsg: on many set-ups any local user can write a
-/// kernel-looking line into syslog (`logger -t kernel`). Said once per daemon run.
-fn warn_once_of_a_log_file(path: &Path) {
+/// A syslog file is weaker evidence than /dev/kmsg: on many set-ups any local user can write
+/// a kernel-looking line into it (`logger -t kernel`). Said once per daemon run, at the first
+/// XID read from a syslog line.
+fn notice_once_of_syslog(path: &Path) {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        log::warn!(
-            "xid.kernel_log_path {} is a file: if it is a syslog file, any local user may be able to write \
-             a kernel-looking XID line into it (logger -t kernel). /dev/kmsg (the default) holds only the \
-             kernel's own records; see docs/health.md, \"Where XIDs are read\"",
+        log::info!(
+            "notice: xid.kernel_log_path {} is a syslog file; any local user may be able to write a \
+             kernel-looking XID line into it (logger -t kernel). /dev/kmsg (the default) or journald's \
+             export format hold only what the kernel logged; see docs/health.md, \"Where XIDs are read\"",
             path.display()
         );
     }
@@ -318,9 +319,7 @@ impl Follower<'_> {
         let position = self.resume.get(self.path);
         // A regular file: go on from where an earlier reader of this file stopped.
         let regular = file.metadata().ok().filter(|m| m.is_file());
-        if regular.is_some() {
-            warn_once_of_a_log_file(self.path);
-        }
+
         let mut offset = 0;
         if let (Some(meta), Some((seen_inode, seen_offset))) = (&regular, position.file)
             && seen_inode == meta.ino()
@@ -414,6 +413,9 @@ impl Follower<'_> {
         if !seen {
             for event in events_from_line(&mut log.parser, line, consumed, log.boot) {
                 record(self.store, event);
+            }
+            if log.parser.saw_syslog {
+                notice_once_of_syslog(self.path);
             }
         }
         if sequence.is_some() {

@@ -78,6 +78,8 @@ pub enum LogLine<'a> {
     Kernel {
         message: &'a str,
         kernel_time_us: Option<u64>,
+        /// A syslog line (`... kernel: ...`): weaker evidence, any local user may write one.
+        via_syslog: bool,
     },
     /// An indented later line of a multi-line record, as dmesg prints it.
     Continuation(&'a str),
@@ -106,6 +108,7 @@ pub fn classify(line: &str) -> LogLine<'_> {
             0 => LogLine::Kernel {
                 message,
                 kernel_time_us: Some(microseconds),
+                via_syslog: false,
             },
             _ => LogLine::NotKernel,
         };
@@ -137,6 +140,7 @@ pub fn classify(line: &str) -> LogLine<'_> {
         return LogLine::Kernel {
             message: rest,
             kernel_time_us: None,
+            via_syslog: false,
         };
     }
     syslog_message(rest).unwrap_or(LogLine::NotKernel)
@@ -149,6 +153,7 @@ fn dmesg_message(line: &str) -> Option<LogLine<'_>> {
     Some(LogLine::Kernel {
         message,
         kernel_time_us: seconds_to_micros(stamp.trim()),
+        via_syslog: false,
     })
 }
 
@@ -175,12 +180,26 @@ fn syslog_message(line: &str) -> Option<LogLine<'_>> {
     if before.rsplit(' ').next()? != "kernel" {
         return None;
     }
-    if message.starts_with('[') {
-        return dmesg_message(message);
-    }
-    Some(LogLine::Kernel {
-        message,
-        kernel_time_us: None,
+    let line = if message.starts_with('[') {
+        dmesg_message(message)?
+    } else {
+        LogLine::Kernel {
+            message,
+            kernel_time_us: None,
+            via_syslog: true,
+        }
+    };
+    Some(match line {
+        LogLine::Kernel {
+            message,
+            kernel_time_us,
+            ..
+        } => LogLine::Kernel {
+            message,
+            kernel_time_us,
+            via_syslog: true,
+        },
+        other => other,
     })
 }
 
@@ -219,6 +238,8 @@ pub struct LogParser {
     entry: ExportEntry,
     /// A binary journald export field being read (see [`LogParser::feed`]).
     binary: Option<BinaryField>,
+    /// A driver line came wrapped as syslog (weaker evidence: see the module's doc).
+    pub saw_syslog: bool,
 }
 
 /// A journald export field in its binary form: a line with the bare name, then a 64-bit
@@ -328,11 +349,12 @@ impl LogParser {
             LogLine::Kernel {
                 message,
                 kernel_time_us,
-            } => self
-                .kernel_message(message, true)
-                .map(|r| (r, kernel_time_us))
-                .into_iter()
-                .collect(),
+                via_syslog,
+            } => {
+                let report = self.kernel_message(message, true);
+                self.saw_syslog |= via_syslog && report.is_some();
+                report.map(|r| (r, kernel_time_us)).into_iter().collect()
+            }
             // Only ever the rest of a notice whose first line the driver logged.
             LogLine::Continuation(text) => self
                 .kernel_message(text, false)
@@ -839,6 +861,17 @@ mod tests {
         assert_eq!(seconds_to_micros("5.5"), Some(5_500_000));
         assert_eq!(seconds_to_micros("Sun Nov 22 02:38:41 2026"), None);
         assert_eq!(seconds_to_micros("99999999999999999999.1"), None);
+    }
+
+    #[test]
+    fn an_xid_read_from_a_syslog_line_is_noted_as_weaker_evidence() {
+        let mut parser = LogParser::default();
+        parser.parse("3,1,5,-;NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, y");
+        parser.parse("[ 5.0] NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, y");
+        parser.parse("Nov 25 10:00:00 node kernel: tmpfs: nothing");
+        assert!(!parser.saw_syslog);
+        parser.parse("Nov 25 10:00:00 node kernel: [ 6.0] NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, y");
+        assert!(parser.saw_syslog);
     }
 
     #[test]

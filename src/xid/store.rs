@@ -94,6 +94,10 @@ const MAX_ADDRESSES: usize = 32;
 /// under [`OTHER_CODES`] with the highest severity among them, so the counts still add up and
 /// a fatal one still makes the GPU unhealthy.
 pub const MAX_CODES_PER_ADDRESS: usize = 64;
+/// Beyond those, fatal and critical codes still get counts of their own, up to this many in
+/// all: their code is what the verdict, the journal and a restart's seed must keep (a count
+/// under `other` comes back from the journal without its severity).
+const MAX_SEVERE_CODES_PER_ADDRESS: usize = 256;
 /// MIG GPU instances per GPU whose XIDs are counted apart (the largest GPUs have seven).
 const MAX_INSTANCES: usize = 16;
 /// Recent events kept per (address, code) for joining one event's reports from two
@@ -172,10 +176,10 @@ impl Inner {
             .range((address.to_string(), 0)..=(address.to_string(), OTHER_CODES))
             .filter(|((_, c), _)| *c != OTHER_CODES)
             .count();
-        if codes < MAX_CODES_PER_ADDRESS {
+        let severity = self.severity(code);
+        if codes < MAX_CODES_PER_ADDRESS || (severity >= Severity::Critical && codes < MAX_SEVERE_CODES_PER_ADDRESS) {
             return code;
         }
-        let severity = self.severity(code);
         let highest = self.other_severity.entry(address.to_string()).or_insert(severity);
         *highest = (*highest).max(severity);
         OTHER_CODES
@@ -580,16 +584,39 @@ mod tests {
         for code in 1000..41_000u32 {
             assert!(store.record(event(code, Source::KernelLog, u64::from(code))));
         }
-        // A fatal code beyond the limit still makes it into a fatal count.
+        // A fatal code beyond the limit keeps a count of its own.
         assert!(store.record(event(79, Source::KernelLog, 50_000)));
         let snapshot = store.snapshot();
         let counts = snapshot.for_bus(BUS);
-        assert_eq!(counts.len(), MAX_CODES_PER_ADDRESS + 1);
+        assert_eq!(counts.len(), MAX_CODES_PER_ADDRESS + 2);
         let total: u64 = counts.iter().map(|c| c.count).sum();
         assert_eq!(total, 40_001);
         let other = counts.iter().find(|c| c.xid == OTHER_CODES).unwrap();
         assert_eq!(other.code(), "other");
-        assert_eq!(other.severity, Severity::Fatal);
+        assert_eq!(other.severity, Severity::Unknown);
+        assert_eq!(
+            counts.iter().find(|c| c.xid == 79).map(|c| c.severity),
+            Some(Severity::Fatal)
+        );
+        // With every code fatal by policy, the severe codes too are bounded, and `other`
+        // carries the highest severity among what it holds.
+        let store = XidStore::new(Duration::from_secs(10));
+        store.set_gpus([BUS].into_iter());
+        store.set_policy(crate::model::xid::XidPolicy {
+            all: Some(Severity::Fatal),
+            codes: Default::default(),
+        });
+        for code in 1000..2000u32 {
+            store.record(event(code, Source::KernelLog, u64::from(code)));
+        }
+        let snapshot = store.snapshot();
+        let counts = snapshot.for_bus(BUS);
+        assert_eq!(counts.len(), MAX_SEVERE_CODES_PER_ADDRESS + 1);
+        let other = counts.iter().find(|c| c.xid == OTHER_CODES).unwrap();
+        assert_eq!(
+            (other.count, other.severity),
+            (1000 - MAX_SEVERE_CODES_PER_ADDRESS as u64, Severity::Fatal)
+        );
         assert_eq!(snapshot.dropped, 0);
         // Addresses that are no GPU: 32 of them, further ones dropped and counted.
         for n in 0..40u32 {

@@ -979,11 +979,26 @@ fn a_second_daemon_on_the_same_journal_is_refused_and_writes_nothing() {
 /// the GPUs' identities and this boot's counts, so a restart still finds the fatal XID.
 #[test]
 fn a_journal_deleted_while_running_is_refilled_and_a_restart_still_knows_the_fatal_xid() {
+    journal_lost_while_running(true);
+}
+
+/// The same with the file emptied in place (`: > state.db`).
+#[test]
+fn a_journal_emptied_while_running_is_refilled_and_a_restart_still_knows_the_fatal_xid() {
+    journal_lost_while_running(false);
+}
+
+fn journal_lost_while_running(delete: bool) {
     let d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &test_config(&sim_library(), ""), FATAL_XID);
     let state = d.state_path();
     wait_for_xid_rows(&state, 1);
     for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", state.display()));
+        let file = format!("{}{suffix}", state.display());
+        if delete || !suffix.is_empty() {
+            let _ = std::fs::remove_file(&file);
+        } else {
+            std::fs::write(&file, "").unwrap();
+        }
     }
     // A change gives the writer a batch to write into the new file.
     d.log_kernel("3,502,6000000,-;NVRM: Xid (PCI:0000:5d:00): 31, pid=1, name=x, MMU Fault\n");
@@ -1032,7 +1047,8 @@ fn a_retention_shorter_than_the_uptime_keeps_this_boots_counts() {
 }
 
 /// 5,000 distinct codes on GPU 0: 64 series and one `other`, the values add up, the fatal
-/// one among them still makes the GPU unhealthy, and the journal stays small.
+/// one after them keeps a count of its own and makes the GPU unhealthy, and the journal
+/// stays small.
 #[test]
 fn thousands_of_distinct_codes_stay_bounded_in_series_and_in_the_journal() {
     let d = Daemon::start(DEMO_SCENARIO);
@@ -1054,13 +1070,15 @@ fn thousands_of_distinct_codes_stay_bounded_in_series_and_in_the_journal() {
         let total: f64 = m.find("gpu_xid_errors_total", &[gpu0()]).iter().map(|s| s.value).sum();
         total == 5001.0
     });
+    // 64 codes, `other` for the rest, and the fatal 79 with a count of its own.
     let series = m.find("gpu_xid_errors_total", &[gpu0()]);
-    assert_eq!(series.len(), 65, "{}", series.len());
+    assert_eq!(series.len(), 66, "{}", series.len());
     let other = series
         .iter()
         .find(|s| s.labels["xid"] == "other")
         .expect("an other series");
-    assert_eq!(other.labels["severity"], "fatal");
+    assert_eq!(other.value, 5000.0 - 64.0);
+    assert_eq!(m.value("gpu_xid_errors_total", &[gpu0(), ("xid", "79")]), Some(1.0));
     assert!(unhealthy(&m));
     std::thread::sleep(Duration::from_millis(2500));
     let size = std::fs::metadata(&state).unwrap().len();
