@@ -95,7 +95,7 @@ enum Command {
         #[arg(long, value_name = "N|UUID")]
         gpu: Option<String>,
         /// Only these kinds, comma-separated: xid, xid_storm, health, probe, ecc, row_remap,
-        /// nvlink, slowdown, lost, back, pci_missing, persistence, inventory, board_swap, clear, daemon.
+        /// nvlink, pcie, slowdown, lost, back, pci_missing, persistence, inventory, board_swap, clear, daemon.
         #[arg(long, value_name = "LIST")]
         kind: Option<String>,
         /// At most this many (the newest).

@@ -22,6 +22,8 @@ pub enum Kind {
     RowRemap,
     /// NVLink errors grew, or links went down or came back.
     Nvlink,
+    /// The PCIe replay counter as read at a GPU's first sight and at each start.
+    Pcie,
     /// A thermal or power-brake slowdown episode (start, duration).
     Slowdown,
     /// The GPU stopped answering (fell off the bus), or answers again.
@@ -43,7 +45,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 17] = [
         Kind::Xid,
         Kind::XidStorm,
         Kind::Health,
@@ -51,6 +53,7 @@ impl Kind {
         Kind::Ecc,
         Kind::RowRemap,
         Kind::Nvlink,
+        Kind::Pcie,
         Kind::Slowdown,
         Kind::Lost,
         Kind::Back,
@@ -71,6 +74,7 @@ impl Kind {
             Kind::Ecc => "ecc",
             Kind::RowRemap => "row_remap",
             Kind::Nvlink => "nvlink",
+            Kind::Pcie => "pcie",
             Kind::Slowdown => "slowdown",
             Kind::Lost => "lost",
             Kind::Back => "back",

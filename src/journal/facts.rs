@@ -49,6 +49,10 @@ pub struct GpuFacts {
     pub remapped_rows: Option<u64>,
     pub nvlink_errors: Option<u64>,
     pub nvlinks_down: Option<Vec<u32>>,
+    /// The PCIe replay counter, as last read: recorded at first sight and at each start,
+    /// never as a change (a marginal link counts up all the time).
+    #[serde(default)]
+    pub pcie_replays: Option<u64>,
     /// When the latest probe started (Unix seconds).
     pub probe_started: Option<f64>,
     /// Slowdown reasons in an episode now: (started, last seen active).
@@ -68,6 +72,7 @@ impl GpuFacts {
         for episode in key.episodes.values_mut() {
             episode.1 = episode.0;
         }
+        key.pcie_replays = None;
         key
     }
 
@@ -125,6 +130,7 @@ pub fn facts_of(device: &DeviceSnapshot, snapshot: &Snapshot, last: Option<&GpuF
         if !uncorrectable.is_empty() {
             f.ecc_uncorrectable = Some(uncorrectable.iter().sum());
         }
+        f.pcie_replays = r.pcie.replay_errors.or(f.pcie_replays);
         f.remap_pending = r.remapped_rows.pending.or(f.remap_pending);
         f.remap_failed = r.remapped_rows.failed.or(f.remap_failed);
         if let (Some(c), Some(u)) = (r.remapped_rows.correctable, r.remapped_rows.uncorrectable) {
@@ -226,8 +232,8 @@ pub fn changes(old: Option<&GpuFacts>, new: &mut GpuFacts, probe: Option<&ProbeR
     out
 }
 
-/// The counters the report shows, as read now: at a GPU's first sight and at each start of
-/// the daemon. The journal otherwise records changes only, so a GPU that came with an
+/// The counters the report shows (uncorrectable ECC, row remapping, NVLink errors, PCIe
+/// replays), as read now: at a GPU's first sight and at each start of the daemon. The journal otherwise records changes only, so a GPU that came with an
 /// uncorrectable ECC error or a pending remap would show "none recorded" beside a verdict
 /// that names them. `when`: "at first sight", "at start".
 pub fn first_readings(f: &GpuFacts, now: f64, when: &str) -> Vec<Event> {
@@ -265,6 +271,13 @@ pub fn first_readings(f: &GpuFacts, now: f64, when: &str) -> Vec<Event> {
                 }
             ),
             json!({"errors": n, "links_down": f.nvlinks_down, "reading": when}),
+        ));
+    }
+    if let Some(n) = f.pcie_replays {
+        out.push(event(
+            Kind::Pcie,
+            format!("PCIe replays {n} {when}"),
+            json!({"replays": n, "reading": when}),
         ));
     }
     out

@@ -49,6 +49,8 @@ pub struct Report {
     pub probes: Vec<Row>,
     pub slowdowns: Vec<Row>,
     pub nvlink: Vec<Row>,
+    /// The PCIe replay counter at first sight and at each start.
+    pub pcie: Vec<Row>,
     pub health: Vec<Row>,
     /// Lost and back, board swaps, inventory changes, persistence mode.
     pub other: Vec<Row>,
@@ -97,6 +99,7 @@ pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64) -> rusqlite::Result<Re
         probes,
         slowdowns: of(&["slowdown"]),
         nvlink: of(&["nvlink"]),
+        pcie: of(&["pcie"]),
         health: of(&["health"]),
         other: of(&["lost", "back", "board_swap", "clear", "inventory", "persistence"]),
         guidance,
@@ -187,12 +190,13 @@ pub fn markdown(report: &Report) -> String {
     for f in &report.findings {
         out.push_str(&format!("- {} ({}): {}\n", f.reason, f.severity, f.message));
     }
-    let sections: [(&str, &Vec<Row>); 7] = [
+    let sections: [(&str, &Vec<Row>); 8] = [
         ("XIDs", &report.xids),
         ("ECC and row remapping", &report.memory),
         ("Probes", &report.probes),
         ("Thermal and power-brake slowdowns", &report.slowdowns),
         ("NVLink", &report.nvlink),
+        ("PCIe replays", &report.pcie),
         ("Health verdicts", &report.health),
         ("Other", &report.other),
     ];
