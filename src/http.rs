@@ -305,12 +305,6 @@ async fn index(State(state): State<AppState>) -> Html<String> {
 /// `/api/v1/events?since=7d&gpu=0&kind=xid,health&limit=100`: the journal's rows as JSON,
 /// read-only, behind the same TLS and auth as /metrics. 404 with the journal off, 400 for
 /// a bad parameter, 503 when it cannot be read or too many readers are at it.
-/// The body of `/api/v1/events`, serialized straight from the rows.
-#[derive(serde::Serialize)]
-struct EventsPage<'a> {
-    events: &'a [crate::journal::read::Row],
-}
-
 /// `</api/v1/events?...&before=ID>; rel="next"`: the same query, older rows.
 fn next_page_link(params: &std::collections::BTreeMap<String, String>, cursor: &str) -> String {
     let mut query: Vec<String> = params
@@ -386,7 +380,8 @@ async fn events(
         }
     }
     let gpu = params.get("gpu").cloned();
-    let Ok(_permit) = state.journal_readers.try_acquire() else {
+    // Owned: the permit goes with the stream, until its last row is sent.
+    let Ok(permit) = state.journal_readers.clone().try_acquire_owned() else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             "too many journal readers at once; try again\n",
@@ -400,37 +395,62 @@ async fn events(
         kinds: query.kinds,
         limit: query.limit,
         before: query.before,
+        stream: true,
     };
-    let answer = tokio::task::spawn_blocking(move || -> Result<Option<Vec<read::Row>>, String> {
-        match worker::call(&request, JOURNAL_READ_TIMEOUT) {
-            Ok(worker::Answer::Events { rows }) => Ok(rows),
-            Ok(_) => Err("unexpected answer".to_string()),
-            Err(e) => Err(e.to_string()),
+    let opened = tokio::task::spawn_blocking(move || worker::RowStream::open(&request, JOURNAL_READ_TIMEOUT)).await;
+    let (head, rows) = match opened {
+        Ok(Ok(opened)) => opened,
+        Ok(Err(e)) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("cannot read the journal: {e}\n"),
+            )
+                .into_response();
         }
-    })
-    .await;
-    match answer {
-        Ok(Ok(Some(rows))) => {
-            // A full page: the next one is the rows older than its oldest.
-            let next = (rows.len() == query.limit)
-                .then(|| rows.first().map(read::cursor_after))
-                .flatten()
-                .map(|cursor| next_page_link(&params, &cursor));
-            let body = serde_json::to_string(&EventsPage { events: &rows }).unwrap_or_default();
-            drop(rows);
-            crate::logging::trim_heap();
-            let mut response = ([(header::CONTENT_TYPE, "application/json")], body).into_response();
-            if let Some(link) = next.and_then(|l| axum::http::HeaderValue::from_str(&l).ok()) {
-                response.headers_mut().insert(header::LINK, link);
-            }
-            response
-        }
-        Ok(Ok(None)) => (StatusCode::NOT_FOUND, "the journal has no such GPU\n").into_response(),
-        Ok(Err(e)) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("cannot read the journal: {e}\n"),
-        )
-            .into_response(),
-        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "the journal reader failed\n").into_response(),
+        Err(_) => return (StatusCode::INTERNAL_SERVER_ERROR, "the journal reader failed\n").into_response(),
+    };
+    if head.rows.is_none() {
+        return (StatusCode::NOT_FOUND, "the journal has no such GPU\n").into_response();
     }
+    // The rows go out as the worker writes them: the daemon holds a few of them at a time,
+    // never the page.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<axum::body::Bytes, std::io::Error>>(16);
+    tokio::task::spawn_blocking(move || {
+        let mut rows = rows;
+        let send = |chunk: Result<Vec<u8>, std::io::Error>| tx.blocking_send(chunk.map(Into::into)).is_ok();
+        if !send(Ok(b"{\"events\":[".to_vec())) {
+            return;
+        }
+        let mut first = true;
+        while let Some(line) = rows.next_line() {
+            let chunk = line
+                .map(|mut row| {
+                    if !std::mem::take(&mut first) {
+                        row.insert(0, b',');
+                    }
+                    row
+                })
+                .map_err(|e| std::io::Error::other(e.to_string()));
+            let failed = chunk.is_err();
+            // A client gone, or the worker cut short: end the answer (a cut one aborts).
+            if !send(chunk) || failed {
+                return;
+            }
+        }
+        send(Ok(b"]}".to_vec()));
+        drop(rows);
+        drop(permit);
+        crate::logging::trim_heap();
+    });
+    let body = axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    let mut response = ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+    // A full page: the next one is the rows older than its oldest.
+    if let Some(link) = head
+        .next
+        .map(|cursor| next_page_link(&params, &cursor))
+        .and_then(|l| axum::http::HeaderValue::from_str(&l).ok())
+    {
+        response.headers_mut().insert(header::LINK, link);
+    }
+    response
 }

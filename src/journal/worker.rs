@@ -59,7 +59,18 @@ pub enum Request {
         limit: usize,
         #[serde(default)]
         before: Option<(f64, i64)>,
+        /// Answer as a [`StreamHead`] line and then one row per line (`/api/v1/events`).
+        #[serde(default)]
+        stream: bool,
     },
+}
+
+/// The first line of a streamed events answer: how many rows follow (None: the journal has
+/// no such GPU) and the cursor of the page after, when this one is full.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StreamHead {
+    pub rows: Option<usize>,
+    pub next: Option<String>,
 }
 
 /// One transaction's worth: rows in the order they happened, the GPUs' changed facts, this
@@ -262,6 +273,101 @@ fn run_child(input: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
     })
 }
 
+/// A streamed events answer being read: the worker's rows, a line each, read as they come.
+/// A watchdog kills the worker at its deadline (a read then ends with an error); dropping the
+/// stream kills it too and reaps it.
+pub struct RowStream {
+    child: std::sync::Arc<std::sync::Mutex<Option<std::process::Child>>>,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The longest row line read: rows are a summary and details of a few KiB.
+const MAX_ROW_LINE: usize = 1024 * 1024;
+
+impl RowStream {
+    /// Starts a streamed events request and reads its head.
+    pub fn open(request: &Request, timeout: Duration) -> Result<(StreamHead, RowStream), Failure> {
+        let input = serde_json::to_vec(request).map_err(|e| Failure::of_worker(format!("cannot encode: {e}")))?;
+        let mut child = Command::new(SELF)
+            .arg(SUBCOMMAND)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| Failure::of_worker(e.to_string()))?;
+        let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Failure::of_worker("no pipes to the worker".to_string()));
+        };
+        let child = std::sync::Arc::new(std::sync::Mutex::new(Some(child)));
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (watched, finished) = (child.clone(), done.clone());
+        let deadline = Instant::now() + timeout;
+        std::thread::Builder::new()
+            .name("journal-stream".into())
+            .spawn(move || {
+                let _ = stdin.write_all(&input);
+                drop(stdin);
+                while Instant::now() < deadline {
+                    if finished.load(std::sync::atomic::Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let mut child = watched.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Some(child) = child.as_mut() {
+                    let _ = child.kill();
+                }
+            })
+            .map_err(|e| Failure::of_worker(e.to_string()))?;
+        let mut stream = RowStream {
+            child,
+            stdout: std::io::BufReader::new(stdout),
+            done,
+        };
+        let head = match stream.next_line() {
+            Some(Ok(line)) => serde_json::from_slice::<Result<StreamHead, Failure>>(&line)
+                .map_err(|e| Failure::of_worker(format!("unreadable answer: {e}")))??,
+            Some(Err(e)) => return Err(e),
+            None => return Err(Failure::of_worker(format!("no answer within {timeout:?}"))),
+        };
+        Ok((head, stream))
+    }
+
+    /// The next row's line (JSON, without its line break); None at the end.
+    pub fn next_line(&mut self) -> Option<Result<Vec<u8>, Failure>> {
+        use std::io::BufRead;
+        let mut line = Vec::new();
+        match (&mut self.stdout)
+            .take(MAX_ROW_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+        {
+            Ok(0) => None,
+            Ok(_) if line.last() != Some(&b'\n') => Some(Err(Failure::of_worker(
+                "a row cut short (the worker was killed at its deadline, or a row is over 1 MiB)".to_string(),
+            ))),
+            Ok(_) => {
+                line.pop();
+                Some(Ok(line))
+            }
+            Err(e) => Some(Err(Failure::of_worker(e.to_string()))),
+        }
+    }
+}
+
+impl Drop for RowStream {
+    fn drop(&mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut child = self.child.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(mut child) = child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 // ---- the worker's side ----
 
 /// `gpuwarden journal-worker`: one request from stdin, one answer to stdout. Exit 0 when
@@ -270,6 +376,15 @@ pub fn serve() -> i32 {
     let mut input = Vec::new();
     let reply = match std::io::stdin().take(MAX_REQUEST).read_to_end(&mut input) {
         Ok(_) => match serde_json::from_slice::<Request>(&input) {
+            Ok(Request::Events {
+                path,
+                since,
+                gpu,
+                kinds,
+                limit,
+                before,
+                stream: true,
+            }) => return stream_events(events(&path, since, gpu, kinds, limit, before), limit),
             Ok(request) => answer(request),
             Err(e) => Err(Failure::of_worker(format!("unreadable request: {e}"))),
         },
@@ -278,6 +393,45 @@ pub fn serve() -> i32 {
     let text = serde_json::to_vec(&reply).unwrap_or_default();
     let mut out = std::io::stdout().lock();
     match out.write_all(&text).and_then(|()| out.flush()) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
+}
+
+/// Writes an events answer as a stream: a `Result<StreamHead, Failure>` line, then one row
+/// per line (JSON has no raw line breaks).
+fn stream_events(reply: Reply, limit: usize) -> i32 {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let (head, rows): (Result<StreamHead, Failure>, Vec<Row>) = match reply {
+        Ok(Answer::Events { rows: Some(rows) }) => {
+            let next = (rows.len() == limit)
+                .then(|| rows.first().map(read::cursor_after))
+                .flatten();
+            (
+                Ok(StreamHead {
+                    rows: Some(rows.len()),
+                    next,
+                }),
+                rows,
+            )
+        }
+        Ok(Answer::Events { rows: None }) => (Ok(StreamHead { rows: None, next: None }), Vec::new()),
+        Ok(other) => (
+            Err(Failure::of_worker(format!("unexpected answer {other:?}"))),
+            Vec::new(),
+        ),
+        Err(e) => (Err(e), Vec::new()),
+    };
+    let mut write = || -> std::io::Result<()> {
+        serde_json::to_writer(&mut out, &head)?;
+        out.write_all(b"\n")?;
+        for row in &rows {
+            serde_json::to_writer(&mut out, row)?;
+            out.write_all(b"\n")?;
+        }
+        out.flush()
+    };
+    match write() {
         Ok(()) => 0,
         Err(_) => 1,
     }
@@ -306,6 +460,7 @@ fn answer(request: Request) -> Reply {
             kinds,
             limit,
             before,
+            ..
         } => events(&path, since, gpu, kinds, limit, before),
     }
 }
