@@ -13,10 +13,50 @@ use std::time::Duration;
 /// sysexits.h EX_CONFIG: what `gpuwarden config check` and a refused start exit with.
 pub const EX_CONFIG: i32 = 78;
 
+/// A listen address as node_exporter takes it: `IP:PORT`, `[IPv6]:PORT`, `:PORT` (every IPv4
+/// address), or `HOST:PORT` with a name resolved once, here (the first address it has).
+pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    let text = text.trim();
+    if let Ok(address) = text.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    let hint = "write IP:PORT (127.0.0.1:9100), [IPv6]:PORT, HOST:PORT (localhost:9100) or :PORT (0.0.0.0:9100)";
+    if let Some(port) = text.strip_prefix(':') {
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("{text:?}: {port:?} is not a port; {hint}"))?;
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!("{text:?} has no port; {hint}"));
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!("{text:?} is not an address; {hint}"));
+    }
+    use std::net::ToSocketAddrs;
+    let mut addresses = text
+        .to_socket_addrs()
+        .map_err(|e| format!("{text:?}: the name {host:?} does not resolve ({e}); {hint}"))?;
+    addresses
+        .next()
+        .ok_or_else(|| format!("{text:?}: the name {host:?} has no address; {hint}"))
+}
+
+fn listen_address<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_listen(&text).map_err(serde::de::Error::custom)
+}
+
+/// sysexits.h EX_USAGE: the command line was wrong (a mistyped flag, a bad value). No command
+/// uses 64 for a result, so a script never reads a typo as a verdict.
+pub const EX_USAGE: i32 = 64;
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Address and port the HTTP server listens on.
+    /// Address and port the HTTP server listens on: `HOST:PORT`, `IP:PORT`, `[IPv6]:PORT` or
+    /// `:PORT` ([`parse_listen`]).
+    #[serde(deserialize_with = "listen_address")]
     pub listen: SocketAddr,
     pub poll: Poll,
     pub nvml: Nvml,
@@ -568,6 +608,9 @@ pub struct Nvml {
     pub retry_initial: Duration,
     #[serde(deserialize_with = "nvml_retry", serialize_with = "write_duration")]
     pub retry_max: Duration,
+    /// Not from the file: the command polls once and exits (`check`), so it never tries again.
+    #[serde(skip)]
+    pub one_shot: bool,
 }
 
 impl Default for Nvml {
@@ -578,6 +621,7 @@ impl Default for Nvml {
             library_path: PathBuf::from("libnvidia-ml.so.1"),
             retry_initial: Duration::from_secs(5),
             retry_max: Duration::from_secs(300),
+            one_shot: false,
         }
     }
 }

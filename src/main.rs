@@ -3,7 +3,7 @@
 //! The work is in the library (lib.rs).
 
 use clap::{Parser, Subcommand};
-use gpuwarden::config::{Config, EX_CONFIG, Overrides};
+use gpuwarden::config::{Config, EX_CONFIG, EX_USAGE, Overrides};
 use gpuwarden::{check, daemon, demo, health, journal, logging, probe, xid};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -29,8 +29,9 @@ enum Command {
         /// Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults).
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
-        /// Listen address, overriding the config's `listen`.
-        #[arg(long, value_name = "ADDR")]
+        /// Listen address, overriding the config's `listen`: HOST:PORT, IP:PORT, [IPv6]:PORT
+        /// or :PORT (every IPv4 address).
+        #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
         listen: Option<SocketAddr>,
         /// Run over eight simulated GPUs (needs the simulated NVML library; see README).
         #[arg(long)]
@@ -38,6 +39,7 @@ enum Command {
     },
     /// Poll every GPU once and print what needs attention. Exit 0: healthy; 1: findings; 2: no GPU read.
     Check {
+        /// Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults).
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
         /// Print JSON instead of a table.
@@ -51,6 +53,7 @@ enum Command {
     /// bandwidth, compared with what the model should reach. Exit 0: passed (or no expected
     /// values for this model); 1: a test failed; 2: could not run; 3: the GPU is busy.
     Probe {
+        /// Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults).
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
         /// The GPU's index, as in `gpuwarden check` and the `gpu` label.
@@ -83,6 +86,8 @@ enum Command {
     /// Print the health journal's events (read-only; also while the daemon runs). Exit 2 when
     /// the journal cannot be read.
     Events {
+        /// Config file whose state.path names the journal (default: /etc/gpuwarden/config.yaml
+        /// when it exists).
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
         /// The journal to read, instead of the config's state.path.
@@ -109,15 +114,20 @@ enum Command {
     /// timeline, ECC and row remapping, probes, slowdowns, NVLink, and what NVIDIA's documents
     /// say to do. Exit 1: no such GPU in the journal; 2: the journal cannot be read.
     Report {
+        /// Config file whose state.path names the journal (default: /etc/gpuwarden/config.yaml
+        /// when it exists).
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
+        /// The journal to read, instead of the config's state.path.
         #[arg(long, value_name = "FILE")]
         state: Option<PathBuf>,
         /// The GPU: its index or UUID.
         #[arg(long, value_name = "N|UUID")]
         gpu: String,
+        /// Print the report as JSON.
         #[arg(long, conflicts_with = "markdown")]
         json: bool,
+        /// Print the report as Markdown (for a ticket or a vendor case).
         #[arg(long)]
         markdown: bool,
     },
@@ -128,13 +138,24 @@ enum Command {
     Health {
         #[command(subcommand)]
         action: Option<HealthAction>,
+        /// Config file whose local_api.socket names the daemon's socket (default:
+        /// /etc/gpuwarden/config.yaml when it exists).
         #[arg(long, value_name = "FILE", global = true)]
         config: Option<PathBuf>,
         /// The daemon's socket (default: the config's local_api.socket).
         #[arg(long, value_name = "PATH", global = true)]
         socket: Option<PathBuf>,
+        /// Print the verdict (or the clear's answer) as JSON.
         #[arg(long, global = true)]
         json: bool,
+    },
+    /// Write gpuwarden's man pages (roff), gpuwarden(1) and one per command
+    /// (gpuwarden-run(1), ...), made from these same definitions, into DIR (the Debian
+    /// package installs them).
+    #[command(hide = true)]
+    Man {
+        /// The directory to write the pages into.
+        dir: PathBuf,
     },
     /// The daemon's journal worker: one request on stdin, one answer on stdout (internal;
     /// the daemon runs it, see src/journal/worker.rs).
@@ -145,16 +166,25 @@ enum Command {
 #[derive(Subcommand)]
 enum XidCommand {
     /// Print what an XID code means, its severity and what to do. Exit 1 for a code not in the catalog.
-    Explain { code: u32 },
+    Explain {
+        /// The XID code, a number (79).
+        code: u32,
+    },
     /// Print one JSON object per XID found in kernel-log text (raw /dev/kmsg records, dmesg,
     /// dmesg -T, journalctl -k, syslog); reads stdin when no FILE is given.
-    Scan { file: Option<PathBuf> },
+    Scan {
+        /// The kernel-log text to read (default: stdin).
+        file: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
 enum ConfigCommand {
     /// Validate a config file; errors name file, line and column. Exit 78 (EX_CONFIG) when invalid.
-    Check { file: PathBuf },
+    Check {
+        /// The config file to check.
+        file: PathBuf,
+    },
 }
 
 /// The config file to use: FILE, else /etc/gpuwarden/config.yaml when it exists, else none.
@@ -212,8 +242,44 @@ fn quiet_on_closed_output() {
     }
 }
 
+/// `--listen` and `listen:` as node_exporter takes them: `HOST:PORT` (a name, resolved once),
+/// `IP:PORT`, `[IPv6]:PORT`, or `:PORT` for every IPv4 address.
+fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    gpuwarden::config::parse_listen(text)
+}
+
+/// The command line; a usage error (a mistyped flag, a missing value) exits 64 (EX_USAGE),
+/// never 2, which `health` and `check` use for a result.
+fn parse_command_line() -> Cli {
+    match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            let code = match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
+                _ => EX_USAGE,
+            };
+            quiet_on_closed_output();
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    }
+}
+
+/// The man pages, roff, from the same definitions as `--help`, into `dir`.
+fn man_pages(dir: &Path) -> i32 {
+    use clap::CommandFactory;
+    match clap_mangen::generate_to(Cli::command(), dir) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("gpuwarden: cannot write the man pages into {}: {e}", dir.display());
+            1
+        }
+    }
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let cli = parse_command_line();
     if matches!(cli.command, Command::JournalWorker) {
         // No logger: its answer, failures included, is the one thing it writes.
         std::process::exit(journal::worker::serve());
@@ -295,6 +361,7 @@ fn main() {
             journal::cli::report(&path, &gpu, format)
         }),
         Command::JournalWorker => Ok(journal::worker::serve()),
+        Command::Man { dir } => Ok(man_pages(&dir)),
         Command::Health {
             action,
             config,
@@ -373,6 +440,7 @@ fn check(config: Option<PathBuf>, json: bool, demo: bool) -> Exit {
     overrides.apply(&mut cfg, path.as_deref());
     // check only looks: it reports persistence mode off rather than changing it.
     cfg.persistence.enable = false;
+    cfg.nvml.one_shot = true;
     let code = check::run(cfg, json);
     drop(demo_files);
     Ok(code)
@@ -415,5 +483,39 @@ fn config_check(file: &std::path::Path) -> Exit {
             eprintln!("{e}");
             Err(EX_CONFIG)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every command, option and argument a user can see has a line of help.
+    #[test]
+    fn every_command_option_and_argument_has_help() {
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none_or(|h| h.to_string().trim().is_empty()) {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+                let path = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() {
+                    missing.push(path.clone());
+                }
+                walk(sub, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        let mut command = Cli::command();
+        command.build();
+        walk(&command, "gpuwarden", &mut missing);
+        assert!(missing.is_empty(), "no help for: {missing:#?}");
     }
 }

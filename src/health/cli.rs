@@ -141,7 +141,8 @@ pub fn health(socket: &Path, json: bool) -> i32 {
 }
 
 /// `gpuwarden health clear`: clears one GPU and prints what was let go of and what is still
-/// present. Exit 0: no finding left; 1: a finding still present; 2: not cleared.
+/// present. Exit 0: no finding left; 1: a finding still present; 2: not cleared; 64: the
+/// reason is not one (empty, too long).
 pub fn clear(socket: &Path, gpu: &str, reason: &str, json: bool) -> i32 {
     let asked = super::clear::ClearRequest {
         gpu: gpu.to_string(),
@@ -149,7 +150,7 @@ pub fn clear(socket: &Path, gpu: &str, reason: &str, json: bool) -> i32 {
     };
     if let Err(e) = asked.checked_reason() {
         eprintln!("not cleared: {e}");
-        return EXIT_UNKNOWN;
+        return crate::config::EX_USAGE;
     }
     let body = serde_json::to_string(&asked).unwrap_or_default();
     let answer =

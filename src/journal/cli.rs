@@ -132,5 +132,5 @@ fn not_in_journal(gpu: &str, path: &Path) -> i32 {
 
 fn usage(message: &str) -> i32 {
     eprintln!("gpuwarden: {message}");
-    64
+    crate::config::EX_USAGE
 }

@@ -162,7 +162,10 @@ fn check_without_nvml_exits_2() {
     );
     let out = gpuwarden(&["check", "--config", config.to_str().unwrap()], None);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("NVML is not available"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("NVML is not available"), "{stderr}");
+    // It runs once: it must not promise to try again.
+    assert!(!stderr.contains("trying again"), "{stderr}");
 }
 
 #[test]
@@ -315,5 +318,105 @@ fn a_closed_output_ends_every_printing_command_quietly() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
         assert_ne!(out.status.code(), Some(101), "{args:?}: {stderr}");
+    }
+}
+
+/// Every usage error exits 64 (EX_USAGE), which no command uses for a result: a Slurm or NPD
+/// script must never read a typo as a verdict (2 is "unknown" for health, "no GPU" for check).
+#[test]
+fn every_usage_error_exits_64_and_help_exits_0() {
+    let usage_errors: &[&[&str]] = &[
+        &[],
+        &["frobnicate"],
+        &["--bogus"],
+        &["health", "--jsno"],
+        &["health", "clear", "--gpu", "0"],
+        &["health", "clear", "--gpu", "0", "--reason", ""],
+        &["check", "--bogus"],
+        &["check", "--config"],
+        &["events", "--since", "7x", "--state", "/nonexistent"],
+        &["events", "--kind", "xdi", "--state", "/nonexistent"],
+        &["events", "--limit", "many"],
+        &["report"],
+        &["report", "--gpu", "0", "--json", "--markdown"],
+        &["xid", "explain", "seventy-nine"],
+        &["xid"],
+        &["config", "check"],
+        &["probe", "--gpu", "-1"],
+        &["run", "--listen", "not an address"],
+    ];
+    for args in usage_errors {
+        let out = gpuwarden(args, None);
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.stderr.is_empty(), "{args:?} says what is wrong");
+    }
+    for args in [
+        &["--help"][..],
+        &["--version"],
+        &["health", "--help"],
+        &["health", "clear", "--help"],
+    ] {
+        let out = gpuwarden(args, None);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(!out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+/// The man pages in debian/man are what the command definitions make (`gpuwarden man DIR`),
+/// one per visible command.
+#[test]
+fn the_man_pages_are_what_the_command_line_makes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = gpuwarden(&["man", dir.path().to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let committed = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("debian/man");
+    let names = |dir: &std::path::Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        names(dir.path()),
+        names(&committed),
+        "regenerate with: gpuwarden man debian/man"
+    );
+    for name in names(dir.path()) {
+        let made = std::fs::read_to_string(dir.path().join(&name)).unwrap();
+        let kept = std::fs::read_to_string(committed.join(&name)).unwrap();
+        assert_eq!(made, kept, "{name} is out of date: gpuwarden man debian/man");
+    }
+    let health = std::fs::read_to_string(committed.join("gpuwarden-health.1")).unwrap();
+    assert!(health.contains("local_api.socket"), "the options' help is in the page");
+}
+
+/// `listen:` and `--listen` as node_exporter takes them: a host name, an IP, `:PORT`.
+#[test]
+fn listen_takes_a_host_name_an_ip_or_a_bare_port() {
+    let dir = tempfile::tempdir().unwrap();
+    for (listen, ok) in [
+        ("localhost:9100", true),
+        (":9100", true),
+        ("127.0.0.1:9100", true),
+        ("\"[::1]:9100\"", true),
+        ("localhost", false),
+        (":port", false),
+        ("no-such-host.invalid:9100", false),
+    ] {
+        let config = write(&dir, "c.yaml", &format!("listen: {listen}\n"));
+        let out = gpuwarden(&["config", "check", config.to_str().unwrap()], None);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.success(), ok, "{listen}: {stderr}");
+        if !ok {
+            assert!(stderr.contains("c.yaml:1:"), "{listen}: {stderr}");
+            assert!(stderr.contains(":PORT"), "{listen}: says what to write: {stderr}");
+        }
     }
 }

@@ -123,11 +123,19 @@ impl Backend for NvmlLifecycle {
             }
             Err(e) => {
                 if failures == 0 {
+                    // A one-shot command (`check`) does not try again: it must not say it will.
+                    let again = if self.config.one_shot {
+                        String::new()
+                    } else {
+                        format!(
+                            "; trying again every {} or less",
+                            humantime::format_duration(self.config.retry_max)
+                        )
+                    };
                     log::warn!(
-                        "NVML is not available ({e}) from {:?}: no NVIDIA GPU metrics; trying again every {} or less. \
+                        "NVML is not available ({e}) from {:?}: no NVIDIA GPU metrics{again}. \
                          On a node without NVIDIA GPUs set nvml.enabled: false",
                         self.config.library_path,
-                        humantime::format_duration(self.config.retry_max)
                     );
                 } else {
                     log::debug!("NVML still not available: {e}");
