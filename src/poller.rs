@@ -439,6 +439,7 @@ impl Coordinator {
             let status = self.backend_status.entry(name).or_default();
             status.up = state.up;
             status.note = state.note;
+            status.absent = state.absent;
         }
         let mut devices: Vec<DeviceSnapshot> = self
             .workers

@@ -47,6 +47,10 @@ pub struct BackendState {
     pub up: bool,
     /// Why it reads nothing, in words ("no amdgpu driver is loaded").
     pub note: Option<String>,
+    /// The vendor is simply not on this node (no amdgpu driver): not a backend that is down,
+    /// so no `gpuwarden_backend_up` series and no notice on the status page. (A GPU of that
+    /// vendor on the PCI bus that nothing reads is still found by the PCI census.)
+    pub absent: bool,
 }
 
 /// Where a backend that can report XID events (NVML's event set) sends them, and the stop

@@ -15,10 +15,10 @@ pub const FAMILIES: &[Family] = &[
         name: "gpuwarden_backend_up",
         kind: Kind::Gauge,
         unit: "",
-        help: "1 when the vendor library is loaded and initialised.",
+        help: "1 when the vendor library is loaded and initialised; absent for a vendor that is not on the node (no amdgpu driver).",
         labels: &["backend"],
         read: Read::Node(|snapshot, s| {
-            for (name, status) in &snapshot.backends {
+            for (name, status) in snapshot.backends.iter().filter(|(_, status)| !status.absent) {
                 s.labelled(&[name], super::one_if(status.up));
             }
         }),

@@ -435,6 +435,8 @@ pub struct BackendStatus {
     pub up: bool,
     /// Why it is down, in words, for the status page.
     pub note: Option<String>,
+    /// Its vendor is not on this node (see `backend::BackendState::absent`): not shown as down.
+    pub absent: bool,
     pub poll_duration: DurationHistogram,
     /// Time spent inside vendor calls, summed over all polls: what the polls' own time
     /// (`poll_duration`) cannot go below. The difference is gpuwarden's own work.

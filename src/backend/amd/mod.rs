@@ -15,6 +15,8 @@ pub struct AmdBackend {
     config: Amd,
     enumerated: bool,
     sysfs_up: bool,
+    /// The tree was read and no amdgpu driver is loaded: no AMD GPU on this node.
+    driver_absent: bool,
     rocm_smi_tried: bool,
     rocm_smi_up: bool,
 }
@@ -25,6 +27,7 @@ impl AmdBackend {
             config: config.clone(),
             enumerated: false,
             sysfs_up: false,
+            driver_absent: false,
             rocm_smi_tried: false,
             rocm_smi_up: false,
         }
@@ -58,10 +61,16 @@ impl AmdBackend {
 
 impl Backend for AmdBackend {
     fn status(&self) -> Vec<BackendState> {
+        let note = if self.driver_absent {
+            "no amdgpu driver is loaded (no AMD GPU to read)"
+        } else {
+            "the amdgpu sysfs tree cannot be read (see the log)"
+        };
         let mut status = vec![BackendState {
             name: sysfs::BACKEND,
             up: self.sysfs_up,
-            note: (!self.sysfs_up).then(|| "no amdgpu driver is loaded (no AMD GPU to read)".to_string()),
+            note: (!self.sysfs_up).then(|| note.to_string()),
+            absent: self.driver_absent,
         }];
         // ROCm SMI is only tried where sysfs shows AMD GPUs: on other nodes it is not in use
         // at all (and its library would print errors about the missing driver).
@@ -71,6 +80,7 @@ impl Backend for AmdBackend {
                 up,
                 note: (!up)
                     .then(|| "ROCm SMI could not be loaded or initialised; sysfs reads the AMD GPUs".to_string()),
+                absent: false,
             });
         }
         status
@@ -102,6 +112,7 @@ impl Backend for AmdBackend {
                 pollers.extend(sysfs_pollers.into_iter().map(|p| Box::new(p) as Box<dyn DevicePoller>));
                 // Up when the amdgpu driver is loaded: without it sysfs has nothing to read.
                 self.sysfs_up = sysfs::driver_loaded(&root);
+                self.driver_absent = !self.sysfs_up;
                 Some(pollers)
             }
             Err(e) => {

@@ -83,6 +83,7 @@ impl Backend for NvmlLifecycle {
             name: BACKEND,
             up,
             note: (!up).then(|| "NVML is not loaded or not initialised (no NVIDIA driver?)".to_string()),
+            absent: false,
         }]
     }
 
