@@ -127,6 +127,62 @@ pub fn prepare() -> Result<Demo, DemoError> {
     Ok(demo)
 }
 
+/// A demo that runs now, as `events`, `report` and `health` find it: its journal and socket.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunningDemo {
+    pub pid: u32,
+    pub state: PathBuf,
+    pub socket: PathBuf,
+}
+
+/// The newest demo running now, found in the temp directory (`gpuwarden-demo-PID`). The temp
+/// directory is everyone's to write, so a directory counts only when it is a real directory
+/// (no link) owned by this user, and its PID is a live `gpuwarden` process of this user: a
+/// planted `gpuwarden-demo-1` is not followed.
+pub fn running() -> Option<RunningDemo> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let mut found: Vec<(std::time::SystemTime, RunningDemo)> = Vec::new();
+    let entries = std::fs::read_dir(std::env::temp_dir()).ok()?;
+    for entry in entries.flatten().take(100_000) {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("gpuwarden-demo-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+            continue;
+        };
+        if !meta.is_dir() || meta.uid() != uid {
+            continue;
+        }
+        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+        let alive = std::fs::metadata(&proc_dir).is_ok_and(|m| m.uid() == uid)
+            && std::fs::read_to_string(proc_dir.join("comm")).is_ok_and(|c| c.trim() == "gpuwarden");
+        if !alive {
+            continue;
+        }
+        let dir = entry.path();
+        let modified = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+        found.push((
+            modified,
+            RunningDemo {
+                pid,
+                state: dir.join("state.db"),
+                socket: dir.join("gpuwarden.sock"),
+            },
+        ));
+    }
+    found
+        .into_iter()
+        .max_by_key(|(modified, _)| *modified)
+        .map(|(_, demo)| demo)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

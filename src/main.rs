@@ -109,6 +109,9 @@ enum Command {
         /// Print JSON instead of lines.
         #[arg(long)]
         json: bool,
+        /// Read the journal of the demo running now (`gpuwarden run --demo`).
+        #[arg(long, conflicts_with_all = ["state", "config"])]
+        demo: bool,
     },
     /// Print one GPU's evidence packet for a vendor case (RMA) from the journal: identity, XID
     /// timeline, ECC and row remapping, probes, slowdowns, NVLink, and what NVIDIA's documents
@@ -130,6 +133,9 @@ enum Command {
         /// Print the report as Markdown (for a ticket or a vendor case).
         #[arg(long)]
         markdown: bool,
+        /// Read the journal of the demo running now (`gpuwarden run --demo`).
+        #[arg(long, conflicts_with_all = ["state", "config"])]
+        demo: bool,
     },
     /// Print the running daemon's health verdict (asked over its local socket, never by
     /// polling the GPUs again). Exit 0: no GPU unhealthy; 1: a GPU or the node is
@@ -148,6 +154,9 @@ enum Command {
         /// Print the verdict (or the clear's answer) as JSON.
         #[arg(long, global = true)]
         json: bool,
+        /// Ask the demo running now (`gpuwarden run --demo`).
+        #[arg(long, global = true, conflicts_with_all = ["socket", "config"])]
+        demo: bool,
     },
     /// Write gpuwarden's man pages (roff), gpuwarden(1) and one per command
     /// (gpuwarden-run(1), ...), made from these same definitions, into DIR (the Debian
@@ -217,7 +226,13 @@ fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<(Overrides, Optio
     }
     match demo::prepare() {
         Ok(demo) => {
-            log::info!("demo mode: eight simulated GPUs from {}", demo.library.display());
+            log::info!(
+                "demo mode: eight simulated GPUs from {}; journal {}, local API {} \
+                 (`gpuwarden events`, `report` and `health` find them while the demo runs)",
+                demo.library.display(),
+                demo.state.display(),
+                demo.socket.display()
+            );
             overrides.nvml_library_path = Some(demo.library.clone());
             overrides.kernel_log_path = Some(demo.kernel_log.clone());
             overrides.no_pci_census = true;
@@ -334,7 +349,8 @@ fn main() {
             kind,
             limit,
             json,
-        } => state_path(config, state).map(|path| {
+            demo,
+        } => state_path(config, state, demo).map(|path| {
             journal::cli::events(
                 &path,
                 &journal::cli::EventsOptions {
@@ -352,7 +368,8 @@ fn main() {
             gpu,
             json,
             markdown,
-        } => state_path(config, state).map(|path| {
+            demo,
+        } => state_path(config, state, demo).map(|path| {
             let format = match (json, markdown) {
                 (true, _) => journal::cli::ReportFormat::Json,
                 (_, true) => journal::cli::ReportFormat::Markdown,
@@ -367,7 +384,8 @@ fn main() {
             config,
             socket,
             json,
-        } => health(config, socket, json, action),
+            demo,
+        } => health(config, socket, json, demo, action),
     };
     std::process::exit(code.unwrap_or_else(|code| code));
 }
@@ -392,12 +410,36 @@ enum HealthAction {
 
 /// `gpuwarden health`: the socket given, else the config's `local_api.socket`. A config that
 /// cannot be read is an unknown verdict (exit 2), as NPD and Slurm's check expect.
-fn health(config: Option<PathBuf>, socket: Option<PathBuf>, json: bool, action: Option<HealthAction>) -> Exit {
+fn health(
+    config: Option<PathBuf>,
+    socket: Option<PathBuf>,
+    json: bool,
+    demo: bool,
+    action: Option<HealthAction>,
+) -> Exit {
     let socket = match socket {
         Some(socket) => socket,
+        None if demo => running_demo()?.socket,
         None => {
+            let explicit = config.is_some();
             let cfg = load_config(config_path(config.as_deref()).as_deref()).map_err(|_| health::cli::EXIT_UNKNOWN)?;
-            cfg.local_api.socket
+            let socket = cfg.local_api.socket;
+            // No daemon socket where the config says, a demo running, and a person at a
+            // terminal: ask the demo. Never for a script (Slurm's check, NPD: no terminal),
+            // which must not act on a demo's simulated verdict.
+            // SAFETY: isatty on a descriptor number has no preconditions.
+            let person = unsafe { libc::isatty(1) } == 1;
+            match (explicit || socket.exists() || !person, demo::running()) {
+                (false, Some(demo)) => {
+                    eprintln!(
+                        "gpuwarden: no socket at {}; asking the running demo (pid {})",
+                        socket.display(),
+                        demo.pid
+                    );
+                    demo.socket
+                }
+                _ => socket,
+            }
         }
     };
     Ok(match action {
@@ -410,16 +452,41 @@ fn health(config: Option<PathBuf>, socket: Option<PathBuf>, json: bool, action: 
 type Exit = Result<i32, i32>;
 
 /// The journal `events` and `report` read: --state, else the config's state.path.
-fn state_path(config: Option<PathBuf>, state: Option<PathBuf>) -> Result<PathBuf, i32> {
+fn state_path(config: Option<PathBuf>, state: Option<PathBuf>, demo: bool) -> Result<PathBuf, i32> {
     if let Some(state) = state {
         return Ok(state);
     }
+    if demo {
+        return running_demo().map(|d| d.state);
+    }
+    let explicit = config.is_some();
     let cfg = load_config(config_path(config.as_deref()).as_deref())?;
     if cfg.state.path.as_os_str().is_empty() {
         eprintln!("gpuwarden: the journal is off (state.path is \"\"); --state FILE reads one");
         return Err(journal::cli::EXIT_UNREADABLE);
     }
+    // No journal where the config says, and a demo running: that is what was meant.
+    if !explicit
+        && !cfg.state.path.exists()
+        && let Some(demo) = demo::running()
+    {
+        eprintln!(
+            "gpuwarden: no journal at {}; reading the running demo's (pid {}) at {}",
+            cfg.state.path.display(),
+            demo.pid,
+            demo.state.display()
+        );
+        return Ok(demo.state);
+    }
     Ok(cfg.state.path)
+}
+
+/// `--demo`: the demo running now, or exit 2 saying there is none.
+fn running_demo() -> Result<demo::RunningDemo, i32> {
+    demo::running().ok_or_else(|| {
+        eprintln!("gpuwarden: no demo is running (start one with `gpuwarden run --demo`)");
+        health::cli::EXIT_UNKNOWN
+    })
 }
 
 fn run(config: Option<PathBuf>, listen: Option<std::net::SocketAddr>, demo: bool) -> Exit {

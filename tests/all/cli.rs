@@ -420,3 +420,97 @@ fn listen_takes_a_host_name_an_ip_or_a_bare_port() {
         }
     }
 }
+
+/// `events`, `report` and `health` find a running demo's journal and socket: with `--demo`,
+/// and `events`/`report` by themselves when the configured journal does not exist. `health`
+/// run by a script (no terminal, as Slurm and NPD run it) never falls back to a demo. The
+/// demo's log names both paths.
+#[test]
+fn events_report_and_health_find_a_running_demo() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut run = Command::new(BIN)
+        .args(["run", "--demo", "--listen", "127.0.0.1:0"])
+        .env("TMPDIR", tmp.path())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = run.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut log = String::new();
+    while !log.contains("serving metrics") {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("the demo did not start: {log}"));
+        log.push_str(&line);
+        log.push('\n');
+    }
+    let dir = tmp.path().join(format!("gpuwarden-demo-{}", run.id()));
+    assert!(
+        log.contains(&format!("journal {}", dir.join("state.db").display())),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("local API {}", dir.join("gpuwarden.sock").display())),
+        "{log}"
+    );
+    let gpuwarden = |args: &[&str]| Command::new(BIN).args(args).env("TMPDIR", tmp.path()).output().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let out = gpuwarden(&["report", "--demo", "--gpu", "0", "--json"]);
+        if out.status.code() == Some(0) {
+            let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(report["identity"]["pci_bus_id"], "0000:19:00.0");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{out:?}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let out = gpuwarden(&["events", "--demo", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .unwrap()
+            .is_array()
+    );
+    let out = gpuwarden(&["health", "--demo"]);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{out:?}");
+    // By themselves, where the configured journal is not there.
+    let config = tmp.path().join("c.yaml");
+    std::fs::write(
+        &config,
+        "state:\n  path: /nonexistent/state.db\nlocal_api:\n  socket: /nonexistent/g.sock\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["events", "--json"])
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    if !std::path::Path::new("/var/lib/gpuwarden/state.db").exists() {
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("reading the running demo's"),
+            "{out:?}"
+        );
+    }
+    // A script's `health` (no terminal here) does not fall back to the demo: unknown.
+    let out = gpuwarden(&["health", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    // SAFETY: kill(2) on our own child.
+    unsafe { kill(run.id() as i32, 15) };
+    assert_eq!(run.wait().unwrap().code(), Some(0));
+    // Gone with the demo: `--demo` says there is none.
+    let out = gpuwarden(&["events", "--demo"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no demo is running"),
+        "{out:?}"
+    );
+}
