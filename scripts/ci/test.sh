@@ -98,7 +98,14 @@ cargo build --manifest-path fuzz/Cargo.toml --bins --locked
 [ -z "${CI:-}" ] || rm -rf fuzz/target
 
 step "tests"
+# What the tests leave in /tmp: nothing of gpuwarden's (a demo's directory, a socket).
+tmp_before=$(ls -A /tmp 2>/dev/null | grep -E '^gpuwarden' | sort || true)
 cargo test --workspace
+tmp_after=$(ls -A /tmp 2>/dev/null | grep -E '^gpuwarden' | sort || true)
+left=$(comm -13 <(printf '%s\n' "$tmp_before") <(printf '%s\n' "$tmp_after") | grep . || true)
+if [ -n "$left" ]; then
+  echo "the tests left these in /tmp:"; echo "$left"; exit 1
+fi
 
 step "the Debian package builds and holds what it should"
 bash scripts/ci/package.sh

@@ -329,8 +329,25 @@ impl Daemon {
     }
 }
 
+/// How long a test daemon has to stop on SIGTERM before it is killed: its own stop takes
+/// well under this (docs/architecture.md), a hung test double may not.
+const STOP_DEADLINE: Duration = Duration::from_secs(5);
+
 impl Drop for Daemon {
+    /// SIGTERM, as systemd stops it, so it removes what it made (a demo's directory under
+    /// /tmp, its socket); SIGKILL only after [`STOP_DEADLINE`].
     fn drop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        self.signal(15);
+        let deadline = Instant::now() + STOP_DEADLINE;
+        while Instant::now() < deadline {
+            match self.child.try_wait() {
+                Ok(Some(_)) | Err(_) => return,
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
