@@ -22,6 +22,7 @@ mod journal;
 mod kubelet_pods;
 mod kubernetes;
 mod probe;
+mod readme;
 mod reload;
 mod slurm_real;
 mod status_page;

@@ -1,0 +1,107 @@
+//! The README's lists held to what they describe: every dependency in Cargo.toml, every
+//! simulated library of the workspace, every package and Python package the test command
+//! installs, and the number of fuzz targets (they drifted once, unnoticed).
+
+use std::path::Path;
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap()
+}
+
+/// The crate names of one `[section]` of a Cargo.toml.
+fn crates_in(toml: &str, section: &str) -> Vec<String> {
+    toml.lines()
+        .skip_while(|l| l.trim() != section)
+        .skip(1)
+        .take_while(|l| !l.starts_with('['))
+        .filter(|l| !l.trim_start().starts_with('#') && l.contains('='))
+        .map(|l| l.split('=').next().unwrap().trim().to_string())
+        .collect()
+}
+
+#[test]
+fn the_readme_names_every_dependency_and_simulated_library() {
+    let readme = read("README.md");
+    let toml = read("Cargo.toml");
+    let mut missing = Vec::new();
+    for section in ["[dependencies]", "[dev-dependencies]"] {
+        for name in crates_in(&toml, section) {
+            if !readme.contains(&format!("`{name}`")) {
+                missing.push(format!("{section} {name}"));
+            }
+        }
+    }
+    // The workspace's members: the simulated libraries.
+    let members = toml
+        .lines()
+        .find(|l| l.starts_with("members"))
+        .unwrap()
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|m| *m != ".")
+        .map(String::from)
+        .collect::<Vec<_>>();
+    assert!(members.len() >= 5, "{members:?}");
+    for member in members {
+        let name = read(&format!("{member}/Cargo.toml"))
+            .lines()
+            .find_map(|l| l.strip_prefix("name = "))
+            .unwrap()
+            .trim_matches('"')
+            .to_string();
+        if !readme.contains(&format!("`{name}`")) {
+            missing.push(format!("workspace member {name}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "the README's dependency section lacks: {missing:#?}"
+    );
+}
+
+#[test]
+fn the_readme_names_what_the_test_command_installs_and_the_fuzz_targets() {
+    let readme = read("README.md");
+    let script = read("scripts/ci/test.sh");
+    let apt: Vec<&str> = script
+        .split("APT_PACKAGES=(")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert!(apt.len() >= 10, "{apt:?}");
+    let pip: Vec<&str> = script
+        .lines()
+        .filter(|l| l.contains("-m pip install"))
+        .filter_map(|l| l.split('\'').nth(1))
+        .map(|spec| spec.split("==").next().unwrap())
+        .collect();
+    assert!(pip.len() >= 3, "{pip:?}");
+    let missing: Vec<&&str> = apt
+        .iter()
+        .chain(pip.iter())
+        .filter(|name| !readme.contains(&format!("`{name}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the README's test command paragraph lacks: {missing:?}"
+    );
+    let numbers = [
+        "no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+    ];
+    let targets = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/fuzz_targets"))
+        .unwrap()
+        .count();
+    let said = format!("{} fuzz targets", numbers[targets.min(9)]);
+    assert!(readme.contains(&said), "the README should say \"{said}\"");
+    for wrong in numbers.iter().filter(|n| **n != numbers[targets.min(9)]) {
+        assert!(
+            !readme.contains(&format!("{wrong} fuzz targets")),
+            "the README says {wrong} fuzz targets"
+        );
+    }
+}
