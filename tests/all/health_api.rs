@@ -217,7 +217,7 @@ fn health_clear_lets_go_of_a_held_fatal_xid_records_who_and_why_and_survives_a_r
 
     // Refused without a reason, for a GPU the node does not have, and over the network.
     let (code, _, err) = clear(&d, "0", " ");
-    assert_eq!(code, 2);
+    assert_eq!(code, 64, "an empty reason is a usage error (EX_USAGE)");
     assert!(err.contains("--reason"), "{err}");
     let (code, _, err) = clear(&d, "GPU-nope", "reseated");
     assert_eq!(code, 2);
