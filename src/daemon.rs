@@ -458,7 +458,13 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
         cache: Arc::new(RenderCache::default()),
         settings: running.settings.clone(),
         journal_readers: Arc::new(tokio::sync::Semaphore::new(http::JOURNAL_READERS)),
+        history: Arc::new(crate::history::History::default()),
     };
+    tokio::spawn(crate::history::record(
+        state.history.clone(),
+        running.store.clone(),
+        shutdown.handle("history"),
+    ));
     let local = crate::local_api::LocalState {
         app: state.clone(),
         clears: running.clears.clone(),

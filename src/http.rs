@@ -179,6 +179,8 @@ pub struct AppState {
     /// (journal/worker.rs) that opens the file read-only; more wait (the page) or get 503
     /// (the API).
     pub journal_readers: Arc<Semaphore>,
+    /// Each GPU's last hour and day (`/api/v1/history`, the status page's trends).
+    pub history: Arc<crate::history::History>,
 }
 
 /// How many journal reads may run at once: each is a process of a few MiB for its time.
@@ -193,6 +195,7 @@ pub fn router(state: AppState) -> Router {
         .route("/", get(index))
         .route("/api/v1/events", get(events))
         .route("/api/v1/health", get(health))
+        .route("/api/v1/history", get(history))
         .layer(middleware::from_fn_with_state(state.clone(), require_basic_auth))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
@@ -305,6 +308,38 @@ async fn index(State(state): State<AppState>) -> Html<String> {
 /// `/api/v1/events?since=7d&gpu=0&kind=xid,health&limit=100`: the journal's rows as JSON,
 /// read-only, behind the same TLS and auth as /metrics. 404 with the journal off, 400 for
 /// a bad parameter, 503 when it cannot be read or too many readers are at it.
+/// `GET /api/v1/history?gpu=N|UUID&metric=NAME[&range=1h|1d]`: one GPU's metric over the last
+/// hour (a point every 10 s) or day (a point a minute), oldest first; a gap is `null`.
+async fn history(
+    State(state): State<AppState>,
+    axum::extract::Query(params): axum::extract::Query<std::collections::BTreeMap<String, String>>,
+) -> Response {
+    use crate::history::{Metric, Range};
+    let bad = |message: String| (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response();
+    let names = || Metric::ALL.map(Metric::name).join(", ");
+    let Some(gpu) = params.get("gpu") else {
+        return bad("gpu is missing: give a GPU's index or UUID (gpu=0)".to_string());
+    };
+    let metric = match params.get("metric").map(|m| (m, Metric::from_name(m))) {
+        Some((_, Some(metric))) => metric,
+        Some((name, None)) => return bad(format!("no history of {name:?}; there is: {}", names())),
+        None => return bad(format!("metric is missing; there is: {}", names())),
+    };
+    let range = match params.get("range").map(|r| (r, Range::parse(r))) {
+        None => Range::Hour,
+        Some((_, Some(range))) => range,
+        Some((text, None)) => return bad(format!("range {text:?}: write 1h or 1d")),
+    };
+    match state.history.series(gpu, metric, range) {
+        Some(series) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::to_string(&series).unwrap_or_default(),
+        )
+            .into_response(),
+        None => (StatusCode::NOT_FOUND, format!("no history of GPU {gpu:?} (yet)\n")).into_response(),
+    }
+}
+
 /// `</api/v1/events?...&before=ID>; rel="next"`: the same query, older rows.
 fn next_page_link(params: &std::collections::BTreeMap<String, String>, cursor: &str) -> String {
     let mut query: Vec<String> = params

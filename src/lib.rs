@@ -15,6 +15,7 @@ pub mod daemon;
 pub mod demo;
 pub mod exposition;
 pub mod health;
+pub mod history;
 pub mod http;
 pub mod input;
 pub mod journal;

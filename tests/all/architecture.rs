@@ -225,6 +225,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("settings", 3),
     ("metrics", 3),
     ("health", 3),
+    ("history", 3),
     ("attribution", 3),
     ("backend", 3),
     ("exposition", 3),

@@ -110,3 +110,47 @@ fn headless_chromium_renders_the_page() {
         png.len()
     );
 }
+
+/// `GET /api/v1/history`: a GPU's metric over the last hour (a point every 10 s; the first at
+/// start), gaps as null; clear 400s and 404s.
+#[test]
+fn the_history_api_answers_a_gpus_trend() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let m = d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    let temperature = m
+        .value("gpu_temperature_celsius", &[("gpu", "0"), ("sensor", "gpu")])
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let series = loop {
+        let response = d.get("/api/v1/history?gpu=0&metric=gpu_temperature_celsius", &[]);
+        if response.status == 200 {
+            break serde_json::from_str::<serde_json::Value>(&response.text()).unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", response.text());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(series["gpu"], 0);
+    assert_eq!(series["step_seconds"], 10);
+    let points = series["points"].as_array().unwrap();
+    assert!(!points.is_empty());
+    assert_eq!(points.last().unwrap()[1].as_f64(), Some(temperature), "{series}");
+    let by_uuid = d.get(
+        "/api/v1/history?gpu=GPU-5f2c7a1e-0000-4d6b-9a0c-000000000000&metric=gpu_power_watts&range=1d",
+        &[],
+    );
+    assert_eq!(by_uuid.status, 200, "{}", by_uuid.text());
+    let bad = d.get("/api/v1/history?gpu=0&metric=gpu_nonsense", &[]);
+    assert_eq!(bad.status, 400);
+    assert!(
+        bad.text().contains("gpu_temperature_celsius"),
+        "names what there is: {}",
+        bad.text()
+    );
+    assert_eq!(d.get("/api/v1/history?metric=gpu_power_watts", &[]).status, 400);
+    assert_eq!(
+        d.get("/api/v1/history?gpu=0&metric=gpu_power_watts&range=1y", &[])
+            .status,
+        400
+    );
+    assert_eq!(d.get("/api/v1/history?gpu=42&metric=gpu_power_watts", &[]).status, 404);
+}
