@@ -302,12 +302,13 @@ async fn index(State(state): State<AppState>) -> Html<String> {
         };
         Some(read.await.unwrap_or_else(|| Err("busy".to_string())))
     };
-    Html(status_page::render_with_timeline(&snapshot, timeline.as_ref()))
+    Html(status_page::render_with_timeline(
+        &snapshot,
+        timeline.as_ref(),
+        Some(&state.history),
+    ))
 }
 
-/// `/api/v1/events?since=7d&gpu=0&kind=xid,health&limit=100`: the journal's rows as JSON,
-/// read-only, behind the same TLS and auth as /metrics. 404 with the journal off, 400 for
-/// a bad parameter, 503 when it cannot be read or too many readers are at it.
 /// `GET /api/v1/history?gpu=N|UUID&metric=NAME[&range=1h|1d]`: one GPU's metric over the last
 /// hour (a point every 10 s) or day (a point a minute), oldest first; a gap is `null`.
 async fn history(
@@ -361,6 +362,9 @@ fn percent(text: &str) -> String {
         .collect()
 }
 
+/// `/api/v1/events?since=7d&gpu=0&kind=xid,health&limit=100`: the journal's rows as JSON,
+/// read-only, behind the same TLS and auth as /metrics. 404 with the journal off, 400 for
+/// a bad parameter, 503 when it cannot be read or too many readers are at it.
 async fn events(
     State(state): State<AppState>,
     axum::extract::Query(params): axum::extract::Query<std::collections::BTreeMap<String, String>>,

@@ -9,20 +9,7 @@ use crate::xid::catalog;
 use std::fmt::Write;
 use std::time::SystemTime;
 
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '&' => out.push_str("&amp;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use crate::html::escape;
 
 fn ago(then: SystemTime) -> String {
     let seconds = (unix_seconds(SystemTime::now()) - unix_seconds(then)).max(0.0);
@@ -40,7 +27,24 @@ table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.45em .6
 th{background:#f4f4f4}.state{font-weight:600;border-radius:3px;padding:.1em .5em;color:#fff}\
 .ok{background:#2e7d32}.degraded{background:#ef6c00}.unhealthy{background:#c62828}\
 .reason{display:inline-block;background:#eee;border-radius:3px;padding:0 .4em;margin:0 .2em .2em 0}\
-.hot{color:#c62828;font-weight:600}td.n{white-space:nowrap}ul{margin:0;padding-left:1.1em}small{color:#666}";
+.hot{color:#c62828;font-weight:600}td.n{white-space:nowrap}ul{margin:0;padding-left:1.1em}small{color:#666}\
+td{overflow-wrap:anywhere}table.gpus{table-layout:auto;font-size:13px}\
+.summary{background:#f7f7f7;border-left:4px solid #999;padding:.5em .8em;margin:0 0 1em}\
+.summary.unhealthy{border-color:#c62828}.summary.degraded{border-color:#ef6c00}.summary.ok{border-color:#2e7d32}\
+svg.spark{display:block}svg.spark polyline{fill:none;stroke-width:1.3}svg.spark .a{stroke:#1565c0}svg.spark .b{stroke:#8e24aa}\
+svg.spark circle.a{fill:#1565c0}svg.spark circle.b{fill:#8e24aa}\
+svg.spark .ref{stroke:#c62828;stroke-dasharray:3 2;stroke-width:1}svg.spark .mark{stroke-width:1.5}\
+svg.spark .xid{stroke:#c62828}svg.spark .health{stroke:#ef6c00}svg.spark .probe{stroke:#2e7d32}svg.spark text{font-size:10px;fill:#999}\
+@media (max-width:760px){body{margin:.6em}table.gpus thead,table.trends thead{display:none}\
+table.gpus tr,table.trends tr{display:block;border:1px solid #ddd;border-radius:6px;margin:0 0 .8em;padding:.3em}\
+table.gpus td,table.trends td{display:block;border:0;padding:.25em .4em}\
+table.gpus td:nth-child(3)::before{content:\"Temperature: \"}table.gpus td:nth-child(4)::before{content:\"Power: \"}\
+table.gpus td:nth-child(5)::before{content:\"Activity: \"}table.gpus td:nth-child(6)::before{content:\"Links: \"}\
+table.gpus td:nth-child(7)::before{content:\"Clock events: \"}table.gpus td:nth-child(8)::before{content:\"XIDs: \"}\
+table.gpus td:nth-child(9)::before{content:\"Last probe: \"}td::before{color:#666;font-size:12px}\
+table.trends td:nth-child(2)::before{content:\"Temperature / slowdown\"}table.trends td:nth-child(3)::before{content:\"Power / limit\"}\
+table.trends td:nth-child(4)::before{content:\"SM and DRAM activity\"}table.trends td:nth-child(5)::before{content:\"Memory used\"}\
+table.trends td:nth-child(6)::before{content:\"Clock-event time\"}table.trends td::before{display:block}}";
 
 /// Renders the page for one snapshot.
 /// The job and the pods using a GPU, as a line under its name; empty when none.
@@ -120,11 +124,16 @@ fn links_cell(r: Option<&crate::model::DeviceReadings>) -> String {
 pub type Timeline = Result<std::collections::BTreeMap<String, Vec<crate::journal::read::Row>>, String>;
 
 pub fn render(snapshot: &Snapshot) -> String {
-    render_with_timeline(snapshot, None)
+    render_with_timeline(snapshot, None, None)
 }
 
-/// The page with each GPU's recent events from the journal (None: the journal is off).
-pub fn render_with_timeline(snapshot: &Snapshot, timeline: Option<&Timeline>) -> String {
+/// The page with each GPU's recent events from the journal (None: the journal is off) and
+/// its last hour's trends (None: no history kept).
+pub fn render_with_timeline(
+    snapshot: &Snapshot,
+    timeline: Option<&Timeline>,
+    history: Option<&crate::history::History>,
+) -> String {
     let mut out = String::with_capacity(8 * 1024);
     let host = &snapshot.hostname;
     let _ = write!(
@@ -152,19 +161,264 @@ pub fn render_with_timeline(snapshot: &Snapshot, timeline: Option<&Timeline>) ->
         out.push_str("<p>No GPU found.</p></body></html>\n");
         return out;
     }
+    summary(&mut out, snapshot, timeline);
     out.push_str(
-        "<table><thead><tr><th>GPU</th><th>Health</th><th>Temperature</th><th>Power</th>\
+        "<table class=\"gpus\"><thead><tr><th>GPU</th><th>Health</th><th>Temperature</th><th>Power</th>\
          <th>Activity</th><th>Links</th><th>Clock events</th><th>XIDs</th><th>Last probe</th></tr></thead><tbody>",
     );
     for d in &snapshot.devices {
         device_row(&mut out, snapshot, d);
     }
     out.push_str("</tbody></table>");
+    if let Some(history) = history {
+        trends_section(&mut out, snapshot, timeline, history);
+    }
     if let Some(timeline) = timeline {
         timeline_section(&mut out, snapshot, timeline);
     }
     out.push_str("</body></html>\n");
     out
+}
+
+/// The node at a glance: GPUs per state, the worst finding with what to do, the time since
+/// the last verdict change (from the journal), and the jobs and pods on the GPUs that need
+/// attention.
+fn summary(out: &mut String, snapshot: &Snapshot, timeline: Option<&Timeline>) {
+    use crate::model::health::HealthState;
+    let count = |state: HealthState| snapshot.devices.iter().filter(|d| d.health.state == state).count();
+    let worst_state = snapshot
+        .devices
+        .iter()
+        .map(|d| d.health.state)
+        .chain(snapshot.node_findings.iter().map(|f| f.severity))
+        .max()
+        .unwrap_or(HealthState::Ok);
+    let _ = write!(
+        out,
+        "<div class=\"summary {}\"><b>{} GPU(s)</b>: {} ok, {} degraded, {} unhealthy",
+        worst_state.label(),
+        snapshot.devices.len(),
+        count(HealthState::Ok),
+        count(HealthState::Degraded),
+        count(HealthState::Unhealthy)
+    );
+    // The worst finding: the node's own first, then the GPUs' in order.
+    let worst = snapshot
+        .node_findings
+        .iter()
+        .map(|f| (None, f))
+        .chain(
+            snapshot
+                .devices
+                .iter()
+                .flat_map(|d| d.health.findings.iter().map(move |f| (Some(d), f))),
+        )
+        .max_by_key(|(_, f)| f.severity);
+    if let Some((gpu, finding)) = worst.filter(|(_, f)| f.severity > HealthState::Ok) {
+        let action = crate::health::rules::RULES
+            .iter()
+            .chain(std::iter::once(&crate::health::rules::GPU_MISSING))
+            .find(|r| r.reason == finding.reason)
+            .map(|r| r.action)
+            .unwrap_or("");
+        let _ = write!(
+            out,
+            "<br>worst: <b>{} {}</b>: {}{}",
+            gpu.map_or("node".to_string(), |d| format!("GPU {}", d.identity.index)),
+            escape(finding.reason),
+            escape(&finding.message),
+            if action.is_empty() {
+                String::new()
+            } else {
+                format!(" <small>&mdash; {}</small>", escape(action))
+            }
+        );
+    }
+    if let Some(Ok(rows)) = timeline {
+        let last_change = rows
+            .values()
+            .flatten()
+            .filter(|r| r.kind == "health")
+            .map(|r| r.at)
+            .fold(f64::NAN, f64::max);
+        if last_change.is_finite() {
+            let _ = write!(
+                out,
+                "<br>last verdict change {}",
+                ago(crate::model::from_unix_seconds(last_change))
+            );
+        }
+    }
+    let mut affected = Vec::new();
+    for d in snapshot.devices.iter().filter(|d| d.health.state > HealthState::Ok) {
+        if let Some(jobs) = snapshot.jobs.get(&d.identity.uuid) {
+            affected.push(format!("job {} (GPU {})", jobs.join(", "), d.identity.index));
+        }
+        if let Some(pods) = snapshot.pods.get(&d.identity.uuid) {
+            for p in pods {
+                affected.push(format!("pod {}/{} (GPU {})", p.namespace, p.pod, d.identity.index));
+            }
+        }
+    }
+    if !affected.is_empty() {
+        let _ = write!(
+            out,
+            "<br>on the GPUs that need attention: {}",
+            escape(&affected.join(", "))
+        );
+    }
+    out.push_str("</div>");
+}
+
+/// Each GPU's last hour, with the journal's XIDs, verdict changes and probes on the same
+/// time axis.
+fn trends_section(
+    out: &mut String,
+    snapshot: &Snapshot,
+    timeline: Option<&Timeline>,
+    history: &crate::history::History,
+) {
+    use crate::history::{Metric, Range};
+    use crate::sparkline::{Chart, Marker, render};
+    let now = unix_seconds(SystemTime::now());
+    let start = now - 3600.0;
+    out.push_str(
+        "<h2>Last hour</h2><table class=\"trends\"><thead><tr><th>GPU</th><th>Temperature / slowdown</th>\
+         <th>Power / limit</th><th>SM and DRAM activity</th><th>Memory used</th><th>Clock-event time</th></tr></thead><tbody>",
+    );
+    for d in &snapshot.devices {
+        let id = &d.identity;
+        let get = |m: Metric| history.series(&id.uuid, m, Range::Hour);
+        let markers: Vec<Marker> = match timeline {
+            Some(Ok(rows)) => rows
+                .get(&id.uuid)
+                .into_iter()
+                .flatten()
+                .filter_map(|r| {
+                    let class = match r.kind.as_str() {
+                        "xid" | "xid_storm" => "xid",
+                        "health" | "clear" => "health",
+                        "probe" => "probe",
+                        _ => return None,
+                    };
+                    Some(Marker {
+                        at: r.at,
+                        class,
+                        title: format!("{}: {}", crate::journal::report::utc(r.at), r.summary),
+                    })
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let last =
+            |s: &Option<crate::history::Series>| s.as_ref().and_then(|s| s.points.iter().rev().find_map(|(_, v)| *v));
+        let peak = |s: &Option<crate::history::Series>| {
+            s.as_ref()
+                .map(|s| s.points.iter().filter_map(|(_, v)| *v).fold(f64::NAN, f64::max))
+                .filter(|v| v.is_finite())
+        };
+        let cell = |out: &mut String,
+                    lines: Vec<(&Option<crate::history::Series>, &'static str)>,
+                    reference: Option<f64>,
+                    floor: Option<f64>,
+                    ceiling: Option<f64>,
+                    title: String,
+                    caption: String| {
+            let lines: Vec<(&crate::history::Series, &'static str)> = lines
+                .into_iter()
+                .filter_map(|(s, class)| s.as_ref().map(|s| (s, class)))
+                .collect();
+            let chart = Chart {
+                lines,
+                reference,
+                floor,
+                ceiling,
+                markers: &markers,
+                title,
+            };
+            let _ = write!(
+                out,
+                "<td>{}<small>{}</small></td>",
+                render(&chart, start, now),
+                escape(&caption)
+            );
+        };
+        let _ = write!(
+            out,
+            "<tr class=\"trend\"><td><b>{}</b><br><small>{}</small></td>",
+            id.index,
+            escape(&id.name)
+        );
+        let (temperature, slowdown) = (get(Metric::Temperature), get(Metric::SlowdownTemperature));
+        let limit_now = last(&slowdown);
+        cell(
+            out,
+            vec![(&temperature, "a")],
+            limit_now,
+            None,
+            None,
+            format!("GPU {} temperature, last hour", id.index),
+            match (last(&temperature), peak(&temperature)) {
+                (Some(t), Some(p)) => format!(
+                    "{t:.0} C now, {p:.0} C max{}",
+                    limit_now.map_or(String::new(), |l| format!(", slowdown {l:.0} C"))
+                ),
+                _ => "no reading".to_string(),
+            },
+        );
+        let (power, power_limit) = (get(Metric::Power), get(Metric::PowerLimit));
+        cell(
+            out,
+            vec![(&power, "a")],
+            last(&power_limit),
+            Some(0.0),
+            None,
+            format!("GPU {} power, last hour", id.index),
+            match (last(&power), last(&power_limit)) {
+                (Some(p), Some(l)) => format!("{p:.0} of {l:.0} W"),
+                (Some(p), None) => format!("{p:.0} W"),
+                _ => "no reading".to_string(),
+            },
+        );
+        let (sm, dram) = (get(Metric::SmActive), get(Metric::DramActive));
+        cell(
+            out,
+            vec![(&sm, "a"), (&dram, "b")],
+            None,
+            Some(0.0),
+            Some(1.0),
+            format!("GPU {} SM (blue) and DRAM (purple) activity, last hour", id.index),
+            match (last(&sm), last(&dram)) {
+                (Some(s), Some(m)) => format!("SM {:.0} %, DRAM {:.0} %", s * 100.0, m * 100.0),
+                _ => "no GPM readings".to_string(),
+            },
+        );
+        let memory = get(Metric::MemoryUsed);
+        cell(
+            out,
+            vec![(&memory, "a")],
+            None,
+            Some(0.0),
+            None,
+            format!("GPU {} memory used, last hour", id.index),
+            last(&memory).map_or("no reading".to_string(), |b| format!("{:.1} GiB", b / 1024f64.powi(3))),
+        );
+        let throttle = get(Metric::ClockEventSeconds);
+        cell(
+            out,
+            vec![(&throttle, "a")],
+            None,
+            Some(0.0),
+            Some(1.0),
+            format!(
+                "GPU {} time in clock-event reasons (seconds per second), last hour",
+                id.index
+            ),
+            last(&throttle).map_or("no reading".to_string(), |r| format!("{:.0} % of the time", r * 100.0)),
+        );
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table><p><small>Marks: <span class=\"hot\">XID</span>, verdict change, probe (hover for what).</small></p>");
 }
 
 /// The last seven days of the journal, a few rows per GPU (`gpuwarden events` has the rest).

@@ -205,6 +205,7 @@ fn a_made_up_cycle_is_found() {
 const LAYERS: &[(&str, u32)] = &[
     ("model", 1),
     ("input", 2),
+    ("html", 2),
     ("cadence", 2),
     ("stop", 2),
     ("store", 2),
@@ -226,6 +227,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("metrics", 3),
     ("health", 3),
     ("history", 3),
+    ("sparkline", 3),
     ("attribution", 3),
     ("backend", 3),
     ("exposition", 3),

@@ -154,3 +154,70 @@ fn the_history_api_answers_a_gpus_trend() {
     );
     assert_eq!(d.get("/api/v1/history?gpu=42&metric=gpu_power_watts", &[]).status, 404);
 }
+
+/// The page reads at a laptop's 1366 px (nothing wider than the window) and at a phone's 390
+/// px (one card per GPU, no table header, still nothing wider than the window), as headless
+/// Chromium lays it out. The page has no script of its own: the test saves it with a small
+/// one that measures the layout, and shows it in a frame of the width to test (headless
+/// Chromium's window is 500 px at the least); the frame posts what it measured to the title.
+#[test]
+fn the_page_fits_a_laptop_and_a_phone() {
+    let d = busy_daemon();
+    let dir = tempfile::tempdir().unwrap();
+    let page = d
+        .get("/", &[])
+        .text()
+        .replace("<meta http-equiv=\"refresh\" content=\"5\">", "");
+    let probe = "<script>addEventListener('load',()=>{const e=document.documentElement;\
+        const head=getComputedStyle(document.querySelector('table.gpus thead')).display;\
+        parent.postMessage('layout '+e.scrollWidth+' '+innerWidth+' '+head+' '+document.querySelectorAll('svg.spark').length,'*');});</script>";
+    std::fs::write(
+        dir.path().join("page.html"),
+        page.replace("</body>", &format!("{probe}</body>")),
+    )
+    .unwrap();
+    for (width, height, header) in [(1366, 900, "table-header-group"), (390, 844, "none")] {
+        let frame = dir.path().join(format!("frame-{width}.html"));
+        std::fs::write(
+            &frame,
+            format!(
+                "<html><head><title>waiting</title></head><body style=\"margin:0\">\
+                 <iframe src=\"page.html\" style=\"border:0;width:{width}px;height:{height}px\"></iframe>\
+                 <script>addEventListener('message',e=>{{document.title=e.data}})</script></body></html>"
+            ),
+        )
+        .unwrap();
+        let out = Command::new(std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into()))
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--hide-scrollbars",
+                "--virtual-time-budget=3000",
+                "--dump-dom",
+            ])
+            .arg(format!("--window-size={},{}", width.max(500), height))
+            .arg(format!(
+                "--user-data-dir={}",
+                dir.path().join(format!("profile-{width}")).display()
+            ))
+            .arg(format!("file://{}", frame.display()))
+            .output()
+            .expect("chromium is needed for this test: apt-get install chromium");
+        let dom = String::from_utf8_lossy(&out.stdout);
+        let title = dom
+            .split("<title>")
+            .nth(1)
+            .and_then(|t| t.split("</title>").next())
+            .unwrap_or_default()
+            .to_string();
+        let fields: Vec<&str> = title.split_whitespace().collect();
+        assert_eq!(fields.first(), Some(&"layout"), "{width} px: {title:?}");
+        let (scroll, inner): (u32, u32) = (fields[1].parse().unwrap(), fields[2].parse().unwrap());
+        assert_eq!(inner, width, "{title}");
+        assert!(scroll <= inner, "{width} px: the page is {scroll} px wide, cut off");
+        assert_eq!(fields[3], header, "{width} px: {title}");
+        assert_eq!(fields[4], "40", "five charts for each of eight GPUs: {title}");
+    }
+}
