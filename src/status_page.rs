@@ -213,7 +213,14 @@ fn summary(out: &mut String, snapshot: &Snapshot, timeline: Option<&Timeline>) {
                 .iter()
                 .flat_map(|d| d.health.findings.iter().map(move |f| (Some(d), f))),
         )
-        .max_by_key(|(_, f)| f.severity);
+        // The first of the most severe: the node's, then the GPUs' in order.
+        .fold(
+            None,
+            |worst: Option<(Option<&crate::model::DeviceSnapshot>, &crate::model::health::Finding)>, next| match worst {
+                Some(w) if w.1.severity >= next.1.severity => Some(w),
+                _ => Some(next),
+            },
+        );
     if let Some((gpu, finding)) = worst.filter(|(_, f)| f.severity > HealthState::Ok) {
         let action = crate::health::rules::RULES
             .iter()
