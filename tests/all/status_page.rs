@@ -219,5 +219,29 @@ fn the_page_fits_a_laptop_and_a_phone() {
         assert!(scroll <= inner, "{width} px: the page is {scroll} px wide, cut off");
         assert_eq!(fields[3], header, "{width} px: {title}");
         assert_eq!(fields[4], "40", "five charts for each of eight GPUs: {title}");
+        // And a screenshot of it, as a person at that width sees it.
+        let shot = dir.path().join(format!("page-{width}.png"));
+        let out = Command::new(std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into()))
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--hide-scrollbars",
+            ])
+            .arg(format!("--window-size={},{}", width.max(500), height))
+            .arg(format!(
+                "--user-data-dir={}",
+                dir.path().join(format!("shot-{width}")).display()
+            ))
+            .arg(format!("--screenshot={}", shot.display()))
+            .arg(format!("file://{}", frame.display()))
+            .output()
+            .unwrap();
+        let png = std::fs::read(&shot).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+        let shot_width = u32::from_be_bytes(png[16..20].try_into().unwrap());
+        assert_eq!(shot_width, width.max(500));
+        assert!(png.len() > 20_000, "a page with content ({} bytes)", png.len());
     }
 }
