@@ -15,31 +15,53 @@ pub const EX_CONFIG: i32 = 78;
 
 /// A listen address as node_exporter takes it: `IP:PORT`, `[IPv6]:PORT`, `:PORT` (every IPv4
 /// address), or `HOST:PORT` with a name resolved once, here (the first address it has).
-pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+pub fn parse_listen(text: &str) -> Result<SocketAddr, ListenError> {
     let text = text.trim();
     if let Ok(address) = text.parse::<SocketAddr>() {
         return Ok(address);
     }
-    let hint = "write IP:PORT (127.0.0.1:9100), [IPv6]:PORT, HOST:PORT (localhost:9100) or :PORT (0.0.0.0:9100)";
+    let named = text.to_string();
     if let Some(port) = text.strip_prefix(':') {
-        let port: u16 = port
-            .parse()
-            .map_err(|_| format!("{text:?}: {port:?} is not a port; {hint}"))?;
+        let port: u16 = port.parse().map_err(|_| ListenError::NotAnAddress(named.clone()))?;
         return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
     }
     let Some((host, port)) = text.rsplit_once(':') else {
-        return Err(format!("{text:?} has no port; {hint}"));
+        return Err(ListenError::NoPort(named));
     };
     if host.is_empty() || port.parse::<u16>().is_err() {
-        return Err(format!("{text:?} is not an address; {hint}"));
+        return Err(ListenError::NotAnAddress(named));
     }
     use std::net::ToSocketAddrs;
-    let mut addresses = text
-        .to_socket_addrs()
-        .map_err(|e| format!("{text:?}: the name {host:?} does not resolve ({e}); {hint}"))?;
-    addresses
-        .next()
-        .ok_or_else(|| format!("{text:?}: the name {host:?} has no address; {hint}"))
+    let mut addresses = text.to_socket_addrs().map_err(|source| ListenError::Unresolved {
+        text: named.clone(),
+        host: host.to_string(),
+        source,
+    })?;
+    addresses.next().ok_or_else(|| ListenError::NoAddress {
+        text: named,
+        host: host.to_string(),
+    })
+}
+
+/// What to write instead, said with every [`ListenError`].
+const LISTEN_HINT: &str =
+    "write IP:PORT (127.0.0.1:9100), [IPv6]:PORT, HOST:PORT (localhost:9100) or :PORT (0.0.0.0:9100)";
+
+/// Why a listen address cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    #[error("{0:?} has no port; {LISTEN_HINT}")]
+    NoPort(String),
+    #[error("{0:?} is not an address; {LISTEN_HINT}")]
+    NotAnAddress(String),
+    #[error("{text:?}: the name {host:?} does not resolve ({source}); {LISTEN_HINT}")]
+    Unresolved {
+        text: String,
+        host: String,
+        source: std::io::Error,
+    },
+    #[error("{text:?}: the name {host:?} has no address; {LISTEN_HINT}")]
+    NoAddress { text: String, host: String },
 }
 
 fn listen_address<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
@@ -567,23 +589,34 @@ impl Default for RawPoll {
     }
 }
 
+/// Why the poll section's durations do not go together.
+#[derive(Debug, thiserror::Error)]
+pub enum PollError {
+    #[error("poll.interval is {0:?}; it must be at least 10ms")]
+    IntervalTooShort(Duration),
+    #[error("poll.timeout ({timeout:?}) must be more than 0 and at most poll.interval ({interval:?})")]
+    Timeout { timeout: Duration, interval: Duration },
+    #[error("poll.slow_interval ({slow:?}) must be at least poll.interval ({interval:?})")]
+    SlowInterval { slow: Duration, interval: Duration },
+}
+
 impl TryFrom<RawPoll> for Poll {
-    type Error = String;
-    fn try_from(raw: RawPoll) -> Result<Self, String> {
+    type Error = PollError;
+    fn try_from(raw: RawPoll) -> Result<Self, PollError> {
         if raw.interval < Duration::from_millis(10) {
-            return Err(format!("poll.interval is {:?}; it must be at least 10ms", raw.interval));
+            return Err(PollError::IntervalTooShort(raw.interval));
         }
         if raw.timeout.is_zero() || raw.timeout > raw.interval {
-            return Err(format!(
-                "poll.timeout ({:?}) must be more than 0 and at most poll.interval ({:?})",
-                raw.timeout, raw.interval
-            ));
+            return Err(PollError::Timeout {
+                timeout: raw.timeout,
+                interval: raw.interval,
+            });
         }
         if raw.slow_interval < raw.interval {
-            return Err(format!(
-                "poll.slow_interval ({:?}) must be at least poll.interval ({:?})",
-                raw.slow_interval, raw.interval
-            ));
+            return Err(PollError::SlowInterval {
+                slow: raw.slow_interval,
+                interval: raw.interval,
+            });
         }
         Ok(Poll {
             interval: raw.interval,
@@ -1139,11 +1172,11 @@ impl Config {
     }
 
     pub fn load(file: &Path) -> Result<Config, ConfigError> {
-        let text = read_config_file(file, "config file").map_err(|message| ConfigError {
+        let text = read_config_file(file, "config file").map_err(|e| ConfigError {
             file: file.to_path_buf(),
             line: None,
             column: None,
-            message,
+            message: e.to_string(),
             snippet: None,
         })?;
         Config::parse(&text, file)
@@ -1158,31 +1191,42 @@ pub const MAX_CONFIG_BYTES: usize = 1024 * 1024;
 /// read without end), opened without blocking, at most [`MAX_CONFIG_BYTES`]. A link is
 /// followed: the config directory is root's, and Kubernetes mounts ConfigMaps as links.
 /// Err: what is wrong and what to do.
-pub fn read_config_file(file: &Path, what: &str) -> Result<String, String> {
+pub fn read_config_file(file: &Path, what: &'static str) -> Result<String, ReadConfigError> {
     use crate::input::{Links, Reason, Refused};
     // `--config /dev/null`: the usual way to ask for the built-in defaults.
     if std::fs::canonicalize(file).is_ok_and(|p| p == Path::new("/dev/null")) {
         return Ok(String::new());
     }
     let (bytes, truncated) = crate::input::read_bytes(file, MAX_CONFIG_BYTES, Links::Follow).map_err(|e| match e {
-        Refused::Missing => format!("cannot read the {what}: it does not exist"),
-        Refused::Skip(Reason::NotRegularFile, _) => {
-            format!("the {what} is not a regular file (a FIFO, device, socket or directory); point it at a file")
-        }
-        skip => format!("cannot read the {what}: {skip}"),
+        Refused::Missing => ReadConfigError::Missing(what),
+        Refused::Skip(Reason::NotRegularFile, _) => ReadConfigError::NotAFile(what),
+        skip => ReadConfigError::Unreadable {
+            what,
+            detail: skip.to_string(),
+        },
     })?;
     if truncated {
-        return Err(format!(
-            "the {what} is larger than {} MiB; is it the right file?",
-            MAX_CONFIG_BYTES / (1024 * 1024)
-        ));
+        return Err(ReadConfigError::TooLarge(what));
     }
-    String::from_utf8(bytes).map_err(|e| {
-        format!(
-            "the {what} is not UTF-8 text (an invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        )
+    String::from_utf8(bytes).map_err(|e| ReadConfigError::NotUtf8 {
+        what,
+        offset: e.utf8_error().valid_up_to(),
     })
+}
+
+/// Why a config file cannot be read: what is wrong and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadConfigError {
+    #[error("cannot read the {0}: it does not exist")]
+    Missing(&'static str),
+    #[error("the {0} is not a regular file (a FIFO, device, socket or directory); point it at a file")]
+    NotAFile(&'static str),
+    #[error("cannot read the {what}: {detail}")]
+    Unreadable { what: &'static str, detail: String },
+    #[error("the {0} is larger than 1 MiB; is it the right file?")]
+    TooLarge(&'static str),
+    #[error("the {what} is not UTF-8 text (an invalid byte at offset {offset})")]
+    NotUtf8 { what: &'static str, offset: usize },
 }
 
 #[cfg(test)]

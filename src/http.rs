@@ -293,14 +293,14 @@ async fn index(State(state): State<AppState>) -> Html<String> {
                 let request = worker::Request::Timeline { path, now };
                 match worker::call(&request, JOURNAL_READ_TIMEOUT) {
                     Ok(worker::Answer::Timeline { rows }) => Ok(rows),
-                    Ok(_) => Err("unexpected answer".to_string()),
-                    Err(e) => Err(e.to_string()),
+                    Ok(_) => Err(status_page::TimelineError::Unexpected),
+                    Err(e) => Err(status_page::TimelineError::Journal(e)),
                 }
             })
             .await
             .ok()
         };
-        Some(read.await.unwrap_or_else(|| Err("busy".to_string())))
+        Some(read.await.unwrap_or(Err(status_page::TimelineError::Busy)))
     };
     Html(status_page::render_with_timeline(
         &snapshot,

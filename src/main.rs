@@ -259,7 +259,7 @@ fn quiet_on_closed_output() {
 
 /// `--listen` and `listen:` as node_exporter takes them: `HOST:PORT` (a name, resolved once),
 /// `IP:PORT`, `[IPv6]:PORT`, or `:PORT` for every IPv4 address.
-fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+fn parse_listen(text: &str) -> Result<SocketAddr, gpuwarden::config::ListenError> {
     gpuwarden::config::parse_listen(text)
 }
 

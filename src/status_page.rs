@@ -121,7 +121,18 @@ fn links_cell(r: Option<&crate::model::DeviceReadings>) -> String {
 }
 
 /// The journal's recent rows by GPU UUID (node rows under ""), or why it could not be read.
-pub type Timeline = Result<std::collections::BTreeMap<String, Vec<crate::journal::read::Row>>, String>;
+pub type Timeline = Result<std::collections::BTreeMap<String, Vec<crate::journal::read::Row>>, TimelineError>;
+
+/// Why the page shows no recent events.
+#[derive(Debug, thiserror::Error)]
+pub enum TimelineError {
+    #[error("the journal's readers are all busy")]
+    Busy,
+    #[error("{0}")]
+    Journal(#[from] crate::journal::worker::Failure),
+    #[error("the journal worker answered something else")]
+    Unexpected,
+}
 
 pub fn render(snapshot: &Snapshot) -> String {
     render_with_timeline(snapshot, None, None)
@@ -434,7 +445,7 @@ fn timeline_section(out: &mut String, snapshot: &Snapshot, timeline: &Timeline) 
     let rows = match timeline {
         Ok(rows) => rows,
         Err(e) => {
-            let _ = write!(out, "<p>The journal cannot be read: {}.</p>", escape(e));
+            let _ = write!(out, "<p>The journal cannot be read: {}.</p>", escape(&e.to_string()));
             return;
         }
     };

@@ -121,7 +121,7 @@ impl WebSecurity {
             snippet: None,
         };
         let text =
-            crate::config::read_config_file(file, "web config file").map_err(|message| error(None, None, message))?;
+            crate::config::read_config_file(file, "web config file").map_err(|e| error(None, None, e.to_string()))?;
         let raw: RawWebConfig = if text.trim().is_empty() {
             RawWebConfig::default()
         } else {
@@ -172,14 +172,10 @@ impl WebSecurity {
         }
         let base = file.parent().unwrap_or(Path::new("."));
         let tls = match raw.tls_server_config {
-            Some(tls) => Some(Arc::new(build_tls(&tls, base).map_err(|m| {
-                // "tls_server_config.cert_file ...": point at that key.
-                let key = m
-                    .strip_prefix("tls_server_config.")
-                    .and_then(|rest| rest.split([' ', ':']).next())
-                    .unwrap_or("");
-                at("tls_server_config", key, m.clone())
-            })?)),
+            // Pointed at the key at fault.
+            Some(tls) => Some(Arc::new(
+                build_tls(&tls, base).map_err(|e| at("tls_server_config", e.key, e.to_string()))?,
+            )),
             None => None,
         };
         Ok(WebSecurity::new(tls, raw.basic_auth_users))
@@ -276,23 +272,38 @@ fn warn_about_validity(cert: &CertificateDer<'_>, file: &Path) {
     }
 }
 
-fn build_tls(tls: &RawTls, base: &Path) -> Result<rustls::ServerConfig, String> {
+/// Why the TLS settings cannot be used: the key of `tls_server_config` at fault, and what.
+#[derive(Debug, thiserror::Error)]
+#[error("tls_server_config{}{}: {detail}", if .key.is_empty() { "" } else { "." }, .key)]
+struct TlsError {
+    /// `cert_file`, `key_file`, `client_ca_file`, `client_auth_type`, or "" for the section.
+    key: &'static str,
+    detail: String,
+}
+
+impl TlsError {
+    fn at<'a>(key: &'static str, file: &'a Path) -> impl Fn(&dyn std::fmt::Display) -> TlsError + 'a {
+        move |e| TlsError {
+            key,
+            detail: format!("{}: {e}", file.display()),
+        }
+    }
+}
+
+fn build_tls(tls: &RawTls, base: &Path) -> Result<rustls::ServerConfig, TlsError> {
     let path = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
     let cert_file = path(&tls.cert_file);
     let key_file = path(&tls.key_file);
+    let cert_error = TlsError::at("cert_file", &cert_file);
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert_file)
-        .map_err(|e| format!("tls_server_config.cert_file {}: {e}", cert_file.display()))?
+        .map_err(|e| cert_error(&e))?
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("tls_server_config.cert_file {}: {e}", cert_file.display()))?;
+        .map_err(|e| cert_error(&e))?;
     if certs.is_empty() {
-        return Err(format!(
-            "tls_server_config.cert_file {} holds no certificate",
-            cert_file.display()
-        ));
+        return Err(cert_error(&"holds no certificate"));
     }
     warn_about_validity(&certs[0], &cert_file);
-    let key = PrivateKeyDer::from_pem_file(&key_file)
-        .map_err(|e| format!("tls_server_config.key_file {}: {e}", key_file.display()))?;
+    let key = PrivateKeyDer::from_pem_file(&key_file).map_err(|e| TlsError::at("key_file", &key_file)(&e))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let versions: &[&rustls::SupportedProtocolVersion] = match tls.min_version {
         MinVersion::TLS12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
@@ -300,24 +311,25 @@ fn build_tls(tls: &RawTls, base: &Path) -> Result<rustls::ServerConfig, String> 
     };
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
-        .map_err(|e| format!("tls_server_config: {e}"))?;
+        .map_err(|e| TlsError {
+            key: "",
+            detail: e.to_string(),
+        })?;
     let verifier = match tls.client_auth_type {
         ClientAuth::NoClientCert => None,
         other => {
             let Some(ca) = &tls.client_ca_file else {
-                return Err(format!(
-                    "tls_server_config.client_auth_type {other:?} needs client_ca_file (the CA that signs the clients' certificates)"
-                ));
+                return Err(TlsError {
+                    key: "client_auth_type",
+                    detail: format!("{other:?} needs client_ca_file (the CA that signs the clients' certificates)"),
+                });
             };
             let ca = path(ca);
+            let ca_error = TlsError::at("client_ca_file", &ca);
             let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_file_iter(&ca)
-                .map_err(|e| format!("tls_server_config.client_ca_file {}: {e}", ca.display()))?
-            {
-                let cert = cert.map_err(|e| format!("tls_server_config.client_ca_file {}: {e}", ca.display()))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("tls_server_config.client_ca_file {}: {e}", ca.display()))?;
+            for cert in CertificateDer::pem_file_iter(&ca).map_err(|e| ca_error(&e))? {
+                let cert = cert.map_err(|e| ca_error(&e))?;
+                roots.add(cert).map_err(|e| ca_error(&e))?;
             }
             let builder =
                 rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
@@ -327,20 +339,17 @@ fn build_tls(tls: &RawTls, base: &Path) -> Result<rustls::ServerConfig, String> 
                 ClientAuth::RequireAndVerifyClientCert => builder,
                 _ => builder.allow_unauthenticated(),
             };
-            Some(
-                builder
-                    .build()
-                    .map_err(|e| format!("tls_server_config.client_ca_file {}: {e}", ca.display()))?,
-            )
+            Some(builder.build().map_err(|e| ca_error(&e))?)
         }
     };
     let builder = match verifier {
         Some(v) => builder.with_client_cert_verifier(v),
         None => builder.with_no_client_auth(),
     };
-    let mut config = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("tls_server_config: the certificate and key do not go together: {e}"))?;
+    let mut config = builder.with_single_cert(certs, key).map_err(|e| TlsError {
+        key: "",
+        detail: format!("the certificate and key do not go together: {e}"),
+    })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }
