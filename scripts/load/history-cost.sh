@@ -10,18 +10,23 @@
 set -euo pipefail
 before=$1 after=$2 settle=${3:-30} window=${4:-60}
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+pids=()
+# The daemons are started in command substitutions (subshells): stop them by pid, with
+# SIGTERM so that a demo removes its files.
+stop_all() { kill -TERM "${pids[@]}" 2>/dev/null || true; sleep 2; rm -rf "$work"; }
+trap stop_all EXIT
 start() { # name binary port
   mkdir -p "$work/$1"
   printf 'listen: 127.0.0.1:%s\nstate:\n  path: %s/state.db\nlocal_api:\n  socket: %s/g.sock\n' \
     "$3" "$work/$1" "$work/$1" > "$work/$1/config.yaml"
-  "$2" run --config "$work/$1/config.yaml" ${DEMO:+--demo} > "$work/$1/log" 2>&1 &
+  "$2" run --config "$work/$1/config.yaml" ${DEMO:+--demo} > "$work/$1/log" 2>&1 < /dev/null &
   echo $!
 }
 cpu_ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 rss_kib() { awk '/^VmRSS/{print $2}' "/proc/$1/status"; }
 pid_before=$(start before "$before" 9311)
 pid_after=$(start after "$after" 9312)
+pids=("$pid_before" "$pid_after")
 sleep "$settle"
 t0_before=$(cpu_ticks "$pid_before"); t0_after=$(cpu_ticks "$pid_after")
 sleep "$window"
