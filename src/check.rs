@@ -81,12 +81,7 @@ pub fn run(config: Config, json: bool) -> i32 {
     // A GPU missing from the bus is a finding even when every GPU shown is healthy, and when
     // none is shown at all (the driver is down while its GPUs are on the bus): that node is
     // unhealthy, not "no GPU". Only a node with no GPU anywhere has no verdict.
-    let worst = devices
-        .iter()
-        .map(|d| d.health)
-        .chain(snapshot.node_findings.iter().map(|f| f.severity))
-        .max()
-        .filter(|_| !devices.is_empty() || !snapshot.node_findings.is_empty());
+    let worst = snapshot.worst_health();
     let report = Report {
         node_findings: &snapshot.node_findings,
         backends: snapshot.backends.iter().map(|(k, v)| (*k, v.up)).collect(),

@@ -197,13 +197,7 @@ pub fn render_with_timeline(
 fn summary(out: &mut String, snapshot: &Snapshot, timeline: Option<&Timeline>) {
     use crate::model::health::HealthState;
     let count = |state: HealthState| snapshot.devices.iter().filter(|d| d.health.state == state).count();
-    let worst_state = snapshot
-        .devices
-        .iter()
-        .map(|d| d.health.state)
-        .chain(snapshot.node_findings.iter().map(|f| f.severity))
-        .max()
-        .unwrap_or(HealthState::Ok);
+    let worst_state = snapshot.worst_health().unwrap_or(HealthState::Ok);
     let _ = write!(
         out,
         "<div class=\"summary {}\"><b>{} GPU(s)</b>: {} ok, {} degraded, {} unhealthy",

@@ -48,13 +48,7 @@ impl From<&Finding> for FindingView {
 }
 
 pub fn of(snapshot: &Snapshot) -> NodeVerdict {
-    let worst = snapshot
-        .devices
-        .iter()
-        .map(|d| d.health.state)
-        .chain(snapshot.node_findings.iter().map(|f| f.severity))
-        .max()
-        .unwrap_or(HealthState::Ok);
+    let worst = snapshot.worst_health().unwrap_or(HealthState::Ok);
     NodeVerdict {
         state: if snapshot.generation == 0 {
             "unknown".to_string()

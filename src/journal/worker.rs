@@ -225,19 +225,27 @@ pub fn abort_running() {
     ABORTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
 }
 
-fn run_child(input: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
-    let aborts = ABORTS.load(std::sync::atomic::Ordering::SeqCst);
+/// Starts a worker process with its stdin and stdout piped to us.
+fn spawn_worker() -> std::io::Result<(std::process::Child, std::process::ChildStdin, std::process::ChildStdout)> {
     let mut child = Command::new(SELF)
         .arg(SUBCOMMAND)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()?;
-    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        let _ = child.kill();
-        let _ = child.wait();
-        return Err(std::io::Error::other("no pipes to the worker"));
-    };
+    match (child.stdin.take(), child.stdout.take()) {
+        (Some(stdin), Some(stdout)) => Ok((child, stdin, stdout)),
+        _ => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(std::io::Error::other("no pipes to the worker"))
+        }
+    }
+}
+
+fn run_child(input: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
+    let aborts = ABORTS.load(std::sync::atomic::Ordering::SeqCst);
+    let (mut child, mut stdin, stdout) = spawn_worker()?;
     let deadline = Instant::now() + timeout;
     std::thread::scope(|scope| {
         // Both ends on threads of their own: a worker that stops reading or writing is
@@ -289,18 +297,7 @@ impl RowStream {
     /// Starts a streamed events request and reads its head.
     pub fn open(request: &Request, timeout: Duration) -> Result<(StreamHead, RowStream), Failure> {
         let input = serde_json::to_vec(request).map_err(|e| Failure::of_worker(format!("cannot encode: {e}")))?;
-        let mut child = Command::new(SELF)
-            .arg(SUBCOMMAND)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| Failure::of_worker(e.to_string()))?;
-        let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(Failure::of_worker("no pipes to the worker".to_string()));
-        };
+        let (child, mut stdin, stdout) = spawn_worker().map_err(|e| Failure::of_worker(e.to_string()))?;
         let child = std::sync::Arc::new(std::sync::Mutex::new(Some(child)));
         let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (watched, finished) = (child.clone(), done.clone());

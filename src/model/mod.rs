@@ -528,6 +528,16 @@ pub struct JournalStatus {
 }
 
 impl Snapshot {
+    /// The worst state of any GPU or node finding; None with neither (a node with no GPU
+    /// anywhere has no verdict).
+    pub fn worst_health(&self) -> Option<health::HealthState> {
+        self.devices
+            .iter()
+            .map(|d| d.health.state)
+            .chain(self.node_findings.iter().map(|f| f.severity))
+            .max()
+    }
+
     /// GPUs on the PCI bus that no backend enumerated: fell off at boot, or the driver did
     /// not bind.
     pub fn missing_gpus(&self) -> impl Iterator<Item = &PciGpu> {

@@ -164,11 +164,12 @@ fn seconds_to_micros(stamp: &str) -> Option<u64> {
         return None;
     }
     let seconds: u64 = seconds.parse().ok()?;
-    let mut micros: u64 = 0;
-    for (i, digit) in fraction.bytes().chain(std::iter::repeat(b'0')).take(6).enumerate() {
-        let _ = i;
-        micros = micros * 10 + u64::from(digit - b'0');
-    }
+    // The first six digits of the fraction, padded with zeros: microseconds.
+    let micros = fraction
+        .bytes()
+        .chain(std::iter::repeat(b'0'))
+        .take(6)
+        .fold(0u64, |micros, digit| micros * 10 + u64::from(digit - b'0'));
     seconds.checked_mul(1_000_000)?.checked_add(micros)
 }
 

@@ -428,30 +428,11 @@ fn listen_takes_a_host_name_an_ip_or_a_bare_port() {
 #[test]
 fn events_report_and_health_find_a_running_demo() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut run = Command::new(BIN)
-        .args(["run", "--demo", "--listen", "127.0.0.1:0"])
-        .env("TMPDIR", tmp.path())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = run.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let mut log = String::new();
-    while !log.contains("serving metrics") {
-        let line = rx
-            .recv_timeout(std::time::Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("the demo did not start: {log}"));
-        log.push_str(&line);
-        log.push('\n');
-    }
-    let dir = tmp.path().join(format!("gpuwarden-demo-{}", run.id()));
+    // A Daemon: stopped with SIGTERM however the test ends, so the demo removes its files.
+    let mut run =
+        Daemon::spawn_command_with_env(&["run", "--demo", "--listen", "127.0.0.1:0"], &[("TMPDIR", tmp.path())]);
+    let log = run.log_text();
+    let dir = tmp.path().join(format!("gpuwarden-demo-{}", run.child.id()));
     assert!(
         log.contains(&format!("journal {}", dir.join("state.db").display())),
         "{log}"
@@ -503,9 +484,8 @@ fn events_report_and_health_find_a_running_demo() {
     // A script's `health` (no terminal here) does not fall back to the demo: unknown.
     let out = gpuwarden(&["health", "--config", config.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
-    // SAFETY: kill(2) on our own child.
-    unsafe { kill(run.id() as i32, 15) };
-    assert_eq!(run.wait().unwrap().code(), Some(0));
+    run.signal(15);
+    assert_eq!(run.child.wait().unwrap().code(), Some(0));
     // Gone with the demo: `--demo` says there is none.
     let out = gpuwarden(&["events", "--demo"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");

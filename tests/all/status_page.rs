@@ -15,6 +15,30 @@ fn busy_daemon() -> Daemon {
     d
 }
 
+/// Headless Chromium (CHROMIUM: another build of it; Ubuntu's chromium package is a snap)
+/// with a window of `window` (its smallest is 500 px wide), its own profile, `extra`
+/// (`--dump-dom`, `--screenshot=FILE`), on `url`.
+fn chromium(profile: &std::path::Path, window: (u32, u32), extra: &[&str], url: &str) -> std::process::Output {
+    Command::new(std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into()))
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--window-size={},{}", window.0, window.1))
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("chromium is needed for this test: apt-get install chromium")
+}
+
 #[test]
 fn the_page_shows_every_gpu_with_health_temperature_reasons_and_xids() {
     let d = busy_daemon();
@@ -71,27 +95,7 @@ fn headless_chromium_renders_the_page() {
     let d = busy_daemon();
     let dir = tempfile::tempdir().unwrap();
     let url = format!("http://{}/", d.addr);
-    let chromium = |extra: &[&str]| {
-        // CHROMIUM: another build of it (Ubuntu's chromium package is a snap).
-        Command::new(std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into()))
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--hide-scrollbars",
-                "--window-size=1400,900",
-            ])
-            .arg(format!("--user-data-dir={}", dir.path().join("profile").display()))
-            .args(extra)
-            .arg(&url)
-            .output()
-            .expect("chromium is needed for this test: apt-get install chromium")
-    };
+    let chromium = |extra: &[&str]| chromium(&dir.path().join("profile"), (1400, 900), extra, &url);
     let dom = chromium(&["--dump-dom"]);
     let dom = String::from_utf8_lossy(&dom.stdout);
     assert!(dom.contains("gpuwarden on"), "{dom}");
@@ -187,24 +191,14 @@ fn the_page_fits_a_laptop_and_a_phone() {
             ),
         )
         .unwrap();
-        let out = Command::new(std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into()))
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--hide-scrollbars",
-                "--virtual-time-budget=3000",
-                "--dump-dom",
-            ])
-            .arg(format!("--window-size={},{}", width.max(500), height))
-            .arg(format!(
-                "--user-data-dir={}",
-                dir.path().join(format!("profile-{width}")).display()
-            ))
-            .arg(format!("file://{}", frame.display()))
-            .output()
-            .expect("chromium is needed for this test: apt-get install chromium");
+        let window = (width.max(500), height);
+        let url = format!("file://{}", frame.display());
+        let out = chromium(
+            &dir.path().join(format!("profile-{width}")),
+            window,
+            &["--virtual-time-budget=3000", "--dump-dom"],
+            &url,
+        );
         let dom = String::from_utf8_lossy(&out.stdout);
         let title = dom
             .split("<title>")
@@ -221,23 +215,12 @@ fn the_page_fits_a_laptop_and_a_phone() {
         assert_eq!(fields[4], "40", "five charts for each of eight GPUs: {title}");
         // And a screenshot of it, as a person at that width sees it.
         let shot = dir.path().join(format!("page-{width}.png"));
-        let out = Command::new(std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into()))
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--hide-scrollbars",
-            ])
-            .arg(format!("--window-size={},{}", width.max(500), height))
-            .arg(format!(
-                "--user-data-dir={}",
-                dir.path().join(format!("shot-{width}")).display()
-            ))
-            .arg(format!("--screenshot={}", shot.display()))
-            .arg(format!("file://{}", frame.display()))
-            .output()
-            .unwrap();
+        let out = chromium(
+            &dir.path().join(format!("shot-{width}")),
+            window,
+            &[&format!("--screenshot={}", shot.display())],
+            &url,
+        );
         let png = std::fs::read(&shot).unwrap_or_else(|e| panic!("{e}: {out:?}"));
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
         let shot_width = u32::from_be_bytes(png[16..20].try_into().unwrap());

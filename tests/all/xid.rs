@@ -201,28 +201,13 @@ fn an_unreadable_kernel_log_is_visible_and_not_fatal() {
 #[test]
 fn check_reports_fatal_xids_since_boot() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("s.yaml"), DEMO_SCENARIO).unwrap();
+    let kmsg = dir.path().join("kmsg");
     std::fs::write(
-        dir.path().join("kmsg"),
+        &kmsg,
         "3,1,5000000,-;NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\n",
     )
     .unwrap();
-    std::fs::write(
-        dir.path().join("c.yaml"),
-        format!(
-            "nvml:\n  library_path: {}\nxid:\n  kernel_log_path: {}\n",
-            sim_library().display(),
-            dir.path().join("kmsg").display()
-        ),
-    )
-    .unwrap();
-    let out = Command::new(BIN)
-        .args(["check", "--json", "--config"])
-        .arg(dir.path().join("c.yaml"))
-        .env("GPUWARDEN_SIM_NVML_SCENARIO", dir.path().join("s.yaml"))
-        .output()
-        .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = check_json_over_demo(&kmsg, "");
     let d0 = &report["devices"][0];
     assert_eq!(d0["health"], "unhealthy");
     assert_eq!(d0["xids"][0]["xid"], 79);
@@ -522,23 +507,7 @@ fn a_mount_option_an_unprivileged_user_makes_the_kernel_log_is_not_an_xid() {
         );
         return;
     }
-    std::fs::write(dir.path().join("s.yaml"), DEMO_SCENARIO).unwrap();
-    std::fs::write(
-        dir.path().join("c.yaml"),
-        format!(
-            "nvml:\n  library_path: {}\nxid:\n  kernel_log_path: /dev/kmsg\nstate:\n  path: \"\"\n",
-            sim_library().display()
-        ),
-    )
-    .unwrap();
-    let out = Command::new(BIN)
-        .args(["check", "--json", "--config"])
-        .arg(dir.path().join("c.yaml"))
-        .env("GPUWARDEN_SIM_NVML_SCENARIO", dir.path().join("s.yaml"))
-        .output()
-        .unwrap();
-    let report: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let report = check_json_over_demo(std::path::Path::new("/dev/kmsg"), "state:\n  path: \"\"\n");
     let d0 = &report["devices"][0];
     assert_eq!(d0["pci_bus_id"], "0000:19:00.0", "{d0:#}");
     assert!(
@@ -590,4 +559,27 @@ fn the_same_record_read_again_after_the_file_was_emptied_is_counted_once() {
     let rows = xid_rows();
     let of_48 = rows.iter().filter(|r| r["details"]["xid"] == 48).count();
     assert_eq!(of_48, 1, "{rows:#?}");
+}
+
+/// `gpuwarden check --json` over the demo's GPUs with `kernel_log` as the kernel log (and
+/// `extra` config), as JSON.
+fn check_json_over_demo(kernel_log: &std::path::Path, extra: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("s.yaml"), DEMO_SCENARIO).unwrap();
+    std::fs::write(
+        dir.path().join("c.yaml"),
+        format!(
+            "nvml:\n  library_path: {}\nxid:\n  kernel_log_path: {}\n{extra}",
+            sim_library().display(),
+            kernel_log.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "--json", "--config"])
+        .arg(dir.path().join("c.yaml"))
+        .env("GPUWARDEN_SIM_NVML_SCENARIO", dir.path().join("s.yaml"))
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
 }

@@ -187,6 +187,16 @@ impl Daemon {
         Daemon::spawn(command, tempfile::tempdir().expect("temp dir"))
     }
 
+    /// `gpuwarden ARGS` with `env` set (TMPDIR for a demo of its own).
+    pub fn spawn_command_with_env(args: &[&str], env: &[(&str, &Path)]) -> Daemon {
+        let mut command = Command::new(BIN);
+        command.args(args);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        Daemon::spawn(command, tempfile::tempdir().expect("temp dir"))
+    }
+
     /// `PROGRAM ARGS`: a copy of the gpuwarden binary somewhere else (the demo's layouts).
     pub fn spawn_program(program: &Path, args: &[&str]) -> Daemon {
         let mut command = Command::new(program);
