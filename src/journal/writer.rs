@@ -99,6 +99,8 @@ pub(super) struct Writer {
     /// A batch of this run has been written (a file that then no longer knows this boot
     /// was deleted, emptied or replaced).
     wrote: bool,
+    /// Why the last open or write failed, until one succeeds: what the stop's loss is blamed on.
+    last_failure: Option<String>,
 }
 
 impl Writer {
@@ -145,6 +147,7 @@ impl Writer {
             pending: None,
             looked_at: BTreeSet::new(),
             wrote: false,
+            last_failure: None,
         }
     }
 
@@ -188,9 +191,14 @@ impl Writer {
         }
         let lost = self.backlog.len() + self.pending.as_ref().map_or(0, |b| b.items.len());
         if lost > 0 {
+            // Blame what failed: an unwritable file is not a hung worker.
+            let why = self
+                .last_failure
+                .as_deref()
+                .unwrap_or("the journal worker did not answer");
             log::error!(
-                "journal {}: {lost} row(s) could not be written before the stop (the journal worker did \
-                 not answer); they are lost. Metrics and the kernel log still hold what they were about",
+                "journal {}: {lost} row(s) could not be written before the stop ({why}); they are \
+                 lost. Metrics and the kernel log still hold what they were about",
                 self.place.path.display()
             );
         }
@@ -488,6 +496,7 @@ impl Writer {
                 self.outage
                     .recovered(format!("journal {}: writing again", self.place.path.display()));
                 self.open = true;
+                self.last_failure = None;
                 self.status_now.up = true;
                 self.status_now.bytes = bytes;
                 self.load_state(facts, xid_counts);
@@ -511,6 +520,7 @@ impl Writer {
     }
 
     fn failed(&mut self, e: &Failure) {
+        self.last_failure = Some(e.to_string());
         self.outage.failed(format!(
             "journal {}: cannot write: {e}; {}. Metrics and health go on; the journal keeps up to \
              {MAX_BACKLOG} rows in memory and tries again every {}s",
@@ -586,6 +596,7 @@ impl Writer {
                 }
                 self.status_now.rows_written += rows;
                 self.status_now.up = true;
+                self.last_failure = None;
                 if self.xid_rows.len() + xid_rows.len() > MAX_XID_ROWS {
                     self.xid_rows.clear();
                 }

@@ -254,7 +254,7 @@ fn a_journal_that_cannot_be_opened_leaves_metrics_and_health_working() {
             state.display()
         ),
     );
-    let d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &config, FATAL_XID);
+    let mut d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &config, FATAL_XID);
     let m = d.scrape_until("health goes on without the journal", |m| {
         unhealthy(m) && m.value("gpuwarden_journal_up", &[]) == Some(0.0)
     });
@@ -266,6 +266,17 @@ fn a_journal_that_cannot_be_opened_leaves_metrics_and_health_working() {
     let log = d.log_text();
     assert_eq!(log.matches("cannot write").count(), 1, "logged once:\n{log}");
     assert!(log.contains("state.path"), "says what to do:\n{log}");
+    // At the stop, the rows held in memory are lost, and the log blames the file, not a hung
+    // worker (which an operator would go and look for).
+    d.signal(15);
+    assert_eq!(d.child.wait().unwrap().code(), Some(0));
+    let log = d.log_text();
+    let lost = log
+        .lines()
+        .find(|l| l.contains("could not be written before the stop"))
+        .unwrap_or_else(|| panic!("the loss is logged:\n{log}"));
+    assert!(lost.contains("is not a regular file"), "{lost}");
+    assert!(!lost.contains("did not answer"), "{lost}");
 }
 
 #[test]
