@@ -6,8 +6,8 @@
 //! render and per series.
 
 use gpuwarden::config::Config;
-use gpuwarden::exposition::{openmetrics_to_text, render_openmetrics};
 use gpuwarden::metrics::Selection;
+use gpuwarden::metrics::exposition::{openmetrics_to_text, render_openmetrics};
 use gpuwarden::model::*;
 use std::hint::black_box;
 use std::sync::Arc;
@@ -17,21 +17,21 @@ use std::time::{Duration, Instant};
 /// library cargo builds next to this benchmark, and the demo's kernel log), so every family
 /// the demo serves is in the benchmark, new ones included.
 fn demo_snapshot() -> Snapshot {
-    let library = gpuwarden::demo::library_candidates()
+    let library = gpuwarden::cli::demo::library_candidates()
         .into_iter()
         .find(|p| p.exists())
         .expect("the simulated NVML library; run with cargo bench");
     let dir = std::env::temp_dir().join(format!("gpuwarden-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("scenario.yaml"), gpuwarden::demo::SCENARIO).unwrap();
-    std::fs::write(dir.join("kmsg"), gpuwarden::demo::KERNEL_LOG).unwrap();
+    std::fs::write(dir.join("scenario.yaml"), gpuwarden::cli::demo::SCENARIO).unwrap();
+    std::fs::write(dir.join("kmsg"), gpuwarden::cli::demo::KERNEL_LOG).unwrap();
     // SAFETY: no other thread runs yet.
     unsafe { std::env::set_var("GPUWARDEN_SIM_NVML_SCENARIO", dir.join("scenario.yaml")) };
     let mut config = Config::default();
     config.nvml.library_path = library;
     config.amd.enabled = false;
     config.xid.kernel_log_path = dir.join("kmsg");
-    let snapshot = (*gpuwarden::check::poll_once(config)).clone();
+    let snapshot = (*gpuwarden::cli::check::poll_once(config)).clone();
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(snapshot.devices.len(), 8, "the demo's GPUs");
     snapshot

@@ -15,18 +15,18 @@
 //! with a wedged GPU.
 
 use crate::backend::XidEvents;
+use crate::config::settings::{self, Settings, SharedSettings};
 use crate::config::{Config, Overrides};
-use crate::exposition::RenderCache;
-use crate::http::{self, AppState};
 use crate::journal::{self, Journal};
-use crate::notify;
-use crate::poller::{Coordinator, PollLoop};
+use crate::metrics::exposition::RenderCache;
 use crate::probe::schedule;
-use crate::publisher::Publisher;
-use crate::settings::{self, Settings, SharedSettings};
+use crate::serve::http::{self, AppState};
+use crate::service::notify;
+use crate::service::stop::{Shutdown, Stop};
+use crate::snapshot::publisher::Publisher;
+use crate::snapshot::store::Store;
 use crate::sources::Sources;
-use crate::stop::{Shutdown, Stop};
-use crate::store::Store;
+use crate::sources::poller::{Coordinator, PollLoop};
 use crate::xid::kmsg::{self, ResumePoints};
 use crate::xid::store::{Source, XidStore};
 use std::path::PathBuf;
@@ -273,7 +273,7 @@ struct Running {
     kernel_log: Option<KernelLogReader>,
     poll_loop: PollLoop,
     /// The operators' clears (the local API sets them).
-    clears: Arc<crate::store::Versioned<crate::model::health::Clears>>,
+    clears: Arc<crate::snapshot::store::Versioned<crate::model::health::Clears>>,
     /// The journal's handle; None with the journal off.
     journal: Option<Journal>,
     /// The daemon's own handle: children (the kernel-log reader) are made from it.
@@ -458,14 +458,14 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
         cache: Arc::new(RenderCache::default()),
         settings: running.settings.clone(),
         journal_readers: Arc::new(tokio::sync::Semaphore::new(http::JOURNAL_READERS)),
-        history: Arc::new(crate::history::History::default()),
+        history: Arc::new(crate::serve::history::History::default()),
     };
-    tokio::spawn(crate::history::record(
+    tokio::spawn(crate::serve::history::record(
         state.history.clone(),
         running.store.clone(),
         shutdown.handle("history"),
     ));
-    let local = crate::local_api::LocalState {
+    let local = crate::serve::local_api::LocalState {
         app: state.clone(),
         clears: running.clears.clone(),
         journal: running.journal.clone(),
@@ -494,7 +494,7 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
     ));
     running.ready(&bound);
     // Once settled (and again after a reload), the code only start-up ran is given back.
-    let page_out = tokio::time::sleep(crate::residency::SETTLE);
+    let page_out = tokio::time::sleep(crate::service::residency::SETTLE);
     tokio::pin!(page_out);
     let mut paged_out = false;
 
@@ -507,12 +507,12 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
                     break;
                 }
                 running.ready(&bound);
-                page_out.as_mut().reset(tokio::time::Instant::now() + crate::residency::SETTLE);
+                page_out.as_mut().reset(tokio::time::Instant::now() + crate::service::residency::SETTLE);
                 paged_out = false;
             }
             _ = &mut page_out, if !paged_out => {
                 paged_out = true;
-                match crate::residency::page_out_own_code() {
+                match crate::service::residency::page_out_own_code() {
                     Ok(done) => log::debug!("gave back the start-up code: {} mappings, {} KiB asked", done.mappings, done.bytes / 1024),
                     Err(e) => log::debug!("cannot give back the start-up code (MADV_PAGEOUT needs Linux 5.4): {e}"),
                 }
@@ -554,16 +554,16 @@ async fn stop_everything(shutdown: Shutdown, mut server: tokio::task::JoinHandle
 
 /// The local API's socket (local_api.rs), when configured; the daemon goes on without it
 /// when it cannot be opened, and says why.
-fn start_local_api(config: &Config, state: crate::local_api::LocalState, shutdown: &Shutdown) {
+fn start_local_api(config: &Config, state: crate::serve::local_api::LocalState, shutdown: &Shutdown) {
     let path = config.local_api.socket.clone();
     if path.as_os_str().is_empty() {
         return;
     }
-    match crate::local_api::bind(&path) {
+    match crate::serve::local_api::bind(&path) {
         Ok(listener) => {
             log::info!("local API on {} (gpuwarden health)", path.display());
-            let app = crate::local_api::router(state);
-            tokio::spawn(crate::local_api::serve(
+            let app = crate::serve::local_api::router(state);
+            tokio::spawn(crate::serve::local_api::serve(
                 listener,
                 path,
                 app,

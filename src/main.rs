@@ -3,8 +3,10 @@
 //! The work is in the library (lib.rs).
 
 use clap::{Parser, Subcommand};
+use gpuwarden::cli::{check, demo};
 use gpuwarden::config::{Config, EX_CONFIG, EX_USAGE, Overrides};
-use gpuwarden::{check, daemon, demo, health, journal, logging, probe, xid};
+use gpuwarden::service::logging;
+use gpuwarden::{daemon, health, journal, probe, xid};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 

@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
         if let Some(bus) = &report.pci_bus_id {
             assert_eq!(bus.len(), 12, "{report:?}");
             assert!(bus.is_ascii());
-            assert_eq!(gpuwarden::pci::normalize_bus_id(bus).as_deref(), Some(bus.as_str()));
+            assert_eq!(gpuwarden::input::pci::normalize_bus_id(bus).as_deref(), Some(bus.as_str()));
         }
     }
 });

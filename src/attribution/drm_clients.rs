@@ -107,7 +107,7 @@ fn parse_fdinfo(text: &str) -> Option<Client> {
         let value = value.trim();
         match key.trim() {
             "drm-driver" => driver = Some(value),
-            "drm-pdev" => pdev = crate::pci::normalize_bus_id(value),
+            "drm-pdev" => pdev = crate::input::pci::normalize_bus_id(value),
             "drm-client-id" => id = Some(value.to_string()),
             "drm-memory-vram" => vram = parse_size(value).unwrap_or(0),
             _ => {}

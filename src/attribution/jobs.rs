@@ -149,7 +149,7 @@ fn read_error(dir: &Path, source: std::io::Error) -> AttributionError {
 
 /// Reads the directory for the publisher: the jobs, or none (and one warning, then one line
 /// when it can be read again) when it cannot be read.
-pub fn read_logged(dir: &Path, outage: &mut crate::logging::Outage) -> BTreeMap<GpuKey, Vec<String>> {
+pub fn read_logged(dir: &Path, outage: &mut crate::service::logging::Outage) -> BTreeMap<GpuKey, Vec<String>> {
     let mut skips = Skips::new(Input::JobMapping);
     match read(dir, &mut skips) {
         Ok(jobs) => {

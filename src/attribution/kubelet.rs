@@ -91,7 +91,7 @@ pub struct PodSnapshot {
 }
 
 /// Shared between the kubelet task and the publisher: replaced only when the answer changed.
-pub type PodState = crate::store::Versioned<PodSnapshot>;
+pub type PodState = crate::snapshot::store::Versioned<PodSnapshot>;
 
 /// Whether a resource name is one of `patterns` (`nvidia.com/mig-*`: a prefix).
 fn is_gpu_resource(name: &str, patterns: &[String]) -> bool {
@@ -192,8 +192,12 @@ pub fn assignments(response: &ListPodResourcesResponse, resources: &[String], sk
 
 /// Asks the kubelet every `refresh` until `stop`; `settings` gives the socket, the refresh
 /// and the resource names at each turn, so a reload applies.
-pub async fn follow(state: Arc<PodState>, settings: Arc<crate::settings::SharedSettings>, stop: crate::stop::Stop) {
-    let mut outage = crate::logging::Outage::default();
+pub async fn follow(
+    state: Arc<PodState>,
+    settings: Arc<crate::config::settings::SharedSettings>,
+    stop: crate::service::stop::Stop,
+) {
+    let mut outage = crate::service::logging::Outage::default();
     loop {
         let config: Kubernetes = settings.current().config.kubernetes.clone();
         let socket: PathBuf = config.pod_resources_socket.clone();

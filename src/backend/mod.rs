@@ -10,9 +10,9 @@
 pub mod amd;
 pub mod nvml;
 
+use crate::config::settings::{BackendSettings, LiveSwitches};
 use crate::model::{DeviceIdentity, DeviceReadings};
-use crate::settings::{BackendSettings, LiveSwitches};
-use crate::stop::Stop;
+use crate::service::stop::Stop;
 use crate::xid::store::XidStore;
 use std::sync::Arc;
 

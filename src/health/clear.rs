@@ -62,7 +62,8 @@ impl ClearRequest {
 pub fn find_gpu<'a>(snapshot: &'a Snapshot, gpu: &str) -> Result<&'a DeviceSnapshot, ClearError> {
     let gpu = gpu.trim();
     // lspci writes `3b:00.0`, without the domain.
-    let bus = crate::pci::normalize_bus_id(gpu).or_else(|| crate::pci::normalize_bus_id(&format!("0000:{gpu}")));
+    let bus = crate::input::pci::normalize_bus_id(gpu)
+        .or_else(|| crate::input::pci::normalize_bus_id(&format!("0000:{gpu}")));
     if let Some(device) = snapshot
         .devices
         .iter()

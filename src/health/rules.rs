@@ -7,7 +7,7 @@
 //! is not also "not responding", and a GPU that did not answer has no readings to judge.
 //! The next step (operator policy) makes severities and thresholds configurable from here.
 
-use crate::clock_events::{HW_POWER_REASONS, THERMAL_REASONS};
+use crate::model::clock_events::{HW_POWER_REASONS, THERMAL_REASONS};
 use crate::model::health::{BOARD_SWAP_NOTICE, BoardSwap, ErrorCounter, HealthState, Limits};
 use crate::model::probe::ProbeReport;
 use crate::model::xid::{Severity, XidCount};

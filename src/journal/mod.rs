@@ -36,7 +36,7 @@ pub mod worker;
 mod writer;
 
 use crate::model::JournalStatus;
-use crate::store::{Store, Versioned};
+use crate::snapshot::store::{Store, Versioned};
 use crate::xid::store::{XidEvent, XidListener};
 use event::Event;
 use std::collections::{HashMap, VecDeque};
@@ -278,7 +278,7 @@ struct Shared {
     /// The last /dev/kmsg record counted, folded or not: the kernel log resumes after it.
     kmsg_sequence: AtomicU64,
     /// Rate-limits the log line for dropped rows.
-    drop_log: Mutex<crate::logging::RateLimiter>,
+    drop_log: Mutex<crate::service::logging::RateLimiter>,
 }
 
 /// XID rows recorded one by one per (GPU, code) per minute; the rest of a storm is one
@@ -342,7 +342,7 @@ impl Journal {
         store: Arc<Store>,
         status: Arc<Versioned<Option<JournalStatus>>>,
         board_swaps: Arc<Versioned<crate::model::health::BoardSwaps>>,
-        stop: crate::stop::Stop,
+        stop: crate::service::stop::Stop,
     ) -> Journal {
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
         let shared = Arc::new(Shared {
@@ -350,7 +350,7 @@ impl Journal {
             folds: Mutex::new(Folds::default()),
             precious: Mutex::new(VecDeque::new()),
             kmsg_sequence: AtomicU64::new(0),
-            drop_log: Mutex::new(crate::logging::RateLimiter::new(Duration::from_secs(60))),
+            drop_log: Mutex::new(crate::service::logging::RateLimiter::new(Duration::from_secs(60))),
         });
         let writer = writer::Writer::new(place, rx, store, status, board_swaps, shared.clone());
         // The task ends at the stop signal, after its last batch; dropping its stop handle
@@ -391,7 +391,7 @@ impl Journal {
         if let Some(held_back) = limiter.allow("journal-queue-full") {
             log::warn!(
                 "journal: the queue is full; dropped a row ({what}){}",
-                crate::logging::held_back_suffix(held_back)
+                crate::service::logging::held_back_suffix(held_back)
             );
         }
     }

@@ -9,7 +9,7 @@ use super::facts::{self, GpuFacts};
 use super::worker::{self, Answer, Batch, Failure, Item, Prune, Request, XidCount};
 use super::{Message, Place, Shared};
 use crate::model::{JournalStatus, Snapshot, unix_seconds};
-use crate::store::{Store, Versioned};
+use crate::snapshot::store::{Store, Versioned};
 use crate::xid::store::{Severity, XidEvent};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -70,7 +70,7 @@ pub(super) struct Writer {
     /// The last worker opened or wrote the file: write batches without opening first.
     open: bool,
     retry_at: Instant,
-    outage: crate::logging::Outage,
+    outage: crate::service::logging::Outage,
     backlog: Vec<Pending>,
     /// By UUID: what the journal last knew of each GPU (loaded when the file opens).
     facts: BTreeMap<String, GpuFacts>,
@@ -154,7 +154,7 @@ impl Writer {
     /// Once a second: takes what the queue holds, compares the newest snapshot, writes
     /// what changed. A task on the runtime rather than a thread of its own: it is idle almost
     /// always, and a thread costs the daemon a stack and a malloc arena (docs/performance.md).
-    pub(super) async fn run(mut self, stop: crate::stop::Stop) {
+    pub(super) async fn run(mut self, stop: crate::service::stop::Stop) {
         self.open(WORKER_TIMEOUT).await;
         self.push(self.daemon_event("started"));
         let mut tick = tokio::time::interval(BATCH_EVERY);
@@ -559,7 +559,7 @@ impl Writer {
     /// with old rows deleted when that is due. A node with nothing to write runs no worker
     /// but the hourly deletion of old rows. A batch that fails is kept whole and written
     /// again first, with its id. `stop`: the daemon's stop, which cuts a stalled worker short.
-    async fn flush(&mut self, stop: Option<&crate::stop::Stop>, timeout: Duration) {
+    async fn flush(&mut self, stop: Option<&crate::service::stop::Stop>, timeout: Duration) {
         self.open(timeout).await;
         if !self.open {
             return;
@@ -617,7 +617,7 @@ impl Writer {
         }
         // The request's text and the answer: give the heap back, the daemon idles far more
         // than it writes.
-        crate::logging::trim_heap();
+        crate::service::logging::trim_heap();
     }
 
     /// The next batch from what is waiting, taken out of the writer's hands; None when there
@@ -725,7 +725,7 @@ impl Writer {
 async fn call_until_stop(
     request: Request,
     timeout: Duration,
-    stop: Option<&crate::stop::Stop>,
+    stop: Option<&crate::service::stop::Stop>,
 ) -> Result<Answer, Failure> {
     let call = worker::call_blocking_pool(request, timeout);
     let Some(stop) = stop else {

@@ -193,7 +193,7 @@ fn clock_event_mask(r: &DeviceReadings) -> Option<f64> {
     if r.clock_events.is_empty() {
         return None;
     }
-    let mask: u64 = crate::clock_events::NVIDIA_REASONS
+    let mask: u64 = crate::model::clock_events::NVIDIA_REASONS
         .iter()
         .filter(|(_, reason)| r.clock_event_active(reason))
         .map(|(bit, _)| bit)
@@ -579,7 +579,7 @@ fn clock_event_starts(snapshot: &Snapshot, s: &mut Samples, recent: bool) {
     let window = window_ms();
     for (d, _) in answering(snapshot) {
         for starts in &d.clock_event_starts {
-            let Some((_, name)) = crate::clock_events::DCGM_NAMES
+            let Some((_, name)) = crate::model::clock_events::DCGM_NAMES
                 .iter()
                 .find(|(ours, _)| *ours == starts.reason)
             else {

@@ -27,6 +27,7 @@ pub mod activity;
 pub mod attribution;
 pub mod dcgm_compat;
 pub mod device;
+pub mod exposition;
 pub mod links;
 pub mod mig;
 pub mod probe;

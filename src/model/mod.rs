@@ -7,10 +7,12 @@
 //! leave it out.
 
 pub mod activity;
+pub mod clock_events;
 pub mod health;
 pub mod links;
 pub mod mig;
 pub mod probe;
+pub mod recent;
 pub mod xid;
 
 use serde::Serialize;

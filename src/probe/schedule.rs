@@ -13,10 +13,10 @@
 use super::busy_reason;
 use super::{ProbeError, ProbeReport, ProbeSnapshot};
 use crate::config::Probe;
+pub use crate::config::settings::ChildSettings;
 use crate::model::{DeviceSnapshot, Snapshot};
-pub use crate::settings::ChildSettings;
-use crate::stop::Stop;
-use crate::store::Store;
+use crate::service::stop::Stop;
+use crate::snapshot::store::Store;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -31,7 +31,7 @@ const TICK: Duration = Duration::from_secs(1);
 
 /// Shared between the scheduler thread and the publisher, which puts it into every snapshot;
 /// its version moves on every change, so a new result is published at once.
-pub type ProbeState = crate::store::Versioned<ProbeSnapshot>;
+pub type ProbeState = crate::snapshot::store::Versioned<ProbeSnapshot>;
 
 /// What one scheduled probe came to.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,7 +77,7 @@ pub fn next_due<'a>(
 pub fn spawn(
     store: Arc<Store>,
     state: Arc<ProbeState>,
-    settings: Arc<crate::settings::SharedSettings>,
+    settings: Arc<crate::config::settings::SharedSettings>,
     stop: Stop,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()

@@ -3,8 +3,8 @@
 
 use super::Periodic;
 use crate::attribution::jobs::{self, GpuKey};
-use crate::logging::Outage;
-use crate::settings::Settings;
+use crate::config::settings::Settings;
+use crate::service::logging::Outage;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

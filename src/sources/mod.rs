@@ -23,16 +23,18 @@
 //! off, and the value is emptied) and a read. A reload applies at the next look (within a
 //! second), and reads at once.
 
+pub mod cadence;
 pub mod jobs;
 pub mod pci;
+pub mod poller;
 pub mod processes;
 
-use crate::cadence::Every;
+use crate::config::settings::{Settings, SharedSettings};
 use crate::model::PciGpu;
 use crate::model::probe::ProbeSnapshot;
-use crate::settings::{Settings, SharedSettings};
-use crate::stop::Stop;
-use crate::store::Versioned;
+use crate::service::stop::Stop;
+use crate::snapshot::store::Versioned;
+use crate::sources::cadence::Every;
 use crate::xid::store::{XidSnapshot, XidStore};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -126,7 +128,7 @@ pub struct Sources {
     /// Boards the journal found replaced.
     pub board_swaps: Arc<Versioned<crate::model::health::BoardSwaps>>,
     /// Signalled by every source when its value changes.
-    pub changed: Arc<crate::store::Changed>,
+    pub changed: Arc<crate::snapshot::store::Changed>,
 }
 
 /// Each source's version at one moment: equal versions, nothing new to publish.
@@ -227,7 +229,12 @@ impl Sources {
 
     /// Starts the periodic sources' tasks (the others are started by their owners); inside
     /// the runtime.
-    pub fn spawn_periodic(&self, settings: &Arc<SharedSettings>, store: &Arc<crate::store::Store>, stop: &Stop) {
+    pub fn spawn_periodic(
+        &self,
+        settings: &Arc<SharedSettings>,
+        store: &Arc<crate::snapshot::store::Store>,
+        stop: &Stop,
+    ) {
         let handle = |name| stop.handle(name);
         spawn(
             jobs::JobFiles::default(),
@@ -251,7 +258,7 @@ impl Sources {
     }
 
     /// Reads the periodic sources once, here and now (`gpuwarden check`).
-    pub fn read_periodic_once(&self, settings: &Settings, store: &Arc<crate::store::Store>) {
+    pub fn read_periodic_once(&self, settings: &Settings, store: &Arc<crate::snapshot::store::Store>) {
         read_once(jobs::JobFiles::default(), &self.jobs, settings);
         read_once(pci::PciCensus, &self.pci, settings);
         read_once(processes::DrmClients::new(store.clone()), &self.drm_clients, settings);

@@ -3,8 +3,8 @@
 //! files under /sys).
 
 use super::Periodic;
+use crate::config::settings::Settings;
 use crate::model::PciGpu;
-use crate::settings::Settings;
 use std::time::Duration;
 
 pub const LOOK_EVERY: Duration = Duration::from_secs(30);
@@ -21,6 +21,6 @@ impl Periodic for PciCensus {
 
     fn read(&mut self, settings: &Settings) -> Vec<PciGpu> {
         // `/` on a host, a fixture tree in tests.
-        crate::pci::gpus_on_the_bus(&settings.sys_root)
+        crate::input::pci::gpus_on_the_bus(&settings.sys_root)
     }
 }

@@ -4,11 +4,11 @@
 
 use super::Periodic;
 use crate::attribution::drm_clients;
+use crate::config::settings::Settings;
 use crate::input::{Input, Skips};
-use crate::logging::Outage;
 use crate::model::{GpuProcess, Vendor};
-use crate::settings::Settings;
-use crate::store::Store;
+use crate::service::logging::Outage;
+use crate::snapshot::store::Store;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -15,7 +15,7 @@
 
 use super::parse::{self, LogParser, ReportKind, XidReport};
 use super::store::{MAX_RAW_LINE, Source, UNATTRIBUTED, XidEvent, XidStore};
-use crate::stop::Stop;
+use crate::service::stop::Stop;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, ErrorKind, Seek, SeekFrom};
 use std::os::fd::AsRawFd;
@@ -245,7 +245,7 @@ fn follow(path: &Path, store: &XidStore, stop: &Stop, resume: &ResumePoints) {
         stop,
         resume,
     };
-    let mut outage = crate::logging::Outage::default();
+    let mut outage = crate::service::logging::Outage::default();
     while !stop.is_stopped() {
         match follower.open(&mut outage) {
             Some(opened) => {
@@ -293,7 +293,7 @@ impl Follower<'_> {
     /// Through crate::input: a regular file or a character device (/dev/kmsg); a FIFO,
     /// socket or directory is refused rather than waited on. It stays non-blocking: with
     /// nothing new, the thread waits in poll(2) for a second at most, so a stop is seen.
-    fn open(&self, outage: &mut crate::logging::Outage) -> Option<Opened> {
+    fn open(&self, outage: &mut crate::service::logging::Outage) -> Option<Opened> {
         let opened = crate::input::open(
             self.path,
             crate::input::Links::Follow,

@@ -11,7 +11,7 @@ pub mod kmsg;
 pub mod parse;
 pub mod store;
 
-use crate::logging::RateLimiter;
+use crate::service::logging::RateLimiter;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -32,7 +32,7 @@ pub fn log_xid(pci_bus_id: &str, xid: u32, source: &str) {
     let action = entry
         .map(|e| e.action())
         .unwrap_or_else(|| catalog::UNKNOWN_ACTION.to_string());
-    let repeats = crate::logging::held_back_suffix(held_back);
+    let repeats = crate::service::logging::held_back_suffix(held_back);
     // Fatal ones are errors of the node; application faults and notices are not.
     let level = match severity {
         catalog::Severity::Fatal => log::Level::Error,

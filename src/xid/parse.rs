@@ -32,7 +32,7 @@
 //! kernel-looking line into it (`logger -t kernel`); docs/xid.md says so.
 //! It never panics on any input (a fuzz target holds it to that).
 
-use crate::pci::normalize_bus_id;
+use crate::input::pci::normalize_bus_id;
 use serde::Serialize;
 
 /// How the report was written.

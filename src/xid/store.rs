@@ -122,7 +122,7 @@ struct Inner {
     policy: crate::model::xid::XidPolicy,
     counts: BTreeMap<(String, u32), (u64, SystemTime)>,
     /// The times of the events counted within the last `RECENT_WINDOW`, per (address, code).
-    recent_times: HashMap<(String, u32), crate::recent::RecentTimes<SystemTime>>,
+    recent_times: HashMap<(String, u32), crate::model::recent::RecentTimes<SystemTime>>,
     instance_counts: BTreeMap<(String, u32, u32), (u64, SystemTime)>,
     recent: HashMap<(String, u32), VecDeque<Group>>,
     /// The newest report time seen, to forget groups no new report can join.
@@ -200,7 +200,7 @@ pub struct XidStore {
     /// a new XID into the served snapshot at once instead of at the next poll round.
     changes: AtomicU64,
     /// Signalled with every change, once set (the daemon's refresher waits for it).
-    changed: std::sync::OnceLock<std::sync::Arc<crate::store::Changed>>,
+    changed: std::sync::OnceLock<std::sync::Arc<crate::snapshot::store::Changed>>,
     /// Told of every counted report, once set (the journal).
     listener: std::sync::OnceLock<std::sync::Arc<dyn XidListener>>,
     /// The last event's number.
@@ -209,7 +209,7 @@ pub struct XidStore {
 
 impl XidStore {
     /// Signal `changed` at every change from now on (once).
-    pub fn signal_to(&self, changed: std::sync::Arc<crate::store::Changed>) {
+    pub fn signal_to(&self, changed: std::sync::Arc<crate::snapshot::store::Changed>) {
         let _ = self.changed.set(changed);
     }
 

@@ -168,7 +168,13 @@ fn the_model_is_the_bottom_layer() {
 #[test]
 fn the_poller_names_no_vendor() {
     let modules = modules();
-    for shared in ["poller", "publisher", "backend", "model", "store"] {
+    for shared in [
+        "sources::poller",
+        "snapshot::publisher",
+        "backend",
+        "model",
+        "snapshot::store",
+    ] {
         let text = modules[shared].to_lowercase();
         for vendor in ["nvml", "rocm", "amdgpu", "sysfs"] {
             // `backend` declares its vendor modules and picks them from the settings.
@@ -180,9 +186,9 @@ fn the_poller_names_no_vendor() {
     }
     let edges = imports(&modules);
     assert!(
-        edges["poller"].iter().all(|t| !t.starts_with("backend::")),
+        edges["sources::poller"].iter().all(|t| !t.starts_with("backend::")),
         "the poller reaches into a backend: {:?}",
-        edges["poller"]
+        edges["sources::poller"]
     );
 }
 
@@ -205,45 +211,33 @@ fn a_made_up_cycle_is_found() {
 const LAYERS: &[(&str, u32)] = &[
     ("model", 1),
     ("input", 2),
-    ("html", 2),
-    ("cadence", 2),
-    ("stop", 2),
-    ("store", 2),
-    ("logging", 2),
-    ("notify", 2),
-    ("clock_events", 2),
-    ("residency", 2),
-    ("recent", 2),
-    ("pci", 2),
+    ("serve::html", 2),
+    ("sources::cadence", 2),
+    ("service", 2),
+    ("snapshot::store", 2),
     ("config", 2),
-    ("web_config", 2),
     ("xid", 2),
     ("xid::store", 2),
     ("xid::parse", 2),
     ("xid::catalog", 2),
     ("probe::expected", 2),
     ("probe::windows", 2),
-    ("settings", 3),
+    ("config::settings", 3),
     ("metrics", 3),
     ("health", 3),
-    ("history", 3),
-    ("sparkline", 3),
+    ("serve::history", 3),
+    ("serve::sparkline", 3),
     ("attribution", 3),
     ("backend", 3),
-    ("exposition", 3),
     ("probe", 3),
     ("sources", 4),
     ("journal", 4),
-    ("poller", 4),
-    ("publisher", 4),
-    ("http", 4),
-    ("local_api", 4),
-    ("status_page", 4),
+    ("snapshot", 4),
+    ("serve", 4),
     ("xid::kmsg", 4),
     ("probe::schedule", 4),
     ("daemon", 5),
-    ("check", 5),
-    ("demo", 5),
+    ("cli", 5),
     ("probe::cli", 5),
     ("xid::cli", 5),
     ("journal::cli", 5),
@@ -304,4 +298,105 @@ fn the_layer_table_reads_prefixes_as_modules() {
     assert_eq!(layer_of("probe::cuda"), 3);
     assert_eq!(layer_of("backend::nvml::events"), 3);
     assert_eq!(layer_of("storeroom"), 6, "a prefix must end at a module boundary");
+}
+
+/// Each source file under src/ with its text up to its tests module.
+fn source_files() -> Vec<(std::path::PathBuf, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().and_then(|e| e.to_str()) == Some("rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let text = text.split("#[cfg(test)]").next().unwrap_or("").to_string();
+                out.push((path, text));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The top of src/ is main, lib, the daemon's wiring and what is truly shared; everything
+/// else lives in the folder of its pipeline stage.
+#[test]
+fn the_top_of_src_holds_at_most_twelve_files() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let top: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("rs"))
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(top.len() <= 12, "{} files at the top of src/: {top:?}", top.len());
+}
+
+/// Each `fn` with a body and the number of lines from its signature to its closing brace
+/// (rustfmt closes a body at the signature's indentation).
+fn function_lengths(text: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        let signature = trimmed
+            .trim_start_matches("pub(crate) ")
+            .trim_start_matches("pub(super) ")
+            .trim_start_matches("pub ")
+            .trim_start_matches("const ")
+            .trim_start_matches("async ")
+            .trim_start_matches("unsafe ")
+            .trim_start_matches("extern \"C\" ");
+        if !signature.starts_with("fn ") {
+            continue;
+        }
+        let close = format!("{}}}", " ".repeat(indent));
+        // A declaration without a body (in a trait) ends with `;` before any `{`.
+        let Some(end) = lines[i..]
+            .iter()
+            .position(|l| *l == close || l.starts_with(&format!("{close} ")))
+        else {
+            continue;
+        };
+        if lines[i..i + end]
+            .iter()
+            .any(|l| l.trim_end().ends_with(';') && !l.contains('{'))
+            && !lines[i..i + end].iter().any(|l| l.contains('{'))
+        {
+            continue;
+        }
+        let name = signature[3..].split(['(', '<']).next().unwrap_or("").to_string();
+        out.push((name, end + 1));
+    }
+    out
+}
+
+/// The reader of function lengths finds a long one and leaves a short one alone.
+#[test]
+fn the_function_reader_counts_lines_to_the_closing_brace() {
+    let body = "    x();\n".repeat(90);
+    let text = format!("fn short() {{\n    y();\n}}\n\npub async fn long() {{\n{body}}}\n");
+    assert_eq!(
+        function_lengths(&text),
+        [("short".to_string(), 3), ("long".to_string(), 92)]
+    );
+}
+
+#[test]
+fn no_error_is_a_bare_string() {
+    let bare: Vec<String> = source_files()
+        .iter()
+        .filter(|(_, text)| text.contains(", String>") && text.contains("Result<"))
+        .flat_map(|(path, text)| {
+            text.lines()
+                .filter(|l| l.contains("Result<") && l.contains(", String>"))
+                .map(move |l| format!("{}: {}", path.display(), l.trim()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(bare.is_empty(), "Result<_, String>:\n{}", bare.join("\n"));
 }

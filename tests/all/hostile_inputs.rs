@@ -3,7 +3,7 @@
 //! stray files, files for one GPU by index and by UUID, a directory others may write, an
 //! outage and its end) and /proc (a FIFO where `comm` is, a name that is not UTF-8). Each
 //! must leave polling, /healthz, the real jobs and a prompt SIGTERM intact and leak nothing
-//! onto /metrics. The readers' own unit tests (src/input.rs and its users) cover the rest;
+//! onto /metrics. The readers' own unit tests (src/input/mod.rs and its users) cover the rest;
 //! docs/testing.md lists them all.
 
 use crate::common;

@@ -11,8 +11,8 @@
 
 use super::gpu_metrics::{self, GpuMetrics};
 use crate::backend::PollReport;
-use crate::clock_events;
 use crate::input;
+use crate::model::clock_events;
 use crate::model::{DeviceIdentity, DeviceReadings, EccCount, Vendor};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -201,7 +201,7 @@ impl SysfsDevicePoller {
     fn new(index: u32, device: PathBuf, driver_version: &str) -> SysfsDevicePoller {
         let event = uevent(&device);
         let pci_slot = event.as_ref().map(|e| e.pci_slot.clone()).unwrap_or_default();
-        let pci_bus_id = crate::pci::normalize_bus_id(&pci_slot).unwrap_or(pci_slot);
+        let pci_bus_id = crate::input::pci::normalize_bus_id(&pci_slot).unwrap_or(pci_slot);
         let device_id = event
             .as_ref()
             .and_then(|e| e.pci_id.split(':').nth(1).map(str::to_string))

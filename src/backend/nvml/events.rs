@@ -6,7 +6,7 @@
 //! one GPU refuses to register, and a GPU that does not support events must not cost us the
 //! others. A double-bit ECC event is the same event as XID 48 and is counted as such.
 
-use crate::stop::Stop;
+use crate::service::stop::Stop;
 use crate::xid::store::{Source, XidEvent, XidStore};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::event::EventTypes;
@@ -72,7 +72,7 @@ fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore, stop: &Sto
     }
     store.set_source_up(Source::Nvml, true);
     log::info!("listening for NVML XID events on {} GPU(s)", bus_by_handle.len());
-    let mut outage = crate::logging::Outage::default();
+    let mut outage = crate::service::logging::Outage::default();
     while !stop.is_stopped() {
         match set.wait(1000) {
             // An event that arrives as we are told to stop belongs to our successor.

@@ -5,8 +5,8 @@
 use super::{BACKEND, NvmlBackend};
 use crate::backend::{Backend, BackendState, DevicePoller, XidEvents};
 use crate::config::Nvml;
-use crate::settings::{BackendSettings, LiveSwitches};
-use crate::stop::Stop;
+use crate::config::settings::{BackendSettings, LiveSwitches};
+use crate::service::stop::Stop;
 use std::time::{Duration, Instant};
 
 enum State {

@@ -19,12 +19,12 @@ mod nvlink;
 mod p2p;
 
 use crate::backend::{DevicePoller, PersistenceOutcome, PollReport};
-use crate::cadence::Every;
-use crate::clock_events;
 use crate::config;
+use crate::model::clock_events;
 use crate::model::{
     DeviceIdentity, DeviceReadings, EccCount, EccScope, EccType, GpuProcess, Inventory, RemappedRows, Vendor,
 };
+use crate::sources::cadence::Every;
 use calls::CallErrors;
 use nvml_wrapper::Device;
 use nvml_wrapper::Nvml;
@@ -115,7 +115,7 @@ fn read_identity(device: &Device<'static>, index: u32, driver_version: &str) -> 
         name: device.name().unwrap_or_default(),
         pci_bus_id: device
             .pci_info()
-            .map(|p| crate::pci::normalize_bus_id(&p.bus_id).unwrap_or_else(|| p.bus_id.to_ascii_lowercase()))
+            .map(|p| crate::input::pci::normalize_bus_id(&p.bus_id).unwrap_or_else(|| p.bus_id.to_ascii_lowercase()))
             .unwrap_or_default(),
         driver_version: driver_version.to_string(),
         serial: device.serial().ok(),
@@ -145,7 +145,7 @@ pub struct PollOptions {
     pub gpm_interval: Duration,
     /// Switches read at every poll: per-process utilisation samples (only wanted with
     /// per-process series on).
-    pub live: crate::settings::LiveSwitches,
+    pub live: crate::config::settings::LiveSwitches,
 }
 
 /// Readings that do not change while the GPU is in the node, read once.
@@ -210,7 +210,7 @@ pub struct NvmlDevicePoller {
     mig_mode: Option<mig::MigMode>,
     mig_devices: Vec<crate::model::mig::MigDevice>,
     mig_activity: std::collections::BTreeMap<u32, crate::model::activity::Activity>,
-    live: crate::settings::LiveSwitches,
+    live: crate::config::settings::LiveSwitches,
     /// Per-process utilisation from the last slow read, by pid: (SM, memory), for each
     /// process running at that read (one the driver left out was idle: 0). `None` when not
     /// read (per-process series off, or the driver does not sample processes).

@@ -12,8 +12,8 @@ pub fn sim_library() -> PathBuf {
     // Cargo builds it into deps/ as the daemon's dependency and copies it up a level only when
     // it builds the crate itself (`cargo test --workspace`): the newer of the two is current,
     // as the demo picks it.
-    let file = gpuwarden::demo::LIBRARY_FILE;
-    gpuwarden::demo::newest_first(vec![dir.join(file), dir.join("deps").join(file)])
+    let file = gpuwarden::cli::demo::LIBRARY_FILE;
+    gpuwarden::cli::demo::newest_first(vec![dir.join(file), dir.join("deps").join(file)])
         .into_iter()
         .find(|candidate| candidate.exists())
         .unwrap_or_else(|| panic!("{file} not found next to {BIN}; run the tests with cargo test"))

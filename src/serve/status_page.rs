@@ -9,7 +9,7 @@ use crate::xid::catalog;
 use std::fmt::Write;
 use std::time::SystemTime;
 
-use crate::html::escape;
+use crate::serve::html::escape;
 
 fn ago(then: SystemTime) -> String {
     let seconds = (unix_seconds(SystemTime::now()) - unix_seconds(then)).max(0.0);
@@ -143,7 +143,7 @@ pub fn render(snapshot: &Snapshot) -> String {
 pub fn render_with_timeline(
     snapshot: &Snapshot,
     timeline: Option<&Timeline>,
-    history: Option<&crate::history::History>,
+    history: Option<&crate::serve::history::History>,
 ) -> String {
     let mut out = String::with_capacity(8 * 1024);
     let host = &snapshot.hostname;
@@ -288,10 +288,10 @@ fn trends_section(
     out: &mut String,
     snapshot: &Snapshot,
     timeline: Option<&Timeline>,
-    history: &crate::history::History,
+    history: &crate::serve::history::History,
 ) {
-    use crate::history::{Metric, Range};
-    use crate::sparkline::{Chart, Marker, render};
+    use crate::serve::history::{Metric, Range};
+    use crate::serve::sparkline::{Chart, Marker, render};
     let now = unix_seconds(SystemTime::now());
     let start = now - 3600.0;
     out.push_str(
@@ -322,21 +322,22 @@ fn trends_section(
                 .collect(),
             _ => Vec::new(),
         };
-        let last =
-            |s: &Option<crate::history::Series>| s.as_ref().and_then(|s| s.points.iter().rev().find_map(|(_, v)| *v));
-        let peak = |s: &Option<crate::history::Series>| {
+        let last = |s: &Option<crate::serve::history::Series>| {
+            s.as_ref().and_then(|s| s.points.iter().rev().find_map(|(_, v)| *v))
+        };
+        let peak = |s: &Option<crate::serve::history::Series>| {
             s.as_ref()
                 .map(|s| s.points.iter().filter_map(|(_, v)| *v).fold(f64::NAN, f64::max))
                 .filter(|v| v.is_finite())
         };
         let cell = |out: &mut String,
-                    lines: Vec<(&Option<crate::history::Series>, &'static str)>,
+                    lines: Vec<(&Option<crate::serve::history::Series>, &'static str)>,
                     reference: Option<f64>,
                     floor: Option<f64>,
                     ceiling: Option<f64>,
                     title: String,
                     caption: String| {
-            let lines: Vec<(&crate::history::Series, &'static str)> = lines
+            let lines: Vec<(&crate::serve::history::Series, &'static str)> = lines
                 .into_iter()
                 .filter_map(|(s, class)| s.as_ref().map(|s| (s, class)))
                 .collect();

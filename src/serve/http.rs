@@ -14,11 +14,11 @@
 //! behind a lock so that a reload can swap them; each connection takes the TLS settings of
 //! the moment it was accepted.
 
-use crate::exposition::{self, RenderCache};
+use crate::config::settings::SharedSettings;
 use crate::journal::worker;
-use crate::settings::SharedSettings;
-use crate::status_page;
-use crate::store::Store;
+use crate::metrics::exposition::{self, RenderCache};
+use crate::serve::status_page;
+use crate::snapshot::store::Store;
 use axum::Router;
 use axum::extract::Request;
 use axum::extract::State;
@@ -60,7 +60,7 @@ pub async fn serve(
     listener: TcpListener,
     app: Router,
     settings: Arc<SharedSettings>,
-    stop: crate::stop::Stop,
+    stop: crate::service::stop::Stop,
     drain: Duration,
 ) {
     let builder = connection_builder();
@@ -70,7 +70,7 @@ pub async fn serve(
     // burst shorter than the trimmer's tick is seen.
     let peak = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let trimmer = tokio::spawn(return_memory_after_bursts(slots.clone(), peak.clone()));
-    let mut accept_errors = crate::logging::RateLimiter::new(Duration::from_secs(60));
+    let mut accept_errors = crate::service::logging::RateLimiter::new(Duration::from_secs(60));
     loop {
         if stop.is_stopped() {
             break;
@@ -163,7 +163,7 @@ async fn return_memory_after_bursts(slots: Arc<Semaphore>, peak: Arc<std::sync::
         let open = MAX_CONNECTIONS - slots.available_permits();
         if peak.load(Ordering::Relaxed) >= BURST && open <= CALM {
             peak.store(open, Ordering::Relaxed);
-            crate::logging::trim_heap();
+            crate::service::logging::trim_heap();
         }
     }
 }
@@ -180,7 +180,7 @@ pub struct AppState {
     /// (the API).
     pub journal_readers: Arc<Semaphore>,
     /// Each GPU's last hour and day (`/api/v1/history`, the status page's trends).
-    pub history: Arc<crate::history::History>,
+    pub history: Arc<crate::serve::history::History>,
 }
 
 /// How many journal reads may run at once: each is a process of a few MiB for its time.
@@ -315,7 +315,7 @@ async fn history(
     State(state): State<AppState>,
     axum::extract::Query(params): axum::extract::Query<std::collections::BTreeMap<String, String>>,
 ) -> Response {
-    use crate::history::{Metric, Range};
+    use crate::serve::history::{Metric, Range};
     let bad = |message: String| (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response();
     let names = || Metric::ALL.map(Metric::name).join(", ");
     let Some(gpu) = params.get("gpu") else {
@@ -479,7 +479,7 @@ async fn events(
         send(Ok(b"]}".to_vec()));
         drop(rows);
         drop(permit);
-        crate::logging::trim_heap();
+        crate::service::logging::trim_heap();
     });
     let body = axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
     let mut response = ([(header::CONTENT_TYPE, "application/json")], body).into_response();

@@ -14,12 +14,12 @@
 
 use crate::attribution::jobs::{self, GpuKey};
 use crate::attribution::kubelet::Assignment;
+use crate::config::settings::SharedSettings;
 use crate::health;
 use crate::input::{Input, Reason, Skips};
 use crate::model::{BackendStatus, DeviceSnapshot, DurationHistogram, PersistenceAttempts, PodHolder, Snapshot};
-use crate::settings::SharedSettings;
+use crate::snapshot::store::Store;
 use crate::sources::{Inputs, Sources, Versions};
-use crate::store::Store;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -144,7 +144,7 @@ fn pods_by_uuid(assignments: &[Assignment], devices: &[DeviceSnapshot]) -> BTree
     for a in assignments {
         let id = a.device_id.split("::").next().unwrap_or("");
         let index = id.strip_prefix("nvidia").and_then(|n| n.parse::<u32>().ok());
-        let bus = crate::pci::normalize_bus_id(id);
+        let bus = crate::input::pci::normalize_bus_id(id);
         let mig_instance = |d: &DeviceSnapshot| {
             let mig = d.readings.as_ref()?.mig.as_ref()?;
             mig.instances.iter().find(|i| i.uuid == id).map(|i| i.gpu_instance)

@@ -20,7 +20,9 @@
 //!   A source that cannot be read at all says so once, says when it is back, and says so
 //!   again at the next outage ([`Outage`]).
 
-use crate::logging::{RateLimiter, held_back_suffix};
+pub mod pci;
+
+use crate::service::logging::{RateLimiter, held_back_suffix};
 use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::io::{ErrorKind, Read};

@@ -321,8 +321,8 @@ impl History {
 /// Samples the published snapshot every [`STEP`] until `stop`.
 pub async fn record(
     history: std::sync::Arc<History>,
-    store: std::sync::Arc<crate::store::Store>,
-    stop: crate::stop::Stop,
+    store: std::sync::Arc<crate::snapshot::store::Store>,
+    stop: crate::service::stop::Stop,
 ) {
     let mut tick = tokio::time::interval(STEP);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 
 /// Eight H200s with something to look at: clock events, one x8 link, ECC errors, a pending
 /// row remap, one GPU whose persistence mode is off.
-pub const SCENARIO: &str = include_str!("../config/demo-scenario.yaml");
+pub const SCENARIO: &str = include_str!("../../config/demo-scenario.yaml");
 
 /// The demo's kernel log: a few XIDs (an application fault, a contained memory error and
 /// its clean-up, a row-remap event), as /dev/kmsg records.
-pub const KERNEL_LOG: &str = include_str!("../config/demo-kernel-log.txt");
+pub const KERNEL_LOG: &str = include_str!("../../config/demo-kernel-log.txt");
 
 pub const LIBRARY_FILE: &str = "libgpuwarden_sim_nvml.so";
 

@@ -7,8 +7,8 @@
 //! basic auth), the probe scheduler at each tick. What cannot change without a restart is
 //! listed in [`RESTART_ONLY`] and named in the reload's log line.
 
+use crate::config::web::WebSecurity;
 use crate::config::{Amd, Config, Nvml, Probe};
-use crate::web_config::WebSecurity;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;

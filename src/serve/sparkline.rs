@@ -2,7 +2,7 @@
 //! dashed reference (its slowdown threshold, its power limit) and the journal's events on the
 //! same time axis. Plain SVG in the page: no script, nothing fetched.
 
-use crate::history::Series;
+use crate::serve::history::Series;
 use std::fmt::Write;
 
 /// Drawing size, in CSS pixels.
@@ -54,7 +54,7 @@ pub fn render(chart: &Chart, start: f64, end: f64) -> String {
     let _ = write!(
         out,
         "<svg class=\"spark\" width=\"{WIDTH}\" height=\"{HEIGHT}\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\"><title>{}</title>",
-        crate::html::escape(&chart.title)
+        crate::serve::html::escape(&chart.title)
     );
     if !has_data || !low.is_finite() || !high.is_finite() {
         let _ = write!(
@@ -83,7 +83,7 @@ pub fn render(chart: &Chart, start: f64, end: f64) -> String {
             "<line class=\"mark {}\" x1=\"{1:.1}\" x2=\"{1:.1}\" y1=\"0\" y2=\"{HEIGHT}\"><title>{2}</title></line>",
             marker.class,
             x(marker.at),
-            crate::html::escape(&marker.title)
+            crate::serve::html::escape(&marker.title)
         );
     }
     for (series, class) in &chart.lines {

@@ -5,13 +5,13 @@
 //! node-health checks can branch on it.
 
 use crate::config::Config;
+use crate::config::settings::{Settings, SharedSettings};
 use crate::health::{Finding, HealthState};
 use crate::model::{DeviceSnapshot, Snapshot};
-use crate::poller::Coordinator;
-use crate::publisher::Publisher;
-use crate::settings::{Settings, SharedSettings};
+use crate::snapshot::publisher::Publisher;
+use crate::snapshot::store::Store;
 use crate::sources::Sources;
-use crate::store::Store;
+use crate::sources::poller::Coordinator;
 use crate::xid::{kmsg, store::Source, store::XidCount, store::XidStore};
 use serde::Serialize;
 use std::fmt::Write;

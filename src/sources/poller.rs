@@ -14,14 +14,14 @@
 //! counters and histograms carry on either way.
 
 use crate::backend::{self, Backend, BackendState, DevicePoller, PollReport, XidEvents};
+use crate::config::settings::{BackendSettings, LiveSwitches, SharedSettings};
 use crate::health;
-use crate::logging::RateLimiter;
 use crate::model::{
     BackendStatus, DeviceIdentity, DeviceReadings, DeviceSnapshot, DurationHistogram, PersistenceAttempts,
 };
-use crate::notify;
-use crate::publisher::{Publisher, RoundPart};
-use crate::settings::{BackendSettings, LiveSwitches, SharedSettings};
+use crate::service::logging::RateLimiter;
+use crate::service::notify;
+use crate::snapshot::publisher::{Publisher, RoundPart};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
@@ -108,7 +108,7 @@ fn log_call_errors(limiter: &mut RateLimiter, identity: &DeviceIdentity, errors:
     for (call, error) in errors {
         let key = format!("{}/{call}/{error}", identity.uuid);
         if let Some(held_back) = limiter.allow(&key) {
-            let repeats = crate::logging::held_back_suffix(held_back);
+            let repeats = crate::service::logging::held_back_suffix(held_back);
             crate::gpu_log!(
                 log::Level::Warn,
                 identity,
@@ -135,11 +135,11 @@ pub struct Coordinator {
     /// Where backends send XID events: the daemon listens for them, a one-shot `check` not.
     xid_events: Option<XidEvents>,
     /// When each GPU last showed a hardware power slowdown (state across rounds).
-    hw_slowdown: crate::clock_events::HwSlowdownTracker,
+    hw_slowdown: crate::model::clock_events::HwSlowdownTracker,
     /// How each GPU's error counters grew within the last hour (state across rounds).
     error_rates: crate::health::rates::ErrorRateTracker,
     /// How often each clock-event reason became active (state across rounds).
-    clock_event_starts: crate::clock_events::EventStartCounter,
+    clock_event_starts: crate::model::clock_events::EventStartCounter,
     /// What the current backends were made from; None before the first round.
     made_from: Option<BackendSettings>,
     /// Switches the pollers read at every poll, set from the settings at every round.
@@ -350,7 +350,7 @@ impl Coordinator {
                         .log_limiter
                         .allow(&format!("{}/not-answering", worker.identity.uuid))
                 {
-                    let repeats = crate::logging::held_back_suffix(held_back);
+                    let repeats = crate::service::logging::held_back_suffix(held_back);
                     crate::gpu_log!(
                         log::Level::Warn,
                         worker.identity,
@@ -492,7 +492,7 @@ pub struct PollLoop {
 
 impl PollLoop {
     /// Runs the first round before returning, so the first scrape already has data.
-    pub fn start(mut coordinator: Coordinator, stop: crate::stop::Stop) -> std::io::Result<PollLoop> {
+    pub fn start(mut coordinator: Coordinator, stop: crate::service::stop::Stop) -> std::io::Result<PollLoop> {
         coordinator.run_round();
         coordinator.report_status();
         let watchdog = notify::watchdog_interval();

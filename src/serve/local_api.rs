@@ -16,11 +16,11 @@
 //! seconds.
 
 use crate::health::clear::{self, ClearRequest};
-use crate::http::AppState;
 use crate::journal::Journal;
 use crate::journal::event::{Event, GpuRef, Kind};
 use crate::model::health::{Clear, Clears};
-use crate::store::Versioned;
+use crate::serve::http::AppState;
+use crate::snapshot::store::Versioned;
 use axum::extract::{DefaultBodyLimit, Extension, FromRef, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -104,7 +104,7 @@ impl Peer {
 /// What the socket answers.
 pub fn router(state: LocalState) -> Router {
     Router::new()
-        .route("/api/v1/health", get(crate::http::health))
+        .route("/api/v1/health", get(crate::serve::http::health))
         .route("/api/v1/health/clear", post(clear_gpu))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         // A body that trickles in holds a slot: it has as long as a request head has.
@@ -299,15 +299,15 @@ pub fn bind(path: &Path) -> Result<UnixListener, LocalApiError> {
 }
 
 /// Serves until `stop`, then removes the socket (only while it is still this daemon's).
-pub async fn serve(listener: UnixListener, path: PathBuf, app: Router, stop: crate::stop::Stop) {
+pub async fn serve(listener: UnixListener, path: PathBuf, app: Router, stop: crate::service::stop::Stop) {
     use std::os::unix::fs::MetadataExt;
     let inode = std::fs::symlink_metadata(&path).map(|m| m.ino()).ok();
-    let mut builder = crate::http::connection_builder();
+    let mut builder = crate::serve::http::connection_builder();
     // One request a connection (the clients send Connection: close anyway): an idle client
     // never keeps a slot between requests.
     builder.keep_alive(false).header_read_timeout(LOCAL_READ_TIMEOUT);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let mut refused = crate::logging::RateLimiter::new(Duration::from_secs(60));
+    let mut refused = crate::service::logging::RateLimiter::new(Duration::from_secs(60));
     let own_uid = own_uid();
     loop {
         let permit = tokio::select! {
@@ -335,7 +335,7 @@ pub async fn serve(listener: UnixListener, path: PathBuf, app: Router, stop: cra
                     "local API {}: refused a client of uid {uid:?} (only root and gpuwarden's user \
                      are answered){}",
                     path.display(),
-                    crate::logging::held_back_suffix(skipped)
+                    crate::service::logging::held_back_suffix(skipped)
                 );
             }
             continue;

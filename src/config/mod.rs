@@ -4,6 +4,9 @@
 //! keys are errors (a misspelt key that is silently ignored is how a fleet ends up with
 //! persistence mode off). Every error names the file, line and column.
 
+pub mod settings;
+pub mod web;
+
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::net::SocketAddr;
@@ -1245,7 +1248,7 @@ mod tests {
 
     #[test]
     fn shipped_default_config_matches_the_built_in_defaults() {
-        let shipped = include_str!("../config/gpuwarden.yaml");
+        let shipped = include_str!("../../config/gpuwarden.yaml");
         assert_eq!(parse(shipped).unwrap(), Config::default());
     }
 

@@ -166,7 +166,7 @@ struct GpuStarts {
     /// only primes: a reason already active at start is not a start seen).
     active: Option<Vec<&'static str>>,
     totals: std::collections::BTreeMap<&'static str, u64>,
-    recent: std::collections::BTreeMap<&'static str, crate::recent::RecentTimes<std::time::Instant>>,
+    recent: std::collections::BTreeMap<&'static str, crate::model::recent::RecentTimes<std::time::Instant>>,
 }
 
 /// Counts, per GPU, how often each clock-event reason became active from one poll to the next

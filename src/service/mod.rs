@@ -1,0 +1,8 @@
+//! Being a well-behaved system service: one stop signal for every thread and task, logging
+//! with rate limits, telling systemd how the daemon is doing, and giving back the memory that
+//! only start-up used.
+
+pub mod logging;
+pub mod notify;
+pub mod residency;
+pub mod stop;
