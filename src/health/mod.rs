@@ -9,8 +9,11 @@
 pub mod clear;
 pub mod cli;
 pub mod debounce;
+pub mod memory;
 pub mod rates;
 pub mod rules;
+pub mod slowdown;
+pub mod starts;
 pub mod verdict;
 
 pub use crate::model::health::{DeviceHealth, Finding, HealthState};
@@ -78,27 +81,6 @@ pub fn evaluate(snapshot: &mut Snapshot) {
             ),
         })
         .collect();
-}
-
-/// "8 GPU(s): 0 unhealthy, 1 degraded", for systemd's STATUS= line.
-pub fn summary(snapshot: &Snapshot) -> String {
-    let count = |s: HealthState| snapshot.devices.iter().filter(|d| d.health.state == s).count();
-    let missing = snapshot
-        .node_findings
-        .iter()
-        .filter(|f| f.reason == "gpu_missing")
-        .count();
-    format!(
-        "{} GPU(s): {} unhealthy, {} degraded{}",
-        snapshot.devices.len(),
-        count(HealthState::Unhealthy),
-        count(HealthState::Degraded),
-        if missing > 0 {
-            format!(", {missing} missing")
-        } else {
-            String::new()
-        }
-    )
 }
 
 fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding> {

@@ -55,7 +55,7 @@ pub fn of(snapshot: &Snapshot) -> NodeVerdict {
         } else {
             worst.label().to_string()
         },
-        summary: super::summary(snapshot),
+        summary: snapshot.health_summary(),
         gpus: snapshot
             .devices
             .iter()

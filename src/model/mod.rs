@@ -302,14 +302,16 @@ pub struct DeviceSnapshot {
     /// dashboard shows a gap rather than a frozen value.
     pub readings: Option<DeviceReadings>,
     /// When a hardware power slowdown (`HW_POWER_REASONS`) was last seen, active or as
-    /// growth of its driver counter: the publisher keeps it across rounds.
+    /// growth of its driver counter: the health stage keeps it across rounds
+    /// (`health::memory`).
     #[serde(skip)]
     pub hw_slowdown_seen: Option<std::time::Instant>,
-    /// How its error counters grew within the last hour: the poller keeps it across rounds.
+    /// How its error counters grew within the last hour: the health stage keeps it across
+    /// rounds (`health::memory`).
     #[serde(skip)]
     pub error_growth: health::ErrorGrowth,
     /// How often each clock-event reason became active since the daemon started, and within
-    /// the last `xid::RECENT_WINDOW`: the poller counts it across rounds.
+    /// the last `xid::RECENT_WINDOW`: the health stage counts it across rounds (`health::memory`).
     #[serde(skip)]
     pub clock_event_starts: Vec<ClockEventStarts>,
     /// The verdict over everything the snapshot knows about this GPU (readings, XIDs, the
@@ -530,6 +532,23 @@ pub struct JournalStatus {
 }
 
 impl Snapshot {
+    /// "8 GPU(s): 0 unhealthy, 1 degraded", for systemd's STATUS= line.
+    pub fn health_summary(&self) -> String {
+        let count = |s: health::HealthState| self.devices.iter().filter(|d| d.health.state == s).count();
+        let missing = self.node_findings.iter().filter(|f| f.reason == "gpu_missing").count();
+        format!(
+            "{} GPU(s): {} unhealthy, {} degraded{}",
+            self.devices.len(),
+            count(health::HealthState::Unhealthy),
+            count(health::HealthState::Degraded),
+            if missing > 0 {
+                format!(", {missing} missing")
+            } else {
+                String::new()
+            }
+        )
+    }
+
     /// The worst state of any GPU or node finding; None with neither (a node with no GPU
     /// anywhere has no verdict).
     pub fn worst_health(&self) -> Option<health::HealthState> {

@@ -369,56 +369,14 @@ async fn events(
     State(state): State<AppState>,
     axum::extract::Query(params): axum::extract::Query<std::collections::BTreeMap<String, String>>,
 ) -> Response {
-    use crate::journal::read;
     let path = state.settings.current().config.state.path.clone();
     if path.as_os_str().is_empty() {
         return (StatusCode::NOT_FOUND, "the journal is off (state.path is \"\")\n").into_response();
     }
-    let mut query = read::Query {
-        limit: read::DEFAULT_LIMIT,
-        ..Default::default()
+    let query = match events_query(&params) {
+        Ok(query) => query,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     };
-    let bad = |e: read::QueryError| (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response();
-    if let Some(since) = params.get("since") {
-        match read::parse_since(since, std::time::SystemTime::now()) {
-            Ok(s) => query.since = Some(s),
-            Err(e) => return bad(e),
-        }
-    }
-    if let Some(kinds) = params.get("kind") {
-        match read::parse_kinds(kinds) {
-            Ok(k) => query.kinds = k,
-            Err(e) => return bad(e),
-        }
-    }
-    if let Some(limit) = params.get("limit") {
-        match limit.parse::<usize>() {
-            Ok(n) if (1..=read::MAX_HTTP_LIMIT).contains(&n) => query.limit = n,
-            _ => {
-                return (
-                    StatusCode::BAD_REQUEST,
-                    format!(
-                        "limit must be from 1 to {} (a page; follow the Link header for older rows)\n",
-                        read::MAX_HTTP_LIMIT
-                    ),
-                )
-                    .into_response();
-            }
-        }
-    }
-    if let Some(before) = params.get("before") {
-        match read::parse_before(before) {
-            Some(cursor) => query.before = Some(cursor),
-            None => {
-                return (
-                    StatusCode::BAD_REQUEST,
-                    "before must be a page cursor as the Link header gives it (TIME_ID)\n",
-                )
-                    .into_response();
-            }
-        }
-    }
-    let gpu = params.get("gpu").cloned();
     // Owned: the permit goes with the stream, until its last row is sent.
     let Ok(permit) = state.journal_readers.clone().try_acquire_owned() else {
         return (
@@ -430,7 +388,7 @@ async fn events(
     let request = worker::Request::Events {
         path,
         since: query.since,
-        gpu,
+        gpu: params.get("gpu").cloned(),
         kinds: query.kinds,
         limit: query.limit,
         before: query.before,
@@ -451,11 +409,66 @@ async fn events(
     if head.rows.is_none() {
         return (StatusCode::NOT_FOUND, "the journal has no such GPU\n").into_response();
     }
-    // The rows go out as the worker writes them: the daemon holds a few of them at a time,
-    // never the page.
+    let body = stream_rows(rows, permit);
+    let mut response = ([(header::CONTENT_TYPE, "application/json")], body).into_response();
+    // A full page: the next one is the rows older than its oldest.
+    if let Some(link) = head
+        .next
+        .map(|cursor| next_page_link(&params, &cursor))
+        .and_then(|l| axum::http::HeaderValue::from_str(&l).ok())
+    {
+        response.headers_mut().insert(header::LINK, link);
+    }
+    response
+}
+
+/// What is wrong with an events request's parameters (the body of its 400).
+#[derive(Debug, thiserror::Error)]
+enum EventsQueryError {
+    #[error(transparent)]
+    Query(#[from] crate::journal::read::QueryError),
+    #[error(
+        "limit must be from 1 to {} (a page; follow the Link header for older rows)",
+        crate::journal::read::MAX_HTTP_LIMIT
+    )]
+    Limit,
+    #[error("before must be a page cursor as the Link header gives it (TIME_ID)")]
+    Before,
+}
+
+/// The events query from the request's parameters.
+fn events_query(
+    params: &std::collections::BTreeMap<String, String>,
+) -> Result<crate::journal::read::Query, EventsQueryError> {
+    use crate::journal::read;
+    let mut query = read::Query {
+        limit: read::DEFAULT_LIMIT,
+        ..Default::default()
+    };
+    if let Some(since) = params.get("since") {
+        query.since = Some(read::parse_since(since, std::time::SystemTime::now())?);
+    }
+    if let Some(kinds) = params.get("kind") {
+        query.kinds = read::parse_kinds(kinds)?;
+    }
+    if let Some(limit) = params.get("limit") {
+        match limit.parse::<usize>() {
+            Ok(n) if (1..=read::MAX_HTTP_LIMIT).contains(&n) => query.limit = n,
+            _ => return Err(EventsQueryError::Limit),
+        }
+    }
+    if let Some(before) = params.get("before") {
+        query.before = Some(read::parse_before(before).ok_or(EventsQueryError::Before)?);
+    }
+    Ok(query)
+}
+
+/// The rows as the worker writes them, in one JSON object: the daemon holds a few of them at a
+/// time, never the page. `permit` (one of the journal's reader slots) is held until the last
+/// row is sent.
+fn stream_rows(mut rows: worker::RowStream, permit: tokio::sync::OwnedSemaphorePermit) -> axum::body::Body {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<axum::body::Bytes, std::io::Error>>(16);
     tokio::task::spawn_blocking(move || {
-        let mut rows = rows;
         let send = |chunk: Result<Vec<u8>, std::io::Error>| tx.blocking_send(chunk.map(Into::into)).is_ok();
         if !send(Ok(b"{\"events\":[".to_vec())) {
             return;
@@ -481,15 +494,5 @@ async fn events(
         drop(permit);
         crate::service::logging::trim_heap();
     });
-    let body = axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
-    let mut response = ([(header::CONTENT_TYPE, "application/json")], body).into_response();
-    // A full page: the next one is the rows older than its oldest.
-    if let Some(link) = head
-        .next
-        .map(|cursor| next_page_link(&params, &cursor))
-        .and_then(|l| axum::http::HeaderValue::from_str(&l).ok())
-    {
-        response.headers_mut().insert(header::LINK, link);
-    }
-    response
+    axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
 }

@@ -290,8 +290,7 @@ fn trends_section(
     timeline: Option<&Timeline>,
     history: &crate::serve::history::History,
 ) {
-    use crate::serve::history::{Metric, Range};
-    use crate::serve::sparkline::{Chart, Marker, render};
+    use crate::serve::history::Range;
     let now = unix_seconds(SystemTime::now());
     let start = now - 3600.0;
     out.push_str(
@@ -300,138 +299,167 @@ fn trends_section(
     );
     for d in &snapshot.devices {
         let id = &d.identity;
-        let get = |m: Metric| history.series(&id.uuid, m, Range::Hour);
-        let markers: Vec<Marker> = match timeline {
-            Some(Ok(rows)) => rows
-                .get(&id.uuid)
-                .into_iter()
-                .flatten()
-                .filter_map(|r| {
-                    let class = match r.kind.as_str() {
-                        "xid" | "xid_storm" => "xid",
-                        "health" | "clear" => "health",
-                        "probe" => "probe",
-                        _ => return None,
-                    };
-                    Some(Marker {
-                        at: r.at,
-                        class,
-                        title: format!("{}: {}", crate::journal::report::utc(r.at), r.summary),
-                    })
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        let last = |s: &Option<crate::serve::history::Series>| {
-            s.as_ref().and_then(|s| s.points.iter().rev().find_map(|(_, v)| *v))
-        };
-        let peak = |s: &Option<crate::serve::history::Series>| {
-            s.as_ref()
-                .map(|s| s.points.iter().filter_map(|(_, v)| *v).fold(f64::NAN, f64::max))
-                .filter(|v| v.is_finite())
-        };
-        let cell = |out: &mut String,
-                    lines: Vec<(&Option<crate::serve::history::Series>, &'static str)>,
-                    reference: Option<f64>,
-                    floor: Option<f64>,
-                    ceiling: Option<f64>,
-                    title: String,
-                    caption: String| {
-            let lines: Vec<(&crate::serve::history::Series, &'static str)> = lines
-                .into_iter()
-                .filter_map(|(s, class)| s.as_ref().map(|s| (s, class)))
-                .collect();
-            let chart = Chart {
-                lines,
-                reference,
-                floor,
-                ceiling,
-                markers: &markers,
-                title,
-            };
-            let _ = write!(
-                out,
-                "<td>{}<small>{}</small></td>",
-                render(&chart, start, now),
-                escape(&caption)
-            );
-        };
+        let markers = timeline_markers(timeline, &id.uuid);
         let _ = write!(
             out,
             "<tr class=\"trend\"><td><b>{}</b><br><small>{}</small></td>",
             id.index,
             escape(&id.name)
         );
-        let (temperature, slowdown) = (get(Metric::Temperature), get(Metric::SlowdownTemperature));
-        let limit_now = last(&slowdown);
-        cell(
-            out,
-            vec![(&temperature, "a")],
-            limit_now,
-            None,
-            None,
-            format!("GPU {} temperature, last hour", id.index),
-            match (last(&temperature), peak(&temperature)) {
-                (Some(t), Some(p)) => format!(
-                    "{t:.0} C now, {p:.0} C max{}",
-                    limit_now.map_or(String::new(), |l| format!(", slowdown {l:.0} C"))
-                ),
-                _ => "no reading".to_string(),
-            },
-        );
-        let (power, power_limit) = (get(Metric::Power), get(Metric::PowerLimit));
-        cell(
-            out,
-            vec![(&power, "a")],
-            last(&power_limit),
-            Some(0.0),
-            None,
-            format!("GPU {} power, last hour", id.index),
-            match (last(&power), last(&power_limit)) {
-                (Some(p), Some(l)) => format!("{p:.0} of {l:.0} W"),
-                (Some(p), None) => format!("{p:.0} W"),
-                _ => "no reading".to_string(),
-            },
-        );
-        let (sm, dram) = (get(Metric::SmActive), get(Metric::DramActive));
-        cell(
-            out,
-            vec![(&sm, "a"), (&dram, "b")],
-            None,
-            Some(0.0),
-            Some(1.0),
-            format!("GPU {} SM (blue) and DRAM (purple) activity, last hour", id.index),
-            match (last(&sm), last(&dram)) {
-                (Some(s), Some(m)) => format!("SM {:.0} %, DRAM {:.0} %", s * 100.0, m * 100.0),
-                _ => "no GPM readings".to_string(),
-            },
-        );
-        let memory = get(Metric::MemoryUsed);
-        cell(
-            out,
-            vec![(&memory, "a")],
-            None,
-            Some(0.0),
-            None,
-            format!("GPU {} memory used, last hour", id.index),
-            last(&memory).map_or("no reading".to_string(), |b| format!("{:.1} GiB", b / 1024f64.powi(3))),
-        );
-        let throttle = get(Metric::ClockEventSeconds);
-        cell(
-            out,
-            vec![(&throttle, "a")],
-            None,
-            Some(0.0),
-            Some(1.0),
-            format!(
-                "GPU {} time in clock-event reasons (seconds per second), last hour",
-                id.index
-            ),
-            last(&throttle).map_or("no reading".to_string(), |r| format!("{:.0} % of the time", r * 100.0)),
-        );
+        for cell in trend_cells(id.index, &|m| history.series(&id.uuid, m, Range::Hour)) {
+            write_trend_cell(out, cell, &markers, start, now);
+        }
         out.push_str("</tr>");
     }
     out.push_str("</tbody></table><p><small>Marks: <span class=\"hot\">XID</span>, verdict change, probe (hover for what).</small></p>");
+}
+
+/// The journal's rows about one GPU that a chart marks: XIDs, verdict changes, probes.
+fn timeline_markers(timeline: Option<&Timeline>, uuid: &str) -> Vec<crate::serve::sparkline::Marker> {
+    let Some(Ok(rows)) = timeline else {
+        return Vec::new();
+    };
+    rows.get(uuid)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            let class = match r.kind.as_str() {
+                "xid" | "xid_storm" => "xid",
+                "health" | "clear" => "health",
+                "probe" => "probe",
+                _ => return None,
+            };
+            Some(crate::serve::sparkline::Marker {
+                at: r.at,
+                class,
+                title: format!("{}: {}", crate::journal::report::utc(r.at), r.summary),
+            })
+        })
+        .collect()
+}
+
+/// One chart of a GPU's trend row: its lines (series and CSS class), a dashed reference, the
+/// value range, the chart's title and the caption under it.
+struct TrendCell {
+    lines: Vec<(Option<crate::serve::history::Series>, &'static str)>,
+    reference: Option<f64>,
+    floor: Option<f64>,
+    ceiling: Option<f64>,
+    title: String,
+    caption: String,
+}
+
+fn last(s: &Option<crate::serve::history::Series>) -> Option<f64> {
+    s.as_ref().and_then(|s| s.points.iter().rev().find_map(|(_, v)| *v))
+}
+
+fn peak(s: &Option<crate::serve::history::Series>) -> Option<f64> {
+    s.as_ref()
+        .map(|s| s.points.iter().filter_map(|(_, v)| *v).fold(f64::NAN, f64::max))
+        .filter(|v| v.is_finite())
+}
+
+/// A GPU's five charts, from its history (`get`).
+fn trend_cells(
+    index: u32,
+    get: &dyn Fn(crate::serve::history::Metric) -> Option<crate::serve::history::Series>,
+) -> [TrendCell; 5] {
+    use crate::serve::history::Metric;
+    let (temperature, slowdown) = (get(Metric::Temperature), get(Metric::SlowdownTemperature));
+    let limit_now = last(&slowdown);
+    let temperature_caption = match (last(&temperature), peak(&temperature)) {
+        (Some(t), Some(p)) => format!(
+            "{t:.0} C now, {p:.0} C max{}",
+            limit_now.map_or(String::new(), |l| format!(", slowdown {l:.0} C"))
+        ),
+        _ => "no reading".to_string(),
+    };
+    let (power, power_limit) = (get(Metric::Power), get(Metric::PowerLimit));
+    let power_caption = match (last(&power), last(&power_limit)) {
+        (Some(p), Some(l)) => format!("{p:.0} of {l:.0} W"),
+        (Some(p), None) => format!("{p:.0} W"),
+        _ => "no reading".to_string(),
+    };
+    let (sm, dram) = (get(Metric::SmActive), get(Metric::DramActive));
+    let activity_caption = match (last(&sm), last(&dram)) {
+        (Some(s), Some(m)) => format!("SM {:.0} %, DRAM {:.0} %", s * 100.0, m * 100.0),
+        _ => "no GPM readings".to_string(),
+    };
+    let memory = get(Metric::MemoryUsed);
+    let memory_caption = last(&memory).map_or("no reading".to_string(), |b| format!("{:.1} GiB", b / 1024f64.powi(3)));
+    let throttle = get(Metric::ClockEventSeconds);
+    let throttle_caption =
+        last(&throttle).map_or("no reading".to_string(), |r| format!("{:.0} % of the time", r * 100.0));
+    let power_reference = last(&power_limit);
+    [
+        TrendCell {
+            lines: vec![(temperature, "a")],
+            reference: limit_now,
+            floor: None,
+            ceiling: None,
+            title: format!("GPU {index} temperature, last hour"),
+            caption: temperature_caption,
+        },
+        TrendCell {
+            lines: vec![(power, "a")],
+            reference: power_reference,
+            floor: Some(0.0),
+            ceiling: None,
+            title: format!("GPU {index} power, last hour"),
+            caption: power_caption,
+        },
+        TrendCell {
+            lines: vec![(sm, "a"), (dram, "b")],
+            reference: None,
+            floor: Some(0.0),
+            ceiling: Some(1.0),
+            title: format!("GPU {index} SM (blue) and DRAM (purple) activity, last hour"),
+            caption: activity_caption,
+        },
+        TrendCell {
+            lines: vec![(memory, "a")],
+            reference: None,
+            floor: Some(0.0),
+            ceiling: None,
+            title: format!("GPU {index} memory used, last hour"),
+            caption: memory_caption,
+        },
+        TrendCell {
+            lines: vec![(throttle, "a")],
+            reference: None,
+            floor: Some(0.0),
+            ceiling: Some(1.0),
+            title: format!("GPU {index} time in clock-event reasons (seconds per second), last hour"),
+            caption: throttle_caption,
+        },
+    ]
+}
+
+fn write_trend_cell(
+    out: &mut String,
+    cell: TrendCell,
+    markers: &[crate::serve::sparkline::Marker],
+    start: f64,
+    now: f64,
+) {
+    let chart = crate::serve::sparkline::Chart {
+        lines: cell
+            .lines
+            .iter()
+            .filter_map(|(s, class)| s.as_ref().map(|s| (s, *class)))
+            .collect(),
+        reference: cell.reference,
+        floor: cell.floor,
+        ceiling: cell.ceiling,
+        markers,
+        title: cell.title,
+    };
+    let _ = write!(
+        out,
+        "<td>{}<small>{}</small></td>",
+        crate::serve::sparkline::render(&chart, start, now),
+        escape(&cell.caption)
+    );
 }
 
 /// The last seven days of the journal, a few rows per GPU (`gpuwarden events` has the rest).

@@ -117,9 +117,8 @@ pub struct Outage {
 impl Outage {
     /// The source could not be read: warns when it could before.
     pub fn failed(&mut self, what: impl std::fmt::Display) {
-        if !self.failing {
+        if self.begins() {
             log::warn!("{what}");
-            self.failing = true;
         } else {
             log::debug!("{what}");
         }
@@ -127,10 +126,20 @@ impl Outage {
 
     /// The source was read: says so when it could not be before.
     pub fn recovered(&mut self, what: impl std::fmt::Display) {
-        if self.failing {
+        if self.ends() {
             log::info!("{what}");
-            self.failing = false;
         }
+    }
+
+    /// Marks a failure; true when there was none before: the moment to warn, for a caller
+    /// that logs in its own shape (`gpu_log!` with the GPU's fields).
+    pub fn begins(&mut self) -> bool {
+        !std::mem::replace(&mut self.failing, true)
+    }
+
+    /// Marks the end of a failure; true when there was one: the moment to say it is over.
+    pub fn ends(&mut self) -> bool {
+        std::mem::replace(&mut self.failing, false)
     }
 
     pub fn is_failing(&self) -> bool {

@@ -16,6 +16,7 @@ use crate::attribution::jobs::{self, GpuKey};
 use crate::attribution::kubelet::Assignment;
 use crate::config::settings::SharedSettings;
 use crate::health;
+use crate::health::memory::HealthMemory;
 use crate::input::{Input, Reason, Skips};
 use crate::model::{BackendStatus, DeviceSnapshot, DurationHistogram, PersistenceAttempts, PodHolder, Snapshot};
 use crate::snapshot::store::Store;
@@ -183,8 +184,9 @@ struct Published {
     /// The job map's version whose overflow was last counted: a map is counted once, not at
     /// every publish.
     jobs_counted: Option<u64>,
-    /// The operator's debounce and hold per rule remember across snapshots.
-    debouncer: health::debounce::Debouncer,
+    /// The health stage's memory across rounds and snapshots: error rates, slowdowns,
+    /// clock-event starts, debounce and hold.
+    health: HealthMemory,
 }
 
 /// Puts snapshots together and publishes them into the store.
@@ -210,7 +212,7 @@ impl Publisher {
                 round: Arc::new(RoundPart::default()),
                 versions: Versions::default(),
                 jobs_counted: None,
-                debouncer: Default::default(),
+                health: HealthMemory::default(),
             }),
             hostname,
         }
@@ -225,11 +227,15 @@ impl Publisher {
     }
 
     /// Publishes a poll round's part with the sources' latest values.
-    pub fn publish_round(&self, round: RoundPart) {
+    pub fn publish_round(&self, mut round: RoundPart) {
         self.sources
             .xids
             .set_gpus(round.devices.iter().map(|d| d.identity.pci_bus_id.as_str()));
+        let clears = self.sources.clears.get();
         let mut published = self.published.lock().unwrap_or_else(PoisonError::into_inner);
+        published
+            .health
+            .note_round(&mut round.devices, &clears, std::time::Instant::now());
         published.round = Arc::new(round);
         let snapshot = self.assemble(&mut published);
         self.store.publish(snapshot);
@@ -255,7 +261,7 @@ impl Publisher {
         let mut skips = Skips::new(Input::JobMapping);
         let generation = self.store.latest().generation + 1;
         let mut snapshot = assemble(&published.round, &inputs, &options, generation, &mut skips);
-        published.debouncer.apply(
+        published.health.debounce(
             &mut snapshot,
             &config.health.rules,
             config.poll.interval,

@@ -15,7 +15,6 @@
 
 use crate::backend::{self, Backend, BackendState, DevicePoller, PollReport, XidEvents};
 use crate::config::settings::{BackendSettings, LiveSwitches, SharedSettings};
-use crate::health;
 use crate::model::{
     BackendStatus, DeviceIdentity, DeviceReadings, DeviceSnapshot, DurationHistogram, PersistenceAttempts,
 };
@@ -134,12 +133,6 @@ pub struct Coordinator {
     publisher: Arc<Publisher>,
     /// Where backends send XID events: the daemon listens for them, a one-shot `check` not.
     xid_events: Option<XidEvents>,
-    /// When each GPU last showed a hardware power slowdown (state across rounds).
-    hw_slowdown: crate::model::clock_events::HwSlowdownTracker,
-    /// How each GPU's error counters grew within the last hour (state across rounds).
-    error_rates: crate::health::rates::ErrorRateTracker,
-    /// How often each clock-event reason became active (state across rounds).
-    clock_event_starts: crate::model::clock_events::EventStartCounter,
     /// What the current backends were made from; None before the first round.
     made_from: Option<BackendSettings>,
     /// Switches the pollers read at every poll, set from the settings at every round.
@@ -166,9 +159,6 @@ impl Coordinator {
             settings,
             publisher,
             xid_events,
-            hw_slowdown: Default::default(),
-            error_rates: Default::default(),
-            clock_event_starts: Default::default(),
             made_from: None,
             live: LiveSwitches::default(),
             backends: Vec::new(),
@@ -242,7 +232,7 @@ impl Coordinator {
                     false => "no GPU found: serving gpuwarden's own metrics".to_string(),
                 })
         } else {
-            health::summary(&snapshot)
+            snapshot.health_summary()
         };
         if status != self.last_status {
             notify::status(&status);
@@ -456,10 +446,6 @@ impl Coordinator {
                 health: Default::default(),
             })
             .collect();
-        self.hw_slowdown.track(&mut devices);
-        let clears = self.publisher.sources().clears.get();
-        self.error_rates.track(&mut devices, &clears, std::time::Instant::now());
-        self.clock_event_starts.track(&mut devices, std::time::Instant::now());
         let processes = &self.settings.current().config.processes;
         if processes.per_process {
             crate::attribution::processes::describe(&mut devices, processes);

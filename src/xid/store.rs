@@ -89,6 +89,8 @@ pub trait XidListener: Send + Sync {
 /// must not become thousands of permanent series. Reports on further addresses are counted as
 /// dropped.
 const MAX_ADDRESSES: usize = 32;
+/// How often the log says that reports on addresses that are no GPU were dropped.
+const DROP_LOG_EVERY: Duration = Duration::from_secs(3600);
 /// Distinct codes counted one by one per address (and per MIG GPU instance): the catalog has
 /// about two hundred and a failing GPU shows a handful. Further codes are counted together
 /// under [`OTHER_CODES`] with the highest severity among them, so the counts still add up and
@@ -130,6 +132,8 @@ struct Inner {
     sources: BTreeMap<&'static str, bool>,
     reports: BTreeMap<&'static str, u64>,
     dropped: u64,
+    /// One line an hour about the reports dropped (each is counted).
+    drop_log: crate::service::logging::RateLimiter,
     /// The identities of the kernel records counted (at most [`MAX_IDENTITIES`], oldest forgotten first).
     identities: std::collections::HashSet<u64>,
     identity_order: VecDeque<u64>,
@@ -257,6 +261,7 @@ impl XidStore {
                 sources: BTreeMap::new(),
                 reports: BTreeMap::new(),
                 dropped: 0,
+                drop_log: crate::service::logging::RateLimiter::new(DROP_LOG_EVERY),
                 other_severity: BTreeMap::new(),
                 identities: Default::default(),
                 identity_order: Default::default(),
@@ -306,13 +311,14 @@ impl XidStore {
         }
         if !inner.has_room_for(&event.pci_bus_id) {
             inner.dropped += 1;
-            if inner.dropped == 1 {
+            if let Some(held_back) = inner.drop_log.allow("dropped") {
                 log::warn!(
                     "the XID store holds XIDs for {MAX_ADDRESSES} PCI addresses that are no GPU, its limit; \
                      reports on further addresses are counted in gpuwarden_xid_dropped_total only \
-                     (the first: {:?}, Xid {})",
+                     (this one: {:?}, Xid {}){}",
                     event.pci_bus_id,
-                    event.xid
+                    event.xid,
+                    crate::service::logging::held_back_suffix(held_back)
                 );
             }
             self.moved_on();

@@ -400,3 +400,26 @@ fn no_error_is_a_bare_string() {
         .collect();
     assert!(bare.is_empty(), "Result<_, String>:\n{}", bare.join("\n"));
 }
+
+/// Health memory lives in health/: the poller hands over raw readings only.
+#[test]
+fn the_poller_does_not_use_health() {
+    let modules = modules();
+    let edges = imports(&modules);
+    let health: Vec<&String> = edges["sources::poller"]
+        .iter()
+        .filter(|t| *t == "health" || t.starts_with("health::"))
+        .collect();
+    assert!(health.is_empty(), "the poller uses {health:?}");
+}
+
+#[test]
+fn no_source_file_is_over_800_lines_outside_its_tests() {
+    let long: Vec<String> = source_files()
+        .into_iter()
+        .map(|(path, text)| (path, text.lines().count()))
+        .filter(|(_, lines)| *lines > 800)
+        .map(|(path, lines)| format!("{} ({lines} lines)", path.display()))
+        .collect();
+    assert!(long.is_empty(), "over 800 lines: {long:?}");
+}

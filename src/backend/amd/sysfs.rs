@@ -142,7 +142,7 @@ pub struct SysfsDevicePoller {
     device: PathBuf,
     statics: Option<StaticReadings>,
     /// An unknown gpu_metrics revision is logged once, then skipped quietly.
-    warned_metrics: bool,
+    unknown_metrics: crate::service::logging::Outage,
 }
 
 /// Temperatures, power and the fan from the card's hwmon directory.
@@ -233,7 +233,7 @@ impl SysfsDevicePoller {
             },
             device,
             statics: None,
-            warned_metrics: false,
+            unknown_metrics: Default::default(),
         }
     }
 
@@ -309,8 +309,7 @@ impl SysfsDevicePoller {
         match gpu_metrics::parse(&bytes) {
             Ok(m) => Some(m),
             Err(e @ gpu_metrics::ParseError::UnknownRevision { .. }) => {
-                if !self.warned_metrics {
-                    self.warned_metrics = true;
+                if self.unknown_metrics.begins() {
                     crate::gpu_log!(
                         log::Level::Warn,
                         self.identity,

@@ -85,7 +85,7 @@ impl NvmlBackend {
                 identity,
                 enable_persistence: options.enable_persistence,
                 static_readings: None,
-                warned_persistence_denied: false,
+                persistence_denied: Default::default(),
                 tiers: Tiers {
                     slow: Every::new(options.slow_interval),
                     costly: Every::new(options.slow_interval * COSTLY_SLOW_INTERVALS),
@@ -200,7 +200,8 @@ pub struct NvmlDevicePoller {
     identity: DeviceIdentity,
     enable_persistence: bool,
     static_readings: Option<StaticReadings>,
-    warned_persistence_denied: bool,
+    /// Turning persistence mode on was refused: warned once, as the refusal lasts.
+    persistence_denied: crate::service::logging::Outage,
     tiers: Tiers,
     /// The last poll's readings: the slower tiers' fields carry over from here.
     carried: DeviceReadings,
@@ -686,7 +687,7 @@ impl NvmlDevicePoller {
                 PersistenceOutcome::Enabled
             }
             Err(NvmlError::NoPermission) => {
-                if !self.warned_persistence_denied {
+                if self.persistence_denied.begins() {
                     crate::gpu_log!(
                         log::Level::Warn,
                         id,
@@ -695,7 +696,6 @@ impl NvmlDevicePoller {
                         id.index,
                         id.uuid
                     );
-                    self.warned_persistence_denied = true;
                 }
                 PersistenceOutcome::NotPermitted
             }

@@ -1,0 +1,152 @@
+//! `probe`: the CUDA probe's tests, durations, limits and schedule (docs/probe.md). Reloadable:
+//! the next probe runs with it.
+
+use super::*;
+
+/// The CUDA probe: `gpuwarden probe` and the scheduled probes of the daemon.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Probe {
+    /// Run probes from the daemon. Off by default: a probe loads the GPU for about 15 s.
+    pub schedule: bool,
+    /// How often each GPU is probed when `schedule` is on.
+    #[serde(deserialize_with = "probe_interval", serialize_with = "write_duration")]
+    pub interval: Duration,
+    /// The tests a probe runs, in this order.
+    #[serde(deserialize_with = "probe_tests")]
+    pub tests: Vec<crate::model::probe::Test>,
+    /// How long each test runs; long enough for clocks and power to settle.
+    pub durations: ProbeDurations,
+    /// A test passes when it reaches at least this fraction of the expected value.
+    #[serde(deserialize_with = "fraction")]
+    pub pass_fraction: f64,
+    /// Device memory the probe may allocate (MiB); buffer sizes shrink to fit. The CUDA
+    /// context itself takes about 500 MiB more.
+    #[serde(deserialize_with = "memory_cap_mib")]
+    pub memory_cap_mib: u64,
+    /// A GPU is probed only when its utilization is at most this (0..1) and it runs no
+    /// compute process.
+    #[serde(deserialize_with = "fraction")]
+    pub max_utilization: f64,
+    /// How often the GPU is sampled while a probe runs.
+    #[serde(deserialize_with = "probe_sample_interval", serialize_with = "write_duration")]
+    pub sample_interval: Duration,
+    /// A scheduled probe that has not finished after this long is killed.
+    #[serde(deserialize_with = "probe_timeout", serialize_with = "write_duration")]
+    pub timeout: Duration,
+    /// cuBLAS to load for the GEMM test: empty means search the usual names
+    /// (libcublas.so.13, .12, ...); a path loads that file first.
+    pub cublas_library: PathBuf,
+    /// Expected values that override or extend the shipped table (docs/probe.md).
+    pub expected: Vec<crate::model::probe::Expectation>,
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Probe {
+            schedule: false,
+            interval: Duration::from_secs(24 * 3600),
+            tests: crate::model::probe::Test::ALL.to_vec(),
+            durations: ProbeDurations::default(),
+            pass_fraction: 0.9,
+            memory_cap_mib: 4096,
+            max_utilization: 0.05,
+            sample_interval: Duration::from_millis(100),
+            timeout: Duration::from_secs(120),
+            cublas_library: PathBuf::new(),
+            expected: Vec::new(),
+        }
+    }
+}
+
+/// How long each probe test runs.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeDurations {
+    #[serde(deserialize_with = "test_duration", serialize_with = "write_duration")]
+    pub gemm_bf16: Duration,
+    #[serde(deserialize_with = "test_duration", serialize_with = "write_duration")]
+    pub fma_fp32: Duration,
+    #[serde(deserialize_with = "test_duration", serialize_with = "write_duration")]
+    pub hbm_copy: Duration,
+    #[serde(deserialize_with = "test_duration", serialize_with = "write_duration")]
+    pub pcie_h2d: Duration,
+    #[serde(deserialize_with = "test_duration", serialize_with = "write_duration")]
+    pub pcie_d2h: Duration,
+}
+
+impl Default for ProbeDurations {
+    fn default() -> Self {
+        ProbeDurations {
+            // The GEMM runs longest: a power-capped board needs a while to settle (an H200
+            // bursts to ~790 TFLOP/s for ~40 ms, then swings between ~665 and ~695), and the
+            // sustained figure is taken over the second half of the run.
+            gemm_bf16: Duration::from_secs(5),
+            fma_fp32: Duration::from_secs(2),
+            hbm_copy: Duration::from_secs(2),
+            pcie_h2d: Duration::from_secs(2),
+            pcie_d2h: Duration::from_secs(2),
+        }
+    }
+}
+
+impl ProbeDurations {
+    pub fn of(&self, test: crate::model::probe::Test) -> Duration {
+        use crate::model::probe::Test;
+        match test {
+            Test::GemmBf16 => self.gemm_bf16,
+            Test::FmaFp32 => self.fma_fp32,
+            Test::HbmCopy => self.hbm_copy,
+            Test::PcieH2d => self.pcie_h2d,
+            Test::PcieD2h => self.pcie_d2h,
+        }
+    }
+}
+
+/// A probe test's duration: long enough to measure (100ms), short enough not to hold the GPU (60s).
+pub(super) fn test_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let value = duration(d)?;
+    if value < Duration::from_millis(100) || value > Duration::from_secs(60) {
+        return Err(serde::de::Error::custom(format!(
+            "a probe test runs from 100ms to 60s; {value:?} is outside that"
+        )));
+    }
+    Ok(value)
+}
+
+/// A ratio from 0 to 1.
+pub(super) fn fraction<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let value = f64::deserialize(d)?;
+    if !(0.0..=1.0).contains(&value) {
+        return Err(serde::de::Error::custom(format!(
+            "{value} is not a fraction; write a number from 0 to 1 (0.9 means 90%)"
+        )));
+    }
+    Ok(value)
+}
+
+pub(super) fn memory_cap_mib<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let value = u64::deserialize(d)?;
+    if value < 256 {
+        return Err(serde::de::Error::custom(format!(
+            "memory_cap_mib is {value}; the smallest buffers the probe measures with need 256 MiB"
+        )));
+    }
+    Ok(value)
+}
+
+pub(super) fn probe_tests<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<crate::model::probe::Test>, D::Error> {
+    let tests = Vec::<crate::model::probe::Test>::deserialize(d)?;
+    if tests.is_empty() {
+        return Err(serde::de::Error::custom(
+            "probe.tests is empty; list at least one of gemm_bf16, fma_fp32, hbm_copy, pcie_h2d, pcie_d2h",
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for test in &tests {
+        if !seen.insert(*test) {
+            return Err(serde::de::Error::custom(format!("{} is listed twice", test.name())));
+        }
+    }
+    Ok(tests)
+}

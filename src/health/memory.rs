@@ -1,0 +1,52 @@
+//! The health stage's memory: everything the rules need from earlier rounds and snapshots,
+//! in one place. The poller hands over raw readings; a new poll round is noted here (error
+//! rates, hardware slowdowns, clock-event starts), and each assembled snapshot's verdict goes
+//! through the operator's debounce and hold here. A new rule that needs history keeps it in a
+//! module of health/ and is fed from [`HealthMemory`].
+
+use super::debounce::Debouncer;
+use super::rates::ErrorRateTracker;
+use super::slowdown::HwSlowdownTracker;
+use super::starts::EventStartCounter;
+use crate::config::RulePolicy;
+use crate::model::health::Clears;
+use crate::model::{DeviceSnapshot, Snapshot};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// What the health stage remembers across rounds and snapshots. One per publisher: a
+/// one-shot `check` starts with none.
+#[derive(Debug, Default)]
+pub struct HealthMemory {
+    /// When each GPU last showed a hardware power slowdown.
+    hw_slowdown: HwSlowdownTracker,
+    /// How each GPU's error counters grew within the last hour.
+    error_rates: ErrorRateTracker,
+    /// How often each clock-event reason became active.
+    clock_event_starts: EventStartCounter,
+    /// The operator's debounce and hold per rule.
+    debouncer: Debouncer,
+}
+
+impl HealthMemory {
+    /// A new poll round: writes each device's `hw_slowdown_seen`, `error_growth` and
+    /// `clock_event_starts` from this round and the ones before. `clears`: the operator's
+    /// clears, from which error growth counts again.
+    pub fn note_round(&mut self, devices: &mut [DeviceSnapshot], clears: &Clears, now: Instant) {
+        self.hw_slowdown.track(devices);
+        self.error_rates.track(devices, clears, now);
+        self.clock_event_starts.track(devices, now);
+    }
+
+    /// An assembled snapshot: its findings raise a GPU's state only after the rule's
+    /// debounce, and a cleared condition lowers it only after its hold (`health.rules`).
+    pub fn debounce(
+        &mut self,
+        snapshot: &mut Snapshot,
+        rules: &BTreeMap<String, RulePolicy>,
+        poll_interval: Duration,
+        now: Instant,
+    ) {
+        self.debouncer.apply(snapshot, rules, poll_interval, now);
+    }
+}
