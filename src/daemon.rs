@@ -453,37 +453,8 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
             return 1;
         }
     };
-    let state = AppState {
-        store: running.store.clone(),
-        cache: Arc::new(RenderCache::default()),
-        settings: running.settings.clone(),
-        journal_readers: Arc::new(tokio::sync::Semaphore::new(http::JOURNAL_READERS)),
-        history: Arc::new(crate::serve::history::History::default()),
-    };
-    tokio::spawn(crate::serve::history::record(
-        state.history.clone(),
-        running.store.clone(),
-        shutdown.handle("history"),
-    ));
-    let local = crate::serve::local_api::LocalState {
-        app: state.clone(),
-        clears: running.clears.clone(),
-        journal: running.journal.clone(),
-    };
-    start_local_api(&running.settings.current().config, local, &shutdown);
-    let app = http::router(state);
-    // The bound address, not the configured one: with port 0 the kernel picks the port.
-    let bound = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| running.settings.current().config.listen.to_string());
-    let scheme = if running.settings.current().web.tls.is_some() {
-        "https"
-    } else {
-        "http"
-    };
-    let devices = running.store.latest().devices.len();
-    log::info!("serving metrics on {scheme}://{bound}/metrics ({devices} GPU(s))");
+    let app = http::router(consumers(&running, &shutdown));
+    let bound = announce(&listener, &running);
     let server_stop = shutdown.handle("http");
     let mut server = tokio::spawn(http::serve(
         listener,
@@ -512,10 +483,7 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
             }
             _ = &mut page_out, if !paged_out => {
                 paged_out = true;
-                match crate::service::residency::page_out_own_code() {
-                    Ok(done) => log::debug!("gave back the start-up code: {} mappings, {} KiB asked", done.mappings, done.bytes / 1024),
-                    Err(e) => log::debug!("cannot give back the start-up code (MADV_PAGEOUT needs Linux 5.4): {e}"),
-                }
+                give_back_start_up_code();
             }
             result = &mut server => {
                 // The server ended on its own: that is a failure.
@@ -528,6 +496,59 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
     drop(running);
     stop_everything(shutdown, server).await;
     0
+}
+
+/// The consumers beside /metrics: the history rings (a task) and the local API; the HTTP
+/// server's state.
+fn consumers(running: &Running, shutdown: &Shutdown) -> AppState {
+    let state = AppState {
+        store: running.store.clone(),
+        cache: Arc::new(RenderCache::default()),
+        settings: running.settings.clone(),
+        journal_readers: Arc::new(tokio::sync::Semaphore::new(http::JOURNAL_READERS)),
+        history: Arc::new(crate::serve::history::History::default()),
+    };
+    tokio::spawn(crate::serve::history::record(
+        state.history.clone(),
+        running.store.clone(),
+        shutdown.handle("history"),
+    ));
+    let local = crate::serve::local_api::LocalState {
+        app: state.clone(),
+        clears: running.clears.clone(),
+        journal: running.journal.clone(),
+    };
+    start_local_api(&running.settings.current().config, local, shutdown);
+    state
+}
+
+/// Logs where the metrics are served and returns the bound address: not the configured one,
+/// since with port 0 the kernel picks the port.
+fn announce(listener: &tokio::net::TcpListener, running: &Running) -> String {
+    let bound = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| running.settings.current().config.listen.to_string());
+    let scheme = if running.settings.current().web.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let devices = running.store.latest().devices.len();
+    log::info!("serving metrics on {scheme}://{bound}/metrics ({devices} GPU(s))");
+    bound
+}
+
+/// Once settled, the pages of code only start-up ran go back to the kernel.
+fn give_back_start_up_code() {
+    match crate::service::residency::page_out_own_code() {
+        Ok(done) => log::debug!(
+            "gave back the start-up code: {} mappings, {} KiB asked",
+            done.mappings,
+            done.bytes / 1024
+        ),
+        Err(e) => log::debug!("cannot give back the start-up code (MADV_PAGEOUT needs Linux 5.4): {e}"),
+    }
 }
 
 /// The one stop: every thread and task hears it at once; the HTTP server drains scrapes in

@@ -313,7 +313,13 @@ fn main() {
     } else {
         "warn"
     });
-    let code = match cli.command {
+    let code = dispatch(cli.command);
+    std::process::exit(code.unwrap_or_else(|code| code));
+}
+
+/// Runs one command; `Err(code)` when it could not start (the code to exit with).
+fn dispatch(command: Command) -> Exit {
+    match command {
         Command::Run { config, listen, demo } => run(config, listen, demo),
         Command::Check { config, json, demo } => check(config, json, demo),
         Command::Probe {
@@ -388,8 +394,7 @@ fn main() {
             json,
             demo,
         } => health(config, socket, json, demo, action),
-    };
-    std::process::exit(code.unwrap_or_else(|code| code));
+    }
 }
 
 #[derive(Subcommand)]

@@ -568,53 +568,71 @@ impl Batch {
                 return Ok((0, Vec::new(), true));
             }
         }
+        let (rows, new_xid_rows) = self.write_items(&tx)?;
+        self.write_facts_and_counts(&tx)?;
+        let now = crate::model::unix_seconds(SystemTime::now());
+        tx.execute(
+            "INSERT INTO boots (boot_id, first_seen, host, kmsg_sequence) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (boot_id) DO UPDATE SET kmsg_sequence = max(coalesce(kmsg_sequence, 0), coalesce(?4, 0))",
+            params![self.boot_id, now, self.host, self.kmsg_sequence.map(|s| s as i64)],
+        )?;
+        tx.commit()?;
+        Ok((rows, new_xid_rows, false))
+    }
+
+    /// The batch's rows, each XID joined to its row (written in this batch or before): the
+    /// number inserted and (XID event number, row) for the XID rows inserted.
+    fn write_items(&self, tx: &rusqlite::Transaction) -> rusqlite::Result<(u64, Vec<(u64, i64)>)> {
         let mut rows = 0;
         let mut new_xid_rows: Vec<(u64, i64)> = Vec::new();
-        {
-            let mut insert = tx.prepare(
-                "INSERT INTO events (at, boot_id, host, kind, gpu_uuid, serial, pci_bus_id, summary, details)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            )?;
-            for item in &self.items {
-                match item {
-                    Item::Insert { event, group } => {
-                        let gpu = event.gpu.as_ref();
-                        insert.execute(params![
-                            event.at,
-                            self.boot_id,
-                            self.host,
-                            event.kind.name(),
-                            gpu.map(|g| g.uuid.as_str()).filter(|u| !u.is_empty()),
-                            gpu.and_then(|g| g.serial.as_deref()),
-                            gpu.map(|g| g.pci_bus_id.as_str()),
-                            event.summary,
-                            event.details.to_string(),
-                        ])?;
-                        rows += 1;
-                        if let Some(group) = group {
-                            new_xid_rows.push((*group, tx.last_insert_rowid()));
-                        }
+        let mut insert = tx.prepare(
+            "INSERT INTO events (at, boot_id, host, kind, gpu_uuid, serial, pci_bus_id, summary, details)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?;
+        for item in &self.items {
+            match item {
+                Item::Insert { event, group } => {
+                    let gpu = event.gpu.as_ref();
+                    insert.execute(params![
+                        event.at,
+                        self.boot_id,
+                        self.host,
+                        event.kind.name(),
+                        gpu.map(|g| g.uuid.as_str()).filter(|u| !u.is_empty()),
+                        gpu.and_then(|g| g.serial.as_deref()),
+                        gpu.map(|g| g.pci_bus_id.as_str()),
+                        event.summary,
+                        event.details.to_string(),
+                    ])?;
+                    rows += 1;
+                    if let Some(group) = group {
+                        new_xid_rows.push((*group, tx.last_insert_rowid()));
                     }
-                    Item::Join {
-                        group,
-                        row,
-                        source,
-                        raw,
-                        kmsg_sequence,
-                    } => {
-                        let row = new_xid_rows
-                            .iter()
-                            .rev()
-                            .find(|(g, _)| g == group)
-                            .map(|(_, r)| *r)
-                            .or(*row);
-                        if let Some(row) = row {
-                            join_xid(&tx, row, source, raw.as_deref(), *kmsg_sequence)?;
-                        }
+                }
+                Item::Join {
+                    group,
+                    row,
+                    source,
+                    raw,
+                    kmsg_sequence,
+                } => {
+                    let row = new_xid_rows
+                        .iter()
+                        .rev()
+                        .find(|(g, _)| g == group)
+                        .map(|(_, r)| *r)
+                        .or(*row);
+                    if let Some(row) = row {
+                        join_xid(tx, row, source, raw.as_deref(), *kmsg_sequence)?;
                     }
                 }
             }
         }
+        Ok((rows, new_xid_rows))
+    }
+
+    /// Each GPU's facts and this boot's XID counts, replacing what the file had.
+    fn write_facts_and_counts(&self, tx: &rusqlite::Transaction) -> rusqlite::Result<()> {
         let now = crate::model::unix_seconds(SystemTime::now());
         for f in &self.facts {
             let text = serde_json::to_string(f).unwrap_or_default();
@@ -631,13 +649,7 @@ impl Batch {
                 params![self.boot_id, bus, xid, *count as i64, last],
             )?;
         }
-        tx.execute(
-            "INSERT INTO boots (boot_id, first_seen, host, kmsg_sequence) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (boot_id) DO UPDATE SET kmsg_sequence = max(coalesce(kmsg_sequence, 0), coalesce(?4, 0))",
-            params![self.boot_id, now, self.host, self.kmsg_sequence.map(|s| s as i64)],
-        )?;
-        tx.commit()?;
-        Ok((rows, new_xid_rows, false))
+        Ok(())
     }
 }
 

@@ -207,45 +207,7 @@ fn summary(out: &mut String, snapshot: &Snapshot, timeline: Option<&Timeline>) {
         count(HealthState::Degraded),
         count(HealthState::Unhealthy)
     );
-    // The worst finding: the node's own first, then the GPUs' in order.
-    let worst = snapshot
-        .node_findings
-        .iter()
-        .map(|f| (None, f))
-        .chain(
-            snapshot
-                .devices
-                .iter()
-                .flat_map(|d| d.health.findings.iter().map(move |f| (Some(d), f))),
-        )
-        // The first of the most severe: the node's, then the GPUs' in order.
-        .fold(
-            None,
-            |worst: Option<(Option<&crate::model::DeviceSnapshot>, &crate::model::health::Finding)>, next| match worst {
-                Some(w) if w.1.severity >= next.1.severity => Some(w),
-                _ => Some(next),
-            },
-        );
-    if let Some((gpu, finding)) = worst.filter(|(_, f)| f.severity > HealthState::Ok) {
-        let action = crate::health::rules::RULES
-            .iter()
-            .chain(std::iter::once(&crate::health::rules::GPU_MISSING))
-            .find(|r| r.reason == finding.reason)
-            .map(|r| r.action)
-            .unwrap_or("");
-        let _ = write!(
-            out,
-            "<br>worst: <b>{} {}</b>: {}{}",
-            gpu.map_or("node".to_string(), |d| format!("GPU {}", d.identity.index)),
-            escape(finding.reason),
-            escape(&finding.message),
-            if action.is_empty() {
-                String::new()
-            } else {
-                format!(" <small>&mdash; {}</small>", escape(action))
-            }
-        );
-    }
+    worst_finding(out, snapshot);
     if let Some(Ok(rows)) = timeline {
         let last_change = rows
             .values()
@@ -261,6 +223,57 @@ fn summary(out: &mut String, snapshot: &Snapshot, timeline: Option<&Timeline>) {
             );
         }
     }
+    affected_work(out, snapshot);
+    out.push_str("</div>");
+}
+
+/// The summary's worst finding, with what to do about it: the first of the most severe, the
+/// node's own before the GPUs' in order.
+fn worst_finding(out: &mut String, snapshot: &Snapshot) {
+    use crate::model::health::HealthState;
+    let worst = snapshot
+        .node_findings
+        .iter()
+        .map(|f| (None, f))
+        .chain(
+            snapshot
+                .devices
+                .iter()
+                .flat_map(|d| d.health.findings.iter().map(move |f| (Some(d), f))),
+        )
+        .fold(
+            None,
+            |worst: Option<(Option<&crate::model::DeviceSnapshot>, &crate::model::health::Finding)>, next| match worst {
+                Some(w) if w.1.severity >= next.1.severity => Some(w),
+                _ => Some(next),
+            },
+        );
+    let Some((gpu, finding)) = worst.filter(|(_, f)| f.severity > HealthState::Ok) else {
+        return;
+    };
+    let action = crate::health::rules::RULES
+        .iter()
+        .chain(std::iter::once(&crate::health::rules::GPU_MISSING))
+        .find(|r| r.reason == finding.reason)
+        .map(|r| r.action)
+        .unwrap_or("");
+    let _ = write!(
+        out,
+        "<br>worst: <b>{} {}</b>: {}{}",
+        gpu.map_or("node".to_string(), |d| format!("GPU {}", d.identity.index)),
+        escape(finding.reason),
+        escape(&finding.message),
+        if action.is_empty() {
+            String::new()
+        } else {
+            format!(" <small>&mdash; {}</small>", escape(action))
+        }
+    );
+}
+
+/// The jobs and pods on the GPUs that need attention.
+fn affected_work(out: &mut String, snapshot: &Snapshot) {
+    use crate::model::health::HealthState;
     let mut affected = Vec::new();
     for d in snapshot.devices.iter().filter(|d| d.health.state > HealthState::Ok) {
         if let Some(jobs) = snapshot.jobs.get(&d.identity.uuid) {
@@ -279,7 +292,6 @@ fn summary(out: &mut String, snapshot: &Snapshot, timeline: Option<&Timeline>) {
             escape(&affected.join(", "))
         );
     }
-    out.push_str("</div>");
 }
 
 /// Each GPU's last hour, with the journal's XIDs, verdict changes and probes on the same

@@ -31,9 +31,8 @@ pub mod processes;
 
 use crate::config::settings::{Settings, SharedSettings};
 use crate::model::PciGpu;
-use crate::model::probe::ProbeSnapshot;
 use crate::service::stop::Stop;
-use crate::snapshot::store::Versioned;
+use crate::snapshot::store::{Changed, Store, Versioned};
 use crate::sources::cadence::Every;
 use crate::xid::store::{XidSnapshot, XidStore};
 use std::sync::Arc;
@@ -112,155 +111,164 @@ pub fn read_once<P: Periodic>(mut source: P, out: &Versioned<P::Value>, settings
     }
 }
 
-/// Every side input's value, shared between its source and the publisher.
-#[derive(Clone)]
-pub struct Sources {
-    pub xids: Arc<XidStore>,
-    pub probes: Arc<crate::probe::schedule::ProbeState>,
-    pub pods: Arc<crate::attribution::kubelet::PodState>,
-    pub jobs: Arc<Versioned<jobs::JobMap>>,
-    pub pci: Arc<Versioned<Vec<PciGpu>>>,
-    pub drm_clients: Arc<Versioned<processes::DrmScan>>,
+/// A side input's holder as the publisher sees it: a version that moves when the value
+/// changes, the value at one moment (no I/O, an `Arc` clone or a small copy), and a signal
+/// to the refresher on each change.
+pub trait Source: Send + Sync + 'static {
+    type Value: Clone + Default + std::fmt::Debug;
+    fn version(&self) -> u64;
+    fn value(&self) -> Self::Value;
+    fn signal_to(&self, changed: Arc<Changed>);
+}
+
+impl<T: Default + std::fmt::Debug + Send + Sync + 'static> Source for Versioned<T> {
+    type Value = Arc<T>;
+    fn version(&self) -> u64 {
+        Versioned::version(self)
+    }
+    fn value(&self) -> Arc<T> {
+        self.get()
+    }
+    fn signal_to(&self, changed: Arc<Changed>) {
+        Versioned::signal_to(self, changed)
+    }
+}
+
+impl Source for XidStore {
+    type Value = XidSnapshot;
+    fn version(&self) -> u64 {
+        self.changes()
+    }
+    fn value(&self) -> XidSnapshot {
+        self.snapshot()
+    }
+    fn signal_to(&self, changed: Arc<Changed>) {
+        XidStore::signal_to(self, changed)
+    }
+}
+
+/// The registry of side inputs: one entry per source makes its holder in [`Sources`], its
+/// version in [`Versions`], its value in [`Inputs`] and its change signal; a periodic one also
+/// names how to make its reader (`periodic`), which [`Sources::spawn_periodic`] runs as a task
+/// and [`Sources::read_periodic_once`] reads once for `check`.
+macro_rules! sources {
+    ($( $(#[$doc:meta])* $name:ident: $holder:ty $(= periodic($make:expr))? ),* $(,)?) => {
+        /// Every side input's value, shared between its source and the publisher.
+        #[derive(Clone)]
+        pub struct Sources {
+            $( $(#[$doc])* pub $name: Arc<$holder>, )*
+            /// Signalled by every source when its value changes.
+            pub changed: Arc<Changed>,
+        }
+
+        /// Each source's version at one moment: equal versions, nothing new to publish.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub struct Versions {
+            $( pub $name: u64, )*
+        }
+
+        /// Every side input's value at one moment, as the publisher puts it into a snapshot.
+        #[derive(Debug, Clone, Default)]
+        pub struct Inputs {
+            $( $(#[$doc])* pub $name: <$holder as Source>::Value, )*
+            /// What readers of the outside world skipped so far, by (input, reason).
+            pub input_skipped: Vec<(&'static str, &'static str, u64)>,
+            /// Versions read before the values: a change that lands in between is published
+            /// again.
+            pub versions: Versions,
+        }
+
+        impl Sources {
+            /// Each source around its holder, every one signalling `changed`.
+            fn around(xids: Arc<XidStore>) -> Sources {
+                let sources = Sources {
+                    $( $name: <$holder as Fresh>::fresh(&xids), )*
+                    changed: Arc::default(),
+                };
+                $( sources.$name.signal_to(sources.changed.clone()); )*
+                sources
+            }
+
+            pub fn versions(&self) -> Versions {
+                Versions {
+                    $( $name: self.$name.version(), )*
+                }
+            }
+
+            /// Takes every value; no I/O, no lock held beyond the copy of an `Arc`.
+            pub fn read(&self) -> Inputs {
+                let versions = self.versions();
+                Inputs {
+                    $( $name: self.$name.value(), )*
+                    input_skipped: crate::input::skipped_totals()
+                        .into_iter()
+                        .map(|(input, reason, n)| (input.label(), reason.label(), n))
+                        .collect(),
+                    versions,
+                }
+            }
+
+            /// Starts the periodic sources' tasks (the others are started by their owners);
+            /// inside the runtime.
+            pub fn spawn_periodic(&self, settings: &Arc<SharedSettings>, store: &Arc<Store>, stop: &Stop) {
+                let _ = (settings, store, stop);
+                $( $( spawn_named(($make)(store), self.$name.clone(), settings.clone(), stop); )? )*
+            }
+
+            /// Reads the periodic sources once, here and now (`gpuwarden check`).
+            pub fn read_periodic_once(&self, settings: &Settings, store: &Arc<Store>) {
+                let _ = (settings, store);
+                $( $( read_once(($make)(store), &self.$name, settings); )? )*
+            }
+        }
+    };
+}
+
+/// A holder as a new [`Sources`] starts it: empty, but for the XID store it is given.
+trait Fresh {
+    fn fresh(xids: &Arc<XidStore>) -> Arc<Self>;
+}
+
+impl Fresh for XidStore {
+    fn fresh(xids: &Arc<XidStore>) -> Arc<XidStore> {
+        xids.clone()
+    }
+}
+
+impl<T: Default> Fresh for Versioned<T> {
+    fn fresh(_: &Arc<XidStore>) -> Arc<Versioned<T>> {
+        Arc::default()
+    }
+}
+
+fn spawn_named<P: Periodic>(source: P, out: Arc<Versioned<P::Value>>, settings: Arc<SharedSettings>, stop: &Stop) {
+    spawn(source, out, settings, stop.handle(P::NAME));
+}
+
+sources! {
+    /// XIDs from the kernel log and NVML events, counted once.
+    xids: XidStore,
+    /// The probe's latest report per GPU (`probe::schedule`).
+    probes: crate::probe::schedule::ProbeState,
+    /// The kubelet's device assignments (`attribution::kubelet`).
+    pods: crate::attribution::kubelet::PodState,
+    /// Job ids per mapping file.
+    jobs: Versioned<jobs::JobMap> = periodic(|_: &Arc<Store>| jobs::JobFiles::default()),
+    /// The GPUs on the PCI bus.
+    pci: Versioned<Vec<PciGpu>> = periodic(|_: &Arc<Store>| pci::PciCensus),
+    /// AMD processes per PCI address, from /proc's DRM clients.
+    drm_clients: Versioned<processes::DrmScan> = periodic(|store: &Arc<Store>| processes::DrmClients::new(store.clone())),
     /// The health journal's state (its writer sets it).
-    pub journal: Arc<Versioned<Option<crate::model::JournalStatus>>>,
+    journal: Versioned<Option<crate::model::JournalStatus>>,
     /// The operators' clears after a repair (`gpuwarden health clear`).
-    pub clears: Arc<Versioned<crate::model::health::Clears>>,
+    clears: Versioned<crate::model::health::Clears>,
     /// Boards the journal found replaced.
-    pub board_swaps: Arc<Versioned<crate::model::health::BoardSwaps>>,
-    /// Signalled by every source when its value changes.
-    pub changed: Arc<crate::snapshot::store::Changed>,
-}
-
-/// Each source's version at one moment: equal versions, nothing new to publish.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Versions {
-    xids: u64,
-    probes: u64,
-    pods: u64,
-    /// The job map's: the publisher counts a map's overflow once per version.
-    pub jobs: u64,
-    pci: u64,
-    drm_clients: u64,
-    journal: u64,
-    clears: u64,
-    board_swaps: u64,
-}
-
-/// Every side input's value at one moment, as the publisher puts it into a snapshot.
-#[derive(Debug, Clone, Default)]
-pub struct Inputs {
-    pub xid: XidSnapshot,
-    pub probe: Arc<ProbeSnapshot>,
-    pub pods: Arc<crate::attribution::kubelet::PodSnapshot>,
-    pub jobs: Arc<jobs::JobMap>,
-    pub pci: Arc<Vec<PciGpu>>,
-    pub drm_clients: Arc<processes::DrmScan>,
-    pub journal: Option<crate::model::JournalStatus>,
-    pub clears: Arc<crate::model::health::Clears>,
-    pub board_swaps: Arc<crate::model::health::BoardSwaps>,
-    /// What readers of the outside world skipped so far, by (input, reason).
-    pub input_skipped: Vec<(&'static str, &'static str, u64)>,
-    /// Versions read before the values: a change that lands in between is published again.
-    pub versions: Versions,
+    board_swaps: Versioned<crate::model::health::BoardSwaps>,
 }
 
 impl Sources {
     /// Empty sources around an XID store: what `check` and the tests start from.
     pub fn new(xids: Arc<XidStore>) -> Sources {
-        let sources = Sources {
-            xids,
-            probes: Arc::default(),
-            pods: Arc::default(),
-            jobs: Arc::default(),
-            pci: Arc::default(),
-            drm_clients: Arc::default(),
-            journal: Arc::default(),
-            clears: Arc::default(),
-            board_swaps: Arc::default(),
-            changed: Arc::default(),
-        };
-        let changed = &sources.changed;
-        sources.xids.signal_to(changed.clone());
-        sources.probes.signal_to(changed.clone());
-        sources.pods.signal_to(changed.clone());
-        sources.jobs.signal_to(changed.clone());
-        sources.pci.signal_to(changed.clone());
-        sources.drm_clients.signal_to(changed.clone());
-        sources.journal.signal_to(changed.clone());
-        sources.clears.signal_to(changed.clone());
-        sources.board_swaps.signal_to(changed.clone());
-        sources
-    }
-
-    pub fn versions(&self) -> Versions {
-        Versions {
-            xids: self.xids.changes(),
-            probes: self.probes.version(),
-            pods: self.pods.version(),
-            jobs: self.jobs.version(),
-            pci: self.pci.version(),
-            drm_clients: self.drm_clients.version(),
-            journal: self.journal.version(),
-            clears: self.clears.version(),
-            board_swaps: self.board_swaps.version(),
-        }
-    }
-
-    /// Takes every value; no I/O, no lock held beyond the copy of an `Arc`.
-    pub fn read(&self) -> Inputs {
-        let versions = self.versions();
-        Inputs {
-            xid: self.xids.snapshot(),
-            probe: self.probes.get(),
-            pods: self.pods.get(),
-            jobs: self.jobs.get(),
-            pci: self.pci.get(),
-            drm_clients: self.drm_clients.get(),
-            journal: (*self.journal.get()).clone(),
-            clears: self.clears.get(),
-            board_swaps: self.board_swaps.get(),
-            input_skipped: crate::input::skipped_totals()
-                .into_iter()
-                .map(|(input, reason, n)| (input.label(), reason.label(), n))
-                .collect(),
-            versions,
-        }
-    }
-
-    /// Starts the periodic sources' tasks (the others are started by their owners); inside
-    /// the runtime.
-    pub fn spawn_periodic(
-        &self,
-        settings: &Arc<SharedSettings>,
-        store: &Arc<crate::snapshot::store::Store>,
-        stop: &Stop,
-    ) {
-        let handle = |name| stop.handle(name);
-        spawn(
-            jobs::JobFiles::default(),
-            self.jobs.clone(),
-            settings.clone(),
-            handle(jobs::JobFiles::NAME),
-        );
-        spawn(
-            pci::PciCensus,
-            self.pci.clone(),
-            settings.clone(),
-            handle(pci::PciCensus::NAME),
-        );
-        let drm = processes::DrmClients::new(store.clone());
-        spawn(
-            drm,
-            self.drm_clients.clone(),
-            settings.clone(),
-            handle(processes::DrmClients::NAME),
-        );
-    }
-
-    /// Reads the periodic sources once, here and now (`gpuwarden check`).
-    pub fn read_periodic_once(&self, settings: &Settings, store: &Arc<crate::snapshot::store::Store>) {
-        read_once(jobs::JobFiles::default(), &self.jobs, settings);
-        read_once(pci::PciCensus, &self.pci, settings);
-        read_once(processes::DrmClients::new(store.clone()), &self.drm_clients, settings);
+        Sources::around(xids)
     }
 }

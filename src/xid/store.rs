@@ -148,6 +148,70 @@ struct Inner {
 }
 
 impl Inner {
+    /// True when this kernel record (by its identity) was counted before: read again from a
+    /// log emptied and written again, or found in two places. Remembers it otherwise.
+    fn read_before(&mut self, identity: Option<u64>) -> bool {
+        let Some(identity) = identity else {
+            return false;
+        };
+        if self.identities.contains(&identity) {
+            self.repeated += 1;
+            if self.repeated == 1 {
+                log::info!(
+                    "a kernel-log record already counted was read again (the log was emptied and \
+                     written again, or the same record is in two places); not counted twice"
+                );
+            }
+            return true;
+        }
+        self.identities.insert(identity);
+        self.identity_order.push_back(identity);
+        if self.identity_order.len() > MAX_IDENTITIES
+            && let Some(oldest) = self.identity_order.pop_front()
+        {
+            self.identities.remove(&oldest);
+        }
+        false
+    }
+
+    /// A report on an address past the limit of addresses that are no GPU: counted as dropped.
+    fn drop_report(&mut self, event: &XidEvent) {
+        self.dropped += 1;
+        if let Some(held_back) = self.drop_log.allow("dropped") {
+            log::warn!(
+                "the XID store holds XIDs for {MAX_ADDRESSES} PCI addresses that are no GPU, its limit; \
+                 reports on further addresses are counted in gpuwarden_xid_dropped_total only \
+                 (this one: {:?}, Xid {}){}",
+                event.pci_bus_id,
+                event.xid,
+                crate::service::logging::held_back_suffix(held_back)
+            );
+        }
+    }
+
+    /// Counts an XID on a MIG GPU instance: at most `MAX_INSTANCES` instances per address and
+    /// `MAX_CODES_PER_ADDRESS` codes per instance, further codes as `OTHER_CODES`.
+    fn count_instance(&mut self, bus: &str, instance: u32, code: u32, at: SystemTime) {
+        let on_bus = |k: &(String, u32, u32)| k.0 == bus;
+        let instances: std::collections::BTreeSet<u32> =
+            self.instance_counts.keys().filter(|k| on_bus(k)).map(|k| k.1).collect();
+        if !instances.contains(&instance) && instances.len() >= MAX_INSTANCES {
+            return;
+        }
+        let codes = self
+            .instance_counts
+            .keys()
+            .filter(|k| on_bus(k) && k.1 == instance && k.2 != OTHER_CODES)
+            .count();
+        let mut instance_key = (bus.to_string(), instance, code);
+        if !self.instance_counts.contains_key(&instance_key) && codes >= MAX_CODES_PER_ADDRESS {
+            instance_key.2 = OTHER_CODES;
+        }
+        let entry = self.instance_counts.entry(instance_key).or_insert((0, at));
+        entry.0 += 1;
+        entry.1 = entry.1.max(at);
+    }
+
     /// The operator's severity for `code`, else the catalog's.
     fn severity(&self, code: u32) -> Severity {
         self.policy.chosen(code).unwrap_or_else(|| catalog::severity(code))
@@ -290,37 +354,11 @@ impl XidStore {
                 .map(|d| d <= window)
                 .unwrap_or(false)
         };
-        if let Some(identity) = event.identity {
-            if inner.identities.contains(&identity) {
-                inner.repeated += 1;
-                if inner.repeated == 1 {
-                    log::info!(
-                        "a kernel-log record already counted was read again (the log was emptied and \
-                         written again, or the same record is in two places); not counted twice"
-                    );
-                }
-                return false;
-            }
-            inner.identities.insert(identity);
-            inner.identity_order.push_back(identity);
-            if inner.identity_order.len() > MAX_IDENTITIES
-                && let Some(oldest) = inner.identity_order.pop_front()
-            {
-                inner.identities.remove(&oldest);
-            }
+        if inner.read_before(event.identity) {
+            return false;
         }
         if !inner.has_room_for(&event.pci_bus_id) {
-            inner.dropped += 1;
-            if let Some(held_back) = inner.drop_log.allow("dropped") {
-                log::warn!(
-                    "the XID store holds XIDs for {MAX_ADDRESSES} PCI addresses that are no GPU, its limit; \
-                     reports on further addresses are counted in gpuwarden_xid_dropped_total only \
-                     (this one: {:?}, Xid {}){}",
-                    event.pci_bus_id,
-                    event.xid,
-                    crate::service::logging::held_back_suffix(held_back)
-                );
-            }
+            inner.drop_report(&event);
             self.moved_on();
             return false;
         }
@@ -360,28 +398,7 @@ impl XidStore {
             groups.pop_front();
         }
         if let Some(instance) = event.gpu_instance {
-            let bus = key.0.clone();
-            let on_bus = |k: &(String, u32, u32)| k.0 == bus;
-            let instances: std::collections::BTreeSet<u32> = inner
-                .instance_counts
-                .keys()
-                .filter(|k| on_bus(k))
-                .map(|k| k.1)
-                .collect();
-            if instances.contains(&instance) || instances.len() < MAX_INSTANCES {
-                let codes = inner
-                    .instance_counts
-                    .keys()
-                    .filter(|k| on_bus(k) && k.1 == instance && k.2 != OTHER_CODES)
-                    .count();
-                let mut instance_key = (bus.clone(), instance, key.1);
-                if !inner.instance_counts.contains_key(&instance_key) && codes >= MAX_CODES_PER_ADDRESS {
-                    instance_key.2 = OTHER_CODES;
-                }
-                let entry = inner.instance_counts.entry(instance_key).or_insert((0, event.at));
-                entry.0 += 1;
-                entry.1 = entry.1.max(event.at);
-            }
+            inner.count_instance(&key.0, instance, key.1, event.at);
         }
         inner.recent_times.entry(key.clone()).or_default().push(event.at);
         let entry = inner.counts.entry(key).or_insert((0, event.at));

@@ -354,21 +354,20 @@ fn function_lengths(text: &str) -> Vec<(String, usize)> {
         if !signature.starts_with("fn ") {
             continue;
         }
+        // A declaration without a body (in a trait): its signature ends with `;` before any `{`.
+        let signature_end = lines[i..]
+            .iter()
+            .find(|l| l.contains('{') || l.trim_end().ends_with(';'));
+        if signature_end.is_none_or(|l| !l.contains('{')) {
+            continue;
+        }
         let close = format!("{}}}", " ".repeat(indent));
-        // A declaration without a body (in a trait) ends with `;` before any `{`.
         let Some(end) = lines[i..]
             .iter()
             .position(|l| *l == close || l.starts_with(&format!("{close} ")))
         else {
             continue;
         };
-        if lines[i..i + end]
-            .iter()
-            .any(|l| l.trim_end().ends_with(';') && !l.contains('{'))
-            && !lines[i..i + end].iter().any(|l| l.contains('{'))
-        {
-            continue;
-        }
         let name = signature[3..].split(['(', '<']).next().unwrap_or("").to_string();
         out.push((name, end + 1));
     }
@@ -379,7 +378,9 @@ fn function_lengths(text: &str) -> Vec<(String, usize)> {
 #[test]
 fn the_function_reader_counts_lines_to_the_closing_brace() {
     let body = "    x();\n".repeat(90);
-    let text = format!("fn short() {{\n    y();\n}}\n\npub async fn long() {{\n{body}}}\n");
+    let text = format!(
+        "trait T {{\n    fn declared(&self);\n}}\n\nfn short() {{\n    y();\n}}\n\npub async fn long() {{\n{body}}}\n"
+    );
     assert_eq!(
         function_lengths(&text),
         [("short".to_string(), 3), ("long".to_string(), 92)]
@@ -422,4 +423,18 @@ fn no_source_file_is_over_800_lines_outside_its_tests() {
         .map(|(path, lines)| format!("{} ({lines} lines)", path.display()))
         .collect();
     assert!(long.is_empty(), "over 800 lines: {long:?}");
+}
+
+#[test]
+fn no_function_in_src_is_over_80_lines() {
+    let long: Vec<String> = source_files()
+        .iter()
+        .flat_map(|(path, text)| {
+            function_lengths(text)
+                .into_iter()
+                .filter(|(_, n)| *n > 80)
+                .map(move |(name, n)| format!("{} {name} ({n} lines)", path.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "functions over 80 lines:\n{}", long.join("\n"));
 }
