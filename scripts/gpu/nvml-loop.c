@@ -1,0 +1,244 @@
+/* The floor for gpuwarden's CPU: a plain C loop that makes the NVML calls gpuwarden makes at
+ * its default settings, at the same cadence, and nothing else (docs/performance.md, "Against
+ * a C loop"). Run beside the daemon in the same window, its CPU is what the driver costs; the
+ * daemon's CPU above it is gpuwarden's own.
+ *
+ *   gcc -O2 -o nvml-loop scripts/gpu/nvml-loop.c -I/usr/local/cuda/include -l:libnvidia-ml.so.1 -lpthread
+ *   ./nvml-loop SECONDS
+ *
+ * Tiers, as src/backend/nvml/mod.rs reads them at the defaults (poll.interval 1s,
+ * slow_interval 10s, costly every 3 slow, gpm_interval 30s, topology_interval 120s), one
+ * thread per GPU woken every second, plus one thread waiting on NVML events (XIDs, double-bit
+ * ECC) with a 1 s timeout, as gpuwarden's event thread does.
+ */
+#include <nvml.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static volatile int running = 1;
+
+static const unsigned slow_fields[] = {
+    NVML_FI_DEV_REMAPPED_COR,
+    NVML_FI_DEV_REMAPPED_UNC,
+    NVML_FI_DEV_REMAPPED_PENDING,
+    NVML_FI_DEV_REMAPPED_FAILURE,
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP,
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST,
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+    NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+};
+
+static const unsigned per_link[] = {
+    NVML_FI_DEV_NVLINK_GET_STATE,
+    NVML_FI_DEV_NVLINK_ERROR_DL_CRC,
+    NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY,
+    NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY,
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+};
+
+static const unsigned gpm_ids[] = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 20, 21, 60, 61};
+
+struct gpu {
+    unsigned index;
+    nvmlDevice_t device;
+    unsigned links;
+    int fans;
+    nvmlGpmSample_t gpm[2];
+    int gpm_have;
+};
+
+static void fields(nvmlDevice_t d, const unsigned *ids, unsigned n, unsigned scope_links) {
+    nvmlFieldValue_t values[256];
+    unsigned count = 0;
+    if (scope_links) {
+        for (unsigned link = 0; link < scope_links && count + n <= 256; link++)
+            for (unsigned i = 0; i < n; i++) {
+                memset(&values[count], 0, sizeof values[count]);
+                values[count].fieldId = ids[i];
+                values[count].scopeId = link;
+                count++;
+            }
+    } else {
+        for (unsigned i = 0; i < n; i++) {
+            memset(&values[count], 0, sizeof values[count]);
+            values[count].fieldId = ids[i];
+            count++;
+        }
+    }
+    nvmlDeviceGetFieldValues(d, (int)count, values);
+}
+
+static void every_poll(struct gpu *g) {
+    unsigned u;
+    nvmlDevice_t d = g->device;
+    nvmlDeviceGetTemperature(d, NVML_TEMPERATURE_GPU, &u);
+    unsigned memory_temp = NVML_FI_DEV_MEMORY_TEMP;
+    fields(d, &memory_temp, 1, 0);
+    unsigned long long reasons;
+    nvmlDeviceGetCurrentClocksEventReasons(d, &reasons);
+    nvmlDeviceGetPowerUsage(d, &u);
+    nvmlDeviceGetEnforcedPowerLimit(d, &u);
+    nvmlDeviceGetClockInfo(d, NVML_CLOCK_SM, &u);
+    nvmlDeviceGetClockInfo(d, NVML_CLOCK_MEM, &u);
+    nvmlDeviceGetClockInfo(d, NVML_CLOCK_GRAPHICS, &u);
+    nvmlUtilization_t util;
+    nvmlDeviceGetUtilizationRates(d, &util);
+    unsigned period;
+    nvmlDeviceGetEncoderUtilization(d, &u, &period);
+    nvmlDeviceGetDecoderUtilization(d, &u, &period);
+    nvmlMemory_v2_t memory = {.version = nvmlMemory_v2};
+    nvmlDeviceGetMemoryInfo_v2(d, &memory);
+    nvmlDeviceGetCurrPcieLinkGeneration(d, &u);
+    nvmlPstates_t pstate;
+    nvmlDeviceGetPerformanceState(d, &pstate);
+    if (g->fans > 0)
+        nvmlDeviceGetFanSpeed_v2(d, 0, &u);
+}
+
+static void slow(struct gpu *g) {
+    unsigned u;
+    nvmlDevice_t d = g->device;
+    nvmlDeviceGetCurrPcieLinkWidth(d, &u);
+    nvmlProcessInfo_t processes[64];
+    unsigned n = 64;
+    nvmlDeviceGetComputeRunningProcesses_v3(d, &n, processes);
+    fields(d, slow_fields, sizeof slow_fields / sizeof *slow_fields, 0);
+    nvmlEnableState_t current, pending;
+    if (nvmlDeviceGetEccMode(d, &current, &pending) == NVML_SUCCESS && current == NVML_FEATURE_ENABLED) {
+        unsigned long long count;
+        nvmlDeviceGetTotalEccErrors(d, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, &count);
+        nvmlDeviceGetTotalEccErrors(d, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC, &count);
+        nvmlDeviceGetTotalEccErrors(d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &count);
+        nvmlDeviceGetTotalEccErrors(d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC, &count);
+    }
+    nvmlDeviceGetPcieReplayCounter(d, &u);
+    nvmlGridLicensableFeatures_t licence;
+    nvmlDeviceGetGridLicensableFeatures_v4(d, &licence);
+    nvmlEnableState_t persistence;
+    nvmlDeviceGetPersistenceMode(d, &persistence);
+}
+
+static void costly(struct gpu *g) {
+    unsigned long long energy;
+    nvmlDeviceGetTotalEnergyConsumption(g->device, &energy);
+}
+
+static void gpm(struct gpu *g) {
+    nvmlGpmSample_t next = g->gpm[g->gpm_have & 1];
+    if (nvmlGpmSampleGet(g->device, next) != NVML_SUCCESS)
+        return;
+    if (g->gpm_have) {
+        nvmlGpmMetricsGet_t m;
+        memset(&m, 0, sizeof m);
+        m.version = NVML_GPM_METRICS_GET_VERSION;
+        m.numMetrics = sizeof gpm_ids / sizeof *gpm_ids;
+        m.sample1 = g->gpm[(g->gpm_have + 1) & 1];
+        m.sample2 = next;
+        for (unsigned i = 0; i < m.numMetrics; i++)
+            m.metrics[i].metricId = gpm_ids[i];
+        nvmlGpmMetricsGet(&m);
+    }
+    g->gpm_have++;
+}
+
+static void topology(struct gpu *g) {
+    unsigned crc[12];
+    for (unsigned i = 0; i < 12; i++)
+        crc[i] = NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0 + i;
+    if (g->links) {
+        fields(g->device, per_link, sizeof per_link / sizeof *per_link, g->links);
+        fields(g->device, crc, g->links < 12 ? g->links : 12, 0);
+    }
+    nvmlGpuFabricInfoV_t fabric = {.version = nvmlGpuFabricInfo_v2};
+    nvmlDeviceGetGpuFabricInfoV(g->device, &fabric);
+    unsigned mode, pending;
+    nvmlDeviceGetMigMode(g->device, &mode, &pending);
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static void *poll_gpu(void *arg) {
+    struct gpu *g = arg;
+    double start = now();
+    for (unsigned long round = 0; running; round++) {
+        every_poll(g);
+        if (round % 10 == 0)
+            slow(g);
+        if (round % 30 == 0)
+            costly(g);
+        if (round % 30 == 1) /* gpuwarden's first GPM sample comes a second after start */
+            gpm(g);
+        if (round % 120 == 0)
+            topology(g);
+        double next = start + round + 1;
+        double wait = next - now();
+        if (wait > 0) {
+            struct timespec t = {(time_t)wait, (long)((wait - (time_t)wait) * 1e9)};
+            nanosleep(&t, NULL);
+        }
+    }
+    return NULL;
+}
+
+static void *events(void *arg) {
+    unsigned count = *(unsigned *)arg;
+    nvmlEventSet_t set;
+    if (nvmlEventSetCreate(&set) != NVML_SUCCESS)
+        return NULL;
+    for (unsigned i = 0; i < count; i++) {
+        nvmlDevice_t d;
+        if (nvmlDeviceGetHandleByIndex_v2(i, &d) == NVML_SUCCESS)
+            nvmlDeviceRegisterEvents(d, nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError, set);
+    }
+    while (running) {
+        nvmlEventData_t data;
+        nvmlEventSetWait_v2(set, &data, 1000);
+    }
+    nvmlEventSetFree(set);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    unsigned seconds = argc > 1 ? (unsigned)atoi(argv[1]) : 300;
+    if (nvmlInit_v2() != NVML_SUCCESS) {
+        fprintf(stderr, "nvml-loop: nvmlInit failed\n");
+        return 1;
+    }
+    unsigned count = 0;
+    nvmlDeviceGetCount_v2(&count);
+    struct gpu *gpus = calloc(count, sizeof *gpus);
+    pthread_t threads[64];
+    for (unsigned i = 0; i < count && i < 63; i++) {
+        gpus[i].index = i;
+        nvmlDeviceGetHandleByIndex_v2(i, &gpus[i].device);
+        nvmlFieldValue_t link_count = {.fieldId = NVML_FI_DEV_NVLINK_LINK_COUNT};
+        if (nvmlDeviceGetFieldValues(gpus[i].device, 1, &link_count) == NVML_SUCCESS && link_count.nvmlReturn == NVML_SUCCESS)
+            gpus[i].links = link_count.value.uiVal;
+        unsigned fans = 0;
+        if (nvmlDeviceGetNumFans(gpus[i].device, &fans) == NVML_SUCCESS)
+            gpus[i].fans = (int)fans;
+        nvmlGpmSampleAlloc(&gpus[i].gpm[0]);
+        nvmlGpmSampleAlloc(&gpus[i].gpm[1]);
+        pthread_create(&threads[i], NULL, poll_gpu, &gpus[i]);
+    }
+    pthread_t event_thread;
+    pthread_create(&event_thread, NULL, events, &count);
+    struct timespec t = {seconds, 0};
+    nanosleep(&t, NULL);
+    running = 0;
+    for (unsigned i = 0; i < count && i < 63; i++)
+        pthread_join(threads[i], NULL);
+    pthread_join(event_thread, NULL);
+    nvmlShutdown();
+    printf("nvml-loop: %u GPU(s), %u s\n", count, seconds);
+    return 0;
+}
