@@ -155,12 +155,20 @@ fn load_web_security(config: &Config) -> Result<WebSecurity, crate::config::Conf
 /// The settings every part of the daemon reads; a reload replaces them whole.
 pub struct SharedSettings {
     current: RwLock<Arc<Settings>>,
+    /// Moves at every reload, so a task can sleep until one instead of looking every second.
+    replaced: tokio::sync::watch::Sender<u64>,
+    /// The same count for threads ([`SharedSettings::wait_for_reload`]).
+    reloads: std::sync::Mutex<u64>,
+    reloaded: std::sync::Condvar,
 }
 
 impl SharedSettings {
     pub fn new(settings: Settings) -> SharedSettings {
         SharedSettings {
             current: RwLock::new(Arc::new(settings)),
+            replaced: tokio::sync::watch::Sender::new(0),
+            reloads: std::sync::Mutex::new(0),
+            reloaded: std::sync::Condvar::new(),
         }
     }
 
@@ -172,6 +180,42 @@ impl SharedSettings {
 
     pub fn replace(&self, settings: Settings) {
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(settings);
+        self.replaced.send_modify(|n| *n += 1);
+        *self.reloads.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        self.reloaded.notify_all();
+    }
+
+    /// The number of reloads so far, for [`SharedSettings::wait_for_reload`].
+    pub fn reloads(&self) -> u64 {
+        *self.reloads.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Blocks a thread until a reload after the `seen`-th, a call of `wake_waiters` (the
+    /// thread's stop makes one: `stopped` says whether it came before the wait began), or
+    /// `timeout`; the number of reloads then. A wake-up for another reason returns early too,
+    /// so the caller looks again.
+    pub fn wait_for_reload(&self, seen: u64, timeout: Duration, stopped: impl Fn() -> bool) -> u64 {
+        let reloads = self.reloads.lock().unwrap_or_else(PoisonError::into_inner);
+        // Checked under the lock `wake_waiters` takes: a stop cannot slip in before the wait.
+        if *reloads != seen || stopped() {
+            return *reloads;
+        }
+        let (reloads, _) = self
+            .reloaded
+            .wait_timeout(reloads, timeout)
+            .unwrap_or_else(PoisonError::into_inner);
+        *reloads
+    }
+
+    /// Wakes every thread in [`SharedSettings::wait_for_reload`] (at a stop).
+    pub fn wake_waiters(&self) {
+        let _held = self.reloads.lock().unwrap_or_else(PoisonError::into_inner);
+        self.reloaded.notify_all();
+    }
+
+    /// Told of every reload after it (`changed().await` returns after the next one).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.replaced.subscribe()
     }
 }
 

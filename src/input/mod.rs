@@ -326,6 +326,61 @@ pub fn wait_readable(fd: std::os::fd::RawFd, timeout: std::time::Duration) {
     }
 }
 
+/// Waits until `fd` has something to read or `wake` (an eventfd, see [`Wake`]) is written,
+/// at most `timeout`; `None`: no limit.
+pub fn wait_readable_or_woken(fd: std::os::fd::RawFd, wake: &Wake, timeout: Option<std::time::Duration>) {
+    use std::os::fd::AsRawFd;
+    let mut polls = [
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let millis = timeout.map_or(-1, |t| libc::c_int::try_from(t.as_millis()).unwrap_or(libc::c_int::MAX));
+    // SAFETY: two valid pollfds for the length of the call; as in wait_readable, the result
+    // only says whether to read.
+    unsafe {
+        libc::poll(polls.as_mut_ptr(), 2, millis);
+    }
+}
+
+/// A file descriptor another thread writes to wake a reader out of its wait (an eventfd):
+/// a thread can then wait for its input with no time-out and still see its stop at once.
+pub struct Wake {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Wake {
+    pub fn new() -> std::io::Result<Wake> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: eventfd takes no pointers; a non-negative result is a new descriptor we own.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        Ok(Wake { fd })
+    }
+
+    /// Wakes the waiter (and every later wait: the count stays until read, and nothing reads it).
+    pub fn wake(&self) {
+        use std::os::fd::AsRawFd;
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to an eventfd we own; a full counter (never
+        // reached) would only fail the write, and the waiter is awake already.
+        unsafe {
+            libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8);
+        }
+    }
+}
+
 /// A file's text, at most `max_bytes` of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Text {

@@ -28,6 +28,9 @@ use std::time::{Duration, Instant};
 /// A skipped GPU is looked at again after this long (or after `probe.interval`, if shorter).
 const RETRY_AFTER: Duration = Duration::from_secs(600);
 const TICK: Duration = Duration::from_secs(1);
+/// The longest the scheduler sleeps while the schedule is off; a reload or the stop wakes it
+/// sooner.
+const IDLE_WAIT: Duration = Duration::from_secs(3600);
 
 /// Shared between the scheduler thread and the publisher, which puts it into every snapshot;
 /// its version moves on every change, so a new result is published at once.
@@ -86,6 +89,12 @@ pub fn spawn(
             let started = Instant::now();
             let mut due: BTreeMap<String, Instant> = BTreeMap::new();
             let mut idle = true;
+            // A stop wakes a wait for a reload too.
+            stop.on_stop({
+                let settings = settings.clone();
+                move || settings.wake_waiters()
+            });
+            let mut reloads = settings.reloads();
             loop {
                 // Straight on to the next GPU after one was dealt with; a tick's rest otherwise.
                 if (idle && stop.sleep(TICK)) || stop.is_stopped() {
@@ -98,6 +107,8 @@ pub fn spawn(
                     state.update(|s| s.schedule_enabled = enabled);
                 }
                 if !enabled {
+                    // Off (the default): asleep until a reload turns it on, or the stop.
+                    reloads = settings.wait_for_reload(reloads, IDLE_WAIT, || stop.is_stopped());
                     continue;
                 }
                 let snapshot = store.latest();

@@ -69,7 +69,9 @@ pub async fn serve(
     // The most connections open at once since the last trim, kept at accept time so that a
     // burst shorter than the trimmer's tick is seen.
     let peak = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let trimmer = tokio::spawn(return_memory_after_bursts(slots.clone(), peak.clone()));
+    // Told when the peak reaches a burst: the trimmer sleeps until then.
+    let burst = Arc::new(tokio::sync::Notify::new());
+    let trimmer = tokio::spawn(return_memory_after_bursts(slots.clone(), peak.clone(), burst.clone()));
     let mut accept_errors = crate::service::logging::RateLimiter::new(Duration::from_secs(60));
     loop {
         if stop.is_stopped() {
@@ -82,10 +84,10 @@ pub async fn serve(
             },
             _ = stop.stopped() => break,
         };
-        peak.fetch_max(
-            MAX_CONNECTIONS - slots.available_permits(),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        let open = MAX_CONNECTIONS - slots.available_permits();
+        if peak.fetch_max(open, std::sync::atomic::Ordering::Relaxed) < BURST && open >= BURST {
+            burst.notify_one();
+        }
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
@@ -155,15 +157,24 @@ const CALM: usize = 16;
 /// Each open connection holds buffers; glibc keeps what a burst of thousands freed in its
 /// arenas, so RSS stayed at its peak for good (88 MB after twelve bursts of 2000). Once the
 /// connections drop back after a burst, hand the free memory back to the kernel.
-async fn return_memory_after_bursts(slots: Arc<Semaphore>, peak: Arc<std::sync::atomic::AtomicUsize>) {
+async fn return_memory_after_bursts(
+    slots: Arc<Semaphore>,
+    peak: Arc<std::sync::atomic::AtomicUsize>,
+    burst: Arc<tokio::sync::Notify>,
+) {
     use std::sync::atomic::Ordering;
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
-        tick.tick().await;
-        let open = MAX_CONNECTIONS - slots.available_permits();
-        if peak.load(Ordering::Relaxed) >= BURST && open <= CALM {
-            peak.store(open, Ordering::Relaxed);
-            crate::service::logging::trim_heap();
+        // Asleep until a burst: no wake-up a second on a node scraped once in a while.
+        burst.notified().await;
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let open = MAX_CONNECTIONS - slots.available_permits();
+            if peak.load(Ordering::Relaxed) >= BURST && open <= CALM {
+                peak.store(open, Ordering::Relaxed);
+                crate::service::logging::trim_heap();
+                break;
+            }
         }
     }
 }

@@ -20,8 +20,8 @@
 //! changes; the refresher publishes a new snapshot when any did ([`Sources::versions`]).
 //!
 //! The periodic ones share one shape, [`Periodic`]: a period from the settings in force (none:
-//! off, and the value is emptied) and a read. A reload applies at the next look (within a
-//! second), and reads at once.
+//! off, and the value is emptied) and a read. Each sleeps until its next read or a reload,
+//! which reads at once; one that is off does not wake.
 
 pub mod cadence;
 pub mod jobs;
@@ -38,9 +38,9 @@ use crate::xid::store::{XidSnapshot, XidStore};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How often a periodic source looks at the settings while it waits: a reload that turns it
-/// on, off or elsewhere applies within this.
-const LOOK_AGAIN: Duration = Duration::from_secs(1);
+/// How often a source that something beside the settings can turn on looks again while off
+/// ([`Periodic::look_again_while_off`]).
+pub const LOOK_AGAIN: Duration = Duration::from_secs(1);
 
 /// A side input read every so often on a thread of its own.
 pub trait Periodic: Send + 'static {
@@ -52,6 +52,12 @@ pub trait Periodic: Send + 'static {
     /// One read. Never blocks on what others write (crate::input), and says itself what it
     /// skipped.
     fn read(&mut self, settings: &Settings) -> Self::Value;
+    /// While off (`every` is `None`): how soon to ask `every` again when something beside the
+    /// settings can turn the source on; `None`, the default: at the next reload only, so an
+    /// idle source never wakes.
+    fn look_again_while_off(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Runs `source` as a task until `stop`, keeping its value in `out`. Each read runs on the
@@ -64,44 +70,68 @@ pub fn spawn<P: Periodic>(source: P, out: Arc<Versioned<P::Value>>, settings: Ar
         let mut source = Some(source);
         let mut every = Every::new(LOOK_AGAIN);
         let mut read_with: Option<Arc<Settings>> = None;
-        while let Some(mut running) = source.take() {
+        let mut reloads = settings.subscribe();
+        while let Some(running) = source.take() {
+            // Seen before the settings are read: a reload from here on wakes the wait below.
+            reloads.borrow_and_update();
             let current = settings.current();
-            let wait = match running.every(&current) {
-                None => {
-                    out.set_if_changed(P::Value::default());
-                    read_with = None;
-                    LOOK_AGAIN
-                }
-                Some(period) => {
-                    every.set_period(period);
-                    // A reload reads at once: the directory or root may have moved.
-                    if read_with.as_ref().is_none_or(|s| !Arc::ptr_eq(s, &current)) {
-                        every.reset();
-                    }
-                    if every.take(Instant::now()) {
-                        let with = current.clone();
-                        let read = tokio::task::spawn_blocking(move || {
-                            let value = running.read(&with);
-                            (running, value)
-                        });
-                        let Ok((back, value)) = read.await else {
-                            log::error!("the {} source failed and stopped", P::NAME);
-                            return;
-                        };
-                        running = back;
-                        out.set_if_changed(value);
-                        read_with = Some(current);
-                    }
-                    every.until_due(Instant::now()).min(LOOK_AGAIN)
-                }
+            let (running, wait) = look(running, &out, &current, &mut every, &mut read_with).await;
+            let Some(running) = running else {
+                log::error!("the {} source failed and stopped", P::NAME);
+                return;
             };
             source = Some(running);
             tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
+                _ = sleep_or_forever(wait) => {}
+                reloaded = reloads.changed() => if reloaded.is_err() { break },
                 _ = stop.stopped() => break,
             }
         }
     });
+}
+
+/// One look at a periodic source: reads it when due (at once after a reload: the directory or
+/// root may have moved), empties its value while off. The source back (`None` when its read
+/// panicked) and how long to wait before the next look (`None`: until a reload).
+async fn look<P: Periodic>(
+    mut running: P,
+    out: &Versioned<P::Value>,
+    current: &Arc<Settings>,
+    every: &mut Every,
+    read_with: &mut Option<Arc<Settings>>,
+) -> (Option<P>, Option<Duration>) {
+    let Some(period) = running.every(current) else {
+        out.set_if_changed(P::Value::default());
+        *read_with = None;
+        let again = running.look_again_while_off();
+        return (Some(running), again);
+    };
+    every.set_period(period);
+    if read_with.as_ref().is_none_or(|s| !Arc::ptr_eq(s, current)) {
+        every.reset();
+    }
+    if every.take(Instant::now()) {
+        let with = current.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let value = running.read(&with);
+            (running, value)
+        });
+        let Ok((back, value)) = read.await else {
+            return (None, None);
+        };
+        running = back;
+        out.set_if_changed(value);
+        *read_with = Some(current.clone());
+    }
+    (Some(running), Some(every.until_due(Instant::now())))
+}
+
+/// Sleeps `wait`, or for ever with `None`.
+async fn sleep_or_forever(wait: Option<Duration>) {
+    match wait {
+        Some(wait) => tokio::time::sleep(wait).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Reads a periodic source once, here and now: for `gpuwarden check`, which has no threads.

@@ -37,6 +37,9 @@ pub fn wants_drm_clients(vendor: Vendor) -> bool {
     vendor == Vendor::Amd
 }
 
+/// How often the DRM-client source looks for AMD GPUs once the first round is published.
+const LOOK_AGAIN_AFTER_START: Duration = Duration::from_secs(30);
+
 impl Periodic for DrmClients {
     type Value = DrmScan;
     const NAME: &'static str = "source-drm-clients";
@@ -45,6 +48,17 @@ impl Periodic for DrmClients {
         let latest = self.store.latest();
         let wanted = latest.devices.iter().any(|d| wants_drm_clients(d.identity.vendor));
         wanted.then_some(drm_clients::SCAN_EVERY)
+    }
+
+    /// AMD GPUs appear with the first poll round after start, not with a reload: look again
+    /// every second until that round, then every half minute (a GPU that comes later, after
+    /// a driver load, is seen within that).
+    fn look_again_while_off(&self) -> Option<Duration> {
+        if self.store.latest().generation == 0 {
+            Some(super::LOOK_AGAIN)
+        } else {
+            Some(LOOK_AGAIN_AFTER_START)
+        }
     }
 
     fn read(&mut self, settings: &Settings) -> DrmScan {

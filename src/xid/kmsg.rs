@@ -239,11 +239,27 @@ fn notice_once_of_syslog(path: &Path) {
 }
 
 fn follow(path: &Path, store: &XidStore, stop: &Stop, resume: &ResumePoints) {
+    // /dev/kmsg is waited on with no time-out; the stop writes this to end the wait.
+    let wake = match crate::input::Wake::new() {
+        Ok(wake) => {
+            let wake = std::sync::Arc::new(wake);
+            stop.on_stop({
+                let wake = wake.clone();
+                move || wake.wake()
+            });
+            Some(wake)
+        }
+        Err(e) => {
+            log::debug!("no eventfd ({e}): the kernel-log reader looks for its stop every second");
+            None
+        }
+    };
     let follower = Follower {
         path,
         store,
         stop,
         resume,
+        wake: wake.as_deref(),
     };
     let mut outage = crate::service::logging::Outage::default();
     while !stop.is_stopped() {
@@ -268,6 +284,8 @@ struct Follower<'a> {
     store: &'a XidStore,
     stop: &'a Stop,
     resume: &'a ResumePoints,
+    /// Written at the stop: the wait for /dev/kmsg needs no time-out.
+    wake: Option<&'a crate::input::Wake>,
 }
 
 /// The log as opened: where reading goes on from, and the parser's state.
@@ -292,7 +310,7 @@ enum After {
 impl Follower<'_> {
     /// Through crate::input: a regular file or a character device (/dev/kmsg); a FIFO,
     /// socket or directory is refused rather than waited on. It stays non-blocking: with
-    /// nothing new, the thread waits in poll(2) for a second at most, so a stop is seen.
+    /// nothing new, the thread waits in poll(2) until a record or the stop (its eventfd).
     fn open(&self, outage: &mut crate::service::logging::Outage) -> Option<Opened> {
         let opened = crate::input::open(
             self.path,
@@ -356,12 +374,15 @@ impl Follower<'_> {
                     }
                     self.take_line(&mut log, &line, consumed);
                 }
-                // /dev/kmsg has no new record: wait for one, a second at most.
+                // /dev/kmsg has no new record: wait for one, or the stop.
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     if self.stop.is_stopped() {
                         return After::Stop;
                     }
-                    crate::input::wait_readable(log.raw, Duration::from_secs(1));
+                    match self.wake {
+                        Some(wake) => crate::input::wait_readable_or_woken(log.raw, wake, None),
+                        None => crate::input::wait_readable(log.raw, Duration::from_secs(1)),
+                    }
                 }
                 Err(e) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::InvalidData) => continue,
                 Err(e) => {

@@ -5,6 +5,7 @@ use crate::common;
 use common::*;
 use std::collections::HashSet;
 use std::io::Read;
+use std::time::Duration;
 
 fn gpu(i: &str) -> (&'static str, &str) {
     ("gpu", i)
@@ -913,4 +914,52 @@ fn nvidia_gpus_on_the_bus_that_no_driver_reads_make_the_node_unhealthy() {
             assert!(stdout.contains("node: unhealthy: nvidia GPU 0000:19:00.0"), "{stdout}");
         }
     }
+}
+
+/// Voluntary context switches by thread name (threads of one name summed): how often each
+/// slept and was woken.
+fn wake_ups(pid: u32) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        let switches: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        *out.entry(name.trim().to_string()).or_default() += switches;
+    }
+    out
+}
+
+/// An idle daemon's threads sleep until there is work: the probe scheduler with the schedule
+/// off until a reload, the periodic sources that are off until a reload, the memory trimmer
+/// until a burst of connections. Counted as the threads' wake-ups over a few seconds.
+#[test]
+fn an_idle_daemon_wakes_only_for_work() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("the first round", |m| m.value("gpu_up", &[("gpu", "0")]).is_some());
+    std::thread::sleep(Duration::from_secs(2));
+    let before = wake_ups(d.child.id());
+    let window = Duration::from_secs(5);
+    std::thread::sleep(window);
+    let after = wake_ups(d.child.id());
+    let per_second = |name: &str| {
+        (after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0)) as f64 / window.as_secs_f64()
+    };
+    eprintln!(
+        "wake-ups per second: {:?}",
+        after.keys().map(|k| (k, per_second(k))).collect::<Vec<_>>()
+    );
+    assert!(
+        per_second("probe-scheduler") <= 0.2,
+        "{}",
+        per_second("probe-scheduler")
+    );
+    assert!(
+        per_second("tokio-rt-worker") <= 3.0,
+        "{}",
+        per_second("tokio-rt-worker")
+    );
 }
