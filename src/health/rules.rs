@@ -79,6 +79,9 @@ pub struct Rule {
     pub action: &'static str,
     /// When it fires, the rows after it are not looked at.
     pub ends: bool,
+    /// The DCGM health watch it belongs to and the DCGM failure code it stands for
+    /// (dcgm-exporter's `DCGM_EXP_GPU_HEALTH_STATUS`); `None` where DCGM has no such check.
+    pub dcgm: Option<(&'static str, &'static str)>,
     pub check: Check,
 }
 
@@ -388,6 +391,7 @@ pub const RULES: &[Rule] = &[
         when: "a fatal XID (see below) was seen on the GPU since boot",
         action: "the XID's action: reset the GPU or reboot the node (`gpuwarden xid explain CODE`)",
         ends: false,
+        dcgm: Some(("DRIVER", "DCGM_FR_XID_ERROR")),
         check: Check::Device(xid_fatal),
     },
     Rule {
@@ -397,6 +401,7 @@ pub const RULES: &[Rule] = &[
         when: "a critical XID was seen within `xid.critical_hold` (1h)",
         action: "the XID's action; watch whether it recurs",
         ends: false,
+        dcgm: Some(("DRIVER", "DCGM_FR_XID_ERROR")),
         check: Check::Device(xid_critical),
     },
     Rule {
@@ -406,6 +411,7 @@ pub const RULES: &[Rule] = &[
         when: "the driver answers \"GPU is lost\" (fallen off the bus)",
         action: "drain the node; reset or reseat the GPU",
         ends: true,
+        dcgm: Some(("PCIE", "DCGM_FR_NVML_API")),
         check: Check::Device(gpu_lost),
     },
     Rule {
@@ -415,6 +421,7 @@ pub const RULES: &[Rule] = &[
         when: "the last poll did not finish within `poll.timeout` (a hung driver call)",
         action: "check `dmesg` for Xid errors; if it persists, drain and reset",
         ends: true,
+        dcgm: Some(("DRIVER", "DCGM_FR_NVML_API")),
         check: Check::Device(not_responding),
     },
     Rule {
@@ -424,6 +431,7 @@ pub const RULES: &[Rule] = &[
         when: "`sw_thermal_slowdown` or `hw_thermal_slowdown` is active",
         action: "check airflow, fans, inlet temperature",
         ends: false,
+        dcgm: Some(("THERMAL", "DCGM_FR_CLOCK_THROTTLE_THERMAL")),
         check: Check::Readings(thermal_slowdown),
     },
     Rule {
@@ -433,6 +441,7 @@ pub const RULES: &[Rule] = &[
         when: "the die is within `health.temperature_margin_c` of its slowdown temperature (off unless set)",
         action: "check airflow, fans, inlet temperature before the clocks come down",
         ends: false,
+        dcgm: Some(("THERMAL", "DCGM_FR_TEMP_VIOLATION")),
         check: Check::Readings(temperature_near_slowdown),
     },
     Rule {
@@ -442,6 +451,7 @@ pub const RULES: &[Rule] = &[
         when: "the hardware pulled the clocks down for power (`hw_slowdown` or `hw_power_brake_slowdown`): active now, or its driver counter grew, within the last 10 minutes (so one between scrapes, or frequent short ones, are seen)",
         action: "check the power supplies, the GPU's power cables and the board",
         ends: false,
+        dcgm: Some(("POWER", "DCGM_FR_CLOCK_THROTTLE_POWER")),
         check: Check::Readings(hw_slowdown),
     },
     Rule {
@@ -451,6 +461,7 @@ pub const RULES: &[Rule] = &[
         when: "current PCIe width below the max",
         action: "reseat the GPU; check riser and slot",
         ends: false,
+        dcgm: Some(("PCIE", "DCGM_FR_PCIE_WIDTH")),
         check: Check::Readings(pcie_width_degraded),
     },
     Rule {
@@ -460,6 +471,7 @@ pub const RULES: &[Rule] = &[
         when: "more PCIe replays within the last hour than `health.error_rates.pcie_replay` (off unless set)",
         action: "reseat the GPU; check riser and slot",
         ends: false,
+        dcgm: Some(("PCIE", "DCGM_FR_PCI_REPLAY_RATE")),
         check: Check::Readings(pcie_replay_rate),
     },
     Rule {
@@ -469,6 +481,7 @@ pub const RULES: &[Rule] = &[
         when: "persistence mode is off (and gpuwarden could not, or was told not to, turn it on)",
         action: "run gpuwarden as root, or use nvidia-persistenced",
         ends: false,
+        dcgm: Some(("DRIVER", "DCGM_FR_PERSISTENCE_MODE")),
         check: Check::Readings(persistence_off),
     },
     Rule {
@@ -478,6 +491,7 @@ pub const RULES: &[Rule] = &[
         when: "in a vGPU guest, the vGPU holds no licence (`gpu_vgpu_licensed` 0; read every `poll.slow_interval`)",
         action: "check that the licence server is reachable and the client configuration token is in place (`nvidia-smi -q` shows the licence status; nvidia-gridd's log says why); `systemctl restart nvidia-gridd`",
         ends: false,
+        dcgm: None,
         check: Check::Readings(vgpu_unlicensed),
     },
     Rule {
@@ -487,6 +501,7 @@ pub const RULES: &[Rule] = &[
         when: "volatile uncorrectable ECC errors above 0",
         action: "drain and reset the GPU",
         ends: false,
+        dcgm: Some(("MEM", "DCGM_FR_VOLATILE_DBE_DETECTED")),
         check: Check::Readings(ecc_uncorrectable),
     },
     Rule {
@@ -496,6 +511,7 @@ pub const RULES: &[Rule] = &[
         when: "more corrected ECC errors within the last hour than `health.error_rates.ecc_corrected` (off unless set)",
         action: "watch for row remaps and uncorrectable errors; plan a drain for the vendor's diagnostics",
         ends: false,
+        dcgm: Some(("MEM", "DCGM_FR_VOLATILE_SBE_DETECTED")),
         check: Check::Readings(ecc_corrected_rate),
     },
     Rule {
@@ -505,6 +521,7 @@ pub const RULES: &[Rule] = &[
         when: "a row remap waits for a GPU reset",
         action: "reset the GPU (or reboot) when idle",
         ends: false,
+        dcgm: Some(("MEM", "DCGM_FR_PENDING_ROW_REMAP")),
         check: Check::Readings(row_remap_pending),
     },
     Rule {
@@ -514,6 +531,7 @@ pub const RULES: &[Rule] = &[
         when: "a memory row remap failed: no spare rows left",
         action: "take the GPU out of service; RMA",
         ends: false,
+        dcgm: Some(("MEM", "DCGM_FR_ROW_REMAP_FAILURE")),
         check: Check::Readings(row_remap_failed),
     },
     Rule {
@@ -523,6 +541,7 @@ pub const RULES: &[Rule] = &[
         when: "an NVLink of the GPU is down (`gpu_nvlink_up` 0; read every `poll.topology_interval`, 2 min)",
         action: "`nvidia-smi nvlink -s`, the kernel log (Xid 74); reset the GPU; if it stays down, reseat or service the baseboard",
         ends: false,
+        dcgm: Some(("NVLINK", "DCGM_FR_NVLINK_DOWN")),
         check: Check::Readings(nvlink_down),
     },
     Rule {
@@ -532,6 +551,7 @@ pub const RULES: &[Rule] = &[
         when: "more NVLink errors (CRC, replay, recovery, summed over the links) within the last hour than `health.error_rates.nvlink` (off unless set)",
         action: "find the link (`nvidia-smi nvlink -e`); reset the GPU; reseat or service the baseboard if it goes on",
         ends: false,
+        dcgm: Some(("NVLINK", "DCGM_FR_NVLINK_ERROR_THRESHOLD")),
         check: Check::Readings(nvlink_error_rate),
     },
     Rule {
@@ -541,6 +561,7 @@ pub const RULES: &[Rule] = &[
         when: "on an NVSwitch system, the GPU has not completed NVLink fabric registration, or completed it with an error (`gpu_fabric_state`, `gpu_fabric_registration_ok`)",
         action: "check that nvidia-fabricmanager runs and its log; reset the GPU",
         ends: false,
+        dcgm: Some(("NVLINK", "DCGM_FR_NVLINK_DOWN")),
         check: Check::Readings(fabric_not_ready),
     },
     Rule {
@@ -550,6 +571,7 @@ pub const RULES: &[Rule] = &[
         when: "the last scheduled probe fell short of the model's expected throughput, or the GPU failed a test with a CUDA error ([probe.md](probe.md)); until a later probe passes",
         action: "look at what the probe saw under load; run `gpuwarden probe --gpu N` on the idle GPU before draining it",
         ends: false,
+        dcgm: None,
         check: Check::Device(probe_failed),
     },
     Rule {
@@ -559,6 +581,7 @@ pub const RULES: &[Rule] = &[
         when: "the journal found a different GPU (another UUID) in a slot where it knew another, within the last day; a notice: the verdict stays what the other rules make it",
         action: "none; the old board's serial and history stay in the journal (`gpuwarden report`)",
         ends: false,
+        dcgm: None,
         check: Check::Device(board_replaced),
     },
 ];
@@ -572,6 +595,7 @@ pub const GPU_MISSING: Rule = Rule {
     when: "a GPU is on the PCI bus but no backend enumerates it (`gpu_pci_missing`, alert `GpuMissing`)",
     action: "dmesg for why the driver did not take it; reseat or replace",
     ends: false,
+    dcgm: None,
     check: Check::Device(|_| None),
 };
 

@@ -594,66 +594,28 @@ fn clock_event_starts(snapshot: &Snapshot, s: &mut Samples, recent: bool) {
     }
 }
 
-/// Which DCGM health watch each of gpuwarden's findings belongs to, and the DCGM failure
-/// code it stands for.
-const HEALTH_WATCHES: &[(&str, &[(&str, &str)])] = &[
-    (
-        "PCIE",
-        &[
-            ("gpu_lost", "DCGM_FR_NVML_API"),
-            ("pcie_width_degraded", "DCGM_FR_PCIE_WIDTH"),
-            ("pcie_replay_rate", "DCGM_FR_PCI_REPLAY_RATE"),
-        ],
-    ),
-    (
-        "NVLINK",
-        &[
-            ("nvlink_down", "DCGM_FR_NVLINK_DOWN"),
-            ("nvlink_error_rate", "DCGM_FR_NVLINK_ERROR_THRESHOLD"),
-            ("fabric_not_ready", "DCGM_FR_NVLINK_DOWN"),
-        ],
-    ),
-    (
-        "MEM",
-        &[
-            ("ecc_uncorrectable", "DCGM_FR_VOLATILE_DBE_DETECTED"),
-            ("row_remap_failed", "DCGM_FR_ROW_REMAP_FAILURE"),
-            ("row_remap_pending", "DCGM_FR_PENDING_ROW_REMAP"),
-            ("ecc_corrected_rate", "DCGM_FR_VOLATILE_SBE_DETECTED"),
-        ],
-    ),
-    (
-        "THERMAL",
-        &[
-            ("thermal_slowdown", "DCGM_FR_CLOCK_THROTTLE_THERMAL"),
-            ("temperature_near_slowdown", "DCGM_FR_TEMP_VIOLATION"),
-        ],
-    ),
-    ("POWER", &[("hw_slowdown", "DCGM_FR_CLOCK_THROTTLE_POWER")]),
-    (
-        "DRIVER",
-        &[
-            ("xid_fatal", "DCGM_FR_XID_ERROR"),
-            ("xid_critical", "DCGM_FR_XID_ERROR"),
-            ("not_responding", "DCGM_FR_NVML_API"),
-            ("persistence_off", "DCGM_FR_PERSISTENCE_MODE"),
-        ],
-    ),
-];
+/// DCGM's health watches, in the order they are served; each rule of
+/// `health::rules::RULES` names its own (`Rule::dcgm`).
+const HEALTH_WATCHES: [&str; 6] = ["PCIE", "NVLINK", "MEM", "THERMAL", "POWER", "DRIVER"];
+
+/// The DCGM watch and failure code of a finding's rule.
+fn dcgm_watch(reason: &str) -> Option<(&'static str, &'static str)> {
+    crate::health::rules::RULES.iter().find(|r| r.reason == reason)?.dcgm
+}
 
 /// `DCGM_EXP_GPU_HEALTH_STATUS`: per NVIDIA GPU and watch, the worst finding of that watch
 /// (0 pass, 10 warn, 20 fail, DCGM's `DCGM_HEALTH_RESULT_*`) and its failure code.
 fn health_status(snapshot: &Snapshot, s: &mut Samples) {
     use crate::model::health::HealthState;
     for d in snapshot.devices.iter().filter(|d| d.identity.vendor == Vendor::Nvidia) {
-        for (watch, reasons) in HEALTH_WATCHES {
+        for watch in HEALTH_WATCHES {
             let worst = d
                 .health
                 .findings
                 .iter()
                 .filter_map(|f| {
-                    let code = reasons.iter().find(|(r, _)| *r == f.reason)?.1;
-                    Some((f.severity, code))
+                    let (of, code) = dcgm_watch(f.reason)?;
+                    (of == watch).then_some((f.severity, code))
                 })
                 .max_by_key(|(severity, _)| *severity);
             let (value, code) = match worst {
@@ -688,22 +650,22 @@ mod tests {
 
     #[test]
     fn every_finding_but_the_probe_the_notice_and_the_licence_belongs_to_one_health_watch() {
-        let mut placed: Vec<&str> = super::HEALTH_WATCHES
+        for rule in crate::health::rules::RULES
             .iter()
-            .flat_map(|(_, reasons)| reasons.iter().map(|(r, _)| *r))
-            .collect();
-        placed.sort();
-        let before = placed.len();
-        placed.dedup();
-        assert_eq!(placed.len(), before, "a reason in two watches");
-        let mut expected: Vec<&str> = crate::model::health::RULE_REASONS
-            .iter()
-            .copied()
+            .chain([&crate::health::rules::GPU_MISSING])
+        {
             // DCGM has no watch for these: its diagnostics, not its health watches, run
-            // workloads; a board swap is not a fault; vGPU licensing is not a watch of DCGM's.
-            .filter(|r| !["probe_failed", "board_replaced", "vgpu_unlicensed"].contains(r))
-            .collect();
-        expected.sort();
-        assert_eq!(placed, expected);
+            // workloads; a board swap is not a fault; vGPU licensing is not a watch of DCGM's;
+            // a GPU missing from the bus has no GPU to report for.
+            let none = ["probe_failed", "board_replaced", "vgpu_unlicensed", "gpu_missing"];
+            match rule.dcgm {
+                Some((watch, code)) => {
+                    assert!(!none.contains(&rule.reason), "{}", rule.reason);
+                    assert!(super::HEALTH_WATCHES.contains(&watch), "{}: {watch}", rule.reason);
+                    assert!(code.starts_with("DCGM_FR_"), "{}: {code}", rule.reason);
+                }
+                None => assert!(none.contains(&rule.reason), "{} has no DCGM watch", rule.reason),
+            }
+        }
     }
 }
