@@ -5,7 +5,8 @@
 #   sudo scripts/gpu/cost-vs-loop.sh BINARY [WINDOW_SECONDS]     (on the GPU machine)
 # Prints each one's CPU over the window (schedstat, nanoseconds, all threads) as a share of a
 # core, the daemon's CPU by thread, and RSS at the end. NVML_INCLUDE: where nvml.h is, if not
-# under /usr/local/cuda/include.
+# under /usr/local/cuda/include. BEFORE=path/to/an/older/gpuwarden adds that build at its
+# defaults to the same window.
 set -euo pipefail
 bin=$(readlink -f "$1")
 window=${2:-300}
@@ -15,13 +16,15 @@ trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 gcc -O2 -o "$work/nvml-loop" "$here/nvml-loop.c" -I"${NVML_INCLUDE:-/usr/local/cuda/include}" \
   -l:libnvidia-ml.so.1 -lpthread
 
-mkdir -p /var/lib/gpuwarden "$work/jobs"
+mkdir -p /var/lib/gpuwarden /var/lib/gpuwarden-before "$work/jobs"
 echo 48217 > "$work/jobs/0"
 cat > "$work/defaults.yaml" <<YAML
 listen: 127.0.0.1:9411
 local_api:
   socket: $work/defaults.sock
 YAML
+procs="loop defaults all"
+sed -e 's/9411/9413/' -e 's/defaults.sock/before.sock/' "$work/defaults.yaml" > "$work/before.yaml"
 cat > "$work/all.yaml" <<YAML
 listen: 127.0.0.1:9412
 local_api:
@@ -40,30 +43,36 @@ YAML
 "$work/nvml-loop" $((window + 60)) > "$work/loop.log" 2>&1 & loop=$!
 "$bin" run --config "$work/defaults.yaml" > "$work/defaults.log" 2>&1 & defaults=$!
 "$bin" run --config "$work/all.yaml" > "$work/all.log" 2>&1 & all=$!
+if [ -n "${BEFORE:-}" ]; then
+  # Its journal beside the other's: the defaults' file is locked by the daemon above.
+  printf 'state:\n  path: /var/lib/gpuwarden-before/state.db\n' >> "$work/before.yaml"
+  "$(readlink -f "$BEFORE")" run --config "$work/before.yaml" > "$work/before.log" 2>&1 & before=$!
+  procs="$procs before"
+fi
 # Past start-up, the first slow, costly, GPM and topology reads.
 sleep 40
 
 cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { print s }'; }
 threads() { for t in /proc/"$1"/task/*; do echo "$(cat "$t/comm") $(awk '{print $1}' "$t/schedstat")"; done | sort; }
-for p in loop defaults all; do
+for p in $procs; do
   eval "pid=\$$p"; cpu_ns "$pid" > "$work/$p.c0"; threads "$pid" > "$work/$p.t0"
 done
 t0=$(date +%s.%N)
 sleep "$window"
 t1=$(date +%s.%N)
-for p in loop defaults all; do
+for p in $procs; do
   eval "pid=\$$p"; cpu_ns "$pid" > "$work/$p.c1"; threads "$pid" > "$work/$p.t1"
 done
 elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
 echo "window: $elapsed s; GPUs: $(nvidia-smi -L | wc -l) ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1))"
-for p in loop defaults all; do
+for p in $procs; do
   eval "pid=\$$p"
   ns=$(( $(cat "$work/$p.c1") - $(cat "$work/$p.c0") ))
   rss=$(awk '/VmRSS/ {print $2}' /proc/"$pid"/status)
   awk -v p="$p" -v ns="$ns" -v e="$elapsed" -v rss="$rss" \
     'BEGIN { printf "%-9s CPU %.4f %% of a core (%.1f ms in the window), RSS %d KiB\n", p, ns / 1e7 / e, ns / 1e6, rss }'
 done
-for p in defaults all; do
+for p in ${procs#loop }; do
   echo "$p by thread (ms over the window; threads of one name summed):"
   join -a 2 -e 0 -o 0,1.2,2.2 <(awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}' "$work/$p.t0" | sort) \
     <(awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}' "$work/$p.t1" | sort) \
@@ -73,7 +82,7 @@ echo "loop by thread (ms over the window):"
 join -a 2 -e 0 -o 0,1.2,2.2 <(awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}' "$work/loop.t0" | sort) \
   <(awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}' "$work/loop.t1" | sort) \
   | awk '{ printf "  %-22s %9.1f\n", $1, ($3 - $2) / 1e6 }' | sort -k2 -rn
-for p in defaults all; do
+for p in ${procs#loop }; do
   echo "$p log warnings: $(grep -c -E 'WARN|ERROR' "$work/$p.log" || true)"
   grep -E 'WARN|ERROR' "$work/$p.log" | head -5 || true
 done
