@@ -142,29 +142,47 @@ impl Selection {
     };
 }
 
+/// What turns a table of families on.
+#[derive(Debug, Clone, Copy)]
+enum Gate {
+    Always,
+    /// `nvlink.per_link`.
+    NvlinkPerLink,
+    /// `compat.dcgm_exporter`.
+    DcgmCompat,
+}
+
+impl Gate {
+    fn on(self, selection: Selection) -> bool {
+        match self {
+            Gate::Always => true,
+            Gate::NvlinkPerLink => selection.nvlink_per_link,
+            Gate::DcgmCompat => selection.dcgm_compat,
+        }
+    }
+}
+
+/// Every table of families, in the order they are served, with what turns it on: a family
+/// is served by being a row of one of these, and a new file of families is one entry here.
+const TABLES: &[(&[Family], Gate)] = &[
+    (device::FAMILIES, Gate::Always),
+    (activity::FAMILIES, Gate::Always),
+    (links::FAMILIES, Gate::Always),
+    (links::PER_LINK_FAMILIES, Gate::NvlinkPerLink),
+    (mig::FAMILIES, Gate::Always),
+    (xid::FAMILIES, Gate::Always),
+    (probe::FAMILIES, Gate::Always),
+    (attribution::FAMILIES, Gate::Always),
+    (self_metrics::FAMILIES, Gate::Always),
+    (dcgm_compat::FAMILIES, Gate::DcgmCompat),
+];
+
 /// The families served with `selection`, in the order they are served.
 pub fn served(selection: Selection) -> impl Iterator<Item = &'static Family> {
-    let per_link: &[Family] = if selection.nvlink_per_link {
-        links::PER_LINK_FAMILIES
-    } else {
-        &[]
-    };
-    let compat: &[Family] = if selection.dcgm_compat {
-        dcgm_compat::FAMILIES
-    } else {
-        &[]
-    };
-    device::FAMILIES
+    TABLES
         .iter()
-        .chain(activity::FAMILIES)
-        .chain(links::FAMILIES)
-        .chain(per_link)
-        .chain(mig::FAMILIES)
-        .chain(xid::FAMILIES)
-        .chain(probe::FAMILIES)
-        .chain(attribution::FAMILIES)
-        .chain(self_metrics::FAMILIES)
-        .chain(compat)
+        .filter(move |(_, gate)| gate.on(selection))
+        .flat_map(|(families, _)| families.iter())
 }
 
 /// Every family gpuwarden can serve.
