@@ -46,31 +46,20 @@ fn request<T: serde::de::DeserializeOwned + Send + 'static>(
     body: Option<&str>,
     timeout: Duration,
 ) -> Result<T, AskError> {
-    let (tx, rx) = std::sync::mpsc::channel();
     let (socket_owned, method, request_path, body) = (
         socket.to_path_buf(),
         method.to_string(),
         request_path.to_string(),
         body.map(str::to_string),
     );
-    let spawned = std::thread::Builder::new()
-        .name("local-api-client".into())
-        .spawn(move || {
-            let _ = tx.send(exchange::<T>(
-                &socket_owned,
-                &method,
-                &request_path,
-                body.as_deref(),
-                timeout,
-            ));
-        });
     let shown = socket.display().to_string();
-    if let Err(e) = spawned {
-        return Err(AskError::Connect { path: shown, source: e });
-    }
-    match rx.recv_timeout(timeout) {
+    let answer = crate::service::deadline::within("local-api-client", timeout, move || {
+        exchange::<T>(&socket_owned, &method, &request_path, body.as_deref(), timeout)
+    });
+    match answer {
         Ok(answer) => answer,
-        Err(_) => Err(AskError::TimedOut { path: shown, timeout }),
+        Err(crate::service::deadline::Late::Spawn(e)) => Err(AskError::Connect { path: shown, source: e }),
+        Err(crate::service::deadline::Late::TimedOut(_)) => Err(AskError::TimedOut { path: shown, timeout }),
     }
 }
 

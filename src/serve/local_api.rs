@@ -237,22 +237,19 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Whether a socket at `path` belongs to a live daemon: Err with why when it does (or when it
 /// cannot be told), Ok when nothing listens there any more (a daemon that was killed).
 fn probe_existing(path: &Path) -> Result<(), &'static str> {
-    let (tx, rx) = std::sync::mpsc::channel();
     let target = path.to_path_buf();
-    let spawned = std::thread::Builder::new()
-        .name("local-api-probe".into())
-        .spawn(move || {
-            let _ = tx.send(std::os::unix::net::UnixStream::connect(&target).map(drop));
-        });
-    if spawned.is_err() {
-        return Err("could not check it");
-    }
-    match rx.recv_timeout(PROBE_TIMEOUT) {
+    let connected = crate::service::deadline::within("local-api-probe", PROBE_TIMEOUT, move || {
+        std::os::unix::net::UnixStream::connect(&target).map(drop)
+    });
+    match connected {
         Ok(Ok(())) => Err("it accepts connections"),
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Ok(Err(_)) => Err("it cannot be connected to, so it cannot be told stale"),
-        Err(_) => Err("it does not answer within a second but is listening: a stopped daemon"),
+        Err(crate::service::deadline::Late::Spawn(_)) => Err("could not check it"),
+        Err(crate::service::deadline::Late::TimedOut(_)) => {
+            Err("it does not answer within a second but is listening: a stopped daemon")
+        }
     }
 }
 

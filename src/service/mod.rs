@@ -1,7 +1,9 @@
-//! Being a well-behaved system service: one stop signal for every thread and task, logging
+//! Being a well-behaved system service: one stop signal for every thread and task, blocking
+//! calls held to a deadline, logging
 //! with rate limits, telling systemd how the daemon is doing, and giving back the memory that
 //! only start-up used.
 
+pub mod deadline;
 pub mod logging;
 pub mod notify;
 pub mod residency;
