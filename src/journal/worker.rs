@@ -282,8 +282,8 @@ fn run_child(input: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
 }
 
 /// A streamed events answer being read: the worker's rows, a line each, read as they come.
-/// A watchdog kills the worker at its deadline (a read then ends with an error); dropping the
-/// stream kills it too and reaps it.
+/// A watchdog kills the worker at its deadline or at the daemon's stop ([`abort_running`]; a
+/// read then ends with an error); dropping the stream kills it too and reaps it.
 pub struct RowStream {
     child: std::sync::Arc<std::sync::Mutex<Option<std::process::Child>>>,
     stdout: std::io::BufReader<std::process::ChildStdout>,
@@ -302,12 +302,14 @@ impl RowStream {
         let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (watched, finished) = (child.clone(), done.clone());
         let deadline = Instant::now() + timeout;
+        let aborts = ABORTS.load(std::sync::atomic::Ordering::SeqCst);
         std::thread::Builder::new()
             .name("journal-stream".into())
             .spawn(move || {
                 let _ = stdin.write_all(&input);
                 drop(stdin);
-                while Instant::now() < deadline {
+                // Until the deadline or the daemon's stop (`abort_running`), whichever comes first.
+                while Instant::now() < deadline && ABORTS.load(std::sync::atomic::Ordering::SeqCst) == aborts {
                     if finished.load(std::sync::atomic::Ordering::Relaxed) {
                         return;
                     }
