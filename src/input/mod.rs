@@ -350,6 +350,77 @@ pub fn wait_readable_or_woken(fd: std::os::fd::RawFd, wake: &Wake, timeout: Opti
     }
 }
 
+/// Changes to one file through inotify: written to, truncated, moved or deleted, or a new
+/// file made in its directory (a rotation). A reader at a file's end waits on this instead of
+/// looking again every so often.
+pub struct FileWatch {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl FileWatch {
+    pub fn new(path: &std::path::Path) -> std::io::Result<FileWatch> {
+        use std::os::fd::FromRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        // SAFETY: inotify_init1 takes no pointers; a non-negative result is a new descriptor.
+        let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        if raw < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `raw` was just opened and is owned by nothing else.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        let watch = |target: &std::path::Path, mask: u32| -> std::io::Result<()> {
+            let name = std::ffi::CString::new(target.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+            // SAFETY: a valid inotify descriptor and a NUL-terminated path that outlives the call.
+            let added = unsafe { libc::inotify_add_watch(raw, name.as_ptr(), mask) };
+            if added < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        };
+        watch(
+            path,
+            libc::IN_MODIFY | libc::IN_ATTRIB | libc::IN_CLOSE_WRITE | libc::IN_MOVE_SELF | libc::IN_DELETE_SELF,
+        )?;
+        // A new file at the path after a rotation; without it, the time-out of `wait` finds it.
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            let _ = watch(dir, libc::IN_CREATE | libc::IN_MOVED_TO);
+        }
+        Ok(FileWatch { fd })
+    }
+
+    /// Waits until the file changes, `wake` is written, or `timeout`; then empties the queue
+    /// of changes (the caller looks at the file itself).
+    pub fn wait(&self, wake: Option<&Wake>, timeout: std::time::Duration) {
+        use std::os::fd::AsRawFd;
+        let mut polls = [libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }; 2];
+        let count = match wake {
+            Some(wake) => {
+                polls[1].fd = wake.fd.as_raw_fd();
+                2
+            }
+            None => 1,
+        };
+        let millis = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `count` valid pollfds for the length of the call.
+        unsafe {
+            libc::poll(polls.as_mut_ptr(), count, millis);
+        }
+        let mut events = [0u8; 4096];
+        loop {
+            // SAFETY: reads into a buffer we own, at most its length; non-blocking, so an
+            // empty queue ends the loop with EAGAIN.
+            let read = unsafe { libc::read(self.fd.as_raw_fd(), events.as_mut_ptr().cast(), events.len()) };
+            if read <= 0 {
+                break;
+            }
+        }
+    }
+}
+
 /// A file descriptor another thread writes to wake a reader out of its wait (an eventfd):
 /// a thread can then wait for its input with no time-out and still see its stop at once.
 pub struct Wake {

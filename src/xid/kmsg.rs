@@ -298,6 +298,9 @@ struct Opened {
     position: Position,
     parser: LogParser,
     boot: Option<SystemTime>,
+    /// A regular file's changes (inotify): the wait at its end. `None` for /dev/kmsg, or
+    /// where inotify is not there: then the end is looked at again every 100 ms.
+    watch: Option<crate::input::FileWatch>,
 }
 
 /// What the reader does after the log ended or failed.
@@ -346,7 +349,11 @@ impl Follower<'_> {
         {
             offset = seen_offset;
         }
+        let watch = regular
+            .as_ref()
+            .and_then(|_| crate::input::FileWatch::new(self.path).ok());
         Some(Opened {
+            watch,
             raw: file.as_raw_fd(),
             inode: regular.as_ref().map(|m| m.ino()),
             reader: BufReader::with_capacity(16 * 1024, file),
@@ -421,7 +428,15 @@ impl Follower<'_> {
                 _ => {}
             }
         }
-        self.stop.sleep(Duration::from_millis(100)).then_some(After::Stop)
+        match &log.watch {
+            Some(watch) => {
+                // A change wakes it at once; the time-out covers what inotify does not see
+                // (a file written from another host over a network file system).
+                watch.wait(self.wake, Duration::from_secs(2));
+                self.stop.is_stopped().then_some(After::Stop)
+            }
+            None => self.stop.sleep(Duration::from_millis(100)).then_some(After::Stop),
+        }
     }
 
     /// Counts the XIDs of one line, unless an earlier reader (before a reload) counted it.

@@ -935,7 +935,8 @@ fn wake_ups(pid: u32) -> std::collections::BTreeMap<String, u64> {
 
 /// An idle daemon's threads sleep until there is work: the probe scheduler with the schedule
 /// off until a reload, the periodic sources that are off until a reload, the memory trimmer
-/// until a burst of connections. Counted as the threads' wake-ups over a few seconds.
+/// until a burst of connections, the reader of a kernel-log file until the file changes.
+/// Counted as the threads' wake-ups over a few seconds.
 #[test]
 fn an_idle_daemon_wakes_only_for_work() {
     let d = Daemon::start(DEMO_SCENARIO);
