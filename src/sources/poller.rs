@@ -431,15 +431,17 @@ impl Coordinator {
             status.note = state.note;
             status.absent = state.absent;
         }
+        // The round's readings move into the snapshot: every round sets them anew (an answer,
+        // or none), so a deep copy per GPU a second is not needed.
         let mut devices: Vec<DeviceSnapshot> = self
             .workers
-            .iter()
+            .iter_mut()
             .map(|w| DeviceSnapshot {
                 identity: w.identity.clone(),
                 up: w.up,
                 lost: w.lost,
                 last_good_poll: w.last_good_poll,
-                readings: w.readings.clone(),
+                readings: w.readings.take(),
                 hw_slowdown_seen: None,
                 error_growth: Default::default(),
                 clock_event_starts: Vec::new(),
