@@ -30,7 +30,9 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import metrics_text  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bin", default="./target/release/gpuwarden")
@@ -323,22 +325,10 @@ daemon = subprocess.Popen([args.bin, "run", "--config", CONFIG], stderr=open(os.
 
 
 def scrape():
-    with urllib.request.urlopen(f"http://127.0.0.1:{args.port}/metrics", timeout=5) as r:
-        return r.read().decode()
+    return metrics_text.scrape(args.port)
 
 
-def series(text, name, **labels):
-    out = []
-    for line in text.splitlines():
-        if not line.startswith(name + "{") and not line.startswith(name + " "):
-            continue
-        m = re.match(r'([a-z_]+)\{(.*)\} (\S+)$', line)
-        if not m:
-            continue
-        ls = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
-        if all(ls.get(k) == v for k, v in labels.items()):
-            out.append((ls, float(m.group(3))))
-    return out
+series = metrics_text.series
 
 
 for _ in range(100):
@@ -509,8 +499,7 @@ if "cpu" in STEPS:
         return sum(int(open(f"/proc/{pid}/task/{t}/schedstat").read().split()[0]) for t in os.listdir(f"/proc/{pid}/task"))
 
     def own(port):
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            m = r.read().decode()
+        m = metrics_text.scrape(port)
         by_call = {}
         for ls, v in series(m, "gpuwarden_vendor_call_seconds_total"):
             by_call[ls.get("call", "all")] = by_call.get(ls.get("call", "all"), 0) + v

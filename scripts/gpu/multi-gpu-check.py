@@ -25,7 +25,9 @@ import re
 import subprocess
 import sys
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import metrics_text  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--bin", default="./target/release/gpuwarden")
@@ -81,20 +83,10 @@ daemon = subprocess.Popen([args.bin, "run", "--config", CONFIG], stderr=open(os.
 
 
 def scrape():
-    with urllib.request.urlopen(f"http://127.0.0.1:{args.port}/metrics", timeout=5) as r:
-        return r.read().decode()
+    return metrics_text.scrape(args.port)
 
 
-def series(text, name, **labels):
-    out = []
-    for line in text.splitlines():
-        m = re.match(r'([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})? (\S+)$', line)
-        if not m or m.group(1) != name:
-            continue
-        ls = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
-        if all(ls.get(k) == v for k, v in labels.items()):
-            out.append((ls, float(m.group(3))))
-    return out
+series = metrics_text.series
 
 
 for _ in range(100):

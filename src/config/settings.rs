@@ -155,10 +155,11 @@ fn load_web_security(config: &Config) -> Result<WebSecurity, crate::config::Conf
 /// The settings every part of the daemon reads; a reload replaces them whole.
 pub struct SharedSettings {
     current: RwLock<Arc<Settings>>,
-    /// Moves at every reload, so a task can sleep until one instead of looking every second.
+    /// The number of reloads: a task sleeps until it moves instead of looking every second.
     replaced: tokio::sync::watch::Sender<u64>,
-    /// The same count for threads ([`SharedSettings::wait_for_reload`]).
-    reloads: std::sync::Mutex<u64>,
+    /// For threads ([`SharedSettings::wait_for_reload`]): taken around the look at the count
+    /// and around each notify, so a reload or a stop cannot slip in before a wait.
+    waiting: std::sync::Mutex<()>,
     reloaded: std::sync::Condvar,
 }
 
@@ -167,7 +168,7 @@ impl SharedSettings {
         SharedSettings {
             current: RwLock::new(Arc::new(settings)),
             replaced: tokio::sync::watch::Sender::new(0),
-            reloads: std::sync::Mutex::new(0),
+            waiting: std::sync::Mutex::new(()),
             reloaded: std::sync::Condvar::new(),
         }
     }
@@ -181,13 +182,12 @@ impl SharedSettings {
     pub fn replace(&self, settings: Settings) {
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(settings);
         self.replaced.send_modify(|n| *n += 1);
-        *self.reloads.lock().unwrap_or_else(PoisonError::into_inner) += 1;
-        self.reloaded.notify_all();
+        self.wake_waiters();
     }
 
     /// The number of reloads so far, for [`SharedSettings::wait_for_reload`].
     pub fn reloads(&self) -> u64 {
-        *self.reloads.lock().unwrap_or_else(PoisonError::into_inner)
+        *self.replaced.borrow()
     }
 
     /// Blocks a thread until a reload after the `seen`-th, a call of `wake_waiters` (the
@@ -195,21 +195,22 @@ impl SharedSettings {
     /// `timeout`; the number of reloads then. A wake-up for another reason returns early too,
     /// so the caller looks again.
     pub fn wait_for_reload(&self, seen: u64, timeout: Duration, stopped: impl Fn() -> bool) -> u64 {
-        let reloads = self.reloads.lock().unwrap_or_else(PoisonError::into_inner);
-        // Checked under the lock `wake_waiters` takes: a stop cannot slip in before the wait.
-        if *reloads != seen || stopped() {
-            return *reloads;
+        let held = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        // Looked at under the lock `wake_waiters` takes (after the count moved, or the stop
+        // fired): neither can slip in between this look and the wait.
+        if self.reloads() != seen || stopped() {
+            return self.reloads();
         }
-        let (reloads, _) = self
+        let _held = self
             .reloaded
-            .wait_timeout(reloads, timeout)
+            .wait_timeout(held, timeout)
             .unwrap_or_else(PoisonError::into_inner);
-        *reloads
+        self.reloads()
     }
 
     /// Wakes every thread in [`SharedSettings::wait_for_reload`] (at a stop).
     pub fn wake_waiters(&self) {
-        let _held = self.reloads.lock().unwrap_or_else(PoisonError::into_inner);
+        let _held = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         self.reloaded.notify_all();
     }
 
@@ -222,6 +223,35 @@ impl SharedSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_waiting_for_a_reload_wakes_at_the_reload_and_at_a_stop() {
+        let shared = Arc::new(SharedSettings::new(Settings::serving_nothing(Config::default())));
+        let seen = shared.reloads();
+        let waiter = {
+            let shared = shared.clone();
+            std::thread::spawn(move || shared.wait_for_reload(seen, Duration::from_secs(60), || false))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        shared.replace(Settings::serving_nothing(Config::default()));
+        assert_eq!(waiter.join().unwrap(), seen + 1);
+        // A stop: `wake_waiters` ends the wait with no reload.
+        let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let waiter = {
+            let (shared, stopped) = (shared.clone(), stopped.clone());
+            std::thread::spawn(move || {
+                let started = std::time::Instant::now();
+                shared.wait_for_reload(seen + 1, Duration::from_secs(60), || {
+                    stopped.load(std::sync::atomic::Ordering::SeqCst)
+                });
+                started.elapsed()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+        shared.wake_waiters();
+        assert!(waiter.join().unwrap() < Duration::from_secs(10));
+    }
 
     #[test]
     fn staleness_follows_the_poll_interval_and_never_overflows() {

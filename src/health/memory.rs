@@ -33,7 +33,7 @@ impl HealthMemory {
     /// `clock_event_starts` from this round and the ones before. `clears`: the operator's
     /// clears, from which error growth counts again.
     pub fn note_round(&mut self, devices: &mut [DeviceSnapshot], clears: &Clears, now: Instant) {
-        self.hw_slowdown.track(devices);
+        self.hw_slowdown.track(devices, now);
         self.error_rates.track(devices, clears, now);
         self.clock_event_starts.track(devices, now);
     }

@@ -16,7 +16,7 @@ pub struct HwSlowdownTracker {
 
 impl HwSlowdownTracker {
     /// Notes this round and writes each device's `hw_slowdown_seen`.
-    pub fn track(&mut self, devices: &mut [DeviceSnapshot]) {
+    pub fn track(&mut self, devices: &mut [DeviceSnapshot], now: std::time::Instant) {
         for device in devices {
             let entry = self.seen.entry(device.identity.uuid.clone()).or_default();
             if let Some(r) = device.answered() {
@@ -30,7 +30,7 @@ impl HwSlowdownTracker {
                 let total = (!counters.is_empty()).then(|| counters.iter().sum::<f64>());
                 let grew = entry.0.zip(total).is_some_and(|(before, now)| now > before);
                 if active || grew {
-                    entry.1 = Some(std::time::Instant::now());
+                    entry.1 = Some(now);
                 }
                 if total.is_some() {
                     entry.0 = total;

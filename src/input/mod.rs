@@ -310,43 +310,35 @@ pub fn open(path: &Path, links: Links, kinds: Kinds) -> Result<std::fs::File, Re
     Ok(file)
 }
 
-/// Waits until `fd` has something to read, `timeout` at most (a follower of /dev/kmsg waits
-/// here rather than in a blocking read, so it sees a stop within the timeout).
+/// Waits until `fd` has something to read, `timeout` at most (a follower of /dev/kmsg with no
+/// eventfd waits here rather than in a blocking read, so it sees a stop within the timeout).
 pub fn wait_readable(fd: std::os::fd::RawFd, timeout: std::time::Duration) {
-    let mut poll = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let millis = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-    // SAFETY: one valid pollfd for the length of the call; the result only says whether to
-    // read, and a failed poll means reading again, which reports the error.
-    unsafe {
-        libc::poll(&mut poll, 1, millis);
-    }
+    wait_any(&[fd], Some(timeout));
 }
 
 /// Waits until `fd` has something to read or `wake` (an eventfd, see [`Wake`]) is written,
 /// at most `timeout`; `None`: no limit.
 pub fn wait_readable_or_woken(fd: std::os::fd::RawFd, wake: &Wake, timeout: Option<std::time::Duration>) {
     use std::os::fd::AsRawFd;
-    let mut polls = [
-        libc::pollfd {
+    wait_any(&[fd, wake.fd.as_raw_fd()], timeout);
+}
+
+/// poll(2) over `fds` for something to read, at most `timeout` (`None`: no limit). The
+/// result only says whether to read, and a failed poll means reading again, which reports
+/// the error: so nothing is returned.
+fn wait_any(fds: &[std::os::fd::RawFd], timeout: Option<std::time::Duration>) {
+    let mut polls: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
             fd,
             events: libc::POLLIN,
             revents: 0,
-        },
-        libc::pollfd {
-            fd: wake.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
+        })
+        .collect();
     let millis = timeout.map_or(-1, |t| libc::c_int::try_from(t.as_millis()).unwrap_or(libc::c_int::MAX));
-    // SAFETY: two valid pollfds for the length of the call; as in wait_readable, the result
-    // only says whether to read.
+    // SAFETY: `polls.len()` valid pollfds for the length of the call.
     unsafe {
-        libc::poll(polls.as_mut_ptr(), 2, millis);
+        libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, millis);
     }
 }
 
@@ -392,22 +384,9 @@ impl FileWatch {
     /// of changes (the caller looks at the file itself).
     pub fn wait(&self, wake: Option<&Wake>, timeout: std::time::Duration) {
         use std::os::fd::AsRawFd;
-        let mut polls = [libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }; 2];
-        let count = match wake {
-            Some(wake) => {
-                polls[1].fd = wake.fd.as_raw_fd();
-                2
-            }
-            None => 1,
-        };
-        let millis = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-        // SAFETY: `count` valid pollfds for the length of the call.
-        unsafe {
-            libc::poll(polls.as_mut_ptr(), count, millis);
+        match wake {
+            Some(wake) => wait_any(&[self.fd.as_raw_fd(), wake.fd.as_raw_fd()], Some(timeout)),
+            None => wait_any(&[self.fd.as_raw_fd()], Some(timeout)),
         }
         let mut events = [0u8; 4096];
         loop {

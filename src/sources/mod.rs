@@ -241,13 +241,11 @@ macro_rules! sources {
             /// Starts the periodic sources' tasks (the others are started by their owners);
             /// inside the runtime.
             pub fn spawn_periodic(&self, settings: &Arc<SharedSettings>, store: &Arc<Store>, stop: &Stop) {
-                let _ = (settings, store, stop);
                 $( $( spawn_named(($make)(store), self.$name.clone(), settings.clone(), stop); )? )*
             }
 
             /// Reads the periodic sources once, here and now (`gpuwarden check`).
             pub fn read_periodic_once(&self, settings: &Settings, store: &Arc<Store>) {
-                let _ = (settings, store);
                 $( $( read_once(($make)(store), &self.$name, settings); )? )*
             }
         }

@@ -12,32 +12,19 @@ use std::path::Path;
 fn modules() -> BTreeMap<String, String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut out = BTreeMap::new();
-    let mut stack = vec![root.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            if path.extension().and_then(|e| e.to_str()) != Some("rs") {
-                continue;
-            }
-            let relative = path.strip_prefix(&root).unwrap().with_extension("");
-            let mut parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
-            if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
-                parts.pop();
-            }
-            let text = std::fs::read_to_string(&path).unwrap();
-            let text = text.split("#[cfg(test)]").next().unwrap_or("").to_string();
-            // Comments may name paths that are not imports.
-            let code: String = text
-                .lines()
-                .map(|l| l.split("//").next().unwrap_or(""))
-                .collect::<Vec<_>>()
-                .join("\n");
-            out.insert(parts.join("::"), code);
+    for (path, text) in source_files() {
+        let relative = path.strip_prefix(&root).unwrap().with_extension("");
+        let mut parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+        if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+            parts.pop();
         }
+        // Comments may name paths that are not imports.
+        let code: String = text
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        out.insert(parts.join("::"), code);
     }
     out
 }
