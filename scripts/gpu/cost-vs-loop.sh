@@ -82,6 +82,24 @@ echo "loop by thread (ms over the window):"
 join -a 2 -e 0 -o 0,1.2,2.2 <(awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}' "$work/loop.t0" | sort) \
   <(awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}' "$work/loop.t1" | sort) \
   | awk '{ printf "  %-22s %9.1f\n", $1, ($3 - $2) / 1e6 }' | sort -k2 -rn
+# Where each one's resident memory is, by mapping (the RSS goal is the loop's + 4.5 MiB).
+for p in $procs; do
+  eval "pid=\$$p"
+  echo "$p resident memory by mapping (KiB, 8 largest):"
+  python3 - "$pid" <<'PY'
+import collections, re, sys
+rss = collections.Counter()
+name = None
+for line in open(f"/proc/{sys.argv[1]}/smaps"):
+    head = re.match(r"^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(.*)$", line)
+    if head:
+        name = head.group(1) or "[anonymous]"
+    elif line.startswith("Rss:"):
+        rss[name] += int(line.split()[1])
+for name, kib in rss.most_common(8):
+    print(f"  {kib:8d}  {name}")
+PY
+done
 for p in ${procs#loop }; do
   echo "$p log warnings: $(grep -c -E 'WARN|ERROR' "$work/$p.log" || true)"
   grep -E 'WARN|ERROR' "$work/$p.log" | head -5 || true

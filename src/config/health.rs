@@ -145,12 +145,13 @@ pub(super) struct RuleName(String);
 impl<'de> Deserialize<'de> for RuleName {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RuleName, D::Error> {
         let name = String::deserialize(d)?;
-        if crate::model::health::RULE_REASONS.contains(&name.as_str()) {
+        // The rule table is the one list of names (health::rules sits below config).
+        if crate::health::rules::named(&name).is_some() {
             Ok(RuleName(name))
         } else {
             Err(serde::de::Error::custom(format!(
                 "no health rule {name:?}; the rules are {}",
-                crate::model::health::RULE_REASONS.join(", ")
+                crate::health::rules::names()
             )))
         }
     }

@@ -9,7 +9,7 @@
 
 use crate::config::RulePolicy;
 use crate::model::Snapshot;
-use crate::model::health::{Finding, RULE_REASONS};
+use crate::model::health::Finding;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
@@ -60,7 +60,7 @@ impl Debouncer {
             }
             for (name, policy) in rules {
                 // The config takes only the rules' reasons; this gives the one with a 'static life.
-                let Some(reason) = RULE_REASONS.iter().copied().find(|r| r == name) else {
+                let Some(reason) = super::rules::named(name).map(|rule| rule.reason) else {
                     continue;
                 };
                 let seen = device.health.findings.iter().position(|f| f.reason == reason);

@@ -382,6 +382,17 @@ fn board_replaced(seen: &Seen) -> Option<Hit> {
 
 use HealthState::{Degraded, Ok as Notice, Unhealthy};
 
+/// The rule named `reason`: how the config's `health.rules` keys and the debouncer find
+/// their rule (the table is the one list of names).
+pub fn named(reason: &str) -> Option<&'static Rule> {
+    RULES.iter().find(|rule| rule.reason == reason)
+}
+
+/// Every rule's name, in the table's order, for an error that lists them.
+pub fn names() -> String {
+    RULES.iter().map(|rule| rule.reason).collect::<Vec<_>>().join(", ")
+}
+
 /// Every rule about one GPU, in the order they are looked at.
 pub const RULES: &[Rule] = &[
     Rule {
@@ -760,9 +771,11 @@ mod tests {
     }
 
     #[test]
-    fn the_configs_rule_names_are_the_rules() {
-        let reasons: Vec<&str> = RULES.iter().map(|r| r.reason).collect();
-        assert_eq!(reasons, crate::model::health::RULE_REASONS);
+    fn a_rule_is_found_by_its_name_and_the_names_list_every_rule() {
+        assert_eq!(named("xid_fatal").map(|r| r.reason), Some("xid_fatal"));
+        assert!(named("xid_fatals").is_none());
+        assert_eq!(names().split(", ").count(), RULES.len());
+        assert!(names().starts_with("xid_fatal, xid_critical, "));
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! | `event.rs` | one row: kind, time, GPU, summary, details |
 //! | `db.rs` | the file: opening, schema, corrupt/locked/read-only/full, read-only readers |
 //! | `facts.rs` | what is remembered of each GPU, and the events a change in it makes |
-//! | `writer.rs` | the thread that decides what to write: batches, one a second at most |
+//! | `writer.rs` | what to write: rows from the queue and from snapshot changes, batches |
+//! | `task.rs` | the task that writes them, one transaction a second at most, woken only for work |
 //! | `worker.rs` | the short-lived child process that opens, writes and reads the file |
 //! | `read.rs` | queries for `gpuwarden events`, `/api/v1/events` and the status page |
 //! | `report.rs` | one GPU's evidence packet for an RMA (`gpuwarden report`) |
@@ -17,7 +18,8 @@
 //! [`XidListener`], for a row each: a storm is folded before anything is queued (ten rows a
 //! minute per GPU and code, then one `xid_storm` row with the count), and a fatal or critical
 //! XID, or the first of a code, never waits on the bounded queue's room. Everything else
-//! comes from comparing published snapshots, at most once a second, on the writer's thread.
+//! comes from comparing each published snapshot with what the journal knew (a store hook on
+//! the publishing thread); the task writes at most once a second, and only when woken for work.
 //! Nothing on the poll or scrape path waits for the database: what still does not fit is
 //! counted (`gpuwarden_journal_dropped_total`) and logged with what it was.
 //!
@@ -32,6 +34,7 @@ pub mod event;
 pub mod facts;
 pub mod read;
 pub mod report;
+mod task;
 pub mod worker;
 mod writer;
 
@@ -279,6 +282,8 @@ struct Shared {
     kmsg_sequence: AtomicU64,
     /// Rate-limits the log line for dropped rows.
     drop_log: Mutex<crate::service::logging::RateLimiter>,
+    /// Wakes the writer's task: a row was queued (or dropped), or a snapshot made one.
+    wake: tokio::sync::Notify,
 }
 
 /// XID rows recorded one by one per (GPU, code) per minute; the rest of a storm is one
@@ -351,11 +356,14 @@ impl Journal {
             precious: Mutex::new(VecDeque::new()),
             kmsg_sequence: AtomicU64::new(0),
             drop_log: Mutex::new(crate::service::logging::RateLimiter::new(Duration::from_secs(60))),
+            wake: tokio::sync::Notify::new(),
         });
-        let writer = writer::Writer::new(place, rx, store, status, board_swaps, shared.clone());
+        let writer = writer::Writer::new(place, rx, store.clone(), status, board_swaps, shared.clone());
+        let writer = Arc::new(Mutex::new(writer));
+        task::look_at_each_snapshot(&store, writer.clone(), shared.clone());
         // The task ends at the stop signal, after its last batch; dropping its stop handle
         // then tells the daemon's shutdown that it is done.
-        tokio::spawn(writer.run(stop));
+        tokio::spawn(task::run(writer, shared.clone(), stop));
         Journal {
             _lock: Arc::new(lock),
             tx,
@@ -374,6 +382,13 @@ impl Journal {
 
     /// Queues `message`; one that is `precious` waits beside the queue when it is full.
     fn send_keeping(&self, message: Message, precious: bool) {
+        self.queue(message, precious);
+        // After the row is in (a permit waits for a task that is busy): never blocks, and
+        // the XID listener calls this under the XID store's lock.
+        self.shared.wake.notify_one();
+    }
+
+    fn queue(&self, message: Message, precious: bool) {
         let message = match self.tx.try_send(Box::new(message)) {
             Ok(()) => return,
             Err(TrySendError::Full(message)) | Err(TrySendError::Disconnected(message)) => message,

@@ -1,12 +1,13 @@
-//! The journal's writer, a task on the runtime: takes events from the queue and from
-//! snapshot changes, and writes them (through a worker process) in one transaction at most
-//! once a second. When the database cannot be written (locked, read-only, full disk) it
-//! keeps a bounded backlog, reports itself down, logs once what to do and tries again every
-//! 30 s; a corrupt file is moved aside and a new one started.
+//! What the journal writes, decided: rows from the queue and from snapshot changes, the facts
+//! and counts that changed, batches for the worker and what their answers mean. No waiting
+//! here: [`super::task`] runs the batches, a [`Store`] hook shows each published snapshot.
+//! When the database cannot be written (locked, read-only, full disk) it keeps a bounded
+//! backlog, reports itself down, logs once what to do and tries again every 30 s; a corrupt
+//! file is moved aside and a new one started.
 
 use super::event::{Event, GpuRef, Kind};
 use super::facts::{self, GpuFacts};
-use super::worker::{self, Answer, Batch, Failure, Item, Prune, Request, XidCount};
+use super::worker::{Answer, Batch, Failure, Item, Prune, Request, XidCount};
 use super::{Message, Place, Shared};
 use crate::model::{JournalStatus, Snapshot, unix_seconds};
 use crate::snapshot::store::{Store, Versioned};
@@ -18,8 +19,6 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant, SystemTime};
 
-/// At most one transaction per this.
-const BATCH_EVERY: Duration = Duration::from_secs(1);
 /// How long to wait before opening the file again after it failed.
 const RETRY_EVERY: Duration = Duration::from_secs(30);
 /// Rows kept while the database cannot be written; older ones are dropped (and counted).
@@ -28,14 +27,6 @@ const MAX_BACKLOG: usize = 10_000;
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// On a node with nothing to write, a worker still runs this often to delete old rows.
 const IDLE_PRUNE_EVERY: Duration = Duration::from_secs(3600);
-/// A worker that has not answered by then is killed; the batch is kept and retried (with
-/// the same id, so a worker that did commit before it was killed is not written twice).
-const WORKER_TIMEOUT: Duration = Duration::from_secs(30);
-/// When the daemon stops: how long a batch in flight may still take before its worker is
-/// killed, and how long the last batch (a fresh worker) may take. Both well inside the
-/// daemon's own stop time-out.
-const STOP_GRACE: Duration = Duration::from_millis(400);
-const LAST_BATCH_TIMEOUT: Duration = Duration::from_millis(900);
 /// Remembered XID events whose row a second source's report may still update.
 const MAX_XID_ROWS: usize = 4096;
 
@@ -101,6 +92,8 @@ pub(super) struct Writer {
     wrote: bool,
     /// Why the last open or write failed, until one succeeds: what the stop's loss is blamed on.
     last_failure: Option<String>,
+    /// The first open was tried and the start recorded: snapshots may be looked at.
+    pub(super) started: bool,
 }
 
 impl Writer {
@@ -148,47 +141,28 @@ impl Writer {
             looked_at: BTreeSet::new(),
             wrote: false,
             last_failure: None,
+            started: false,
         }
     }
 
-    /// Once a second: takes what the queue holds, compares the newest snapshot, writes
-    /// what changed. A task on the runtime rather than a thread of its own: it is idle almost
-    /// always, and a thread costs the daemon a stack and a malloc arena (docs/performance.md).
-    pub(super) async fn run(mut self, stop: crate::service::stop::Stop) {
-        self.open(WORKER_TIMEOUT).await;
-        self.push(self.daemon_event("started"));
-        let mut tick = tokio::time::interval(BATCH_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = stop.stopped() => break,
-            }
-            if !self.take_queued() {
-                break;
-            }
-            // Nothing published yet (the first poll round runs): rows wait for the GPUs' names.
-            if self.store.latest().generation > 0 {
-                self.look_at_snapshot();
-                self.flush(Some(&stop), WORKER_TIMEOUT).await;
-                self.publish_status();
-            }
-        }
-        // The last batch: what the queue still holds, the slowdowns still going on, and the stop.
+    /// The last batch's rows, at the stop: what the queue still holds, the slowdowns still
+    /// going on, and the stop itself.
+    pub(super) fn last_rows(&mut self) {
         self.take_queued();
-        self.look_at_snapshot();
+        let snapshot = self.store.latest();
+        self.look_at(&snapshot);
         self.storm_rows(Self::now(), true);
         self.end_open_episodes();
         self.push(self.daemon_event("stopped"));
-        // A batch that failed (its worker stalled and was killed) first, then the rest, each
-        // with a fresh worker tried at once.
-        for _ in 0..2 {
-            self.retry_at = Instant::now();
-            self.flush(None, LAST_BATCH_TIMEOUT).await;
-            if self.pending.is_none() && self.backlog.is_empty() {
-                break;
-            }
-        }
+    }
+
+    /// Whether the last batch is written (or nothing was left).
+    pub(super) fn all_written(&self) -> bool {
+        self.pending.is_none() && self.backlog.is_empty()
+    }
+
+    /// Says what the stop loses, blaming what failed.
+    pub(super) fn log_loss(&self) {
         let lost = self.backlog.len() + self.pending.as_ref().map_or(0, |b| b.items.len());
         if lost > 0 {
             // Blame what failed: an unwritable file is not a hung worker.
@@ -202,12 +176,33 @@ impl Writer {
                 self.place.path.display()
             );
         }
-        self.publish_status();
+    }
+
+    /// Something to write: rows, or facts or counts that changed.
+    pub(super) fn has_work(&self) -> bool {
+        !self.backlog.is_empty() || !self.dirty_facts.is_empty() || !self.dirty_counts.is_empty()
+    }
+
+    /// When the writer must look again with nothing new arriving: a failed batch or a closed
+    /// file at its retry time, else the idle deletion of old rows.
+    pub(super) fn next_due(&self) -> Instant {
+        if self.pending.is_some() || !self.open {
+            return self.retry_at;
+        }
+        match self.last_prune {
+            Some(at) => at + IDLE_PRUNE_EVERY,
+            None => Instant::now(),
+        }
+    }
+
+    /// A retry now (the stop's last batch).
+    pub(super) fn retry_now(&mut self) {
+        self.retry_at = Instant::now();
     }
 
     /// Takes every queued message (and those kept beside the queue while it was full); false
     /// when the daemon's handles are gone.
-    fn take_queued(&mut self) -> bool {
+    pub(super) fn take_queued(&mut self) -> bool {
         let precious: Vec<Box<Message>> = {
             let mut lane = self
                 .shared
@@ -236,7 +231,7 @@ impl Writer {
         unix_seconds(SystemTime::now())
     }
 
-    fn daemon_event(&self, what: &str) -> Event {
+    pub(super) fn daemon_event(&self, what: &str) -> Event {
         Event::new(
             Self::now(),
             Kind::Daemon,
@@ -246,7 +241,7 @@ impl Writer {
         )
     }
 
-    fn push(&mut self, event: Event) {
+    pub(super) fn push(&mut self, event: Event) {
         self.queue(Pending::Insert { event, group: None });
     }
 
@@ -358,13 +353,14 @@ impl Writer {
         }
     }
 
-    /// Compares the newest snapshot with what the journal knew, GPU by GPU.
-    fn look_at_snapshot(&mut self) {
-        let snapshot = self.store.latest();
-        if snapshot.generation == self.last_generation {
+    /// Compares a published snapshot with what the journal knew, GPU by GPU. Called on the
+    /// publishing thread (a [`Store`] hook) and by the writer task: only compares and queues.
+    pub(super) fn look_at(&mut self, snapshot: &Snapshot) {
+        // Nothing published yet (the first poll round runs): rows wait for the GPUs' names.
+        if snapshot.generation == 0 || snapshot.generation == self.last_generation {
             return;
         }
-        self.take_counts(&snapshot);
+        self.take_counts(snapshot);
         if snapshot.devices.is_empty() {
             return;
         }
@@ -372,14 +368,23 @@ impl Writer {
         let now = Self::now();
         self.storm_rows(now, false);
         for device in &snapshot.devices {
-            self.look_at_gpu(device, &snapshot, now);
+            self.look_at_gpu(device, snapshot, now);
         }
-        self.look_at_node(&snapshot, now);
+        self.look_at_node(snapshot, now);
+    }
+
+    /// Looks at the newest snapshot (what a queued row may need to name its GPU); false
+    /// while nothing is published (the first poll round runs): rows wait for the GPUs' names.
+    pub(super) fn look_at_latest(&mut self) -> bool {
+        let snapshot = self.store.latest();
+        self.look_at(&snapshot);
+        snapshot.generation > 0
     }
 
     fn look_at_gpu(&mut self, device: &crate::model::DeviceSnapshot, snapshot: &Snapshot, now: f64) {
         let uuid = device.identity.uuid.clone();
-        let last = self.facts.get(&uuid).cloned();
+        // Taken out (not cloned) and put back below: this runs for every GPU every round.
+        let last = self.facts.remove(&uuid);
         let mut new = facts::facts_of(device, snapshot, last.as_ref(), now);
         if last.is_none()
             && let Some(previous) = self
@@ -473,17 +478,21 @@ impl Writer {
         }
     }
 
-    /// Opens the file when it is not known good and a retry is due (in a worker, which moves
-    /// a damaged file aside); takes over what it knows the first time.
-    async fn open(&mut self, timeout: Duration) {
+    /// The request that opens the file when it is not known good and a retry is due (in a
+    /// worker, which moves a damaged file aside); None when it is open or not due.
+    pub(super) fn open_request(&self) -> Option<Request> {
         if self.open || Instant::now() < self.retry_at {
-            return;
+            return None;
         }
-        let request = Request::Open {
+        Some(Request::Open {
             path: self.place.path.clone(),
             boot_id: self.place.boot_id.clone(),
-        };
-        match worker::call_blocking_pool(request, timeout).await {
+        })
+    }
+
+    /// The open's answer; takes over what the file knows the first time.
+    pub(super) fn opened(&mut self, answer: Result<Answer, Failure>) {
+        match answer {
             Ok(Answer::Opened {
                 facts,
                 xid_counts,
@@ -555,24 +564,20 @@ impl Writer {
         }
     }
 
-    /// Writes the backlog, the changed facts and counts in one transaction (in a worker),
-    /// with old rows deleted when that is due. A node with nothing to write runs no worker
-    /// but the hourly deletion of old rows. A batch that fails is kept whole and written
-    /// again first, with its id. `stop`: the daemon's stop, which cuts a stalled worker short.
-    async fn flush(&mut self, stop: Option<&crate::service::stop::Stop>, timeout: Duration) {
-        self.open(timeout).await;
+    /// The batch to write now, taken out of the writer's hands: the one that failed (kept
+    /// whole, written again with its id), else the backlog, the changed facts and counts, with
+    /// old rows deleted when that is due. None when the file is not open or there is nothing
+    /// to write (a node with nothing to write runs no worker but the hourly deletion).
+    pub(super) fn take_batch(&mut self) -> Option<Batch> {
         if !self.open {
-            return;
+            return None;
         }
-        let batch = match self.pending.take() {
-            Some(batch) => batch,
-            None => match self.next_batch() {
-                Some(batch) => batch,
-                None => return,
-            },
-        };
+        self.pending.take().or_else(|| self.next_batch())
+    }
+
+    /// The worker's answer to `batch`; a batch that failed is kept for the retry.
+    pub(super) fn written(&mut self, batch: Batch, answer: Result<Answer, Failure>) {
         let prune_due = batch.prune.as_ref().is_some_and(|p| p.due);
-        let answer = call_until_stop(Request::Write(batch.clone()), timeout, stop).await;
         match answer {
             Ok(Answer::Written {
                 rows,
@@ -615,9 +620,6 @@ impl Writer {
                 self.failed(&e);
             }
         }
-        // The request's text and the answer: give the heap back, the daemon idles far more
-        // than it writes.
-        crate::service::logging::trim_heap();
     }
 
     /// The next batch from what is waiting, taken out of the writer's hands; None when there
@@ -711,36 +713,11 @@ impl Writer {
         }
     }
 
-    fn publish_status(&mut self) {
+    pub(super) fn publish_status(&mut self) {
         let mut status = self.status_now.clone();
         status.dropped += self.shared.dropped.load(Ordering::Relaxed);
         status.up = self.open && status.up;
         self.status.set_if_changed(Some(status));
-    }
-}
-
-/// A worker call that the daemon's stop cuts short: once `stop` is heard, a worker that has
-/// not answered within [`STOP_GRACE`] is killed (a stopped one too: SIGKILL), so the stop
-/// never waits out [`WORKER_TIMEOUT`] and leaves no worker behind.
-async fn call_until_stop(
-    request: Request,
-    timeout: Duration,
-    stop: Option<&crate::service::stop::Stop>,
-) -> Result<Answer, Failure> {
-    let call = worker::call_blocking_pool(request, timeout);
-    let Some(stop) = stop else {
-        return call.await;
-    };
-    tokio::pin!(call);
-    tokio::select! {
-        answer = &mut call => answer,
-        _ = stop.stopped() => match tokio::time::timeout(STOP_GRACE, &mut call).await {
-            Ok(answer) => answer,
-            Err(_) => {
-                worker::abort_running();
-                call.await
-            }
-        },
     }
 }
 

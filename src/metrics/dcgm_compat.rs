@@ -600,7 +600,7 @@ const HEALTH_WATCHES: [&str; 6] = ["PCIE", "NVLINK", "MEM", "THERMAL", "POWER", 
 
 /// The DCGM watch and failure code of a finding's rule.
 fn dcgm_watch(reason: &str) -> Option<(&'static str, &'static str)> {
-    crate::health::rules::RULES.iter().find(|r| r.reason == reason)?.dcgm
+    crate::health::rules::named(reason)?.dcgm
 }
 
 /// `DCGM_EXP_GPU_HEALTH_STATUS`: per NVIDIA GPU and watch, the worst finding of that watch

@@ -49,31 +49,6 @@ pub struct DeviceHealth {
     pub findings: Vec<Finding>,
 }
 
-/// The per-GPU rules' reasons, in the rules' order (health::rules::RULES; a test there holds
-/// the two equal): the keys `health.rules` of the config accepts.
-pub const RULE_REASONS: [&str; 20] = [
-    "xid_fatal",
-    "xid_critical",
-    "gpu_lost",
-    "not_responding",
-    "thermal_slowdown",
-    "temperature_near_slowdown",
-    "hw_slowdown",
-    "pcie_width_degraded",
-    "pcie_replay_rate",
-    "persistence_off",
-    "vgpu_unlicensed",
-    "ecc_uncorrectable",
-    "ecc_corrected_rate",
-    "row_remap_pending",
-    "row_remap_failed",
-    "nvlink_down",
-    "nvlink_error_rate",
-    "fabric_not_ready",
-    "probe_failed",
-    "board_replaced",
-];
-
 /// The operator's thresholds the rules read (config `xid.critical_hold` and `health.*`),
 /// carried by the snapshot they were applied to.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

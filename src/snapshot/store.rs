@@ -3,14 +3,23 @@
 //! The poller publishes a whole new [`Snapshot`] once per round; readers clone an `Arc` and
 //! never hold a lock while they work, so a scrape never waits on a poll and a poll never
 //! waits on a scrape.
+//!
+//! A consumer that must see every snapshot (the journal) registers a hook with
+//! [`Store::on_publish`]: it runs on the publishing thread, right after the swap, so the
+//! consumer needs no timer of its own and nothing wakes on a node where nothing happens. A
+//! hook only compares and queues; it must never block (no file, no socket, no wait).
 
 use crate::model::Snapshot;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Instant;
+
+/// Called with each snapshot as it is published.
+pub type PublishHook = Box<dyn Fn(&Snapshot) + Send + Sync>;
 
 pub struct Store {
     current: RwLock<Arc<Snapshot>>,
     published_at: Mutex<Option<Instant>>,
+    hooks: Mutex<Vec<PublishHook>>,
 }
 
 impl Store {
@@ -18,7 +27,13 @@ impl Store {
         Store {
             current: RwLock::new(Arc::new(Snapshot::default())),
             published_at: Mutex::new(None),
+            hooks: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Runs `hook` with every snapshot published from now on, on the publishing thread.
+    pub fn on_publish(&self, hook: PublishHook) {
+        self.hooks.lock().unwrap_or_else(PoisonError::into_inner).push(hook);
     }
 
     pub fn latest(&self) -> Arc<Snapshot> {
@@ -41,8 +56,13 @@ impl Store {
     pub fn replace(&self, snapshot: Snapshot) {
         let snapshot = Arc::new(snapshot);
         match self.current.write() {
-            Ok(mut guard) => *guard = snapshot,
-            Err(poisoned) => *poisoned.into_inner() = snapshot,
+            Ok(mut guard) => *guard = snapshot.clone(),
+            Err(poisoned) => *poisoned.into_inner() = snapshot.clone(),
+        }
+        // Publishers are the poll thread and the refresher, one round at a time each; the
+        // lock keeps two of them from running one hook at once.
+        for hook in self.hooks.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+            hook(&snapshot);
         }
     }
 
@@ -164,6 +184,29 @@ impl<T: PartialEq> Versioned<T> {
 mod versioned_tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_publish_hook_sees_every_snapshot_after_it_is_in_place() {
+        let store = Arc::new(Store::new());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (hook_seen, hook_store) = (seen.clone(), Arc::downgrade(&store));
+        store.on_publish(Box::new(move |snapshot| {
+            // What the hook is shown is what readers get from now on.
+            let latest = hook_store.upgrade().map(|s| s.latest().generation);
+            hook_seen.lock().unwrap().push((snapshot.generation, latest));
+        }));
+        for generation in [1, 2] {
+            store.publish(Snapshot {
+                generation,
+                ..Snapshot::default()
+            });
+        }
+        store.replace(Snapshot {
+            generation: 3,
+            ..Snapshot::default()
+        });
+        assert_eq!(*seen.lock().unwrap(), vec![(1, Some(1)), (2, Some(2)), (3, Some(3))]);
+    }
 
     #[tokio::test]
     async fn a_change_is_signalled_and_kept_for_a_waiter_that_comes_later() {

@@ -212,6 +212,8 @@ const LAYERS: &[(&str, u32)] = &[
     ("config::settings", 3),
     ("metrics", 3),
     ("health", 3),
+    // The rule table is pure functions of the model: config reads its names.
+    ("health::rules", 2),
     ("serve::history", 3),
     ("serve::sparkline", 3),
     ("attribution", 3),

@@ -935,7 +935,8 @@ fn wake_ups(pid: u32) -> std::collections::BTreeMap<String, u64> {
 
 /// An idle daemon's threads sleep until there is work: the probe scheduler with the schedule
 /// off until a reload, the periodic sources that are off until a reload, the memory trimmer
-/// until a burst of connections, the reader of a kernel-log file until the file changes.
+/// until a burst of connections, the reader of a kernel-log file until the file changes, the
+/// journal's writer until there is something to write.
 /// Counted as the threads' wake-ups over a few seconds.
 #[test]
 fn an_idle_daemon_wakes_only_for_work() {
@@ -958,8 +959,10 @@ fn an_idle_daemon_wakes_only_for_work() {
         "{}",
         per_second("probe-scheduler")
     );
+    // The journal looks at each snapshot from the publishing thread and its task wakes only
+    // to write; what is left is the 30 s looks of the PCI census and the DRM clients.
     assert!(
-        per_second("tokio-rt-worker") <= 3.0,
+        per_second("tokio-rt-worker") <= 1.0,
         "{}",
         per_second("tokio-rt-worker")
     );
