@@ -41,8 +41,13 @@ state:
   path: $work/all.db
 YAML
 "$work/nvml-loop" $((window + 60)) > "$work/loop.log" 2>&1 & loop=$!
-"$bin" run --config "$work/defaults.yaml" > "$work/defaults.log" 2>&1 & defaults=$!
-"$bin" run --config "$work/all.yaml" > "$work/all.log" 2>&1 & all=$!
+# A copy each: two processes mapping one file share its pages, and the kernel pages out
+# (MADV_PAGEOUT, service::residency) only the pages no one else maps, so one file for both
+# would leave each one's start-up code resident.
+cp "$bin" "$work/gpuwarden-defaults"
+cp "$bin" "$work/gpuwarden-all"
+"$work/gpuwarden-defaults" run --config "$work/defaults.yaml" > "$work/defaults.log" 2>&1 & defaults=$!
+"$work/gpuwarden-all" run --config "$work/all.yaml" > "$work/all.log" 2>&1 & all=$!
 if [ -n "${BEFORE:-}" ]; then
   # Its journal beside the other's: the defaults' file is locked by the daemon above.
   printf 'state:\n  path: /var/lib/gpuwarden-before/state.db\n' >> "$work/before.yaml"

@@ -53,10 +53,15 @@ pub fn page_out_own_code() -> std::io::Result<PagedOut> {
     let maps = std::fs::read_to_string("/proc/self/maps")?;
     let mut done = PagedOut::default();
     for (start, len) in own_read_only_mappings(&maps, &exe.to_string_lossy()) {
+        // No read-ahead on the faults that follow: a page the steady state runs is read back
+        // alone, not with the 128 KiB around it that fault-around would then map too.
         // SAFETY: the range is one of this process's own mappings, read from /proc/self/maps;
-        // MADV_PAGEOUT only drops clean file-backed pages, which are read back on use, so
-        // no memory the program relies on changes.
-        let rc = unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_PAGEOUT) };
+        // MADV_RANDOM is a hint about reads, and MADV_PAGEOUT only drops clean file-backed
+        // pages, which are read back on use, so no memory the program relies on changes.
+        let rc = unsafe {
+            libc::madvise(start as *mut libc::c_void, len, libc::MADV_RANDOM);
+            libc::madvise(start as *mut libc::c_void, len, libc::MADV_PAGEOUT)
+        };
         if rc != 0 {
             return Err(std::io::Error::last_os_error());
         }
