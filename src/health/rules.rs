@@ -293,6 +293,34 @@ fn row_remap_pending(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
     })
 }
 
+fn recovery_action(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
+    use crate::model::RecoveryAction;
+    let action = r.recovery_action.filter(|a| *a != RecoveryAction::None)?;
+    let (what, severity) = match action {
+        RecoveryAction::None => return None,
+        RecoveryAction::GpuReset => ("a GPU reset: drain its jobs and reset the GPU (`nvidia-smi -r`)", None),
+        RecoveryAction::DrainAndReset => (
+            "its jobs drained, then a GPU reset (`nvidia-smi -r`); it keeps running what it runs until then",
+            None,
+        ),
+        RecoveryAction::DrainP2p => (
+            "the jobs that use peer-to-peer (NVLink) traffic drained; the action clears by itself after",
+            None,
+        ),
+        RecoveryAction::NodeReboot => (
+            "a node reboot: a GPU reset will not do; drain the node and reboot it",
+            Some(HealthState::Unhealthy),
+        ),
+    };
+    Some(Hit {
+        message: format!(
+            "the driver says the GPU needs {what} (recovery action {})",
+            action.label()
+        ),
+        severity,
+    })
+}
+
 fn row_remap_failed(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
     (r.remapped_rows.failed == Some(true)).then(|| {
         "a memory row remap failed: the GPU has run out of spare rows; take it out of service and RMA it"
@@ -414,6 +442,17 @@ pub const RULES: &[Rule] = &[
         ends: false,
         dcgm: Some(("DRIVER", "DCGM_FR_XID_ERROR")),
         check: Check::Device(xid_critical),
+    },
+    Rule {
+        reason: "recovery_action",
+        severity: Degraded,
+        worse_when: Some("the driver asks for a node reboot"),
+        when: "the driver says the GPU needs a recovery action: a GPU reset, a drain and reset, or a drain of peer-to-peer jobs (`gpu_recovery_action`; read every `poll.slow_interval`)",
+        action: "what the driver asks: drain the GPU's jobs and reset it (`nvidia-smi -r`), or drain the node and reboot it",
+        ends: false,
+        // DCGM's health watches do not read the driver's recovery action (DCGM #263).
+        dcgm: None,
+        check: Check::Readings(recovery_action),
     },
     Rule {
         reason: "gpu_lost",
@@ -768,6 +807,54 @@ mod tests {
         assert_eq!(reasons(Some(false)), ["vgpu_unlicensed"]);
         assert!(reasons(Some(true)).is_empty());
         assert!(reasons(None).is_empty(), "bare metal needs no licence");
+    }
+
+    #[test]
+    fn the_drivers_recovery_action_degrades_and_a_reboot_makes_unhealthy() {
+        use crate::model::RecoveryAction;
+        let findings = |action: Option<RecoveryAction>| {
+            crate::health::findings(&Seen {
+                device: &gpu_reading(DeviceReadings {
+                    recovery_action: action,
+                    ..Default::default()
+                }),
+                xids: &[],
+                probe: None,
+                limits: &Limits::default(),
+                cleared: None,
+                board_swap: None,
+                now: SystemTime::now(),
+            })
+        };
+        for (action, severity, words) in [
+            (RecoveryAction::GpuReset, HealthState::Degraded, "a GPU reset"),
+            (
+                RecoveryAction::DrainAndReset,
+                HealthState::Degraded,
+                "drained, then a GPU reset",
+            ),
+            (RecoveryAction::DrainP2p, HealthState::Degraded, "peer-to-peer"),
+            (RecoveryAction::NodeReboot, HealthState::Unhealthy, "a node reboot"),
+        ] {
+            let found = findings(Some(action));
+            assert_eq!(found.len(), 1, "{action:?}: {found:?}");
+            assert_eq!(found[0].reason, "recovery_action");
+            assert_eq!(found[0].severity, severity, "{action:?}");
+            assert!(found[0].message.contains(words), "{}", found[0].message);
+            assert!(found[0].message.contains(action.label()), "{}", found[0].message);
+        }
+        assert!(findings(Some(RecoveryAction::None)).is_empty());
+        assert!(findings(None).is_empty(), "a driver that does not say is no finding");
+    }
+
+    #[test]
+    fn nvmls_recovery_action_values_map_and_an_unknown_one_is_absent() {
+        use crate::model::RecoveryAction;
+        assert_eq!(RecoveryAction::from_nvml(0), Some(RecoveryAction::None));
+        assert_eq!(RecoveryAction::from_nvml(2), Some(RecoveryAction::NodeReboot));
+        assert_eq!(RecoveryAction::from_nvml(4), Some(RecoveryAction::DrainAndReset));
+        assert_eq!(RecoveryAction::from_nvml(5), None);
+        assert_eq!(RecoveryAction::from_nvml(u64::MAX), None);
     }
 
     #[test]

@@ -656,8 +656,15 @@ mod tests {
         {
             // DCGM has no watch for these: its diagnostics, not its health watches, run
             // workloads; a board swap is not a fault; vGPU licensing is not a watch of DCGM's;
-            // a GPU missing from the bus has no GPU to report for.
-            let none = ["probe_failed", "board_replaced", "vgpu_unlicensed", "gpu_missing"];
+            // a GPU missing from the bus has no GPU to report for; DCGM's health does not read
+            // the driver's recovery action (DCGM #263: a GPU that needs a reset is Healthy).
+            let none = [
+                "probe_failed",
+                "board_replaced",
+                "vgpu_unlicensed",
+                "gpu_missing",
+                "recovery_action",
+            ];
             match rule.dcgm {
                 Some((watch, code)) => {
                     assert!(!none.contains(&rule.reason), "{}", rule.reason);

@@ -318,6 +318,20 @@ pub const FAMILIES: &[Family] = &[
         read: Read::Readings(|r, s| s.flag(r.persistence_mode)),
     },
     Family {
+        name: "gpu_recovery_action",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "What the driver says the GPU needs to recover, one-hot over action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset); absent where the driver does not say.",
+        labels: &["action"],
+        read: Read::Readings(|r, s| {
+            if let Some(current) = r.recovery_action {
+                for action in crate::model::RecoveryAction::ALL {
+                    s.labelled(&[action.label()], super::one_if(action == current));
+                }
+            }
+        }),
+    },
+    Family {
         name: "gpu_vgpu_licensed",
         kind: Kind::Gauge,
         unit: "",

@@ -127,6 +127,47 @@ impl EccScope {
     }
 }
 
+/// What the driver says the GPU needs to recover (NVML's `nvmlDeviceGpuRecoveryAction_t`,
+/// field `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`): after an XID that leaves the GPU unusable,
+/// the driver, not a table of XIDs, knows whether a GPU reset is enough.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecoveryAction {
+    None,
+    GpuReset,
+    NodeReboot,
+    /// Stop the jobs that use peer-to-peer (NVLink) traffic, then it clears by itself.
+    DrainP2p,
+    /// Drain the GPU's jobs, then reset it.
+    DrainAndReset,
+}
+
+impl RecoveryAction {
+    /// Every action, in NVML's order: the series of `gpu_recovery_action`.
+    pub const ALL: [RecoveryAction; 5] = [
+        RecoveryAction::None,
+        RecoveryAction::GpuReset,
+        RecoveryAction::NodeReboot,
+        RecoveryAction::DrainP2p,
+        RecoveryAction::DrainAndReset,
+    ];
+
+    /// NVML's value; `None` for a value this build does not know (a newer driver's).
+    pub fn from_nvml(value: u64) -> Option<RecoveryAction> {
+        RecoveryAction::ALL.get(usize::try_from(value).ok()?).copied()
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            RecoveryAction::None => "none",
+            RecoveryAction::GpuReset => "gpu_reset",
+            RecoveryAction::NodeReboot => "node_reboot",
+            RecoveryAction::DrainP2p => "drain_p2p",
+            RecoveryAction::DrainAndReset => "drain_and_reset",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EccCount {
     #[serde(rename = "type")]
@@ -202,6 +243,9 @@ pub struct DeviceReadings {
     /// In a vGPU guest, whether it holds its licence (an unlicensed vGPU runs degraded once
     /// the grace period ends); `None` where the GPU needs none (bare metal, passthrough).
     pub vgpu_licensed: Option<bool>,
+    /// What the driver says the GPU needs to recover (slow tier); `None` where the driver
+    /// does not report it (before R550) or answers a value this build does not know.
+    pub recovery_action: Option<RecoveryAction>,
     /// The compute processes on the GPU (a CUDA context each); `None` where the driver does
     /// not say.
     pub processes: Option<Vec<GpuProcess>>,

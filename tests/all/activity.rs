@@ -387,3 +387,63 @@ fn framebuffer_free_and_reserved_as_the_driver_counts_them() {
         Some((150754820096u64 - 128849018880) as f64)
     );
 }
+
+/// The driver's recovery action (NVML field 230), read in the slow tier: one-hot per GPU,
+/// absent where the driver does not say, and the `recovery_action` rule over it: a reset
+/// needed degrades, a reboot needed makes the GPU unhealthy; both end when the driver says
+/// none again (after the reset).
+#[test]
+fn the_drivers_recovery_action_is_served_and_judged() {
+    let scenario = edit_device(DEMO_SCENARIO, 0, |dev| {
+        dev.replace("recovery_action: 0", "recovery_action: 2")
+    });
+    let scenario = edit_device(&scenario, 2, |dev| dev.replace("    recovery_action: 0\n", ""));
+    let d = Daemon::start(&scenario);
+    let m = d.scrape_until("GPU 0 needs a reboot", |m| {
+        m.value("gpu_recovery_action", &[("gpu", "0"), ("action", "node_reboot")]) == Some(1.0)
+    });
+    for action in ["none", "gpu_reset", "drain_p2p", "drain_and_reset"] {
+        assert_eq!(
+            m.value("gpu_recovery_action", &[("gpu", "0"), ("action", action)]),
+            Some(0.0),
+            "{action}"
+        );
+    }
+    assert_eq!(
+        m.value("gpu_health", &[("gpu", "0"), ("state", "unhealthy")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value("gpu_health_reason", &[("gpu", "0"), ("reason", "recovery_action")]),
+        Some(1.0)
+    );
+    // The demo's GPU 6 waits for a reset to apply its pending row remap: the driver asks for it.
+    assert_eq!(
+        m.value("gpu_recovery_action", &[("gpu", "6"), ("action", "gpu_reset")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value("gpu_health_reason", &[("gpu", "6"), ("reason", "recovery_action")]),
+        Some(1.0)
+    );
+    assert_eq!(m.value("gpu_health", &[("gpu", "6"), ("state", "degraded")]), Some(1.0));
+    assert_eq!(
+        m.value("gpu_recovery_action", &[("gpu", "1"), ("action", "none")]),
+        Some(1.0)
+    );
+    assert!(
+        m.find("gpu_recovery_action", &[("gpu", "2")]).is_empty(),
+        "a driver that does not say: no series, not a fake none"
+    );
+    // The GPU was reset: the driver says none again, and the finding ends.
+    d.set_scenario(&edit_device(&scenario, 0, |dev| {
+        dev.replace("recovery_action: 2", "recovery_action: 0")
+    }));
+    let m = d.scrape_until("GPU 0 needs nothing", |m| {
+        m.value("gpu_recovery_action", &[("gpu", "0"), ("action", "none")]) == Some(1.0)
+    });
+    assert_eq!(
+        m.value("gpu_health_reason", &[("gpu", "0"), ("reason", "recovery_action")]),
+        None
+    );
+}

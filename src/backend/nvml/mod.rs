@@ -222,7 +222,8 @@ pub struct NvmlDevicePoller {
 
 /// The slow fields read with one `nvmlDeviceGetFieldValues` call, in the order of `FIELDS`.
 /// (Memory temperature has a call of its own, every poll: it costs about 1 us.)
-const FIELDS: [u32; 9] = [
+const FIELDS: [u32; 10] = [
+    NVML_FI_DEV_GET_GPU_RECOVERY_ACTION,
     NVML_FI_DEV_REMAPPED_COR,
     NVML_FI_DEV_REMAPPED_UNC,
     NVML_FI_DEV_REMAPPED_PENDING,
@@ -603,6 +604,7 @@ impl NvmlDevicePoller {
     fn read_field_values(&self, calls: &mut CallErrors, r: &mut DeviceReadings) {
         r.remapped_rows = RemappedRows::default();
         r.clock_event_seconds = Vec::new();
+        r.recovery_action = None;
         let ids: Vec<FieldId> = FIELDS.iter().map(|id| FieldId(*id)).collect();
         let Some(samples) = calls.read("nvmlDeviceGetFieldValues:slow_fields", || {
             self.device.field_values_for(&ids)
@@ -615,6 +617,8 @@ impl NvmlDevicePoller {
             let sample = samples.get(position)?.as_ref().ok()?;
             sample.value.as_ref().ok().map(sample_as_f64)
         };
+        r.recovery_action =
+            value(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION).and_then(|v| crate::model::RecoveryAction::from_nvml(v as u64));
         r.remapped_rows = RemappedRows {
             correctable: value(NVML_FI_DEV_REMAPPED_COR).map(|v| v as u64),
             uncorrectable: value(NVML_FI_DEV_REMAPPED_UNC).map(|v| v as u64),

@@ -394,6 +394,7 @@ fn field_value(scenario: &Scenario, d: &scenario::Device, field_id: u32, scope: 
     let counter = |name: &str| d.clock_event_ns.get(name).copied();
     let (u64_value, u32_value): (Option<u64>, Option<u32>) = match field_id {
         NVML_FI_DEV_MEMORY_TEMP => (None, d.memory_temperature),
+        NVML_FI_DEV_GET_GPU_RECOVERY_ACTION => (None, d.recovery_action),
         NVML_FI_DEV_REMAPPED_COR => (None, d.remapped_rows.as_ref().map(|r| r.correctable)),
         NVML_FI_DEV_REMAPPED_UNC => (None, d.remapped_rows.as_ref().map(|r| r.uncorrectable)),
         NVML_FI_DEV_REMAPPED_PENDING => (None, d.remapped_rows.as_ref().map(|r| r.pending as u32)),

@@ -126,6 +126,10 @@ pub struct Device {
     /// A vGPU guest's licence: true licensed, false not; absent: the GPU needs none (bare
     /// metal, passthrough), as a real H200 answers.
     pub vgpu_licensed: Option<bool>,
+    /// The driver's recovery action (field `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`): 0 none,
+    /// 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset; absent: NOT_SUPPORTED
+    /// (a driver before R550).
+    pub recovery_action: Option<u32>,
     /// What the simulated CUDA driver (tests/sim-cuda) makes this GPU measure in the probe;
     /// without it, CUDA does not see the GPU.
     #[serde(default)]
