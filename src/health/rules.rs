@@ -850,11 +850,11 @@ mod tests {
     #[test]
     fn nvmls_recovery_action_values_map_and_an_unknown_one_is_absent() {
         use crate::model::RecoveryAction;
-        assert_eq!(RecoveryAction::from_nvml(0), Some(RecoveryAction::None));
-        assert_eq!(RecoveryAction::from_nvml(2), Some(RecoveryAction::NodeReboot));
-        assert_eq!(RecoveryAction::from_nvml(4), Some(RecoveryAction::DrainAndReset));
-        assert_eq!(RecoveryAction::from_nvml(5), None);
-        assert_eq!(RecoveryAction::from_nvml(u64::MAX), None);
+        assert_eq!(RecoveryAction::from_code(0), Some(RecoveryAction::None));
+        assert_eq!(RecoveryAction::from_code(2), Some(RecoveryAction::NodeReboot));
+        assert_eq!(RecoveryAction::from_code(4), Some(RecoveryAction::DrainAndReset));
+        assert_eq!(RecoveryAction::from_code(5), None);
+        assert_eq!(RecoveryAction::from_code(u64::MAX), None);
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub enum Kind {
     Ecc,
     /// Row remapping: pending, failed, or the remapped rows changed.
     RowRemap,
+    /// The driver's recovery action changed (none, GPU reset, node reboot, drain...).
+    RecoveryAction,
     /// NVLink errors grew, or links went down or came back.
     Nvlink,
     /// The PCIe replay counter as read at a GPU's first sight and at each start.
@@ -45,13 +47,14 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 17] = [
+    pub const ALL: [Kind; 18] = [
         Kind::Xid,
         Kind::XidStorm,
         Kind::Health,
         Kind::Probe,
         Kind::Ecc,
         Kind::RowRemap,
+        Kind::RecoveryAction,
         Kind::Nvlink,
         Kind::Pcie,
         Kind::Slowdown,
@@ -73,6 +76,7 @@ impl Kind {
             Kind::Probe => "probe",
             Kind::Ecc => "ecc",
             Kind::RowRemap => "row_remap",
+            Kind::RecoveryAction => "recovery_action",
             Kind::Nvlink => "nvlink",
             Kind::Pcie => "pcie",
             Kind::Slowdown => "slowdown",

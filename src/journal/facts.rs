@@ -47,6 +47,9 @@ pub struct GpuFacts {
     pub remap_pending: Option<bool>,
     pub remap_failed: Option<bool>,
     pub remapped_rows: Option<u64>,
+    /// The driver's recovery action as last read (`none`, `gpu_reset`, ...).
+    #[serde(default)]
+    pub recovery_action: Option<String>,
     pub nvlink_errors: Option<u64>,
     pub nvlinks_down: Option<Vec<u32>>,
     /// The PCIe replay counter, as last read: recorded at first sight and at each start,
@@ -133,6 +136,10 @@ pub fn facts_of(device: &DeviceSnapshot, snapshot: &Snapshot, last: Option<&GpuF
         f.pcie_replays = r.pcie.replay_errors.or(f.pcie_replays);
         f.remap_pending = r.remapped_rows.pending.or(f.remap_pending);
         f.remap_failed = r.remapped_rows.failed.or(f.remap_failed);
+        f.recovery_action = r
+            .recovery_action
+            .map(|a| a.label().to_string())
+            .or(f.recovery_action.take());
         if let (Some(c), Some(u)) = (r.remapped_rows.correctable, r.remapped_rows.uncorrectable) {
             f.remapped_rows = Some(c + u);
         }
@@ -222,6 +229,16 @@ pub fn changes(old: Option<&GpuFacts>, new: &mut GpuFacts, probe: Option<&ProbeR
                    "remapped_rows_before": old.remapped_rows}),
         ));
     }
+    if old.recovery_action != new.recovery_action
+        && let Some(action) = &new.recovery_action
+    {
+        let before = old.recovery_action.as_deref().unwrap_or("unknown");
+        out.push(event(
+            Kind::RecoveryAction,
+            format!("the driver's recovery action {before} -> {action}"),
+            json!({"before": old.recovery_action, "action": action}),
+        ));
+    }
     if let Some(e) = nvlink_change(old, new, now, &gpu) {
         out.push(e);
     }
@@ -258,6 +275,14 @@ pub fn first_readings(f: &GpuFacts, now: f64, when: &str) -> Vec<Event> {
             ),
             json!({"pending": f.remap_pending, "failed": f.remap_failed, "remapped_rows": f.remapped_rows,
                    "reading": when}),
+        ));
+    }
+    // Only one that asks for something: "none" at every start would be noise.
+    if let Some(action) = f.recovery_action.as_deref().filter(|a| *a != "none") {
+        out.push(event(
+            Kind::RecoveryAction,
+            format!("the driver's recovery action {when}: {action}"),
+            json!({"action": action, "reading": when}),
         ));
     }
     if let Some(n) = f.nvlink_errors {

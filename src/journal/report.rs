@@ -52,7 +52,8 @@ pub struct Report {
     /// The PCIe replay counter at first sight and at each start.
     pub pcie: Vec<Row>,
     pub health: Vec<Row>,
-    /// Lost and back, board swaps, inventory changes, persistence mode.
+    /// Lost and back, board swaps, inventory changes, persistence mode, the driver's
+    /// recovery action.
     pub other: Vec<Row>,
     pub guidance: Vec<Guidance>,
 }
@@ -101,7 +102,15 @@ pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64) -> rusqlite::Result<Re
         nvlink: of(&["nvlink"]),
         pcie: of(&["pcie"]),
         health: of(&["health"]),
-        other: of(&["lost", "back", "board_swap", "clear", "inventory", "persistence"]),
+        other: of(&[
+            "lost",
+            "back",
+            "board_swap",
+            "clear",
+            "inventory",
+            "persistence",
+            "recovery_action",
+        ]),
         guidance,
     })
 }

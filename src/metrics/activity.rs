@@ -3,7 +3,7 @@
 //! often, not every poll), and the bytes per second over PCIe and NVLink. Absent until the
 //! second GPM sample after start, and where the GPU has no GPM.
 
-use super::{Family, Kind, Read};
+use super::{Family, Kind, Read, dcgm_compat, twin};
 use crate::model::DeviceReadings;
 use crate::model::activity::Activity;
 
@@ -18,6 +18,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Fraction of the last poll.gpm_interval in which the graphics or compute engine was active (GPM; dcgm's GR_ENGINE_ACTIVE).",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.opt(activity(r).and_then(|a| a.graphics_active))),
     },
     Family {
@@ -26,6 +27,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Fraction of the last poll.gpm_interval in which an SM had at least one warp assigned, averaged over all SMs (GPM; dcgm's SM_ACTIVE).",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.opt(activity(r).and_then(|a| a.sm_active))),
     },
     Family {
@@ -34,6 +36,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Resident warps as a fraction of the most an SM can hold, averaged over the SMs and the last poll.gpm_interval (GPM; dcgm's SM_OCCUPANCY).",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.opt(activity(r).and_then(|a| a.sm_occupancy))),
     },
     Family {
@@ -42,6 +45,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Fraction of the last poll.gpm_interval in which any tensor pipe was active (GPM; dcgm's PIPE_TENSOR_ACTIVE).",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.opt(activity(r).and_then(|a| a.tensor_active))),
     },
     Family {
@@ -50,6 +54,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Device memory bandwidth used over the last poll.gpm_interval, as a fraction of the peak (GPM; dcgm's DRAM_ACTIVE).",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.opt(activity(r).and_then(|a| a.dram_active))),
     },
     Family {
@@ -58,6 +63,23 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Fraction of the last poll.gpm_interval in which a pipe was active, by pipe: fp64, fp32, fp16, integer, and the tensor pipes hmma, imma, dfma (GPM).",
         labels: &["pipe"],
+        dcgm: &[
+            twin!(
+                "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
+                "Ratio of cycles the fp64 pipes are active.",
+                |r| dcgm_compat::pipe(r, "fp64")
+            ),
+            twin!(
+                "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+                "Ratio of cycles the fp32 pipes are active.",
+                |r| dcgm_compat::pipe(r, "fp32")
+            ),
+            twin!(
+                "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
+                "Ratio of cycles the fp16 pipes are active.",
+                |r| dcgm_compat::pipe(r, "fp16")
+            ),
+        ],
         read: Read::Readings(|r, s| {
             for (pipe, ratio) in activity(r).map(|a| a.pipes.as_slice()).unwrap_or_default() {
                 s.labelled(&[pipe], *ratio);
@@ -70,6 +92,20 @@ pub const FAMILIES: &[Family] = &[
         unit: "bytes",
         help: "PCIe traffic over the last poll.gpm_interval, by direction (tx: from the GPU, rx: to it) (GPM).",
         labels: &["direction"],
+        dcgm: &[
+            twin!(counter "DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "PCIe transmit throughput (in KB/s), from GPM's 30 s average (dcgm-exporter's NVML sample is 20 ms).", |r| Some(dcgm_compat::rate(&r.activity.as_ref()?.pcie_bytes_per_second, "tx")? / 1024.0)),
+            twin!(counter "DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "PCIe receive throughput (in KB/s), from GPM's 30 s average (dcgm-exporter's NVML sample is 20 ms).", |r| Some(dcgm_compat::rate(&r.activity.as_ref()?.pcie_bytes_per_second, "rx")? / 1024.0)),
+            twin!(
+                "DCGM_FI_PROF_PCIE_TX_BYTES",
+                "The rate of data transmitted over the PCIe bus, including both protocol headers and data payloads, in bytes per second.",
+                |r| dcgm_compat::rate(&r.activity.as_ref()?.pcie_bytes_per_second, "tx")
+            ),
+            twin!(
+                "DCGM_FI_PROF_PCIE_RX_BYTES",
+                "The rate of data received over the PCIe bus, including both protocol headers and data payloads, in bytes per second.",
+                |r| dcgm_compat::rate(&r.activity.as_ref()?.pcie_bytes_per_second, "rx")
+            ),
+        ],
         read: Read::Readings(|r, s| {
             for (direction, rate) in activity(r)
                 .map(|a| a.pcie_bytes_per_second.as_slice())
@@ -85,6 +121,23 @@ pub const FAMILIES: &[Family] = &[
         unit: "bytes",
         help: "NVLink traffic over all links in the last poll.gpm_interval, by direction (tx, rx) (GPM).",
         labels: &["direction"],
+        dcgm: &[
+            twin!(counter "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "NVLink bandwidth over all links, transmitted and received (in MB/s), from GPM's 30 s average.", |r| {
+                r.nvlinks.as_ref().filter(|l| l.board_links > 0)?;
+                let nvlink = &r.activity.as_ref()?.nvlink_bytes_per_second;
+                Some((dcgm_compat::rate(nvlink, "tx")? + dcgm_compat::rate(nvlink, "rx")?) / 1e6)
+            }),
+            twin!(
+                "DCGM_FI_PROF_NVLINK_TX_BYTES",
+                "The rate of data transmitted over NVLink, not including protocol headers, in bytes per second.",
+                |r| dcgm_compat::rate(&r.activity.as_ref()?.nvlink_bytes_per_second, "tx")
+            ),
+            twin!(
+                "DCGM_FI_PROF_NVLINK_RX_BYTES",
+                "The rate of data received over NVLink, not including protocol headers, in bytes per second.",
+                |r| dcgm_compat::rate(&r.activity.as_ref()?.nvlink_bytes_per_second, "rx")
+            ),
+        ],
         read: Read::Readings(|r, s| {
             for (direction, rate) in activity(r)
                 .map(|a| a.nvlink_bytes_per_second.as_slice())

@@ -3,6 +3,12 @@
 //! Grafana dashboard 12239 and alert rules written for dcgm-exporter work unchanged.
 //! docs/metrics.md has the mapping, and what has no equivalent.
 //!
+//! A name that is one value per GPU of a native row is that row's `dcgm` column
+//! ([`super::DcgmTwin`], in device.rs and activity.rs): the reading and its dcgm-exporter name
+//! are written once, side by side. This file holds the rest (names that split per GPU
+//! instance under MIG, the XID and clock-event windows, P2P, health) and the labels and
+//! helpers the twins use.
+//!
 //! dcgm-exporter declares some of these as counters but names them without `_total`; they are
 //! `counter` in the text format as it serves them, and `unknown` in OpenMetrics, which has no
 //! counter without `_total` (`Kind::CounterAsNamed`): the names are exactly its names either
@@ -14,10 +20,10 @@
 use super::{Family, Kind, Read, Samples};
 use crate::model::activity::Activity;
 use crate::model::mig::MigDevice;
-use crate::model::{DeviceReadings, DeviceSnapshot, EccScope, EccType, Snapshot, Vendor};
+use crate::model::{DeviceReadings, DeviceSnapshot, Snapshot, Vendor};
 
 /// dcgm-exporter's labels, in order.
-const LABELS: &[&str] = &BASE_LABELS;
+pub(super) const LABELS: &[&str] = &BASE_LABELS;
 const BASE_LABELS: [&str; 12] = [
     "gpu",
     "UUID",
@@ -49,8 +55,6 @@ const fn with_own<const M: usize, const N: usize>(own: [&'static str; M]) -> [&'
     }
     out
 }
-
-type Value = fn(&DeviceReadings, &Snapshot, &DeviceSnapshot) -> Option<f64>;
 
 /// The NVIDIA GPUs that answered their last poll, with their readings.
 fn answering(snapshot: &Snapshot) -> impl Iterator<Item = (&DeviceSnapshot, &DeviceReadings)> {
@@ -128,9 +132,9 @@ fn sample_with(
 }
 
 /// One sample per NVIDIA GPU that answered.
-fn per_gpu(snapshot: &Snapshot, s: &mut Samples, value: Value) {
+pub(super) fn per_gpu(snapshot: &Snapshot, s: &mut Samples, value: super::TwinValue) {
     for (d, r) in answering(snapshot) {
-        if let Some(v) = value(r, snapshot, d) {
+        if let Some(v) = value(r) {
             sample(snapshot, s, d, None, v);
         }
     }
@@ -189,7 +193,7 @@ fn memory_per_gpu_or_instance(
 
 /// NVML's clock-event bit mask of the reasons active now, rebuilt from the decoded reasons;
 /// absent when the driver gave none.
-fn clock_event_mask(r: &DeviceReadings) -> Option<f64> {
+pub(super) fn clock_event_mask(r: &DeviceReadings) -> Option<f64> {
     if r.clock_events.is_empty() {
         return None;
     }
@@ -209,7 +213,7 @@ fn nvml_bus_id(bus: &str) -> String {
     }
 }
 
-const MIB: f64 = 1024.0 * 1024.0;
+pub(super) const MIB: f64 = 1024.0 * 1024.0;
 
 macro_rules! dcgm_prof {
     ($name:literal, $help:literal, $value:expr) => {
@@ -219,98 +223,20 @@ macro_rules! dcgm_prof {
             unit: "",
             help: $help,
             labels: LABELS,
+            dcgm: &[],
             read: Read::Node(|snapshot, s| activity_per_gpu_or_instance(snapshot, s, $value)),
         }
     };
 }
 
-/// A counter dcgm-exporter names without `_total`.
-macro_rules! dcgm_counter {
-    ($name:literal, $help:literal, $value:expr) => {
-        Family {
-            name: $name,
-            kind: Kind::CounterAsNamed,
-            unit: "",
-            help: $help,
-            labels: LABELS,
-            read: Read::Node(|snapshot, s| per_gpu(snapshot, s, $value)),
-        }
-    };
-}
-
-macro_rules! dcgm {
-    ($name:literal, $help:literal, $value:expr) => {
-        Family {
-            name: $name,
-            kind: Kind::Gauge,
-            unit: "",
-            help: $help,
-            labels: LABELS,
-            read: Read::Node(|snapshot, s| per_gpu(snapshot, s, $value)),
-        }
-    };
-}
-
 pub const FAMILIES: &[Family] = &[
-    dcgm!("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", |r, _, _| r
-        .clock("sm")
-        .map(|hz| hz / 1e6)),
-    dcgm!(
-        "DCGM_FI_DEV_MEM_CLOCK",
-        "Memory clock frequency (in MHz).",
-        |r, _, _| r.clock("memory").map(|hz| hz / 1e6)
-    ),
-    dcgm!("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", |r, _, _| r
-        .temperature("gpu")),
-    dcgm!("DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", |r, _, _| r
-        .temperature("memory")),
-    dcgm!("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", |r, _, _| r.power_watts),
-    dcgm!(
-        "DCGM_FI_DEV_POWER_MGMT_LIMIT",
-        "Enforced power limit (in W).",
-        |r, _, _| r.power_limit_watts
-    ),
-    dcgm_counter!(
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        "Total energy consumption since boot (in mJ).",
-        |r, _, _| r.energy_joules.map(|j| (j * 1000.0).round())
-    ),
-    dcgm_counter!(
-        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-        "Total number of PCIe retries.",
-        |r, _, _| r.pcie.replay_errors.map(|n| n as f64)
-    ),
-    dcgm!("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", |r, _, _| r
-        .utilization_ratio
-        .map(|u| u * 100.0)),
-    dcgm!("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", |r, _, _| r
-        .memory_copy_utilization_ratio
-        .map(|u| u * 100.0)),
-    dcgm!("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", |r, _, _| r
-        .encoder_utilization_ratio
-        .map(|u| u * 100.0)),
-    dcgm!("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", |r, _, _| r
-        .decoder_utilization_ratio
-        .map(|u| u * 100.0)),
-    dcgm!(
-        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
-        "Current clock event reasons (bit mask of nvmlClocksEventReason*).",
-        |r, _, _| clock_event_mask(r)
-    ),
-    dcgm!(
-        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
-        "Current clock throttle reasons (the same bit mask, under DCGM's name before 3.2).",
-        |r, _, _| clock_event_mask(r)
-    ),
-    dcgm!("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "vGPU License status.", |r, _, _| r
-        .vgpu_licensed
-        .map(super::one_if)),
     Family {
         name: "DCGM_FI_DEV_XID_ERRORS",
         kind: Kind::Gauge,
         unit: "",
         help: "Value of the last XID error encountered; 0 with err_msg \"No Error\" before the first.",
         labels: XID_LABELS,
+        dcgm: &[],
         read: Read::Node(last_xid),
     },
     Family {
@@ -319,6 +245,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Framebuffer memory free (in MiB).",
         labels: LABELS,
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             memory_per_gpu_or_instance(
                 snapshot,
@@ -334,50 +261,11 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Framebuffer memory used (in MiB).",
         labels: LABELS,
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             memory_per_gpu_or_instance(snapshot, s, |r| r.memory_used_bytes, |i| i.memory_used_bytes)
         }),
     },
-    dcgm!(
-        "DCGM_FI_DEV_FB_RESERVED",
-        "Framebuffer memory reserved (in MiB).",
-        |r, _, _| r.memory_reserved_bytes.map(|b| b as f64 / MIB)
-    ),
-    dcgm_counter!(
-        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-        "Total number of single-bit volatile ECC errors.",
-        |r, _, _| r.ecc_count(EccType::Corrected, EccScope::Volatile).map(|n| n as f64)
-    ),
-    dcgm_counter!(
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-        "Total number of double-bit volatile ECC errors.",
-        |r, _, _| r.ecc_count(EccType::Uncorrected, EccScope::Volatile).map(|n| n as f64)
-    ),
-    dcgm_counter!(
-        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
-        "Total number of single-bit persistent ECC errors.",
-        |r, _, _| r.ecc_count(EccType::Corrected, EccScope::Aggregate).map(|n| n as f64)
-    ),
-    dcgm_counter!(
-        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
-        "Total number of double-bit persistent ECC errors.",
-        |r, _, _| r.ecc_count(EccType::Uncorrected, EccScope::Aggregate).map(|n| n as f64)
-    ),
-    dcgm_counter!(
-        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-        "Number of remapped rows for correctable errors.",
-        |r, _, _| r.remapped_rows.correctable.map(|n| n as f64)
-    ),
-    dcgm_counter!(
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-        "Number of remapped rows for uncorrectable errors.",
-        |r, _, _| r.remapped_rows.uncorrectable.map(|n| n as f64)
-    ),
-    dcgm!(
-        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-        "Whether remapping of rows has failed.",
-        |r, _, _| r.remapped_rows.failed.map(|f| f as u8 as f64)
-    ),
     dcgm_prof!(
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         "Ratio of time the graphics engine is active.",
@@ -403,46 +291,13 @@ pub const FAMILIES: &[Family] = &[
         "Ratio of cycles the device memory interface is active sending or receiving data.",
         |a| a.dram_active
     ),
-    dcgm!(
-        "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
-        "Ratio of cycles the fp64 pipes are active.",
-        |r, _, _| pipe(r, "fp64")
-    ),
-    dcgm!(
-        "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
-        "Ratio of cycles the fp32 pipes are active.",
-        |r, _, _| pipe(r, "fp32")
-    ),
-    dcgm!(
-        "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
-        "Ratio of cycles the fp16 pipes are active.",
-        |r, _, _| pipe(r, "fp16")
-    ),
-    dcgm_counter!(
-        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
-        "PCIe transmit throughput (in KB/s), from GPM's 30 s average (dcgm-exporter's NVML sample is 20 ms).",
-        |r, _, _| Some(rate(&r.activity.as_ref()?.pcie_bytes_per_second, "tx")? / 1024.0)
-    ),
-    dcgm_counter!(
-        "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
-        "PCIe receive throughput (in KB/s), from GPM's 30 s average (dcgm-exporter's NVML sample is 20 ms).",
-        |r, _, _| Some(rate(&r.activity.as_ref()?.pcie_bytes_per_second, "rx")? / 1024.0)
-    ),
-    dcgm_counter!(
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        "NVLink bandwidth over all links, transmitted and received (in MB/s), from GPM's 30 s average.",
-        |r, _, _| {
-            r.nvlinks.as_ref().filter(|l| l.board_links > 0)?;
-            let nvlink = &r.activity.as_ref()?.nvlink_bytes_per_second;
-            Some((rate(nvlink, "tx")? + rate(nvlink, "rx")?) / 1e6)
-        }
-    ),
     Family {
         name: "DCGM_EXP_P2P_STATUS",
         kind: Kind::Gauge,
         unit: "",
         help: "Current NVLink P2P status per peer link (NVML's nvmlGpuP2PStatus_t: 0 OK).",
         labels: P2P_LABELS,
+        dcgm: &[],
         read: Read::Node(p2p_status),
     },
     Family {
@@ -451,6 +306,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "XID errors by code on the GPU since boot (gpuwarden_xid: each event once, kept across restarts by the journal).",
         labels: XID_TOTAL_LABELS,
+        dcgm: &[],
         read: Read::Node(xid_totals),
     },
     Family {
@@ -459,6 +315,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "XID errors by code on the GPU within the last window_size_in_ms (5 minutes).",
         labels: XID_COUNT_LABELS,
+        dcgm: &[],
         read: Read::Node(xid_recent),
     },
     Family {
@@ -467,6 +324,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Times each clock-event reason became active since gpuwarden started, poll to poll (edge-counted).",
         labels: CLOCK_EVENT_LABELS,
+        dcgm: &[],
         read: Read::Node(|snapshot, s| clock_event_starts(snapshot, s, false)),
     },
     Family {
@@ -475,6 +333,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Times each clock-event reason became active within the last window_size_in_ms (5 minutes).",
         labels: CLOCK_EVENT_COUNT_LABELS,
+        dcgm: &[],
         read: Read::Node(|snapshot, s| clock_event_starts(snapshot, s, true)),
     },
     Family {
@@ -483,28 +342,9 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Health per watch as DCGM reports it: 0 pass, 10 warn (degraded), 20 fail (unhealthy), from gpuwarden's findings; only the watches gpuwarden judges.",
         labels: HEALTH_LABELS,
+        dcgm: &[],
         read: Read::Node(health_status),
     },
-    dcgm!(
-        "DCGM_FI_PROF_PCIE_TX_BYTES",
-        "The rate of data transmitted over the PCIe bus, including both protocol headers and data payloads, in bytes per second.",
-        |r, _, _| rate(&r.activity.as_ref()?.pcie_bytes_per_second, "tx")
-    ),
-    dcgm!(
-        "DCGM_FI_PROF_PCIE_RX_BYTES",
-        "The rate of data received over the PCIe bus, including both protocol headers and data payloads, in bytes per second.",
-        |r, _, _| rate(&r.activity.as_ref()?.pcie_bytes_per_second, "rx")
-    ),
-    dcgm!(
-        "DCGM_FI_PROF_NVLINK_TX_BYTES",
-        "The rate of data transmitted over NVLink, not including protocol headers, in bytes per second.",
-        |r, _, _| rate(&r.activity.as_ref()?.nvlink_bytes_per_second, "tx")
-    ),
-    dcgm!(
-        "DCGM_FI_PROF_NVLINK_RX_BYTES",
-        "The rate of data received over NVLink, not including protocol headers, in bytes per second.",
-        |r, _, _| rate(&r.activity.as_ref()?.nvlink_bytes_per_second, "rx")
-    ),
 ];
 
 /// `DCGM_FI_DEV_XID_ERRORS`: the code of the XID seen last on each NVIDIA GPU that answered,
@@ -628,7 +468,7 @@ fn health_status(snapshot: &Snapshot, s: &mut Samples) {
     }
 }
 
-fn pipe(r: &DeviceReadings, name: &str) -> Option<f64> {
+pub(super) fn pipe(r: &DeviceReadings, name: &str) -> Option<f64> {
     r.activity
         .as_ref()?
         .pipes
@@ -637,7 +477,7 @@ fn pipe(r: &DeviceReadings, name: &str) -> Option<f64> {
         .map(|(_, v)| *v)
 }
 
-fn rate(pairs: &[(&'static str, f64)], direction: &str) -> Option<f64> {
+pub(super) fn rate(pairs: &[(&'static str, f64)], direction: &str) -> Option<f64> {
     pairs.iter().find(|(d, _)| *d == direction).map(|(_, v)| *v)
 }
 

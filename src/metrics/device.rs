@@ -1,7 +1,7 @@
 //! Device families: each GPU's identity, whether it answered, its health verdict, and what
 //! a poll reads from it. Readings a GPU does not support add no sample.
 
-use super::{Family, Kind, Read};
+use super::{Family, Kind, Read, dcgm_compat, twin};
 use crate::health::HealthState;
 use crate::model::unix_seconds;
 
@@ -12,6 +12,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "GPU identity; always 1. Join on uuid for the name, PCI bus id, driver and serial.",
         labels: &["name", "pci_bus_id", "driver_version", "serial"],
+        dcgm: &[],
         read: Read::Device(|_, d, s| {
             let id = &d.identity;
             s.labelled(
@@ -31,6 +32,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "1 when the last poll reached the GPU within poll.timeout, 0 when it did not or the GPU is lost.",
         labels: &[],
+        dcgm: &[],
         read: Read::Device(|_, d, s| s.flag(Some(d.up))),
     },
     Family {
@@ -39,6 +41,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "seconds",
         help: "Unix time of the last poll that reached the GPU.",
         labels: &[],
+        dcgm: &[],
         read: Read::Device(|_, d, s| s.opt(d.last_good_poll.map(unix_seconds))),
     },
     Family {
@@ -47,6 +50,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Health verdict, one-hot over state (ok, degraded, unhealthy); see docs/health.md.",
         labels: &["state"],
+        dcgm: &[],
         read: Read::Device(|_, d, s| {
             for state in HealthState::ALL {
                 s.labelled(&[state.label()], super::one_if(state == d.health.state));
@@ -59,6 +63,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "1 for each finding behind a degraded or unhealthy verdict, and for each notice (board_replaced) that leaves it ok.",
         labels: &["reason"],
+        dcgm: &[],
         read: Read::Device(|_, d, s| {
             for finding in &d.health.findings {
                 s.labelled(&[finding.reason], 1.0);
@@ -71,6 +76,12 @@ pub const FAMILIES: &[Family] = &[
         unit: "celsius",
         help: "Temperature by sensor: gpu and memory on NVIDIA; edge, junction and hbm on AMD.",
         labels: &["sensor"],
+        dcgm: &[
+            twin!("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", |r| r
+                .temperature("gpu")),
+            twin!("DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", |r| r
+                .temperature("memory")),
+        ],
         read: Read::Readings(|r, s| {
             for (sensor, t) in &r.temperatures {
                 s.labelled(&[sensor], *t);
@@ -83,6 +94,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "celsius",
         help: "Temperature thresholds: slowdown, shutdown, gpu_max, memory_max.",
         labels: &["threshold"],
+        dcgm: &[],
         read: Read::Readings(|r, s| {
             for (threshold, t) in &r.temperature_thresholds {
                 s.labelled(&[threshold], *t);
@@ -95,6 +107,18 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "1 while a clock-event (throttle) reason holds the clocks down; one series per reason the GPU supports.",
         labels: &["reason"],
+        dcgm: &[
+            twin!(
+                "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+                "Current clock event reasons (bit mask of nvmlClocksEventReason*).",
+                |r| dcgm_compat::clock_event_mask(r)
+            ),
+            twin!(
+                "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+                "Current clock throttle reasons (the same bit mask, under DCGM's name before 3.2).",
+                |r| dcgm_compat::clock_event_mask(r)
+            ),
+        ],
         read: Read::Readings(|r, s| {
             for e in &r.clock_events {
                 s.labelled(&[e.reason], super::one_if(e.active));
@@ -107,6 +131,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "seconds",
         help: "Cumulative time the clocks were held down by each reason, from the driver's own counters.",
         labels: &["reason"],
+        dcgm: &[],
         read: Read::Readings(|r, s| {
             for (reason, seconds) in &r.clock_event_seconds {
                 s.labelled(&[reason], *seconds);
@@ -119,6 +144,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "watts",
         help: "Power draw.",
         labels: &[],
+        dcgm: &[twin!("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", |r| r.power_watts)],
         read: Read::Readings(|r, s| s.opt(r.power_watts)),
     },
     Family {
@@ -127,6 +153,11 @@ pub const FAMILIES: &[Family] = &[
         unit: "watts",
         help: "Enforced power limit.",
         labels: &[],
+        dcgm: &[twin!(
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT",
+            "Enforced power limit (in W).",
+            |r| r.power_limit_watts
+        )],
         read: Read::Readings(|r, s| s.opt(r.power_limit_watts)),
     },
     Family {
@@ -135,6 +166,9 @@ pub const FAMILIES: &[Family] = &[
         unit: "joules",
         help: "Energy used since the driver loaded.",
         labels: &[],
+        dcgm: &[
+            twin!(counter "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).", |r| r.energy_joules.map(|j| (j * 1000.0).round())),
+        ],
         read: Read::Readings(|r, s| s.opt(r.energy_joules)),
     },
     Family {
@@ -143,6 +177,14 @@ pub const FAMILIES: &[Family] = &[
         unit: "hertz",
         help: "Current clock by domain (sm, memory, graphics).",
         labels: &["clock"],
+        dcgm: &[
+            twin!("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", |r| r
+                .clock("sm")
+                .map(|hz| hz / 1e6)),
+            twin!("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", |r| r
+                .clock("memory")
+                .map(|hz| hz / 1e6)),
+        ],
         read: Read::Readings(|r, s| {
             for (clock, hz) in &r.clocks_hertz {
                 s.labelled(&[clock], *hz);
@@ -155,6 +197,9 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Fraction of the last sample period in which a kernel ran.",
         labels: &[],
+        dcgm: &[twin!("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", |r| r
+            .utilization_ratio
+            .map(|u| u * 100.0))],
         read: Read::Readings(|r, s| s.opt(r.utilization_ratio)),
     },
     Family {
@@ -163,6 +208,9 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Fraction of the last sample period in which device memory was read or written.",
         labels: &[],
+        dcgm: &[twin!("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", |r| r
+            .memory_copy_utilization_ratio
+            .map(|u| u * 100.0))],
         read: Read::Readings(|r, s| s.opt(r.memory_copy_utilization_ratio)),
     },
     Family {
@@ -171,6 +219,9 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Fraction of the last sample period the video encoder (NVENC) was busy; absent where the driver does not report it.",
         labels: &[],
+        dcgm: &[twin!("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", |r| r
+            .encoder_utilization_ratio
+            .map(|u| u * 100.0))],
         read: Read::Readings(|r, s| s.opt(r.encoder_utilization_ratio)),
     },
     Family {
@@ -179,6 +230,9 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Fraction of the last sample period the video decoder (NVDEC) was busy.",
         labels: &[],
+        dcgm: &[twin!("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", |r| r
+            .decoder_utilization_ratio
+            .map(|u| u * 100.0))],
         read: Read::Readings(|r, s| s.opt(r.decoder_utilization_ratio)),
     },
     Family {
@@ -187,6 +241,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "bytes",
         help: "Device memory in use.",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.count(r.memory_used_bytes)),
     },
     Family {
@@ -195,6 +250,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "bytes",
         help: "Device memory in all.",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.count(r.memory_total_bytes)),
     },
     Family {
@@ -203,6 +259,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "bytes",
         help: "Device memory free, as the driver counts it (total minus used minus reserved).",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.count(r.memory_free_bytes)),
     },
     Family {
@@ -211,6 +268,11 @@ pub const FAMILIES: &[Family] = &[
         unit: "bytes",
         help: "Device memory the driver reserves for itself.",
         labels: &[],
+        dcgm: &[twin!(
+            "DCGM_FI_DEV_FB_RESERVED",
+            "Framebuffer memory reserved (in MiB).",
+            |r| r.memory_reserved_bytes.map(|b| b as f64 / dcgm_compat::MIB)
+        )],
         read: Read::Readings(|r, s| s.count(r.memory_reserved_bytes)),
     },
     Family {
@@ -219,6 +281,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Current PCIe link generation (idle GPUs lower it to save power).",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.opt(r.pcie.generation.map(f64::from))),
     },
     Family {
@@ -227,6 +290,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Highest PCIe link generation the GPU supports.",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.opt(r.pcie.generation_max.map(f64::from))),
     },
     Family {
@@ -235,6 +299,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "lanes",
         help: "Current PCIe link width.",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.opt(r.pcie.width.map(f64::from))),
     },
     Family {
@@ -243,6 +308,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "lanes",
         help: "Widest PCIe link the GPU supports.",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.opt(r.pcie.width_max.map(f64::from))),
     },
     Family {
@@ -251,6 +317,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "1 when the PCIe link is narrower than the GPU supports.",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.flag(r.pcie.width_degraded())),
     },
     Family {
@@ -259,6 +326,9 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "PCIe replays (retransmitted packets) since the driver loaded.",
         labels: &[],
+        dcgm: &[
+            twin!(counter "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "Total number of PCIe retries.", |r| r.pcie.replay_errors.map(|n| n as f64)),
+        ],
         read: Read::Readings(|r, s| s.count(r.pcie.replay_errors)),
     },
     Family {
@@ -267,6 +337,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "1 when ECC is enabled.",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.flag(r.ecc_enabled)),
     },
     Family {
@@ -275,6 +346,12 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "ECC errors by type (corrected, uncorrected) and scope (volatile: since the driver loaded; aggregate: lifetime).",
         labels: &["type", "scope"],
+        dcgm: &[
+            twin!(counter "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.", |r| r.ecc_count(crate::model::EccType::Corrected, crate::model::EccScope::Volatile).map(|n| n as f64)),
+            twin!(counter "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.", |r| r.ecc_count(crate::model::EccType::Uncorrected, crate::model::EccScope::Volatile).map(|n| n as f64)),
+            twin!(counter "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "Total number of single-bit persistent ECC errors.", |r| r.ecc_count(crate::model::EccType::Corrected, crate::model::EccScope::Aggregate).map(|n| n as f64)),
+            twin!(counter "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "Total number of double-bit persistent ECC errors.", |r| r.ecc_count(crate::model::EccType::Uncorrected, crate::model::EccScope::Aggregate).map(|n| n as f64)),
+        ],
         read: Read::Readings(|r, s| {
             for e in &r.ecc_errors {
                 s.labelled(&[e.error_type.label(), e.scope.label()], e.count as f64);
@@ -287,6 +364,10 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Memory rows remapped, by cause (correctable, uncorrectable).",
         labels: &["cause"],
+        dcgm: &[
+            twin!(counter "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for correctable errors.", |r| r.remapped_rows.correctable.map(|n| n as f64)),
+            twin!(counter "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for uncorrectable errors.", |r| r.remapped_rows.uncorrectable.map(|n| n as f64)),
+        ],
         read: Read::Readings(|r, s| {
             let rows = &r.remapped_rows;
             s.labelled_opt(&["correctable"], rows.correctable.map(|n| n as f64));
@@ -299,6 +380,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "1 when a row remap waits for a GPU reset.",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.flag(r.remapped_rows.pending)),
     },
     Family {
@@ -307,6 +389,11 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "1 when a row remap failed: the GPU is out of spare rows.",
         labels: &[],
+        dcgm: &[twin!(
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+            "Whether remapping of rows has failed.",
+            |r| r.remapped_rows.failed.map(|f| f as u8 as f64)
+        )],
         read: Read::Readings(|r, s| s.flag(r.remapped_rows.failed)),
     },
     Family {
@@ -315,6 +402,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "1 when persistence mode is on.",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.flag(r.persistence_mode)),
     },
     Family {
@@ -323,6 +411,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "What the driver says the GPU needs to recover, one-hot over action (none, gpu_reset, node_reboot, drain_p2p, drain_and_reset); absent where the driver does not say.",
         labels: &["action"],
+        dcgm: &[],
         read: Read::Readings(|r, s| {
             if let Some(current) = r.recovery_action {
                 for action in crate::model::RecoveryAction::ALL {
@@ -337,6 +426,9 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "In a vGPU guest, 1 when the vGPU holds its licence, 0 when not (it runs degraded once the grace period ends); absent where the GPU needs none (bare metal, passthrough).",
         labels: &[],
+        dcgm: &[twin!("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "vGPU License status.", |r| r
+            .vgpu_licensed
+            .map(super::one_if))],
         read: Read::Readings(|r, s| s.flag(r.vgpu_licensed)),
     },
     Family {
@@ -345,6 +437,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Performance state: 0 (P0, fastest) to 15.",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.opt(r.performance_state.map(f64::from))),
     },
     Family {
@@ -353,6 +446,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Fan speed as a fraction of its maximum.",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.opt(r.fan_speed_ratio)),
     },
     Family {
@@ -361,6 +455,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "NVIDIA and AMD GPUs on the PCI bus (display and 3D controllers, not passed through to a VM), by vendor: compare with the GPUs gpu_info lists.",
         labels: &["vendor"],
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             for vendor in ["nvidia", "amd"] {
                 let n = snapshot.pci_gpus.iter().filter(|g| g.vendor == vendor).count();
@@ -376,6 +471,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "1 for each GPU on the PCI bus that no backend enumerated (fell off at boot, or the driver did not bind); driver is the bound driver, empty for none.",
         labels: &["vendor", "pci_bus_id", "driver"],
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             for gpu in snapshot.missing_gpus() {
                 s.labelled(&[gpu.vendor, &gpu.pci_bus_id, gpu.driver.as_deref().unwrap_or("")], 1.0);

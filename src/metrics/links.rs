@@ -31,6 +31,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "NVLinks the board has, up or not.",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.opt(r.nvlinks.as_ref().map(|n| n.board_links as f64))),
     },
     Family {
@@ -39,6 +40,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "NVLinks that are up; below gpu_nvlink_links means a link is down.",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.opt(r.nvlinks.as_ref().map(|n| n.links_up() as f64))),
     },
     Family {
@@ -47,6 +49,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "NVLink errors since the driver loaded, summed over the GPU's links, by type: crc_flit and crc_data (corrupted flow-control units and data), replay (retransmissions), recovery (link retraining); what nvidia-smi nvlink -e shows per link.",
         labels: &["type"],
+        dcgm: &[],
         read: Read::Readings(|r, s| {
             for (kind, count) in r.nvlinks.iter().flat_map(|n| n.errors_by_type()) {
                 s.labelled(&[kind], count as f64);
@@ -59,6 +62,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "bytes",
         help: "User data moved over the GPU's NVLinks since the driver loaded, summed over its links, by direction (tx, rx).",
         labels: &["direction"],
+        dcgm: &[],
         read: Read::Readings(|r, s| {
             for (direction, bytes) in r.nvlinks.iter().flat_map(|n| n.bytes_by_direction()) {
                 s.labelled(&[direction], bytes as f64);
@@ -71,6 +75,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "AMD XGMI (GPU-to-GPU link) errors since the driver loaded, by type (corrected, uncorrected), from the xgmi_wafl RAS block; not in gpu_ecc_errors_total.",
         labels: &["type"],
+        dcgm: &[],
         read: Read::Readings(|r, s| {
             for e in &r.xgmi_errors {
                 s.labelled(&[e.error_type.label()], e.count as f64);
@@ -83,6 +88,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "NVLink fabric registration with the fabric manager (NVSwitch systems), one-hot over state: not_started, in_progress, completed.",
         labels: &["state"],
+        dcgm: &[],
         read: Read::Readings(|r, s| {
             if let Some(fabric) = &r.fabric {
                 for state in FABRIC_STATES {
@@ -97,6 +103,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "1 when the GPU can reach peer_gpu peer-to-peer over NVLink, 0 when NVML says it cannot (PCIe only, disabled, unsupported); read every poll.topology_interval.",
         labels: &["peer_gpu"],
+        dcgm: &[],
         read: Read::Readings(|r, s| {
             for (peer, status) in &r.nvlink_p2p {
                 s.labelled(&[&peer.to_string()], super::one_if(*status == 0));
@@ -109,6 +116,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Once registration completed: 1 when the fabric manager accepted the GPU, 0 when it failed (the reason is logged and on the status page).",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| {
             let done = r.fabric.as_ref().filter(|f| f.state == "completed");
             s.flag(done.map(|f| f.error.is_none()))
@@ -125,6 +133,7 @@ pub const PER_LINK_FAMILIES: &[Family] = &[
         unit: "",
         help: "1 when the NVLink is up (active), 0 when down, per link (nvlink.per_link).",
         labels: &["link"],
+        dcgm: &[],
         read: Read::Device(|_, d, s| {
             for l in links_of(d) {
                 s.labelled_opt(&[&l.link.to_string()], l.up.map(super::one_if));
@@ -137,6 +146,7 @@ pub const PER_LINK_FAMILIES: &[Family] = &[
         unit: "",
         help: "NVLink errors since the driver loaded, per link and type (nvlink.per_link).",
         labels: &["link", "type"],
+        dcgm: &[],
         read: Read::Device(|_, d, s| per_link_counts(d, s, |l| &l.errors)),
     },
     Family {
@@ -145,6 +155,7 @@ pub const PER_LINK_FAMILIES: &[Family] = &[
         unit: "bytes",
         help: "User data moved over the NVLink since the driver loaded, per link and direction (nvlink.per_link).",
         labels: &["link", "direction"],
+        dcgm: &[],
         read: Read::Device(|_, d, s| per_link_counts(d, s, |l| &l.bytes)),
     },
 ];

@@ -28,6 +28,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "1 when MIG mode is on, 0 when off, on GPUs that have MIG.",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.flag(r.mig.as_ref().map(|m| m.enabled))),
     },
     Family {
@@ -36,6 +37,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "The MIG mode the GPU takes at its next reset; differs from gpu_mig_mode while a change waits for the reset.",
         labels: &[],
+        dcgm: &[],
         read: Read::Readings(|r, s| s.flag(r.mig.as_ref().map(|m| m.pending))),
     },
     Family {
@@ -44,6 +46,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "1 per MIG device: its GPU instance, compute instance, profile (1g.18gb, ...) and MIG UUID (what the kubelet and CUDA_VISIBLE_DEVICES name).",
         labels: &["gpu_instance", "compute_instance", "profile", "mig_uuid"],
+        dcgm: &[],
         read: Read::Readings(|r, s| {
             for i in r.mig.iter().flat_map(|m| &m.instances) {
                 let compute = i.compute_instance.map(|c| c.to_string()).unwrap_or_default();
@@ -57,6 +60,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "bytes",
         help: "Device memory in use in a MIG device (read every poll.slow_interval).",
         labels: &["gpu_instance", "compute_instance"],
+        dcgm: &[],
         read: Read::Readings(|r, s| per_device(r, s, |i| i.memory_used_bytes.map(|b| b as f64))),
     },
     Family {
@@ -65,6 +69,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "bytes",
         help: "Device memory of a MIG device.",
         labels: &["gpu_instance", "compute_instance"],
+        dcgm: &[],
         read: Read::Readings(|r, s| per_device(r, s, |i| i.memory_total_bytes.map(|b| b as f64))),
     },
     Family {
@@ -73,6 +78,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Per MIG GPU instance: fraction of the last poll.gpm_interval its graphics or compute engine was active (GPM).",
         labels: &["gpu_instance"],
+        dcgm: &[],
         read: Read::Readings(|r, s| per_instance(r, s, |a| a.graphics_active)),
     },
     Family {
@@ -81,6 +87,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Per MIG GPU instance: fraction of time its SMs had a warp assigned (GPM).",
         labels: &["gpu_instance"],
+        dcgm: &[],
         read: Read::Readings(|r, s| per_instance(r, s, |a| a.sm_active)),
     },
     Family {
@@ -89,6 +96,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Per MIG GPU instance: fraction of time a tensor pipe was active (GPM).",
         labels: &["gpu_instance"],
+        dcgm: &[],
         read: Read::Readings(|r, s| per_instance(r, s, |a| a.tensor_active)),
     },
     Family {
@@ -97,6 +105,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Per MIG GPU instance: device memory bandwidth used, as a fraction of the instance's peak (GPM).",
         labels: &["gpu_instance"],
+        dcgm: &[],
         read: Read::Readings(|r, s| per_instance(r, s, |a| a.dram_active)),
     },
 ];

@@ -90,7 +90,48 @@ pub enum Read {
     Node(fn(&Snapshot, &mut Samples)),
     /// Histograms, once per snapshot.
     Histograms(ReadHistograms),
+    /// A dcgm-exporter twin of a native row ([`DcgmTwin`]): one series per NVIDIA GPU that
+    /// answered, with dcgm-exporter's labels.
+    DcgmTwin(TwinValue),
 }
+
+/// What a dcgm-exporter twin reads from one GPU's readings, in dcgm-exporter's unit.
+pub type TwinValue = fn(&DeviceReadings) -> Option<f64>;
+
+/// dcgm-exporter's name for what a native row reads: the row's `dcgm` column, so a reading
+/// and its dcgm-exporter name are written once, side by side. Served (with `compat.dcgm_exporter`
+/// on) after the native families, with dcgm-exporter's labels and units; docs/metrics.md's
+/// dcgm-exporter table documents it. dcgm_compat.rs keeps only the names with no native row of
+/// their own (per GPU instance under MIG, the XID and clock-event windows, health).
+pub struct DcgmTwin {
+    pub name: &'static str,
+    /// `Gauge`, or `CounterAsNamed` for a counter dcgm-exporter names without `_total`.
+    pub kind: Kind,
+    pub help: &'static str,
+    pub value: TwinValue,
+}
+
+/// A dcgm-exporter gauge twin: `twin!("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", |r| ...)`;
+/// `twin!(counter "NAME", ...)` for a counter named without `_total`.
+macro_rules! twin {
+    (counter $name:literal, $help:literal, $value:expr) => {
+        $crate::metrics::DcgmTwin {
+            name: $name,
+            kind: $crate::metrics::Kind::CounterAsNamed,
+            help: $help,
+            value: $value,
+        }
+    };
+    ($name:literal, $help:literal, $value:expr) => {
+        $crate::metrics::DcgmTwin {
+            name: $name,
+            kind: $crate::metrics::Kind::Gauge,
+            help: $help,
+            value: $value,
+        }
+    };
+}
+pub(crate) use twin;
 
 /// One metric family: what docs/metrics.md documents and what /metrics serves.
 pub struct Family {
@@ -108,6 +149,8 @@ pub struct Family {
     /// the order [`Samples`] methods take their values.
     pub labels: &'static [&'static str],
     pub read: Read,
+    /// dcgm-exporter's names for what this row reads ([`DcgmTwin`]); empty for most.
+    pub dcgm: &'static [DcgmTwin],
 }
 
 impl Family {
@@ -177,12 +220,37 @@ const TABLES: &[(&[Family], Gate)] = &[
     (dcgm_compat::FAMILIES, Gate::DcgmCompat),
 ];
 
-/// The families served with `selection`, in the order they are served.
+/// The families served with `selection`, in the order they are served: the tables', then
+/// (with dcgm-exporter's names on) the twins of the rows of every table always served.
 pub fn served(selection: Selection) -> impl Iterator<Item = &'static Family> {
+    let twins = selection.dcgm_compat.then(twin_families).into_iter().flatten();
     TABLES
         .iter()
         .filter(move |(_, gate)| gate.on(selection))
         .flat_map(|(families, _)| families.iter())
+        .chain(twins)
+}
+
+/// Each `dcgm` column entry of the always-served tables as a family of its own, made once.
+fn twin_families() -> &'static [Family] {
+    static TWINS: std::sync::OnceLock<Vec<Family>> = std::sync::OnceLock::new();
+    TWINS.get_or_init(|| {
+        TABLES
+            .iter()
+            .filter(|(_, gate)| matches!(gate, Gate::Always))
+            .flat_map(|(families, _)| families.iter())
+            .flat_map(|family| family.dcgm.iter())
+            .map(|twin| Family {
+                name: twin.name,
+                kind: twin.kind,
+                unit: "",
+                help: twin.help,
+                labels: dcgm_compat::LABELS,
+                read: Read::DcgmTwin(twin.value),
+                dcgm: &[],
+            })
+            .collect()
+    })
 }
 
 /// Every family gpuwarden can serve.
@@ -292,7 +360,7 @@ impl Collector for SnapshotCollector {
                             out,
                         },
                     ),
-                    Read::Node(_) | Read::Histograms(_) => {}
+                    Read::Node(_) | Read::Histograms(_) | Read::DcgmTwin(_) => {}
                 }
             }
         }
@@ -306,6 +374,15 @@ impl Collector for SnapshotCollector {
                         names: family.labels,
                         out,
                     },
+                ),
+                Read::DcgmTwin(value) => dcgm_compat::per_gpu(
+                    snapshot,
+                    &mut Samples {
+                        base: &no_labels,
+                        names: family.labels,
+                        out,
+                    },
+                    value,
                 ),
                 Read::Histograms(read) => {
                     encode_histograms(&mut encoder, family, &read(snapshot))?;
@@ -439,6 +516,33 @@ mod tests {
     }
 
     #[test]
+    fn dcgm_twins_come_from_the_native_rows_and_only_with_dcgm_names_on() {
+        let names = |selection| served(selection).map(|f| f.name).collect::<Vec<_>>();
+        assert!(!names(Selection::default()).iter().any(|n| n.starts_with("DCGM_")));
+        let all = names(Selection::ALL);
+        // A twin is its native row's column, not a row of dcgm_compat.rs.
+        for twin in [
+            "DCGM_FI_DEV_GPU_TEMP",
+            "DCGM_FI_DEV_DEC_UTIL",
+            "DCGM_FI_PROF_NVLINK_RX_BYTES",
+        ] {
+            assert!(all.contains(&twin), "{twin}");
+            assert!(!dcgm_compat::FAMILIES.iter().any(|f| f.name == twin), "{twin}");
+        }
+        let temperature = all_rows().find(|f| f.name == "gpu_temperature_celsius").unwrap();
+        let twins: Vec<&str> = temperature.dcgm.iter().map(|t| t.name).collect();
+        assert_eq!(twins, ["DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP"]);
+        // Served after every native family, as dcgm-exporter's names always were.
+        let first_twin = all.iter().position(|n| n.starts_with("DCGM_")).unwrap();
+        assert!(all[first_twin..].iter().all(|n| n.starts_with("DCGM_")));
+    }
+
+    /// Every row of every table, gated or not (no twins).
+    fn all_rows() -> impl Iterator<Item = &'static Family> {
+        TABLES.iter().flat_map(|(families, _)| families.iter())
+    }
+
+    #[test]
     fn rows_are_well_formed() {
         let mut seen = BTreeSet::new();
         for family in all() {
@@ -447,7 +551,8 @@ mod tests {
                 family.name.starts_with("gpu_")
                     || family.name.starts_with("gpuwarden_")
                     // dcgm-exporter's own names, served only with compat.dcgm_exporter.
-                    || dcgm_compat::FAMILIES.iter().any(|f| f.name == family.name),
+                    || dcgm_compat::FAMILIES.iter().any(|f| f.name == family.name)
+                    || twin_families().iter().any(|f| f.name == family.name),
                 "{}",
                 family.name
             );

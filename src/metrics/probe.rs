@@ -33,6 +33,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "flops_per_second",
         help: "Compute throughput the last probe measured (figure: burst, sustained).",
         labels: &["test", "figure"],
+        dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
             each_test(snapshot, d, s, |t, test, s| figures(t, test, Unit::FlopsPerSecond, s))
         }),
@@ -43,6 +44,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "bytes_per_second",
         help: "Bandwidth the last probe measured (figure: burst, sustained); hbm_copy counts bytes read plus written.",
         labels: &["test", "figure"],
+        dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
             each_test(snapshot, d, s, |t, test, s| figures(t, test, Unit::BytesPerSecond, s))
         }),
@@ -53,6 +55,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "flops_per_second",
         help: "Sustained compute throughput this GPU model should reach.",
         labels: &["test"],
+        dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
             each_test(snapshot, d, s, |t, test, s| {
                 if t.test.unit() == Unit::FlopsPerSecond {
@@ -67,6 +70,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "bytes_per_second",
         help: "Sustained bandwidth this GPU model should reach.",
         labels: &["test"],
+        dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
             each_test(snapshot, d, s, |t, test, s| {
                 if t.test.unit() == Unit::BytesPerSecond {
@@ -81,6 +85,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Sustained figure of the last probe divided by the expected value.",
         labels: &["test"],
+        dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
             each_test(snapshot, d, s, |t, test, s| {
                 let ratio = t
@@ -98,6 +103,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "1 when the test reached probe.pass_fraction of its expected value in the last probe, 0 when not.",
         labels: &["test"],
+        dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
             each_test(snapshot, d, s, |t, test, s| {
                 s.labelled_opt(&[test], t.pass.map(super::one_if))
@@ -110,6 +116,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "seconds",
         help: "How long the test ran in the last probe.",
         labels: &["test"],
+        dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
             each_test(snapshot, d, s, |t, test, s| {
                 if t.skipped.is_none() {
@@ -124,6 +131,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "seconds",
         help: "Unix time the last probe of the GPU started.",
         labels: &[],
+        dcgm: &[],
         read: Read::Device(|snapshot, d, s| s.opt(latest(snapshot, d).map(|r| r.started))),
     },
     Family {
@@ -132,6 +140,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "celsius",
         help: "Highest GPU temperature while the test ran.",
         labels: &["test"],
+        dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
             each_test(snapshot, d, s, |t, test, s| {
                 s.labelled_opt(&[test], t.under_load.peak_temperature_celsius)
@@ -144,6 +153,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "hertz",
         help: "Mean SM clock while the test ran.",
         labels: &["test"],
+        dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
             each_test(snapshot, d, s, |t, test, s| {
                 s.labelled_opt(&[test], t.under_load.mean_sm_clock_hertz)
@@ -156,6 +166,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "watts",
         help: "Mean power draw while the test ran.",
         labels: &["test"],
+        dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
             each_test(snapshot, d, s, |t, test, s| {
                 s.labelled_opt(&[test], t.under_load.mean_power_watts)
@@ -168,6 +179,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "seconds",
         help: "Seconds a clock-event (throttle) reason was active while the test ran.",
         labels: &["test", "reason"],
+        dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
             each_test(snapshot, d, s, |t, test, s| {
                 for (reason, seconds) in &t.under_load.clock_event_seconds {
@@ -182,6 +194,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Scheduled probes by result: pass, fail, no_verdict, error, timeout.",
         labels: &["result"],
+        dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
             for ((uuid, result), n) in &snapshot.probe.runs {
                 if *uuid == d.identity.uuid {
@@ -196,6 +209,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Scheduled probes not run because the GPU was busy or down, by reason.",
         labels: &["reason"],
+        dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
             for ((uuid, reason), n) in &snapshot.probe.skipped {
                 if *uuid == d.identity.uuid {

@@ -9,6 +9,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "gpuwarden's version and git revision; always 1.",
         labels: &["version", "revision"],
+        dcgm: &[],
         read: Read::Node(|_, s| s.labelled(&[env!("CARGO_PKG_VERSION"), env!("GPUWARDEN_REVISION")], 1.0)),
     },
     Family {
@@ -17,6 +18,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "1 when the vendor library is loaded and initialised; absent for a vendor that is not on the node (no amdgpu driver).",
         labels: &["backend"],
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             for (name, status) in snapshot.backends.iter().filter(|(_, status)| !status.absent) {
                 s.labelled(&[name], super::one_if(status.up));
@@ -29,6 +31,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Vendor library calls that failed, by backend and call. Unsupported readings are not errors.",
         labels: &["backend", "call"],
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             for (name, status) in &snapshot.backends {
                 for (call, n) in &status.errors {
@@ -43,6 +46,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "seconds",
         help: "Time spent inside vendor library calls, by backend and call (NVML calls by name; other backends as call=\"all\"): sum by backend and compare with gpuwarden_poll_duration_seconds_sum for gpuwarden's own share of a poll.",
         labels: &["backend", "call"],
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             for (name, status) in &snapshot.backends {
                 if status.poll_duration.count > 0 {
@@ -60,6 +64,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Things skipped while reading inputs from outside (input: job_mapping, proc, sysfs, kernel_log, kubelet), by reason: symlink (not followed), not_regular_file (a FIFO, socket, device or directory), outside_root (a sysfs link leaving the sysfs root), too_large (read up to the bound), unreadable, name (a file that is not one gpuwarden reads), invalid_value, too_many (beyond a bound on entries or series). Counted at each read; the log names an example.",
         labels: &["input", "reason"],
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             for (input, reason, n) in &snapshot.input_skipped {
                 s.labelled(&[input, reason], *n as f64);
@@ -72,6 +77,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Attempts to turn persistence mode on, by GPU and result (enabled, not_permitted, failed).",
         labels: &["gpu", "uuid", "result"],
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             for ((uuid, result), n) in &snapshot.persistence_attempts {
                 let gpu = snapshot
@@ -90,6 +96,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "seconds",
         help: "Time one poll of one GPU took, by backend.",
         labels: &["backend"],
+        dcgm: &[],
         read: Read::Histograms(|snapshot| {
             snapshot
                 .backends
@@ -104,6 +111,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "seconds",
         help: "Wall time of one poll round over all GPUs, polled in parallel; at most poll.timeout.",
         labels: &[],
+        dcgm: &[],
         read: Read::Histograms(|snapshot| vec![(Vec::new(), &snapshot.round_duration)]),
     },
     Family {
@@ -112,6 +120,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "1 when the health journal (state.path) was opened and its last write succeeded; 0 when it cannot be written (locked, read-only, full disk; the log says what to do). Metrics and health go on either way. Absent when the journal is off.",
         labels: &[],
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             if let Some(journal) = &snapshot.journal {
                 s.value(super::one_if(journal.up));
@@ -124,6 +133,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Journal opens and transactions that failed since start (one open every 30 s while it cannot be written); their rows are kept in memory (up to 10,000) and written when the database can be written again.",
         labels: &[],
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             if let Some(journal) = &snapshot.journal {
                 s.value(journal.write_errors as f64);
@@ -136,6 +146,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Journal rows not written because its queue or its in-memory backlog was full (an XID storm while the database could not be written).",
         labels: &[],
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             if let Some(journal) = &snapshot.journal {
                 s.value(journal.dropped as f64);
@@ -148,6 +159,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "Journal rows written since start.",
         labels: &[],
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             if let Some(journal) = &snapshot.journal {
                 s.value(journal.rows_written as f64);
@@ -160,6 +172,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "bytes",
         help: "The journal database's pages in use, checked every minute; rows past state.retention or beyond state.max_size_mib (oldest first) are deleted.",
         labels: &[],
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             if let Some(journal) = &snapshot.journal {
                 s.value(journal.bytes as f64);

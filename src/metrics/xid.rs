@@ -10,6 +10,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "XID errors by code and severity, from NVML events and the kernel log, each event counted once; codes beyond a GPU's 64th distinct one are counted as xid=\"other\" with the highest severity among them.",
         labels: &["xid", "severity"],
+        dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
             for x in snapshot.xid.for_bus(&d.identity.pci_bus_id) {
                 s.labelled(&[&x.code(), x.severity.label()], x.count as f64);
@@ -22,6 +23,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "seconds",
         help: "Unix time an XID code was last seen on the GPU.",
         labels: &["xid"],
+        dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
             for x in snapshot.xid.for_bus(&d.identity.pci_bus_id) {
                 s.labelled(&[&x.code()], unix_seconds(x.last_seen));
@@ -34,6 +36,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "XID errors a GPU in MIG mode attributed to one of its GPU instances, by instance, code and severity; each is also in gpu_xid_errors_total.",
         labels: &["gpu_instance", "xid", "severity"],
+        dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
             for ((bus, instance), counts) in &snapshot.xid.by_instance {
                 if *bus == d.identity.pci_bus_id {
@@ -50,6 +53,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "1 while an XID source (kernel_log, nvml_events) is being read.",
         labels: &["source"],
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             for (source, up) in &snapshot.xid.sources {
                 s.labelled(&[source], super::one_if(*up));
@@ -62,6 +66,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "XID reports received from each source, before the same event from two sources is merged.",
         labels: &["source"],
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             for (source, n) in &snapshot.xid.reports {
                 s.labelled(&[source], *n as f64);
@@ -74,6 +79,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "XIDs on a PCI bus id that matches no GPU the backends enumerated (NVML down, or a GPU it cannot see); an empty pci_bus_id (no label, to Prometheus) when the report named no GPU.",
         labels: &["pci_bus_id", "xid", "severity"],
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             for (bus, counts) in &snapshot.xid.by_bus {
                 if snapshot.devices.iter().any(|d| &d.identity.pci_bus_id == bus) {
@@ -91,6 +97,7 @@ pub const FAMILIES: &[Family] = &[
         unit: "",
         help: "XID reports not counted because they name a PCI address that is no enumerated GPU when the XID store already holds its limit of such addresses (32).",
         labels: &[],
+        dcgm: &[],
         read: Read::Node(|snapshot, s| {
             if snapshot.xid.dropped > 0 {
                 s.value(snapshot.xid.dropped as f64)

@@ -127,9 +127,9 @@ impl EccScope {
     }
 }
 
-/// What the driver says the GPU needs to recover (NVML's `nvmlDeviceGpuRecoveryAction_t`,
-/// field `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`): after an XID that leaves the GPU unusable,
-/// the driver, not a table of XIDs, knows whether a GPU reset is enough.
+/// What the driver says the GPU needs to recover (the NVIDIA driver's GPU recovery action,
+/// field 230): after an XID that leaves the GPU unusable, the driver, not a table of XIDs,
+/// knows whether a GPU reset is enough.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RecoveryAction {
@@ -143,7 +143,7 @@ pub enum RecoveryAction {
 }
 
 impl RecoveryAction {
-    /// Every action, in NVML's order: the series of `gpu_recovery_action`.
+    /// Every action, in the driver's order: the series of `gpu_recovery_action`.
     pub const ALL: [RecoveryAction; 5] = [
         RecoveryAction::None,
         RecoveryAction::GpuReset,
@@ -152,8 +152,8 @@ impl RecoveryAction {
         RecoveryAction::DrainAndReset,
     ];
 
-    /// NVML's value; `None` for a value this build does not know (a newer driver's).
-    pub fn from_nvml(value: u64) -> Option<RecoveryAction> {
+    /// The driver's value; `None` for a value this build does not know (a newer driver's).
+    pub fn from_code(value: u64) -> Option<RecoveryAction> {
         RecoveryAction::ALL.get(usize::try_from(value).ok()?).copied()
     }
 

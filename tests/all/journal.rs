@@ -516,6 +516,7 @@ fn each_change_of_a_gpu_is_one_row() {
         )
         .replace("pending: false", "pending: true")
         .replacen("{ up: true, crc_flit: 0,", "{ up: false, crc_flit: 7,", 1)
+        .replace("recovery_action: 0", "recovery_action: 2")
     });
     d.set_scenario(&changed);
     // Each kind's first row is the reading at first sight; the change is the row after it.
@@ -536,6 +537,21 @@ fn each_change_of_a_gpu_is_one_row() {
     let nvlink = changed_row("nvlink");
     assert_eq!(nvlink["details"]["links_down"], serde_json::json!([0]));
     assert_eq!(nvlink["details"]["errors"], 7);
+    // The driver's recovery action: "none" at first sight is no row; its change is one.
+    let recovery = wait_for_kind(&state, "recovery_action", GPU0_UUID);
+    assert_eq!(recovery.len(), 1, "{recovery:#?}");
+    assert_eq!(recovery[0]["details"]["before"], "none");
+    assert_eq!(recovery[0]["details"]["action"], "node_reboot");
+    // And the RMA report lists it.
+    let report = report_json(&state, "0");
+    assert!(
+        report["other"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "recovery_action" && r["details"]["action"] == "node_reboot"),
+        "{report:#}"
+    );
     let health = wait_for_kind(&state, "health", GPU0_UUID);
     assert_ne!(health.last().unwrap()["details"]["to"], "ok", "{health:#?}");
     // GPU 1 falls off the bus, and comes back.
@@ -546,7 +562,15 @@ fn each_change_of_a_gpu_is_one_row() {
     wait_for_kind(&state, "back", uuid1);
     // Steady now: no more rows of those kinds (the writer writes changes, not states).
     std::thread::sleep(Duration::from_millis(2500));
-    for kind in ["ecc", "row_remap", "nvlink", "lost", "back", "inventory"] {
+    for kind in [
+        "ecc",
+        "row_remap",
+        "nvlink",
+        "lost",
+        "back",
+        "inventory",
+        "recovery_action",
+    ] {
         let rows: Vec<_> = events_json(&state, &["--kind", kind, "--gpu", "0"])
             .as_array()
             .unwrap()
@@ -554,7 +578,7 @@ fn each_change_of_a_gpu_is_one_row() {
         // The reading at first sight and the change; one inventory row; GPU 0 was never lost.
         let expected = match kind {
             "ecc" | "row_remap" | "nvlink" => 2,
-            "inventory" => 1,
+            "inventory" | "recovery_action" => 1,
             _ => 0,
         };
         assert_eq!(rows.len(), expected, "{kind}: {rows:#?}");

@@ -618,7 +618,7 @@ impl NvmlDevicePoller {
             sample.value.as_ref().ok().map(sample_as_f64)
         };
         r.recovery_action =
-            value(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION).and_then(|v| crate::model::RecoveryAction::from_nvml(v as u64));
+            value(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION).and_then(|v| crate::model::RecoveryAction::from_code(v as u64));
         r.remapped_rows = RemappedRows {
             correctable: value(NVML_FI_DEV_REMAPPED_COR).map(|v| v as u64),
             uncorrectable: value(NVML_FI_DEV_REMAPPED_UNC).map(|v| v as u64),
