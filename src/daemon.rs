@@ -331,16 +331,15 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
     let journal = place.zip(lock).map(|(place, lock)| {
         take_over_from_journal(&place, &config, &sources, &resume);
         // Before the kernel log's backlog is read: its XIDs go into the journal too.
-        let journal = Journal::start(
+        Journal::start(
             lock,
             place,
             store.clone(),
             sources.journal.clone(),
             sources.board_swaps.clone(),
+            xids.clone(),
             shutdown.handle("journal"),
-        );
-        xids.listen(Arc::new(journal.clone()));
-        journal
+        )
     });
     let kernel_log = KernelLogReader::start(&config, &xids, &resume, &stop);
     let probe_stop = shutdown.handle("probe-scheduler");

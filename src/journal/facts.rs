@@ -229,16 +229,7 @@ pub fn changes(old: Option<&GpuFacts>, new: &mut GpuFacts, probe: Option<&ProbeR
                    "remapped_rows_before": old.remapped_rows}),
         ));
     }
-    if old.recovery_action != new.recovery_action
-        && let Some(action) = &new.recovery_action
-    {
-        let before = old.recovery_action.as_deref().unwrap_or("unknown");
-        out.push(event(
-            Kind::RecoveryAction,
-            format!("the driver's recovery action {before} -> {action}"),
-            json!({"before": old.recovery_action, "action": action}),
-        ));
-    }
+    out.extend(recovery_action_change(old, new, now, &gpu));
     if let Some(e) = nvlink_change(old, new, now, &gpu) {
         out.push(e);
     }
@@ -247,6 +238,23 @@ pub fn changes(old: Option<&GpuFacts>, new: &mut GpuFacts, probe: Option<&ProbeR
     }
     out.extend(ended_episodes(new, now, &gpu));
     out
+}
+
+/// The driver's recovery action changed (to one it reported: a driver that stops saying is
+/// no change).
+fn recovery_action_change(old: &GpuFacts, new: &GpuFacts, now: f64, gpu: &Option<GpuRef>) -> Option<Event> {
+    let action = new
+        .recovery_action
+        .as_ref()
+        .filter(|_| old.recovery_action != new.recovery_action)?;
+    let before = old.recovery_action.as_deref().unwrap_or("unknown");
+    Some(Event::new(
+        now,
+        Kind::RecoveryAction,
+        gpu.clone(),
+        format!("the driver's recovery action {before} -> {action}"),
+        json!({"before": old.recovery_action, "action": action}),
+    ))
 }
 
 /// The counters the report shows (uncorrectable ECC, row remapping, NVLink errors, PCIe

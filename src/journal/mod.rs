@@ -13,15 +13,17 @@
 //! | `report.rs` | one GPU's evidence packet for an RMA (`gpuwarden report`) |
 //!
 //! Data flow: this boot's XID counts are read from the XID store's snapshot (state the store
-//! holds, never rebuilt from a queue that could lose some). The store also tells the journal of
-//! every counted XID (with the kernel-log line and its /dev/kmsg sequence number) through
-//! [`XidListener`], for a row each: a storm is folded before anything is queued (ten rows a
-//! minute per GPU and code, then one `xid_storm` row with the count), and a fatal or critical
-//! XID, or the first of a code, never waits on the bounded queue's room. Everything else
-//! comes from comparing each published snapshot with what the journal knew (a store hook on
-//! the publishing thread); the task writes at most once a second, and only when woken for work.
-//! Nothing on the poll or scrape path waits for the database: what still does not fit is
-//! counted (`gpuwarden_journal_dropped_total`) and logged with what it was.
+//! holds, never rebuilt from a queue that could lose some). Every counted XID (with the
+//! kernel-log line and its /dev/kmsg sequence number) the writer takes from the XID store's
+//! outbox (`xid::outbox`) when it looks at a published snapshot: a storm is folded there (ten
+//! rows a minute per GPU and code, then one `xid_storm` row with the count), and a fatal or
+//! critical XID, or the first of a code, never waits on the outbox's room. Nothing of the
+//! journal runs under the XID store's lock. Everything else comes from comparing each
+//! published snapshot with what the journal knew (a store hook on the publishing thread), and
+//! from the events other parts queue ([`Journal::record`]); the task writes at most once a
+//! second, and only when woken for work. Nothing on the poll or scrape path waits for the
+//! database: what still does not fit is counted (`gpuwarden_journal_dropped_total`) and logged
+//! with what it was.
 //!
 //! At start (before the kernel log is read), [`seed`] gives the XID store this boot's counts
 //! and the kernel-log reader the last /dev/kmsg record already counted: a fatal XID keeps its
@@ -40,9 +42,8 @@ mod writer;
 
 use crate::model::JournalStatus;
 use crate::snapshot::store::{Store, Versioned};
-use crate::xid::store::{XidEvent, XidListener};
+use crate::xid::store::XidStore;
 use event::Event;
-use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
@@ -54,18 +55,9 @@ use std::time::Instant;
 /// are dropped and counted rather than letting the queue grow without bound.
 const QUEUE: usize = 4096;
 
-/// What reaches the writer.
+/// What reaches the writer through the queue (XIDs come from the XID store's outbox).
 enum Message {
     Event(Event),
-    XidCounted {
-        group: u64,
-        event: XidEvent,
-        severity: crate::model::xid::Severity,
-    },
-    XidJoined {
-        group: u64,
-        event: XidEvent,
-    },
 }
 
 /// Where the journal is, and what it stamps on every row.
@@ -273,69 +265,10 @@ pub struct Journal {
 struct Shared {
     /// Rows the queue had no room for.
     dropped: AtomicU64,
-    /// XID storms, folded before they reach the queue.
-    folds: Mutex<Folds>,
-    /// Rows that must not be lost (a fatal or critical XID, the first of a code) when the
-    /// queue is full. Bounded by the folding: ten a minute per GPU and code.
-    precious: Mutex<VecDeque<Box<Message>>>,
-    /// The last /dev/kmsg record counted, folded or not: the kernel log resumes after it.
-    kmsg_sequence: AtomicU64,
     /// Rate-limits the log line for dropped rows.
     drop_log: Mutex<crate::service::logging::RateLimiter>,
     /// Wakes the writer's task: a row was queued (or dropped), or a snapshot made one.
     wake: tokio::sync::Notify,
-}
-
-/// XID rows recorded one by one per (GPU, code) per minute; the rest of a storm is one
-/// `xid_storm` row a minute with its count.
-pub(crate) const XID_ROWS_PER_MINUTE: u32 = 10;
-/// The most precious rows held beside the queue (each ten a minute per GPU and code at most).
-const MAX_PRECIOUS: usize = 65_536;
-
-/// Storm folding, per (PCI bus id, code).
-#[derive(Default)]
-pub(crate) struct Folds {
-    pub(crate) by_key: HashMap<(String, u32), Storm>,
-}
-
-/// An XID storm on one (GPU, code): rows in the current minute, reports not recorded one by
-/// one, and the events whose rows were queued (another source's report may join them).
-#[derive(Default)]
-pub(crate) struct Storm {
-    minute_start: f64,
-    rows: u32,
-    pub(crate) suppressed: u64,
-    pub(crate) first_suppressed: f64,
-    queued_groups: VecDeque<u64>,
-    seen: bool,
-}
-
-impl Storm {
-    /// Whether a report at `at` gets a row of its own; false when it is folded into the count.
-    fn admit(&mut self, at: f64, group: u64) -> bool {
-        if at - self.minute_start >= 60.0 || at < self.minute_start {
-            self.minute_start = at;
-            self.rows = 0;
-        }
-        if self.rows >= XID_ROWS_PER_MINUTE {
-            if self.suppressed == 0 {
-                self.first_suppressed = at;
-            }
-            self.suppressed += 1;
-            return false;
-        }
-        self.rows += 1;
-        self.queued_groups.push_back(group);
-        if self.queued_groups.len() > XID_ROWS_PER_MINUTE as usize {
-            self.queued_groups.pop_front();
-        }
-        true
-    }
-
-    /// Whether this minute's storm is over (or the daemon stops) and has a row to write.
-    pub(crate) fn due(&self, now: f64, stopping: bool) -> bool {
-        self.suppressed > 0 && (stopping || now - self.minute_start >= 60.0)
-    }
 }
 
 impl Journal {
@@ -347,18 +280,19 @@ impl Journal {
         store: Arc<Store>,
         status: Arc<Versioned<Option<JournalStatus>>>,
         board_swaps: Arc<Versioned<crate::model::health::BoardSwaps>>,
+        xids: Arc<XidStore>,
         stop: crate::service::stop::Stop,
     ) -> Journal {
         let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
         let shared = Arc::new(Shared {
             dropped: AtomicU64::new(0),
-            folds: Mutex::new(Folds::default()),
-            precious: Mutex::new(VecDeque::new()),
-            kmsg_sequence: AtomicU64::new(0),
             drop_log: Mutex::new(crate::service::logging::RateLimiter::new(Duration::from_secs(60))),
             wake: tokio::sync::Notify::new(),
         });
-        let writer = writer::Writer::new(place, rx, store.clone(), status, board_swaps, shared.clone());
+        // Every counted XID is kept for the writer to take (it looks at each publish, which a
+        // counted XID brings within a fraction of a second).
+        xids.keep_reports();
+        let writer = writer::Writer::new(place, rx, store.clone(), status, board_swaps, xids, shared.clone());
         let writer = Arc::new(Mutex::new(writer));
         task::look_at_each_snapshot(&store, writer.clone(), shared.clone());
         // The task ends at the stop signal, after its last batch; dropping its stop handle
@@ -373,109 +307,26 @@ impl Journal {
 
     /// Queues one event; never waits.
     pub fn record(&self, event: Event) {
-        self.send(Message::Event(event));
-    }
-
-    fn send(&self, message: Message) {
-        self.send_keeping(message, false);
-    }
-
-    /// Queues `message`; one that is `precious` waits beside the queue when it is full.
-    fn send_keeping(&self, message: Message, precious: bool) {
-        self.queue(message, precious);
-        // After the row is in (a permit waits for a task that is busy): never blocks, and
-        // the XID listener calls this under the XID store's lock.
+        if let Err(TrySendError::Full(message) | TrySendError::Disconnected(message)) =
+            self.tx.try_send(Box::new(Message::Event(event)))
+        {
+            self.dropped(&message);
+        }
+        // After the row is in (a permit waits for a task that is busy): never blocks.
         self.shared.wake.notify_one();
     }
 
-    fn queue(&self, message: Message, precious: bool) {
-        let message = match self.tx.try_send(Box::new(message)) {
-            Ok(()) => return,
-            Err(TrySendError::Full(message)) | Err(TrySendError::Disconnected(message)) => message,
-        };
-        if precious {
-            let mut lane = self.shared.precious.lock().unwrap_or_else(PoisonError::into_inner);
-            if lane.len() < MAX_PRECIOUS {
-                lane.push_back(message);
-                return;
-            }
-        }
+    fn dropped(&self, message: &Message) {
         self.shared.dropped.fetch_add(1, Ordering::Relaxed);
-        let what = message.describe();
+        let Message::Event(event) = message;
         let mut limiter = self.shared.drop_log.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(held_back) = limiter.allow("journal-queue-full") {
             log::warn!(
-                "journal: the queue is full; dropped a row ({what}){}",
+                "journal: the queue is full; dropped a row ({:?} event: {}){}",
+                event.kind,
+                event.summary,
                 crate::service::logging::held_back_suffix(held_back)
             );
-        }
-    }
-}
-
-impl Message {
-    /// What a dropped row was, for the log.
-    fn describe(&self) -> String {
-        match self {
-            Message::Event(event) => format!("{:?} event: {}", event.kind, event.summary),
-            Message::XidCounted { event, .. } => format!("Xid {} at {}", event.xid, event.pci_bus_id),
-            Message::XidJoined { event, .. } => {
-                format!("another source's report of Xid {} at {}", event.xid, event.pci_bus_id)
-            }
-        }
-    }
-}
-
-impl Journal {
-    fn note_sequence(&self, event: &XidEvent) {
-        if let Some(sequence) = event.kmsg_sequence {
-            self.shared.kmsg_sequence.fetch_max(sequence, Ordering::Relaxed);
-        }
-    }
-}
-
-impl XidListener for Journal {
-    fn counted(&self, group: u64, event: &XidEvent, severity: crate::model::xid::Severity, counted_as: u32) {
-        self.note_sequence(event);
-        let at = crate::model::unix_seconds(event.at);
-        let (admitted, first) = {
-            let mut folds = self.shared.folds.lock().unwrap_or_else(PoisonError::into_inner);
-            // Folded by the code it is counted under: the store bounds those.
-            let storm = folds.by_key.entry((event.pci_bus_id.clone(), counted_as)).or_default();
-            let first = !storm.seen;
-            storm.seen = true;
-            (storm.admit(at, group), first)
-        };
-        if !admitted {
-            return;
-        }
-        let precious = first || severity >= crate::model::xid::Severity::Critical;
-        self.send_keeping(
-            Message::XidCounted {
-                group,
-                event: event.clone(),
-                severity,
-            },
-            precious,
-        );
-    }
-
-    fn joined(&self, group: u64, event: &XidEvent) {
-        self.note_sequence(event);
-        let has_row = {
-            let folds = self.shared.folds.lock().unwrap_or_else(PoisonError::into_inner);
-            [event.xid, crate::model::xid::OTHER_CODES].iter().any(|code| {
-                folds
-                    .by_key
-                    .get(&(event.pci_bus_id.clone(), *code))
-                    .is_some_and(|storm| storm.queued_groups.contains(&group))
-            })
-        };
-        // A report of an event folded into a storm's count has no row to join.
-        if has_row {
-            self.send(Message::XidJoined {
-                group,
-                event: event.clone(),
-            });
         }
     }
 }

@@ -42,6 +42,8 @@ pub(super) fn look_at_each_snapshot(store: &Store, writer: SharedWriter, shared:
         if !writer.started {
             return;
         }
+        // A counted XID is what made this publish, often: its row waits no longer.
+        writer.take_xids();
         writer.look_at(snapshot);
         if writer.has_work() {
             shared.wake.notify_one();

@@ -11,7 +11,8 @@ use super::worker::{Answer, Batch, Failure, Item, Prune, Request, XidCount};
 use super::{Message, Place, Shared};
 use crate::model::{JournalStatus, Snapshot, unix_seconds};
 use crate::snapshot::store::{Store, Versioned};
-use crate::xid::store::{Severity, XidEvent};
+use crate::xid::outbox::Outgoing;
+use crate::xid::store::{Severity, XidEvent, XidStore};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -57,6 +58,8 @@ pub(super) struct Writer {
     status: Arc<Versioned<Option<JournalStatus>>>,
     /// Where a board swap goes for the verdict's notice.
     board_swaps: Arc<Versioned<crate::model::health::BoardSwaps>>,
+    /// Where the counted XIDs are taken from (its outbox).
+    xids: Arc<XidStore>,
     shared: Arc<Shared>,
     /// The last worker opened or wrote the file: write batches without opening first.
     open: bool,
@@ -103,6 +106,7 @@ impl Writer {
         store: Arc<Store>,
         status: Arc<Versioned<Option<JournalStatus>>>,
         board_swaps: Arc<Versioned<crate::model::health::BoardSwaps>>,
+        xids: Arc<XidStore>,
         shared: Arc<Shared>,
     ) -> Writer {
         Writer {
@@ -111,6 +115,7 @@ impl Writer {
             store,
             status,
             board_swaps,
+            xids,
             shared,
             open: false,
             retry_at: Instant::now(),
@@ -200,29 +205,28 @@ impl Writer {
         self.retry_at = Instant::now();
     }
 
-    /// Takes every queued message (and those kept beside the queue while it was full); false
-    /// when the daemon's handles are gone.
+    /// Takes the XIDs counted since the last take and every queued message; false when the
+    /// daemon's handles are gone.
     pub(super) fn take_queued(&mut self) -> bool {
-        let precious: Vec<Box<Message>> = {
-            let mut lane = self
-                .shared
-                .precious
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            lane.drain(..).collect()
-        };
-        for message in precious {
-            self.take(*message);
-        }
-        let sequence = self.shared.kmsg_sequence.load(Ordering::Relaxed);
-        if sequence > 0 {
-            self.kmsg_sequence = self.kmsg_sequence.max(Some(sequence));
-        }
+        self.take_xids();
         loop {
             match self.rx.try_recv() {
                 Ok(message) => self.take(*message),
                 Err(TryRecvError::Empty) => return true,
                 Err(TryRecvError::Disconnected) => return false,
+            }
+        }
+    }
+
+    /// Takes the XIDs the store counted since the last take (its outbox: folded, bounded),
+    /// each made into a row at the next batch.
+    pub(super) fn take_xids(&mut self) {
+        let taken = self.xids.take_reports();
+        self.kmsg_sequence = self.kmsg_sequence.max(taken.kmsg_sequence);
+        for report in taken.reports {
+            match report {
+                Outgoing::Counted { group, event, severity } => self.queue(Pending::Xid { group, event, severity }),
+                Outgoing::Joined { group, event } => self.queue(Pending::XidJoined { group, event }),
             }
         }
     }
@@ -256,15 +260,7 @@ impl Writer {
     fn take(&mut self, message: Message) {
         match message {
             Message::Event(event) => self.push(event),
-            Message::XidCounted { group, event, severity } => self.xid_counted(group, event, severity),
-            Message::XidJoined { group, event } => self.queue(Pending::XidJoined { group, event }),
         }
-    }
-
-    /// A counted XID with a row of its own (a storm was folded before it was queued; the
-    /// count comes from the XID store).
-    fn xid_counted(&mut self, group: u64, event: XidEvent, severity: Severity) {
-        self.queue(Pending::Xid { group, event, severity });
     }
 
     /// This boot's counts as the XID store holds them: what the file has is never lowered
@@ -321,21 +317,8 @@ impl Writer {
     /// Storms whose minute is over (all of them at stop): one row each with the count not
     /// recorded one by one.
     fn storm_rows(&mut self, now: f64, stopping: bool) {
-        let mut rows = Vec::new();
-        {
-            let mut folds = self
-                .shared
-                .folds
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            for ((bus, xid), storm) in &mut folds.by_key {
-                if storm.due(now, stopping) {
-                    rows.push((bus.clone(), *xid, storm.suppressed, storm.first_suppressed));
-                    storm.suppressed = 0;
-                }
-            }
-        }
-        for (bus, xid, n, first) in rows {
+        for row in self.xids.storm_rows(now, stopping) {
+            let (bus, xid, n, first) = (row.pci_bus_id, row.xid, row.reports, row.first);
             let gpu = self.gpu_at(&bus);
             self.push(Event::new(
                 first,
@@ -715,7 +698,7 @@ impl Writer {
 
     pub(super) fn publish_status(&mut self) {
         let mut status = self.status_now.clone();
-        status.dropped += self.shared.dropped.load(Ordering::Relaxed);
+        status.dropped += self.shared.dropped.load(Ordering::Relaxed) + self.xids.reports_dropped();
         status.up = self.open && status.up;
         self.status.set_if_changed(Some(status));
     }

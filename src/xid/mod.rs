@@ -7,7 +7,9 @@
 
 pub mod catalog;
 pub mod cli;
+pub mod event;
 pub mod kmsg;
+pub mod outbox;
 pub mod parse;
 pub mod store;
 

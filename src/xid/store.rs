@@ -11,78 +11,15 @@
 //! GPU falling off the bus and NVML being re-initialised.
 
 use super::catalog;
+pub use super::event::{MAX_RAW_LINE, Source, XidEvent};
 pub use crate::model::xid::{OTHER_CODES, Severity, UNATTRIBUTED, XidCount, XidSnapshot};
-use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-/// Where a report came from. The kernel log's "fallen off the bus" line without a number is
-/// a source of its own, so that it groups with the `Xid ...: 79` line beside it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Source {
-    Nvml,
-    KernelLog,
-    KernelLogFallenOffBus,
-}
-
-impl Source {
-    /// The `source` label of the XID self metrics: the kernel log's two kinds of line are
-    /// one source.
-    pub fn label(self) -> &'static str {
-        match self {
-            Source::Nvml => "nvml_events",
-            Source::KernelLog | Source::KernelLogFallenOffBus => "kernel_log",
-        }
-    }
-
-    fn bit(self) -> u8 {
-        match self {
-            Source::Nvml => 1,
-            Source::KernelLog => 2,
-            Source::KernelLogFallenOffBus => 4,
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct XidEvent {
-    /// The GPU's bus id; [`UNATTRIBUTED`] when the report does not say.
-    pub pci_bus_id: String,
-    /// The MIG GPU instance the driver attributed it to.
-    pub gpu_instance: Option<u32>,
-    pub xid: u32,
-    pub source: Source,
-    pub at: SystemTime,
-    /// The kernel-log line it came from (at most [`MAX_RAW_LINE`] bytes), for the journal.
-    pub raw: Option<String>,
-    /// The /dev/kmsg record's sequence number: the journal resumes after it on a restart, so
-    /// a line still in the ring buffer is not counted twice.
-    pub kmsg_sequence: Option<u64>,
-    /// The kernel record's identity in this boot (its kernel time and text), where the log
-    /// gives its time: the same record read twice is one report.
-    pub identity: Option<u64>,
-}
-
 /// XIDs counted before a restart: ((PCI bus id, code), count, last seen).
 pub type SeedCounts = Vec<((String, u32), u64, SystemTime)>;
-
-/// The longest kernel-log line kept with an XID.
-pub const MAX_RAW_LINE: usize = 1024;
-
-/// Told of every XID report that is counted and of every one that joins a counted event
-/// from another source (the health journal). Called with the store's lock held: it must
-/// only hand the event on, never wait.
-pub trait XidListener: Send + Sync {
-    /// A new event, `group` its number in this store.
-    /// `severity`: the code's severity now (the operator's policy, else the catalog's).
-    /// `counted_as`: the code it is counted under ([`OTHER_CODES`] beyond the GPU's limit).
-    fn counted(&self, group: u64, event: &XidEvent, severity: Severity, counted_as: u32);
-    /// Another source's report of event `group`.
-    fn joined(&self, group: u64, event: &XidEvent);
-}
 
 /// At most this many PCI addresses that are no GPU the backends enumerated are counted: a
 /// node has a few GPUs, so a log that names thousands of addresses is noise or an attack, and
@@ -269,8 +206,9 @@ pub struct XidStore {
     changes: AtomicU64,
     /// Signalled with every change, once set (the daemon's refresher waits for it).
     changed: std::sync::OnceLock<std::sync::Arc<crate::snapshot::store::Changed>>,
-    /// Told of every counted report, once set (the journal).
-    listener: std::sync::OnceLock<std::sync::Arc<dyn XidListener>>,
+    /// Every counted report for the journal to take (`xid::outbox`); off without a journal.
+    /// Taken after `inner`, never before.
+    outbox: Mutex<super::outbox::Outbox>,
     /// The last event's number.
     groups: AtomicU64,
 }
@@ -281,9 +219,29 @@ impl XidStore {
         let _ = self.changed.set(changed);
     }
 
-    /// Tell `listener` of every counted report from now on (once).
-    pub fn listen(&self, listener: std::sync::Arc<dyn XidListener>) {
-        let _ = self.listener.set(listener);
+    /// Keep every counted report from now on for [`XidStore::take_reports`] (the journal).
+    pub fn keep_reports(&self) {
+        self.outbox().turn_on();
+    }
+
+    /// The reports counted since the last take, in order, and the last /dev/kmsg record
+    /// counted. The consumer's work happens after, with no lock of the store held.
+    pub fn take_reports(&self) -> super::outbox::Taken {
+        self.outbox().take()
+    }
+
+    /// The storms whose minute is over (all of them when `stopping`): one row each.
+    pub fn storm_rows(&self, now: f64, stopping: bool) -> Vec<super::outbox::StormRow> {
+        self.outbox().storms_due(now, stopping)
+    }
+
+    /// Reports the outbox had no room for.
+    pub fn reports_dropped(&self) -> u64 {
+        self.outbox().dropped()
+    }
+
+    fn outbox(&self) -> std::sync::MutexGuard<'_, super::outbox::Outbox> {
+        self.outbox.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Counts from before a restart in this boot (the journal's), added to what this store
@@ -312,7 +270,7 @@ impl XidStore {
         XidStore {
             changes: AtomicU64::new(0),
             changed: std::sync::OnceLock::new(),
-            listener: std::sync::OnceLock::new(),
+            outbox: Mutex::default(),
             groups: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 dedup_window,
@@ -383,9 +341,8 @@ impl XidStore {
         let bit = event.source.bit();
         if let Some(group) = groups.iter_mut().find(|g| g.sources & bit == 0 && near(g.at, event.at)) {
             group.sources |= bit;
-            if let Some(listener) = self.listener.get() {
-                listener.joined(group.id, &event);
-            }
+            let id = group.id;
+            self.outbox().joined(id, &event);
             return false;
         }
         let id = self.groups.fetch_add(1, Ordering::Relaxed) + 1;
@@ -404,9 +361,8 @@ impl XidStore {
         let entry = inner.counts.entry(key).or_insert((0, event.at));
         entry.0 += 1;
         entry.1 = entry.1.max(event.at);
-        if let Some(listener) = self.listener.get() {
-            listener.counted(id, &event, inner.severity(event.xid), counted_as);
-        }
+        let severity = inner.severity(event.xid);
+        self.outbox().counted(id, &event, severity, counted_as);
         self.moved_on();
         true
     }

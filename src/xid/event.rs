@@ -1,0 +1,56 @@
+//! One XID report as a source hands it to the store: which GPU, which code, from where and
+//! when, with the kernel-log line. Shared by the store and its outbox.
+
+use serde::Serialize;
+use std::time::SystemTime;
+
+/// The longest kernel-log line kept with an XID.
+pub const MAX_RAW_LINE: usize = 1024;
+
+/// Where a report came from. The kernel log's "fallen off the bus" line without a number is
+/// a source of its own, so that it groups with the `Xid ...: 79` line beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Nvml,
+    KernelLog,
+    KernelLogFallenOffBus,
+}
+
+impl Source {
+    /// The `source` label of the XID self metrics: the kernel log's two kinds of line are
+    /// one source.
+    pub fn label(self) -> &'static str {
+        match self {
+            Source::Nvml => "nvml_events",
+            Source::KernelLog | Source::KernelLogFallenOffBus => "kernel_log",
+        }
+    }
+
+    pub(super) fn bit(self) -> u8 {
+        match self {
+            Source::Nvml => 1,
+            Source::KernelLog => 2,
+            Source::KernelLogFallenOffBus => 4,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct XidEvent {
+    /// The GPU's bus id; [`UNATTRIBUTED`] when the report does not say.
+    pub pci_bus_id: String,
+    /// The MIG GPU instance the driver attributed it to.
+    pub gpu_instance: Option<u32>,
+    pub xid: u32,
+    pub source: Source,
+    pub at: SystemTime,
+    /// The kernel-log line it came from (at most [`MAX_RAW_LINE`] bytes), for the journal.
+    pub raw: Option<String>,
+    /// The /dev/kmsg record's sequence number: the journal resumes after it on a restart, so
+    /// a line still in the ring buffer is not counted twice.
+    pub kmsg_sequence: Option<u64>,
+    /// The kernel record's identity in this boot (its kernel time and text), where the log
+    /// gives its time: the same record read twice is one report.
+    pub identity: Option<u64>,
+}
