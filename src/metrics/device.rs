@@ -192,6 +192,19 @@ pub const FAMILIES: &[Family] = &[
         }),
     },
     Family {
+        name: "gpu_clock_max_hertz",
+        kind: Kind::Gauge,
+        unit: "hertz",
+        help: "Highest clock the GPU can run at, by domain (sm, memory, graphics): gpu_clock_hertz / gpu_clock_max_hertz is how far below its top clock it runs.",
+        labels: &["clock"],
+        dcgm: &[],
+        read: Read::Readings(|r, s| {
+            for (clock, hz) in &r.clocks_max_hertz {
+                s.labelled(&[clock], *hz);
+            }
+        }),
+    },
+    Family {
         name: "gpu_utilization_ratio",
         kind: Kind::Gauge,
         unit: "ratio",

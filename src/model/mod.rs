@@ -218,6 +218,9 @@ pub struct DeviceReadings {
     /// (clock, hertz): sm, memory, graphics.
     #[serde(serialize_with = "pairs_as_map")]
     pub clocks_hertz: Vec<(&'static str, f64)>,
+    /// The highest clock each domain (sm, memory, graphics) can run at, as the board reports
+    /// it; a domain the GPU does not report is left out.
+    pub clocks_max_hertz: Vec<(&'static str, f64)>,
     pub utilization_ratio: Option<f64>,
     /// Fraction of time the memory controller was busy reading or writing.
     pub memory_copy_utilization_ratio: Option<f64>,

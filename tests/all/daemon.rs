@@ -87,6 +87,8 @@ fn eight_gpus_report_the_scenario_values() {
         ("gpu_energy_joules_total", "0", &[], 91_000_000.0),
         ("gpu_clock_hertz", "1", &[("clock", "sm")], 1_440_000_000.0),
         ("gpu_clock_hertz", "1", &[("clock", "memory")], 3_201_000_000.0),
+        ("gpu_clock_max_hertz", "1", &[("clock", "sm")], 1_980_000_000.0),
+        ("gpu_clock_max_hertz", "1", &[("clock", "memory")], 3_201_000_000.0),
         ("gpu_utilization_ratio", "1", &[], 1.0),
         ("gpu_memory_copy_utilization_ratio", "1", &[], 0.5),
         ("gpu_decoder_utilization_ratio", "1", &[], 0.35),
@@ -387,6 +389,7 @@ fn unsupported_readings_are_left_out() {
         "gpu_remapped_rows",
         "gpu_encoder_utilization_ratio",
         "gpu_decoder_utilization_ratio",
+        "gpu_clock_max_hertz",
         // Licensing unsupported, as on bare metal: no licence to hold, not "unlicensed".
         "gpu_vgpu_licensed",
         // A driver that does not report a recovery action: no series, not "none".

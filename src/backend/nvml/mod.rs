@@ -154,6 +154,8 @@ struct StaticReadings {
     thresholds: Vec<(&'static str, f64)>,
     pcie_generation_max: Option<u32>,
     pcie_width_max: Option<u32>,
+    /// The highest clock per domain, in hertz.
+    clocks_max_hertz: Vec<(&'static str, f64)>,
     supported_clock_events: Option<u64>,
     /// Fans the board has; fanless boards (H100/H200 SXM) have none, and asking for fan 0
     /// there is an invalid argument, not "not supported".
@@ -389,6 +391,7 @@ impl NvmlDevicePoller {
         });
         r.pcie.generation_max = statics.pcie_generation_max;
         r.pcie.width_max = statics.pcie_width_max;
+        r.clocks_max_hertz = statics.clocks_max_hertz.clone();
         r.performance_state = calls
             .read("nvmlDeviceGetPerformanceState", || self.device.performance_state())
             .map(|p| p.as_c());
@@ -450,6 +453,17 @@ impl NvmlDevicePoller {
         }
         s.pcie_generation_max = calls.read("nvmlDeviceGetMaxPcieLinkGeneration", || self.device.max_pcie_link_gen());
         s.pcie_width_max = calls.read("nvmlDeviceGetMaxPcieLinkWidth", || self.device.max_pcie_link_width());
+        s.clocks_max_hertz = [
+            (Clock::SM, "sm"),
+            (Clock::Memory, "memory"),
+            (Clock::Graphics, "graphics"),
+        ]
+        .into_iter()
+        .filter_map(|(clock, name)| {
+            let mhz = calls.read("nvmlDeviceGetMaxClockInfo", || self.device.max_clock_info(clock))?;
+            Some((name, mhz as f64 * 1e6))
+        })
+        .collect();
         s.fan_count = calls
             .read("nvmlDeviceGetNumFans", || self.device.num_fans())
             .unwrap_or(0);

@@ -533,6 +533,26 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
 }
 
 #[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
+    device: nvmlDevice_t,
+    clock: nvmlClockType_t,
+    out: *mut c_uint,
+) -> nvmlReturn_t {
+    device_call(device, "nvmlDeviceGetMaxClockInfo", |_, d| {
+        let c = &d.clocks_max_mhz;
+        let value = match clock {
+            nvmlClockType_enum_NVML_CLOCK_GRAPHICS => c.graphics,
+            nvmlClockType_enum_NVML_CLOCK_SM => c.sm,
+            nvmlClockType_enum_NVML_CLOCK_MEM => c.memory,
+            nvmlClockType_enum_NVML_CLOCK_VIDEO => c.video,
+            _ => return INVALID_ARGUMENT,
+        };
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
+        unsafe { put(out, value) }
+    })
+}
+
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetClockInfo(
     device: nvmlDevice_t,
     clock: nvmlClockType_t,

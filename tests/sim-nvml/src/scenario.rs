@@ -96,6 +96,9 @@ pub struct Device {
     /// Current clocks, MHz (`nvmlDeviceGetClockInfo`).
     #[serde(default)]
     pub clocks_mhz: Clocks,
+    /// The highest clocks, MHz (`nvmlDeviceGetMaxClockInfo`); a domain left out: NOT_SUPPORTED.
+    #[serde(default)]
+    pub clocks_max_mhz: Clocks,
     /// GPU and memory-copy busy percentages (`nvmlDeviceGetUtilizationRates`).
     pub utilization: Option<Utilization>,
     /// Video encoder and decoder busy percentages; absent: the board has none (NOT_SUPPORTED).
