@@ -108,6 +108,11 @@ def fleet():
         .with_target(q(f'sum by (instance, gpu, xid, severity) (gpu_xid_errors_total{{{SEL}}})', "", instant=True))
     )
     dash = dash.with_panel(
+        table.Panel().title("What the driver asks for (recovery action)").datasource(DS).span(12).height(8)
+        .description("GPUs whose driver asks for a GPU reset, a drain or a node reboot (alert GpuRecoveryActionRequired).")
+        .with_target(q(f'gpu_recovery_action{{action!="none",{SEL}}} == 1', "", instant=True))
+    )
+    dash = dash.with_panel(
         ts("PCIe link width against max", "none",
            q(f'gpu_pcie_link_width_lanes{{{SEL}}}', "{{instance}} GPU {{gpu}}"),
            q(f'max by (instance) (gpu_pcie_link_width_max_lanes{{{SEL}}})', "{{instance}} max"))
