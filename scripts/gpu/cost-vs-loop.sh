@@ -91,19 +91,7 @@ join -a 2 -e 0 -o 0,1.2,2.2 <(awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}'
 for p in $procs; do
   eval "pid=\$$p"
   echo "$p resident memory by mapping (KiB, 8 largest):"
-  python3 - "$pid" <<'PY'
-import collections, re, sys
-rss = collections.Counter()
-name = None
-for line in open(f"/proc/{sys.argv[1]}/smaps"):
-    head = re.match(r"^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(.*)$", line)
-    if head:
-        name = head.group(1) or "[anonymous]"
-    elif line.startswith("Rss:"):
-        rss[name] += int(line.split()[1])
-for name, kib in rss.most_common(8):
-    print(f"  {kib:8d}  {name}")
-PY
+  python3 "$here/rss-by-mapping.py" "$pid" 8 | sed 's/^/  /'
 done
 for p in ${procs#loop }; do
   echo "$p log warnings: $(grep -c -E 'WARN|ERROR' "$work/$p.log" || true)"

@@ -12,17 +12,5 @@ source "$(dirname "$0")/all-features.sh"
 pid=$!
 sleep "$WARMUP"
 grep -E '^(VmRSS|RssAnon|RssFile|RssShmem|Threads)' "/proc/$pid/status"
-python3 - "$pid" <<'PY'
-import collections, re, sys
-rss = collections.Counter()
-name = None
-for line in open(f"/proc/{sys.argv[1]}/smaps"):
-    head = re.match(r"^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(.*)$", line)
-    if head:
-        name = head.group(1) or "[anonymous]"
-    elif line.startswith("Rss:"):
-        rss[name] += int(line.split()[1])
-for name, kib in rss.most_common(25):
-    print(f"{kib:8d} KiB  {name}")
-PY
+python3 "$(dirname "$0")/rss-by-mapping.py" "$pid" 25
 kill "$pid"; wait "$pid" || true

@@ -788,21 +788,29 @@ mod tests {
         assert!(reasons(Some(SystemTime::now())).is_empty());
     }
 
+    /// What the rules find on a GPU that answered with `readings`, with no XID, probe or clear.
+    fn findings_of(readings: DeviceReadings) -> Vec<crate::model::health::Finding> {
+        crate::health::findings(&Seen {
+            device: &gpu_reading(readings),
+            xids: &[],
+            probe: None,
+            limits: &Limits::default(),
+            cleared: None,
+            board_swap: None,
+            now: SystemTime::now(),
+        })
+    }
+
     #[test]
     fn an_unlicensed_vgpu_is_degraded_and_a_gpu_without_licensing_is_not() {
         let reasons = |licensed: Option<bool>| -> Vec<&'static str> {
-            reasons_found(&Seen {
-                device: &gpu_reading(DeviceReadings {
-                    vgpu_licensed: licensed,
-                    ..Default::default()
-                }),
-                xids: &[],
-                probe: None,
-                limits: &Limits::default(),
-                cleared: None,
-                board_swap: None,
-                now: SystemTime::now(),
+            findings_of(DeviceReadings {
+                vgpu_licensed: licensed,
+                ..Default::default()
             })
+            .iter()
+            .map(|f| f.reason)
+            .collect()
         };
         assert_eq!(reasons(Some(false)), ["vgpu_unlicensed"]);
         assert!(reasons(Some(true)).is_empty());
@@ -813,17 +821,9 @@ mod tests {
     fn the_drivers_recovery_action_degrades_and_a_reboot_makes_unhealthy() {
         use crate::model::RecoveryAction;
         let findings = |action: Option<RecoveryAction>| {
-            crate::health::findings(&Seen {
-                device: &gpu_reading(DeviceReadings {
-                    recovery_action: action,
-                    ..Default::default()
-                }),
-                xids: &[],
-                probe: None,
-                limits: &Limits::default(),
-                cleared: None,
-                board_swap: None,
-                now: SystemTime::now(),
+            findings_of(DeviceReadings {
+                recovery_action: action,
+                ..Default::default()
             })
         };
         for (action, severity, words) in [

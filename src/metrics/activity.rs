@@ -80,11 +80,7 @@ pub const FAMILIES: &[Family] = &[
                 |r| dcgm_compat::pipe(r, "fp16")
             ),
         ],
-        read: Read::Readings(|r, s| {
-            for (pipe, ratio) in activity(r).map(|a| a.pipes.as_slice()).unwrap_or_default() {
-                s.labelled(&[pipe], *ratio);
-            }
-        }),
+        read: Read::Readings(|r, s| s.each(activity(r).map(|a| a.pipes.as_slice()).unwrap_or_default())),
     },
     Family {
         name: "gpu_pcie_bytes_per_second",
@@ -107,12 +103,11 @@ pub const FAMILIES: &[Family] = &[
             ),
         ],
         read: Read::Readings(|r, s| {
-            for (direction, rate) in activity(r)
-                .map(|a| a.pcie_bytes_per_second.as_slice())
-                .unwrap_or_default()
-            {
-                s.labelled(&[direction], *rate);
-            }
+            s.each(
+                activity(r)
+                    .map(|a| a.pcie_bytes_per_second.as_slice())
+                    .unwrap_or_default(),
+            )
         }),
     },
     Family {
@@ -139,12 +134,11 @@ pub const FAMILIES: &[Family] = &[
             ),
         ],
         read: Read::Readings(|r, s| {
-            for (direction, rate) in activity(r)
-                .map(|a| a.nvlink_bytes_per_second.as_slice())
-                .unwrap_or_default()
-            {
-                s.labelled(&[direction], *rate);
-            }
+            s.each(
+                activity(r)
+                    .map(|a| a.nvlink_bytes_per_second.as_slice())
+                    .unwrap_or_default(),
+            )
         }),
     },
 ];

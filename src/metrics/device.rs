@@ -82,11 +82,7 @@ pub const FAMILIES: &[Family] = &[
             twin!("DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", |r| r
                 .temperature("memory")),
         ],
-        read: Read::Readings(|r, s| {
-            for (sensor, t) in &r.temperatures {
-                s.labelled(&[sensor], *t);
-            }
-        }),
+        read: Read::Readings(|r, s| s.each(&r.temperatures)),
     },
     Family {
         name: "gpu_temperature_threshold_celsius",
@@ -95,11 +91,7 @@ pub const FAMILIES: &[Family] = &[
         help: "Temperature thresholds: slowdown, shutdown, gpu_max, memory_max.",
         labels: &["threshold"],
         dcgm: &[],
-        read: Read::Readings(|r, s| {
-            for (threshold, t) in &r.temperature_thresholds {
-                s.labelled(&[threshold], *t);
-            }
-        }),
+        read: Read::Readings(|r, s| s.each(&r.temperature_thresholds)),
     },
     Family {
         name: "gpu_clock_event_active",
@@ -185,11 +177,7 @@ pub const FAMILIES: &[Family] = &[
                 .clock("memory")
                 .map(|hz| hz / 1e6)),
         ],
-        read: Read::Readings(|r, s| {
-            for (clock, hz) in &r.clocks_hertz {
-                s.labelled(&[clock], *hz);
-            }
-        }),
+        read: Read::Readings(|r, s| s.each(&r.clocks_hertz)),
     },
     Family {
         name: "gpu_clock_max_hertz",
@@ -198,11 +186,7 @@ pub const FAMILIES: &[Family] = &[
         help: "Highest clock the GPU can run at, by domain (sm, memory, graphics): gpu_clock_hertz / gpu_clock_max_hertz is how far below its top clock it runs.",
         labels: &["clock"],
         dcgm: &[],
-        read: Read::Readings(|r, s| {
-            for (clock, hz) in &r.clocks_max_hertz {
-                s.labelled(&[clock], *hz);
-            }
-        }),
+        read: Read::Readings(|r, s| s.each(&r.clocks_max_hertz)),
     },
     Family {
         name: "gpu_utilization_ratio",

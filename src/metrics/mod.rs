@@ -275,6 +275,14 @@ impl Samples<'_> {
         self.out.push((labels, value));
     }
 
+    /// One sample per (label value, value) pair of a reading kept as such a list (sensors,
+    /// thresholds, clock domains), for a family with one label.
+    pub fn each(&mut self, pairs: &[(&'static str, f64)]) {
+        for (label, value) in pairs {
+            self.labelled(&[label], *value);
+        }
+    }
+
     /// A sample with label values, when there is a value.
     pub fn labelled_opt(&mut self, values: &[&str], value: Option<f64>) {
         if let Some(v) = value {

@@ -250,6 +250,23 @@ const COUNTER_FIELDS: [(u32, &str); 5] = [
     ),
 ];
 
+/// The sm, memory and graphics clocks `read` answers (MHz), in hertz; a domain the GPU does
+/// not report is left out. `call`: the NVML call, for its time and errors.
+fn clocks_hertz(
+    calls: &mut CallErrors,
+    call: &'static str,
+    read: impl Fn(Clock) -> Result<u32, nvml_wrapper::error::NvmlError>,
+) -> Vec<(&'static str, f64)> {
+    [
+        (Clock::SM, "sm"),
+        (Clock::Memory, "memory"),
+        (Clock::Graphics, "graphics"),
+    ]
+    .into_iter()
+    .filter_map(|(clock, name)| Some((name, calls.read(call, || read(clock))? as f64 * 1e6)))
+    .collect()
+}
+
 fn sample_as_f64(value: &SampleValue) -> f64 {
     match *value {
         SampleValue::F64(v) => v,
@@ -361,17 +378,7 @@ impl NvmlDevicePoller {
         r.power_limit_watts = calls
             .read("nvmlDeviceGetEnforcedPowerLimit", || self.device.enforced_power_limit())
             .map(|mw| mw as f64 / 1000.0);
-        r.clocks_hertz = [
-            (Clock::SM, "sm"),
-            (Clock::Memory, "memory"),
-            (Clock::Graphics, "graphics"),
-        ]
-        .into_iter()
-        .filter_map(|(clock, name)| {
-            let mhz = calls.read("nvmlDeviceGetClockInfo", || self.device.clock_info(clock))?;
-            Some((name, mhz as f64 * 1e6))
-        })
-        .collect();
+        r.clocks_hertz = clocks_hertz(calls, "nvmlDeviceGetClockInfo", |clock| self.device.clock_info(clock));
         let rates = calls.read("nvmlDeviceGetUtilizationRates", || self.device.utilization_rates());
         r.utilization_ratio = rates.as_ref().map(|u| u.gpu as f64 / 100.0);
         r.memory_copy_utilization_ratio = rates.as_ref().map(|u| u.memory as f64 / 100.0);
@@ -453,17 +460,9 @@ impl NvmlDevicePoller {
         }
         s.pcie_generation_max = calls.read("nvmlDeviceGetMaxPcieLinkGeneration", || self.device.max_pcie_link_gen());
         s.pcie_width_max = calls.read("nvmlDeviceGetMaxPcieLinkWidth", || self.device.max_pcie_link_width());
-        s.clocks_max_hertz = [
-            (Clock::SM, "sm"),
-            (Clock::Memory, "memory"),
-            (Clock::Graphics, "graphics"),
-        ]
-        .into_iter()
-        .filter_map(|(clock, name)| {
-            let mhz = calls.read("nvmlDeviceGetMaxClockInfo", || self.device.max_clock_info(clock))?;
-            Some((name, mhz as f64 * 1e6))
-        })
-        .collect();
+        s.clocks_max_hertz = clocks_hertz(calls, "nvmlDeviceGetMaxClockInfo", |clock| {
+            self.device.max_clock_info(clock)
+        });
         s.fan_count = calls
             .read("nvmlDeviceGetNumFans", || self.device.num_fans())
             .unwrap_or(0);

@@ -532,6 +532,22 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
     })
 }
 
+/// One clock domain of `clocks` into `out`; an unknown domain is an invalid argument.
+///
+/// # Safety
+/// `out` is valid for writes or null (refused by `put`).
+unsafe fn put_clock(clocks: &scenario::Clocks, clock: nvmlClockType_t, out: *mut c_uint) -> nvmlReturn_t {
+    let value = match clock {
+        nvmlClockType_enum_NVML_CLOCK_GRAPHICS => clocks.graphics,
+        nvmlClockType_enum_NVML_CLOCK_SM => clocks.sm,
+        nvmlClockType_enum_NVML_CLOCK_MEM => clocks.memory,
+        nvmlClockType_enum_NVML_CLOCK_VIDEO => clocks.video,
+        _ => return INVALID_ARGUMENT,
+    };
+    // SAFETY: as the caller promised.
+    unsafe { put(out, value) }
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
     device: nvmlDevice_t,
@@ -539,16 +555,8 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
     out: *mut c_uint,
 ) -> nvmlReturn_t {
     device_call(device, "nvmlDeviceGetMaxClockInfo", |_, d| {
-        let c = &d.clocks_max_mhz;
-        let value = match clock {
-            nvmlClockType_enum_NVML_CLOCK_GRAPHICS => c.graphics,
-            nvmlClockType_enum_NVML_CLOCK_SM => c.sm,
-            nvmlClockType_enum_NVML_CLOCK_MEM => c.memory,
-            nvmlClockType_enum_NVML_CLOCK_VIDEO => c.video,
-            _ => return INVALID_ARGUMENT,
-        };
-        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
-        unsafe { put(out, value) }
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows.
+        unsafe { put_clock(&d.clocks_max_mhz, clock, out) }
     })
 }
 
@@ -559,16 +567,8 @@ pub unsafe extern "C" fn nvmlDeviceGetClockInfo(
     out: *mut c_uint,
 ) -> nvmlReturn_t {
     device_call(device, "nvmlDeviceGetClockInfo", |_, d| {
-        let c = &d.clocks_mhz;
-        let value = match clock {
-            nvmlClockType_enum_NVML_CLOCK_GRAPHICS => c.graphics,
-            nvmlClockType_enum_NVML_CLOCK_SM => c.sm,
-            nvmlClockType_enum_NVML_CLOCK_MEM => c.memory,
-            nvmlClockType_enum_NVML_CLOCK_VIDEO => c.video,
-            _ => return INVALID_ARGUMENT,
-        };
-        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
-        unsafe { put(out, value) }
+        // SAFETY: `out` is the caller's, valid for writes or null as the C API allows.
+        unsafe { put_clock(&d.clocks_mhz, clock, out) }
     })
 }
 
