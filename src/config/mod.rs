@@ -17,6 +17,7 @@ mod durations;
 mod health;
 mod listen;
 mod local_api;
+mod network;
 mod output;
 mod poll;
 mod probe;
@@ -28,6 +29,7 @@ use durations::*;
 pub use health::*;
 pub use listen::*;
 pub use local_api::*;
+pub use network::*;
 pub use output::*;
 pub use poll::*;
 pub use probe::*;
@@ -71,6 +73,7 @@ pub struct Config {
     pub state: State,
     pub health: Health,
     pub local_api: LocalApi,
+    pub network: Network,
 }
 
 impl Default for Config {
@@ -93,6 +96,7 @@ impl Default for Config {
             state: State::default(),
             health: Health::default(),
             local_api: LocalApi::default(),
+            network: Network::default(),
         }
     }
 }

@@ -20,6 +20,7 @@
 //!   A source that cannot be read at all says so once, says when it is back, and says so
 //!   again at the next outage ([`Outage`]).
 
+pub mod infiniband;
 pub mod pci;
 
 use crate::service::logging::{RateLimiter, held_back_suffix};

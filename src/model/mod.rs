@@ -11,6 +11,7 @@ pub mod clock_events;
 pub mod health;
 pub mod links;
 pub mod mig;
+pub mod nic;
 pub mod probe;
 pub mod recent;
 pub mod xid;

@@ -9,6 +9,7 @@
 //! | pods | `attribution::kubelet::follow`, a task | the kubelet's device assignments |
 //! | DRM clients | [`processes::DrmClients`], task `source-drm-clients`, every 10 s while AMD GPUs exist | processes per PCI address |
 //! | PCI census | [`pci::PciCensus`], task `source-pci`, every 30 s | GPUs on the bus |
+//! | network ports | [`nics::NicPorts`], task `source-nics`, every `network.interval` (10 s) | RDMA devices and their ports |
 //! | probe results | `probe::schedule`, thread `probe-scheduler` | the latest report per GPU |
 //! | board swaps | the journal's writer; the journal at start | the last day's swaps per new GPU |
 //! | clears | the local API's `POST /api/v1/health/clear`; the journal at start | the latest clear per GPU |
@@ -25,6 +26,7 @@
 
 pub mod cadence;
 pub mod jobs;
+pub mod nics;
 pub mod pci;
 pub mod poller;
 pub mod processes;
@@ -284,6 +286,8 @@ sources! {
     jobs: Versioned<jobs::JobMap> = periodic(|_: &Arc<Store>| jobs::JobFiles::default()),
     /// The GPUs on the PCI bus.
     pci: Versioned<Vec<PciGpu>> = periodic(|_: &Arc<Store>| pci::PciCensus),
+    /// The node's InfiniBand and RoCE ports.
+    nics: Versioned<crate::model::nic::NicScan> = periodic(|_: &Arc<Store>| nics::NicPorts::default()),
     /// AMD processes per PCI address, from /proc's DRM clients.
     drm_clients: Versioned<processes::DrmScan> = periodic(|store: &Arc<Store>| processes::DrmClients::new(store.clone())),
     /// The health journal's state (its writer sets it).

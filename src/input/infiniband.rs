@@ -1,0 +1,467 @@
+//! The node's RDMA devices and their ports, read from sysfs: `/sys/class/infiniband/<dev>/`
+//! (`fw_ver`, `board_id`, `hca_type`, the PCI function behind `device`), each port's
+//! `ports/<n>/{state,phys_state,rate,link_layer}` with its `counters/` and `hw_counters/`,
+//! and for a RoCE port its network interface (`device/net/<if>/{operstate,speed,
+//! carrier_changes}`). The layouts are the kernel's (Documentation/ABI/stable/
+//! sysfs-class-infiniband); tests/fixtures/sysfs/README.md cites each fixture.
+//!
+//! Read as if an attacker wrote it, like the PCI census: links followed only to targets
+//! inside the sysfs root, no link followed for a value, every file bounded in bytes, at
+//! most [`MAX_PORTS`] ports, names and words checked before they become labels, and what was
+//! skipped counted (`gpuwarden_input_skipped_total{input="sysfs"}`).
+
+use crate::input::{self, Input, Links, Reason, Refused, Skips};
+use crate::model::nic::{MAX_PORTS, Netdev, NicDevice, NicPcie, NicPort, NicScan, WATCHED_COUNTERS};
+use std::path::Path;
+
+/// Most RDMA devices looked at (a port each, usually).
+const MAX_DEVICES: usize = MAX_PORTS;
+/// Most directory entries looked at in any one listing.
+const MAX_SCANNED: usize = 4096;
+/// A word (`4: ACTIVE`, `InfiniBand`, `28.39.1002`, `MT_0000000838`).
+const MAX_WORD: usize = 64;
+/// A counter: 20 digits at most.
+const MAX_COUNTER: usize = 32;
+/// Network interfaces looked at per adapter.
+const MAX_NETDEVS: usize = 8;
+
+/// Where each GPU sits in the PCI tree: its address and the path components of its device
+/// directory below /sys/devices, for finding the GPUs behind the same switch as an adapter.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuPlaces(pub Vec<(String, Vec<String>)>);
+
+/// The GPUs of the PCI census and their places in the tree.
+pub fn gpu_places(root: &Path) -> GpuPlaces {
+    let sys = root.join("sys");
+    let mut skips = Skips::new(Input::Sysfs);
+    let places = crate::input::pci::gpus_on_the_bus(root)
+        .into_iter()
+        .filter_map(|gpu| {
+            let dir = input::resolve_inside(&sys, &sys.join("bus/pci/devices").join(&gpu.pci_bus_id))
+                .map_err(|refused| refused.record(&mut skips))
+                .ok()?;
+            Some((gpu.pci_bus_id, components(&sys, &dir)))
+        })
+        .collect();
+    GpuPlaces(places)
+}
+
+/// The path components of `dir` below `sys`/devices (`pci0000:00`, `0000:00:01.0`, ...).
+fn components(sys: &Path, dir: &Path) -> Vec<String> {
+    let sys = std::fs::canonicalize(sys).unwrap_or_else(|_| sys.to_path_buf());
+    dir.strip_prefix(sys.join("devices"))
+        .map(|rest| rest.iter().map(|c| c.to_string_lossy().into_owned()).collect())
+        .unwrap_or_default()
+}
+
+/// The GPUs that share the deepest PCIe bridge with the adapter at `nic` (at least its root
+/// port, as `nvidia-smi topo -m` would say PIX or PXB): their traffic crosses this adapter.
+fn near_gpus(nic: &[String], gpus: &GpuPlaces) -> Vec<String> {
+    let shared = |gpu: &[String]| nic.iter().zip(gpu).take_while(|(a, b)| a == b).count();
+    // Two components in common: the host bridge and a root port under it.
+    let deepest = gpus.0.iter().map(|(_, at)| shared(at)).max().unwrap_or(0);
+    if deepest < 2 {
+        return Vec::new();
+    }
+    let mut near: Vec<String> = gpus
+        .0
+        .iter()
+        .filter(|(_, at)| shared(at) == deepest)
+        .map(|(bus, _)| bus.clone())
+        .collect();
+    near.sort();
+    near
+}
+
+/// Every RDMA device under `root`/sys/class/infiniband and its ports; none where there is no
+/// such class (no RDMA hardware, or the modules not loaded).
+pub fn read_nics(root: &Path, gpus: &GpuPlaces) -> NicScan {
+    let mut skips = Skips::new(Input::Sysfs);
+    let sys = root.join("sys");
+    let class = sys.join("class/infiniband");
+    let Ok(mut entries) = input::list_dir(&class, MAX_DEVICES, MAX_SCANNED, &mut skips, device_name) else {
+        return NicScan::default();
+    };
+    entries.sort();
+    let mut scan = NicScan::default();
+    let mut ports_left = MAX_PORTS;
+    for (name, link) in entries {
+        let dir = match input::resolve_inside(&sys, &link) {
+            Ok(dir) => dir,
+            Err(refused) => {
+                refused.record(&mut skips);
+                continue;
+            }
+        };
+        let mut device = read_device(&sys, name, &dir, gpus, &mut skips);
+        device.ports = read_ports(&dir, &mut ports_left, &mut skips);
+        if let Some(pci) = input::resolve_inside(&sys, &dir.join("device")).ok() {
+            attach_netdevs(&pci, &mut device.ports, &mut skips);
+        }
+        scan.devices.push(device);
+    }
+    scan
+}
+
+/// A device's name as the kernel makes them (`mlx5_0`, `mlx5_bond_0`, `ibp12s0`): letters,
+/// digits, `_`, `-` and `.`, at most 64.
+fn device_name(name: &str) -> Option<String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+    ok.then(|| name.to_string())
+}
+
+fn read_device(sys: &Path, name: String, dir: &Path, gpus: &GpuPlaces, skips: &mut Skips) -> NicDevice {
+    let word = |file: &str, skips: &mut Skips| read_word(&dir.join(file), skips);
+    let mut device = NicDevice {
+        fw_ver: word("fw_ver", skips),
+        board_id: word("board_id", skips),
+        hca_type: word("hca_type", skips),
+        name,
+        ..Default::default()
+    };
+    match input::resolve_inside(sys, &dir.join("device")) {
+        Ok(pci) => {
+            device.pci_bus_id = pci
+                .file_name()
+                .and_then(|n| crate::input::pci::normalize_bus_id(&n.to_string_lossy()));
+            device.pcie = read_pcie(&pci, skips);
+            device.near_gpus = near_gpus(&components(sys, &pci), gpus);
+        }
+        Err(refused) => refused.record(skips),
+    }
+    device
+}
+
+/// `current_link_speed` (`16.0 GT/s PCIe`), `max_link_speed`, `current_link_width` (`16`),
+/// `max_link_width`.
+fn read_pcie(pci: &Path, skips: &mut Skips) -> NicPcie {
+    let speed = |file: &str, skips: &mut Skips| {
+        read_word(&pci.join(file), skips)
+            .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok())
+            .filter(|gts| gts.is_finite() && *gts > 0.0 && *gts <= 1000.0)
+    };
+    let width = |file: &str, skips: &mut Skips| {
+        read_word(&pci.join(file), skips)
+            .and_then(|t| t.parse::<u32>().ok())
+            .filter(|w| (1..=64).contains(w))
+    };
+    NicPcie {
+        speed_gts: speed("current_link_speed", skips),
+        max_speed_gts: speed("max_link_speed", skips),
+        width: width("current_link_width", skips),
+        max_width: width("max_link_width", skips),
+    }
+}
+
+/// The ports of one device, at most `left` of them (the node's bound, shared by its devices).
+fn read_ports(dir: &Path, left: &mut usize, skips: &mut Skips) -> Vec<NicPort> {
+    let ports_dir = dir.join("ports");
+    let number = |name: &str| name.parse::<u32>().ok().filter(|n| (1..=255).contains(n));
+    let Ok(mut entries) = input::list_dir(&ports_dir, *left, MAX_SCANNED, skips, number) else {
+        return Vec::new();
+    };
+    entries.sort();
+    *left -= entries.len();
+    entries
+        .into_iter()
+        .map(|(port, path)| read_port(port, &path, skips))
+        .collect()
+}
+
+fn read_port(port: u32, dir: &Path, skips: &mut Skips) -> NicPort {
+    let word = |file: &str, skips: &mut Skips| read_word(&dir.join(file), skips);
+    let link_layer = word("link_layer", skips)
+        .map(|l| l.to_ascii_lowercase())
+        .filter(|l| l.len() <= 16 && l.chars().all(|c| c.is_ascii_alphanumeric()))
+        .unwrap_or_else(|| "unknown".to_string());
+    let mut counters = Vec::new();
+    for (name, place) in WATCHED_COUNTERS {
+        if let Some(value) = read_counter(&dir.join(place.dir()).join(name), skips) {
+            counters.push((name, value));
+        }
+    }
+    NicPort {
+        port,
+        link_layer,
+        state: word("state", skips).and_then(|s| coded_state(&s)),
+        phys_state: word("phys_state", skips).and_then(|s| coded_state(&s)),
+        rate_gbps: word("rate", skips).and_then(|r| rate_gbps(&r)),
+        counters,
+        ..Default::default()
+    }
+}
+
+/// `4: ACTIVE` -> (4, "ACTIVE"); anything else is not a state.
+pub fn coded_state(text: &str) -> Option<(u8, String)> {
+    let (code, word) = text.split_once(':')?;
+    let code = code.trim().parse::<u8>().ok()?;
+    let word = word.trim();
+    let ok =
+        !word.is_empty() && word.len() <= 32 && word.chars().all(|c| c.is_ascii_alphanumeric() || "_- ".contains(c));
+    ok.then(|| (code, word.to_string()))
+}
+
+/// `400 Gb/sec (4X NDR)` -> 400; `2.5 Gb/sec (1X SDR)` -> 2.5.
+pub fn rate_gbps(text: &str) -> Option<f64> {
+    let mut words = text.split_whitespace();
+    let value = words.next()?.parse::<f64>().ok()?;
+    (words.next()? == "Gb/sec" && value.is_finite() && value > 0.0 && value <= 100_000.0).then_some(value)
+}
+
+/// A RoCE port's network interface: the adapter's `net/<if>`, matched to the port by its
+/// `dev_port` (0 for port 1); an adapter with one interface gives it to its one Ethernet port.
+fn attach_netdevs(pci: &Path, ports: &mut [NicPort], skips: &mut Skips) {
+    if !ports.iter().any(|p| p.link_layer == "ethernet") {
+        return;
+    }
+    let interface = |name: &str| {
+        let ok = !name.is_empty()
+            && name.len() < 16
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.@".contains(c));
+        ok.then(|| name.to_string())
+    };
+    let Ok(mut netdevs) = input::list_dir(&pci.join("net"), MAX_NETDEVS, MAX_SCANNED, skips, interface) else {
+        return;
+    };
+    netdevs.sort();
+    for (name, dir) in netdevs {
+        let port = read_word(&dir.join("dev_port"), skips)
+            .and_then(|p| p.parse::<u32>().ok())
+            .unwrap_or(0)
+            .saturating_add(1);
+        let Some(target) = ports.iter_mut().find(|p| p.port == port && p.link_layer == "ethernet") else {
+            continue;
+        };
+        if target.netdev.is_some() {
+            continue;
+        }
+        target.netdev = Some(Netdev {
+            operstate: read_word(&dir.join("operstate"), skips),
+            // -1 (or an error, on older kernels) while the link is down.
+            speed_mbps: read_word(&dir.join("speed"), skips)
+                .and_then(|s| s.parse::<i64>().ok())
+                .and_then(|s| u64::try_from(s).ok())
+                .filter(|s| *s > 0),
+            carrier_changes: read_counter(&dir.join("carrier_changes"), skips),
+            name,
+        });
+    }
+}
+
+/// A short value: a regular file, no link, trimmed, at most [`MAX_WORD`] bytes; a longer one
+/// is not a word here and is refused whole (never read as its beginning).
+fn read_word(path: &Path, skips: &mut Skips) -> Option<String> {
+    bounded(path, MAX_WORD, skips)
+}
+
+/// A counter: digits only, at most [`MAX_COUNTER`] bytes.
+fn read_counter(path: &Path, skips: &mut Skips) -> Option<u64> {
+    let text = bounded(path, MAX_COUNTER, skips)?;
+    match text.parse::<u64>() {
+        Ok(value) => Some(value),
+        Err(_) => {
+            skips.add(Reason::InvalidValue, path.display());
+            None
+        }
+    }
+}
+
+fn bounded(path: &Path, max: usize, skips: &mut Skips) -> Option<String> {
+    match input::read_text(path, max, Links::Refuse) {
+        Ok(text) if text.truncated => {
+            skips.add(Reason::TooLarge, path.display());
+            None
+        }
+        Ok(text) => Some(crate::input::printable(text.text.trim())).filter(|t| !t.is_empty()),
+        // The kernel answers EINVAL or EOPNOTSUPP for a counter the hardware lacks: not a skip
+        // worth a log line at every read.
+        Err(Refused::Skip(Reason::Unreadable, _)) if is_sysfs_attribute(path) => None,
+        Err(refused) => {
+            refused.record(skips);
+            None
+        }
+    }
+}
+
+/// A file the kernel answers with an error when the hardware lacks it.
+fn is_sysfs_attribute(path: &Path) -> bool {
+    let parent = path
+        .parent()
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned());
+    matches!(parent.as_deref(), Some("counters" | "hw_counters")) || path.ends_with("speed")
+}
+
+/// The fixture trees of tests/fixtures/sysfs, copied so a test can change them.
+#[cfg(test)]
+pub(crate) fn fixture(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let from = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/sysfs")
+        .join(name);
+    let dir = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from.join("."))
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let root = dir.path().to_path_buf();
+    (dir, root)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::nic::NicScan;
+    use std::time::{Duration, Instant};
+
+    fn read(root: &Path) -> NicScan {
+        read_nics(root, &gpu_places(root))
+    }
+
+    fn port_dir(root: &Path, device: &str) -> std::path::PathBuf {
+        std::fs::canonicalize(root.join("sys/class/infiniband").join(device))
+            .unwrap()
+            .join("ports/1")
+    }
+
+    #[test]
+    fn an_hgx_node_shows_each_ndr_port_with_the_gpu_behind_its_switch() {
+        let (_dir, root) = fixture("ndr-ib");
+        let scan = read(&root);
+        let names: Vec<&str> = scan.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]);
+        let d = &scan.devices[0];
+        assert_eq!(d.fw_ver.as_deref(), Some("28.39.1002"));
+        assert_eq!(d.board_id.as_deref(), Some("MT_0000000838"));
+        assert_eq!(d.hca_type.as_deref(), Some("MT4129"));
+        assert_eq!(d.pci_bus_id.as_deref(), Some("0000:1a:00.0"));
+        assert_eq!(
+            (d.pcie.width, d.pcie.max_width, d.pcie.speed_gts),
+            (Some(16), Some(16), Some(32.0))
+        );
+        assert_eq!(d.near_gpus, ["0000:1b:00.0"]);
+        assert_eq!(scan.devices[3].near_gpus, ["0000:4b:00.0"]);
+        let p = &d.ports[0];
+        assert_eq!((p.port, p.link_layer.as_str()), (1, "infiniband"));
+        assert_eq!(p.state, Some((4, "ACTIVE".to_string())));
+        assert_eq!(p.phys_state, Some((5, "LinkUp".to_string())));
+        assert_eq!(p.up(), Some(true));
+        assert_eq!(p.rate_gbps, Some(400.0));
+        assert_eq!(p.counter("link_downed"), Some(1));
+        assert_eq!(p.counter("symbol_error"), Some(0));
+        assert_eq!(p.counter("req_transport_retries_exceeded"), Some(0));
+        // RoCE's own counter is not on an InfiniBand port, and IPoIB is not a RoCE interface.
+        assert_eq!(p.counter("roce_slow_restart"), None);
+        assert_eq!(p.netdev, None);
+        assert_eq!(p.counters.len(), 11);
+    }
+
+    #[test]
+    fn an_hdr_port_and_a_roce_adapter_read_as_the_kernel_shows_them() {
+        let (_dir, root) = fixture("hdr-ib");
+        let scan = read(&root);
+        assert_eq!(scan.devices[0].ports[0].rate_gbps, Some(200.0));
+        assert_eq!(scan.devices[0].hca_type.as_deref(), Some("MT4123"));
+        assert_eq!(scan.devices[0].near_gpus, ["0000:0f:00.0"]);
+
+        let (_dir, root) = fixture("roce-cx7");
+        let scan = read(&root);
+        assert_eq!(scan.devices.len(), 2);
+        let p = &scan.devices[1].ports[0];
+        assert_eq!(p.link_layer, "ethernet");
+        assert_eq!(p.counter("roce_slow_restart"), Some(0));
+        let netdev = p.netdev.as_ref().unwrap();
+        assert_eq!(netdev.name, "ens1f1np1");
+        assert_eq!(netdev.operstate.as_deref(), Some("up"));
+        assert_eq!((netdev.speed_mbps, netdev.carrier_changes), (Some(200_000), Some(2)));
+        // The GPU hangs off another root port: no GPU is near.
+        assert!(scan.devices[0].near_gpus.is_empty());
+    }
+
+    #[test]
+    fn a_node_without_rdma_hardware_has_no_ports() {
+        let root = tempfile::tempdir().unwrap();
+        assert_eq!(read(root.path()), NicScan::default());
+        assert_eq!(read(&root.path().join("nowhere")), NicScan::default());
+    }
+
+    #[test]
+    fn a_down_port_and_a_link_down_interface_are_what_they_say() {
+        let (_dir, root) = fixture("roce-cx7");
+        let port = port_dir(&root, "mlx5_0");
+        std::fs::write(port.join("state"), "1: DOWN\n").unwrap();
+        std::fs::write(port.join("phys_state"), "3: Disabled\n").unwrap();
+        let net = std::fs::canonicalize(root.join("sys/class/net/ens1f0np0")).unwrap();
+        std::fs::write(net.join("speed"), "-1\n").unwrap();
+        std::fs::write(net.join("operstate"), "down\n").unwrap();
+        let scan = read(&root);
+        let p = &scan.devices[0].ports[0];
+        assert_eq!(p.up(), Some(false));
+        assert_eq!(p.states(), "DOWN/Disabled");
+        let netdev = p.netdev.as_ref().unwrap();
+        assert_eq!((netdev.operstate.as_deref(), netdev.speed_mbps), (Some("down"), None));
+    }
+
+    /// A loop of links, a link out of the root, 10,000 ports, a counter of 20 MB, a FIFO as a
+    /// counter, a link where a value belongs, and garbage in the words: bounded, in time, and
+    /// none of it taken as a value.
+    #[test]
+    fn hostile_trees_are_read_in_bounded_time_and_nothing_false_is_taken() {
+        use std::os::unix::fs::symlink;
+        let (_dir, root) = fixture("ndr-ib");
+        let class = root.join("sys/class/infiniband");
+        symlink("loop_b", class.join("loop_a")).unwrap();
+        symlink("loop_a", class.join("loop_b")).unwrap();
+        let outside = root.join("elsewhere/mlx5_9");
+        std::fs::create_dir_all(outside.join("ports/1")).unwrap();
+        std::fs::write(outside.join("ports/1/state"), "4: ACTIVE\n").unwrap();
+        symlink(&outside, class.join("mlx5_9")).unwrap();
+        // 10,000 ports on one device.
+        let ports = port_dir(&root, "mlx5_1").parent().unwrap().to_path_buf();
+        for n in 2..10_002 {
+            std::fs::create_dir(ports.join(n.to_string())).unwrap();
+        }
+        let p0 = port_dir(&root, "mlx5_0");
+        let mut big = b"7".to_vec();
+        big.resize(20 << 20, b'7');
+        std::fs::write(p0.join("counters/symbol_error"), big).unwrap();
+        std::fs::remove_file(p0.join("counters/link_downed")).unwrap();
+        crate::input::make_fifo(&p0.join("counters/link_downed"));
+        std::fs::remove_file(p0.join("hw_counters/rnr_nak_retry_err")).unwrap();
+        symlink("/proc/self/status", p0.join("hw_counters/rnr_nak_retry_err")).unwrap();
+        std::fs::write(p0.join("counters/port_rcv_errors"), "-5\n").unwrap();
+        std::fs::write(p0.join("rate"), "fast\n").unwrap();
+        std::fs::write(p0.join("state"), "4: ACTIVE\x1b[31m\n").unwrap();
+        std::fs::write(p0.join("link_layer"), "Infini\nBand\n").unwrap();
+
+        let started = Instant::now();
+        let scan = read(&root);
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        let names: Vec<&str> = scan.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]);
+        assert_eq!(scan.ports().count(), MAX_PORTS);
+        let p = &scan.devices[0].ports[0];
+        for absent in ["symbol_error", "link_downed", "rnr_nak_retry_err", "port_rcv_errors"] {
+            assert_eq!(p.counter(absent), None, "{absent}");
+        }
+        assert_eq!(p.counter("link_error_recovery"), Some(0));
+        assert_eq!((p.rate_gbps, &p.state, p.link_layer.as_str()), (None, &None, "unknown"));
+    }
+
+    #[test]
+    fn states_and_rates_are_parsed_strictly() {
+        assert_eq!(coded_state("4: ACTIVE"), Some((4, "ACTIVE".into())));
+        assert_eq!(coded_state("5: LinkUp"), Some((5, "LinkUp".into())));
+        assert_eq!(coded_state("ACTIVE"), None);
+        assert_eq!(coded_state("999: X"), None);
+        assert_eq!(rate_gbps("400 Gb/sec (4X NDR)"), Some(400.0));
+        assert_eq!(rate_gbps("2.5 Gb/sec (1X SDR)"), Some(2.5));
+        assert_eq!(rate_gbps("NaN Gb/sec"), None);
+        assert_eq!(rate_gbps("400"), None);
+    }
+}

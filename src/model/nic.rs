@@ -1,0 +1,164 @@
+//! The node's network ports as /metrics and the health rules see them: the InfiniBand and
+//! RoCE ports of its RDMA devices (`/sys/class/infiniband`, read by `sources::nics`), and
+//! what the health memory remembers of each port between reads (flaps, error growth).
+
+use super::health::Growth;
+
+/// Most ports read on a node: an HGX node has 8 to 10 RDMA ports; a doctored tree of
+/// 10,000 makes no more series than this.
+pub const MAX_PORTS: usize = 64;
+
+/// Where a watched counter lives under a port's directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterDir {
+    /// `counters/`: the InfiniBand performance-management (PMA) counters, kept by the core.
+    Pma,
+    /// `hw_counters/`: the driver's own (mlx5's "Q counters"), present when it has them.
+    Hw,
+}
+
+impl CounterDir {
+    pub fn dir(self) -> &'static str {
+        match self {
+            CounterDir::Pma => "counters",
+            CounterDir::Hw => "hw_counters",
+        }
+    }
+}
+
+/// The error counters read from each port, where the kernel shows them. The PMA ones are in
+/// the kernel's `drivers/infiniband/core/sysfs.c`; the others in mlx5's
+/// `drivers/infiniband/hw/mlx5/counters.c` (docs/metrics.md, "Network ports", says what each
+/// counts).
+pub const WATCHED_COUNTERS: [(&str, CounterDir); 12] = [
+    ("link_downed", CounterDir::Pma),
+    ("symbol_error", CounterDir::Pma),
+    ("link_error_recovery", CounterDir::Pma),
+    ("port_rcv_errors", CounterDir::Pma),
+    ("port_xmit_discards", CounterDir::Pma),
+    ("local_link_integrity_errors", CounterDir::Pma),
+    ("excessive_buffer_overrun_errors", CounterDir::Pma),
+    ("port_rcv_remote_physical_errors", CounterDir::Pma),
+    ("rnr_nak_retry_err", CounterDir::Hw),
+    ("req_transport_retries_exceeded", CounterDir::Hw),
+    ("local_ack_timeout_err", CounterDir::Hw),
+    ("roce_slow_restart", CounterDir::Hw),
+];
+
+/// One read of every RDMA device on the node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NicScan {
+    pub devices: Vec<NicDevice>,
+}
+
+impl NicScan {
+    /// Every port with its device.
+    pub fn ports(&self) -> impl Iterator<Item = (&NicDevice, &NicPort)> {
+        self.devices.iter().flat_map(|d| d.ports.iter().map(move |p| (d, p)))
+    }
+}
+
+/// One RDMA device (`mlx5_0`): a PCI function of a ConnectX adapter, with its ports.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NicDevice {
+    /// Its name under /sys/class/infiniband.
+    pub name: String,
+    pub fw_ver: Option<String>,
+    pub board_id: Option<String>,
+    pub hca_type: Option<String>,
+    /// The PCI function it is, in the kernel's form.
+    pub pci_bus_id: Option<String>,
+    pub pcie: NicPcie,
+    /// The PCI addresses of the GPUs behind the same PCIe switch (or root port): the GPUs
+    /// whose traffic goes through this adapter. Empty where none shares one.
+    pub near_gpus: Vec<String>,
+    pub ports: Vec<NicPort>,
+}
+
+/// The adapter's own PCIe link; each part `None` where the kernel does not show it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct NicPcie {
+    /// GT/s per lane.
+    pub speed_gts: Option<f64>,
+    pub max_speed_gts: Option<f64>,
+    pub width: Option<u32>,
+    pub max_width: Option<u32>,
+}
+
+impl NicPcie {
+    /// The link trained to fewer lanes than it has (a bad riser, a dirty slot): half the
+    /// lanes, half the bandwidth. Speed is not judged: it may drop to save power.
+    pub fn narrowed(&self) -> bool {
+        matches!((self.width, self.max_width), (Some(now), Some(max)) if now < max)
+    }
+}
+
+/// One port of an RDMA device.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NicPort {
+    pub port: u32,
+    /// `infiniband` or `ethernet` (RoCE), lower case as a label.
+    pub link_layer: String,
+    /// The logical state: `(4, "ACTIVE")` from `4: ACTIVE`.
+    pub state: Option<(u8, String)>,
+    /// The physical state: `(5, "LinkUp")` from `5: LinkUp`.
+    pub phys_state: Option<(u8, String)>,
+    /// Gb/s, from `400 Gb/sec (4X NDR)`.
+    pub rate_gbps: Option<f64>,
+    /// The watched counters the kernel shows for it, by name.
+    pub counters: Vec<(&'static str, u64)>,
+    /// The network interface of a RoCE port.
+    pub netdev: Option<Netdev>,
+    /// What the health memory remembers of it (nothing in a one-shot `check`).
+    pub trend: NicTrend,
+}
+
+/// The InfiniBand state codes (IBTA: 4 is ACTIVE) and physical state codes (5 is LinkUp).
+pub const STATE_ACTIVE: u8 = 4;
+pub const PHYS_LINK_UP: u8 = 5;
+
+impl NicPort {
+    /// Active and LinkUp: the port carries traffic. `None` where neither state is readable.
+    pub fn up(&self) -> Option<bool> {
+        match (&self.state, &self.phys_state) {
+            (None, None) => None,
+            (state, phys) => Some(
+                state.as_ref().is_none_or(|(code, _)| *code == STATE_ACTIVE)
+                    && phys.as_ref().is_none_or(|(code, _)| *code == PHYS_LINK_UP),
+            ),
+        }
+    }
+
+    pub fn counter(&self, name: &str) -> Option<u64> {
+        self.counters.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    }
+
+    /// "ACTIVE/LinkUp", for messages.
+    pub fn states(&self) -> String {
+        let word = |s: &Option<(u8, String)>| s.as_ref().map(|(_, w)| w.clone()).unwrap_or_else(|| "?".into());
+        format!("{}/{}", word(&self.state), word(&self.phys_state))
+    }
+}
+
+/// A RoCE port's network interface (`/sys/class/net/<name>`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Netdev {
+    pub name: String,
+    /// `up`, `down`, `lowerlayerdown`, ...
+    pub operstate: Option<String>,
+    /// Mb/s; `None` while the link is down (the kernel answers -1 or an error).
+    pub speed_mbps: Option<u64>,
+    pub carrier_changes: Option<u64>,
+}
+
+/// What the health memory knows of a port from earlier reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct NicTrend {
+    /// Times the link went down within `network.flap_window` (its `link_downed` growth, or
+    /// downs seen between reads where it has no such counter); `None` before a second read.
+    pub flaps: Option<u64>,
+    /// Growth within the last hour of the counters the rules judge.
+    pub link_downed: Option<Growth>,
+    pub local_link_integrity_errors: Option<Growth>,
+    pub symbol_error: Option<Growth>,
+}
