@@ -48,23 +48,7 @@ impl Default for Network {
     }
 }
 
-/// `network.expected_rate_gbps`.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ExpectedRates {
-    pub infiniband: Option<f64>,
-    pub ethernet: Option<f64>,
-}
-
-impl ExpectedRates {
-    /// The rate set for `link_layer` (`infiniband`, `ethernet`).
-    pub fn get(&self, link_layer: &str) -> Option<f64> {
-        match link_layer {
-            "infiniband" => self.infiniband,
-            "ethernet" => self.ethernet,
-            _ => None,
-        }
-    }
-}
+pub use crate::model::nic::ExpectedRates;
 
 pub(super) fn expected_rates<'de, D: Deserializer<'de>>(d: D) -> Result<ExpectedRates, D::Error> {
     #[derive(Deserialize)]

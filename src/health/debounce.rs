@@ -13,7 +13,7 @@ use crate::model::health::Finding;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-/// One (GPU, rule)'s memory.
+/// One (owner, rule, subject)'s memory.
 #[derive(Debug)]
 struct Track {
     /// When the condition was first seen in its current stretch; None while it is clear.
@@ -26,18 +26,31 @@ struct Track {
     finding: Finding,
 }
 
+/// Whose findings: a GPU's (by UUID) or the node's own.
+const NODE: &str = "node";
+
+/// A track's key: the owner (a GPU's UUID, or [`NODE`]), the rule's reason, and the
+/// finding's subject (a network port, for the node's findings).
+type Key = (String, &'static str, Option<String>);
+
 #[derive(Debug, Default)]
 pub struct Debouncer {
-    /// By (GPU UUID, rule reason).
-    tracks: HashMap<(String, &'static str), Track>,
+    tracks: HashMap<Key, Track>,
     /// The last operator's clear seen per GPU UUID (its time): a newer one lets go of the
     /// findings held only by a rule's hold.
     clears_seen: HashMap<String, f64>,
 }
 
+/// What one pass over one owner's findings goes by.
+struct Pass<'a> {
+    rules: &'a BTreeMap<String, RulePolicy>,
+    poll_interval: Duration,
+    now: Instant,
+}
+
 impl Debouncer {
-    /// Applies `rules` to every GPU's findings in `snapshot` (as of `now`) and sets each
-    /// GPU's state from what is left.
+    /// Applies `rules` to every GPU's findings and the node's in `snapshot` (as of `now`) and
+    /// sets each GPU's state from what is left.
     pub fn apply(
         &mut self,
         snapshot: &mut Snapshot,
@@ -49,8 +62,11 @@ impl Debouncer {
             self.tracks.clear();
             return;
         }
-        // Jitter: polls a little less than an interval apart still count as the next poll.
-        let slack = poll_interval / 2;
+        let pass = Pass {
+            rules,
+            poll_interval,
+            now,
+        };
         for device in &mut snapshot.devices {
             let uuid = device.identity.uuid.clone();
             let clear = snapshot.clears.get(&uuid).map(|c| c.at);
@@ -58,65 +74,84 @@ impl Debouncer {
             if let Some(at) = clear {
                 self.clears_seen.insert(uuid.clone(), at);
             }
-            for (name, policy) in rules {
-                // The config takes only the rules' reasons; this gives the one with a 'static life.
-                let Some(reason) = super::rules::named(name).map(|rule| rule.reason) else {
-                    continue;
-                };
-                let seen = device.health.findings.iter().position(|f| f.reason == reason);
-                let key = (uuid.clone(), reason);
-                match seen {
-                    Some(i) => {
-                        let finding = device.health.findings[i].clone();
-                        let track = self.tracks.entry(key).or_insert_with(|| Track {
-                            since: None,
-                            last_seen: now,
-                            raised: false,
-                            finding: finding.clone(),
-                        });
-                        let since = *track.since.get_or_insert(now);
-                        track.last_seen = now;
-                        track.finding = finding;
-                        if now.duration_since(since) + slack >= policy.debounce.span(poll_interval) {
-                            track.raised = true;
-                        }
-                        if !track.raised {
-                            device.health.findings.remove(i);
-                        }
-                    }
-                    None if cleared_now => {
-                        // Held only by the hold: the operator says it is repaired.
-                        self.tracks.remove(&key);
-                    }
-                    None => {
-                        let Some(track) = self.tracks.get_mut(&key) else {
-                            continue;
-                        };
-                        track.since = None;
-                        let clear_for = now.duration_since(track.last_seen);
-                        if track.raised && clear_for < policy.hold {
-                            let mut held = track.finding.clone();
-                            held.message = format!(
-                                "{} (clear for {}s; held until clear for {}s, health.rules.{reason}.hold)",
-                                held.message,
-                                clear_for.as_secs(),
-                                policy.hold.as_secs()
-                            );
-                            device.health.findings.push(held);
-                        } else {
-                            self.tracks.remove(&key);
-                        }
-                    }
-                }
-            }
+            self.apply_to(&uuid, &mut device.health.findings, cleared_now, &pass);
             device.health.state = super::state(&device.health.findings);
         }
+        self.apply_to(NODE, &mut snapshot.node_findings, false, &pass);
         // GPUs gone from the node, and rules taken out of the policy, are forgotten.
         let present: std::collections::HashSet<&str> =
             snapshot.devices.iter().map(|d| d.identity.uuid.as_str()).collect();
-        self.tracks
-            .retain(|(uuid, reason), _| present.contains(uuid.as_str()) && rules.contains_key(*reason));
+        self.tracks.retain(|(owner, reason, _), _| {
+            (owner == NODE || present.contains(owner.as_str())) && rules.contains_key(*reason)
+        });
         self.clears_seen.retain(|uuid, _| present.contains(uuid.as_str()));
+    }
+
+    /// One owner's findings: each (rule, subject) raised after its debounce, held after it
+    /// clears.
+    fn apply_to(&mut self, owner: &str, findings: &mut Vec<Finding>, cleared_now: bool, pass: &Pass) {
+        // Jitter: polls a little less than an interval apart still count as the next poll.
+        let slack = pass.poll_interval / 2;
+        for (name, policy) in pass.rules {
+            // The config takes only the rules' reasons; this gives the one with a 'static life.
+            let Some(reason) = super::rules::named(name).map(|rule| rule.reason) else {
+                continue;
+            };
+            let mut seen_subjects = Vec::new();
+            let mut not_yet = Vec::new();
+            for (i, finding) in findings.iter().enumerate().filter(|(_, f)| f.reason == reason) {
+                let key = (owner.to_string(), reason, finding.subject.clone());
+                let track = self.tracks.entry(key).or_insert_with(|| Track {
+                    since: None,
+                    last_seen: pass.now,
+                    raised: false,
+                    finding: finding.clone(),
+                });
+                let since = *track.since.get_or_insert(pass.now);
+                track.last_seen = pass.now;
+                track.finding = finding.clone();
+                if pass.now.duration_since(since) + slack >= policy.debounce.span(pass.poll_interval) {
+                    track.raised = true;
+                }
+                if !track.raised {
+                    not_yet.push(i);
+                }
+                seen_subjects.push(finding.subject.clone());
+            }
+            for i in not_yet.into_iter().rev() {
+                findings.remove(i);
+            }
+            let gone: Vec<Key> = self
+                .tracks
+                .keys()
+                .filter(|(o, r, subject)| o == owner && *r == reason && !seen_subjects.contains(subject))
+                .cloned()
+                .collect();
+            for key in gone {
+                if cleared_now {
+                    // Held only by the hold: the operator says it is repaired.
+                    self.tracks.remove(&key);
+                    continue;
+                }
+                let Some(track) = self.tracks.get_mut(&key) else {
+                    continue;
+                };
+                track.since = None;
+                let clear_for = pass.now.duration_since(track.last_seen);
+                if track.raised && clear_for < policy.hold {
+                    let mut held = track.finding.clone();
+                    held.message = format!(
+                        "{} (clear for {}s; held until clear for {}s, health.rules.{reason}.hold)",
+                        held.message,
+                        clear_for.as_secs(),
+                        policy.hold.as_secs()
+                    );
+                    findings.push(held);
+                } else {
+                    self.tracks.remove(&key);
+                }
+            }
+        }
     }
 }
 
@@ -133,6 +168,7 @@ mod tests {
                 reason: "nvlink_down",
                 severity: HealthState::Degraded,
                 message: "NVLink 3 down".into(),
+                subject: None,
             }]
         } else {
             Vec::new()

@@ -24,6 +24,8 @@ pub struct HealthMemory {
     error_rates: ErrorRateTracker,
     /// How often each clock-event reason became active.
     clock_event_starts: EventStartCounter,
+    /// Each network port's flaps and error growth.
+    nic_trends: super::nic_trends::NicTrendTracker,
     /// The operator's debounce and hold per rule.
     debouncer: Debouncer,
 }
@@ -36,6 +38,18 @@ impl HealthMemory {
         self.hw_slowdown.track(devices, now);
         self.error_rates.track(devices, clears, now);
         self.clock_event_starts.track(devices, now);
+    }
+
+    /// The network ports' latest scan (its source's `version`), with each port's trend
+    /// written in: flaps within `flap_window`, error growth within the hour.
+    pub fn note_nics(
+        &mut self,
+        scan: &std::sync::Arc<crate::model::nic::NicScan>,
+        version: u64,
+        flap_window: Duration,
+        now: Instant,
+    ) -> std::sync::Arc<crate::model::nic::NicScan> {
+        self.nic_trends.annotate(scan, version, flap_window, now)
     }
 
     /// An assembled snapshot: its findings raise a GPU's state only after the rule's

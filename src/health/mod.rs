@@ -10,6 +10,8 @@ pub mod clear;
 pub mod cli;
 pub mod debounce;
 pub mod memory;
+pub mod network;
+pub mod nic_trends;
 pub mod rates;
 pub mod rules;
 pub mod slowdown;
@@ -30,7 +32,7 @@ pub fn findings(seen: &Seen) -> Vec<Finding> {
         let hit = match (&rule.check, readings) {
             (Check::Device(check), _) => check(seen),
             (Check::Readings(check), Some(r)) => check(seen, r),
-            (Check::Readings(_), None) => None,
+            (Check::Readings(_), None) | (Check::Port(_), _) => None,
         };
         let Some(hit) = hit else {
             continue;
@@ -39,6 +41,7 @@ pub fn findings(seen: &Seen) -> Vec<Finding> {
             reason: rule.reason,
             severity: hit.severity.unwrap_or(rule.severity),
             message: hit.message,
+            subject: None,
         });
         if rule.ends {
             break;
@@ -79,8 +82,11 @@ pub fn evaluate(snapshot: &mut Snapshot) {
                     None => "no driver bound".to_string(),
                 }
             ),
+            subject: Some(gpu.pci_bus_id.clone()),
         })
         .collect();
+    let ports = network::findings(snapshot);
+    snapshot.node_findings.extend(ports);
 }
 
 fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding> {

@@ -32,12 +32,12 @@ fn read(counter: ErrorCounter, r: &DeviceReadings) -> Option<u64> {
 
 /// One counter's samples, oldest first: the oldest is the count an hour (or less) ago.
 #[derive(Debug, Default)]
-struct Window {
+pub(crate) struct Window {
     samples: VecDeque<(Instant, u64)>,
 }
 
 impl Window {
-    fn note(&mut self, value: u64, now: Instant) -> Growth {
+    pub(crate) fn note(&mut self, value: u64, now: Instant) -> Growth {
         if self.samples.back().is_some_and(|(_, last)| value < *last) {
             // The driver reloaded or the GPU was reset: its counters start from 0 again.
             self.samples.clear();

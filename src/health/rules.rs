@@ -64,6 +64,8 @@ pub enum Check {
     Device(fn(&Seen) -> Option<Hit>),
     /// At the readings of a GPU that answered its last poll.
     Readings(fn(&Seen, &DeviceReadings) -> Option<Hit>),
+    /// At one network port (health/network.rs).
+    Port(fn(&super::network::PortSeen) -> Option<Hit>),
 }
 
 /// One health rule.
@@ -413,12 +415,21 @@ use HealthState::{Degraded, Ok as Notice, Unhealthy};
 /// The rule named `reason`: how the config's `health.rules` keys and the debouncer find
 /// their rule (the table is the one list of names).
 pub fn named(reason: &str) -> Option<&'static Rule> {
-    RULES.iter().find(|rule| rule.reason == reason)
+    all().find(|rule| rule.reason == reason)
+}
+
+/// Every rule: the GPUs', then the node's.
+fn all() -> impl Iterator<Item = &'static Rule> {
+    RULES
+        .iter()
+        .chain([&GPU_MISSING])
+        .chain(super::network::PORT_RULES)
+        .chain([&super::network::PORTS_MISSING])
 }
 
 /// Every rule's name, in the table's order, for an error that lists them.
 pub fn names() -> String {
-    RULES.iter().map(|rule| rule.reason).collect::<Vec<_>>().join(", ")
+    all().map(|rule| rule.reason).collect::<Vec<_>>().join(", ")
 }
 
 /// Every rule about one GPU, in the order they are looked at.
@@ -696,6 +707,12 @@ mod tests {
             expected.join("\n")
         );
         assert_eq!(doc_table("Node findings"), vec![GPU_MISSING.doc_row()]);
+        let ports: Vec<String> = super::super::network::PORT_RULES
+            .iter()
+            .chain([&super::super::network::PORTS_MISSING])
+            .map(Rule::doc_row)
+            .collect();
+        assert_eq!(doc_table("### Network ports"), ports, "{}", ports.join("\n"));
     }
 
     #[test]
@@ -861,7 +878,10 @@ mod tests {
     fn a_rule_is_found_by_its_name_and_the_names_list_every_rule() {
         assert_eq!(named("xid_fatal").map(|r| r.reason), Some("xid_fatal"));
         assert!(named("xid_fatals").is_none());
-        assert_eq!(names().split(", ").count(), RULES.len());
+        assert_eq!(
+            names().split(", ").count(),
+            RULES.len() + 2 + super::super::network::PORT_RULES.len()
+        );
         assert!(names().starts_with("xid_fatal, xid_critical, "));
     }
 

@@ -35,6 +35,9 @@ pub struct FindingView {
     pub reason: String,
     pub severity: String,
     pub message: String,
+    /// A node finding's subject: a network port (`mlx5_0/1`), a missing GPU's PCI address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
 }
 
 impl From<&Finding> for FindingView {
@@ -43,6 +46,7 @@ impl From<&Finding> for FindingView {
             reason: f.reason.to_string(),
             severity: f.severity.finding_label().to_string(),
             message: f.message.clone(),
+            subject: f.subject.clone(),
         }
     }
 }

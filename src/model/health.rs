@@ -40,6 +40,10 @@ pub struct Finding {
     pub severity: HealthState,
     /// What was seen and what to do, for a person.
     pub message: String,
+    /// What a node finding is about, where there can be several of one reason: a network
+    /// port (`mlx5_0/1`), a GPU's PCI address. `None` for a GPU's own findings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
 }
 
 /// One GPU's verdict and its findings, as computed for the snapshot that carries it.
@@ -51,7 +55,7 @@ pub struct DeviceHealth {
 
 /// The operator's thresholds the rules read (config `xid.critical_hold` and `health.*`),
 /// carried by the snapshot they were applied to.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Limits {
     /// How long a critical XID keeps its GPU degraded.
     pub critical_hold: std::time::Duration,
@@ -59,6 +63,8 @@ pub struct Limits {
     pub temperature_margin: Option<f64>,
     /// `health.error_rates`.
     pub error_rates: ErrorRateLimits,
+    /// `network`: the thresholds of the network ports' rules.
+    pub network: super::nic::NetworkLimits,
 }
 
 /// An error counter whose growth the operator can put a limit on (`health.error_rates`).

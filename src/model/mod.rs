@@ -545,6 +545,8 @@ pub struct Snapshot {
     pub probe: std::sync::Arc<probe::ProbeSnapshot>,
     /// NVIDIA and AMD GPUs on the PCI bus (sysfs), to compare with the enumerated ones.
     pub pci_gpus: Vec<PciGpu>,
+    /// The node's InfiniBand and RoCE ports, with what the health memory knows of each.
+    pub nics: std::sync::Arc<nic::NicScan>,
     /// Pods and containers holding each GPU (or one of its MIG devices), by GPU uuid.
     pub pods: BTreeMap<String, Vec<PodHolder>>,
     /// Whether the kubelet answered its last List; None where it is not asked.

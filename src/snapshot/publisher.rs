@@ -48,6 +48,14 @@ impl Options {
                 critical_hold: config.xid.critical_hold,
                 temperature_margin: config.health.temperature_margin_c,
                 error_rates: config.health.error_rates,
+                network: crate::model::nic::NetworkLimits {
+                    expected_ports: config.network.expected_ports,
+                    expected_rate: config.network.expected_rate_gbps,
+                    flaps: config.network.flaps,
+                    flap_window: config.network.flap_window,
+                    symbol_errors_per_hour: config.network.symbol_errors_per_hour,
+                    ignore: config.network.ignore.clone(),
+                },
             },
             hostname: hostname.to_string(),
         }
@@ -66,12 +74,13 @@ pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generatio
         persistence_attempts: round.persistence_attempts.clone(),
         round_duration: round.round_duration.clone(),
         xid: inputs.xids.clone(),
-        health_limits: options.health_limits,
+        health_limits: options.health_limits.clone(),
         clears: inputs.clears.clone(),
         board_swaps: inputs.board_swaps.clone(),
         hostname: options.hostname.clone(),
         probe: inputs.probes.clone(),
         pci_gpus: (*inputs.pci).clone(),
+        nics: inputs.nics.clone(),
         pods: pods_by_uuid(&inputs.pods.assignments, &devices),
         kubelet_up: inputs.pods.kubelet_up,
         jobs: jobs_by_uuid(&inputs.jobs, &devices, skips),
@@ -254,9 +263,15 @@ impl Publisher {
     }
 
     fn assemble(&self, published: &mut Published) -> Snapshot {
-        let inputs = self.sources.read();
+        let mut inputs = self.sources.read();
         let settings = self.settings.current();
         let config = &settings.config;
+        inputs.nics = published.health.note_nics(
+            &inputs.nics,
+            inputs.versions.nics,
+            config.network.flap_window,
+            std::time::Instant::now(),
+        );
         let options = Options::from_config(config, &self.hostname);
         let mut skips = Skips::new(Input::JobMapping);
         let generation = self.store.latest().generation + 1;
