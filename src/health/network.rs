@@ -81,7 +81,11 @@ fn link_errors(seen: &PortSeen) -> Option<Hit> {
     .into_iter()
     .filter_map(|(name, growth)| {
         let g = growth.filter(|g| g.errors > 0)?;
-        Some(format!("{name} +{} in {} min", g.errors, g.over.as_secs().div_ceil(60).max(1)))
+        Some(format!(
+            "{name} +{} in {} min",
+            g.errors,
+            g.over.as_secs().div_ceil(60).max(1)
+        ))
     })
     .collect();
     (!grew.is_empty()).then(|| {
@@ -200,10 +204,7 @@ pub const PORTS_MISSING: Rule = Rule {
 pub fn findings(snapshot: &Snapshot) -> Vec<Finding> {
     let scan: &NicScan = &snapshot.nics;
     let limits = &snapshot.health_limits.network;
-    let judged = || {
-        scan.ports()
-            .filter(|(d, _)| !limits.ignore.iter().any(|name| *name == d.name))
-    };
+    let judged = || scan.ports().filter(|(d, _)| !limits.ignore.contains(&d.name));
     let fastest = |layer: &str| {
         judged()
             .filter(|(_, p)| p.link_layer == layer)
@@ -216,7 +217,10 @@ pub fn findings(snapshot: &Snapshot) -> Vec<Finding> {
             device,
             port,
             limits,
-            expected_rate: limits.expected_rate.get(&port.link_layer).or_else(|| fastest(&port.link_layer)),
+            expected_rate: limits
+                .expected_rate
+                .get(&port.link_layer)
+                .or_else(|| fastest(&port.link_layer)),
             first_port: device.ports.first().is_some_and(|p| p.port == port.port),
         };
         for rule in PORT_RULES {
@@ -270,7 +274,11 @@ fn name_port(device: &NicDevice, port: &NicPort, gpus: &[DeviceSnapshot]) -> Str
         1 => format!("; {} behind the same switch, its jobs' traffic", near[0]),
         _ => format!("; {} behind the same switch, their jobs' traffic", near.join(", ")),
     };
-    let pci = device.pci_bus_id.as_deref().map(|p| format!(", {p}")).unwrap_or_default();
+    let pci = device
+        .pci_bus_id
+        .as_deref()
+        .map(|p| format!(", {p}"))
+        .unwrap_or_default();
     format!("{} port {} ({}{pci}{near})", device.name, port.port, port.link_layer)
 }
 
@@ -278,7 +286,7 @@ fn name_port(device: &NicDevice, port: &NicPort, gpus: &[DeviceSnapshot]) -> Str
 mod tests {
     use super::*;
     use crate::model::health::Growth;
-    use crate::model::nic::{NicPcie, NicTrend, Netdev};
+    use crate::model::nic::{Netdev, NicPcie, NicTrend};
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -316,7 +324,9 @@ mod tests {
     /// to the scan and the limits.
     fn judged(change: impl FnOnce(&mut NicScan, &mut NetworkLimits)) -> Vec<Finding> {
         let mut scan = NicScan {
-            devices: (0..4).map(|i| adapter(&format!("mlx5_{i}"), port(1, "infiniband", 400.0))).collect(),
+            devices: (0..4)
+                .map(|i| adapter(&format!("mlx5_{i}"), port(1, "infiniband", 400.0)))
+                .collect(),
         };
         let mut limits = NetworkLimits {
             flaps: 3,
@@ -359,7 +369,11 @@ mod tests {
         assert_eq!(reasons(&found), [("nic_port_down", Some("mlx5_2/1"))]);
         assert_eq!(found[0].severity, HealthState::Unhealthy);
         assert!(found[0].message.contains("DOWN/Disabled"), "{}", found[0].message);
-        assert!(found[0].message.contains("GPU 0 behind the same switch"), "{}", found[0].message);
+        assert!(
+            found[0].message.contains("GPU 0 behind the same switch"),
+            "{}",
+            found[0].message
+        );
     }
 
     #[test]
@@ -392,7 +406,11 @@ mod tests {
             limits.expected_rate.infiniband = Some(400.0);
         });
         assert_eq!(all.len(), 4);
-        assert!(all[0].message.contains("200 Gb/s, below the 400 Gb/s"), "{}", all[0].message);
+        assert!(
+            all[0].message.contains("200 Gb/s, below the 400 Gb/s"),
+            "{}",
+            all[0].message
+        );
     }
 
     #[test]
@@ -421,7 +439,10 @@ mod tests {
         });
         assert_eq!(
             reasons(&found),
-            [("nic_link_errors", Some("mlx5_0/1")), ("nic_symbol_errors", Some("mlx5_2/1"))]
+            [
+                ("nic_link_errors", Some("mlx5_0/1")),
+                ("nic_symbol_errors", Some("mlx5_2/1"))
+            ]
         );
         assert!(found[0].message.contains("local_link_integrity_errors +2 in 60 min"));
         assert!(found[1].message.contains("121 symbol errors"));
@@ -447,7 +468,11 @@ mod tests {
             reasons(&found),
             [("nic_port_down", Some("mlx5_3/1")), ("nic_ports_missing", None)]
         );
-        assert!(found[1].message.starts_with("3 network port(s) ACTIVE/LinkUp of the 4 expected"));
+        assert!(
+            found[1]
+                .message
+                .starts_with("3 network port(s) ACTIVE/LinkUp of the 4 expected")
+        );
         let found = judged(|scan, limits| {
             limits.expected_ports = Some(3);
             limits.ignore = vec!["mlx5_3".into()];

@@ -140,7 +140,10 @@ mod tests {
         };
         // At start the counter holds downs from before: not flaps.
         assert_eq!(trend(&mut tracker, &scan(5, 0, true), 1, Duration::ZERO).flaps, None);
-        assert_eq!(trend(&mut tracker, &scan(5, 0, true), 2, Duration::from_secs(10)).flaps, Some(0));
+        assert_eq!(
+            trend(&mut tracker, &scan(5, 0, true), 2, Duration::from_secs(10)).flaps,
+            Some(0)
+        );
         // Three downs and ups between two reads: the port looks up at both.
         let t = trend(&mut tracker, &scan(8, 0, true), 3, Duration::from_secs(20));
         assert_eq!(t.flaps, Some(3));
@@ -157,10 +160,18 @@ mod tests {
         let mut tracker = NicTrendTracker::default();
         let t0 = Instant::now();
         tracker.annotate(&scan(10, 500, true), 1, WINDOW, t0);
-        let t = tracker.annotate(&scan(0, 3, true), 2, WINDOW, t0 + Duration::from_secs(70)).devices[0].ports[0].trend;
+        let t = tracker
+            .annotate(&scan(0, 3, true), 2, WINDOW, t0 + Duration::from_secs(70))
+            .devices[0]
+            .ports[0]
+            .trend;
         assert_eq!(t.flaps, Some(0));
         assert_eq!(t.symbol_error.map(|g| g.errors), Some(0));
-        let t = tracker.annotate(&scan(0, 203, true), 3, WINDOW, t0 + Duration::from_secs(140)).devices[0].ports[0].trend;
+        let t = tracker
+            .annotate(&scan(0, 203, true), 3, WINDOW, t0 + Duration::from_secs(140))
+            .devices[0]
+            .ports[0]
+            .trend;
         assert_eq!(t.symbol_error.map(|g| g.errors), Some(200));
     }
 
@@ -175,7 +186,11 @@ mod tests {
         };
         tracker.annotate(&bare(true), 1, WINDOW, t0);
         tracker.annotate(&bare(false), 2, WINDOW, t0 + Duration::from_secs(10));
-        let t = tracker.annotate(&bare(true), 3, WINDOW, t0 + Duration::from_secs(20)).devices[0].ports[0].trend;
+        let t = tracker
+            .annotate(&bare(true), 3, WINDOW, t0 + Duration::from_secs(20))
+            .devices[0]
+            .ports[0]
+            .trend;
         assert_eq!(t.flaps, Some(1));
         assert_eq!(t.link_downed, None);
     }

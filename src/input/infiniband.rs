@@ -95,7 +95,7 @@ pub fn read_nics(root: &Path, gpus: &GpuPlaces) -> NicScan {
         };
         let mut device = read_device(&sys, name, &dir, gpus, &mut skips);
         device.ports = read_ports(&dir, &mut ports_left, &mut skips);
-        if let Some(pci) = input::resolve_inside(&sys, &dir.join("device")).ok() {
+        if let Ok(pci) = input::resolve_inside(&sys, &dir.join("device")) {
             attach_netdevs(&pci, &mut device.ports, &mut skips);
         }
         scan.devices.push(device);

@@ -8,6 +8,7 @@
 //! | `links.rs` | NVLink per link, and NVSwitch fabric registration |
 //! | `mig.rs` | MIG mode and MIG devices |
 //! | `xid.rs` | XID counts per GPU, and the XID sources' own series |
+//! | `network.rs` | the node's InfiniBand and RoCE ports (`nic_*`), and the node's own findings |
 //! | `probe.rs` | the scheduled CUDA probe (`gpu_probe_*`) |
 //! | `attribution.rs` | which pod, job and process uses each GPU |
 //! | `self_metrics.rs` | gpuwarden itself (`gpuwarden_*`): build, backends, polls |
@@ -30,6 +31,7 @@ pub mod device;
 pub mod exposition;
 pub mod links;
 pub mod mig;
+pub mod network;
 pub mod probe;
 pub mod self_metrics;
 pub mod xid;
@@ -214,6 +216,7 @@ const TABLES: &[(&[Family], Gate)] = &[
     (links::PER_LINK_FAMILIES, Gate::NvlinkPerLink),
     (mig::FAMILIES, Gate::Always),
     (xid::FAMILIES, Gate::Always),
+    (network::FAMILIES, Gate::Always),
     (probe::FAMILIES, Gate::Always),
     (attribution::FAMILIES, Gate::Always),
     (self_metrics::FAMILIES, Gate::Always),
@@ -558,6 +561,8 @@ mod tests {
             assert!(
                 family.name.starts_with("gpu_")
                     || family.name.starts_with("gpuwarden_")
+                    // The node's network ports: not GPUs, not gpuwarden itself.
+                    || (family.name.starts_with("nic_") && network::FAMILIES.iter().any(|f| f.name == family.name))
                     // dcgm-exporter's own names, served only with compat.dcgm_exporter.
                     || dcgm_compat::FAMILIES.iter().any(|f| f.name == family.name)
                     || twin_families().iter().any(|f| f.name == family.name),
