@@ -82,3 +82,37 @@ pub(super) fn network_flaps<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::E
     }
     Ok(value)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("net.yaml"))
+    }
+
+    #[test]
+    fn every_key_reads_and_bad_values_say_where_and_what_to_write() {
+        let c = parse(
+            "network:\n  interval: 30s\n  expected_ports: 8\n  expected_rate_gbps: {infiniband: 400}\n  \
+             flaps: 5\n  flap_window: 15m\n  symbol_errors_per_hour: 10\n  ignore: [mlx5_4]\n",
+        )
+        .unwrap();
+        let n = &c.network;
+        assert_eq!((n.interval, n.expected_ports, n.flaps), (Duration::from_secs(30), Some(8), 5));
+        assert_eq!((n.expected_rate_gbps.infiniband, n.expected_rate_gbps.ethernet), (Some(400.0), None));
+        assert_eq!((n.flap_window, n.symbol_errors_per_hour), (Duration::from_secs(900), 10));
+        assert_eq!(n.ignore, ["mlx5_4"]);
+        for (text, says, line) in [
+            ("network:\n  interval: 0s\n", "network.interval is 0s", 2),
+            ("network:\n  flaps: 0\n", "network.flaps is 0", 2),
+            ("network:\n  expected_rate_gbps: {infiniband: -1}\n", "expected_rate_gbps.infiniband", 2),
+            ("network:\n  expected_rate_gbps: {omnipath: 100}\n", "omnipath", 2),
+            ("network:\n\n  flap_window: 1s\n", "network.flap_window is 1s", 3),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.message.contains(says), "{text:?}: {}", e.message);
+            assert_eq!(e.line, Some(line), "{text:?}: {e:?}");
+        }
+    }
+}

@@ -26,7 +26,7 @@ fn run(tool: &str, args: &[&str]) -> (bool, String) {
 #[test]
 fn promtool_checks_and_unit_tests_the_rules() {
     let (ok, out) = run("promtool", &["check", "rules", RULES]);
-    assert!(ok && out.contains("SUCCESS: 37 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 39 rules found"), "{out}");
     for tests in [
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/alerts.test.yml"),
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/energy.test.yml"),
@@ -61,6 +61,8 @@ fn every_alert_the_design_names_is_shipped_and_unit_tested() {
         "GpuEccUncorrectable",
         "GpuRowRemapFailure",
         "GpuRecoveryActionRequired",
+        "NicPortDown",
+        "NicPortDegraded",
         "GpuProbeFailed",
         "GpuwardenDown",
         "GpuwardenPollStale",
@@ -149,7 +151,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
                 .map(|r| r["expr"].as_str().unwrap().to_string())
         })
         .collect();
-    assert_eq!(exprs.len(), 37);
+    assert_eq!(exprs.len(), 39);
     let used = metric_names(&exprs.join("\n"));
     assert!(
         used.contains("gpu_clock_event_seconds_total") && used.contains("gpu_up"),
@@ -451,6 +453,15 @@ fn interval_cases() -> Vec<IntervalCase> {
             checks: &[(-60, false, false), (0, true, true), (600, false, true)],
         },
         IntervalCase {
+            alert: "NicPortDown",
+            what: "a network port down from the event on (for: 1m)",
+            series: &[(
+                "gpu_node_health_reason{instance=\"gpu-node-01:9100\",job=\"gpuwarden\",reason=\"nic_port_down\",subject=\"mlx5_0/1\",severity=\"unhealthy\"}",
+                |t| (t >= EVENT).then_some(1.0),
+            )],
+            checks: &[(-60, false, false), (60, true, true), (600, false, true)],
+        },
+        IntervalCase {
             alert: "GpuwardenPollStale",
             what: "a healthy poll loop (each GPU polled a second before the scrape)",
             series: &[("gpu_last_poll_timestamp_seconds{GPU}", |t| Some(t as f64 - 1.0))],
@@ -515,6 +526,10 @@ fn interval_tests(rules: &std::path::Path, evaluation: u64, scrapes: &[u64]) -> 
                         }
                         "GpuLost" => format!("{gpu}, job: gpuwarden, vendor: nvidia, severity: critical"),
                         "GpuRecoveryActionRequired" => format!("{gpu}, action: gpu_reset, severity: critical"),
+                        "NicPortDown" => {
+                            "instance: gpu-node-01:9100, reason: nic_port_down, subject: mlx5_0/1, severity: critical"
+                                .to_string()
+                        }
                         _ => format!("{gpu}, severity: critical"),
                     };
                     out.push_str(&format!("    exp_alerts:\n    - exp_labels: {{{labels}}}\n"));
