@@ -241,6 +241,8 @@ fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<(Overrides, Optio
             overrides.hpc_jobs_dir = Some(demo.jobs.clone());
             overrides.state_path = Some(demo.state.clone());
             overrides.local_socket = Some(demo.socket.clone());
+            overrides.sysfs_root = Some(demo.sys_root.clone());
+            gpuwarden::cli::demo_fabric::flap(demo.sys_root.clone());
             Ok((overrides, Some(demo)))
         }
         Err(e) => {

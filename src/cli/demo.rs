@@ -58,6 +58,8 @@ pub struct Demo {
     pub state: PathBuf,
     /// The demo's local API socket: `gpuwarden health --socket` it.
     pub socket: PathBuf,
+    /// The demo's sysfs root: its network ports (demo_fabric.rs).
+    pub sys_root: PathBuf,
     dir: PathBuf,
 }
 
@@ -112,8 +114,10 @@ pub fn prepare() -> Result<Demo, DemoError> {
         jobs: dir.join("jobs"),
         state: dir.join("state.db"),
         socket: dir.join("gpuwarden.sock"),
+        sys_root: dir.join("sysfs"),
         dir: dir.clone(),
     };
+    super::demo_fabric::write_tree(&demo.sys_root).map_err(write_error("the demo's network ports", &demo.sys_root))?;
     // GPUs 1 and 7 are the loaded ones; what a Slurm prolog (deploy/slurm/) would write.
     std::fs::create_dir_all(&demo.jobs).map_err(write_error("the demo's job directory", &demo.jobs))?;
     for (gpu, job) in DEMO_JOBS {

@@ -118,6 +118,9 @@ pub struct Overrides {
     pub state_path: Option<PathBuf>,
     /// The demo's local API socket. A default only, like `state_path`.
     pub local_socket: Option<PathBuf>,
+    /// The demo's sysfs tree (its network ports). A default only: a config file that sets
+    /// `amd.sysfs_root` keeps its value.
+    pub sysfs_root: Option<PathBuf>,
 }
 
 impl Overrides {
@@ -131,6 +134,7 @@ impl Overrides {
                     || self.hpc_jobs_dir.is_some()
                     || self.state_path.is_some()
                     || self.local_socket.is_some()
+                    || self.sysfs_root.is_some()
             })
             .and_then(|f| read_config_file(f, "config file").ok())
             .unwrap_or_default();
@@ -173,6 +177,11 @@ impl Overrides {
             && !file_sets("local_api", "socket")
         {
             config.local_api.socket = path.clone();
+        }
+        if let Some(path) = &self.sysfs_root
+            && !file_sets("amd", "sysfs_root")
+        {
+            config.amd.sysfs_root = path.clone();
         }
     }
 }

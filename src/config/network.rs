@@ -99,14 +99,27 @@ mod tests {
         )
         .unwrap();
         let n = &c.network;
-        assert_eq!((n.interval, n.expected_ports, n.flaps), (Duration::from_secs(30), Some(8), 5));
-        assert_eq!((n.expected_rate_gbps.infiniband, n.expected_rate_gbps.ethernet), (Some(400.0), None));
-        assert_eq!((n.flap_window, n.symbol_errors_per_hour), (Duration::from_secs(900), 10));
+        assert_eq!(
+            (n.interval, n.expected_ports, n.flaps),
+            (Duration::from_secs(30), Some(8), 5)
+        );
+        assert_eq!(
+            (n.expected_rate_gbps.infiniband, n.expected_rate_gbps.ethernet),
+            (Some(400.0), None)
+        );
+        assert_eq!(
+            (n.flap_window, n.symbol_errors_per_hour),
+            (Duration::from_secs(900), 10)
+        );
         assert_eq!(n.ignore, ["mlx5_4"]);
         for (text, says, line) in [
             ("network:\n  interval: 0s\n", "network.interval is 0s", 2),
             ("network:\n  flaps: 0\n", "network.flaps is 0", 2),
-            ("network:\n  expected_rate_gbps: {infiniband: -1}\n", "expected_rate_gbps.infiniband", 2),
+            (
+                "network:\n  expected_rate_gbps: {infiniband: -1}\n",
+                "expected_rate_gbps.infiniband",
+                2,
+            ),
             ("network:\n  expected_rate_gbps: {omnipath: 100}\n", "omnipath", 2),
             ("network:\n\n  flap_window: 1s\n", "network.flap_window is 1s", 3),
         ] {

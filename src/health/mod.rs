@@ -16,6 +16,7 @@ pub mod rates;
 pub mod rules;
 pub mod slowdown;
 pub mod starts;
+pub mod table;
 pub mod verdict;
 
 pub use crate::model::health::{DeviceHealth, Finding, HealthState};

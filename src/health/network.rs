@@ -4,23 +4,11 @@
 //! node's, each with the port as its subject, so debounce, hold and the verdict treat them as
 //! they treat a GPU's; the message names the GPUs behind the adapter, whose jobs it hurts.
 
-use super::rules::{Check, Hit, Rule};
+use super::table::{Check, Hit, PortSeen, Rule};
 use crate::model::health::{Finding, HealthState};
-use crate::model::nic::{NetworkLimits, NicDevice, NicPort, NicScan};
+use crate::model::nic::{NicDevice, NicPort, NicScan};
 use crate::model::{DeviceSnapshot, Snapshot};
 use HealthState::{Degraded, Unhealthy};
-
-/// What the port rules look at for one port.
-pub struct PortSeen<'a> {
-    pub device: &'a NicDevice,
-    pub port: &'a NicPort,
-    pub limits: &'a NetworkLimits,
-    /// The rate this port should run at: the operator's, or the highest among the node's
-    /// ports of its link layer.
-    pub expected_rate: Option<f64>,
-    /// Whether this is the adapter's first port (its PCIe link is judged once).
-    pub first_port: bool,
-}
 
 fn port_down(seen: &PortSeen) -> Option<Hit> {
     let port = seen.port;
@@ -285,7 +273,7 @@ fn name_port(device: &NicDevice, port: &NicPort, gpus: &[DeviceSnapshot]) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::health::Growth;
+    use crate::model::health::{Growth, NetworkLimits};
     use crate::model::nic::{Netdev, NicPcie, NicTrend};
     use std::sync::Arc;
     use std::time::Duration;

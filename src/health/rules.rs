@@ -8,84 +8,17 @@
 //! The next step (operator policy) makes severities and thresholds configurable from here.
 
 use crate::model::clock_events::{HW_POWER_REASONS, THERMAL_REASONS};
-use crate::model::health::{BOARD_SWAP_NOTICE, BoardSwap, ErrorCounter, HealthState, Limits};
-use crate::model::probe::ProbeReport;
+use crate::model::health::{BOARD_SWAP_NOTICE, ErrorCounter, HealthState};
 use crate::model::xid::{Severity, XidCount};
-use crate::model::{DeviceReadings, DeviceSnapshot, EccScope, EccType};
+use crate::model::{DeviceReadings, EccScope, EccType};
 use crate::xid::catalog;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// A hardware power slowdown keeps the GPU degraded this long after it was last seen, so
 /// one that comes and goes between scrapes is not missed, and frequent ones stay visible.
 pub const HW_SLOWDOWN_WINDOW: Duration = Duration::from_secs(600);
 
-/// What the rules look at for one GPU.
-pub struct Seen<'a> {
-    pub device: &'a DeviceSnapshot,
-    /// The GPU's XID counts.
-    pub xids: &'a [XidCount],
-    /// Its last scheduled probe.
-    pub probe: Option<&'a ProbeReport>,
-    /// The operator's thresholds.
-    pub limits: &'a Limits,
-    /// When an operator last cleared the GPU after a repair: what was held from before
-    /// no longer counts.
-    pub cleared: Option<SystemTime>,
-    /// The board this one replaced, when the journal found it in the last day.
-    pub board_swap: Option<&'a BoardSwap>,
-    pub now: SystemTime,
-}
-
-impl Seen<'_> {
-    /// Whether something seen at `at` counts: it came after the last clear, if any.
-    fn after_clear(&self, at: SystemTime) -> bool {
-        self.cleared.is_none_or(|cleared| at > cleared)
-    }
-}
-
-/// A rule that fired: what was seen and what to do, and a severity when it is not the row's.
-pub struct Hit {
-    pub message: String,
-    pub severity: Option<HealthState>,
-}
-
-impl From<String> for Hit {
-    fn from(message: String) -> Hit {
-        Hit {
-            message,
-            severity: None,
-        }
-    }
-}
-
-/// How a rule looks.
-pub enum Check {
-    /// At the GPU whatever its state (XIDs, a lost GPU, a probe).
-    Device(fn(&Seen) -> Option<Hit>),
-    /// At the readings of a GPU that answered its last poll.
-    Readings(fn(&Seen, &DeviceReadings) -> Option<Hit>),
-    /// At one network port (health/network.rs).
-    Port(fn(&super::network::PortSeen) -> Option<Hit>),
-}
-
-/// One health rule.
-pub struct Rule {
-    /// The `reason` label of `gpu_health_reason`, stable.
-    pub reason: &'static str,
-    pub severity: HealthState,
-    /// When a finding is more severe than the row's (docs: "degraded, unhealthy when ...").
-    pub worse_when: Option<&'static str>,
-    /// The condition, for docs/health.md.
-    pub when: &'static str,
-    /// What to do, for docs/health.md (the finding's message says it for the case at hand).
-    pub action: &'static str,
-    /// When it fires, the rows after it are not looked at.
-    pub ends: bool,
-    /// The DCGM health watch it belongs to and the DCGM failure code it stands for
-    /// (dcgm-exporter's `DCGM_EXP_GPU_HEALTH_STATUS`); `None` where DCGM has no such check.
-    pub dcgm: Option<(&'static str, &'static str)>,
-    pub check: Check,
-}
+pub use super::table::{Check, Hit, Rule, Seen};
 
 /// "Xid 79 (GPU has fallen off the bus) x2, last at ...: <NVIDIA's action>".
 fn describe_xid(x: &XidCount) -> String {
@@ -660,20 +593,12 @@ pub const GPU_MISSING: Rule = Rule {
     check: Check::Device(|_| None),
 };
 
-impl Rule {
-    /// Its row of docs/health.md's table.
-    pub fn doc_row(&self) -> String {
-        let severity = match self.worse_when {
-            Some(when) => format!("{}, unhealthy when {when}", self.severity.label()),
-            None => self.severity.finding_label().to_string(),
-        };
-        format!("| `{}` | {severity} | {} | {} |", self.reason, self.when, self.action)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::health::Limits;
+    use crate::model::probe::ProbeReport;
+    use std::time::SystemTime;
 
     /// The rows of the first table in `section` of docs/health.md that starts with `| reason`.
     fn doc_table(after: &str) -> Vec<String> {

@@ -64,7 +64,7 @@ pub struct Limits {
     /// `health.error_rates`.
     pub error_rates: ErrorRateLimits,
     /// `network`: the thresholds of the network ports' rules.
-    pub network: super::nic::NetworkLimits,
+    pub network: NetworkLimits,
 }
 
 /// An error counter whose growth the operator can put a limit on (`health.error_rates`).
@@ -175,3 +175,34 @@ pub type BoardSwaps = std::collections::BTreeMap<String, BoardSwap>;
 
 /// How long a board swap is a notice in the verdict (`board_replaced`).
 pub const BOARD_SWAP_NOTICE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// `network.expected_rate_gbps`: the rate a port should run at per link layer, in Gb/s.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ExpectedRates {
+    pub infiniband: Option<f64>,
+    pub ethernet: Option<f64>,
+}
+
+impl ExpectedRates {
+    /// The rate set for `link_layer` (`infiniband`, `ethernet`).
+    pub fn get(&self, link_layer: &str) -> Option<f64> {
+        match link_layer {
+            "infiniband" => self.infiniband,
+            "ethernet" => self.ethernet,
+            _ => None,
+        }
+    }
+}
+
+/// The operator's thresholds for the network rules (config `network`), carried by the
+/// snapshot they were applied to.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NetworkLimits {
+    pub expected_ports: Option<u32>,
+    pub expected_rate: ExpectedRates,
+    pub flaps: u32,
+    pub flap_window: std::time::Duration,
+    pub symbol_errors_per_hour: u64,
+    /// Devices not judged.
+    pub ignore: Vec<String>,
+}

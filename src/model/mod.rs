@@ -586,16 +586,21 @@ impl Snapshot {
     pub fn health_summary(&self) -> String {
         let count = |s: health::HealthState| self.devices.iter().filter(|d| d.health.state == s).count();
         let missing = self.node_findings.iter().filter(|f| f.reason == "gpu_missing").count();
+        let mut ports: Vec<&str> = self
+            .node_findings
+            .iter()
+            .filter(|f| f.reason.starts_with("nic_"))
+            .map(|f| f.subject.as_deref().unwrap_or("node"))
+            .collect();
+        ports.dedup();
+        let some = |n: usize, what: &str| if n > 0 { format!(", {n} {what}") } else { String::new() };
         format!(
-            "{} GPU(s): {} unhealthy, {} degraded{}",
+            "{} GPU(s): {} unhealthy, {} degraded{}{}",
             self.devices.len(),
             count(health::HealthState::Unhealthy),
             count(health::HealthState::Degraded),
-            if missing > 0 {
-                format!(", {missing} missing")
-            } else {
-                String::new()
-            }
+            some(missing, "missing"),
+            some(ports.len(), "network port(s) with findings")
         )
     }
 

@@ -8,4 +8,5 @@ pub mod html;
 pub mod http;
 pub mod local_api;
 pub mod sparkline;
+pub mod status_network;
 pub mod status_page;

@@ -181,6 +181,7 @@ pub fn render_with_timeline(
         device_row(&mut out, snapshot, d);
     }
     out.push_str("</tbody></table>");
+    super::status_network::section(&mut out, snapshot);
     if let Some(history) = history {
         trends_section(&mut out, snapshot, timeline, history);
     }

@@ -214,6 +214,9 @@ const LAYERS: &[(&str, u32)] = &[
     ("health", 3),
     // The rule table is pure functions of the model: config reads its names.
     ("health::rules", 2),
+    // The network ports' rows of the same table.
+    ("health::network", 2),
+    ("health::table", 2),
     ("serve::history", 3),
     ("serve::sparkline", 3),
     ("attribution", 3),

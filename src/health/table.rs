@@ -1,0 +1,101 @@
+//! The shape of a health rule, shared by the GPUs' table (rules.rs) and the network ports'
+//! (network.rs): a row (reason, severity, the condition and the action in words, the check)
+//! and what each kind of check looks at. docs/health.md's tables are made of these rows.
+
+use crate::model::health::{BoardSwap, HealthState, Limits, NetworkLimits};
+use crate::model::nic::{NicDevice, NicPort};
+use crate::model::probe::ProbeReport;
+use crate::model::xid::XidCount;
+use crate::model::{DeviceReadings, DeviceSnapshot};
+use std::time::SystemTime;
+
+/// What the rules look at for one GPU.
+pub struct Seen<'a> {
+    pub device: &'a DeviceSnapshot,
+    /// The GPU's XID counts.
+    pub xids: &'a [XidCount],
+    /// Its last scheduled probe.
+    pub probe: Option<&'a ProbeReport>,
+    /// The operator's thresholds.
+    pub limits: &'a Limits,
+    /// When an operator last cleared the GPU after a repair: what was held from before
+    /// no longer counts.
+    pub cleared: Option<SystemTime>,
+    /// The board this one replaced, when the journal found it in the last day.
+    pub board_swap: Option<&'a BoardSwap>,
+    pub now: SystemTime,
+}
+
+impl Seen<'_> {
+    /// Whether something seen at `at` counts: it came after the last clear, if any.
+    pub fn after_clear(&self, at: SystemTime) -> bool {
+        self.cleared.is_none_or(|cleared| at > cleared)
+    }
+}
+
+/// A rule that fired: what was seen and what to do, and a severity when it is not the row's.
+pub struct Hit {
+    pub message: String,
+    pub severity: Option<HealthState>,
+}
+
+impl From<String> for Hit {
+    fn from(message: String) -> Hit {
+        Hit {
+            message,
+            severity: None,
+        }
+    }
+}
+
+/// How a rule looks.
+pub enum Check {
+    /// At the GPU whatever its state (XIDs, a lost GPU, a probe).
+    Device(fn(&Seen) -> Option<Hit>),
+    /// At the readings of a GPU that answered its last poll.
+    Readings(fn(&Seen, &DeviceReadings) -> Option<Hit>),
+    /// At one network port (health/network.rs).
+    Port(fn(&PortSeen) -> Option<Hit>),
+}
+
+/// One health rule.
+pub struct Rule {
+    /// The `reason` label of `gpu_health_reason`, stable.
+    pub reason: &'static str,
+    pub severity: HealthState,
+    /// When a finding is more severe than the row's (docs: "degraded, unhealthy when ...").
+    pub worse_when: Option<&'static str>,
+    /// The condition, for docs/health.md.
+    pub when: &'static str,
+    /// What to do, for docs/health.md (the finding's message says it for the case at hand).
+    pub action: &'static str,
+    /// When it fires, the rows after it are not looked at.
+    pub ends: bool,
+    /// The DCGM health watch it belongs to and the DCGM failure code it stands for
+    /// (dcgm-exporter's `DCGM_EXP_GPU_HEALTH_STATUS`); `None` where DCGM has no such check.
+    pub dcgm: Option<(&'static str, &'static str)>,
+    pub check: Check,
+}
+
+/// What the port rules look at for one port.
+pub struct PortSeen<'a> {
+    pub device: &'a NicDevice,
+    pub port: &'a NicPort,
+    pub limits: &'a NetworkLimits,
+    /// The rate this port should run at: the operator's, or the highest among the node's
+    /// ports of its link layer.
+    pub expected_rate: Option<f64>,
+    /// Whether this is the adapter's first port (its PCIe link is judged once).
+    pub first_port: bool,
+}
+
+impl Rule {
+    /// Its row of docs/health.md's table.
+    pub fn doc_row(&self) -> String {
+        let severity = match self.worse_when {
+            Some(when) => format!("{}, unhealthy when {when}", self.severity.label()),
+            None => self.severity.finding_label().to_string(),
+        };
+        format!("| `{}` | {severity} | {} | {} |", self.reason, self.when, self.action)
+    }
+}
