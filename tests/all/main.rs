@@ -21,6 +21,7 @@ mod hpc_jobs;
 mod journal;
 mod kubelet_pods;
 mod kubernetes;
+mod network;
 mod probe;
 mod readme;
 mod reload;

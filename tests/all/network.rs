@@ -1,0 +1,144 @@
+//! The network ports end to end: the real daemon over the demo's eight simulated GPUs and a
+//! sysfs tree of eight NDR ports beside them (the demo's, src/cli/demo_fabric.rs), changed
+//! under the running daemon as a failing port changes it. Each rule of docs/health.md's
+//! "Network ports" shows in the node's verdict (/api/v1/health) and in
+//! `gpu_node_health_reason`, the hold of `health.rules` keeps a port that came back, and a
+//! counter that goes back (the adapter reset) is not a negative rate.
+
+use crate::common::*;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+fn port(root: &Path, device: &str) -> PathBuf {
+    std::fs::canonicalize(root.join("sys/class/infiniband").join(device))
+        .unwrap()
+        .join("ports/1")
+}
+
+/// Writes `value` by rename, as the reader must never see half a file.
+fn put(dir: &Path, file: &str, value: &str) {
+    let path = dir.join(file);
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{value}\n")).unwrap();
+    std::fs::rename(tmp, path).unwrap();
+}
+
+fn finding(m: &Metrics, reason: &str, subject: &str) -> bool {
+    m.value("gpu_node_health_reason", &[("reason", reason), ("subject", subject)]) == Some(1.0)
+}
+
+fn verdict(d: &Daemon) -> serde_json::Value {
+    serde_json::from_slice(&d.get("/api/v1/health", &[]).body).unwrap()
+}
+
+#[test]
+fn every_port_rule_reaches_the_nodes_verdict_through_the_daemon() {
+    let sys = tempfile::tempdir().unwrap();
+    gpuwarden::cli::demo_fabric::write_tree(sys.path()).unwrap();
+    let extra = format!(
+        "amd:\n  sysfs_root: {}\nnetwork:\n  interval: 1s\n  expected_ports: 8\n\
+         health:\n  rules:\n    nic_port_down: {{hold: 4s}}\n",
+        sys.path().display()
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &test_config(&sim_library(), &extra));
+    let within = Duration::from_secs(15);
+
+    // The demo's tree: mlx5_3 at HDR beside GPU 3.
+    d.scrape_until_within("the slow port", within, |m| finding(m, "nic_rate_low", "mlx5_3/1"));
+    let v = verdict(&d);
+    let slow = v["node_findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["reason"] == "nic_rate_low")
+        .unwrap();
+    assert_eq!(slow["subject"], "mlx5_3/1");
+    assert_eq!(slow["severity"], "degraded");
+    assert!(
+        slow["message"]
+            .as_str()
+            .unwrap()
+            .contains("GPU 3 behind the same switch"),
+        "{slow}"
+    );
+
+    // mlx5_0 goes down: unhealthy, and 7 of the 8 expected ports up.
+    let p0 = port(sys.path(), "mlx5_0");
+    put(&p0, "state", "1: DOWN");
+    put(&p0, "phys_state", "3: Disabled");
+    let m = d.scrape_until_within("the down port", within, |m| {
+        finding(m, "nic_port_down", "mlx5_0/1") && finding(m, "nic_ports_missing", "")
+    });
+    assert_eq!(m.value("nic_port_up", &[("device", "mlx5_0")]), Some(0.0));
+    assert_eq!(verdict(&d)["state"], "unhealthy");
+    let lines = d.log_text();
+    assert!(!lines.contains("panicked"), "{lines}");
+
+    // It comes back: the finding is held for health.rules.nic_port_down.hold, then goes.
+    put(&p0, "state", "4: ACTIVE");
+    put(&p0, "phys_state", "5: LinkUp");
+    d.scrape_until_within("the port up again", within, |m| {
+        m.value("nic_port_up", &[("device", "mlx5_0")]) == Some(1.0) && !finding(m, "nic_ports_missing", "")
+    });
+    let held = verdict(&d)["node_findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["reason"] == "nic_port_down")
+        .cloned()
+        .expect("the down port is held for 4 s after it came back");
+    assert!(
+        held["message"].as_str().unwrap().contains("held until clear for 4s"),
+        "{held}"
+    );
+    d.scrape_until_within("the hold to end", within, |m| !finding(m, "nic_port_down", "mlx5_0/1"));
+
+    // mlx5_1 flaps three times between two reads: flapping, and link errors grew.
+    put(&port(sys.path(), "mlx5_1"), "counters/link_downed", "4");
+    let m = d.scrape_until_within("the flapping port", within, |m| {
+        finding(m, "nic_port_flapping", "mlx5_1/1") && finding(m, "nic_link_errors", "mlx5_1/1")
+    });
+    assert_eq!(m.value("nic_port_flaps", &[("device", "mlx5_1")]), Some(3.0));
+
+    // mlx5_2 takes 121 symbol errors: more than 120 an hour.
+    let p2 = port(sys.path(), "mlx5_2");
+    put(&p2, "counters/symbol_error", "121");
+    d.scrape_until_within("the symbol errors", within, |m| {
+        finding(m, "nic_symbol_errors", "mlx5_2/1")
+    });
+    // The adapter resets its counters: 0 again is a new start, not -121.
+    put(&p2, "counters/symbol_error", "0");
+    let m = d.scrape_until_within("the reset counter", within, |m| {
+        m.value(
+            "nic_port_errors_total",
+            &[("device", "mlx5_2"), ("counter", "symbol_error")],
+        ) == Some(0.0)
+            && !finding(m, "nic_symbol_errors", "mlx5_2/1")
+    });
+    assert!(!m.text.contains("-121"));
+
+    // mlx5_4's own PCIe link trains to x8.
+    let pci = std::fs::canonicalize(sys.path().join("sys/class/infiniband/mlx5_4/device")).unwrap();
+    put(&pci, "current_link_width", "8");
+    d.scrape_until_within("the narrowed adapter", within, |m| {
+        finding(m, "nic_pcie_narrowed", "mlx5_4/1")
+    });
+    assert!(!d.log_text().contains("panicked"));
+}
+
+#[test]
+fn a_node_without_rdma_hardware_shows_no_port_and_no_finding() {
+    let sys = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "amd:\n  sysfs_root: {}\nnetwork:\n  interval: 1s\n",
+        sys.path().display()
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &test_config(&sim_library(), &extra));
+    let m = d.scrape_until("a poll", |m| m.has_family("gpu_up"));
+    std::thread::sleep(Duration::from_millis(1500));
+    let m2 = d.scrape();
+    for m in [m, m2] {
+        assert!(!m.text.contains("nic_"), "{}", m.text);
+        assert!(!m.has_family("gpu_node_health_reason"));
+    }
+}
