@@ -127,8 +127,12 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         state: Option<PathBuf>,
         /// The GPU: its index or UUID.
-        #[arg(long, value_name = "N|UUID")]
-        gpu: String,
+        #[arg(long, value_name = "N|UUID", required_unless_present = "nic", conflicts_with = "nic")]
+        gpu: Option<String>,
+        /// A network adapter instead of a GPU: its name (mlx5_0), for a cable, transceiver or
+        /// adapter case.
+        #[arg(long, value_name = "DEVICE")]
+        nic: Option<String>,
         /// Print the report as JSON.
         #[arg(long, conflicts_with = "markdown")]
         json: bool,
@@ -376,6 +380,7 @@ fn dispatch(command: Command) -> Exit {
             config,
             state,
             gpu,
+            nic,
             json,
             markdown,
             demo,
@@ -385,7 +390,12 @@ fn dispatch(command: Command) -> Exit {
                 (_, true) => journal::cli::ReportFormat::Markdown,
                 _ => journal::cli::ReportFormat::Text,
             };
-            journal::cli::report(&path, &gpu, format)
+            match (&gpu, &nic) {
+                (_, Some(nic)) => journal::cli::report_nic(&path, nic, format),
+                (Some(gpu), None) => journal::cli::report(&path, gpu, format),
+                // clap requires one of the two.
+                (None, None) => gpuwarden::config::EX_USAGE,
+            }
         }),
         Command::JournalWorker => Ok(journal::worker::serve()),
         Command::Man { dir } => Ok(man_pages(&dir)),

@@ -107,6 +107,34 @@ pub fn report(path: &Path, gpu: &str, format: ReportFormat) -> i32 {
     }
 }
 
+/// Prints one network adapter's evidence; exit 0, 1 when the journal has no row of it, 2
+/// when it cannot be read.
+pub fn report_nic(path: &Path, device: &str, format: ReportFormat) -> i32 {
+    let conn = match open(path) {
+        Ok(conn) => conn,
+        Err(code) => return code,
+    };
+    let now = crate::model::unix_seconds(SystemTime::now());
+    match super::report_nic::build(&conn, device, now) {
+        Ok(Some(r)) => {
+            match format {
+                ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default()),
+                ReportFormat::Markdown | ReportFormat::Text => print!("{}", super::report_nic::markdown(&r)),
+            }
+            0
+        }
+        Ok(None) => {
+            eprintln!(
+                "gpuwarden: the journal {} has no network adapter {device:?} (give its name as `nic_info` or \
+                 `ibstat` shows it, like mlx5_0)",
+                path.display()
+            );
+            1
+        }
+        Err(e) => unreadable(path, &e.to_string()),
+    }
+}
+
 fn open(path: &Path) -> Result<rusqlite::Connection, i32> {
     if !path.exists() {
         return Err(unreadable(

@@ -44,10 +44,13 @@ pub enum Kind {
     Clear,
     /// The daemon started or stopped.
     Daemon,
+    /// A network adapter first seen in this run or changed (firmware, board), or a port's
+    /// findings raised or cleared (journal/nic_rows.rs).
+    Nic,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 18] = [
+    pub const ALL: [Kind; 19] = [
         Kind::Xid,
         Kind::XidStorm,
         Kind::Health,
@@ -66,6 +69,7 @@ impl Kind {
         Kind::BoardSwap,
         Kind::Clear,
         Kind::Daemon,
+        Kind::Nic,
     ];
 
     pub fn name(self) -> &'static str {
@@ -88,6 +92,7 @@ impl Kind {
             Kind::BoardSwap => "board_swap",
             Kind::Clear => "clear",
             Kind::Daemon => "daemon",
+            Kind::Nic => "nic",
         }
     }
 

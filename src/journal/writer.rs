@@ -80,6 +80,8 @@ pub(super) struct Writer {
     kmsg_sequence: Option<u64>,
     last_generation: u64,
     missing: BTreeSet<String>,
+    /// What was last written of the network ports.
+    nic_rows: super::nic_rows::NicRows,
     persistence_enabled: BTreeMap<String, u64>,
     status_now: JournalStatus,
     last_prune: Option<Instant>,
@@ -130,6 +132,7 @@ impl Writer {
             kmsg_sequence: None,
             last_generation: 0,
             missing: BTreeSet::new(),
+            nic_rows: Default::default(),
             persistence_enabled: BTreeMap::new(),
             status_now: JournalStatus::default(),
             last_prune: None,
@@ -446,6 +449,9 @@ impl Writer {
             ));
         }
         self.missing = missing;
+        for row in self.nic_rows.look(snapshot, now) {
+            self.push(row);
+        }
     }
 
     fn end_open_episodes(&mut self) {
