@@ -185,6 +185,34 @@ def fleet():
         .description("GPU instance, compute instance, profile and MIG UUID of every MIG device.")
         .with_target(q(f'gpu_mig_instance_info{{{SEL}}}', "", instant=True))
     )
+    dash = dash.with_row(db.Row("Network ports (InfiniBand and RoCE)"))
+    dash = dash.with_panel(
+        table.Panel().title("Network port findings").datasource(DS).span(12).height(8)
+        .description("The node's findings about its ports: down, slow, flapping, erring, a narrowed adapter link "
+                     "(alerts NicPortDown and NicPortDegraded; docs/health.md, Network ports).")
+        .with_target(q(f'gpu_node_health_reason{{reason=~"nic_.*",{SEL}}} == 1', "", instant=True))
+    )
+    dash = dash.with_panel(
+        ts("Ports not up, by node", "none",
+           q(f'sum by (instance) (1 - nic_port_up{{{SEL}}})', "{{instance}}"),
+           description="Ports not ACTIVE/LinkUp (nic_port_up 0).", w=12)
+    )
+    dash = dash.with_panel(
+        ts("Port rate", "bps",
+           q(f'nic_port_rate_bits_per_second{{{SEL}}}', "{{instance}} {{device}}/{{port}}"),
+           description="Negotiated rate; a port below its siblings lost lanes (nic_rate_low).", w=8)
+    )
+    dash = dash.with_panel(
+        ts("Port errors per minute", "none",
+           q(f'sum by (instance, device, counter) (rate(nic_port_errors_total{{{SEL}}}[$__rate_interval])) * 60',
+             "{{instance}} {{device}} {{counter}}"),
+           description="The adapters' error counters (symbol errors, link downs, retries...).", w=8)
+    )
+    dash = dash.with_panel(
+        ts("Flaps within the window", "none",
+           q(f'nic_port_flaps{{{SEL}}}', "{{instance}} {{device}}/{{port}}"),
+           description="Downs within network.flap_window; network.flaps of them is flapping.", w=8)
+    )
     dash = dash.with_row(db.Row("Power and probes"))
     dash = dash.with_panel(
         ts("Power per node", "watt", q(f'instance:gpu_power_watts:sum{{{SEL}}}', "{{instance}}"))

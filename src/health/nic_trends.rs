@@ -25,7 +25,8 @@ struct PortMemory {
     downs: VecDeque<Instant>,
     last_link_downed: Option<u64>,
     last_up: Option<bool>,
-    reads: u64,
+    /// Times its trend was made: the first knows nothing of flaps yet (a one-shot `check`).
+    looks: u64,
     link_downed: Window,
     local_link_integrity_errors: Window,
     symbol_error: Window,
@@ -86,7 +87,6 @@ impl PortMemory {
         }
         self.last_link_downed = link_downed;
         self.last_up = up;
-        self.reads += 1;
     }
 
     fn trend(&mut self, port: &crate::model::nic::NicPort, flap_window: Duration, now: Instant) -> NicTrend {
@@ -98,8 +98,9 @@ impl PortMemory {
             self.downs.pop_front();
         }
         let grew = |window: &mut Window, name: &str| port.counter(name).map(|value| window.note(value, now));
+        self.looks += 1;
         NicTrend {
-            flaps: (self.reads >= 2).then_some(self.downs.len() as u64),
+            flaps: (self.looks >= 2).then_some(self.downs.len() as u64),
             link_downed: grew(&mut self.link_downed, "link_downed"),
             local_link_integrity_errors: grew(&mut self.local_link_integrity_errors, "local_link_integrity_errors"),
             symbol_error: grew(&mut self.symbol_error, "symbol_error"),

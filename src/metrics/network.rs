@@ -133,7 +133,7 @@ pub const FAMILIES: &[Family] = &[
         name: "nic_port_flaps",
         kind: Kind::Gauge,
         unit: "",
-        help: "Times the port went down within network.flap_window (10 min), from its link_downed counter; network.flaps (3) of them is flapping (nic_port_flapping). Absent before the second read.",
+        help: "Times the port went down within network.flap_window (10 min), from its link_downed counter; network.flaps (3) of them is flapping (nic_port_flapping). Absent in a one-shot check, which has no history.",
         labels: PORT,
         dcgm: &[],
         read: Read::Node(|snapshot, s| {

@@ -155,7 +155,8 @@ pub struct Netdev {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct NicTrend {
     /// Times the link went down within `network.flap_window` (its `link_downed` growth, or
-    /// downs seen between reads where it has no such counter); `None` before a second read.
+    /// downs seen between reads where it has no such counter); `None` at the first look (a
+    /// one-shot `check` knows nothing of flaps).
     pub flaps: Option<u64>,
     /// Growth within the last hour of the counters the rules judge.
     pub link_downed: Option<Growth>,

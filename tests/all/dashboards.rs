@@ -63,6 +63,13 @@ fn the_data_source_is_a_variable_everywhere() {
     }
 }
 
+/// The demo's network ports (one slow: a finding) under `dir`, as config sections.
+fn network_ports(dir: &std::path::Path) -> String {
+    let sys = dir.join("sysfs");
+    gpuwarden::cli::demo_fabric::write_tree(&sys).unwrap();
+    format!("amd:\n  sysfs_root: {}\nnetwork:\n  interval: 1s\n", sys.display())
+}
+
 #[test]
 fn every_panel_and_variable_query_returns_data_from_a_live_prometheus() {
     // Pods from a fake kubelet and a batch job from a job directory, for the workload panels.
@@ -76,9 +83,10 @@ fn every_panel_and_variable_query_returns_data_from_a_live_prometheus() {
     std::fs::create_dir_all(&jobs).unwrap();
     std::fs::write(jobs.join("2"), "48213\n").unwrap();
     let attribution = format!(
-        "kubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\nhpc_jobs:\n  mapping_dir: {}\n",
+        "kubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\nhpc_jobs:\n  mapping_dir: {}\n{}",
         kubelet.socket.display(),
-        jobs.display()
+        jobs.display(),
+        network_ports(dir.path())
     );
     let config = test_config(&sim_library(), &attribution)
         .replace("interval: 200ms\n  timeout: 150ms", "interval: 100ms\n  timeout: 80ms");
@@ -143,11 +151,14 @@ fn every_panel_and_variable_query_returns_data_from_a_live_prometheus() {
 fn every_metric_the_dashboards_use_is_served_by_the_daemon() {
     let dir = tempfile::tempdir().unwrap();
     let env = [("LD_LIBRARY_PATH", sim_cuda_dir(dir.path(), true).display().to_string())];
-    let config = test_config(&sim_library(), FAST_PROBES);
+    let config = test_config(&sim_library(), &format!("{FAST_PROBES}{}", network_ports(dir.path())));
     let d = Daemon::start_full(&with_cuda(DEMO_SCENARIO), &config, "", &env);
     d.log_kernel(include_str!("../../config/demo-kernel-log.txt"));
-    let m = d.scrape_until("XIDs and a probe", |m| {
-        m.find("gpu_xid_errors_total", &[]).len() == 4 && m.has_family("gpu_probe_pass")
+    // The ports' flaps are known from the health memory's second look (within 10 s).
+    let m = d.scrape_until_within("XIDs, a probe and the network ports", Duration::from_secs(30), |m| {
+        m.find("gpu_xid_errors_total", &[]).len() == 4
+            && m.has_family("gpu_probe_pass")
+            && m.has_family("nic_port_flaps")
     });
     let served: std::collections::HashSet<&str> = m.samples.iter().map(|s| s.name.as_str()).collect();
     for name in DASHBOARDS {
@@ -157,7 +168,9 @@ fn every_metric_the_dashboards_use_is_served_by_the_daemon() {
                 if word == "gpu_pod_info" {
                     continue;
                 }
-                if word.starts_with("gpu_") || word.starts_with("gpuwarden_") {
+                // A regular expression's stem (`reason=~"nic_.*"`) is no metric.
+                let is_metric = word.starts_with("gpu_") || word.starts_with("gpuwarden_") || word.starts_with("nic_");
+                if is_metric && !word.ends_with('_') {
                     assert!(
                         served.contains(word),
                         "{name}: panel {title:?} uses {word}, which the daemon does not serve"
