@@ -2,7 +2,7 @@
 # Fleet simulation: N gpuwarden daemons (default 100), each over 8 simulated GPUs, one real
 # Prometheus scraping them every 5 s with the shipped rules, one real Alertmanager with the
 # shipped inhibit rules and a webhook receiver. It injects faults on a few chosen nodes (a
-# thermal violation, a fatal XID, a lost GPU, a PCIe width drop), measures the time from each
+# thermal violation, a fatal XID, a lost GPU, a PCIe width drop, a network port down), measures the time from each
 # injection to its alert reaching the webhook, checks that no other node alerted, measures the
 # daemons' memory and CPU and Prometheus's series and ingestion, and stops everything.
 #
@@ -61,7 +61,9 @@ demo = (ROOT / "config/demo-scenario.yaml").read_text()
 quiet = (demo.replace("active: 96, supported: 511", "active: 0, supported: 511")
              .replace("temperature: 88\n", "temperature: 55\n").replace("memory_temperature: 94", "memory_temperature: 61")
              .replace("width: 8, width_max: 16", "width: 16, width_max: 16")
-             .replace("uncorrected: 1 }", "uncorrected: 0 }"))
+             .replace("uncorrected: 1 }", "uncorrected: 0 }")
+             # GPU 6's driver asks for a reset (its pending row remap): it needs none here.
+             .replace("recovery_action: 1\n", "recovery_action: 0\n"))
 def device_block(text, index):
     marker = f"-00000000000{index}\n"
     start = text.rfind("  - name:", 0, text.index(marker))
@@ -81,9 +83,13 @@ for i in range(N):
     port = free_port()
     (d / "scenario.yaml").write_text(scenario_for(i))
     (d / "kmsg").write_text("")
+    # Four healthy InfiniBand ports at NDR (the fixture tree), read every network.interval.
+    shutil.copytree(ROOT / "tests/fixtures/sysfs/ndr-ib", d / "sysfs", symlinks=True)
     (d / "config.yaml").write_text(
         f"listen: 127.0.0.1:{port}\npoll:\n  interval: 1s\n  timeout: 500ms\n"
         f"nvml:\n  library_path: {LIB}\nxid:\n  kernel_log_path: {d / 'kmsg'}\n"
+        # The simulated GPUs are on no PCI bus: no census (the tree's GPUs are not these).
+        f"amd:\n  sysfs_root: {d / 'sysfs'}\npci_census: false\n"
         # Each node its own health journal and local socket, as on real nodes.
         f"state:\n  path: {d / 'state.db'}\nlocal_api:\n  socket: {d / 'gpuwarden.sock'}\n")
     env = dict(os.environ, GPUWARDEN_SIM_NVML_SCENARIO=str(d / "scenario.yaml"), RUST_LOG="warn")
@@ -200,6 +206,10 @@ try:
         f = rules[alert].get("for", "0s")
         return sum(int(v) * {"s": 1, "m": 60, "h": 3600}[u] for v, u in re.findall(r"(\d+)([smh])", f))
     pick = lambda frac: nodes[min(N - 1, int(N * frac))]
+    def port_down(n):
+        port = (n["dir"] / "sysfs/sys/class/infiniband/mlx5_2").resolve() / "ports/1"
+        write_atomic(port / "phys_state", "3: Disabled\n")
+        write_atomic(port / "state", "1: DOWN\n")
     faults = [
         ("thermal violation", "GpuThermalViolation", pick(0.07), "0",
          lambda n: write_atomic(n["dir"] / "scenario.yaml", edit(scenario_for(n["i"]), 0,
@@ -211,17 +221,19 @@ try:
         ("PCIe width drop", "GpuPcieLinkDegraded", pick(0.77), "5",
          lambda n: write_atomic(n["dir"] / "scenario.yaml", edit(scenario_for(n["i"]), 5,
              lambda b: b.replace("width: 16, width_max: 16", "width: 8, width_max: 16")))),
+        # A node alert: no gpu label.
+        ("network port down", "NicPortDown", pick(0.55), "", port_down),
     ]
     injected = {}
     for name, alert, node, gpu, inject in faults:
         inject(node)
         injected[(alert, node["instance"], gpu)] = (name, time.time())
-    print("injected: " + ", ".join(f"{name} on node {node['i']} GPU {gpu}" for name, _, node, gpu, _ in faults))
+    print("injected: " + ", ".join(f"{name} on node {node['i']}" + (f" GPU {gpu}" if gpu else "") for name, _, node, gpu, _ in faults))
 
     # The rule's `for`, how often the daemon reads what the fault changes (PCIe width is in
-    # the slow tier, poll.slow_interval 10 s; the rest every 1 s poll or at once), two
-    # scrapes, and 5 s for evaluation and Alertmanager.
-    read_every = {"GpuPcieLinkDegraded": 10}
+    # the slow tier, poll.slow_interval 10 s; the network ports every network.interval, 10 s;
+    # the rest every 1 s poll or at once), two scrapes, and 5 s for evaluation and Alertmanager.
+    read_every = {"GpuPcieLinkDegraded": 10, "NicPortDown": 10}
     budget = {key: for_seconds(key[0]) + read_every.get(key[0], 1) + 2 * SCRAPE + 5 for key in injected}
     deadline = time.time() + max(budget.values()) + 30
     while time.time() < deadline and not all(k in received for k in injected):
