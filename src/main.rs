@@ -384,19 +384,7 @@ fn dispatch(command: Command) -> Exit {
             json,
             markdown,
             demo,
-        } => state_path(config, state, demo).map(|path| {
-            let format = match (json, markdown) {
-                (true, _) => journal::cli::ReportFormat::Json,
-                (_, true) => journal::cli::ReportFormat::Markdown,
-                _ => journal::cli::ReportFormat::Text,
-            };
-            match (&gpu, &nic) {
-                (_, Some(nic)) => journal::cli::report_nic(&path, nic, format),
-                (Some(gpu), None) => journal::cli::report(&path, gpu, format),
-                // clap requires one of the two.
-                (None, None) => gpuwarden::config::EX_USAGE,
-            }
-        }),
+        } => state_path(config, state, demo).map(|path| report(&path, gpu, nic, json, markdown)),
         Command::JournalWorker => Ok(journal::worker::serve()),
         Command::Man { dir } => Ok(man_pages(&dir)),
         Command::Health {
@@ -517,6 +505,21 @@ fn run(config: Option<PathBuf>, listen: Option<std::net::SocketAddr>, demo: bool
     // Before process::exit, which runs no destructors.
     drop(demo_files);
     Ok(code)
+}
+
+/// `gpuwarden report`: one GPU's evidence, or one network adapter's.
+fn report(path: &std::path::Path, gpu: Option<String>, nic: Option<String>, json: bool, markdown: bool) -> i32 {
+    let format = match (json, markdown) {
+        (true, _) => journal::cli::ReportFormat::Json,
+        (_, true) => journal::cli::ReportFormat::Markdown,
+        _ => journal::cli::ReportFormat::Text,
+    };
+    match (&gpu, &nic) {
+        (_, Some(nic)) => journal::cli::report_nic(path, nic, format),
+        (Some(gpu), None) => journal::cli::report(path, gpu, format),
+        // clap requires one of the two.
+        (None, None) => gpuwarden::config::EX_USAGE,
+    }
 }
 
 fn check(config: Option<PathBuf>, json: bool, demo: bool) -> Exit {

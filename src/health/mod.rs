@@ -12,6 +12,7 @@ pub mod debounce;
 pub mod memory;
 pub mod network;
 pub mod nic_trends;
+pub mod nvswitch;
 pub mod rates;
 pub mod rules;
 pub mod slowdown;
@@ -88,6 +89,8 @@ pub fn evaluate(snapshot: &mut Snapshot) {
         .collect();
     let ports = network::findings(snapshot);
     snapshot.node_findings.extend(ports);
+    let switches = nvswitch::findings(snapshot);
+    snapshot.node_findings.extend(switches);
 }
 
 fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding> {

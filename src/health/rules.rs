@@ -355,7 +355,7 @@ pub fn named(reason: &str) -> Option<&'static Rule> {
 fn all() -> impl Iterator<Item = &'static Rule> {
     RULES
         .iter()
-        .chain([&GPU_MISSING])
+        .chain([&GPU_MISSING, &super::nvswitch::SXID_FATAL])
         .chain(super::network::PORT_RULES)
         .chain([&super::network::PORTS_MISSING])
 }
@@ -631,7 +631,10 @@ mod tests {
             "docs/health.md's rule table must be these rows, in this order:\n{}",
             expected.join("\n")
         );
-        assert_eq!(doc_table("Node findings"), vec![GPU_MISSING.doc_row()]);
+        assert_eq!(
+            doc_table("Node findings"),
+            vec![GPU_MISSING.doc_row(), super::super::nvswitch::SXID_FATAL.doc_row()]
+        );
         let ports: Vec<String> = super::super::network::PORT_RULES
             .iter()
             .chain([&super::super::network::PORTS_MISSING])
@@ -805,7 +808,7 @@ mod tests {
         assert!(named("xid_fatals").is_none());
         assert_eq!(
             names().split(", ").count(),
-            RULES.len() + 2 + super::super::network::PORT_RULES.len()
+            RULES.len() + 3 + super::super::network::PORT_RULES.len()
         );
         assert!(names().starts_with("xid_fatal, xid_critical, "));
     }

@@ -31,6 +31,22 @@ pub const FAMILIES: &[Family] = &[
         }),
     },
     Family {
+        name: "gpu_nvswitch_sxid_errors",
+        kind: Kind::Counter,
+        unit: "",
+        help: "NVSwitch errors (SXIDs) from the kernel log, by switch (N of nvidia-nvswitchN), its PCI address, code and the severity the driver gave (fatal, non_fatal); a node series (no gpu label). A fatal one makes the node unhealthy (NvswitchSxidFatal).",
+        labels: &["switch", "pci_bus_id", "sxid", "severity"],
+        dcgm: &[],
+        read: Read::Node(|snapshot, s| {
+            for x in &snapshot.xid.sxids {
+                s.labelled(
+                    &[&x.switch.to_string(), &x.pci_bus_id, &x.sxid.to_string(), x.severity()],
+                    x.count as f64,
+                );
+            }
+        }),
+    },
+    Family {
         name: "gpu_mig_xid_errors",
         kind: Kind::Counter,
         unit: "",

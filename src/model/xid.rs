@@ -100,6 +100,32 @@ pub struct XidSnapshot {
     pub sources: BTreeMap<&'static str, bool>,
     /// Reports received per source, before de-duplication.
     pub reports: BTreeMap<&'static str, u64>,
+    /// NVSwitch errors (SXIDs) from the kernel log, by switch and code.
+    pub sxids: Vec<SxidCount>,
+}
+
+/// One NVSwitch's count of one SXID code.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SxidCount {
+    /// N of `nvidia-nvswitchN`.
+    pub switch: u32,
+    /// The switch's PCI address.
+    pub pci_bus_id: String,
+    pub sxid: u32,
+    /// The driver called it fatal (the switch, and the GPUs' NVLink traffic through it, need
+    /// a reset); else non-fatal.
+    pub fatal: bool,
+    pub count: u64,
+    #[serde(serialize_with = "crate::model::serialize_system_time")]
+    pub last_seen: SystemTime,
+    /// The driver's text of the last one (`Link 44 egress non-posted PRIV error`).
+    pub message: String,
+}
+
+impl SxidCount {
+    pub fn severity(&self) -> &'static str {
+        if self.fatal { "fatal" } else { "non_fatal" }
+    }
 }
 
 impl XidSnapshot {

@@ -6,8 +6,23 @@ use serde::Serialize;
 use std::io::{BufRead, Write};
 use std::path::Path;
 
-/// Prints the catalog entry; exit 0, or 1 when the code is not in the catalog.
+/// What to do about an SXID, for `explain` and the docs.
+pub const SXID_ACTION: &str = "fatal: drain the node; the NVSwitch and the NVLink traffic of the GPUs on its fabric \
+     need a reset (reboot the node, or reset the GPUs and switches once idle); collect nvidia-bug-report.sh for NVIDIA \
+     if it repeats. Non-fatal: no action by itself; a code that repeats points at the link or switch it names";
+
+/// Prints the catalog entry; exit 0, or 1 when the code is not in the catalog. Codes of
+/// 10000 and above are NVSwitch errors (SXIDs): their unit, from the block they fall in.
 pub fn explain(code: u32) -> i32 {
+    if let Some(block) = super::sxid::block(code) {
+        println!("SXid {code}: an NVSwitch error of its {} unit", block.unit);
+        println!("  description: {}", block.what);
+        println!(
+            "  severity:    as the driver's line says it (Fatal or Non-fatal); a fatal one makes the node unhealthy"
+        );
+        println!("  action:      {SXID_ACTION}");
+        return 0;
+    }
     match catalog::lookup(code) {
         Some(e) => {
             println!("Xid {}: {}", e.code, e.name);
@@ -70,6 +85,21 @@ pub fn scan(input: Option<&Path>) -> i32 {
             }
         };
         for (report, _) in parser.feed(&line, line.len() + 1) {
+            if let parse::ReportKind::Sxid { switch, fatal } = report.kind {
+                let found = serde_json::json!({
+                    "line": index + 1,
+                    "sxid": report.xid,
+                    "switch": switch,
+                    "pci_bus_id": report.pci_bus_id,
+                    "unit": super::sxid::block(report.xid).map(|b| b.unit),
+                    "severity": if fatal { "fatal" } else { "non_fatal" },
+                    "message": report.message,
+                });
+                if writeln!(out, "{found}").is_err() {
+                    return 0;
+                }
+                continue;
+            }
             let entry = catalog::lookup(report.xid);
             let found = Found {
                 line: index + 1,

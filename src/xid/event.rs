@@ -53,4 +53,15 @@ pub struct XidEvent {
     /// The kernel record's identity in this boot (its kernel time and text), where the log
     /// gives its time: the same record read twice is one report.
     pub identity: Option<u64>,
+    /// An NVSwitch error (SXID) rather than a GPU's XID: `pci_bus_id` is the switch's and
+    /// `xid` the SXID code. Counted apart from the GPUs' XIDs.
+    pub nvswitch: Option<Nvswitch>,
+}
+
+/// Which NVSwitch reported an SXID, and how the driver rated it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nvswitch {
+    /// N of `nvidia-nvswitchN`.
+    pub switch: u32,
+    pub fatal: bool,
 }

@@ -120,9 +120,10 @@ fn record_identity(kernel_time_us: u64, sequence: Option<u64>, report: &XidRepor
 }
 
 fn event(report: XidReport, at: SystemTime) -> XidEvent {
-    let source = match report.kind {
-        ReportKind::Xid => Source::KernelLog,
-        ReportKind::FallenOffBus => Source::KernelLogFallenOffBus,
+    let (source, nvswitch) = match report.kind {
+        ReportKind::Xid => (Source::KernelLog, None),
+        ReportKind::FallenOffBus => (Source::KernelLogFallenOffBus, None),
+        ReportKind::Sxid { switch, fatal } => (Source::KernelLog, Some(super::event::Nvswitch { switch, fatal })),
     };
     XidEvent {
         pci_bus_id: report.pci_bus_id.unwrap_or_else(|| UNATTRIBUTED.to_string()),
@@ -133,11 +134,18 @@ fn event(report: XidReport, at: SystemTime) -> XidEvent {
         raw: None,
         kmsg_sequence: None,
         identity: None,
+        nvswitch,
     }
 }
 
 fn record(store: &XidStore, event: XidEvent) {
-    let (bus, xid) = (event.pci_bus_id.clone(), event.xid);
+    let (bus, xid, nvswitch) = (event.pci_bus_id.clone(), event.xid, event.nvswitch);
+    if let Some(nvswitch) = nvswitch {
+        if store.record(event) {
+            super::log_sxid(&bus, xid, nvswitch);
+        }
+        return;
+    }
     if store.record(event) {
         let bus = if bus.is_empty() {
             "(address not printed)"

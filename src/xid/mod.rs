@@ -12,6 +12,7 @@ pub mod kmsg;
 pub mod outbox;
 pub mod parse;
 pub mod store;
+pub mod sxid;
 
 use crate::service::logging::RateLimiter;
 use std::sync::{Mutex, OnceLock};
@@ -46,5 +47,30 @@ pub fn log_xid(pci_bus_id: &str, xid: u32, source: &str) {
         pci_bus_id = pci_bus_id, xid = xid;
         "Xid {xid} ({name}, {}) on GPU {pci_bus_id}, from the {source}: {action}{repeats}",
         severity.label()
+    );
+}
+
+/// One log line per counted SXID, at most one a minute per switch and code.
+pub fn log_sxid(pci_bus_id: &str, sxid: u32, nvswitch: event::Nvswitch) {
+    static LIMITER: OnceLock<Mutex<RateLimiter>> = OnceLock::new();
+    let limiter = LIMITER.get_or_init(|| Mutex::new(RateLimiter::new(Duration::from_secs(60))));
+    let Some(held_back) = limiter
+        .lock()
+        .ok()
+        .and_then(|mut l| l.allow(&format!("{pci_bus_id}/{sxid}")))
+    else {
+        return;
+    };
+    let repeats = crate::service::logging::held_back_suffix(held_back);
+    let (level, severity) = if nvswitch.fatal {
+        (log::Level::Error, "fatal")
+    } else {
+        (log::Level::Warn, "non-fatal")
+    };
+    log::log!(
+        level,
+        "SXid {sxid} ({severity}, {}) on NVSwitch {} at {pci_bus_id}, from the kernel log{repeats}",
+        sxid::block(sxid).map_or("an unknown unit", |b| b.unit),
+        nvswitch.switch
     );
 }

@@ -250,6 +250,7 @@ mod tests {
             raw: None,
             kmsg_sequence: Some(at as u64),
             identity: None,
+            nvswitch: None,
         }
     }
 

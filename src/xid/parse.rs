@@ -43,6 +43,14 @@ pub enum ReportKind {
     Xid,
     /// "GPU has fallen off the bus" without an XID number; counted as XID 79.
     FallenOffBus,
+    /// An NVSwitch error (`nvidia-nvswitch0: SXid (PCI:...): 12028, Non-fatal, ...`): the
+    /// report's `xid` is the SXID code and its address the switch's, never a GPU's.
+    Sxid {
+        /// N of `nvidia-nvswitchN`.
+        switch: u32,
+        /// The driver wrote `Fatal` (else `Non-fatal`).
+        fatal: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -135,7 +143,7 @@ pub fn classify(line: &str) -> LogLine<'_> {
     if rest.starts_with('[') {
         return dmesg_message(rest).unwrap_or(LogLine::NotKernel);
     }
-    if rest.starts_with(DRIVER_PREFIX) {
+    if rest.starts_with(DRIVER_PREFIX) || rest.starts_with(NVSWITCH_PREFIX) {
         // `dmesg -t`, or a bare message.
         return LogLine::Kernel {
             message: rest,
@@ -215,6 +223,9 @@ pub fn parse_line(line: &str) -> Option<XidReport> {
 
 /// The XID a kernel message (its wrapper taken off) reports: the driver's prefix begins it.
 fn parse_message(message: &str) -> Option<XidReport> {
+    if let Some(report) = parse_sxid(message) {
+        return Some(report);
+    }
     let message = message.strip_prefix(DRIVER_PREFIX)?.trim_end();
     if let Some(rest) = message.strip_prefix("Xid (") {
         return parse_xid(rest);
@@ -414,6 +425,10 @@ impl LogParser {
     /// One kernel message. `starts_record`: false for the indented later line of a record,
     /// which may only finish a notice.
     fn kernel_message(&mut self, message: &str, starts_record: bool) -> Option<XidReport> {
+        // The NVSwitch driver's own prefix begins its message, as the GPU driver's does.
+        if starts_record && let Some(report) = parse_sxid(message) {
+            return Some(report);
+        }
         let Some(text) = message.strip_prefix(DRIVER_PREFIX) else {
             self.age_notice();
             return None;
@@ -448,6 +463,49 @@ impl LogParser {
         }
         None
     }
+}
+
+/// The NVSwitch driver's prefix: `nvidia-nvswitch` and the switch's number.
+const NVSWITCH_PREFIX: &str = "nvidia-nvswitch";
+
+/// `nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted
+/// PRIV error`: the switch's number and address, the code, the severity the driver gives and
+/// its text. The prefix must begin the message, as for XIDs; anything not in this shape
+/// (another severity word, no address, a code of more than five digits) is not an SXID.
+fn parse_sxid(message: &str) -> Option<XidReport> {
+    let rest = message.strip_prefix(NVSWITCH_PREFIX)?;
+    let digits = rest.find(|c: char| !c.is_ascii_digit())?;
+    if digits == 0 || digits > 3 {
+        return None;
+    }
+    let switch: u32 = rest[..digits].parse().ok()?;
+    let rest = rest[digits..].strip_prefix(": SXid (")?;
+    let (location, after) = rest.split_once(')')?;
+    let address = location.trim();
+    let pci_bus_id = normalize_bus_id(address.strip_prefix("PCI:").unwrap_or(address))?;
+    let after = after.strip_prefix(':')?.trim_start();
+    let code_end = after.find(|c: char| !c.is_ascii_digit()).unwrap_or(after.len());
+    if code_end == 0 || code_end > 5 {
+        return None;
+    }
+    let code: u32 = after[..code_end].parse().ok()?;
+    let tail = after[code_end..].strip_prefix(',')?.trim_start();
+    let (severity, text) = tail.split_once(',').unwrap_or((tail, ""));
+    let fatal = match severity.trim() {
+        "Fatal" => true,
+        "Non-fatal" => false,
+        _ => return None,
+    };
+    Some(XidReport {
+        xid: code,
+        pci_bus_id: Some(pci_bus_id),
+        gpu_instance: None,
+        compute_instance: None,
+        pid: None,
+        process: None,
+        message: text.trim().to_string(),
+        kind: ReportKind::Sxid { switch, fatal },
+    })
 }
 
 fn fallen_off_bus(pci_bus_id: String) -> XidReport {
@@ -725,7 +783,6 @@ mod tests {
             "NVRM: Persistence mode is deprecated and will be removed in a future release.",
             "(EE) XID 0x1a00005: BadWindow (invalid Window parameter)",
             "X Error of failed request:  BadMatch; Resource id in failed request:  0x3200003 (XID)",
-            "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 44 egress non-posted PRIV error",
             "NVRM: Xid (PCI:0000:3b:00): not-a-number, oops",
             "NVRM: Xid (PCI:zzzz:3b:00): 79, GPU has fallen off the bus.",
             "NVRM: Xid (PCI:0000:3b:00 GPU-X:1): 79, an unknown token in the address block",
@@ -781,6 +838,83 @@ mod tests {
         ] {
             assert_eq!(parse_line(line).map(|r| r.xid), Some(79), "{line}");
         }
+    }
+
+    #[test]
+    fn nvswitch_errors_are_sxids_of_their_switch_and_never_a_gpus_xid() {
+        for (line, switch, address, code, fatal, text) in [
+            (
+                "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 44 egress non-posted PRIV error",
+                0,
+                "0000:05:00.0",
+                12028,
+                false,
+                "Link 44 egress non-posted PRIV error",
+            ),
+            (
+                "3,900,131453740743,-;nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Fatal, Link 30 LTSSM Fault Up",
+                2,
+                "0000:07:00.0",
+                20034,
+                true,
+                "Link 30 LTSSM Fault Up",
+            ),
+            (
+                "[131453.740743] nvidia-nvswitch11: SXid (PCI:0001:C3:00.0): 24007, Fatal",
+                11,
+                "0001:c3:00.0",
+                24007,
+                true,
+                "",
+            ),
+        ] {
+            let r = parse_line(line).unwrap_or_else(|| panic!("{line}"));
+            assert_eq!(r.kind, ReportKind::Sxid { switch, fatal }, "{line}");
+            assert_eq!(
+                (r.xid, r.pci_bus_id.as_deref(), r.message.as_str()),
+                (code, Some(address), text)
+            );
+        }
+        for not in [
+            "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Severe, Link 44",
+            "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 123456, Fatal, too long a code",
+            "nvidia-nvswitch0: SXid (nowhere): 12028, Fatal, no address",
+            "nvidia-nvswitchX: SXid (PCI:0000:05:00.0): 12028, Fatal, no number",
+            "nvidia-nvswitch0: Probing 0000:05:00.0",
+        ] {
+            assert_eq!(parse_line(not), None, "{not}");
+        }
+    }
+
+    /// The forgery rules of XIDs hold for SXIDs: text quoted inside another message, a user
+    /// facility record, another program's syslog line, none of them counts.
+    #[test]
+    fn text_a_user_can_make_the_kernel_log_is_never_an_sxid() {
+        let sxid = "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up";
+        for forged in [
+            format!("4,344,118757994,-;tmpfs: Unknown parameter '{sxid}'"),
+            format!("4,345,118757995,-;tmpfs: Unknown parameter 'x\\x0a{sxid}'"),
+            format!("12,346,118757996,-;{sxid}"),
+            format!("Nov 25 10:00:00 node alice: {sxid}"),
+            format!("[  118.757994] tmpfs: Unknown parameter '{sxid}'"),
+            format!("NVRM: Xid (PCI:0000:19:00): 13, pid=7, name={sxid}"),
+        ] {
+            let reports = LogParser::default().parse(&forged);
+            assert!(
+                reports.iter().all(|r| !matches!(r.kind, ReportKind::Sxid { .. })),
+                "{forged}: {reports:?}"
+            );
+        }
+        let mut parser = LogParser::default();
+        assert!(parser.parse("[  118.757994] tmpfs: Unknown parameter 'x").is_empty());
+        assert!(
+            parser.parse(&format!("               {sxid}'")).is_empty(),
+            "a continuation line"
+        );
+        assert!(matches!(
+            parse_line(&format!("3,348,118757998,-;{sxid}")).map(|r| r.kind),
+            Some(ReportKind::Sxid { switch: 0, fatal: true })
+        ));
     }
 
     #[test]

@@ -42,6 +42,9 @@ const MAX_INSTANCES: usize = 16;
 /// Recent events kept per (address, code) for joining one event's reports from two
 /// sources: enough for any real burst, and a constant cost per report however long the log.
 const RECENT_PER_KEY: usize = 64;
+/// NVSwitch (switch, code) pairs counted: an HGX baseboard has four switches and a handful
+/// of codes in a bad day; a log of forged-looking but kernel-made lines makes no more series.
+pub const MAX_SXID_SERIES: usize = 256;
 /// Kernel records remembered by identity, so one read again is not counted again: more than
 /// a kernel ring buffer holds of XID lines.
 const MAX_IDENTITIES: usize = 8192;
@@ -82,9 +85,41 @@ struct Inner {
     /// Per address, the highest severity among the codes counted under [`OTHER_CODES`] (as
     /// it was when each was counted).
     other_severity: BTreeMap<String, Severity>,
+    /// NVSwitch errors by (switch address, code), apart from the GPUs' XIDs.
+    sxids: BTreeMap<(String, u32), crate::model::xid::SxidCount>,
 }
 
 impl Inner {
+    /// Counts one SXID; false (and counted as dropped) past [`MAX_SXID_SERIES`] pairs.
+    fn count_sxid(&mut self, event: &XidEvent, nvswitch: super::event::Nvswitch) -> bool {
+        let key = (event.pci_bus_id.clone(), event.xid);
+        if !self.sxids.contains_key(&key) && self.sxids.len() >= MAX_SXID_SERIES {
+            self.dropped += 1;
+            return false;
+        }
+        let message = event
+            .raw
+            .as_deref()
+            .and_then(super::parse::parse_line)
+            .map(|r| r.message)
+            .unwrap_or_default();
+        let count = self.sxids.entry(key).or_insert_with(|| crate::model::xid::SxidCount {
+            switch: nvswitch.switch,
+            pci_bus_id: event.pci_bus_id.clone(),
+            sxid: event.xid,
+            fatal: nvswitch.fatal,
+            count: 0,
+            last_seen: event.at,
+            message: String::new(),
+        });
+        count.count += 1;
+        count.last_seen = count.last_seen.max(event.at);
+        // One fatal report of the code makes its count fatal.
+        count.fatal |= nvswitch.fatal;
+        count.message = message;
+        true
+    }
+
     /// True when this kernel record (by its identity) was counted before: read again from a
     /// log emptied and written again, or found in two places. Remembers it otherwise.
     fn read_before(&mut self, identity: Option<u64>) -> bool {
@@ -285,6 +320,7 @@ impl XidStore {
                 dropped: 0,
                 drop_log: crate::service::logging::RateLimiter::new(DROP_LOG_EVERY),
                 other_severity: BTreeMap::new(),
+                sxids: BTreeMap::new(),
                 identities: Default::default(),
                 identity_order: Default::default(),
                 repeated: 0,
@@ -314,6 +350,11 @@ impl XidStore {
         };
         if inner.read_before(event.identity) {
             return false;
+        }
+        if let Some(nvswitch) = event.nvswitch {
+            let counted = inner.count_sxid(&event, nvswitch);
+            self.moved_on();
+            return counted;
         }
         if !inner.has_room_for(&event.pci_bus_id) {
             inner.drop_report(&event);
@@ -451,6 +492,7 @@ impl XidStore {
             dropped: inner.dropped,
             sources: inner.sources.clone(),
             reports: inner.reports.clone(),
+            sxids: inner.sxids.values().cloned().collect(),
         }
     }
 }
@@ -471,6 +513,7 @@ mod tests {
             raw: None,
             kmsg_sequence: None,
             identity: None,
+            nvswitch: None,
         }
     }
 

@@ -26,7 +26,7 @@ fn run(tool: &str, args: &[&str]) -> (bool, String) {
 #[test]
 fn promtool_checks_and_unit_tests_the_rules() {
     let (ok, out) = run("promtool", &["check", "rules", RULES]);
-    assert!(ok && out.contains("SUCCESS: 39 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 40 rules found"), "{out}");
     for tests in [
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/alerts.test.yml"),
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/energy.test.yml"),
@@ -63,6 +63,7 @@ fn every_alert_the_design_names_is_shipped_and_unit_tested() {
         "GpuRecoveryActionRequired",
         "NicPortDown",
         "NicPortDegraded",
+        "NvswitchSxidFatal",
         "GpuProbeFailed",
         "GpuwardenDown",
         "GpuwardenPollStale",
@@ -151,7 +152,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
                 .map(|r| r["expr"].as_str().unwrap().to_string())
         })
         .collect();
-    assert_eq!(exprs.len(), 39);
+    assert_eq!(exprs.len(), 40);
     let used = metric_names(&exprs.join("\n"));
     assert!(
         used.contains("gpu_clock_event_seconds_total") && used.contains("gpu_up"),
@@ -453,6 +454,15 @@ fn interval_cases() -> Vec<IntervalCase> {
             checks: &[(-60, false, false), (0, true, true), (600, false, true)],
         },
         IntervalCase {
+            alert: "NvswitchSxidFatal",
+            what: "the first fatal SXID of a switch",
+            series: &[(
+                "gpu_nvswitch_sxid_errors_total{instance=\"gpu-node-01:9100\",job=\"gpuwarden\",switch=\"2\",pci_bus_id=\"0000:07:00.0\",sxid=\"20034\",severity=\"fatal\"}",
+                |t| (t >= EVENT).then_some(1.0),
+            )],
+            checks: &[(-60, false, false), (0, true, true), (880, false, true)],
+        },
+        IntervalCase {
             alert: "NicPortDown",
             what: "a network port down from the event on (for: 1m)",
             series: &[(
@@ -526,6 +536,10 @@ fn interval_tests(rules: &std::path::Path, evaluation: u64, scrapes: &[u64]) -> 
                         }
                         "GpuLost" => format!("{gpu}, job: gpuwarden, vendor: nvidia, severity: critical"),
                         "GpuRecoveryActionRequired" => format!("{gpu}, action: gpu_reset, severity: critical"),
+                        "NvswitchSxidFatal" => {
+                            "instance: gpu-node-01:9100, switch: '2', pci_bus_id: 0000:07:00.0, sxid: '20034', severity: critical"
+                                .to_string()
+                        }
                         "NicPortDown" => {
                             "instance: gpu-node-01:9100, reason: nic_port_down, subject: mlx5_0/1, severity: critical"
                                 .to_string()

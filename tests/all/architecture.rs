@@ -217,6 +217,7 @@ const LAYERS: &[(&str, u32)] = &[
     // The network ports' rows of the same table.
     ("health::network", 2),
     ("health::table", 2),
+    ("health::nvswitch", 2),
     ("serve::history", 3),
     ("serve::sparkline", 3),
     ("attribution", 3),

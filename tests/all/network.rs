@@ -142,3 +142,54 @@ fn a_node_without_rdma_hardware_shows_no_port_and_no_finding() {
         assert!(!m.has_family("gpu_node_health_reason"));
     }
 }
+
+/// NVSwitch errors through the real kernel-log reader: a non-fatal one is counted and changes
+/// nothing, a fatal one makes the node unhealthy naming the GPUs, and the same text in a user's
+/// record (root writing to /dev/kmsg: the user facility) or quoted inside another message is
+/// not counted.
+#[test]
+fn a_fatal_sxid_makes_the_node_unhealthy_and_a_forged_one_nothing() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.log_kernel(
+        "6,10,1000000,-;nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 12028, Non-fatal, Link 44 egress non-posted PRIV error\n\
+         12,11,1000001,-;nvidia-nvswitch3: SXid (PCI:0000:08:00.0): 24007, Fatal, forged by root through /dev/kmsg\n\
+         4,12,1000002,-;tmpfs: Unknown parameter 'nvidia-nvswitch3: SXid (PCI:0000:08:00.0): 24007, Fatal, x'\n",
+    );
+    let count = |m: &Metrics, switch: &str| m.value("gpu_nvswitch_sxid_errors_total", &[("switch", switch)]);
+    let m = d.scrape_until("the non-fatal SXID", |m| count(m, "1") == Some(1.0));
+    assert_eq!(count(&m, "3"), None, "a forged SXID was counted:\n{}", m.text);
+    assert!(
+        m.find("gpu_node_health_reason", &[("reason", "nvswitch_sxid_fatal")])
+            .is_empty()
+    );
+    assert_eq!(
+        m.value(
+            "gpu_nvswitch_sxid_errors_total",
+            &[("sxid", "12028"), ("severity", "non_fatal")]
+        ),
+        Some(1.0)
+    );
+
+    d.log_kernel("3,13,2000000,-;nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Fatal, Link 30 LTSSM Fault Up\n");
+    d.scrape_until("the fatal SXID", |m| {
+        m.value(
+            "gpu_node_health_reason",
+            &[("reason", "nvswitch_sxid_fatal"), ("subject", "nvswitch2")],
+        ) == Some(1.0)
+    });
+    let v: serde_json::Value = serde_json::from_slice(&d.get("/api/v1/health", &[]).body).unwrap();
+    assert_eq!(v["state"], "unhealthy");
+    let finding = v["node_findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["reason"] == "nvswitch_sxid_fatal")
+        .unwrap()
+        .clone();
+    let message = finding["message"].as_str().unwrap();
+    assert!(
+        message.contains("SXid 20034 (DLPL) x1: Link 30 LTSSM Fault Up"),
+        "{message}"
+    );
+    assert!(message.contains("GPU(s) 0, 1, 2, 3, 4, 5, 6, 7"), "{message}");
+}

@@ -219,10 +219,22 @@ fn xid_scan_finds_exactly_the_xids_in_every_log_format() {
     let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kernel-log/xid-formats.log");
     let out = Command::new(BIN).args(["xid", "scan", fixture]).output().unwrap();
     assert!(out.status.success());
-    let found: Vec<(u64, u64, Option<String>, String)> = String::from_utf8_lossy(&out.stdout)
+    let all: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).expect("one JSON object per line");
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    // The NVSwitch line is an SXID of its switch, never a GPU's XID.
+    let sxids: Vec<&serde_json::Value> = all.iter().filter(|v| v.get("sxid").is_some()).collect();
+    assert_eq!(sxids.len(), 1, "{sxids:?}");
+    assert_eq!(
+        (&sxids[0]["line"], &sxids[0]["sxid"], &sxids[0]["switch"], &sxids[0]["severity"]),
+        (&serde_json::json!(13), &serde_json::json!(12028), &serde_json::json!(0), &serde_json::json!("non_fatal"))
+    );
+    let found: Vec<(u64, u64, Option<String>, String)> = all
+        .iter()
+        .filter(|v| v.get("sxid").is_none())
+        .map(|v| {
+            let l = v.to_string();
             for key in ["name", "action", "severity"] {
                 assert!(v[key].is_string(), "{key} missing in {l}");
             }

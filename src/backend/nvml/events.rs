@@ -121,6 +121,7 @@ fn record(store: &XidStore, bus: &str, xid: u32) {
         raw: None,
         kmsg_sequence: None,
         identity: None,
+        nvswitch: None,
     };
     if store.record(event) {
         crate::xid::log_xid(bus, xid, "NVML event set");
