@@ -14,6 +14,7 @@ pub mod web;
 mod attribution;
 mod backends;
 mod durations;
+mod fabric_manager;
 mod health;
 mod listen;
 mod local_api;
@@ -26,6 +27,7 @@ mod xid;
 pub use attribution::*;
 pub use backends::*;
 use durations::*;
+pub use fabric_manager::*;
 pub use health::*;
 pub use listen::*;
 pub use local_api::*;
@@ -74,6 +76,7 @@ pub struct Config {
     pub health: Health,
     pub local_api: LocalApi,
     pub network: Network,
+    pub fabric_manager: FabricManager,
 }
 
 impl Default for Config {
@@ -97,6 +100,7 @@ impl Default for Config {
             health: Health::default(),
             local_api: LocalApi::default(),
             network: Network::default(),
+            fabric_manager: FabricManager::default(),
         }
     }
 }
@@ -121,6 +125,9 @@ pub struct Overrides {
     /// The demo's sysfs tree (its network ports). A default only: a config file that sets
     /// `amd.sysfs_root` keeps its value.
     pub sysfs_root: Option<PathBuf>,
+    /// The demo's simulated NVSwitch fabric has no nvidia-fabricmanager to look for. A default
+    /// only: a config file that sets `fabric_manager` keeps its value.
+    pub no_fabric_manager: bool,
 }
 
 impl Overrides {
@@ -135,6 +142,7 @@ impl Overrides {
                     || self.state_path.is_some()
                     || self.local_socket.is_some()
                     || self.sysfs_root.is_some()
+                    || self.no_fabric_manager
             })
             .and_then(|f| read_config_file(f, "config file").ok())
             .unwrap_or_default();
@@ -182,6 +190,9 @@ impl Overrides {
             && !file_sets("amd", "sysfs_root")
         {
             config.amd.sysfs_root = path.clone();
+        }
+        if self.no_fabric_manager && !file_sets("fabric_manager", "") {
+            config.fabric_manager.check = false;
         }
     }
 }

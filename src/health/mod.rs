@@ -91,6 +91,8 @@ pub fn evaluate(snapshot: &mut Snapshot) {
     snapshot.node_findings.extend(ports);
     let switches = nvswitch::findings(snapshot);
     snapshot.node_findings.extend(switches);
+    let manager = nvswitch::fabric_manager_down(snapshot);
+    snapshot.node_findings.extend(manager);
 }
 
 fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding> {
@@ -101,6 +103,7 @@ fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding>
         limits: &snapshot.health_limits,
         cleared: snapshot.clears.get(&device.identity.uuid).map(|c| c.time()),
         board_swap: snapshot.board_swaps.get(&device.identity.uuid),
+        fabric_manager: snapshot.fabric_manager.as_ref(),
         now: SystemTime::now(),
     })
 }

@@ -19,6 +19,60 @@ pub const SXID_FATAL: Rule = Rule {
     check: Check::Device(|_| None),
 };
 
+pub const FABRIC_MANAGER_DOWN: Rule = Rule {
+    reason: "fabric_manager_down",
+    severity: HealthState::Degraded,
+    worse_when: Some("a GPU has not joined the fabric"),
+    when: "on a node whose GPUs report an NVLink fabric, nvidia-fabricmanager is not running (its pid file, `fabric_manager.pid_file`, and that pid's process name; `gpu_fabric_manager_up`, alert `GpuFabricManagerDown`)",
+    action: "start or check nvidia-fabricmanager (`systemctl status nvidia-fabricmanager`, its log)",
+    ends: false,
+    dcgm: None,
+    check: Check::Device(|_| None),
+};
+
+/// The node's finding when nvidia-fabricmanager is checked and not running: unhealthy when a
+/// GPU has not joined the fabric (nothing will bring it in), degraded when all have (running
+/// jobs go on; a GPU reset or a new partition will not work).
+pub fn fabric_manager_down(snapshot: &Snapshot) -> Option<Finding> {
+    let manager = snapshot.fabric_manager.as_ref().filter(|m| !m.running)?;
+    let waiting: Vec<String> = snapshot
+        .devices
+        .iter()
+        .filter(|d| {
+            d.readings
+                .as_ref()
+                .and_then(|r| r.fabric.as_ref())
+                .is_some_and(|f| f.degraded())
+        })
+        .map(|d| d.identity.index.to_string())
+        .collect();
+    let (severity, effect) = if waiting.is_empty() {
+        (
+            HealthState::Degraded,
+            "the GPUs joined the fabric before it stopped and run; a GPU reset or a new partition will not work"
+                .to_string(),
+        )
+    } else {
+        (
+            HealthState::Unhealthy,
+            format!(
+                "GPU(s) {} have not joined the NVLink fabric and will not until it runs",
+                waiting.join(", ")
+            ),
+        )
+    };
+    Some(Finding {
+        reason: FABRIC_MANAGER_DOWN.reason,
+        severity,
+        message: format!(
+            "nvidia-fabricmanager is not running ({}): {effect}; start or check nvidia-fabricmanager \
+             (`systemctl status nvidia-fabricmanager`, its log)",
+            manager.detail
+        ),
+        subject: None,
+    })
+}
+
 /// One finding per switch with a fatal SXID.
 pub fn findings(snapshot: &Snapshot) -> Vec<Finding> {
     let mut by_switch: std::collections::BTreeMap<&str, Vec<&crate::model::xid::SxidCount>> = Default::default();
@@ -78,6 +132,48 @@ pub fn findings(snapshot: &Snapshot) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::model::xid::SxidCount;
+
+    #[test]
+    fn a_stopped_fabric_manager_is_degraded_and_unhealthy_while_a_gpu_waits_for_it() {
+        use crate::model::links::{Fabric, FabricManager};
+        let gpu = |i: u32, state: &'static str| {
+            let readings = crate::model::DeviceReadings {
+                fabric: Some(Fabric {
+                    state,
+                    error: None,
+                    clique_id: 0,
+                }),
+                ..Default::default()
+            };
+            crate::model::DeviceSnapshot::for_test(i, Vendor::Nvidia, &format!("0000:1{i}:00.0"), readings)
+        };
+        let mut snapshot = Snapshot {
+            devices: vec![gpu(0, "completed"), gpu(1, "completed")],
+            ..Default::default()
+        };
+        assert!(fabric_manager_down(&snapshot).is_none(), "not checked");
+        snapshot.fabric_manager = Some(FabricManager {
+            running: true,
+            pid: Some(1),
+            detail: "pid 1 (nv-fabricmanager)".into(),
+        });
+        assert!(fabric_manager_down(&snapshot).is_none());
+        snapshot.fabric_manager = Some(FabricManager {
+            running: false,
+            pid: None,
+            detail: "no pid file at /run/x.pid".into(),
+        });
+        let f = fabric_manager_down(&snapshot).unwrap();
+        assert_eq!(f.severity, HealthState::Degraded);
+        assert!(
+            f.message
+                .starts_with("nvidia-fabricmanager is not running (no pid file at /run/x.pid)")
+        );
+        snapshot.devices[1] = gpu(1, "in_progress");
+        let f = fabric_manager_down(&snapshot).unwrap();
+        assert_eq!(f.severity, HealthState::Unhealthy);
+        assert!(f.message.contains("GPU(s) 1 have not joined"), "{}", f.message);
+    }
 
     fn sxid(switch: u32, code: u32, fatal: bool) -> SxidCount {
         SxidCount {

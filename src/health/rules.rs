@@ -282,17 +282,22 @@ fn nvlink_down(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
     )
 }
 
-fn fabric_not_ready(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
+fn fabric_not_ready(seen: &Seen, r: &DeviceReadings) -> Option<Hit> {
     let fabric = r.fabric.as_ref().filter(|f| f.degraded())?;
+    let manager = match seen.fabric_manager {
+        Some(m) if m.running => format!("nvidia-fabricmanager runs ({})", m.detail),
+        Some(m) => format!("nvidia-fabricmanager is not running ({})", m.detail),
+        None => "nvidia-fabricmanager not checked".to_string(),
+    };
     Some(match &fabric.error {
-        Some(error) => Hit {
-            message: format!(
-                "the NVLink fabric refused the GPU ({error}): its NVLinks carry nothing; check nvidia-fabricmanager's log, then reset the GPU"
-            ),
-            severity: Some(HealthState::Unhealthy),
-        },
+        Some(error) => format!(
+            "the NVLink fabric refused the GPU ({error}); {manager}: its NVLinks carry nothing; check \
+             nvidia-fabricmanager's log, then reset the GPU"
+        )
+        .into(),
         None => format!(
-            "the GPU has not joined the NVLink fabric (state {}): is nvidia-fabricmanager running? Jobs across GPUs fail or fall back to PCIe until it has",
+            "the GPU has not joined the NVLink fabric (state {}); {manager}: start or check nvidia-fabricmanager \
+             (`systemctl status nvidia-fabricmanager`). Jobs across GPUs fail or fall back to PCIe until it has",
             fabric.state
         )
         .into(),
@@ -355,7 +360,11 @@ pub fn named(reason: &str) -> Option<&'static Rule> {
 fn all() -> impl Iterator<Item = &'static Rule> {
     RULES
         .iter()
-        .chain([&GPU_MISSING, &super::nvswitch::SXID_FATAL])
+        .chain([
+            &GPU_MISSING,
+            &super::nvswitch::SXID_FATAL,
+            &super::nvswitch::FABRIC_MANAGER_DOWN,
+        ])
         .chain(super::network::PORT_RULES)
         .chain([&super::network::PORTS_MISSING])
 }
@@ -550,10 +559,10 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         reason: "fabric_not_ready",
-        severity: Degraded,
-        worse_when: Some("the fabric manager refused the GPU"),
-        when: "on an NVSwitch system, the GPU has not completed NVLink fabric registration, or completed it with an error (`gpu_fabric_state`, `gpu_fabric_registration_ok`)",
-        action: "check that nvidia-fabricmanager runs and its log; reset the GPU",
+        severity: Unhealthy,
+        worse_when: None,
+        when: "on an NVSwitch system, the GPU has not completed NVLink fabric registration, or completed it with an error (`gpu_fabric_state`, `gpu_fabric_registration_ok`); the message says whether nvidia-fabricmanager runs",
+        action: "start or check nvidia-fabricmanager (`systemctl status nvidia-fabricmanager`, its log); reset the GPU",
         ends: false,
         dcgm: Some(("NVLINK", "DCGM_FR_NVLINK_DOWN")),
         check: Check::Readings(fabric_not_ready),
@@ -633,7 +642,11 @@ mod tests {
         );
         assert_eq!(
             doc_table("Node findings"),
-            vec![GPU_MISSING.doc_row(), super::super::nvswitch::SXID_FATAL.doc_row()]
+            vec![
+                GPU_MISSING.doc_row(),
+                super::super::nvswitch::SXID_FATAL.doc_row(),
+                super::super::nvswitch::FABRIC_MANAGER_DOWN.doc_row()
+            ]
         );
         let ports: Vec<String> = super::super::network::PORT_RULES
             .iter()
@@ -662,6 +675,7 @@ mod tests {
                 },
                 cleared: None,
                 board_swap: None,
+                fabric_manager: None,
                 now: SystemTime::now(),
             })
         };
@@ -723,6 +737,7 @@ mod tests {
                 limits: &limits,
                 cleared,
                 board_swap: None,
+                fabric_manager: None,
                 now: SystemTime::now(),
             })
         };
@@ -742,6 +757,7 @@ mod tests {
             limits: &Limits::default(),
             cleared: None,
             board_swap: None,
+            fabric_manager: None,
             now: SystemTime::now(),
         })
     }
@@ -808,7 +824,7 @@ mod tests {
         assert!(named("xid_fatals").is_none());
         assert_eq!(
             names().split(", ").count(),
-            RULES.len() + 3 + super::super::network::PORT_RULES.len()
+            RULES.len() + 4 + super::super::network::PORT_RULES.len()
         );
         assert!(names().starts_with("xid_fatal, xid_critical, "));
     }

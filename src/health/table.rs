@@ -23,6 +23,8 @@ pub struct Seen<'a> {
     pub cleared: Option<SystemTime>,
     /// The board this one replaced, when the journal found it in the last day.
     pub board_swap: Option<&'a BoardSwap>,
+    /// Whether nvidia-fabricmanager runs, where it is checked (NVSwitch systems).
+    pub fabric_manager: Option<&'a crate::model::links::FabricManager>,
     pub now: SystemTime,
 }
 

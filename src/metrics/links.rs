@@ -122,6 +122,15 @@ pub const FAMILIES: &[Family] = &[
             s.flag(done.map(|f| f.error.is_none()))
         }),
     },
+    Family {
+        name: "gpu_fabric_manager_up",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 when nvidia-fabricmanager runs (its pid file names a live nv-fabricmanager process), 0 when not; a node series, only on nodes whose GPUs report an NVLink fabric (GpuFabricManagerDown).",
+        labels: &[],
+        dcgm: &[],
+        read: Read::Node(|snapshot, s| s.flag(snapshot.fabric_manager.as_ref().map(|m| m.running))),
+    },
 ];
 
 /// Per-link families: served only with `nvlink.per_link` (eighteen links a GPU multiply the

@@ -80,3 +80,14 @@ impl Fabric {
         self.state != "completed" || self.error.is_some()
     }
 }
+
+/// Whether nvidia-fabricmanager runs, on a node whose GPUs report an NVLink fabric
+/// (`sources::fabric_manager`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FabricManager {
+    pub running: bool,
+    /// Its process, from its pid file.
+    pub pid: Option<u32>,
+    /// What was seen, for a person: "pid 1234 (nv-fabricmanager)", "no pid file at ...".
+    pub detail: String,
+}

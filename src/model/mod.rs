@@ -545,6 +545,9 @@ pub struct Snapshot {
     pub probe: std::sync::Arc<probe::ProbeSnapshot>,
     /// NVIDIA and AMD GPUs on the PCI bus (sysfs), to compare with the enumerated ones.
     pub pci_gpus: Vec<PciGpu>,
+    /// Whether nvidia-fabricmanager runs; None where it is not checked (no GPU reports an
+    /// NVLink fabric, or `fabric_manager.check` is off).
+    pub fabric_manager: Option<links::FabricManager>,
     /// The node's InfiniBand and RoCE ports, with what the health memory knows of each.
     pub nics: std::sync::Arc<nic::NicScan>,
     /// Pods and containers holding each GPU (or one of its MIG devices), by GPU uuid.

@@ -81,6 +81,7 @@ pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generatio
         probe: inputs.probes.clone(),
         pci_gpus: (*inputs.pci).clone(),
         nics: inputs.nics.clone(),
+        fabric_manager: (*inputs.fabric_manager).clone(),
         pods: pods_by_uuid(&inputs.pods.assignments, &devices),
         kubelet_up: inputs.pods.kubelet_up,
         jobs: jobs_by_uuid(&inputs.jobs, &devices, skips),

@@ -9,6 +9,7 @@
 //! | pods | `attribution::kubelet::follow`, a task | the kubelet's device assignments |
 //! | DRM clients | [`processes::DrmClients`], task `source-drm-clients`, every 10 s while AMD GPUs exist | processes per PCI address |
 //! | PCI census | [`pci::PciCensus`], task `source-pci`, every 30 s | GPUs on the bus |
+//! | fabric manager | [`fabric_manager::FabricManagerCheck`], task `source-fabric-manager`, every 30 s while a GPU reports an NVLink fabric | whether nvidia-fabricmanager runs |
 //! | network ports | [`nics::NicPorts`], task `source-nics`, every `network.interval` (10 s) | RDMA devices and their ports |
 //! | probe results | `probe::schedule`, thread `probe-scheduler` | the latest report per GPU |
 //! | board swaps | the journal's writer; the journal at start | the last day's swaps per new GPU |
@@ -25,6 +26,7 @@
 //! which reads at once; one that is off does not wake.
 
 pub mod cadence;
+pub mod fabric_manager;
 pub mod jobs;
 pub mod nics;
 pub mod pci;
@@ -290,6 +292,8 @@ sources! {
     nics: Versioned<crate::model::nic::NicScan> = periodic(|_: &Arc<Store>| nics::NicPorts::default()),
     /// AMD processes per PCI address, from /proc's DRM clients.
     drm_clients: Versioned<processes::DrmScan> = periodic(|store: &Arc<Store>| processes::DrmClients::new(store.clone())),
+    /// Whether nvidia-fabricmanager runs (NVSwitch systems only).
+    fabric_manager: Versioned<Option<crate::model::links::FabricManager>> = periodic(|store: &Arc<Store>| fabric_manager::FabricManagerCheck::new(store.clone())),
     /// The health journal's state (its writer sets it).
     journal: Versioned<Option<crate::model::JournalStatus>>,
     /// The operators' clears after a repair (`gpuwarden health clear`).

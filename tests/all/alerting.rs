@@ -26,7 +26,7 @@ fn run(tool: &str, args: &[&str]) -> (bool, String) {
 #[test]
 fn promtool_checks_and_unit_tests_the_rules() {
     let (ok, out) = run("promtool", &["check", "rules", RULES]);
-    assert!(ok && out.contains("SUCCESS: 40 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 41 rules found"), "{out}");
     for tests in [
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/alerts.test.yml"),
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/energy.test.yml"),
@@ -64,6 +64,7 @@ fn every_alert_the_design_names_is_shipped_and_unit_tested() {
         "NicPortDown",
         "NicPortDegraded",
         "NvswitchSxidFatal",
+        "GpuFabricManagerDown",
         "GpuProbeFailed",
         "GpuwardenDown",
         "GpuwardenPollStale",
@@ -152,7 +153,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
                 .map(|r| r["expr"].as_str().unwrap().to_string())
         })
         .collect();
-    assert_eq!(exprs.len(), 40);
+    assert_eq!(exprs.len(), 41);
     let used = metric_names(&exprs.join("\n"));
     assert!(
         used.contains("gpu_clock_event_seconds_total") && used.contains("gpu_up"),
@@ -463,6 +464,15 @@ fn interval_cases() -> Vec<IntervalCase> {
             checks: &[(-60, false, false), (0, true, true), (880, false, true)],
         },
         IntervalCase {
+            alert: "GpuFabricManagerDown",
+            what: "the fabric manager stops at the event (for: 2m)",
+            series: &[(
+                "gpu_fabric_manager_up{instance=\"gpu-node-01:9100\",job=\"gpuwarden\"}",
+                |t| Some(if t < EVENT { 1.0 } else { 0.0 }),
+            )],
+            checks: &[(60, false, false), (120, true, true), (600, false, true)],
+        },
+        IntervalCase {
             alert: "NicPortDown",
             what: "a network port down from the event on (for: 1m)",
             series: &[(
@@ -536,6 +546,7 @@ fn interval_tests(rules: &std::path::Path, evaluation: u64, scrapes: &[u64]) -> 
                         }
                         "GpuLost" => format!("{gpu}, job: gpuwarden, vendor: nvidia, severity: critical"),
                         "GpuRecoveryActionRequired" => format!("{gpu}, action: gpu_reset, severity: critical"),
+                        "GpuFabricManagerDown" => "instance: gpu-node-01:9100, job: gpuwarden, severity: warning".to_string(),
                         "NvswitchSxidFatal" => {
                             "instance: gpu-node-01:9100, switch: '2', pci_bus_id: 0000:07:00.0, sxid: '20034', severity: critical"
                                 .to_string()

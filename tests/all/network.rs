@@ -193,3 +193,65 @@ fn a_fatal_sxid_makes_the_node_unhealthy_and_a_forged_one_nothing() {
     );
     assert!(message.contains("GPU(s) 0, 1, 2, 3, 4, 5, 6, 7"), "{message}");
 }
+
+/// nvidia-fabricmanager through the daemon, on the demo's NVSwitch fabric: a live process
+/// named as configured is up; once it is gone the node is degraded (every GPU joined the
+/// fabric before), and unhealthy when a GPU then waits for the fabric. A real process stands
+/// in for the fabric manager (`sleep`, named in `fabric_manager.process`).
+#[test]
+fn the_fabric_manager_is_looked_for_on_a_fabric_node_and_its_absence_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut manager = std::process::Command::new("sleep").arg("600").spawn().unwrap();
+    let pid_file = dir.path().join("nv-fabricmanager.pid");
+    std::fs::write(&pid_file, format!("{}\n", manager.id())).unwrap();
+    let extra = format!(
+        "fabric_manager:\n  pid_file: {}\n  process: sleep\n",
+        pid_file.display()
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &test_config(&sim_library(), &extra));
+    let within = Duration::from_secs(45);
+    d.scrape_until_within("the fabric manager up", within, |m| {
+        m.value("gpu_fabric_manager_up", &[]) == Some(1.0)
+    });
+    manager.kill().unwrap();
+    manager.wait().unwrap();
+    let m = d.scrape_until_within("the fabric manager down", within, |m| {
+        m.value("gpu_fabric_manager_up", &[]) == Some(0.0)
+    });
+    assert_eq!(
+        m.value(
+            "gpu_node_health_reason",
+            &[("reason", "fabric_manager_down"), ("severity", "degraded")]
+        ),
+        Some(1.0),
+        "{}",
+        m.text
+    );
+    // GPU 4 leaves the fabric (a reset it cannot rejoin from): unhealthy, and its own finding
+    // says the fabric manager is not running.
+    d.set_scenario(&edit_device(DEMO_SCENARIO, 4, |dev| {
+        dev.replace("fabric: { state: completed", "fabric: { state: not_started")
+    }));
+    d.scrape_until_within("GPU 4 out of the fabric", within, |m| {
+        m.value(
+            "gpu_node_health_reason",
+            &[("reason", "fabric_manager_down"), ("severity", "unhealthy")],
+        ) == Some(1.0)
+    });
+    let v: serde_json::Value = serde_json::from_slice(&d.get("/api/v1/health", &[]).body).unwrap();
+    let gpu4 = v["gpus"].as_array().unwrap().iter().find(|g| g["index"] == 4).unwrap();
+    let finding = gpu4["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["reason"] == "fabric_not_ready")
+        .unwrap();
+    assert_eq!(finding["severity"], "unhealthy");
+    assert!(
+        finding["message"]
+            .as_str()
+            .unwrap()
+            .contains("nvidia-fabricmanager is not running (pid"),
+        "{finding}"
+    );
+}

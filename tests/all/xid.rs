@@ -227,8 +227,18 @@ fn xid_scan_finds_exactly_the_xids_in_every_log_format() {
     let sxids: Vec<&serde_json::Value> = all.iter().filter(|v| v.get("sxid").is_some()).collect();
     assert_eq!(sxids.len(), 1, "{sxids:?}");
     assert_eq!(
-        (&sxids[0]["line"], &sxids[0]["sxid"], &sxids[0]["switch"], &sxids[0]["severity"]),
-        (&serde_json::json!(13), &serde_json::json!(12028), &serde_json::json!(0), &serde_json::json!("non_fatal"))
+        (
+            &sxids[0]["line"],
+            &sxids[0]["sxid"],
+            &sxids[0]["switch"],
+            &sxids[0]["severity"]
+        ),
+        (
+            &serde_json::json!(13),
+            &serde_json::json!(12028),
+            &serde_json::json!(0),
+            &serde_json::json!("non_fatal")
+        )
     );
     let found: Vec<(u64, u64, Option<String>, String)> = all
         .iter()

@@ -23,9 +23,15 @@ pub struct Daemon {
 /// `extra` sets `state`. `extra` holds further top-level sections.
 pub fn test_config(library: &Path, extra: &str) -> String {
     let state = if extra.contains("state:") { "" } else { STATE_SECTION };
+    // The simulated fabric has no nvidia-fabricmanager; the tests that look for one say where.
+    let fabric_manager = if extra.contains("fabric_manager:") {
+        ""
+    } else {
+        "fabric_manager:\n  check: false\n"
+    };
     format!(
         "listen: 127.0.0.1:0\npoll:\n  interval: 200ms\n  timeout: 150ms\n  slow_interval: 200ms\n  topology_interval: 200ms\n  gpm_interval: 200ms\nnvml:\n  library_path: {}\n  retry_initial: 200ms\n  retry_max: 1s\n\
-         {state}xid:\n  kernel_log_path: \"@KMSG@\"\n  dedup_window: 2s\n{extra}",
+         {state}xid:\n  kernel_log_path: \"@KMSG@\"\n  dedup_window: 2s\n{fabric_manager}{extra}",
         library.display()
     )
 }
