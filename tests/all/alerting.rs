@@ -178,18 +178,26 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
     std::fs::create_dir_all(dir.path().join("jobs")).unwrap();
     std::fs::write(dir.path().join("jobs/0"), "4242\n").unwrap();
     let config = format!(
-        "{FAST_PROBES}amd:\n  sysfs_root: {}\nkubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\nhpc_jobs:\n  mapping_dir: {}\n",
+        "{FAST_PROBES}amd:\n  sysfs_root: {}\nkubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\nhpc_jobs:\n  mapping_dir: {}\n\
+         fabric_manager:\n  pid_file: {}\n",
         dir.path().display(),
         kubelet.socket.display(),
-        dir.path().join("jobs").display()
+        dir.path().join("jobs").display(),
+        // No fabric manager beside the simulated fabric: gpu_fabric_manager_up 0.
+        dir.path().join("nv-fabricmanager.pid").display()
     );
     let d = Daemon::start_full(&scenario, &test_config(&sim_library(), &config), "", &env);
-    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\nNVRM: Xid (PCI:0000:3b:00): 94, pid=1, name=x, Contained\n");
+    d.log_kernel(
+        "NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\nNVRM: Xid (PCI:0000:3b:00): 94, pid=1, name=x, Contained\n\
+         nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up\n",
+    );
     let m = d.scrape_until("GPU 7 down and XIDs", |m| {
         m.value("gpu_up", &[("gpu", "7")]) == Some(0.0)
             && m.find("gpu_xid_errors_total", &[]).len() == 2
             && m.has_family("gpu_probe_pass")
             && m.has_family("gpu_pci_missing")
+            && m.has_family("gpu_fabric_manager_up")
+            && m.has_family("gpu_nvswitch_sxid_errors_total")
             && m.has_family("gpu_pod_info")
             && m.has_family("gpu_job_info")
     });

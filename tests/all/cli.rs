@@ -182,7 +182,8 @@ fn check_on_a_healthy_node_exits_0() {
         &dir,
         "c.yaml",
         &format!(
-            "nvml:\n  library_path: {}\nxid:\n  read_kernel_log: false\n",
+            // The simulated GPU reports an NVSwitch fabric, and no fabric manager runs here.
+            "nvml:\n  library_path: {}\nxid:\n  read_kernel_log: false\nfabric_manager:\n  check: false\n",
             sim_library().display()
         ),
     );

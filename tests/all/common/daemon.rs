@@ -31,7 +31,7 @@ pub fn test_config(library: &Path, extra: &str) -> String {
     };
     format!(
         "listen: 127.0.0.1:0\npoll:\n  interval: 200ms\n  timeout: 150ms\n  slow_interval: 200ms\n  topology_interval: 200ms\n  gpm_interval: 200ms\nnvml:\n  library_path: {}\n  retry_initial: 200ms\n  retry_max: 1s\n\
-         {state}xid:\n  kernel_log_path: \"@KMSG@\"\n  dedup_window: 2s\n{fabric_manager}{extra}",
+         {fabric_manager}{state}xid:\n  kernel_log_path: \"@KMSG@\"\n  dedup_window: 2s\n{extra}",
         library.display()
     )
 }
