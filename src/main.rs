@@ -408,8 +408,17 @@ enum HealthAction {
     /// not answer, or refused: no such GPU, no reason).
     Clear {
         /// The GPU: its index, UUID or PCI address.
-        #[arg(long, value_name = "N|UUID|PCI")]
-        gpu: String,
+        #[arg(
+            long,
+            value_name = "N|UUID|PCI",
+            required_unless_present = "nic",
+            conflicts_with = "nic"
+        )]
+        gpu: Option<String>,
+        /// A network adapter instead (mlx5_0): after a new cable or transceiver, its ports'
+        /// flaps and error growth count from now on, and their held findings are let go of.
+        #[arg(long, value_name = "DEVICE")]
+        nic: Option<String>,
         /// What was repaired, a ticket: kept in the journal.
         #[arg(long, value_name = "TEXT")]
         reason: String,
@@ -452,7 +461,9 @@ fn health(
     };
     Ok(match action {
         None => health::cli::health(&socket, json),
-        Some(HealthAction::Clear { gpu, reason }) => health::cli::clear(&socket, &gpu, &reason, json),
+        Some(HealthAction::Clear { gpu, nic, reason }) => {
+            health::cli::clear(&socket, gpu.as_deref().unwrap_or(""), nic.as_deref(), &reason, json)
+        }
     })
 }
 

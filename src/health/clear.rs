@@ -14,8 +14,12 @@ pub const MAX_REASON: usize = 200;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClearRequest {
-    /// An index (`0`), a UUID or a PCI address.
+    /// An index (`0`), a UUID or a PCI address; empty when `nic` is given.
+    #[serde(default)]
     pub gpu: String,
+    /// A network adapter (`mlx5_0`) instead of a GPU (health/clear_nic.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic: Option<String>,
     /// Why: the repair, a ticket.
     pub reason: String,
 }
@@ -43,6 +47,8 @@ pub enum ClearError {
     NoSuchGpu(String),
     #[error("GPU {index} is ambiguous here ({uuids}); give its UUID or PCI address")]
     Ambiguous { index: String, uuids: String },
+    #[error("no network adapter {0:?} on this node; give its name as `nic_info` shows it (mlx5_0)")]
+    NoSuchNic(String),
 }
 
 impl ClearRequest {
@@ -175,6 +181,7 @@ mod tests {
     fn a_reason_is_required_kept_short_and_printable() {
         let request = |reason: &str| ClearRequest {
             gpu: "0".into(),
+            nic: None,
             reason: reason.into(),
         };
         assert_eq!(request("  ").checked_reason(), Err(ClearError::Reason));

@@ -129,12 +129,13 @@ pub fn health(socket: &Path, json: bool) -> i32 {
     exit_code(&verdict)
 }
 
-/// `gpuwarden health clear`: clears one GPU and prints what was let go of and what is still
-/// present. Exit 0: no finding left; 1: a finding still present; 2: not cleared; 64: the
-/// reason is not one (empty, too long).
-pub fn clear(socket: &Path, gpu: &str, reason: &str, json: bool) -> i32 {
+/// `gpuwarden health clear`: clears one GPU (or, with `nic`, one network adapter) and prints
+/// what was let go of and what is still present. Exit 0: no finding left; 1: a finding still
+/// present; 2: not cleared; 64: the reason is not one (empty, too long).
+pub fn clear(socket: &Path, gpu: &str, nic: Option<&str>, reason: &str, json: bool) -> i32 {
     let asked = super::clear::ClearRequest {
         gpu: gpu.to_string(),
+        nic: nic.map(str::to_string),
         reason: reason.to_string(),
     };
     if let Err(e) = asked.checked_reason() {
@@ -142,25 +143,37 @@ pub fn clear(socket: &Path, gpu: &str, reason: &str, json: bool) -> i32 {
         return crate::config::EX_USAGE;
     }
     let body = serde_json::to_string(&asked).unwrap_or_default();
-    let answer =
-        request::<super::clear::ClearAnswer>(socket, "POST", "/api/v1/health/clear", Some(&body), CLEAR_TIMEOUT);
-    let answer = match answer {
+    let post =
+        |body: &str| request::<serde_json::Value>(socket, "POST", "/api/v1/health/clear", Some(body), CLEAR_TIMEOUT);
+    let answer = match post(&body) {
         Ok(answer) => answer,
         Err(e) => {
             eprintln!("not cleared: {e}");
             return EXIT_UNKNOWN;
         }
     };
+    let (text, still) = if nic.is_some() {
+        match serde_json::from_value::<super::clear_nic::NicClearAnswer>(answer.clone()) {
+            Ok(a) => (super::clear_nic::text(&a), a.still.len()),
+            Err(e) => return not_an_answer(e),
+        }
+    } else {
+        match serde_json::from_value::<super::clear::ClearAnswer>(answer.clone()) {
+            Ok(a) => (super::clear::text(&a), a.still.len()),
+            Err(e) => return not_an_answer(e),
+        }
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&answer).unwrap_or_default());
     } else {
-        print!("{}", super::clear::text(&answer));
+        print!("{text}");
     }
-    if answer.still.is_empty() {
-        EXIT_HEALTHY
-    } else {
-        EXIT_UNHEALTHY
-    }
+    if still == 0 { EXIT_HEALTHY } else { EXIT_UNHEALTHY }
+}
+
+fn not_an_answer(e: serde_json::Error) -> i32 {
+    eprintln!("not cleared: the daemon's answer is not a clear's ({e})");
+    EXIT_UNKNOWN
 }
 
 pub fn exit_code(verdict: &NodeVerdict) -> i32 {

@@ -74,22 +74,45 @@ impl Debouncer {
             if let Some(at) = clear {
                 self.clears_seen.insert(uuid.clone(), at);
             }
-            self.apply_to(&uuid, &mut device.health.findings, cleared_now, &pass);
+            self.apply_to(&uuid, &mut device.health.findings, &|_| cleared_now, &pass);
             device.health.state = super::state(&device.health.findings);
         }
-        self.apply_to(NODE, &mut snapshot.node_findings, false, &pass);
+        // Adapters cleared since the last snapshot: their ports' held findings go.
+        let mut cleared_ports: Vec<String> = Vec::new();
+        for (key, clear) in snapshot.clears.iter() {
+            if let Some(device) = super::clear_nic::device_of(key)
+                && self.clears_seen.insert(key.clone(), clear.at) != Some(clear.at)
+            {
+                cleared_ports.push(format!("{device}/"));
+            }
+        }
+        let cleared_port = |subject: &Option<String>| {
+            subject
+                .as_deref()
+                .is_some_and(|s| cleared_ports.iter().any(|ports| s.starts_with(ports.as_str())))
+        };
+        self.apply_to(NODE, &mut snapshot.node_findings, &cleared_port, &pass);
         // GPUs gone from the node, and rules taken out of the policy, are forgotten.
         let present: std::collections::HashSet<&str> =
             snapshot.devices.iter().map(|d| d.identity.uuid.as_str()).collect();
         self.tracks.retain(|(owner, reason, _), _| {
             (owner == NODE || present.contains(owner.as_str())) && rules.contains_key(*reason)
         });
-        self.clears_seen.retain(|uuid, _| present.contains(uuid.as_str()));
+        self.clears_seen
+            .retain(|key, _| present.contains(key.as_str()) || super::clear_nic::device_of(key).is_some());
     }
 
     /// One owner's findings: each (rule, subject) raised after its debounce, held after it
     /// clears.
-    fn apply_to(&mut self, owner: &str, findings: &mut Vec<Finding>, cleared_now: bool, pass: &Pass) {
+    /// `cleared_now`: whether the operator cleared the finding's subject (a GPU: all of them)
+    /// since the last snapshot, so what only its hold keeps goes.
+    fn apply_to(
+        &mut self,
+        owner: &str,
+        findings: &mut Vec<Finding>,
+        cleared_now: &dyn Fn(&Option<String>) -> bool,
+        pass: &Pass,
+    ) {
         // Jitter: polls a little less than an interval apart still count as the next poll.
         let slack = pass.poll_interval / 2;
         for (name, policy) in pass.rules {
@@ -128,7 +151,7 @@ impl Debouncer {
                 .cloned()
                 .collect();
             for key in gone {
-                if cleared_now {
+                if cleared_now(&key.2) {
                     // Held only by the hold: the operator says it is repaired.
                     self.tracks.remove(&key);
                     continue;

@@ -47,9 +47,10 @@ impl HealthMemory {
         scan: &std::sync::Arc<crate::model::nic::NicScan>,
         version: u64,
         flap_window: Duration,
+        clears: &Clears,
         now: Instant,
     ) -> std::sync::Arc<crate::model::nic::NicScan> {
-        self.nic_trends.annotate(scan, version, flap_window, now)
+        self.nic_trends.annotate(scan, version, flap_window, clears, now)
     }
 
     /// An assembled snapshot: its findings raise a GPU's state only after the rule's

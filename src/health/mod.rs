@@ -7,6 +7,7 @@
 //! is made of the same rows.
 
 pub mod clear;
+pub mod clear_nic;
 pub mod cli;
 pub mod debounce;
 pub mod memory;

@@ -8,6 +8,7 @@
 //! the driver reloaded) starts its window again: never a negative rate.
 
 use super::rates::Window;
+use crate::model::health::Clears;
 use crate::model::nic::{NicScan, NicTrend};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -27,6 +28,8 @@ struct PortMemory {
     last_up: Option<bool>,
     /// Times its trend was made: the first knows nothing of flaps yet (a one-shot `check`).
     looks: u64,
+    /// The operator's last clear of its adapter (`nic:<device>`) it counts from.
+    cleared: Option<f64>,
     link_downed: Window,
     local_link_integrity_errors: Window,
     symbol_error: Window,
@@ -38,16 +41,33 @@ pub struct NicTrendTracker {
     ports: HashMap<(String, u32), PortMemory>,
     /// The scan last noted (its version) and the annotated copy made from it, and when.
     noted: Option<(u64, Arc<NicScan>, Instant)>,
+    /// The adapters' clears the annotated copy was made with.
+    clears_noted: Vec<(String, f64)>,
 }
 
 impl NicTrendTracker {
     /// The scan with each port's trend written in. A new scan (`version` moved) is noted;
     /// the same one is annotated again only every [`REFRESH`], so the rest of the time this
     /// is the copy of an `Arc`.
-    pub fn annotate(&mut self, scan: &Arc<NicScan>, version: u64, flap_window: Duration, now: Instant) -> Arc<NicScan> {
+    ///
+    /// An operator's clear of an adapter (`clears`, under `nic:<device>`) starts its ports'
+    /// flaps and error growth afresh, as a new cable or transceiver should.
+    pub fn annotate(
+        &mut self,
+        scan: &Arc<NicScan>,
+        version: u64,
+        flap_window: Duration,
+        clears: &Clears,
+        now: Instant,
+    ) -> Arc<NicScan> {
+        let nic_clears: Vec<(String, f64)> = clears
+            .iter()
+            .filter_map(|(key, clear)| Some((super::clear_nic::device_of(key)?.to_string(), clear.at)))
+            .collect();
         if let Some((seen, annotated, at)) = &self.noted
             && *seen == version
             && now.saturating_duration_since(*at) < REFRESH
+            && nic_clears == self.clears_noted
         {
             return annotated.clone();
         }
@@ -56,8 +76,19 @@ impl NicTrendTracker {
         self.ports
             .retain(|(device, port), _| scan.ports().any(|(d, p)| d.name == *device && p.port == *port));
         for device in &mut out.devices {
+            let cleared = nic_clears.iter().find(|(d, _)| *d == device.name).map(|(_, at)| *at);
             for port in &mut device.ports {
                 let memory = self.ports.entry((device.name.clone(), port.port)).or_default();
+                if cleared != memory.cleared {
+                    // Counted from the clear: what the old cable did no longer counts.
+                    *memory = PortMemory {
+                        last_link_downed: port.counter("link_downed"),
+                        last_up: port.up(),
+                        looks: memory.looks,
+                        cleared,
+                        ..Default::default()
+                    };
+                }
                 if new_read {
                     memory.note_read(port.counter("link_downed"), port.up(), now);
                 }
@@ -66,6 +97,7 @@ impl NicTrendTracker {
         }
         let out = Arc::new(out);
         self.noted = Some((version, out.clone(), now));
+        self.clears_noted = nic_clears;
         out
     }
 }
@@ -137,7 +169,7 @@ mod tests {
         let mut tracker = NicTrendTracker::default();
         let t0 = Instant::now();
         let trend = |t: &mut NicTrendTracker, s: &Arc<NicScan>, v: u64, at: Duration| {
-            t.annotate(s, v, WINDOW, t0 + at).devices[0].ports[0].trend
+            t.annotate(s, v, WINDOW, &Clears::new(), t0 + at).devices[0].ports[0].trend
         };
         // At start the counter holds downs from before: not flaps.
         assert_eq!(trend(&mut tracker, &scan(5, 0, true), 1, Duration::ZERO).flaps, None);
@@ -160,16 +192,28 @@ mod tests {
     fn a_counter_that_goes_backwards_is_a_reset_not_a_negative_rate() {
         let mut tracker = NicTrendTracker::default();
         let t0 = Instant::now();
-        tracker.annotate(&scan(10, 500, true), 1, WINDOW, t0);
+        tracker.annotate(&scan(10, 500, true), 1, WINDOW, &Clears::new(), t0);
         let t = tracker
-            .annotate(&scan(0, 3, true), 2, WINDOW, t0 + Duration::from_secs(70))
+            .annotate(
+                &scan(0, 3, true),
+                2,
+                WINDOW,
+                &Clears::new(),
+                t0 + Duration::from_secs(70),
+            )
             .devices[0]
             .ports[0]
             .trend;
         assert_eq!(t.flaps, Some(0));
         assert_eq!(t.symbol_error.map(|g| g.errors), Some(0));
         let t = tracker
-            .annotate(&scan(0, 203, true), 3, WINDOW, t0 + Duration::from_secs(140))
+            .annotate(
+                &scan(0, 203, true),
+                3,
+                WINDOW,
+                &Clears::new(),
+                t0 + Duration::from_secs(140),
+            )
             .devices[0]
             .ports[0]
             .trend;
@@ -185,10 +229,10 @@ mod tests {
             s.devices[0].ports[0].counters.clear();
             Arc::new(s)
         };
-        tracker.annotate(&bare(true), 1, WINDOW, t0);
-        tracker.annotate(&bare(false), 2, WINDOW, t0 + Duration::from_secs(10));
+        tracker.annotate(&bare(true), 1, WINDOW, &Clears::new(), t0);
+        tracker.annotate(&bare(false), 2, WINDOW, &Clears::new(), t0 + Duration::from_secs(10));
         let t = tracker
-            .annotate(&bare(true), 3, WINDOW, t0 + Duration::from_secs(20))
+            .annotate(&bare(true), 3, WINDOW, &Clears::new(), t0 + Duration::from_secs(20))
             .devices[0]
             .ports[0]
             .trend;
@@ -197,14 +241,45 @@ mod tests {
     }
 
     #[test]
+    fn an_operators_clear_of_the_adapter_counts_its_ports_afresh() {
+        let mut tracker = NicTrendTracker::default();
+        let t0 = Instant::now();
+        let none = Clears::new();
+        tracker.annotate(&scan(1, 0, true), 1, WINDOW, &none, t0);
+        let t = tracker.annotate(&scan(4, 500, true), 2, WINDOW, &none, t0 + Duration::from_secs(70));
+        let trend = t.devices[0].ports[0].trend;
+        assert_eq!(
+            (trend.flaps, trend.symbol_error.map(|g| g.errors)),
+            (Some(3), Some(500))
+        );
+        let mut clears = Clears::new();
+        clears.insert(
+            crate::health::clear_nic::key("mlx5_0"),
+            crate::model::health::Clear {
+                at: 1.0e9,
+                reason: "new cable".into(),
+                by: "uid 0".into(),
+            },
+        );
+        // The same scan, a second later: the clear alone makes it count afresh.
+        let t = tracker.annotate(&scan(4, 500, true), 2, WINDOW, &clears, t0 + Duration::from_secs(71));
+        let trend = t.devices[0].ports[0].trend;
+        assert_eq!(trend.flaps, Some(0));
+        assert_eq!(trend.symbol_error.map(|g| g.errors), Some(0));
+        let t = tracker.annotate(&scan(5, 510, true), 3, WINDOW, &clears, t0 + Duration::from_secs(140));
+        let trend = t.devices[0].ports[0].trend;
+        assert_eq!((trend.flaps, trend.symbol_error.map(|g| g.errors)), (Some(1), Some(10)));
+    }
+
+    #[test]
     fn an_unchanged_scan_is_not_copied_again_within_the_refresh() {
         let mut tracker = NicTrendTracker::default();
         let t0 = Instant::now();
         let s = scan(1, 0, true);
-        let a = tracker.annotate(&s, 1, WINDOW, t0);
-        let b = tracker.annotate(&s, 1, WINDOW, t0 + Duration::from_secs(1));
+        let a = tracker.annotate(&s, 1, WINDOW, &Clears::new(), t0);
+        let b = tracker.annotate(&s, 1, WINDOW, &Clears::new(), t0 + Duration::from_secs(1));
         assert!(Arc::ptr_eq(&a, &b));
-        let c = tracker.annotate(&s, 1, WINDOW, t0 + REFRESH);
+        let c = tracker.annotate(&s, 1, WINDOW, &Clears::new(), t0 + REFRESH);
         assert!(!Arc::ptr_eq(&a, &c));
     }
 }

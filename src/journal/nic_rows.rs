@@ -11,10 +11,8 @@ use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-/// The key an adapter's rows carry in the GPU column.
-pub fn key(device: &str) -> String {
-    format!("nic:{device}")
-}
+/// The key an adapter's rows carry in the GPU column (the same as its clear's).
+pub use crate::health::clear_nic::key;
 
 /// What the journal last wrote of the ports, in this run.
 #[derive(Debug, Default)]

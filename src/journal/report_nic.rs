@@ -93,7 +93,7 @@ pub fn markdown(report: &NicReport) -> String {
     out.push_str(&format!("| host | {} |\n", report.host.as_deref().unwrap_or("unknown")));
     for (title, rows) in [
         ("Port findings", &report.finding_rows),
-        ("Adapter", &report.adapter_rows),
+        ("Adapter and clears", &report.adapter_rows),
     ] {
         out.push_str(&format!("\n## {title}\n\n"));
         if rows.is_empty() {

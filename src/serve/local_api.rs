@@ -142,6 +142,9 @@ async fn clear_gpu(State(local): State<LocalState>, Extension(peer): Extension<P
         Ok(reason) => reason,
         Err(e) => return refused(StatusCode::BAD_REQUEST, e),
     };
+    if let Some(nic) = &request.nic {
+        return clear_nic(&local, &peer, nic, reason).await;
+    }
     let before = local.app.store.latest();
     let device = match clear::find_gpu(&before, &request.gpu) {
         Ok(device) => device.clone(),
@@ -187,6 +190,71 @@ async fn clear_gpu(State(local): State<LocalState>, Extension(peer): Extension<P
             }),
             format!("cleared by {by}: {reason}"),
             serde_json::json!({
+                "reason": reason,
+                "by": by,
+                "uid": peer.uid,
+                "pid": peer.pid,
+                "comm": comm,
+                "cleared": answer.cleared,
+                "still": still,
+            }),
+        ));
+    }
+    match serde_json::to_string(&answer) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => refused(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+/// A clear of a network adapter (`"nic": "mlx5_0"`): as a GPU's, keyed `nic:<device>`.
+async fn clear_nic(local: &LocalState, peer: &Peer, nic: &str, reason: String) -> Response {
+    use crate::health::clear_nic;
+    let before = local.app.store.latest();
+    let device = match clear_nic::find_nic(&before, nic) {
+        Ok(device) => device.clone(),
+        Err(e) => return refused(StatusCode::NOT_FOUND, e),
+    };
+    let at = crate::model::unix_seconds(SystemTime::now());
+    let comm = peer.comm();
+    let by = peer.describe(&comm);
+    let key = clear_nic::key(&device.name);
+    local.clears.update(|clears| {
+        clears.insert(
+            key.clone(),
+            Clear {
+                at,
+                reason: reason.clone(),
+                by: by.clone(),
+            },
+        );
+    });
+    let polled_after = next_round(&local.app, Instant::now()).await;
+    let after = local.app.store.latest();
+    let answer = clear_nic::answer(&before, &after, &device.name, polled_after);
+    let still: Vec<String> = answer
+        .still
+        .iter()
+        .map(|f| format!("{} {}", f.subject.as_deref().unwrap_or(""), f.reason))
+        .collect();
+    log::info!(
+        "network adapter {} cleared by {by}: {reason}; let go of [{}], still present [{}]",
+        device.name,
+        answer.cleared.join(", "),
+        still.join(", ")
+    );
+    if let Some(journal) = &local.journal {
+        journal.record(Event::new(
+            at,
+            Kind::Clear,
+            Some(GpuRef {
+                uuid: key,
+                serial: None,
+                pci_bus_id: device.pci_bus_id.clone().unwrap_or_default(),
+                index: None,
+            }),
+            format!("network adapter {} cleared by {by}: {reason}", device.name),
+            serde_json::json!({
+                "device": device.name,
                 "reason": reason,
                 "by": by,
                 "uid": peer.uid,

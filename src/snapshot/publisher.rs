@@ -271,6 +271,7 @@ impl Publisher {
             &inputs.nics,
             inputs.versions.nics,
             config.network.flap_window,
+            &inputs.clears,
             std::time::Instant::now(),
         );
         let options = Options::from_config(config, &self.hostname);

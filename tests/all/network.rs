@@ -106,7 +106,41 @@ fn every_port_rule_reaches_the_nodes_verdict_through_the_daemon() {
     d.scrape_until_within("the symbol errors", within, |m| {
         finding(m, "nic_symbol_errors", "mlx5_2/1")
     });
-    // The adapter resets its counters: 0 again is a new start, not -121.
+    // A new cable: the operator clears the adapter, and its old errors no longer count
+    // (without the clear they would for the rest of the hour).
+    let clear = std::process::Command::new(BIN)
+        .args(["health", "clear", "--socket", d.socket_path().to_str().unwrap()])
+        .args(["--nic", "mlx5_2", "--reason", "replaced the cable, INC-77"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&clear.stdout);
+    assert_eq!(
+        clear.status.code(),
+        Some(0),
+        "{said}{}",
+        String::from_utf8_lossy(&clear.stderr)
+    );
+    assert!(said.starts_with("cleared network adapter mlx5_2 (0000:"), "{said}");
+    assert!(
+        said.contains("let go of nic_symbol_errors") && said.contains("no finding left"),
+        "{said}"
+    );
+    let m = d.scrape();
+    assert!(!finding(&m, "nic_symbol_errors", "mlx5_2/1"), "{}", m.text);
+    // An adapter the node does not have is refused.
+    let none = std::process::Command::new(BIN)
+        .args(["health", "clear", "--socket", d.socket_path().to_str().unwrap()])
+        .args(["--nic", "mlx5_9", "--reason", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(none.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no network adapter \"mlx5_9\""));
+    // More errors after the clear count again, from the clear.
+    put(&p2, "counters/symbol_error", "250");
+    d.scrape_until_within("new symbol errors", within, |m| {
+        finding(m, "nic_symbol_errors", "mlx5_2/1")
+    });
+    // The adapter resets its counters: 0 again is a new start, not -250.
     put(&p2, "counters/symbol_error", "0");
     let m = d.scrape_until_within("the reset counter", within, |m| {
         m.value(
@@ -115,7 +149,7 @@ fn every_port_rule_reaches_the_nodes_verdict_through_the_daemon() {
         ) == Some(0.0)
             && !finding(m, "nic_symbol_errors", "mlx5_2/1")
     });
-    assert!(!m.text.contains("-121"));
+    assert!(!m.text.contains("-250"));
 
     // mlx5_4's own PCIe link trains to x8.
     let pci = std::fs::canonicalize(sys.path().join("sys/class/infiniband/mlx5_4/device")).unwrap();
