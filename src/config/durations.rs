@@ -42,6 +42,7 @@ bounded_duration!(probe_sample_interval, "probe.sample_interval", 10 * MS, 10 * 
 bounded_duration!(probe_timeout, "probe.timeout", SECOND, HOUR);
 bounded_duration!(kubernetes_refresh, "kubernetes.refresh", SECOND, HOUR);
 bounded_duration!(network_interval, "network.interval", SECOND, HOUR);
+bounded_duration!(network_counters_interval, "network.counters_interval", SECOND, HOUR);
 bounded_duration!(network_flap_window, "network.flap_window", 10 * SECOND, DAY);
 bounded_duration!(state_retention, "state.retention", HOUR, 10 * 366 * DAY);
 

@@ -11,9 +11,14 @@ use super::*;
 pub struct Network {
     /// Read the ports; a node without RDMA hardware has none to show either way.
     pub enabled: bool,
-    /// How often the ports are read (a few dozen small sysfs files each).
+    /// How often the ports' states, rate and `link_downed` are read (a few small sysfs files
+    /// a port).
     #[serde(deserialize_with = "network_interval", serialize_with = "write_duration")]
     pub interval: Duration,
+    /// How often every error counter is read (a dozen files a port, and mlx5 asks its
+    /// firmware for each `hw_counters/` one); the hourly windows sample once a minute.
+    #[serde(deserialize_with = "network_counters_interval", serialize_with = "write_duration")]
+    pub counters_interval: Duration,
     /// How many ports must be Active/LinkUp (8 on an HGX H100 node's compute fabric); unset:
     /// not checked.
     pub expected_ports: Option<u32>,
@@ -38,6 +43,7 @@ impl Default for Network {
         Network {
             enabled: true,
             interval: Duration::from_secs(10),
+            counters_interval: Duration::from_secs(60),
             expected_ports: None,
             expected_rate_gbps: ExpectedRates::default(),
             flaps: 3,

@@ -12,7 +12,7 @@
 
 use crate::input::{self, Input, Links, Reason, Refused, Skips};
 use crate::model::nic::{MAX_PORTS, Netdev, NicDevice, NicPcie, NicPort, NicScan, WATCHED_COUNTERS};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Most RDMA devices looked at (a port each, usually).
 const MAX_DEVICES: usize = MAX_PORTS;
@@ -73,17 +73,44 @@ fn near_gpus(nic: &[String], gpus: &GpuPlaces) -> Vec<String> {
     near
 }
 
-/// Every RDMA device under `root`/sys/class/infiniband and its ports; none where there is no
-/// such class (no RDMA hardware, or the modules not loaded).
+/// Every RDMA device under `root`/sys/class/infiniband and its ports, read once; none where
+/// there is no such class (no RDMA hardware, or the modules not loaded).
 pub fn read_nics(root: &Path, gpus: &GpuPlaces) -> NicScan {
+    read(&discover(root, gpus), None).0
+}
+
+/// The adapters as found: what does not change while they are in the node (names, firmware,
+/// board, PCI address and widest link, link layers, interfaces, the GPUs beside them) and
+/// where each value that changes is read from. Found again every few minutes, or when a
+/// read finds a port gone ([`read`]); reading only the changing values between saves most of
+/// a read's cost (links resolved, directories listed).
+#[derive(Debug, Clone, Default)]
+pub struct Adapters {
+    list: Vec<Adapter>,
+}
+
+#[derive(Debug, Clone)]
+struct Adapter {
+    /// Its unchanging part, ports without their state and counters.
+    device: NicDevice,
+    /// Its PCI function's directory.
+    pci: Option<PathBuf>,
+    /// Each port's directory, in `device.ports`' order.
+    ports: Vec<PathBuf>,
+    /// Each port's network interface's directory, where it has one.
+    netdevs: Vec<Option<PathBuf>>,
+}
+
+/// Finds the adapters (see [`Adapters`]).
+pub fn discover(root: &Path, gpus: &GpuPlaces) -> Adapters {
     let mut skips = Skips::new(Input::Sysfs);
     let sys = root.join("sys");
     let class = sys.join("class/infiniband");
     let Ok(mut entries) = input::list_dir(&class, MAX_DEVICES, MAX_SCANNED, &mut skips, device_name) else {
-        return NicScan::default();
+        return Adapters::default();
     };
     entries.sort();
-    let mut scan = NicScan::default();
+    let mut adapters = Adapters::default();
     let mut ports_left = MAX_PORTS;
     for (name, link) in entries {
         let dir = match input::resolve_inside(&sys, &link) {
@@ -93,14 +120,64 @@ pub fn read_nics(root: &Path, gpus: &GpuPlaces) -> NicScan {
                 continue;
             }
         };
-        let mut device = read_device(&sys, name, &dir, gpus, &mut skips);
-        device.ports = read_ports(&dir, &mut ports_left, &mut skips);
-        if let Ok(pci) = input::resolve_inside(&sys, &dir.join("device")) {
-            attach_netdevs(&pci, &mut device.ports, &mut skips);
+        let pci = input::resolve_inside(&sys, &dir.join("device"))
+            .map_err(|refused| refused.record(&mut skips))
+            .ok();
+        let mut device = read_device(&sys, name, &dir, pci.as_deref(), gpus, &mut skips);
+        let ports = find_ports(&dir, &mut ports_left, &mut skips);
+        device.ports = ports.iter().map(|(port, _)| port.clone()).collect();
+        let netdevs = match &pci {
+            Some(pci) => find_netdevs(pci, &device.ports, &mut skips),
+            None => vec![None; device.ports.len()],
+        };
+        for (port, netdev) in device.ports.iter_mut().zip(&netdevs) {
+            port.netdev = netdev.as_ref().map(|(name, _)| Netdev {
+                name: name.clone(),
+                ..Default::default()
+            });
+        }
+        adapters.list.push(Adapter {
+            device,
+            pci,
+            ports: ports.into_iter().map(|(_, dir)| dir).collect(),
+            netdevs: netdevs.into_iter().map(|n| n.map(|(_, dir)| dir)).collect(),
+        });
+    }
+    adapters
+}
+
+/// Reads what changes: each port's states, rate and counters, each adapter's current PCIe
+/// link, each interface's state, speed and carrier changes. With `counters_from` (the last
+/// full read), only `link_downed` of the counters is read and the others are taken from it:
+/// most of a read's files are counters, and mlx5 asks its firmware for each `hw_counters/`
+/// file. True when a port's directory is gone (the adapter was removed or its driver
+/// reloaded): find the adapters again.
+pub fn read(adapters: &Adapters, counters_from: Option<&NicScan>) -> (NicScan, bool) {
+    let mut skips = Skips::new(Input::Sysfs);
+    let mut gone = false;
+    let mut scan = NicScan::default();
+    for adapter in &adapters.list {
+        let mut device = adapter.device.clone();
+        if let Some(pci) = &adapter.pci {
+            let current = read_pcie(pci, true, &mut skips);
+            device.pcie.speed_gts = current.speed_gts;
+            device.pcie.width = current.width;
+        }
+        for ((port, dir), netdev) in device.ports.iter_mut().zip(&adapter.ports).zip(&adapter.netdevs) {
+            gone |= !dir.is_dir();
+            let earlier = counters_from.and_then(|scan| {
+                scan.ports()
+                    .find(|(d, p)| d.name == adapter.device.name && p.port == port.port)
+                    .map(|(_, p)| p.counters.as_slice())
+            });
+            read_port(port, dir, earlier, &mut skips);
+            if let (Some(n), Some(dir)) = (port.netdev.as_mut(), netdev) {
+                read_netdev(n, dir, &mut skips);
+            }
         }
         scan.devices.push(device);
     }
-    scan
+    (scan, gone)
 }
 
 /// A device's name as the kernel makes them (`mlx5_0`, `mlx5_bond_0`, `ibp12s0`): letters,
@@ -113,7 +190,14 @@ fn device_name(name: &str) -> Option<String> {
     ok.then(|| name.to_string())
 }
 
-fn read_device(sys: &Path, name: String, dir: &Path, gpus: &GpuPlaces, skips: &mut Skips) -> NicDevice {
+fn read_device(
+    sys: &Path,
+    name: String,
+    dir: &Path,
+    pci: Option<&Path>,
+    gpus: &GpuPlaces,
+    skips: &mut Skips,
+) -> NicDevice {
     let word = |file: &str, skips: &mut Skips| read_word(&dir.join(file), skips);
     let mut device = NicDevice {
         fw_ver: word("fw_ver", skips),
@@ -122,22 +206,21 @@ fn read_device(sys: &Path, name: String, dir: &Path, gpus: &GpuPlaces, skips: &m
         name,
         ..Default::default()
     };
-    match input::resolve_inside(sys, &dir.join("device")) {
-        Ok(pci) => {
-            device.pci_bus_id = pci
-                .file_name()
-                .and_then(|n| crate::input::pci::normalize_bus_id(&n.to_string_lossy()));
-            device.pcie = read_pcie(&pci, skips);
-            device.near_gpus = near_gpus(&components(sys, &pci), gpus);
-        }
-        Err(refused) => refused.record(skips),
+    if let Some(pci) = pci {
+        device.pci_bus_id = pci
+            .file_name()
+            .and_then(|n| crate::input::pci::normalize_bus_id(&n.to_string_lossy()));
+        let widest = read_pcie(pci, false, skips);
+        device.pcie.max_speed_gts = widest.max_speed_gts;
+        device.pcie.max_width = widest.max_width;
+        device.near_gpus = near_gpus(&components(sys, pci), gpus);
     }
     device
 }
 
-/// `current_link_speed` (`16.0 GT/s PCIe`), `max_link_speed`, `current_link_width` (`16`),
-/// `max_link_width`.
-fn read_pcie(pci: &Path, skips: &mut Skips) -> NicPcie {
+/// `current_link_speed` (`16.0 GT/s PCIe`) and `current_link_width` (`16`), or (`current`
+/// false) `max_link_speed` and `max_link_width`.
+fn read_pcie(pci: &Path, current: bool, skips: &mut Skips) -> NicPcie {
     let speed = |file: &str, skips: &mut Skips| {
         read_word(&pci.join(file), skips)
             .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok())
@@ -148,16 +231,24 @@ fn read_pcie(pci: &Path, skips: &mut Skips) -> NicPcie {
             .and_then(|t| t.parse::<u32>().ok())
             .filter(|w| (1..=64).contains(w))
     };
-    NicPcie {
-        speed_gts: speed("current_link_speed", skips),
-        max_speed_gts: speed("max_link_speed", skips),
-        width: width("current_link_width", skips),
-        max_width: width("max_link_width", skips),
+    if current {
+        NicPcie {
+            speed_gts: speed("current_link_speed", skips),
+            width: width("current_link_width", skips),
+            ..Default::default()
+        }
+    } else {
+        NicPcie {
+            max_speed_gts: speed("max_link_speed", skips),
+            max_width: width("max_link_width", skips),
+            ..Default::default()
+        }
     }
 }
 
-/// The ports of one device, at most `left` of them (the node's bound, shared by its devices).
-fn read_ports(dir: &Path, left: &mut usize, skips: &mut Skips) -> Vec<NicPort> {
+/// The ports of one device, at most `left` of them (the node's bound, shared by its devices),
+/// each with its link layer.
+fn find_ports(dir: &Path, left: &mut usize, skips: &mut Skips) -> Vec<(NicPort, PathBuf)> {
     let ports_dir = dir.join("ports");
     let number = |name: &str| name.parse::<u32>().ok().filter(|n| (1..=255).contains(n));
     let Ok(mut entries) = input::list_dir(&ports_dir, *left, MAX_SCANNED, skips, number) else {
@@ -167,31 +258,38 @@ fn read_ports(dir: &Path, left: &mut usize, skips: &mut Skips) -> Vec<NicPort> {
     *left -= entries.len();
     entries
         .into_iter()
-        .map(|(port, path)| read_port(port, &path, skips))
+        .map(|(port, path)| {
+            let link_layer = read_word(&path.join("link_layer"), skips)
+                .map(|l| l.to_ascii_lowercase())
+                .filter(|l| l.len() <= 16 && l.chars().all(|c| c.is_ascii_alphanumeric()))
+                .unwrap_or_else(|| "unknown".to_string());
+            let port = NicPort {
+                port,
+                link_layer,
+                ..Default::default()
+            };
+            (port, path)
+        })
         .collect()
 }
 
-fn read_port(port: u32, dir: &Path, skips: &mut Skips) -> NicPort {
+/// A port's states, rate and counters; with `earlier` (the last full read's counters), only
+/// `link_downed` is read (flaps are counted from it) and the rest kept.
+fn read_port(port: &mut NicPort, dir: &Path, earlier: Option<&[(&'static str, u64)]>, skips: &mut Skips) {
     let word = |file: &str, skips: &mut Skips| read_word(&dir.join(file), skips);
-    let link_layer = word("link_layer", skips)
-        .map(|l| l.to_ascii_lowercase())
-        .filter(|l| l.len() <= 16 && l.chars().all(|c| c.is_ascii_alphanumeric()))
-        .unwrap_or_else(|| "unknown".to_string());
-    let mut counters = Vec::new();
+    port.counters.clear();
     for (name, place) in WATCHED_COUNTERS {
-        if let Some(value) = read_counter(&dir.join(place.dir()).join(name), skips) {
-            counters.push((name, value));
+        let value = match earlier {
+            Some(earlier) if name != "link_downed" => earlier.iter().find(|(n, _)| *n == name).map(|(_, v)| *v),
+            _ => read_counter(&dir.join(place.dir()).join(name), skips),
+        };
+        if let Some(value) = value {
+            port.counters.push((name, value));
         }
     }
-    NicPort {
-        port,
-        link_layer,
-        state: word("state", skips).and_then(|s| coded_state(&s)),
-        phys_state: word("phys_state", skips).and_then(|s| coded_state(&s)),
-        rate_gbps: word("rate", skips).and_then(|r| rate_gbps(&r)),
-        counters,
-        ..Default::default()
-    }
+    port.state = word("state", skips).and_then(|s| coded_state(&s));
+    port.phys_state = word("phys_state", skips).and_then(|s| coded_state(&s));
+    port.rate_gbps = word("rate", skips).and_then(|r| rate_gbps(&r));
 }
 
 /// `4: ACTIVE` -> (4, "ACTIVE"); anything else is not a state.
@@ -211,11 +309,12 @@ pub fn rate_gbps(text: &str) -> Option<f64> {
     (words.next()? == "Gb/sec" && value.is_finite() && value > 0.0 && value <= 100_000.0).then_some(value)
 }
 
-/// A RoCE port's network interface: the adapter's `net/<if>`, matched to the port by its
-/// `dev_port` (0 for port 1); an adapter with one interface gives it to its one Ethernet port.
-fn attach_netdevs(pci: &Path, ports: &mut [NicPort], skips: &mut Skips) {
+/// Each port's network interface, for RoCE ports: the adapter's `net/<if>`, matched to the
+/// port by its `dev_port` (0 for port 1).
+fn find_netdevs(pci: &Path, ports: &[NicPort], skips: &mut Skips) -> Vec<Option<(String, PathBuf)>> {
+    let mut found = vec![None; ports.len()];
     if !ports.iter().any(|p| p.link_layer == "ethernet") {
-        return;
+        return found;
     }
     let interface = |name: &str| {
         let ok = !name.is_empty()
@@ -224,7 +323,7 @@ fn attach_netdevs(pci: &Path, ports: &mut [NicPort], skips: &mut Skips) {
         ok.then(|| name.to_string())
     };
     let Ok(mut netdevs) = input::list_dir(&pci.join("net"), MAX_NETDEVS, MAX_SCANNED, skips, interface) else {
-        return;
+        return found;
     };
     netdevs.sort();
     for (name, dir) in netdevs {
@@ -232,23 +331,25 @@ fn attach_netdevs(pci: &Path, ports: &mut [NicPort], skips: &mut Skips) {
             .and_then(|p| p.parse::<u32>().ok())
             .unwrap_or(0)
             .saturating_add(1);
-        let Some(target) = ports.iter_mut().find(|p| p.port == port && p.link_layer == "ethernet") else {
+        let Some(at) = ports.iter().position(|p| p.port == port && p.link_layer == "ethernet") else {
             continue;
         };
-        if target.netdev.is_some() {
-            continue;
+        if found[at].is_none() {
+            found[at] = Some((name, dir));
         }
-        target.netdev = Some(Netdev {
-            operstate: read_word(&dir.join("operstate"), skips),
-            // -1 (or an error, on older kernels) while the link is down.
-            speed_mbps: read_word(&dir.join("speed"), skips)
-                .and_then(|s| s.parse::<i64>().ok())
-                .and_then(|s| u64::try_from(s).ok())
-                .filter(|s| *s > 0),
-            carrier_changes: read_counter(&dir.join("carrier_changes"), skips),
-            name,
-        });
     }
+    found
+}
+
+/// An interface's state, speed and carrier changes.
+fn read_netdev(netdev: &mut Netdev, dir: &Path, skips: &mut Skips) {
+    netdev.operstate = read_word(&dir.join("operstate"), skips);
+    // -1 (or an error, on older kernels) while the link is down.
+    netdev.speed_mbps = read_word(&dir.join("speed"), skips)
+        .and_then(|s| s.parse::<i64>().ok())
+        .and_then(|s| u64::try_from(s).ok())
+        .filter(|s| *s > 0);
+    netdev.carrier_changes = read_counter(&dir.join("carrier_changes"), skips);
 }
 
 /// A short value: a regular file, no link, trimmed, at most [`MAX_WORD`] bytes; a longer one

@@ -36,7 +36,7 @@ fn every_port_rule_reaches_the_nodes_verdict_through_the_daemon() {
     let sys = tempfile::tempdir().unwrap();
     gpuwarden::cli::demo_fabric::write_tree(sys.path()).unwrap();
     let extra = format!(
-        "amd:\n  sysfs_root: {}\nnetwork:\n  interval: 1s\n  expected_ports: 8\n\
+        "amd:\n  sysfs_root: {}\nnetwork:\n  interval: 1s\n  counters_interval: 1s\n  expected_ports: 8\n\
          health:\n  rules:\n    nic_port_down: {{hold: 4s}}\n",
         sys.path().display()
     );
@@ -164,7 +164,7 @@ fn every_port_rule_reaches_the_nodes_verdict_through_the_daemon() {
 fn a_node_without_rdma_hardware_shows_no_port_and_no_finding() {
     let sys = tempfile::tempdir().unwrap();
     let extra = format!(
-        "amd:\n  sysfs_root: {}\nnetwork:\n  interval: 1s\n",
+        "amd:\n  sysfs_root: {}\nnetwork:\n  interval: 1s\n  counters_interval: 1s\n",
         sys.path().display()
     );
     let d = Daemon::start_with(DEMO_SCENARIO, &test_config(&sim_library(), &extra));
