@@ -107,6 +107,36 @@ pub fn gpus_on_the_bus(root: &std::path::Path) -> Vec<PciGpu> {
     gpus
 }
 
+/// How many NVIDIA NVSwitches (PCI class 0x0680, "other bridge", of vendor 0x10de) this
+/// node's PCI bus shows under `root`/sys/bus/pci/devices: on an HGX baseboard they are the
+/// host's, and nvidia-fabricmanager must run here. A virtual machine given GPUs of such a board
+/// sees none (the host's fabric manager serves it), and neither does a board without switches.
+/// Read as the census reads: links only inside the sysfs root, bounded, skips counted.
+pub fn nvswitches_on_the_bus(root: &std::path::Path) -> usize {
+    use crate::input::{self, Input, Skips};
+    let mut skips = Skips::new(Input::Sysfs);
+    let sys = root.join("sys");
+    let devices = sys.join("bus/pci/devices");
+    let Ok(entries) = input::list_dir(&devices, MAX_PCI_DEVICES, MAX_PCI_DEVICES, &mut skips, normalize_bus_id) else {
+        return 0;
+    };
+    let mut switches = 0;
+    for (_, link) in entries {
+        let Ok(dir) = input::resolve_inside(&sys, &link).map_err(|refused| refused.record(&mut skips)) else {
+            continue;
+        };
+        let read = |file: &str, skips: &mut Skips| {
+            input::read_value(&dir.join(file), MAX_ATTRIBUTE, skips).map(|s| s.to_ascii_lowercase())
+        };
+        if read("vendor", &mut skips).as_deref() == Some("0x10de")
+            && read("class", &mut skips).is_some_and(|class| class.starts_with("0x0680"))
+        {
+            switches += 1;
+        }
+    }
+    switches
+}
+
 #[cfg(test)]
 mod tests {
     use super::{gpus_on_the_bus, normalize_bus_id};
@@ -192,6 +222,25 @@ mod tests {
         let found: Vec<String> = gpus_on_the_bus(root.path()).into_iter().map(|g| g.pci_bus_id).collect();
         assert!(started.elapsed() < std::time::Duration::from_secs(2));
         assert_eq!(found, ["0000:e4:00.0"]);
+    }
+
+    #[test]
+    fn nvswitches_are_nvidia_bridges_and_nothing_else() {
+        let root = tempfile::tempdir().unwrap();
+        let devices = root.path().join("sys/bus/pci/devices");
+        for (address, vendor, class) in [
+            ("0000:05:00.0", "0x10de", "0x068000"), // NVSwitch
+            ("0000:06:00.0", "0x10de", "0x068000"), // NVSwitch
+            ("0000:19:00.0", "0x10de", "0x030200"), // a GPU
+            ("0000:07:00.0", "0x8086", "0x068000"), // another vendor's bridge
+        ] {
+            let dir = devices.join(address);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("vendor"), format!("{vendor}\n")).unwrap();
+            std::fs::write(dir.join("class"), format!("{class}\n")).unwrap();
+        }
+        assert_eq!(super::nvswitches_on_the_bus(root.path()), 2);
+        assert_eq!(super::nvswitches_on_the_bus(&root.path().join("nowhere")), 0);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Whether nvidia-fabricmanager runs, as a source: on a node whose GPUs report an NVLink
-//! fabric (NVSwitch systems), every [`LOOK_EVERY`], its pid file (`fabric_manager.pid_file`,
+//! fabric and whose PCI bus shows the NVSwitches (the host of an HGX board, not a virtual
+//! machine given some of its GPUs), every [`LOOK_EVERY`], its pid file (`fabric_manager.pid_file`,
 //! by default where fabricmanager.cfg's `PID_FILE_PATH` puts it)
 //! and that pid's `/proc/PID/comm` (`fabric_manager.process`). Elsewhere it does not look. The
 //! pid file and /proc are read like every outside file: bounded, no link followed for the
@@ -50,7 +51,13 @@ impl Periodic for FabricManagerCheck {
         }
     }
 
+    /// None (not looked for) where no NVSwitch is on this node's PCI bus: a virtual machine
+    /// given GPUs of an NVSwitch board reports their fabric, but the host's fabric manager
+    /// serves it (seen on a cloud VM of two H200s: fabric Completed, no switch, no manager).
     fn read(&mut self, settings: &Settings) -> Option<FabricManager> {
+        if crate::input::pci::nvswitches_on_the_bus(&settings.sys_root) == 0 {
+            return None;
+        }
         let config = &settings.config.fabric_manager;
         Some(look(
             &config.pid_file,

@@ -170,6 +170,8 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
     let mut pci: Vec<(&str, Option<&str>)> = DEMO_ADDRESSES.iter().map(|a| (*a, Some("nvidia"))).collect();
     pci.push(("0000:ee:00.0", None));
     pci_fixture(dir.path(), &pci);
+    // And an NVSwitch, so the fabric manager is looked for.
+    nvswitch_fixture(dir.path(), "0000:05:00.0");
     // And a pod and a batch job on GPU 0.
     let kubelet = FakeKubelet::start(
         dir.path(),

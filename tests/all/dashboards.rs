@@ -67,7 +67,10 @@ fn the_data_source_is_a_variable_everywhere() {
 fn network_ports(dir: &std::path::Path) -> String {
     let sys = dir.join("sysfs");
     gpuwarden::cli::demo_fabric::write_tree(&sys).unwrap();
-    format!("amd:\n  sysfs_root: {}\nnetwork:\n  interval: 1s\n  counters_interval: 1s\n", sys.display())
+    format!(
+        "amd:\n  sysfs_root: {}\nnetwork:\n  interval: 1s\n  counters_interval: 1s\n",
+        sys.display()
+    )
 }
 
 #[test]

@@ -238,9 +238,12 @@ fn the_fabric_manager_is_looked_for_on_a_fabric_node_and_its_absence_judged() {
     let mut manager = std::process::Command::new("sleep").arg("600").spawn().unwrap();
     let pid_file = dir.path().join("nv-fabricmanager.pid");
     std::fs::write(&pid_file, format!("{}\n", manager.id())).unwrap();
+    // The board's NVSwitches on the bus: this is the host that must run the fabric manager.
+    nvswitch_fixture(dir.path(), "0000:05:00.0");
     let extra = format!(
-        "fabric_manager:\n  pid_file: {}\n  process: sleep\n",
-        pid_file.display()
+        "fabric_manager:\n  pid_file: {}\n  process: sleep\namd:\n  sysfs_root: {}\n",
+        pid_file.display(),
+        dir.path().display()
     );
     let d = Daemon::start_with(DEMO_SCENARIO, &test_config(&sim_library(), &extra));
     let within = Duration::from_secs(45);
@@ -249,6 +252,8 @@ fn the_fabric_manager_is_looked_for_on_a_fabric_node_and_its_absence_judged() {
     });
     manager.kill().unwrap();
     manager.wait().unwrap();
+    // (Without the switches on the bus, as in a VM given some of a board's GPUs, it is not
+    // looked for: `a_vm_given_fabric_gpus_does_not_look_for_the_fabric_manager`.)
     let m = d.scrape_until_within("the fabric manager down", within, |m| {
         m.value("gpu_fabric_manager_up", &[]) == Some(0.0)
     });
@@ -287,5 +292,28 @@ fn the_fabric_manager_is_looked_for_on_a_fabric_node_and_its_absence_judged() {
             .unwrap()
             .contains("nvidia-fabricmanager is not running (pid"),
         "{finding}"
+    );
+}
+
+/// A virtual machine given GPUs of an NVSwitch board: they report their fabric (Completed),
+/// but no NVSwitch is on its bus and the host's fabric manager serves it. Seen on a cloud VM
+/// of two H200s (docs/validation.md): not looked for, no finding.
+#[test]
+fn a_vm_given_fabric_gpus_does_not_look_for_the_fabric_manager() {
+    let dir = tempfile::tempdir().unwrap();
+    pci_fixture(dir.path(), &[("0000:19:00.0", Some("nvidia"))]);
+    let extra = format!(
+        "fabric_manager:\n  pid_file: {}\namd:\n  sysfs_root: {}\n",
+        dir.path().join("nv-fabricmanager.pid").display(),
+        dir.path().display()
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &test_config(&sim_library(), &extra));
+    d.scrape_until("the fabric", |m| m.has_family("gpu_fabric_state"));
+    std::thread::sleep(Duration::from_secs(2));
+    let m = d.scrape();
+    assert!(!m.has_family("gpu_fabric_manager_up"), "{}", m.text);
+    assert!(
+        m.find("gpu_node_health_reason", &[("reason", "fabric_manager_down")])
+            .is_empty()
     );
 }

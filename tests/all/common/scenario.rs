@@ -125,6 +125,15 @@ pub fn pci_fixture(root: &Path, gpus: &[(&str, Option<&str>)]) {
     }
 }
 
+/// An NVSwitch on the PCI bus of the sysfs tree under `root` (an HGX board's host, where
+/// nvidia-fabricmanager must run).
+pub fn nvswitch_fixture(root: &Path, address: &str) {
+    let dir = root.join("sys/bus/pci/devices").join(address);
+    std::fs::create_dir_all(&dir).expect("create a PCI device");
+    std::fs::write(dir.join("vendor"), "0x10de\n").expect("write vendor");
+    std::fs::write(dir.join("class"), "0x068000\n").expect("write class");
+}
+
 /// The demo's eight GPUs' PCI addresses, bound to nvidia.
 pub const DEMO_ADDRESSES: [&str; 8] = [
     "0000:19:00.0",
