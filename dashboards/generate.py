@@ -181,6 +181,17 @@ def fleet():
         .with_target(q(f'gpu_fabric_state{{{SEL}}} == 1', "", instant=True))
     )
     dash = dash.with_panel(
+        table.Panel().title("NVSwitch errors (SXIDs)").datasource(DS).span(12).height(6)
+        .description("NVSwitch errors from the kernel log by switch, code and the driver's severity; a fatal one "
+                     "makes the node unhealthy (NvswitchSxidFatal). `gpuwarden xid explain CODE` names the unit.")
+        .with_target(q(f'gpu_nvswitch_sxid_errors_total{{{SEL}}}', "", instant=True))
+    )
+    dash = dash.with_panel(
+        ts("Fabric manager up, by node", "none",
+           q(f'gpu_fabric_manager_up{{{SEL}}}', "{{instance}}"),
+           description="1 when nvidia-fabricmanager runs, on an HGX board's host (GpuFabricManagerDown).", w=12, h=6)
+    )
+    dash = dash.with_panel(
         table.Panel().title("MIG devices").datasource(DS).span(12).height(6)
         .description("GPU instance, compute instance, profile and MIG UUID of every MIG device.")
         .with_target(q(f'gpu_mig_instance_info{{{SEL}}}', "", instant=True))

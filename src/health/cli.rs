@@ -193,7 +193,11 @@ pub fn text(verdict: &NodeVerdict) -> String {
         .at("unhealthy")
         .map(|(gpu, f)| match gpu {
             Some(g) => format!("GPU {} {}", g.index, f.reason),
-            None => format!("node {}", f.reason),
+            // The port or address, so a drain reason says which (`node nic_port_down mlx5_2/1`).
+            None => match &f.subject {
+                Some(subject) => format!("node {} {subject}", f.reason),
+                None => format!("node {}", f.reason),
+            },
         })
         .collect();
     if unhealthy.is_empty() {

@@ -63,13 +63,16 @@ fn the_data_source_is_a_variable_everywhere() {
     }
 }
 
-/// The demo's network ports (one slow: a finding) under `dir`, as config sections.
+/// The demo's network ports (one slow: a finding) and an NVSwitch under `dir`, with no fabric
+/// manager running, as config sections.
 fn network_ports(dir: &std::path::Path) -> String {
     let sys = dir.join("sysfs");
     gpuwarden::cli::demo_fabric::write_tree(&sys).unwrap();
+    nvswitch_fixture(&sys, "0000:05:00.0");
     format!(
-        "amd:\n  sysfs_root: {}\nnetwork:\n  interval: 1s\n  counters_interval: 1s\n",
-        sys.display()
+        "amd:\n  sysfs_root: {}\nnetwork:\n  interval: 1s\n  counters_interval: 1s\nfabric_manager:\n  pid_file: {}\n",
+        sys.display(),
+        dir.join("nv-fabricmanager.pid").display()
     )
 }
 
@@ -162,6 +165,8 @@ fn every_metric_the_dashboards_use_is_served_by_the_daemon() {
         m.find("gpu_xid_errors_total", &[]).len() == 4
             && m.has_family("gpu_probe_pass")
             && m.has_family("nic_port_flaps")
+            && m.has_family("gpu_fabric_manager_up")
+            && m.has_family("gpu_nvswitch_sxid_errors_total")
     });
     let served: std::collections::HashSet<&str> = m.samples.iter().map(|s| s.name.as_str()).collect();
     for name in DASHBOARDS {

@@ -71,6 +71,18 @@ fn every_port_rule_reaches_the_nodes_verdict_through_the_daemon() {
     });
     assert_eq!(m.value("nic_port_up", &[("device", "mlx5_0")]), Some(0.0));
     assert_eq!(verdict(&d)["state"], "unhealthy");
+    // What Slurm's check puts in the drain reason: the port, not only the rule.
+    let health = std::process::Command::new(BIN)
+        .args(["health", "--socket", d.socket_path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(health.status.code(), Some(1));
+    let first = String::from_utf8_lossy(&health.stdout)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string();
+    assert_eq!(first, "unhealthy: node nic_port_down mlx5_0/1, node nic_ports_missing");
     let lines = d.log_text();
     assert!(!lines.contains("panicked"), "{lines}");
 
