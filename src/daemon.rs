@@ -302,6 +302,7 @@ fn take_over_from_journal(place: &journal::Place, config: &Config, sources: &Sou
         );
     }
     xids.seed(&seed.xid_counts);
+    xids.seed_sxids(&seed.sxids);
     if let Some(sequence) = seed.kmsg_sequence {
         resume.resume_after(&config.xid.kernel_log_path, sequence);
     }

@@ -47,10 +47,12 @@ pub enum Kind {
     /// A network adapter first seen in this run or changed (firmware, board), or a port's
     /// findings raised or cleared (journal/nic_rows.rs).
     Nic,
+    /// An NVSwitch error (SXID) from the kernel log: code, switch, severity, the line.
+    Sxid,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 19] = [
+    pub const ALL: [Kind; 20] = [
         Kind::Xid,
         Kind::XidStorm,
         Kind::Health,
@@ -70,6 +72,7 @@ impl Kind {
         Kind::Clear,
         Kind::Daemon,
         Kind::Nic,
+        Kind::Sxid,
     ];
 
     pub fn name(self) -> &'static str {
@@ -93,6 +96,7 @@ impl Kind {
             Kind::Clear => "clear",
             Kind::Daemon => "daemon",
             Kind::Nic => "nic",
+            Kind::Sxid => "sxid",
         }
     }
 

@@ -109,6 +109,8 @@ pub struct Seed {
     pub clears: crate::model::health::Clears,
     /// The board swaps of the last day.
     pub board_swaps: crate::model::health::BoardSwaps,
+    /// This boot's NVSwitch errors.
+    pub sxids: Vec<crate::model::xid::SxidCount>,
 }
 
 /// The daemon's hold on its journal: an exclusive lock on `<state.path>.lock` for as long as
@@ -209,6 +211,7 @@ pub fn seed(place: &Place) -> Seed {
             kmsg_sequence,
             clears,
             board_swaps,
+            sxids,
         }) => Seed {
             xid_counts: xid_counts
                 .into_iter()
@@ -220,6 +223,7 @@ pub fn seed(place: &Place) -> Seed {
             kmsg_sequence,
             clears,
             board_swaps,
+            sxids: sxids.into_iter().map(worker::sxid_of_seed).collect(),
         },
         Ok(other) => {
             log::debug!("journal: no counts from before the restart: unexpected answer {other:?}");

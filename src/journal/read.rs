@@ -201,6 +201,7 @@ pub fn seed(path: &Path, boot_id: &str) -> Result<Seed, DbError> {
         kmsg_sequence: kmsg_sequence.filter(|s| *s > 0).map(|s| s as u64),
         clears: clears(&conn, boot_id).map_err(&err)?,
         board_swaps: board_swaps(&conn, SystemTime::now()).map_err(&err)?,
+        sxids: sxids(&conn, boot_id).map_err(&err)?,
     })
 }
 
@@ -221,6 +222,57 @@ pub fn board_swaps(conn: &Connection, now: SystemTime) -> rusqlite::Result<crate
             (uuid, swap)
         })
         .collect())
+}
+
+/// The most `sxid` rows a restart's seed reads.
+const MAX_SXID_ROWS: u32 = 10_000;
+
+/// This boot's SXIDs from the `sxid` rows, counted by (switch address, code): what a restart
+/// gives the XID store before the kernel log is read.
+pub fn sxids(conn: &Connection, boot_id: &str) -> rusqlite::Result<Vec<crate::model::xid::SxidCount>> {
+    let mut statement = conn.prepare(
+        "SELECT at, pci_bus_id, details FROM events WHERE kind = 'sxid' AND boot_id = ?1 ORDER BY at LIMIT ?2",
+    )?;
+    let rows = statement.query_map(rusqlite::params![boot_id, MAX_SXID_ROWS], |r| {
+        Ok((
+            r.get::<_, f64>(0)?,
+            r.get::<_, Option<String>>(1)?,
+            r.get::<_, String>(2)?,
+        ))
+    })?;
+    let mut counts: std::collections::BTreeMap<(String, u32), crate::model::xid::SxidCount> = Default::default();
+    for row in rows {
+        let (at, address, details) = row?;
+        let details: serde_json::Value = serde_json::from_str(&details).unwrap_or_default();
+        let (Some(address), Some(code)) = (address, details.get("sxid").and_then(|v| v.as_u64())) else {
+            continue;
+        };
+        let Ok(code) = u32::try_from(code) else {
+            continue;
+        };
+        let switch = details.get("switch").and_then(|v| v.as_u64()).unwrap_or(0) as u32;
+        let fatal = details.get("fatal").and_then(|v| v.as_bool()).unwrap_or(false);
+        let message = text(&details, "raw")
+            .and_then(|raw| crate::xid::parse::parse_line(&raw))
+            .map(|r| r.message)
+            .unwrap_or_default();
+        let entry = counts
+            .entry((address.clone(), code))
+            .or_insert_with(|| crate::model::xid::SxidCount {
+                switch,
+                pci_bus_id: address,
+                sxid: code,
+                fatal: false,
+                count: 0,
+                last_seen: crate::model::from_unix_seconds(at),
+                message: String::new(),
+            });
+        entry.count += 1;
+        entry.fatal |= fatal;
+        entry.last_seen = entry.last_seen.max(crate::model::from_unix_seconds(at));
+        entry.message = message;
+    }
+    Ok(counts.into_values().collect())
 }
 
 /// This boot's latest clear per GPU UUID, from its `clear` rows.

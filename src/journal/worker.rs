@@ -153,6 +153,9 @@ pub enum Answer {
         clears: crate::model::health::Clears,
         #[serde(default)]
         board_swaps: crate::model::health::BoardSwaps,
+        /// (switch, address, code, fatal, count, last seen, message).
+        #[serde(default)]
+        sxids: Vec<SxidSeed>,
     },
     Timeline {
         rows: BTreeMap<String, Vec<Row>>,
@@ -436,6 +439,28 @@ fn stream_events(reply: Reply, limit: usize) -> i32 {
     }
 }
 
+/// An SXID count as the seed carries it: (switch, address, code, fatal, count, last seen in
+/// Unix seconds, message).
+pub type SxidSeed = (u32, String, u32, bool, u64, f64, String);
+
+fn seed_of_sxid(x: crate::model::xid::SxidCount) -> SxidSeed {
+    let last = crate::model::unix_seconds(x.last_seen);
+    (x.switch, x.pci_bus_id, x.sxid, x.fatal, x.count, last, x.message)
+}
+
+pub fn sxid_of_seed(s: SxidSeed) -> crate::model::xid::SxidCount {
+    let (switch, pci_bus_id, sxid, fatal, count, last, message) = s;
+    crate::model::xid::SxidCount {
+        switch,
+        pci_bus_id,
+        sxid,
+        fatal,
+        count,
+        last_seen: crate::model::from_unix_seconds(last),
+        message,
+    }
+}
+
 fn answer(request: Request) -> Reply {
     match request {
         Request::Open { path, boot_id } => open(&path, &boot_id),
@@ -447,6 +472,7 @@ fn answer(request: Request) -> Reply {
                 kmsg_sequence: seed.kmsg_sequence,
                 clears: seed.clears,
                 board_swaps: seed.board_swaps,
+                sxids: seed.sxids.into_iter().map(seed_of_sxid).collect(),
             })
         }
         Request::Timeline { path, now } => read::timeline(&path, now)

@@ -296,6 +296,9 @@ impl Writer {
     }
 
     fn xid_event(&self, event: &XidEvent, severity: Severity) -> Event {
+        if let Some(nvswitch) = event.nvswitch {
+            return sxid_event(event, nvswitch);
+        }
         let entry = crate::xid::catalog::lookup(event.xid);
         let name = entry.map(|e| e.name).unwrap_or("unknown");
         Event::new(
@@ -717,4 +720,36 @@ fn unexpected(answer: &Answer) -> Failure {
         corrupt: false,
         moved_aside: None,
     }
+}
+
+/// An NVSwitch error's row: its switch (the GPU columns hold `nvswitch:<address>` and the
+/// switch's address), code, unit, the driver's severity and the kernel-log line.
+fn sxid_event(event: &XidEvent, nvswitch: crate::xid::event::Nvswitch) -> Event {
+    let unit = crate::xid::sxid::block(event.xid).map(|b| b.unit);
+    let severity = if nvswitch.fatal { "fatal" } else { "non_fatal" };
+    Event::new(
+        unix_seconds(event.at),
+        Kind::Sxid,
+        Some(GpuRef {
+            uuid: format!("nvswitch:{}", event.pci_bus_id),
+            serial: None,
+            pci_bus_id: event.pci_bus_id.clone(),
+            index: None,
+        }),
+        format!(
+            "SXid {} ({}, {severity}) on NVSwitch {} at {}",
+            event.xid,
+            unit.unwrap_or("an unknown unit"),
+            nvswitch.switch,
+            event.pci_bus_id
+        ),
+        json!({
+            "sxid": event.xid,
+            "switch": nvswitch.switch,
+            "fatal": nvswitch.fatal,
+            "unit": unit,
+            "raw": event.raw,
+            "kmsg_sequence": event.kmsg_sequence,
+        }),
+    )
 }

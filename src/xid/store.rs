@@ -294,6 +294,29 @@ impl XidStore {
         }
     }
 
+    /// This boot's SXIDs as the journal kept them, before the kernel log is read: a fatal one
+    /// holds the node unhealthy after a restart whose kernel-log reader resumes past it.
+    pub fn seed_sxids(&self, seen: &[crate::model::xid::SxidCount]) {
+        let mut inner = self.lock();
+        for x in seen {
+            let key = (x.pci_bus_id.clone(), x.sxid);
+            if !inner.sxids.contains_key(&key) && inner.sxids.len() >= MAX_SXID_SERIES {
+                break;
+            }
+            let entry = inner
+                .sxids
+                .entry(key)
+                .or_insert_with(|| crate::model::xid::SxidCount { count: 0, ..x.clone() });
+            entry.count += x.count;
+            entry.fatal |= x.fatal;
+            entry.last_seen = entry.last_seen.max(x.last_seen);
+        }
+        drop(inner);
+        if !seen.is_empty() {
+            self.moved_on();
+        }
+    }
+
     fn moved_on(&self) {
         self.changes.fetch_add(1, Ordering::Relaxed);
         if let Some(changed) = self.changed.get() {
@@ -353,6 +376,17 @@ impl XidStore {
         }
         if let Some(nvswitch) = event.nvswitch {
             let counted = inner.count_sxid(&event, nvswitch);
+            drop(inner);
+            if counted {
+                // To the journal as its own row (a fatal one survives a restart from there).
+                let id = self.groups.fetch_add(1, Ordering::Relaxed) + 1;
+                let severity = if nvswitch.fatal {
+                    Severity::Fatal
+                } else {
+                    Severity::Warning
+                };
+                self.outbox().counted(id, &event, severity, event.xid);
+            }
             self.moved_on();
             return counted;
         }

@@ -238,6 +238,45 @@ fn a_fatal_sxid_makes_the_node_unhealthy_and_a_forged_one_nothing() {
         "{message}"
     );
     assert!(message.contains("GPU(s) 0, 1, 2, 3, 4, 5, 6, 7"), "{message}");
+
+    // The journal has both SXIDs (not the forged one), and a restart whose kernel log no longer
+    // holds them (the ring buffer moved on) keeps the fatal one's finding from there.
+    let state = d.state_path();
+    let events = || {
+        let out = std::process::Command::new(BIN)
+            .args(["events", "--state", state.to_str().unwrap(), "--kind", "sxid"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while events().lines().count() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let rows = events();
+    assert_eq!(rows.lines().count(), 2, "{rows}");
+    assert!(
+        rows.contains("SXid 12028 (NPORT egress, non_fatal) on NVSwitch 1 at 0000:06:00.0"),
+        "{rows}"
+    );
+    assert!(
+        rows.contains("SXid 20034 (DLPL, fatal) on NVSwitch 2 at 0000:07:00.0"),
+        "{rows}"
+    );
+    let d = d.restart(false, Some(""));
+    let m = d.scrape_until("the fatal SXID after the restart", |m| {
+        m.value(
+            "gpu_node_health_reason",
+            &[("reason", "nvswitch_sxid_fatal"), ("subject", "nvswitch2")],
+        ) == Some(1.0)
+    });
+    assert_eq!(
+        m.value(
+            "gpu_nvswitch_sxid_errors_total",
+            &[("sxid", "20034"), ("severity", "fatal")]
+        ),
+        Some(1.0)
+    );
 }
 
 /// nvidia-fabricmanager through the daemon, on the demo's NVSwitch fabric: a live process
