@@ -483,6 +483,15 @@ fn interval_cases() -> Vec<IntervalCase> {
             checks: &[(60, false, false), (120, true, true), (600, false, true)],
         },
         IntervalCase {
+            alert: "NicPortDegraded",
+            what: "a port flapping from the event on (for: 5m)",
+            series: &[(
+                "gpu_node_health_reason{instance=\"gpu-node-01:9100\",job=\"gpuwarden\",reason=\"nic_port_flapping\",subject=\"mlx5_0/1\",severity=\"degraded\"}",
+                |t| (t >= EVENT).then_some(1.0),
+            )],
+            checks: &[(240, false, false), (300, true, true), (600, false, true)],
+        },
+        IntervalCase {
             alert: "NicPortDown",
             what: "a network port down from the event on (for: 1m)",
             series: &[(
@@ -559,6 +568,10 @@ fn interval_tests(rules: &std::path::Path, evaluation: u64, scrapes: &[u64]) -> 
                         "GpuFabricManagerDown" => "instance: gpu-node-01:9100, job: gpuwarden, severity: warning".to_string(),
                         "NvswitchSxidFatal" => {
                             "instance: gpu-node-01:9100, switch: '2', pci_bus_id: 0000:07:00.0, sxid: '20034', severity: critical"
+                                .to_string()
+                        }
+                        "NicPortDegraded" => {
+                            "instance: gpu-node-01:9100, reason: nic_port_flapping, subject: mlx5_0/1, severity: warning"
                                 .to_string()
                         }
                         "NicPortDown" => {
