@@ -52,59 +52,79 @@ const MAX_ATTRIBUTE: usize = 64;
 /// target inside `root`/sys ([`crate::input::resolve_inside`]), the files read are bounded,
 /// one address written three ways is one GPU, and what was skipped is counted.
 pub fn gpus_on_the_bus(root: &std::path::Path) -> Vec<PciGpu> {
-    use crate::input::{self, Input, Reason, Skips};
+    use crate::input::{Input, Reason, Skips};
+    use std::ops::ControlFlow;
     let mut skips = Skips::new(Input::Sysfs);
-    let sys = root.join("sys");
-    let devices = sys.join("bus/pci/devices");
-    let Ok(entries) = input::list_dir(&devices, MAX_PCI_DEVICES, MAX_PCI_DEVICES, &mut skips, normalize_bus_id) else {
-        return Vec::new();
-    };
     let mut gpus: Vec<PciGpu> = Vec::new();
-    for (pci_bus_id, link) in entries {
-        let dir = match input::resolve_inside(&sys, &link) {
-            Ok(dir) => dir,
-            Err(refused) => {
-                refused.record(&mut skips);
-                continue;
-            }
-        };
-        let read = |file: &str, skips: &mut Skips| {
-            input::read_value(&dir.join(file), MAX_ATTRIBUTE, skips).map(|s| s.to_ascii_lowercase())
-        };
-        let Some(vendor) = read("vendor", &mut skips) else {
-            continue;
+    each_function(root, &mut skips, |pci_bus_id, dir, skips| {
+        let Some(vendor) = attribute(dir, "vendor", skips) else {
+            return ControlFlow::Continue(());
         };
         let Some((_, label)) = GPU_VENDORS.iter().find(|(id, _)| *id == vendor) else {
-            continue;
+            return ControlFlow::Continue(());
         };
-        if !read("class", &mut skips).is_some_and(|class| class.starts_with("0x03")) {
-            continue;
+        if !attribute(dir, "class", skips).is_some_and(|class| class.starts_with("0x03")) {
+            return ControlFlow::Continue(());
         }
         // The driver's name is the last component of the link; nothing is read through it.
         let driver = std::fs::read_link(dir.join("driver"))
             .ok()
             .and_then(|target| target.file_name().map(|n| n.to_string_lossy().into_owned()));
         if driver.as_deref().is_some_and(|d| PASSTHROUGH_DRIVERS.contains(&d)) {
-            continue;
+            return ControlFlow::Continue(());
         }
         if gpus.iter().any(|g| g.pci_bus_id == pci_bus_id) {
-            continue;
+            return ControlFlow::Continue(());
         }
         if gpus.len() == MAX_PCI_GPUS {
             skips.add(
                 Reason::TooMany,
                 format!("GPUs on the PCI bus (more than {MAX_PCI_GPUS})"),
             );
-            break;
+            return ControlFlow::Break(());
         }
         gpus.push(PciGpu {
             vendor: label,
             pci_bus_id,
             driver,
         });
-    }
+        ControlFlow::Continue(())
+    });
     gpus.sort();
     gpus
+}
+
+/// Each PCI function under `root`/sys/bus/pci/devices, its address and the directory its
+/// link leads to (followed only to a target inside `root`/sys; the rest counted as skipped),
+/// until `visit` breaks. An unreadable tree has none.
+fn each_function(
+    root: &std::path::Path,
+    skips: &mut crate::input::Skips,
+    mut visit: impl FnMut(String, &std::path::Path, &mut crate::input::Skips) -> std::ops::ControlFlow<()>,
+) {
+    use crate::input;
+    let sys = root.join("sys");
+    let devices = sys.join("bus/pci/devices");
+    let Ok(entries) = input::list_dir(&devices, MAX_PCI_DEVICES, MAX_PCI_DEVICES, skips, normalize_bus_id) else {
+        return;
+    };
+    for (pci_bus_id, link) in entries {
+        let dir = match input::resolve_inside(&sys, &link) {
+            Ok(dir) => dir,
+            Err(refused) => {
+                refused.record(skips);
+                continue;
+            }
+        };
+        if visit(pci_bus_id, &dir, skips).is_break() {
+            break;
+        }
+    }
+}
+
+/// A function's `vendor` or `class`: one short hex word, lower case, bounded.
+fn attribute(dir: &std::path::Path, file: &str, skips: &mut crate::input::Skips) -> Option<String> {
+    crate::input::read_value(&dir.join(file), MAX_ATTRIBUTE, skips).map(|s| s.to_ascii_lowercase())
 }
 
 /// How many NVIDIA NVSwitches (PCI class 0x0680, "other bridge", of vendor 0x10de) this
@@ -113,27 +133,16 @@ pub fn gpus_on_the_bus(root: &std::path::Path) -> Vec<PciGpu> {
 /// sees none (the host's fabric manager serves it), and neither does a board without switches.
 /// Read as the census reads: links only inside the sysfs root, bounded, skips counted.
 pub fn nvswitches_on_the_bus(root: &std::path::Path) -> usize {
-    use crate::input::{self, Input, Skips};
-    let mut skips = Skips::new(Input::Sysfs);
-    let sys = root.join("sys");
-    let devices = sys.join("bus/pci/devices");
-    let Ok(entries) = input::list_dir(&devices, MAX_PCI_DEVICES, MAX_PCI_DEVICES, &mut skips, normalize_bus_id) else {
-        return 0;
-    };
+    let mut skips = crate::input::Skips::new(crate::input::Input::Sysfs);
     let mut switches = 0;
-    for (_, link) in entries {
-        let Ok(dir) = input::resolve_inside(&sys, &link).map_err(|refused| refused.record(&mut skips)) else {
-            continue;
-        };
-        let read = |file: &str, skips: &mut Skips| {
-            input::read_value(&dir.join(file), MAX_ATTRIBUTE, skips).map(|s| s.to_ascii_lowercase())
-        };
-        if read("vendor", &mut skips).as_deref() == Some("0x10de")
-            && read("class", &mut skips).is_some_and(|class| class.starts_with("0x0680"))
+    each_function(root, &mut skips, |_, dir, skips| {
+        if attribute(dir, "vendor", skips).as_deref() == Some("0x10de")
+            && attribute(dir, "class", skips).is_some_and(|class| class.starts_with("0x0680"))
         {
             switches += 1;
         }
-    }
+        std::ops::ControlFlow::Continue(())
+    });
     switches
 }
 

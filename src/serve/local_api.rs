@@ -154,18 +154,7 @@ async fn clear_gpu(State(local): State<LocalState>, Extension(peer): Extension<P
     let comm = peer.comm();
     let by = peer.describe(&comm);
     let uuid = device.identity.uuid.clone();
-    local.clears.update(|clears| {
-        clears.insert(
-            uuid.clone(),
-            Clear {
-                at,
-                reason: reason.clone(),
-                by: by.clone(),
-            },
-        );
-    });
-    let polled_after = next_round(&local.app, Instant::now()).await;
-    let after = local.app.store.latest();
+    let (polled_after, after) = keep_clear(&local, uuid.clone(), at, &reason, &by).await;
     let answer = clear::answer(
         &device,
         after.devices.iter().find(|d| d.identity.uuid == uuid),
@@ -200,10 +189,7 @@ async fn clear_gpu(State(local): State<LocalState>, Extension(peer): Extension<P
             }),
         ));
     }
-    match serde_json::to_string(&answer) {
-        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
-        Err(e) => refused(StatusCode::INTERNAL_SERVER_ERROR, e),
-    }
+    json_answer(&answer)
 }
 
 /// A clear of a network adapter (`"nic": "mlx5_0"`): as a GPU's, keyed `nic:<device>`.
@@ -218,18 +204,7 @@ async fn clear_nic(local: &LocalState, peer: &Peer, nic: &str, reason: String) -
     let comm = peer.comm();
     let by = peer.describe(&comm);
     let key = clear_nic::key(&device.name);
-    local.clears.update(|clears| {
-        clears.insert(
-            key.clone(),
-            Clear {
-                at,
-                reason: reason.clone(),
-                by: by.clone(),
-            },
-        );
-    });
-    let polled_after = next_round(&local.app, Instant::now()).await;
-    let after = local.app.store.latest();
+    let (polled_after, after) = keep_clear(local, key.clone(), at, &reason, &by).await;
     let answer = clear_nic::answer(&before, &after, &device.name, polled_after);
     let still: Vec<String> = answer
         .still
@@ -265,7 +240,35 @@ async fn clear_nic(local: &LocalState, peer: &Peer, nic: &str, reason: String) -
             }),
         ));
     }
-    match serde_json::to_string(&answer) {
+    json_answer(&answer)
+}
+
+/// Keeps a clear under `key` (a GPU's UUID, or `nic:<device>`) and waits for the next poll
+/// round to look again: whether one came, and the snapshot after it.
+async fn keep_clear(
+    local: &LocalState,
+    key: String,
+    at: f64,
+    reason: &str,
+    by: &str,
+) -> (bool, std::sync::Arc<crate::model::Snapshot>) {
+    local.clears.update(|clears| {
+        clears.insert(
+            key.clone(),
+            Clear {
+                at,
+                reason: reason.to_string(),
+                by: by.to_string(),
+            },
+        );
+    });
+    let polled_after = next_round(&local.app, Instant::now()).await;
+    (polled_after, local.app.store.latest())
+}
+
+/// A clear's answer as JSON.
+fn json_answer(answer: &impl serde::Serialize) -> Response {
+    match serde_json::to_string(answer) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => refused(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
