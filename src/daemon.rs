@@ -274,6 +274,8 @@ struct Running {
     poll_loop: PollLoop,
     /// The operators' clears (the local API sets them).
     clears: Arc<crate::snapshot::store::Versioned<crate::model::health::Clears>>,
+    /// The GPUs awaiting a probe before they return to service (a clear starts one).
+    validations: Arc<crate::snapshot::store::Versioned<crate::model::health::Validations>>,
     /// The journal's handle; None with the journal off.
     journal: Option<Journal>,
     /// The daemon's own handle: children (the kernel-log reader) are made from it.
@@ -294,6 +296,26 @@ fn take_over_from_journal(place: &journal::Place, config: &Config, sources: &Sou
     }
     sources.clears.set(seed.clears);
     sources.board_swaps.set(seed.board_swaps);
+    let waiting: Vec<String> = seed
+        .validations
+        .iter()
+        .filter(|(_, v)| v.outcome.is_none() || v.failed().is_some())
+        .map(|(uuid, v)| format!("{uuid} ({})", v.state()))
+        .collect();
+    if !waiting.is_empty() {
+        log::info!(
+            "journal: GPU(s) not yet validated stay out of service until a probe passes: {}",
+            waiting.join(", ")
+        );
+    }
+    sources.validations.set(seed.validations);
+    if !seed.probe_history.is_empty() {
+        sources.probes.update(|probes| {
+            for (uuid, figures) in seed.probe_history {
+                probes.history.insert(uuid, figures.into());
+            }
+        });
+    }
     if !seed.xid_counts.is_empty() {
         let total: u64 = seed.xid_counts.iter().map(|(_, n, _)| n).sum();
         log::info!(
@@ -308,16 +330,17 @@ fn take_over_from_journal(place: &journal::Place, config: &Config, sources: &Sou
     }
 }
 
-async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, DaemonError> {
-    let config = settings.config.clone();
-    let settings = Arc::new(SharedSettings::new(settings));
-    let store = Arc::new(Store::new());
-    let stop = shutdown.handle("daemon");
-    let sources = Sources::new(Arc::new(XidStore::new(config.xid.dedup_window)));
-    let xids = sources.xids.clone();
-    xids.set_policy(config.health.xid_severity.clone());
-    let resume = Arc::new(ResumePoints::default());
-    let place = journal::Place::from_config(&config, &crate::input::hostname());
+/// The journal, when it is on: its lock (refused while another daemon holds it), this boot's
+/// seed taken over, and its writer started, before the kernel log's backlog is read (its
+/// XIDs go into the journal too).
+async fn start_journal(
+    config: &Config,
+    sources: &Sources,
+    store: &Arc<Store>,
+    resume: &ResumePoints,
+    shutdown: &Shutdown,
+) -> Result<Option<Journal>, DaemonError> {
+    let place = journal::Place::from_config(config, &crate::input::hostname());
     let lock = match &place {
         Some(place) => match journal::lock_waiting(place).await {
             Ok(lock) => Some(lock),
@@ -329,22 +352,42 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
         },
         None => None,
     };
-    let journal = place.zip(lock).map(|(place, lock)| {
-        take_over_from_journal(&place, &config, &sources, &resume);
-        // Before the kernel log's backlog is read: its XIDs go into the journal too.
+    Ok(place.zip(lock).map(|(place, lock)| {
+        take_over_from_journal(&place, config, sources, resume);
         Journal::start(
             lock,
             place,
             store.clone(),
-            sources.journal.clone(),
-            sources.board_swaps.clone(),
-            xids.clone(),
+            journal::WritesTo {
+                status: sources.journal.clone(),
+                board_swaps: sources.board_swaps.clone(),
+                validations: sources.validations.clone(),
+            },
+            sources.xids.clone(),
             shutdown.handle("journal"),
         )
-    });
+    }))
+}
+
+async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, DaemonError> {
+    let config = settings.config.clone();
+    let settings = Arc::new(SharedSettings::new(settings));
+    let store = Arc::new(Store::new());
+    let stop = shutdown.handle("daemon");
+    let sources = Sources::new(Arc::new(XidStore::new(config.xid.dedup_window)));
+    let xids = sources.xids.clone();
+    xids.set_policy(config.health.xid_severity.clone());
+    let resume = Arc::new(ResumePoints::default());
+    let journal = start_journal(&config, &sources, &store, &resume, shutdown).await?;
     let kernel_log = KernelLogReader::start(&config, &xids, &resume, &stop);
     let probe_stop = shutdown.handle("probe-scheduler");
-    if let Err(e) = schedule::spawn(store.clone(), sources.probes.clone(), settings.clone(), probe_stop) {
+    if let Err(e) = schedule::spawn(
+        store.clone(),
+        sources.probes.clone(),
+        sources.validations.clone(),
+        settings.clone(),
+        probe_stop,
+    ) {
         log::error!("cannot start the probe scheduler; no scheduled probes: {e}");
     }
     if config.probe.schedule {
@@ -361,6 +404,7 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
     crate::sources::read_once(crate::sources::pci::PciCensus, &sources.pci, &settings.current());
     sources.spawn_periodic(&settings, &store, &stop);
     let clears = sources.clears.clone();
+    let validations = sources.validations.clone();
     let publisher = Arc::new(Publisher::new(store.clone(), sources, settings.clone()));
     let events = XidEvents {
         store: xids.clone(),
@@ -377,6 +421,7 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
         kernel_log,
         poll_loop,
         clears,
+        validations,
         journal,
         stop,
     })
@@ -516,6 +561,7 @@ fn consumers(running: &Running, shutdown: &Shutdown) -> AppState {
     let local = crate::serve::local_api::LocalState {
         app: state.clone(),
         clears: running.clears.clone(),
+        validations: running.validations.clone(),
         journal: running.journal.clone(),
     };
     start_local_api(&running.settings.current().config, local, shutdown);

@@ -422,6 +422,11 @@ enum HealthAction {
         /// What was repaired, a ticket: kept in the journal.
         #[arg(long, value_name = "TEXT")]
         reason: String,
+        /// Let a GPU that was unhealthy back into service without the probe that otherwise
+        /// must pass first (`health.validate_after_clear`); ends a pending or failed
+        /// validation. Recorded in the journal with who and why.
+        #[arg(long, conflicts_with = "nic")]
+        skip_validation: bool,
     },
 }
 
@@ -461,9 +466,19 @@ fn health(
     };
     Ok(match action {
         None => health::cli::health(&socket, json),
-        Some(HealthAction::Clear { gpu, nic, reason }) => {
-            health::cli::clear(&socket, gpu.as_deref().unwrap_or(""), nic.as_deref(), &reason, json)
-        }
+        Some(HealthAction::Clear {
+            gpu,
+            nic,
+            reason,
+            skip_validation,
+        }) => health::cli::clear(
+            &socket,
+            gpu.as_deref().unwrap_or(""),
+            nic.as_deref(),
+            &reason,
+            skip_validation,
+            json,
+        ),
     })
 }
 

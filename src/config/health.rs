@@ -5,7 +5,7 @@
 use super::*;
 
 /// The operator's health policy (docs/health.md, "Policy"). Reloadable.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Health {
     /// XID severities over NVIDIA's catalog: `{48: fatal, 45: ignore}`, with `all` for every
@@ -24,6 +24,22 @@ pub struct Health {
     /// (`ecc_corrected_rate`, `nvlink_error_rate`, `pcie_replay_rate`); unset: no such finding.
     #[serde(deserialize_with = "error_rates")]
     pub error_rates: crate::model::health::ErrorRateLimits,
+    /// A GPU cleared of an unhealthy finding, or a new board found in a slot, must pass a
+    /// probe before the verdict lets its node back into service (`validating`, docs/health.md
+    /// "Return to service"). On by default.
+    pub validate_after_clear: bool,
+}
+
+impl Default for Health {
+    fn default() -> Health {
+        Health {
+            xid_severity: Default::default(),
+            rules: Default::default(),
+            temperature_margin_c: None,
+            error_rates: Default::default(),
+            validate_after_clear: true,
+        }
+    }
 }
 
 /// `health.error_rates`: each limit a whole number of errors an hour.

@@ -39,6 +39,15 @@ pub struct Probe {
     pub cublas_library: PathBuf,
     /// Expected values that override or extend the shipped table (docs/probe.md).
     pub expected: Vec<crate::model::probe::Expectation>,
+    /// A GPU whose sustained figure is more than this many percent below its own baseline
+    /// or below the median of its model's other GPUs on the node is degraded
+    /// (`probe_regressed`, docs/probe.md "Baselines").
+    #[serde(deserialize_with = "regression_pct")]
+    pub regression_pct: f64,
+    /// How many of a GPU's earlier probes make its baseline (their median); at least 3 are
+    /// needed before it is compared with itself.
+    #[serde(deserialize_with = "baseline_probes")]
+    pub baseline_probes: usize,
 }
 
 impl Default for Probe {
@@ -55,6 +64,8 @@ impl Default for Probe {
             timeout: Duration::from_secs(120),
             cublas_library: PathBuf::new(),
             expected: Vec::new(),
+            regression_pct: 7.0,
+            baseline_probes: 10,
         }
     }
 }
@@ -120,6 +131,27 @@ pub(super) fn fraction<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error>
     if !(0.0..=1.0).contains(&value) {
         return Err(serde::de::Error::custom(format!(
             "{value} is not a fraction; write a number from 0 to 1 (0.9 means 90%)"
+        )));
+    }
+    Ok(value)
+}
+
+pub(super) fn regression_pct<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let value = f64::deserialize(d)?;
+    if !(value > 0.0 && value <= 50.0) {
+        return Err(serde::de::Error::custom(format!(
+            "probe.regression_pct is {value}; write a percentage above 0 and at most 50 (7 means 7% below)"
+        )));
+    }
+    Ok(value)
+}
+
+pub(super) fn baseline_probes<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let value = usize::deserialize(d)?;
+    let most = crate::model::probe::MAX_HISTORY;
+    if !(3..=most).contains(&value) {
+        return Err(serde::de::Error::custom(format!(
+            "probe.baseline_probes is {value}; write 3 to {most} (a median of fewer says little)"
         )));
     }
     Ok(value)

@@ -22,6 +22,10 @@ pub struct ClearRequest {
     pub nic: Option<String>,
     /// Why: the repair, a ticket.
     pub reason: String,
+    /// Let the GPU back without the probe a clear of an unhealthy GPU otherwise asks for
+    /// (`health.validate_after_clear`); recorded in the journal.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skip_validation: bool,
 }
 
 /// What the daemon answers once the next poll has looked at the GPU again.
@@ -36,6 +40,9 @@ pub struct ClearAnswer {
     pub still: Vec<FindingView>,
     /// False when no poll round came within the wait: `still` is as of the last one.
     pub polled_after: bool,
+    /// What the clear did about validation (a probe before return to service), for a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation: Option<String>,
 }
 
 /// Why a clear was refused; each says what to do.
@@ -117,7 +124,47 @@ pub fn answer(before: &DeviceSnapshot, after: Option<&DeviceSnapshot>, polled_af
         cleared,
         still,
         polled_after,
+        validation: None,
     }
+}
+
+/// What a clear does about validation, decided from the GPU as the clear found it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ValidationStep {
+    /// Start one: the GPU had an unhealthy finding and validation is on.
+    Start,
+    /// End the pending or failed one without a probe (`--skip-validation`).
+    Skip,
+    /// Nothing to do, and why for the answer when there is something to say.
+    None(Option<&'static str>),
+}
+
+/// Whether clearing `device` starts a validation: only when it was unhealthy, validation is on
+/// (`health.validate_after_clear`), the operator did not skip it, and the GPU can run the
+/// probe (NVIDIA). A clear of a GPU whose validation is pending or failed starts another: a
+/// clear alone never lets an unproven GPU back.
+pub fn validation_step(
+    device: &DeviceSnapshot,
+    validate_after_clear: bool,
+    skip: bool,
+    current: Option<&crate::model::health::Validation>,
+) -> ValidationStep {
+    let unhealthy = device.health.state == crate::model::health::HealthState::Unhealthy;
+    let open = current.is_some_and(|v| v.pending() || v.failed().is_some());
+    if skip {
+        return if open || unhealthy {
+            ValidationStep::Skip
+        } else {
+            ValidationStep::None(None)
+        };
+    }
+    if !unhealthy || !validate_after_clear {
+        return ValidationStep::None(None);
+    }
+    if device.identity.vendor != crate::model::Vendor::Nvidia {
+        return ValidationStep::None(Some("not validated: the probe runs on NVIDIA GPUs only"));
+    }
+    ValidationStep::Start
 }
 
 /// For a person: what was let go of, and each finding still present (one line each).
@@ -127,6 +174,10 @@ pub fn text(answer: &ClearAnswer) -> String {
         [] => format!("cleared {gpu}: nothing was held\n"),
         reasons => format!("cleared {gpu}: let go of {}\n", reasons.join(", ")),
     };
+    if let Some(validation) = &answer.validation {
+        out.push_str(validation);
+        out.push('\n');
+    }
     if answer.still.is_empty() {
         out.push_str("no finding left\n");
         return out;
@@ -178,11 +229,60 @@ mod tests {
     }
 
     #[test]
+    fn only_a_clear_of_an_unhealthy_nvidia_gpu_starts_a_validation_and_skip_ends_one() {
+        use crate::model::health::{DeviceHealth, HealthState, Validation};
+        let with = |vendor, state| {
+            let mut d = DeviceSnapshot::for_test(0, vendor, "0000:19:00.0", Default::default());
+            d.health = DeviceHealth {
+                state,
+                findings: vec![],
+            };
+            d
+        };
+        let unhealthy = with(Vendor::Nvidia, HealthState::Unhealthy);
+        let degraded = with(Vendor::Nvidia, HealthState::Degraded);
+        let pending = Validation {
+            since: 1.0,
+            why: "x".into(),
+            outcome: None,
+        };
+        assert_eq!(validation_step(&unhealthy, true, false, None), ValidationStep::Start);
+        assert_eq!(
+            validation_step(&unhealthy, false, false, None),
+            ValidationStep::None(None),
+            "off"
+        );
+        assert_eq!(
+            validation_step(&degraded, true, false, None),
+            ValidationStep::None(None)
+        );
+        // Validating is itself unhealthy: clearing it starts another, never lets it back.
+        assert_eq!(
+            validation_step(&unhealthy, true, false, Some(&pending)),
+            ValidationStep::Start
+        );
+        assert!(matches!(
+            validation_step(&with(Vendor::Amd, HealthState::Unhealthy), true, false, None),
+            ValidationStep::None(Some(_))
+        ));
+        assert_eq!(
+            validation_step(&unhealthy, true, true, Some(&pending)),
+            ValidationStep::Skip
+        );
+        assert_eq!(
+            validation_step(&degraded, true, true, None),
+            ValidationStep::None(None),
+            "nothing to skip"
+        );
+    }
+
+    #[test]
     fn a_reason_is_required_kept_short_and_printable() {
         let request = |reason: &str| ClearRequest {
             gpu: "0".into(),
             nic: None,
             reason: reason.into(),
+            skip_validation: false,
         };
         assert_eq!(request("  ").checked_reason(), Err(ClearError::Reason));
         assert_eq!(request("\u{7}\n").checked_reason(), Err(ClearError::Reason));

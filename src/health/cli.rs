@@ -132,11 +132,12 @@ pub fn health(socket: &Path, json: bool) -> i32 {
 /// `gpuwarden health clear`: clears one GPU (or, with `nic`, one network adapter) and prints
 /// what was let go of and what is still present. Exit 0: no finding left; 1: a finding still
 /// present; 2: not cleared; 64: the reason is not one (empty, too long).
-pub fn clear(socket: &Path, gpu: &str, nic: Option<&str>, reason: &str, json: bool) -> i32 {
+pub fn clear(socket: &Path, gpu: &str, nic: Option<&str>, reason: &str, skip_validation: bool, json: bool) -> i32 {
     let asked = super::clear::ClearRequest {
         gpu: gpu.to_string(),
         nic: nic.map(str::to_string),
         reason: reason.to_string(),
+        skip_validation,
     };
     if let Err(e) = asked.checked_reason() {
         eprintln!("not cleared: {e}");

@@ -6,6 +6,7 @@
 //! STATUS line count them. The rules are rows of a table (rules.rs); docs/health.md's table
 //! is made of the same rows.
 
+pub mod baseline;
 pub mod clear;
 pub mod clear_nic;
 pub mod cli;
@@ -97,12 +98,17 @@ pub fn evaluate(snapshot: &mut Snapshot) {
 }
 
 fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding> {
+    let cleared = snapshot.clears.get(&device.identity.uuid).map(|c| c.time());
+    let probe_comparisons = baseline::compare(device, snapshot, &snapshot.health_limits.probe_regression, cleared);
     findings(&Seen {
+        probe_comparisons: &probe_comparisons,
         device,
         xids: snapshot.xid.for_bus(&device.identity.pci_bus_id),
         probe: snapshot.probe.reports.get(&device.identity.uuid),
+        probe_error: snapshot.probe.last_error.get(&device.identity.uuid).map(String::as_str),
+        validation: snapshot.validations.get(&device.identity.uuid),
         limits: &snapshot.health_limits,
-        cleared: snapshot.clears.get(&device.identity.uuid).map(|c| c.time()),
+        cleared,
         board_swap: snapshot.board_swaps.get(&device.identity.uuid),
         fabric_manager: snapshot.fabric_manager.as_ref(),
         now: SystemTime::now(),

@@ -305,18 +305,20 @@ fn fabric_not_ready(seen: &Seen, r: &DeviceReadings) -> Option<Hit> {
 }
 
 fn probe_failed(seen: &Seen) -> Option<Hit> {
+    if let Some((validation, detail)) = seen.validation.and_then(|v| Some((v, v.failed()?))) {
+        return Some(Hit {
+            message: format!(
+                "{detail} (its validation after {}); it stays out of service until it is repaired and \
+                 cleared again (`gpuwarden health clear`)",
+                validation.why
+            ),
+            severity: Some(Unhealthy),
+        });
+    }
     let report = seen
         .probe
         .filter(|r| seen.after_clear(crate::model::from_unix_seconds(r.started)))?;
-    let failed: Vec<String> = report
-        .tests
-        .iter()
-        .filter(|t| t.pass == Some(false))
-        .map(|t| match (t.sustained, t.expected) {
-            (Some(s), Some(e)) if e > 0.0 => format!("{} at {:.0}% of expected", t.test.name(), s / e * 100.0),
-            _ => t.test.name().to_string(),
-        })
-        .collect();
+    let failed = report.shortfalls();
     (!failed.is_empty()).then(|| {
         format!(
             "failed the probe: {}; look at its clock-event reasons, temperature and PCIe width under load (`gpuwarden probe --gpu {}`)",
@@ -325,6 +327,58 @@ fn probe_failed(seen: &Seen) -> Option<Hit> {
         )
         .into()
     })
+}
+
+fn probe_regressed(seen: &Seen) -> Option<Hit> {
+    use crate::health::baseline::percent_below;
+    let regressed: Vec<String> = seen
+        .probe_comparisons
+        .iter()
+        .filter(|c| c.regressed())
+        .map(|c| {
+            let unit = c.test.unit();
+            let reference = |r: Option<(f64, usize)>, what: &str| match r {
+                Some((value, n)) => format!(
+                    "{:.1}% below {what} {} ({n} probe(s))",
+                    percent_below(c.figure, value),
+                    unit.human(value)
+                ),
+                None => format!("{what}: none yet"),
+            };
+            format!(
+                "{} sustained {}: {}, {}",
+                c.test.name(),
+                unit.human(c.figure),
+                reference(c.own, "its own baseline"),
+                reference(c.node, "the node's median for its model")
+            )
+        })
+        .collect();
+    (!regressed.is_empty()).then(|| {
+        format!(
+            "slower than it was or than its neighbours: {}; a synchronous job runs at its slowest GPU's pace. Look at \
+             its clock-event reasons and temperature under load (`gpuwarden report --gpu {}` has its probe history)",
+            regressed.join("; "),
+            seen.device.identity.index
+        )
+        .into()
+    })
+}
+
+fn validating(seen: &Seen) -> Option<Hit> {
+    let validation = seen.validation.filter(|v| v.pending())?;
+    let since = humantime::format_rfc3339_seconds(crate::model::from_unix_seconds(validation.since));
+    let waiting = match seen.probe_error {
+        Some(error) => format!("its last probe could not run ({error}); tried again every minute"),
+        None => "it runs as soon as the GPU is idle".to_string(),
+    };
+    Some(
+        format!(
+            "kept out of service until a probe passes, after {} ({since}); {waiting}",
+            validation.why
+        )
+        .into(),
+    )
 }
 
 fn board_replaced(seen: &Seen) -> Option<Hit> {
@@ -568,14 +622,34 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(fabric_not_ready),
     },
     Rule {
+        reason: "validating",
+        severity: Unhealthy,
+        worse_when: None,
+        when: "an operator cleared the GPU of an unhealthy finding, or the journal found a new board in its slot, and no probe has passed since (`health.validate_after_clear`, on by default; \"Return to service\" below)",
+        action: "none: the probe runs as soon as the GPU is idle, and a pass returns the node to service; `gpuwarden health clear --skip-validation` lets it back without one",
+        ends: false,
+        dcgm: None,
+        check: Check::Device(validating),
+    },
+    Rule {
         reason: "probe_failed",
         severity: Degraded,
-        worse_when: None,
-        when: "the last scheduled probe fell short of the model's expected throughput, or the GPU failed a test with a CUDA error ([probe.md](probe.md)); until a later probe passes",
+        worse_when: Some("it was the probe of a validation (\"Return to service\")"),
+        when: "the last scheduled probe fell short of the model's expected throughput, or the GPU failed a test with a CUDA error ([probe.md](probe.md)); until a later probe passes. A failed validation probe (or one that hung past `probe.timeout`) stays until the next clear",
         action: "look at what the probe saw under load; run `gpuwarden probe --gpu N` on the idle GPU before draining it",
         ends: false,
         dcgm: None,
         check: Check::Device(probe_failed),
+    },
+    Rule {
+        reason: "probe_regressed",
+        severity: Degraded,
+        worse_when: None,
+        when: "the latest probe's sustained figure of a test is more than `probe.regression_pct` (7%) below the GPU's own baseline (the median of its last `probe.baseline_probes` (10) probes, at least 3, kept in the journal) or below the median of the node's other GPUs of its model ([probe.md](probe.md), \"Baselines\")",
+        action: "look at its clock-event reasons, temperature and power under load; compare `gpuwarden report --gpu N`'s probe history; drain it for the vendor's diagnostics if it stays slow",
+        ends: false,
+        dcgm: None,
+        check: Check::Device(probe_regressed),
     },
     Rule {
         reason: "board_replaced",
@@ -668,6 +742,9 @@ mod tests {
                 device: &device,
                 xids: &[],
                 probe: None,
+                probe_error: None,
+                probe_comparisons: &[],
+                validation: None,
                 limits: &Limits {
                     critical_hold: Duration::from_secs(3600),
                     temperature_margin: margin,
@@ -734,6 +811,9 @@ mod tests {
                 device: &device,
                 xids: &xids,
                 probe: Some(&probe),
+                probe_error: None,
+                probe_comparisons: &[],
+                validation: None,
                 limits: &limits,
                 cleared,
                 board_swap: None,
@@ -754,6 +834,9 @@ mod tests {
             device: &gpu_reading(readings),
             xids: &[],
             probe: None,
+            probe_error: None,
+            probe_comparisons: &[],
+            validation: None,
             limits: &Limits::default(),
             cleared: None,
             board_swap: None,

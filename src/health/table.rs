@@ -2,7 +2,7 @@
 //! (network.rs): a row (reason, severity, the condition and the action in words, the check)
 //! and what each kind of check looks at. docs/health.md's tables are made of these rows.
 
-use crate::model::health::{BoardSwap, HealthState, Limits, NetworkLimits};
+use crate::model::health::{BoardSwap, HealthState, Limits, NetworkLimits, Validation};
 use crate::model::nic::{NicDevice, NicPort};
 use crate::model::probe::ProbeReport;
 use crate::model::xid::XidCount;
@@ -16,6 +16,12 @@ pub struct Seen<'a> {
     pub xids: &'a [XidCount],
     /// Its last scheduled probe.
     pub probe: Option<&'a ProbeReport>,
+    /// Why its last probe could not run, if it could not.
+    pub probe_error: Option<&'a str>,
+    /// Its latest probe's figures against its baseline and its neighbours (baseline.rs).
+    pub probe_comparisons: &'a [crate::health::baseline::Comparison],
+    /// Its latest validation (a probe before return to service), if it had one.
+    pub validation: Option<&'a Validation>,
     /// The operator's thresholds.
     pub limits: &'a Limits,
     /// When an operator last cleared the GPU after a repair: what was held from before

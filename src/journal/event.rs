@@ -49,10 +49,13 @@ pub enum Kind {
     Nic,
     /// An NVSwitch error (SXID) from the kernel log: code, switch, severity, the line.
     Sxid,
+    /// A GPU's validation (a probe before return to service) began, passed, failed or was
+    /// skipped: the whole [`Validation`](crate::model::health::Validation).
+    Validation,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 20] = [
+    pub const ALL: [Kind; 21] = [
         Kind::Xid,
         Kind::XidStorm,
         Kind::Health,
@@ -73,6 +76,7 @@ impl Kind {
         Kind::Daemon,
         Kind::Nic,
         Kind::Sxid,
+        Kind::Validation,
     ];
 
     pub fn name(self) -> &'static str {
@@ -97,6 +101,7 @@ impl Kind {
             Kind::Daemon => "daemon",
             Kind::Nic => "nic",
             Kind::Sxid => "sxid",
+            Kind::Validation => "validation",
         }
     }
 

@@ -39,6 +39,7 @@ pub mod read;
 pub mod report;
 pub mod report_nic;
 mod task;
+pub mod validation_rows;
 pub mod worker;
 mod writer;
 
@@ -111,6 +112,10 @@ pub struct Seed {
     pub board_swaps: crate::model::health::BoardSwaps,
     /// This boot's NVSwitch errors.
     pub sxids: Vec<crate::model::xid::SxidCount>,
+    /// Each GPU's latest validation, whatever the boot.
+    pub validations: crate::model::health::Validations,
+    /// Each GPU's latest probes' figures, oldest first (its baseline).
+    pub probe_history: std::collections::BTreeMap<String, Vec<crate::model::probe::ProbeFigures>>,
 }
 
 /// The daemon's hold on its journal: an exclusive lock on `<state.path>.lock` for as long as
@@ -212,6 +217,8 @@ pub fn seed(place: &Place) -> Seed {
             clears,
             board_swaps,
             sxids,
+            validations,
+            probe_history,
         }) => Seed {
             xid_counts: xid_counts
                 .into_iter()
@@ -224,6 +231,8 @@ pub fn seed(place: &Place) -> Seed {
             clears,
             board_swaps,
             sxids: sxids.into_iter().map(worker::sxid_of_seed).collect(),
+            validations,
+            probe_history,
         },
         Ok(other) => {
             log::debug!("journal: no counts from before the restart: unexpected answer {other:?}");
@@ -277,6 +286,14 @@ struct Shared {
     wake: tokio::sync::Notify,
 }
 
+/// The sources the journal's writer sets: its own state, the board swaps it finds, and the
+/// validations a board swap starts.
+pub struct WritesTo {
+    pub status: Arc<Versioned<Option<JournalStatus>>>,
+    pub board_swaps: Arc<Versioned<crate::model::health::BoardSwaps>>,
+    pub validations: Arc<Versioned<crate::model::health::Validations>>,
+}
+
 impl Journal {
     /// Starts the writer, a task on the runtime. It opens the database itself (in a worker):
     /// a bad file never holds the daemon's start up.
@@ -284,8 +301,7 @@ impl Journal {
         lock: JournalLock,
         place: Place,
         store: Arc<Store>,
-        status: Arc<Versioned<Option<JournalStatus>>>,
-        board_swaps: Arc<Versioned<crate::model::health::BoardSwaps>>,
+        writes_to: WritesTo,
         xids: Arc<XidStore>,
         stop: crate::service::stop::Stop,
     ) -> Journal {
@@ -298,7 +314,7 @@ impl Journal {
         // Every counted XID is kept for the writer to take (it looks at each publish, which a
         // counted XID brings within a fraction of a second).
         xids.keep_reports();
-        let writer = writer::Writer::new(place, rx, store.clone(), status, board_swaps, xids, shared.clone());
+        let writer = writer::Writer::new(place, rx, store.clone(), writes_to, xids, shared.clone());
         let writer = Arc::new(Mutex::new(writer));
         task::look_at_each_snapshot(&store, writer.clone(), shared.clone());
         // The task ends at the stop signal, after its last batch; dropping its stop handle

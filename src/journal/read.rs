@@ -9,6 +9,7 @@ use super::facts::GpuFacts;
 use crate::xid::store::SeedCounts;
 use rusqlite::{Connection, params_from_iter, types::Value as SqlValue};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -202,7 +203,52 @@ pub fn seed(path: &Path, boot_id: &str) -> Result<Seed, DbError> {
         clears: clears(&conn, boot_id).map_err(&err)?,
         board_swaps: board_swaps(&conn, SystemTime::now()).map_err(&err)?,
         sxids: sxids(&conn, boot_id).map_err(&err)?,
+        validations: validations(&conn).map_err(&err)?,
+        probe_history: probe_history(&conn).map_err(&err)?,
     })
+}
+
+/// Each GPU's latest validation from its newest `validation` row, whatever the boot: a reboot
+/// between a clear and its probe does not let the GPU skip it.
+pub fn validations(conn: &Connection) -> rusqlite::Result<crate::model::health::Validations> {
+    let rows = newest_per_gpu(conn, "validation", "1 = ?1", 1)?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(uuid, (_, details))| {
+            let validation = serde_json::from_value(details.get("validation")?.clone()).ok()?;
+            Some((uuid, validation))
+        })
+        .collect())
+}
+
+/// The most probe rows a restart's seed reads (a node's GPUs times their history).
+const MAX_PROBE_ROWS: u32 = 64 * crate::model::probe::MAX_HISTORY as u32;
+
+/// Each GPU's latest [`MAX_HISTORY`](crate::model::probe::MAX_HISTORY) probes' figures,
+/// oldest first, from the `probe` rows (whatever the boot: a baseline outlives reboots).
+pub fn probe_history(conn: &Connection) -> rusqlite::Result<BTreeMap<String, Vec<crate::model::probe::ProbeFigures>>> {
+    let mut statement = conn.prepare(
+        "SELECT gpu_uuid, details FROM (SELECT gpu_uuid, details, at, \
+         ROW_NUMBER() OVER (PARTITION BY gpu_uuid ORDER BY at DESC) AS newest \
+         FROM events WHERE kind = 'probe' AND gpu_uuid IS NOT NULL) \
+         WHERE newest <= ?1 ORDER BY at LIMIT ?2",
+    )?;
+    let rows = statement.query_map(
+        rusqlite::params![crate::model::probe::MAX_HISTORY as u32, MAX_PROBE_ROWS],
+        |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+    )?;
+    let mut out: BTreeMap<String, Vec<crate::model::probe::ProbeFigures>> = BTreeMap::new();
+    for row in rows {
+        let (uuid, details) = row?;
+        // A row the daemon did not write (or an older shape) is left out, not trusted.
+        let Ok(report) = serde_json::from_str::<crate::model::probe::ProbeReport>(&details) else {
+            continue;
+        };
+        out.entry(uuid)
+            .or_default()
+            .push(crate::model::probe::ProbeFigures::of(&report));
+    }
+    Ok(out)
 }
 
 /// The board swaps of the last [`BOARD_SWAP_NOTICE`] by the new board's UUID, from the

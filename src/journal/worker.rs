@@ -156,6 +156,10 @@ pub enum Answer {
         /// (switch, address, code, fatal, count, last seen, message).
         #[serde(default)]
         sxids: Vec<SxidSeed>,
+        #[serde(default)]
+        validations: crate::model::health::Validations,
+        #[serde(default)]
+        probe_history: BTreeMap<String, Vec<crate::model::probe::ProbeFigures>>,
     },
     Timeline {
         rows: BTreeMap<String, Vec<Row>>,
@@ -473,6 +477,8 @@ fn answer(request: Request) -> Reply {
                 clears: seed.clears,
                 board_swaps: seed.board_swaps,
                 sxids: seed.sxids.into_iter().map(seed_of_sxid).collect(),
+                validations: seed.validations,
+                probe_history: seed.probe_history,
             })
         }
         Request::Timeline { path, now } => read::timeline(&path, now)

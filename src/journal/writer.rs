@@ -58,6 +58,10 @@ pub(super) struct Writer {
     status: Arc<Versioned<Option<JournalStatus>>>,
     /// Where a board swap goes for the verdict's notice.
     board_swaps: Arc<Versioned<crate::model::health::BoardSwaps>>,
+    /// Where a board swap starts a validation (`health.validate_after_clear`).
+    validations: Arc<Versioned<crate::model::health::Validations>>,
+    /// What was last written of the validations.
+    validation_rows: super::validation_rows::ValidationRows,
     /// Where the counted XIDs are taken from (its outbox).
     xids: Arc<XidStore>,
     shared: Arc<Shared>,
@@ -106,8 +110,7 @@ impl Writer {
         place: Place,
         rx: Receiver<Box<Message>>,
         store: Arc<Store>,
-        status: Arc<Versioned<Option<JournalStatus>>>,
-        board_swaps: Arc<Versioned<crate::model::health::BoardSwaps>>,
+        writes_to: super::WritesTo,
         xids: Arc<XidStore>,
         shared: Arc<Shared>,
     ) -> Writer {
@@ -115,8 +118,10 @@ impl Writer {
             place,
             rx,
             store,
-            status,
-            board_swaps,
+            status: writes_to.status,
+            board_swaps: writes_to.board_swaps,
+            validation_rows: super::validation_rows::ValidationRows::from_seed(writes_to.validations.get()),
+            validations: writes_to.validations,
             xids,
             shared,
             open: false,
@@ -393,6 +398,25 @@ impl Writer {
                     },
                 );
             });
+            // A new board proves itself with a probe before its node returns to service
+            // (the probe is CUDA's: NVIDIA boards only).
+            if snapshot.health_limits.validate_after_clear && device.identity.vendor == crate::model::Vendor::Nvidia {
+                let why = format!(
+                    "a new board in slot {} (it replaced serial {})",
+                    new.pci_bus_id,
+                    previous.serial.as_deref().unwrap_or("unknown")
+                );
+                self.validations.update(|all| {
+                    all.insert(
+                        new.uuid.clone(),
+                        crate::model::health::Validation {
+                            since: now,
+                            why,
+                            outcome: None,
+                        },
+                    );
+                });
+            }
             // The old board's facts stay (its history keeps its serial), but no longer at
             // this address.
             if let Some(old) = self.facts.get_mut(&previous.uuid) {
@@ -453,6 +477,9 @@ impl Writer {
         }
         self.missing = missing;
         for row in self.nic_rows.look(snapshot, now) {
+            self.push(row);
+        }
+        for row in self.validation_rows.look(snapshot, now) {
             self.push(row);
         }
     }

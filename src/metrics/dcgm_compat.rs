@@ -497,9 +497,12 @@ mod tests {
             // DCGM has no watch for these: its diagnostics, not its health watches, run
             // workloads; a board swap is not a fault; vGPU licensing is not a watch of DCGM's;
             // a GPU missing from the bus has no GPU to report for; DCGM's health does not read
-            // the driver's recovery action (DCGM #263: a GPU that needs a reset is Healthy).
+            // the driver's recovery action (DCGM #263: a GPU that needs a reset is Healthy);
+            // a GPU awaiting its validation probe is a state of gpuwarden's, not a fault.
             let none = [
+                "validating",
                 "probe_failed",
+                "probe_regressed",
                 "board_replaced",
                 "vgpu_unlicensed",
                 "gpu_missing",

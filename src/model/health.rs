@@ -65,6 +65,19 @@ pub struct Limits {
     pub error_rates: ErrorRateLimits,
     /// `network`: the thresholds of the network ports' rules.
     pub network: NetworkLimits,
+    /// `health.validate_after_clear`: a clear or a board swap starts a validation.
+    pub validate_after_clear: bool,
+    /// `probe.regression_pct` and `probe.baseline_probes`: when a probe counts as regressed.
+    pub probe_regression: ProbeRegression,
+}
+
+/// When a probe's figure counts as regressed (`probe_regressed`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProbeRegression {
+    /// Percent below a reference.
+    pub pct: f64,
+    /// How many earlier probes make the GPU's own baseline.
+    pub baseline_probes: usize,
 }
 
 /// An error counter whose growth the operator can put a limit on (`health.error_rates`).
@@ -175,6 +188,72 @@ pub type BoardSwaps = std::collections::BTreeMap<String, BoardSwap>;
 
 /// How long a board swap is a notice in the verdict (`board_replaced`).
 pub const BOARD_SWAP_NOTICE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// A GPU that must pass a probe before it counts as in service again
+/// (`health.validate_after_clear`, docs/health.md "Return to service"): after an operator
+/// cleared it of an unhealthy finding, or after a new board was found in its slot. Kept by
+/// UUID; the journal keeps each change (`validation` rows), so a restart or a reboot does not
+/// let a GPU skip it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Validation {
+    /// Unix seconds: only a probe started at or after this counts.
+    pub since: f64,
+    /// Why it is validated, for a person: "cleared by uid 0 ...: reseated", "board replaced".
+    pub why: String,
+    /// What the first probe after `since` came to; None while it is awaited.
+    pub outcome: Option<ValidationOutcome>,
+}
+
+/// How a validation ended.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum ValidationOutcome {
+    /// The probe passed: back in service.
+    Passed { at: f64, detail: String },
+    /// The probe failed (a test short of its expected figure, a CUDA error, a probe that
+    /// hung): unhealthy again until the next clear.
+    Failed { at: f64, detail: String },
+    /// An operator let the GPU back without a probe (`health clear --skip-validation`).
+    Skipped { at: f64, detail: String },
+}
+
+impl ValidationOutcome {
+    pub fn label(&self) -> &'static str {
+        match self {
+            ValidationOutcome::Passed { .. } => "passed",
+            ValidationOutcome::Failed { .. } => "failed",
+            ValidationOutcome::Skipped { .. } => "skipped",
+        }
+    }
+    pub fn detail(&self) -> &str {
+        match self {
+            ValidationOutcome::Passed { detail, .. }
+            | ValidationOutcome::Failed { detail, .. }
+            | ValidationOutcome::Skipped { detail, .. } => detail,
+        }
+    }
+}
+
+impl Validation {
+    /// Still waiting for its probe: the GPU is kept out of service.
+    pub fn pending(&self) -> bool {
+        self.outcome.is_none()
+    }
+    /// Its probe failed: the GPU is unhealthy until the next clear.
+    pub fn failed(&self) -> Option<&str> {
+        match &self.outcome {
+            Some(ValidationOutcome::Failed { detail, .. }) => Some(detail),
+            _ => None,
+        }
+    }
+    /// Its state's word: pending, passed, failed or skipped.
+    pub fn state(&self) -> &'static str {
+        self.outcome.as_ref().map_or("pending", ValidationOutcome::label)
+    }
+}
+
+/// Every GPU's latest validation, by UUID.
+pub type Validations = std::collections::BTreeMap<String, Validation>;
 
 /// `network.expected_rate_gbps`: the rate a port should run at per link layer, in Gb/s.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

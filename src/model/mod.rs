@@ -541,6 +541,8 @@ pub struct Snapshot {
     pub clears: std::sync::Arc<health::Clears>,
     /// Boards replaced within the last day, by the new board's UUID.
     pub board_swaps: std::sync::Arc<health::BoardSwaps>,
+    /// Each GPU's latest validation (a probe before return to service), by UUID.
+    pub validations: std::sync::Arc<health::Validations>,
     /// Scheduled probe results and counters (empty outside the daemon).
     pub probe: std::sync::Arc<probe::ProbeSnapshot>,
     /// NVIDIA and AMD GPUs on the PCI bus (sysfs), to compare with the enumerated ones.

@@ -139,7 +139,60 @@ impl ProbeReport {
             Some(verdicts.iter().all(|p| *p))
         }
     }
+
+    /// Each failed test with its figure: "hbm_copy 2000.0 GB/s, 50% of the expected
+    /// 4000.0 GB/s", or why it failed part way (a CUDA error). Empty when none failed.
+    pub fn shortfalls(&self) -> Vec<String> {
+        self.tests
+            .iter()
+            .filter(|t| t.pass == Some(false))
+            .map(|t| match (t.sustained, t.expected) {
+                (Some(s), Some(e)) if e > 0.0 => format!(
+                    "{} {}, {:.0}% of the expected {}",
+                    t.test.name(),
+                    t.test.unit().human(s),
+                    s / e * 100.0,
+                    t.test.unit().human(e)
+                ),
+                _ => match &t.skipped {
+                    Some(why) => format!("{} ({why})", t.test.name()),
+                    None => t.test.name().to_string(),
+                },
+            })
+            .collect()
+    }
 }
+
+/// One probe's figures, as a GPU's baseline keeps them (docs/probe.md, "Baselines").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeFigures {
+    /// Unix seconds when the probe started.
+    pub started: f64,
+    /// Each test that gave a figure: (test, burst, sustained), base units per second.
+    pub tests: Vec<(Test, Option<f64>, Option<f64>)>,
+}
+
+impl ProbeFigures {
+    pub fn of(report: &ProbeReport) -> ProbeFigures {
+        ProbeFigures {
+            started: report.started,
+            tests: report
+                .tests
+                .iter()
+                .filter(|t| t.burst.is_some() || t.sustained.is_some())
+                .map(|t| (t.test, t.burst, t.sustained))
+                .collect(),
+        }
+    }
+
+    /// The sustained figure of `test`.
+    pub fn sustained(&self, test: Test) -> Option<f64> {
+        self.tests.iter().find(|(t, ..)| *t == test).and_then(|(_, _, s)| *s)
+    }
+}
+
+/// The most probes a GPU's history keeps (`probe.baseline_probes` is at most this).
+pub const MAX_HISTORY: usize = 50;
 
 /// Probe results and counters, as the metrics and the status page read them.
 #[derive(Debug, Clone, Default)]
@@ -153,6 +206,23 @@ pub struct ProbeSnapshot {
     pub skipped: BTreeMap<(String, &'static str), u64>,
     /// The last error per uuid, for the status page.
     pub last_error: BTreeMap<String, String>,
+    /// Each GPU's earlier probes, oldest first, at most [`MAX_HISTORY`] (the journal's seed
+    /// and every report since), by uuid: the baseline the latest is compared with.
+    pub history: BTreeMap<String, std::collections::VecDeque<ProbeFigures>>,
+}
+
+impl ProbeSnapshot {
+    /// Keeps `report` as the GPU's latest and its figures in its history.
+    pub fn keep(&mut self, uuid: &str, report: ProbeReport) {
+        let history = self.history.entry(uuid.to_string()).or_default();
+        if history.back().is_none_or(|last| last.started < report.started) {
+            history.push_back(ProbeFigures::of(&report));
+        }
+        while history.len() > MAX_HISTORY {
+            history.pop_front();
+        }
+        self.reports.insert(uuid.to_string(), report);
+    }
 }
 
 /// One row of `probe.expected` (the config) or of the shipped table: GPUs whose name contains `match` (case-insensitive) should reach these values.

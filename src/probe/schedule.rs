@@ -6,6 +6,11 @@
 //! and no compute process (checked by the probe itself, right before it starts). Otherwise
 //! the probe is skipped, counted by reason, and tried again after `RETRY_AFTER`.
 //!
+//! A GPU awaiting validation (`health.validate_after_clear`: cleared of an unhealthy finding,
+//! or a new board in its slot) comes first, whether the schedule is on or not: it is probed
+//! as soon as it is idle (looked at again every `VALIDATION_RETRY` while busy), and the first
+//! report after its clear decides (`validation_outcome`).
+//!
 //! The probe runs as a child process (`gpuwarden probe --json`), never in the daemon: the
 //! CUDA driver and cuBLAS add hundreds of MB that would stay mapped for good, and a probe
 //! that hangs in the driver is killed after `probe.timeout` while the daemon goes on.
@@ -14,9 +19,10 @@ use super::busy_reason;
 use super::{ProbeError, ProbeReport, ProbeSnapshot};
 use crate::config::Probe;
 pub use crate::config::settings::ChildSettings;
+use crate::model::health::{ValidationOutcome, Validations};
 use crate::model::{DeviceSnapshot, Snapshot};
 use crate::service::stop::Stop;
-use crate::snapshot::store::Store;
+use crate::snapshot::store::{Store, Versioned};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -28,6 +34,10 @@ use std::time::{Duration, Instant};
 /// A skipped GPU is looked at again after this long (or after `probe.interval`, if shorter).
 const RETRY_AFTER: Duration = Duration::from_secs(600);
 const TICK: Duration = Duration::from_secs(1);
+/// A GPU awaiting validation that was busy is looked at again after this long.
+const VALIDATION_RETRY: Duration = Duration::from_secs(5);
+/// A validation probe that could not run at all (no CUDA driver) is tried again after this.
+const VALIDATION_ERROR_RETRY: Duration = Duration::from_secs(60);
 /// The longest the scheduler sleeps while the schedule is off; a reload or the stop wakes it
 /// sooner.
 const IDLE_WAIT: Duration = Duration::from_secs(3600);
@@ -75,19 +85,85 @@ pub fn next_due<'a>(
         .map(|(d, _)| d)
 }
 
+/// When a pending validation (by uuid, and its `since`: a new clear starts afresh) may be
+/// tried again.
+pub type RetryAt = BTreeMap<String, (f64, Instant)>;
+
+/// The GPU awaiting validation to probe now: NVIDIA (the probe is CUDA's), present, its
+/// validation pending, and not waiting out a retry of that same validation.
+pub fn next_validation<'a>(snapshot: &'a Snapshot, retry_at: &RetryAt, now: Instant) -> Option<&'a DeviceSnapshot> {
+    snapshot.devices.iter().find(|d| {
+        let Some(validation) = snapshot.validations.get(&d.identity.uuid).filter(|v| v.pending()) else {
+            return false;
+        };
+        d.identity.vendor == crate::model::Vendor::Nvidia
+            && retry_at
+                .get(&d.identity.uuid)
+                .is_none_or(|(since, at)| *since != validation.since || *at <= now)
+    })
+}
+
+/// Whether a snapshot has a GPU whose validation the scheduler must see to.
+fn validation_pending(snapshot: &Snapshot) -> bool {
+    snapshot.validations.values().any(|v| v.pending())
+}
+
+/// What a probe outcome does to a pending validation that began at `since`: its end, or None
+/// while it is still awaited (the GPU was busy, or the probe could not run at all).
+pub fn validation_outcome(outcome: &Outcome, since: f64, now: f64) -> Option<ValidationOutcome> {
+    match outcome {
+        Outcome::Report(report) if report.started >= since => {
+            let failed = report.shortfalls();
+            Some(if failed.is_empty() {
+                let detail = match report.passed() {
+                    Some(true) => format!("passed the probe ({:.1} s)", report.wall_seconds),
+                    _ => format!(
+                        "ran every test without an error ({:.1} s; no expected figures for {})",
+                        report.wall_seconds, report.name
+                    ),
+                };
+                ValidationOutcome::Passed { at: now, detail }
+            } else {
+                ValidationOutcome::Failed {
+                    at: now,
+                    detail: format!("failed the probe: {}", failed.join(", ")),
+                }
+            })
+        }
+        Outcome::Error("timeout", why) => Some(ValidationOutcome::Failed {
+            at: now,
+            detail: why.clone(),
+        }),
+        _ => None,
+    }
+}
+
 /// Starts the scheduler thread. `settings` is read at every tick, so a reload takes effect
-/// at once; `stop` ends the thread (a probe in flight is killed).
+/// at once; `stop` ends the thread (a probe in flight is killed). `validations`: where a
+/// validation probe's outcome goes.
 pub fn spawn(
     store: Arc<Store>,
     state: Arc<ProbeState>,
+    validations: Arc<Versioned<Validations>>,
     settings: Arc<crate::config::settings::SharedSettings>,
     stop: Stop,
 ) -> std::io::Result<()> {
+    // A snapshot with a validation to see to wakes the scheduler from its wait for a reload:
+    // whoever started it (a clear, the journal's board swap, the seed) need not know it.
+    store.on_publish(Box::new({
+        let settings = settings.clone();
+        move |snapshot| {
+            if validation_pending(snapshot) {
+                settings.wake_waiters();
+            }
+        }
+    }));
     std::thread::Builder::new()
         .name("probe-scheduler".into())
         .spawn(move || {
             let started = Instant::now();
             let mut due: BTreeMap<String, Instant> = BTreeMap::new();
+            let mut validation_retry = RetryAt::new();
             let mut idle = true;
             // A stop wakes a wait for a reload too.
             stop.on_stop({
@@ -106,33 +182,105 @@ pub fn spawn(
                 if state.get().schedule_enabled != enabled {
                     state.update(|s| s.schedule_enabled = enabled);
                 }
-                if !enabled {
-                    // Off (the default): asleep until a reload turns it on, or the stop.
-                    reloads = settings.wait_for_reload(reloads, IDLE_WAIT, || stop.is_stopped());
-                    continue;
-                }
                 let snapshot = store.latest();
                 let now = Instant::now();
-                let interval = current.probe.interval;
-                let Some(device) = next_due(&snapshot, &due, started, interval, now) else {
+                if let Some(device) = next_validation(&snapshot, &validation_retry, now) {
+                    idle = false;
+                    let since = snapshot.validations.get(&device.identity.uuid).map_or(0.0, |v| v.since);
+                    let retry = validate(device, &snapshot, &current, &state, &validations, &stop);
+                    validation_retry.insert(device.identity.uuid.clone(), (since, Instant::now() + retry));
                     continue;
-                };
-                idle = false;
-                let uuid = device.identity.uuid.clone();
-                let outcome = match precheck(device, &current.probe) {
-                    Some((reason, why)) => Outcome::Skipped(reason, why),
-                    None => run_child(device.identity.index, &current, &stop),
-                };
-                let retry = interval.min(RETRY_AFTER);
-                let next = match &outcome {
-                    Outcome::Report(_) => Instant::now() + interval,
-                    _ => Instant::now() + retry,
-                };
-                due.insert(uuid.clone(), next);
-                record(&state, &uuid, device.identity.index, outcome);
+                }
+                if !enabled {
+                    // Off (the default): asleep until a reload turns it on, a validation
+                    // comes, or the stop.
+                    if !validation_pending(&snapshot) {
+                        reloads = settings.wait_for_reload(reloads, IDLE_WAIT, || {
+                            stop.is_stopped() || validation_pending(&store.latest())
+                        });
+                    }
+                    continue;
+                }
+                idle = !probe_next_due(&snapshot, &mut due, started, &current, &state, &stop);
             }
         })?;
     Ok(())
+}
+
+/// The scheduled probe of the GPU due next, if one is; whether there was one.
+fn probe_next_due(
+    snapshot: &Snapshot,
+    due: &mut BTreeMap<String, Instant>,
+    started: Instant,
+    current: &ChildSettings,
+    state: &ProbeState,
+    stop: &Stop,
+) -> bool {
+    let interval = current.probe.interval;
+    let Some(device) = next_due(snapshot, due, started, interval, Instant::now()) else {
+        return false;
+    };
+    let uuid = device.identity.uuid.clone();
+    let outcome = match precheck(device, &current.probe) {
+        Some((reason, why)) => Outcome::Skipped(reason, why),
+        None => run_child(device.identity.index, current, stop),
+    };
+    let next = match &outcome {
+        Outcome::Report(_) => Instant::now() + interval,
+        _ => Instant::now() + interval.min(RETRY_AFTER),
+    };
+    due.insert(uuid.clone(), next);
+    record(state, &uuid, device.identity.index, outcome);
+    true
+}
+
+/// Probes a GPU awaiting validation, writes the outcome into `validations`, and says when
+/// to look at it again if it is still pending.
+fn validate(
+    device: &DeviceSnapshot,
+    snapshot: &Snapshot,
+    settings: &ChildSettings,
+    state: &ProbeState,
+    validations: &Versioned<Validations>,
+    stop: &Stop,
+) -> Duration {
+    let uuid = device.identity.uuid.clone();
+    let index = device.identity.index;
+    let Some(since) = snapshot.validations.get(&uuid).map(|v| v.since) else {
+        return VALIDATION_RETRY;
+    };
+    let outcome = match precheck(device, &settings.probe) {
+        Some((reason, why)) => Outcome::Skipped(reason, why),
+        None => {
+            log::info!(gpu_uuid = uuid; "GPU {index} validation: probing it before it returns to service");
+            run_child(index, settings, stop)
+        }
+    };
+    let retry = match &outcome {
+        Outcome::Skipped(..) => VALIDATION_RETRY,
+        _ => VALIDATION_ERROR_RETRY,
+    };
+    let end = validation_outcome(
+        &outcome,
+        since,
+        crate::model::unix_seconds(std::time::SystemTime::now()),
+    );
+    record(state, &uuid, index, outcome);
+    if let Some(end) = end {
+        match &end {
+            ValidationOutcome::Failed { detail, .. } => {
+                log::warn!(gpu_uuid = uuid; "GPU {index} failed its validation and stays out of service: {detail}")
+            }
+            other => log::info!(gpu_uuid = uuid; "GPU {index} validated: {}", other.detail()),
+        }
+        validations.update(|all| {
+            // Only the validation this probe was for: a clear in between started another.
+            if let Some(v) = all.get_mut(&uuid).filter(|v| v.since == since) {
+                v.outcome = Some(end);
+            }
+        });
+    }
+    retry
 }
 
 fn record(state: &ProbeState, uuid: &str, index: u32, outcome: Outcome) {
@@ -156,7 +304,7 @@ fn record(state: &ProbeState, uuid: &str, index: u32, outcome: Outcome) {
             }
             state.update(|s| {
                 *s.runs.entry((uuid.to_string(), result)).or_default() += 1;
-                s.reports.insert(uuid.to_string(), *report);
+                s.keep(uuid, *report);
                 s.last_error.remove(uuid);
             });
         }
@@ -354,6 +502,100 @@ mod tests {
         // The retry of GPU 1 comes before the next round of the others.
         let retry = later + RETRY_AFTER;
         assert_eq!(next_due(&snapshot, &due, start, hour, retry).unwrap().identity.index, 1);
+    }
+
+    fn report_at(started: f64, pass: Option<bool>) -> ProbeReport {
+        ProbeReport {
+            gpu: 0,
+            uuid: "GPU-0".into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            started,
+            wall_seconds: 15.0,
+            expectation: None,
+            pass_fraction: 0.9,
+            tests: vec![crate::model::probe::TestResult {
+                test: crate::model::probe::Test::HbmCopy,
+                params: Default::default(),
+                duration_seconds: 2.0,
+                burst: Some(2100e9),
+                sustained: Some(2000e9),
+                expected: pass.map(|_| 4000e9),
+                pass,
+                skipped: None,
+                under_load: Default::default(),
+            }],
+        }
+    }
+
+    #[test]
+    fn the_first_probe_after_the_clear_decides_a_validation_and_a_hung_one_fails_it() {
+        let decide = |outcome: Outcome| validation_outcome(&outcome, 100.0, 200.0);
+        let passed = decide(Outcome::Report(Box::new(report_at(150.0, Some(true)))));
+        assert_eq!(passed.as_ref().map(|o| o.label()), Some("passed"));
+        let failed = decide(Outcome::Report(Box::new(report_at(150.0, Some(false))))).unwrap();
+        assert_eq!(failed.label(), "failed");
+        assert_eq!(
+            failed.detail(),
+            "failed the probe: hbm_copy 2000.0 GB/s, 50% of the expected 4000.0 GB/s",
+            "names the test and the figure"
+        );
+        // No expected figures for the model, no CUDA error: it works.
+        let no_verdict = decide(Outcome::Report(Box::new(report_at(150.0, None)))).unwrap();
+        assert_eq!(no_verdict.label(), "passed");
+        assert!(
+            no_verdict.detail().contains("without an error"),
+            "{}",
+            no_verdict.detail()
+        );
+        // A report from before the clear says nothing of the repair.
+        assert_eq!(decide(Outcome::Report(Box::new(report_at(50.0, Some(true))))), None);
+        assert_eq!(
+            decide(Outcome::Error("timeout", "killed".into())).unwrap().label(),
+            "failed"
+        );
+        assert_eq!(
+            decide(Outcome::Error("error", "no libcuda".into())),
+            None,
+            "still awaited"
+        );
+        assert_eq!(decide(Outcome::Skipped("compute_processes", "busy".into())), None);
+    }
+
+    #[test]
+    fn gpus_awaiting_validation_come_first_nvidia_only_and_not_while_waiting_to_retry() {
+        use crate::model::health::Validation;
+        let mut snapshot = Snapshot {
+            devices: vec![device(0, true, 0.0, 0), device(1, true, 0.0, 0)],
+            ..Default::default()
+        };
+        let now = Instant::now();
+        assert!(next_validation(&snapshot, &RetryAt::new(), now).is_none());
+        let pending = Validation {
+            since: 1.0,
+            why: "x".into(),
+            outcome: None,
+        };
+        let mut done = pending.clone();
+        done.outcome = Some(ValidationOutcome::Passed {
+            at: 2.0,
+            detail: "ok".into(),
+        });
+        snapshot.validations = Arc::new([("GPU-0".to_string(), done), ("GPU-1".to_string(), pending)].into());
+        assert_eq!(
+            next_validation(&snapshot, &RetryAt::new(), now).unwrap().identity.index,
+            1
+        );
+        let mut retry: RetryAt = [("GPU-1".to_string(), (1.0, now + VALIDATION_RETRY))].into();
+        assert!(next_validation(&snapshot, &retry, now).is_none());
+        assert!(next_validation(&snapshot, &retry, now + VALIDATION_RETRY).is_some());
+        // A new clear (another `since`) is not held back by the last one's retry.
+        retry.insert("GPU-1".to_string(), (0.5, now + VALIDATION_ERROR_RETRY));
+        assert!(next_validation(&snapshot, &retry, now).is_some());
+        snapshot.devices[1].identity.vendor = crate::model::Vendor::Amd;
+        assert!(
+            next_validation(&snapshot, &RetryAt::new(), now).is_none(),
+            "no CUDA probe for AMD"
+        );
     }
 
     #[test]

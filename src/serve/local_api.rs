@@ -54,6 +54,8 @@ pub struct LocalState {
     pub app: AppState,
     /// Where a clear goes: the publisher reads it into the next snapshot.
     pub clears: Arc<Versioned<Clears>>,
+    /// Where a clear of an unhealthy GPU starts its validation (a probe before it returns).
+    pub validations: Arc<Versioned<crate::model::health::Validations>>,
     /// Where a clear is recorded; None with the journal off.
     pub journal: Option<Journal>,
 }
@@ -154,12 +156,14 @@ async fn clear_gpu(State(local): State<LocalState>, Extension(peer): Extension<P
     let comm = peer.comm();
     let by = peer.describe(&comm);
     let uuid = device.identity.uuid.clone();
+    let validation = start_or_skip_validation(&local, &before, &device, &request, at, &by, &reason);
     let (polled_after, after) = keep_clear(&local, uuid.clone(), at, &reason, &by).await;
-    let answer = clear::answer(
+    let mut answer = clear::answer(
         &device,
         after.devices.iter().find(|d| d.identity.uuid == uuid),
         polled_after,
     );
+    answer.validation = validation;
     let still: Vec<&str> = answer.still.iter().map(|f| f.reason.as_str()).collect();
     log::info!(
         "GPU {} ({uuid}) cleared by {by}: {reason}; let go of [{}], still present [{}]",
@@ -186,10 +190,66 @@ async fn clear_gpu(State(local): State<LocalState>, Extension(peer): Extension<P
                 "comm": comm,
                 "cleared": answer.cleared,
                 "still": still,
+                "skip_validation": request.skip_validation,
+                "validation": answer.validation,
             }),
         ));
     }
     json_answer(&answer)
+}
+
+/// A clear's step about validation (health/clear.rs, `validation_step`), done: a new pending
+/// validation, or the open one ended as skipped. What the answer says of it.
+fn start_or_skip_validation(
+    local: &LocalState,
+    before: &crate::model::Snapshot,
+    device: &crate::model::DeviceSnapshot,
+    request: &ClearRequest,
+    at: f64,
+    by: &str,
+    reason: &str,
+) -> Option<String> {
+    use crate::model::health::{Validation, ValidationOutcome};
+    let uuid = &device.identity.uuid;
+    let on = local.app.settings.current().config.health.validate_after_clear;
+    let step = clear::validation_step(device, on, request.skip_validation, before.validations.get(uuid));
+    match step {
+        clear::ValidationStep::Start => {
+            local.validations.update(|all| {
+                all.insert(
+                    uuid.clone(),
+                    Validation {
+                        since: at,
+                        why: format!("a clear by {by}: {reason}"),
+                        outcome: None,
+                    },
+                );
+            });
+            log::info!(gpu_uuid = uuid.as_str(); "GPU {} validating: it returns to service once a probe passes", device.identity.index);
+            Some(format!(
+                "validating: GPU {} stays out of service until a probe passes; it runs as soon as the GPU is idle \
+                 (`gpuwarden health` shows it; --skip-validation lets it back without one)",
+                device.identity.index
+            ))
+        }
+        clear::ValidationStep::Skip => {
+            let detail = format!("skipped by {by}: {reason}");
+            local.validations.update(|all| {
+                let entry = all.entry(uuid.clone()).or_insert_with(|| Validation {
+                    since: at,
+                    why: format!("a clear by {by}: {reason}"),
+                    outcome: None,
+                });
+                entry.outcome = Some(ValidationOutcome::Skipped {
+                    at,
+                    detail: detail.clone(),
+                });
+            });
+            log::warn!(gpu_uuid = uuid.as_str(); "GPU {} returns to service without a validation probe: {detail}", device.identity.index);
+            Some(format!("not validated: {detail}"))
+        }
+        clear::ValidationStep::None(why) => why.map(str::to_string),
+    }
 }
 
 /// A clear of a network adapter (`"nic": "mlx5_0"`): as a GPU's, keyed `nic:<device>`.

@@ -56,6 +56,11 @@ impl Options {
                     symbol_errors_per_hour: config.network.symbol_errors_per_hour,
                     ignore: config.network.ignore.clone(),
                 },
+                validate_after_clear: config.health.validate_after_clear,
+                probe_regression: crate::model::health::ProbeRegression {
+                    pct: config.probe.regression_pct,
+                    baseline_probes: config.probe.baseline_probes,
+                },
             },
             hostname: hostname.to_string(),
         }
@@ -77,6 +82,7 @@ pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generatio
         health_limits: options.health_limits.clone(),
         clears: inputs.clears.clone(),
         board_swaps: inputs.board_swaps.clone(),
+        validations: inputs.validations.clone(),
         hostname: options.hostname.clone(),
         probe: inputs.probes.clone(),
         pci_gpus: (*inputs.pci).clone(),

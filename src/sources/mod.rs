@@ -300,6 +300,9 @@ sources! {
     clears: Versioned<crate::model::health::Clears>,
     /// Boards the journal found replaced.
     board_swaps: Versioned<crate::model::health::BoardSwaps>,
+    /// GPUs that must pass a probe before they return to service (the local API's clear and
+    /// the journal's board swaps start one, the probe scheduler ends it).
+    validations: Versioned<crate::model::health::Validations>,
 }
 
 impl Sources {

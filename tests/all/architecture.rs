@@ -218,6 +218,8 @@ const LAYERS: &[(&str, u32)] = &[
     ("health::network", 2),
     ("health::table", 2),
     ("health::nvswitch", 2),
+    // Probe baselines: pure comparisons the rule table words.
+    ("health::baseline", 2),
     ("serve::history", 3),
     ("serve::sparkline", 3),
     ("attribution", 3),

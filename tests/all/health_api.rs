@@ -210,7 +210,9 @@ fn clear_rows(d: &Daemon) -> Vec<serde_json::Value> {
 
 #[test]
 fn health_clear_lets_go_of_a_held_fatal_xid_records_who_and_why_and_survives_a_restart() {
-    let d = Daemon::start(DEMO_SCENARIO);
+    // The clear alone: no validation probe after it (that is tests/all/slurm_real.rs's).
+    let config = test_config(&sim_library(), "health:\n  validate_after_clear: false\n");
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
     d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
     d.log_kernel("NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\n");
     wait_for_exit(&d, 1);

@@ -612,21 +612,28 @@ fn a_different_gpu_at_the_same_address_is_a_board_swap_and_the_old_serial_keeps_
     assert_eq!(report["identity"]["serial"], GPU0_SERIAL);
     assert_eq!(report["xids"].as_array().unwrap().len(), 1);
 
-    // The verdict says which board was replaced, and stays healthy: the old board's fatal
-    // XID was another boot's and another board's.
-    let replaced = |d: &Daemon| -> Option<String> {
+    // The verdict says which board was replaced, and the old board's fatal XID (another boot's
+    // and another board's) does not count; but the new board has not proved itself yet: it is
+    // validating (the test has no CUDA, so its probe cannot run and it stays so).
+    let gpu0_verdict = |d: &Daemon| -> Option<serde_json::Value> {
         let verdict: serde_json::Value = serde_json::from_slice(&d.get("/api/v1/health", &[]).body).ok()?;
-        let gpu0 = verdict["gpus"]
+        verdict["gpus"]
             .as_array()?
             .iter()
-            .find(|g| g["pci_bus_id"] == "0000:19:00.0")?
-            .clone();
-        assert_ne!(gpu0["state"], "unhealthy", "{gpu0}");
-        let notice = gpu0["findings"]
+            .find(|g| g["pci_bus_id"] == "0000:19:00.0")
+            .cloned()
+    };
+    let finding = |gpu: &serde_json::Value, reason: &str| -> Option<serde_json::Value> {
+        gpu["findings"]
             .as_array()?
             .iter()
-            .find(|f| f["reason"] == "board_replaced")?
-            .clone();
+            .find(|f| f["reason"] == reason)
+            .cloned()
+    };
+    let replaced = |d: &Daemon| -> Option<String> {
+        let gpu0 = gpu0_verdict(d)?;
+        assert!(finding(&gpu0, "xid_fatal").is_none(), "{gpu0}");
+        let notice = finding(&gpu0, "board_replaced")?;
         assert_eq!(notice["severity"], "notice");
         notice["message"].as_str().map(str::to_string)
     };
@@ -635,44 +642,80 @@ fn a_different_gpu_at_the_same_address_is_a_board_swap_and_the_old_serial_keeps_
         message.contains(&format!("it replaced serial {GPU0_SERIAL} ({GPU0_UUID})")),
         "{message}"
     );
+    let validating = |d: &Daemon| gpu0_verdict(d).and_then(|g| finding(&g, "validating"));
+    let finding_now = eventually("validating", Duration::from_secs(10), || validating(&d));
+    assert_eq!(finding_now["severity"], "unhealthy");
+    let message = finding_now["message"].as_str().unwrap();
+    assert!(
+        message.contains("a new board in slot 0000:19:00.0 (it replaced serial 1653024000000)"),
+        "{message}"
+    );
     let m = d.scrape();
     assert_eq!(
         m.value("gpu_health_reason", &[gpu0(), ("reason", "board_replaced")]),
         Some(1.0)
     );
-    assert_eq!(m.value("gpu_health", &[gpu0(), ("state", "ok")]), Some(1.0));
+    assert_eq!(m.value("gpu_health", &[gpu0(), ("state", "unhealthy")]), Some(1.0));
     let health = Command::new(BIN)
         .args(["health", "--socket"])
         .arg(d.socket_path())
         .output()
         .expect("run gpuwarden health");
-    assert_eq!(health.status.code(), Some(0));
+    assert_eq!(health.status.code(), Some(1));
     let text = String::from_utf8_lossy(&health.stdout);
+    assert!(text.starts_with("unhealthy: GPU 0 validating"), "{text}");
     assert!(
         text.contains("notice: GPU 0") && text.contains("board_replaced"),
         "{text}"
     );
+    let rows = wait_for_kind(&state, "validation", "GPU-0b0a4d1e-1111-4d6b-9a0c-00000000beef");
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(rows[0]["details"]["state"], "pending", "{rows:#?}");
 
-    // A restart keeps the notice (from the journal); a clear ends it.
+    // A restart keeps both (from the journal): a restart does not let a board skip its probe.
     let d = d.restart(false, Some(""));
     eventually("the notice after a restart", Duration::from_secs(10), || replaced(&d));
-    let clear = Command::new(BIN)
-        .args([
-            "health",
-            "clear",
-            "--gpu",
-            "0",
-            "--reason",
-            "new board checked",
-            "--socket",
-        ])
-        .arg(d.socket_path())
-        .output()
-        .expect("run gpuwarden health clear");
-    let out = String::from_utf8_lossy(&clear.stdout);
-    assert!(out.contains("let go of board_replaced"), "{out}");
-    assert_eq!(clear.status.code(), Some(0), "{out}");
+    eventually("validating after a restart", Duration::from_secs(10), || validating(&d));
+    // A clear of a validating GPU starts another validation: a clear alone never lets it back.
+    let clear = |extra: &[&str]| {
+        Command::new(BIN)
+            .args([
+                "health",
+                "clear",
+                "--gpu",
+                "0",
+                "--reason",
+                "new board checked",
+                "--socket",
+            ])
+            .arg(d.socket_path())
+            .args(extra)
+            .output()
+            .expect("run gpuwarden health clear")
+    };
+    let out = clear(&[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("let go of board_replaced"), "{text}");
+    assert!(
+        text.contains("validating: GPU 0 stays out of service until a probe passes"),
+        "{text}"
+    );
+    // The operator skips it: back in service, and the journal says who and why.
+    let out = clear(&["--skip-validation"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("not validated: skipped by uid"), "{text}");
     assert_eq!(replaced(&d), None);
+    assert_eq!(validating(&d), None);
+    let skipped = eventually("the skipped row", Duration::from_secs(10), || {
+        let rows = wait_for_kind(&state, "validation", "GPU-0b0a4d1e-1111-4d6b-9a0c-00000000beef");
+        rows.into_iter().find(|r| r["details"]["state"] == "skipped")
+    });
+    assert!(
+        skipped["summary"].as_str().unwrap().contains("new board checked"),
+        "{skipped:#?}"
+    );
 }
 
 #[test]

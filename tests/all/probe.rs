@@ -273,7 +273,7 @@ fn no_cuda_driver_no_nvml_and_no_such_gpu_are_clear_errors() {
 /// utilization, GPU 3 is slow at HBM copies, GPU 4's CUDA context hangs (probe.timeout).
 #[test]
 fn scheduled_probes_run_on_idle_gpus_only_and_show_in_metrics_health_and_status_page() {
-    let idle = regex_free_idle(&with_cuda(DEMO_SCENARIO));
+    let idle = all_idle(&with_cuda(DEMO_SCENARIO));
     let scenario = idle;
     let scenario = edit_device(&scenario, 1, |d| format!("{d}    compute_processes: 1\n"));
     let scenario = edit_device(&scenario, 2, |d| {
@@ -380,21 +380,6 @@ fn scheduled_probes_run_on_idle_gpus_only_and_show_in_metrics_health_and_status_
     );
     // The daemon itself served throughout and stops cleanly, killing no one's work.
     assert_eq!(d.stop(), Some(0));
-}
-
-/// Every GPU of the demo at 0% utilization and without compute processes (some of them run
-/// work in the demo).
-fn regex_free_idle(scenario: &str) -> String {
-    scenario
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("processes: ["))
-        .map(|l| match l.find("utilization: { gpu: ") {
-            Some(i) => format!("{}utilization: {{ gpu: 0, memory: 0 }}", &l[..i]),
-            None => l.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-        + "\n"
 }
 
 #[test]

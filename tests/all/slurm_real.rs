@@ -261,13 +261,9 @@ fn wait_for_node(slurm: &Slurm, what: &str, within: Duration, check: impl Fn(&st
     }
 }
 
-#[test]
-fn the_health_check_drains_on_an_unhealthy_gpu_resumes_after_and_leaves_an_admins_drain_alone() {
-    const INTERVAL: u64 = 3;
-    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let dir = root.path();
-    let d = Daemon::start(DEMO_SCENARIO);
-    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+/// A one-node Slurm whose HealthCheckProgram is the shipped healthcheck.sh against `d`, every
+/// `interval` seconds.
+fn health_checked_slurm(dir: &Path, d: &Daemon, interval: u64) -> Slurm {
     // slurmd runs the health check with no environment of ours: a wrapper names the daemon's
     // socket and this cluster's slurm.conf for scontrol and sinfo, and gives a PATH where
     // gpuwarden is (installed elsewhere than /usr/bin: found through the PATH it was given).
@@ -305,15 +301,25 @@ fn the_health_check_drains_on_an_unhealthy_gpu_resumes_after_and_leaves_an_admin
     let noop = dir.join("noop");
     std::fs::write(&noop, "#!/bin/sh\nexit 0\n").unwrap();
     checked("chmod", Command::new("chmod").arg("755").arg(&noop).output());
-    let slurm = Slurm::start(
+    Slurm::start(
         dir,
         &noop,
         &noop,
         &format!(
-            "HealthCheckProgram={}\nHealthCheckInterval={INTERVAL}\nHealthCheckNodeState=ANY\n",
+            "HealthCheckProgram={}\nHealthCheckInterval={interval}\nHealthCheckNodeState=ANY\n",
             check.display()
         ),
-    );
+    )
+}
+
+#[test]
+fn the_health_check_drains_on_an_unhealthy_gpu_resumes_after_and_leaves_an_admins_drain_alone() {
+    const INTERVAL: u64 = 3;
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = root.path();
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    let slurm = health_checked_slurm(dir, &d, INTERVAL);
     let within = Duration::from_secs(INTERVAL + 1 + 4); // an interval, a poll, and slack for CI
     // Healthy (the demo's GPUs are ok or degraded): a few checks leave the node idle.
     std::thread::sleep(Duration::from_secs(INTERVAL + 1));
@@ -369,4 +375,125 @@ fn the_health_check_drains_on_an_unhealthy_gpu_resumes_after_and_leaves_an_admin
         s.starts_with("drain")
     });
     assert!(state.contains("gpuwarden: GPU 0 xid_fatal"), "{state}");
+}
+
+/// `gpuwarden health clear --gpu GPU` against `d`: exit code and stdout.
+fn clear(d: &Daemon, gpu: &str, reason: &str) -> (i32, String) {
+    let out = Command::new(BIN)
+        .args(["health", "clear", "--gpu", gpu, "--reason", reason, "--socket"])
+        .arg(d.socket_path())
+        .output()
+        .expect("run gpuwarden health clear");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+    )
+}
+
+/// Return to service only after a probe passes (issue "Validate, don't only watch", item 1),
+/// with the simulated CUDA driver answering: a fatal XID drains the node; the operator's clear
+/// keeps it drained as `validating` while GPU 0 is busy; once idle the probe runs (the schedule
+/// is off) and its pass resumes the node. Then a GPU slow at HBM copies: its clear's probe
+/// fails, and the node stays drained as `probe_failed`, naming the test and the figure.
+#[test]
+fn a_cleared_gpu_stays_drained_as_validating_until_its_probe_passes_and_a_failed_one_stays_drained() {
+    const INTERVAL: u64 = 3;
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = root.path();
+    let idle = all_idle(&with_cuda(DEMO_SCENARIO));
+    let busy = edit_device(&idle, 0, |dev| format!("{dev}    compute_processes: 1\n"));
+    let slow = edit_device(&idle, 0, |dev| {
+        dev.replace("hbm_copy_gbps: 4300", "hbm_copy_gbps: 2000")
+    });
+    // The schedule off: only validation probes run. Short tests, so a probe takes a second.
+    let probes = "probe:\n  schedule: false\n  memory_cap_mib: 256\n  max_utilization: 1.0\n  timeout: 20s\n  \
+                  durations: {gemm_bf16: 200ms, fma_fp32: 200ms, hbm_copy: 200ms, pcie_h2d: 200ms, pcie_d2h: 200ms}\n";
+    let cuda = tempfile::tempdir().unwrap();
+    let env = [("LD_LIBRARY_PATH", sim_cuda_dir(cuda.path(), true).display().to_string())];
+    let d = Daemon::start_full(&busy, &test_config(&sim_library(), probes), "", &env);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    let slurm = health_checked_slurm(dir, &d, INTERVAL);
+    let within = Duration::from_secs(INTERVAL + 1 + 4);
+    std::thread::sleep(Duration::from_secs(INTERVAL + 1));
+    assert_eq!(node_state(&slurm), "idle none");
+
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE (0x00000000)\n");
+    let state = wait_for_node(&slurm, "the drain", within, |s| s.contains("xid_fatal"));
+    assert!(
+        state.starts_with("drain") && state.contains("gpuwarden: GPU 0 xid_fatal"),
+        "{state}"
+    );
+
+    // Repaired and cleared: still drained, now as validating; GPU 0 runs a job, so no probe yet.
+    let (code, out) = clear(&d, "0", "replaced the HBM board, INC-1");
+    assert_eq!(code, 1, "a finding is still present: {out}");
+    assert!(out.contains("let go of xid_fatal"), "{out}");
+    assert!(
+        out.contains("validating: GPU 0 stays out of service until a probe passes"),
+        "{out}"
+    );
+    let state = wait_for_node(&slurm, "validating", within, |s| s.contains("validating"));
+    assert_eq!(state, "drain gpuwarden: GPU 0 validating");
+    d.scrape_until("the busy GPU's probe skipped", |m| {
+        m.value(
+            "gpu_probe_skipped_total",
+            &[("gpu", "0"), ("reason", "compute_processes")],
+        )
+        .is_some()
+    });
+    std::thread::sleep(Duration::from_secs(2 * INTERVAL));
+    assert_eq!(
+        node_state(&slurm),
+        "drain gpuwarden: GPU 0 validating",
+        "no probe, no resume"
+    );
+
+    // The job ends: the probe runs at once and passes; the node resumes.
+    d.set_scenario(&idle);
+    wait_for_node(
+        &slurm,
+        "the resume after the probe passed",
+        within + Duration::from_secs(10),
+        |s| s == "idle none",
+    );
+    let m = d.scrape();
+    assert_eq!(
+        m.value("gpu_probe_runs_total", &[("gpu", "0"), ("result", "pass")]),
+        Some(1.0)
+    );
+    assert!(
+        d.log_text().contains("GPU 0 validated: passed the probe"),
+        "{}",
+        d.log_text()
+    );
+
+    // A board slow at HBM: a new fatal XID, a clear, and its probe fails. Drained as
+    // probe_failed with the figure, and it stays so (not probed again until the next clear).
+    d.set_scenario(&slow);
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE (0x00000000)\n");
+    wait_for_node(&slurm, "the second drain", within, |s| s.contains("xid_fatal"));
+    let (code, out) = clear(&d, "0", "reseated, INC-2");
+    assert_eq!(code, 1, "{out}");
+    let state = wait_for_node(&slurm, "the failed validation", within + Duration::from_secs(10), |s| {
+        s.contains("probe_failed")
+    });
+    assert_eq!(state, "drain gpuwarden: GPU 0 probe_failed");
+    let health = Command::new(BIN)
+        .args(["health", "--socket"])
+        .arg(d.socket_path())
+        .output()
+        .expect("run gpuwarden health");
+    let text = String::from_utf8_lossy(&health.stdout);
+    assert!(
+        text.contains("failed the probe: hbm_copy 2000.0 GB/s, 50% of the expected 4000.0 GB/s"),
+        "names the test and the figure: {text}"
+    );
+    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    assert_eq!(node_state(&slurm), "drain gpuwarden: GPU 0 probe_failed");
+    let m = d.scrape();
+    assert_eq!(
+        m.value("gpu_probe_runs_total", &[("gpu", "0"), ("result", "fail")]),
+        Some(1.0),
+        "probed once"
+    );
 }

@@ -145,3 +145,18 @@ pub const DEMO_ADDRESSES: [&str; 8] = [
     "0000:cb:00.0",
     "0000:db:00.0",
 ];
+
+/// Every GPU of the demo at 0% utilization and without compute processes (some of them run
+/// work in the demo).
+pub fn all_idle(scenario: &str) -> String {
+    scenario
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("processes: ["))
+        .map(|l| match l.find("utilization: { gpu: ") {
+            Some(i) => format!("{}utilization: {{ gpu: 0, memory: 0 }}", &l[..i]),
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
