@@ -90,7 +90,7 @@ pub fn compare(
 }
 
 /// The median (the mean of the middle two for an even count); `values` is not empty.
-fn median(mut values: Vec<f64>) -> f64 {
+pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     let mid = values.len() / 2;
     if values.len() % 2 == 1 {

@@ -337,9 +337,9 @@ fn probe_regressed(seen: &Seen) -> Option<Hit> {
         .filter(|c| c.regressed())
         .map(|c| {
             let unit = c.test.unit();
-            let reference = |r: Option<(f64, usize)>, what: &str| match r {
+            let reference = |r: Option<(f64, usize)>, what: &str, counted: &str| match r {
                 Some((value, n)) => format!(
-                    "{:.1}% below {what} {} ({n} probe(s))",
+                    "{:.1}% below {what} {} ({n} {counted})",
                     percent_below(c.figure, value),
                     unit.human(value)
                 ),
@@ -349,8 +349,8 @@ fn probe_regressed(seen: &Seen) -> Option<Hit> {
                 "{} sustained {}: {}, {}",
                 c.test.name(),
                 unit.human(c.figure),
-                reference(c.own, "its own baseline"),
-                reference(c.node, "the node's median for its model")
+                reference(c.own, "its own baseline", "earlier probes"),
+                reference(c.node, "the node's median for its model", "other GPUs")
             )
         })
         .collect();

@@ -95,7 +95,10 @@ pub fn report(path: &Path, gpu: &str, format: ReportFormat) -> i32 {
         Err(e) => return unreadable(path, &e.to_string()),
     };
     let now = crate::model::unix_seconds(SystemTime::now());
-    match report::build(&conn, &facts, now) {
+    // The report reads no config: each probe is set against the default baseline (the median
+    // of its 10 earlier probes).
+    let baseline_probes = crate::config::Probe::default().baseline_probes;
+    match report::build(&conn, &facts, now, baseline_probes) {
         Ok(r) => {
             match format {
                 ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default()),

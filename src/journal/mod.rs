@@ -38,6 +38,7 @@ pub mod nic_rows;
 pub mod read;
 pub mod report;
 pub mod report_nic;
+pub mod report_probes;
 mod task;
 pub mod validation_rows;
 pub mod worker;

@@ -47,6 +47,8 @@ pub struct Report {
     pub xids: Vec<Row>,
     pub memory: Vec<Row>,
     pub probes: Vec<Row>,
+    /// Every probe's figures against the GPU's own baseline at the time, oldest first.
+    pub probe_history: Vec<super::report_probes::ProbeRow>,
     pub slowdowns: Vec<Row>,
     pub nvlink: Vec<Row>,
     /// The PCIe replay counter at first sight and at each start.
@@ -59,7 +61,7 @@ pub struct Report {
 }
 
 /// The report for `gpu`, from the whole retained history.
-pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64) -> rusqlite::Result<Report> {
+pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64, baseline_probes: usize) -> rusqlite::Result<Report> {
     let rows = read::events(
         conn,
         &Query {
@@ -97,6 +99,7 @@ pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64) -> rusqlite::Result<Re
         findings: gpu.findings.clone(),
         xids,
         memory,
+        probe_history: super::report_probes::history(&probes, baseline_probes),
         probes,
         slowdowns: of(&["slowdown"]),
         nvlink: of(&["nvlink"]),
@@ -220,6 +223,8 @@ pub fn markdown(report: &Report) -> String {
             out.push_str(&format!("| {} | {} |\n", utc(r.at), r.summary.replace('|', "\\|")));
         }
     }
+    out.push_str("\n## Probe history\n\n");
+    out.push_str(&super::report_probes::markdown(&report.probe_history));
     out.push_str("\n## What NVIDIA's documents say to do\n\n");
     if report.guidance.is_empty() {
         out.push_str("Nothing recorded that they send to field diagnostics or replacement.\n");

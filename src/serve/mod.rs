@@ -10,3 +10,4 @@ pub mod local_api;
 pub mod sparkline;
 pub mod status_network;
 pub mod status_page;
+pub mod status_probe;

@@ -610,12 +610,15 @@ fn events_and_xids_cells(
 /// The last probe: its verdict, when, and the tests that failed; or why there is none.
 fn probe_cell(snapshot: &Snapshot, d: &crate::model::DeviceSnapshot) -> String {
     let probe = &snapshot.probe;
+    let baseline_probes = snapshot.health_limits.probe_regression.baseline_probes;
+    let chart = super::status_probe::trend(probe, &d.identity.uuid, d.identity.index, baseline_probes);
     let Some(report) = probe.reports.get(&d.identity.uuid) else {
-        return match probe.last_error.get(&d.identity.uuid) {
+        let why = match probe.last_error.get(&d.identity.uuid) {
             Some(e) => format!("<small>could not run: {}</small>", escape(e)),
             None if probe.schedule_enabled => "<small>not run yet</small>".to_string(),
             None => "<small>not scheduled (probe.schedule)</small>".to_string(),
         };
+        return why + &chart.unwrap_or_default();
     };
     let when = ago(crate::model::from_unix_seconds(report.started));
     let mut cell = match report.passed() {
@@ -634,6 +637,7 @@ fn probe_cell(snapshot: &Snapshot, d: &crate::model::DeviceSnapshot) -> String {
             );
         }
     }
+    cell.push_str(&chart.unwrap_or_default());
     cell
 }
 

@@ -40,18 +40,6 @@ fn xid_rows(state: &Path) -> Vec<serde_json::Value> {
         .unwrap_or_default()
 }
 
-/// Looks every 200 ms until `look` gives a value, or fails after `within` saying `what`.
-fn eventually<T>(what: &str, within: Duration, mut look: impl FnMut() -> Option<T>) -> T {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        if let Some(found) = look() {
-            return found;
-        }
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 /// `gpuwarden report --gpu GPU --json` on the journal at `state`.
 fn report_json(state: &Path, gpu: &str) -> serde_json::Value {
     let out = Command::new(BIN)

@@ -6,6 +6,7 @@
 use crate::common;
 use common::*;
 use std::process::{Command, Output};
+use std::time::Duration;
 
 const H100: &str = "devices:
   - name: NVIDIA H100 80GB HBM3
@@ -399,4 +400,113 @@ fn a_node_without_cuda_keeps_serving_and_counts_the_errors() {
     );
     assert!(d.log_text().contains("probe could not run"), "{}", d.log_text());
     assert_eq!(d.stop(), Some(0));
+}
+
+/// Probe baselines (issue "Validate, don't only watch", item 2): two H100s probed in turn,
+/// GPU 0 slowing by 10% over five probes (2% each). `probe_regressed` comes once it is more
+/// than `probe.regression_pct` (7%) below its own baseline and its neighbour, not before;
+/// GPU 1 stays clear. The report shows the history against the baseline, the status page
+/// charts it, and a restart takes the baseline back from the journal.
+#[test]
+fn a_gpu_slowing_by_ten_percent_over_five_probes_is_regressed_against_its_baseline_and_its_neighbour() {
+    let second = H100
+        .trim_start_matches("devices:\n")
+        .replace(
+            "GPU-557e664c-0911-a952-bda7-8175faf6adad",
+            "GPU-557e664c-0911-a952-bda7-8175faf6adae",
+        )
+        .replace("00000000:19:00.0", "00000000:3b:00.0");
+    let node = |gemm0: f64| {
+        format!(
+            "{}{second}",
+            H100.replace("gemm_bf16_tflops: 690", &format!("gemm_bf16_tflops: {gemm0}"))
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("LD_LIBRARY_PATH", sim_cuda_dir(dir.path(), true).display().to_string())];
+    let config = test_config(&sim_library(), FAST_PROBES);
+    let d = Daemon::start_full(&node(690.0), &config, "", &env);
+    let runs = |m: &Metrics| {
+        m.value("gpu_probe_runs_total", &[("gpu", "0"), ("result", "pass")])
+            .unwrap_or(0.0)
+    };
+    d.scrape_until_within("four steady probes of GPU 0", Duration::from_secs(60), |m| {
+        runs(m) >= 4.0
+    });
+    let regressed =
+        |m: &Metrics, gpu: &str| m.value("gpu_health_reason", &[("gpu", gpu), ("reason", "probe_regressed")]);
+    let sustained = |m: &Metrics| {
+        m.value(
+            "gpu_probe_flops_per_second",
+            &[("gpu", "0"), ("test", "gemm_bf16"), ("figure", "sustained")],
+        )
+    };
+    for (step, expect) in [(0.98, false), (0.96, false), (0.94, false), (0.92, true), (0.90, true)] {
+        let rate = 690.0 * step;
+        d.set_scenario(&node(rate));
+        let m = d.scrape_until_within(&format!("a probe at {rate} TFLOP/s"), Duration::from_secs(30), |m| {
+            sustained(m).is_some_and(|v| (v / 1e12 - rate).abs() < rate * 0.005)
+        });
+        assert_eq!(regressed(&m, "0").is_some(), expect, "at {step}: {:?}", sustained(&m));
+        assert_eq!(regressed(&m, "1"), None, "the steady neighbour");
+    }
+    let finding = health_finding(&d, "0", "probe_regressed").expect("the finding");
+    assert_eq!(finding["severity"], "degraded");
+    let message = finding["message"].as_str().unwrap();
+    assert!(message.contains("gemm_bf16 sustained 621."), "the figure: {message}");
+    // The baseline is the median of its earlier probes, some of them already slower.
+    assert!(
+        message.contains("% below its own baseline 6"),
+        "its own reference: {message}"
+    );
+    assert!(
+        message.contains("10.0% below the node's median for its model 690.0 TFLOP/s (1 other GPUs)"),
+        "the node's: {message}"
+    );
+
+    // The report: each probe against the baseline of those before it (once the journal has
+    // written the last one: it writes at most once a second).
+    let report = eventually("the last probe in the report", Duration::from_secs(10), || {
+        let out = Command::new(BIN)
+            .args(["report", "--gpu", "0", "--markdown", "--state"])
+            .arg(d.state_path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.contains("621.0 TFLOP/s").then_some(text)
+    });
+    assert!(report.contains("## Probe history"), "{report}");
+    assert!(
+        report.contains("| gemm_bf16 sustained (burst), vs own baseline |"),
+        "{report}"
+    );
+    assert!(
+        report.contains("621.0 TFLOP/s") && report.contains("10.0% below"),
+        "{report}"
+    );
+    // The status page charts it.
+    let page = d.get("/", &[]).text();
+    assert!(page.contains("baseline 690.0 TFLOP/s"), "{page}");
+
+    // A restart: the baseline comes back from the journal, so the next probe is judged
+    // against the GPU's own history at once (not "none yet").
+    let d = d.restart(false, None);
+    d.scrape_until_within("a probe after the restart", Duration::from_secs(30), |m| runs(m) >= 1.0);
+    let message = eventually("the finding after the restart", Duration::from_secs(10), || {
+        health_finding(&d, "0", "probe_regressed").and_then(|f| f["message"].as_str().map(str::to_string))
+    });
+    assert!(message.contains("% below its own baseline 6"), "{message}");
+}
+
+/// The finding `reason` of GPU `gpu` in the daemon's verdict (`/api/v1/health`).
+fn health_finding(d: &Daemon, gpu: &str, reason: &str) -> Option<serde_json::Value> {
+    let verdict: serde_json::Value = serde_json::from_slice(&d.get("/api/v1/health", &[]).body).ok()?;
+    verdict["gpus"]
+        .as_array()?
+        .iter()
+        .find(|g| g["index"].to_string() == gpu)?["findings"]
+        .as_array()?
+        .iter()
+        .find(|f| f["reason"] == reason)
+        .cloned()
 }

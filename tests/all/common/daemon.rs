@@ -90,9 +90,10 @@ impl Daemon {
             .replace("@STATE@", &dir.path().join("state.db").display().to_string())
             .replace("@BOOT@", &dir.path().join("boot_id").display().to_string());
         std::fs::write(dir.path().join("config.yaml"), config).expect("write config");
-        let mut command = Daemon::command_in(dir.path());
-        command.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
-        Daemon::spawn(command, dir)
+        // Kept beside the config, so that a restart starts with the same environment.
+        let env_file: String = env.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        std::fs::write(dir.path().join("env"), env_file).expect("write env");
+        Daemon::spawn(Daemon::command_in(dir.path()), dir)
     }
 
     /// Starts the daemon in a private mount namespace where `setup` (a shell script, run as
@@ -141,6 +142,8 @@ impl Daemon {
             .args(["run", "--config"])
             .arg(dir.join("config.yaml"))
             .env("GPUWARDEN_SIM_NVML_SCENARIO", dir.join("scenario.yaml"));
+        let env = std::fs::read_to_string(dir.join("env")).unwrap_or_default();
+        command.envs(env.lines().filter_map(|line| line.split_once('=')));
         command
     }
 
