@@ -233,6 +233,29 @@ def fleet():
         .description("Last scheduled CUDA probe per test: 1 pass, 0 fail (probe.schedule in the config; docs/probe.md).")
         .with_target(q(f'gpu_probe_pass{{{SEL}}}', "", instant=True))
     )
+    dash = dash.with_row(db.Row("Stragglers and stalled jobs"))
+    dash = dash.with_panel(
+        table.Panel().title("Probe figures against the fleet's median for the model").datasource(DS).span(8).height(8)
+        .description("Each GPU's last sustained probe figure divided by the median of its model's GPUs across the "
+                     "fleet, per test; below 0.9 with at least 3 GPUs of the model is GpuProbeStraggler.")
+        .with_target(q(f'gpu:gpu_probe_sustained:by_model{{{SEL}}} / on(name, test) group_left() '
+                       'name_test:gpu_probe_sustained:median', "", instant=True))
+    )
+    dash = dash.with_panel(
+        table.Panel().title("Jobs' GPUs: SM clock under load against the job's median").datasource(DS).span(8).height(8)
+        .description("For each batch job's GPUs under load (utilization at least 50%), the SM clock divided by the "
+                     "job's median; below 0.9 for 10 minutes is GpuJobStraggler (the alert names the clock-event reason).")
+        .with_target(q(f'hpc_job_gpu:gpu_sm_clock_hertz:loaded{{{SEL}}} / on(hpc_job) group_left() '
+                       'hpc_job:gpu_sm_clock_hertz:median', "", instant=True))
+    )
+    dash = dash.with_panel(
+        table.Panel().title("GPUs spinning, not computing").datasource(DS).span(8).height(8)
+        .description("Busy at least 95%, under 30% of the power limit, tensor pipes and DRAM under 5% active, with "
+                     "the job or pod that holds them; 10 minutes of it is GpuJobStalled (a collective that never "
+                     "completes). Thresholds measured on an H200: docs/validation.md, A stalled job.")
+        .with_target(q(f'(gpu:gpu_spinning:bool{{{SEL}}} * on(instance, uuid) group_right() gpu_job_info) or '
+                       f'(gpu:gpu_spinning:bool{{{SEL}}} * on(instance, uuid) group_right() gpu_pod_info)', "", instant=True))
+    )
     return dash
 
 

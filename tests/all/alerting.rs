@@ -26,7 +26,7 @@ fn run(tool: &str, args: &[&str]) -> (bool, String) {
 #[test]
 fn promtool_checks_and_unit_tests_the_rules() {
     let (ok, out) = run("promtool", &["check", "rules", RULES]);
-    assert!(ok && out.contains("SUCCESS: 41 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 54 rules found"), "{out}");
     for tests in [
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/alerts.test.yml"),
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/energy.test.yml"),
@@ -153,7 +153,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
                 .map(|r| r["expr"].as_str().unwrap().to_string())
         })
         .collect();
-    assert_eq!(exprs.len(), 41);
+    assert_eq!(exprs.len(), 54);
     let used = metric_names(&exprs.join("\n"));
     assert!(
         used.contains("gpu_clock_event_seconds_total") && used.contains("gpu_up"),
@@ -501,6 +501,95 @@ fn interval_cases() -> Vec<IntervalCase> {
             checks: &[(-60, false, false), (60, true, true), (600, false, true)],
         },
         IntervalCase {
+            alert: "GpuJobStraggler",
+            what: "one GPU of a job of three runs its SM clock 20% below the others from the event on (for: 10m)",
+            series: &[
+                ("gpu_job_info{GPU,hpc_job=\"1\"}", |_| Some(1.0)),
+                ("gpu_clock_hertz{GPU,clock=\"sm\"}", |t| {
+                    Some(if t < EVENT { 1755e6 } else { 1400e6 })
+                }),
+                ("gpu_utilization_ratio{GPU}", |_| Some(1.0)),
+                (
+                    "gpu_job_info{instance=\"gpu-node-01:9100\",job=\"gpuwarden\",gpu=\"1\",uuid=\"peer-1\",hpc_job=\"1\"}",
+                    |_| Some(1.0),
+                ),
+                (
+                    "gpu_clock_hertz{instance=\"gpu-node-01:9100\",job=\"gpuwarden\",gpu=\"1\",uuid=\"peer-1\",clock=\"sm\"}",
+                    |_| Some(1755e6),
+                ),
+                (
+                    "gpu_utilization_ratio{instance=\"gpu-node-01:9100\",job=\"gpuwarden\",gpu=\"1\",uuid=\"peer-1\"}",
+                    |_| Some(1.0),
+                ),
+                (
+                    "gpu_job_info{instance=\"gpu-node-02:9100\",job=\"gpuwarden\",gpu=\"0\",uuid=\"peer-2\",hpc_job=\"1\"}",
+                    |_| Some(1.0),
+                ),
+                (
+                    "gpu_clock_hertz{instance=\"gpu-node-02:9100\",job=\"gpuwarden\",gpu=\"0\",uuid=\"peer-2\",clock=\"sm\"}",
+                    |_| Some(1740e6),
+                ),
+                (
+                    "gpu_utilization_ratio{instance=\"gpu-node-02:9100\",job=\"gpuwarden\",gpu=\"0\",uuid=\"peer-2\"}",
+                    |_| Some(1.0),
+                ),
+            ],
+            checks: &[(-60, false, false), (540, false, false), (600, true, true)],
+        },
+        IntervalCase {
+            alert: "GpuJobStalled",
+            what: "a job's GPU spins from the event on: busy, 90 W of 700, tensor and DRAM idle (for: 10m)",
+            series: &[
+                ("gpu_job_info{GPU,hpc_job=\"1\"}", |_| Some(1.0)),
+                ("gpu_utilization_ratio{GPU}", |_| Some(1.0)),
+                ("gpu_power_watts{GPU}", |t| Some(if t < EVENT { 650.0 } else { 90.0 })),
+                ("gpu_power_limit_watts{GPU}", |_| Some(700.0)),
+                ("gpu_tensor_active_ratio{GPU}", |t| {
+                    Some(if t < EVENT { 0.9 } else { 0.0 })
+                }),
+                ("gpu_dram_active_ratio{GPU}", |t| {
+                    Some(if t < EVENT { 0.3 } else { 0.001 })
+                }),
+            ],
+            checks: &[(-60, false, false), (540, false, false), (600, true, true)],
+        },
+        IntervalCase {
+            alert: "GpuProbeStraggler",
+            what: "a probe 15% below the fleet's median of four GPUs of the model (no for)",
+            series: &[
+                ("gpu_info{GPU,name=\"H100\"}", |_| Some(1.0)),
+                (
+                    "gpu_probe_flops_per_second{GPU,test=\"gemm_bf16\",figure=\"sustained\"}",
+                    |t| Some(if t < EVENT { 675e12 } else { 570e12 }),
+                ),
+                (
+                    "gpu_info{instance=\"gpu-node-01:9100\",job=\"gpuwarden\",gpu=\"1\",uuid=\"peer-1\",name=\"H100\"}",
+                    |_| Some(1.0),
+                ),
+                (
+                    "gpu_probe_flops_per_second{instance=\"gpu-node-01:9100\",job=\"gpuwarden\",gpu=\"1\",uuid=\"peer-1\",test=\"gemm_bf16\",figure=\"sustained\"}",
+                    |_| Some(680e12),
+                ),
+                (
+                    "gpu_info{instance=\"gpu-node-02:9100\",job=\"gpuwarden\",gpu=\"0\",uuid=\"peer-2\",name=\"H100\"}",
+                    |_| Some(1.0),
+                ),
+                (
+                    "gpu_probe_flops_per_second{instance=\"gpu-node-02:9100\",job=\"gpuwarden\",gpu=\"0\",uuid=\"peer-2\",test=\"gemm_bf16\",figure=\"sustained\"}",
+                    |_| Some(670e12),
+                ),
+                (
+                    "gpu_info{instance=\"gpu-node-02:9100\",job=\"gpuwarden\",gpu=\"1\",uuid=\"peer-3\",name=\"H100\"}",
+                    |_| Some(1.0),
+                ),
+                (
+                    "gpu_probe_flops_per_second{instance=\"gpu-node-02:9100\",job=\"gpuwarden\",gpu=\"1\",uuid=\"peer-3\",test=\"gemm_bf16\",figure=\"sustained\"}",
+                    |_| Some(678e12),
+                ),
+            ],
+            checks: &[(-60, false, false), (0, true, true), (600, false, true)],
+        },
+        IntervalCase {
             alert: "GpuwardenPollStale",
             what: "a healthy poll loop (each GPU polled a second before the scrape)",
             series: &[("gpu_last_poll_timestamp_seconds{GPU}", |t| Some(t as f64 - 1.0))],
@@ -565,6 +654,12 @@ fn interval_tests(rules: &std::path::Path, evaluation: u64, scrapes: &[u64]) -> 
                         }
                         "GpuLost" => format!("{gpu}, job: gpuwarden, vendor: nvidia, severity: critical"),
                         "GpuRecoveryActionRequired" => format!("{gpu}, action: gpu_reset, severity: critical"),
+                        "GpuJobStraggler" | "GpuJobStalled" => {
+                            format!("{gpu}, job: gpuwarden, vendor: nvidia, hpc_job: '1', severity: warning")
+                        }
+                        "GpuProbeStraggler" => format!(
+                            "{gpu}, job: gpuwarden, vendor: nvidia, name: H100, test: gemm_bf16, figure: sustained, severity: warning"
+                        ),
                         "GpuFabricManagerDown" => "instance: gpu-node-01:9100, job: gpuwarden, severity: warning".to_string(),
                         "NvswitchSxidFatal" => {
                             "instance: gpu-node-01:9100, switch: '2', pci_bus_id: 0000:07:00.0, sxid: '20034', severity: critical"
