@@ -145,7 +145,8 @@ enum Command {
     },
     /// Print the running daemon's health verdict (asked over its local socket, never by
     /// polling the GPUs again). Exit 0: no GPU unhealthy; 1: a GPU or the node is
-    /// unhealthy; 2: unknown (the daemon does not answer). The first line is short, for
+    /// unhealthy; 2: unknown (the daemon does not answer); 3: the idle node's scheduled
+    /// validation runs (keep new work off it; nothing is wrong). The first line is short, for
     /// node-problem-detector and Slurm's HealthCheckProgram.
     Health {
         #[command(subcommand)]

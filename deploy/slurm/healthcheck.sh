@@ -9,7 +9,9 @@
 #
 # It asks the running daemon (`gpuwarden health`, over its root-only local socket; it never
 # polls the GPUs itself). Its drain reason begins with "gpuwarden:" and names the GPU and the
-# finding, e.g. "gpuwarden: GPU 0 xid_fatal". A node someone else drained (a reason that does
+# finding, e.g. "gpuwarden: GPU 0 xid_fatal"; while the idle node's scheduled validation runs
+# (`gpuwarden health` exits 3) it drains it as "gpuwarden: validating", and resumes it when the
+# validation passes. A node someone else drained (a reason that does
 # not begin with "gpuwarden:") is never resumed and its reason never overwritten. When the
 # daemon does not answer (exit 2: stopped, restarting) nothing changes: a restart must not
 # drain a fleet. When it cannot read the node's current state (sinfo fails, is missing or
@@ -60,6 +62,16 @@ case "$code" in
             "$scontrol" update nodename="$node" state=drain reason="$new" && say "drained $node: $what"
         elif [ "$ours" = yes ] && [ "$reason" != "$new" ]; then
             "$scontrol" update nodename="$node" reason="$new" && say "$node still drained: $what"
+        fi
+        ;;
+    3)
+        # The idle node's scheduled validation (probe.mode: node): no new work until it ends.
+        # Nothing is wrong: the reason says so, and exit 0 afterwards resumes the node.
+        new="gpuwarden: validating"
+        if [ "$reason" = "none" ]; then
+            "$scontrol" update nodename="$node" state=drain reason="$new" && say "drained $node: scheduled validation"
+        elif [ "$ours" = yes ] && [ "$reason" != "$new" ]; then
+            "$scontrol" update nodename="$node" reason="$new" && say "$node still drained: scheduled validation"
         fi
         ;;
     0)

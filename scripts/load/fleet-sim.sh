@@ -2,9 +2,11 @@
 # Fleet simulation: N gpuwarden daemons (default 100), each over 8 simulated GPUs, one real
 # Prometheus scraping them every 5 s with the shipped rules, one real Alertmanager with the
 # shipped inhibit rules and a webhook receiver. It injects faults on a few chosen nodes (a
-# thermal violation, a fatal XID, a lost GPU, a PCIe width drop, a network port down), measures the time from each
-# injection to its alert reaching the webhook, checks that no other node alerted, measures the
-# daemons' memory and CPU and Prometheus's series and ingestion, and stops everything.
+# thermal violation, a fatal XID, a lost GPU, a PCIe width drop, a network port down, and one
+# GPU of a batch job across four nodes slowed down: a job straggler), measures the time from each
+# injection to its alert reaching the webhook, checks that no other node alerted (and that
+# the straggler alert names that GPU alone), measures the daemons' memory and CPU and
+# Prometheus's series and ingestion, and stops everything.
 #
 #   scripts/load/fleet-sim.sh [N]            (RESULTS=dir to keep the figures as JSON)
 #   MODE=victoriametrics scripts/load/fleet-sim.sh [N]
@@ -14,7 +16,8 @@
 # file unchanged against it (recording rules and alert state written back) and sends to the
 # same Alertmanager (Debian's victoria-metrics package).
 #
-# Loopback only; bounded: it gives up 6 minutes after the injection at the latest.
+# Loopback only; bounded: it gives up 12 minutes after the injection at the latest (the job
+# straggler's alert waits 10 minutes by design).
 # Needs: the release build (cargo build --release --workspace), Debian's prometheus and
 # prometheus-alertmanager (and victoria-metrics for that mode), python3 with PyYAML.
 set -euo pipefail
@@ -72,8 +75,19 @@ def device_block(text, index):
 def edit(text, index, fn):
     s, e = device_block(text, index)
     return text[:s] + fn(text[s:e]) + text[e:]
+# The nodes of the batch job: every GPU of each under the same load (the same clocks, power and
+# activity), so none is slower than the others until the fault makes one so.
+JOB_NODES = {min(N - 1, int(N * f)) for f in (0.88, 0.89, 0.90, 0.91)}
+JOB = "777"
+busy = quiet
+busy = re.sub(r"utilization: \{ gpu: \d+, memory: \d+ \}", "utilization: { gpu: 100, memory: 50 }", busy)
+busy = re.sub(r"clocks_mhz: \{ sm: \d+, memory: 3201, graphics: \d+ \}", "clocks_mhz: { sm: 1755, memory: 3201, graphics: 1755 }", busy)
+busy = re.sub(r"power_mw: \d+\n", "power_mw: 600000\n", busy)
+busy = re.sub(r"clock_events: \{ active: \d+,", "clock_events: { active: 0,", busy)
+busy = re.sub(r"tensor: \d+, dram: \d+,", "tensor: 90, dram: 30,", busy)
 def scenario_for(i):
-    return quiet.replace("GPU-5f2c7a1e-0000-", f"GPU-5f2c7a1e-{i:04d}-").replace('serial: "165302400', f'serial: "1{i:04d}400')
+    base = busy if i in JOB_NODES else quiet
+    return base.replace("GPU-5f2c7a1e-0000-", f"GPU-5f2c7a1e-{i:04d}-").replace('serial: "165302400', f'serial: "1{i:04d}400')
 def write_atomic(path, text):
     tmp = path.with_suffix(".tmp"); tmp.write_text(text); os.replace(tmp, path)
 
@@ -83,6 +97,12 @@ for i in range(N):
     port = free_port()
     (d / "scenario.yaml").write_text(scenario_for(i))
     (d / "kmsg").write_text("")
+    jobs = ""
+    if i in JOB_NODES:
+        (d / "jobs").mkdir(mode=0o755)
+        for gpu in range(8):
+            (d / "jobs" / str(gpu)).write_text(JOB + "\n")
+        jobs = f"hpc_jobs:\n  mapping_dir: {d / 'jobs'}\n"
     # Four healthy InfiniBand ports at NDR (the fixture tree), read every network.interval.
     shutil.copytree(ROOT / "tests/fixtures/sysfs/ndr-ib", d / "sysfs", symlinks=True)
     (d / "config.yaml").write_text(
@@ -91,7 +111,7 @@ for i in range(N):
         # The simulated GPUs are on no PCI bus: no census (the tree's GPUs are not these).
         f"amd:\n  sysfs_root: {d / 'sysfs'}\npci_census: false\n"
         # Each node its own health journal and local socket, as on real nodes.
-        f"state:\n  path: {d / 'state.db'}\nlocal_api:\n  socket: {d / 'gpuwarden.sock'}\n")
+        f"state:\n  path: {d / 'state.db'}\nlocal_api:\n  socket: {d / 'gpuwarden.sock'}\n{jobs}")
     env = dict(os.environ, GPUWARDEN_SIM_NVML_SCENARIO=str(d / "scenario.yaml"), RUST_LOG="warn")
     p = subprocess.Popen([str(BIN), "run", "--config", str(d / "config.yaml")], env=env,
                          stdout=subprocess.DEVNULL, stderr=open(d / "daemon.log", "w"))
@@ -223,6 +243,12 @@ try:
              lambda b: b.replace("width: 16, width_max: 16", "width: 8, width_max: 16")))),
         # A node alert: no gpu label.
         ("network port down", "NicPortDown", pick(0.55), "", port_down),
+        # One GPU of job 777 (four nodes, 32 GPUs) held at 1400 MHz by its power cap while its
+        # peers run at 1755: 20% below the job's median.
+        ("job straggler", "GpuJobStraggler", pick(0.90), "3",
+         lambda n: write_atomic(n["dir"] / "scenario.yaml", edit(scenario_for(n["i"]), 3,
+             lambda b: b.replace("sm: 1755, memory: 3201, graphics: 1755", "sm: 1400, memory: 3201, graphics: 1400")
+                        .replace("clock_events: { active: 0,", "clock_events: { active: 4,")))),
     ]
     injected = {}
     for name, alert, node, gpu, inject in faults:
@@ -253,6 +279,12 @@ try:
                                   "latency_s": latency, "budget_s": budget[key]})
     faulty = {k[1] for k in injected}
     stray = sorted({k for k in all_alerts if k[1] not in faulty})
+    # The straggler alert names the slowed GPU alone, on its node too.
+    stragglers = sorted({k for k in all_alerts if k[0] == "GpuJobStraggler"})
+    expected_stragglers = sorted(k for k in injected if k[0] == "GpuJobStraggler")
+    print(f"GpuJobStraggler for: {stragglers} (expected {expected_stragglers})")
+    ok &= stragglers == expected_stragglers
+    results["job_straggler_alerts"] = stragglers
     print(f"alerts for nodes without a fault: {stray or 'none'}")
     ok &= not stray
     results["stray_alerts"] = stray

@@ -9,6 +9,15 @@ use super::*;
 pub struct Probe {
     /// Run probes from the daemon. Off by default: a probe loads the GPU for about 15 s.
     pub schedule: bool,
+    /// How scheduled probes run: `gpu`, each GPU on its own whenever it is idle; `node`, the
+    /// whole node at once when no job holds any of its GPUs, kept out of new work meanwhile
+    /// (the Slurm health check drains it as `gpuwarden: validating`; docs/probe.md,
+    /// "Validating an idle node").
+    pub mode: ProbeMode,
+    /// `node` mode only: the hours (UTC) a validation may start in, `02:00-06:00` (it may
+    /// wrap midnight: `22:00-04:00`); unset: any time.
+    #[serde(deserialize_with = "time_window", serialize_with = "write_time_window")]
+    pub window: Option<TimeWindow>,
     /// How often each GPU is probed when `schedule` is on.
     #[serde(deserialize_with = "probe_interval", serialize_with = "write_duration")]
     pub interval: Duration,
@@ -54,6 +63,8 @@ impl Default for Probe {
     fn default() -> Self {
         Probe {
             schedule: false,
+            mode: ProbeMode::Gpu,
+            window: None,
             interval: Duration::from_secs(24 * 3600),
             tests: crate::model::probe::Test::ALL.to_vec(),
             durations: ProbeDurations::default(),
@@ -68,6 +79,76 @@ impl Default for Probe {
             baseline_probes: 10,
         }
     }
+}
+
+/// `probe.mode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeMode {
+    #[default]
+    Gpu,
+    Node,
+}
+
+/// `probe.window`: from `start` to `end`, minutes after midnight UTC; it wraps midnight when
+/// `end` is not after `start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeWindow {
+    pub start: u32,
+    pub end: u32,
+}
+
+impl TimeWindow {
+    /// Parses `HH:MM-HH:MM`.
+    pub fn parse(text: &str) -> Option<TimeWindow> {
+        let minutes = |hm: &str| -> Option<u32> {
+            let (h, m) = hm.trim().split_once(':')?;
+            let (h, m): (u32, u32) = (h.parse().ok()?, m.parse().ok()?);
+            (h < 24 && m < 60 && hm.trim().len() == 5).then_some(h * 60 + m)
+        };
+        let (start, end) = text.split_once('-')?;
+        let window = TimeWindow {
+            start: minutes(start)?,
+            end: minutes(end)?,
+        };
+        (window.start != window.end).then_some(window)
+    }
+
+    /// Whether `unix_seconds` (UTC) falls inside it.
+    pub fn contains(&self, unix_seconds: f64) -> bool {
+        let minute = ((unix_seconds.max(0.0) as u64 / 60) % (24 * 60)) as u32;
+        if self.start < self.end {
+            (self.start..self.end).contains(&minute)
+        } else {
+            minute >= self.start || minute < self.end
+        }
+    }
+}
+
+impl std::fmt::Display for TimeWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hm = |m: u32| format!("{:02}:{:02}", m / 60, m % 60);
+        write!(f, "{}-{}", hm(self.start), hm(self.end))
+    }
+}
+
+/// As it is written in the config (the probe child reads the settings back as JSON).
+pub(super) fn write_time_window<S: serde::Serializer>(window: &Option<TimeWindow>, s: S) -> Result<S::Ok, S::Error> {
+    match window {
+        Some(w) => s.serialize_str(&w.to_string()),
+        None => s.serialize_none(),
+    }
+}
+
+pub(super) fn time_window<'de, D: Deserializer<'de>>(d: D) -> Result<Option<TimeWindow>, D::Error> {
+    let Some(text) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    TimeWindow::parse(&text).map(Some).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "probe.window is {text:?}; write the hours (UTC) as HH:MM-HH:MM, 02:00-06:00 (22:00-04:00 wraps midnight)"
+        ))
+    })
 }
 
 /// How long each probe test runs.

@@ -245,6 +245,7 @@ mod tests {
             since: 1.0,
             why: "x".into(),
             outcome: None,
+            kind: Default::default(),
         };
         assert_eq!(validation_step(&unhealthy, true, false, None), ValidationStep::Start);
         assert_eq!(

@@ -1,7 +1,7 @@
 //! `gpuwarden health`: the running daemon's verdict, asked over the local API's socket
 //! (local_api.rs) instead of polling the GPUs a second time. Exit 0: no GPU unhealthy (ok or
 //! degraded); 1: a GPU or the node is unhealthy; 2: unknown (the daemon does not answer, or
-//! has not finished its first poll). node-problem-detector's custom plugins and Slurm's
+//! has not finished its first poll); 3: the idle node's scheduled validation runs. node-problem-detector's custom plugins and Slurm's
 //! health check read the exit code and the first line (deploy/).
 
 use super::verdict::NodeVerdict;
@@ -12,6 +12,9 @@ use std::time::Duration;
 pub const EXIT_HEALTHY: i32 = 0;
 pub const EXIT_UNHEALTHY: i32 = 1;
 pub const EXIT_UNKNOWN: i32 = 2;
+/// The idle node's scheduled validation runs: keep new work off it, but nothing is wrong
+/// (node-problem-detector takes it for unknown and changes nothing).
+pub const EXIT_VALIDATING: i32 = 3;
 
 /// How long the daemon has to answer: NPD's default plugin timeout is 5 s.
 const TIMEOUT: Duration = Duration::from_secs(3);
@@ -180,6 +183,7 @@ fn not_an_answer(e: serde_json::Error) -> i32 {
 pub fn exit_code(verdict: &NodeVerdict) -> i32 {
     match verdict.state.as_str() {
         "unhealthy" => EXIT_UNHEALTHY,
+        "validating" => EXIT_VALIDATING,
         "ok" | "degraded" => EXIT_HEALTHY,
         _ => EXIT_UNKNOWN,
     }
@@ -201,7 +205,9 @@ pub fn text(verdict: &NodeVerdict) -> String {
             },
         })
         .collect();
-    if unhealthy.is_empty() {
+    if let (true, Some(validating)) = (unhealthy.is_empty(), &verdict.validating) {
+        out.push_str(&format!("validating: {validating}\n"));
+    } else if unhealthy.is_empty() {
         out.push_str(&format!("{}: {}\n", verdict.state, verdict.summary));
     } else {
         out.push_str(&format!("{}: {}\n", verdict.state, unhealthy.join(", ")));

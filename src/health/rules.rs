@@ -366,7 +366,11 @@ fn probe_regressed(seen: &Seen) -> Option<Hit> {
 }
 
 fn validating(seen: &Seen) -> Option<Hit> {
-    let validation = seen.validation.filter(|v| v.pending())?;
+    // A scheduled validation of the idle node is no finding: the node's verdict says it
+    // (health/verdict.rs), and a failure is probe_failed like any validation's.
+    let validation = seen
+        .validation
+        .filter(|v| v.pending() && v.kind == crate::model::health::ValidationKind::Repair)?;
     let since = humantime::format_rfc3339_seconds(crate::model::from_unix_seconds(validation.since));
     let waiting = match seen.probe_error {
         Some(error) => format!("its last probe could not run ({error}); tried again every minute"),

@@ -17,6 +17,10 @@ pub struct NodeVerdict {
     pub node_findings: Vec<FindingView>,
     /// The snapshot's number: it grows with every poll round.
     pub generation: u64,
+    /// The idle node's scheduled validation while it runs (`probe.mode: node`): "4 of 8 GPUs
+    /// to go". The state is then `validating` unless something is unhealthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validating: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -51,14 +55,36 @@ impl From<&Finding> for FindingView {
     }
 }
 
+/// The node's scheduled validation while it runs: how many of its GPUs are still to be probed.
+pub fn sweep(snapshot: &Snapshot) -> Option<String> {
+    use crate::model::health::ValidationKind;
+    let sweep: Vec<_> = snapshot
+        .devices
+        .iter()
+        .filter_map(|d| snapshot.validations.get(&d.identity.uuid))
+        .filter(|v| v.kind == ValidationKind::Sweep)
+        .collect();
+    let pending = sweep.iter().filter(|v| v.pending()).count();
+    (pending > 0).then(|| {
+        format!(
+            "the node's scheduled validation: {pending} of {} GPU(s) to probe; new work waits until it ends",
+            sweep.len()
+        )
+    })
+}
+
 pub fn of(snapshot: &Snapshot) -> NodeVerdict {
     let worst = snapshot.worst_health().unwrap_or(HealthState::Ok);
+    let validating = sweep(snapshot);
     NodeVerdict {
         state: if snapshot.generation == 0 {
             "unknown".to_string()
+        } else if worst != HealthState::Unhealthy && validating.is_some() {
+            "validating".to_string()
         } else {
             worst.label().to_string()
         },
+        validating,
         summary: snapshot.health_summary(),
         gpus: snapshot
             .devices

@@ -73,6 +73,7 @@ mod tests {
             since: 100.0,
             why: "cleared by uid 0: reseated".into(),
             outcome: None,
+            kind: Default::default(),
         };
         let seeded: Validations = [("GPU-1".to_string(), pending.clone())].into();
         let mut rows = ValidationRows::from_seed(Arc::new(seeded.clone()));

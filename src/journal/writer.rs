@@ -413,6 +413,7 @@ impl Writer {
                             since: now,
                             why,
                             outcome: None,
+                            kind: Default::default(),
                         },
                     );
                 });

@@ -202,6 +202,22 @@ pub struct Validation {
     pub why: String,
     /// What the first probe after `since` came to; None while it is awaited.
     pub outcome: Option<ValidationOutcome>,
+    /// After a repair (unhealthy until it passes), or part of a scheduled validation of the
+    /// idle node (its node `validating`, no GPU finding while it is awaited).
+    #[serde(default)]
+    pub kind: ValidationKind,
+}
+
+/// Why a GPU is validated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValidationKind {
+    /// After a clear of an unhealthy GPU, or a new board: the GPU is unhealthy until it passes.
+    #[default]
+    Repair,
+    /// The idle node's scheduled validation (`probe.mode: node`): the node is kept out of new
+    /// work while it runs, and a job that starts ends it.
+    Sweep,
 }
 
 /// How a validation ended.

@@ -12,6 +12,7 @@ pub mod expected;
 pub mod report;
 pub mod sampler;
 pub mod schedule;
+pub mod sweep;
 pub mod windows;
 
 pub use crate::model::probe::{ProbeReport, ProbeSnapshot, Test, TestResult, UnderLoad, Unit};

@@ -164,6 +164,7 @@ pub fn spawn(
             let started = Instant::now();
             let mut due: BTreeMap<String, Instant> = BTreeMap::new();
             let mut validation_retry = RetryAt::new();
+            let mut sweep_clock = super::sweep::SweepClock::new(started);
             let mut idle = true;
             // A stop wakes a wait for a reload too.
             stop.on_stop({
@@ -184,11 +185,18 @@ pub fn spawn(
                 }
                 let snapshot = store.latest();
                 let now = Instant::now();
+                if current.probe.mode == crate::config::ProbeMode::Node {
+                    sweep_step(&snapshot, &current.probe, &mut sweep_clock, &validations, now);
+                }
                 if let Some(device) = next_validation(&snapshot, &validation_retry, now) {
                     idle = false;
                     let since = snapshot.validations.get(&device.identity.uuid).map_or(0.0, |v| v.since);
                     let retry = validate(device, &snapshot, &current, &state, &validations, &stop);
                     validation_retry.insert(device.identity.uuid.clone(), (since, Instant::now() + retry));
+                    continue;
+                }
+                if enabled && current.probe.mode == crate::config::ProbeMode::Node {
+                    // The node's sweeps instead of each GPU's own probes (sweep_step).
                     continue;
                 }
                 if !enabled {
@@ -205,6 +213,44 @@ pub fn spawn(
             }
         })?;
     Ok(())
+}
+
+/// The idle node's scheduled validation (sweep.rs): ends a sweep that work came to, starts
+/// one that is due on an idle node, or puts it off.
+fn sweep_step(
+    snapshot: &Snapshot,
+    settings: &Probe,
+    clock: &mut super::sweep::SweepClock,
+    validations: &Versioned<Validations>,
+    now: Instant,
+) {
+    use super::sweep;
+    let wall = crate::model::unix_seconds(std::time::SystemTime::now());
+    if sweep::running(snapshot) {
+        if let Some(work) = sweep::work_on_node(snapshot) {
+            let ended = sweep::end(validations, &work, wall);
+            log::info!(
+                "the node's scheduled validation ended with {ended} GPU(s) to go: {work}; the node goes back to work"
+            );
+            clock.retry(settings, now);
+        }
+        return;
+    }
+    if !clock.due(settings, now, wall) {
+        return;
+    }
+    match sweep::not_now(snapshot, settings) {
+        Some(why) => {
+            log::debug!("the node's scheduled validation waits: {why}");
+            clock.retry(settings, now);
+        }
+        None => {
+            let gpus = sweep::start(snapshot, validations, wall);
+            log::info!("the node's scheduled validation starts: {gpus} GPU(s), one after the other; new work waits");
+            clock.last_start = now;
+            clock.retry_at = None;
+        }
+    }
 }
 
 /// The scheduled probe of the GPU due next, if one is; whether there was one.
@@ -386,6 +432,7 @@ fn run_child(gpu: u32, settings: &ChildSettings, stop: &Stop) -> Outcome {
         Ok(c) => c,
         Err(e) => return Outcome::Error("error", format!("cannot start the probe process: {e}")),
     };
+    super::sweep::note_own_probe(child.id());
     if let Some(mut stdin) = child.stdin.take() {
         // The child reads all of stdin before it starts; a failed write shows up as its error.
         let _ = stdin.write_all(&input);
@@ -574,6 +621,7 @@ mod tests {
             since: 1.0,
             why: "x".into(),
             outcome: None,
+            kind: Default::default(),
         };
         let mut done = pending.clone();
         done.outcome = Some(ValidationOutcome::Passed {

@@ -209,7 +209,7 @@ fn start_or_skip_validation(
     by: &str,
     reason: &str,
 ) -> Option<String> {
-    use crate::model::health::{Validation, ValidationOutcome};
+    use crate::model::health::{Validation, ValidationKind, ValidationOutcome};
     let uuid = &device.identity.uuid;
     let on = local.app.settings.current().config.health.validate_after_clear;
     let step = clear::validation_step(device, on, request.skip_validation, before.validations.get(uuid));
@@ -222,6 +222,7 @@ fn start_or_skip_validation(
                         since: at,
                         why: format!("a clear by {by}: {reason}"),
                         outcome: None,
+                        kind: ValidationKind::Repair,
                     },
                 );
             });
@@ -239,6 +240,7 @@ fn start_or_skip_validation(
                     since: at,
                     why: format!("a clear by {by}: {reason}"),
                     outcome: None,
+                    kind: ValidationKind::Repair,
                 });
                 entry.outcome = Some(ValidationOutcome::Skipped {
                     at,

@@ -504,7 +504,7 @@ fn health_finding(d: &Daemon, gpu: &str, reason: &str) -> Option<serde_json::Val
     verdict["gpus"]
         .as_array()?
         .iter()
-        .find(|g| g["index"].to_string() == gpu)?["findings"]
+        .find(|g| g["index"].as_u64().map(|i| i.to_string()).as_deref() == Some(gpu))?["findings"]
         .as_array()?
         .iter()
         .find(|f| f["reason"] == reason)

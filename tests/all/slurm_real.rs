@@ -497,3 +497,94 @@ fn a_cleared_gpu_stays_drained_as_validating_until_its_probe_passes_and_a_failed
         "probed once"
     );
 }
+
+/// The idle node's scheduled validation (issue "Validate, don't only watch", item 5), under the
+/// real Slurm with the simulated CUDA driver: on an idle node the daemon's sweep makes the
+/// verdict `validating` (`gpuwarden health` exits 3) and the health check drains the node as
+/// `gpuwarden: validating`; every GPU is probed, one after the other, and the node resumes
+/// once all passed. A second sweep meets a job starting on GPU 5: it ends, and the node goes
+/// back to work at the check's next run and stays there while the job runs.
+#[test]
+fn the_idle_nodes_scheduled_validation_drains_probes_every_gpu_resumes_and_gives_way_to_a_job() {
+    const INTERVAL: u64 = 3;
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = root.path();
+    let idle = all_idle(&with_cuda(DEMO_SCENARIO));
+    let with_job = edit_device(&idle, 5, |dev| format!("{dev}    compute_processes: 1\n"));
+    let probes = "probe:\n  schedule: true\n  mode: node\n  interval: 2s\n  memory_cap_mib: 256\n  max_utilization: 0.5\n  \
+                  timeout: 20s\n  durations: {gemm_bf16: 200ms, fma_fp32: 200ms, hbm_copy: 200ms, pcie_h2d: 200ms, pcie_d2h: 200ms}\n";
+    let cuda = tempfile::tempdir().unwrap();
+    let env = [("LD_LIBRARY_PATH", sim_cuda_dir(cuda.path(), true).display().to_string())];
+    let d = Daemon::start_full(&idle, &test_config(&sim_library(), probes), "", &env);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    let slurm = health_checked_slurm(dir, &d, INTERVAL);
+    let within = Duration::from_secs(INTERVAL + 1 + 4);
+
+    // The sweep starts 2 s after the daemon: drained as validating.
+    let state = wait_for_node(&slurm, "the sweep's drain", within + Duration::from_secs(2), |s| {
+        s.contains("validating")
+    });
+    assert_eq!(state, "drain gpuwarden: validating");
+    let health = Command::new(BIN)
+        .args(["health", "--socket"])
+        .arg(d.socket_path())
+        .output()
+        .expect("run gpuwarden health");
+    let text = String::from_utf8_lossy(&health.stdout);
+    assert_eq!(health.status.code(), Some(3), "{text}");
+    assert!(
+        text.starts_with("validating: the node's scheduled validation: "),
+        "{text}"
+    );
+    // No next sweep for a while, so the resume can be seen.
+    reload(&d, |c| c.replace("interval: 2s\n", "interval: 1h\n"));
+    wait_for_node(
+        &slurm,
+        "the resume after every GPU passed",
+        Duration::from_secs(60),
+        |s| s == "idle none",
+    );
+    let m = d.scrape();
+    for gpu in 0..8 {
+        let gpu = gpu.to_string();
+        assert_eq!(
+            m.value("gpu_probe_runs_total", &[("gpu", gpu.as_str()), ("result", "pass")]),
+            Some(1.0),
+            "GPU {gpu} probed once"
+        );
+    }
+    let rows = Command::new(BIN)
+        .args(["events", "--json", "--kind", "validation", "--state"])
+        .arg(d.state_path())
+        .output()
+        .expect("run gpuwarden events");
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&rows.stdout).unwrap_or_default();
+    let passed = rows
+        .iter()
+        .filter(|r| r["details"]["state"] == "passed" && r["details"]["validation"]["kind"] == "sweep")
+        .count();
+    assert_eq!(passed, 8, "{rows:#?}");
+
+    // The next sweep meets a job: it ends, the node goes back to work and stays there.
+    reload(&d, |c| c.replace("interval: 1h\n", "interval: 2s\n"));
+    wait_for_node(
+        &slurm,
+        "the second sweep's drain",
+        within + Duration::from_secs(2),
+        |s| s.contains("validating"),
+    );
+    d.set_scenario(&with_job);
+    wait_for_node(
+        &slurm,
+        "the resume once a job started",
+        within + Duration::from_secs(20),
+        |s| s == "idle none",
+    );
+    assert!(
+        d.log_text().contains("runs on GPU 5; the node goes back to work"),
+        "{}",
+        d.log_text()
+    );
+    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    assert_eq!(node_state(&slurm), "idle none", "no sweep while the job runs");
+}
