@@ -611,6 +611,16 @@ impl Snapshot {
 
     /// The worst state of any GPU or node finding; None with neither (a node with no GPU
     /// anywhere has no verdict).
+    /// Whether a GPU on the node now awaits its validation probe (a validation kept for a board
+    /// that has left the node awaits nothing).
+    pub fn validation_pending(&self) -> bool {
+        self.devices.iter().any(|d| {
+            self.validations
+                .get(&d.identity.uuid)
+                .is_some_and(health::Validation::pending)
+        })
+    }
+
     pub fn worst_health(&self) -> Option<health::HealthState> {
         self.devices
             .iter()

@@ -105,7 +105,7 @@ pub fn next_validation<'a>(snapshot: &'a Snapshot, retry_at: &RetryAt, now: Inst
 
 /// Whether a snapshot has a GPU whose validation the scheduler must see to.
 fn validation_pending(snapshot: &Snapshot) -> bool {
-    snapshot.validations.values().any(|v| v.pending())
+    snapshot.validation_pending()
 }
 
 /// What a probe outcome does to a pending validation that began at `since`: its end, or None

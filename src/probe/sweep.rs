@@ -65,7 +65,7 @@ pub fn not_now(snapshot: &Snapshot, settings: &Probe) -> Option<String> {
     if let Some(work) = work_on_node(snapshot) {
         return Some(work);
     }
-    if snapshot.validations.values().any(Validation::pending) {
+    if snapshot.validation_pending() {
         return Some("a validation is running".into());
     }
     if snapshot.worst_health() == Some(HealthState::Unhealthy) {
@@ -165,10 +165,12 @@ pub fn end(validations: &Versioned<Validations>, why: &str, wall: f64) -> usize 
 
 /// Whether the snapshot shows a sweep under way.
 pub fn running(snapshot: &Snapshot) -> bool {
-    snapshot
-        .validations
-        .values()
-        .any(|v| v.kind == ValidationKind::Sweep && v.pending())
+    snapshot.devices.iter().any(|d| {
+        snapshot
+            .validations
+            .get(&d.identity.uuid)
+            .is_some_and(|v| v.kind == ValidationKind::Sweep && v.pending())
+    })
 }
 
 #[cfg(test)]
@@ -274,6 +276,18 @@ mod tests {
         let mut snapshot = idle_node();
         snapshot.validations = validations.get();
         assert!(running(&snapshot));
+        assert_eq!(
+            not_now(&snapshot, &node_mode()).as_deref(),
+            Some("a validation is running")
+        );
+        // A validation kept for a board that has left the node holds nothing up.
+        let mut gone = Snapshot {
+            generation: 1,
+            ..idle_node()
+        };
+        gone.devices.clear();
+        gone.validations = validations.get();
+        assert!(!running(&gone) && !gone.validation_pending());
         validations.update(|all| {
             all.get_mut("GPU-0").unwrap().outcome = Some(ValidationOutcome::Passed {
                 at: 110.0,
