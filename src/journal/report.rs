@@ -237,6 +237,5 @@ pub fn markdown(report: &Report) -> String {
 
 /// Unix seconds as `2026-11-24T10:00:00Z`.
 pub fn utc(at: f64) -> String {
-    let t = crate::model::from_unix_seconds(at);
-    humantime::format_rfc3339_seconds(t).to_string()
+    crate::model::utc_seconds(at)
 }

@@ -89,7 +89,7 @@ pub fn markdown(history: &[ProbeRow]) -> String {
     out.push_str(&" --- |".repeat(tests.len()));
     out.push('\n');
     for row in history {
-        out.push_str(&format!("| {} | {} |", super::report::utc(row.at), row.result));
+        out.push_str(&format!("| {} | {} |", crate::model::utc_seconds(row.at), row.result));
         for t in &tests {
             let cell = row.figures.iter().find(|f| f.test == *t).map(cell).unwrap_or_default();
             out.push_str(&format!(" {cell} |"));

@@ -425,6 +425,11 @@ pub fn unix_seconds(t: SystemTime) -> f64 {
 }
 
 /// Unix seconds as a time; a negative, NaN or out-of-range value is the epoch.
+/// Unix seconds as `2026-11-24T10:00:00Z`.
+pub fn utc_seconds(at: f64) -> String {
+    humantime::format_rfc3339_seconds(from_unix_seconds(at)).to_string()
+}
+
 pub fn from_unix_seconds(seconds: f64) -> SystemTime {
     std::time::Duration::try_from_secs_f64(seconds)
         .ok()

@@ -57,6 +57,22 @@ impl ProbeError {
     }
 }
 
+/// Why a GPU should not be probed now, from the snapshot alone (the child checks processes).
+pub fn precheck(
+    device: &crate::model::DeviceSnapshot,
+    settings: &crate::config::Probe,
+) -> Option<(&'static str, String)> {
+    if !device.up {
+        return Some(("gpu_down", "the GPU did not answer its last poll".into()));
+    }
+    let readings = device.readings.as_ref()?;
+    let free_mib = readings
+        .memory_total_bytes
+        .zip(readings.memory_used_bytes)
+        .map(|(total, used)| total.saturating_sub(used) >> 20);
+    busy_reason(None, readings.utilization_ratio, free_mib, settings)
+}
+
 /// CUDA's own context and cuBLAS workspace come on top of the probe's buffers.
 const CONTEXT_OVERHEAD_MIB: u64 = 768;
 

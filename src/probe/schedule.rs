@@ -15,7 +15,6 @@
 //! CUDA driver and cuBLAS add hundreds of MB that would stay mapped for good, and a probe
 //! that hangs in the driver is killed after `probe.timeout` while the daemon goes on.
 
-use super::busy_reason;
 use super::{ProbeError, ProbeReport, ProbeSnapshot};
 use crate::config::Probe;
 pub use crate::config::settings::ChildSettings;
@@ -54,18 +53,7 @@ pub enum Outcome {
     Error(&'static str, String),
 }
 
-/// Why a GPU should not be probed now, from the snapshot alone (the child checks processes).
-pub fn precheck(device: &DeviceSnapshot, settings: &Probe) -> Option<(&'static str, String)> {
-    if !device.up {
-        return Some(("gpu_down", "the GPU did not answer its last poll".into()));
-    }
-    let readings = device.readings.as_ref()?;
-    let free_mib = readings
-        .memory_total_bytes
-        .zip(readings.memory_used_bytes)
-        .map(|(total, used)| total.saturating_sub(used) >> 20);
-    busy_reason(None, readings.utilization_ratio, free_mib, settings)
-}
+pub use super::precheck;
 
 /// Which GPU to probe next: the one waiting longest among those due. `due` holds, per uuid,
 /// when it may next be probed; a GPU not in it is due `interval` after `started`.

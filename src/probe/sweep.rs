@@ -81,7 +81,7 @@ pub fn not_now(snapshot: &Snapshot, settings: &Probe) -> Option<String> {
     }
     nvidia
         .iter()
-        .find_map(|d| super::schedule::precheck(d, settings).map(|(_, why)| format!("GPU {}: {why}", d.identity.index)))
+        .find_map(|d| super::precheck(d, settings).map(|(_, why)| format!("GPU {}: {why}", d.identity.index)))
 }
 
 /// When the node's scheduled validation may next start: `interval` after the last start
