@@ -276,6 +276,8 @@ struct Running {
     clears: Arc<crate::snapshot::store::Versioned<crate::model::health::Clears>>,
     /// The GPUs awaiting a probe before they return to service (a clear starts one).
     validations: Arc<crate::snapshot::store::Versioned<crate::model::health::Validations>>,
+    /// The Slurm health check's reports (the local API sets them).
+    scheduler: Arc<crate::snapshot::store::Versioned<Option<crate::model::scheduler::SchedulerReport>>>,
     /// The journal's handle; None with the journal off.
     journal: Option<Journal>,
     /// The daemon's own handle: children (the kernel-log reader) are made from it.
@@ -405,6 +407,7 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
     sources.spawn_periodic(&settings, &store, &stop);
     let clears = sources.clears.clone();
     let validations = sources.validations.clone();
+    let scheduler = sources.scheduler.clone();
     let publisher = Arc::new(Publisher::new(store.clone(), sources, settings.clone()));
     let events = XidEvents {
         store: xids.clone(),
@@ -422,6 +425,7 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
         poll_loop,
         clears,
         validations,
+        scheduler,
         journal,
         stop,
     })
@@ -562,6 +566,7 @@ fn consumers(running: &Running, shutdown: &Shutdown) -> AppState {
         app: state.clone(),
         clears: running.clears.clone(),
         validations: running.validations.clone(),
+        scheduler: running.scheduler.clone(),
         journal: running.journal.clone(),
     };
     start_local_api(&running.settings.current().config, local, shutdown);

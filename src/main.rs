@@ -429,6 +429,24 @@ enum HealthAction {
         #[arg(long, conflicts_with = "nic")]
         skip_validation: bool,
     },
+    /// What the Slurm health check's fleet drain guard decided about this node (its program
+    /// runs this; deploy/slurm/healthcheck.sh): served as gpuwarden_drain_guard_*, and alert
+    /// GpuwardenDrainGuardActive fires while it refuses. Exit 0: kept; 2: the daemon did not
+    /// take it.
+    Report {
+        /// refused: not drained, max_drained nodes already drained by gpuwarden; allowed.
+        #[arg(long, value_name = "refused|allowed", value_parser = ["refused", "allowed"])]
+        guard: String,
+        /// Nodes of this node's partitions drained with a gpuwarden: reason.
+        #[arg(long, value_name = "N")]
+        guard_drained: u32,
+        /// Nodes in those partitions.
+        #[arg(long, value_name = "N")]
+        guard_nodes: u32,
+        /// max_drained as the program has it (5, 10%).
+        #[arg(long, value_name = "COUNT|PERCENT")]
+        guard_max: String,
+    },
 }
 
 /// `gpuwarden health`: the socket given, else the config's `local_api.socket`. A config that
@@ -479,6 +497,22 @@ fn health(
             &reason,
             skip_validation,
             json,
+        ),
+        Some(HealthAction::Report {
+            guard,
+            guard_drained,
+            guard_nodes,
+            guard_max,
+        }) => health::cli::report(
+            &socket,
+            &health::scheduler_report::ReportRequest {
+                drain_guard: Some(gpuwarden::model::scheduler::DrainGuard {
+                    refused: guard == "refused",
+                    drained: guard_drained,
+                    nodes: guard_nodes,
+                    max: guard_max,
+                }),
+            },
         ),
     })
 }

@@ -20,8 +20,18 @@
 # included, then whatever PATH it was given. It always exits 0 (slurmd logs a failing health
 # check but does not act on its exit code).
 #
+# The fleet drain guard: with max_drained set (a count, or a percentage of the nodes in this
+# node's partitions: 5, 10%), it does not drain this node when that many nodes of its
+# partitions are already drained with a "gpuwarden:" reason; it logs "drain guard: N of M
+# nodes already drained by gpuwarden" and the verdict stays unhealthy, so the alert still
+# fires (GpuwardenDrainGuardActive, from what it reports to the daemon). Many nodes failing at
+# once is more likely a driver, firmware or fabric event than that many broken GPUs, and
+# draining them all would take the cluster down for it. Unset: no cap. Set it in the
+# environment (GPUWARDEN_MAX_DRAINED) or in the program's config file (GPUWARDEN_SLURM_CONF,
+# default /etc/gpuwarden/slurm-healthcheck.conf, a line max_drained=10%).
+#
 # Environment (for tests and unusual installs): GPUWARDEN (the binary), GPUWARDEN_SOCKET (the
-# daemon's local_api.socket), SCONTROL and SINFO.
+# daemon's local_api.socket), SCONTROL, SINFO, GPUWARDEN_MAX_DRAINED, GPUWARDEN_SLURM_CONF.
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}
 export PATH
 set -u
@@ -34,11 +44,53 @@ say() {
     logger -t gpuwarden-healthcheck -- "$*" 2>/dev/null || echo "gpuwarden-healthcheck: $*" >&2
 }
 
-if [ -n "${GPUWARDEN_SOCKET:-}" ]; then
-    verdict=$("$gpuwarden" health --socket "$GPUWARDEN_SOCKET" 2>/dev/null)
-else
-    verdict=$("$gpuwarden" health 2>/dev/null)
+# gpuwarden health with the socket, if one was named.
+ask() {
+    if [ -n "${GPUWARDEN_SOCKET:-}" ]; then
+        "$gpuwarden" health "$@" --socket "$GPUWARDEN_SOCKET"
+    else
+        "$gpuwarden" health "$@"
+    fi
+}
+
+# max_drained: the environment's, else the config file's last max_drained= line; only a
+# whole number, or one with %, is taken.
+max_drained=${GPUWARDEN_MAX_DRAINED:-}
+conf=${GPUWARDEN_SLURM_CONF:-/etc/gpuwarden/slurm-healthcheck.conf}
+if [ -z "$max_drained" ] && [ -f "$conf" ] && [ -r "$conf" ]; then
+    max_drained=$(sed -n 's/^[[:space:]]*max_drained[[:space:]]*=[[:space:]]*\([0-9][0-9]*%\{0,1\}\)[[:space:]]*$/\1/p' "$conf" | tail -n 1)
 fi
+case "$max_drained" in
+    '' | *[!0-9%]* | *%*%* | %*) [ -n "$max_drained" ] && say "max_drained=$max_drained is not a count or a percentage (5, 10%); no drain guard"; max_drained= ;;
+esac
+
+# Whether draining this node is allowed; when it is not, says why and tells the daemon (its
+# gpuwarden_drain_guard_refused series, alert GpuwardenDrainGuardActive).
+drain_allowed() {
+    [ -n "$max_drained" ] || return 0
+    partitions=$("$sinfo" -h -N -n "$node" -o '%R' 2>/dev/null | sort -u | paste -sd, -)
+    listing=$([ -n "$partitions" ] && "$sinfo" -h -N -p "$partitions" -o '%N|%E' 2>/dev/null)
+    if [ -z "$listing" ]; then
+        say "drain guard: cannot read the nodes of $node's partitions; not draining $node: $1"
+        ask report --guard refused --guard-drained 0 --guard-nodes 0 --guard-max "$max_drained" >/dev/null 2>&1
+        return 1
+    fi
+    nodes=$(printf '%s\n' "$listing" | cut -d'|' -f1 | sort -u | grep -c .)
+    drained=$(printf '%s\n' "$listing" | grep '|gpuwarden:' | cut -d'|' -f1 | sort -u | grep -c .)
+    case "$max_drained" in
+        *%) limit=$((nodes * ${max_drained%\%} / 100)); [ "$limit" -ge 1 ] || limit=1 ;;
+        *) limit=$max_drained ;;
+    esac
+    if [ "$drained" -ge "$limit" ]; then
+        say "drain guard: $drained of $nodes nodes already drained by gpuwarden (max_drained $max_drained); not draining $node: $1"
+        ask report --guard refused --guard-drained "$drained" --guard-nodes "$nodes" --guard-max "$max_drained" >/dev/null 2>&1
+        return 1
+    fi
+    ask report --guard allowed --guard-drained "$drained" --guard-nodes "$nodes" --guard-max "$max_drained" >/dev/null 2>&1
+    return 0
+}
+
+verdict=$(ask 2>/dev/null)
 code=$?
 # The current drain reason ("none" when there is none); %E is the reason, -N per node.
 state=$("$sinfo" -h -N -n "$node" -o '%E' 2>/dev/null)
@@ -59,7 +111,9 @@ case "$code" in
         what=$(printf '%s\n' "$verdict" | head -n 1 | sed 's/^unhealthy: //' | cut -c1-200)
         new="gpuwarden: $what"
         if [ "$reason" = "none" ]; then
-            "$scontrol" update nodename="$node" state=drain reason="$new" && say "drained $node: $what"
+            if drain_allowed "$what"; then
+                "$scontrol" update nodename="$node" state=drain reason="$new" && say "drained $node: $what"
+            fi
         elif [ "$ours" = yes ] && [ "$reason" != "$new" ]; then
             "$scontrol" update nodename="$node" reason="$new" && say "$node still drained: $what"
         fi
@@ -69,7 +123,9 @@ case "$code" in
         # Nothing is wrong: the reason says so, and exit 0 afterwards resumes the node.
         new="gpuwarden: validating"
         if [ "$reason" = "none" ]; then
-            "$scontrol" update nodename="$node" state=drain reason="$new" && say "drained $node: scheduled validation"
+            if drain_allowed "scheduled validation"; then
+                "$scontrol" update nodename="$node" state=drain reason="$new" && say "drained $node: scheduled validation"
+            fi
         elif [ "$ours" = yes ] && [ "$reason" != "$new" ]; then
             "$scontrol" update nodename="$node" reason="$new" && say "$node still drained: scheduled validation"
         fi

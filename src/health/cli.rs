@@ -175,6 +175,24 @@ pub fn clear(socket: &Path, gpu: &str, nic: Option<&str>, reason: &str, skip_val
     if still == 0 { EXIT_HEALTHY } else { EXIT_UNHEALTHY }
 }
 
+/// `gpuwarden health report`: tells the daemon what the Slurm health check's drain guard
+/// decided (deploy/slurm/healthcheck.sh runs it). Exit 0: kept; 2: not (the daemon did not
+/// answer, or refused the report, and says why on stderr).
+pub fn report(socket: &Path, report: &super::scheduler_report::ReportRequest) -> i32 {
+    if let Err(e) = report.clone().checked() {
+        eprintln!("not reported: {e}");
+        return crate::config::EX_USAGE;
+    }
+    let body = serde_json::to_string(report).unwrap_or_default();
+    match request::<serde_json::Value>(socket, "POST", "/api/v1/health/report", Some(&body), TIMEOUT) {
+        Ok(_) => EXIT_HEALTHY,
+        Err(e) => {
+            eprintln!("not reported: {e}");
+            EXIT_UNKNOWN
+        }
+    }
+}
+
 fn not_an_answer(e: serde_json::Error) -> i32 {
     eprintln!("not cleared: the daemon's answer is not a clear's ({e})");
     EXIT_UNKNOWN

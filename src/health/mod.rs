@@ -17,6 +17,7 @@ pub mod nic_trends;
 pub mod nvswitch;
 pub mod rates;
 pub mod rules;
+pub mod scheduler_report;
 pub mod slowdown;
 pub mod starts;
 pub mod table;

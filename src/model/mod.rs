@@ -14,6 +14,7 @@ pub mod mig;
 pub mod nic;
 pub mod probe;
 pub mod recent;
+pub mod scheduler;
 pub mod xid;
 
 use serde::Serialize;
@@ -548,6 +549,8 @@ pub struct Snapshot {
     pub board_swaps: std::sync::Arc<health::BoardSwaps>,
     /// Each GPU's latest validation (a probe before return to service), by UUID.
     pub validations: std::sync::Arc<health::Validations>,
+    /// The Slurm health check's latest report (its fleet drain guard); None before one came.
+    pub scheduler: Option<scheduler::SchedulerReport>,
     /// Scheduled probe results and counters (empty outside the daemon).
     pub probe: std::sync::Arc<probe::ProbeSnapshot>,
     /// NVIDIA and AMD GPUs on the PCI bus (sysfs), to compare with the enumerated ones.

@@ -54,6 +54,8 @@ pub struct LocalState {
     pub app: AppState,
     /// Where a clear goes: the publisher reads it into the next snapshot.
     pub clears: Arc<Versioned<Clears>>,
+    /// Where the Slurm health check's report goes (`gpuwarden health report`).
+    pub scheduler: Arc<Versioned<Option<crate::model::scheduler::SchedulerReport>>>,
     /// Where a clear of an unhealthy GPU starts its validation (a probe before it returns).
     pub validations: Arc<Versioned<crate::model::health::Validations>>,
     /// Where a clear is recorded; None with the journal off.
@@ -108,6 +110,7 @@ pub fn router(state: LocalState) -> Router {
     Router::new()
         .route("/api/v1/health", get(crate::serve::http::health))
         .route("/api/v1/health/clear", post(clear_gpu))
+        .route("/api/v1/health/report", post(scheduler_report))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         // A body that trickles in holds a slot: it has as long as a request head has.
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(LOCAL_READ_TIMEOUT))
@@ -252,6 +255,60 @@ fn start_or_skip_validation(
         }
         clear::ValidationStep::None(why) => why.map(str::to_string),
     }
+}
+
+/// `POST /api/v1/health/report` with `{"drain_guard": {"refused": true, "drained": 2,
+/// "nodes": 3, "max": "2"}}`: what the Slurm health check's fleet drain guard decided about
+/// this node (model/scheduler.rs). Kept until the next report; served as
+/// `gpuwarden_drain_guard_*`; a change of decision is logged.
+async fn scheduler_report(State(local): State<LocalState>, Extension(peer): Extension<Peer>, body: Bytes) -> Response {
+    use crate::health::scheduler_report::ReportRequest;
+    use crate::model::scheduler::SchedulerReport;
+    let request: ReportRequest = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(e) => {
+            return refused(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "not a scheduler report ({e}); send {{\"drain_guard\": {{\"refused\": true, \"drained\": 2, \"nodes\": 3, \"max\": \"2\"}}}}"
+                ),
+            );
+        }
+    };
+    let guard = match request.checked() {
+        Ok(guard) => guard,
+        Err(e) => return refused(StatusCode::BAD_REQUEST, e),
+    };
+    let before = local.scheduler.get();
+    let was_refused = before
+        .as_ref()
+        .as_ref()
+        .and_then(|r| r.drain_guard.as_ref())
+        .map(|g| g.refused);
+    if let Some(g) = &guard
+        && Some(g.refused) != was_refused
+    {
+        let by = peer.describe(&peer.comm());
+        if g.refused {
+            log::warn!(
+                "drain guard ({by}): {} of {} nodes of this node's partitions already drained by gpuwarden (max_drained {}); this node is not drained",
+                g.drained,
+                g.nodes,
+                g.max
+            );
+        } else if was_refused == Some(true) {
+            log::info!(
+                "drain guard ({by}): draining allowed again ({} of {} nodes drained)",
+                g.drained,
+                g.nodes
+            );
+        }
+    }
+    local.scheduler.set(Some(SchedulerReport {
+        at: crate::model::unix_seconds(SystemTime::now()),
+        drain_guard: guard,
+    }));
+    (StatusCode::OK, "{}").into_response()
 }
 
 /// A clear of a network adapter (`"nic": "mlx5_0"`): as a GPU's, keyed `nic:<device>`.

@@ -83,6 +83,7 @@ pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generatio
         clears: inputs.clears.clone(),
         board_swaps: inputs.board_swaps.clone(),
         validations: inputs.validations.clone(),
+        scheduler: (*inputs.scheduler).clone(),
         hostname: options.hostname.clone(),
         probe: inputs.probes.clone(),
         pci_gpus: (*inputs.pci).clone(),

@@ -303,6 +303,8 @@ sources! {
     /// GPUs that must pass a probe before they return to service (the local API's clear and
     /// the journal's board swaps start one, the probe scheduler ends it).
     validations: Versioned<crate::model::health::Validations>,
+    /// The Slurm health check's reports (`gpuwarden health report`, the local API).
+    scheduler: Versioned<Option<crate::model::scheduler::SchedulerReport>>,
 }
 
 impl Sources {

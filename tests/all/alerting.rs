@@ -26,7 +26,7 @@ fn run(tool: &str, args: &[&str]) -> (bool, String) {
 #[test]
 fn promtool_checks_and_unit_tests_the_rules() {
     let (ok, out) = run("promtool", &["check", "rules", RULES]);
-    assert!(ok && out.contains("SUCCESS: 54 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 57 rules found"), "{out}");
     for tests in [
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/alerts.test.yml"),
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/energy.test.yml"),
@@ -153,7 +153,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
                 .map(|r| r["expr"].as_str().unwrap().to_string())
         })
         .collect();
-    assert_eq!(exprs.len(), 54);
+    assert_eq!(exprs.len(), 57);
     let used = metric_names(&exprs.join("\n"));
     assert!(
         used.contains("gpu_clock_event_seconds_total") && used.contains("gpu_up"),
@@ -193,6 +193,23 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
         "NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\nNVRM: Xid (PCI:0000:3b:00): 94, pid=1, name=x, Contained\n\
          nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up\n",
     );
+    // And the Slurm health check's drain guard, as its program reports it.
+    let report = Command::new(BIN)
+        .args([
+            "health",
+            "report",
+            "--guard",
+            "refused",
+            "--guard-drained",
+            "2",
+            "--guard-nodes",
+            "3",
+        ])
+        .args(["--guard-max", "2", "--socket"])
+        .arg(d.socket_path())
+        .output()
+        .unwrap();
+    assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
     let m = d.scrape_until("GPU 7 down and XIDs", |m| {
         m.value("gpu_up", &[("gpu", "7")]) == Some(0.0)
             && m.find("gpu_xid_errors_total", &[]).len() == 2
@@ -202,6 +219,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
             && m.has_family("gpu_nvswitch_sxid_errors_total")
             && m.has_family("gpu_pod_info")
             && m.has_family("gpu_job_info")
+            && m.has_family("gpuwarden_drain_guard_refused")
     });
     let served: HashSet<&str> = m.samples.iter().map(|s| s.name.as_str()).collect();
     for name in &used {
@@ -590,6 +608,43 @@ fn interval_cases() -> Vec<IntervalCase> {
             checks: &[(-60, false, false), (0, true, true), (600, false, true)],
         },
         IntervalCase {
+            alert: "GpuwardenDrainGuardActive",
+            what: "the Slurm check's drain guard refuses from the event on (no for)",
+            series: &[
+                (
+                    "gpuwarden_drain_guard_refused{instance=\"gpu-node-01:9100\",job=\"gpuwarden\"}",
+                    |t| Some(if t < EVENT { 0.0 } else { 1.0 }),
+                ),
+                (
+                    "gpuwarden_drain_guard_drained_nodes{instance=\"gpu-node-01:9100\",job=\"gpuwarden\"}",
+                    |_| Some(2.0),
+                ),
+                (
+                    "gpuwarden_drain_guard_nodes{instance=\"gpu-node-01:9100\",job=\"gpuwarden\"}",
+                    |_| Some(3.0),
+                ),
+            ],
+            checks: &[(-60, false, false), (0, true, true), (600, false, true)],
+        },
+        IntervalCase {
+            alert: "GpuXidFleetPattern",
+            what: "Xid 79 on three nodes at the event (new series), none before",
+            series: &[
+                ("gpu_xid_errors_total{GPU,xid=\"79\",severity=\"fatal\"}", |t| {
+                    (t >= EVENT).then_some(1.0)
+                }),
+                (
+                    "gpu_xid_errors_total{instance=\"gpu-node-02:9100\",job=\"gpuwarden\",gpu=\"1\",uuid=\"peer-2\",vendor=\"nvidia\",xid=\"79\",severity=\"fatal\"}",
+                    |t| (t >= EVENT).then_some(1.0),
+                ),
+                (
+                    "gpu_xid_errors_total{instance=\"gpu-node-03:9100\",job=\"gpuwarden\",gpu=\"2\",uuid=\"peer-3\",vendor=\"nvidia\",xid=\"79\",severity=\"fatal\"}",
+                    |t| (t >= EVENT).then_some(1.0),
+                ),
+            ],
+            checks: &[(-60, false, false), (0, true, true), (720, false, false)],
+        },
+        IntervalCase {
             alert: "GpuwardenPollStale",
             what: "a healthy poll loop (each GPU polled a second before the scrape)",
             series: &[("gpu_last_poll_timestamp_seconds{GPU}", |t| Some(t as f64 - 1.0))],
@@ -660,6 +715,10 @@ fn interval_tests(rules: &std::path::Path, evaluation: u64, scrapes: &[u64]) -> 
                         "GpuProbeStraggler" => format!(
                             "{gpu}, job: gpuwarden, vendor: nvidia, name: H100, test: gemm_bf16, figure: sustained, severity: warning"
                         ),
+                        "GpuwardenDrainGuardActive" => {
+                            "instance: gpu-node-01:9100, job: gpuwarden, severity: critical".to_string()
+                        }
+                        "GpuXidFleetPattern" => "xid: '79', severity: critical".to_string(),
                         "GpuFabricManagerDown" => "instance: gpu-node-01:9100, job: gpuwarden, severity: warning".to_string(),
                         "NvswitchSxidFatal" => {
                             "instance: gpu-node-01:9100, switch: '2', pci_bus_id: 0000:07:00.0, sxid: '20034', severity: critical"

@@ -527,3 +527,50 @@ fn slow_and_idle_local_clients_do_not_hold_the_health_check() {
     drop(idle);
     drop(held);
 }
+
+/// `gpuwarden health report` (the Slurm check's drain guard) over the local socket only: a
+/// report is served as `gpuwarden_drain_guard_*`; a body that is not one, a `max` that is no
+/// count or percentage, counts that cannot be, or a field it does not know are refused and
+/// change nothing.
+#[test]
+fn the_drain_guard_report_is_served_and_bad_reports_are_refused() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    assert!(
+        !d.scrape().has_family("gpuwarden_drain_guard_refused"),
+        "no report yet: absent"
+    );
+    for (body, says) in [
+        (&b"not json"[..], "not a scheduler report"),
+        (
+            br#"{"drain_guard": {"refused": true, "drained": 2, "nodes": 3, "max": "ten"}}"#,
+            "drain_guard.max",
+        ),
+        (
+            br#"{"drain_guard": {"refused": true, "drained": 5, "nodes": 3, "max": "2"}}"#,
+            "more than",
+        ),
+        (
+            br#"{"drain_guard": {"refused": true, "drained": 1, "nodes": 3, "max": "2", "by": "x"}}"#,
+            "unknown field",
+        ),
+    ] {
+        let (status, answer) = raw_post(&d, "/api/v1/health/report", body);
+        assert!(status.contains("400"), "{status}: {answer}");
+        assert!(answer.contains(says), "{answer}");
+    }
+    assert!(!d.scrape().has_family("gpuwarden_drain_guard_refused"), "nothing kept");
+    let over_http = http_get(&d.addr, "/api/v1/health/report", &[]);
+    assert_eq!(over_http.status, 404, "the HTTP server takes no report");
+    let (status, _) = raw_post(
+        &d,
+        "/api/v1/health/report",
+        br#"{"drain_guard": {"refused": true, "drained": 2, "nodes": 3, "max": "50%"}}"#,
+    );
+    assert!(status.contains("200"), "{status}");
+    let m = d.scrape_until("the report served", |m| {
+        m.value("gpuwarden_drain_guard_refused", &[]) == Some(1.0)
+    });
+    assert_eq!(m.value("gpuwarden_drain_guard_nodes", &[]), Some(3.0));
+    assert!(d.log_text().contains("drain guard (uid"), "{}", d.log_text());
+}

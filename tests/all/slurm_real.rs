@@ -33,6 +33,8 @@ fn checked(what: &str, out: std::io::Result<Output>) -> String {
 struct Slurm {
     dir: PathBuf,
     conf: PathBuf,
+    /// This machine's node (the others, where a test adds some, have no slurmd).
+    host: String,
 }
 
 impl Slurm {
@@ -110,6 +112,7 @@ impl Slurm {
         let slurm = Slurm {
             dir: dir.to_path_buf(),
             conf: conf.clone(),
+            host: host.clone(),
         };
         // Both daemonise; -i: no state from an earlier run.
         checked(
@@ -119,7 +122,7 @@ impl Slurm {
         checked("slurmd", as_root("slurmd").arg("-f").arg(&conf).output());
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let state = slurm.client("sinfo", &["-h", "-o", "%t"]);
+            let state = slurm.client("sinfo", &["-h", "-N", "-n", &host, "-o", "%t"]);
             if state.trim() == "idle" {
                 break;
             }
@@ -242,7 +245,10 @@ fn the_prolog_and_epilog_under_a_real_slurm() {
 
 /// The node's state and drain reason as Slurm shows them ("drain gpuwarden: GPU 0 xid_fatal").
 fn node_state(slurm: &Slurm) -> String {
-    slurm.client("sinfo", &["-h", "-N", "-o", "%t %E"]).trim().to_string()
+    slurm
+        .client("sinfo", &["-h", "-N", "-n", &slurm.host, "-o", "%t %E"])
+        .trim()
+        .to_string()
 }
 
 fn wait_for_node(slurm: &Slurm, what: &str, within: Duration, check: impl Fn(&str) -> bool) -> String {
@@ -264,6 +270,12 @@ fn wait_for_node(slurm: &Slurm, what: &str, within: Duration, check: impl Fn(&st
 /// A one-node Slurm whose HealthCheckProgram is the shipped healthcheck.sh against `d`, every
 /// `interval` seconds.
 fn health_checked_slurm(dir: &Path, d: &Daemon, interval: u64) -> Slurm {
+    health_checked_slurm_with(dir, d, interval, "", "")
+}
+
+/// The same, with `env` exported to the check (`NAME=value ...`) and `nodes` more slurm.conf
+/// lines (nodes without a slurmd, for the drain guard to count).
+fn health_checked_slurm_with(dir: &Path, d: &Daemon, interval: u64, env: &str, nodes: &str) -> Slurm {
     // slurmd runs the health check with no environment of ours: a wrapper names the daemon's
     // socket and this cluster's slurm.conf for scontrol and sinfo, and gives a PATH where
     // gpuwarden is (installed elsewhere than /usr/bin: found through the PATH it was given).
@@ -285,7 +297,7 @@ fn health_checked_slurm(dir: &Path, d: &Daemon, interval: u64) -> Slurm {
     std::fs::write(
         &check,
         format!(
-            "#!/bin/sh\nexport SLURM_CONF={} GPUWARDEN_SOCKET={} PATH={}\n\
+            "#!/bin/sh\nexport SLURM_CONF={} GPUWARDEN_SOCKET={} PATH={} {env}\n\
              [ -e {dir}/break-sinfo ] && export SINFO={}/failing-sinfo\n\
              exec /bin/sh {}/deploy/slurm/healthcheck.sh\n",
             conf.display(),
@@ -306,7 +318,7 @@ fn health_checked_slurm(dir: &Path, d: &Daemon, interval: u64) -> Slurm {
         &noop,
         &noop,
         &format!(
-            "HealthCheckProgram={}\nHealthCheckInterval={interval}\nHealthCheckNodeState=ANY\n",
+            "HealthCheckProgram={}\nHealthCheckInterval={interval}\nHealthCheckNodeState=ANY\n{nodes}",
             check.display()
         ),
     )
@@ -587,4 +599,81 @@ fn the_idle_nodes_scheduled_validation_drains_probes_every_gpu_resumes_and_gives
     );
     std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
     assert_eq!(node_state(&slurm), "idle none", "no sweep while the job runs");
+}
+
+/// The fleet drain guard (issue "Heal with guard rails", item 3) under the real Slurm, three
+/// nodes in the partition: two without a slurmd, drained with a `gpuwarden:` reason as their
+/// own checks would have. With max_drained=2 this node's fatal XID does not drain it: the check
+/// tells the daemon, which serves `gpuwarden_drain_guard_refused 1`, and a live Prometheus with
+/// the shipped rules fires GpuwardenDrainGuardActive, while the verdict stays unhealthy. Once an
+/// admin takes one of the other drains over (its reason no longer gpuwarden's), the next check
+/// drains this node.
+#[test]
+fn the_drain_guard_keeps_a_third_node_in_service_while_its_alert_fires_and_lets_go_below_the_cap() {
+    const INTERVAL: u64 = 3;
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = root.path();
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    let others = "NodeName=gwfake1 NodeAddr=127.0.0.2 CPUs=1 State=UNKNOWN\n\
+                  NodeName=gwfake2 NodeAddr=127.0.0.3 CPUs=1 State=UNKNOWN\n";
+    let slurm = health_checked_slurm_with(dir, &d, INTERVAL, "GPUWARDEN_MAX_DRAINED=2", others);
+    for other in ["gwfake1", "gwfake2"] {
+        slurm.client(
+            "scontrol",
+            &[
+                "update",
+                &format!("nodename={other}"),
+                "state=drain",
+                "reason=gpuwarden: GPU 0 xid_fatal",
+            ],
+        );
+    }
+    let prom = Prometheus::start(&d.addr);
+    prom.wait_for_data();
+
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE (0x00000000)\n");
+    let m = d.scrape_until_within("the guard's refusal", Duration::from_secs(20), |m| {
+        m.value("gpuwarden_drain_guard_refused", &[]) == Some(1.0)
+    });
+    assert_eq!(m.value("gpuwarden_drain_guard_drained_nodes", &[]), Some(2.0));
+    assert_eq!(m.value("gpuwarden_drain_guard_nodes", &[]), Some(3.0));
+    assert_eq!(
+        m.value("gpu_health", &[("gpu", "0"), ("state", "unhealthy")]),
+        Some(1.0)
+    );
+    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    assert_eq!(node_state(&slurm), "idle none", "not drained past max_drained");
+    assert!(
+        d.log_text()
+            .contains("2 of 3 nodes of this node's partitions already drained by gpuwarden (max_drained 2)"),
+        "{}",
+        d.log_text()
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !prom
+        .firing()
+        .iter()
+        .any(|(alert, _)| alert == "GpuwardenDrainGuardActive")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "GpuwardenDrainGuardActive never fired: {:?}",
+            prom.firing()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // An admin takes gwfake2's drain over: one gpuwarden drain of three, under the cap.
+    slurm.client("scontrol", &["update", "nodename=gwfake2", "reason=admin: PSU swap"]);
+    let state = wait_for_node(
+        &slurm,
+        "the drain under the cap",
+        Duration::from_secs(INTERVAL + 1 + 4),
+        |s| s.starts_with("drain"),
+    );
+    assert_eq!(state, "drain gpuwarden: GPU 0 xid_fatal");
+    d.scrape_until_within("the guard allowing", Duration::from_secs(10), |m| {
+        m.value("gpuwarden_drain_guard_refused", &[]) == Some(0.0)
+    });
 }

@@ -1,0 +1,48 @@
+//! The scheduler side's families (`gpuwarden_drain_guard_*`): the Slurm health check's fleet
+//! drain guard as it last reported about this node (model/scheduler.rs). Node series, absent
+//! without a report in the last 10 minutes.
+
+use super::{Family, Kind, Read};
+
+fn guard(snapshot: &crate::model::Snapshot) -> Option<&crate::model::scheduler::DrainGuard> {
+    let now = crate::model::unix_seconds(std::time::SystemTime::now());
+    snapshot.scheduler.as_ref()?.drain_guard_at(now)
+}
+
+pub const FAMILIES: &[Family] = &[
+    Family {
+        name: "gpuwarden_drain_guard_refused",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 when the Slurm health check's fleet drain guard last refused to drain this unhealthy node (max_drained nodes of its partitions already drained by gpuwarden), 0 when it last allowed a drain; absent without a report in the last 10 minutes (GpuwardenDrainGuardActive).",
+        labels: &[],
+        dcgm: &[],
+        read: Read::Node(|snapshot, s| s.flag(guard(snapshot).map(|g| g.refused))),
+    },
+    Family {
+        name: "gpuwarden_drain_guard_drained_nodes",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "Nodes of this node's partitions drained with a gpuwarden: reason, as the drain guard last counted them.",
+        labels: &[],
+        dcgm: &[],
+        read: Read::Node(|snapshot, s| {
+            if let Some(g) = guard(snapshot) {
+                s.value(f64::from(g.drained));
+            }
+        }),
+    },
+    Family {
+        name: "gpuwarden_drain_guard_nodes",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "Nodes in this node's partitions, as the drain guard last counted them.",
+        labels: &[],
+        dcgm: &[],
+        read: Read::Node(|snapshot, s| {
+            if let Some(g) = guard(snapshot) {
+                s.value(f64::from(g.nodes));
+            }
+        }),
+    },
+];
