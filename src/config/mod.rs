@@ -22,6 +22,7 @@ mod network;
 mod output;
 mod poll;
 mod probe;
+mod remediation;
 mod state;
 mod xid;
 pub use attribution::*;
@@ -35,6 +36,7 @@ pub use network::*;
 pub use output::*;
 pub use poll::*;
 pub use probe::*;
+pub use remediation::*;
 pub use state::*;
 pub use xid::*;
 
@@ -77,6 +79,7 @@ pub struct Config {
     pub local_api: LocalApi,
     pub network: Network,
     pub fabric_manager: FabricManager,
+    pub remediation: Remediation,
 }
 
 impl Default for Config {
@@ -101,6 +104,7 @@ impl Default for Config {
             local_api: LocalApi::default(),
             network: Network::default(),
             fabric_manager: FabricManager::default(),
+            remediation: Remediation::default(),
         }
     }
 }

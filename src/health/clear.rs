@@ -236,6 +236,7 @@ mod tests {
             d.health = DeviceHealth {
                 state,
                 findings: vec![],
+                next_step: None,
             };
             d
         };

@@ -235,5 +235,18 @@ pub fn text(verdict: &NodeVerdict) -> String {
             out.push_str(&format!("  {state}: {line}\n"));
         }
     }
+    for g in &verdict.gpus {
+        if let Some(next) = &g.next_step {
+            let command = next
+                .command
+                .as_ref()
+                .map(|c| format!("; `{c}` once its jobs are drained"))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "  next step: GPU {} {}: {}{command}\n",
+                g.index, next.step, next.why
+            ));
+        }
+    }
     out
 }

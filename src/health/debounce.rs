@@ -200,6 +200,7 @@ mod tests {
         device.health = DeviceHealth {
             state: super::super::state(&findings),
             findings,
+            next_step: None,
         };
         Snapshot {
             devices: vec![device],

@@ -63,5 +63,11 @@ impl HealthMemory {
         now: Instant,
     ) {
         self.debouncer.apply(snapshot, rules, poll_interval, now);
+        // A GPU not (yet) unhealthy after the debounce has no next step to take.
+        for device in &mut snapshot.devices {
+            if device.health.state != crate::model::health::HealthState::Unhealthy {
+                device.health.next_step = None;
+            }
+        }
     }
 }

@@ -11,6 +11,7 @@ pub mod clear;
 pub mod clear_nic;
 pub mod cli;
 pub mod debounce;
+pub mod ladder;
 pub mod memory;
 pub mod network;
 pub mod nic_trends;
@@ -63,9 +64,22 @@ pub fn evaluate(snapshot: &mut Snapshot) {
         .iter()
         .map(|device| {
             let findings = device_findings(snapshot, device);
+            let next_step = snapshot
+                .health_limits
+                .remediation_reset_command
+                .as_deref()
+                .and_then(|reset| {
+                    ladder::next_step(
+                        device,
+                        &findings,
+                        snapshot.xid.for_bus(&device.identity.pci_bus_id),
+                        reset,
+                    )
+                });
             DeviceHealth {
                 state: state(&findings),
                 findings,
+                next_step,
             }
         })
         .collect();

@@ -32,6 +32,9 @@ pub struct GpuVerdict {
     pub serial: Option<String>,
     pub state: String,
     pub findings: Vec<FindingView>,
+    /// What to do next about it, with `remediation.mode: advise` (health/ladder.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_step: Option<crate::model::health::NextStep>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -97,6 +100,7 @@ pub fn of(snapshot: &Snapshot) -> NodeVerdict {
                 serial: d.identity.serial.clone(),
                 state: d.health.state.label().to_string(),
                 findings: d.health.findings.iter().map(FindingView::from).collect(),
+                next_step: d.health.next_step.clone(),
             })
             .collect(),
         node_findings: snapshot.node_findings.iter().map(FindingView::from).collect(),

@@ -52,10 +52,12 @@ pub enum Kind {
     /// A GPU's validation (a probe before return to service) began, passed, failed or was
     /// skipped: the whole [`Validation`](crate::model::health::Validation).
     Validation,
+    /// An unhealthy GPU's next remediation step as advised (`remediation.mode: advise`).
+    Remediation,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 21] = [
+    pub const ALL: [Kind; 22] = [
         Kind::Xid,
         Kind::XidStorm,
         Kind::Health,
@@ -77,6 +79,7 @@ impl Kind {
         Kind::Nic,
         Kind::Sxid,
         Kind::Validation,
+        Kind::Remediation,
     ];
 
     pub fn name(self) -> &'static str {
@@ -102,6 +105,7 @@ impl Kind {
             Kind::Nic => "nic",
             Kind::Sxid => "sxid",
             Kind::Validation => "validation",
+            Kind::Remediation => "remediation",
         }
     }
 

@@ -113,6 +113,8 @@ pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64, baseline_probes: usize
             "inventory",
             "persistence",
             "recovery_action",
+            "validation",
+            "remediation",
         ]),
         guidance,
     })

@@ -62,6 +62,8 @@ pub(super) struct Writer {
     validations: Arc<Versioned<crate::model::health::Validations>>,
     /// What was last written of the validations.
     validation_rows: super::validation_rows::ValidationRows,
+    /// What was last written of the advised next steps.
+    remediation_rows: super::remediation_rows::RemediationRows,
     /// Where the counted XIDs are taken from (its outbox).
     xids: Arc<XidStore>,
     shared: Arc<Shared>,
@@ -121,6 +123,7 @@ impl Writer {
             status: writes_to.status,
             board_swaps: writes_to.board_swaps,
             validation_rows: super::validation_rows::ValidationRows::from_seed(writes_to.validations.get()),
+            remediation_rows: Default::default(),
             validations: writes_to.validations,
             xids,
             shared,
@@ -481,6 +484,9 @@ impl Writer {
             self.push(row);
         }
         for row in self.validation_rows.look(snapshot, now) {
+            self.push(row);
+        }
+        for row in self.remediation_rows.look(snapshot, now) {
             self.push(row);
         }
     }

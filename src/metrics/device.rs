@@ -71,6 +71,19 @@ pub const FAMILIES: &[Family] = &[
         }),
     },
     Family {
+        name: "gpu_remediation_next_step",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 for an unhealthy GPU's next remediation step (gpu_reset, reboot_required, service), with remediation.mode advise; absent otherwise. The verdict (gpuwarden health) says why and the command.",
+        labels: &["step"],
+        dcgm: &[],
+        read: Read::Device(|_, d, s| {
+            if let Some(next) = &d.health.next_step {
+                s.labelled(&[next.step.as_str()], 1.0);
+            }
+        }),
+    },
+    Family {
         name: "gpu_temperature_celsius",
         kind: Kind::Gauge,
         unit: "celsius",

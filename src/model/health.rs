@@ -51,6 +51,22 @@ pub struct Finding {
 pub struct DeviceHealth {
     pub state: HealthState,
     pub findings: Vec<Finding>,
+    /// What to do next about an unhealthy GPU (`remediation.mode: advise`; health/ladder.rs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_step: Option<NextStep>,
+}
+
+/// The remediation ladder's next step for an unhealthy GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct NextStep {
+    /// `gpu_reset`, `reboot_required` or `service` (a person: replace, RMA): the `step` label
+    /// of `gpu_remediation_next_step`.
+    pub step: String,
+    /// Why, from the driver's recovery action, the XID catalog or the finding.
+    pub why: String,
+    /// The command that does it, where there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
 }
 
 /// The operator's thresholds the rules read (config `xid.critical_hold` and `health.*`),
@@ -69,6 +85,8 @@ pub struct Limits {
     pub validate_after_clear: bool,
     /// `probe.regression_pct` and `probe.baseline_probes`: when a probe counts as regressed.
     pub probe_regression: ProbeRegression,
+    /// `remediation.mode: advise`: the GPU reset command the next step names; None: off.
+    pub remediation_reset_command: Option<String>,
 }
 
 /// When a probe's figure counts as regressed (`probe_regressed`).

@@ -61,6 +61,8 @@ impl Options {
                     pct: config.probe.regression_pct,
                     baseline_probes: config.probe.baseline_probes,
                 },
+                remediation_reset_command: (config.remediation.mode == crate::config::RemediationMode::Advise)
+                    .then(|| config.remediation.reset_command.clone()),
             },
             hostname: hostname.to_string(),
         }

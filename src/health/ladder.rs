@@ -1,0 +1,164 @@
+//! The remediation ladder's next step for an unhealthy GPU (`remediation.mode: advise`;
+//! docs/health.md, "Remediation"): reboot the node, reset the GPU, or a person's service.
+//! From the driver's own recovery action (NVML field 230) first, then the XID catalog's
+//! resolution for the fatal XIDs seen, then the findings. Pure: the GPU, its findings and its
+//! XIDs in, the step out.
+
+use crate::model::health::{Finding, HealthState, NextStep};
+use crate::model::xid::{Severity, XidCount};
+use crate::model::{DeviceSnapshot, RecoveryAction};
+
+/// The next step for `device`, when it is unhealthy and something can be done about it;
+/// `reset_command` has `{pci_bus_id}` for the GPU's address.
+pub fn next_step(
+    device: &DeviceSnapshot,
+    findings: &[Finding],
+    xids: &[XidCount],
+    reset_command: &str,
+) -> Option<NextStep> {
+    let unhealthy: Vec<&Finding> = findings
+        .iter()
+        .filter(|f| f.severity == HealthState::Unhealthy)
+        .collect();
+    if unhealthy.is_empty() || unhealthy.iter().all(|f| f.reason == "validating") {
+        // Nothing wrong, or a repaired GPU waiting for its probe: that is the step already.
+        return None;
+    }
+    let reset = || Some(reset_command.replace("{pci_bus_id}", &device.identity.pci_bus_id));
+    let step = |step: &str, why: String, command: Option<String>| {
+        Some(NextStep {
+            step: step.to_string(),
+            why,
+            command,
+        })
+    };
+    let action = device.readings.as_ref().and_then(|r| r.recovery_action);
+    match action {
+        Some(RecoveryAction::NodeReboot) => {
+            return step(
+                "reboot_required",
+                "the driver asks for a node reboot (recovery action)".into(),
+                None,
+            );
+        }
+        Some(RecoveryAction::GpuReset | RecoveryAction::DrainAndReset) => {
+            return step(
+                "gpu_reset",
+                "the driver asks for a GPU reset (recovery action)".into(),
+                reset(),
+            );
+        }
+        _ => {}
+    }
+    if unhealthy.iter().any(|f| f.reason == "gpu_lost") {
+        return step("reboot_required", "the GPU is lost (fallen off the bus)".into(), None);
+    }
+    let fatal: Vec<(u32, &str)> = xids
+        .iter()
+        .filter(|x| x.severity == Severity::Fatal)
+        .filter_map(|x| crate::xid::catalog::lookup(x.xid).map(|e| (x.xid, e.nvidia_action)))
+        .collect();
+    if let Some((code, bucket)) = fatal.iter().find(|(_, b)| matches!(*b, "RESTART_BM" | "RESTART_VM")) {
+        return step(
+            "reboot_required",
+            format!("Xid {code}: NVIDIA's catalog says {bucket}"),
+            None,
+        );
+    }
+    if let Some((code, bucket)) = fatal.first() {
+        return step(
+            "gpu_reset",
+            format!("Xid {code}: NVIDIA's catalog says {bucket}"),
+            reset(),
+        );
+    }
+    if unhealthy.iter().any(|f| f.reason == "fabric_not_ready") {
+        return step("gpu_reset", "the GPU has not joined the NVLink fabric".into(), reset());
+    }
+    let first = unhealthy[0];
+    step(
+        "service",
+        format!(
+            "{}: no reset or reboot clears it; a person must look (repair, replace)",
+            first.reason
+        ),
+        None,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{DeviceReadings, Vendor};
+    use std::time::SystemTime;
+
+    fn gpu(action: Option<RecoveryAction>) -> DeviceSnapshot {
+        DeviceSnapshot::for_test(
+            0,
+            Vendor::Nvidia,
+            "0000:19:00.0",
+            DeviceReadings {
+                recovery_action: action,
+                ..Default::default()
+            },
+        )
+    }
+
+    fn finding(reason: &'static str, severity: HealthState) -> Finding {
+        Finding {
+            reason,
+            severity,
+            message: String::new(),
+            subject: None,
+        }
+    }
+
+    fn xid(code: u32) -> XidCount {
+        XidCount {
+            xid: code,
+            severity: crate::xid::catalog::severity(code),
+            count: 1,
+            last_seen: SystemTime::now(),
+            recent: 1,
+        }
+    }
+
+    const RESET: &str = "nvidia-smi --gpu-reset -i {pci_bus_id}";
+
+    #[test]
+    fn the_drivers_recovery_action_comes_first_then_the_catalog_then_the_finding() {
+        let unhealthy = [finding("xid_fatal", HealthState::Unhealthy)];
+        let reboot = next_step(&gpu(Some(RecoveryAction::NodeReboot)), &unhealthy, &[xid(48)], RESET).unwrap();
+        assert_eq!(reboot.step, "reboot_required", "the driver's word beats the catalog's");
+        let reset = next_step(&gpu(Some(RecoveryAction::GpuReset)), &unhealthy, &[xid(79)], RESET).unwrap();
+        assert_eq!(reset.step, "gpu_reset");
+        assert_eq!(reset.command.as_deref(), Some("nvidia-smi --gpu-reset -i 0000:19:00.0"));
+        // No recovery action: Xid 79 (RESTART_BM) asks for a reboot, Xid 48 for a reset.
+        assert_eq!(
+            next_step(&gpu(None), &unhealthy, &[xid(79)], RESET).unwrap().step,
+            "reboot_required"
+        );
+        let dbe = next_step(&gpu(None), &unhealthy, &[xid(48)], RESET).unwrap();
+        assert_eq!(dbe.step, "gpu_reset");
+        assert!(dbe.why.starts_with("Xid 48: NVIDIA's catalog says"), "{}", dbe.why);
+        let lost = [finding("gpu_lost", HealthState::Unhealthy)];
+        assert_eq!(
+            next_step(&gpu(None), &lost, &[], RESET).unwrap().step,
+            "reboot_required"
+        );
+        let remap = [finding("row_remap_failed", HealthState::Unhealthy)];
+        let service = next_step(&gpu(None), &remap, &[], RESET).unwrap();
+        assert_eq!((service.step.as_str(), service.command), ("service", None));
+    }
+
+    #[test]
+    fn nothing_for_a_gpu_that_is_not_unhealthy_or_awaits_its_probe() {
+        let degraded = [finding("thermal_slowdown", HealthState::Degraded)];
+        assert_eq!(
+            next_step(&gpu(Some(RecoveryAction::GpuReset)), &degraded, &[], RESET),
+            None
+        );
+        let validating = [finding("validating", HealthState::Unhealthy)];
+        assert_eq!(next_step(&gpu(None), &validating, &[xid(48)], RESET), None);
+    }
+}
