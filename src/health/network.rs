@@ -193,12 +193,15 @@ pub fn findings(snapshot: &Snapshot) -> Vec<Finding> {
     let scan: &NicScan = &snapshot.nics;
     let limits = &snapshot.health_limits.network;
     let judged = || scan.ports().filter(|(d, _)| !limits.ignore.contains(&d.name));
-    let fastest = |layer: &str| {
-        judged()
-            .filter(|(_, p)| p.link_layer == layer)
-            .filter_map(|(_, p)| p.rate_gbps)
-            .fold(None, |max: Option<f64>, r| Some(max.map_or(r, |m| m.max(r))))
-    };
+    // The fastest port of each link layer, once: what a port without an operator's rate is
+    // judged against.
+    let mut fastest: std::collections::BTreeMap<&str, f64> = std::collections::BTreeMap::new();
+    for (_, port) in judged() {
+        if let Some(rate) = port.rate_gbps {
+            let max = fastest.entry(port.link_layer.as_str()).or_insert(rate);
+            *max = max.max(rate);
+        }
+    }
     let mut out = Vec::new();
     for (device, port) in judged() {
         let seen = PortSeen {
@@ -208,7 +211,7 @@ pub fn findings(snapshot: &Snapshot) -> Vec<Finding> {
             expected_rate: limits
                 .expected_rate
                 .get(&port.link_layer)
-                .or_else(|| fastest(&port.link_layer)),
+                .or_else(|| fastest.get(port.link_layer.as_str()).copied()),
             first_port: device.ports.first().is_some_and(|p| p.port == port.port),
         };
         for rule in PORT_RULES {
@@ -252,10 +255,7 @@ fn name_port(device: &NicDevice, port: &NicPort, gpus: &[DeviceSnapshot]) -> Str
     let near: Vec<String> = device
         .near_gpus
         .iter()
-        .map(|bus| match gpus.iter().find(|g| g.identity.pci_bus_id == *bus) {
-            Some(g) => format!("GPU {}", g.identity.index),
-            None => format!("GPU at {bus}"),
-        })
+        .map(|bus| crate::model::gpu_at(gpus, bus))
         .collect();
     let near = match near.len() {
         0 => String::new(),

@@ -299,8 +299,7 @@ pub fn sxids(conn: &Connection, boot_id: &str) -> rusqlite::Result<Vec<crate::mo
         let switch = details.get("switch").and_then(|v| v.as_u64()).unwrap_or(0) as u32;
         let fatal = details.get("fatal").and_then(|v| v.as_bool()).unwrap_or(false);
         let message = text(&details, "raw")
-            .and_then(|raw| crate::xid::parse::parse_line(&raw))
-            .map(|r| r.message)
+            .map(|raw| crate::xid::parse::message_of(&raw))
             .unwrap_or_default();
         let entry = counts
             .entry((address.clone(), code))

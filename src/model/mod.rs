@@ -426,6 +426,15 @@ pub fn unix_seconds(t: SystemTime) -> f64 {
 }
 
 /// Unix seconds as a time; a negative, NaN or out-of-range value is the epoch.
+/// How a person names the GPU at PCI address `bus`: "GPU 3", or "GPU at 0000:19:00.0" when no
+/// GPU of `devices` is there (a port's neighbour the driver does not show).
+pub fn gpu_at(devices: &[DeviceSnapshot], bus: &str) -> String {
+    match devices.iter().find(|d| d.identity.pci_bus_id == bus) {
+        Some(d) => format!("GPU {}", d.identity.index),
+        None => format!("GPU at {bus}"),
+    }
+}
+
 /// Unix seconds as `2026-11-24T10:00:00Z`.
 pub fn utc_seconds(at: f64) -> String {
     humantime::format_rfc3339_seconds(from_unix_seconds(at)).to_string()

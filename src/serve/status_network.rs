@@ -45,12 +45,7 @@ pub fn section(out: &mut String, snapshot: &Snapshot) {
         let near: Vec<String> = device
             .near_gpus
             .iter()
-            .map(
-                |bus| match snapshot.devices.iter().find(|d| d.identity.pci_bus_id == *bus) {
-                    Some(d) => format!("GPU {}", d.identity.index),
-                    None => bus.clone(),
-                },
-            )
+            .map(|bus| crate::model::gpu_at(&snapshot.devices, bus))
             .collect();
         let netdev = port
             .netdev
@@ -107,7 +102,10 @@ mod tests {
         );
         assert!(out.contains(">nic_rate_low</span>"), "{out}");
         assert!(out.contains("<td>200 Gb/s</td>"));
-        assert!(out.contains("<td>symbol_error 77</td><td>0000:2b:00.0</td>"), "{out}");
+        assert!(
+            out.contains("<td>symbol_error 77</td><td>GPU at 0000:2b:00.0</td>"),
+            "{out}"
+        );
 
         let mut empty = String::new();
         section(&mut empty, &Snapshot::default());

@@ -212,6 +212,12 @@ fn syslog_message(line: &str) -> Option<LogLine<'_>> {
     })
 }
 
+/// The message of a kernel-log line as the parser reads it (after the code and severity);
+/// empty for a line it does not take.
+pub fn message_of(raw: &str) -> String {
+    parse_line(raw).map(|r| r.message).unwrap_or_default()
+}
+
 /// The XID the line reports, if it reports one, on its own: a notice spread over several
 /// lines needs a [`LogParser`]. The line is any of the wrappings the module names.
 pub fn parse_line(line: &str) -> Option<XidReport> {

@@ -97,12 +97,7 @@ impl Inner {
             self.dropped += 1;
             return false;
         }
-        let message = event
-            .raw
-            .as_deref()
-            .and_then(super::parse::parse_line)
-            .map(|r| r.message)
-            .unwrap_or_default();
+        let message = event.raw.as_deref().map(super::parse::message_of).unwrap_or_default();
         let count = self.sxids.entry(key).or_insert_with(|| crate::model::xid::SxidCount {
             switch: nvswitch.switch,
             pci_bus_id: event.pci_bus_id.clone(),
