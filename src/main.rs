@@ -248,6 +248,7 @@ fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<(Overrides, Optio
             overrides.local_socket = Some(demo.socket.clone());
             overrides.sysfs_root = Some(demo.sys_root.clone());
             overrides.no_fabric_manager = true;
+            overrides.remediation_advise = true;
             gpuwarden::cli::demo_fabric::flap(demo.sys_root.clone());
             Ok((overrides, Some(demo)))
         }

@@ -132,6 +132,9 @@ pub struct Overrides {
     /// The demo's simulated NVSwitch fabric has no nvidia-fabricmanager to look for. A default
     /// only: a config file that sets `fabric_manager` keeps its value.
     pub no_fabric_manager: bool,
+    /// The demo shows the remediation ladder's advice. A default only: a config file that sets
+    /// `remediation` keeps its value.
+    pub remediation_advise: bool,
 }
 
 impl Overrides {
@@ -147,6 +150,7 @@ impl Overrides {
                     || self.local_socket.is_some()
                     || self.sysfs_root.is_some()
                     || self.no_fabric_manager
+                    || self.remediation_advise
             })
             .and_then(|f| read_config_file(f, "config file").ok())
             .unwrap_or_default();
@@ -197,6 +201,9 @@ impl Overrides {
         }
         if self.no_fabric_manager && !file_sets("fabric_manager", "") {
             config.fabric_manager.check = false;
+        }
+        if self.remediation_advise && !file_sets("remediation", "") {
+            config.remediation.mode = RemediationMode::Advise;
         }
     }
 }

@@ -1,5 +1,7 @@
-//! The remediation ladder's next step for an unhealthy GPU (`remediation.mode: advise`;
-//! docs/health.md, "Remediation"): reboot the node, reset the GPU, or a person's service.
+//! The remediation ladder's next step for a GPU that needs one (`remediation.mode: advise`;
+//! docs/health.md, "Remediation"): reboot the node, reset the GPU, or a person's service. A
+//! GPU needs one when it is unhealthy, when its driver asks for a reset or a reboot (recovery
+//! action), or when a row remap waits for a reset.
 //! From the driver's own recovery action (NVML field 230) first, then the XID catalog's
 //! resolution for the fatal XIDs seen, then the findings. Pure: the GPU, its findings and its
 //! XIDs in, the step out.
@@ -8,8 +10,8 @@ use crate::model::health::{Finding, HealthState, NextStep};
 use crate::model::xid::{Severity, XidCount};
 use crate::model::{DeviceSnapshot, RecoveryAction};
 
-/// The next step for `device`, when it is unhealthy and something can be done about it;
-/// `reset_command` has `{pci_bus_id}` for the GPU's address.
+/// The next step for `device`, when it needs one; `reset_command` has `{pci_bus_id}` for the
+/// GPU's address.
 pub fn next_step(
     device: &DeviceSnapshot,
     findings: &[Finding],
@@ -20,8 +22,17 @@ pub fn next_step(
         .iter()
         .filter(|f| f.severity == HealthState::Unhealthy)
         .collect();
-    if unhealthy.is_empty() || unhealthy.iter().all(|f| f.reason == "validating") {
-        // Nothing wrong, or a repaired GPU waiting for its probe: that is the step already.
+    let action = device.readings.as_ref().and_then(|r| r.recovery_action);
+    let driver_asks = matches!(
+        action,
+        Some(RecoveryAction::GpuReset | RecoveryAction::DrainAndReset | RecoveryAction::NodeReboot)
+    );
+    let remap_pending = findings.iter().any(|f| f.reason == "row_remap_pending");
+    if unhealthy.is_empty() && !driver_asks && !remap_pending {
+        return None;
+    }
+    if !unhealthy.is_empty() && unhealthy.iter().all(|f| f.reason == "validating") {
+        // A repaired GPU waiting for its probe: that is its step already.
         return None;
     }
     let reset = || Some(reset_command.replace("{pci_bus_id}", &device.identity.pci_bus_id));
@@ -32,7 +43,6 @@ pub fn next_step(
             command,
         })
     };
-    let action = device.readings.as_ref().and_then(|r| r.recovery_action);
     match action {
         Some(RecoveryAction::NodeReboot) => {
             return step(
@@ -75,7 +85,10 @@ pub fn next_step(
     if unhealthy.iter().any(|f| f.reason == "fabric_not_ready") {
         return step("gpu_reset", "the GPU has not joined the NVLink fabric".into(), reset());
     }
-    let first = unhealthy[0];
+    if remap_pending {
+        return step("gpu_reset", "a memory row remap waits for a GPU reset".into(), reset());
+    }
+    let first = unhealthy.first()?;
     step(
         "service",
         format!(
@@ -152,13 +165,27 @@ mod tests {
     }
 
     #[test]
-    fn nothing_for_a_gpu_that_is_not_unhealthy_or_awaits_its_probe() {
+    fn a_degraded_gpu_gets_one_only_when_its_driver_asks_or_a_remap_waits() {
         let degraded = [finding("thermal_slowdown", HealthState::Degraded)];
         assert_eq!(
-            next_step(&gpu(Some(RecoveryAction::GpuReset)), &degraded, &[], RESET),
+            next_step(&gpu(None), &degraded, &[], RESET),
+            None,
+            "a hot GPU needs cooling, not a reset"
+        );
+        let asked = next_step(&gpu(Some(RecoveryAction::GpuReset)), &degraded, &[], RESET).unwrap();
+        assert_eq!(asked.step, "gpu_reset");
+        assert_eq!(
+            next_step(&gpu(Some(RecoveryAction::DrainP2p)), &degraded, &[], RESET),
             None
         );
+        let remap = [finding("row_remap_pending", HealthState::Degraded)];
+        let pending = next_step(&gpu(None), &remap, &[], RESET).unwrap();
+        assert_eq!(pending.why, "a memory row remap waits for a GPU reset");
         let validating = [finding("validating", HealthState::Unhealthy)];
-        assert_eq!(next_step(&gpu(None), &validating, &[xid(48)], RESET), None);
+        assert_eq!(
+            next_step(&gpu(None), &validating, &[xid(48)], RESET),
+            None,
+            "its probe is its step"
+        );
     }
 }

@@ -63,9 +63,9 @@ impl HealthMemory {
         now: Instant,
     ) {
         self.debouncer.apply(snapshot, rules, poll_interval, now);
-        // A GPU not (yet) unhealthy after the debounce has no next step to take.
+        // A GPU whose findings the debounce holds back (ok so far) has no next step to take.
         for device in &mut snapshot.devices {
-            if device.health.state != crate::model::health::HealthState::Unhealthy {
+            if device.health.state == crate::model::health::HealthState::Ok {
                 device.health.next_step = None;
             }
         }

@@ -463,6 +463,16 @@ fn events_report_and_health_find_a_running_demo() {
     );
     let out = gpuwarden(&["health", "--demo"]);
     assert!(matches!(out.status.code(), Some(0 | 1)), "{out:?}");
+    // The demo advises: GPU 6's driver asks for a reset (its pending row remap).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let text = String::from_utf8_lossy(&gpuwarden(&["health", "--demo"]).stdout).to_string();
+        if text.contains("next step: GPU 6 gpu_reset: the driver asks for a GPU reset (recovery action)") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     // By themselves, where the configured journal is not there.
     let config = tmp.path().join("c.yaml");
     std::fs::write(
