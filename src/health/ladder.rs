@@ -35,7 +35,20 @@ pub fn next_step(
         // A repaired GPU waiting for its probe: that is its step already.
         return None;
     }
-    let reset = || Some(reset_command.replace("{pci_bus_id}", &device.identity.pci_bus_id));
+    let reset = reset_command.replace("{pci_bus_id}", &device.identity.pci_bus_id);
+    from_evidence(action, &unhealthy, xids, remap_pending, reset)
+}
+
+/// The step itself, from the strongest evidence: the driver's recovery action, a lost GPU, the
+/// catalog's resolution of a fatal XID, the fabric, a pending remap, else a person's service.
+fn from_evidence(
+    action: Option<RecoveryAction>,
+    unhealthy: &[&Finding],
+    xids: &[XidCount],
+    remap_pending: bool,
+    reset_command: String,
+) -> Option<NextStep> {
+    let reset = || Some(reset_command.clone());
     let step = |step: &str, why: String, command: Option<String>| {
         Some(NextStep {
             step: step.to_string(),
