@@ -434,19 +434,31 @@ enum HealthAction {
     /// runs this; deploy/slurm/healthcheck.sh): served as gpuwarden_drain_guard_*, and alert
     /// GpuwardenDrainGuardActive fires while it refuses. Exit 0: kept; 2: the daemon did not
     /// take it.
+    #[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["guard", "node"])))]
     Report {
         /// refused: not drained, max_drained nodes already drained by gpuwarden; allowed.
-        #[arg(long, value_name = "refused|allowed", value_parser = ["refused", "allowed"])]
-        guard: String,
+        #[arg(
+            long,
+            value_name = "refused|allowed",
+            value_parser = ["refused", "allowed"],
+            requires_all = ["guard_drained", "guard_nodes", "guard_max"]
+        )]
+        guard: Option<String>,
         /// Nodes of this node's partitions drained with a gpuwarden: reason.
-        #[arg(long, value_name = "N")]
-        guard_drained: u32,
+        #[arg(long, value_name = "N", requires = "guard")]
+        guard_drained: Option<u32>,
         /// Nodes in those partitions.
-        #[arg(long, value_name = "N")]
-        guard_nodes: u32,
+        #[arg(long, value_name = "N", requires = "guard")]
+        guard_nodes: Option<u32>,
         /// max_drained as the program has it (5, 10%).
-        #[arg(long, value_name = "COUNT|PERCENT")]
-        guard_max: String,
+        #[arg(long, value_name = "COUNT|PERCENT", requires = "guard")]
+        guard_max: Option<String>,
+        /// Who drained the node, as Slurm shows it now.
+        #[arg(long, value_name = "gpuwarden|other|none", value_parser = ["gpuwarden", "other", "none"])]
+        node: Option<String>,
+        /// Jobs running on the node (squeue).
+        #[arg(long, value_name = "N", requires = "node")]
+        jobs: Option<u32>,
     },
 }
 
@@ -504,17 +516,26 @@ fn health(
             guard_drained,
             guard_nodes,
             guard_max,
-        }) => health::cli::report(
-            &socket,
-            &health::scheduler_report::ReportRequest {
-                drain_guard: Some(gpuwarden::model::scheduler::DrainGuard {
-                    refused: guard == "refused",
-                    drained: guard_drained,
-                    nodes: guard_nodes,
-                    max: guard_max,
-                }),
-            },
-        ),
+            node,
+            jobs,
+        }) => {
+            use gpuwarden::model::scheduler::{DrainGuard, Drained, NodeState};
+            let drain_guard = guard.map(|guard| DrainGuard {
+                refused: guard == "refused",
+                drained: guard_drained.unwrap_or_default(),
+                nodes: guard_nodes.unwrap_or_default(),
+                max: guard_max.unwrap_or_default(),
+            });
+            let node = node.map(|by| NodeState {
+                drained: match by.as_str() {
+                    "gpuwarden" => Drained::Gpuwarden,
+                    "other" => Drained::Other,
+                    _ => Drained::None,
+                },
+                jobs,
+            });
+            health::cli::report(&socket, &health::scheduler_report::ReportRequest { drain_guard, node })
+        }
     })
 }
 

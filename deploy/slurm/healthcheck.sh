@@ -31,13 +31,14 @@
 # default /etc/gpuwarden/slurm-healthcheck.conf, a line max_drained=10%).
 #
 # Environment (for tests and unusual installs): GPUWARDEN (the binary), GPUWARDEN_SOCKET (the
-# daemon's local_api.socket), SCONTROL, SINFO, GPUWARDEN_MAX_DRAINED, GPUWARDEN_SLURM_CONF.
+# daemon's local_api.socket), SCONTROL, SINFO, SQUEUE, GPUWARDEN_MAX_DRAINED, GPUWARDEN_SLURM_CONF.
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}
 export PATH
 set -u
 gpuwarden=${GPUWARDEN:-gpuwarden}
 scontrol=${SCONTROL:-scontrol}
 sinfo=${SINFO:-sinfo}
+squeue=${SQUEUE:-squeue}
 node=${SLURMD_NODENAME:-$(hostname -s)}
 
 say() {
@@ -140,4 +141,18 @@ case "$code" in
 *}); leaving $node as it is"
         ;;
 esac
+# What Slurm shows of the node now, for the daemon: who drained it and how many jobs run
+# there (gpuwarden_scheduler_*; what an automatic remediation would have to check first).
+after=$("$sinfo" -h -N -n "$node" -o '%E' 2>/dev/null | head -n 1)
+case "$after" in
+    '') exit 0 ;;
+    none) drained=none ;;
+    gpuwarden:*) drained=gpuwarden ;;
+    *) drained=other ;;
+esac
+if jobs=$("$squeue" -h -w "$node" -o %i 2>/dev/null); then
+    ask report --node "$drained" --jobs "$(printf '%s\n' "$jobs" | grep -c .)" >/dev/null 2>&1
+else
+    ask report --node "$drained" >/dev/null 2>&1
+fi
 exit 0

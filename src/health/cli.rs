@@ -179,7 +179,7 @@ pub fn clear(socket: &Path, gpu: &str, nic: Option<&str>, reason: &str, skip_val
 /// decided (deploy/slurm/healthcheck.sh runs it). Exit 0: kept; 2: not (the daemon did not
 /// answer, or refused the report, and says why on stderr).
 pub fn report(socket: &Path, report: &super::scheduler_report::ReportRequest) -> i32 {
-    if let Err(e) = report.clone().checked() {
+    if let Err(e) = report.checked() {
         eprintln!("not reported: {e}");
         return crate::config::EX_USAGE;
     }

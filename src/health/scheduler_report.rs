@@ -3,15 +3,17 @@
 //! as `gpuwarden_drain_guard_*` (alert GpuwardenDrainGuardActive). The request and its checks;
 //! the model of what is kept is model/scheduler.rs.
 
-use crate::model::scheduler::DrainGuard;
+use crate::model::scheduler::{DrainGuard, NodeState};
 use serde::{Deserialize, Serialize};
 
 /// `POST /api/v1/health/report`'s body.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReportRequest {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_guard: Option<DrainGuard>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeState>,
 }
 
 /// The longest `max` kept: a count or a percentage.
@@ -28,8 +30,8 @@ pub enum ReportError {
 
 impl ReportRequest {
     /// The drain guard's report, checked: `max` a count or a percentage, the counts sane.
-    pub fn checked(self) -> Result<Option<DrainGuard>, ReportError> {
-        let Some(guard) = self.drain_guard else {
+    pub fn checked(&self) -> Result<Option<DrainGuard>, ReportError> {
+        let Some(guard) = self.drain_guard.clone() else {
             return Ok(None);
         };
         let digits = guard.max.strip_suffix('%').unwrap_or(&guard.max);
@@ -59,6 +61,7 @@ mod tests {
                 nodes,
                 max: max.into(),
             }),
+            node: None,
         }
     }
 
@@ -76,6 +79,10 @@ mod tests {
             request("2", 4, 3).checked(),
             Err(ReportError::Counts { drained: 4, nodes: 3 })
         );
-        assert_eq!(ReportRequest { drain_guard: None }.checked(), Ok(None));
+        let none = ReportRequest {
+            drain_guard: None,
+            node: None,
+        };
+        assert_eq!(none.checked(), Ok(None));
     }
 }

@@ -9,7 +9,36 @@ fn guard(snapshot: &crate::model::Snapshot) -> Option<&crate::model::scheduler::
     snapshot.scheduler.as_ref()?.drain_guard_at(now)
 }
 
+fn node(snapshot: &crate::model::Snapshot) -> Option<&crate::model::scheduler::NodeState> {
+    let now = crate::model::unix_seconds(std::time::SystemTime::now());
+    snapshot.scheduler.as_ref()?.node_at(now)
+}
+
 pub const FAMILIES: &[Family] = &[
+    Family {
+        name: "gpuwarden_scheduler_node_drained",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "The node as the Slurm health check last saw it: 1 for who drained it (gpuwarden, other: an admin or another tool) or none, 0 for the others; absent without a report in the last 10 minutes.",
+        labels: &["by"],
+        dcgm: &[],
+        read: Read::Node(|snapshot, s| {
+            if let Some(n) = node(snapshot) {
+                for by in crate::model::scheduler::Drained::ALL {
+                    s.labelled(&[by.label()], super::one_if(n.drained == by));
+                }
+            }
+        }),
+    },
+    Family {
+        name: "gpuwarden_scheduler_jobs",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "Jobs running on the node as the Slurm health check last saw them (squeue); absent without a report in the last 10 minutes or where squeue did not answer.",
+        labels: &[],
+        dcgm: &[],
+        read: Read::Node(|snapshot, s| s.count(node(snapshot).and_then(|n| n.jobs).map(u64::from))),
+    },
     Family {
         name: "gpuwarden_drain_guard_refused",
         kind: Kind::Gauge,

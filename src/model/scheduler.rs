@@ -1,6 +1,7 @@
 //! What the scheduler's side says of this node: the Slurm health check reports its fleet drain
-//! guard's latest decision (`gpuwarden health report`, deploy/slurm/healthcheck.sh), which the
-//! daemon serves (`gpuwarden_drain_guard_*`, alert GpuwardenDrainGuardActive). A report counts
+//! guard's latest decision and the node as Slurm shows it (drained, by whom; jobs running) at
+//! each run (`gpuwarden health report`, deploy/slurm/healthcheck.sh), which the daemon serves
+//! (`gpuwarden_drain_guard_*`, alert GpuwardenDrainGuardActive; `gpuwarden_scheduler_*`). A report counts
 //! for [`REPORT_FRESH`]: a check that stopped running says nothing any more.
 
 use serde::{Deserialize, Serialize};
@@ -22,20 +23,63 @@ pub struct DrainGuard {
     pub max: String,
 }
 
-/// The latest report, as the daemon keeps it.
+/// Who drained the node, as the scheduler shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Drained {
+    /// Drained with a `gpuwarden:` reason.
+    Gpuwarden,
+    /// Drained by someone else (an admin, another tool).
+    Other,
+    /// Not drained.
+    None,
+}
+
+impl Drained {
+    pub const ALL: [Drained; 3] = [Drained::Gpuwarden, Drained::Other, Drained::None];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Drained::Gpuwarden => "gpuwarden",
+            Drained::Other => "other",
+            Drained::None => "none",
+        }
+    }
+}
+
+/// The node as the scheduler showed it at the health check's last run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeState {
+    pub drained: Drained,
+    /// Jobs running on the node; None where the check could not ask (squeue failed).
+    #[serde(default)]
+    pub jobs: Option<u32>,
+}
+
+/// The latest report, as the daemon keeps it: each part with when it came (Unix seconds,
+/// the daemon's clock), since the check reports its drain guard only when it considers a drain.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SchedulerReport {
-    /// Unix seconds, the daemon's clock when it came.
-    pub at: f64,
-    pub drain_guard: Option<DrainGuard>,
+    pub drain_guard: Option<(f64, DrainGuard)>,
+    pub node: Option<(f64, NodeState)>,
+}
+
+fn fresh<T>(part: &Option<(f64, T)>, now: f64) -> Option<&T> {
+    part.as_ref()
+        .filter(|(at, _)| now - at <= REPORT_FRESH.as_secs_f64() && now >= at - 60.0)
+        .map(|(_, value)| value)
 }
 
 impl SchedulerReport {
-    /// The drain guard's decision, while the report is fresh at `now` (Unix seconds).
+    /// The drain guard's decision, while it is fresh at `now` (Unix seconds).
     pub fn drain_guard_at(&self, now: f64) -> Option<&DrainGuard> {
-        (now - self.at <= REPORT_FRESH.as_secs_f64() && now >= self.at - 60.0)
-            .then_some(self.drain_guard.as_ref())
-            .flatten()
+        fresh(&self.drain_guard, now)
+    }
+
+    /// The node's state, while it is fresh at `now` (Unix seconds).
+    pub fn node_at(&self, now: f64) -> Option<&NodeState> {
+        fresh(&self.node, now)
     }
 }
 
@@ -51,12 +95,17 @@ mod tests {
             nodes: 3,
             max: "2".into(),
         };
+        let node = NodeState {
+            drained: Drained::Gpuwarden,
+            jobs: Some(0),
+        };
         let report = SchedulerReport {
-            at: 1000.0,
-            drain_guard: Some(guard.clone()),
+            drain_guard: Some((1000.0, guard.clone())),
+            node: Some((1500.0, node.clone())),
         };
         assert_eq!(report.drain_guard_at(1000.0 + 599.0), Some(&guard));
         assert_eq!(report.drain_guard_at(1000.0 + 601.0), None, "stale");
         assert_eq!(report.drain_guard_at(800.0), None, "a clock that went back");
+        assert_eq!(report.node_at(1601.0), Some(&node), "each part has its own time");
     }
 }

@@ -263,7 +263,6 @@ fn start_or_skip_validation(
 /// `gpuwarden_drain_guard_*`; a change of decision is logged.
 async fn scheduler_report(State(local): State<LocalState>, Extension(peer): Extension<Peer>, body: Bytes) -> Response {
     use crate::health::scheduler_report::ReportRequest;
-    use crate::model::scheduler::SchedulerReport;
     let request: ReportRequest = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(e) => {
@@ -284,7 +283,7 @@ async fn scheduler_report(State(local): State<LocalState>, Extension(peer): Exte
         .as_ref()
         .as_ref()
         .and_then(|r| r.drain_guard.as_ref())
-        .map(|g| g.refused);
+        .map(|(_, g)| g.refused);
     if let Some(g) = &guard
         && Some(g.refused) != was_refused
     {
@@ -304,10 +303,15 @@ async fn scheduler_report(State(local): State<LocalState>, Extension(peer): Exte
             );
         }
     }
-    local.scheduler.set(Some(SchedulerReport {
-        at: crate::model::unix_seconds(SystemTime::now()),
-        drain_guard: guard,
-    }));
+    let at = crate::model::unix_seconds(SystemTime::now());
+    let mut report = before.as_ref().clone().unwrap_or_default();
+    if let Some(guard) = guard {
+        report.drain_guard = Some((at, guard));
+    }
+    if let Some(node) = request.node {
+        report.node = Some((at, node));
+    }
+    local.scheduler.set(Some(report));
     (StatusCode::OK, "{}").into_response()
 }
 

@@ -344,6 +344,12 @@ fn the_health_check_drains_on_an_unhealthy_gpu_resumes_after_and_leaves_an_admin
     });
     let state = wait_for_node(&slurm, "the drain", within, |s| s.starts_with("drain"));
     assert!(state.contains("gpuwarden: GPU 0 xid_fatal"), "{state}");
+    // Each run tells the daemon what Slurm shows: drained by gpuwarden, no job running.
+    d.scrape_until("the node's state from the check", |m| {
+        m.value("gpuwarden_scheduler_node_drained", &[("by", "gpuwarden")]) == Some(1.0)
+            && m.value("gpuwarden_scheduler_node_drained", &[("by", "none")]) == Some(0.0)
+            && m.value("gpuwarden_scheduler_jobs", &[]) == Some(0.0)
+    });
 
     // The operator's policy no longer counts Xid 48: every GPU healthy, the node resumed.
     reload(&d, |c| format!("{c}health:\n  xid_severity: {{48: ignore}}\n"));
@@ -365,6 +371,9 @@ fn the_health_check_drains_on_an_unhealthy_gpu_resumes_after_and_leaves_an_admin
     );
     std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
     assert_eq!(node_state(&slurm), "drain disk maintenance");
+    d.scrape_until("an admin's drain seen as such", |m| {
+        m.value("gpuwarden_scheduler_node_drained", &[("by", "other")]) == Some(1.0)
+    });
     reload(&d, |c| c.replace("{48: ignore}", "{48: fatal}"));
     d.scrape_until("GPU 0 unhealthy again", |m| {
         m.value("gpu_health", &[("gpu", "0"), ("state", "unhealthy")]) == Some(1.0)
