@@ -106,30 +106,28 @@ case "$reason" in
     gpuwarden:*) ours=yes ;;
 esac
 
+# Drains the node with the reason "gpuwarden: $1" (within the drain guard), or, on a node
+# gpuwarden drained already, keeps its reason current. Never touches someone else's drain.
+drain_as() {
+    new="gpuwarden: $1"
+    if [ "$reason" = "none" ]; then
+        if drain_allowed "$1"; then
+            "$scontrol" update nodename="$node" state=drain reason="$new" && say "drained $node: $1"
+        fi
+    elif [ "$ours" = yes ] && [ "$reason" != "$new" ]; then
+        "$scontrol" update nodename="$node" reason="$new" && say "$node still drained: $1"
+    fi
+}
+
 case "$code" in
     1)
         # First line: "unhealthy: GPU 0 xid_fatal, GPU 3 gpu_lost".
-        what=$(printf '%s\n' "$verdict" | head -n 1 | sed 's/^unhealthy: //' | cut -c1-200)
-        new="gpuwarden: $what"
-        if [ "$reason" = "none" ]; then
-            if drain_allowed "$what"; then
-                "$scontrol" update nodename="$node" state=drain reason="$new" && say "drained $node: $what"
-            fi
-        elif [ "$ours" = yes ] && [ "$reason" != "$new" ]; then
-            "$scontrol" update nodename="$node" reason="$new" && say "$node still drained: $what"
-        fi
+        drain_as "$(printf '%s\n' "$verdict" | head -n 1 | sed 's/^unhealthy: //' | cut -c1-200)"
         ;;
     3)
         # The idle node's scheduled validation (probe.mode: node): no new work until it ends.
         # Nothing is wrong: the reason says so, and exit 0 afterwards resumes the node.
-        new="gpuwarden: validating"
-        if [ "$reason" = "none" ]; then
-            if drain_allowed "scheduled validation"; then
-                "$scontrol" update nodename="$node" state=drain reason="$new" && say "drained $node: scheduled validation"
-            fi
-        elif [ "$ours" = yes ] && [ "$reason" != "$new" ]; then
-            "$scontrol" update nodename="$node" reason="$new" && say "$node still drained: scheduled validation"
-        fi
+        drain_as validating
         ;;
     0)
         if [ "$ours" = yes ]; then

@@ -109,30 +109,18 @@ pub fn percent_below(figure: f64, reference: f64) -> f64 {
 mod tests {
     use super::*;
     use crate::model::Vendor;
-    use crate::model::probe::{ProbeReport, TestResult};
+    use crate::model::probe::ProbeReport;
     use std::sync::Arc;
 
     fn report(uuid: &str, started: f64, gemm: f64) -> ProbeReport {
-        ProbeReport {
-            gpu: 0,
-            uuid: uuid.into(),
-            name: "NVIDIA H100 80GB HBM3".into(),
+        ProbeReport::for_test(
+            uuid,
             started,
-            wall_seconds: 15.0,
-            expectation: None,
-            pass_fraction: 0.9,
-            tests: vec![TestResult {
-                test: Test::GemmBf16,
-                params: Default::default(),
-                duration_seconds: 5.0,
-                burst: Some(gemm * 1.02),
-                sustained: Some(gemm),
-                expected: Some(600e12),
-                pass: Some(true),
-                skipped: None,
-                under_load: Default::default(),
-            }],
-        }
+            Test::GemmBf16,
+            (gemm * 1.02, gemm),
+            Some(600e12),
+            Some(true),
+        )
     }
 
     fn node(gpus: usize) -> Snapshot {

@@ -116,29 +116,10 @@ fn cell(f: &Figure) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::probe::TestResult;
 
     fn row(at: f64, gemm: f64) -> Row {
-        let report = ProbeReport {
-            gpu: 0,
-            uuid: "GPU-0".into(),
-            name: "NVIDIA H100 80GB HBM3".into(),
-            started: at,
-            wall_seconds: 15.0,
-            expectation: None,
-            pass_fraction: 0.9,
-            tests: vec![TestResult {
-                test: Test::GemmBf16,
-                params: Default::default(),
-                duration_seconds: 5.0,
-                burst: Some(gemm * 1.1),
-                sustained: Some(gemm),
-                expected: Some(600e12),
-                pass: Some(gemm >= 540e12),
-                skipped: None,
-                under_load: Default::default(),
-            }],
-        };
+        let pass = Some(gemm >= 540e12);
+        let report = ProbeReport::for_test("GPU-0", at, Test::GemmBf16, (gemm * 1.1, gemm), Some(600e12), pass);
         Row {
             id: at as i64,
             at,

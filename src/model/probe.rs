@@ -163,6 +163,41 @@ impl ProbeReport {
     }
 }
 
+#[cfg(test)]
+impl ProbeReport {
+    /// A probe of one test on GPU 0, an H100, for the tests: `burst` and `sustained` in base
+    /// units, against `expected` (None: no verdict) and its verdict `pass`.
+    pub(crate) fn for_test(
+        uuid: &str,
+        started: f64,
+        test: Test,
+        (burst, sustained): (f64, f64),
+        expected: Option<f64>,
+        pass: Option<bool>,
+    ) -> ProbeReport {
+        ProbeReport {
+            gpu: 0,
+            uuid: uuid.into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            started,
+            wall_seconds: 15.0,
+            expectation: None,
+            pass_fraction: 0.9,
+            tests: vec![TestResult {
+                test,
+                params: Default::default(),
+                duration_seconds: 2.0,
+                burst: Some(burst),
+                sustained: Some(sustained),
+                expected,
+                pass,
+                skipped: None,
+                under_load: Default::default(),
+            }],
+        }
+    }
+}
+
 /// One probe's figures, as a GPU's baseline keeps them (docs/probe.md, "Baselines").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProbeFigures {

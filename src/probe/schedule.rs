@@ -540,26 +540,8 @@ mod tests {
     }
 
     fn report_at(started: f64, pass: Option<bool>) -> ProbeReport {
-        ProbeReport {
-            gpu: 0,
-            uuid: "GPU-0".into(),
-            name: "NVIDIA H100 80GB HBM3".into(),
-            started,
-            wall_seconds: 15.0,
-            expectation: None,
-            pass_fraction: 0.9,
-            tests: vec![crate::model::probe::TestResult {
-                test: crate::model::probe::Test::HbmCopy,
-                params: Default::default(),
-                duration_seconds: 2.0,
-                burst: Some(2100e9),
-                sustained: Some(2000e9),
-                expected: pass.map(|_| 4000e9),
-                pass,
-                skipped: None,
-                under_load: Default::default(),
-            }],
-        }
+        let test = crate::model::probe::Test::HbmCopy;
+        ProbeReport::for_test("GPU-0", started, test, (2100e9, 2000e9), pass.map(|_| 4000e9), pass)
     }
 
     #[test]

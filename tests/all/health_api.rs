@@ -7,24 +7,10 @@ use common::*;
 use std::process::Command;
 use std::time::Duration;
 
-/// `gpuwarden health [--json]` against `d`: exit code and stdout.
-fn health(d: &Daemon, json: bool) -> (i32, String) {
-    let mut command = Command::new(BIN);
-    command.arg("health").arg("--socket").arg(d.socket_path());
-    if json {
-        command.arg("--json");
-    }
-    let out = command.output().expect("run gpuwarden health");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-    )
-}
-
 fn wait_for_exit(d: &Daemon, code: i32) -> String {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let (got, out) = health(d, false);
+        let (got, out) = d.health(false);
         if got == code {
             return out;
         }
@@ -51,7 +37,7 @@ fn gpuwarden_health_exits_0_then_1_with_the_gpu_and_reason_then_2_without_a_daem
     );
     assert!(out.contains("Xid 48"), "the details follow: {out}");
     // --json: the node's state, the GPU's findings, for scripts.
-    let (code, json) = health(&d, true);
+    let (code, json) = d.health(true);
     assert_eq!(code, 1);
     let verdict: serde_json::Value = serde_json::from_str(&json).expect("JSON");
     assert_eq!(verdict["state"], "unhealthy");
@@ -172,20 +158,6 @@ fn a_socket_that_never_answers_or_answers_garbage_is_an_unknown_verdict_in_secon
     }
 }
 
-/// `gpuwarden health clear --gpu GPU --reason REASON` against `d`: exit code, stdout, stderr.
-fn clear(d: &Daemon, gpu: &str, reason: &str) -> (i32, String, String) {
-    let out = Command::new(BIN)
-        .args(["health", "clear", "--gpu", gpu, "--reason", reason, "--socket"])
-        .arg(d.socket_path())
-        .output()
-        .expect("run gpuwarden health clear");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
-
 /// The journal's `clear` rows now, newest first.
 fn clear_rows_now(d: &Daemon) -> Vec<serde_json::Value> {
     let out = Command::new(BIN)
@@ -218,21 +190,21 @@ fn health_clear_lets_go_of_a_held_fatal_xid_records_who_and_why_and_survives_a_r
     wait_for_exit(&d, 1);
 
     // Refused without a reason, for a GPU the node does not have, and over the network.
-    let (code, _, err) = clear(&d, "0", " ");
+    let (code, _, err) = d.clear("0", " ", &[]);
     assert_eq!(code, 64, "an empty reason is a usage error (EX_USAGE)");
     assert!(err.contains("--reason"), "{err}");
-    let (code, _, err) = clear(&d, "GPU-nope", "reseated");
+    let (code, _, err) = d.clear("GPU-nope", "reseated", &[]);
     assert_eq!(code, 2);
     assert!(err.contains("no GPU \"GPU-nope\""), "{err}");
     let over_http = http_get(&d.addr, "/api/v1/health/clear", &[]);
     assert_eq!(over_http.status, 404, "the HTTP server has no clear");
 
     // Cleared: exit 0, nothing left, the verdict healthy again, the metrics too.
-    let (code, out, err) = clear(&d, "0000:19:00.0", "reseated the GPU, INC-4711");
+    let (code, out, err) = d.clear("0000:19:00.0", "reseated the GPU, INC-4711", &[]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("let go of xid_fatal"), "{out}");
     assert!(out.contains("no finding left"), "{out}");
-    assert!(!health(&d, false).1.starts_with("unhealthy"));
+    assert!(!d.health(false).1.starts_with("unhealthy"));
     let m = d.scrape();
     assert_eq!(
         m.value("gpu_health_reason", &[("gpu", "0"), ("reason", "xid_fatal")]),
@@ -263,7 +235,7 @@ fn health_clear_lets_go_of_a_held_fatal_xid_records_who_and_why_and_survives_a_r
     d.scrape_until("the XID counted again", |m| {
         m.value("gpu_xid_errors_total", &[("gpu", "0"), ("xid", "79")]) == Some(1.0)
     });
-    let (code, out) = health(&d, false);
+    let (code, out) = d.health(false);
     assert_eq!(code, 0, "{out}");
 
     // A new fatal XID after the clear counts.
@@ -279,11 +251,11 @@ fn health_clear_of_a_still_lost_gpu_says_it_is_still_lost_and_exits_1() {
     let lost = edit_device(DEMO_SCENARIO, 7, |dev| format!("{dev}    lost: true\n"));
     d.set_scenario(&lost);
     wait_for_exit(&d, 1);
-    let (code, out, err) = clear(&d, "7", "replaced the riser");
+    let (code, out, err) = d.clear("7", "replaced the riser", &[]);
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("still present after the next poll"), "{out}");
     assert!(out.contains("unhealthy: gpu_lost: the GPU is lost"), "{out}");
-    let (code, _) = health(&d, false);
+    let (code, _) = d.health(false);
     assert_eq!(code, 1, "still unhealthy");
     let rows = clear_rows(&d);
     assert_eq!(rows[0]["details"]["still"], serde_json::json!(["gpu_lost"]));
@@ -336,7 +308,7 @@ fn the_clear_endpoint_refuses_bad_bodies_and_clears_nothing() {
         assert!(answer.contains(says), "{answer}");
     }
     // Nothing was cleared, nothing was recorded.
-    assert_eq!(health(&d, false).0, 1);
+    assert_eq!(d.health(false).0, 1);
     let rows = clear_rows_now(&d);
     assert!(rows.is_empty(), "{rows:?}");
 }
@@ -422,7 +394,7 @@ fn a_second_daemon_never_takes_a_live_daemons_socket() {
     );
     second.signal(15);
     drop(second);
-    assert_eq!(health(&first, false).0, 0, "the first daemon is still reachable");
+    assert_eq!(first.health(false).0, 0, "the first daemon is still reachable");
     // Stopped: not answering is no reason to take its socket either.
     first.signal(libc_sigstop());
     let third = Daemon::start_with(DEMO_SCENARIO, &config);
@@ -515,7 +487,7 @@ fn slow_and_idle_local_clients_do_not_hold_the_health_check() {
         .collect();
     let started = std::time::Instant::now();
     loop {
-        let (code, out) = health(&d, false);
+        let (code, out) = d.health(false);
         if code == 0 {
             break;
         }
@@ -587,7 +559,7 @@ fn advise_mode_names_each_gpus_next_step_everywhere_and_off_names_none() {
     d.log_kernel("NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE (0x00000000)\n");
     wait_for_exit(&d, 1);
     assert!(!d.scrape().has_family("gpu_remediation_next_step"), "off by default");
-    assert!(!health(&d, false).1.contains("next step"));
+    assert!(!d.health(false).1.contains("next step"));
 
     reload(&d, |c| format!("{c}remediation:\n  mode: advise\n"));
     let m = d.scrape_until("the advice", |m| {
@@ -599,7 +571,7 @@ fn advise_mode_names_each_gpus_next_step_everywhere_and_off_names_none() {
         Some(1.0),
         "the driver asks GPU 6 for a reset"
     );
-    let (code, text) = health(&d, false);
+    let (code, text) = d.health(false);
     assert_eq!(code, 1);
     assert!(
         text.contains(

@@ -644,13 +644,8 @@ fn a_different_gpu_at_the_same_address_is_a_board_swap_and_the_old_serial_keeps_
         Some(1.0)
     );
     assert_eq!(m.value("gpu_health", &[gpu0(), ("state", "unhealthy")]), Some(1.0));
-    let health = Command::new(BIN)
-        .args(["health", "--socket"])
-        .arg(d.socket_path())
-        .output()
-        .expect("run gpuwarden health");
-    assert_eq!(health.status.code(), Some(1));
-    let text = String::from_utf8_lossy(&health.stdout);
+    let (code, text) = d.health(false);
+    assert_eq!(code, 1);
     assert!(text.starts_with("unhealthy: GPU 0 validating"), "{text}");
     assert!(
         text.contains("notice: GPU 0") && text.contains("board_replaced"),
@@ -665,34 +660,16 @@ fn a_different_gpu_at_the_same_address_is_a_board_swap_and_the_old_serial_keeps_
     eventually("the notice after a restart", Duration::from_secs(10), || replaced(&d));
     eventually("validating after a restart", Duration::from_secs(10), || validating(&d));
     // A clear of a validating GPU starts another validation: a clear alone never lets it back.
-    let clear = |extra: &[&str]| {
-        Command::new(BIN)
-            .args([
-                "health",
-                "clear",
-                "--gpu",
-                "0",
-                "--reason",
-                "new board checked",
-                "--socket",
-            ])
-            .arg(d.socket_path())
-            .args(extra)
-            .output()
-            .expect("run gpuwarden health clear")
-    };
-    let out = clear(&[]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    let (code, text, _) = d.clear("0", "new board checked", &[]);
+    assert_eq!(code, 1, "{text}");
     assert!(text.contains("let go of board_replaced"), "{text}");
     assert!(
         text.contains("validating: GPU 0 stays out of service until a probe passes"),
         "{text}"
     );
     // The operator skips it: back in service, and the journal says who and why.
-    let out = clear(&["--skip-validation"]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{text}");
+    let (code, text, _) = d.clear("0", "new board checked", &["--skip-validation"]);
+    assert_eq!(code, 0, "{text}");
     assert!(text.contains("not validated: skipped by uid"), "{text}");
     assert_eq!(replaced(&d), None);
     assert_eq!(validating(&d), None);

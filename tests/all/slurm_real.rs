@@ -398,19 +398,6 @@ fn the_health_check_drains_on_an_unhealthy_gpu_resumes_after_and_leaves_an_admin
     assert!(state.contains("gpuwarden: GPU 0 xid_fatal"), "{state}");
 }
 
-/// `gpuwarden health clear --gpu GPU` against `d`: exit code and stdout.
-fn clear(d: &Daemon, gpu: &str, reason: &str) -> (i32, String) {
-    let out = Command::new(BIN)
-        .args(["health", "clear", "--gpu", gpu, "--reason", reason, "--socket"])
-        .arg(d.socket_path())
-        .output()
-        .expect("run gpuwarden health clear");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-    )
-}
-
 /// Return to service only after a probe passes (issue "Validate, don't only watch", item 1),
 /// with the simulated CUDA driver answering: a fatal XID drains the node; the operator's clear
 /// keeps it drained as `validating` while GPU 0 is busy; once idle the probe runs (the schedule
@@ -446,7 +433,7 @@ fn a_cleared_gpu_stays_drained_as_validating_until_its_probe_passes_and_a_failed
     );
 
     // Repaired and cleared: still drained, now as validating; GPU 0 runs a job, so no probe yet.
-    let (code, out) = clear(&d, "0", "replaced the HBM board, INC-1");
+    let (code, out, _) = d.clear("0", "replaced the HBM board, INC-1", &[]);
     assert_eq!(code, 1, "a finding is still present: {out}");
     assert!(out.contains("let go of xid_fatal"), "{out}");
     assert!(
@@ -493,18 +480,13 @@ fn a_cleared_gpu_stays_drained_as_validating_until_its_probe_passes_and_a_failed
     d.set_scenario(&slow);
     d.log_kernel("NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE (0x00000000)\n");
     wait_for_node(&slurm, "the second drain", within, |s| s.contains("xid_fatal"));
-    let (code, out) = clear(&d, "0", "reseated, INC-2");
+    let (code, out, _) = d.clear("0", "reseated, INC-2", &[]);
     assert_eq!(code, 1, "{out}");
     let state = wait_for_node(&slurm, "the failed validation", within + Duration::from_secs(10), |s| {
         s.contains("probe_failed")
     });
     assert_eq!(state, "drain gpuwarden: GPU 0 probe_failed");
-    let health = Command::new(BIN)
-        .args(["health", "--socket"])
-        .arg(d.socket_path())
-        .output()
-        .expect("run gpuwarden health");
-    let text = String::from_utf8_lossy(&health.stdout);
+    let (_, text) = d.health(false);
     assert!(
         text.contains("failed the probe: hbm_copy 2000.0 GB/s, 50% of the expected 4000.0 GB/s"),
         "names the test and the figure: {text}"
@@ -546,13 +528,8 @@ fn the_idle_nodes_scheduled_validation_drains_probes_every_gpu_resumes_and_gives
         s.contains("validating")
     });
     assert_eq!(state, "drain gpuwarden: validating");
-    let health = Command::new(BIN)
-        .args(["health", "--socket"])
-        .arg(d.socket_path())
-        .output()
-        .expect("run gpuwarden health");
-    let text = String::from_utf8_lossy(&health.stdout);
-    assert_eq!(health.status.code(), Some(3), "{text}");
+    let (code, text) = d.health(false);
+    assert_eq!(code, 3, "{text}");
     assert!(
         text.starts_with("validating: the node's scheduled validation: "),
         "{text}"

@@ -147,6 +147,36 @@ impl Daemon {
         command
     }
 
+    /// `gpuwarden health [--json]` against this daemon: exit code and stdout.
+    pub fn health(&self, json: bool) -> (i32, String) {
+        let mut command = Command::new(BIN);
+        command.arg("health").arg("--socket").arg(self.socket_path());
+        if json {
+            command.arg("--json");
+        }
+        let out = command.output().expect("run gpuwarden health");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    }
+
+    /// `gpuwarden health clear --gpu GPU --reason REASON [EXTRA]` against this daemon: exit
+    /// code, stdout and stderr.
+    pub fn clear(&self, gpu: &str, reason: &str, extra: &[&str]) -> (i32, String, String) {
+        let out = Command::new(BIN)
+            .args(["health", "clear", "--gpu", gpu, "--reason", reason, "--socket"])
+            .arg(self.socket_path())
+            .args(extra)
+            .output()
+            .expect("run gpuwarden health clear");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    }
+
     /// This daemon's local API socket.
     pub fn socket_path(&self) -> PathBuf {
         self.dir.path().join("gpuwarden.sock")
