@@ -298,6 +298,7 @@ fn take_over_from_journal(place: &journal::Place, config: &Config, sources: &Sou
     }
     sources.clears.set(seed.clears);
     sources.board_swaps.set(seed.board_swaps);
+    sources.remediation.set(seed.remediation);
     let waiting: Vec<String> = seed
         .validations
         .iter()
@@ -364,11 +365,38 @@ async fn start_journal(
                 status: sources.journal.clone(),
                 board_swaps: sources.board_swaps.clone(),
                 validations: sources.validations.clone(),
+                remediation: sources.remediation.clone(),
             },
             sources.xids.clone(),
             shutdown.handle("journal"),
         )
     }))
+}
+
+/// Starts automatic remediation's thread (idle unless `remediation.mode: auto`); the hold it
+/// asks the poller to let go of NVML with.
+fn start_remediation(
+    store: &Arc<Store>,
+    settings: &Arc<SharedSettings>,
+    sources: &Sources,
+    journal: Option<Journal>,
+    shutdown: &Shutdown,
+) -> crate::backend::NvmlHold {
+    let hold = crate::backend::NvmlHold::default();
+    let executor = crate::remediation::auto::Executor {
+        store: store.clone(),
+        settings: settings.clone(),
+        state: sources.remediation.clone(),
+        clears: sources.clears.clone(),
+        validations: sources.validations.clone(),
+        hold: hold.clone(),
+        journal,
+        fd_dir: PathBuf::from("/proc/self/fd"),
+    };
+    if let Err(e) = crate::remediation::auto::spawn(executor, shutdown.handle("remediation")) {
+        log::error!("cannot start automatic remediation's thread; no automatic resets: {e}");
+    }
+    hold
 }
 
 async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, DaemonError> {
@@ -408,12 +436,13 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
     let clears = sources.clears.clone();
     let validations = sources.validations.clone();
     let scheduler = sources.scheduler.clone();
+    let hold = start_remediation(&store, &settings, &sources, journal.clone(), shutdown);
     let publisher = Arc::new(Publisher::new(store.clone(), sources, settings.clone()));
     let events = XidEvents {
         store: xids.clone(),
         stop: Arc::new(shutdown.handle("xid-nvml-events")),
     };
-    let coordinator = Coordinator::new(settings.clone(), publisher.clone(), Some(events));
+    let coordinator = Coordinator::new(settings.clone(), publisher.clone(), Some(events)).with_hold(hold);
     let poll_loop = start_poll_loop(coordinator, shutdown.handle("poll-coordinator")).await?;
     spawn_refresher(publisher, shutdown.handle("publish-events"));
     Ok(Running {

@@ -16,6 +16,7 @@ pub mod journal;
 pub mod metrics;
 pub mod model;
 pub mod probe;
+pub mod remediation;
 pub mod serve;
 pub mod service;
 pub mod snapshot;

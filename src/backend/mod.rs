@@ -33,6 +33,22 @@ pub trait Backend: Send {
     /// from the next `discover`, with the usual back-off.
     fn library_gone(&mut self) {}
 
+    /// Let go of the library while a GPU reset runs (a reset needs every handle on the GPU
+    /// closed, the daemon's own included): end the event thread and hand out no pollers until
+    /// [`Backend::resume`]. True when this backend has something to let go of (NVML).
+    fn hold(&mut self) -> bool {
+        false
+    }
+
+    /// While held, once every poller's thread has ended: whether everything else that used
+    /// the library has ended too and the library was shut down (its device files closed).
+    fn shut_down_held(&mut self) -> bool {
+        true
+    }
+
+    /// The hold is over: initialise the library again at the next `discover`.
+    fn resume(&mut self) {}
+
     /// Why this backend has no GPUs yet, for systemd's STATUS line when the node shows none
     /// ("NVML not available: ..."); `None` when it is not waiting for anything.
     fn waiting_for(&self) -> Option<String> {
@@ -51,6 +67,43 @@ pub struct BackendState {
     /// so no `gpuwarden_backend_up` series and no notice on the status page. (A GPU of that
     /// vendor on the PCI bus that nothing reads is still found by the PCI census.)
     pub absent: bool,
+}
+
+/// The GPU reset's request that the daemon let go of NVML (remediation/auto.rs asks, the
+/// poller does it between rounds and says when it is done). Shared; cheap to clone.
+#[derive(Clone, Default)]
+pub struct NvmlHold(Arc<HoldFlags>);
+
+#[derive(Default)]
+struct HoldFlags {
+    requested: std::sync::atomic::AtomicBool,
+    released: std::sync::atomic::AtomicBool,
+}
+
+impl NvmlHold {
+    /// Asks for the hold; [`NvmlHold::released`] says when NVML is let go of.
+    pub fn request(&self) {
+        self.0.requested.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Ends the hold: the poller initialises NVML again at its next round.
+    pub fn lift(&self) {
+        self.0.requested.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.0.released.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn requested(&self) -> bool {
+        self.0.requested.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Every poll thread and the event thread have ended and NVML is shut down.
+    pub fn released(&self) -> bool {
+        self.0.released.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub fn set_released(&self) {
+        self.0.released.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// Where a backend that can report XID events (NVML's event set) sends them, and the stop

@@ -38,6 +38,7 @@ bounded_duration!(xid_dedup_window, "xid.dedup_window", 100 * MS, HOUR);
 bounded_duration!(xid_critical_hold, "xid.critical_hold", SECOND, 30 * DAY);
 bounded_duration!(rule_hold, "health.rules.*.hold", Duration::ZERO, DAY);
 bounded_duration!(probe_interval, "probe.interval", SECOND, 366 * DAY);
+bounded_duration!(remediation_timeout, "remediation.timeout", SECOND, HOUR);
 bounded_duration!(probe_sample_interval, "probe.sample_interval", 10 * MS, 10 * SECOND);
 bounded_duration!(probe_timeout, "probe.timeout", SECOND, HOUR);
 bounded_duration!(kubernetes_refresh, "kubernetes.refresh", SECOND, HOUR);

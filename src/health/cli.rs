@@ -247,6 +247,12 @@ pub fn text(verdict: &NodeVerdict) -> String {
                 g.index, next.step, next.why
             ));
         }
+        if let Some(held) = &g.held_back {
+            out.push_str(&format!(
+                "  automatic reset of GPU {} held back ({}): {}\n",
+                g.index, held.guard, held.why
+            ));
+        }
     }
     out
 }

@@ -3,20 +3,70 @@
 //! GPU needs one when it is unhealthy, when its driver asks for a reset or a reboot (recovery
 //! action), or when a row remap waits for a reset.
 //! From the driver's own recovery action (NVML field 230) first, then the XID catalog's
-//! resolution for the fatal XIDs seen, then the findings. Pure: the GPU, its findings and its
-//! XIDs in, the step out.
+//! resolution for the fatal XIDs seen, then the findings; a reset becomes a reboot when one
+//! already failed in this boot or the day's resets did not hold (`escalate`). Pure: the GPU,
+//! its findings, its XIDs and what was tried in, the step out.
 
-use crate::model::health::{Finding, HealthState, NextStep};
+use crate::model::health::{Finding, HealthState, LadderLimits, NextStep};
+use crate::model::remediation::{AttemptOutcome, Remediations};
 use crate::model::xid::{Severity, XidCount};
 use crate::model::{DeviceSnapshot, RecoveryAction};
 
-/// The next step for `device`, when it needs one; `reset_command` has `{pci_bus_id}` for the
-/// GPU's address.
+/// What the ladder reads beside the GPU: the config's words and what was tried.
+pub struct Ladder<'a> {
+    pub limits: &'a LadderLimits,
+    pub tried: &'a Remediations,
+    /// Unix seconds.
+    pub now: f64,
+}
+
+/// The next step for `device`, when it needs one.
 pub fn next_step(
     device: &DeviceSnapshot,
     findings: &[Finding],
     xids: &[XidCount],
-    reset_command: &str,
+    ladder: &Ladder,
+) -> Option<NextStep> {
+    let step = first_step(device, findings, xids, ladder.limits)?;
+    Some(escalate(step, &device.identity.uuid, ladder))
+}
+
+/// A reset that already failed in this boot, or resets that did not hold, make the step a
+/// reboot: the same reset again would not help.
+fn escalate(step: NextStep, uuid: &str, ladder: &Ladder) -> NextStep {
+    if step.step != "gpu_reset" || ladder.tried.running.as_deref() == Some(uuid) {
+        return step;
+    }
+    let reboot = |why: String| NextStep {
+        step: "reboot_required".into(),
+        why,
+        command: None,
+    };
+    if let Some(last) = ladder.tried.last_reset_this_boot(uuid)
+        && let AttemptOutcome::Failed { why } = &last.outcome
+    {
+        return reboot(format!(
+            "the GPU reset at {} failed ({why}); before that: {}",
+            crate::model::utc_seconds(last.started),
+            step.why
+        ));
+    }
+    let resets = ladder.tried.resets_within_a_day(uuid, ladder.now);
+    if resets as u32 >= ladder.limits.max_resets_per_day {
+        return reboot(format!(
+            "{resets} GPU reset(s) within 24 h did not hold (remediation.max_resets_per_day {}); now: {}",
+            ladder.limits.max_resets_per_day, step.why
+        ));
+    }
+    step
+}
+
+/// The step from the evidence alone, before what was tried.
+fn first_step(
+    device: &DeviceSnapshot,
+    findings: &[Finding],
+    xids: &[XidCount],
+    limits: &LadderLimits,
 ) -> Option<NextStep> {
     let unhealthy: Vec<&Finding> = findings
         .iter()
@@ -35,7 +85,12 @@ pub fn next_step(
         // A repaired GPU waiting for its probe: that is its step already.
         return None;
     }
-    let reset = reset_command.replace("{pci_bus_id}", &device.identity.pci_bus_id);
+    let words: Vec<String> = limits
+        .reset_command
+        .iter()
+        .map(|w| w.replace("{pci_bus_id}", &device.identity.pci_bus_id))
+        .collect();
+    let reset = shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "));
     from_evidence(action, &unhealthy, xids, remap_pending, reset)
 }
 
@@ -149,31 +204,59 @@ mod tests {
         }
     }
 
-    const RESET: &str = "nvidia-smi --gpu-reset -i {pci_bus_id}";
+    fn limits() -> LadderLimits {
+        LadderLimits {
+            reset_command: ["nvidia-smi", "--gpu-reset", "-i", "{pci_bus_id}"]
+                .map(String::from)
+                .to_vec(),
+            max_resets_per_day: 2,
+            auto: false,
+        }
+    }
+
+    fn step(device: &DeviceSnapshot, findings: &[Finding], xids: &[XidCount]) -> Option<NextStep> {
+        tried_step(device, findings, xids, &Remediations::default())
+    }
+
+    fn tried_step(
+        device: &DeviceSnapshot,
+        findings: &[Finding],
+        xids: &[XidCount],
+        tried: &Remediations,
+    ) -> Option<NextStep> {
+        let limits = limits();
+        next_step(
+            device,
+            findings,
+            xids,
+            &Ladder {
+                limits: &limits,
+                tried,
+                now: 10_000.0,
+            },
+        )
+    }
 
     #[test]
     fn the_drivers_recovery_action_comes_first_then_the_catalog_then_the_finding() {
         let unhealthy = [finding("xid_fatal", HealthState::Unhealthy)];
-        let reboot = next_step(&gpu(Some(RecoveryAction::NodeReboot)), &unhealthy, &[xid(48)], RESET).unwrap();
+        let reboot = step(&gpu(Some(RecoveryAction::NodeReboot)), &unhealthy, &[xid(48)]).unwrap();
         assert_eq!(reboot.step, "reboot_required", "the driver's word beats the catalog's");
-        let reset = next_step(&gpu(Some(RecoveryAction::GpuReset)), &unhealthy, &[xid(79)], RESET).unwrap();
+        let reset = step(&gpu(Some(RecoveryAction::GpuReset)), &unhealthy, &[xid(79)]).unwrap();
         assert_eq!(reset.step, "gpu_reset");
         assert_eq!(reset.command.as_deref(), Some("nvidia-smi --gpu-reset -i 0000:19:00.0"));
         // No recovery action: Xid 79 (RESTART_BM) asks for a reboot, Xid 48 for a reset.
         assert_eq!(
-            next_step(&gpu(None), &unhealthy, &[xid(79)], RESET).unwrap().step,
+            step(&gpu(None), &unhealthy, &[xid(79)]).unwrap().step,
             "reboot_required"
         );
-        let dbe = next_step(&gpu(None), &unhealthy, &[xid(48)], RESET).unwrap();
+        let dbe = step(&gpu(None), &unhealthy, &[xid(48)]).unwrap();
         assert_eq!(dbe.step, "gpu_reset");
         assert!(dbe.why.starts_with("Xid 48: NVIDIA's catalog says"), "{}", dbe.why);
         let lost = [finding("gpu_lost", HealthState::Unhealthy)];
-        assert_eq!(
-            next_step(&gpu(None), &lost, &[], RESET).unwrap().step,
-            "reboot_required"
-        );
+        assert_eq!(step(&gpu(None), &lost, &[]).unwrap().step, "reboot_required");
         let remap = [finding("row_remap_failed", HealthState::Unhealthy)];
-        let service = next_step(&gpu(None), &remap, &[], RESET).unwrap();
+        let service = step(&gpu(None), &remap, &[]).unwrap();
         assert_eq!((service.step.as_str(), service.command), ("service", None));
     }
 
@@ -181,24 +264,78 @@ mod tests {
     fn a_degraded_gpu_gets_one_only_when_its_driver_asks_or_a_remap_waits() {
         let degraded = [finding("thermal_slowdown", HealthState::Degraded)];
         assert_eq!(
-            next_step(&gpu(None), &degraded, &[], RESET),
+            step(&gpu(None), &degraded, &[]),
             None,
             "a hot GPU needs cooling, not a reset"
         );
-        let asked = next_step(&gpu(Some(RecoveryAction::GpuReset)), &degraded, &[], RESET).unwrap();
+        let asked = step(&gpu(Some(RecoveryAction::GpuReset)), &degraded, &[]).unwrap();
         assert_eq!(asked.step, "gpu_reset");
-        assert_eq!(
-            next_step(&gpu(Some(RecoveryAction::DrainP2p)), &degraded, &[], RESET),
-            None
-        );
+        assert_eq!(step(&gpu(Some(RecoveryAction::DrainP2p)), &degraded, &[]), None);
         let remap = [finding("row_remap_pending", HealthState::Degraded)];
-        let pending = next_step(&gpu(None), &remap, &[], RESET).unwrap();
+        let pending = step(&gpu(None), &remap, &[]).unwrap();
         assert_eq!(pending.why, "a memory row remap waits for a GPU reset");
         let validating = [finding("validating", HealthState::Unhealthy)];
+        assert_eq!(step(&gpu(None), &validating, &[xid(48)]), None, "its probe is its step");
+    }
+
+    fn reset_at(started: f64, outcome: AttemptOutcome) -> crate::model::remediation::Attempt {
+        crate::model::remediation::Attempt {
+            uuid: gpu(None).identity.uuid,
+            index: 0,
+            pci_bus_id: "0000:19:00.0".into(),
+            step: "gpu_reset".into(),
+            why: "Xid 48".into(),
+            started,
+            duration_seconds: 3.0,
+            outcome,
+            output: String::new(),
+            this_boot: true,
+        }
+    }
+
+    #[test]
+    fn a_failed_reset_or_the_days_budget_spent_makes_it_a_reboot() {
+        let unhealthy = [finding("xid_fatal", HealthState::Unhealthy)];
+        let mut tried = Remediations::default();
+        tried.keep(reset_at(9_000.0, AttemptOutcome::Succeeded));
+        let once = tried_step(&gpu(None), &unhealthy, &[xid(48)], &tried).unwrap();
+        assert_eq!(once.step, "gpu_reset", "one reset of two a day: another may hold");
+        tried.keep(reset_at(9_500.0, AttemptOutcome::Succeeded));
+        let spent = tried_step(&gpu(None), &unhealthy, &[xid(48)], &tried).unwrap();
+        assert_eq!(spent.step, "reboot_required");
+        assert!(
+            spent.why.starts_with("2 GPU reset(s) within 24 h did not hold"),
+            "{}",
+            spent.why
+        );
+        let mut failed = Remediations::default();
+        failed.keep(reset_at(
+            9_000.0,
+            AttemptOutcome::Failed {
+                why: "exit status 1".into(),
+            },
+        ));
+        let after_failure = tried_step(&gpu(None), &unhealthy, &[xid(48)], &failed).unwrap();
+        assert_eq!(after_failure.step, "reboot_required");
+        assert!(
+            after_failure.why.contains("failed (exit status 1)"),
+            "{}",
+            after_failure.why
+        );
+        let mut earlier_boot = failed.clone();
+        earlier_boot.attempts[0].this_boot = false;
         assert_eq!(
-            next_step(&gpu(None), &validating, &[xid(48)], RESET),
-            None,
-            "its probe is its step"
+            tried_step(&gpu(None), &unhealthy, &[xid(48)], &earlier_boot)
+                .unwrap()
+                .step,
+            "gpu_reset",
+            "a reboot since the failed reset: the reset may be tried again"
+        );
+        let service = [finding("row_remap_failed", HealthState::Unhealthy)];
+        assert_eq!(
+            tried_step(&gpu(None), &service, &[], &failed).unwrap().step,
+            "service",
+            "only a reset escalates"
         );
     }
 }

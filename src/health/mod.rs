@@ -64,18 +64,20 @@ pub fn evaluate(snapshot: &mut Snapshot) {
         .iter()
         .map(|device| {
             let findings = device_findings(snapshot, device);
-            let next_step = snapshot
-                .health_limits
-                .remediation_reset_command
-                .as_deref()
-                .and_then(|reset| {
-                    ladder::next_step(
-                        device,
-                        &findings,
-                        snapshot.xid.for_bus(&device.identity.pci_bus_id),
-                        reset,
-                    )
-                });
+            let now = crate::model::unix_seconds(SystemTime::now());
+            let next_step = snapshot.health_limits.remediation.as_ref().and_then(|limits| {
+                let ladder = ladder::Ladder {
+                    limits,
+                    tried: &snapshot.remediation,
+                    now,
+                };
+                ladder::next_step(
+                    device,
+                    &findings,
+                    snapshot.xid.for_bus(&device.identity.pci_bus_id),
+                    &ladder,
+                )
+            });
             DeviceHealth {
                 state: state(&findings),
                 findings,
@@ -110,6 +112,17 @@ pub fn evaluate(snapshot: &mut Snapshot) {
     snapshot.node_findings.extend(switches);
     let manager = nvswitch::fabric_manager_down(snapshot);
     snapshot.node_findings.extend(manager);
+    let reboot = snapshot.remediation.reboot_required.as_ref().map(|r| Finding {
+        reason: rules::REBOOT_REQUIRED.reason,
+        severity: rules::REBOOT_REQUIRED.severity,
+        message: format!(
+            "the node needs a reboot since {}: {}; drain it and reboot it (gpuwarden does not)",
+            crate::model::utc_seconds(r.since),
+            r.why
+        ),
+        subject: Some(r.uuid.clone()),
+    });
+    snapshot.node_findings.extend(reboot);
 }
 
 fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding> {

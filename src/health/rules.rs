@@ -422,6 +422,7 @@ fn all() -> impl Iterator<Item = &'static Rule> {
             &GPU_MISSING,
             &super::nvswitch::SXID_FATAL,
             &super::nvswitch::FABRIC_MANAGER_DOWN,
+            &REBOOT_REQUIRED,
         ])
         .chain(super::network::PORT_RULES)
         .chain([&super::network::PORTS_MISSING])
@@ -680,6 +681,19 @@ pub const GPU_MISSING: Rule = Rule {
     check: Check::Device(|_| None),
 };
 
+/// The node needs a reboot (`remediation.mode: auto`): a GPU reset failed, or the ladder's
+/// step for a GPU is a reboot. Kept for the boot, or until that GPU is cleared.
+pub const REBOOT_REQUIRED: Rule = Rule {
+    reason: "reboot_required",
+    severity: Unhealthy,
+    worse_when: None,
+    when: "automatic remediation found the node needs a reboot: a GPU reset failed, or the driver, a lost GPU or the XID catalog asks for one (`gpuwarden_reboot_required`, alert `GpuwardenRemediationFailed`)",
+    action: "reboot the node once its jobs are drained; gpuwarden never reboots it (`remediation.reboot_command` may)",
+    ends: false,
+    dcgm: None,
+    check: Check::Device(|_| None),
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -723,7 +737,8 @@ mod tests {
             vec![
                 GPU_MISSING.doc_row(),
                 super::super::nvswitch::SXID_FATAL.doc_row(),
-                super::super::nvswitch::FABRIC_MANAGER_DOWN.doc_row()
+                super::super::nvswitch::FABRIC_MANAGER_DOWN.doc_row(),
+                REBOOT_REQUIRED.doc_row()
             ]
         );
         let ports: Vec<String> = super::super::network::PORT_RULES
@@ -911,7 +926,7 @@ mod tests {
         assert!(named("xid_fatals").is_none());
         assert_eq!(
             names().split(", ").count(),
-            RULES.len() + 4 + super::super::network::PORT_RULES.len()
+            RULES.len() + 5 + super::super::network::PORT_RULES.len()
         );
         assert!(names().starts_with("xid_fatal, xid_critical, "));
     }

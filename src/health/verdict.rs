@@ -35,6 +35,9 @@ pub struct GpuVerdict {
     /// What to do next about it, with `remediation.mode: advise` (health/ladder.rs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_step: Option<crate::model::health::NextStep>,
+    /// With `remediation.mode: auto`: the guard that holds its reset back now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_back: Option<crate::model::remediation::Refusal>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -101,6 +104,7 @@ pub fn of(snapshot: &Snapshot) -> NodeVerdict {
                 state: d.health.state.label().to_string(),
                 findings: d.health.findings.iter().map(FindingView::from).collect(),
                 next_step: d.health.next_step.clone(),
+                held_back: snapshot.remediation.held_back.get(&d.identity.uuid).cloned(),
             })
             .collect(),
         node_findings: snapshot.node_findings.iter().map(FindingView::from).collect(),

@@ -118,6 +118,8 @@ pub struct Seed {
     pub validations: crate::model::health::Validations,
     /// Each GPU's latest probes' figures, oldest first (its baseline).
     pub probe_history: std::collections::BTreeMap<String, Vec<crate::model::probe::ProbeFigures>>,
+    /// The last day's and this boot's automatic remediation.
+    pub remediation: crate::model::remediation::Remediations,
 }
 
 /// The daemon's hold on its journal: an exclusive lock on `<state.path>.lock` for as long as
@@ -221,6 +223,7 @@ pub fn seed(place: &Place) -> Seed {
             sxids,
             validations,
             probe_history,
+            remediation,
         }) => Seed {
             xid_counts: xid_counts
                 .into_iter()
@@ -235,6 +238,7 @@ pub fn seed(place: &Place) -> Seed {
             sxids: sxids.into_iter().map(worker::sxid_of_seed).collect(),
             validations,
             probe_history,
+            remediation,
         },
         Ok(other) => {
             log::debug!("journal: no counts from before the restart: unexpected answer {other:?}");
@@ -294,6 +298,8 @@ pub struct WritesTo {
     pub status: Arc<Versioned<Option<JournalStatus>>>,
     pub board_swaps: Arc<Versioned<crate::model::health::BoardSwaps>>,
     pub validations: Arc<Versioned<crate::model::health::Validations>>,
+    /// Read once, for what the seed brought back (already written).
+    pub remediation: Arc<Versioned<crate::model::remediation::Remediations>>,
 }
 
 impl Journal {

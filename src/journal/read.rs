@@ -205,7 +205,51 @@ pub fn seed(path: &Path, boot_id: &str) -> Result<Seed, DbError> {
         sxids: sxids(&conn, boot_id).map_err(&err)?,
         validations: validations(&conn).map_err(&err)?,
         probe_history: probe_history(&conn).map_err(&err)?,
+        remediation: remediation(&conn, boot_id, SystemTime::now()).map_err(&err)?,
     })
+}
+
+/// What automatic remediation did in the last day and in this boot, from the `remediation`
+/// rows that carry an attempt or a reboot mark: the resets count against the day's budget, a
+/// failed one of this boot makes the ladder's step a reboot, and this boot's reboot mark stays.
+pub fn remediation(
+    conn: &Connection,
+    boot_id: &str,
+    now: SystemTime,
+) -> rusqlite::Result<crate::model::remediation::Remediations> {
+    use crate::model::remediation::{Attempt, MAX_ATTEMPTS, RESET_WINDOW_SECONDS, RebootRequired, Remediations};
+    let since = crate::model::unix_seconds(now) - RESET_WINDOW_SECONDS;
+    let mut statement = conn.prepare(
+        "SELECT boot_id, details FROM (SELECT boot_id, details, at FROM events WHERE kind = 'remediation' \
+         AND (at >= ?1 OR boot_id = ?2) ORDER BY at DESC LIMIT ?3) ORDER BY at",
+    )?;
+    let rows = statement.query_map(rusqlite::params![since, boot_id, 4 * MAX_ATTEMPTS as u32], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+    })?;
+    let mut out = Remediations::default();
+    for row in rows {
+        let (boot, details) = row?;
+        let this_boot = boot == boot_id;
+        // A row the daemon did not write (or an older shape) is left out, not trusted.
+        let Ok(details) = serde_json::from_str::<serde_json::Value>(&details) else {
+            continue;
+        };
+        if let Some(Ok(mut attempt)) = details
+            .get("attempt")
+            .map(|a| serde_json::from_value::<Attempt>(a.clone()))
+        {
+            attempt.this_boot = this_boot;
+            out.keep(attempt);
+        }
+        if let Some(Ok(mark)) = details
+            .get("reboot_required")
+            .filter(|_| this_boot)
+            .map(|m| serde_json::from_value::<RebootRequired>(m.clone()))
+        {
+            out.reboot_required = Some(mark);
+        }
+    }
+    Ok(out)
 }
 
 /// Each GPU's latest validation from its newest `validation` row, whatever the boot: a reboot

@@ -1,6 +1,9 @@
-//! The journal's `remediation` rows: each unhealthy GPU's next remediation step
-//! (`remediation.mode: advise`, health/ladder.rs) when it first appears or changes, so the
-//! report shows what gpuwarden advised and when. A restart states the advice again.
+//! The journal's `remediation` rows: each GPU's next remediation step (`remediation.mode`
+//! advise or auto, health/ladder.rs) when it first appears or changes, so the report shows
+//! what gpuwarden advised and when (a restart states the advice again); and with `auto`, each
+//! step the executor ran (its output, exit and duration: `details.attempt`) and the node's
+//! reboot mark (`details.reboot_required`), which a restart's seed reads back
+//! (journal/read.rs, `remediation`).
 
 use super::event::{Event, GpuRef, Kind};
 use crate::model::Snapshot;
@@ -8,16 +11,86 @@ use crate::model::health::NextStep;
 use serde_json::json;
 use std::collections::BTreeMap;
 
-/// What the journal last wrote of every GPU's next step.
+/// What the journal last wrote of every GPU's next step, and of the executor's work.
 #[derive(Debug, Default)]
 pub struct RemediationRows {
     seen: BTreeMap<String, NextStep>,
+    /// Attempts that started at or before this (Unix seconds) are written (or were seeded).
+    attempts_up_to: f64,
+    /// The reboot mark last written (or seeded).
+    reboot_seen: Option<crate::model::remediation::RebootRequired>,
+}
+
+fn gpu_ref(uuid: &str, index: u32, pci_bus_id: &str, snapshot: &Snapshot) -> GpuRef {
+    GpuRef {
+        uuid: uuid.to_string(),
+        serial: snapshot
+            .devices
+            .iter()
+            .find(|d| d.identity.uuid == uuid)
+            .and_then(|d| d.identity.serial.clone()),
+        pci_bus_id: pci_bus_id.to_string(),
+        index: Some(index),
+    }
 }
 
 impl RemediationRows {
+    /// Starts after what the seed gave the daemon: those rows are written already.
+    pub fn from_seed(seed: &crate::model::remediation::Remediations) -> RemediationRows {
+        RemediationRows {
+            seen: BTreeMap::new(),
+            attempts_up_to: seed.attempts.iter().map(|a| a.started).fold(0.0, f64::max),
+            reboot_seen: seed.reboot_required.clone(),
+        }
+    }
+
+    /// The rows for the steps the executor ran and the reboot mark it set since the last look.
+    fn executor_rows(&mut self, snapshot: &Snapshot, now: f64, rows: &mut Vec<Event>) {
+        let done = &snapshot.remediation;
+        let up_to = self.attempts_up_to;
+        for a in done.attempts.iter().filter(|a| a.started > up_to) {
+            let failed = match &a.outcome {
+                crate::model::remediation::AttemptOutcome::Failed { why } => format!(": {why}"),
+                _ => String::new(),
+            };
+            rows.push(Event::new(
+                now,
+                Kind::Remediation,
+                Some(gpu_ref(&a.uuid, a.index, &a.pci_bus_id, snapshot)),
+                format!(
+                    "{} {} in {:.1} s{failed}",
+                    a.step,
+                    a.outcome.label(),
+                    a.duration_seconds
+                ),
+                json!({"attempt": a}),
+            ));
+            self.attempts_up_to = a.started;
+        }
+        if done.reboot_required != self.reboot_seen {
+            if let Some(mark) = &done.reboot_required {
+                let pci = snapshot
+                    .devices
+                    .iter()
+                    .find(|d| d.identity.uuid == mark.uuid)
+                    .map(|d| d.identity.pci_bus_id.clone())
+                    .unwrap_or_default();
+                rows.push(Event::new(
+                    now,
+                    Kind::Remediation,
+                    Some(gpu_ref(&mark.uuid, mark.index, &pci, snapshot)),
+                    format!("reboot required: {}", mark.why),
+                    json!({"reboot_required": mark}),
+                ));
+            }
+            self.reboot_seen = done.reboot_required.clone();
+        }
+    }
+
     /// The rows for the next steps that appeared or changed since the last look.
     pub fn look(&mut self, snapshot: &Snapshot, now: f64) -> Vec<Event> {
         let mut rows = Vec::new();
+        self.executor_rows(snapshot, now, &mut rows);
         for d in &snapshot.devices {
             let uuid = &d.identity.uuid;
             match &d.health.next_step {

@@ -160,6 +160,8 @@ pub enum Answer {
         validations: crate::model::health::Validations,
         #[serde(default)]
         probe_history: BTreeMap<String, Vec<crate::model::probe::ProbeFigures>>,
+        #[serde(default)]
+        remediation: crate::model::remediation::Remediations,
     },
     Timeline {
         rows: BTreeMap<String, Vec<Row>>,
@@ -479,6 +481,7 @@ fn answer(request: Request) -> Reply {
                 sxids: seed.sxids.into_iter().map(seed_of_sxid).collect(),
                 validations: seed.validations,
                 probe_history: seed.probe_history,
+                remediation: seed.remediation,
             })
         }
         Request::Timeline { path, now } => read::timeline(&path, now)

@@ -123,7 +123,7 @@ impl Writer {
             status: writes_to.status,
             board_swaps: writes_to.board_swaps,
             validation_rows: super::validation_rows::ValidationRows::from_seed(writes_to.validations.get()),
-            remediation_rows: Default::default(),
+            remediation_rows: super::remediation_rows::RemediationRows::from_seed(&writes_to.remediation.get()),
             validations: writes_to.validations,
             xids,
             shared,

@@ -74,7 +74,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_remediation_next_step",
         kind: Kind::Gauge,
         unit: "",
-        help: "1 for the next remediation step (gpu_reset, reboot_required, service) of a GPU that is unhealthy, whose driver asks for a reset or reboot, or with a row remap pending, with remediation.mode advise; absent otherwise. gpuwarden health says why and the command.",
+        help: "1 for the next remediation step (gpu_reset, reboot_required, service) of a GPU that is unhealthy, whose driver asks for a reset or reboot, or with a row remap pending, with remediation.mode advise or auto; absent otherwise. gpuwarden health says why and the command.",
         labels: &["step"],
         dcgm: &[],
         read: Read::Device(|_, d, s| {

@@ -33,6 +33,7 @@ pub mod links;
 pub mod mig;
 pub mod network;
 pub mod probe;
+pub mod remediation;
 pub mod scheduler;
 pub mod self_metrics;
 pub mod xid;
@@ -222,6 +223,7 @@ const TABLES: &[(&[Family], Gate)] = &[
     (attribution::FAMILIES, Gate::Always),
     (self_metrics::FAMILIES, Gate::Always),
     (scheduler::FAMILIES, Gate::Always),
+    (remediation::FAMILIES, Gate::Always),
     (dcgm_compat::FAMILIES, Gate::DcgmCompat),
 ];
 

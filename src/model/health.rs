@@ -85,8 +85,19 @@ pub struct Limits {
     pub validate_after_clear: bool,
     /// `probe.regression_pct` and `probe.baseline_probes`: when a probe counts as regressed.
     pub probe_regression: ProbeRegression,
-    /// `remediation.mode: advise`: the GPU reset command the next step names; None: off.
-    pub remediation_reset_command: Option<String>,
+    /// `remediation.mode` advise or auto: what the ladder words its steps with; None: off.
+    pub remediation: Option<LadderLimits>,
+}
+
+/// What the remediation ladder needs of the config (health/ladder.rs).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LadderLimits {
+    /// The GPU reset's words, `{pci_bus_id}` in them (`remediation.reset_command`).
+    pub reset_command: Vec<String>,
+    /// `remediation.max_resets_per_day`: past it, a GPU's step is a reboot.
+    pub max_resets_per_day: u32,
+    /// `remediation.mode: auto`: gpuwarden acts on the steps (its families are served).
+    pub auto: bool,
 }
 
 /// When a probe's figure counts as regressed (`probe_regressed`).

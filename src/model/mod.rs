@@ -14,6 +14,7 @@ pub mod mig;
 pub mod nic;
 pub mod probe;
 pub mod recent;
+pub mod remediation;
 pub mod scheduler;
 pub mod xid;
 
@@ -560,6 +561,8 @@ pub struct Snapshot {
     pub validations: std::sync::Arc<health::Validations>,
     /// The Slurm health check's latest report (its fleet drain guard); None before one came.
     pub scheduler: Option<scheduler::SchedulerReport>,
+    /// What automatic remediation did and holds (`remediation.mode: auto`).
+    pub remediation: std::sync::Arc<remediation::Remediations>,
     /// Scheduled probe results and counters (empty outside the daemon).
     pub probe: std::sync::Arc<probe::ProbeSnapshot>,
     /// NVIDIA and AMD GPUs on the PCI bus (sysfs), to compare with the enumerated ones.

@@ -61,8 +61,15 @@ impl Options {
                     pct: config.probe.regression_pct,
                     baseline_probes: config.probe.baseline_probes,
                 },
-                remediation_reset_command: (config.remediation.mode == crate::config::RemediationMode::Advise)
-                    .then(|| config.remediation.reset_command.clone()),
+                remediation: config
+                    .remediation
+                    .mode
+                    .advises()
+                    .then(|| crate::model::health::LadderLimits {
+                        reset_command: config.remediation.reset_command.0.clone(),
+                        max_resets_per_day: config.remediation.max_resets_per_day,
+                        auto: config.remediation.mode == crate::config::RemediationMode::Auto,
+                    }),
             },
             hostname: hostname.to_string(),
         }
@@ -86,6 +93,7 @@ pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generatio
         board_swaps: inputs.board_swaps.clone(),
         validations: inputs.validations.clone(),
         scheduler: (*inputs.scheduler).clone(),
+        remediation: inputs.remediation.clone(),
         hostname: options.hostname.clone(),
         probe: inputs.probes.clone(),
         pci_gpus: (*inputs.pci).clone(),

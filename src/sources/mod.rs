@@ -14,6 +14,7 @@
 //! | probe results | `probe::schedule`, thread `probe-scheduler` | the latest report per GPU |
 //! | board swaps | the journal's writer; the journal at start | the last day's swaps per new GPU |
 //! | clears | the local API's `POST /api/v1/health/clear`; the journal at start | the latest clear per GPU |
+//! | remediation | `remediation::auto`, thread `remediation`; the journal at start | resets run, guards holding one back, reboot required |
 //!
 //! Nothing else reads the outside world between rounds: the publisher only takes an `Arc` of
 //! each value ([`Sources::read`]) and puts the snapshot together from them without I/O, so a
@@ -305,6 +306,8 @@ sources! {
     validations: Versioned<crate::model::health::Validations>,
     /// The Slurm health check's reports (`gpuwarden health report`, the local API).
     scheduler: Versioned<Option<crate::model::scheduler::SchedulerReport>>,
+    /// What automatic remediation did and holds (`remediation::auto`; the journal at start).
+    remediation: Versioned<crate::model::remediation::Remediations>,
 }
 
 impl Sources {

@@ -52,6 +52,8 @@ struct Worker {
     lost: bool,
     last_good_poll: Option<SystemTime>,
     readings: Option<DeviceReadings>,
+    /// Alive while its thread runs (a GPU reset waits for NVML's threads to end).
+    alive: std::sync::Weak<()>,
 }
 
 impl Worker {
@@ -150,6 +152,10 @@ pub struct Coordinator {
     log_limiter: RateLimiter,
     next_worker_id: usize,
     last_status: String,
+    /// A GPU reset's request to let go of NVML (remediation/auto.rs).
+    hold: crate::backend::NvmlHold,
+    /// The backends (slots) let go of for the hold in force.
+    holding: Option<Vec<usize>>,
 }
 
 impl Coordinator {
@@ -173,6 +179,47 @@ impl Coordinator {
             log_limiter: RateLimiter::new(Duration::from_secs(300)),
             next_worker_id: 0,
             last_status: String::new(),
+            hold: Default::default(),
+            holding: None,
+        }
+    }
+
+    /// Lets go of NVML whenever `hold` asks (a GPU reset; remediation/auto.rs).
+    pub fn with_hold(mut self, hold: crate::backend::NvmlHold) -> Coordinator {
+        self.hold = hold;
+        self
+    }
+
+    /// Follows the GPU reset's hold: lets go of the backends that hold GPU handles (their GPUs
+    /// read as down meanwhile), says when every thread using them ended and the library was
+    /// shut down, and initialises them again once the hold is lifted.
+    fn follow_hold(&mut self) {
+        if !self.hold.requested() {
+            for slot in self.holding.take().unwrap_or_default() {
+                self.backends[slot].resume();
+            }
+            return;
+        }
+        if self.holding.is_none() {
+            let slots: Vec<usize> = (0..self.backends.len()).filter(|s| self.backends[*s].hold()).collect();
+            for worker in self.workers.iter_mut().filter(|w| slots.contains(&w.backend)) {
+                // Dropping the request channel ends the thread after its current poll.
+                worker.requests = None;
+                worker.busy_with = None;
+                worker.up = false;
+                worker.readings = None;
+            }
+            self.holding = Some(slots);
+        }
+        let slots = self.holding.clone().unwrap_or_default();
+        let threads_ended = self
+            .workers
+            .iter()
+            .filter(|w| slots.contains(&w.backend))
+            .all(|w| w.alive.strong_count() == 0);
+        if !self.hold.released() && threads_ended && slots.iter().all(|s| self.backends[*s].shut_down_held()) {
+            log::info!("NVML let go of: the GPU reset may run");
+            self.hold.set_released();
         }
     }
 
@@ -191,6 +238,8 @@ impl Coordinator {
             log::info!("reload: the GPU backends' settings changed; enumerating the GPUs again");
         }
         self.workers.clear();
+        // New backends: a GPU reset's hold in force lets go of them at once.
+        self.holding = None;
         self.backends = backend::from_settings(&wanted, &self.live, self.xid_events.as_ref());
         self.answers = vec![Answers::default(); self.backends.len()];
         let names: Vec<&'static str> = self
@@ -248,9 +297,12 @@ impl Coordinator {
         // One request in flight at most: a busy (hung) thread is simply not asked again.
         let (requests_tx, requests_rx) = mpsc::sync_channel::<u64>(1);
         let results = self.results_tx.clone();
+        let running = Arc::new(());
+        let alive = Arc::downgrade(&running);
         let spawned = std::thread::Builder::new()
             .name(format!("poll-gpu{}", identity.index))
             .spawn(move || {
+                let _running = running;
                 while let Ok(round) = requests_rx.recv() {
                     let started = Instant::now();
                     let report = poller.poll();
@@ -283,12 +335,14 @@ impl Coordinator {
             lost: false,
             last_good_poll: None,
             readings: None,
+            alive,
         }
     }
 
     /// One round: ask every idle GPU, wait for answers until the deadline, publish.
     pub fn run_round(&mut self) {
         self.apply_backend_settings();
+        self.follow_hold();
         self.discover();
         let timeout = self.settings.current().config.poll.timeout;
         self.round += 1;

@@ -26,7 +26,7 @@ fn run(tool: &str, args: &[&str]) -> (bool, String) {
 #[test]
 fn promtool_checks_and_unit_tests_the_rules() {
     let (ok, out) = run("promtool", &["check", "rules", RULES]);
-    assert!(ok && out.contains("SUCCESS: 57 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 58 rules found"), "{out}");
     for tests in [
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/alerts.test.yml"),
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/energy.test.yml"),
@@ -68,6 +68,8 @@ fn every_alert_the_design_names_is_shipped_and_unit_tested() {
         "GpuProbeFailed",
         "GpuwardenDown",
         "GpuwardenPollStale",
+        "GpuwardenDrainGuardActive",
+        "GpuwardenRemediationFailed",
     ] {
         assert!(
             rules.contains(&format!("- alert: {alert}\n")),
@@ -153,7 +155,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
                 .map(|r| r["expr"].as_str().unwrap().to_string())
         })
         .collect();
-    assert_eq!(exprs.len(), 57);
+    assert_eq!(exprs.len(), 58);
     let used = metric_names(&exprs.join("\n"));
     assert!(
         used.contains("gpu_clock_event_seconds_total") && used.contains("gpu_up"),
@@ -180,8 +182,11 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
     std::fs::create_dir_all(dir.path().join("jobs")).unwrap();
     std::fs::write(dir.path().join("jobs/0"), "4242\n").unwrap();
     let config = format!(
-        "{FAST_PROBES}amd:\n  sysfs_root: {}\nkubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\nhpc_jobs:\n  mapping_dir: {}\n\
+        "{FAST_PROBES}remediation:\n  mode: auto\n  reboot_marker: {}/reboot-required\n  pause_file: {}/pause\n\
+         amd:\n  sysfs_root: {}\nkubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\nhpc_jobs:\n  mapping_dir: {}\n\
          fabric_manager:\n  pid_file: {}\n",
+        dir.path().display(),
+        dir.path().display(),
         dir.path().display(),
         kubelet.socket.display(),
         dir.path().join("jobs").display(),
@@ -220,6 +225,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
             && m.has_family("gpu_pod_info")
             && m.has_family("gpu_job_info")
             && m.has_family("gpuwarden_drain_guard_refused")
+            && m.value("gpuwarden_remediation_failed", &[]) == Some(1.0)
     });
     let served: HashSet<&str> = m.samples.iter().map(|s| s.name.as_str()).collect();
     for name in &used {
@@ -627,6 +633,15 @@ fn interval_cases() -> Vec<IntervalCase> {
             checks: &[(-60, false, false), (0, true, true), (600, false, true)],
         },
         IntervalCase {
+            alert: "GpuwardenRemediationFailed",
+            what: "automatic remediation failed from the event on (no for)",
+            series: &[(
+                "gpuwarden_remediation_failed{instance=\"gpu-node-01:9100\",job=\"gpuwarden\"}",
+                |t| Some(if t < EVENT { 0.0 } else { 1.0 }),
+            )],
+            checks: &[(-60, false, false), (0, true, true), (600, false, true)],
+        },
+        IntervalCase {
             alert: "GpuXidFleetPattern",
             what: "Xid 79 on three nodes at the event (new series), none before",
             series: &[
@@ -715,7 +730,7 @@ fn interval_tests(rules: &std::path::Path, evaluation: u64, scrapes: &[u64]) -> 
                         "GpuProbeStraggler" => format!(
                             "{gpu}, job: gpuwarden, vendor: nvidia, name: H100, test: gemm_bf16, figure: sustained, severity: warning"
                         ),
-                        "GpuwardenDrainGuardActive" => {
+                        "GpuwardenDrainGuardActive" | "GpuwardenRemediationFailed" => {
                             "instance: gpu-node-01:9100, job: gpuwarden, severity: critical".to_string()
                         }
                         "GpuXidFleetPattern" => "xid: '79', severity: critical".to_string(),

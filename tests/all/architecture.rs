@@ -231,6 +231,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("serve", 4),
     ("xid::kmsg", 4),
     ("probe::schedule", 4),
+    ("remediation", 4),
     ("daemon", 5),
     ("cli", 5),
     ("probe::cli", 5),

@@ -663,3 +663,200 @@ fn the_drain_guard_keeps_a_third_node_in_service_while_its_alert_fires_and_lets_
         m.value("gpuwarden_drain_guard_refused", &[]) == Some(0.0)
     });
 }
+
+/// Automatic remediation's config for these tests: the fake reset (tests/fixtures), persistence
+/// handled around it by commands that only say so, the marker and the pause file under `dir`.
+fn auto_remediation(dir: &Path, reset_command: &str) -> String {
+    format!(
+        "remediation:\n  mode: auto\n  reset_command: \"{reset_command}\"\n  \
+         persistence_off_command: \"/bin/echo persistence off for {{pci_bus_id}}\"\n  \
+         persistence_on_command: \"/bin/echo persistence on for {{pci_bus_id}}\"\n  timeout: 10s\n  \
+         reboot_marker: {d}/reboot-required\n  pause_file: {d}/pause\n\
+         health:\n  xid_severity: {{94: fatal}}\n",
+        d = dir.display()
+    )
+}
+
+/// The probe settings of these tests: the schedule off (only validation probes), short tests.
+const VALIDATION_PROBES: &str = "probe:\n  schedule: false\n  memory_cap_mib: 256\n  max_utilization: 1.0\n  timeout: 20s\n  \
+     durations: {gemm_bf16: 200ms, fma_fp32: 200ms, hbm_copy: 200ms, pcie_h2d: 200ms, pcie_d2h: 200ms}\n";
+
+/// Healing with guard rails (issue "Heal with guard rails", `remediation.mode: auto`), under
+/// the real Slurm: a contained Xid 94 (the operator's policy makes it fatal) drains the node;
+/// once Slurm shows the node drained by gpuwarden with no job, the daemon lets go of NVML and
+/// runs the reset (a fake that refuses while any process holds the simulated NVML, as the
+/// real one does), clears the GPU and probes it; the probe passes and the node resumes. GPU 6,
+/// whose row remap waited for a reset, is reset in the same drain, and its remap is done.
+#[test]
+fn an_xid_94_drains_the_gpu_is_reset_probed_and_the_node_resumes() {
+    const INTERVAL: u64 = 3;
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = root.path();
+    let idle = all_idle(&with_cuda(DEMO_SCENARIO));
+    let fake = format!(
+        "{}/tests/fixtures/fake-gpu-reset.sh {{pci_bus_id}}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let config = format!("{VALIDATION_PROBES}{}", auto_remediation(dir, &fake));
+    let cuda = tempfile::tempdir().unwrap();
+    let env = [("LD_LIBRARY_PATH", sim_cuda_dir(cuda.path(), true).display().to_string())];
+    let d = Daemon::start_full(&idle, &test_config(&sim_library(), &config), "", &env);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    // Before any scheduler report: GPU 6's pending remap wants a reset, and the scheduler guard
+    // holds it back (nothing says the node is out of work).
+    d.scrape_until("GPU 6 held back by the scheduler guard", |m| {
+        m.value("gpu_remediation_held_back", &[("gpu", "6"), ("guard", "scheduler")]) == Some(1.0)
+    });
+    let slurm = health_checked_slurm(dir, &d, INTERVAL);
+    let within = Duration::from_secs(INTERVAL + 1 + 4);
+    std::thread::sleep(Duration::from_secs(INTERVAL + 1));
+    assert_eq!(
+        node_state(&slurm),
+        "idle none",
+        "in service: no reset while Slurm shows it so"
+    );
+    d.scrape_until("held back while Slurm shows the node in service", |m| {
+        m.value("gpu_remediation_held_back", &[("gpu", "6"), ("guard", "scheduler")]) == Some(1.0)
+    });
+
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 94, pid=1, name=x, Contained: SM (0x1)\n");
+    let state = wait_for_node(&slurm, "the drain", within, |s| s.contains("xid_fatal"));
+    assert!(
+        state.starts_with("drain") && state.contains("gpuwarden: GPU 0 xid_fatal"),
+        "{state}"
+    );
+    // The next check reports the node drained by gpuwarden with no job: both GPUs are reset,
+    // validated and the node resumes.
+    wait_for_node(
+        &slurm,
+        "the resume after reset and probe",
+        Duration::from_secs(60),
+        |s| s == "idle none",
+    );
+    let m = d.scrape_until("both resets seen", |m| {
+        m.value("gpu_remediation_resets", &[("gpu", "6"), ("outcome", "succeeded")]) == Some(1.0)
+    });
+    assert_eq!(
+        m.value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "succeeded")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "failed")]),
+        Some(0.0)
+    );
+    assert_eq!(m.value("gpuwarden_remediation_failed", &[]), Some(0.0));
+    assert_eq!(m.value("gpuwarden_reboot_required", &[]), Some(0.0));
+    assert_eq!(
+        m.value("gpu_probe_runs_total", &[("gpu", "0"), ("result", "pass")]),
+        Some(1.0),
+        "validated by its probe"
+    );
+    // The simulated driver learnt the reset: GPU 6's remap is done, its driver asks for nothing.
+    assert_eq!(m.value("gpu_row_remap_pending", &[("gpu", "6")]), Some(0.0));
+    assert_eq!(
+        m.value("gpu_recovery_action", &[("gpu", "6"), ("action", "none")]),
+        Some(1.0)
+    );
+    let (code, text) = d.health(false);
+    assert_eq!(code, 0, "{text}");
+    let log = d.log_text();
+    assert!(log.contains("automatic remediation resets it: Xid 94"), "{log}");
+    assert!(log.contains("NVML let go of: the GPU reset may run"), "{log}");
+    // The journal: the step, its output (persistence off, the reset, persistence on), its
+    // exit and duration, and the clear.
+    let report = std::process::Command::new(BIN)
+        .args(["report", "--gpu", "0", "--state"])
+        .arg(d.state_path())
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(report.contains("gpu_reset succeeded in"), "{report}");
+    assert!(report.contains("cleared by gpuwarden remediation"), "{report}");
+    let events = std::process::Command::new(BIN)
+        .args(["events", "--json", "--state"])
+        .arg(d.state_path())
+        .output()
+        .unwrap();
+    let events = String::from_utf8_lossy(&events.stdout);
+    assert!(events.contains("persistence off for 0000:19:00.0"), "{events}");
+    assert!(events.contains("GPU 0000:19:00.0 was successfully reset."), "{events}");
+
+    // A restart keeps the day's budget (the journal's seed): the same fault again is now a
+    // reboot, not a reset.
+    let d = d.restart(false, None);
+    d.scrape_until("the first poll after the restart", |m| {
+        m.value("gpu_up", &[("gpu", "0")]) == Some(1.0)
+    });
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 94, pid=1, name=x, Contained: SM (0x1)\n");
+    let state = wait_for_node(&slurm, "the second drain", within, |s| s.starts_with("drain"));
+    assert!(state.contains("gpuwarden:"), "{state}");
+    d.scrape_until("the reboot mark", |m| {
+        m.value("gpuwarden_reboot_required", &[]) == Some(1.0)
+    });
+    let marker = std::fs::read_to_string(dir.join("reboot-required")).unwrap();
+    assert!(marker.contains("1 GPU reset(s) within 24 h did not hold"), "{marker}");
+}
+
+/// A reset that fails: the node needs a reboot. It stays drained (the finding is unhealthy),
+/// the marker says why, GpuwardenRemediationFailed's series is 1, the journal keeps the step's
+/// output and exit, and nothing is reset again.
+#[test]
+fn a_failing_reset_marks_the_node_reboot_required_and_it_stays_drained() {
+    const INTERVAL: u64 = 3;
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = root.path();
+    let idle = all_idle(&with_cuda(DEMO_SCENARIO));
+    let failing = "/bin/sh -c 'echo Unable to reset GPU $0: timed out >&2; exit 3' {pci_bus_id}";
+    let config = format!("{VALIDATION_PROBES}{}", auto_remediation(dir, failing));
+    let d = Daemon::start_full(&idle, &test_config(&sim_library(), &config), "", &[]);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    let slurm = health_checked_slurm(dir, &d, INTERVAL);
+    let within = Duration::from_secs(INTERVAL + 1 + 4);
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 94, pid=1, name=x, Contained: SM (0x1)\n");
+    wait_for_node(&slurm, "the drain", within, |s| s.contains("xid_fatal"));
+    let m = d.scrape_until("the failed reset", |m| {
+        m.value("gpuwarden_remediation_failed", &[]) == Some(1.0)
+    });
+    assert_eq!(m.value("gpuwarden_reboot_required", &[]), Some(1.0));
+    assert_eq!(
+        m.value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "failed")]),
+        Some(1.0)
+    );
+    let marker = std::fs::read_to_string(dir.join("reboot-required")).unwrap();
+    assert!(
+        marker.contains("the GPU reset of GPU 0 failed: exit status 3"),
+        "{marker}"
+    );
+    let (code, text) = d.health(false);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("reboot_required"), "{text}");
+    // Still drained, several checks later; GPU 6's reset is not tried on a node that needs a
+    // reboot anyway.
+    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    let state = node_state(&slurm);
+    assert!(state.starts_with("drain") && state.contains("gpuwarden:"), "{state}");
+    let m = d.scrape();
+    assert_eq!(
+        m.value("gpu_remediation_resets", &[("gpu", "6"), ("outcome", "failed")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        m.value("gpu_remediation_resets", &[("gpu", "6"), ("outcome", "succeeded")]),
+        Some(0.0)
+    );
+    let events = std::process::Command::new(BIN)
+        .args(["events", "--json", "--state"])
+        .arg(d.state_path())
+        .output()
+        .unwrap();
+    let events = String::from_utf8_lossy(&events.stdout);
+    assert!(
+        events.contains("Unable to reset GPU 0000:19:00.0: timed out"),
+        "{events}"
+    );
+    assert!(events.contains("gpu_reset failed in"), "{events}");
+    assert!(
+        events.contains("reboot required: the GPU reset of GPU 0 failed"),
+        "{events}"
+    );
+}

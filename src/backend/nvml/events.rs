@@ -18,11 +18,22 @@ use std::time::{Duration, SystemTime};
 
 /// Starts the event thread for the GPUs with these (index, PCI bus id); it ends within a
 /// second of `stop` (the daemon's, or a driver reload's: a new thread replaces it).
-pub fn spawn(nvml: &'static Nvml, gpus: Vec<(u32, String)>, store: Arc<XidStore>, stop: Stop) -> std::io::Result<()> {
+/// The answer is alive while the thread runs (a GPU reset waits for it to end).
+pub fn spawn(
+    nvml: &'static Nvml,
+    gpus: Vec<(u32, String)>,
+    store: Arc<XidStore>,
+    stop: Stop,
+) -> std::io::Result<std::sync::Weak<()>> {
+    let running = Arc::new(());
+    let alive = Arc::downgrade(&running);
     std::thread::Builder::new()
         .name("xid-nvml-events".into())
-        .spawn(move || run(nvml, &gpus, &store, &stop))?;
-    Ok(())
+        .spawn(move || {
+            run(nvml, &gpus, &store, &stop);
+            drop(running);
+        })?;
+    Ok(alive)
 }
 
 fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore, stop: &Stop) {

@@ -16,6 +16,8 @@ enum State {
         failures: u32,
     },
     Ready,
+    /// Let go of for a GPU reset (`Backend::hold`): no pollers until `resume`.
+    Held,
 }
 
 pub struct NvmlLifecycle {
@@ -27,6 +29,10 @@ pub struct NvmlLifecycle {
     /// Ends the current event thread (on a driver reload, or when this goes); the daemon's
     /// stop ends it too.
     event_thread_stop: Option<Stop>,
+    /// Alive while the event thread runs.
+    event_thread_alive: Option<std::sync::Weak<()>>,
+    /// The library the current pollers use, to shut it down for a GPU reset.
+    current: Option<&'static nvml_wrapper::Nvml>,
 }
 
 impl NvmlLifecycle {
@@ -47,6 +53,8 @@ impl NvmlLifecycle {
             },
             xid_events,
             event_thread_stop: None,
+            event_thread_alive: None,
+            current: None,
         }
     }
 
@@ -58,8 +66,9 @@ impl NvmlLifecycle {
         let stop = events.stop.child("xid-nvml-events");
         let thread_stop = stop.handle("xid-nvml-events");
         self.event_thread_stop = Some(stop);
-        if let Err(e) = super::events::spawn(backend.nvml(), gpus, events.store.clone(), thread_stop) {
-            log::error!("cannot start the NVML XID event thread: {e}");
+        match super::events::spawn(backend.nvml(), gpus, events.store.clone(), thread_stop) {
+            Ok(alive) => self.event_thread_alive = Some(alive),
+            Err(e) => log::error!("cannot start the NVML XID event thread: {e}"),
         }
     }
 
@@ -82,7 +91,11 @@ impl Backend for NvmlLifecycle {
         vec![BackendState {
             name: BACKEND,
             up,
-            note: (!up).then(|| "NVML is not loaded or not initialised (no NVIDIA driver?)".to_string()),
+            note: match self.state {
+                State::Ready => None,
+                State::Held => Some("NVML is let go of while a GPU reset runs".to_string()),
+                State::Waiting { .. } => Some("NVML is not loaded or not initialised (no NVIDIA driver?)".to_string()),
+            },
             absent: false,
         }]
     }
@@ -115,6 +128,7 @@ impl Backend for NvmlLifecycle {
                     self.start_event_thread(&backend, gpus);
                 }
                 self.state = State::Ready;
+                self.current = Some(backend.nvml());
                 Some(
                     pollers
                         .into_iter()
@@ -157,6 +171,7 @@ impl Backend for NvmlLifecycle {
              reloaded; initialising NVML again"
         );
         self.stop_event_thread();
+        self.current = None;
         self.state = State::Waiting {
             next_try: Instant::now(),
             delay: self.config.retry_initial,
@@ -164,9 +179,49 @@ impl Backend for NvmlLifecycle {
         };
     }
 
+    fn hold(&mut self) -> bool {
+        log::info!("letting go of NVML for a GPU reset: every NVIDIA GPU reads as down until it is over");
+        self.stop_event_thread();
+        self.state = State::Held;
+        true
+    }
+
+    fn shut_down_held(&mut self) -> bool {
+        if self
+            .event_thread_alive
+            .as_ref()
+            .is_some_and(|alive| alive.strong_count() > 0)
+        {
+            return false;
+        }
+        self.event_thread_alive = None;
+        if let Some(nvml) = self.current.take() {
+            // Every thread that used it has ended. The library was leaked to be 'static, so
+            // its Drop never shuts it down: do it here, once, to close its device files.
+            // SAFETY: nvmlShutdown takes no arguments; nothing calls through this library
+            // any more (the next discover initialises a new one).
+            let code = unsafe { nvml.lib().nvmlShutdown() };
+            if let Err(e) = nvml_wrapper::error::nvml_try(code) {
+                log::warn!("nvmlShutdown for the GPU reset failed: {e}");
+            }
+        }
+        true
+    }
+
+    fn resume(&mut self) {
+        if matches!(self.state, State::Held) {
+            self.state = State::Waiting {
+                next_try: Instant::now(),
+                delay: self.config.retry_initial,
+                failures: 0,
+            };
+        }
+    }
+
     fn waiting_for(&self) -> Option<String> {
         match self.state {
             State::Waiting { .. } => Some("NVML not available: serving gpuwarden's own metrics".to_string()),
+            State::Held => Some("NVML let go of for a GPU reset".to_string()),
             State::Ready => None,
         }
     }

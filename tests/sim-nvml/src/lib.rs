@@ -75,7 +75,12 @@ fn current() -> Arc<Scenario> {
             .map_err(|e| e.to_string())
             .and_then(|text| Scenario::parse(&text))
         {
-            Ok(scenario) => {
+            Ok(mut scenario) => {
+                let mut resets = path.clone();
+                resets.push(".resets");
+                if let Ok(text) = std::fs::read_to_string(&resets) {
+                    scenario.apply_resets(&text);
+                }
                 loaded.scenario = Arc::new(scenario);
                 loaded.persistence_set.clear();
             }
@@ -183,7 +188,34 @@ pub extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
     }
     match &current().init_error {
         Some(error) => error_code(error),
-        None => SUCCESS,
+        None => {
+            open_handles(1);
+            SUCCESS
+        }
+    }
+}
+
+/// Stands for the device files a real NVML keeps open while initialised, which keep a GPU
+/// reset from running: `<scenario>.nvml-open.<pid>` exists from the first nvmlInit to the
+/// last nvmlShutdown of this process (tests/fixtures/fake-gpu-reset.sh refuses while one of a
+/// live process exists, as `nvidia-smi --gpu-reset` does: "in use by another client").
+fn open_handles(change: i32) {
+    static INITS: Mutex<i32> = Mutex::new(0);
+    let mut inits = match INITS.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    let before = *inits;
+    *inits = (before + change).max(0);
+    let Some(path) = std::env::var_os("GPUWARDEN_SIM_NVML_SCENARIO") else {
+        return;
+    };
+    let mut marker = path;
+    marker.push(format!(".nvml-open.{}", std::process::id()));
+    if before == 0 && *inits > 0 {
+        let _ = std::fs::write(&marker, "");
+    } else if before > 0 && *inits == 0 {
+        let _ = std::fs::remove_file(&marker);
     }
 }
 
@@ -194,6 +226,7 @@ pub extern "C" fn nvmlInitWithFlags(_flags: c_uint) -> nvmlReturn_t {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlShutdown() -> nvmlReturn_t {
+    open_handles(-1);
     SUCCESS
 }
 

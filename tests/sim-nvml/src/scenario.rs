@@ -418,6 +418,31 @@ impl Scenario {
         serde_saphyr::from_str(text).map_err(|e| e.to_string())
     }
 
+    /// A GPU reset, as a fake reset command records it (one PCI address per line of the file
+    /// `<scenario>.resets`; tests/fixtures/fake-gpu-reset.sh): what a real reset clears is
+    /// cleared on those GPUs, a pending row remap is applied, the driver asks for nothing
+    /// and the XID events not yet delivered are gone.
+    #[allow(dead_code)] // the simulated CUDA driver compiles this file too
+    pub fn apply_resets(&mut self, resets: &str) {
+        let bus = |address: &str| {
+            let address = address.trim().to_ascii_lowercase();
+            address
+                .split_once(':')
+                .map(|(_, rest)| rest.to_string())
+                .unwrap_or(address)
+        };
+        let reset: Vec<String> = resets.lines().filter(|l| !l.trim().is_empty()).map(bus).collect();
+        for device in self.devices.iter_mut().filter(|d| reset.contains(&bus(&d.pci_bus_id))) {
+            if let Some(action) = device.recovery_action.as_mut() {
+                *action = 0;
+            }
+            if let Some(rows) = device.remapped_rows.as_mut() {
+                rows.pending = false;
+            }
+            device.xid_events.clear();
+        }
+    }
+
     /// Whether the driver numbers fields the NVML 13 update 1 way (driver >= 580.82), which
     /// moved the clock-event counters from 251..253 to 269..271.
     pub fn uses_v13u1_field_ids(&self) -> bool {

@@ -1,0 +1,214 @@
+//! What automatic remediation (`remediation.mode: auto`, docs/health.md "Remediation") did
+//! and holds: each GPU reset it ran, with its output, exit and duration; the guard that holds a
+//! GPU's reset back now; the reset running now; and the node's "reboot required" mark. The
+//! executor (remediation/auto.rs) keeps it, the journal records and seeds it, the ladder reads
+//! what was tried, the health rules make the node finding, the metrics serve it.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// How far back resets count against `remediation.max_resets_per_day`.
+pub const RESET_WINDOW_SECONDS: f64 = 24.0 * 3600.0;
+/// The most attempts kept (the last day's on a node with many GPUs fits easily).
+pub const MAX_ATTEMPTS: usize = 256;
+/// The most bytes of a step's output kept (stdout and stderr together).
+pub const MAX_OUTPUT: usize = 4096;
+
+/// One step the executor ran for one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub uuid: String,
+    pub index: u32,
+    pub pci_bus_id: String,
+    /// `gpu_reset`.
+    pub step: String,
+    /// Why it ran: the ladder's reason ("Xid 94: NVIDIA's catalog says RESET_GPU").
+    pub why: String,
+    /// Unix seconds when it started.
+    pub started: f64,
+    pub duration_seconds: f64,
+    pub outcome: AttemptOutcome,
+    /// The commands' output, at most [`MAX_OUTPUT`] bytes, lossily decoded.
+    pub output: String,
+    /// Whether it ran in this boot (a restart's seed says; a new one is).
+    #[serde(default = "this_boot")]
+    pub this_boot: bool,
+}
+
+fn this_boot() -> bool {
+    true
+}
+
+/// How a step ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    /// The command exited 0.
+    Succeeded,
+    /// It exited non-zero, was killed at its deadline, or could not start; `why` says which.
+    Failed { why: String },
+}
+
+impl AttemptOutcome {
+    pub fn label(&self) -> &'static str {
+        match self {
+            AttemptOutcome::Succeeded => "succeeded",
+            AttemptOutcome::Failed { .. } => "failed",
+        }
+    }
+}
+
+/// The node needs a reboot: a reset failed, or the driver asks for one. Kept for the boot (a
+/// reboot ends it) or until the GPU it names is cleared.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RebootRequired {
+    /// Unix seconds.
+    pub since: f64,
+    /// The GPU that needs it.
+    pub uuid: String,
+    pub index: u32,
+    /// For a person: "the GPU reset of GPU 0 failed: exit status 1".
+    pub why: String,
+}
+
+/// Why a GPU's reset is held back now: which guard, and what it saw.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// `scheduler`, `processes`, `reset_budget`, `fleet_guard`, `paused`.
+    pub guard: String,
+    pub why: String,
+}
+
+/// The guards' names, the label set of `gpu_remediation_held_back{guard}`.
+pub const GUARDS: [&str; 5] = ["scheduler", "processes", "reset_budget", "fleet_guard", "paused"];
+
+/// Everything automatic remediation did and holds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Remediations {
+    /// Oldest first; the last day's and this boot's, at most [`MAX_ATTEMPTS`].
+    pub attempts: Vec<Attempt>,
+    /// The GPU (UUID) being reset now.
+    pub running: Option<String>,
+    /// Per GPU (UUID) that needs a reset: the guard that holds it back now.
+    pub held_back: BTreeMap<String, Refusal>,
+    pub reboot_required: Option<RebootRequired>,
+}
+
+impl Remediations {
+    /// Resets of `uuid` that started within the last day before `now` (Unix seconds).
+    pub fn resets_within_a_day(&self, uuid: &str, now: f64) -> usize {
+        self.attempts
+            .iter()
+            .filter(|a| a.uuid == uuid && a.step == "gpu_reset" && now - a.started < RESET_WINDOW_SECONDS)
+            .count()
+    }
+
+    /// The last reset of `uuid` in this boot.
+    pub fn last_reset_this_boot(&self, uuid: &str) -> Option<&Attempt> {
+        self.attempts
+            .iter()
+            .rev()
+            .find(|a| a.uuid == uuid && a.step == "gpu_reset" && a.this_boot)
+    }
+
+    /// Keeps `attempt`, dropping the oldest past [`MAX_ATTEMPTS`].
+    pub fn keep(&mut self, attempt: Attempt) {
+        self.attempts.push(attempt);
+        let over = self.attempts.len().saturating_sub(MAX_ATTEMPTS);
+        self.attempts.drain(..over);
+    }
+
+    /// Whether the last reset this boot of any GPU failed, or the node needs a reboot
+    /// (`gpuwarden_remediation_failed`).
+    pub fn failed(&self) -> bool {
+        self.reboot_required.is_some()
+            || self
+                .attempts
+                .iter()
+                .filter(|a| a.this_boot)
+                .fold(BTreeMap::new(), |mut last, a| {
+                    last.insert(a.uuid.as_str(), a);
+                    last
+                })
+                .values()
+                .any(|a| matches!(a.outcome, AttemptOutcome::Failed { .. }))
+    }
+}
+
+/// Cuts `text` to at most [`MAX_OUTPUT`] bytes at a character boundary, saying so.
+pub fn bounded_output(text: &str) -> String {
+    if text.len() <= MAX_OUTPUT {
+        return text.to_string();
+    }
+    let mut end = MAX_OUTPUT - 32;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}\n[... {} bytes cut]", &text[..end], text.len() - end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(uuid: &str, started: f64, outcome: AttemptOutcome, this_boot: bool) -> Attempt {
+        Attempt {
+            uuid: uuid.into(),
+            index: 0,
+            pci_bus_id: "0000:19:00.0".into(),
+            step: "gpu_reset".into(),
+            why: "Xid 94".into(),
+            started,
+            duration_seconds: 1.0,
+            outcome,
+            output: String::new(),
+            this_boot,
+        }
+    }
+
+    #[test]
+    fn resets_count_for_a_day_and_the_last_one_of_each_gpu_decides_failed() {
+        let mut r = Remediations::default();
+        r.keep(attempt(
+            "GPU-a",
+            1000.0,
+            AttemptOutcome::Failed { why: "exit 1".into() },
+            true,
+        ));
+        assert!(r.failed());
+        r.keep(attempt("GPU-a", 2000.0, AttemptOutcome::Succeeded, true));
+        assert!(!r.failed(), "a later reset of the same GPU succeeded");
+        assert_eq!(r.resets_within_a_day("GPU-a", 2000.0 + 3600.0), 2);
+        assert_eq!(r.resets_within_a_day("GPU-a", 1000.0 + RESET_WINDOW_SECONDS + 1.0), 1);
+        assert_eq!(r.resets_within_a_day("GPU-b", 2000.0), 0);
+        r.keep(attempt(
+            "GPU-b",
+            3000.0,
+            AttemptOutcome::Failed { why: "x".into() },
+            false,
+        ));
+        assert!(!r.failed(), "a failure of an earlier boot is not this boot's");
+        assert_eq!(r.last_reset_this_boot("GPU-a").map(|a| a.started), Some(2000.0));
+        assert_eq!(r.last_reset_this_boot("GPU-b"), None);
+    }
+
+    #[test]
+    fn output_is_cut_at_a_character_boundary() {
+        let long = "é".repeat(MAX_OUTPUT);
+        let cut = bounded_output(&long);
+        assert!(cut.len() <= MAX_OUTPUT + 40, "{}", cut.len());
+        assert!(cut.ends_with("bytes cut]"));
+        assert_eq!(bounded_output("short"), "short");
+    }
+
+    #[test]
+    fn attempts_are_bounded() {
+        let mut r = Remediations::default();
+        for i in 0..MAX_ATTEMPTS + 10 {
+            r.keep(attempt("GPU-a", i as f64, AttemptOutcome::Succeeded, true));
+        }
+        assert_eq!(r.attempts.len(), MAX_ATTEMPTS);
+        assert_eq!(r.attempts[0].started, 10.0);
+    }
+}

@@ -1,0 +1,418 @@
+//! `remediation.mode: auto`: a thread that looks at every published snapshot and, for one GPU
+//! at a time whose ladder step is a GPU reset, resets it when every guard holds (guards.rs):
+//!
+//! 1. asks the poller to let go of NVML (a reset needs every handle on the GPU closed, the
+//!    daemon's own included) and waits until its threads ended and no `/dev/nvidia*` file is
+//!    open in the daemon;
+//! 2. turns persistence mode off when it was on, runs the reset, turns it back on
+//!    (command.rs: each a child in its own process group, killed at `remediation.timeout`);
+//! 3. lets NVML be initialised again;
+//! 4. success: clears the GPU ("GPU reset by gpuwarden's automatic remediation") and starts its
+//!    validation, so the probe decides its return to service; failure: the node needs a reboot.
+//!
+//! Any GPU whose step is a reboot (the driver asks, a lost GPU, the catalog, or a reset that
+//! failed or did not hold) marks the node: the `reboot_required` node finding, the marker
+//! file, `remediation.reboot_command` once. gpuwarden never reboots.
+
+use super::{command, guards};
+use crate::backend::NvmlHold;
+use crate::config::settings::SharedSettings;
+use crate::config::{Remediation, RemediationMode};
+use crate::model::health::{Clear, Clears, Validation, ValidationKind, Validations};
+use crate::model::remediation::{Attempt, AttemptOutcome, RebootRequired, Refusal, Remediations};
+use crate::model::{DeviceSnapshot, Snapshot, Vendor};
+use crate::service::stop::Stop;
+use crate::snapshot::store::{Store, Versioned};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// How often the thread looks when nothing woke it.
+const TICK: Duration = Duration::from_secs(1);
+/// How long a reset waits for the poller to let go of NVML.
+const RELEASE_WAIT: Duration = Duration::from_secs(30);
+/// Who the journal and the clear name.
+pub const BY: &str = "gpuwarden remediation";
+
+/// What the executor reads and writes.
+pub struct Executor {
+    pub store: Arc<Store>,
+    pub settings: Arc<SharedSettings>,
+    pub state: Arc<Versioned<Remediations>>,
+    pub clears: Arc<Versioned<Clears>>,
+    pub validations: Arc<Versioned<Validations>>,
+    pub hold: NvmlHold,
+    pub journal: Option<crate::journal::Journal>,
+    /// Where the daemon's open files are listed (`/proc/self/fd`).
+    pub fd_dir: std::path::PathBuf,
+}
+
+/// Starts the executor's thread; it idles (one look a second) unless `mode` is `auto`.
+pub fn spawn(executor: Executor, stop: Stop) -> std::io::Result<()> {
+    std::thread::Builder::new().name("remediation".into()).spawn(move || {
+        while !stop.is_stopped() {
+            executor.tick(&stop);
+            stop.sleep(TICK);
+        }
+    })?;
+    Ok(())
+}
+
+fn now() -> f64 {
+    crate::model::unix_seconds(SystemTime::now())
+}
+
+impl Executor {
+    /// One look: let a cleared reboot go, mark a needed one, then reset the first GPU every
+    /// guard lets through and record why the others wait.
+    fn tick(&self, stop: &Stop) {
+        let settings = self.settings.current();
+        let config = &settings.config.remediation;
+        let snapshot = self.store.latest();
+        if config.mode != RemediationMode::Auto {
+            if !self.state.get().held_back.is_empty() {
+                self.state.update(|s| s.held_back.clear());
+            }
+            return;
+        }
+        // Act only on a snapshot that shows what this thread did last: a reset, its clear.
+        let current = self.state.get();
+        if !Arc::ptr_eq(&snapshot.remediation, &current) || !Arc::ptr_eq(&snapshot.clears, &self.clears.get()) {
+            return;
+        }
+        let now = now();
+        self.let_a_cleared_reboot_go(&snapshot, config);
+        if let Some((device, why)) = needs_reboot(&snapshot) {
+            self.require_reboot(device, why, config, stop);
+            return;
+        }
+        if current.reboot_required.is_some() {
+            return;
+        }
+        let paused = pause_reason(config);
+        let context = guards::Context {
+            now,
+            max_resets_per_day: config.max_resets_per_day,
+            paused: paused.as_deref(),
+        };
+        let mut held_back: BTreeMap<String, Refusal> = BTreeMap::new();
+        let mut go = None;
+        for device in snapshot.devices.iter().filter(|d| wants_reset(d)) {
+            match guards::check(&snapshot, device, &context) {
+                Ok(()) if go.is_none() => go = Some(device),
+                Ok(()) => {}
+                Err(refusal) => {
+                    held_back.insert(device.identity.uuid.clone(), refusal);
+                }
+            }
+        }
+        self.note_held_back(held_back);
+        if let Some(device) = go {
+            self.reset(device, config, &settings.config.health, stop);
+        }
+    }
+
+    /// Keeps why each GPU waits, logging a new reason once.
+    fn note_held_back(&self, held_back: BTreeMap<String, Refusal>) {
+        let before = self.state.get();
+        for (uuid, refusal) in &held_back {
+            if before.held_back.get(uuid) != Some(refusal) {
+                log::info!(gpu_uuid = uuid; "automatic GPU reset held back by guard {}: {}", refusal.guard, refusal.why);
+            }
+        }
+        if before.held_back != held_back {
+            self.state.update(move |s| s.held_back = held_back);
+        }
+    }
+
+    /// Runs the reset of `device` and what follows it.
+    fn reset(&self, device: &DeviceSnapshot, config: &Remediation, health: &crate::config::Health, stop: &Stop) {
+        let uuid = device.identity.uuid.clone();
+        let index = device.identity.index;
+        let why = device
+            .health
+            .next_step
+            .as_ref()
+            .map(|s| s.why.clone())
+            .unwrap_or_default();
+        log::warn!(gpu_uuid = uuid; "GPU {index} ({}): automatic remediation resets it: {why}", device.identity.pci_bus_id);
+        self.state.update(|s| s.running = Some(uuid.clone()));
+        let started = now();
+        let clock = Instant::now();
+        let mut output = String::new();
+        let failure = self.reset_steps(device, config, stop, &mut output);
+        let attempt = Attempt {
+            uuid: uuid.clone(),
+            index,
+            pci_bus_id: device.identity.pci_bus_id.clone(),
+            step: "gpu_reset".into(),
+            why,
+            started,
+            duration_seconds: clock.elapsed().as_secs_f64(),
+            outcome: match &failure {
+                None => AttemptOutcome::Succeeded,
+                Some(why) => AttemptOutcome::Failed { why: why.clone() },
+            },
+            output: crate::model::remediation::bounded_output(&output),
+            this_boot: true,
+        };
+        match &failure {
+            None => {
+                log::warn!(gpu_uuid = uuid; "GPU {index}: reset done in {:.1} s; it returns to service once its probe passes", attempt.duration_seconds);
+                self.return_to_service(device, health.validate_after_clear);
+            }
+            Some(why) => {
+                log::error!(gpu_uuid = uuid; "GPU {index}: the GPU reset failed: {why}; the node needs a reboot")
+            }
+        }
+        self.state.update(|s| {
+            s.running = None;
+            s.held_back.remove(&uuid);
+            s.keep(attempt);
+        });
+        if let Some(why) = failure {
+            self.require_reboot(
+                device,
+                format!("the GPU reset of GPU {index} failed: {why}"),
+                config,
+                stop,
+            );
+        }
+    }
+
+    /// Lets go of NVML, runs the commands, takes NVML back: the failure, if any.
+    fn reset_steps(
+        &self,
+        device: &DeviceSnapshot,
+        config: &Remediation,
+        stop: &Stop,
+        output: &mut String,
+    ) -> Option<String> {
+        self.hold.request();
+        let failure = self.with_nvml_let_go(device, config, stop, output);
+        self.hold.lift();
+        failure
+    }
+
+    fn with_nvml_let_go(
+        &self,
+        device: &DeviceSnapshot,
+        config: &Remediation,
+        stop: &Stop,
+        output: &mut String,
+    ) -> Option<String> {
+        let waited = Instant::now();
+        while !self.hold.released() {
+            if waited.elapsed() > RELEASE_WAIT || stop.is_stopped() {
+                return Some(format!(
+                    "the daemon could not let go of NVML within {RELEASE_WAIT:?} (a poll thread hangs in the driver?); not reset"
+                ));
+            }
+            stop.sleep(Duration::from_millis(50));
+        }
+        let open = nvidia_files_open(&self.fd_dir);
+        if !open.is_empty() {
+            return Some(format!(
+                "the daemon still holds {} open after letting go of NVML; not reset",
+                open.join(", ")
+            ));
+        }
+        let bus = &device.identity.pci_bus_id;
+        let persistence_was_on = device.readings.as_ref().and_then(|r| r.persistence_mode) == Some(true);
+        let step = |words: Vec<String>, output: &mut String| {
+            let ran = command::run(&words, config.timeout, stop);
+            output.push_str(&format!(
+                "$ {}\n{}{}\n",
+                shlex::try_join(words.iter().map(String::as_str)).unwrap_or_default(),
+                ran.output,
+                ran.failed.as_deref().map(|f| format!("[{f}]")).unwrap_or_default()
+            ));
+            ran.failed
+        };
+        if persistence_was_on && let Some(off) = &config.persistence_off_command {
+            if let Some(why) = step(off.for_gpu(bus), output) {
+                return Some(format!("turning persistence mode off failed ({why}); not reset"));
+            }
+        }
+        let failed = step(config.reset_command.for_gpu(bus), output);
+        if persistence_was_on && let Some(on) = &config.persistence_on_command {
+            if let Some(why) = step(on.for_gpu(bus), output) {
+                log::warn!(gpu_uuid = device.identity.uuid; "turning persistence mode back on failed: {why}");
+            }
+        }
+        failed
+    }
+
+    /// A clear of the reset GPU, and its validation: the probe decides its return.
+    fn return_to_service(&self, device: &DeviceSnapshot, validate: bool) {
+        let uuid = device.identity.uuid.clone();
+        let at = now();
+        let reason = "GPU reset by gpuwarden's automatic remediation".to_string();
+        let validation = (validate && device.identity.vendor == Vendor::Nvidia).then(|| Validation {
+            since: at,
+            why: format!("{reason} (remediation.mode auto)"),
+            outcome: None,
+            kind: ValidationKind::Repair,
+        });
+        if let Some(journal) = &self.journal {
+            journal.record(crate::journal::event::Event::new(
+                at,
+                crate::journal::event::Kind::Clear,
+                Some(crate::journal::event::GpuRef {
+                    uuid: uuid.clone(),
+                    serial: device.identity.serial.clone(),
+                    pci_bus_id: device.identity.pci_bus_id.clone(),
+                    index: Some(device.identity.index),
+                }),
+                format!("cleared by {BY}: {reason}"),
+                serde_json::json!({"reason": reason, "by": BY, "validation": validation.is_some()}),
+            ));
+        }
+        if let Some(validation) = validation {
+            self.validations.update(|v| {
+                v.insert(uuid.clone(), validation);
+            });
+        }
+        self.clears.update(|c| {
+            c.insert(
+                uuid,
+                Clear {
+                    at,
+                    reason,
+                    by: BY.to_string(),
+                },
+            );
+        });
+    }
+
+    /// Marks the node as needing a reboot (once): the state (node finding, metrics, journal),
+    /// the marker file, the configured command.
+    fn require_reboot(&self, device: &DeviceSnapshot, why: String, config: &Remediation, stop: &Stop) {
+        if self.state.get().reboot_required.is_some() {
+            return;
+        }
+        let mark = RebootRequired {
+            since: now(),
+            uuid: device.identity.uuid.clone(),
+            index: device.identity.index,
+            why: why.clone(),
+        };
+        log::error!(gpu_uuid = mark.uuid; "the node needs a reboot: {why}; gpuwarden does not reboot it");
+        if !config.reboot_marker.as_os_str().is_empty()
+            && let Err(e) = super::marker::write(&config.reboot_marker, &why)
+        {
+            log::warn!("cannot write the reboot marker {}: {e}", config.reboot_marker.display());
+        }
+        self.state.update(|s| s.reboot_required = Some(mark));
+        if let Some(reboot) = &config.reboot_command {
+            let ran = command::run(&reboot.for_gpu(&device.identity.pci_bus_id), config.timeout, stop);
+            match ran.failed {
+                None => log::info!("remediation.reboot_command ran: {}", ran.output.trim()),
+                Some(f) => log::warn!("remediation.reboot_command failed ({f}): {}", ran.output.trim()),
+            }
+        }
+    }
+
+    /// An operator's clear of the GPU that needed the reboot lets the mark go.
+    fn let_a_cleared_reboot_go(&self, snapshot: &Snapshot, config: &Remediation) {
+        let Some(mark) = &snapshot.remediation.reboot_required else {
+            return;
+        };
+        if snapshot.clears.get(&mark.uuid).is_some_and(|c| c.at > mark.since) {
+            log::info!("GPU {} was cleared: the node's reboot mark goes", mark.index);
+            if !config.reboot_marker.as_os_str().is_empty() {
+                let _ = std::fs::remove_file(&config.reboot_marker);
+            }
+            self.state.update(|s| s.reboot_required = None);
+        }
+    }
+}
+
+/// Whether the ladder's step for `device` is a GPU reset (NVIDIA GPUs; nothing else resets
+/// this way).
+fn wants_reset(device: &DeviceSnapshot) -> bool {
+    device.identity.vendor == Vendor::Nvidia && device.health.next_step.as_ref().is_some_and(|s| s.step == "gpu_reset")
+}
+
+/// The first GPU whose ladder step is a reboot, and why.
+fn needs_reboot(snapshot: &Snapshot) -> Option<(&DeviceSnapshot, String)> {
+    if snapshot.remediation.reboot_required.is_some() {
+        return None;
+    }
+    snapshot.devices.iter().find_map(|d| {
+        let step = d.health.next_step.as_ref().filter(|s| s.step == "reboot_required")?;
+        Some((d, format!("GPU {}: {}", d.identity.index, step.why)))
+    })
+}
+
+/// Why automatic remediation is paused now: the config key, or the pause file (looked at,
+/// never read or followed: its presence is the signal).
+fn pause_reason(config: &Remediation) -> Option<String> {
+    if config.paused {
+        return Some("remediation.paused is true".to_string());
+    }
+    let file = &config.pause_file;
+    (!file.as_os_str().is_empty() && std::fs::symlink_metadata(file).is_ok())
+        .then(|| format!("the pause file {} exists", file.display()))
+}
+
+/// The NVIDIA device files (`/dev/nvidia*`) open in the process whose descriptors `fd_dir`
+/// lists: none may be left when the reset runs. Bounded: a process has few descriptors.
+pub fn nvidia_files_open(fd_dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(fd_dir) else {
+        return Vec::new();
+    };
+    let mut open: Vec<String> = entries
+        .filter_map(Result::ok)
+        .take(100_000)
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|target| target.to_string_lossy().into_owned())
+        .filter(|target| target.starts_with("/dev/nvidia"))
+        .collect();
+    open.sort();
+    open.dedup();
+    open
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_nvidia_device_files_are_found_by_their_links() {
+        let dir = std::env::temp_dir().join(format!("gpuwarden-fds-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink("/dev/nvidia0", dir.join("9")).unwrap();
+        std::os::unix::fs::symlink("/dev/nvidia0", dir.join("10")).unwrap();
+        std::os::unix::fs::symlink("/dev/nvidiactl", dir.join("11")).unwrap();
+        std::os::unix::fs::symlink("/dev/null", dir.join("0")).unwrap();
+        std::os::unix::fs::symlink("socket:[1234]", dir.join("3")).unwrap();
+        assert_eq!(nvidia_files_open(&dir), ["/dev/nvidia0", "/dev/nvidiactl"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            nvidia_files_open(&dir).is_empty(),
+            "no such directory: nothing known open"
+        );
+    }
+
+    #[test]
+    fn the_pause_is_the_key_or_the_files_presence() {
+        let mut config = Remediation::default();
+        let file = std::env::temp_dir().join(format!("gpuwarden-pause-{}", std::process::id()));
+        config.pause_file = file.clone();
+        assert_eq!(pause_reason(&config), None);
+        std::fs::write(&file, "").unwrap();
+        assert!(pause_reason(&config).unwrap().contains("pause file"));
+        std::fs::remove_file(&file).unwrap();
+        std::os::unix::fs::symlink("/nonexistent", &file).unwrap();
+        assert!(
+            pause_reason(&config).is_some(),
+            "a dangling link is present too: pausing is the safe side"
+        );
+        std::fs::remove_file(&file).unwrap();
+        config.paused = true;
+        assert_eq!(pause_reason(&config).as_deref(), Some("remediation.paused is true"));
+    }
+}

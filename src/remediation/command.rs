@@ -1,0 +1,184 @@
+//! Runs one remediation step's command the way the probe runs: a child process, here in a
+//! process group of its own so that its deadline kills everything it started (a reset script
+//! that forks `nvidia-smi`), never through a shell, its output (stdout and stderr together)
+//! kept to [`MAX_OUTPUT`] bytes while the rest is read and thrown away so the child never
+//! blocks on a full pipe.
+
+use crate::model::remediation::MAX_OUTPUT;
+use crate::service::stop::Stop;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How a command ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ran {
+    /// None: it exited 0; Some: why it failed (exit status, killed at the deadline, no such
+    /// program).
+    pub failed: Option<String>,
+    /// What it printed, lossily decoded, at most [`MAX_OUTPUT`] bytes.
+    pub output: String,
+    pub duration: Duration,
+}
+
+/// Runs `words` (the program, then its arguments) until it exits, `timeout` passes (its whole
+/// process group is killed) or `stop` fires.
+pub fn run(words: &[String], timeout: Duration, stop: &Stop) -> Ran {
+    let started = Instant::now();
+    let failed = |why: String| Ran {
+        failed: Some(why),
+        output: String::new(),
+        duration: started.elapsed(),
+    };
+    let Some((program, args)) = words.split_first() else {
+        return failed("the command is empty".into());
+    };
+    let (reader, writer) = match std::io::pipe() {
+        Ok(pipe) => pipe,
+        Err(e) => return failed(format!("cannot make a pipe for its output: {e}")),
+    };
+    let writer_err = match writer.try_clone() {
+        Ok(w) => w,
+        Err(e) => return failed(format!("cannot make a pipe for its output: {e}")),
+    };
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(writer_err)
+        .process_group(0);
+    // SAFETY: prctl is async-signal-safe. The step must not outlive the daemon.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let spawned = command.spawn();
+    // Our copies of the pipe's write end go with `command`: the reader sees the end once the
+    // child (and whatever it started) closed theirs.
+    drop(command);
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => return failed(format!("cannot start {program:?}: {e}")),
+    };
+    let output = Arc::new(Mutex::new(Vec::new()));
+    let kept = output.clone();
+    // A thread of its own: a grandchild that keeps the pipe open cannot hold up the step.
+    let _ = std::thread::Builder::new()
+        .name("remediation-output".into())
+        .spawn(move || read_bounded(reader, &kept));
+    let deadline = started + timeout;
+    let failure = loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => break None,
+            Ok(Some(status)) => {
+                break Some(match status.code() {
+                    Some(code) => format!("exit status {code}"),
+                    None => "killed by a signal".to_string(),
+                });
+            }
+            Ok(None) if Instant::now() >= deadline || stop.is_stopped() => {
+                kill_group(child.id());
+                let _ = child.wait();
+                break Some(if stop.is_stopped() {
+                    "the daemon stopped; killed it".to_string()
+                } else {
+                    format!("did not finish within remediation.timeout ({timeout:?}); killed it")
+                });
+            }
+            Ok(None) => {
+                stop.sleep(Duration::from_millis(50));
+            }
+            Err(e) => break Some(format!("waiting for it failed: {e}")),
+        }
+    };
+    // Whatever it started and left behind goes with it.
+    kill_group(child.id());
+    // The reader has a moment to take what is left in the pipe.
+    std::thread::sleep(Duration::from_millis(50));
+    let bytes = output.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    Ran {
+        failed: failure,
+        output: crate::model::remediation::bounded_output(&String::from_utf8_lossy(&bytes)),
+        duration: started.elapsed(),
+    }
+}
+
+/// Keeps the first [`MAX_OUTPUT`] bytes (and a few more, so the cut is seen) and reads on to
+/// the end.
+fn read_bounded(mut reader: impl Read, kept: &Mutex<Vec<u8>>) {
+    let mut buffer = [0u8; 4096];
+    loop {
+        match reader.read(&mut buffer) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let mut kept = kept.lock().unwrap_or_else(PoisonError::into_inner);
+                let room = (MAX_OUTPUT + 64).saturating_sub(kept.len());
+                kept.extend_from_slice(&buffer[..n.min(room)]);
+            }
+        }
+    }
+}
+
+fn kill_group(pid: u32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        // SAFETY: a plain signal to the child's own process group (process_group(0) made its
+        // pid the group's id); a group that is gone answers ESRCH, harmlessly.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::stop::Shutdown;
+
+    fn sh(script: &str) -> Vec<String> {
+        vec!["/bin/sh".into(), "-c".into(), script.into()]
+    }
+
+    #[test]
+    fn exit_and_output_are_kept() {
+        let shutdown = Shutdown::new();
+        let stop = shutdown.handle("test");
+        let ok = run(&sh("echo resetting; echo done >&2"), Duration::from_secs(10), &stop);
+        assert_eq!(ok.failed, None);
+        assert!(
+            ok.output.contains("resetting") && ok.output.contains("done"),
+            "{:?}",
+            ok.output
+        );
+        let bad = run(&sh("echo 'GPU is in use'; exit 3"), Duration::from_secs(10), &stop);
+        assert_eq!(bad.failed.as_deref(), Some("exit status 3"));
+        assert!(bad.output.contains("in use"));
+        let missing = run(&["/nonexistent/gpu-reset".to_string()], Duration::from_secs(10), &stop);
+        assert!(missing.failed.unwrap().starts_with("cannot start"), "no such program");
+    }
+
+    #[test]
+    fn the_deadline_kills_the_whole_group_and_output_is_bounded() {
+        let shutdown = Shutdown::new();
+        let stop = shutdown.handle("test");
+        let marker = std::env::temp_dir().join(format!("gpuwarden-grandchild-{}", std::process::id()));
+        let _ = std::fs::remove_file(&marker);
+        // A grandchild that would write the marker after the deadline, had it survived.
+        let script = format!(
+            "(sleep 2; touch {}) & head -c 100000 /dev/zero | tr '\\0' x; sleep 30",
+            marker.display()
+        );
+        let started = Instant::now();
+        let hung = run(&sh(&script), Duration::from_millis(500), &stop);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(hung.failed.unwrap().contains("did not finish within"));
+        assert!(hung.output.len() <= MAX_OUTPUT + 40, "{}", hung.output.len());
+        assert!(hung.output.ends_with("bytes cut]"), "said it was cut");
+        std::thread::sleep(Duration::from_millis(2500));
+        assert!(!marker.exists(), "the grandchild was killed with its group");
+    }
+}

@@ -1,0 +1,315 @@
+//! The guards an automatic GPU reset must pass, each a pure function of the snapshot (and
+//! what the config and the pause file say), each saying what it saw when it holds the reset
+//! back (docs/health.md, "Remediation"):
+//!
+//! 1. `scheduler`: the node is out of work as its scheduler shows it: Slurm's health check
+//!    reported (within 10 minutes) the node drained with a `gpuwarden:` reason and no job on
+//!    it; where no Slurm report comes, the kubelet answered and no pod holds the GPU.
+//! 2. `processes`: NVML shows no process on the GPU. The daemon's own evidence: the Slurm
+//!    report comes over the local socket from any root process, and is never enough alone.
+//! 3. `reset_budget`: fewer than `remediation.max_resets_per_day` resets of this GPU in 24 h.
+//! 4. `fleet_guard`: the fleet drain guard did not refuse a drain (too many nodes out), and
+//!    `paused`: automatic remediation is not paused (config key or pause file).
+
+use crate::model::remediation::Refusal;
+use crate::model::scheduler::Drained;
+use crate::model::{DeviceSnapshot, Snapshot};
+
+/// What the guards read beside the snapshot.
+pub struct Context<'a> {
+    /// Unix seconds.
+    pub now: f64,
+    pub max_resets_per_day: u32,
+    /// Why automatic remediation is paused, when it is.
+    pub paused: Option<&'a str>,
+}
+
+fn refuse(guard: &str, why: impl Into<String>) -> Result<(), Refusal> {
+    Err(Refusal {
+        guard: guard.to_string(),
+        why: why.into(),
+    })
+}
+
+/// Every guard, in the order above: the first that holds the reset back.
+pub fn check(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context) -> Result<(), Refusal> {
+    paused(context)?;
+    fleet_guard(snapshot, context.now)?;
+    scheduler(snapshot, device, context.now)?;
+    processes(device)?;
+    reset_budget(snapshot, device, context)
+}
+
+/// `paused`: the config key or the pause file.
+pub fn paused(context: &Context) -> Result<(), Refusal> {
+    match context.paused {
+        Some(why) => refuse("paused", why),
+        None => Ok(()),
+    }
+}
+
+/// Guard 4: the fleet drain guard's latest decision (the Slurm health check's report).
+pub fn fleet_guard(snapshot: &Snapshot, now: f64) -> Result<(), Refusal> {
+    let guard = snapshot.scheduler.as_ref().and_then(|r| r.drain_guard_at(now));
+    match guard {
+        Some(g) if g.refused => refuse(
+            "fleet_guard",
+            format!(
+                "the fleet drain guard refused a drain: {} of {} nodes already drained by gpuwarden (max_drained {}); \
+                 too many nodes out at once is more likely a fleet-wide event than broken GPUs",
+                g.drained, g.nodes, g.max
+            ),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Guard 1: the scheduler shows the node (Slurm) or the GPU (Kubernetes) out of work.
+pub fn scheduler(snapshot: &Snapshot, device: &DeviceSnapshot, now: f64) -> Result<(), Refusal> {
+    if let Some(node) = snapshot.scheduler.as_ref().and_then(|r| r.node_at(now)) {
+        return match (node.drained, node.jobs) {
+            (Drained::Gpuwarden, Some(0)) => Ok(()),
+            (Drained::Gpuwarden, Some(n)) => refuse("scheduler", format!("Slurm shows {n} job(s) still on the node")),
+            (Drained::Gpuwarden, None) => refuse(
+                "scheduler",
+                "the Slurm health check could not ask squeue for the node's jobs",
+            ),
+            (Drained::Other, _) => refuse(
+                "scheduler",
+                "Slurm shows the node drained by someone else: an admin's drain is theirs to act on",
+            ),
+            (Drained::None, _) => refuse("scheduler", "Slurm shows the node in service: a job may land on it"),
+        };
+    }
+    match snapshot.kubelet_up {
+        Some(true) => match snapshot.pods.get(&device.identity.uuid) {
+            Some(pods) if !pods.is_empty() => refuse(
+                "scheduler",
+                format!(
+                    "the kubelet shows pod {}/{} holding the GPU",
+                    pods[0].namespace, pods[0].pod
+                ),
+            ),
+            _ => Ok(()),
+        },
+        Some(false) => refuse(
+            "scheduler",
+            "the kubelet does not answer: cannot tell whether a pod holds the GPU",
+        ),
+        None => refuse(
+            "scheduler",
+            "no scheduler says the node is out of work: the Slurm health check has not reported within 10 minutes \
+             and the kubelet is not asked",
+        ),
+    }
+}
+
+/// Guard 2: NVML's own list of the GPU's processes is known and empty.
+pub fn processes(device: &DeviceSnapshot) -> Result<(), Refusal> {
+    if !device.up {
+        return refuse(
+            "processes",
+            "the GPU did not answer its last poll: its processes are unknown",
+        );
+    }
+    match device.readings.as_ref().and_then(|r| r.processes.as_ref()) {
+        None => refuse(
+            "processes",
+            "NVML does not list the GPU's processes: cannot tell that none runs",
+        ),
+        Some(list) if !list.is_empty() => refuse(
+            "processes",
+            format!(
+                "{} process(es) run on the GPU (pid {})",
+                list.len(),
+                list.iter().map(|p| p.pid.to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        ),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Guard 3: this GPU's resets within 24 h.
+pub fn reset_budget(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context) -> Result<(), Refusal> {
+    let resets = snapshot
+        .remediation
+        .resets_within_a_day(&device.identity.uuid, context.now);
+    if resets as u32 >= context.max_resets_per_day {
+        return refuse(
+            "reset_budget",
+            format!(
+                "{resets} reset(s) of this GPU within 24 h (remediation.max_resets_per_day {})",
+                context.max_resets_per_day
+            ),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::remediation::{Attempt, AttemptOutcome, Remediations};
+    use crate::model::scheduler::{DrainGuard, NodeState, SchedulerReport};
+    use crate::model::{DeviceReadings, GpuProcess, PodHolder, Vendor};
+    use std::sync::Arc;
+
+    const NOW: f64 = 1_000_000.0;
+
+    fn gpu(processes: Option<Vec<GpuProcess>>) -> DeviceSnapshot {
+        DeviceSnapshot::for_test(
+            0,
+            Vendor::Nvidia,
+            "0000:19:00.0",
+            DeviceReadings {
+                processes,
+                ..Default::default()
+            },
+        )
+    }
+
+    fn slurm(drained: Drained, jobs: Option<u32>, at: f64) -> Snapshot {
+        Snapshot {
+            scheduler: Some(SchedulerReport {
+                drain_guard: None,
+                node: Some((at, NodeState { drained, jobs })),
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn context(paused: Option<&str>) -> Context<'_> {
+        Context {
+            now: NOW,
+            max_resets_per_day: 1,
+            paused,
+        }
+    }
+
+    fn guard_of(result: Result<(), Refusal>) -> String {
+        result.map_err(|r| r.guard).err().unwrap_or_default()
+    }
+
+    #[test]
+    fn scheduler_holds_only_for_a_fresh_drain_by_gpuwarden_with_no_job() {
+        let device = gpu(Some(vec![]));
+        assert_eq!(
+            scheduler(&slurm(Drained::Gpuwarden, Some(0), NOW - 30.0), &device, NOW),
+            Ok(())
+        );
+        for (snapshot, words) in [
+            (slurm(Drained::Gpuwarden, Some(2), NOW), "2 job(s)"),
+            (slurm(Drained::Gpuwarden, None, NOW), "could not ask squeue"),
+            (slurm(Drained::Other, Some(0), NOW), "someone else"),
+            (slurm(Drained::None, Some(0), NOW), "in service"),
+            (
+                slurm(Drained::Gpuwarden, Some(0), NOW - 700.0),
+                "has not reported within 10 minutes",
+            ),
+        ] {
+            let why = scheduler(&snapshot, &device, NOW).unwrap_err().why;
+            assert!(why.contains(words), "{why}");
+        }
+    }
+
+    #[test]
+    fn on_kubernetes_no_pod_may_hold_the_gpu() {
+        let device = gpu(Some(vec![]));
+        let mut snapshot = Snapshot {
+            kubelet_up: Some(true),
+            ..Default::default()
+        };
+        assert_eq!(scheduler(&snapshot, &device, NOW), Ok(()));
+        snapshot.pods.insert(
+            device.identity.uuid.clone(),
+            vec![PodHolder {
+                namespace: "ml".into(),
+                pod: "train-0".into(),
+                container: "main".into(),
+                gpu_instance: None,
+            }],
+        );
+        assert!(
+            scheduler(&snapshot, &device, NOW)
+                .unwrap_err()
+                .why
+                .contains("ml/train-0")
+        );
+        snapshot.kubelet_up = Some(false);
+        assert!(
+            scheduler(&snapshot, &device, NOW)
+                .unwrap_err()
+                .why
+                .contains("does not answer")
+        );
+    }
+
+    #[test]
+    fn processes_must_be_known_and_none() {
+        assert_eq!(processes(&gpu(Some(vec![]))), Ok(()));
+        let busy = gpu(Some(vec![GpuProcess {
+            pid: 4242,
+            ..Default::default()
+        }]));
+        assert!(processes(&busy).unwrap_err().why.contains("pid 4242"));
+        assert_eq!(guard_of(processes(&gpu(None))), "processes", "unknown is not none");
+        let mut down = gpu(Some(vec![]));
+        down.up = false;
+        assert_eq!(guard_of(processes(&down)), "processes");
+    }
+
+    #[test]
+    fn the_budget_counts_this_gpus_resets_of_the_last_day() {
+        let device = gpu(Some(vec![]));
+        let mut tried = Remediations::default();
+        let mut snapshot = Snapshot::default();
+        assert_eq!(reset_budget(&snapshot, &device, &context(None)), Ok(()));
+        tried.keep(Attempt {
+            uuid: device.identity.uuid.clone(),
+            index: 0,
+            pci_bus_id: "0000:19:00.0".into(),
+            step: "gpu_reset".into(),
+            why: "Xid 94".into(),
+            started: NOW - 3600.0,
+            duration_seconds: 2.0,
+            outcome: AttemptOutcome::Succeeded,
+            output: String::new(),
+            this_boot: true,
+        });
+        snapshot.remediation = Arc::new(tried.clone());
+        assert_eq!(
+            guard_of(reset_budget(&snapshot, &device, &context(None))),
+            "reset_budget"
+        );
+        tried.attempts[0].started = NOW - 25.0 * 3600.0;
+        snapshot.remediation = Arc::new(tried);
+        assert_eq!(reset_budget(&snapshot, &device, &context(None)), Ok(()), "a day later");
+    }
+
+    #[test]
+    fn the_fleet_guard_and_the_pause_hold_every_reset() {
+        let mut snapshot = slurm(Drained::Gpuwarden, Some(0), NOW);
+        let device = gpu(Some(vec![]));
+        assert_eq!(check(&snapshot, &device, &context(None)), Ok(()), "every guard holds");
+        let paused_by = "remediation.paused is true";
+        assert_eq!(guard_of(check(&snapshot, &device, &context(Some(paused_by)))), "paused");
+        if let Some(report) = snapshot.scheduler.as_mut() {
+            report.drain_guard = Some((
+                NOW - 10.0,
+                DrainGuard {
+                    refused: true,
+                    drained: 2,
+                    nodes: 3,
+                    max: "2".into(),
+                },
+            ));
+        }
+        let refused = fleet_guard(&snapshot, NOW).unwrap_err();
+        assert!(refused.why.contains("2 of 3 nodes"), "{}", refused.why);
+        assert_eq!(fleet_guard(&snapshot, NOW + 700.0), Ok(()), "an old refusal lapses");
+        if let Some((_, guard)) = snapshot.scheduler.as_mut().and_then(|r| r.drain_guard.as_mut()) {
+            guard.refused = false;
+        }
+        assert_eq!(fleet_guard(&snapshot, NOW), Ok(()));
+    }
+}
