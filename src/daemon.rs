@@ -392,7 +392,9 @@ fn start_remediation(
         hold: hold.clone(),
         journal,
         fd_dir: PathBuf::from("/proc/self/fd"),
+        unhealthy_since: Default::default(),
     };
+    crate::remediation::auto::follow_verdict(store, executor.unhealthy_since.clone());
     if let Err(e) = crate::remediation::auto::spawn(executor, shutdown.handle("remediation")) {
         log::error!("cannot start automatic remediation's thread; no automatic resets: {e}");
     }

@@ -81,6 +81,11 @@ impl SchedulerReport {
     pub fn node_at(&self, now: f64) -> Option<&NodeState> {
         fresh(&self.node, now)
     }
+
+    /// When the node's state came (Unix seconds), while it is fresh at `now`.
+    pub fn node_reported_at(&self, now: f64) -> Option<f64> {
+        fresh(&self.node, now).and(self.node.as_ref().map(|(at, _)| *at))
+    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,12 @@ pub mod windows;
 pub use crate::model::probe::{ProbeReport, ProbeSnapshot, Test, TestResult, UnderLoad, Unit};
 use serde::{Deserialize, Serialize};
 
+/// One piece of GPU work of the daemon's at a time: a probe child and an automatic GPU reset
+/// (remediation/auto.rs) never overlap. A reset refuses while any process holds the GPUs'
+/// device files (the probe's CUDA context and NVML sampler do), and a probe across a reset
+/// would measure nothing.
+pub static GPU_WORK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Why a probe could not run at all. Each says what to do about it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "message", rename_all = "snake_case")]

@@ -393,6 +393,9 @@ fn skip_label(reason: &str) -> &'static str {
 }
 
 fn run_child(gpu: u32, settings: &ChildSettings, stop: &Stop) -> Outcome {
+    let _work = super::GPU_WORK
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(e) => return Outcome::Error("error", format!("cannot find gpuwarden's own executable: {e}")),

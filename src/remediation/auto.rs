@@ -46,6 +46,24 @@ pub struct Executor {
     pub journal: Option<crate::journal::Journal>,
     /// Where the daemon's open files are listed (`/proc/self/fd`).
     pub fd_dir: std::path::PathBuf,
+    /// Since when the node's verdict has been unhealthy without a break (f64 bits of Unix
+    /// seconds; 0: it is not), kept by a hook on every publish.
+    pub unhealthy_since: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Keeps `unhealthy_since` at every publish: exact, where a look once a second could miss a
+/// moment the verdict was not unhealthy (and the Slurm check resumed the node).
+pub fn follow_verdict(store: &Store, unhealthy_since: Arc<std::sync::atomic::AtomicU64>) {
+    use std::sync::atomic::Ordering;
+    store.on_publish(Box::new(move |snapshot| {
+        let unhealthy = snapshot.worst_health() == Some(crate::model::health::HealthState::Unhealthy);
+        let since = unhealthy_since.load(Ordering::SeqCst);
+        if !unhealthy {
+            unhealthy_since.store(0, Ordering::SeqCst);
+        } else if since == 0 {
+            unhealthy_since.store(now().to_bits(), Ordering::SeqCst);
+        }
+    }));
 }
 
 /// Starts the executor's thread; it idles (one look a second) unless `mode` is `auto`.
@@ -91,10 +109,12 @@ impl Executor {
             return;
         }
         let paused = pause_reason(config);
+        let since = self.unhealthy_since.load(std::sync::atomic::Ordering::SeqCst);
         let context = guards::Context {
             now,
             max_resets_per_day: config.max_resets_per_day,
             paused: paused.as_deref(),
+            unhealthy_since: (since != 0).then(|| f64::from_bits(since)),
         };
         let mut held_back: BTreeMap<String, Refusal> = BTreeMap::new();
         let mut go = None;
@@ -108,9 +128,17 @@ impl Executor {
             }
         }
         self.note_held_back(held_back);
-        if let Some(device) = go {
-            self.reset(device, config, &settings.config.health, stop);
-        }
+        let Some(device) = go else {
+            return;
+        };
+        // Not while a probe runs (its child holds the GPUs): the guards are looked at again
+        // once it is over. No probe starts while the reset runs.
+        let _work = match crate::probe::GPU_WORK.try_lock() {
+            Ok(work) => work,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        self.reset(device, config, &settings.config.health, stop);
     }
 
     /// Keeps why each GPU waits, logging a new reason once.

@@ -4,7 +4,9 @@
 //!
 //! 1. `scheduler`: the node is out of work as its scheduler shows it: Slurm's health check
 //!    reported (within 10 minutes) the node drained with a `gpuwarden:` reason and no job on
-//!    it; where no Slurm report comes, the kubelet answered and no pod holds the GPU.
+//!    it, and the node's verdict has been unhealthy ever since (the check resumes a node only
+//!    when it is not, so it is still drained); where no Slurm report comes, the kubelet
+//!    answered and no pod holds the GPU.
 //! 2. `processes`: NVML shows no process on the GPU. The daemon's own evidence: the Slurm
 //!    report comes over the local socket from any root process, and is never enough alone.
 //! 3. `reset_budget`: fewer than `remediation.max_resets_per_day` resets of this GPU in 24 h.
@@ -22,6 +24,9 @@ pub struct Context<'a> {
     pub max_resets_per_day: u32,
     /// Why automatic remediation is paused, when it is.
     pub paused: Option<&'a str>,
+    /// Since when (Unix seconds) the node's verdict has been unhealthy without a break; None
+    /// while it is not.
+    pub unhealthy_since: Option<f64>,
 }
 
 fn refuse(guard: &str, why: impl Into<String>) -> Result<(), Refusal> {
@@ -35,7 +40,7 @@ fn refuse(guard: &str, why: impl Into<String>) -> Result<(), Refusal> {
 pub fn check(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context) -> Result<(), Refusal> {
     paused(context)?;
     fleet_guard(snapshot, context.now)?;
-    scheduler(snapshot, device, context.now)?;
+    scheduler(snapshot, device, context)?;
     processes(device)?;
     reset_budget(snapshot, device, context)
 }
@@ -65,10 +70,20 @@ pub fn fleet_guard(snapshot: &Snapshot, now: f64) -> Result<(), Refusal> {
 }
 
 /// Guard 1: the scheduler shows the node (Slurm) or the GPU (Kubernetes) out of work.
-pub fn scheduler(snapshot: &Snapshot, device: &DeviceSnapshot, now: f64) -> Result<(), Refusal> {
+pub fn scheduler(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context) -> Result<(), Refusal> {
+    let now = context.now;
     if let Some(node) = snapshot.scheduler.as_ref().and_then(|r| r.node_at(now)) {
+        let reported = snapshot.scheduler.as_ref().and_then(|r| r.node_reported_at(now));
+        let still_drained = reported
+            .zip(context.unhealthy_since)
+            .is_some_and(|(reported, since)| reported >= since);
         return match (node.drained, node.jobs) {
-            (Drained::Gpuwarden, Some(0)) => Ok(()),
+            (Drained::Gpuwarden, Some(0)) if still_drained => Ok(()),
+            (Drained::Gpuwarden, Some(0)) => refuse(
+                "scheduler",
+                "the node's verdict was not unhealthy all along since Slurm's last report: the health check may \
+                 have resumed it since; waiting for its next run",
+            ),
             (Drained::Gpuwarden, Some(n)) => refuse("scheduler", format!("Slurm shows {n} job(s) still on the node")),
             (Drained::Gpuwarden, None) => refuse(
                 "scheduler",
@@ -183,6 +198,7 @@ mod tests {
             now: NOW,
             max_resets_per_day: 1,
             paused,
+            unhealthy_since: Some(NOW - 60.0),
         }
     }
 
@@ -207,7 +223,7 @@ mod tests {
                 "has not reported within 10 minutes",
             ),
         ] {
-            let why = scheduler(&snapshot, &device, NOW).unwrap_err().why;
+            let why = scheduler(&snapshot, &device, &c).unwrap_err().why;
             assert!(why.contains(words), "{why}");
         }
     }
@@ -219,7 +235,8 @@ mod tests {
             kubelet_up: Some(true),
             ..Default::default()
         };
-        assert_eq!(scheduler(&snapshot, &device, NOW), Ok(()));
+        let c = context(None);
+        assert_eq!(scheduler(&snapshot, &device, &c), Ok(()));
         snapshot.pods.insert(
             device.identity.uuid.clone(),
             vec![PodHolder {

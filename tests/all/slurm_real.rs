@@ -685,14 +685,25 @@ const VALIDATION_PROBES: &str = "probe:\n  schedule: false\n  memory_cap_mib: 25
 /// the real Slurm: a contained Xid 94 (the operator's policy makes it fatal) drains the node;
 /// once Slurm shows the node drained by gpuwarden with no job, the daemon lets go of NVML and
 /// runs the reset (a fake that refuses while any process holds the simulated NVML, as the
-/// real one does), clears the GPU and probes it; the probe passes and the node resumes. GPU 6,
-/// whose row remap waited for a reset, is reset in the same drain, and its remap is done.
+/// real one does), clears the GPU and probes it; the probe passes and the node resumes. GPU 0's
+/// row remap that waited for a reset is done with it: the simulated driver learnt the reset.
 #[test]
 fn an_xid_94_drains_the_gpu_is_reset_probed_and_the_node_resumes() {
     const INTERVAL: u64 = 3;
     let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let dir = root.path();
-    let idle = all_idle(&with_cuda(DEMO_SCENARIO));
+    // GPU 0's row remap waits for a reset (its driver asks for one); GPU 6's does not here.
+    let idle = edit_device(&all_idle(&with_cuda(DEMO_SCENARIO)), 6, |dev| {
+        dev.replace("pending: true", "pending: false")
+            .replace("recovery_action: 1", "recovery_action: 0")
+    });
+    let idle = edit_device(&idle, 0, |dev| {
+        dev.replace(
+            "correctable: 0, uncorrectable: 0, pending: false",
+            "correctable: 1, uncorrectable: 0, pending: true",
+        )
+        .replace("recovery_action: 0", "recovery_action: 1")
+    });
     let fake = format!(
         "{}/tests/fixtures/fake-gpu-reset.sh {{pci_bus_id}}",
         env!("CARGO_MANIFEST_DIR")
@@ -702,10 +713,10 @@ fn an_xid_94_drains_the_gpu_is_reset_probed_and_the_node_resumes() {
     let env = [("LD_LIBRARY_PATH", sim_cuda_dir(cuda.path(), true).display().to_string())];
     let d = Daemon::start_full(&idle, &test_config(&sim_library(), &config), "", &env);
     d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
-    // Before any scheduler report: GPU 6's pending remap wants a reset, and the scheduler guard
+    // Before any scheduler report: GPU 0's pending remap wants a reset, and the scheduler guard
     // holds it back (nothing says the node is out of work).
-    d.scrape_until("GPU 6 held back by the scheduler guard", |m| {
-        m.value("gpu_remediation_held_back", &[("gpu", "6"), ("guard", "scheduler")]) == Some(1.0)
+    d.scrape_until("GPU 0 held back by the scheduler guard", |m| {
+        m.value("gpu_remediation_held_back", &[("gpu", "0"), ("guard", "scheduler")]) == Some(1.0)
     });
     let slurm = health_checked_slurm(dir, &d, INTERVAL);
     let within = Duration::from_secs(INTERVAL + 1 + 4);
@@ -716,8 +727,14 @@ fn an_xid_94_drains_the_gpu_is_reset_probed_and_the_node_resumes() {
         "in service: no reset while Slurm shows it so"
     );
     d.scrape_until("held back while Slurm shows the node in service", |m| {
-        m.value("gpu_remediation_held_back", &[("gpu", "6"), ("guard", "scheduler")]) == Some(1.0)
+        m.value("gpu_remediation_held_back", &[("gpu", "0"), ("guard", "scheduler")]) == Some(1.0)
     });
+    let (code, text) = d.health(false);
+    assert_eq!(code, 0, "degraded only: {text}");
+    assert!(
+        text.contains("automatic reset of GPU 0 held back (scheduler): Slurm shows the node in service"),
+        "{text}"
+    );
 
     d.log_kernel("NVRM: Xid (PCI:0000:19:00): 94, pid=1, name=x, Contained: SM (0x1)\n");
     let state = wait_for_node(&slurm, "the drain", within, |s| s.contains("xid_fatal"));
@@ -725,21 +742,17 @@ fn an_xid_94_drains_the_gpu_is_reset_probed_and_the_node_resumes() {
         state.starts_with("drain") && state.contains("gpuwarden: GPU 0 xid_fatal"),
         "{state}"
     );
-    // The next check reports the node drained by gpuwarden with no job: both GPUs are reset,
-    // validated and the node resumes.
+    // The next check reports the node drained by gpuwarden with no job: GPU 0 is reset,
+    // validated, and the node resumes.
     wait_for_node(
         &slurm,
         "the resume after reset and probe",
         Duration::from_secs(60),
         |s| s == "idle none",
     );
-    let m = d.scrape_until("both resets seen", |m| {
-        m.value("gpu_remediation_resets", &[("gpu", "6"), ("outcome", "succeeded")]) == Some(1.0)
+    let m = d.scrape_until("the reset seen", |m| {
+        m.value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "succeeded")]) == Some(1.0)
     });
-    assert_eq!(
-        m.value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "succeeded")]),
-        Some(1.0)
-    );
     assert_eq!(
         m.value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "failed")]),
         Some(0.0)
@@ -751,16 +764,24 @@ fn an_xid_94_drains_the_gpu_is_reset_probed_and_the_node_resumes() {
         Some(1.0),
         "validated by its probe"
     );
-    // The simulated driver learnt the reset: GPU 6's remap is done, its driver asks for nothing.
-    assert_eq!(m.value("gpu_row_remap_pending", &[("gpu", "6")]), Some(0.0));
+    // The simulated driver learnt the reset: GPU 0's remap is done, its driver asks for nothing.
+    assert_eq!(m.value("gpu_row_remap_pending", &[("gpu", "0")]), Some(0.0));
     assert_eq!(
-        m.value("gpu_recovery_action", &[("gpu", "6"), ("action", "none")]),
+        m.value("gpu_recovery_action", &[("gpu", "0"), ("action", "none")]),
         Some(1.0)
+    );
+    assert_eq!(
+        m.value("gpu_remediation_resets", &[("gpu", "6"), ("outcome", "succeeded")]),
+        Some(0.0),
+        "no other GPU needed one"
     );
     let (code, text) = d.health(false);
     assert_eq!(code, 0, "{text}");
     let log = d.log_text();
-    assert!(log.contains("automatic remediation resets it: Xid 94"), "{log}");
+    assert!(
+        log.contains("automatic remediation resets it: the driver asks for a GPU reset (recovery action)"),
+        "{log}"
+    );
     assert!(log.contains("NVML let go of: the GPU reset may run"), "{log}");
     // The journal: the step, its output (persistence off, the reset, persistence on), its
     // exit and duration, and the clear.
@@ -814,10 +835,10 @@ fn a_failing_reset_marks_the_node_reboot_required_and_it_stays_drained() {
     let within = Duration::from_secs(INTERVAL + 1 + 4);
     d.log_kernel("NVRM: Xid (PCI:0000:19:00): 94, pid=1, name=x, Contained: SM (0x1)\n");
     wait_for_node(&slurm, "the drain", within, |s| s.contains("xid_fatal"));
-    let m = d.scrape_until("the failed reset", |m| {
+    let m = d.scrape_until("the failed reset and the reboot mark", |m| {
         m.value("gpuwarden_remediation_failed", &[]) == Some(1.0)
+            && m.value("gpuwarden_reboot_required", &[]) == Some(1.0)
     });
-    assert_eq!(m.value("gpuwarden_reboot_required", &[]), Some(1.0));
     assert_eq!(
         m.value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "failed")]),
         Some(1.0)
