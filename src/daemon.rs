@@ -381,8 +381,8 @@ fn start_remediation(
     sources: &Sources,
     journal: Option<Journal>,
     shutdown: &Shutdown,
-) -> crate::backend::NvmlHold {
-    let hold = crate::backend::NvmlHold::default();
+) -> crate::backend::LibraryHold {
+    let hold = crate::backend::LibraryHold::default();
     let executor = crate::remediation::auto::Executor {
         store: store.clone(),
         settings: settings.clone(),

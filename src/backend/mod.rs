@@ -72,7 +72,7 @@ pub struct BackendState {
 /// The GPU reset's request that the daemon let go of NVML (remediation/auto.rs asks, the
 /// poller does it between rounds and says when it is done). Shared; cheap to clone.
 #[derive(Clone, Default)]
-pub struct NvmlHold(Arc<HoldFlags>);
+pub struct LibraryHold(Arc<HoldFlags>);
 
 #[derive(Default)]
 struct HoldFlags {
@@ -80,8 +80,8 @@ struct HoldFlags {
     released: std::sync::atomic::AtomicBool,
 }
 
-impl NvmlHold {
-    /// Asks for the hold; [`NvmlHold::released`] says when NVML is let go of.
+impl LibraryHold {
+    /// Asks for the hold; [`LibraryHold::released`] says when NVML is let go of.
     pub fn request(&self) {
         self.0.requested.store(true, std::sync::atomic::Ordering::SeqCst);
     }

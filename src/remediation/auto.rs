@@ -15,7 +15,7 @@
 //! file, `remediation.reboot_command` once. gpuwarden never reboots.
 
 use super::{command, guards};
-use crate::backend::NvmlHold;
+use crate::backend::LibraryHold;
 use crate::config::settings::SharedSettings;
 use crate::config::{Remediation, RemediationMode};
 use crate::model::health::{Clear, Clears, Validation, ValidationKind, Validations};
@@ -42,7 +42,7 @@ pub struct Executor {
     pub state: Arc<Versioned<Remediations>>,
     pub clears: Arc<Versioned<Clears>>,
     pub validations: Arc<Versioned<Validations>>,
-    pub hold: NvmlHold,
+    pub hold: LibraryHold,
     pub journal: Option<crate::journal::Journal>,
     /// Where the daemon's open files are listed (`/proc/self/fd`).
     pub fd_dir: std::path::PathBuf,
@@ -258,16 +258,18 @@ impl Executor {
             ));
             ran.failed
         };
-        if persistence_was_on && let Some(off) = &config.persistence_off_command {
-            if let Some(why) = step(off.for_gpu(bus), output) {
-                return Some(format!("turning persistence mode off failed ({why}); not reset"));
-            }
+        if persistence_was_on
+            && let Some(off) = &config.persistence_off_command
+            && let Some(why) = step(off.for_gpu(bus), output)
+        {
+            return Some(format!("turning persistence mode off failed ({why}); not reset"));
         }
         let failed = step(config.reset_command.for_gpu(bus), output);
-        if persistence_was_on && let Some(on) = &config.persistence_on_command {
-            if let Some(why) = step(on.for_gpu(bus), output) {
-                log::warn!(gpu_uuid = device.identity.uuid; "turning persistence mode back on failed: {why}");
-            }
+        if persistence_was_on
+            && let Some(on) = &config.persistence_on_command
+            && let Some(why) = step(on.for_gpu(bus), output)
+        {
+            log::warn!(gpu_uuid = device.identity.uuid; "turning persistence mode back on failed: {why}");
         }
         failed
     }
@@ -423,6 +425,34 @@ mod tests {
             nvidia_files_open(&dir).is_empty(),
             "no such directory: nothing known open"
         );
+    }
+
+    #[test]
+    fn the_verdict_is_followed_at_every_publish_and_any_break_restarts_it() {
+        use crate::model::health::{Finding, HealthState};
+        use std::sync::atomic::Ordering;
+        let store = Store::new();
+        let since = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        follow_verdict(&store, since.clone());
+        let snapshot = |severity: HealthState| Snapshot {
+            node_findings: vec![Finding {
+                reason: "reboot_required",
+                severity,
+                message: String::new(),
+                subject: None,
+            }],
+            ..Default::default()
+        };
+        store.publish(snapshot(HealthState::Unhealthy));
+        let first = since.load(Ordering::SeqCst);
+        assert_ne!(first, 0, "unhealthy: since when");
+        store.publish(snapshot(HealthState::Unhealthy));
+        assert_eq!(since.load(Ordering::SeqCst), first, "still the first moment");
+        store.publish(snapshot(HealthState::Degraded));
+        assert_eq!(since.load(Ordering::SeqCst), 0, "a moment not unhealthy breaks it");
+        std::thread::sleep(Duration::from_millis(5));
+        store.publish(snapshot(HealthState::Unhealthy));
+        assert!(f64::from_bits(since.load(Ordering::SeqCst)) > f64::from_bits(first));
     }
 
     #[test]

@@ -71,12 +71,32 @@ pub fn run(words: &[String], timeout: Duration, stop: &Stop) -> Ran {
     let _ = std::thread::Builder::new()
         .name("remediation-output".into())
         .spawn(move || read_bounded(reader, &kept));
-    let deadline = started + timeout;
-    let failure = loop {
+    let failure = wait(&mut child, started + timeout, timeout, stop);
+    // Whatever it started and left behind goes with it.
+    kill_group(child.id());
+    // The reader has a moment to take what is left in the pipe.
+    std::thread::sleep(Duration::from_millis(50));
+    let bytes = output.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    // Lines kept, every other control character (a terminal escape) replaced.
+    let text: Vec<String> = String::from_utf8_lossy(&bytes)
+        .lines()
+        .map(crate::input::printable)
+        .collect();
+    Ran {
+        failed: failure,
+        output: crate::model::remediation::bounded_output(&text.join("\n")),
+        duration: started.elapsed(),
+    }
+}
+
+/// Waits for `child` until it exits or `deadline` passes or `stop` fires (then its group is
+/// killed): None when it exited 0, else why it failed.
+fn wait(child: &mut std::process::Child, deadline: Instant, timeout: Duration, stop: &Stop) -> Option<String> {
+    loop {
         match child.try_wait() {
-            Ok(Some(status)) if status.success() => break None,
+            Ok(Some(status)) if status.success() => return None,
             Ok(Some(status)) => {
-                break Some(match status.code() {
+                return Some(match status.code() {
                     Some(code) => format!("exit status {code}"),
                     None => "killed by a signal".to_string(),
                 });
@@ -84,7 +104,7 @@ pub fn run(words: &[String], timeout: Duration, stop: &Stop) -> Ran {
             Ok(None) if Instant::now() >= deadline || stop.is_stopped() => {
                 kill_group(child.id());
                 let _ = child.wait();
-                break Some(if stop.is_stopped() {
+                return Some(if stop.is_stopped() {
                     "the daemon stopped; killed it".to_string()
                 } else {
                     format!("did not finish within remediation.timeout ({timeout:?}); killed it")
@@ -93,18 +113,8 @@ pub fn run(words: &[String], timeout: Duration, stop: &Stop) -> Ran {
             Ok(None) => {
                 stop.sleep(Duration::from_millis(50));
             }
-            Err(e) => break Some(format!("waiting for it failed: {e}")),
+            Err(e) => return Some(format!("waiting for it failed: {e}")),
         }
-    };
-    // Whatever it started and left behind goes with it.
-    kill_group(child.id());
-    // The reader has a moment to take what is left in the pipe.
-    std::thread::sleep(Duration::from_millis(50));
-    let bytes = output.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    Ran {
-        failed: failure,
-        output: crate::model::remediation::bounded_output(&String::from_utf8_lossy(&bytes)),
-        duration: started.elapsed(),
     }
 }
 

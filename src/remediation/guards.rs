@@ -209,9 +209,34 @@ mod tests {
     #[test]
     fn scheduler_holds_only_for_a_fresh_drain_by_gpuwarden_with_no_job() {
         let device = gpu(Some(vec![]));
+        let c = context(None);
         assert_eq!(
-            scheduler(&slurm(Drained::Gpuwarden, Some(0), NOW - 30.0), &device, NOW),
+            scheduler(&slurm(Drained::Gpuwarden, Some(0), NOW - 30.0), &device, &c),
             Ok(())
+        );
+        // A report from before the verdict last turned unhealthy (or while it is not): the
+        // check may have resumed the node since.
+        let turned_unhealthy_later = Context {
+            unhealthy_since: Some(NOW - 10.0),
+            ..context(None)
+        };
+        let stale = scheduler(
+            &slurm(Drained::Gpuwarden, Some(0), NOW - 30.0),
+            &device,
+            &turned_unhealthy_later,
+        );
+        assert!(stale.unwrap_err().why.contains("may have resumed it"));
+        let not_unhealthy = Context {
+            unhealthy_since: None,
+            ..context(None)
+        };
+        assert_eq!(
+            guard_of(scheduler(
+                &slurm(Drained::Gpuwarden, Some(0), NOW),
+                &device,
+                &not_unhealthy
+            )),
+            "scheduler"
         );
         for (snapshot, words) in [
             (slurm(Drained::Gpuwarden, Some(2), NOW), "2 job(s)"),
@@ -247,14 +272,14 @@ mod tests {
             }],
         );
         assert!(
-            scheduler(&snapshot, &device, NOW)
+            scheduler(&snapshot, &device, &c)
                 .unwrap_err()
                 .why
                 .contains("ml/train-0")
         );
         snapshot.kubelet_up = Some(false);
         assert!(
-            scheduler(&snapshot, &device, NOW)
+            scheduler(&snapshot, &device, &c)
                 .unwrap_err()
                 .why
                 .contains("does not answer")

@@ -52,7 +52,7 @@ struct Worker {
     lost: bool,
     last_good_poll: Option<SystemTime>,
     readings: Option<DeviceReadings>,
-    /// Alive while its thread runs (a GPU reset waits for NVML's threads to end).
+    /// Alive while its thread runs (a GPU reset waits for the library's threads to end).
     alive: std::sync::Weak<()>,
 }
 
@@ -152,8 +152,8 @@ pub struct Coordinator {
     log_limiter: RateLimiter,
     next_worker_id: usize,
     last_status: String,
-    /// A GPU reset's request to let go of NVML (remediation/auto.rs).
-    hold: crate::backend::NvmlHold,
+    /// A GPU reset's request to let go of the GPU libraries (remediation/auto.rs).
+    hold: crate::backend::LibraryHold,
     /// The backends (slots) let go of for the hold in force.
     holding: Option<Vec<usize>>,
 }
@@ -184,8 +184,8 @@ impl Coordinator {
         }
     }
 
-    /// Lets go of NVML whenever `hold` asks (a GPU reset; remediation/auto.rs).
-    pub fn with_hold(mut self, hold: crate::backend::NvmlHold) -> Coordinator {
+    /// Lets go of the GPU libraries whenever `hold` asks (a GPU reset; remediation/auto.rs).
+    pub fn with_hold(mut self, hold: crate::backend::LibraryHold) -> Coordinator {
         self.hold = hold;
         self
     }
@@ -218,7 +218,6 @@ impl Coordinator {
             .filter(|w| slots.contains(&w.backend))
             .all(|w| w.alive.strong_count() == 0);
         if !self.hold.released() && threads_ended && slots.iter().all(|s| self.backends[*s].shut_down_held()) {
-            log::info!("NVML let go of: the GPU reset may run");
             self.hold.set_released();
         }
     }

@@ -205,6 +205,7 @@ impl Backend for NvmlLifecycle {
                 log::warn!("nvmlShutdown for the GPU reset failed: {e}");
             }
         }
+        log::info!("NVML let go of: the GPU reset may run");
         true
     }
 
