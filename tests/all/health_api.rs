@@ -602,3 +602,78 @@ fn advise_mode_names_each_gpus_next_step_everywhere_and_off_names_none() {
         "{rows:#?}"
     );
 }
+
+/// The fleet-wide off switch of automatic remediation (docs/health.md, "Remediation"): with the
+/// pause file present, or `remediation.paused: true` after a reload, a GPU whose reset every
+/// other guard lets through is held back as `paused` (advice goes on); with neither, it is
+/// reset. The Slurm check's report comes through `gpuwarden health report`, after the fatal XID.
+#[test]
+fn the_pause_file_and_the_paused_key_hold_every_automatic_reset_until_lifted() {
+    let dir = tempfile::tempdir().unwrap();
+    let pause = dir.path().join("pause");
+    std::fs::write(&pause, "").unwrap();
+    let fake = format!(
+        "{}/tests/fixtures/fake-gpu-reset.sh {{pci_bus_id}}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let config = format!(
+        "remediation:\n  mode: auto\n  reset_command: \"{fake}\"\n  persistence_off_command: \"\"\n  \
+         persistence_on_command: \"\"\n  reboot_marker: {d}/reboot-required\n  pause_file: {p}\n  paused: false\n\
+         health:\n  xid_severity: {{94: fatal}}\n",
+        d = dir.path().display(),
+        p = pause.display()
+    );
+    let idle = edit_device(&all_idle(DEMO_SCENARIO), 6, |dev| {
+        dev.replace("pending: true", "pending: false")
+            .replace("recovery_action: 1", "recovery_action: 0")
+    });
+    let d = Daemon::start_full(&idle, &test_config(&sim_library(), &config), "", &[]);
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 94, pid=1, name=x, Contained: SM (0x1)\n");
+    d.scrape_until("GPU 0 unhealthy", |m| {
+        m.value("gpu_health", &[("gpu", "0"), ("state", "unhealthy")]) == Some(1.0)
+    });
+    let report = |d: &Daemon| {
+        let out = Command::new(BIN)
+            .args(["health", "report", "--node", "gpuwarden", "--jobs", "0", "--socket"])
+            .arg(d.socket_path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    report(&d);
+    d.scrape_until("held back by the pause file", |m| {
+        m.value("gpu_remediation_held_back", &[("gpu", "0"), ("guard", "paused")]) == Some(1.0)
+    });
+    let (_, text) = d.health(false);
+    assert!(
+        text.contains(&format!(
+            "held back (paused): the pause file {} exists",
+            pause.display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("next step: GPU 0 gpu_reset"), "advice goes on: {text}");
+
+    // The file goes, the key comes with a reload: still paused.
+    reload(&d, |c| c.replace("paused: false", "paused: true"));
+    std::fs::remove_file(&pause).unwrap();
+    report(&d);
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, text) = d.health(false);
+    assert!(
+        text.contains("held back (paused): remediation.paused is true"),
+        "{text}"
+    );
+    assert_eq!(
+        d.scrape()
+            .value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "succeeded")]),
+        Some(0.0)
+    );
+
+    // Lifted: the reset runs.
+    reload(&d, |c| c.replace("paused: true", "paused: false"));
+    report(&d);
+    d.scrape_until("the reset", |m| {
+        m.value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "succeeded")]) == Some(1.0)
+    });
+}
