@@ -203,6 +203,12 @@ pub fn printable(text: &str) -> String {
         .collect()
 }
 
+/// `text` with its lines kept and every other control character (an escape sequence) shown
+/// as U+FFFD: for a command's output kept in the journal and shown in a report.
+pub fn printable_lines(text: &str) -> String {
+    text.lines().map(printable).collect::<Vec<_>>().join("\n")
+}
+
 /// The node's host name (/proc/sys/kernel/hostname), or "" where it cannot be read.
 pub fn hostname() -> String {
     read_text(Path::new("/proc/sys/kernel/hostname"), 256, Links::Follow)

@@ -40,6 +40,7 @@ pub mod remediation_rows;
 pub mod report;
 pub mod report_nic;
 pub mod report_probes;
+pub mod report_remediation;
 mod task;
 pub mod validation_rows;
 pub mod worker;

@@ -55,8 +55,10 @@ pub struct Report {
     pub pcie: Vec<Row>,
     pub health: Vec<Row>,
     /// Lost and back, board swaps, inventory changes, persistence mode, the driver's
-    /// recovery action.
+    /// recovery action, clears, validations, remediation advice.
     pub other: Vec<Row>,
+    /// Each step automatic remediation ran, with its output, and the reboot marks.
+    pub remediation: Vec<super::report_remediation::Step>,
     pub guidance: Vec<Guidance>,
 }
 
@@ -115,7 +117,11 @@ pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64, baseline_probes: usize
             "recovery_action",
             "validation",
             "remediation",
-        ]),
+        ])
+        .into_iter()
+        .filter(|r| !super::report_remediation::is_step(r))
+        .collect(),
+        remediation: super::report_remediation::steps(&rows),
         guidance,
     })
 }
@@ -225,6 +231,8 @@ pub fn markdown(report: &Report) -> String {
             out.push_str(&format!("| {} | {} |\n", utc(r.at), r.summary.replace('|', "\\|")));
         }
     }
+    out.push_str("\n## Remediation\n\n");
+    out.push_str(&super::report_remediation::markdown(&report.remediation));
     out.push_str("\n## Probe history\n\n");
     out.push_str(&super::report_probes::markdown(&report.probe_history));
     out.push_str("\n## What NVIDIA's documents say to do\n\n");

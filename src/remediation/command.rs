@@ -78,13 +78,10 @@ pub fn run(words: &[String], timeout: Duration, stop: &Stop) -> Ran {
     std::thread::sleep(Duration::from_millis(50));
     let bytes = output.lock().unwrap_or_else(PoisonError::into_inner).clone();
     // Lines kept, every other control character (a terminal escape) replaced.
-    let text: Vec<String> = String::from_utf8_lossy(&bytes)
-        .lines()
-        .map(crate::input::printable)
-        .collect();
+    let text = crate::input::printable_lines(&String::from_utf8_lossy(&bytes));
     Ran {
         failed: failure,
-        output: crate::model::remediation::bounded_output(&text.join("\n")),
+        output: crate::model::remediation::bounded_output(&text),
         duration: started.elapsed(),
     }
 }

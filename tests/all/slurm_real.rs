@@ -791,7 +791,9 @@ fn an_xid_94_drains_the_gpu_is_reset_probed_and_the_node_resumes() {
         .output()
         .unwrap();
     let report = String::from_utf8_lossy(&report.stdout);
+    assert!(report.contains("## Remediation\n\n- "), "{report}");
     assert!(report.contains("gpu_reset succeeded in"), "{report}");
+    assert!(report.contains("GPU 0000:19:00.0 was successfully reset."), "the step's output: {report}");
     assert!(report.contains("cleared by gpuwarden remediation"), "{report}");
     let events = std::process::Command::new(BIN)
         .args(["events", "--json", "--state"])
