@@ -88,14 +88,23 @@ mod tests {
                 "gpu_reset failed in 1.2 s: exit status 3",
                 json!({"attempt": {"output": "$ reset\n```Unable to reset\u{1b}[0m\n[exit status 3]\n"}}),
             ),
-            row("reboot required: the GPU reset of GPU 0 failed", json!({"reboot_required": {}})),
+            row(
+                "reboot required: the GPU reset of GPU 0 failed",
+                json!({"reboot_required": {}}),
+            ),
         ];
         let steps = steps(&rows);
         assert_eq!(steps.len(), 2);
         assert!(!is_step(&rows[0]) && is_step(&rows[1]));
         let text = markdown(&steps);
-        assert!(text.contains("- 2026-11-26T08:38:15Z: gpu_reset failed in 1.2 s: exit status 3\n"), "{text}");
-        assert!(text.contains("\n````\n$ reset\n```Unable to reset"), "a fence the output cannot close: {text}");
+        assert!(
+            text.contains("- 2026-11-26T08:38:15Z: gpu_reset failed in 1.2 s: exit status 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n````\n$ reset\n```Unable to reset"),
+            "a fence the output cannot close: {text}"
+        );
         assert!(!text.contains('\u{1b}'), "control characters replaced: {text:?}");
         assert!(text.contains("- 2026-11-26T08:38:15Z: reboot required"), "{text}");
         assert_eq!(markdown(&[]), "None recorded.\n");

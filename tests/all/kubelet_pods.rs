@@ -181,3 +181,45 @@ fn a_huge_or_odd_kubelet_answer_is_bounded_and_loses_no_pod() {
     assert_eq!(pods(&m)[1].2, "good");
     assert_eq!(m.value("gpuwarden_kubelet_up", &[]), Some(1.0));
 }
+
+/// On Kubernetes the scheduler guard of an automatic reset is the kubelet's word: a GPU that a
+/// pod holds is not reset (held back as `scheduler`, naming the pod); once the pod has gone
+/// and the kubelet says so, the reset runs.
+#[test]
+fn an_automatic_reset_waits_for_the_pod_holding_the_gpu_to_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubelet = FakeKubelet::start(
+        dir.path(),
+        r#"{"pods": [{"namespace": "ml", "name": "trainer-0", "containers": [{"name": "main", "devices": [{"resource": "nvidia.com/gpu", "ids": ["nvidia0"]}]}]}]}"#,
+    );
+    let config = format!(
+        "kubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\n{}",
+        kubelet.socket.display(),
+        auto_remediation(dir.path(), &fake_reset_command())
+    );
+    // GPU 6's pending remap would want a reset of its own: not here.
+    let idle = edit_device(&all_idle(DEMO_SCENARIO), 6, |dev| {
+        dev.replace("pending: true", "pending: false")
+            .replace("recovery_action: 1", "recovery_action: 0")
+    });
+    let d = Daemon::start_with(&idle, &test_config(&sim_library(), &config));
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 94, pid=1, name=x, Contained: SM (0x1)\n");
+    d.scrape_until("held back by the pod", |m| {
+        m.value("gpu_remediation_held_back", &[("gpu", "0"), ("guard", "scheduler")]) == Some(1.0)
+    });
+    let (_, text) = d.health(false);
+    assert!(
+        text.contains("the kubelet shows pod ml/trainer-0 holding the GPU"),
+        "{text}"
+    );
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(
+        d.scrape()
+            .value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "succeeded")]),
+        Some(0.0)
+    );
+    kubelet.answer(r#"{"pods": []}"#);
+    d.scrape_until("the reset once the pod is gone", |m| {
+        m.value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "succeeded")]) == Some(1.0)
+    });
+}

@@ -664,19 +664,6 @@ fn the_drain_guard_keeps_a_third_node_in_service_while_its_alert_fires_and_lets_
     });
 }
 
-/// Automatic remediation's config for these tests: the fake reset (tests/fixtures), persistence
-/// handled around it by commands that only say so, the marker and the pause file under `dir`.
-fn auto_remediation(dir: &Path, reset_command: &str) -> String {
-    format!(
-        "remediation:\n  mode: auto\n  reset_command: \"{reset_command}\"\n  \
-         persistence_off_command: \"/bin/echo persistence off for {{pci_bus_id}}\"\n  \
-         persistence_on_command: \"/bin/echo persistence on for {{pci_bus_id}}\"\n  timeout: 10s\n  \
-         reboot_marker: {d}/reboot-required\n  pause_file: {d}/pause\n\
-         health:\n  xid_severity: {{94: fatal}}\n",
-        d = dir.display()
-    )
-}
-
 /// The probe settings of these tests: the schedule off (only validation probes), short tests.
 const VALIDATION_PROBES: &str = "probe:\n  schedule: false\n  memory_cap_mib: 256\n  max_utilization: 1.0\n  timeout: 20s\n  \
      durations: {gemm_bf16: 200ms, fma_fp32: 200ms, hbm_copy: 200ms, pcie_h2d: 200ms, pcie_d2h: 200ms}\n";
@@ -793,7 +780,10 @@ fn an_xid_94_drains_the_gpu_is_reset_probed_and_the_node_resumes() {
     let report = String::from_utf8_lossy(&report.stdout);
     assert!(report.contains("## Remediation\n\n- "), "{report}");
     assert!(report.contains("gpu_reset succeeded in"), "{report}");
-    assert!(report.contains("GPU 0000:19:00.0 was successfully reset."), "the step's output: {report}");
+    assert!(
+        report.contains("GPU 0000:19:00.0 was successfully reset."),
+        "the step's output: {report}"
+    );
     assert!(report.contains("cleared by gpuwarden remediation"), "{report}");
     let events = std::process::Command::new(BIN)
         .args(["events", "--json", "--state"])

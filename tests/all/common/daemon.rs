@@ -424,3 +424,26 @@ pub fn reload(d: &Daemon, edit: impl Fn(&str) -> String) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Automatic remediation's config for the tests (`remediation.mode: auto`): `reset_command`,
+/// persistence handled around it by commands that only say so, the marker and the pause file
+/// under `dir`, and a policy that makes Xid 94 fatal.
+pub fn auto_remediation(dir: &Path, reset_command: &str) -> String {
+    format!(
+        "remediation:\n  mode: auto\n  reset_command: \"{reset_command}\"\n  \
+         persistence_off_command: \"/bin/echo persistence off for {{pci_bus_id}}\"\n  \
+         persistence_on_command: \"/bin/echo persistence on for {{pci_bus_id}}\"\n  timeout: 10s\n  \
+         reboot_marker: {d}/reboot-required\n  pause_file: {d}/pause\n\
+         health:\n  xid_severity: {{94: fatal}}\n",
+        d = dir.display()
+    )
+}
+
+/// The fake GPU reset over the simulated NVML (tests/fixtures/fake-gpu-reset.sh), as a
+/// `remediation.reset_command`.
+pub fn fake_reset_command() -> String {
+    format!(
+        "{}/tests/fixtures/fake-gpu-reset.sh {{pci_bus_id}}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
