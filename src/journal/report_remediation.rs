@@ -46,7 +46,7 @@ pub fn markdown(steps: &[Step]) -> String {
     }
     let mut out = String::new();
     for step in steps {
-        out.push_str(&format!("- {}: {}\n", super::report::utc(step.at), step.summary));
+        out.push_str(&format!("- {}: {}\n", crate::model::utc_seconds(step.at), step.summary));
         if !step.output.trim().is_empty() {
             // A fence longer than any run of backticks in the output.
             let fence = "`".repeat(3.max(longest_backtick_run(&step.output) + 1));

@@ -43,10 +43,13 @@ pub const FAMILIES: &[Family] = &[
         name: "gpuwarden_drain_guard_refused",
         kind: Kind::Gauge,
         unit: "",
-        help: "1 when the Slurm health check's fleet drain guard last refused to drain this unhealthy node (max_drained nodes of its partitions already drained by gpuwarden), 0 when it last allowed a drain; absent without a report in the last 10 minutes (GpuwardenDrainGuardActive).",
+        help: "1 when the Slurm health check's fleet drain guard last refused to drain this unhealthy node (max_drained nodes of its partitions already drained by gpuwarden), 0 when it last allowed a drain or a later run shows the node drained by gpuwarden; absent without a report in the last 10 minutes (GpuwardenDrainGuardActive).",
         labels: &[],
         dcgm: &[],
-        read: Read::Node(|snapshot, s| s.flag(guard(snapshot).map(|g| g.refused))),
+        read: Read::Node(|snapshot, s| {
+            let now = crate::model::unix_seconds(std::time::SystemTime::now());
+            s.flag(snapshot.scheduler.as_ref().and_then(|r| r.drain_refused_at(now)))
+        }),
     },
     Family {
         name: "gpuwarden_drain_guard_drained_nodes",

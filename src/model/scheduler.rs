@@ -82,6 +82,18 @@ impl SchedulerReport {
         fresh(&self.node, now)
     }
 
+    /// Whether the drain guard's refusal stands at `now`: its latest decision, fresh, was a
+    /// refusal, and no later report shows the node drained by gpuwarden after all (a slower,
+    /// overlapping run of the check whose refusal came in after the drain). None without a
+    /// fresh decision.
+    pub fn drain_refused_at(&self, now: f64) -> Option<bool> {
+        let (decided, guard) = self.drain_guard.as_ref()?;
+        fresh(&self.drain_guard, now)?;
+        let drained_since = fresh(&self.node, now).is_some_and(|node| node.drained == Drained::Gpuwarden)
+            && self.node.as_ref().is_some_and(|(at, _)| at >= decided);
+        Some(guard.refused && !drained_since)
+    }
+
     /// When the node's state came (Unix seconds), while it is fresh at `now`.
     pub fn node_reported_at(&self, now: f64) -> Option<f64> {
         fresh(&self.node, now).and(self.node.as_ref().map(|(at, _)| *at))
@@ -112,5 +124,36 @@ mod tests {
         assert_eq!(report.drain_guard_at(1000.0 + 601.0), None, "stale");
         assert_eq!(report.drain_guard_at(800.0), None, "a clock that went back");
         assert_eq!(report.node_at(1601.0), Some(&node), "each part has its own time");
+    }
+
+    #[test]
+    fn a_refusal_that_came_in_after_the_node_was_drained_by_gpuwarden_does_not_stand() {
+        let guard = |refused| DrainGuard {
+            refused,
+            drained: 2,
+            nodes: 3,
+            max: "2".into(),
+        };
+        let node = |drained| NodeState { drained, jobs: Some(0) };
+        let mut report = SchedulerReport {
+            drain_guard: Some((1000.0, guard(true))),
+            node: Some((990.0, node(Drained::None))),
+        };
+        assert_eq!(report.drain_refused_at(1001.0), Some(true));
+        report.node = Some((1010.0, node(Drained::Other)));
+        assert_eq!(
+            report.drain_refused_at(1011.0),
+            Some(true),
+            "an admin's drain is not ours"
+        );
+        report.node = Some((1010.0, node(Drained::Gpuwarden)));
+        assert_eq!(
+            report.drain_refused_at(1011.0),
+            Some(false),
+            "drained by gpuwarden since"
+        );
+        report.drain_guard = Some((1020.0, guard(true)));
+        assert_eq!(report.drain_refused_at(1021.0), Some(true), "refused again after that");
+        assert_eq!(report.drain_refused_at(1020.0 + 601.0), None, "stale");
     }
 }

@@ -55,9 +55,10 @@ pub fn paused(context: &Context) -> Result<(), Refusal> {
 
 /// Guard 4: the fleet drain guard's latest decision (the Slurm health check's report).
 pub fn fleet_guard(snapshot: &Snapshot, now: f64) -> Result<(), Refusal> {
-    let guard = snapshot.scheduler.as_ref().and_then(|r| r.drain_guard_at(now));
-    match guard {
-        Some(g) if g.refused => refuse(
+    let report = snapshot.scheduler.as_ref();
+    let refused = report.and_then(|r| r.drain_refused_at(now)) == Some(true);
+    match report.and_then(|r| r.drain_guard_at(now)) {
+        Some(g) if refused => refuse(
             "fleet_guard",
             format!(
                 "the fleet drain guard refused a drain: {} of {} nodes already drained by gpuwarden (max_drained {}); \
@@ -330,7 +331,7 @@ mod tests {
 
     #[test]
     fn the_fleet_guard_and_the_pause_hold_every_reset() {
-        let mut snapshot = slurm(Drained::Gpuwarden, Some(0), NOW);
+        let mut snapshot = slurm(Drained::Gpuwarden, Some(0), NOW - 20.0);
         let device = gpu(Some(vec![]));
         assert_eq!(check(&snapshot, &device, &context(None)), Ok(()), "every guard holds");
         let paused_by = "remediation.paused is true";
