@@ -18,7 +18,12 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Fraction of the last poll.gpm_interval in which the graphics or compute engine was active (GPM; dcgm's GR_ENGINE_ACTIVE).",
         labels: &[],
-        dcgm: &[],
+        dcgm: &[twin!(
+            per_instance "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "Ratio of time the graphics engine is active.",
+            |r| activity(r)?.graphics_active,
+            |i| i.activity.as_ref()?.graphics_active
+        )],
         read: Read::Readings(|r, s| s.opt(activity(r).and_then(|a| a.graphics_active))),
     },
     Family {
@@ -27,7 +32,12 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Fraction of the last poll.gpm_interval in which an SM had at least one warp assigned, averaged over all SMs (GPM; dcgm's SM_ACTIVE).",
         labels: &[],
-        dcgm: &[],
+        dcgm: &[twin!(
+            per_instance "DCGM_FI_PROF_SM_ACTIVE",
+            "The ratio of cycles an SM has at least 1 warp assigned.",
+            |r| activity(r)?.sm_active,
+            |i| i.activity.as_ref()?.sm_active
+        )],
         read: Read::Readings(|r, s| s.opt(activity(r).and_then(|a| a.sm_active))),
     },
     Family {
@@ -36,7 +46,12 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Resident warps as a fraction of the most an SM can hold, averaged over the SMs and the last poll.gpm_interval (GPM; dcgm's SM_OCCUPANCY).",
         labels: &[],
-        dcgm: &[],
+        dcgm: &[twin!(
+            per_instance "DCGM_FI_PROF_SM_OCCUPANCY",
+            "The ratio of number of warps resident on an SM.",
+            |r| activity(r)?.sm_occupancy,
+            |i| i.activity.as_ref()?.sm_occupancy
+        )],
         read: Read::Readings(|r, s| s.opt(activity(r).and_then(|a| a.sm_occupancy))),
     },
     Family {
@@ -45,7 +60,12 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Fraction of the last poll.gpm_interval in which any tensor pipe was active (GPM; dcgm's PIPE_TENSOR_ACTIVE).",
         labels: &[],
-        dcgm: &[],
+        dcgm: &[twin!(
+            per_instance "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+            "Ratio of cycles the tensor (HMMA) pipe is active.",
+            |r| activity(r)?.tensor_active,
+            |i| i.activity.as_ref()?.tensor_active
+        )],
         read: Read::Readings(|r, s| s.opt(activity(r).and_then(|a| a.tensor_active))),
     },
     Family {
@@ -54,7 +74,12 @@ pub const FAMILIES: &[Family] = &[
         unit: "ratio",
         help: "Device memory bandwidth used over the last poll.gpm_interval, as a fraction of the peak (GPM; dcgm's DRAM_ACTIVE).",
         labels: &[],
-        dcgm: &[],
+        dcgm: &[twin!(
+            per_instance "DCGM_FI_PROF_DRAM_ACTIVE",
+            "Ratio of cycles the device memory interface is active sending or receiving data.",
+            |r| activity(r)?.dram_active,
+            |i| i.activity.as_ref()?.dram_active
+        )],
         read: Read::Readings(|r, s| s.opt(activity(r).and_then(|a| a.dram_active))),
     },
     Family {

@@ -3,11 +3,11 @@
 //! Grafana dashboard 12239 and alert rules written for dcgm-exporter work unchanged.
 //! docs/metrics.md has the mapping, and what has no equivalent.
 //!
-//! A name that is one value per GPU of a native row is that row's `dcgm` column
-//! ([`super::DcgmTwin`], in device.rs and activity.rs): the reading and its dcgm-exporter name
-//! are written once, side by side. This file holds the rest (names that split per GPU
-//! instance under MIG, the XID and clock-event windows, P2P, health) and the labels and
-//! helpers the twins use.
+//! A name with a native row is that row's `dcgm` column ([`super::DcgmTwin`], in device.rs and
+//! activity.rs), per GPU instance under MIG where dcgm-exporter splits it so (the profiling
+//! fields, the framebuffer): the reading and its dcgm-exporter name are written once, side by
+//! side. This file holds the rest (the XID and clock-event windows, P2P, health) and the
+//! labels and helpers the twins use.
 //!
 //! dcgm-exporter declares some of these as counters but names them without `_total`; they are
 //! `counter` in the text format as it serves them, and `unknown` in OpenMetrics, which has no
@@ -18,8 +18,6 @@
 //! dcgm-exporter serves them.
 
 use super::{Family, Kind, Read, Samples};
-use crate::model::activity::Activity;
-use crate::model::mig::MigDevice;
 use crate::model::{DeviceReadings, DeviceSnapshot, Snapshot, Vendor};
 
 /// dcgm-exporter's labels, in order.
@@ -131,64 +129,31 @@ fn sample_with(
     s.labelled(&values, v);
 }
 
-/// One sample per NVIDIA GPU that answered.
-pub(super) fn per_gpu(snapshot: &Snapshot, s: &mut Samples, value: super::TwinValue) {
-    for (d, r) in answering(snapshot) {
-        if let Some(v) = value(r) {
-            sample(snapshot, s, d, None, v);
-        }
-    }
-}
-
-/// One sample per GPU, or per GPU instance of a GPU in MIG mode (`GPU_I_ID` and
-/// `GPU_I_PROFILE` set), as dcgm-exporter serves the fields a GPU instance has of its own.
-fn per_gpu_or_instance(
+/// A twin's samples: one per NVIDIA GPU that answered, or, where the twin has an instance's
+/// value, one per GPU instance of a GPU in MIG mode (`GPU_I_ID` and `GPU_I_PROFILE` set), as
+/// dcgm-exporter serves the fields a GPU instance has of its own.
+pub(super) fn per_gpu(
     snapshot: &Snapshot,
     s: &mut Samples,
-    gpu: impl Fn(&DeviceReadings) -> Option<f64>,
-    instance: impl Fn(&MigDevice) -> Option<f64>,
+    value: super::TwinValue,
+    per_instance: Option<super::InstanceValue>,
 ) {
     for (d, r) in answering(snapshot) {
-        match r.mig.as_ref().filter(|m| m.enabled) {
-            Some(mig) => {
+        match (r.mig.as_ref().filter(|m| m.enabled), per_instance) {
+            (Some(mig), Some(instance)) => {
                 for i in mig.gpu_instances() {
                     if let Some(v) = instance(i) {
                         sample(snapshot, s, d, Some((i.gpu_instance, &i.profile)), v);
                     }
                 }
             }
-            None => {
-                if let Some(v) = gpu(r) {
+            _ => {
+                if let Some(v) = value(r) {
                     sample(snapshot, s, d, None, v);
                 }
             }
         }
     }
-}
-
-/// A profiling (GPM) field: the GPU's activity, or each GPU instance's.
-fn activity_per_gpu_or_instance(snapshot: &Snapshot, s: &mut Samples, value: fn(&Activity) -> Option<f64>) {
-    per_gpu_or_instance(
-        snapshot,
-        s,
-        |r| r.activity.as_ref().and_then(value),
-        |i| i.activity.as_ref().and_then(value),
-    );
-}
-
-/// Framebuffer memory in MiB: the GPU's, or each GPU instance's (memory of its own).
-fn memory_per_gpu_or_instance(
-    snapshot: &Snapshot,
-    s: &mut Samples,
-    gpu: fn(&DeviceReadings) -> Option<u64>,
-    instance: fn(&MigDevice) -> Option<u64>,
-) {
-    per_gpu_or_instance(
-        snapshot,
-        s,
-        |r| gpu(r).map(|bytes| bytes as f64 / MIB),
-        |i| instance(i).map(|bytes| bytes as f64 / MIB),
-    );
 }
 
 /// NVML's clock-event bit mask of the reasons active now, rebuilt from the decoded reasons;
@@ -215,20 +180,6 @@ fn nvml_bus_id(bus: &str) -> String {
 
 pub(super) const MIB: f64 = 1024.0 * 1024.0;
 
-macro_rules! dcgm_prof {
-    ($name:literal, $help:literal, $value:expr) => {
-        Family {
-            name: $name,
-            kind: Kind::Gauge,
-            unit: "",
-            help: $help,
-            labels: LABELS,
-            dcgm: &[],
-            read: Read::Node(|snapshot, s| activity_per_gpu_or_instance(snapshot, s, $value)),
-        }
-    };
-}
-
 pub const FAMILIES: &[Family] = &[
     Family {
         name: "DCGM_FI_DEV_XID_ERRORS",
@@ -239,58 +190,6 @@ pub const FAMILIES: &[Family] = &[
         dcgm: &[],
         read: Read::Node(last_xid),
     },
-    Family {
-        name: "DCGM_FI_DEV_FB_FREE",
-        kind: Kind::Gauge,
-        unit: "",
-        help: "Framebuffer memory free (in MiB).",
-        labels: LABELS,
-        dcgm: &[],
-        read: Read::Node(|snapshot, s| {
-            memory_per_gpu_or_instance(
-                snapshot,
-                s,
-                |r| r.memory_free_bytes,
-                |i| Some(i.memory_total_bytes?.saturating_sub(i.memory_used_bytes?)),
-            )
-        }),
-    },
-    Family {
-        name: "DCGM_FI_DEV_FB_USED",
-        kind: Kind::Gauge,
-        unit: "",
-        help: "Framebuffer memory used (in MiB).",
-        labels: LABELS,
-        dcgm: &[],
-        read: Read::Node(|snapshot, s| {
-            memory_per_gpu_or_instance(snapshot, s, |r| r.memory_used_bytes, |i| i.memory_used_bytes)
-        }),
-    },
-    dcgm_prof!(
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-        "Ratio of time the graphics engine is active.",
-        |a| a.graphics_active
-    ),
-    dcgm_prof!(
-        "DCGM_FI_PROF_SM_ACTIVE",
-        "The ratio of cycles an SM has at least 1 warp assigned.",
-        |a| a.sm_active
-    ),
-    dcgm_prof!(
-        "DCGM_FI_PROF_SM_OCCUPANCY",
-        "The ratio of number of warps resident on an SM.",
-        |a| a.sm_occupancy
-    ),
-    dcgm_prof!(
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-        "Ratio of cycles the tensor (HMMA) pipe is active.",
-        |a| a.tensor_active
-    ),
-    dcgm_prof!(
-        "DCGM_FI_PROF_DRAM_ACTIVE",
-        "Ratio of cycles the device memory interface is active sending or receiving data.",
-        |a| a.dram_active
-    ),
     Family {
         name: "DCGM_EXP_P2P_STATUS",
         kind: Kind::Gauge,

@@ -251,7 +251,12 @@ pub const FAMILIES: &[Family] = &[
         unit: "bytes",
         help: "Device memory in use.",
         labels: &[],
-        dcgm: &[],
+        dcgm: &[twin!(
+            per_instance "DCGM_FI_DEV_FB_USED",
+            "Framebuffer memory used (in MiB).",
+            |r| r.memory_used_bytes.map(|b| b as f64 / dcgm_compat::MIB),
+            |i| i.memory_used_bytes.map(|b| b as f64 / dcgm_compat::MIB)
+        )],
         read: Read::Readings(|r, s| s.count(r.memory_used_bytes)),
     },
     Family {
@@ -269,7 +274,12 @@ pub const FAMILIES: &[Family] = &[
         unit: "bytes",
         help: "Device memory free, as the driver counts it (total minus used minus reserved).",
         labels: &[],
-        dcgm: &[],
+        dcgm: &[twin!(
+            per_instance "DCGM_FI_DEV_FB_FREE",
+            "Framebuffer memory free (in MiB).",
+            |r| r.memory_free_bytes.map(|b| b as f64 / dcgm_compat::MIB),
+            |i| Some(i.memory_total_bytes?.saturating_sub(i.memory_used_bytes?) as f64 / dcgm_compat::MIB)
+        )],
         read: Read::Readings(|r, s| s.count(r.memory_free_bytes)),
     },
     Family {

@@ -95,12 +95,16 @@ pub enum Read {
     /// Histograms, once per snapshot.
     Histograms(ReadHistograms),
     /// A dcgm-exporter twin of a native row ([`DcgmTwin`]): one series per NVIDIA GPU that
-    /// answered, with dcgm-exporter's labels.
-    DcgmTwin(TwinValue),
+    /// answered, with dcgm-exporter's labels; per GPU instance of a GPU in MIG mode where the
+    /// twin has an instance's value.
+    DcgmTwin(TwinValue, Option<InstanceValue>),
 }
 
 /// What a dcgm-exporter twin reads from one GPU's readings, in dcgm-exporter's unit.
 pub type TwinValue = fn(&DeviceReadings) -> Option<f64>;
+
+/// What a dcgm-exporter twin reads from one GPU instance of a GPU in MIG mode.
+pub type InstanceValue = fn(&crate::model::mig::MigDevice) -> Option<f64>;
 
 /// dcgm-exporter's name for what a native row reads: the row's `dcgm` column, so a reading
 /// and its dcgm-exporter name are written once, side by side. Served (with `compat.dcgm_exporter`
@@ -113,10 +117,15 @@ pub struct DcgmTwin {
     pub kind: Kind,
     pub help: &'static str,
     pub value: TwinValue,
+    /// The names dcgm-exporter serves per GPU instance under MIG (the profiling fields, the
+    /// framebuffer): each instance's value, with `GPU_I_ID` and `GPU_I_PROFILE` set; None:
+    /// one series per GPU whatever its mode.
+    pub per_instance: Option<InstanceValue>,
 }
 
 /// A dcgm-exporter gauge twin: `twin!("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", |r| ...)`;
-/// `twin!(counter "NAME", ...)` for a counter named without `_total`.
+/// `twin!(counter "NAME", ...)` for a counter named without `_total`; `twin!(per_instance
+/// "NAME", "help", |r| ..., |instance| ...)` for a name served per GPU instance under MIG.
 macro_rules! twin {
     (counter $name:literal, $help:literal, $value:expr) => {
         $crate::metrics::DcgmTwin {
@@ -124,6 +133,16 @@ macro_rules! twin {
             kind: $crate::metrics::Kind::CounterAsNamed,
             help: $help,
             value: $value,
+            per_instance: None,
+        }
+    };
+    (per_instance $name:literal, $help:literal, $value:expr, $instance:expr) => {
+        $crate::metrics::DcgmTwin {
+            name: $name,
+            kind: $crate::metrics::Kind::Gauge,
+            help: $help,
+            value: $value,
+            per_instance: Some($instance),
         }
     };
     ($name:literal, $help:literal, $value:expr) => {
@@ -132,6 +151,7 @@ macro_rules! twin {
             kind: $crate::metrics::Kind::Gauge,
             help: $help,
             value: $value,
+            per_instance: None,
         }
     };
 }
@@ -253,7 +273,7 @@ fn twin_families() -> &'static [Family] {
                 unit: "",
                 help: twin.help,
                 labels: dcgm_compat::LABELS,
-                read: Read::DcgmTwin(twin.value),
+                read: Read::DcgmTwin(twin.value, twin.per_instance),
                 dcgm: &[],
             })
             .collect()
@@ -375,7 +395,7 @@ impl Collector for SnapshotCollector {
                             out,
                         },
                     ),
-                    Read::Node(_) | Read::Histograms(_) | Read::DcgmTwin(_) => {}
+                    Read::Node(_) | Read::Histograms(_) | Read::DcgmTwin(..) => {}
                 }
             }
         }
@@ -390,7 +410,7 @@ impl Collector for SnapshotCollector {
                         out,
                     },
                 ),
-                Read::DcgmTwin(value) => dcgm_compat::per_gpu(
+                Read::DcgmTwin(value, instance) => dcgm_compat::per_gpu(
                     snapshot,
                     &mut Samples {
                         base: &no_labels,
@@ -398,6 +418,7 @@ impl Collector for SnapshotCollector {
                         out,
                     },
                     value,
+                    instance,
                 ),
                 Read::Histograms(read) => {
                     encode_histograms(&mut encoder, family, &read(snapshot))?;
