@@ -256,6 +256,26 @@ def fleet():
         .with_target(q(f'(gpu:gpu_spinning:bool{{{SEL}}} * on(instance, uuid) group_right() gpu_job_info) or '
                        f'(gpu:gpu_spinning:bool{{{SEL}}} * on(instance, uuid) group_right() gpu_pod_info)', "", instant=True))
     )
+    dash = dash.with_row(db.Row("Remediation"))
+    dash = dash.with_panel(
+        table.Panel().title("Next steps, and what holds an automatic reset back").datasource(DS).span(8).height(8)
+        .description("Each GPU's next remediation step (remediation.mode advise or auto), and with auto the guard "
+                     "that holds its reset back (scheduler, processes, reset_budget, fleet_guard, paused); "
+                     "docs/health.md, Remediation.")
+        .with_target(q(f'gpu_remediation_next_step{{{SEL}}} == 1', "", instant=True))
+        .with_target(q(f'gpu_remediation_held_back{{{SEL}}} == 1', "", instant=True))
+    )
+    dash = dash.with_panel(
+        table.Panel().title("Nodes that need a reboot, or whose automatic remediation failed").datasource(DS)
+        .span(8).height(8)
+        .description("With remediation.mode auto, per node: 1 when it needs a reboot (gpuwarden never reboots: it "
+                     "stays drained, reboot_required, until rebooted or the GPU is cleared) and 1 when automatic "
+                     "remediation failed in this boot (GpuwardenRemediationFailed).")
+        .with_target(q(f'gpuwarden_reboot_required{{{SEL}}}', "", instant=True))
+        .with_target(q(f'gpuwarden_remediation_failed{{{SEL}}}', "", instant=True))
+    )
+    dash = dash.with_panel(ts("Automatic GPU resets within 24 hours", "none",
+                              q(f'sum by (outcome) (gpu_remediation_resets{{{SEL}}})', "{{outcome}}"), w=8))
     return dash
 
 

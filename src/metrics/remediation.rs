@@ -61,7 +61,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_remediation_held_back",
         kind: Kind::Gauge,
         unit: "",
-        help: "1 for the guard (scheduler, processes, reset_budget, fleet_guard, paused) that holds back the automatic reset of a GPU whose next step is one; absent otherwise. gpuwarden's log says what the guard saw.",
+        help: "1 for the guard (reboot_required, paused, fleet_guard, scheduler, processes, reset_budget) that holds back the automatic reset of a GPU whose next step is one; absent otherwise. gpuwarden's log says what the guard saw.",
         labels: &["guard"],
         dcgm: &[],
         read: Read::Device(|snapshot, d, s| {

@@ -74,13 +74,20 @@ pub struct RebootRequired {
 /// Why a GPU's reset is held back now: which guard, and what it saw.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refusal {
-    /// `scheduler`, `processes`, `reset_budget`, `fleet_guard`, `paused`.
+    /// `reboot_required`, `paused`, `fleet_guard`, `scheduler`, `processes`, `reset_budget`.
     pub guard: String,
     pub why: String,
 }
 
 /// The guards' names, the label set of `gpu_remediation_held_back{guard}`.
-pub const GUARDS: [&str; 5] = ["scheduler", "processes", "reset_budget", "fleet_guard", "paused"];
+pub const GUARDS: [&str; 6] = [
+    "reboot_required",
+    "paused",
+    "fleet_guard",
+    "scheduler",
+    "processes",
+    "reset_budget",
+];
 
 /// Everything automatic remediation did and holds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

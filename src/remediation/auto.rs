@@ -105,9 +105,6 @@ impl Executor {
             self.require_reboot(device, why, config, stop);
             return;
         }
-        if current.reboot_required.is_some() {
-            return;
-        }
         let paused = pause_reason(config);
         let since = self.unhealthy_since.load(std::sync::atomic::Ordering::SeqCst);
         let context = guards::Context {
@@ -377,14 +374,24 @@ fn needs_reboot(snapshot: &Snapshot) -> Option<(&DeviceSnapshot, String)> {
 }
 
 /// Why automatic remediation is paused now: the config key, or the pause file (looked at,
-/// never read or followed: its presence is the signal).
+/// never read or followed: its presence is the signal). A pause file that cannot be looked
+/// for (a directory gpuwarden may not search) pauses too: acting is what needs proof.
 fn pause_reason(config: &Remediation) -> Option<String> {
     if config.paused {
         return Some("remediation.paused is true".to_string());
     }
     let file = &config.pause_file;
-    (!file.as_os_str().is_empty() && std::fs::symlink_metadata(file).is_ok())
-        .then(|| format!("the pause file {} exists", file.display()))
+    if file.as_os_str().is_empty() {
+        return None;
+    }
+    match std::fs::symlink_metadata(file) {
+        Ok(_) => Some(format!("the pause file {} exists", file.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => Some(format!(
+            "cannot tell whether the pause file {} exists ({e}); paused until it can be looked for",
+            file.display()
+        )),
+    }
 }
 
 /// The NVIDIA device files (`/dev/nvidia*`) open in the process whose descriptors `fd_dir`

@@ -12,6 +12,8 @@
 //! 3. `reset_budget`: fewer than `remediation.max_resets_per_day` resets of this GPU in 24 h.
 //! 4. `fleet_guard`: the fleet drain guard did not refuse a drain (too many nodes out), and
 //!    `paused`: automatic remediation is not paused (config key or pause file).
+//!
+//! Before them all, `reboot_required`: a node marked for a reboot gets no more resets.
 
 use crate::model::remediation::Refusal;
 use crate::model::scheduler::Drained;
@@ -38,11 +40,24 @@ fn refuse(guard: &str, why: impl Into<String>) -> Result<(), Refusal> {
 
 /// Every guard, in the order above: the first that holds the reset back.
 pub fn check(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context) -> Result<(), Refusal> {
+    reboot_first(snapshot)?;
     paused(context)?;
     fleet_guard(snapshot, context.now)?;
     scheduler(snapshot, device, context)?;
     processes(device)?;
     reset_budget(snapshot, device, context)
+}
+
+/// `reboot_required`: the node needs a reboot (a reset failed, or a GPU's step is a reboot);
+/// a reset of another GPU would not spare it.
+pub fn reboot_first(snapshot: &Snapshot) -> Result<(), Refusal> {
+    match &snapshot.remediation.reboot_required {
+        Some(mark) => refuse(
+            "reboot_required",
+            format!("the node needs a reboot first: {}", mark.why),
+        ),
+        None => Ok(()),
+    }
 }
 
 /// `paused`: the config key or the pause file.
@@ -354,5 +369,18 @@ mod tests {
             guard.refused = false;
         }
         assert_eq!(fleet_guard(&snapshot, NOW), Ok(()));
+        assert_eq!(check(&snapshot, &device, &context(None)), Ok(()));
+        snapshot.remediation = Arc::new(Remediations {
+            reboot_required: Some(crate::model::remediation::RebootRequired {
+                since: NOW - 5.0,
+                uuid: "GPU-other".into(),
+                index: 3,
+                why: "the GPU reset of GPU 3 failed: exit status 1".into(),
+            }),
+            ..Default::default()
+        });
+        let first = check(&snapshot, &device, &context(None)).unwrap_err();
+        assert_eq!(first.guard, "reboot_required");
+        assert!(first.why.contains("GPU 3 failed"), "{}", first.why);
     }
 }

@@ -65,6 +65,17 @@ fn the_data_source_is_a_variable_everywhere() {
 
 /// The demo's network ports (one slow: a finding) and an NVSwitch under `dir`, with no fabric
 /// manager running, as config sections.
+/// Automatic remediation on (its panels' families are served only then), its files under
+/// `dir`, the fake reset: the demo's GPU 6 waits for a reset its guards hold back.
+fn remediation(dir: &std::path::Path) -> String {
+    format!(
+        "remediation:\n  mode: auto\n  reset_command: \"{}\"\n  persistence_off_command: \"\"\n  \
+         persistence_on_command: \"\"\n  reboot_marker: {d}/reboot-required\n  pause_file: {d}/pause\n",
+        fake_reset_command(),
+        d = dir.display()
+    )
+}
+
 fn network_ports(dir: &std::path::Path) -> String {
     let sys = dir.join("sysfs");
     gpuwarden::cli::demo_fabric::write_tree(&sys).unwrap();
@@ -78,12 +89,14 @@ fn network_ports(dir: &std::path::Path) -> String {
 
 #[test]
 fn every_panel_and_variable_query_returns_data_from_a_live_prometheus() {
-    // Pods from a fake kubelet and a batch job from a job directory, for the workload panels.
+    // Pods from a fake kubelet and a batch job from a job directory, for the workload panels;
+    // the pod on GPU 6 holds back the reset its pending remap wants (the remediation panels).
     let dir = tempfile::tempdir().unwrap();
     let kubelet = FakeKubelet::start(
         dir.path(),
         r#"{"pods": [{"namespace": "ml", "name": "trainer-0", "containers": [{"name": "main", "devices": [
-            {"resource": "nvidia.com/gpu", "ids": ["GPU-5f2c7a1e-0000-4d6b-9a0c-000000000001", "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000002"]}]}]}]}"#,
+            {"resource": "nvidia.com/gpu", "ids": ["GPU-5f2c7a1e-0000-4d6b-9a0c-000000000001", "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000002",
+                                                  "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000006"]}]}]}]}"#,
     );
     let jobs = dir.path().join("jobs");
     std::fs::create_dir_all(&jobs).unwrap();
@@ -91,10 +104,11 @@ fn every_panel_and_variable_query_returns_data_from_a_live_prometheus() {
     // The demo's GPU 7 spins in a stalled job.
     std::fs::write(jobs.join("7"), "48217\n").unwrap();
     let attribution = format!(
-        "kubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\nhpc_jobs:\n  mapping_dir: {}\n{}",
+        "kubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\nhpc_jobs:\n  mapping_dir: {}\n{}{}",
         kubelet.socket.display(),
         jobs.display(),
-        network_ports(dir.path())
+        network_ports(dir.path()),
+        remediation(dir.path())
     );
     let config = test_config(&sim_library(), &attribution)
         .replace("interval: 200ms\n  timeout: 150ms", "interval: 100ms\n  timeout: 80ms");
@@ -159,7 +173,10 @@ fn every_panel_and_variable_query_returns_data_from_a_live_prometheus() {
 fn every_metric_the_dashboards_use_is_served_by_the_daemon() {
     let dir = tempfile::tempdir().unwrap();
     let env = [("LD_LIBRARY_PATH", sim_cuda_dir(dir.path(), true).display().to_string())];
-    let config = test_config(&sim_library(), &format!("{FAST_PROBES}{}", network_ports(dir.path())));
+    let config = test_config(
+        &sim_library(),
+        &format!("{FAST_PROBES}{}{}", network_ports(dir.path()), remediation(dir.path())),
+    );
     let d = Daemon::start_full(&with_cuda(DEMO_SCENARIO), &config, "", &env);
     d.log_kernel(include_str!("../../config/demo-kernel-log.txt"));
     // The ports' flaps are known from the health memory's second look (within 10 s).
