@@ -10,6 +10,9 @@
 //! 4. success: clears the GPU ("GPU reset by gpuwarden's automatic remediation") and starts its
 //!    validation, so the probe decides its return to service; failure: the node needs a reboot.
 //!
+//! The thread sleeps until a publish shows something to act on (`needs_a_look`), a reload or
+//! the stop: on a node with nothing to heal it costs nothing, whatever the mode.
+//!
 //! Any GPU whose step is a reboot (the driver asks, a lost GPU, the catalog, or a reset that
 //! failed or did not hold) marks the node: the `reboot_required` node finding, the marker
 //! file, `remediation.reboot_command` once. gpuwarden never reboots.
@@ -28,8 +31,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-/// How often the thread looks when nothing woke it.
-const TICK: Duration = Duration::from_secs(1);
 /// How long a reset waits for the poller to let go of NVML.
 const RELEASE_WAIT: Duration = Duration::from_secs(30);
 /// Who the journal and the clear name.
@@ -66,15 +67,70 @@ pub fn follow_verdict(store: &Store, unhealthy_since: Arc<std::sync::atomic::Ato
     }));
 }
 
-/// Starts the executor's thread; it idles (one look a second) unless `mode` is `auto`.
+/// The longest the thread sleeps with nothing to look at; a publish that needs a look, a
+/// reload or the stop wakes it sooner.
+const IDLE_WAIT: Duration = Duration::from_secs(3600);
+
+/// Starts the executor's thread. It looks only when a publish shows something to act on (a
+/// GPU whose step is a reset or a reboot, a reboot mark, a reset held back), at a reload and
+/// at the stop: a node with nothing to heal never wakes it, whatever the mode.
 pub fn spawn(executor: Executor, stop: Stop) -> std::io::Result<()> {
+    let wanted = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    executor.store.on_publish(Box::new({
+        let settings = executor.settings.clone();
+        let wanted = wanted.clone();
+        move |snapshot| {
+            if needs_a_look(snapshot) {
+                wanted.store(true, std::sync::atomic::Ordering::SeqCst);
+                settings.wake_waiters();
+            }
+        }
+    }));
     std::thread::Builder::new().name("remediation".into()).spawn(move || {
+        stop.on_stop({
+            let settings = executor.settings.clone();
+            move || settings.wake_waiters()
+        });
+        let mut reloads = executor.settings.reloads();
         while !stop.is_stopped() {
             executor.tick(&stop);
-            stop.sleep(TICK);
+            wait_for_work(&executor.settings, &mut reloads, &wanted, &stop);
         }
     })?;
     Ok(())
+}
+
+/// Whether a published snapshot gives the executor something to look at.
+fn needs_a_look(snapshot: &Snapshot) -> bool {
+    let remediation = &snapshot.remediation;
+    let auto = snapshot.health_limits.remediation.as_ref().is_some_and(|r| r.auto);
+    if !auto {
+        // Only to let go of what auto held back before a reload turned it off.
+        return !remediation.held_back.is_empty();
+    }
+    remediation.reboot_required.is_some()
+        || !remediation.held_back.is_empty()
+        || snapshot.devices.iter().any(|d| {
+            d.health
+                .next_step
+                .as_ref()
+                .is_some_and(|s| s.step == "gpu_reset" || s.step == "reboot_required")
+        })
+}
+
+/// Sleeps until a publish that needs a look (`wanted`), a reload, the stop, or [`IDLE_WAIT`].
+fn wait_for_work(settings: &SharedSettings, reloads: &mut u64, wanted: &std::sync::atomic::AtomicBool, stop: &Stop) {
+    use std::sync::atomic::Ordering;
+    let deadline = Instant::now() + IDLE_WAIT;
+    // Other waiters' wake-ups (the probe scheduler's) return the wait early: look again.
+    while !stop.is_stopped() && !wanted.swap(false, Ordering::SeqCst) && Instant::now() < deadline {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let now = settings.wait_for_reload(*reloads, left, || stop.is_stopped() || wanted.load(Ordering::SeqCst));
+        if now != *reloads {
+            *reloads = now;
+            return;
+        }
+    }
 }
 
 fn now() -> f64 {
