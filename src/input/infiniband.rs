@@ -101,6 +101,13 @@ struct Adapter {
     netdevs: Vec<Option<PathBuf>>,
 }
 
+impl Adapters {
+    /// No RDMA adapter was found.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+}
+
 /// Finds the adapters (see [`Adapters`]).
 pub fn discover(root: &Path, gpus: &GpuPlaces) -> Adapters {
     let mut skips = Skips::new(Input::Sysfs);

@@ -108,6 +108,11 @@ impl Metric {
     }
 }
 
+/// The f32's shortest decimal form as an f64 (0.1, not 0.10000000149011612).
+fn decimal(v: f32) -> f64 {
+    v.to_string().parse().unwrap_or(f64::from(v))
+}
+
 /// A fixed ring of points at a fixed step; `NaN` is a gap.
 #[derive(Debug, Clone)]
 struct Ring {
@@ -139,15 +144,19 @@ impl Ring {
         let size = self.points.len();
         (0..self.filled)
             .map(|i| self.points[(self.next + size - self.filled + i) % size])
-            // The f32's shortest decimal form (0.1, not 0.10000000149011612).
-            .map(|v| (!v.is_nan()).then(|| v.to_string().parse().unwrap_or(f64::from(v))))
+            .map(|v| (!v.is_nan()).then(|| decimal(v)))
             .collect()
     }
 
-    /// The mean of the newest `n` points that are not gaps; None when all are.
+    /// The mean of the newest `n` points that are not gaps; None when all are. Reads those
+    /// points alone: the whole ring is converted only when someone asks for it.
     fn mean_of_last(&self, n: usize) -> Option<f64> {
-        let values = self.values();
-        let last: Vec<f64> = values.iter().rev().take(n).flatten().copied().collect();
+        let size = self.points.len();
+        let last: Vec<f64> = (0..n.min(self.filled))
+            .map(|back| self.points[(self.next + size - 1 - back) % size])
+            .filter(|v| !v.is_nan())
+            .map(decimal)
+            .collect();
         (!last.is_empty()).then(|| last.iter().sum::<f64>() / last.len() as f64)
     }
 }
@@ -342,6 +351,25 @@ pub async fn record(
 mod tests {
     use super::*;
     use crate::model::{DeviceReadings, DeviceSnapshot, Vendor};
+
+    #[test]
+    fn the_mean_of_the_last_points_reads_them_alone_as_the_whole_rings_values_would() {
+        let mut ring = Ring::new(8);
+        for i in 0..13 {
+            // A wrapped ring with gaps.
+            ring.push((i % 4 != 1).then_some(0.1 * i as f64));
+        }
+        let values = ring.values();
+        for n in [1, 3, 6, 8, 20] {
+            let last: Vec<f64> = values.iter().rev().take(n).flatten().copied().collect();
+            let expected = (!last.is_empty()).then(|| last.iter().sum::<f64>() / last.len() as f64);
+            assert_eq!(ring.mean_of_last(n), expected, "n = {n}");
+        }
+        let mut gaps = Ring::new(4);
+        gaps.push(None);
+        assert_eq!(gaps.mean_of_last(6), None);
+        assert_eq!(Ring::new(4).mean_of_last(6), None, "empty");
+    }
 
     fn snapshot(temperature: Option<f64>, throttled_seconds: f64) -> Snapshot {
         let readings = DeviceReadings {

@@ -29,11 +29,21 @@ impl Periodic for NicPorts {
     const NAME: &'static str = "source-nics";
 
     fn every(&self, settings: &Settings) -> Option<Duration> {
-        settings
-            .config
-            .network
-            .enabled
-            .then_some(settings.config.network.interval)
+        let network = &settings.config.network;
+        // A node with no RDMA adapter has nothing to read between two searches for adapters
+        // (a hot-plugged one shows at the next, as on a node with some): the source wakes only
+        // for those, not every `network.interval` (measured: a third of the runtime's wake-ups
+        // on a node without RDMA hardware; docs/performance.md).
+        let none_found = self
+            .found
+            .as_ref()
+            .is_some_and(|(adapters, _, root)| adapters.is_empty() && *root == settings.sys_root);
+        let period = if none_found {
+            FIND_AGAIN_EVERY.max(network.interval)
+        } else {
+            network.interval
+        };
+        network.enabled.then_some(period)
     }
 
     fn read(&mut self, settings: &Settings) -> NicScan {
@@ -102,5 +112,32 @@ mod tests {
         std::fs::remove_dir_all(dev3).unwrap();
         let names: Vec<String> = source.read(&settings).devices.into_iter().map(|d| d.name).collect();
         assert_eq!(names, ["mlx5_0", "mlx5_1", "mlx5_2"]);
+    }
+
+    #[test]
+    fn a_node_without_rdma_adapters_is_looked_at_only_when_adapters_are_searched_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = crate::config::Config::default();
+        config.amd.sysfs_root = dir.path().to_path_buf();
+        let settings = Settings::serving_nothing(config);
+        let mut source = NicPorts::default();
+        assert_eq!(
+            source.every(&settings),
+            Some(settings.config.network.interval),
+            "before the first look"
+        );
+        assert!(source.read(&settings).devices.is_empty());
+        assert_eq!(source.every(&settings), Some(FIND_AGAIN_EVERY));
+        let (_fixture, root) = crate::input::infiniband::fixture("ndr-ib");
+        let mut with_ports = settings.config.clone();
+        with_ports.amd.sysfs_root = root;
+        let with_ports = Settings::serving_nothing(with_ports);
+        assert_eq!(
+            source.every(&with_ports),
+            Some(with_ports.config.network.interval),
+            "another root is searched at the usual pace"
+        );
+        assert_eq!(source.read(&with_ports).devices.len(), 4);
+        assert_eq!(source.every(&with_ports), Some(with_ports.config.network.interval));
     }
 }
