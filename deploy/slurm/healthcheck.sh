@@ -31,7 +31,8 @@
 # default /etc/gpuwarden/slurm-healthcheck.conf, a line max_drained=10%).
 #
 # Environment (for tests and unusual installs): GPUWARDEN (the binary), GPUWARDEN_SOCKET (the
-# daemon's local_api.socket), SCONTROL, SINFO, SQUEUE, GPUWARDEN_MAX_DRAINED, GPUWARDEN_SLURM_CONF.
+# daemon's local_api.socket), SCONTROL, SINFO, SQUEUE, GPUWARDEN_MAX_DRAINED, GPUWARDEN_SLURM_CONF,
+# GPUWARDEN_SLURM_TIMEOUT (seconds each Slurm command may take, 30).
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}
 export PATH
 set -u
@@ -40,6 +41,20 @@ scontrol=${SCONTROL:-scontrol}
 sinfo=${SINFO:-sinfo}
 squeue=${SQUEUE:-squeue}
 node=${SLURMD_NODENAME:-$(hostname -s)}
+
+# Slurm's clients wait for slurmctld as long as it takes, and slurmd waits for this program: a
+# controller that hangs would hang every check. Each call is bounded (coreutils' timeout kills
+# the command's whole process group); one that does not answer in time counts as failed, and a
+# failed read changes nothing.
+slurm_timeout=${GPUWARDEN_SLURM_TIMEOUT:-30}
+case "$slurm_timeout" in '' | *[!0-9]*) slurm_timeout=30 ;; esac
+bounded() {
+    if command -v timeout >/dev/null 2>&1; then
+        timeout -k 5 "$slurm_timeout" "$@"
+    else
+        "$@"
+    fi
+}
 
 say() {
     logger -t gpuwarden-healthcheck -- "$*" 2>/dev/null || echo "gpuwarden-healthcheck: $*" >&2
@@ -69,8 +84,8 @@ esac
 # gpuwarden_drain_guard_refused series, alert GpuwardenDrainGuardActive).
 drain_allowed() {
     [ -n "$max_drained" ] || return 0
-    partitions=$("$sinfo" -h -N -n "$node" -o '%R' 2>/dev/null | sort -u | paste -sd, -)
-    listing=$([ -n "$partitions" ] && "$sinfo" -h -N -p "$partitions" -o '%N|%E' 2>/dev/null)
+    partitions=$(bounded "$sinfo" -h -N -n "$node" -o '%R' 2>/dev/null | sort -u | paste -sd, -)
+    listing=$([ -n "$partitions" ] && bounded "$sinfo" -h -N -p "$partitions" -o '%N|%E' 2>/dev/null)
     if [ -z "$listing" ]; then
         say "drain guard: cannot read the nodes of $node's partitions; not draining $node: $1"
         ask report --guard refused --guard-drained 0 --guard-nodes 0 --guard-max "$max_drained" >/dev/null 2>&1
@@ -94,10 +109,11 @@ drain_allowed() {
 verdict=$(ask 2>/dev/null)
 code=$?
 # The current drain reason ("none" when there is none); %E is the reason, -N per node.
-state=$("$sinfo" -h -N -n "$node" -o '%E' 2>/dev/null)
+state=$(bounded "$sinfo" -h -N -n "$node" -o '%E' 2>/dev/null)
 state_code=$?
 reason=$(printf '%s\n' "$state" | head -n 1)
 if [ "$state_code" -ne 0 ] || [ -z "$reason" ]; then
+    [ "$state_code" -eq 124 ] && state_code="124: no answer within ${slurm_timeout} s"
     say "cannot read $node's state from sinfo (exit $state_code); changing nothing"
     exit 0
 fi
@@ -112,10 +128,10 @@ drain_as() {
     new="gpuwarden: $1"
     if [ "$reason" = "none" ]; then
         if drain_allowed "$1"; then
-            "$scontrol" update nodename="$node" state=drain reason="$new" && say "drained $node: $1"
+            bounded "$scontrol" update nodename="$node" state=drain reason="$new" && say "drained $node: $1"
         fi
     elif [ "$ours" = yes ] && [ "$reason" != "$new" ]; then
-        "$scontrol" update nodename="$node" reason="$new" && say "$node still drained: $1"
+        bounded "$scontrol" update nodename="$node" reason="$new" && say "$node still drained: $1"
     fi
 }
 
@@ -131,7 +147,7 @@ case "$code" in
         ;;
     0)
         if [ "$ours" = yes ]; then
-            "$scontrol" update nodename="$node" state=resume && say "resumed $node: every GPU healthy again"
+            bounded "$scontrol" update nodename="$node" state=resume && say "resumed $node: every GPU healthy again"
         fi
         ;;
     *)
@@ -141,14 +157,14 @@ case "$code" in
 esac
 # What Slurm shows of the node now, for the daemon: who drained it and how many jobs run
 # there (gpuwarden_scheduler_*; what an automatic remediation would have to check first).
-after=$("$sinfo" -h -N -n "$node" -o '%E' 2>/dev/null | head -n 1)
+after=$(bounded "$sinfo" -h -N -n "$node" -o '%E' 2>/dev/null | head -n 1)
 case "$after" in
     '') exit 0 ;;
     none) drained=none ;;
     gpuwarden:*) drained=gpuwarden ;;
     *) drained=other ;;
 esac
-if jobs=$("$squeue" -h -w "$node" -o %i 2>/dev/null); then
+if jobs=$(bounded "$squeue" -h -w "$node" -o %i 2>/dev/null); then
     ask report --node "$drained" --jobs "$(printf '%s\n' "$jobs" | grep -c .)" >/dev/null 2>&1
 else
     ask report --node "$drained" >/dev/null 2>&1

@@ -290,22 +290,25 @@ fn health_checked_slurm_with(dir: &Path, d: &Daemon, interval: u64, env: &str, n
         "#!/bin/sh\necho 'sinfo: error: cannot reach slurmctld' >&2\nexit 1\n",
     )
     .unwrap();
-    checked(
-        "chmod",
-        Command::new("chmod").arg("755").arg(bin.join("failing-sinfo")).output(),
-    );
+    // A controller that hangs: sinfo never answers.
+    std::fs::write(bin.join("hanging-sinfo"), "#!/bin/sh\nexec sleep 600\n").unwrap();
+    for fake in ["failing-sinfo", "hanging-sinfo"] {
+        checked("chmod", Command::new("chmod").arg("755").arg(bin.join(fake)).output());
+    }
     std::fs::write(
         &check,
         format!(
             "#!/bin/sh\nexport SLURM_CONF={} GPUWARDEN_SOCKET={} PATH={} {env}\n\
              [ -e {dir}/break-sinfo ] && export SINFO={}/failing-sinfo\n\
-             exec /bin/sh {}/deploy/slurm/healthcheck.sh\n",
+             [ -e {dir}/hang-sinfo ] && export SINFO={bin}/hanging-sinfo GPUWARDEN_SLURM_TIMEOUT=2\n\
+             /bin/sh {}/deploy/slurm/healthcheck.sh\n/bin/date +%s.%N >{dir}/check-done\n",
             conf.display(),
             d.socket_path().display(),
             bin.display(),
             bin.display(),
             env!("CARGO_MANIFEST_DIR"),
             dir = dir.display(),
+            bin = bin.display(),
         ),
     )
     .unwrap();
@@ -396,6 +399,39 @@ fn the_health_check_drains_on_an_unhealthy_gpu_resumes_after_and_leaves_an_admin
         s.starts_with("drain")
     });
     assert!(state.contains("gpuwarden: GPU 0 xid_fatal"), "{state}");
+
+    // The controller hangs (sinfo never answers) while the GPU is healthy again: each check
+    // gives up after GPUWARDEN_SLURM_TIMEOUT (2 s here) and changes nothing, instead of hanging
+    // slurmd's health checks for good; once sinfo answers, the next check resumes the node.
+    std::fs::write(dir.join("hang-sinfo"), "").unwrap();
+    let hung_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    reload(&d, |c| c.replace("{48: fatal}", "{48: ignore}"));
+    std::thread::sleep(Duration::from_secs(3 * INTERVAL + 2));
+    assert!(
+        node_state(&slurm).starts_with("drain"),
+        "no resume while sinfo does not answer"
+    );
+    // Checks that began with sinfo hanging ended (the wrapper notes each end): none hangs.
+    let done: f64 = std::fs::read_to_string(dir.join("check-done"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        done > hung_at + 2.0,
+        "the last check ended {:.1} s after sinfo began to hang",
+        done - hung_at
+    );
+    std::fs::remove_file(dir.join("hang-sinfo")).unwrap();
+    wait_for_node(
+        &slurm,
+        "the resume once sinfo answers",
+        within + Duration::from_secs(2),
+        |s| s == "idle none",
+    );
 }
 
 /// Return to service only after a probe passes (issue "Validate, don't only watch", item 1),
