@@ -124,6 +124,18 @@ pub struct GpuRef {
     pub index: Option<u32>,
 }
 
+impl GpuRef {
+    /// A GPU the daemon sees now, by its identity.
+    pub fn of(identity: &crate::model::DeviceIdentity) -> GpuRef {
+        GpuRef {
+            uuid: identity.uuid.clone(),
+            serial: identity.serial.clone(),
+            pci_bus_id: identity.pci_bus_id.clone(),
+            index: Some(identity.index),
+        }
+    }
+}
+
 /// A row before it is written. Time, boot id and host are the writer's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {

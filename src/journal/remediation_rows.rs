@@ -99,12 +99,7 @@ impl RemediationRows {
                     rows.push(Event::new(
                         now,
                         Kind::Remediation,
-                        Some(GpuRef {
-                            uuid: uuid.clone(),
-                            serial: d.identity.serial.clone(),
-                            pci_bus_id: d.identity.pci_bus_id.clone(),
-                            index: Some(d.identity.index),
-                        }),
+                        Some(GpuRef::of(&d.identity)),
                         format!("next step advised: {}{command}: {}", next.step, next.why),
                         json!({"advice": next}),
                     ));

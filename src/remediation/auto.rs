@@ -110,12 +110,10 @@ fn needs_a_look(snapshot: &Snapshot) -> bool {
     }
     remediation.reboot_required.is_some()
         || !remediation.held_back.is_empty()
-        || snapshot.devices.iter().any(|d| {
-            d.health
-                .next_step
-                .as_ref()
-                .is_some_and(|s| s.step == "gpu_reset" || s.step == "reboot_required")
-        })
+        || snapshot
+            .devices
+            .iter()
+            .any(|d| wants_reset(d) || step_is(d, "reboot_required"))
 }
 
 /// Sleeps until a publish that needs a look (`wanted`), a reload, the stop, or [`IDLE_WAIT`].
@@ -342,12 +340,7 @@ impl Executor {
             journal.record(crate::journal::event::Event::new(
                 at,
                 crate::journal::event::Kind::Clear,
-                Some(crate::journal::event::GpuRef {
-                    uuid: uuid.clone(),
-                    serial: device.identity.serial.clone(),
-                    pci_bus_id: device.identity.pci_bus_id.clone(),
-                    index: Some(device.identity.index),
-                }),
+                Some(crate::journal::event::GpuRef::of(&device.identity)),
                 format!("cleared by {BY}: {reason}"),
                 serde_json::json!({"reason": reason, "by": BY, "validation": validation.is_some()}),
             ));
@@ -415,7 +408,12 @@ impl Executor {
 /// Whether the ladder's step for `device` is a GPU reset (NVIDIA GPUs; nothing else resets
 /// this way).
 fn wants_reset(device: &DeviceSnapshot) -> bool {
-    device.identity.vendor == Vendor::Nvidia && device.health.next_step.as_ref().is_some_and(|s| s.step == "gpu_reset")
+    device.identity.vendor == Vendor::Nvidia && step_is(device, "gpu_reset")
+}
+
+/// Whether the ladder's next step for `device` is `step`.
+fn step_is(device: &DeviceSnapshot, step: &str) -> bool {
+    device.health.next_step.as_ref().is_some_and(|s| s.step == step)
 }
 
 /// The first GPU whose ladder step is a reboot, and why.

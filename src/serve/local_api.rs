@@ -178,12 +178,7 @@ async fn clear_gpu(State(local): State<LocalState>, Extension(peer): Extension<P
         journal.record(Event::new(
             at,
             Kind::Clear,
-            Some(GpuRef {
-                uuid: uuid.clone(),
-                serial: device.identity.serial.clone(),
-                pci_bus_id: device.identity.pci_bus_id.clone(),
-                index: Some(device.identity.index),
-            }),
+            Some(GpuRef::of(&device.identity)),
             format!("cleared by {by}: {reason}"),
             serde_json::json!({
                 "reason": reason,

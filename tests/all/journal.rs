@@ -18,21 +18,6 @@ fn gpu0() -> (&'static str, &'static str) {
     ("gpu", "0")
 }
 
-fn events_json(state: &Path, args: &[&str]) -> serde_json::Value {
-    let out = Command::new(BIN)
-        .args(["events", "--json", "--state"])
-        .arg(state)
-        .args(args)
-        .output()
-        .expect("run gpuwarden events");
-    assert!(
-        out.status.success(),
-        "events failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("events --json is JSON")
-}
-
 fn xid_rows(state: &Path) -> Vec<serde_json::Value> {
     events_json(state, &["--kind", "xid"])
         .as_array()

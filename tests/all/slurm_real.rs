@@ -821,12 +821,7 @@ fn an_xid_94_drains_the_gpu_is_reset_probed_and_the_node_resumes() {
         "the step's output: {report}"
     );
     assert!(report.contains("cleared by gpuwarden remediation"), "{report}");
-    let events = std::process::Command::new(BIN)
-        .args(["events", "--json", "--state"])
-        .arg(d.state_path())
-        .output()
-        .unwrap();
-    let events = String::from_utf8_lossy(&events.stdout);
+    let events = events_json(&d.state_path(), &[]).to_string();
     assert!(events.contains("persistence off for 0000:19:00.0"), "{events}");
     assert!(events.contains("GPU 0000:19:00.0 was successfully reset."), "{events}");
 
@@ -893,12 +888,7 @@ fn a_failing_reset_marks_the_node_reboot_required_and_it_stays_drained() {
         m.value("gpu_remediation_resets", &[("gpu", "6"), ("outcome", "succeeded")]),
         Some(0.0)
     );
-    let events = std::process::Command::new(BIN)
-        .args(["events", "--json", "--state"])
-        .arg(d.state_path())
-        .output()
-        .unwrap();
-    let events = String::from_utf8_lossy(&events.stdout);
+    let events = events_json(&d.state_path(), &[]).to_string();
     assert!(
         events.contains("Unable to reset GPU 0000:19:00.0: timed out"),
         "{events}"

@@ -447,3 +447,19 @@ pub fn fake_reset_command() -> String {
         env!("CARGO_MANIFEST_DIR")
     )
 }
+
+/// `gpuwarden events --json --state STATE ARGS...` as JSON; the command must succeed.
+pub fn events_json(state: &Path, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(BIN)
+        .args(["events", "--json", "--state"])
+        .arg(state)
+        .args(args)
+        .output()
+        .expect("run gpuwarden events");
+    assert!(
+        out.status.success(),
+        "events failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("events --json is JSON")
+}
