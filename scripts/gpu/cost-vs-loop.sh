@@ -1,35 +1,53 @@
 #!/usr/bin/env bash
 # gpuwarden's CPU and memory against the floor: scripts/gpu/nvml-loop.c (the same NVML calls
 # at the same cadence, nothing else), the daemon at its defaults and the daemon with every
-# feature on, all three in the same window (docs/performance.md, "Against a C loop").
+# feature on, all in the same window (docs/performance.md, "Against a C loop").
 #   sudo scripts/gpu/cost-vs-loop.sh BINARY [WINDOW_SECONDS]     (on the GPU machine)
-# Prints each one's CPU over the window (schedstat, nanoseconds, all threads) as a share of a
-# core, the daemon's CPU by thread, and RSS at the end. NVML_INCLUDE: where nvml.h is, if not
-# under /usr/local/cuda/include. BEFORE=path/to/an/older/gpuwarden adds that build at its
+# Two identical processes polling one GPU side by side differ by up to 40 % in the driver's
+# CPU (docs/results/two-loops-two-daemons-2026-11-26-h100.txt), so COPIES (2) loops and COPIES
+# daemons at defaults run, each its own copy of the binary, and the groups' means are
+# compared. The window starts after SETTLE (130) seconds: past the start-up, the page-out of
+# the start-up code (60 s, service::residency) and the first rounds of every tier (topology:
+# 120 s). Prints each one's CPU over the window (schedstat, nanoseconds, all threads) as a
+# share of a core, by thread, and RSS at the end. NVML_INCLUDE: where nvml.h is, if not under
+# /usr/local/cuda/include. BEFORE=path/to/an/older/gpuwarden adds COPIES of that build at its
 # defaults to the same window.
 set -euo pipefail
 bin=$(readlink -f "$1")
 window=${2:-300}
+copies=${COPIES:-2}
+settle=${SETTLE:-130}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
 gcc -O2 -o "$work/nvml-loop" "$here/nvml-loop.c" -I"${NVML_INCLUDE:-/usr/local/cuda/include}" \
   -l:libnvidia-ml.so.1 -lpthread
-
-mkdir -p /var/lib/gpuwarden /var/lib/gpuwarden-before "$work/jobs"
+mkdir -p "$work/jobs"
 echo 48217 > "$work/jobs/0"
-cat > "$work/defaults.yaml" <<YAML
-listen: 127.0.0.1:9411
-local_api:
-  socket: $work/defaults.sock
-YAML
-procs="loop defaults all"
-sed -e 's/9411/9413/' -e 's/defaults.sock/before.sock/' "$work/defaults.yaml" > "$work/before.yaml"
-cat > "$work/all.yaml" <<YAML
-listen: 127.0.0.1:9412
-local_api:
-  socket: $work/all.sock
-compat:
+
+declare -A pid
+procs=""
+port=9410
+# A daemon at its defaults: its own copy of the binary (two processes mapping one file share
+# its pages, and the kernel pages out, MADV_PAGEOUT, only pages no one else maps), its own
+# port, local API socket and journal.
+start_daemon() { # NAME BINARY [EXTRA_YAML]
+  local name=$1 binary=$2 extra=${3:-}
+  port=$((port + 1))
+  mkdir -p "$work/$name"
+  printf 'listen: 127.0.0.1:%d\nlocal_api:\n  socket: %s\nstate:\n  path: %s\n%s' \
+    "$port" "$work/$name/api.sock" "$work/$name/state.db" "$extra" > "$work/$name/config.yaml"
+  cp "$binary" "$work/$name/gpuwarden"
+  "$work/$name/gpuwarden" run --config "$work/$name/config.yaml" > "$work/$name.log" 2>&1 &
+  pid[$name]=$!
+  procs="$procs $name"
+}
+for i in $(seq "$copies"); do
+  "$work/nvml-loop" $((window + settle + 30)) > "$work/loop$i.log" 2>&1 & pid[loop$i]=$!
+  procs="$procs loop$i"
+  start_daemon "defaults$i" "$bin"
+done
+start_daemon all "$bin" "compat:
   dcgm_exporter: true
 nvlink:
   per_link: true
@@ -37,63 +55,50 @@ processes:
   per_process: true
 hpc_jobs:
   mapping_dir: $work/jobs
-state:
-  path: $work/all.db
-YAML
-"$work/nvml-loop" $((window + 60)) > "$work/loop.log" 2>&1 & loop=$!
-# A copy each: two processes mapping one file share its pages, and the kernel pages out
-# (MADV_PAGEOUT, service::residency) only the pages no one else maps, so one file for both
-# would leave each one's start-up code resident.
-cp "$bin" "$work/gpuwarden-defaults"
-cp "$bin" "$work/gpuwarden-all"
-"$work/gpuwarden-defaults" run --config "$work/defaults.yaml" > "$work/defaults.log" 2>&1 & defaults=$!
-"$work/gpuwarden-all" run --config "$work/all.yaml" > "$work/all.log" 2>&1 & all=$!
+"
 if [ -n "${BEFORE:-}" ]; then
-  # Its journal beside the other's: the defaults' file is locked by the daemon above.
-  printf 'state:\n  path: /var/lib/gpuwarden-before/state.db\n' >> "$work/before.yaml"
-  "$(readlink -f "$BEFORE")" run --config "$work/before.yaml" > "$work/before.log" 2>&1 & before=$!
-  procs="$procs before"
+  for i in $(seq "$copies"); do start_daemon "before$i" "$(readlink -f "$BEFORE")"; done
 fi
-# Past start-up, the first slow, costly, GPM and topology reads.
-sleep 40
+sleep "$settle"
 
 cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { print s }'; }
-threads() { for t in /proc/"$1"/task/*; do echo "$(cat "$t/comm") $(awk '{print $1}' "$t/schedstat")"; done | sort; }
-for p in $procs; do
-  eval "pid=\$$p"; cpu_ns "$pid" > "$work/$p.c0"; threads "$pid" > "$work/$p.t0"
-done
+threads() { for t in /proc/"$1"/task/*; do echo "$(tr ' ' _ < "$t/comm") $(awk '{print $1}' "$t/schedstat")"; done | sort; }
+for p in $procs; do cpu_ns "${pid[$p]}" > "$work/$p.c0"; threads "${pid[$p]}" > "$work/$p.t0"; done
 t0=$(date +%s.%N)
 sleep "$window"
 t1=$(date +%s.%N)
-for p in $procs; do
-  eval "pid=\$$p"; cpu_ns "$pid" > "$work/$p.c1"; threads "$pid" > "$work/$p.t1"
-done
+for p in $procs; do cpu_ns "${pid[$p]}" > "$work/$p.c1"; threads "${pid[$p]}" > "$work/$p.t1"; done
 elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
-echo "window: $elapsed s; GPUs: $(nvidia-smi -L | wc -l) ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1))"
+echo "window: $elapsed s after a settle of $settle s; $copies copies; GPUs: $(nvidia-smi -L | wc -l) ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1))"
 for p in $procs; do
-  eval "pid=\$$p"
   ns=$(( $(cat "$work/$p.c1") - $(cat "$work/$p.c0") ))
-  rss=$(awk '/VmRSS/ {print $2}' /proc/"$pid"/status)
+  rss=$(awk '/VmRSS/ {print $2}' /proc/"${pid[$p]}"/status)
+  echo "$p $ns $rss" >> "$work/summary"
   awk -v p="$p" -v ns="$ns" -v e="$elapsed" -v rss="$rss" \
-    'BEGIN { printf "%-9s CPU %.4f %% of a core (%.1f ms in the window), RSS %d KiB\n", p, ns / 1e7 / e, ns / 1e6, rss }'
+    'BEGIN { printf "%-10s CPU %.4f %% of a core (%.1f ms in the window), RSS %d KiB\n", p, ns / 1e7 / e, ns / 1e6, rss }'
 done
-for p in ${procs#loop }; do
+echo "means by group (CPU ms in the window, share of a core, x the loops' mean; RSS KiB, over the loops' mean):"
+awk -v e="$elapsed" '
+  { g = $1; sub(/[0-9]+$/, "", g); n[g]++; cpu[g] += $2; rss[g] += $3; if (!(g in seen)) { seen[g] = 1; order[++k] = g } }
+  END {
+    lc = cpu["loop"] / n["loop"]; lr = rss["loop"] / n["loop"]
+    for (i = 1; i <= k; i++) { g = order[i]; c = cpu[g] / n[g]; r = rss[g] / n[g]
+      printf "  %-9s %8.1f ms  %.4f %%  %.2fx  RSS %8.0f KiB (%+.2f MiB)\n", g, c / 1e6, c / 1e7 / e, c / lc, r, (r - lr) / 1024 }
+  }' "$work/summary"
+for p in $procs; do
+  case $p in loop*) continue ;; esac
   echo "$p by thread (ms over the window; threads of one name summed):"
   join -a 2 -e 0 -o 0,1.2,2.2 <(awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}' "$work/$p.t0" | sort) \
     <(awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}' "$work/$p.t1" | sort) \
     | awk '{ printf "  %-22s %9.1f\n", $1, ($3 - $2) / 1e6 }' | sort -k2 -rn
 done
-echo "loop by thread (ms over the window):"
-join -a 2 -e 0 -o 0,1.2,2.2 <(awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}' "$work/loop.t0" | sort) \
-  <(awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}' "$work/loop.t1" | sort) \
-  | awk '{ printf "  %-22s %9.1f\n", $1, ($3 - $2) / 1e6 }' | sort -k2 -rn
 # Where each one's resident memory is, by mapping (the RSS goal is the loop's + 4.5 MiB).
-for p in $procs; do
-  eval "pid=\$$p"
+for p in loop1 defaults1 all; do
   echo "$p resident memory by mapping (KiB, 8 largest):"
-  python3 "$here/rss-by-mapping.py" "$pid" 8 | sed 's/^/  /'
+  python3 "$here/rss-by-mapping.py" "${pid[$p]}" 8 | sed 's/^/  /'
 done
-for p in ${procs#loop }; do
+for p in $procs; do
+  case $p in loop*) continue ;; esac
   echo "$p log warnings: $(grep -c -E 'WARN|ERROR' "$work/$p.log" || true)"
   grep -E 'WARN|ERROR' "$work/$p.log" | head -5 || true
 done

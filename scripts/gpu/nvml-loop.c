@@ -4,7 +4,12 @@
  * daemon's CPU above it is gpuwarden's own.
  *
  *   gcc -O2 -o nvml-loop scripts/gpu/nvml-loop.c -I/usr/local/cuda/include -l:libnvidia-ml.so.1 -lpthread
- *   ./nvml-loop SECONDS
+ *   ./nvml-loop SECONDS [PHASE]
+ *
+ * PHASE (0 to 1, optional): start the per-GPU threads' one-second grid at that fraction of a
+ * wall-clock second, so that loops and daemons run side by side can be kept from polling at
+ * the same instant (on a GSP GPU the driver's CPU for a call includes waiting for the GSP's
+ * answer, which a second process's calls at the same moment make longer).
  *
  * Tiers, as src/backend/nvml/mod.rs reads them at the defaults (poll.interval 1s,
  * slow_interval 10s, costly every 3 slow, gpm_interval 30s, topology_interval 120s), one
@@ -166,8 +171,28 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec / 1e9;
 }
 
+/* Sleeps until the next wall-clock second plus `phase` (a fraction of a second). */
+static void wait_for_phase(double phase) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    double into = t.tv_nsec / 1e9;
+    double wait = phase - into;
+    if (wait <= 0)
+        wait += 1;
+    struct timespec s = {0, (long)(wait * 1e9)};
+    if (wait >= 1) {
+        s.tv_sec = 1;
+        s.tv_nsec = (long)((wait - 1) * 1e9);
+    }
+    nanosleep(&s, NULL);
+}
+
+static double phase = -1;
+
 static void *poll_gpu(void *arg) {
     struct gpu *g = arg;
+    if (phase >= 0)
+        wait_for_phase(phase);
     double start = now();
     for (unsigned long round = 0; running; round++) {
         every_poll(g);
@@ -209,6 +234,8 @@ static void *events(void *arg) {
 
 int main(int argc, char **argv) {
     unsigned seconds = argc > 1 ? (unsigned)atoi(argv[1]) : 300;
+    if (argc > 2)
+        phase = atof(argv[2]);
     if (nvmlInit_v2() != NVML_SUCCESS) {
         fprintf(stderr, "nvml-loop: nvmlInit failed\n");
         return 1;

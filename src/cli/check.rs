@@ -99,7 +99,7 @@ pub fn run(config: Config, json: bool) -> i32 {
     } else if report.devices.is_empty() {
         // No empty table: say what was looked at and why it found nothing.
         println!("No GPU found.");
-        for (name, status) in &snapshot.backends {
+        for (name, status) in snapshot.backends.iter() {
             let state = match (&status.up, &status.note) {
                 (true, _) => "up, no GPU".to_string(),
                 (false, Some(note)) => note.clone(),

@@ -33,7 +33,7 @@ pub const FAMILIES: &[Family] = &[
         labels: &["backend", "call"],
         dcgm: &[],
         read: Read::Node(|snapshot, s| {
-            for (name, status) in &snapshot.backends {
+            for (name, status) in snapshot.backends.iter() {
                 for (call, n) in &status.errors {
                     s.labelled(&[name, call], *n as f64);
                 }
@@ -48,7 +48,7 @@ pub const FAMILIES: &[Family] = &[
         labels: &["backend", "call"],
         dcgm: &[],
         read: Read::Node(|snapshot, s| {
-            for (name, status) in &snapshot.backends {
+            for (name, status) in snapshot.backends.iter() {
                 if status.poll_duration.count > 0 {
                     for (call, seconds) in &status.call_seconds_by_call {
                         // A sum of many float durations: nanoseconds are all the precision there is.

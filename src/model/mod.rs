@@ -544,7 +544,7 @@ pub type PersistenceAttempts = BTreeMap<(String, &'static str), u64>;
 pub struct Snapshot {
     /// Increases with every snapshot; renderers cache their output by it.
     pub generation: u64,
-    pub backends: BTreeMap<&'static str, BackendStatus>,
+    pub backends: std::sync::Arc<BTreeMap<&'static str, BackendStatus>>,
     pub devices: Vec<DeviceSnapshot>,
     pub persistence_attempts: PersistenceAttempts,
     /// Wall time of whole poll rounds (all GPUs, polled in parallel).

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// What one poll round contributes to a snapshot.
 #[derive(Debug, Clone, Default)]
 pub struct RoundPart {
-    pub backends: BTreeMap<&'static str, BackendStatus>,
+    pub backends: Arc<BTreeMap<&'static str, BackendStatus>>,
     pub devices: Vec<DeviceSnapshot>,
     pub persistence_attempts: PersistenceAttempts,
     pub round_duration: DurationHistogram,

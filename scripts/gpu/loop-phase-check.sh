@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Does polling at the same instant as another process make NVML calls cost more CPU? Four
+# copies of scripts/gpu/nvml-loop.c side by side, two of them on the same phase of the second
+# and two alone, each one's CPU over the window (docs/performance.md, "Against a C loop").
+#   sudo scripts/gpu/loop-phase-check.sh [WINDOW_SECONDS]     (on the GPU machine)
+set -euo pipefail
+window=${1:-150}
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
+gcc -O2 -o "$work/nvml-loop" "$here/nvml-loop.c" -I"${NVML_INCLUDE:-/usr/local/cuda/include}" \
+  -l:libnvidia-ml.so.1 -lpthread
+declare -A phase=([same1]=0.10 [same2]=0.10 [alone1]=0.60 [alone2]=0.35)
+names="same1 same2 alone1 alone2"
+declare -A pid
+for n in $names; do
+  "$work/nvml-loop" $((window + 30)) "${phase[$n]}" > "$work/$n.log" 2>&1 & pid[$n]=$!
+done
+sleep 15
+cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { print s }'; }
+declare -A c0
+for n in $names; do c0[$n]=$(cpu_ns "${pid[$n]}"); done
+sleep "$window"
+echo "window: $window s; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+for n in $names; do
+  ns=$(( $(cpu_ns "${pid[$n]}") - ${c0[$n]} ))
+  awk -v n="$n" -v p="${phase[$n]}" -v ns="$ns" 'BEGIN { printf "%-7s phase %.2f s  CPU %.1f ms\n", n, p, ns / 1e6 }'
+done
