@@ -31,7 +31,6 @@ pub mod fabric_manager;
 pub mod jobs;
 pub mod nics;
 pub mod pci;
-pub mod poll_worker;
 pub mod poller;
 pub mod processes;
 

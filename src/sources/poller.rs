@@ -1,21 +1,19 @@
 //! The poll loop: one OS thread per GPU, a coordinator that gives each round a deadline.
 //!
-//! The GPU threads poll on the coordinator's grid by themselves, one round every
-//! `poll.interval` (sources/poll_worker.rs); the coordinator waits for a round's answers until
-//! all have come or `poll.timeout` has passed since the round was due, then hands the round
-//! to the publisher. A GPU whose driver call hangs keeps only its own thread busy: it is
-//! reported as not answering (`gpu_up` 0) and is not waited for again until its thread comes
-//! back, while the other GPUs are polled on time. Vendor libraries are only ever called from
-//! these threads, never from the async runtime that serves HTTP.
+//! Every `poll.interval` the coordinator asks each GPU's thread for a poll and waits until
+//! all have answered or `poll.timeout` has passed, then hands the round to the publisher. A
+//! GPU whose driver call hangs keeps only its own thread busy: it is reported as not
+//! answering (`gpu_up` 0) and is not asked again until its thread comes back, while the
+//! other GPUs are polled on time. Vendor libraries are only ever called from these threads,
+//! never from the async runtime that serves HTTP.
 //!
 //! The coordinator knows backends only through the [`Backend`] trait: it asks each for new
-//! device pollers between rounds and tells it when all of its GPUs said the library is
+//! device pollers before a round and tells it when all of its GPUs said the library is
 //! gone. It reads the settings at every round, so a reload changes the interval and the
 //! deadline at once, and makes the backends anew only when their own settings changed;
 //! counters and histograms carry on either way.
 
-use super::poll_worker::{self, Grid, Order, PollResult};
-use crate::backend::{self, Backend, BackendState, DevicePoller, XidEvents};
+use crate::backend::{self, Backend, BackendState, DevicePoller, PollReport, XidEvents};
 use crate::config::settings::{BackendSettings, LiveSwitches, SharedSettings};
 use crate::model::{
     BackendStatus, DeviceIdentity, DeviceReadings, DeviceSnapshot, DurationHistogram, PersistenceAttempts,
@@ -25,16 +23,15 @@ use crate::service::notify;
 use crate::snapshot::publisher::{Publisher, RoundPart};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
 use std::time::{Duration, Instant, SystemTime};
 
-/// What wakes the coordinator: a GPU's answer, or a word from the daemon.
-// The answer is large (a GPU's readings) and moved once a round; boxing it would add an
-// allocation a round for a copy the channel makes anyway.
-#[allow(clippy::large_enum_variant)]
-enum Event {
-    Polled(PollResult),
-    Control(Control),
+/// What a GPU thread sends back: which worker (by id), for which round, and what it read.
+struct PollResult {
+    worker: usize,
+    round: u64,
+    report: PollReport,
+    elapsed: Duration,
 }
 
 /// The coordinator's view of one GPU and its thread.
@@ -47,13 +44,10 @@ struct Worker {
     /// The `backend` label its durations and errors are counted under.
     backend_name: &'static str,
     identity: DeviceIdentity,
-    /// The thread's orders; dropping it ends the thread after its current poll.
-    orders: Option<Sender<Order>>,
-    /// The round its thread last answered for.
-    answered: Option<u64>,
-    /// The first round it did not answer in time, while it has not answered since: its
-    /// thread is busy (a hung call) and is not waited for.
-    missed: Option<u64>,
+    /// Sends a round number; the thread polls and answers on the results channel.
+    requests: Option<SyncSender<u64>>,
+    /// The round this GPU's thread is working on, if any.
+    busy_with: Option<u64>,
     up: bool,
     lost: bool,
     last_good_poll: Option<SystemTime>,
@@ -147,13 +141,9 @@ pub struct Coordinator {
     live: LiveSwitches,
     backends: Vec<Box<dyn Backend>>,
     workers: Vec<Worker>,
-    events_tx: Sender<Event>,
-    events_rx: Receiver<Event>,
+    results_tx: Sender<PollResult>,
+    results_rx: Receiver<PollResult>,
     round: u64,
-    /// The grid the GPU threads poll on, from the second round on (the daemon's loop).
-    grid: Option<Grid>,
-    /// Answers for a round after the one being waited for.
-    early: Vec<PollResult>,
     answers: Vec<Answers>,
     /// Counters by backend label; they outlive the backends (a reload makes new ones).
     backend_status: BTreeMap<&'static str, BackendStatus>,
@@ -170,7 +160,7 @@ pub struct Coordinator {
 
 impl Coordinator {
     pub fn new(settings: Arc<SharedSettings>, publisher: Arc<Publisher>, xid_events: Option<XidEvents>) -> Coordinator {
-        let (events_tx, events_rx) = mpsc::channel();
+        let (results_tx, results_rx) = mpsc::channel();
         Coordinator {
             settings,
             publisher,
@@ -179,11 +169,9 @@ impl Coordinator {
             live: LiveSwitches::default(),
             backends: Vec::new(),
             workers: Vec::new(),
-            events_tx,
-            events_rx,
+            results_tx,
+            results_rx,
             round: 0,
-            grid: None,
-            early: Vec::new(),
             answers: Vec::new(),
             backend_status: BTreeMap::new(),
             persistence_attempts: BTreeMap::new(),
@@ -215,9 +203,9 @@ impl Coordinator {
         if self.holding.is_none() {
             let slots: Vec<usize> = (0..self.backends.len()).filter(|s| self.backends[*s].hold()).collect();
             for worker in self.workers.iter_mut().filter(|w| slots.contains(&w.backend)) {
-                // Dropping the orders ends the thread after its current poll.
-                worker.orders = None;
-                worker.missed = None;
+                // Dropping the request channel ends the thread after its current poll.
+                worker.requests = None;
+                worker.busy_with = None;
                 worker.up = false;
                 worker.readings = None;
             }
@@ -300,44 +288,48 @@ impl Coordinator {
         }
     }
 
-    fn spawn_worker(&mut self, poller: Box<dyn DevicePoller>, backend: usize) -> Worker {
+    fn spawn_worker(&mut self, mut poller: Box<dyn DevicePoller>, backend: usize) -> Worker {
         let identity = poller.identity().clone();
         let backend_name = poller.backend_name();
         let id = self.next_worker_id;
         self.next_worker_id += 1;
-        let (orders_tx, orders_rx) = mpsc::channel::<Order>();
-        let events = self.events_tx.clone();
+        // One request in flight at most: a busy (hung) thread is simply not asked again.
+        let (requests_tx, requests_rx) = mpsc::sync_channel::<u64>(1);
+        let results = self.results_tx.clone();
         let running = Arc::new(());
         let alive = Arc::downgrade(&running);
         let spawned = std::thread::Builder::new()
             .name(format!("poll-gpu{}", identity.index))
             .spawn(move || {
                 let _running = running;
-                poll_worker::run(poller, id, orders_rx, |result| {
-                    events.send(Event::Polled(result)).is_ok()
-                });
+                while let Ok(round) = requests_rx.recv() {
+                    let started = Instant::now();
+                    let report = poller.poll();
+                    let result = PollResult {
+                        worker: id,
+                        round,
+                        report,
+                        elapsed: started.elapsed(),
+                    };
+                    if results.send(result).is_err() {
+                        break;
+                    }
+                }
             });
-        let mut orders = match spawned {
-            Ok(_) => Some(orders_tx),
+        let requests = match spawned {
+            Ok(_) => Some(requests_tx),
             Err(e) => {
                 log::error!("cannot start the poll thread for GPU {}: {e}", identity.index);
                 None
             }
         };
-        // A GPU found between rounds (a backend initialised again) joins the grid.
-        if let (Some(grid), Some(tx)) = (self.grid, &orders)
-            && tx.send(Order::Every(grid)).is_err()
-        {
-            orders = None;
-        }
         Worker {
             id,
             backend,
             backend_name,
             identity,
-            orders,
-            answered: None,
-            missed: None,
+            requests,
+            busy_with: None,
             up: false,
             lost: false,
             last_good_poll: None,
@@ -346,156 +338,74 @@ impl Coordinator {
         }
     }
 
-    /// The chores before a round: the settings, a GPU reset's hold, new GPUs.
-    fn prepare(&mut self) {
+    /// One round: ask every idle GPU, wait for answers until the deadline, publish.
+    pub fn run_round(&mut self) {
         self.apply_backend_settings();
         self.follow_hold();
         self.discover();
-    }
-
-    /// Tells every GPU thread that is not busy to do `order`; one whose thread ended is
-    /// asked no more.
-    fn order(&mut self, order: Order) {
-        for worker in self.workers.iter_mut().filter(|w| w.missed.is_none()) {
-            if let Some(tx) = &worker.orders
-                && tx.send(order).is_err()
-            {
-                worker.orders = None;
-            }
-        }
-    }
-
-    /// One round at once, for `gpuwarden check` and the daemon's first round: ask every idle
-    /// GPU, wait for answers until the deadline, publish.
-    pub fn run_round(&mut self) {
-        self.prepare();
+        let timeout = self.settings.current().config.poll.timeout;
         self.round += 1;
         let round = self.round;
         let started = Instant::now();
+        let deadline = started + timeout;
+
         self.answers.iter_mut().for_each(|a| *a = Answers::default());
-        self.order(Order::Once(round));
-        let deadline = started + self.settings.current().config.poll.timeout;
-        // Controls only come to the daemon's loop, which does not run yet.
-        let _ = self.collect(round, started, deadline);
-        self.finish_round(round, started);
-    }
-
-    /// Starts the GPU threads on a grid whose round `round` is due at `at`.
-    fn start_grid(&mut self, round: u64, at: Instant) {
-        let grid = Grid {
-            round,
-            at,
-            interval: self.settings.current().config.poll.interval,
-        };
-        self.grid = Some(grid);
-        self.order(Order::Every(grid));
-    }
-
-    /// One round on the grid, for the daemon's loop: waits for the GPU threads' answers (a
-    /// reload polls again at once), publishes, and readies the next round. False when the
-    /// daemon stops.
-    fn run_grid_round(&mut self) -> bool {
-        self.answers.iter_mut().for_each(|a| *a = Answers::default());
-        let Some(mut grid) = self.grid else {
-            return false;
-        };
-        loop {
-            self.round = grid.round;
-            let deadline = grid.at + self.settings.current().config.poll.timeout;
-            match self.collect(grid.round, grid.at, deadline) {
-                None => break,
-                Some(Control::Stop) => return false,
-                Some(Control::StatusOverwritten) => self.last_status.clear(),
-                Some(Control::Reload) => {
-                    // Poll again at once with the new settings: this round waits for the new
-                    // answers. New GPUs get their orders with the others'.
-                    self.grid = None;
-                    self.prepare();
-                    self.workers.iter_mut().for_each(|w| w.answered = None);
-                    self.answers.iter_mut().for_each(|a| *a = Answers::default());
-                    self.start_grid(grid.round, Instant::now());
-                }
-            }
-            grid = self.grid.unwrap_or(grid);
+        // Answers that came in after an earlier round's deadline free their thread.
+        while let Ok(late) = self.results_rx.try_recv() {
+            self.accept(late, round);
         }
-        self.finish_round(grid.round, grid.at);
-        let next = grid.next();
-        if next.at + next.interval < Instant::now() {
-            // The loop stood still for more than a round (a stopped process, an overloaded
-            // machine): start again from now rather than catch up.
-            self.start_grid(next.round, Instant::now());
-        } else {
-            self.grid = Some(next);
-        }
-        // New GPUs join the grid at its next round.
-        self.prepare();
-        true
-    }
 
-    /// Takes the GPU threads' answers for `round` until every GPU that is not busy answered
-    /// (and the round is due) or the deadline passed. A word from the daemon ends the wait
-    /// early and is returned.
-    fn collect(&mut self, round: u64, due: Instant, deadline: Instant) -> Option<Control> {
-        for early in std::mem::take(&mut self.early) {
-            self.accept(early, round);
-        }
-        loop {
-            let now = Instant::now();
-            let everyone = self.everyone_answered(round);
-            if now >= deadline || (everyone && now >= due) {
-                // What is already queued still counts.
-                while let Ok(event) = self.events_rx.try_recv() {
-                    match event {
-                        Event::Polled(result) => self.accept(result, round),
-                        Event::Control(control) => return Some(control),
-                    }
-                }
-                return None;
-            }
-            let until = if everyone { due } else { deadline };
-            match self.events_rx.recv_timeout(until.saturating_duration_since(now)) {
-                Ok(Event::Polled(result)) => self.accept(result, round),
-                Ok(Event::Control(control)) => return Some(control),
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
-            }
-        }
-    }
-
-    fn everyone_answered(&self, round: u64) -> bool {
-        self.workers
-            .iter()
-            .filter(|w| w.orders.is_some() && w.missed.is_none())
-            .all(|w| w.answered == Some(round))
-    }
-
-    /// The end of a round: whoever has not answered it is not up, and the round is published.
-    fn finish_round(&mut self, round: u64, started: Instant) {
-        let timeout = self.settings.current().config.poll.timeout;
+        let mut outstanding = 0;
         for worker in &mut self.workers {
-            if worker.answered == Some(round) && worker.orders.is_some() {
+            if worker.busy_with.is_some() {
                 continue;
             }
-            if worker.orders.is_some() && worker.missed.is_none() {
-                worker.missed = Some(round);
+            if let Some(requests) = &worker.requests {
+                match requests.try_send(round) {
+                    Ok(()) => {
+                        worker.busy_with = Some(round);
+                        outstanding += 1;
+                    }
+                    Err(TrySendError::Full(_)) => {}
+                    Err(TrySendError::Disconnected(_)) => worker.requests = None,
+                }
             }
-            // Rate-limited per GPU: a GPU that keeps missing a tight deadline flaps.
-            if worker.up
-                && let Some(held_back) = self
-                    .log_limiter
-                    .allow(&format!("{}/not-answering", worker.identity.uuid))
-            {
-                let repeats = crate::service::logging::held_back_suffix(held_back);
-                crate::gpu_log!(
-                    log::Level::Warn,
-                    worker.identity,
-                    "GPU {} ({}) did not answer within {:?}; reporting it down until it does{repeats}",
-                    worker.identity.index,
-                    worker.identity.uuid,
-                    timeout
-                );
+        }
+        while outstanding > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.results_rx.recv_timeout(left) {
+                Ok(result) => {
+                    if result.round == round {
+                        outstanding -= 1;
+                    }
+                    self.accept(result, round);
+                }
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
             }
-            worker.up = false;
-            worker.readings = None;
+        }
+
+        // Whoever has not answered this round is not up; their old readings are dropped.
+        for worker in &mut self.workers {
+            if worker.busy_with.is_some() || worker.requests.is_none() {
+                // Rate-limited per GPU: a GPU that keeps missing a tight deadline flaps.
+                if worker.up
+                    && let Some(held_back) = self
+                        .log_limiter
+                        .allow(&format!("{}/not-answering", worker.identity.uuid))
+                {
+                    let repeats = crate::service::logging::held_back_suffix(held_back);
+                    crate::gpu_log!(
+                        log::Level::Warn,
+                        worker.identity,
+                        "GPU {} ({}) did not answer within {:?}; reporting it down until it does{repeats}",
+                        worker.identity.index,
+                        worker.identity.uuid,
+                        timeout
+                    );
+                }
+                worker.up = false;
+                worker.readings = None;
+            }
         }
         if !self.workers.is_empty() {
             self.round_duration.observe(started.elapsed().as_secs_f64());
@@ -515,9 +425,9 @@ impl Coordinator {
             }
             self.backends[slot].library_gone();
             for worker in self.workers.iter_mut().filter(|w| w.backend == slot) {
-                // Dropping the orders ends the thread after its current poll.
-                worker.orders = None;
-                worker.missed = None;
+                // Dropping the request channel ends the thread after its current poll.
+                worker.requests = None;
+                worker.busy_with = None;
                 worker.up = false;
                 worker.readings = None;
             }
@@ -526,23 +436,10 @@ impl Coordinator {
 
     /// Takes in one GPU's answer; only an answer for the current round counts as up.
     fn accept(&mut self, result: PollResult, current_round: u64) {
-        if result.round > current_round {
-            // A GPU thread already on the next round while this one waits for a slower GPU:
-            // its answer is for that round.
-            self.early.push(result);
-            return;
-        }
         let Some(worker) = self.workers.iter_mut().find(|w| w.id == result.worker) else {
             return;
         };
-        // Back from a hung call: it may have missed a reload's new grid.
-        if worker.missed.take().is_some()
-            && let (Some(grid), Some(tx)) = (self.grid, &worker.orders)
-            && tx.send(Order::Every(grid)).is_err()
-        {
-            worker.orders = None;
-        }
-        worker.answered = Some(result.round);
+        worker.busy_with = None;
         // A backend that started reading through a second source (ROCm SMI) gets its entry now.
         let status = self.backend_status.entry(worker.backend_name).or_default();
         count_calls(status, &result);
@@ -631,7 +528,7 @@ enum Control {
 /// The running poll loop; dropping the handle does not stop it, the daemon's stop signal
 /// does (the loop's thread drops its handle when it ends).
 pub struct PollLoop {
-    control: Sender<Event>,
+    control: Sender<Control>,
 }
 
 impl PollLoop {
@@ -640,23 +537,32 @@ impl PollLoop {
         coordinator.run_round();
         coordinator.report_status();
         let watchdog = notify::watchdog_interval();
-        let control = coordinator.events_tx.clone();
-        // The loop waits on its events, so the stop reaches it there.
-        let wake = control.clone();
+        let (control_tx, control_rx) = mpsc::channel::<Control>();
+        // The loop waits on its channel, so the stop reaches it there.
+        let wake = control_tx.clone();
         stop.on_stop(move || {
-            let _ = wake.send(Event::Control(Control::Stop));
+            let _ = wake.send(Control::Stop);
         });
         std::thread::Builder::new()
             .name("poll-coordinator".into())
             .spawn(move || {
                 let first = coordinator.settings.current().config.poll.interval;
-                let next = coordinator.round + 1;
-                coordinator.start_grid(next, Instant::now().checked_add(first).unwrap_or_else(Instant::now));
+                let mut next = Instant::now().checked_add(first).unwrap_or_else(Instant::now);
                 let mut last_ping = Instant::now();
                 if watchdog.is_some() {
                     notify::watchdog();
                 }
-                while coordinator.run_grid_round() {
+                // Wake at the next round, at once after a reload, or to stop.
+                loop {
+                    match control_rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                        Err(RecvTimeoutError::Timeout) | Ok(Control::Reload) => {}
+                        Ok(Control::StatusOverwritten) => {
+                            coordinator.last_status.clear();
+                            continue;
+                        }
+                        Ok(Control::Stop) | Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                    coordinator.run_round();
                     coordinator.report_status();
                     // The watchdog is fed from here, so a poll loop that stops turning (a hung
                     // NVML initialisation, a deadlock) stops the pings and systemd restarts us.
@@ -666,22 +572,29 @@ impl PollLoop {
                         notify::watchdog();
                         last_ping = Instant::now();
                     }
+                    // Keep to the interval's grid; after a long round or a reload, start
+                    // again from now.
+                    let interval = coordinator.settings.current().config.poll.interval;
+                    next = next.checked_add(interval).unwrap_or(next);
+                    if next < Instant::now() || next > Instant::now() + interval {
+                        next = Instant::now().checked_add(interval).unwrap_or(next);
+                    }
                 }
                 drop(coordinator);
                 drop(stop);
             })?;
-        Ok(PollLoop { control })
+        Ok(PollLoop { control: control_tx })
     }
 
     /// The settings were replaced: the loop applies them and polls at once (a round that
     /// is running finishes first). Never waits.
     pub fn reload(&self) {
-        let _ = self.control.send(Event::Control(Control::Reload));
+        let _ = self.control.send(Control::Reload);
     }
 
     /// systemd's STATUS= was just written by someone else: the next round sends the health
     /// summary again.
     pub fn status_overwritten(&self) {
-        let _ = self.control.send(Event::Control(Control::StatusOverwritten));
+        let _ = self.control.send(Control::StatusOverwritten);
     }
 }

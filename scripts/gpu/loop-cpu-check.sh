@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Is the driver's CPU for the same NVML calls set by the CPU a process runs on? Copies of
+# scripts/gpu/nvml-loop.c side by side: one each pinned to four different CPUs, and four
+# pinned together to one CPU; each one's CPU over the window (docs/performance.md,
+# "Against a C loop").
+#   sudo scripts/gpu/loop-cpu-check.sh [WINDOW_SECONDS]     (on the GPU machine)
+set -euo pipefail
+window=${1:-120}
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
+gcc -O2 -o "$work/nvml-loop" "$here/nvml-loop.c" -I"${NVML_INCLUDE:-/usr/local/cuda/include}" \
+  -l:libnvidia-ml.so.1 -lpthread
+cpus=$(nproc)
+declare -A pid cpu
+names=""
+for c in 1 $((cpus / 4 + 1)) $((cpus / 2 + 1)) $((cpus - 1)); do
+  n="alone-cpu$c"; cpu[$n]=$c
+  taskset -c "$c" "$work/nvml-loop" $((window + 30)) > /dev/null 2>&1 & pid[$n]=$!
+  names="$names $n"
+done
+for i in 1 2 3 4; do
+  n="shared$i-cpu3"; cpu[$n]=3
+  taskset -c 3 "$work/nvml-loop" $((window + 30)) > /dev/null 2>&1 & pid[$n]=$!
+  names="$names $n"
+done
+sleep 15
+cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { print s }'; }
+declare -A c0
+for n in $names; do c0[$n]=$(cpu_ns "${pid[$n]}"); done
+sleep "$window"
+echo "window: $window s; $cpus CPUs; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); GPU's NUMA node: $(cat /sys/bus/pci/devices/*/numa_node 2>/dev/null | sort | uniq -c | tr '\n' ' ')"
+for n in $names; do
+  ns=$(( $(cpu_ns "${pid[$n]}") - ${c0[$n]} ))
+  awk -v n="$n" -v ns="$ns" 'BEGIN { printf "%-14s CPU %.1f ms\n", n, ns / 1e6 }'
+done
+lscpu | grep -E "^(Model name|Thread|Core|Socket|NUMA node)" || true
