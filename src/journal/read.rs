@@ -463,3 +463,70 @@ pub fn timeline(path: &Path, now: f64) -> Result<std::collections::BTreeMap<Stri
     }
     Ok(by_gpu)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn journal_with(rows: &[(f64, &str, &str)]) -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = db::open_for_writing(&dir.path().join("state.db")).unwrap();
+        for (at, boot, details) in rows {
+            conn.execute(
+                "INSERT INTO events (at, boot_id, host, kind, summary, details) \
+                 VALUES (?1, ?2, 'node-1', 'remediation', 'a row', ?3)",
+                rusqlite::params![at, boot, details],
+            )
+            .unwrap();
+        }
+        (dir, conn)
+    }
+
+    fn attempt_json(uuid: &str, started: f64, outcome: &str) -> String {
+        format!(
+            r#"{{"attempt": {{"uuid": "{uuid}", "index": 0, "pci_bus_id": "0000:19:00.0", "step": "gpu_reset",
+              "why": "Xid 94", "started": {started}, "duration_seconds": 2.5, "outcome": {outcome}, "output": "ok"}}}}"#
+        )
+    }
+
+    #[test]
+    fn the_seed_keeps_good_remediation_rows_and_leaves_out_hostile_or_older_ones() {
+        let now = SystemTime::now();
+        let t = crate::model::unix_seconds(now);
+        let good = attempt_json("GPU-a", t - 60.0, r#"{"result": "succeeded"}"#);
+        let failed_last_boot = attempt_json("GPU-b", t - 120.0, r#"{"result": "failed", "why": "exit status 1"}"#);
+        let reboot_this_boot = r#"{"reboot_required": {"since": 1.0, "uuid": "GPU-a", "index": 0, "why": "failed"}}"#;
+        let reboot_last_boot = r#"{"reboot_required": {"since": 1.0, "uuid": "GPU-b", "index": 1, "why": "old"}}"#;
+        let (_dir, conn) = journal_with(&[
+            (t - 200.0, "boot-now", "not json at all {"),
+            (t - 190.0, "boot-now", "[1, 2, 3]"),
+            (t - 180.0, "boot-now", r#"{"attempt": "a string, not an attempt"}"#),
+            (
+                t - 170.0,
+                "boot-now",
+                r#"{"attempt": {"uuid": "GPU-x", "index": "zero"}}"#,
+            ),
+            (t - 165.0, "boot-now", r#"{"reboot_required": {"since": "yesterday"}}"#),
+            (t - 160.0, "boot-now", &"x".repeat(100_000)),
+            (t - 130.0, "boot-old", reboot_last_boot),
+            (t - 120.0, "boot-old", &failed_last_boot),
+            (t - 60.0, "boot-now", &good),
+            (t - 50.0, "boot-now", reboot_this_boot),
+            // Outside the day's window and from another boot: not a reset of today's budget.
+            (
+                t - 2.0 * 86_400.0,
+                "boot-older",
+                &attempt_json("GPU-c", t - 2.0 * 86_400.0, r#"{"result": "succeeded"}"#),
+            ),
+        ]);
+        let seed = remediation(&conn, "boot-now", now).unwrap();
+        let kept: Vec<(&str, bool)> = seed.attempts.iter().map(|a| (a.uuid.as_str(), a.this_boot)).collect();
+        assert_eq!(kept, [("GPU-b", false), ("GPU-a", true)], "{seed:?}");
+        assert_eq!(
+            seed.reboot_required.as_ref().map(|r| r.uuid.as_str()),
+            Some("GPU-a"),
+            "a reboot mark lasts its boot only"
+        );
+        assert!(seed.failed(), "this boot's reboot mark makes remediation failed");
+    }
+}

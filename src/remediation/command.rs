@@ -23,6 +23,9 @@ pub struct Ran {
     pub duration: Duration,
 }
 
+/// How long the output's reader is waited for after the command's group is gone.
+const OUTPUT_GRACE: Duration = Duration::from_secs(1);
+
 /// Runs `words` (the program, then its arguments) until it exits, `timeout` passes (its whole
 /// process group is killed) or `stop` fires.
 pub fn run(words: &[String], timeout: Duration, stop: &Stop) -> Ran {
@@ -67,15 +70,21 @@ pub fn run(words: &[String], timeout: Duration, stop: &Stop) -> Ran {
     };
     let output = Arc::new(Mutex::new(Vec::new()));
     let kept = output.clone();
+    let (read_all, reader_done) = std::sync::mpsc::channel::<()>();
     // A thread of its own: a grandchild that keeps the pipe open cannot hold up the step.
     let _ = std::thread::Builder::new()
         .name("remediation-output".into())
-        .spawn(move || read_bounded(reader, &kept));
+        .spawn(move || {
+            read_bounded(reader, &kept);
+            let _ = read_all.send(());
+        });
     let failure = wait(&mut child, started + timeout, timeout, stop);
     // Whatever it started and left behind goes with it.
     kill_group(child.id());
-    // The reader has a moment to take what is left in the pipe.
-    std::thread::sleep(Duration::from_millis(50));
+    // The reader sees the pipe's end as soon as the group is gone and takes what is left in
+    // it; something outside the group still holding the pipe (a daemon the command started
+    // in a session of its own) is not waited for past OUTPUT_GRACE.
+    let _ = reader_done.recv_timeout(OUTPUT_GRACE);
     let bytes = output.lock().unwrap_or_else(PoisonError::into_inner).clone();
     // Lines kept, every other control character (a terminal escape) replaced.
     let text = crate::input::printable_lines(&String::from_utf8_lossy(&bytes));
@@ -187,5 +196,34 @@ mod tests {
         assert!(hung.output.ends_with("bytes cut]"), "said it was cut");
         std::thread::sleep(Duration::from_millis(2500));
         assert!(!marker.exists(), "the grandchild was killed with its group");
+    }
+
+    #[test]
+    fn the_last_output_is_kept_and_a_process_outside_the_group_holding_the_pipe_is_not_waited_for() {
+        let shutdown = Shutdown::new();
+        let stop = shutdown.handle("test");
+        // 3 KiB written right before the exit: all of it is read before the result is made.
+        let burst = run(
+            &sh("head -c 3000 /dev/zero | tr '\\0' y; echo; echo last line"),
+            Duration::from_secs(10),
+            &stop,
+        );
+        assert_eq!(burst.failed, None);
+        assert!(
+            burst.output.ends_with("last line"),
+            "{:?}",
+            &burst.output[burst.output.len().saturating_sub(40)..]
+        );
+        // A daemon started in a session of its own keeps the pipe open for 5 s after the
+        // command exits; the step ends after the grace, with what was written.
+        let started = Instant::now();
+        let escaped = run(&sh("setsid sleep 5 & echo started it"), Duration::from_secs(10), &stop);
+        let took = started.elapsed();
+        assert_eq!(escaped.failed, None);
+        assert!(escaped.output.contains("started it"), "{:?}", escaped.output);
+        assert!(
+            took < Duration::from_secs(3),
+            "waited {took:?} for a pipe held outside the group"
+        );
     }
 }
