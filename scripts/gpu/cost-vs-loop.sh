@@ -61,21 +61,26 @@ if [ -n "${BEFORE:-}" ]; then
 fi
 sleep "$settle"
 
-cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { print s }'; }
+cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%d\n", s }'; }
+# The same from /proc/PID/stat (utime + stime, clock ticks): coarser, but it keeps the time of
+# threads that ended in the window (the runtime's blocking threads for the periodic reads
+# live 10 s), which the per-thread sum loses.
+cpu_ticks() { awk '{ print $14 + $15 }' /proc/"$1"/stat; }
 threads() { for t in /proc/"$1"/task/*; do echo "$(tr ' ' _ < "$t/comm") $(awk '{print $1}' "$t/schedstat")"; done | sort; }
-for p in $procs; do cpu_ns "${pid[$p]}" > "$work/$p.c0"; threads "${pid[$p]}" > "$work/$p.t0"; done
+for p in $procs; do cpu_ns "${pid[$p]}" > "$work/$p.c0"; cpu_ticks "${pid[$p]}" > "$work/$p.k0"; threads "${pid[$p]}" > "$work/$p.t0"; done
 t0=$(date +%s.%N)
 sleep "$window"
 t1=$(date +%s.%N)
-for p in $procs; do cpu_ns "${pid[$p]}" > "$work/$p.c1"; threads "${pid[$p]}" > "$work/$p.t1"; done
+for p in $procs; do cpu_ns "${pid[$p]}" > "$work/$p.c1"; cpu_ticks "${pid[$p]}" > "$work/$p.k1"; threads "${pid[$p]}" > "$work/$p.t1"; done
 elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
 echo "window: $elapsed s after a settle of $settle s; $copies copies; GPUs: $(nvidia-smi -L | wc -l) ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1))"
 for p in $procs; do
   ns=$(( $(cat "$work/$p.c1") - $(cat "$work/$p.c0") ))
+  ticks=$(( $(cat "$work/$p.k1") - $(cat "$work/$p.k0") ))
   rss=$(awk '/VmRSS/ {print $2}' /proc/"${pid[$p]}"/status)
   echo "$p $ns $rss" >> "$work/summary"
-  awk -v p="$p" -v ns="$ns" -v e="$elapsed" -v rss="$rss" \
-    'BEGIN { printf "%-10s CPU %.4f %% of a core (%.1f ms in the window), RSS %d KiB\n", p, ns / 1e7 / e, ns / 1e6, rss }'
+  awk -v p="$p" -v ns="$ns" -v e="$elapsed" -v rss="$rss" -v ticks="$ticks" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN { printf "%-10s CPU %.4f %% of a core (%.1f ms in the window; %d ms by /proc/PID/stat), RSS %d KiB\n", p, ns / 1e7 / e, ns / 1e6, ticks * 1000 / hz, rss }'
 done
 echo "means by group (CPU ms in the window, share of a core, x the loops' mean; RSS KiB, over the loops' mean):"
 awk -v e="$elapsed" '
