@@ -18,10 +18,7 @@ window=${2:-300}
 copies=${COPIES:-2}
 settle=${SETTLE:-130}
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
-gcc -O2 -o "$work/nvml-loop" "$here/nvml-loop.c" -I"${NVML_INCLUDE:-/usr/local/cuda/include}" \
-  -l:libnvidia-ml.so.1 -lpthread
+source "$here/nvml-loop.sh"
 mkdir -p "$work/jobs"
 echo 48217 > "$work/jobs/0"
 
@@ -61,9 +58,8 @@ if [ -n "${BEFORE:-}" ]; then
 fi
 sleep "$settle"
 
-cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%d\n", s }'; }
-# The same from /proc/PID/stat (utime + stime, clock ticks): coarser, but it keeps the time of
-# threads that ended in the window (the runtime's blocking threads for the periodic reads
+# Beside cpu_ns (nvml-loop.sh), the CPU from /proc/PID/stat (utime + stime, clock ticks):
+# coarser, but it keeps the time of threads that ended in the window (the runtime's blocking threads for the periodic reads
 # live 10 s), which the per-thread sum loses.
 cpu_ticks() { awk '{ print $14 + $15 }' /proc/"$1"/stat; }
 threads() { for t in /proc/"$1"/task/*; do echo "$(tr ' ' _ < "$t/comm") $(awk '{print $1}' "$t/schedstat")"; done | sort; }

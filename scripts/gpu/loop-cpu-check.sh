@@ -7,10 +7,7 @@
 set -euo pipefail
 window=${1:-120}
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
-gcc -O2 -o "$work/nvml-loop" "$here/nvml-loop.c" -I"${NVML_INCLUDE:-/usr/local/cuda/include}" \
-  -l:libnvidia-ml.so.1 -lpthread
+source "$here/nvml-loop.sh"
 cpus=$(nproc)
 declare -A pid cpu
 names=""
@@ -25,7 +22,6 @@ for i in 1 2 3 4; do
   names="$names $n"
 done
 sleep 15
-cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { print s }'; }
 declare -A c0
 for n in $names; do c0[$n]=$(cpu_ns "${pid[$n]}"); done
 sleep "$window"

@@ -6,10 +6,7 @@
 set -euo pipefail
 window=${1:-150}
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
-gcc -O2 -o "$work/nvml-loop" "$here/nvml-loop.c" -I"${NVML_INCLUDE:-/usr/local/cuda/include}" \
-  -l:libnvidia-ml.so.1 -lpthread
+source "$here/nvml-loop.sh"
 declare -A phase=([same1]=0.10 [same2]=0.10 [alone1]=0.60 [alone2]=0.35)
 names="same1 same2 alone1 alone2"
 declare -A pid
@@ -17,7 +14,6 @@ for n in $names; do
   "$work/nvml-loop" $((window + 30)) "${phase[$n]}" > "$work/$n.log" 2>&1 & pid[$n]=$!
 done
 sleep 15
-cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { print s }'; }
 declare -A c0
 for n in $names; do c0[$n]=$(cpu_ns "${pid[$n]}"); done
 sleep "$window"
