@@ -27,17 +27,7 @@ fn xid_rows(state: &Path) -> Vec<serde_json::Value> {
 
 /// `gpuwarden report --gpu GPU --json` on the journal at `state`.
 fn report_json(state: &Path, gpu: &str) -> serde_json::Value {
-    let out = Command::new(BIN)
-        .args(["report", "--gpu", gpu, "--json", "--state"])
-        .arg(state)
-        .output()
-        .expect("run gpuwarden report");
-    assert!(
-        out.status.success(),
-        "report failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("report --json is JSON")
+    gpuwarden_json(&["report", "--gpu", gpu], state)
 }
 
 /// Seconds since boot, as the kernel stamps its records.

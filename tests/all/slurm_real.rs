@@ -298,14 +298,12 @@ fn health_checked_slurm_with(dir: &Path, d: &Daemon, interval: u64, env: &str, n
     std::fs::write(
         &check,
         format!(
-            "#!/bin/sh\nexport SLURM_CONF={} GPUWARDEN_SOCKET={} PATH={} {env}\n\
-             [ -e {dir}/break-sinfo ] && export SINFO={}/failing-sinfo\n\
+            "#!/bin/sh\nexport SLURM_CONF={} GPUWARDEN_SOCKET={} PATH={bin} {env}\n\
+             [ -e {dir}/break-sinfo ] && export SINFO={bin}/failing-sinfo\n\
              [ -e {dir}/hang-sinfo ] && export SINFO={bin}/hanging-sinfo GPUWARDEN_SLURM_TIMEOUT=2\n\
              /bin/sh {}/deploy/slurm/healthcheck.sh\n/bin/date +%s.%N >{dir}/check-done\n",
             conf.display(),
             d.socket_path().display(),
-            bin.display(),
-            bin.display(),
             env!("CARGO_MANIFEST_DIR"),
             dir = dir.display(),
             bin = bin.display(),

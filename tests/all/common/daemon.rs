@@ -448,18 +448,23 @@ pub fn fake_reset_command() -> String {
     )
 }
 
-/// `gpuwarden events --json --state STATE ARGS...` as JSON; the command must succeed.
-pub fn events_json(state: &Path, args: &[&str]) -> serde_json::Value {
+/// `gpuwarden ARGS... --json --state STATE` as JSON; the command must succeed.
+pub fn gpuwarden_json(args: &[&str], state: &Path) -> serde_json::Value {
     let out = Command::new(BIN)
-        .args(["events", "--json", "--state"])
-        .arg(state)
         .args(args)
+        .args(["--json", "--state"])
+        .arg(state)
         .output()
-        .expect("run gpuwarden events");
+        .unwrap_or_else(|e| panic!("run gpuwarden {args:?}: {e}"));
     assert!(
         out.status.success(),
-        "events failed: {}",
+        "gpuwarden {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("events --json is JSON")
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("gpuwarden {args:?} --json is not JSON: {e}"))
+}
+
+/// `gpuwarden events ARGS... --json --state STATE` as JSON; the command must succeed.
+pub fn events_json(state: &Path, args: &[&str]) -> serde_json::Value {
+    gpuwarden_json(&[&["events"], args].concat(), state)
 }
