@@ -139,24 +139,26 @@ impl Ring {
         self.filled = (self.filled + 1).min(size);
     }
 
+    /// The newest `n` points (at most those written), newest first.
+    fn newest(&self, n: usize) -> impl Iterator<Item = f32> + '_ {
+        let size = self.points.len();
+        (0..n.min(self.filled)).map(move |back| self.points[(self.next + size - 1 - back) % size])
+    }
+
     /// Oldest first.
     fn values(&self) -> Vec<Option<f64>> {
-        let size = self.points.len();
-        (0..self.filled)
-            .map(|i| self.points[(self.next + size - self.filled + i) % size])
+        let mut values: Vec<Option<f64>> = self
+            .newest(self.filled)
             .map(|v| (!v.is_nan()).then(|| decimal(v)))
-            .collect()
+            .collect();
+        values.reverse();
+        values
     }
 
     /// The mean of the newest `n` points that are not gaps; None when all are. Reads those
     /// points alone: the whole ring is converted only when someone asks for it.
     fn mean_of_last(&self, n: usize) -> Option<f64> {
-        let size = self.points.len();
-        let last: Vec<f64> = (0..n.min(self.filled))
-            .map(|back| self.points[(self.next + size - 1 - back) % size])
-            .filter(|v| !v.is_nan())
-            .map(decimal)
-            .collect();
+        let last: Vec<f64> = self.newest(n).filter(|v| !v.is_nan()).map(decimal).collect();
         (!last.is_empty()).then(|| last.iter().sum::<f64>() / last.len() as f64)
     }
 }
@@ -365,6 +367,13 @@ mod tests {
             let expected = (!last.is_empty()).then(|| last.iter().sum::<f64>() / last.len() as f64);
             assert_eq!(ring.mean_of_last(n), expected, "n = {n}");
         }
+        let mut small = Ring::new(3);
+        for v in [Some(1.0), Some(2.0), None, Some(4.0)] {
+            small.push(v);
+        }
+        assert_eq!(small.values(), [Some(2.0), None, Some(4.0)], "oldest first, wrapped");
+        assert_eq!(small.mean_of_last(2), Some(4.0), "a gap is left out");
+        assert_eq!(small.mean_of_last(3), Some(3.0));
         let mut gaps = Ring::new(4);
         gaps.push(None);
         assert_eq!(gaps.mean_of_last(6), None);
