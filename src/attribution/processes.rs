@@ -22,7 +22,10 @@ const MAX_CGROUP: usize = 16 * 1024;
 pub fn describe(devices: &mut [crate::model::DeviceSnapshot], settings: &crate::config::Processes) {
     let mut skips = Skips::new(input::Input::Proc);
     for readings in devices.iter_mut().filter_map(|d| d.readings.as_mut()) {
-        if let Some(list) = readings.processes.as_mut() {
+        if readings.processes.is_some()
+            // Not shared yet on the poll thread (no copy made); a copy where it is.
+            && let Some(list) = std::sync::Arc::make_mut(readings).processes.as_mut()
+        {
             describe_list(list, settings, &mut skips);
         }
     }

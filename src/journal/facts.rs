@@ -64,19 +64,63 @@ pub struct GpuFacts {
 }
 
 impl GpuFacts {
-    /// What decides whether the stored facts are out of date: everything but the findings'
-    /// wording (which carries live values) and when an episode's reason was last seen, so
-    /// that a steady GPU costs no write at all.
-    pub fn key(&self) -> GpuFacts {
-        let mut key = self.clone();
-        for finding in &mut key.findings {
-            finding.message.clear();
-        }
-        for episode in key.episodes.values_mut() {
-            episode.1 = episode.0;
-        }
-        key.pcie_replays = None;
-        key
+    /// Whether `other` would store the same facts: everything counts but the findings'
+    /// wording (which carries live values), when an episode's reason was last seen, and the
+    /// PCIe replay counter, so that a steady GPU costs no write at all. Compared in place, as
+    /// it runs for every GPU every round; the destructuring makes a new field a compile error
+    /// here until someone decides whether it counts.
+    pub fn same_stored_facts(&self, other: &GpuFacts) -> bool {
+        let GpuFacts {
+            index,
+            uuid,
+            serial,
+            pci_bus_id,
+            name,
+            driver_version,
+            inventory,
+            verdict,
+            findings,
+            lost,
+            ecc_uncorrectable,
+            remap_pending,
+            remap_failed,
+            remapped_rows,
+            recovery_action,
+            nvlink_errors,
+            nvlinks_down,
+            pcie_replays: _,
+            probe_started,
+            episodes,
+        } = self;
+        *index == other.index
+            && *uuid == other.uuid
+            && *serial == other.serial
+            && *pci_bus_id == other.pci_bus_id
+            && *name == other.name
+            && *driver_version == other.driver_version
+            && *inventory == other.inventory
+            && *verdict == other.verdict
+            && findings.len() == other.findings.len()
+            && findings
+                .iter()
+                .zip(&other.findings)
+                .all(|(a, b)| a.reason == b.reason && a.severity == b.severity)
+            && *lost == other.lost
+            && *ecc_uncorrectable == other.ecc_uncorrectable
+            && *remap_pending == other.remap_pending
+            && *remap_failed == other.remap_failed
+            && *remapped_rows == other.remapped_rows
+            && *recovery_action == other.recovery_action
+            && *nvlink_errors == other.nvlink_errors
+            && *nvlinks_down == other.nvlinks_down
+            && *probe_started == other.probe_started
+            && episodes.len() == other.episodes.len()
+            && episodes
+                .iter()
+                .zip(&other.episodes)
+                .all(|((reason, (started, _)), (other_reason, (other_started, _)))| {
+                    reason == other_reason && started == other_started
+                })
     }
 
     pub fn gpu_ref(&self) -> GpuRef {
@@ -120,8 +164,8 @@ pub fn facts_of(device: &DeviceSnapshot, snapshot: &Snapshot, last: Option<&GpuF
             .get(&id.uuid)
             .map(|r| r.started)
             .or(keep.probe_started),
-        episodes: keep.episodes.clone(),
-        ..keep.clone()
+        // The rest (episodes, the last counters) carries over: moved, not copied again.
+        ..keep
     };
     if let Some(r) = device.answered() {
         let uncorrectable: Vec<u64> = r
@@ -462,4 +506,50 @@ fn probe_event(report: &ProbeReport, gpu: Option<GpuRef>) -> Event {
         format!("probe {verdict}"),
         serde_json::to_value(report).unwrap_or_default(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> GpuFacts {
+        GpuFacts {
+            uuid: "GPU-1".into(),
+            verdict: "degraded".into(),
+            findings: vec![FindingFact {
+                reason: "thermal_slowdown".into(),
+                severity: "warning".into(),
+                message: "at 91 C".into(),
+            }],
+            pcie_replays: Some(3),
+            episodes: BTreeMap::from([("hw_thermal_slowdown".to_string(), (100.0, 100.0))]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn live_values_do_not_make_the_stored_facts_stale() {
+        let mut now = facts();
+        now.findings[0].message = "at 93 C".into();
+        now.pcie_replays = Some(40);
+        now.episodes.insert("hw_thermal_slowdown".into(), (100.0, 160.0));
+        assert!(facts().same_stored_facts(&now));
+    }
+
+    #[test]
+    fn what_is_stored_makes_them_stale() {
+        let changes: [fn(&mut GpuFacts); 6] = [
+            |f| f.verdict = "healthy".into(),
+            |f| f.findings[0].severity = "critical".into(),
+            |f| f.findings.clear(),
+            |f| f.episodes.insert("hw_thermal_slowdown".into(), (150.0, 150.0)).map_or((), drop),
+            |f| f.remap_pending = Some(true),
+            |f| f.serial = Some("1653".into()),
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            let mut now = facts();
+            change(&mut now);
+            assert!(!facts().same_stored_facts(&now), "change {i}");
+        }
+    }
 }

@@ -433,7 +433,11 @@ impl Writer {
             self.push(event);
         }
         // Known from before a restart: this run's first reading of its counters.
-        if self.looked_at.insert(uuid.clone()) && last.is_some() {
+        let first_look = !self.looked_at.contains(&uuid);
+        if first_look {
+            self.looked_at.insert(uuid.clone());
+        }
+        if first_look && last.is_some() {
             for event in facts::first_readings(&new, now, "at start") {
                 self.push(event);
             }
@@ -443,7 +447,13 @@ impl Writer {
             .get(&(uuid.clone(), "enabled"))
             .copied()
             .unwrap_or(0);
-        let before = self.persistence_enabled.insert(uuid.clone(), enabled).unwrap_or(0);
+        let before = match self.persistence_enabled.get_mut(&uuid) {
+            Some(seen) => std::mem::replace(seen, enabled),
+            None => {
+                self.persistence_enabled.insert(uuid.clone(), enabled);
+                0
+            }
+        };
         if enabled > before {
             self.push(Event::new(
                 now,
@@ -453,7 +463,7 @@ impl Writer {
                 json!({"times_since_start": enabled}),
             ));
         }
-        if last.as_ref().map(GpuFacts::key) != Some(new.key()) {
+        if !last.as_ref().is_some_and(|last| last.same_stored_facts(&new)) {
             self.dirty_facts.insert(uuid.clone());
         }
         self.facts.insert(uuid, new);

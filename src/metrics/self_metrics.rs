@@ -79,7 +79,7 @@ pub const FAMILIES: &[Family] = &[
         labels: &["gpu", "uuid", "result"],
         dcgm: &[],
         read: Read::Node(|snapshot, s| {
-            for ((uuid, result), n) in &snapshot.persistence_attempts {
+            for ((uuid, result), n) in snapshot.persistence_attempts.iter() {
                 let gpu = snapshot
                     .devices
                     .iter()

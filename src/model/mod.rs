@@ -350,7 +350,9 @@ pub struct DeviceSnapshot {
     pub last_good_poll: Option<SystemTime>,
     /// The readings of the latest poll; `None` when the device did not answer in time, so a
     /// dashboard shows a gap rather than a frozen value.
-    pub readings: Option<DeviceReadings>,
+    /// Shared, not copied, between the round that read them, the snapshot and a refresh that
+    /// puts the snapshot together again from the same round.
+    pub readings: Option<std::sync::Arc<DeviceReadings>>,
     /// When a hardware power slowdown (`HW_POWER_REASONS`) was last seen, active or as
     /// growth of its driver counter: the health stage keeps it across rounds
     /// (`health::memory`).
@@ -391,7 +393,7 @@ impl DeviceSnapshot {
             up: true,
             lost: false,
             last_good_poll: None,
-            readings: Some(readings),
+            readings: Some(std::sync::Arc::new(readings)),
             hw_slowdown_seen: None,
             error_growth: Default::default(),
             clock_event_starts: Vec::new(),
@@ -404,7 +406,7 @@ impl DeviceSnapshot {
     /// The readings of a GPU that answered its latest poll; `None` for one that did not (the
     /// one place that says readings count only with `up`).
     pub fn answered(&self) -> Option<&DeviceReadings> {
-        self.readings.as_ref().filter(|_| self.up)
+        self.readings.as_deref().filter(|_| self.up)
     }
 }
 
@@ -546,7 +548,7 @@ pub struct Snapshot {
     pub generation: u64,
     pub backends: std::sync::Arc<BTreeMap<&'static str, BackendStatus>>,
     pub devices: Vec<DeviceSnapshot>,
-    pub persistence_attempts: PersistenceAttempts,
+    pub persistence_attempts: std::sync::Arc<PersistenceAttempts>,
     /// Wall time of whole poll rounds (all GPUs, polled in parallel).
     pub round_duration: DurationHistogram,
     /// XID counts by PCI bus id, and the state of their sources.

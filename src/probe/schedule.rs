@@ -492,12 +492,12 @@ mod tests {
             clock_event_starts: Vec::new(),
             health: Default::default(),
             last_good_poll: None,
-            readings: Some(DeviceReadings {
+            readings: Some(std::sync::Arc::new(DeviceReadings {
                 utilization_ratio: Some(utilization),
                 memory_used_bytes: Some(used_mib << 20),
                 memory_total_bytes: Some(81_559 << 20),
                 ..Default::default()
-            }),
+            })),
         }
     }
 

@@ -224,13 +224,13 @@ mod tests {
             pid: 999_001,
             ..Default::default()
         };
-        with_process.devices[0].readings.as_mut().unwrap().processes = Some(vec![process]);
+        std::sync::Arc::make_mut(with_process.devices[0].readings.as_mut().unwrap()).processes = Some(vec![process]);
         assert!(not_now(&with_process, &settings).unwrap().contains("process 999001"));
         // The probe's own child, still listed by the round after it, is not work.
         note_own_probe(999_001);
         assert_eq!(work_on_node(&with_process), None);
         let mut busy = idle_node();
-        busy.devices[1].readings.as_mut().unwrap().utilization_ratio = Some(0.6);
+        std::sync::Arc::make_mut(busy.devices[1].readings.as_mut().unwrap()).utilization_ratio = Some(0.6);
         assert!(not_now(&busy, &settings).unwrap().starts_with("GPU 1: its utilization"));
         let mut unhealthy = idle_node();
         unhealthy.devices[0].health.state = HealthState::Unhealthy;

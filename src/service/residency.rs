@@ -7,7 +7,9 @@
 //! kernel to reclaim the binary's read-only mappings (`MADV_PAGEOUT`, Linux 5.4+): the pages
 //! leave this process and, where nothing else maps them, the page cache; what the steady
 //! state runs is read back in at its next use (a few hundred page faults over the next polls,
-//! from the page cache or the local disk). docs/performance.md has the measurements.
+//! from the page cache or the local disk). Release builds gather the functions the settled
+//! daemon runs into one section, `.text.steady` (build.rs, scripts/layout/), so that the
+//! pages read back hold little else. docs/performance.md has the measurements.
 //!
 //! Only the binary's own file mappings that are not writable: nothing of the heap, the
 //! stacks or the libraries (NVML's pages are NVML's). Older kernels answer EINVAL, and it is

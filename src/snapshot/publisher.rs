@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub struct RoundPart {
     pub backends: Arc<BTreeMap<&'static str, BackendStatus>>,
     pub devices: Vec<DeviceSnapshot>,
-    pub persistence_attempts: PersistenceAttempts,
+    pub persistence_attempts: Arc<PersistenceAttempts>,
     pub round_duration: DurationHistogram,
 }
 
@@ -157,7 +157,8 @@ fn fill_processes_from_drm_clients(devices: &mut [DeviceSnapshot], scan: &crate:
         }
         let bus = &device.identity.pci_bus_id;
         if let Some(readings) = device.readings.as_mut().filter(|r| r.processes.is_none()) {
-            readings.processes = Some(by_gpu.get(bus).cloned().unwrap_or_default());
+            // The round keeps its readings for a refresh: this GPU's are copied, then filled.
+            Arc::make_mut(readings).processes = Some(by_gpu.get(bus).cloned().unwrap_or_default());
         }
     }
 }

@@ -147,7 +147,8 @@ pub struct Coordinator {
     answers: Vec<Answers>,
     /// Counters by backend label; they outlive the backends (a reload makes new ones).
     backend_status: BTreeMap<&'static str, BackendStatus>,
-    persistence_attempts: PersistenceAttempts,
+    /// Shared with the rounds' snapshots; copied only when an attempt is counted (rare).
+    persistence_attempts: Arc<PersistenceAttempts>,
     round_duration: DurationHistogram,
     log_limiter: RateLimiter,
     next_worker_id: usize,
@@ -174,7 +175,7 @@ impl Coordinator {
             round: 0,
             answers: Vec::new(),
             backend_status: BTreeMap::new(),
-            persistence_attempts: BTreeMap::new(),
+            persistence_attempts: Arc::default(),
             round_duration: DurationHistogram::new(),
             log_limiter: RateLimiter::new(Duration::from_secs(300)),
             next_worker_id: 0,
@@ -445,8 +446,7 @@ impl Coordinator {
         count_calls(status, &result);
         log_call_errors(&mut self.log_limiter, &worker.identity, &result.report.errors);
         if let Some(outcome) = result.report.persistence {
-            *self
-                .persistence_attempts
+            *Arc::make_mut(&mut self.persistence_attempts)
                 .entry((worker.identity.uuid.clone(), outcome.label()))
                 .or_insert(0) += 1;
         }
@@ -494,7 +494,7 @@ impl Coordinator {
                 up: w.up,
                 lost: w.lost,
                 last_good_poll: w.last_good_poll,
-                readings: w.readings.take(),
+                readings: w.readings.take().map(Arc::new),
                 hw_slowdown_seen: None,
                 error_growth: Default::default(),
                 clock_event_starts: Vec::new(),
