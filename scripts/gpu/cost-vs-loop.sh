@@ -98,6 +98,10 @@ for p in loop1 defaults1 all; do
   echo "$p resident memory by mapping (KiB, 8 largest):"
   python3 "$here/rss-by-mapping.py" "${pid[$p]}" 8 | sed 's/^/  /'
 done
+# Of the binary's own mapping, which sections (.text.steady: the code the settled daemon runs).
+for p in defaults1 all ${BEFORE:+before1}; do
+  echo "$p's binary resident by section (KiB): $(python3 "$here/rss-by-section.py" "${pid[$p]}")"
+done
 for p in $procs; do
   case $p in loop*) continue ;; esac
   echo "$p log warnings: $(grep -c -E 'WARN|ERROR' "$work/$p.log" || true)"

@@ -115,12 +115,11 @@ impl GpuFacts {
             && *nvlinks_down == other.nvlinks_down
             && *probe_started == other.probe_started
             && episodes.len() == other.episodes.len()
-            && episodes
-                .iter()
-                .zip(&other.episodes)
-                .all(|((reason, (started, _)), (other_reason, (other_started, _)))| {
+            && episodes.iter().zip(&other.episodes).all(
+                |((reason, (started, _)), (other_reason, (other_started, _)))| {
                     reason == other_reason && started == other_started
-                })
+                },
+            )
     }
 
     pub fn gpu_ref(&self) -> GpuRef {
@@ -542,7 +541,11 @@ mod tests {
             |f| f.verdict = "healthy".into(),
             |f| f.findings[0].severity = "critical".into(),
             |f| f.findings.clear(),
-            |f| f.episodes.insert("hw_thermal_slowdown".into(), (150.0, 150.0)).map_or((), drop),
+            |f| {
+                f.episodes
+                    .insert("hw_thermal_slowdown".into(), (150.0, 150.0))
+                    .map_or((), drop)
+            },
             |f| f.remap_pending = Some(true),
             |f| f.serial = Some("1653".into()),
         ];

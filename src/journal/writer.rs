@@ -442,31 +442,28 @@ impl Writer {
                 self.push(event);
             }
         }
-        let enabled = snapshot
-            .persistence_attempts
-            .get(&(uuid.clone(), "enabled"))
-            .copied()
-            .unwrap_or(0);
-        let before = match self.persistence_enabled.get_mut(&uuid) {
-            Some(seen) => std::mem::replace(seen, enabled),
-            None => {
-                self.persistence_enabled.insert(uuid.clone(), enabled);
-                0
-            }
-        };
-        if enabled > before {
-            self.push(Event::new(
-                now,
-                Kind::Persistence,
-                Some(new.gpu_ref()),
-                "gpuwarden turned persistence mode on".into(),
-                json!({"times_since_start": enabled}),
-            ));
-        }
+        self.note_persistence(&uuid, snapshot, &new, now);
         if !last.as_ref().is_some_and(|last| last.same_stored_facts(&new)) {
             self.dirty_facts.insert(uuid.clone());
         }
         self.facts.insert(uuid, new);
+    }
+
+    /// A row each time gpuwarden turned a GPU's persistence mode on.
+    fn note_persistence(&mut self, uuid: &str, snapshot: &Snapshot, facts: &GpuFacts, now: f64) {
+        // One copy of the uuid a round: the lookup's key, then the map's.
+        let key = (uuid.to_string(), "enabled");
+        let enabled = snapshot.persistence_attempts.get(&key).copied().unwrap_or(0);
+        let before = self.persistence_enabled.insert(key.0, enabled).unwrap_or(0);
+        if enabled > before {
+            self.push(Event::new(
+                now,
+                Kind::Persistence,
+                Some(facts.gpu_ref()),
+                "gpuwarden turned persistence mode on".into(),
+                json!({"times_since_start": enabled}),
+            ));
+        }
     }
 
     fn look_at_node(&mut self, snapshot: &Snapshot, now: f64) {
