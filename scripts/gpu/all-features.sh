@@ -12,19 +12,12 @@ cat > "$work/config.yaml" <<YAML
 listen: 127.0.0.1:$PORT
 YAML
 else
-cat > "$work/config.yaml" <<YAML
-listen: 127.0.0.1:$PORT
-compat:
-  dcgm_exporter: true
-nvlink:
-  per_link: true
-processes:
-  per_process: true
-hpc_jobs:
-  mapping_dir: $work/jobs
-state:
-  path: $work/state.db
-YAML
+source "$(dirname "${BASH_SOURCE[0]}")/every-feature.sh"
+{
+  echo "listen: 127.0.0.1:$PORT"
+  every_feature_yaml "$work/jobs"
+  printf 'state:\n  path: %s\n' "$work/state.db"
+} > "$work/config.yaml"
 fi
 python3 - <<'PY' &
 import torch, time

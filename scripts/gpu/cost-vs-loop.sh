@@ -19,6 +19,7 @@ copies=${COPIES:-2}
 settle=${SETTLE:-130}
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/nvml-loop.sh"
+source "$here/every-feature.sh"
 mkdir -p "$work/jobs"
 echo 48217 > "$work/jobs/0"
 
@@ -44,14 +45,7 @@ for i in $(seq "$copies"); do
   procs="$procs loop$i"
   start_daemon "defaults$i" "$bin"
 done
-start_daemon all "$bin" "compat:
-  dcgm_exporter: true
-nvlink:
-  per_link: true
-processes:
-  per_process: true
-hpc_jobs:
-  mapping_dir: $work/jobs
+start_daemon all "$bin" "$(every_feature_yaml "$work/jobs")
 "
 if [ -n "${BEFORE:-}" ]; then
   for i in $(seq "$copies"); do start_daemon "before$i" "$(readlink -f "$BEFORE")"; done

@@ -21,13 +21,7 @@ for i in 1 2 3 4; do
   taskset -c 3 "$work/nvml-loop" $((window + 30)) > /dev/null 2>&1 & pid[$n]=$!
   names="$names $n"
 done
-sleep 15
-declare -A c0
-for n in $names; do c0[$n]=$(cpu_ns "${pid[$n]}"); done
-sleep "$window"
+cpu_ms_over "$window" $names
 echo "window: $window s; $cpus CPUs; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); GPU's NUMA node: $(cat /sys/bus/pci/devices/*/numa_node 2>/dev/null | sort | uniq -c | tr '\n' ' ')"
-for n in $names; do
-  ns=$(( $(cpu_ns "${pid[$n]}") - ${c0[$n]} ))
-  awk -v n="$n" -v ns="$ns" 'BEGIN { printf "%-14s CPU %.1f ms\n", n, ns / 1e6 }'
-done
+for n in $names; do printf '%-14s CPU %s ms\n' "$n" "${ms[$n]}"; done
 lscpu | grep -E "^(Model name|Thread|Core|Socket|NUMA node)" || true

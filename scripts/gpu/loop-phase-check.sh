@@ -13,12 +13,6 @@ declare -A pid
 for n in $names; do
   "$work/nvml-loop" $((window + 30)) "${phase[$n]}" > "$work/$n.log" 2>&1 & pid[$n]=$!
 done
-sleep 15
-declare -A c0
-for n in $names; do c0[$n]=$(cpu_ns "${pid[$n]}"); done
-sleep "$window"
+cpu_ms_over "$window" $names
 echo "window: $window s; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
-for n in $names; do
-  ns=$(( $(cpu_ns "${pid[$n]}") - ${c0[$n]} ))
-  awk -v n="$n" -v p="${phase[$n]}" -v ns="$ns" 'BEGIN { printf "%-7s phase %.2f s  CPU %.1f ms\n", n, p, ns / 1e6 }'
-done
+for n in $names; do printf '%-7s phase %.2f s  CPU %s ms\n' "$n" "${phase[$n]}" "${ms[$n]}"; done

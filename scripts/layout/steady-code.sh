@@ -16,6 +16,7 @@ cd "$(dirname "$0")/../.."
 settle=${1:-140}
 window=${2:-300}
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
+source scripts/gpu/every-feature.sh
 
 # The layout being measured must not depend on the layout in use: build without it.
 GPUWARDEN_STEADY_CODE=0 cargo build --release --workspace
@@ -35,14 +36,7 @@ state:
   path: $work/state.db
 xid:
   kernel_log_path: $work/kmsg
-compat:
-  dcgm_exporter: true
-nvlink:
-  per_link: true
-processes:
-  per_process: true
-hpc_jobs:
-  mapping_dir: $work/jobs
+$(every_feature_yaml "$work/jobs")
 YAML
 # Under valgrind the journal's worker cannot start (it is /proc/self/exe, valgrind's own binary
 # there): the list holds the journal's retry every 30 s, not its writes (a settled node
