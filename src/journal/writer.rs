@@ -433,13 +433,12 @@ impl Writer {
             self.push(event);
         }
         // Known from before a restart: this run's first reading of its counters.
-        let first_look = !self.looked_at.contains(&uuid);
-        if first_look {
+        if !self.looked_at.contains(&uuid) {
             self.looked_at.insert(uuid.clone());
-        }
-        if first_look && last.is_some() {
-            for event in facts::first_readings(&new, now, "at start") {
-                self.push(event);
+            if last.is_some() {
+                for event in facts::first_readings(&new, now, "at start") {
+                    self.push(event);
+                }
             }
         }
         self.note_persistence(&uuid, snapshot, &new, now);
