@@ -136,7 +136,7 @@ impl GpuFacts {
 /// (a GPU that stops answering has not had its ECC count reset).
 pub fn facts_of(device: &DeviceSnapshot, snapshot: &Snapshot, last: Option<&GpuFacts>, now: f64) -> GpuFacts {
     let id = &device.identity;
-    let keep = last.cloned().unwrap_or_default();
+    // Only what carries over is copied from `last`: the rest is read from the device anew.
     let mut f = GpuFacts {
         index: id.index,
         uuid: id.uuid.clone(),
@@ -162,9 +162,16 @@ pub fn facts_of(device: &DeviceSnapshot, snapshot: &Snapshot, last: Option<&GpuF
             .reports
             .get(&id.uuid)
             .map(|r| r.started)
-            .or(keep.probe_started),
-        // The rest (episodes, the last counters) carries over: moved, not copied again.
-        ..keep
+            .or(last.and_then(|l| l.probe_started)),
+        ecc_uncorrectable: last.and_then(|l| l.ecc_uncorrectable),
+        remap_pending: last.and_then(|l| l.remap_pending),
+        remap_failed: last.and_then(|l| l.remap_failed),
+        remapped_rows: last.and_then(|l| l.remapped_rows),
+        recovery_action: last.and_then(|l| l.recovery_action.clone()),
+        nvlink_errors: last.and_then(|l| l.nvlink_errors),
+        nvlinks_down: last.and_then(|l| l.nvlinks_down.clone()),
+        pcie_replays: last.and_then(|l| l.pcie_replays),
+        episodes: last.map(|l| l.episodes.clone()).unwrap_or_default(),
     };
     if let Some(r) = device.answered() {
         let uncorrectable: Vec<u64> = r
@@ -206,30 +213,14 @@ pub fn facts_of(device: &DeviceSnapshot, snapshot: &Snapshot, last: Option<&GpuF
 /// The events between `old` (None: a GPU the journal has not seen) and `new`. Ends the
 /// slowdown episodes that are over (removing them from `new`).
 pub fn changes(old: Option<&GpuFacts>, new: &mut GpuFacts, probe: Option<&ProbeReport>, now: f64) -> Vec<Event> {
-    let gpu = Some(new.gpu_ref());
+    let Some(old) = old else {
+        return first_sight(new, probe, now);
+    };
+    // Made without the GPU's name, which is put in at the end: this runs for every GPU every
+    // round, and a round almost always changes nothing.
+    let gpu: Option<GpuRef> = None;
     let event = |kind, summary: String, details| Event::new(now, kind, gpu.clone(), summary, details);
     let mut out = Vec::new();
-    let Some(old) = old else {
-        out.push(event(
-            Kind::Inventory,
-            format!(
-                "first seen: {} serial {}",
-                new.name,
-                new.serial.as_deref().unwrap_or("unknown")
-            ),
-            inventory_details(new),
-        ));
-        if new.verdict != HealthState::Ok.label() {
-            out.push(event(
-                Kind::Health,
-                format!("ok -> {}: {}", new.verdict, reasons(new)),
-                health_details("ok", new),
-            ));
-        }
-        out.extend(probe.map(|r| probe_event(r, gpu.clone())));
-        out.extend(first_readings(new, now, "at first sight"));
-        return out;
-    };
     if (&old.driver_version, &old.inventory) != (&new.driver_version, &new.inventory) {
         out.push(event(
             Kind::Inventory,
@@ -280,6 +271,39 @@ pub fn changes(old: Option<&GpuFacts>, new: &mut GpuFacts, probe: Option<&ProbeR
         out.push(probe_event(report, gpu.clone()));
     }
     out.extend(ended_episodes(new, now, &gpu));
+    if !out.is_empty() {
+        let gpu = Some(new.gpu_ref());
+        for row in &mut out {
+            row.gpu = gpu.clone();
+        }
+    }
+    out
+}
+
+/// The events of a GPU the journal has not seen: its inventory, a verdict other than ok, its
+/// latest probe and its counters as read now.
+fn first_sight(new: &GpuFacts, probe: Option<&ProbeReport>, now: f64) -> Vec<Event> {
+    let gpu = Some(new.gpu_ref());
+    let event = |kind, summary: String, details| Event::new(now, kind, gpu.clone(), summary, details);
+    let mut out = Vec::new();
+    out.push(event(
+        Kind::Inventory,
+        format!(
+            "first seen: {} serial {}",
+            new.name,
+            new.serial.as_deref().unwrap_or("unknown")
+        ),
+        inventory_details(new),
+    ));
+    if new.verdict != HealthState::Ok.label() {
+        out.push(event(
+            Kind::Health,
+            format!("ok -> {}: {}", new.verdict, reasons(new)),
+            health_details("ok", new),
+        ));
+    }
+    out.extend(probe.map(|r| probe_event(r, gpu.clone())));
+    out.extend(first_readings(new, now, "at first sight"));
     out
 }
 

@@ -450,10 +450,18 @@ impl Writer {
 
     /// A row each time gpuwarden turned a GPU's persistence mode on.
     fn note_persistence(&mut self, uuid: &str, snapshot: &Snapshot, facts: &GpuFacts, now: f64) {
-        // One copy of the uuid a round: the lookup's key, then the map's.
-        let key = (uuid.to_string(), "enabled");
-        let enabled = snapshot.persistence_attempts.get(&key).copied().unwrap_or(0);
-        let before = self.persistence_enabled.insert(key.0, enabled).unwrap_or(0);
+        // Looked up without a copy of the uuid: this runs for every GPU every round, and the
+        // count moves only when gpuwarden turns the mode on.
+        let enabled = snapshot
+            .persistence_attempts
+            .iter()
+            .find(|((gpu, outcome), _)| gpu == uuid && *outcome == "enabled")
+            .map_or(0, |(_, n)| *n);
+        let before = self.persistence_enabled.get(uuid).copied().unwrap_or(0);
+        if enabled == before {
+            return;
+        }
+        self.persistence_enabled.insert(uuid.to_string(), enabled);
         if enabled > before {
             self.push(Event::new(
                 now,

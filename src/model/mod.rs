@@ -499,6 +499,34 @@ impl Default for DurationHistogram {
     }
 }
 
+/// The node's health in numbers: GPUs, how many are unhealthy or degraded, GPUs missing from
+/// the PCI bus, network ports with findings. Shown as systemd's STATUS= line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthCounts {
+    pub gpus: usize,
+    pub unhealthy: usize,
+    pub degraded: usize,
+    pub missing: usize,
+    pub ports_with_findings: usize,
+}
+
+impl std::fmt::Display for HealthCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} GPU(s): {} unhealthy, {} degraded",
+            self.gpus, self.unhealthy, self.degraded
+        )?;
+        if self.missing > 0 {
+            write!(f, ", {} missing", self.missing)?;
+        }
+        if self.ports_with_findings > 0 {
+            write!(f, ", {} network port(s) with findings", self.ports_with_findings)?;
+        }
+        Ok(())
+    }
+}
+
 /// The daemon's view of one backend (a vendor library).
 #[derive(Debug, Clone, Default)]
 pub struct BackendStatus {
@@ -611,24 +639,30 @@ pub struct JournalStatus {
 impl Snapshot {
     /// "8 GPU(s): 0 unhealthy, 1 degraded", for systemd's STATUS= line.
     pub fn health_summary(&self) -> String {
+        self.health_counts().to_string()
+    }
+
+    /// What [`Snapshot::health_summary`] says, as numbers: compared every round without
+    /// writing the line (systemd's STATUS= is sent when it changes).
+    pub fn health_counts(&self) -> HealthCounts {
         let count = |s: health::HealthState| self.devices.iter().filter(|d| d.health.state == s).count();
-        let missing = self.node_findings.iter().filter(|f| f.reason == "gpu_missing").count();
-        let mut ports: Vec<&str> = self
-            .node_findings
-            .iter()
-            .filter(|f| f.reason.starts_with("nic_"))
-            .map(|f| f.subject.as_deref().unwrap_or("node"))
-            .collect();
-        ports.dedup();
-        let some = |n: usize, what: &str| if n > 0 { format!(", {n} {what}") } else { String::new() };
-        format!(
-            "{} GPU(s): {} unhealthy, {} degraded{}{}",
-            self.devices.len(),
-            count(health::HealthState::Unhealthy),
-            count(health::HealthState::Degraded),
-            some(missing, "missing"),
-            some(ports.len(), "network port(s) with findings")
-        )
+        // Ports with findings: a port's findings come one after another.
+        let mut ports = 0;
+        let mut last_port = None;
+        for finding in self.node_findings.iter().filter(|f| f.reason.starts_with("nic_")) {
+            let port = finding.subject.as_deref().unwrap_or("node");
+            if last_port != Some(port) {
+                ports += 1;
+                last_port = Some(port);
+            }
+        }
+        HealthCounts {
+            gpus: self.devices.len(),
+            unhealthy: count(health::HealthState::Unhealthy),
+            degraded: count(health::HealthState::Degraded),
+            missing: self.node_findings.iter().filter(|f| f.reason == "gpu_missing").count(),
+            ports_with_findings: ports,
+        }
     }
 
     /// The worst state of any GPU or node finding; None with neither (a node with no GPU
@@ -657,5 +691,57 @@ impl Snapshot {
         self.pci_gpus
             .iter()
             .filter(|g| !self.devices.iter().any(|d| d.identity.pci_bus_id == g.pci_bus_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use health::{Finding, HealthState};
+
+    fn node_finding(reason: &'static str, subject: Option<&str>) -> Finding {
+        Finding {
+            reason,
+            severity: HealthState::Degraded,
+            message: String::new(),
+            subject: subject.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_status_line_counts_gpus_by_verdict_missing_gpus_and_ports_once_each() {
+        let mut snapshot = Snapshot::default();
+        for (i, state) in [
+            HealthState::Ok,
+            HealthState::Unhealthy,
+            HealthState::Degraded,
+            HealthState::Degraded,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut gpu = DeviceSnapshot::for_test(i as u32, Vendor::Nvidia, "0000:01:00.0", Default::default());
+            gpu.health.state = state;
+            snapshot.devices.push(gpu);
+        }
+        assert_eq!(snapshot.health_summary(), "4 GPU(s): 1 unhealthy, 2 degraded");
+        snapshot.node_findings = vec![
+            node_finding("gpu_missing", Some("0000:41:00.0")),
+            // Two findings of one port are one port.
+            node_finding("nic_port_down", Some("mlx5_0/1")),
+            node_finding("nic_rate_low", Some("mlx5_0/1")),
+            node_finding("nic_port_down", Some("mlx5_1/1")),
+        ];
+        assert_eq!(
+            snapshot.health_summary(),
+            "4 GPU(s): 1 unhealthy, 2 degraded, 1 missing, 2 network port(s) with findings"
+        );
+        let before = snapshot.health_counts();
+        snapshot.devices[1].health.state = HealthState::Ok;
+        assert_ne!(
+            snapshot.health_counts(),
+            before,
+            "a verdict that moved changes the numbers"
+        );
     }
 }

@@ -153,6 +153,8 @@ pub struct Coordinator {
     log_limiter: RateLimiter,
     next_worker_id: usize,
     last_status: String,
+    /// The numbers `last_status` says, when it says them.
+    last_counts: Option<crate::model::HealthCounts>,
     /// A GPU reset's request to let go of the GPU libraries (remediation/auto.rs).
     hold: crate::backend::LibraryHold,
     /// The backends (slots) let go of for the hold in force.
@@ -180,6 +182,7 @@ impl Coordinator {
             log_limiter: RateLimiter::new(Duration::from_secs(300)),
             next_worker_id: 0,
             last_status: String::new(),
+            last_counts: None,
             hold: Default::default(),
             holding: None,
         }
@@ -230,10 +233,11 @@ impl Coordinator {
         let settings = self.settings.current();
         // The switches apply at once, to the pollers there are: no new backends for them.
         self.live.apply(&settings.config);
-        let wanted = settings.backends.clone();
-        if self.made_from.as_ref() == Some(&wanted) {
+        // Compared in place: this runs every round, and the settings change only at a reload.
+        if self.made_from.as_ref() == Some(&settings.backends) {
             return;
         }
+        let wanted = settings.backends.clone();
         if self.made_from.is_some() {
             log::info!("reload: the GPU backends' settings changed; enumerating the GPUs again");
         }
@@ -272,7 +276,16 @@ impl Coordinator {
     /// A one-line summary for systemd's STATUS=, sent when it changes.
     pub fn report_status(&mut self) {
         let snapshot = self.publisher.store().latest();
-        let status = if snapshot.devices.is_empty() {
+        let counts = (!snapshot.devices.is_empty()).then(|| snapshot.health_counts());
+        // Most rounds change nothing: the line is written only when the numbers moved (or
+        // someone else overwrote STATUS=, which empties `last_status`).
+        if counts.is_some() && counts == self.last_counts && !self.last_status.is_empty() {
+            return;
+        }
+        self.last_counts = counts;
+        let status = if let Some(counts) = counts {
+            counts.to_string()
+        } else {
             self.backends
                 .iter()
                 .find_map(|b| b.waiting_for())
@@ -280,8 +293,6 @@ impl Coordinator {
                     true => "every GPU backend is disabled in the config".to_string(),
                     false => "no GPU found: serving gpuwarden's own metrics".to_string(),
                 })
-        } else {
-            snapshot.health_summary()
         };
         if status != self.last_status {
             notify::status(&status);
