@@ -4,7 +4,7 @@
  * daemon's CPU above it is gpuwarden's own.
  *
  *   gcc -O2 -o nvml-loop scripts/gpu/nvml-loop.c -I/usr/local/cuda/include -l:libnvidia-ml.so.1 -lpthread
- *   ./nvml-loop SECONDS [PHASE]
+ *   ./nvml-loop SECONDS [PHASE [handoff]]
  *
  * PHASE (0 to 1, optional): start the per-GPU threads' one-second grid at that fraction of a
  * wall-clock second, so that loops and daemons run side by side can be kept from polling at
@@ -15,6 +15,12 @@
  * slow_interval 10s, costly every 3 slow, gpm_interval 30s, topology_interval 120s), one
  * thread per GPU woken every second, plus one thread waiting on NVML events (XIDs, double-bit
  * ECC) with a 1 s timeout, as gpuwarden's event thread does.
+ *
+ * `handoff` (PHASE -1 for none): gpuwarden's shape without its work. A coordinator thread
+ * wakes every second, asks each GPU thread for a poll and waits for the answers (at most
+ * 500 ms, poll.timeout's default); the GPU threads wait to be asked instead of sleeping. What
+ * this costs above the plain loop is the price of the hand-offs on the machine it runs on,
+ * which no work gpuwarden saves can go below.
  */
 #include <nvml.h>
 #include <pthread.h>
@@ -188,13 +194,77 @@ static void wait_for_phase(double phase) {
 }
 
 static double phase = -1;
+static int handoff = 0;
+/* The hand-off: the round the coordinator asked for, and how many GPUs answered it. */
+static pthread_mutex_t round_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t asked = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t answered = PTHREAD_COND_INITIALIZER;
+static unsigned long asked_round = 0;
+static unsigned answers = 0;
 
-static void *poll_gpu(void *arg) {
-    struct gpu *g = arg;
+/* Waits until the coordinator asks for round `round`; 0 once the loop stops. */
+static int wait_to_be_asked(unsigned long round) {
+    pthread_mutex_lock(&round_lock);
+    while (running && asked_round <= round)
+        pthread_cond_wait(&asked, &round_lock);
+    pthread_mutex_unlock(&round_lock);
+    return running;
+}
+
+/* Signalled after the unlock, so that the woken thread does not wait again for the lock (as
+ * gpuwarden's channels wake a receiver without holding a lock). */
+static void answer(void) {
+    pthread_mutex_lock(&round_lock);
+    answers++;
+    pthread_mutex_unlock(&round_lock);
+    pthread_cond_signal(&answered);
+}
+
+static void sleep_until(double next) {
+    double wait = next - now();
+    if (wait > 0) {
+        struct timespec t = {(time_t)wait, (long)((wait - (time_t)wait) * 1e9)};
+        nanosleep(&t, NULL);
+    }
+}
+
+static void *coordinate(void *arg) {
+    unsigned count = *(unsigned *)arg;
     if (phase >= 0)
         wait_for_phase(phase);
     double start = now();
     for (unsigned long round = 0; running; round++) {
+        pthread_mutex_lock(&round_lock);
+        answers = 0;
+        asked_round = round + 1;
+        pthread_mutex_unlock(&round_lock);
+        pthread_cond_broadcast(&asked);
+        pthread_mutex_lock(&round_lock);
+        /* pthread_cond_timedwait reads CLOCK_REALTIME by default. */
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_nsec += 500000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+        while (answers < count)
+            if (pthread_cond_timedwait(&answered, &round_lock, &deadline) != 0)
+                break;
+        pthread_mutex_unlock(&round_lock);
+        sleep_until(start + round + 1);
+    }
+    return NULL;
+}
+
+static void *poll_gpu(void *arg) {
+    struct gpu *g = arg;
+    if (phase >= 0 && !handoff)
+        wait_for_phase(phase);
+    double start = now();
+    for (unsigned long round = 0; running; round++) {
+        if (handoff && !wait_to_be_asked(round))
+            break;
         every_poll(g);
         if (round % 10 == 0)
             slow(g);
@@ -204,12 +274,10 @@ static void *poll_gpu(void *arg) {
             gpm(g);
         if (round % 120 == 0)
             topology(g);
-        double next = start + round + 1;
-        double wait = next - now();
-        if (wait > 0) {
-            struct timespec t = {(time_t)wait, (long)((wait - (time_t)wait) * 1e9)};
-            nanosleep(&t, NULL);
-        }
+        if (handoff)
+            answer();
+        else
+            sleep_until(start + round + 1);
     }
     return NULL;
 }
@@ -236,6 +304,7 @@ int main(int argc, char **argv) {
     unsigned seconds = argc > 1 ? (unsigned)atoi(argv[1]) : 300;
     if (argc > 2)
         phase = atof(argv[2]);
+    handoff = argc > 3 && strcmp(argv[3], "handoff") == 0;
     if (nvmlInit_v2() != NVML_SUCCESS) {
         fprintf(stderr, "nvml-loop: nvmlInit failed\n");
         return 1;
@@ -257,15 +326,24 @@ int main(int argc, char **argv) {
         nvmlGpmSampleAlloc(&gpus[i].gpm[1]);
         pthread_create(&threads[i], NULL, poll_gpu, &gpus[i]);
     }
-    pthread_t event_thread;
+    pthread_t event_thread, coordinator;
     pthread_create(&event_thread, NULL, events, &count);
+    unsigned polled = count < 63 ? count : 63;
+    if (handoff)
+        pthread_create(&coordinator, NULL, coordinate, &polled);
     struct timespec t = {seconds, 0};
     nanosleep(&t, NULL);
     running = 0;
+    if (handoff) {
+        pthread_join(coordinator, NULL);
+        pthread_mutex_lock(&round_lock);
+        pthread_cond_broadcast(&asked);
+        pthread_mutex_unlock(&round_lock);
+    }
     for (unsigned i = 0; i < count && i < 63; i++)
         pthread_join(threads[i], NULL);
     pthread_join(event_thread, NULL);
     nvmlShutdown();
-    printf("nvml-loop: %u GPU(s), %u s\n", count, seconds);
+    printf("nvml-loop: %u GPU(s), %u s%s\n", count, seconds, handoff ? ", handing off" : "");
     return 0;
 }

@@ -5,6 +5,7 @@
 
 pub mod deadline;
 pub mod logging;
+pub mod mailbox;
 pub mod notify;
 pub mod residency;
 pub mod stop;

@@ -19,11 +19,12 @@ use crate::model::{
     BackendStatus, DeviceIdentity, DeviceReadings, DeviceSnapshot, DurationHistogram, PersistenceAttempts,
 };
 use crate::service::logging::RateLimiter;
+use crate::service::mailbox::{Receiver, Sender, mailbox};
 use crate::service::notify;
 use crate::snapshot::publisher::{Publisher, RoundPart};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
+use std::sync::mpsc::{RecvTimeoutError, TrySendError};
 use std::time::{Duration, Instant, SystemTime};
 
 /// What a GPU thread sends back: which worker (by id), for which round, and what it read.
@@ -45,7 +46,7 @@ struct Worker {
     backend_name: &'static str,
     identity: DeviceIdentity,
     /// Sends a round number; the thread polls and answers on the results channel.
-    requests: Option<SyncSender<u64>>,
+    requests: Option<Sender<u64>>,
     /// The round this GPU's thread is working on, if any.
     busy_with: Option<u64>,
     up: bool,
@@ -163,7 +164,7 @@ pub struct Coordinator {
 
 impl Coordinator {
     pub fn new(settings: Arc<SharedSettings>, publisher: Arc<Publisher>, xid_events: Option<XidEvents>) -> Coordinator {
-        let (results_tx, results_rx) = mpsc::channel();
+        let (results_tx, results_rx) = mailbox(usize::MAX);
         Coordinator {
             settings,
             publisher,
@@ -306,7 +307,7 @@ impl Coordinator {
         let id = self.next_worker_id;
         self.next_worker_id += 1;
         // One request in flight at most: a busy (hung) thread is simply not asked again.
-        let (requests_tx, requests_rx) = mpsc::sync_channel::<u64>(1);
+        let (requests_tx, requests_rx) = mailbox::<u64>(1);
         let results = self.results_tx.clone();
         let running = Arc::new(());
         let alive = Arc::downgrade(&running);
@@ -314,7 +315,7 @@ impl Coordinator {
             .name(format!("poll-gpu{}", identity.index))
             .spawn(move || {
                 let _running = running;
-                while let Ok(round) = requests_rx.recv() {
+                while let Some(round) = requests_rx.recv() {
                     let started = Instant::now();
                     let report = poller.poll();
                     let result = PollResult {
@@ -363,7 +364,7 @@ impl Coordinator {
 
         self.answers.iter_mut().for_each(|a| *a = Answers::default());
         // Answers that came in after an earlier round's deadline free their thread.
-        while let Ok(late) = self.results_rx.try_recv() {
+        while let Some(late) = self.results_rx.try_recv() {
             self.accept(late, round);
         }
 
@@ -548,7 +549,7 @@ impl PollLoop {
         coordinator.run_round();
         coordinator.report_status();
         let watchdog = notify::watchdog_interval();
-        let (control_tx, control_rx) = mpsc::channel::<Control>();
+        let (control_tx, control_rx) = mailbox::<Control>(usize::MAX);
         // The loop waits on its channel, so the stop reaches it there.
         let wake = control_tx.clone();
         stop.on_stop(move || {
