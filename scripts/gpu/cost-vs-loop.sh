@@ -11,7 +11,9 @@
 # 120 s). Prints each one's CPU over the window (schedstat, nanoseconds, all threads) as a
 # share of a core, by thread, and RSS at the end. NVML_INCLUDE: where nvml.h is, if not under
 # /usr/local/cuda/include. BEFORE=path/to/an/older/gpuwarden adds COPIES of that build at its
-# defaults to the same window.
+# defaults to the same window. HANDOFF=1 adds COPIES of the loop in gpuwarden's shape (a
+# coordinator thread asks the GPU threads each second: nvml-loop.c's `handoff`), what the
+# hand-offs alone cost on this machine.
 set -euo pipefail
 bin=$(readlink -f "$1")
 window=${2:-300}
@@ -45,6 +47,12 @@ for i in $(seq "$copies"); do
   procs="$procs loop$i"
   start_daemon "defaults$i" "$bin"
 done
+if [ -n "${HANDOFF:-}" ]; then
+  for i in $(seq "$copies"); do
+    "$work/nvml-loop" $((window + settle + 30)) -1 handoff > "$work/handoff$i.log" 2>&1 & pid[handoff$i]=$!
+    procs="$procs handoff$i"
+  done
+fi
 start_daemon all "$bin" "$(every_feature_yaml "$work/jobs")
 "
 if [ -n "${BEFORE:-}" ]; then
@@ -81,7 +89,7 @@ awk -v e="$elapsed" '
       printf "  %-9s %8.1f ms  %.4f %%  %.2fx  RSS %8.0f KiB (%+.2f MiB)\n", g, c / 1e6, c / 1e7 / e, c / lc, r, (r - lr) / 1024 }
   }' "$work/summary"
 for p in $procs; do
-  case $p in loop*) continue ;; esac
+  case $p in loop* | handoff*) continue ;; esac
   echo "$p by thread (ms over the window; threads of one name summed):"
   join -a 2 -e 0 -o 0,1.2,2.2 <(awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}' "$work/$p.t0" | sort) \
     <(awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}' "$work/$p.t1" | sort) \
@@ -97,7 +105,7 @@ for p in defaults1 all ${BEFORE:+before1}; do
   echo "$p's binary resident by section (KiB): $(python3 "$here/rss-by-section.py" "${pid[$p]}")"
 done
 for p in $procs; do
-  case $p in loop*) continue ;; esac
+  case $p in loop* | handoff*) continue ;; esac
   echo "$p log warnings: $(grep -c -E 'WARN|ERROR' "$work/$p.log" || true)"
   grep -E 'WARN|ERROR' "$work/$p.log" | head -5 || true
 done
