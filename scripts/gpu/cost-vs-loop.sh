@@ -11,7 +11,8 @@
 # 120 s). Prints each one's CPU over the window (schedstat, nanoseconds, all threads) as a
 # share of a core, by thread, and RSS at the end. NVML_INCLUDE: where nvml.h is, if not under
 # /usr/local/cuda/include. BEFORE=path/to/an/older/gpuwarden adds COPIES of that build at its
-# defaults to the same window. HANDOFF=1 adds COPIES of the loop in gpuwarden's shape (a
+# defaults to the same window (BEFORE_YAML: added to their config; BEFORE may be the same
+# binary, to measure a setting). HANDOFF=1 adds COPIES of the loop in gpuwarden's shape (a
 # coordinator thread asks the GPU threads each second: nvml-loop.c's `handoff`), what the
 # hand-offs alone cost on this machine.
 set -euo pipefail
@@ -35,8 +36,12 @@ start_daemon() { # NAME BINARY [EXTRA_YAML]
   local name=$1 binary=$2 extra=${3:-}
   port=$((port + 1))
   mkdir -p "$work/$name"
-  printf 'listen: 127.0.0.1:%d\nlocal_api:\n  socket: %s\nstate:\n  path: %s\n%s' \
-    "$port" "$work/$name/api.sock" "$work/$name/state.db" "$extra" > "$work/$name/config.yaml"
+  local state
+  # An EXTRA_YAML with a state section of its own (the journal off: path "") keeps it.
+  state=$(printf 'state:\n  path: %s\n' "$work/$name/state.db")
+  if grep -q '^state:' <<< "$extra"; then state=""; fi
+  printf 'listen: 127.0.0.1:%d\nlocal_api:\n  socket: %s\n%s\n%s' \
+    "$port" "$work/$name/api.sock" "$state" "$extra" > "$work/$name/config.yaml"
   cp "$binary" "$work/$name/gpuwarden"
   "$work/$name/gpuwarden" run --config "$work/$name/config.yaml" > "$work/$name.log" 2>&1 &
   pid[$name]=$!
@@ -56,7 +61,7 @@ fi
 start_daemon all "$bin" "$(every_feature_yaml "$work/jobs")
 "
 if [ -n "${BEFORE:-}" ]; then
-  for i in $(seq "$copies"); do start_daemon "before$i" "$(readlink -f "$BEFORE")"; done
+  for i in $(seq "$copies"); do start_daemon "before$i" "$(readlink -f "$BEFORE")" "${BEFORE_YAML:-}"; done
 fi
 sleep "$settle"
 

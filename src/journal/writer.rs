@@ -450,13 +450,7 @@ impl Writer {
 
     /// A row each time gpuwarden turned a GPU's persistence mode on.
     fn note_persistence(&mut self, uuid: &str, snapshot: &Snapshot, facts: &GpuFacts, now: f64) {
-        // Looked up without a copy of the uuid: this runs for every GPU every round, and the
-        // count moves only when gpuwarden turns the mode on.
-        let enabled = snapshot
-            .persistence_attempts
-            .iter()
-            .find(|((gpu, outcome), _)| gpu == uuid && *outcome == "enabled")
-            .map_or(0, |(_, n)| *n);
+        let enabled = snapshot.persistence_enabled(uuid);
         let before = self.persistence_enabled.get(uuid).copied().unwrap_or(0);
         if enabled == before {
             return;

@@ -677,6 +677,16 @@ impl Snapshot {
         })
     }
 
+    /// How many times gpuwarden turned persistence mode on for the GPU `uuid` since it
+    /// started. Looked up without a copy of the uuid: the journal asks for every GPU every
+    /// round.
+    pub fn persistence_enabled(&self, uuid: &str) -> u64 {
+        self.persistence_attempts
+            .iter()
+            .find(|((gpu, outcome), _)| gpu == uuid && *outcome == "enabled")
+            .map_or(0, |(_, n)| *n)
+    }
+
     pub fn worst_health(&self) -> Option<health::HealthState> {
         self.devices
             .iter()

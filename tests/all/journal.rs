@@ -471,6 +471,9 @@ fn each_change_of_a_gpu_is_one_row() {
     let d = Daemon::start(DEMO_SCENARIO);
     let state = d.state_path();
     assert_eq!(wait_for_kind(&state, "inventory", GPU0_UUID).len(), 1);
+    // GPU 4 came with persistence mode off: a row, named, when gpuwarden turned it on.
+    let turned_on = wait_for_kind(&state, "persistence", "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000004");
+    assert_eq!(turned_on[0]["details"]["times_since_start"], 1, "{turned_on:#?}");
     // GPU 0: two uncorrectable ECC errors, a pending row remap, NVLink errors and a link down.
     let changed = edit_device(DEMO_SCENARIO, 0, |dev| {
         dev.replace(
