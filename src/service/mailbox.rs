@@ -1,7 +1,7 @@
 //! A channel whose receiver goes to sleep at once when there is nothing to take.
 //!
-//! The poll loop's threads wait three times a round: the coordinator for its next round and
-//! for the GPU threads' answers, each GPU thread for its next request. std's `mpsc` (like
+//! The poll loop's threads wait twice a round: each GPU thread for its next poll (a request,
+//! or the timetable's time), the coordinator for the GPU threads' answers. std's `mpsc` (like
 //! crossbeam's channels, which it comes from) spins before it sleeps: up to 127 PAUSE
 //! instructions and a few `sched_yield`s, which pays off when a message is microseconds away,
 //! and never here, where it is most of a second away, or a whole NVML poll. A mutex, a

@@ -46,10 +46,14 @@ impl Every {
         self.period = period;
     }
 
-    /// Never read, or the period has passed since.
+    /// Never read, or the period has passed since, give or take a twentieth of it: the GPU
+    /// threads wake on the rounds' timetable, each a few microseconds more or less late, and a
+    /// tier whose period is a whole number of rounds must not slip a round when this round's
+    /// wake was a little less late than the last one's.
     pub fn is_due(&self, now: Instant) -> bool {
+        let wait = self.wait();
         self.last
-            .is_none_or(|at| now.saturating_duration_since(at) >= self.wait())
+            .is_none_or(|at| now.saturating_duration_since(at) + wait / 20 >= wait)
     }
 
     /// True (and counts as run now) when due.
@@ -91,6 +95,16 @@ mod tests {
         assert!(every.take(start + Duration::from_secs(10)));
         every.reset();
         assert!(every.is_due(start + Duration::from_secs(11)));
+    }
+
+    #[test]
+    fn a_round_that_woke_a_little_less_late_than_the_last_still_finds_the_tier_due() {
+        let start = Instant::now();
+        let mut every = Every::new(Duration::from_secs(1));
+        assert!(every.take(start + Duration::from_micros(60)));
+        assert!(every.take(start + Duration::from_secs(1) + Duration::from_micros(5)));
+        // Half a period is not "a little".
+        assert!(!every.take(start + Duration::from_millis(1500)));
     }
 
     #[test]

@@ -28,6 +28,7 @@
 
 pub mod cadence;
 pub mod fabric_manager;
+pub mod grid;
 pub mod jobs;
 pub mod nics;
 pub mod pci;

@@ -1,11 +1,14 @@
 //! The poll loop: one OS thread per GPU, a coordinator that gives each round a deadline.
 //!
-//! Every `poll.interval` the coordinator asks each GPU's thread for a poll and waits until
-//! all have answered or `poll.timeout` has passed, then hands the round to the publisher. A
-//! GPU whose driver call hangs keeps only its own thread busy: it is reported as not
-//! answering (`gpu_up` 0) and is not asked again until its thread comes back, while the
-//! other GPUs are polled on time. Vendor libraries are only ever called from these threads,
-//! never from the async runtime that serves HTTP.
+//! Every `poll.interval` each GPU's thread polls its GPU, at the time the rounds' timetable
+//! ([`Grid`]) gives, and answers the coordinator, which waits until all have answered or
+//! `poll.timeout` has passed since the round was due, then hands the round to the publisher.
+//! The threads keep the time themselves so that a round wakes the coordinator once, for the
+//! answers, not also to ask (the first round, a reload's round and `gpuwarden check` are
+//! asked for). A GPU whose driver call hangs keeps only its own thread busy: it is reported
+//! as not answering (`gpu_up` 0) and counted on again only once its thread comes back, while
+//! the other GPUs are polled on time. Vendor libraries are only ever called from these
+//! threads, never from the async runtime that serves HTTP.
 //!
 //! The coordinator knows backends only through the [`Backend`] trait: it asks each for new
 //! device pollers before a round and tells it when all of its GPUs said the library is
@@ -22,7 +25,8 @@ use crate::service::logging::RateLimiter;
 use crate::service::mailbox::{Receiver, Sender, mailbox};
 use crate::service::notify;
 use crate::snapshot::publisher::{Publisher, RoundPart};
-use std::collections::BTreeMap;
+use crate::sources::grid::{Grid, SharedGrid};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, TrySendError};
 use std::time::{Duration, Instant, SystemTime};
@@ -35,6 +39,14 @@ struct PollResult {
     elapsed: Duration,
 }
 
+/// What reaches the coordinator: a GPU thread's answer, or word from the daemon.
+// Unboxed: an answer moves through once a round, and a box would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
+enum Note {
+    Answer(PollResult),
+    Control(Control),
+}
+
 /// The coordinator's view of one GPU and its thread.
 struct Worker {
     /// Unique for the coordinator's lifetime: a backend's workers are replaced after its
@@ -45,10 +57,14 @@ struct Worker {
     /// The `backend` label its durations and errors are counted under.
     backend_name: &'static str,
     identity: DeviceIdentity,
-    /// Sends a round number; the thread polls and answers on the results channel.
+    /// Sends a round number to poll for at once (else the thread polls on the timetable);
+    /// dropping it ends the thread.
     requests: Option<Sender<u64>>,
-    /// The round this GPU's thread is working on, if any.
+    /// The round this GPU's thread owes an answer for, if any: asked for, or due on the
+    /// timetable. One owed for a round already over means the thread is stuck in a call.
     busy_with: Option<u64>,
+    /// The last round it answered in time.
+    answered: u64,
     up: bool,
     lost: bool,
     last_good_poll: Option<SystemTime>,
@@ -122,6 +138,20 @@ fn log_call_errors(limiter: &mut RateLimiter, identity: &DeviceIdentity, errors:
     }
 }
 
+/// A GPU thread's wait for its next poll: the round it is asked for, or else the next one on
+/// the timetable when it is due (with no timetable, only asked rounds). None once the
+/// coordinator let go of the thread.
+fn next_poll(requests: &Receiver<u64>, grid: &SharedGrid, last: u64) -> Option<u64> {
+    let Some((round, due)) = grid.get().and_then(|g| g.next_after(last, Instant::now())) else {
+        return requests.recv();
+    };
+    match requests.recv_timeout(due.saturating_duration_since(Instant::now())) {
+        Ok(asked) => Some(asked),
+        Err(RecvTimeoutError::Timeout) => Some(round),
+        Err(RecvTimeoutError::Disconnected) => None,
+    }
+}
+
 /// This round's answers per backend: how many, and how many said the library is gone.
 #[derive(Default, Clone, Copy)]
 struct Answers {
@@ -142,8 +172,12 @@ pub struct Coordinator {
     live: LiveSwitches,
     backends: Vec<Box<dyn Backend>>,
     workers: Vec<Worker>,
-    results_tx: Sender<PollResult>,
-    results_rx: Receiver<PollResult>,
+    results_tx: Sender<Note>,
+    results_rx: Receiver<Note>,
+    /// Word from the daemon that came while a round was asked for: handled after it.
+    pending: VecDeque<Control>,
+    /// When the GPU threads poll on their own; unset until the poll loop starts.
+    grid: SharedGrid,
     round: u64,
     answers: Vec<Answers>,
     /// Counters by backend label; they outlive the backends (a reload makes new ones).
@@ -175,6 +209,8 @@ impl Coordinator {
             workers: Vec::new(),
             results_tx,
             results_rx,
+            pending: VecDeque::new(),
+            grid: SharedGrid::default(),
             round: 0,
             answers: Vec::new(),
             backend_status: BTreeMap::new(),
@@ -309,13 +345,16 @@ impl Coordinator {
         // One request in flight at most: a busy (hung) thread is simply not asked again.
         let (requests_tx, requests_rx) = mailbox::<u64>(1);
         let results = self.results_tx.clone();
+        let grid = self.grid.clone();
         let running = Arc::new(());
         let alive = Arc::downgrade(&running);
         let spawned = std::thread::Builder::new()
             .name(format!("poll-gpu{}", identity.index))
             .spawn(move || {
                 let _running = running;
-                while let Some(round) = requests_rx.recv() {
+                let mut last = 0;
+                while let Some(round) = next_poll(&requests_rx, &grid, last) {
+                    last = last.max(round);
                     let started = Instant::now();
                     let report = poller.poll();
                     let result = PollResult {
@@ -324,7 +363,7 @@ impl Coordinator {
                         report,
                         elapsed: started.elapsed(),
                     };
-                    if results.send(result).is_err() {
+                    if results.send(Note::Answer(result)).is_err() {
                         break;
                     }
                 }
@@ -343,6 +382,7 @@ impl Coordinator {
             identity,
             requests,
             busy_with: None,
+            answered: 0,
             up: false,
             lost: false,
             last_good_poll: None,
@@ -351,26 +391,55 @@ impl Coordinator {
         }
     }
 
-    /// One round: ask every idle GPU, wait for answers until the deadline, publish.
+    /// One round asked for (`gpuwarden check`): ask every idle GPU, wait for answers until
+    /// the deadline, publish.
     pub fn run_round(&mut self) {
+        self.asked_round(self.round + 1, u64::MAX);
+    }
+
+    /// The poll loop's first round, or a reload's: the GPU threads are asked to poll at once,
+    /// and the timetable starts again from now.
+    fn round_now(&mut self) {
+        // The timetable's rounds that a thread may owe now (the one waited for, the next) are
+        // left behind: their answers count as late.
+        let waited = self.round;
+        let round = waited + 2;
+        let interval = self.settings.current().config.poll.interval;
+        let now = Instant::now();
+        self.grid.set(Grid {
+            first: round + 1,
+            origin: now.checked_add(interval).unwrap_or(now),
+            interval,
+        });
+        self.asked_round(round, waited);
+        self.expect_next();
+    }
+
+    /// Makes the backends and GPU threads ready for a round: settings, a GPU reset's hold, new GPUs.
+    fn prepare(&mut self) {
         self.apply_backend_settings();
         self.follow_hold();
         self.discover();
+    }
+
+    /// A round asked for: every GPU thread not stuck in a call owing an answer from before
+    /// round `late_before` is asked to poll now; waits for the answers until the deadline.
+    fn asked_round(&mut self, round: u64, late_before: u64) {
+        self.prepare();
         let timeout = self.settings.current().config.poll.timeout;
-        self.round += 1;
-        let round = self.round;
+        self.round = round;
         let started = Instant::now();
         let deadline = started + timeout;
 
         self.answers.iter_mut().for_each(|a| *a = Answers::default());
         // Answers that came in after an earlier round's deadline free their thread.
-        while let Some(late) = self.results_rx.try_recv() {
-            self.accept(late, round);
+        while let Some(note) = self.results_rx.try_recv() {
+            self.take_note(note, round);
         }
 
         let mut outstanding = 0;
         for worker in &mut self.workers {
-            if worker.busy_with.is_some() {
+            if worker.busy_with.is_some_and(|owed| owed < late_before) {
                 continue;
             }
             if let Some(requests) = &worker.requests {
@@ -387,19 +456,91 @@ impl Coordinator {
         while outstanding > 0 {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.results_rx.recv_timeout(left) {
-                Ok(result) => {
-                    if result.round == round {
-                        outstanding -= 1;
-                    }
-                    self.accept(result, round);
-                }
+                Ok(note) => outstanding -= usize::from(self.take_note(note, round)),
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
             }
         }
+        self.finish_round(round, started, timeout);
+    }
 
+    /// An answer is taken in (true: one this round was waiting for); word from the daemon
+    /// waits until the asked round is over.
+    fn take_note(&mut self, note: Note, round: u64) -> bool {
+        match note {
+            Note::Answer(result) => self.accept(result, round),
+            Note::Control(control) => {
+                self.pending.push_back(control);
+                false
+            }
+        }
+    }
+
+    /// One round on the timetable: the GPU threads poll on their own when it is due; waits
+    /// for their answers until all came or the deadline passed, publishes, and makes ready
+    /// for the next. Word from the daemon that cuts the wait short (a reload, the stop) is
+    /// given back; `None` when the round was published.
+    fn timetabled_round(&mut self) -> Option<Control> {
+        if let Some(control) = self.pending.pop_front() {
+            return Some(control);
+        }
+        let timeout = self.settings.current().config.poll.timeout;
+        let now = Instant::now();
+        let Some((round, due)) = self
+            .grid
+            .get()
+            .and_then(|g| g.next_after(self.round, now.checked_sub(timeout).unwrap_or(now)))
+        else {
+            // No timetable (or one past what the clock holds): ask, as at the start.
+            return Some(Control::Reload);
+        };
+        self.round = round;
+        self.answers.iter_mut().for_each(|a| *a = Answers::default());
+        let deadline = due.checked_add(timeout).unwrap_or(due);
+        let mut outstanding = self.workers.iter().filter(|w| w.busy_with == Some(round)).count();
+        // With no answer to wait for, the round is published when it is due.
+        let mut until = if outstanding == 0 { due } else { deadline };
+        loop {
+            match self
+                .results_rx
+                .recv_timeout(until.saturating_duration_since(Instant::now()))
+            {
+                Ok(Note::Answer(result)) => {
+                    if self.accept(result, round) {
+                        outstanding -= 1;
+                        if outstanding == 0 {
+                            until = due;
+                        }
+                    }
+                }
+                Ok(Note::Control(Control::StatusOverwritten)) => self.last_status.clear(),
+                Ok(Note::Control(control)) => return Some(control),
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        self.finish_round(round, due, timeout);
+        self.prepare();
+        self.expect_next();
+        None
+    }
+
+    /// Every GPU thread not stuck in a call polls the timetable's next round on its own:
+    /// that is the answer the coordinator waits for.
+    fn expect_next(&mut self) {
+        let Some((next, _)) = self.grid.get().and_then(|g| g.next_after(self.round, Instant::now())) else {
+            return;
+        };
+        for worker in &mut self.workers {
+            if worker.requests.is_some() && worker.busy_with.is_none() {
+                worker.busy_with = Some(next);
+            }
+        }
+    }
+
+    /// The end of a round: whoever did not answer it is down; the round is published.
+    fn finish_round(&mut self, round: u64, started: Instant, timeout: Duration) {
         // Whoever has not answered this round is not up; their old readings are dropped.
         for worker in &mut self.workers {
-            if worker.busy_with.is_some() || worker.requests.is_none() {
+            if worker.answered != round {
                 // Rate-limited per GPU: a GPU that keeps missing a tight deadline flaps.
                 if worker.up
                     && let Some(held_back) = self
@@ -447,12 +588,17 @@ impl Coordinator {
         }
     }
 
-    /// Takes in one GPU's answer; only an answer for the current round counts as up.
-    fn accept(&mut self, result: PollResult, current_round: u64) {
+    /// Takes in one GPU's answer; only an answer for the current round counts as up. True
+    /// when it is the answer the round waited for from this thread.
+    fn accept(&mut self, result: PollResult, current_round: u64) -> bool {
         let Some(worker) = self.workers.iter_mut().find(|w| w.id == result.worker) else {
-            return;
+            return false;
         };
-        worker.busy_with = None;
+        // Asked again since (a reload), the thread still owes that round's answer.
+        let owed = worker.busy_with == Some(result.round);
+        if owed {
+            worker.busy_with = None;
+        }
         // A backend that started reading through a second source (ROCm SMI) gets its entry now.
         let status = self.backend_status.entry(worker.backend_name).or_default();
         count_calls(status, &result);
@@ -463,7 +609,7 @@ impl Coordinator {
                 .or_insert(0) += 1;
         }
         if result.round != current_round {
-            return;
+            return false;
         }
         if let Some(answers) = self.answers.get_mut(worker.backend) {
             answers.answered += 1;
@@ -476,9 +622,11 @@ impl Coordinator {
             // the end of the round.
             worker.up = false;
             worker.readings = None;
-            return;
+            return owed;
         }
+        worker.answered = current_round;
         worker.take(result.report.readings);
+        owed
     }
 
     fn publish(&mut self) {
@@ -540,41 +688,39 @@ enum Control {
 /// The running poll loop; dropping the handle does not stop it, the daemon's stop signal
 /// does (the loop's thread drops its handle when it ends).
 pub struct PollLoop {
-    control: Sender<Control>,
+    control: Sender<Note>,
 }
 
 impl PollLoop {
     /// Runs the first round before returning, so the first scrape already has data.
     pub fn start(mut coordinator: Coordinator, stop: crate::service::stop::Stop) -> std::io::Result<PollLoop> {
-        coordinator.run_round();
+        coordinator.round_now();
         coordinator.report_status();
         let watchdog = notify::watchdog_interval();
-        let (control_tx, control_rx) = mailbox::<Control>(usize::MAX);
-        // The loop waits on its channel, so the stop reaches it there.
-        let wake = control_tx.clone();
+        // Word reaches the loop where it waits for the GPU threads' answers.
+        let control = coordinator.results_tx.clone();
+        let wake = control.clone();
         stop.on_stop(move || {
-            let _ = wake.send(Control::Stop);
+            let _ = wake.send(Note::Control(Control::Stop));
         });
         std::thread::Builder::new()
             .name("poll-coordinator".into())
             .spawn(move || {
-                let first = coordinator.settings.current().config.poll.interval;
-                let mut next = Instant::now().checked_add(first).unwrap_or_else(Instant::now);
                 let mut last_ping = Instant::now();
                 if watchdog.is_some() {
                     notify::watchdog();
                 }
-                // Wake at the next round, at once after a reload, or to stop.
+                // A round on the timetable, at once after a reload, or the stop.
                 loop {
-                    match control_rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
-                        Err(RecvTimeoutError::Timeout) | Ok(Control::Reload) => {}
-                        Ok(Control::StatusOverwritten) => {
+                    match coordinator.timetabled_round() {
+                        None => {}
+                        Some(Control::Reload) => coordinator.round_now(),
+                        Some(Control::StatusOverwritten) => {
                             coordinator.last_status.clear();
                             continue;
                         }
-                        Ok(Control::Stop) | Err(RecvTimeoutError::Disconnected) => break,
+                        Some(Control::Stop) => break,
                     }
-                    coordinator.run_round();
                     coordinator.report_status();
                     // The watchdog is fed from here, so a poll loop that stops turning (a hung
                     // NVML initialisation, a deadlock) stops the pings and systemd restarts us.
@@ -584,29 +730,22 @@ impl PollLoop {
                         notify::watchdog();
                         last_ping = Instant::now();
                     }
-                    // Keep to the interval's grid; after a long round or a reload, start
-                    // again from now.
-                    let interval = coordinator.settings.current().config.poll.interval;
-                    next = next.checked_add(interval).unwrap_or(next);
-                    if next < Instant::now() || next > Instant::now() + interval {
-                        next = Instant::now().checked_add(interval).unwrap_or(next);
-                    }
                 }
                 drop(coordinator);
                 drop(stop);
             })?;
-        Ok(PollLoop { control: control_tx })
+        Ok(PollLoop { control })
     }
 
     /// The settings were replaced: the loop applies them and polls at once (a round that
     /// is running finishes first). Never waits.
     pub fn reload(&self) {
-        let _ = self.control.send(Control::Reload);
+        let _ = self.control.send(Note::Control(Control::Reload));
     }
 
     /// systemd's STATUS= was just written by someone else: the next round sends the health
     /// summary again.
     pub fn status_overwritten(&self) {
-        let _ = self.control.send(Control::StatusOverwritten);
+        let _ = self.control.send(Note::Control(Control::StatusOverwritten));
     }
 }

@@ -218,8 +218,11 @@ fn a_changed_scenario_shows_in_the_next_scrapes() {
         )
     });
     d.set_scenario(&narrow);
-    let m = d.scrape_until("GPU 0 at 91 C", |m| {
+    // Each GPU's thread polls on its own at the round's time: a rewrite that falls between
+    // two GPUs' polls shows on one a round before the other.
+    let m = d.scrape_until("GPU 0 at 91 C and GPU 1 at x4", |m| {
         m.value("gpu_temperature_celsius", &[gpu("0"), ("sensor", "gpu")]) == Some(91.0)
+            && m.value("gpu_pcie_link_width_lanes", &[gpu("1")]) == Some(4.0)
     });
     assert_eq!(
         m.value("gpu_clock_event_active", &[gpu("0"), ("reason", "hw_thermal_slowdown")]),
