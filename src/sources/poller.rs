@@ -39,6 +39,14 @@ struct PollResult {
     elapsed: Duration,
 }
 
+/// What the coordinator tells a GPU thread.
+enum Request {
+    /// Poll now, for this round.
+    Poll(u64),
+    /// The timetable changed: work out the next round again.
+    Timetable,
+}
+
 /// What reaches the coordinator: a GPU thread's answer, or word from the daemon.
 // Unboxed: an answer moves through once a round, and a box would cost an allocation each.
 #[allow(clippy::large_enum_variant)]
@@ -59,7 +67,7 @@ struct Worker {
     identity: DeviceIdentity,
     /// Sends a round number to poll for at once (else the thread polls on the timetable);
     /// dropping it ends the thread.
-    requests: Option<Sender<u64>>,
+    requests: Option<Sender<Request>>,
     /// The round this GPU's thread owes an answer for, if any: asked for, or due on the
     /// timetable. One owed for a round already over means the thread is stuck in a call.
     busy_with: Option<u64>,
@@ -141,14 +149,20 @@ fn log_call_errors(limiter: &mut RateLimiter, identity: &DeviceIdentity, errors:
 /// A GPU thread's wait for its next poll: the round it is asked for, or else the next one on
 /// the timetable when it is due (with no timetable, only asked rounds). None once the
 /// coordinator let go of the thread.
-fn next_poll(requests: &Receiver<u64>, grid: &SharedGrid, last: u64) -> Option<u64> {
-    let Some((round, due)) = grid.get().and_then(|g| g.next_after(last, Instant::now())) else {
-        return requests.recv();
-    };
-    match requests.recv_timeout(due.saturating_duration_since(Instant::now())) {
-        Ok(asked) => Some(asked),
-        Err(RecvTimeoutError::Timeout) => Some(round),
-        Err(RecvTimeoutError::Disconnected) => None,
+fn next_poll(requests: &Receiver<Request>, grid: &SharedGrid, last: u64) -> Option<u64> {
+    loop {
+        let request = match grid.get().and_then(|g| g.next_after(last, Instant::now())) {
+            None => requests.recv()?,
+            Some((round, due)) => match requests.recv_timeout(due.saturating_duration_since(Instant::now())) {
+                Ok(request) => request,
+                Err(RecvTimeoutError::Timeout) => return Some(round),
+                Err(RecvTimeoutError::Disconnected) => return None,
+            },
+        };
+        match request {
+            Request::Poll(round) => return Some(round),
+            Request::Timetable => continue,
+        }
     }
 }
 
@@ -342,8 +356,9 @@ impl Coordinator {
         let backend_name = poller.backend_name();
         let id = self.next_worker_id;
         self.next_worker_id += 1;
-        // One request in flight at most: a busy (hung) thread is simply not asked again.
-        let (requests_tx, requests_rx) = mailbox::<u64>(1);
+        // A poll request and a timetable notice at most: a busy (hung) thread is not asked
+        // again (`busy_with`), and a notice never keeps a request out.
+        let (requests_tx, requests_rx) = mailbox::<Request>(2);
         let results = self.results_tx.clone();
         let grid = self.grid.clone();
         let running = Arc::new(());
@@ -394,6 +409,7 @@ impl Coordinator {
     /// One round asked for (`gpuwarden check`): ask every idle GPU, wait for answers until
     /// the deadline, publish.
     pub fn run_round(&mut self) {
+        self.prepare();
         self.asked_round(self.round + 1, u64::MAX);
     }
 
@@ -404,6 +420,9 @@ impl Coordinator {
         // left behind: their answers count as late.
         let waited = self.round;
         let round = waited + 2;
+        self.prepare();
+        self.asked_round(round, waited);
+        // The timetable starts an interval after this round, as the next round always did.
         let interval = self.settings.current().config.poll.interval;
         let now = Instant::now();
         self.grid.set(Grid {
@@ -411,7 +430,12 @@ impl Coordinator {
             origin: now.checked_add(interval).unwrap_or(now),
             interval,
         });
-        self.asked_round(round, waited);
+        for worker in &self.workers {
+            if let Some(requests) = &worker.requests {
+                // Full: a request waits already, and the thread reads the timetable after it.
+                let _ = requests.try_send(Request::Timetable);
+            }
+        }
         self.expect_next();
     }
 
@@ -422,10 +446,10 @@ impl Coordinator {
         self.discover();
     }
 
-    /// A round asked for: every GPU thread not stuck in a call owing an answer from before
-    /// round `late_before` is asked to poll now; waits for the answers until the deadline.
+    /// A round asked for (after [`Self::prepare`]): every GPU thread not stuck in a call owing
+    /// an answer from before round `late_before` is asked to poll now; waits for the answers
+    /// until the deadline.
     fn asked_round(&mut self, round: u64, late_before: u64) {
-        self.prepare();
         let timeout = self.settings.current().config.poll.timeout;
         self.round = round;
         let started = Instant::now();
@@ -443,7 +467,7 @@ impl Coordinator {
                 continue;
             }
             if let Some(requests) = &worker.requests {
-                match requests.try_send(round) {
+                match requests.try_send(Request::Poll(round)) {
                     Ok(()) => {
                         worker.busy_with = Some(round);
                         outstanding += 1;
@@ -747,5 +771,62 @@ impl PollLoop {
     /// summary again.
     pub fn status_overwritten(&self) {
         let _ = self.control.send(Note::Control(Control::StatusOverwritten));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grid_from(first: u64, origin: Instant) -> SharedGrid {
+        let grid = SharedGrid::default();
+        grid.set(Grid {
+            first,
+            origin,
+            interval: Duration::from_secs(1),
+        });
+        grid
+    }
+
+    #[test]
+    fn a_gpu_thread_polls_when_its_round_is_due_or_at_once_when_asked() {
+        let (tx, rx) = mailbox::<Request>(2);
+        // Due in 50 ms: the thread sleeps until then and polls that round.
+        let started = Instant::now();
+        let grid = grid_from(7, started + Duration::from_millis(50));
+        assert_eq!(next_poll(&rx, &grid, 0), Some(7));
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        // Asked for a round: at once, whatever the timetable says.
+        assert!(tx.try_send(Request::Poll(42)).is_ok());
+        let asked = Instant::now();
+        assert_eq!(next_poll(&rx, &grid, 7), Some(42));
+        assert!(asked.elapsed() < Duration::from_millis(500));
+    }
+
+    #[test]
+    fn a_new_timetable_is_read_again_and_no_timetable_waits_for_a_request() {
+        let (tx, rx) = mailbox::<Request>(2);
+        let grid = SharedGrid::default();
+        let waiter = {
+            let grid = grid.clone();
+            std::thread::spawn(move || next_poll(&rx, &grid, 3))
+        };
+        // No timetable: the thread waits; then one comes, and the notice makes it read it.
+        std::thread::sleep(Duration::from_millis(30));
+        grid.set(Grid {
+            first: 4,
+            origin: Instant::now() + Duration::from_millis(20),
+            interval: Duration::from_secs(1),
+        });
+        assert!(tx.try_send(Request::Timetable).is_ok());
+        assert_eq!(waiter.join().ok().flatten(), Some(4));
+    }
+
+    #[test]
+    fn a_thread_let_go_of_stops_waiting() {
+        let (tx, rx) = mailbox::<Request>(2);
+        let grid = grid_from(1, Instant::now() + Duration::from_secs(3600));
+        drop(tx);
+        assert_eq!(next_poll(&rx, &grid, 0), None);
     }
 }
