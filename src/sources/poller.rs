@@ -37,6 +37,9 @@ struct PollResult {
     round: u64,
     report: PollReport,
     elapsed: Duration,
+    /// The timetable's round the thread polls next unless asked first: the answer the
+    /// coordinator then waits for from it.
+    next: Option<u64>,
 }
 
 /// What the coordinator tells a GPU thread.
@@ -146,12 +149,22 @@ fn log_call_errors(limiter: &mut RateLimiter, identity: &DeviceIdentity, errors:
     }
 }
 
-/// A GPU thread's wait for its next poll: the round it is asked for, or else the next one on
-/// the timetable when it is due (with no timetable, only asked rounds). None once the
-/// coordinator let go of the thread.
-fn next_poll(requests: &Receiver<Request>, grid: &SharedGrid, last: u64) -> Option<u64> {
+/// The timetable's next round after `last` for a thread that looks now, and when it is due.
+fn plan_after(grid: &SharedGrid, last: u64) -> Option<(u64, Instant)> {
+    grid.get().and_then(|g| g.next_after(last, Instant::now()))
+}
+
+/// A GPU thread's wait for its next poll: the round it is asked for, or else the planned
+/// round of the timetable when it is due (with no timetable, only asked rounds); a notice
+/// that the timetable changed plans again. None once the coordinator let go of the thread.
+fn next_poll(
+    requests: &Receiver<Request>,
+    grid: &SharedGrid,
+    last: u64,
+    mut plan: Option<(u64, Instant)>,
+) -> Option<u64> {
     loop {
-        let request = match grid.get().and_then(|g| g.next_after(last, Instant::now())) {
+        let request = match plan {
             None => requests.recv()?,
             Some((round, due)) => match requests.recv_timeout(due.saturating_duration_since(Instant::now())) {
                 Ok(request) => request,
@@ -161,7 +174,7 @@ fn next_poll(requests: &Receiver<Request>, grid: &SharedGrid, last: u64) -> Opti
         };
         match request {
             Request::Poll(round) => return Some(round),
-            Request::Timetable => continue,
+            Request::Timetable => plan = plan_after(grid, last),
         }
     }
 }
@@ -368,15 +381,21 @@ impl Coordinator {
             .spawn(move || {
                 let _running = running;
                 let mut last = 0;
-                while let Some(round) = next_poll(&requests_rx, &grid, last) {
+                let mut plan = plan_after(&grid, last);
+                while let Some(round) = next_poll(&requests_rx, &grid, last, plan) {
                     last = last.max(round);
                     let started = Instant::now();
                     let report = poller.poll();
+                    let elapsed = started.elapsed();
+                    // Told to the coordinator with the answer, so that it waits for the round
+                    // this thread will really poll.
+                    plan = plan_after(&grid, last);
                     let result = PollResult {
                         worker: id,
                         round,
                         report,
-                        elapsed: started.elapsed(),
+                        elapsed,
+                        next: plan.map(|(next, _)| next),
                     };
                     if results.send(Note::Answer(result)).is_err() {
                         break;
@@ -461,41 +480,33 @@ impl Coordinator {
             self.take_note(note, round);
         }
 
-        let mut outstanding = 0;
         for worker in &mut self.workers {
             if worker.busy_with.is_some_and(|owed| owed < late_before) {
                 continue;
             }
             if let Some(requests) = &worker.requests {
                 match requests.try_send(Request::Poll(round)) {
-                    Ok(()) => {
-                        worker.busy_with = Some(round);
-                        outstanding += 1;
-                    }
+                    Ok(()) => worker.busy_with = Some(round),
                     Err(TrySendError::Full(_)) => {}
                     Err(TrySendError::Disconnected(_)) => worker.requests = None,
                 }
             }
         }
-        while outstanding > 0 {
+        while self.owed(round) {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.results_rx.recv_timeout(left) {
-                Ok(note) => outstanding -= usize::from(self.take_note(note, round)),
+                Ok(note) => self.take_note(note, round),
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
             }
         }
         self.finish_round(round, started, timeout);
     }
 
-    /// An answer is taken in (true: one this round was waiting for); word from the daemon
-    /// waits until the asked round is over.
-    fn take_note(&mut self, note: Note, round: u64) -> bool {
+    /// An answer is taken in; word from the daemon waits until the asked round is over.
+    fn take_note(&mut self, note: Note, round: u64) {
         match note {
             Note::Answer(result) => self.accept(result, round),
-            Note::Control(control) => {
-                self.pending.push_back(control);
-                false
-            }
+            Note::Control(control) => self.pending.push_back(control),
         }
     }
 
@@ -520,22 +531,15 @@ impl Coordinator {
         self.round = round;
         self.answers.iter_mut().for_each(|a| *a = Answers::default());
         let deadline = due.checked_add(timeout).unwrap_or(due);
-        let mut outstanding = self.workers.iter().filter(|w| w.busy_with == Some(round)).count();
-        // With no answer to wait for, the round is published when it is due.
-        let mut until = if outstanding == 0 { due } else { deadline };
         loop {
+            // Until every answer owed for this round came (or, with none owed, until the round
+            // is due, when it is published), at most until the deadline.
+            let until = if self.owed(round) { deadline } else { due };
             match self
                 .results_rx
                 .recv_timeout(until.saturating_duration_since(Instant::now()))
             {
-                Ok(Note::Answer(result)) => {
-                    if self.accept(result, round) {
-                        outstanding -= 1;
-                        if outstanding == 0 {
-                            until = due;
-                        }
-                    }
-                }
+                Ok(Note::Answer(result)) => self.accept(result, round),
                 Ok(Note::Control(Control::StatusOverwritten)) => self.last_status.clear(),
                 Ok(Note::Control(control)) => return Some(control),
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
@@ -547,8 +551,8 @@ impl Coordinator {
         None
     }
 
-    /// Every GPU thread not stuck in a call polls the timetable's next round on its own:
-    /// that is the answer the coordinator waits for.
+    /// A GPU thread that has not said which round it polls next (a new one) is taken to poll
+    /// the timetable's next round: that is the answer the coordinator waits for.
     fn expect_next(&mut self) {
         let Some((next, _)) = self.grid.get().and_then(|g| g.next_after(self.round, Instant::now())) else {
             return;
@@ -612,16 +616,15 @@ impl Coordinator {
         }
     }
 
-    /// Takes in one GPU's answer; only an answer for the current round counts as up. True
-    /// when it is the answer the round waited for from this thread.
-    fn accept(&mut self, result: PollResult, current_round: u64) -> bool {
+    /// Takes in one GPU's answer; only an answer for the current round counts as up. The
+    /// thread then owes the round it said it polls next.
+    fn accept(&mut self, result: PollResult, current_round: u64) {
         let Some(worker) = self.workers.iter_mut().find(|w| w.id == result.worker) else {
-            return false;
+            return;
         };
-        // Asked again since (a reload), the thread still owes that round's answer.
-        let owed = worker.busy_with == Some(result.round);
-        if owed {
-            worker.busy_with = None;
+        // Asked again since (a reload), the thread still owes the round it was asked for.
+        if worker.busy_with.is_none_or(|owed| owed == result.round) {
+            worker.busy_with = result.next.filter(|_| worker.requests.is_some());
         }
         // A backend that started reading through a second source (ROCm SMI) gets its entry now.
         let status = self.backend_status.entry(worker.backend_name).or_default();
@@ -633,7 +636,7 @@ impl Coordinator {
                 .or_insert(0) += 1;
         }
         if result.round != current_round {
-            return false;
+            return;
         }
         if let Some(answers) = self.answers.get_mut(worker.backend) {
             answers.answered += 1;
@@ -646,11 +649,15 @@ impl Coordinator {
             // the end of the round.
             worker.up = false;
             worker.readings = None;
-            return owed;
+            return;
         }
         worker.answered = current_round;
         worker.take(result.report.readings);
-        owed
+    }
+
+    /// Whether a GPU thread still owes an answer for `round`.
+    fn owed(&self, round: u64) -> bool {
+        self.workers.iter().any(|w| w.busy_with == Some(round))
     }
 
     fn publish(&mut self) {
@@ -794,12 +801,12 @@ mod tests {
         // Due in 50 ms: the thread sleeps until then and polls that round.
         let started = Instant::now();
         let grid = grid_from(7, started + Duration::from_millis(50));
-        assert_eq!(next_poll(&rx, &grid, 0), Some(7));
+        assert_eq!(next_poll(&rx, &grid, 0, plan_after(&grid, 0)), Some(7));
         assert!(started.elapsed() >= Duration::from_millis(50));
         // Asked for a round: at once, whatever the timetable says.
         assert!(tx.try_send(Request::Poll(42)).is_ok());
         let asked = Instant::now();
-        assert_eq!(next_poll(&rx, &grid, 7), Some(42));
+        assert_eq!(next_poll(&rx, &grid, 7, plan_after(&grid, 7)), Some(42));
         assert!(asked.elapsed() < Duration::from_millis(500));
     }
 
@@ -809,7 +816,7 @@ mod tests {
         let grid = SharedGrid::default();
         let waiter = {
             let grid = grid.clone();
-            std::thread::spawn(move || next_poll(&rx, &grid, 3))
+            std::thread::spawn(move || next_poll(&rx, &grid, 3, plan_after(&grid, 3)))
         };
         // No timetable: the thread waits; then one comes, and the notice makes it read it.
         std::thread::sleep(Duration::from_millis(30));
@@ -827,6 +834,6 @@ mod tests {
         let (tx, rx) = mailbox::<Request>(2);
         let grid = grid_from(1, Instant::now() + Duration::from_secs(3600));
         drop(tx);
-        assert_eq!(next_poll(&rx, &grid, 0), None);
+        assert_eq!(next_poll(&rx, &grid, 0, plan_after(&grid, 0)), None);
     }
 }
