@@ -2,10 +2,13 @@
 # threads-by-design.sh WINDOW SETTLE BIN...: each thread's CPU (schedstat) and task switches over
 # WINDOW seconds, after SETTLE, of three plain C loops, three C loops in gpuwarden's old shape
 # (handoff) and two daemons at defaults per BIN, all in one window (NVML_INCLUDE: where nvml.h is).
+set -e
 window=$1; settle=$2; shift 2
-w=$(mktemp -d); trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$w"' EXIT
-gcc -O2 -o $w/nvml-loop scripts/gpu/nvml-loop.c -I"${NVML_INCLUDE:-/usr/local/cuda/include}" -l:libnvidia-ml.so.1 -lpthread || exit 1
-echo "pci devices: $(ls /sys/bus/pci/devices | wc -l); nproc $(nproc); $(uname -r); perf: $(which perf)"
+# The work directory, its clean-up and the loop's build: nvml-loop.sh's.
+source "$(cd "$(dirname "$0")" && pwd)/nvml-loop.sh"
+set +e
+w=$work
+echo "pci devices: $(ls /sys/bus/pci/devices | wc -l); nproc $(nproc); $(uname -r)"
 declare -A pid; names=""
 total=$((window + settle + 20))
 for i in 1 2 3; do

@@ -554,7 +554,7 @@ impl Coordinator {
     /// A GPU thread that has not said which round it polls next (a new one) is taken to poll
     /// the timetable's next round: that is the answer the coordinator waits for.
     fn expect_next(&mut self) {
-        let Some((next, _)) = self.grid.get().and_then(|g| g.next_after(self.round, Instant::now())) else {
+        let Some((next, _)) = plan_after(&self.grid, self.round) else {
             return;
         };
         for worker in &mut self.workers {
