@@ -43,8 +43,9 @@ fn snapshot(demo: &Snapshot, gpus: u32) -> Arc<Snapshot> {
     snapshot.devices = (0..gpus)
         .map(|index| {
             let mut d = demo.devices[index as usize % demo.devices.len()].clone();
-            d.identity.index = index;
-            d.identity.uuid = format!("{}-{index}", d.identity.uuid);
+            let identity = Arc::make_mut(&mut d.identity);
+            identity.index = index;
+            identity.uuid = format!("{}-{index}", identity.uuid);
             d
         })
         .collect();

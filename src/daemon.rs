@@ -56,6 +56,10 @@ pub fn run(config: Config, config_path: Option<PathBuf>, overrides: Overrides) -
     raise_open_file_limit();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Longer than the longest periodic read's period (the PCI census, 30 s), so the blocking
+        // pool's thread that reads the side sources lives on between reads instead of being
+        // started again for each (the default is 10 s).
+        .thread_keep_alive(Duration::from_secs(45))
         .enable_all()
         .build()
     {

@@ -230,7 +230,10 @@ pub async fn follow(
         };
         state.set_if_changed(snapshot);
         tokio::select! {
-            _ = tokio::time::sleep(config.refresh) => {}
+            // On the runtime's beat, with the periodic sources.
+            _ = tokio::time::sleep_until(
+                crate::sources::cadence::next_on_the_beat(config.refresh, std::time::Instant::now()).into()
+            ) => {}
             _ = stop.stopped() => return,
         }
     }

@@ -62,7 +62,7 @@ pub struct BackendState {
     pub name: &'static str,
     pub up: bool,
     /// Why it reads nothing, in words ("no amdgpu driver is loaded").
-    pub note: Option<String>,
+    pub note: Option<&'static str>,
     /// The vendor is simply not on this node (no amdgpu driver): not a backend that is down,
     /// so no `gpuwarden_backend_up` series and no notice on the status page. (A GPU of that
     /// vendor on the PCI bus that nothing reads is still found by the PCI census.)

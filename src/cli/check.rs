@@ -102,7 +102,7 @@ pub fn run(config: Config, json: bool) -> i32 {
         for (name, status) in snapshot.backends.iter() {
             let state = match (&status.up, &status.note) {
                 (true, _) => "up, no GPU".to_string(),
-                (false, Some(note)) => note.clone(),
+                (false, Some(note)) => note.to_string(),
                 (false, None) => "not available".to_string(),
             };
             println!("  {name}: {state}");

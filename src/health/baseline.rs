@@ -132,7 +132,7 @@ mod tests {
                 &format!("0000:{:02x}:00.0", i),
                 Default::default(),
             );
-            d.identity.name = "NVIDIA H100 80GB HBM3".into();
+            std::sync::Arc::make_mut(&mut d.identity).name = "NVIDIA H100 80GB HBM3".into();
             snapshot.devices.push(d);
         }
         snapshot
@@ -187,7 +187,7 @@ mod tests {
     #[test]
     fn a_gpu_below_its_neighbours_of_the_same_model_is_caught_and_other_models_do_not_count() {
         let mut snapshot = node(4);
-        snapshot.devices[3].identity.name = "NVIDIA H200".into();
+        std::sync::Arc::make_mut(&mut snapshot.devices[3].identity).name = "NVIDIA H200".into();
         let mut probes = ProbeSnapshot::default();
         let uuids: Vec<String> = snapshot.devices.iter().map(|d| d.identity.uuid.clone()).collect();
         probes.keep(&uuids[0], report(&uuids[0], 10.0, 600e12));

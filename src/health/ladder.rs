@@ -280,7 +280,7 @@ mod tests {
 
     fn reset_at(started: f64, outcome: AttemptOutcome) -> crate::model::remediation::Attempt {
         crate::model::remediation::Attempt {
-            uuid: gpu(None).identity.uuid,
+            uuid: gpu(None).identity.uuid.clone(),
             index: 0,
             pci_bus_id: "0000:19:00.0".into(),
             step: "gpu_reset".into(),

@@ -34,8 +34,8 @@ pub const FAMILIES: &[Family] = &[
         dcgm: &[],
         read: Read::Node(|snapshot, s| {
             for (name, status) in snapshot.backends.iter() {
-                for (call, n) in &status.errors {
-                    s.labelled(&[name, call], *n as f64);
+                for (call, n) in status.errors.iter() {
+                    s.labelled(&[name, call], n as f64);
                 }
             }
         }),
@@ -50,7 +50,7 @@ pub const FAMILIES: &[Family] = &[
         read: Read::Node(|snapshot, s| {
             for (name, status) in snapshot.backends.iter() {
                 if status.poll_duration.count > 0 {
-                    for (call, seconds) in &status.call_seconds_by_call {
+                    for (call, seconds) in status.call_seconds_by_call.iter() {
                         // A sum of many float durations: nanoseconds are all the precision there is.
                         s.labelled(&[name, call], (seconds * 1e9).round() / 1e9);
                     }

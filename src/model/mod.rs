@@ -261,8 +261,10 @@ pub struct DeviceReadings {
     /// GPM activity over the last `poll.gpm_interval` (Hopper and newer); `None` until the
     /// second GPM sample and where unsupported.
     pub activity: Option<activity::Activity>,
-    /// NVLinks; `None` where the board has none.
-    pub nvlinks: Option<links::NvLinks>,
+    /// NVLinks; `None` where the board has none. Shared, not copied: read in the topology
+    /// tier and carried over by every poll between (18 links of two counter lists each on an
+    /// H100 SXM).
+    pub nvlinks: Option<std::sync::Arc<links::NvLinks>>,
     /// NVLink fabric registration (NVSwitch systems); `None` where not applicable.
     pub fabric: Option<links::Fabric>,
     /// Peer-to-peer over NVLink to each other GPU: (peer's index, NVML's `nvmlGpuP2PStatus_t`,
@@ -340,7 +342,9 @@ fn lookup(pairs: &[(&'static str, f64)], key: &str) -> Option<f64> {
 /// One device as the latest poll left it.
 #[derive(Debug, Clone, Serialize)]
 pub struct DeviceSnapshot {
-    pub identity: DeviceIdentity,
+    /// Shared, not copied: it is the same every round, and each round's snapshot (and a
+    /// refresh of it) names every GPU.
+    pub identity: std::sync::Arc<DeviceIdentity>,
     /// True when the latest poll reached the device within its deadline.
     pub up: bool,
     /// True when the driver said the GPU is lost (fallen off the bus), as opposed to a poll
@@ -377,7 +381,7 @@ impl DeviceSnapshot {
     /// A GPU for unit tests, answering with `readings`: uuid `GPU-N` (`AMD-N` for AMD).
     pub(crate) fn for_test(index: u32, vendor: Vendor, pci_bus_id: &str, readings: DeviceReadings) -> DeviceSnapshot {
         DeviceSnapshot {
-            identity: DeviceIdentity {
+            identity: std::sync::Arc::new(DeviceIdentity {
                 index,
                 uuid: match vendor {
                     Vendor::Amd => format!("AMD-{index}"),
@@ -389,7 +393,7 @@ impl DeviceSnapshot {
                 driver_version: "1".into(),
                 serial: None,
                 inventory: Default::default(),
-            },
+            }),
             up: true,
             lost: false,
             last_good_poll: None,
@@ -532,7 +536,7 @@ impl std::fmt::Display for HealthCounts {
 pub struct BackendStatus {
     pub up: bool,
     /// Why it is down, in words, for the status page.
-    pub note: Option<String>,
+    pub note: Option<&'static str>,
     /// Its vendor is not on this node (see `backend::BackendState::absent`): not shown as down.
     pub absent: bool,
     pub poll_duration: DurationHistogram,
@@ -541,9 +545,43 @@ pub struct BackendStatus {
     pub call_seconds: f64,
     /// `call_seconds` by call name (NVML); backends that do not time calls one by one put
     /// their whole time under "all".
-    pub call_seconds_by_call: BTreeMap<&'static str, f64>,
+    pub call_seconds_by_call: ByCall<f64>,
     /// Failed calls by call name; NotSupported is not a failure.
-    pub errors: BTreeMap<&'static str, u64>,
+    pub errors: ByCall<u64>,
+}
+
+/// Totals by call name, in name order. A sorted list rather than a map: the backends' status
+/// is copied into every round's snapshot, and a list is one allocation where a map's nodes
+/// are one each.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ByCall<T>(Vec<(&'static str, T)>);
+
+impl<T> Default for ByCall<T> {
+    fn default() -> Self {
+        ByCall(Vec::new())
+    }
+}
+
+impl<T: Copy + std::ops::AddAssign> ByCall<T> {
+    /// Adds `amount` to `call`'s total (a new call starts at `amount`).
+    pub fn add(&mut self, call: &'static str, amount: T) {
+        match self.0.binary_search_by(|(name, _)| name.cmp(&call)) {
+            Ok(at) => self.0[at].1 += amount,
+            Err(at) => self.0.insert(at, (call, amount)),
+        }
+    }
+
+    pub fn get(&self, call: &str) -> Option<T> {
+        self.0
+            .binary_search_by(|(name, _)| (*name).cmp(call))
+            .ok()
+            .map(|at| self.0[at].1)
+    }
+
+    /// Each call and its total, in name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, T)> + '_ {
+        self.0.iter().copied()
+    }
 }
 
 /// A GPU on the PCI bus, as sysfs lists it: whatever the driver made of it.
@@ -716,6 +754,25 @@ mod tests {
             message: String::new(),
             subject: subject.map(str::to_string),
         }
+    }
+
+    #[test]
+    fn totals_by_call_add_up_per_call_and_list_in_name_order() {
+        let mut totals = ByCall::default();
+        totals.add("nvmlDeviceGetTemperature", 2u64);
+        totals.add("nvmlDeviceGetClockInfo", 1);
+        totals.add("nvmlDeviceGetTemperature", 3);
+        totals.add("all", 7);
+        assert_eq!(
+            totals.iter().collect::<Vec<_>>(),
+            [
+                ("all", 7),
+                ("nvmlDeviceGetClockInfo", 1),
+                ("nvmlDeviceGetTemperature", 5)
+            ]
+        );
+        assert_eq!(totals.get("nvmlDeviceGetTemperature"), Some(5));
+        assert_eq!(totals.get("nvmlDeviceGetPowerUsage"), None);
     }
 
     #[test]

@@ -475,7 +475,7 @@ mod tests {
 
     fn device(index: u32, up: bool, utilization: f64, used_mib: u64) -> DeviceSnapshot {
         DeviceSnapshot {
-            identity: DeviceIdentity {
+            identity: std::sync::Arc::new(DeviceIdentity {
                 index,
                 uuid: format!("GPU-{index}"),
                 vendor: Vendor::Nvidia,
@@ -484,7 +484,7 @@ mod tests {
                 driver_version: "580".into(),
                 serial: None,
                 inventory: Default::default(),
-            },
+            }),
             up,
             lost: false,
             hw_slowdown_seen: None,
@@ -612,7 +612,7 @@ mod tests {
         // A new clear (another `since`) is not held back by the last one's retry.
         retry.insert("GPU-1".to_string(), (0.5, now + VALIDATION_ERROR_RETRY));
         assert!(next_validation(&snapshot, &retry, now).is_some());
-        snapshot.devices[1].identity.vendor = crate::model::Vendor::Amd;
+        std::sync::Arc::make_mut(&mut snapshot.devices[1].identity).vendor = crate::model::Vendor::Amd;
         assert!(
             next_validation(&snapshot, &RetryAt::new(), now).is_none(),
             "no CUDA probe for AMD"

@@ -335,7 +335,9 @@ pub async fn record(
     store: std::sync::Arc<crate::snapshot::store::Store>,
     stop: crate::service::stop::Stop,
 ) {
-    let mut tick = tokio::time::interval(STEP);
+    // On the runtime's beat, with the periodic sources (sources::cadence::on_the_beat).
+    let first = crate::sources::cadence::on_the_beat(STEP, std::time::Instant::now());
+    let mut tick = tokio::time::interval_at(first.into(), STEP);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {

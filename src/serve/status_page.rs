@@ -161,7 +161,7 @@ pub fn render_with_timeline(
     // A vendor that is not on the node (no amdgpu driver) is no notice.
     for (backend, status) in snapshot.backends.iter().filter(|(_, status)| !status.absent) {
         if !status.up {
-            let why = status.note.as_deref().unwrap_or("no readings from it");
+            let why = status.note.unwrap_or("no readings from it");
             let _ = write!(out, "<p><b>{}</b>: {}.</p>", escape(backend), escape(why));
         }
     }

@@ -3,7 +3,42 @@
 //! the DRM client walk), so the rule "due when never read or when the period has passed" is
 //! written once.
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+/// The runtime's periodic work (the side sources, the history recorder, the kubelet's
+/// refresh) keeps one beat: each wakes at a whole number of its periods since one moment, so
+/// work of equal or multiple periods (10, 15 and 30 s) wakes the runtime together rather
+/// than each at its own phase. A wake of an idle runtime costs more than the work it does
+/// (docs/performance.md, "The runtime on one beat").
+static BEAT_EPOCH: OnceLock<Instant> = OnceLock::new();
+
+/// The first instant at or after `earliest` on `period`'s beat (the same for every caller
+/// with the same period, whenever it asks). A zero period: `earliest` itself.
+pub fn on_the_beat(period: Duration, earliest: Instant) -> Instant {
+    beat_from(*BEAT_EPOCH.get_or_init(Instant::now), period, earliest)
+}
+
+/// When the next read of something read every `period` is due after one at `read_at`: on the
+/// beat, at least half a period on, so a read at an odd moment (a reload's) is followed by one
+/// on the beat and the gap stays within half a period and one and a half.
+pub fn next_on_the_beat(period: Duration, read_at: Instant) -> Instant {
+    on_the_beat(period, read_at + period / 2)
+}
+
+fn beat_from(epoch: Instant, period: Duration, earliest: Instant) -> Instant {
+    let since = earliest.saturating_duration_since(epoch).as_nanos();
+    let step = period.as_nanos();
+    if step == 0 {
+        return earliest;
+    }
+    let beats = since.div_ceil(step);
+    let offset = u64::try_from(beats.saturating_mul(step)).unwrap_or(u64::MAX);
+    epoch
+        .checked_add(Duration::from_nanos(offset))
+        .unwrap_or(earliest)
+        .max(earliest)
+}
 
 /// A period and when it last ran.
 #[derive(Debug, Clone)]
@@ -84,6 +119,33 @@ impl Every {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn beats_of_multiple_periods_fall_together_and_a_read_at_an_odd_moment_comes_back_on_the_beat() {
+        let epoch = Instant::now();
+        let s = Duration::from_secs;
+        assert_eq!(beat_from(epoch, s(10), epoch + s(3)), epoch + s(10));
+        assert_eq!(
+            beat_from(epoch, s(10), epoch + s(20)),
+            epoch + s(20),
+            "on the beat is not after it"
+        );
+        assert_eq!(beat_from(epoch, s(30), epoch + s(21)), epoch + s(30));
+        assert_eq!(
+            beat_from(epoch, s(15), epoch + s(21)),
+            epoch + s(30),
+            "15 s and 30 s meet every 30 s"
+        );
+        // A read after a reload at 23 s: the next on the 10 s beat, at least 5 s later.
+        let read = epoch + s(23);
+        let next = beat_from(epoch, s(10), read + s(5));
+        assert_eq!(next, epoch + s(30));
+        let gap = next - read;
+        assert!(gap >= s(5) && gap <= s(15));
+        assert_eq!(beat_from(epoch, Duration::ZERO, epoch + s(7)), epoch + s(7));
+        // Before the epoch (a clock read just before it was set): the epoch.
+        assert_eq!(beat_from(epoch + s(1), s(10), epoch), epoch + s(1));
+    }
 
     #[test]
     fn due_when_never_run_then_after_each_period() {

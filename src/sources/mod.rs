@@ -24,7 +24,8 @@
 //!
 //! The periodic ones share one shape, [`Periodic`]: a period from the settings in force (none:
 //! off, and the value is emptied) and a read. Each sleeps until its next read or a reload,
-//! which reads at once; one that is off does not wake.
+//! which reads at once; one that is off does not wake. Reads come on the runtime's beat
+//! ([`cadence::on_the_beat`]), so sources of the same or multiple periods wake it together.
 
 pub mod cadence;
 pub mod fabric_manager;
@@ -39,7 +40,6 @@ use crate::config::settings::{Settings, SharedSettings};
 use crate::model::PciGpu;
 use crate::service::stop::Stop;
 use crate::snapshot::store::{Changed, Store, Versioned};
-use crate::sources::cadence::Every;
 use crate::xid::store::{XidSnapshot, XidStore};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -74,14 +74,14 @@ pub trait Periodic: Send + 'static {
 pub fn spawn<P: Periodic>(source: P, out: Arc<Versioned<P::Value>>, settings: Arc<SharedSettings>, stop: Stop) {
     tokio::spawn(async move {
         let mut source = Some(source);
-        let mut every = Every::new(LOOK_AGAIN);
+        let mut due: Option<Instant> = None;
         let mut read_with: Option<Arc<Settings>> = None;
         let mut reloads = settings.subscribe();
         while let Some(running) = source.take() {
             // Seen before the settings are read: a reload from here on wakes the wait below.
             reloads.borrow_and_update();
             let current = settings.current();
-            let (running, wait) = look(running, &out, &current, &mut every, &mut read_with).await;
+            let (running, wait) = look(running, &out, &current, &mut due, &mut read_with).await;
             let Some(running) = running else {
                 log::error!("the {} source failed and stopped", P::NAME);
                 return;
@@ -103,20 +103,23 @@ async fn look<P: Periodic>(
     mut running: P,
     out: &Versioned<P::Value>,
     current: &Arc<Settings>,
-    every: &mut Every,
+    due: &mut Option<Instant>,
     read_with: &mut Option<Arc<Settings>>,
 ) -> (Option<P>, Option<Duration>) {
     let Some(period) = running.every(current) else {
         out.set_if_changed(P::Value::default());
         *read_with = None;
-        let again = running.look_again_while_off();
+        *due = None;
+        let now = Instant::now();
+        let again = running
+            .look_again_while_off()
+            .map(|again| cadence::next_on_the_beat(again, now).saturating_duration_since(now));
         return (Some(running), again);
     };
-    every.set_period(period);
     if read_with.as_ref().is_none_or(|s| !Arc::ptr_eq(s, current)) {
-        every.reset();
+        *due = None;
     }
-    if every.take(Instant::now()) {
+    if due.is_none_or(|at| Instant::now() >= at) {
         let with = current.clone();
         let read = tokio::task::spawn_blocking(move || {
             let value = running.read(&with);
@@ -128,8 +131,10 @@ async fn look<P: Periodic>(
         running = back;
         out.set_if_changed(value);
         *read_with = Some(current.clone());
+        *due = Some(cadence::next_on_the_beat(period, Instant::now()));
     }
-    (Some(running), Some(every.until_due(Instant::now())))
+    let now = Instant::now();
+    (Some(running), due.map(|at| at.saturating_duration_since(now)))
 }
 
 /// Sleeps `wait`, or for ever with `None`.

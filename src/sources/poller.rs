@@ -67,7 +67,7 @@ struct Worker {
     backend: usize,
     /// The `backend` label its durations and errors are counted under.
     backend_name: &'static str,
-    identity: DeviceIdentity,
+    identity: Arc<DeviceIdentity>,
     /// Sends a round number to poll for at once (else the thread polls on the timetable);
     /// dropping it ends the thread.
     requests: Option<Sender<Request>>,
@@ -122,13 +122,13 @@ fn count_calls(status: &mut BackendStatus, result: &PollResult) {
     status.poll_duration.observe(result.elapsed.as_secs_f64());
     status.call_seconds += result.report.call_seconds;
     if result.report.call_times.is_empty() {
-        *status.call_seconds_by_call.entry("all").or_insert(0.0) += result.report.call_seconds;
+        status.call_seconds_by_call.add("all", result.report.call_seconds);
     }
     for (call, seconds) in &result.report.call_times {
-        *status.call_seconds_by_call.entry(call).or_insert(0.0) += seconds;
+        status.call_seconds_by_call.add(call, *seconds);
     }
     for (call, _) in &result.report.errors {
-        *status.errors.entry(call).or_insert(0) += 1;
+        status.errors.add(call, 1);
     }
 }
 
@@ -365,7 +365,7 @@ impl Coordinator {
     }
 
     fn spawn_worker(&mut self, mut poller: Box<dyn DevicePoller>, backend: usize) -> Worker {
-        let identity = poller.identity().clone();
+        let identity = Arc::new(poller.identity().clone());
         let backend_name = poller.backend_name();
         let id = self.next_worker_id;
         self.next_worker_id += 1;
@@ -661,16 +661,12 @@ impl Coordinator {
     }
 
     fn publish(&mut self) {
-        let states: BTreeMap<&'static str, BackendState> = self
-            .backends
-            .iter()
-            .flat_map(|b| b.status())
-            .map(|state| (state.name, state))
-            .collect();
+        let states: Vec<BackendState> = self.backends.iter().flat_map(|b| b.status()).collect();
         // A backend label no backend reports any more (ROCm SMI not tried) goes.
-        self.backend_status.retain(|name, _| states.contains_key(name));
-        for (name, state) in states {
-            let status = self.backend_status.entry(name).or_default();
+        self.backend_status
+            .retain(|name, _| states.iter().any(|state| state.name == *name));
+        for state in states {
+            let status = self.backend_status.entry(state.name).or_default();
             status.up = state.up;
             status.note = state.note;
             status.absent = state.absent;

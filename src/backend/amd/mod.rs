@@ -69,7 +69,7 @@ impl Backend for AmdBackend {
         let mut status = vec![BackendState {
             name: sysfs::BACKEND,
             up: self.sysfs_up,
-            note: (!self.sysfs_up).then(|| note.to_string()),
+            note: (!self.sysfs_up).then_some(note),
             absent: self.driver_absent,
         }];
         // ROCm SMI is only tried where sysfs shows AMD GPUs: on other nodes it is not in use
@@ -78,8 +78,7 @@ impl Backend for AmdBackend {
             status.push(BackendState {
                 name: rocm_smi::BACKEND,
                 up,
-                note: (!up)
-                    .then(|| "ROCm SMI could not be loaded or initialised; sysfs reads the AMD GPUs".to_string()),
+                note: (!up).then_some("ROCm SMI could not be loaded or initialised; sysfs reads the AMD GPUs"),
                 absent: false,
             });
         }

@@ -93,8 +93,8 @@ impl Backend for NvmlLifecycle {
             up,
             note: match self.state {
                 State::Ready => None,
-                State::Held => Some("NVML is let go of while a GPU reset runs".to_string()),
-                State::Waiting { .. } => Some("NVML is not loaded or not initialised (no NVIDIA driver?)".to_string()),
+                State::Held => Some("NVML is let go of while a GPU reset runs"),
+                State::Waiting { .. } => Some("NVML is not loaded or not initialised (no NVIDIA driver?)"),
             },
             absent: false,
         }]

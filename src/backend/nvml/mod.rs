@@ -33,6 +33,7 @@ use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper_sys::bindings::field_id::*;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub const BACKEND: &str = "nvml";
@@ -201,7 +202,8 @@ pub struct NvmlDevicePoller {
     peers: Vec<(u32, Device<'static>)>,
     identity: DeviceIdentity,
     enable_persistence: bool,
-    static_readings: Option<StaticReadings>,
+    /// Shared with each poll rather than copied into it.
+    static_readings: Option<Arc<StaticReadings>>,
     /// Turning persistence mode on was refused: warned once, as the refusal lasts.
     persistence_denied: crate::service::logging::Outage,
     tiers: Tiers,
@@ -347,11 +349,11 @@ impl NvmlDevicePoller {
     }
 
     /// The readings that cannot change while the GPU is in the node, read at the first poll.
-    fn statics(&mut self, calls: &mut CallErrors) -> StaticReadings {
+    fn statics(&mut self, calls: &mut CallErrors) -> Arc<StaticReadings> {
         if let Some(s) = &self.static_readings {
             return s.clone();
         }
-        let s = self.read_static(calls);
+        let s = Arc::new(self.read_static(calls));
         self.static_readings = Some(s.clone());
         s
     }
@@ -359,7 +361,10 @@ impl NvmlDevicePoller {
     /// The every-poll tier: each field written whatever the call answers (a call that stops
     /// answering leaves its field empty, never the last value).
     fn read_every_poll(&self, r: &mut DeviceReadings, statics: &StaticReadings, calls: &mut CallErrors) {
-        r.temperature_thresholds = statics.thresholds.clone();
+        // Carried over from the last poll, and static: copied only at the first.
+        if r.temperature_thresholds != statics.thresholds {
+            r.temperature_thresholds = statics.thresholds.clone();
+        }
         if let Some(samples) = calls.read("nvmlDeviceGetFieldValues:memory_temperature", || {
             self.device.field_values_for(&[FieldId(NVML_FI_DEV_MEMORY_TEMP)])
         }) && let Some(Ok(sample)) = samples.first()
@@ -398,7 +403,9 @@ impl NvmlDevicePoller {
         });
         r.pcie.generation_max = statics.pcie_generation_max;
         r.pcie.width_max = statics.pcie_width_max;
-        r.clocks_max_hertz = statics.clocks_max_hertz.clone();
+        if r.clocks_max_hertz != statics.clocks_max_hertz {
+            r.clocks_max_hertz = statics.clocks_max_hertz.clone();
+        }
         r.performance_state = calls
             .read("nvmlDeviceGetPerformanceState", || self.device.performance_state())
             .map(|p| p.as_c());
@@ -411,7 +418,7 @@ impl NvmlDevicePoller {
     /// The topology tier. A failed read leaves its fields out until the next one (not stale
     /// values), and is not retried every poll: it costs the driver real time.
     fn read_topology(&mut self, r: &mut DeviceReadings, statics: &StaticReadings, calls: &mut CallErrors) {
-        r.nvlinks = nvlink::read(&self.device, statics.nvlink_count, calls);
+        r.nvlinks = nvlink::read(&self.device, statics.nvlink_count, calls).map(Arc::new);
         r.fabric = fabric::read(&self.device, calls);
         r.nvlink_p2p = p2p::read(&self.device, &self.peers, calls);
         self.mig_mode = mig::mode(&self.device, calls);
