@@ -5,7 +5,7 @@
 use super::event::{Event, GpuRef, Kind};
 use crate::model::health::HealthState;
 use crate::model::probe::ProbeReport;
-use crate::model::{DeviceSnapshot, EccScope, EccType, Inventory, Snapshot};
+use crate::model::{DeviceReadings, DeviceSnapshot, EccScope, EccType, Inventory, Snapshot};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -174,15 +174,7 @@ pub fn facts_of(device: &DeviceSnapshot, snapshot: &Snapshot, last: Option<&GpuF
         episodes: last.map(|l| l.episodes.clone()).unwrap_or_default(),
     };
     if let Some(r) = device.answered() {
-        let uncorrectable: Vec<u64> = r
-            .ecc_errors
-            .iter()
-            .filter(|e| e.error_type == EccType::Uncorrected && e.scope == EccScope::Aggregate)
-            .map(|e| e.count)
-            .collect();
-        if !uncorrectable.is_empty() {
-            f.ecc_uncorrectable = Some(uncorrectable.iter().sum());
-        }
+        f.ecc_uncorrectable = uncorrectable_ecc(r).or(f.ecc_uncorrectable);
         f.pcie_replays = r.pcie.replay_errors.or(f.pcie_replays);
         f.remap_pending = r.remapped_rows.pending.or(f.remap_pending);
         f.remap_failed = r.remapped_rows.failed.or(f.remap_failed);
@@ -208,6 +200,15 @@ pub fn facts_of(device: &DeviceSnapshot, snapshot: &Snapshot, last: Option<&GpuF
         }
     }
     f
+}
+
+/// The uncorrectable ECC errors (aggregate) `r` reports, summed; None where it reports none.
+pub fn uncorrectable_ecc(r: &DeviceReadings) -> Option<u64> {
+    r.ecc_errors
+        .iter()
+        .filter(|e| e.error_type == EccType::Uncorrected && e.scope == EccScope::Aggregate)
+        .map(|e| e.count)
+        .reduce(|a, b| a + b)
 }
 
 /// The events between `old` (None: a GPU the journal has not seen) and `new`. Ends the

@@ -41,10 +41,12 @@ pub mod report;
 pub mod report_nic;
 pub mod report_probes;
 pub mod report_remediation;
+mod seen;
 mod task;
 pub mod validation_rows;
 pub mod worker;
 mod writer;
+mod xid_rows;
 
 use crate::model::JournalStatus;
 use crate::snapshot::store::{Store, Versioned};

@@ -7,6 +7,7 @@
 
 use super::event::{Event, GpuRef, Kind};
 use super::facts::{self, GpuFacts};
+use super::seen::Seen;
 use super::worker::{Answer, Batch, Failure, Item, Prune, Request, XidCount};
 use super::{Message, Place, Shared};
 use crate::model::{JournalStatus, Snapshot, unix_seconds};
@@ -98,6 +99,9 @@ pub(super) struct Writer {
     pending: Option<Batch>,
     /// GPUs looked at in this run: the first look at each records its counters.
     looked_at: BTreeSet<String>,
+    /// By UUID: what the last full look at each GPU read, to pass over a round that changed
+    /// none of it.
+    seen: BTreeMap<String, Seen>,
     /// A batch of this run has been written (a file that then no longer knows this boot
     /// was deleted, emptied or replaced).
     wrote: bool,
@@ -155,6 +159,7 @@ impl Writer {
             batch_seq: 0,
             pending: None,
             looked_at: BTreeSet::new(),
+            seen: BTreeMap::new(),
             wrote: false,
             last_failure: None,
             started: false,
@@ -303,31 +308,6 @@ impl Writer {
             })
     }
 
-    fn xid_event(&self, event: &XidEvent, severity: Severity) -> Event {
-        if let Some(nvswitch) = event.nvswitch {
-            return sxid_event(event, nvswitch);
-        }
-        let entry = crate::xid::catalog::lookup(event.xid);
-        let name = entry.map(|e| e.name).unwrap_or("unknown");
-        Event::new(
-            unix_seconds(event.at),
-            Kind::Xid,
-            self.gpu_at(&event.pci_bus_id),
-            format!("Xid {} ({name}, {})", event.xid, severity.label()),
-            json!({
-                "xid": event.xid,
-                "name": name,
-                "severity": severity.label(),
-                "nvidia_action": entry.map(|e| e.nvidia_action),
-                "action": entry.map(|e| e.action()),
-                "sources": [event.source.label()],
-                "raw": event.raw,
-                "kmsg_sequence": event.kmsg_sequence,
-                "gpu_instance": event.gpu_instance,
-            }),
-        )
-    }
-
     /// Storms whose minute is over (all of them at stop): one row each with the count not
     /// recorded one by one.
     fn storm_rows(&mut self, now: f64, stopping: bool) {
@@ -379,6 +359,20 @@ impl Writer {
     }
 
     fn look_at_gpu(&mut self, device: &crate::model::DeviceSnapshot, snapshot: &Snapshot, now: f64) {
+        // A round that changed nothing the journal records (most do): passed over.
+        let known = self.facts.get(&device.identity.uuid);
+        if known.is_some_and(|f| f.episodes.is_empty())
+            && self
+                .seen
+                .get(&device.identity.uuid)
+                .is_some_and(|s| s.unchanged(device, snapshot))
+        {
+            #[cfg(debug_assertions)]
+            if let Some(last) = known {
+                super::seen::assert_nothing_missed(last, device, snapshot, now);
+            }
+            return;
+        }
         let uuid = device.identity.uuid.clone();
         // Taken out (not cloned) and put back below: this runs for every GPU every round.
         let last = self.facts.remove(&uuid);
@@ -390,43 +384,13 @@ impl Writer {
                 .find(|f| f.pci_bus_id == new.pci_bus_id && f.uuid != new.uuid && !f.pci_bus_id.is_empty())
                 .cloned()
         {
-            self.push(facts::board_swap(&previous, &new, now));
-            self.board_swaps.update(|swaps| {
-                swaps.insert(
-                    new.uuid.clone(),
-                    crate::model::health::BoardSwap {
-                        at: now,
-                        previous_uuid: previous.uuid.clone(),
-                        previous_serial: previous.serial.clone(),
-                    },
-                );
-            });
-            // A new board proves itself with a probe before its node returns to service
-            // (the probe is CUDA's: NVIDIA boards only).
-            if snapshot.health_limits.validate_after_clear && device.identity.vendor == crate::model::Vendor::Nvidia {
-                let why = format!(
-                    "a new board in slot {} (it replaced serial {})",
-                    new.pci_bus_id,
-                    previous.serial.as_deref().unwrap_or("unknown")
-                );
-                self.validations.update(|all| {
-                    all.insert(
-                        new.uuid.clone(),
-                        crate::model::health::Validation {
-                            since: now,
-                            why,
-                            outcome: None,
-                            kind: Default::default(),
-                        },
-                    );
-                });
-            }
-            // The old board's facts stay (its history keeps its serial), but no longer at
-            // this address.
-            if let Some(old) = self.facts.get_mut(&previous.uuid) {
-                old.pci_bus_id = String::new();
-                self.dirty_facts.insert(previous.uuid.clone());
-            }
+            self.board_swapped(
+                &previous,
+                &new,
+                device,
+                now,
+                snapshot.health_limits.validate_after_clear,
+            );
         }
         let probe = snapshot.probe.reports.get(&uuid);
         for event in facts::changes(last.as_ref(), &mut new, probe, now) {
@@ -445,7 +409,58 @@ impl Writer {
         if !last.as_ref().is_some_and(|last| last.same_stored_facts(&new)) {
             self.dirty_facts.insert(uuid.clone());
         }
+        self.seen.insert(uuid.clone(), Seen::of(device, snapshot));
         self.facts.insert(uuid, new);
+    }
+
+    /// `new` took the slot of the board `previous` (a swap): a row, the verdict's notice, a
+    /// validation where asked for, and the old board's facts no longer at this address.
+    fn board_swapped(
+        &mut self,
+        previous: &GpuFacts,
+        new: &GpuFacts,
+        device: &crate::model::DeviceSnapshot,
+        now: f64,
+        validate: bool,
+    ) {
+        self.push(facts::board_swap(previous, new, now));
+        self.board_swaps.update(|swaps| {
+            swaps.insert(
+                new.uuid.clone(),
+                crate::model::health::BoardSwap {
+                    at: now,
+                    previous_uuid: previous.uuid.clone(),
+                    previous_serial: previous.serial.clone(),
+                },
+            );
+        });
+        // A new board proves itself with a probe before its node returns to service
+        // (the probe is CUDA's: NVIDIA boards only).
+        if validate && device.identity.vendor == crate::model::Vendor::Nvidia {
+            let why = format!(
+                "a new board in slot {} (it replaced serial {})",
+                new.pci_bus_id,
+                previous.serial.as_deref().unwrap_or("unknown")
+            );
+            self.validations.update(|all| {
+                all.insert(
+                    new.uuid.clone(),
+                    crate::model::health::Validation {
+                        since: now,
+                        why,
+                        outcome: None,
+                        kind: Default::default(),
+                    },
+                );
+            });
+        }
+        // The old board's facts stay (its history keeps its serial), but no longer at
+        // this address.
+        self.seen.remove(&previous.uuid);
+        if let Some(old) = self.facts.get_mut(&previous.uuid) {
+            old.pci_bus_id = String::new();
+            self.dirty_facts.insert(previous.uuid.clone());
+        }
     }
 
     /// A row each time gpuwarden turned a GPU's persistence mode on.
@@ -664,7 +679,7 @@ impl Writer {
             .into_iter()
             .map(|pending| match pending {
                 Pending::Xid { group, event, severity } => Pending::Insert {
-                    event: self.xid_event(&event, severity),
+                    event: super::xid_rows::xid_event(&event, severity, self.gpu_at(&event.pci_bus_id)),
                     group: Some(group),
                 },
                 other => other,
@@ -762,36 +777,4 @@ fn unexpected(answer: &Answer) -> Failure {
         corrupt: false,
         moved_aside: None,
     }
-}
-
-/// An NVSwitch error's row: its switch (the GPU columns hold `nvswitch:<address>` and the
-/// switch's address), code, unit, the driver's severity and the kernel-log line.
-fn sxid_event(event: &XidEvent, nvswitch: crate::xid::event::Nvswitch) -> Event {
-    let unit = crate::xid::sxid::block(event.xid).map(|b| b.unit);
-    let severity = if nvswitch.fatal { "fatal" } else { "non_fatal" };
-    Event::new(
-        unix_seconds(event.at),
-        Kind::Sxid,
-        Some(GpuRef {
-            uuid: format!("nvswitch:{}", event.pci_bus_id),
-            serial: None,
-            pci_bus_id: event.pci_bus_id.clone(),
-            index: None,
-        }),
-        format!(
-            "SXid {} ({}, {severity}) on NVSwitch {} at {}",
-            event.xid,
-            unit.unwrap_or("an unknown unit"),
-            nvswitch.switch,
-            event.pci_bus_id
-        ),
-        json!({
-            "sxid": event.xid,
-            "switch": nvswitch.switch,
-            "fatal": nvswitch.fatal,
-            "unit": unit,
-            "raw": event.raw,
-            "kmsg_sequence": event.kmsg_sequence,
-        }),
-    )
 }
