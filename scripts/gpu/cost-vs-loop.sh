@@ -26,7 +26,7 @@ source "$here/every-feature.sh"
 mkdir -p "$work/jobs"
 echo 48217 > "$work/jobs/0"
 
-declare -A pid
+declare -A pid port_of
 procs=""
 port=9410
 # A daemon at its defaults: its own copy of the binary (two processes mapping one file share
@@ -35,6 +35,7 @@ port=9410
 start_daemon() { # NAME BINARY [EXTRA_YAML]
   local name=$1 binary=$2 extra=${3:-}
   port=$((port + 1))
+  port_of[$name]=$port
   mkdir -p "$work/$name"
   local state
   # An EXTRA_YAML with a state section of its own (the journal off: path "") keeps it.
@@ -70,11 +71,21 @@ sleep "$settle"
 # live 10 s), which the per-thread sum loses.
 cpu_ticks() { awk '{ print $14 + $15 }' /proc/"$1"/stat; }
 threads() { for t in /proc/"$1"/task/*; do echo "$(tr ' ' _ < "$t/comm") $(awk '{print $1}' "$t/schedstat")"; done | sort; }
+# A daemon's own time on its GPU threads: its polls' wall time less the time inside NVML calls,
+# from its own metrics (poll count, poll seconds, call seconds), at both ends of the window.
+own_poll() { python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
+  "http://127.0.0.1:$1/metrics" 2>/dev/null | awk '
+  /^gpuwarden_poll_duration_seconds_count\{backend="nvml"/ { n = $NF }
+  /^gpuwarden_poll_duration_seconds_sum\{backend="nvml"/ { s = $NF }
+  /^gpuwarden_vendor_call_seconds_total\{backend="nvml"/ { c += $NF }
+  END { print n + 0, s + 0, c + 0 }'; }
 for p in $procs; do cpu_ns "${pid[$p]}" > "$work/$p.c0"; cpu_ticks "${pid[$p]}" > "$work/$p.k0"; threads "${pid[$p]}" > "$work/$p.t0"; done
+for p in $procs; do [ -n "${port_of[$p]:-}" ] && own_poll "${port_of[$p]}" > "$work/$p.o0"; done
 t0=$(date +%s.%N)
 sleep "$window"
 t1=$(date +%s.%N)
 for p in $procs; do cpu_ns "${pid[$p]}" > "$work/$p.c1"; cpu_ticks "${pid[$p]}" > "$work/$p.k1"; threads "${pid[$p]}" > "$work/$p.t1"; done
+for p in $procs; do [ -n "${port_of[$p]:-}" ] && own_poll "${port_of[$p]}" > "$work/$p.o1"; done
 elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
 echo "window: $elapsed s after a settle of $settle s; $copies copies; GPUs: $(nvidia-smi -L | wc -l) ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1))"
 for p in $procs; do
@@ -94,11 +105,18 @@ awk -v e="$elapsed" '
       printf "  %-9s %8.1f ms  %.4f %%  %.2fx  RSS %8.0f KiB (%+.2f MiB)\n", g, c / 1e6, c / 1e7 / e, c / lc, r, (r - lr) / 1024 }
   }' "$work/summary"
 for p in $procs; do
-  case $p in loop* | handoff*) continue ;; esac
   echo "$p by thread (ms over the window; threads of one name summed):"
   join -a 2 -e 0 -o 0,1.2,2.2 <(awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}' "$work/$p.t0" | sort) \
     <(awk '{a[$1]+=$2} END {for (k in a) print k, a[k]}' "$work/$p.t1" | sort) \
     | awk '{ printf "  %-22s %9.1f\n", $1, ($3 - $2) / 1e6 }' | sort -k2 -rn
+done
+echo "the daemons' own time a poll on their GPU threads (wall: poll time less NVML call time, over the window's polls):"
+for p in $procs; do
+  [ -s "$work/$p.o1" ] || continue
+  read -r n0 s0 c0 < "$work/$p.o0"
+  read -r n1 s1 c1 < "$work/$p.o1"
+  awk -v p="$p" -v n="$((n1 - n0))" -v c0="$c0" -v c1="$c1" -v s0="$s0" -v s1="$s1" \
+    'BEGIN { if (n > 0) printf "  %-10s %6d polls, %7.1f us a poll in the poll, %7.1f us in NVML calls, %6.1f us its own\n", p, n, (s1 - s0) / n * 1e6, (c1 - c0) / n * 1e6, ((s1 - s0) - (c1 - c0)) / n * 1e6 }'
 done
 # Where each one's resident memory is, by mapping (the RSS goal is the loop's + 4.5 MiB).
 for p in loop1 defaults1 all; do

@@ -21,7 +21,11 @@
  * 500 ms, poll.timeout's default); the GPU threads wait to be asked instead of sleeping. What
  * this costs above the plain loop is the price of the hand-offs on the machine it runs on,
  * which no work gpuwarden saves can go below.
+ *
+ * Its threads are named (loop-gpu0, loop-events, loop-coordinat) so that their CPU can be read
+ * one by one, as the daemon's are.
  */
+#define _GNU_SOURCE
 #include <nvml.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -325,12 +329,18 @@ int main(int argc, char **argv) {
         nvmlGpmSampleAlloc(&gpus[i].gpm[0]);
         nvmlGpmSampleAlloc(&gpus[i].gpm[1]);
         pthread_create(&threads[i], NULL, poll_gpu, &gpus[i]);
+        char name[16];
+        snprintf(name, sizeof name, "loop-gpu%u", i);
+        pthread_setname_np(threads[i], name);
     }
     pthread_t event_thread, coordinator;
     pthread_create(&event_thread, NULL, events, &count);
+    pthread_setname_np(event_thread, "loop-events");
     unsigned polled = count < 63 ? count : 63;
-    if (handoff)
+    if (handoff) {
         pthread_create(&coordinator, NULL, coordinate, &polled);
+        pthread_setname_np(coordinator, "loop-coordinat");
+    }
     struct timespec t = {seconds, 0};
     nanosleep(&t, NULL);
     running = 0;
