@@ -8,7 +8,10 @@
 # every feature on, under valgrind's callgrind with instrumentation off; after SETTLE seconds
 # (start-up, every tier's first round and the page-out of start-up code are over) it is
 # switched on, and the functions that ran in the next WINDOW seconds (past a topology round,
-# every 120 s) are what steady-code.py writes out.
+# every 120 s) are what steady-code.py writes out. Prometheus scrapes it every 15 s all along
+# (a node that is never scraped is not one anyone runs): rendering /metrics is steady-state
+# code too, and left out it costs a scraped daemon 1.5 MiB of code pages scattered over the
+# rest (docs/performance.md, "Fewer instructions a round").
 #
 #   scripts/layout/steady-code.sh [SETTLE [WINDOW]]      (defaults 140 and 300; needs valgrind)
 set -euo pipefail
@@ -21,13 +24,15 @@ source scripts/gpu/every-feature.sh
 # The layout being measured must not depend on the layout in use: build without it.
 GPUWARDEN_STEADY_CODE=0 cargo build --release --workspace
 work=$(mktemp -d /var/tmp/gpuwarden-layout.XXXXXX)
-trap 'kill "$valgrind_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'kill "$valgrind_pid" "${scraper_pid:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
 cp target/release/gpuwarden "$work/gpuwarden"
 mkdir -p "$work/jobs"
 echo 48217 > "$work/jobs/7"
 cp config/demo-kernel-log.txt "$work/kmsg"
+# A fixed port, to scrape it (one nothing else here listens on).
+port=${PORT:-9467}
 cat > "$work/config.yaml" <<YAML
-listen: 127.0.0.1:0
+listen: 127.0.0.1:$port
 nvml:
   library_path: $PWD/target/release/libgpuwarden_sim_nvml.so
 local_api:
@@ -46,6 +51,13 @@ GPUWARDEN_SIM_NVML_SCENARIO=$PWD/config/demo-scenario.yaml valgrind --tool=callg
   --callgrind-out-file="$work/callgrind.out" "$work/gpuwarden" run --config "$work/config.yaml" \
   > "$work/daemon.log" 2>&1 &
 valgrind_pid=$!
+# Scraped every 15 s, in the text format, as Prometheus does by default.
+( while kill -0 "$valgrind_pid" 2>/dev/null; do
+    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10).read()' \
+      "http://127.0.0.1:$port/metrics" 2>/dev/null || true
+    sleep 15
+  done ) &
+scraper_pid=$!
 sleep "$settle"
 callgrind_control -i on "$valgrind_pid" > /dev/null
 sleep "$window"
