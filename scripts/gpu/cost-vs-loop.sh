@@ -73,8 +73,7 @@ cpu_ticks() { awk '{ print $14 + $15 }' /proc/"$1"/stat; }
 threads() { for t in /proc/"$1"/task/*; do echo "$(tr ' ' _ < "$t/comm") $(awk '{print $1}' "$t/schedstat")"; done | sort; }
 # A daemon's own time on its GPU threads: its polls' wall time less the time inside NVML calls,
 # from its own metrics (poll count, poll seconds, call seconds), at both ends of the window.
-own_poll() { python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
-  "http://127.0.0.1:$1/metrics" 2>/dev/null | awk '
+own_poll() { PYTHONPATH="$here" python3 -c 'import sys, metrics_text; print(metrics_text.scrape(sys.argv[1]))' "$1" 2>/dev/null | awk '
   /^gpuwarden_poll_duration_seconds_count\{backend="nvml"/ { n = $NF }
   /^gpuwarden_poll_duration_seconds_sum\{backend="nvml"/ { s = $NF }
   /^gpuwarden_vendor_call_seconds_total\{backend="nvml"/ { c += $NF }

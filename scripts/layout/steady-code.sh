@@ -11,7 +11,7 @@
 # every 120 s) are what steady-code.py writes out. Prometheus scrapes it every 15 s all along
 # (a node that is never scraped is not one anyone runs): rendering /metrics is steady-state
 # code too, and left out it costs a scraped daemon 1.5 MiB of code pages scattered over the
-# rest (docs/performance.md, "Fewer instructions a round").
+# rest (docs/performance.md, "The layout, made scraped").
 #
 #   scripts/layout/steady-code.sh [SETTLE [WINDOW]]      (defaults 140 and 300; needs valgrind)
 set -euo pipefail
@@ -53,8 +53,7 @@ GPUWARDEN_SIM_NVML_SCENARIO=$PWD/config/demo-scenario.yaml valgrind --tool=callg
 valgrind_pid=$!
 # Scraped every 15 s, in the text format, as Prometheus does by default.
 ( while kill -0 "$valgrind_pid" 2>/dev/null; do
-    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10).read()' \
-      "http://127.0.0.1:$port/metrics" 2>/dev/null || true
+    PYTHONPATH=scripts/gpu python3 -c 'import sys, metrics_text; metrics_text.scrape(sys.argv[1])' "$port" 2>/dev/null || true
     sleep 15
   done ) &
 scraper_pid=$!

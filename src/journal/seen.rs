@@ -1,8 +1,8 @@
 //! What the journal read of one GPU at its last full look, kept so that a round that changed
 //! none of it is passed over with one comparison: no facts built, compared and dropped. The
 //! journal looks at every published snapshot on the publishing thread, and most rounds change
-//! nothing it records; on an H100 that look was a quarter of the poll loop's CPU
-//! (docs/performance.md, "The journal's look at a quiet round").
+//! nothing it records; on an H100 the journal was a quarter of the coordinator's CPU
+//! (docs/performance.md, "Fewer instructions a round, the runtime on one beat").
 //!
 //! It holds exactly what [`super::facts::facts_of`] and the writer read from a GPU: its
 //! identity (the same shared value while its thread lives), the verdict and its findings'
@@ -10,7 +10,7 @@
 //! journal records (uncorrectable ECC, PCIe replays, row remapping, the recovery action,
 //! NVLink errors and links down, as the same shared reading), the slowdown reasons that open
 //! episodes, and persistence mode turned on. A debug build checks every pass-over against the
-//! full look (`writer.rs`), so a field added to the facts and not here fails the tests.
+//! full look ([`assert_nothing_missed`]), so a field added to the facts and not here fails the tests.
 
 use crate::model::health::HealthState;
 use crate::model::links::NvLinks;

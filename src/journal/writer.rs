@@ -679,7 +679,7 @@ impl Writer {
             .into_iter()
             .map(|pending| match pending {
                 Pending::Xid { group, event, severity } => Pending::Insert {
-                    event: super::xid_rows::xid_event(&event, severity, self.gpu_at(&event.pci_bus_id)),
+                    event: super::xid_rows::xid_event(&event, severity, |bus| self.gpu_at(bus)),
                     group: Some(group),
                 },
                 other => other,

@@ -5,8 +5,9 @@ use crate::model::unix_seconds;
 use crate::xid::store::{Severity, XidEvent};
 use serde_json::json;
 
-/// A counted XID's row, on the GPU at its address (`gpu`, as the journal knows it).
-pub fn xid_event(event: &XidEvent, severity: Severity, gpu: Option<GpuRef>) -> Event {
+/// A counted XID's row, on the GPU at its address (`gpu_at`: the journal's lookup, made only
+/// for a GPU's XID, not an NVSwitch's).
+pub fn xid_event(event: &XidEvent, severity: Severity, gpu_at: impl FnOnce(&str) -> Option<GpuRef>) -> Event {
     if let Some(nvswitch) = event.nvswitch {
         return sxid_event(event, nvswitch);
     }
@@ -15,7 +16,7 @@ pub fn xid_event(event: &XidEvent, severity: Severity, gpu: Option<GpuRef>) -> E
     Event::new(
         unix_seconds(event.at),
         Kind::Xid,
-        gpu,
+        gpu_at(&event.pci_bus_id),
         format!("Xid {} ({name}, {})", event.xid, severity.label()),
         json!({
             "xid": event.xid,

@@ -571,13 +571,6 @@ impl<T: Copy + std::ops::AddAssign> ByCall<T> {
         }
     }
 
-    pub fn get(&self, call: &str) -> Option<T> {
-        self.0
-            .binary_search_by(|(name, _)| (*name).cmp(call))
-            .ok()
-            .map(|at| self.0[at].1)
-    }
-
     /// Each call and its total, in name order.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, T)> + '_ {
         self.0.iter().copied()
@@ -771,8 +764,9 @@ mod tests {
                 ("nvmlDeviceGetTemperature", 5)
             ]
         );
-        assert_eq!(totals.get("nvmlDeviceGetTemperature"), Some(5));
-        assert_eq!(totals.get("nvmlDeviceGetPowerUsage"), None);
+        let total = |call: &str| totals.iter().find(|(name, _)| *name == call).map(|(_, n)| n);
+        assert_eq!(total("nvmlDeviceGetTemperature"), Some(5));
+        assert_eq!(total("nvmlDeviceGetPowerUsage"), None);
     }
 
     #[test]

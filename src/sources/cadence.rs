@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 /// refresh) keeps one beat: each wakes at a whole number of its periods since one moment, so
 /// work of equal or multiple periods (10, 15 and 30 s) wakes the runtime together rather
 /// than each at its own phase. A wake of an idle runtime costs more than the work it does
-/// (docs/performance.md, "The runtime on one beat").
+/// (docs/performance.md, "Fewer instructions a round, the runtime on one beat").
 static BEAT_EPOCH: OnceLock<Instant> = OnceLock::new();
 
 /// The first instant at or after `earliest` on `period`'s beat (the same for every caller
