@@ -14,7 +14,8 @@
 # defaults to the same window (BEFORE_YAML: added to their config; BEFORE may be the same
 # binary, to measure a setting). HANDOFF=1 adds COPIES of the loop in gpuwarden's shape (a
 # coordinator thread asks the GPU threads each second: nvml-loop.c's `handoff`), what the
-# hand-offs alone cost on this machine.
+# hand-offs alone cost on this machine. LOOP_ALSO=path/to/another/loop.c adds COPIES of that
+# loop (say, an older nvml-loop.c) as group "loopalso", to compare two loops in one window.
 set -euo pipefail
 bin=$(readlink -f "$1")
 window=${2:-300}
@@ -57,6 +58,13 @@ if [ -n "${HANDOFF:-}" ]; then
   for i in $(seq "$copies"); do
     "$work/nvml-loop" $((window + settle + 30)) -1 handoff > "$work/handoff$i.log" 2>&1 & pid[handoff$i]=$!
     procs="$procs handoff$i"
+  done
+fi
+if [ -n "${LOOP_ALSO:-}" ]; then
+  gcc -O2 -o "$work/loop-also" "$LOOP_ALSO" -I"${NVML_INCLUDE:-/usr/local/cuda/include}" -l:libnvidia-ml.so.1 -lpthread
+  for i in $(seq "$copies"); do
+    "$work/loop-also" $((window + settle + 30)) > "$work/loopalso$i.log" 2>&1 & pid[loopalso$i]=$!
+    procs="$procs loopalso$i"
   done
 fi
 start_daemon all "$bin" "$(every_feature_yaml "$work/jobs")

@@ -35,17 +35,40 @@
 
 static volatile int running = 1;
 
-static const unsigned slow_fields[] = {
-    NVML_FI_DEV_REMAPPED_COR,
-    NVML_FI_DEV_REMAPPED_UNC,
-    NVML_FI_DEV_REMAPPED_PENDING,
-    NVML_FI_DEV_REMAPPED_FAILURE,
-    NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP,
-    NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST,
-    NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
-    NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
-    NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+/* The slow tier's one field-values call, in gpuwarden's order (src/backend/nvml/mod.rs,
+ * FIELDS). The numbers are written out, in CUDA 12's numbering, because the three clock-event
+ * counters moved: drivers from 580.82 on (CUDA 13.0 Update 1) answer them at 269-271 and read
+ * 251-253 as power-smoothing fields, which an H100 does not support. gpuwarden's NVML binding
+ * (nvml-wrapper) moves the IDs it sends by the driver's version; this loop does the same in
+ * `driver_numbering`. Before it did, a loop built against an older nvml.h asked an H100 on
+ * driver 580.159 for the unsupported fields: 0.52 ms a call against 1.29 ms for what
+ * gpuwarden asks (docs/performance.md, "The loop asked for other fields"). */
+static unsigned slow_fields[] = {
+    230, /* NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (R550 and later) */
+    142, /* NVML_FI_DEV_REMAPPED_COR */
+    143, /* NVML_FI_DEV_REMAPPED_UNC */
+    144, /* NVML_FI_DEV_REMAPPED_PENDING */
+    145, /* NVML_FI_DEV_REMAPPED_FAILURE */
+    74,  /* NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP (= NVML_FI_DEV_PERF_POLICY_POWER) */
+    76,  /* NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST (= NVML_FI_DEV_PERF_POLICY_SYNC_BOOST) */
+    251, /* NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, CUDA 12's number */
+    252, /* NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN, CUDA 12's number */
+    253, /* NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN, CUDA 12's number */
 };
+
+/* Drivers from 580.82 on number fields 251-273 as CUDA 13.0 Update 1 does: what was 251-255
+ * is 269-273 there (nvml-wrapper's translate_field_id, the rule gpuwarden's calls follow). */
+static void driver_numbering(void) {
+    char version[96] = "";
+    unsigned major = 0, minor = 0;
+    if (nvmlSystemGetDriverVersion(version, sizeof version) != NVML_SUCCESS || sscanf(version, "%u.%u", &major, &minor) < 1)
+        return;
+    if (major < 580 || (major == 580 && minor < 82))
+        return;
+    for (unsigned i = 0; i < sizeof slow_fields / sizeof *slow_fields; i++)
+        if (slow_fields[i] >= 251 && slow_fields[i] <= 255)
+            slow_fields[i] += 18;
+}
 
 static const unsigned per_link[] = {
     NVML_FI_DEV_NVLINK_GET_STATE,
@@ -313,6 +336,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "nvml-loop: nvmlInit failed\n");
         return 1;
     }
+    driver_numbering();
     unsigned count = 0;
     nvmlDeviceGetCount_v2(&count);
     struct gpu *gpus = calloc(count, sizeof *gpus);
