@@ -99,7 +99,7 @@ impl ErrorRateTracker {
             for (counter, window) in ErrorCounter::ALL.into_iter().zip(gpu.windows.iter_mut()) {
                 growth.set(counter, read(counter, readings).map(|value| window.note(value, now)));
             }
-            device.error_growth = growth;
+            device.history.error_growth = growth;
         }
     }
 }
@@ -128,7 +128,7 @@ mod tests {
         for (minute, count) in rounds {
             let mut devices = [gpu(Some(*count), None)];
             tracker.track(&mut devices, &Clears::new(), start + Duration::from_secs(minute * 60));
-            last = devices[0].error_growth.get(ErrorCounter::EccCorrected);
+            last = devices[0].history.error_growth.get(ErrorCounter::EccCorrected);
         }
         last.unwrap()
     }
@@ -177,8 +177,8 @@ mod tests {
         for second in 0..3 * 3600 {
             let mut devices = [gpu(Some(second), None)];
             tracker.track(&mut devices, &Clears::new(), start + Duration::from_secs(second));
-            assert_eq!(devices[0].error_growth.get(ErrorCounter::PcieReplay), None);
-            assert_eq!(devices[0].error_growth.get(ErrorCounter::Nvlink), None);
+            assert_eq!(devices[0].history.error_growth.get(ErrorCounter::PcieReplay), None);
+            assert_eq!(devices[0].history.error_growth.get(ErrorCounter::Nvlink), None);
         }
         let kept = tracker.gpus.values().map(|g| g.windows[0].samples.len()).max();
         assert!(kept <= Some(61), "{kept:?}");
@@ -204,7 +204,12 @@ mod tests {
         let mut growth_at = |minute: u64, count: u64| {
             let mut devices = [gpu(Some(count), None)];
             tracker.track(&mut devices, &clears, start + Duration::from_secs(minute * 60));
-            devices[0].error_growth.get(ErrorCounter::EccCorrected).unwrap().errors
+            devices[0]
+                .history
+                .error_growth
+                .get(ErrorCounter::EccCorrected)
+                .unwrap()
+                .errors
         };
         assert_eq!(growth_at(11, 400), 0, "the 400 before the clear do not count");
         assert_eq!(growth_at(12, 405), 5);

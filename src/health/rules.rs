@@ -118,6 +118,7 @@ fn temperature_near_slowdown(seen: &Seen, r: &DeviceReadings) -> Option<Hit> {
 fn hw_slowdown(seen: &Seen, r: &DeviceReadings) -> Option<Hit> {
     let last = seen
         .device
+        .history
         .hw_slowdown_seen
         .filter(|at| at.elapsed() <= HW_SLOWDOWN_WINDOW)
         .filter(|at| seen.after_clear(seen.now.checked_sub(at.elapsed()).unwrap_or(seen.now)))?;
@@ -181,7 +182,12 @@ fn ecc_uncorrectable(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
 /// an hour)": more of the counter's errors within the last hour than the operator allows.
 fn error_rate(seen: &Seen, counter: ErrorCounter, what: &str, action: &str) -> Option<Hit> {
     let limit = seen.limits.error_rates.get(counter)?;
-    let growth = seen.device.error_growth.get(counter).filter(|g| g.errors > limit)?;
+    let growth = seen
+        .device
+        .history
+        .error_growth
+        .get(counter)
+        .filter(|g| g.errors > limit)?;
     Some(
         format!(
             "{} {what} in the last {} min (health.error_rates.{} is {limit} an hour): {action}",

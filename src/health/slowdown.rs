@@ -36,7 +36,7 @@ impl HwSlowdownTracker {
                     entry.0 = total;
                 }
             }
-            device.hw_slowdown_seen = entry.1;
+            device.history.hw_slowdown_seen = entry.1;
         }
     }
 }

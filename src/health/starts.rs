@@ -49,7 +49,7 @@ impl EventStartCounter {
                     times.forget_before(since);
                 }
             }
-            device.clock_event_starts = gpu
+            device.history.clock_event_starts = gpu
                 .totals
                 .iter()
                 .map(|(reason, total)| crate::model::ClockEventStarts {
@@ -98,7 +98,7 @@ mod tests {
         for (i, active) in rounds.iter().enumerate() {
             let mut devices = [gpu(active)];
             counter.track(&mut devices, start + Duration::from_secs(i as u64));
-            last = devices[0].clock_event_starts.clone();
+            last = devices[0].history.clock_event_starts.clone();
         }
         let of = |reason| last.iter().find(|s| s.reason == reason).map(|s| (s.total, s.recent));
         assert_eq!(of("sw_power_cap"), Some((2, 2)));
@@ -106,7 +106,7 @@ mod tests {
         // Ten minutes on, nothing new: the totals stay, the recent counts are 0.
         let mut devices = [gpu(&["sw_power_cap"])];
         counter.track(&mut devices, start + Duration::from_secs(600));
-        let starts = &devices[0].clock_event_starts;
+        let starts = &devices[0].history.clock_event_starts;
         assert!(starts.iter().all(|s| s.recent == 0), "{starts:?}");
         assert_eq!(starts.iter().map(|s| s.total).sum::<u64>(), 3);
     }

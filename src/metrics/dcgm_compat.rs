@@ -317,7 +317,7 @@ fn xid_recent(snapshot: &Snapshot, s: &mut Samples) {
 fn clock_event_starts(snapshot: &Snapshot, s: &mut Samples, recent: bool) {
     let window = window_ms();
     for (d, _) in answering(snapshot) {
-        for starts in &d.clock_event_starts {
+        for starts in &d.history.clock_event_starts {
             let Some((_, name)) = crate::model::clock_events::DCGM_NAMES
                 .iter()
                 .find(|(ours, _)| *ours == starts.reason)

@@ -168,6 +168,22 @@ pub struct Growth {
     pub over: std::time::Duration,
 }
 
+/// What the health stage remembers of one GPU across rounds and writes into each round's
+/// snapshot (`health::memory::HealthMemory::note_round`). A rule that needs history reads it
+/// here; the poll loop hands over an empty one, so a new piece of history is a field here and
+/// its tracker in health/, nothing in the poller.
+#[derive(Debug, Clone, Default)]
+pub struct GpuHistory {
+    /// When a hardware power slowdown (`HW_POWER_REASONS`) was last seen, active or as growth
+    /// of its driver counter.
+    pub hw_slowdown_seen: Option<std::time::Instant>,
+    /// How its error counters grew within the last hour.
+    pub error_growth: ErrorGrowth,
+    /// How often each clock-event reason became active since the daemon started, and within
+    /// the last `xid::RECENT_WINDOW`.
+    pub clock_event_starts: Vec<crate::model::ClockEventStarts>,
+}
+
 /// Each [`ErrorCounter`]'s growth on one GPU; `None` where the GPU does not count it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ErrorGrowth([Option<Growth>; 3]);

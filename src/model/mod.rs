@@ -357,19 +357,10 @@ pub struct DeviceSnapshot {
     /// Shared, not copied, between the round that read them, the snapshot and a refresh that
     /// puts the snapshot together again from the same round.
     pub readings: Option<std::sync::Arc<DeviceReadings>>,
-    /// When a hardware power slowdown (`HW_POWER_REASONS`) was last seen, active or as
-    /// growth of its driver counter: the health stage keeps it across rounds
-    /// (`health::memory`).
+    /// What the health stage remembers of this GPU across rounds (`health::memory`), written
+    /// into each round's snapshot; the poll loop leaves it empty.
     #[serde(skip)]
-    pub hw_slowdown_seen: Option<std::time::Instant>,
-    /// How its error counters grew within the last hour: the health stage keeps it across
-    /// rounds (`health::memory`).
-    #[serde(skip)]
-    pub error_growth: health::ErrorGrowth,
-    /// How often each clock-event reason became active since the daemon started, and within
-    /// the last `xid::RECENT_WINDOW`: the health stage counts it across rounds (`health::memory`).
-    #[serde(skip)]
-    pub clock_event_starts: Vec<ClockEventStarts>,
+    pub history: health::GpuHistory,
     /// The verdict over everything the snapshot knows about this GPU (readings, XIDs, the
     /// last probe), computed once when the snapshot is put together.
     #[serde(skip)]
@@ -398,9 +389,7 @@ impl DeviceSnapshot {
             lost: false,
             last_good_poll: None,
             readings: Some(std::sync::Arc::new(readings)),
-            hw_slowdown_seen: None,
-            error_growth: Default::default(),
-            clock_event_starts: Vec::new(),
+            history: Default::default(),
             health: Default::default(),
         }
     }

@@ -487,9 +487,7 @@ mod tests {
             }),
             up,
             lost: false,
-            hw_slowdown_seen: None,
-            error_growth: Default::default(),
-            clock_event_starts: Vec::new(),
+            history: Default::default(),
             health: Default::default(),
             last_good_poll: None,
             readings: Some(std::sync::Arc::new(DeviceReadings {

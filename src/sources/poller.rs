@@ -682,9 +682,7 @@ impl Coordinator {
                 lost: w.lost,
                 last_good_poll: w.last_good_poll,
                 readings: w.readings.take().map(Arc::new),
-                hw_slowdown_seen: None,
-                error_growth: Default::default(),
-                clock_event_starts: Vec::new(),
+                history: Default::default(),
                 health: Default::default(),
             })
             .collect();
