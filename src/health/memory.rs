@@ -8,6 +8,7 @@ use super::debounce::Debouncer;
 use super::rates::ErrorRateTracker;
 use super::slowdown::HwSlowdownTracker;
 use super::starts::EventStartCounter;
+use super::thermal_time::ThermalTimeTracker;
 use crate::config::RulePolicy;
 use crate::model::health::Clears;
 use crate::model::{DeviceSnapshot, Snapshot};
@@ -24,6 +25,8 @@ pub struct HealthMemory {
     error_rates: ErrorRateTracker,
     /// How often each clock-event reason became active.
     clock_event_starts: EventStartCounter,
+    /// How long each GPU's clocks were slowed for temperature within the last hour.
+    thermal_time: ThermalTimeTracker,
     /// Each network port's flaps and error growth.
     nic_trends: super::nic_trends::NicTrendTracker,
     /// The operator's debounce and hold per rule.
@@ -31,13 +34,14 @@ pub struct HealthMemory {
 }
 
 impl HealthMemory {
-    /// A new poll round: writes each device's `hw_slowdown_seen`, `error_growth` and
-    /// `clock_event_starts` from this round and the ones before. `clears`: the operator's
-    /// clears, from which error growth counts again.
+    /// A new poll round: writes each device's history (`hw_slowdown_seen`, `error_growth`,
+    /// `clock_event_starts`, `thermal_slowdown`) from this round and the ones before.
+    /// `clears`: the operator's clears, from which error growth and thermal time count again.
     pub fn note_round(&mut self, devices: &mut [DeviceSnapshot], clears: &Clears, now: Instant) {
         self.hw_slowdown.track(devices, now);
         self.error_rates.track(devices, clears, now);
         self.clock_event_starts.track(devices, now);
+        self.thermal_time.track(devices, clears, now);
     }
 
     /// The network ports' latest scan (its source's `version`), with each port's trend

@@ -22,6 +22,7 @@ pub mod scheduler_report;
 pub mod slowdown;
 pub mod starts;
 pub mod table;
+pub mod thermal_time;
 pub mod verdict;
 
 pub use crate::model::health::{DeviceHealth, Finding, HealthState};

@@ -17,6 +17,12 @@ use std::time::Duration;
 /// A hardware power slowdown keeps the GPU degraded this long after it was last seen, so
 /// one that comes and goes between scrapes is not missed, and frequent ones stay visible.
 pub const HW_SLOWDOWN_WINDOW: Duration = Duration::from_secs(600);
+/// The share of the last hour a GPU's clocks may spend slowed for temperature before
+/// `thermal_slowdown_time` finds it: six minutes an hour is a cooling problem, not a hot day.
+pub const THERMAL_TIME_SHARE: f64 = 0.10;
+/// The least time counted before that share means anything (after a start or a clear, one
+/// minute of slowdown in the first two would be half).
+pub const THERMAL_TIME_LEAST: Duration = Duration::from_secs(600);
 
 pub use super::table::{Check, Hit, Rule, Seen};
 
@@ -100,6 +106,27 @@ fn thermal_slowdown(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
         )
         .into(),
     )
+}
+
+/// Slowed for temperature a tenth or more of the last hour by the driver's counters, which
+/// see the short slowdowns between two polls that `thermal_slowdown` misses.
+fn thermal_slowdown_time(seen: &Seen, _: &DeviceReadings) -> Option<Hit> {
+    let time = seen
+        .device
+        .history
+        .thermal_slowdown
+        .filter(|t| t.over >= THERMAL_TIME_LEAST)?;
+    let share = time.slowed.as_secs_f64() / time.over.as_secs_f64();
+    (share >= THERMAL_TIME_SHARE).then(|| {
+        format!(
+            "clocks were slowed for temperature {:.0} s of the last {} minutes ({:.0} %, by the driver's counters): \
+             check airflow, fans, inlet temperature and the heatsink's contact",
+            time.slowed.as_secs_f64(),
+            time.over.as_secs() / 60,
+            share * 100.0
+        )
+        .into()
+    })
 }
 
 fn temperature_near_slowdown(seen: &Seen, r: &DeviceReadings) -> Option<Hit> {
@@ -503,6 +530,16 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(thermal_slowdown),
     },
     Rule {
+        reason: "thermal_slowdown_time",
+        severity: Degraded,
+        worse_when: None,
+        when: "the clocks were slowed for temperature (`sw_thermal_slowdown` or `hw_thermal_slowdown`, by the driver's time counters) for a tenth or more of the last hour, counted over 10 minutes at least",
+        action: "check airflow, fans, inlet temperature and the heatsink's contact: the GPU runs slower than it should",
+        ends: false,
+        dcgm: Some(("THERMAL", "DCGM_FR_CLOCK_THROTTLE_THERMAL")),
+        check: Check::Readings(thermal_slowdown_time),
+    },
+    Rule {
         reason: "temperature_near_slowdown",
         severity: Degraded,
         worse_when: None,
@@ -868,6 +905,48 @@ mod tests {
             fabric_manager: None,
             now: SystemTime::now(),
         })
+    }
+
+    #[test]
+    fn a_tenth_of_the_hour_slowed_for_temperature_degrades_once_ten_minutes_are_counted() {
+        use crate::model::health::ThermalTime;
+        let findings = |slowed: u64, over: u64| {
+            let mut device = gpu_reading(Default::default());
+            device.history.thermal_slowdown = Some(ThermalTime {
+                slowed: Duration::from_secs(slowed),
+                over: Duration::from_secs(over),
+            });
+            crate::health::findings(&Seen {
+                device: &device,
+                xids: &[],
+                probe: None,
+                probe_error: None,
+                probe_comparisons: &[],
+                validation: None,
+                limits: &Limits::default(),
+                cleared: None,
+                board_swap: None,
+                fabric_manager: None,
+                now: SystemTime::now(),
+            })
+        };
+        let found = findings(360, 3600);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].reason, "thermal_slowdown_time");
+        assert_eq!(found[0].severity, HealthState::Degraded);
+        assert!(
+            found[0].message.contains("360 s of the last 60 minutes (10 %"),
+            "{}",
+            found[0].message
+        );
+        assert!(findings(359, 3600).is_empty(), "under a tenth of the hour");
+        assert!(
+            findings(300, 599).is_empty(),
+            "under 10 minutes counted says nothing yet"
+        );
+        assert_eq!(findings(60, 600)[0].reason, "thermal_slowdown_time");
+        // Not active at a poll: the `thermal_slowdown` rule has nothing, this one does.
+        assert!(!findings(600, 3600).iter().any(|f| f.reason == "thermal_slowdown"));
     }
 
     #[test]

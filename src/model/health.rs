@@ -182,6 +182,17 @@ pub struct GpuHistory {
     /// How often each clock-event reason became active since the daemon started, and within
     /// the last `xid::RECENT_WINDOW`.
     pub clock_event_starts: Vec<crate::model::ClockEventStarts>,
+    /// How long its clocks were slowed for temperature within the last hour, by the driver's
+    /// counters; `None` where the GPU does not count it.
+    pub thermal_slowdown: Option<ThermalTime>,
+}
+
+/// Time a GPU's clocks were slowed, and over how long it was counted (an hour, or less after
+/// a start, a counter reset or a clear).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThermalTime {
+    pub slowed: std::time::Duration,
+    pub over: std::time::Duration,
 }
 
 /// Each [`ErrorCounter`]'s growth on one GPU; `None` where the GPU does not count it.
