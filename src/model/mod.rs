@@ -576,6 +576,19 @@ pub struct PciGpu {
     pub driver: Option<String>,
 }
 
+/// A GPU's PCIe Advanced Error Reporting totals since boot, as the kernel counts them
+/// (sysfs `aer_dev_correctable`, `aer_dev_nonfatal`, `aer_dev_fatal`); each `None` where it
+/// shows none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PcieAer {
+    pub correctable: Option<u64>,
+    pub nonfatal: Option<u64>,
+    pub fatal: Option<u64>,
+}
+
+/// AER totals by PCI address (`0000:3b:00.0`), of the GPUs that have any.
+pub type PcieAerScan = BTreeMap<String, PcieAer>;
+
 /// A container holding a GPU, or one MIG device of it, as the kubelet says.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct PodHolder {
@@ -617,6 +630,8 @@ pub struct Snapshot {
     pub probe: std::sync::Arc<probe::ProbeSnapshot>,
     /// NVIDIA and AMD GPUs on the PCI bus (sysfs), to compare with the enumerated ones.
     pub pci_gpus: Vec<PciGpu>,
+    /// Each GPU's PCIe AER totals since boot, by PCI address (`sources::pcie_aer`).
+    pub pcie_aer: std::sync::Arc<PcieAerScan>,
     /// Whether nvidia-fabricmanager runs; None where it is not checked (no GPU reports an
     /// NVLink fabric, or `fabric_manager.check` is off).
     pub fabric_manager: Option<links::FabricManager>,

@@ -97,6 +97,7 @@ pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generatio
         hostname: options.hostname.clone(),
         probe: inputs.probes.clone(),
         pci_gpus: (*inputs.pci).clone(),
+        pcie_aer: inputs.pcie_aer.clone(),
         nics: inputs.nics.clone(),
         fabric_manager: (*inputs.fabric_manager).clone(),
         pods: pods_by_uuid(&inputs.pods.assignments, &devices),

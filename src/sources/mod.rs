@@ -9,6 +9,7 @@
 //! | pods | `attribution::kubelet::follow`, a task | the kubelet's device assignments |
 //! | DRM clients | [`processes::DrmClients`], task `source-drm-clients`, every 10 s while AMD GPUs exist | processes per PCI address |
 //! | PCI census | [`pci::PciCensus`], task `source-pci`, every 30 s | GPUs on the bus |
+//! | PCIe AER | [`pcie_aer::PcieAerCounts`], task `source-pcie-aer`, every 30 s while the node has GPUs | each GPU's AER totals since boot |
 //! | fabric manager | [`fabric_manager::FabricManagerCheck`], task `source-fabric-manager`, every 30 s while a GPU reports an NVLink fabric | whether nvidia-fabricmanager runs |
 //! | network ports | [`nics::NicPorts`], task `source-nics`, every `network.interval` (10 s) | RDMA devices and their ports |
 //! | probe results | `probe::schedule`, thread `probe-scheduler` | the latest report per GPU |
@@ -33,6 +34,7 @@ pub mod grid;
 pub mod jobs;
 pub mod nics;
 pub mod pci;
+pub mod pcie_aer;
 pub mod poller;
 pub mod processes;
 
@@ -295,6 +297,8 @@ sources! {
     jobs: Versioned<jobs::JobMap> = periodic(|_: &Arc<Store>| jobs::JobFiles::default()),
     /// The GPUs on the PCI bus.
     pci: Versioned<Vec<PciGpu>> = periodic(|_: &Arc<Store>| pci::PciCensus),
+    /// Each GPU's PCIe AER totals, by PCI address.
+    pcie_aer: Versioned<crate::model::PcieAerScan> = periodic(|store: &Arc<Store>| pcie_aer::PcieAerCounts::new(store.clone())),
     /// The node's InfiniBand and RoCE ports.
     nics: Versioned<crate::model::nic::NicScan> = periodic(|_: &Arc<Store>| nics::NicPorts::default()),
     /// AMD processes per PCI address, from /proc's DRM clients.
