@@ -3,6 +3,7 @@
 //! Port `mlx5_3` trained to HDR (200 Gb/s, half its siblings' rate: `nic_rate_low`), and
 //! `mlx5_5` flaps: a thread takes it down for two seconds every [`FLAP_EVERY`] and counts
 //! the down in its `link_downed`, as an adapter does (`nic_port_flapping` after three).
+//! Each GPU has its AER files; the kernel counted 37 correctable errors on GPU 2's link.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,8 @@ const GPU_BUSES: [u8; 8] = [0x19, 0x3b, 0x4c, 0x5d, 0x9b, 0xbb, 0xcb, 0xdb];
 const SLOW: usize = 3;
 /// The adapter whose port flaps.
 const FLAPPING: usize = 5;
+/// The GPU whose link the kernel counted correctable AER errors on.
+const AER_ERRORS: usize = 2;
 /// How often the flapping port goes down.
 pub const FLAP_EVERY: Duration = Duration::from_secs(25);
 
@@ -27,6 +30,7 @@ pub fn write_tree(root: &Path) -> io::Result<()> {
         let gpu = format!("{switch}/0000:{:02x}:00.0/0000:{bus:02x}:00.0", bus - 1);
         let nic = format!("{switch}/0000:{:02x}:01.0/0000:{:02x}:00.0", bus - 1, bus + 1);
         function(&sys, &gpu, "0x10de", "0x030200")?;
+        write_aer(&sys.join("devices").join(&gpu), if i == AER_ERRORS { 37 } else { 0 })?;
         function(&sys, &nic, "0x15b3", "0x020700")?;
         let nic_dir = sys.join("devices").join(&nic);
         for (file, value) in [
@@ -74,6 +78,26 @@ fn function(sys: &Path, path: &str, vendor: &str, class: &str) -> io::Result<()>
     std::fs::create_dir_all(&devices)?;
     let address = path.rsplit('/').next().unwrap_or_default();
     link(&format!("../../../devices/{path}"), &devices.join(address))
+}
+
+/// The GPU's AER files as the kernel writes them, `correctable` errors on its link.
+fn write_aer(dir: &Path, correctable: u64) -> io::Result<()> {
+    std::fs::write(
+        dir.join("aer_dev_correctable"),
+        format!(
+            "RxErr 0\nBadTLP {correctable}\nBadDLLP 0\nRollover 0\nTimeout 0\nNonFatalErr 0\nCorrIntErr 0\nHeaderOF 0\nTOTAL_ERR_COR {correctable}\n"
+        ),
+    )?;
+    for (file, total) in [
+        ("aer_dev_nonfatal", "TOTAL_ERR_NONFATAL"),
+        ("aer_dev_fatal", "TOTAL_ERR_FATAL"),
+    ] {
+        std::fs::write(
+            dir.join(file),
+            format!("DLP 0\nSDES 0\nTLP 0\nMalfTLP 0\nECRC 0\nUnsupReq 0\n{total} 0\n"),
+        )?;
+    }
+    Ok(())
 }
 
 fn link(target: &str, at: &Path) -> io::Result<()> {

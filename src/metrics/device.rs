@@ -352,6 +352,25 @@ pub const FAMILIES: &[Family] = &[
         read: Read::Readings(|r, s| s.count(r.pcie.replay_errors)),
     },
     Family {
+        name: "gpu_pcie_aer_errors",
+        kind: Kind::Counter,
+        unit: "",
+        help: "PCIe Advanced Error Reporting errors the kernel counted on the GPU since boot, by severity (correctable: the link retried, a riser, slot or cable going bad; nonfatal, fatal: a transaction lost). From sysfs aer_dev_*; absent where the kernel shows none (AER off, most virtual machines).",
+        labels: &["severity"],
+        dcgm: &[],
+        read: Read::Device(|snapshot, d, s| {
+            if let Some(aer) = snapshot.pcie_aer.get(&d.identity.pci_bus_id) {
+                for (severity, count) in [
+                    ("correctable", aer.correctable),
+                    ("nonfatal", aer.nonfatal),
+                    ("fatal", aer.fatal),
+                ] {
+                    s.labelled_opt(&[severity], count.map(|n| n as f64));
+                }
+            }
+        }),
+    },
+    Family {
         name: "gpu_ecc_mode",
         kind: Kind::Gauge,
         unit: "",

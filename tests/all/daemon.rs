@@ -790,6 +790,36 @@ fn a_gpu_on_the_bus_that_nvml_does_not_show_is_missing() {
     assert!(stdout.contains("node: unhealthy: nvidia GPU 0000:ee:00.0"), "{stdout}");
 }
 
+/// Each GPU's PCIe AER totals come from sysfs: the demo's tree has 37 correctable errors on
+/// GPU 2's link and none elsewhere; a GPU whose kernel shows no AER files (GPU 7 here, as in
+/// a virtual machine) has no series rather than zeros.
+#[test]
+fn each_gpus_pcie_aer_totals_come_from_sysfs() {
+    let root = tempfile::tempdir().unwrap();
+    gpuwarden::cli::demo_fabric::write_tree(root.path()).unwrap();
+    let gpu7 = std::fs::canonicalize(root.path().join("sys/bus/pci/devices/0000:db:00.0")).unwrap();
+    for file in ["aer_dev_correctable", "aer_dev_nonfatal", "aer_dev_fatal"] {
+        std::fs::remove_file(gpu7.join(file)).unwrap();
+    }
+    let config = test_config(
+        &sim_library(),
+        &format!("amd:\n  sysfs_root: {}\n", root.path().display()),
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    let m = d.scrape_until("the AER totals", |m| m.has_family("gpu_pcie_aer_errors_total"));
+    let aer = |gpu: &str, severity: &str| m.value("gpu_pcie_aer_errors_total", &[("gpu", gpu), ("severity", severity)]);
+    assert_eq!(aer("2", "correctable"), Some(37.0), "{}", m.text);
+    assert_eq!(aer("2", "nonfatal"), Some(0.0));
+    assert_eq!(aer("2", "fatal"), Some(0.0));
+    assert_eq!(aer("0", "correctable"), Some(0.0));
+    assert!(
+        m.find("gpu_pcie_aer_errors_total", &[("gpu", "7")]).is_empty(),
+        "{}",
+        m.text
+    );
+    assert_eq!(m.find("gpu_pcie_aer_errors_total", &[]).len(), 7 * 3);
+}
+
 /// A hardware power slowdown (power brake, slowdown signal) that comes and goes between
 /// scrapes still degrades the GPU: its driver counter grew.
 #[test]
