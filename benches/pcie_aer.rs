@@ -14,16 +14,8 @@ fn main() {
         eprintln!("could not write the demo's tree: {e}");
         return;
     }
-    let addresses = [
-        "0000:19:00.0",
-        "0000:3b:00.0",
-        "0000:4c:00.0",
-        "0000:5d:00.0",
-        "0000:9b:00.0",
-        "0000:bb:00.0",
-        "0000:cb:00.0",
-        "0000:db:00.0",
-    ];
+    let owned: Vec<String> = gpuwarden::cli::demo_fabric::gpu_addresses().collect();
+    let addresses: Vec<&str> = owned.iter().map(String::as_str).collect();
     let found = read_counts(&demo, &addresses).len();
     let mut samples: Vec<Duration> = (0..300)
         .map(|_| {

@@ -20,6 +20,11 @@ const AER_ERRORS: usize = 2;
 /// How often the flapping port goes down.
 pub const FLAP_EVERY: Duration = Duration::from_secs(25);
 
+/// The simulated GPUs' PCI addresses in the kernel's form, in index order.
+pub fn gpu_addresses() -> impl Iterator<Item = String> {
+    GPU_BUSES.iter().map(|bus| format!("0000:{bus:02x}:00.0"))
+}
+
 /// Writes the tree under `root` (`root`/sys/...).
 pub fn write_tree(root: &Path) -> io::Result<()> {
     let sys = root.join("sys");

@@ -7,7 +7,7 @@
 //! Nothing is extrapolated: after a start or a reset the count covers less than an hour, and
 //! a limit is crossed only by errors that really happened.
 
-use crate::model::health::{Clears, ErrorCounter, ErrorGrowth, Growth};
+use crate::model::health::{Clears, ErrorCounter, ErrorGrowth, GpuHistory, Growth};
 use crate::model::{DeviceReadings, DeviceSnapshot, EccScope, EccType};
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -64,17 +64,57 @@ impl Window {
     }
 }
 
-/// One GPU's windows, and the operator's clear they count from.
-#[derive(Debug, Default)]
-struct GpuWindows {
-    windows: [Window; 3],
-    cleared: Option<f64>,
+/// Per GPU uuid, what a tracker counts (`S`: its windows), started afresh when an operator
+/// clears the GPU after a repair and forgotten when the GPU leaves the round. The error rates
+/// and the thermal time keep theirs in one.
+#[derive(Debug)]
+pub(crate) struct SinceClear<S> {
+    /// The state, and the clear (Unix seconds) it counts from.
+    gpus: HashMap<String, (S, Option<f64>)>,
 }
 
-/// Per GPU uuid, one window per counter. Kept by the poller across rounds.
+impl<S> Default for SinceClear<S> {
+    fn default() -> Self {
+        SinceClear { gpus: HashMap::new() }
+    }
+}
+
+impl<S: Default> SinceClear<S> {
+    /// Calls `note` with each GPU of the round that answered: its readings, its state and the
+    /// history to write. A GPU that did not answer keeps its state and is not noted.
+    pub(crate) fn each_answered(
+        &mut self,
+        devices: &mut [DeviceSnapshot],
+        clears: &Clears,
+        mut note: impl FnMut(&DeviceReadings, &mut S, &mut GpuHistory),
+    ) {
+        self.gpus
+            .retain(|uuid, _| devices.iter().any(|d| &d.identity.uuid == uuid));
+        for device in devices {
+            let uuid = device.identity.uuid.clone();
+            let cleared = clears.get(&uuid).map(|c| c.at);
+            let Some((readings, history)) = device.answered_with_history() else {
+                continue;
+            };
+            let (state, counted_from) = self.gpus.entry(uuid).or_default();
+            if cleared != *counted_from {
+                *state = S::default();
+                *counted_from = cleared;
+            }
+            note(readings, state, history);
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn states(&self) -> impl Iterator<Item = &S> {
+        self.gpus.values().map(|(state, _)| state)
+    }
+}
+
+/// Per GPU uuid, one window per counter. Kept by the health stage across rounds.
 #[derive(Debug, Default)]
 pub struct ErrorRateTracker {
-    gpus: HashMap<String, GpuWindows>,
+    gpus: SinceClear<[Window; 3]>,
 }
 
 impl ErrorRateTracker {
@@ -83,24 +123,13 @@ impl ErrorRateTracker {
     /// at); a GPU gone from the round is forgotten; a GPU an operator cleared after a repair
     /// counts from the clear.
     pub fn track(&mut self, devices: &mut [DeviceSnapshot], clears: &Clears, now: Instant) {
-        self.gpus
-            .retain(|uuid, _| devices.iter().any(|d| &d.identity.uuid == uuid));
-        for device in devices {
-            let Some(readings) = device.answered() else {
-                continue;
-            };
-            let gpu = self.gpus.entry(device.identity.uuid.clone()).or_default();
-            let cleared = clears.get(&device.identity.uuid).map(|c| c.at);
-            if cleared != gpu.cleared {
-                gpu.windows = Default::default();
-                gpu.cleared = cleared;
-            }
+        self.gpus.each_answered(devices, clears, |readings, windows, history| {
             let mut growth = ErrorGrowth::default();
-            for (counter, window) in ErrorCounter::ALL.into_iter().zip(gpu.windows.iter_mut()) {
+            for (counter, window) in ErrorCounter::ALL.into_iter().zip(windows.iter_mut()) {
                 growth.set(counter, read(counter, readings).map(|value| window.note(value, now)));
             }
-            device.history.error_growth = growth;
-        }
+            history.error_growth = growth;
+        });
     }
 }
 
@@ -180,11 +209,11 @@ mod tests {
             assert_eq!(devices[0].history.error_growth.get(ErrorCounter::PcieReplay), None);
             assert_eq!(devices[0].history.error_growth.get(ErrorCounter::Nvlink), None);
         }
-        let kept = tracker.gpus.values().map(|g| g.windows[0].samples.len()).max();
+        let kept = tracker.gpus.states().map(|windows| windows[0].samples.len()).max();
         assert!(kept <= Some(61), "{kept:?}");
         // A GPU gone from the round is forgotten.
         tracker.track(&mut [], &Clears::new(), start);
-        assert!(tracker.gpus.is_empty());
+        assert_eq!(tracker.gpus.states().count(), 0);
     }
 
     #[test]

@@ -892,8 +892,13 @@ mod tests {
 
     /// What the rules find on a GPU that answered with `readings`, with no XID, probe or clear.
     fn findings_of(readings: DeviceReadings) -> Vec<crate::model::health::Finding> {
+        findings_for(&gpu_reading(readings))
+    }
+
+    /// What the rules find on `device`, with no XID, probe or clear.
+    fn findings_for(device: &crate::model::DeviceSnapshot) -> Vec<crate::model::health::Finding> {
         crate::health::findings(&Seen {
-            device: &gpu_reading(readings),
+            device,
             xids: &[],
             probe: None,
             probe_error: None,
@@ -916,19 +921,7 @@ mod tests {
                 slowed: Duration::from_secs(slowed),
                 over: Duration::from_secs(over),
             });
-            crate::health::findings(&Seen {
-                device: &device,
-                xids: &[],
-                probe: None,
-                probe_error: None,
-                probe_comparisons: &[],
-                validation: None,
-                limits: &Limits::default(),
-                cleared: None,
-                board_swap: None,
-                fabric_manager: None,
-                now: SystemTime::now(),
-            })
+            findings_for(&device)
         };
         let found = findings(360, 3600);
         assert_eq!(found.len(), 1, "{found:?}");

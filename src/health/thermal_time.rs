@@ -9,24 +9,16 @@
 //! counter now less its value an hour ago, kept as `rates::Window` keeps the error counters
 //! (one sample a minute, in milliseconds; a counter that goes back starts again).
 
-use super::rates::Window;
+use super::rates::{SinceClear, Window};
 use crate::model::clock_events::THERMAL_REASONS;
 use crate::model::health::{Clears, ThermalTime};
 use crate::model::{DeviceReadings, DeviceSnapshot};
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// One GPU's window per thermal counter, and the operator's clear they count from.
-#[derive(Debug, Default)]
-struct GpuThermal {
-    windows: [Window; THERMAL_REASONS.len()],
-    cleared: Option<f64>,
-}
-
-/// Per GPU uuid, the thermal counters' windows. Kept by the health stage across rounds.
+/// Per GPU uuid, one window per thermal counter. Kept by the health stage across rounds.
 #[derive(Debug, Default)]
 pub struct ThermalTimeTracker {
-    gpus: HashMap<String, GpuThermal>,
+    gpus: SinceClear<[Window; THERMAL_REASONS.len()]>,
 }
 
 /// A counter's value in this round's readings, in whole milliseconds; `None` where the GPU
@@ -43,23 +35,12 @@ impl ThermalTimeTracker {
     /// hour. A GPU that did not answer keeps its windows and has none this round; a GPU gone
     /// from the round is forgotten; a GPU an operator cleared counts from the clear.
     pub fn track(&mut self, devices: &mut [DeviceSnapshot], clears: &Clears, now: Instant) {
-        self.gpus
-            .retain(|uuid, _| devices.iter().any(|d| &d.identity.uuid == uuid));
-        for device in devices {
-            let Some(readings) = device.answered() else {
-                continue;
-            };
-            let gpu = self.gpus.entry(device.identity.uuid.clone()).or_default();
-            let cleared = clears.get(&device.identity.uuid).map(|c| c.at);
-            if cleared != gpu.cleared {
-                gpu.windows = Default::default();
-                gpu.cleared = cleared;
-            }
+        self.gpus.each_answered(devices, clears, |readings, windows, history| {
             // The two counters may overlap (both reasons active at once), so their times are
             // not added: the longer one is a floor under the time the clocks were slowed.
-            device.history.thermal_slowdown = THERMAL_REASONS
+            history.thermal_slowdown = THERMAL_REASONS
                 .iter()
-                .zip(gpu.windows.iter_mut())
+                .zip(windows.iter_mut())
                 .filter_map(|(reason, window)| {
                     let growth = window.note(millis(readings, reason)?, now);
                     Some(ThermalTime {
@@ -68,7 +49,7 @@ impl ThermalTimeTracker {
                     })
                 })
                 .max_by_key(|t| t.slowed);
-        }
+        });
     }
 }
 
@@ -202,6 +183,6 @@ mod tests {
         );
         assert_eq!(time.map(|t| t.slowed), Some(Duration::from_secs(60)));
         tracker.track(&mut [], &clears, start);
-        assert!(tracker.gpus.is_empty());
+        assert_eq!(tracker.gpus.states().count(), 0);
     }
 }

@@ -399,8 +399,19 @@ impl DeviceSnapshot {
     /// The readings of a GPU that answered its latest poll; `None` for one that did not (the
     /// one place that says readings count only with `up`).
     pub fn answered(&self) -> Option<&DeviceReadings> {
-        self.readings.as_deref().filter(|_| self.up)
+        counted(&self.readings, self.up)
     }
+
+    /// [`Self::answered`]'s readings beside the history the health stage writes from them.
+    pub fn answered_with_history(&mut self) -> Option<(&DeviceReadings, &mut health::GpuHistory)> {
+        let readings = counted(&self.readings, self.up)?;
+        Some((readings, &mut self.history))
+    }
+}
+
+/// A poll's readings count only when the GPU answered it.
+fn counted(readings: &Option<std::sync::Arc<DeviceReadings>>, up: bool) -> Option<&DeviceReadings> {
+    readings.as_deref().filter(|_| up)
 }
 
 /// A time as Unix seconds in JSON.

@@ -44,11 +44,7 @@ impl Periodic for FabricManagerCheck {
     /// GPUs report their fabric from the first topology read on: look again every second
     /// until the first round is published, then every half minute while none has.
     fn look_again_while_off(&self) -> Option<Duration> {
-        if self.store.latest().generation == 0 {
-            Some(super::LOOK_AGAIN)
-        } else {
-            Some(LOOK_EVERY)
-        }
+        super::look_again_after_the_first_round(&self.store, LOOK_EVERY)
     }
 
     /// None (not looked for) where no NVSwitch is on this node's PCI bus: a virtual machine

@@ -50,6 +50,17 @@ use std::time::{Duration, Instant};
 /// ([`Periodic::look_again_while_off`]).
 pub const LOOK_AGAIN: Duration = Duration::from_secs(1);
 
+/// `look_again_while_off` for a source that a GPU turns on: GPUs are known from the first
+/// published round, so every [`LOOK_AGAIN`] until then, and every `then` after (a GPU that
+/// comes later, after a driver load, is seen within that).
+pub fn look_again_after_the_first_round(store: &Store, then: Duration) -> Option<Duration> {
+    Some(if store.latest().generation == 0 {
+        LOOK_AGAIN
+    } else {
+        then
+    })
+}
+
 /// A side input read every so often on a thread of its own.
 pub trait Periodic: Send + 'static {
     type Value: Default + PartialEq + Send + Sync + 'static;

@@ -52,11 +52,7 @@ impl Periodic for PcieAerCounts {
     /// The GPUs are known from the first round on: look every second until it is published,
     /// then every half minute while there are none.
     fn look_again_while_off(&self) -> Option<Duration> {
-        if self.store.latest().generation == 0 {
-            Some(super::LOOK_AGAIN)
-        } else {
-            Some(LOOK_EVERY)
-        }
+        super::look_again_after_the_first_round(&self.store, LOOK_EVERY)
     }
 
     fn read(&mut self, settings: &Settings) -> PcieAerScan {

@@ -54,11 +54,7 @@ impl Periodic for DrmClients {
     /// every second until that round, then every half minute (a GPU that comes later, after
     /// a driver load, is seen within that).
     fn look_again_while_off(&self) -> Option<Duration> {
-        if self.store.latest().generation == 0 {
-            Some(super::LOOK_AGAIN)
-        } else {
-            Some(LOOK_AGAIN_AFTER_START)
-        }
+        super::look_again_after_the_first_round(&self.store, LOOK_AGAIN_AFTER_START)
     }
 
     fn read(&mut self, settings: &Settings) -> DrmScan {
