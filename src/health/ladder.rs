@@ -81,8 +81,12 @@ fn first_step(
     if unhealthy.is_empty() && !driver_asks && !remap_pending {
         return None;
     }
-    if !unhealthy.is_empty() && unhealthy.iter().all(|f| f.reason == "validating") {
-        // A repaired GPU waiting for its probe: that is its step already.
+    if !unhealthy.is_empty()
+        && unhealthy
+            .iter()
+            .all(|f| matches!(f.reason, "validating" | "remediating"))
+    {
+        // A GPU being reset, or repaired and waiting for its probe: that is its step already.
         return None;
     }
     let words: Vec<String> = limits

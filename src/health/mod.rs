@@ -72,12 +72,10 @@ pub fn evaluate(snapshot: &mut Snapshot) {
                     tried: &snapshot.remediation,
                     now,
                 };
-                ladder::next_step(
-                    device,
-                    &findings,
-                    snapshot.xid.for_bus(&device.identity.pci_bus_id),
-                    &ladder,
-                )
+                // Only the XIDs an operator's (or a reset's) clear did not let go of: a
+                // failed validation after a reset is a person's to look at, not another reset.
+                let xids = xids_since_clear(snapshot, device);
+                ladder::next_step(device, &findings, &xids, &ladder)
             });
             DeviceHealth {
                 state: state(&findings),
@@ -126,6 +124,19 @@ pub fn evaluate(snapshot: &mut Snapshot) {
     snapshot.node_findings.extend(reboot);
 }
 
+/// The GPU's XIDs seen after its last clear, as the rules count them.
+/// Borrowed as they are when the GPU was never cleared (every round on a healthy node).
+fn xids_since_clear<'a>(
+    snapshot: &'a Snapshot,
+    device: &DeviceSnapshot,
+) -> std::borrow::Cow<'a, [crate::model::xid::XidCount]> {
+    let all = snapshot.xid.for_bus(&device.identity.pci_bus_id);
+    match snapshot.clears.get(&device.identity.uuid).map(|c| c.time()) {
+        None => std::borrow::Cow::Borrowed(all),
+        Some(at) => all.iter().filter(|x| x.last_seen > at).cloned().collect(),
+    }
+}
+
 fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding> {
     let cleared = snapshot.clears.get(&device.identity.uuid).map(|c| c.time());
     let probe_comparisons = baseline::compare(device, snapshot, &snapshot.health_limits.probe_regression, cleared);
@@ -140,11 +151,104 @@ fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding>
         cleared,
         board_swap: snapshot.board_swaps.get(&device.identity.uuid),
         fabric_manager: snapshot.fabric_manager.as_ref(),
+        resetting: resetting(snapshot),
         now: SystemTime::now(),
+    })
+}
+
+/// The GPU automatic remediation resets now, named as the snapshot shows it.
+fn resetting(snapshot: &Snapshot) -> Option<rules::Resetting<'_>> {
+    let uuid = snapshot.remediation.running.as_deref()?;
+    let device = snapshot.devices.iter().find(|d| d.identity.uuid == uuid);
+    Some(rules::Resetting {
+        uuid,
+        index: device.map_or(u32::MAX, |d| d.identity.index),
+        pci_bus_id: device.map_or("", |d| d.identity.pci_bus_id.as_str()),
     })
 }
 
 /// The worst severity among the findings, `Ok` when there are none.
 pub fn state(findings: &[Finding]) -> HealthState {
     findings.iter().map(|f| f.severity).max().unwrap_or(HealthState::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::health::{Clear, LadderLimits, Validation, ValidationKind, ValidationOutcome};
+    use crate::model::xid::{Severity, XidCount};
+    use crate::model::{DeviceReadings, Vendor};
+    use std::time::Duration;
+
+    /// A GPU reset for a fatal XID whose validation then failed: the clear that came with the
+    /// reset let the XID go, so the next step is a person's service, not another reset (the
+    /// reset budget would otherwise be spent on a GPU that a reset does not mend).
+    #[test]
+    fn a_failed_validation_after_a_reset_asks_for_service_not_another_reset() {
+        let now = SystemTime::now();
+        let at = |ago: u64| crate::model::unix_seconds(now - Duration::from_secs(ago));
+        let mut snapshot = Snapshot {
+            devices: vec![DeviceSnapshot::for_test(
+                0,
+                Vendor::Nvidia,
+                "0000:19:00.0",
+                DeviceReadings::default(),
+            )],
+            ..Default::default()
+        };
+        snapshot.xid.by_bus.insert(
+            "0000:19:00.0".into(),
+            vec![XidCount {
+                xid: 94,
+                severity: Severity::Fatal,
+                count: 1,
+                last_seen: now - Duration::from_secs(120),
+                recent: 0,
+            }],
+        );
+        snapshot.health_limits.remediation = Some(LadderLimits {
+            reset_command: vec!["nvidia-smi".into(), "-r".into()],
+            max_resets_per_day: 3,
+            auto: true,
+        });
+        let step = |snapshot: &mut Snapshot| {
+            evaluate(snapshot);
+            let health = &snapshot.devices[0].health;
+            (health.state, health.next_step.as_ref().map(|s| s.step.clone()))
+        };
+        assert_eq!(step(&mut snapshot), (HealthState::Unhealthy, Some("gpu_reset".into())));
+        // The reset's clear, then its validation's probe failed.
+        snapshot.clears = std::sync::Arc::new(
+            [(
+                "GPU-0".to_string(),
+                Clear {
+                    at: at(60),
+                    reason: "GPU reset by gpuwarden's automatic remediation".into(),
+                    by: "gpuwarden remediation".into(),
+                },
+            )]
+            .into(),
+        );
+        snapshot.validations = std::sync::Arc::new(
+            [(
+                "GPU-0".to_string(),
+                Validation {
+                    since: at(60),
+                    why: "GPU reset".into(),
+                    outcome: Some(ValidationOutcome::Failed {
+                        at: at(30),
+                        detail: "gemm_bf16 short".into(),
+                    }),
+                    kind: ValidationKind::Repair,
+                },
+            )]
+            .into(),
+        );
+        let (state, next) = step(&mut snapshot);
+        assert_eq!(state, HealthState::Unhealthy, "the failed validation keeps it out");
+        assert_eq!(next.as_deref(), Some("service"), "{:?}", snapshot.devices[0].health);
+        // A new fatal XID after the clear is a reset's again.
+        snapshot.xid.by_bus.get_mut("0000:19:00.0").unwrap()[0].last_seen = now;
+        assert_eq!(step(&mut snapshot).1.as_deref(), Some("gpu_reset"));
+    }
 }

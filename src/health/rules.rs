@@ -24,7 +24,7 @@ pub const THERMAL_TIME_SHARE: f64 = 0.10;
 /// minute of slowdown in the first two would be half).
 pub const THERMAL_TIME_LEAST: Duration = Duration::from_secs(600);
 
-pub use super::table::{Check, Hit, Rule, Seen};
+pub use super::table::{Check, Hit, Resetting, Rule, Seen};
 
 /// "Xid 79 (GPU has fallen off the bus) x2, last at ...: <NVIDIA's action>".
 fn describe_xid(x: &XidCount) -> String {
@@ -70,6 +70,30 @@ fn xid_critical(seen: &Seen) -> Option<Hit> {
         .filter(recent);
     listed(critical.map(describe_xid).collect(), |xids| {
         format!("critical XID: {xids}")
+    })
+}
+
+/// The GPU being reset by automatic remediation stays unhealthy from the decision until its
+/// validation starts (the next row), so no health check sees a moment to resume the node in;
+/// the other NVIDIA GPUs, whose NVML the daemon let go of for the reset, read as such rather
+/// than as not responding.
+fn remediating(seen: &Seen) -> Option<Hit> {
+    let reset = seen.resetting?;
+    if reset.uuid == seen.device.identity.uuid {
+        return Some(Hit {
+            message: "being reset by gpuwarden's automatic remediation: out of service until the reset is done \
+                      and a probe has validated the GPU"
+                .to_string(),
+            severity: Some(HealthState::Unhealthy),
+        });
+    }
+    let let_go = seen.device.identity.vendor == crate::model::Vendor::Nvidia && seen.device.answered().is_none();
+    let_go.then(|| {
+        format!(
+            "not polled while gpuwarden resets GPU {} ({}): NVML is let go of for the reset, and polled again once it is done",
+            reset.index, reset.pci_bus_id
+        )
+        .into()
     })
 }
 
@@ -500,6 +524,26 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(recovery_action),
     },
     Rule {
+        reason: "validating",
+        severity: Unhealthy,
+        worse_when: None,
+        when: "an operator cleared the GPU of an unhealthy finding, automatic remediation reset it, or the journal found a new board in its slot, and no probe has passed since (`health.validate_after_clear`, on by default; \"Return to service\" below)",
+        action: "none: the probe runs as soon as the GPU is idle, and a pass returns the node to service; `gpuwarden health clear --skip-validation` lets it back without one",
+        ends: false,
+        dcgm: None,
+        check: Check::Device(validating),
+    },
+    Rule {
+        reason: "remediating",
+        severity: Degraded,
+        worse_when: Some("it is the GPU being reset"),
+        when: "automatic remediation (`remediation.mode: auto`) is resetting the GPU, from the decision until its validation starts; or, for the node's other NVIDIA GPUs, NVML is let go of for that reset and they are not polled meanwhile",
+        action: "none: the reset runs, then the GPU's validation (`validating`) keeps it out of service until a probe passes",
+        ends: true,
+        dcgm: None,
+        check: Check::Device(remediating),
+    },
+    Rule {
         reason: "gpu_lost",
         severity: Unhealthy,
         worse_when: None,
@@ -670,16 +714,6 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(fabric_not_ready),
     },
     Rule {
-        reason: "validating",
-        severity: Unhealthy,
-        worse_when: None,
-        when: "an operator cleared the GPU of an unhealthy finding, or the journal found a new board in its slot, and no probe has passed since (`health.validate_after_clear`, on by default; \"Return to service\" below)",
-        action: "none: the probe runs as soon as the GPU is idle, and a pass returns the node to service; `gpuwarden health clear --skip-validation` lets it back without one",
-        ends: false,
-        dcgm: None,
-        check: Check::Device(validating),
-    },
-    Rule {
         reason: "probe_failed",
         severity: Degraded,
         worse_when: Some("it was the probe of a validation (\"Return to service\")"),
@@ -815,6 +849,7 @@ mod tests {
                 cleared: None,
                 board_swap: None,
                 fabric_manager: None,
+                resetting: None,
                 now: SystemTime::now(),
             })
         };
@@ -880,6 +915,7 @@ mod tests {
                 cleared,
                 board_swap: None,
                 fabric_manager: None,
+                resetting: None,
                 now: SystemTime::now(),
             })
         };
@@ -888,6 +924,106 @@ mod tests {
         let half_hour_ago = SystemTime::now() - Duration::from_secs(1800);
         assert_eq!(reasons(Some(half_hour_ago)), ["xid_critical"]);
         assert!(reasons(Some(SystemTime::now())).is_empty());
+    }
+
+    /// The reset's hand-over as the executor walks it (remediation/auto.rs), one state after
+    /// the other: the GPU is unhealthy at every step until its validation passes, and the
+    /// GPUs whose NVML was let go of read as such, never as not responding.
+    #[test]
+    fn a_reset_gpu_stays_unhealthy_from_the_decision_until_its_validation_passes() {
+        use crate::model::health::{Validation, ValidationKind, ValidationOutcome};
+        let minute_ago = SystemTime::now() - Duration::from_secs(60);
+        let xids = [XidCount {
+            xid: 94,
+            severity: Severity::Fatal,
+            count: 1,
+            last_seen: minute_ago,
+            recent: 0,
+        }];
+        let limits = Limits::default();
+        let pending = Validation {
+            since: crate::model::unix_seconds(SystemTime::now()),
+            why: "GPU reset by gpuwarden's automatic remediation".into(),
+            outcome: None,
+            kind: ValidationKind::Repair,
+        };
+        let passed = Validation {
+            outcome: Some(ValidationOutcome::Passed {
+                at: pending.since + 1.0,
+                detail: "passed".into(),
+            }),
+            ..pending.clone()
+        };
+        let target = Resetting {
+            uuid: "GPU-0",
+            index: 0,
+            pci_bus_id: "0000:19:00.0",
+        };
+        let verdict = |answered: bool, resetting: bool, validation: Option<&Validation>, cleared: bool, gpu: u32| {
+            let mut device = crate::model::DeviceSnapshot::for_test(
+                gpu,
+                crate::model::Vendor::Nvidia,
+                "0000:19:00.0",
+                Default::default(),
+            );
+            device.up = answered;
+            let findings = crate::health::findings(&Seen {
+                device: &device,
+                xids: if gpu == 0 { &xids } else { &[] },
+                probe: None,
+                probe_error: None,
+                probe_comparisons: &[],
+                validation,
+                limits: &limits,
+                cleared: cleared.then(SystemTime::now),
+                board_swap: None,
+                fabric_manager: None,
+                resetting: resetting.then_some(target),
+                now: SystemTime::now(),
+            });
+            let reasons: Vec<&str> = findings.iter().map(|f| f.reason).collect();
+            (crate::health::state(&findings), reasons)
+        };
+        use HealthState::{Degraded, Ok, Unhealthy};
+        // The fault, then the decision, then NVML let go of.
+        assert_eq!(verdict(true, false, None, false, 0), (Unhealthy, vec!["xid_fatal"]));
+        assert_eq!(
+            verdict(true, true, None, false, 0),
+            (Unhealthy, vec!["xid_fatal", "remediating"])
+        );
+        assert_eq!(
+            verdict(false, true, None, false, 0),
+            (Unhealthy, vec!["xid_fatal", "remediating"])
+        );
+        assert_eq!(
+            verdict(false, true, None, false, 1),
+            (Degraded, vec!["remediating"]),
+            "another GPU, not polled while NVML is let go of"
+        );
+        // The reset done: its validation starts, then the clear lets the XID go.
+        assert_eq!(
+            verdict(false, true, Some(&pending), false, 0),
+            (Unhealthy, vec!["xid_fatal", "validating", "remediating"])
+        );
+        assert_eq!(
+            verdict(false, true, Some(&pending), true, 0),
+            (Unhealthy, vec!["validating", "remediating"])
+        );
+        // The executor is done while NVML is still being taken back: the seam that was.
+        assert_eq!(
+            verdict(false, false, Some(&pending), true, 0),
+            (Unhealthy, vec!["validating", "not_responding"])
+        );
+        assert_eq!(
+            verdict(true, false, Some(&pending), true, 0),
+            (Unhealthy, vec!["validating"])
+        );
+        assert_eq!(verdict(true, false, Some(&passed), true, 0), (Ok, vec![]));
+        // Another GPU under validation keeps it while a reset lets go of NVML.
+        assert_eq!(
+            verdict(false, true, Some(&pending), false, 1),
+            (Unhealthy, vec!["validating", "remediating"])
+        );
     }
 
     /// What the rules find on a GPU that answered with `readings`, with no XID, probe or clear.
@@ -908,6 +1044,7 @@ mod tests {
             cleared: None,
             board_swap: None,
             fabric_manager: None,
+            resetting: None,
             now: SystemTime::now(),
         })
     }
@@ -1010,12 +1147,12 @@ mod tests {
     }
 
     #[test]
-    fn reasons_are_unique_and_only_the_lost_and_silent_gpu_end_the_look() {
+    fn reasons_are_unique_and_only_the_reset_lost_and_silent_gpu_end_the_look() {
         let mut reasons: Vec<&str> = RULES.iter().map(|r| r.reason).collect();
         reasons.sort();
         reasons.dedup();
         assert_eq!(reasons.len(), RULES.len());
         let ending: Vec<&str> = RULES.iter().filter(|r| r.ends).map(|r| r.reason).collect();
-        assert_eq!(ending, ["gpu_lost", "not_responding"]);
+        assert_eq!(ending, ["remediating", "gpu_lost", "not_responding"]);
     }
 }

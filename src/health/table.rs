@@ -31,7 +31,18 @@ pub struct Seen<'a> {
     pub board_swap: Option<&'a BoardSwap>,
     /// Whether nvidia-fabricmanager runs, where it is checked (NVSwitch systems).
     pub fabric_manager: Option<&'a crate::model::links::FabricManager>,
+    /// The GPU automatic remediation is resetting now, if any: from the decision until its
+    /// validation starts, NVML let go of meanwhile.
+    pub resetting: Option<Resetting<'a>>,
     pub now: SystemTime,
+}
+
+/// The GPU being reset now (remediation/auto.rs), as the rules name it.
+#[derive(Clone, Copy)]
+pub struct Resetting<'a> {
+    pub uuid: &'a str,
+    pub index: u32,
+    pub pci_bus_id: &'a str,
 }
 
 impl Seen<'_> {

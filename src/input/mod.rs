@@ -82,6 +82,9 @@ pub enum Reason {
     InvalidValue,
     /// Beyond the bound on entries or series: the rest were not looked at.
     TooMany,
+    /// A kernel-log line that does not mark where its record starts (`dmesg -t`,
+    /// `journalctl -k -o cat`): any user can forge one (xid/parse.rs).
+    Unmarked,
 }
 
 impl Reason {
@@ -95,6 +98,7 @@ impl Reason {
             Reason::Name => "name",
             Reason::InvalidValue => "invalid_value",
             Reason::TooMany => "too_many",
+            Reason::Unmarked => "unmarked",
         }
     }
 
@@ -108,6 +112,11 @@ impl Reason {
             Reason::Name => "a name that is not read here",
             Reason::InvalidValue => "an invalid value",
             Reason::TooMany => "beyond the limit on entries or series",
+            Reason::Unmarked => {
+                "a driver line with no mark of where its kernel record starts (dmesg -t, journalctl -o cat): \
+                 any user can forge one, so it is not read; use /dev/kmsg, journald's export format, syslog \
+                 or dmesg with a timestamp or -x (docs/xid.md)"
+            }
         }
     }
 }

@@ -400,6 +400,7 @@ mod tests {
             // a GPU awaiting its validation probe is a state of gpuwarden's, not a fault.
             let none = [
                 "validating",
+                "remediating",
                 "probe_failed",
                 "probe_regressed",
                 "board_replaced",

@@ -245,12 +245,9 @@ impl Executor {
                 log::error!(gpu_uuid = uuid; "GPU {index}: the GPU reset failed: {why}; the node needs a reboot")
             }
         }
-        self.state.update(|s| {
-            s.running = None;
-            s.held_back.remove(&uuid);
-            s.keep(attempt);
-        });
-        if let Some(why) = failure {
+        // The reboot mark before the reset lets go of the GPU: no snapshot shows it between
+        // the two (the `remediating` finding holds it unhealthy until then).
+        if let Some(why) = &failure {
             self.require_reboot(
                 device,
                 format!("the GPU reset of GPU {index} failed: {why}"),
@@ -258,6 +255,11 @@ impl Executor {
                 stop,
             );
         }
+        self.state.update(|s| {
+            s.running = None;
+            s.held_back.remove(&uuid);
+            s.keep(attempt);
+        });
     }
 
     /// Lets go of NVML, runs the commands, takes NVML back: the failure, if any.

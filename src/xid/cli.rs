@@ -73,8 +73,9 @@ pub fn scan(input: Option<&Path>) -> i32 {
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    // A notice over several lines is one XID, reported at its last line.
-    let mut parser = parse::LogParser::default();
+    // A notice over several lines is one XID, reported at its last line. A person's paste
+    // is often `dmesg -t`'s: read unmarked lines here (the daemon does not; xid/parse.rs).
+    let mut parser = parse::LogParser::reading_unmarked();
     // Read bytes, not strings: a log with a stray non-UTF-8 byte must not stop the scan.
     for (index, line) in reader.split(b'\n').enumerate() {
         let line = match line {

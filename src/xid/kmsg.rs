@@ -455,11 +455,18 @@ impl Follower<'_> {
         let sequence = parse::kmsg_record_header(text).map(|(sequence, _)| sequence);
         let seen = sequence.zip(log.position.sequence).is_some_and(|(s, last)| s <= last);
         if !seen {
+            let refused = log.parser.refused_unmarked;
             for event in events_from_line(&mut log.parser, line, consumed, log.boot) {
                 record(self.store, event);
             }
             if log.parser.saw_syslog {
                 notice_once_of_syslog(self.path);
+            }
+            if log.parser.refused_unmarked > refused {
+                crate::input::Skips::new(crate::input::Input::KernelLog).add(
+                    crate::input::Reason::Unmarked,
+                    format!("{:?}", crate::input::truncate_utf8(text, 120)),
+                );
             }
         }
         if sequence.is_some() {

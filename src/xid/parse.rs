@@ -89,6 +89,11 @@ pub enum LogLine<'a> {
         /// A syslog line (`... kernel: ...`): weaker evidence, any local user may write one.
         via_syslog: bool,
     },
+    /// A driver message with nothing before it to mark where its record starts (`dmesg -t`,
+    /// `journalctl -k -o cat`, a bare line): such a format prints a line break inside any
+    /// record, a user's included, as a new line at column 0, so a user can forge one. Not
+    /// read by the daemon ([`LogParser`]); `gpuwarden xid scan` reads it for a person.
+    Unmarked(&'a str),
     /// An indented later line of a multi-line record, as dmesg prints it.
     Continuation(&'a str),
     /// One field of a journald export entry (`KEY=value`).
@@ -144,14 +149,88 @@ pub fn classify(line: &str) -> LogLine<'_> {
         return dmesg_message(rest).unwrap_or(LogLine::NotKernel);
     }
     if rest.starts_with(DRIVER_PREFIX) || rest.starts_with(NVSWITCH_PREFIX) {
-        // `dmesg -t`, or a bare message.
-        return LogLine::Kernel {
-            message: rest,
-            kernel_time_us: None,
-            via_syslog: false,
-        };
+        // `dmesg -t`, `journalctl -k -o cat`, or a bare message.
+        return LogLine::Unmarked(rest);
+    }
+    if let Some(line) = facility_message(rest) {
+        return line;
     }
     syslog_message(rest).unwrap_or(LogLine::NotKernel)
+}
+
+/// The facility names `dmesg -x` decodes (and talosctl prints): only `kern` is the kernel's.
+const FACILITIES: [&str; 20] = [
+    "kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "authpriv", "ftp", "local0",
+    "local1", "local2", "local3", "local4", "local5", "local6", "local7",
+];
+/// The level names `dmesg -x` decodes (`warning` is talosctl's spelling of `warn`).
+const LEVELS: [&str; 9] = [
+    "emerg", "alert", "crit", "err", "warn", "warning", "notice", "info", "debug",
+];
+
+/// A record whose facility and level are decoded at its start: `dmesg -x`
+/// (`kern  :warn  : [  512.123456] NVRM: ...`, and with `--time-format iso`
+/// `kern  :warn  : 2025-01-21T04:41:44,283575+00:00 NVRM: ...`), and the host-prefixed form
+/// of cluster tools (`192.168.11.119: kern: warning: [2026-04-22T21:26:20.599716692Z]: NVRM:
+/// ...`, talosctl dmesg). The facility marks every record's start as /dev/kmsg's header does,
+/// so a `kern` record counts and any other facility (what user space writes) does not.
+fn facility_message(line: &str) -> Option<LogLine<'_>> {
+    let (kernel, rest) = decoded(line).or_else(|| {
+        // A host (no blanks in it) before the facility.
+        let (host, rest) = line.split_once(": ")?;
+        (!host.is_empty() && !host.contains(char::is_whitespace))
+            .then_some(rest)
+            .and_then(decoded)
+    })?;
+    if !kernel {
+        return Some(LogLine::NotKernel);
+    }
+    let rest = rest.trim_start_matches(' ');
+    if let Some(stamped) = rest.strip_prefix('[') {
+        // `[  512.123456] ` (dmesg -x) or `[2026-04-22T21:26:20.599716692Z]: ` (talosctl).
+        let (stamp, message) = stamped.split_once(']')?;
+        let message = message.strip_prefix(':').unwrap_or(message);
+        return Some(LogLine::Kernel {
+            message: message.trim_start_matches(' '),
+            kernel_time_us: seconds_to_micros(stamp.trim()),
+            via_syslog: false,
+        });
+    }
+    // `--time-format iso`: a date and time before the message; or no time at all (`-t`).
+    let message = match rest.split_once(' ') {
+        Some((stamp, message)) if is_iso_time(stamp) => message,
+        _ => rest,
+    };
+    Some(LogLine::Kernel {
+        message,
+        kernel_time_us: None,
+        via_syslog: false,
+    })
+}
+
+/// `kern  :warn  : rest`: whether the facility is the kernel's, and the rest.
+fn decoded(line: &str) -> Option<(bool, &str)> {
+    let (facility, rest) = line.split_once(':')?;
+    let facility = facility.trim_end();
+    if !FACILITIES.contains(&facility) {
+        return None;
+    }
+    let (level, rest) = rest.split_once(':')?;
+    if !LEVELS.contains(&level.trim()) {
+        return None;
+    }
+    Some((facility == "kern", rest.strip_prefix(' ')?))
+}
+
+/// `2025-01-21T04:41:44,283575+00:00`: a date, a `T`, then a time.
+fn is_iso_time(word: &str) -> bool {
+    let bytes = word.as_bytes();
+    bytes.len() >= 19
+        && bytes[..4].iter().all(u8::is_ascii_digit)
+        && bytes[4] == b'-'
+        && bytes[7] == b'-'
+        && bytes[10] == b'T'
+        && bytes[13] == b':'
 }
 
 /// `[ 1936.510073] message` (dmesg) or `[Sun Nov 22 02:38:41 2026] message` (dmesg -T).
@@ -222,7 +301,7 @@ pub fn message_of(raw: &str) -> String {
 /// lines needs a [`LogParser`]. The line is any of the wrappings the module names.
 pub fn parse_line(line: &str) -> Option<XidReport> {
     match classify(line) {
-        LogLine::Kernel { message, .. } => parse_message(message),
+        LogLine::Kernel { message, .. } | LogLine::Unmarked(message) => parse_message(message),
         _ => None,
     }
 }
@@ -258,6 +337,11 @@ pub struct LogParser {
     binary: Option<BinaryField>,
     /// A driver line came wrapped as syslog (weaker evidence: see the module's doc).
     pub saw_syslog: bool,
+    /// Read driver lines that do not mark their record's start ([`LogLine::Unmarked`]) as
+    /// records: `gpuwarden xid scan` does, for a person's paste; the daemon never does.
+    pub read_unmarked: bool,
+    /// Driver lines refused as unmarked so far.
+    pub refused_unmarked: u64,
 }
 
 /// A journald export field in its binary form: a line with the bare name, then a 64-bit
@@ -287,6 +371,14 @@ struct ExportEntry {
 }
 
 impl LogParser {
+    /// A parser that reads unmarked driver lines as records: for a person's paste only.
+    pub fn reading_unmarked() -> LogParser {
+        LogParser {
+            read_unmarked: true,
+            ..Default::default()
+        }
+    }
+
     /// The XIDs one line read from a log as bytes reports; `consumed` is how many bytes the
     /// reader took for it (its line break included, and whatever of a long line it skipped),
     /// which keeps a binary journald export field in step whatever it holds.
@@ -373,7 +465,17 @@ impl LogParser {
                 self.saw_syslog |= via_syslog && report.is_some();
                 report.map(|r| (r, kernel_time_us)).into_iter().collect()
             }
-            // Only ever the rest of a notice whose first line the driver logged.
+            LogLine::Unmarked(message) if self.read_unmarked => self
+                .kernel_message(message, true)
+                .map(|r| (r, None))
+                .into_iter()
+                .collect(),
+            LogLine::Unmarked(_) => {
+                self.notice = None;
+                self.refused_unmarked += 1;
+                Vec::new()
+            }
+            // Only ever the rest of a notice whose first line the driver logged, in its record.
             LogLine::Continuation(text) => self
                 .kernel_message(text, false)
                 .map(|r| (r, None))
@@ -400,8 +502,9 @@ impl LogParser {
                 Vec::new()
             }
             LogLine::Blank => self.end_entry(),
+            // Another record: a notice is finished within its own record or not at all.
             LogLine::NotKernel => {
-                self.age_notice();
+                self.notice = None;
                 Vec::new()
             }
         }
@@ -431,6 +534,12 @@ impl LogParser {
     /// One kernel message. `starts_record`: false for the indented later line of a record,
     /// which may only finish a notice.
     fn kernel_message(&mut self, message: &str, starts_record: bool) -> Option<XidReport> {
+        // A notice's later lines come in its own record (the driver logs it with one printk):
+        // a new record ends the wait, so another record (a user's, whose text may hold a line
+        // break and the notice's last words) never finishes it.
+        if starts_record && !self.read_unmarked {
+            self.notice = None;
+        }
         // The NVSwitch driver's own prefix begins its message, as the GPU driver's does.
         if starts_record && let Some(report) = parse_sxid(message) {
             return Some(report);
@@ -756,7 +865,7 @@ mod tests {
         assert_eq!(reports[0].pci_bus_id.as_deref(), Some("0000:b3:00.0"));
         // As one journal entry with real line breaks, and on one line.
         assert_eq!(LogParser::default().parse(&notice.join("\n")).len(), 1);
-        let one_line = "NVRM: The NVIDIA GPU 0000:05:00.0 installed in this system has fallen off the bus and is not responding to commands.";
+        let one_line = "[ 12.5] NVRM: The NVIDIA GPU 0000:05:00.0 installed in this system has fallen off the bus and is not responding to commands.";
         assert_eq!(
             LogParser::default().parse(one_line)[0].pci_bus_id.as_deref(),
             Some("0000:05:00.0")
@@ -765,9 +874,106 @@ mod tests {
         let mut parser = LogParser::default();
         assert!(parser.parse(notice[0]).is_empty());
         for _ in 0..NOTICE_LINES {
-            assert!(parser.parse("NVRM: something else").is_empty());
+            assert!(parser.parse("               NVRM: something else").is_empty());
         }
         assert!(parser.parse(notice[2]).is_empty(), "too far from its address");
+    }
+
+    /// A notice is finished within its own record: another record, whose later lines a user
+    /// wrote (a crashing program's name with a line break in it), never finishes it.
+    #[test]
+    fn a_notice_is_never_finished_by_another_record() {
+        let forged = [
+            "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0 (PCI ID: 10de:26b5) is not supported",
+            "[ 1844.000001] traps: x[4242] general protection fault ip:0 sp:0 error:0 in x",
+            "               NVRM: fallen off the bus and is not responding to commands.",
+        ];
+        let mut parser = LogParser::default();
+        let reports: Vec<XidReport> = forged.iter().flat_map(|l| parser.parse(l)).collect();
+        assert!(reports.is_empty(), "{reports:?}");
+        // The same as /dev/kmsg records: the user's record carries the escaped line break.
+        let mut parser = LogParser::default();
+        assert!(
+            parser
+                .parse("3,900,1843308145,-;NVRM: The NVIDIA GPU 0000:b3:00.0")
+                .is_empty()
+        );
+        assert!(
+            parser
+                .parse("6,901,1844000001,-;x[4242]: segfault at 0\x0aNVRM: fallen off the bus and is not responding to commands.")
+                .is_empty()
+        );
+        assert!(
+            parser
+                .parse(" NVRM: fallen off the bus and is not responding to commands.")
+                .is_empty()
+        );
+    }
+
+    /// `dmesg -t` and `journalctl -k -o cat` print a user's line break as a new line at
+    /// column 0: a driver line with nothing before it is not read as a record (and is
+    /// counted as refused); `gpuwarden xid scan` reads it for a person.
+    #[test]
+    fn an_unmarked_driver_line_is_refused_and_counted() {
+        let forged = "NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.";
+        let sxid = "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up";
+        let mut parser = LogParser::default();
+        assert!(parser.parse(forged).is_empty());
+        assert!(parser.parse(sxid).is_empty());
+        assert_eq!(parser.refused_unmarked, 2);
+        let mut scan = LogParser::reading_unmarked();
+        assert_eq!(scan.parse(forged)[0].xid, 79);
+        assert_eq!(scan.parse(sxid)[0].xid, 20034);
+        assert_eq!(scan.refused_unmarked, 0);
+        // Marked, the same text is the kernel's.
+        assert_eq!(
+            LogParser::default().parse(&format!("[  512.123456] {forged}"))[0].xid,
+            79
+        );
+    }
+
+    /// `dmesg -x` (with and without `--time-format iso` or a time) and the host-prefixed form
+    /// of cluster tools mark each record with its facility: `kern` counts, `user` never does.
+    #[test]
+    fn a_decoded_facility_marks_the_record_and_only_kern_counts() {
+        let read = |line: &str| LogParser::default().parse_timed(line);
+        let cases: &[(&str, Option<u64>)] = &[
+            (
+                "kern  :warn  : 2025-01-21T04:41:44,283575+00:00 NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+                None,
+            ),
+            (
+                "kern  :warn  : [  512.123456] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+                Some(512_123_456),
+            ),
+            (
+                "kern  :err   : NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+                None,
+            ),
+            (
+                "192.168.11.119: kern: warning: [2026-04-22T21:26:20.599716692Z]: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+                None,
+            ),
+        ];
+        for (line, time) in cases {
+            let found = read(line);
+            assert_eq!(found.len(), 1, "{line}");
+            assert_eq!(
+                (found[0].0.xid, found[0].0.pci_bus_id.as_deref()),
+                (79, Some("0000:3b:00.0")),
+                "{line}"
+            );
+            assert_eq!(found[0].1, *time, "{line}");
+        }
+        for line in [
+            "user  :warn  : [  512.123456] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+            "user  :notice: 2025-01-21T04:41:44,283575+00:00 NVRM: Xid (PCI:0000:3b:00): 79, x",
+            "192.168.11.119: user: warning: [2026-04-22T21:26:20.599716692Z]: NVRM: Xid (PCI:0000:3b:00): 79, x",
+            "kern  :bogus : NVRM: Xid (PCI:0000:3b:00): 79, x",
+            "a host: kern: warning: NVRM: Xid (PCI:0000:3b:00): 79, x",
+        ] {
+            assert!(read(line).is_empty(), "{line}");
+        }
     }
 
     #[test]

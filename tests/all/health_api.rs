@@ -258,7 +258,11 @@ fn health_clear_of_a_still_lost_gpu_says_it_is_still_lost_and_exits_1() {
     let (code, _) = d.health(false);
     assert_eq!(code, 1, "still unhealthy");
     let rows = clear_rows(&d);
-    assert_eq!(rows[0]["details"]["still"], serde_json::json!(["gpu_lost"]));
+    // The clear started its validation, which keeps it out as well.
+    assert_eq!(
+        rows[0]["details"]["still"],
+        serde_json::json!(["validating", "gpu_lost"])
+    );
 }
 
 /// One raw HTTP request on the daemon's socket; the status line and body.

@@ -447,7 +447,7 @@ fn the_xid_store_and_the_reader_are_bounded() {
     // 50 MiB without a newline, then a line of invalid UTF-8 with an XID in it.
     let huge = vec![b'x'; 50 << 20];
     let mut bytes = huge;
-    bytes.extend_from_slice(b"\nNVRM: Xid (PCI:0000:5d:00): 31, pid=1, name=\xff\xfe, MMU Fault\n");
+    bytes.extend_from_slice(b"\n[ 1500.000001] NVRM: Xid (PCI:0000:5d:00): 31, pid=1, name=\xff\xfe, MMU Fault\n");
     {
         use std::io::Write as _;
         let mut f = std::fs::OpenOptions::new()
@@ -484,7 +484,7 @@ fn a_log_file_is_followed_across_truncation_and_rotation() {
     d.scrape_until("the XID after truncation", |m| count(m, "31") == Some(1.0));
     // Rotated: renamed away and a new file made at the path.
     std::fs::rename(&kmsg, d.dir.path().join("kmsg.1")).unwrap();
-    std::fs::write(&kmsg, "NVRM: Xid (PCI:0000:19:00): 43, Ch 00000010\n").unwrap();
+    std::fs::write(&kmsg, dmesg_stamped("NVRM: Xid (PCI:0000:19:00): 43, Ch 00000010\n")).unwrap();
     d.scrape_until("the XID in the new file", |m| count(m, "43") == Some(1.0));
     assert_eq!(count(&d.scrape(), "13"), Some(1.0), "nothing counted twice");
 }
@@ -604,4 +604,37 @@ fn check_json_over_demo(kernel_log: &std::path::Path, extra: &str) -> serde_json
         .output()
         .unwrap();
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// A kernel log fed by `dmesg -t` (or `journalctl -k -o cat`): a user's crashing program whose
+/// name holds a line break and a driver line shows as that line at column 0, so unmarked
+/// driver lines are skipped and counted, never judged; `dmesg -x` and talosctl's host-prefixed
+/// form mark each record with its facility and are read (`kern` only).
+#[test]
+fn unmarked_lines_are_refused_and_decoded_facilities_are_read() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.log_kernel_raw(
+        "x[4242]: segfault at 0 ip 0 sp 0 error 4 in x\n\
+         NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\n\
+         nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up\n\
+         user  :warn  : [  600.000001] NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE\n\
+         kern  :warn  : 2025-01-21T04:41:44,283575+00:00 NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=x, Graphics Exception\n\
+         192.168.11.119: kern: warning: [2026-04-22T21:26:20.599716692Z]: NVRM: Xid (PCI:0000:4c:00): 31, pid=1, name=x, MMU Fault\n",
+    );
+    let m = d.scrape_until("the marked records", |m| {
+        xid_count(m, "1", "13") == Some(1.0) && xid_count(m, "2", "31") == Some(1.0)
+    });
+    assert_eq!(xid_count(&m, "0", "79"), None, "the unmarked line is not an XID");
+    assert_eq!(xid_count(&m, "0", "48"), None, "user facility");
+    assert!(m.find("gpu_nvswitch_sxid_errors_total", &[]).is_empty());
+    assert_eq!(
+        m.value(
+            "gpuwarden_input_skipped_total",
+            &[("input", "kernel_log"), ("reason", "unmarked")]
+        ),
+        Some(2.0)
+    );
+    let (code, text) = d.health(false);
+    assert_eq!(code, 0, "{text}");
+    assert!(d.log_text().contains("no mark of where its kernel record starts"));
 }

@@ -75,7 +75,7 @@ impl Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join("scenario.yaml"), scenario).expect("write scenario");
         let kmsg = dir.path().join("kmsg");
-        std::fs::write(&kmsg, kernel_log).expect("write kernel log");
+        std::fs::write(&kmsg, dmesg_stamped(kernel_log)).expect("write kernel log");
         std::fs::write(dir.path().join("boot_id"), format!("{TEST_BOOT_ID}\n")).expect("write boot id");
         // Never the machine's /var/lib/gpuwarden: a journal shared between tests would carry
         // one test's XIDs into another.
@@ -204,7 +204,7 @@ impl Daemon {
         }
         let _ = self.child.wait();
         if let Some(text) = kernel_log {
-            std::fs::write(self.dir.path().join("kmsg"), text).expect("write kernel log");
+            std::fs::write(self.dir.path().join("kmsg"), dmesg_stamped(text)).expect("write kernel log");
         }
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir"));
         Daemon::spawn(Daemon::command_in(dir.path()), dir)
@@ -287,6 +287,11 @@ impl Daemon {
 
     /// Appends lines to the daemon's kernel log, as the kernel would.
     pub fn log_kernel(&self, lines: &str) {
+        self.log_kernel_raw(&dmesg_stamped(lines));
+    }
+
+    /// Appends `lines` to the kernel log as they are: for the tests of the formats themselves.
+    pub fn log_kernel_raw(&self, lines: &str) {
         use std::io::Write as _;
         let mut f = std::fs::OpenOptions::new()
             .append(true)
@@ -467,4 +472,24 @@ pub fn gpuwarden_json(args: &[&str], state: &Path) -> serde_json::Value {
 /// `gpuwarden events ARGS... --json --state STATE` as JSON; the command must succeed.
 pub fn events_json(state: &Path, args: &[&str]) -> serde_json::Value {
     gpuwarden_json(&[&["events"], args].concat(), state)
+}
+
+/// `lines` as `dmesg` prints them: a driver line written bare (`NVRM: Xid ...`, as the tests
+/// write them) gets the kernel's `[seconds.micros]` stamp, which marks where its record starts
+/// (a bare line is `dmesg -t`'s, which gpuwarden does not read: xid/parse.rs). Each stamp is
+/// new, as each record's time is; anything else is kept as it is.
+pub fn dmesg_stamped(lines: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT_MICROS: AtomicU64 = AtomicU64::new(100_000_000);
+    lines
+        .split_inclusive('\n')
+        .map(|line| {
+            if line.starts_with("NVRM: ") || line.starts_with("nvidia-nvswitch") {
+                let micros = NEXT_MICROS.fetch_add(1_000, Ordering::Relaxed);
+                format!("[{:>5}.{:06}] {line}", micros / 1_000_000, micros % 1_000_000)
+            } else {
+                line.to_string()
+            }
+        })
+        .collect()
 }
