@@ -757,6 +757,9 @@ fn an_xid_94_drains_the_gpu_is_reset_probed_and_the_node_resumes() {
         "{text}"
     );
 
+    // The verdict asked every 0.1 s from the fault to the resume, as a health check that runs
+    // at any moment would: unhealthy without a break from the fault until the probe passed.
+    let poll = VerdictPoll::start(d.socket_path());
     d.log_kernel("NVRM: Xid (PCI:0000:19:00): 94, pid=1, name=x, Contained: SM (0x1)\n");
     let state = wait_for_node(&slurm, "the drain", within, |s| s.contains("xid_fatal"));
     assert!(
@@ -770,6 +773,17 @@ fn an_xid_94_drains_the_gpu_is_reset_probed_and_the_node_resumes() {
         "the resume after reset and probe",
         Duration::from_secs(60),
         |s| s == "idle none",
+    );
+    let asks = poll.finish();
+    assert_held_throughout(&asks, false);
+    let runs = code_runs(&asks);
+    assert!(
+        runs.ends_with(&[1, 0]) && runs.iter().filter(|c| **c == 1).count() == 1,
+        "out of service once, then back: {runs:?}"
+    );
+    assert!(
+        asks.iter().any(|a| a.first_line.contains("remediating")),
+        "the reset named while it ran: {asks:#?}"
     );
     let m = d.scrape_until("the reset seen", |m| {
         m.value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "succeeded")]) == Some(1.0)

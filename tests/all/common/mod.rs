@@ -17,6 +17,7 @@ mod kubelet;
 mod metrics;
 mod prometheus;
 mod scenario;
+mod verdict_poll;
 
 pub use daemon::*;
 pub use host::*;
@@ -25,6 +26,7 @@ pub use kubelet::*;
 pub use metrics::*;
 pub use prometheus::*;
 pub use scenario::*;
+pub use verdict_poll::*;
 
 use std::path::Path;
 
