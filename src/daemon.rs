@@ -335,6 +335,14 @@ fn take_over_from_journal(place: &journal::Place, config: &Config, sources: &Sou
     if let Some(sequence) = seed.kmsg_sequence {
         resume.resume_after(&config.xid.kernel_log_path, sequence);
     }
+    // A kernel log that is a file goes on where the last run read up to, and the records it
+    // counted in this boot are known by their identities if the file is read again.
+    for position in seed.file_positions {
+        resume.resume_file(position);
+    }
+    xids.seed_identities(&crate::xid::kmsg::identities_of_lines(
+        seed.kernel_lines.iter().map(String::as_str),
+    ));
 }
 
 /// The journal, when it is on: its lock (refused while another daemon holds it), this boot's

@@ -52,6 +52,14 @@ CREATE TABLE IF NOT EXISTS boots (
     host TEXT NOT NULL,
     kmsg_sequence INTEGER
 );
+CREATE TABLE IF NOT EXISTS kernel_log_files (
+    path TEXT PRIMARY KEY,
+    device INTEGER NOT NULL,
+    inode INTEGER NOT NULL,
+    offset INTEGER NOT NULL,
+    tail BLOB NOT NULL,
+    at REAL NOT NULL
+);
 ";
 
 /// Why the writer cannot use the file now.

@@ -111,6 +111,11 @@ pub struct Seed {
     pub xid_counts: crate::xid::store::SeedCounts,
     /// The last /dev/kmsg record counted.
     pub kmsg_sequence: Option<u64>,
+    /// Where each kernel-log file was read up to, whatever the boot (the file outlives it).
+    pub file_positions: Vec<crate::xid::event::FilePosition>,
+    /// This boot's kernel-log lines of counted XIDs and SXIDs: their records are not counted
+    /// again when read again.
+    pub kernel_lines: Vec<String>,
     /// This boot's latest clear per GPU.
     pub clears: crate::model::health::Clears,
     /// The board swaps of the last day.
@@ -221,6 +226,8 @@ pub fn seed(place: &Place) -> Seed {
         Ok(worker::Answer::Seed {
             xid_counts,
             kmsg_sequence,
+            file_positions,
+            kernel_lines,
             clears,
             board_swaps,
             sxids,
@@ -236,6 +243,8 @@ pub fn seed(place: &Place) -> Seed {
                 })
                 .collect(),
             kmsg_sequence,
+            file_positions,
+            kernel_lines,
             clears,
             board_swaps,
             sxids: sxids.into_iter().map(worker::sxid_of_seed).collect(),

@@ -200,6 +200,8 @@ pub fn seed(path: &Path, boot_id: &str) -> Result<Seed, DbError> {
     Ok(Seed {
         xid_counts: xid_counts(&conn, boot_id).map_err(&err)?,
         kmsg_sequence: kmsg_sequence.filter(|s| *s > 0).map(|s| s as u64),
+        file_positions: file_positions(&conn).map_err(&err)?,
+        kernel_lines: kernel_lines(&conn, boot_id).map_err(&err)?,
         clears: clears(&conn, boot_id).map_err(&err)?,
         board_swaps: board_swaps(&conn, SystemTime::now()).map_err(&err)?,
         sxids: sxids(&conn, boot_id).map_err(&err)?,
@@ -207,6 +209,51 @@ pub fn seed(path: &Path, boot_id: &str) -> Result<Seed, DbError> {
         probe_history: probe_history(&conn).map_err(&err)?,
         remediation: remediation(&conn, boot_id, SystemTime::now()).map_err(&err)?,
     })
+}
+
+/// The most kernel-log files whose resume point a restart takes over, and this boot's XID lines.
+const MAX_FILE_POSITIONS: usize = 16;
+const MAX_KERNEL_LINES: usize = 8192;
+
+/// Where each kernel-log file was read up to, newest first (a file the daemon wrote before
+/// this table existed has none: read from the start as before).
+fn file_positions(conn: &Connection) -> rusqlite::Result<Vec<crate::xid::event::FilePosition>> {
+    if !has_table(conn, "kernel_log_files")? {
+        return Ok(Vec::new());
+    }
+    let mut statement = conn.prepare(&format!(
+        "SELECT path, device, inode, offset, tail FROM kernel_log_files ORDER BY at DESC LIMIT {MAX_FILE_POSITIONS}"
+    ))?;
+    let rows = statement.query_map([], |r| {
+        let tail: Vec<u8> = r.get(4)?;
+        Ok(crate::xid::event::FilePosition {
+            path: std::path::PathBuf::from(r.get::<_, String>(0)?),
+            device: r.get::<_, i64>(1)? as u64,
+            inode: r.get::<_, i64>(2)? as u64,
+            offset: r.get::<_, i64>(3)?.max(0) as u64,
+            tail: tail.into_iter().take(crate::xid::event::TAIL_BYTES).collect(),
+        })
+    })?;
+    rows.collect()
+}
+
+/// This boot's kernel-log lines of XID and SXID rows, newest first.
+fn kernel_lines(conn: &Connection, boot_id: &str) -> rusqlite::Result<Vec<String>> {
+    let mut statement = conn.prepare(&format!(
+        "SELECT json_extract(details, '$.raw') FROM events WHERE boot_id = ?1 AND kind IN ('xid', 'sxid') \
+         AND json_extract(details, '$.raw') IS NOT NULL ORDER BY at DESC, id DESC LIMIT {MAX_KERNEL_LINES}"
+    ))?;
+    let rows = statement.query_map([boot_id], |r| r.get::<_, String>(0))?;
+    rows.collect()
+}
+
+fn has_table(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+        [name],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
 }
 
 /// What automatic remediation did in the last day and in this boot, from the `remediation`

@@ -88,6 +88,9 @@ pub struct Batch {
     pub facts: Vec<GpuFacts>,
     pub counts: Vec<XidCount>,
     pub kmsg_sequence: Option<u64>,
+    /// Where a kernel-log file was read up to (kept per path in `kernel_log_files`).
+    #[serde(default)]
+    pub file_position: Option<crate::xid::event::FilePosition>,
     pub prune: Option<Prune>,
 }
 
@@ -149,6 +152,12 @@ pub enum Answer {
     Seed {
         xid_counts: Vec<XidCount>,
         kmsg_sequence: Option<u64>,
+        /// Where each kernel-log file was read up to.
+        #[serde(default)]
+        file_positions: Vec<crate::xid::event::FilePosition>,
+        /// This boot's kernel-log lines of counted XIDs and SXIDs (their records' identities).
+        #[serde(default)]
+        kernel_lines: Vec<String>,
         #[serde(default)]
         clears: crate::model::health::Clears,
         #[serde(default)]
@@ -476,6 +485,8 @@ fn answer(request: Request) -> Reply {
             Ok(Answer::Seed {
                 xid_counts: seed.xid_counts.into_iter().map(count_of_seed).collect(),
                 kmsg_sequence: seed.kmsg_sequence,
+                file_positions: seed.file_positions,
+                kernel_lines: seed.kernel_lines,
                 clears: seed.clears,
                 board_swaps: seed.board_swaps,
                 sxids: seed.sxids.into_iter().map(seed_of_sxid).collect(),
@@ -613,6 +624,20 @@ impl Batch {
              ON CONFLICT (boot_id) DO UPDATE SET kmsg_sequence = max(coalesce(kmsg_sequence, 0), coalesce(?4, 0))",
             params![self.boot_id, now, self.host, self.kmsg_sequence.map(|s| s as i64)],
         )?;
+        if let Some(position) = &self.file_position {
+            tx.execute(
+                "INSERT INTO kernel_log_files (path, device, inode, offset, tail, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (path) DO UPDATE SET device = ?2, inode = ?3, offset = ?4, tail = ?5, at = ?6",
+                params![
+                    position.path.to_string_lossy(),
+                    position.device as i64,
+                    position.inode as i64,
+                    position.offset as i64,
+                    position.tail,
+                    now
+                ],
+            )?;
+        }
         tx.commit()?;
         Ok((rows, new_xid_rows, false))
     }

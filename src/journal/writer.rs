@@ -85,6 +85,8 @@ pub(super) struct Writer {
     xid_counts: BTreeMap<(String, u32), (u64, f64)>,
     dirty_counts: BTreeSet<(String, u32)>,
     kmsg_sequence: Option<u64>,
+    /// Where the kernel-log file was read up to after the last XID taken from it.
+    file_position: Option<crate::xid::event::FilePosition>,
     last_generation: u64,
     missing: BTreeSet<String>,
     /// What was last written of the network ports.
@@ -142,6 +144,7 @@ impl Writer {
             xid_counts: BTreeMap::new(),
             dirty_counts: BTreeSet::new(),
             kmsg_sequence: None,
+            file_position: None,
             last_generation: 0,
             missing: BTreeSet::new(),
             nic_rows: Default::default(),
@@ -239,6 +242,9 @@ impl Writer {
     pub(super) fn take_xids(&mut self) {
         let taken = self.xids.take_reports();
         self.kmsg_sequence = self.kmsg_sequence.max(taken.kmsg_sequence);
+        if taken.file_position.is_some() {
+            self.file_position = taken.file_position;
+        }
         for report in taken.reports {
             match report {
                 Outgoing::Counted { group, event, severity } => self.queue(Pending::Xid { group, event, severity }),
@@ -754,6 +760,7 @@ impl Writer {
                 })
                 .collect(),
             kmsg_sequence: self.kmsg_sequence,
+            file_position: self.file_position.clone(),
             prune: Some(Prune {
                 oldest: Self::now() - self.place.retention.as_secs_f64(),
                 max_bytes: self.place.max_bytes,

@@ -1,7 +1,8 @@
 //! One XID report as a source hands it to the store: which GPU, which code, from where and
 //! when, with the kernel-log line. Shared by the store and its outbox.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use std::time::SystemTime;
 
 /// The longest kernel-log line kept with an XID.
@@ -56,6 +57,26 @@ pub struct XidEvent {
     /// An NVSwitch error (SXID) rather than a GPU's XID: `pci_bus_id` is the switch's and
     /// `xid` the SXID code. Counted apart from the GPUs' XIDs.
     pub nvswitch: Option<Nvswitch>,
+    /// A kernel log that is a regular file: where it was read up to after this report's line.
+    /// The journal keeps the latest with the rows, so a restart goes on from there instead of
+    /// counting the file again (/dev/kmsg has `kmsg_sequence` for that).
+    pub file_position: Option<FilePosition>,
+}
+
+/// The most bytes before a resume point kept to recognise the file there.
+pub const TAIL_BYTES: usize = 256;
+
+/// Where a kernel-log file was read up to: its device and inode, the offset, and the bytes
+/// just before it (at most [`TAIL_BYTES`]), which must still be there for a restart to go on
+/// from the offset: a file emptied and written again, or another file at the same inode,
+/// is read from its start (its records' identities still keep a line counted once).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilePosition {
+    pub path: PathBuf,
+    pub device: u64,
+    pub inode: u64,
+    pub offset: u64,
+    pub tail: Vec<u8>,
 }
 
 /// Which NVSwitch reported an SXID, and how the driver rated it.

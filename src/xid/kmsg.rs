@@ -13,13 +13,14 @@
 //! (the rest of a longer one is skipped, so one huge line cannot hold memory), and invalid
 //! UTF-8 is replaced rather than losing the line.
 
+use super::event::{FilePosition, TAIL_BYTES};
 use super::parse::{self, LogParser, ReportKind, XidReport};
 use super::store::{MAX_RAW_LINE, Source, UNATTRIBUTED, XidEvent, XidStore};
 use crate::service::stop::Stop;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, ErrorKind, Seek, SeekFrom};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
@@ -37,10 +38,12 @@ struct Position {
     file: Option<(u64, u64)>,
 }
 
-/// Where each kernel-log path was read up to, kept by the daemon across reloads.
+/// Where each kernel-log path was read up to, kept by the daemon across reloads, and where a
+/// file was read up to before a restart (the journal's seed).
 #[derive(Debug, Default)]
 pub struct ResumePoints {
     positions: Mutex<HashMap<PathBuf, Position>>,
+    seeded: Mutex<HashMap<PathBuf, FilePosition>>,
 }
 
 impl ResumePoints {
@@ -55,6 +58,20 @@ impl ResumePoints {
         let mut positions = self.positions.lock().unwrap_or_else(PoisonError::into_inner);
         let position = positions.entry(path.to_path_buf()).or_default();
         position.sequence = position.sequence.max(Some(sequence));
+    }
+
+    /// Start reading the file at `position.path` where an earlier run of the daemon got to (the
+    /// journal's seed), if the same file is still there: same device and inode, long enough,
+    /// and the bytes before the offset unchanged.
+    pub fn resume_file(&self, position: FilePosition) {
+        let mut seeded = self.seeded.lock().unwrap_or_else(PoisonError::into_inner);
+        seeded.insert(position.path.clone(), position);
+    }
+
+    /// The seeded position of `path`, once.
+    fn take_seeded(&self, path: &Path) -> Option<FilePosition> {
+        let mut seeded = self.seeded.lock().unwrap_or_else(PoisonError::into_inner);
+        seeded.remove(path)
     }
 
     fn set(&self, path: &Path, position: Position) {
@@ -119,6 +136,31 @@ fn record_identity(kernel_time_us: u64, sequence: Option<u64>, report: &XidRepor
     hasher.finish()
 }
 
+/// The identities of kernel records as the journal kept their lines (`raw`), for the XID
+/// store's memory after a restart: a record read again is not counted again, whatever
+/// resume point the file's reader has. Lines without a kernel time have none.
+pub fn identities_of_lines<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<u64> {
+    let mut found = Vec::new();
+    for line in lines {
+        let sequence = parse::kmsg_record_header(line).map(|(sequence, _)| sequence);
+        for (report, kernel_time_us) in LogParser::default().parse_timed(line) {
+            if let Some(time) = kernel_time_us {
+                found.push(record_identity(time, sequence, &report));
+            }
+        }
+    }
+    found
+}
+
+/// The bytes of `file` just before `offset` (at most [`TAIL_BYTES`]); None when they cannot
+/// be read whole.
+fn tail_before(file: &std::fs::File, offset: u64) -> Option<Vec<u8>> {
+    let length = offset.min(TAIL_BYTES as u64) as usize;
+    let mut tail = vec![0u8; length];
+    file.read_exact_at(&mut tail, offset - length as u64).ok()?;
+    Some(tail)
+}
+
 fn event(report: XidReport, at: SystemTime) -> XidEvent {
     let (source, nvswitch) = match report.kind {
         ReportKind::Xid => (Source::KernelLog, None),
@@ -135,6 +177,7 @@ fn event(report: XidReport, at: SystemTime) -> XidEvent {
         kmsg_sequence: None,
         identity: None,
         nvswitch,
+        file_position: None,
     }
 }
 
@@ -302,6 +345,8 @@ struct Opened {
     raw: std::os::fd::RawFd,
     /// A regular file's inode (rotation shows as a new one); `None` for /dev/kmsg.
     inode: Option<u64>,
+    /// A regular file's device: with the inode, what the journal's resume point names.
+    device: u64,
     offset: u64,
     position: Position,
     parser: LogParser,
@@ -350,12 +395,15 @@ impl Follower<'_> {
         let regular = file.metadata().ok().filter(|m| m.is_file());
 
         let mut offset = 0;
+        let seeded = self.resume.take_seeded(self.path);
         if let (Some(meta), Some((seen_inode, seen_offset))) = (&regular, position.file)
             && seen_inode == meta.ino()
             && seen_offset <= meta.len()
             && file.seek(SeekFrom::Start(seen_offset)).is_ok()
         {
             offset = seen_offset;
+        } else if let (Some(meta), Some(seeded)) = (&regular, seeded) {
+            offset = self.go_on_from_seed(&mut file, meta, &seeded);
         }
         let watch = regular
             .as_ref()
@@ -364,12 +412,35 @@ impl Follower<'_> {
             watch,
             raw: file.as_raw_fd(),
             inode: regular.as_ref().map(|m| m.ino()),
+            device: regular.as_ref().map_or(0, |m| m.dev()),
             reader: BufReader::with_capacity(16 * 1024, file),
             offset,
             position,
             parser: LogParser::default(),
             boot: boot_time(),
         })
+    }
+
+    /// Where a file read before a restart goes on from: the journal's resume point when the
+    /// same file is still there with the bytes before it unchanged, else its start.
+    fn go_on_from_seed(&self, file: &mut std::fs::File, meta: &std::fs::Metadata, seeded: &FilePosition) -> u64 {
+        let same_file = seeded.device == meta.dev() && seeded.inode == meta.ino() && seeded.offset <= meta.len();
+        let unchanged = same_file && tail_before(file, seeded.offset).as_deref() == Some(seeded.tail.as_slice());
+        if unchanged && file.seek(SeekFrom::Start(seeded.offset)).is_ok() {
+            log::info!(
+                "kernel log {}: going on from byte {}, where the last run read up to (what came before was counted then)",
+                self.path.display(),
+                seeded.offset
+            );
+            return seeded.offset;
+        }
+        log::info!(
+            "kernel log {}: not the file the last run read up to byte {} (replaced, rotated or rewritten); \
+             reading it from its start, records counted before are recognised and not counted again",
+            self.path.display(),
+            seeded.offset
+        );
+        0
     }
 
     /// Reads lines until the stop, a rotation or an error.
@@ -447,6 +518,18 @@ impl Follower<'_> {
         }
     }
 
+    /// A regular file's position after the line just read, for the journal.
+    fn file_position(&self, log: &Opened) -> Option<FilePosition> {
+        let inode = log.inode?;
+        Some(FilePosition {
+            path: self.path.to_path_buf(),
+            device: log.device,
+            inode,
+            offset: log.offset,
+            tail: tail_before(log.reader.get_ref(), log.offset)?,
+        })
+    }
+
     /// Counts the XIDs of one line, unless an earlier reader (before a reload) counted it.
     fn take_line(&self, log: &mut Opened, line: &[u8], consumed: usize) {
         log.offset += consumed as u64;
@@ -456,7 +539,8 @@ impl Follower<'_> {
         let seen = sequence.zip(log.position.sequence).is_some_and(|(s, last)| s <= last);
         if !seen {
             let refused = log.parser.refused_unmarked;
-            for event in events_from_line(&mut log.parser, line, consumed, log.boot) {
+            for mut event in events_from_line(&mut log.parser, line, consumed, log.boot) {
+                event.file_position = self.file_position(log);
                 record(self.store, event);
             }
             if log.parser.saw_syslog {

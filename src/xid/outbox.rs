@@ -57,6 +57,9 @@ impl Outgoing {
 pub struct Taken {
     pub reports: Vec<Outgoing>,
     pub kmsg_sequence: Option<u64>,
+    /// Where a kernel-log file was read up to after the last report counted from it, folded
+    /// or not (a restart goes on from there).
+    pub file_position: Option<super::event::FilePosition>,
 }
 
 /// A storm that is over: one row with the count not recorded one by one.
@@ -120,6 +123,7 @@ pub struct Outbox {
     precious: VecDeque<Outgoing>,
     storms: HashMap<(String, u32), Storm>,
     kmsg_sequence: Option<u64>,
+    file_position: Option<super::event::FilePosition>,
     dropped: u64,
     drop_log: Option<crate::service::logging::RateLimiter>,
 }
@@ -177,6 +181,10 @@ impl Outbox {
         if let Some(sequence) = event.kmsg_sequence {
             self.kmsg_sequence = self.kmsg_sequence.max(Some(sequence));
         }
+        // One reader thread, lines in order: the latest is the furthest.
+        if let Some(position) = &event.file_position {
+            self.file_position = Some(position.clone());
+        }
     }
 
     fn keep(&mut self, report: Outgoing, precious: bool) {
@@ -209,6 +217,7 @@ impl Outbox {
         Taken {
             reports,
             kmsg_sequence: self.kmsg_sequence,
+            file_position: self.file_position.clone(),
         }
     }
 
@@ -251,6 +260,7 @@ mod tests {
             kmsg_sequence: Some(at as u64),
             identity: None,
             nvswitch: None,
+            file_position: None,
         }
     }
 

@@ -131,14 +131,21 @@ impl Inner {
             }
             return true;
         }
-        self.identities.insert(identity);
+        self.remember(identity);
+        false
+    }
+
+    /// Keeps `identity` among the records counted, forgetting the oldest past the bound.
+    fn remember(&mut self, identity: u64) {
+        if !self.identities.insert(identity) {
+            return;
+        }
         self.identity_order.push_back(identity);
         if self.identity_order.len() > MAX_IDENTITIES
             && let Some(oldest) = self.identity_order.pop_front()
         {
             self.identities.remove(&oldest);
         }
-        false
     }
 
     /// A report on an address past the limit of addresses that are no GPU: counted as dropped.
@@ -286,6 +293,15 @@ impl XidStore {
         drop(inner);
         if !counts.is_empty() {
             self.moved_on();
+        }
+    }
+
+    /// The identities of the kernel records this boot's journal holds, before the kernel log
+    /// is read: one read again after a restart is not counted again.
+    pub fn seed_identities(&self, identities: &[u64]) {
+        let mut inner = self.lock();
+        for identity in identities {
+            inner.remember(*identity);
         }
     }
 
@@ -543,6 +559,7 @@ mod tests {
             kmsg_sequence: None,
             identity: None,
             nvswitch: None,
+            file_position: None,
         }
     }
 

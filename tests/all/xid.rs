@@ -638,3 +638,60 @@ fn unmarked_lines_are_refused_and_decoded_facilities_are_read() {
     assert_eq!(code, 0, "{text}");
     assert!(d.log_text().contains("no mark of where its kernel record starts"));
 }
+
+/// A kernel log that is a file, read again at every restart: its XIDs are counted once, in
+/// each form that marks its records (dmesg's stamp, both syslog forms, `dmesg -x`), with the
+/// GPU cleared in between, through a stop (SIGTERM) and a kill -9; a file replaced while the
+/// daemon was down is read from its start and the records counted before are known by their
+/// identities (the journal's seed).
+#[test]
+fn a_file_kernel_log_is_not_counted_again_at_a_restart() {
+    let config = test_config(&sim_library(), "health:\n  xid_severity: {94: fatal}\n");
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    let lines = [
+        "[  512.123456] NVRM: Xid (PCI:0000:19:00): 94, pid=1, name=x, Contained: SM (0x1)\n",
+        "Nov 22 02:41:10 node kernel: NVRM: Xid (PCI:0000:3b:00): 94, pid=1, name=x, Contained: SM (0x1)\n",
+        "2026-11-22T02:42:00.123456+00:00 node kernel: NVRM: Xid (PCI:0000:4c:00): 94, pid=1, name=x, Contained\n",
+        "kern  :warn  : [  513.000001] NVRM: Xid (PCI:0000:5d:00): 94, pid=1, name=x, Contained: SM (0x1)\n",
+    ];
+    for line in lines {
+        d.log_kernel_raw(line);
+    }
+    let gpus = ["0", "1", "2", "3"];
+    d.scrape_until("the four XIDs", |m| {
+        gpus.iter().all(|g| xid_count(m, g, "94") == Some(1.0))
+    });
+    for gpu in gpus {
+        let (_, out, err) = d.clear(gpu, "reseated, INC-1", &["--skip-validation"]);
+        assert!(out.contains("let go of xid_fatal"), "{out}{err}");
+    }
+    assert_eq!(d.health(false).0, 0, "cleared");
+    let check = |d: &Daemon, when: &str| {
+        d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+        // Time for the reader to read the file to its end.
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let m = d.scrape();
+        for gpu in gpus {
+            assert_eq!(xid_count(&m, gpu, "94"), Some(1.0), "GPU {gpu} {when}");
+        }
+        let (code, text) = d.health(false);
+        assert_eq!(code, 0, "{when}: {text}");
+    };
+    // Let the journal write the rows and the resume point (a batch a second).
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let d = d.restart(false, None);
+    check(&d, "after a restart");
+    let d = d.restart(true, None);
+    check(&d, "after kill -9");
+    // Rotated while the daemon was down: a new file holding the same records and a new one.
+    std::fs::remove_file(d.dir.path().join("kmsg")).unwrap();
+    let d = d.restart(
+        false,
+        Some(&format!(
+            "{}{}[  600.000001] NVRM: Xid (PCI:0000:19:00): 31, pid=1, name=x, MMU Fault\n",
+            lines[0], lines[3]
+        )),
+    );
+    d.scrape_until("the new record", |m| xid_count(m, "0", "31") == Some(1.0));
+    check(&d, "after the file was replaced");
+}

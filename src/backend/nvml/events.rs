@@ -133,6 +133,7 @@ fn record(store: &XidStore, bus: &str, xid: u32) {
         kmsg_sequence: None,
         identity: None,
         nvswitch: None,
+        file_position: None,
     };
     if store.record(event) {
         crate::xid::log_xid(bus, xid, "NVML event set");
