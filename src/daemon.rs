@@ -302,6 +302,12 @@ fn take_over_from_journal(place: &journal::Place, config: &Config, sources: &Sou
     }
     sources.clears.set(seed.clears);
     sources.board_swaps.set(seed.board_swaps);
+    if seed.answered {
+        crate::remediation::marker::agree_with_journal(
+            &config.remediation.reboot_marker,
+            seed.remediation.reboot_required.as_ref(),
+        );
+    }
     sources.remediation.set(seed.remediation);
     let waiting: Vec<String> = seed
         .validations

@@ -66,6 +66,8 @@ const QUEUE: usize = 4096;
 /// What reaches the writer through the queue (XIDs come from the XID store's outbox).
 enum Message {
     Event(Event),
+    /// A row whose writer waits until it is in the file ([`Journal::record_and_wait`]).
+    Confirmed(Event, std::sync::mpsc::SyncSender<()>),
 }
 
 /// Where the journal is, and what it stamps on every row.
@@ -107,6 +109,9 @@ pub fn boot_id(file: &Path) -> String {
 /// What a restart in the same boot takes over from the journal.
 #[derive(Debug, Default)]
 pub struct Seed {
+    /// The file was there and answered: what the seed lacks, the journal lacks (an empty seed
+    /// from a file that could not be read says nothing).
+    pub answered: bool,
     /// ((PCI bus id, code), count, last seen).
     pub xid_counts: crate::xid::store::SeedCounts,
     /// The last /dev/kmsg record counted.
@@ -235,6 +240,7 @@ pub fn seed(place: &Place) -> Seed {
             probe_history,
             remediation,
         }) => Seed {
+            answered: true,
             xid_counts: xid_counts
                 .into_iter()
                 .map(|(bus, xid, count, last)| {
@@ -349,8 +355,22 @@ impl Journal {
 
     /// Queues one event; never waits.
     pub fn record(&self, event: Event) {
+        self.send(Message::Event(event));
+    }
+
+    /// Queues one event and waits until it is committed to the file, at most `timeout`: for
+    /// what must be on record before the daemon acts (a GPU reset's start, a reboot mark), so
+    /// a daemon stopped or killed right after still finds it at its next start. False when
+    /// it could not be written in time (the row stays queued).
+    pub fn record_and_wait(&self, event: Event, timeout: Duration) -> bool {
+        let (done, written) = std::sync::mpsc::sync_channel(1);
+        self.send(Message::Confirmed(event, done));
+        written.recv_timeout(timeout).is_ok()
+    }
+
+    fn send(&self, message: Message) {
         if let Err(TrySendError::Full(message) | TrySendError::Disconnected(message)) =
-            self.tx.try_send(Box::new(Message::Event(event)))
+            self.tx.try_send(Box::new(message))
         {
             self.dropped(&message);
         }
@@ -360,7 +380,7 @@ impl Journal {
 
     fn dropped(&self, message: &Message) {
         self.shared.dropped.fetch_add(1, Ordering::Relaxed);
-        let Message::Event(event) = message;
+        let (Message::Event(event) | Message::Confirmed(event, _)) = message;
         let mut limiter = self.shared.drop_log.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(held_back) = limiter.allow("journal-queue-full") {
             log::warn!(

@@ -198,6 +198,7 @@ pub fn seed(path: &Path, boot_id: &str) -> Result<Seed, DbError> {
         })
         .map_err(&err)?;
     Ok(Seed {
+        answered: true,
         xid_counts: xid_counts(&conn, boot_id).map_err(&err)?,
         kmsg_sequence: kmsg_sequence.filter(|s| *s > 0).map(|s| s as u64),
         file_positions: file_positions(&conn).map_err(&err)?,
@@ -274,6 +275,8 @@ pub fn remediation(
         Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
     })?;
     let mut out = Remediations::default();
+    // Resets whose start is on record: each counts, with its outcome when that is too.
+    let mut started: Vec<Attempt> = Vec::new();
     for row in rows {
         let (boot, details) = row?;
         let this_boot = boot == boot_id;
@@ -286,7 +289,15 @@ pub fn remediation(
             .map(|a| serde_json::from_value::<Attempt>(a.clone()))
         {
             attempt.this_boot = this_boot;
+            started.retain(|s| (s.uuid.as_str(), s.started) != (attempt.uuid.as_str(), attempt.started));
             out.keep(attempt);
+        }
+        if let Some(Ok(mut attempt)) = details
+            .get("attempt_started")
+            .map(|a| serde_json::from_value::<Attempt>(a.clone()))
+        {
+            attempt.this_boot = this_boot;
+            started.push(attempt);
         }
         if let Some(Ok(mark)) = details
             .get("reboot_required")
@@ -296,6 +307,11 @@ pub fn remediation(
             out.reboot_required = Some(mark);
         }
     }
+    // A start with no outcome: the daemon stopped or died during the reset.
+    for attempt in started {
+        out.keep(attempt);
+    }
+    out.attempts.sort_by(|a, b| a.started.total_cmp(&b.started));
     Ok(out)
 }
 

@@ -16,9 +16,9 @@ use std::collections::BTreeMap;
 pub struct RemediationRows {
     seen: BTreeMap<String, NextStep>,
     /// Attempts that started at or before this (Unix seconds) are written (or were seeded).
+    /// (A reset's start and the reboot mark are written by the executor itself, and waited
+    /// for, before it acts: remediation/auto.rs.)
     attempts_up_to: f64,
-    /// The reboot mark last written (or seeded).
-    reboot_seen: Option<crate::model::remediation::RebootRequired>,
 }
 
 fn gpu_ref(uuid: &str, index: u32, pci_bus_id: &str, snapshot: &Snapshot) -> GpuRef {
@@ -40,7 +40,6 @@ impl RemediationRows {
         RemediationRows {
             seen: BTreeMap::new(),
             attempts_up_to: seed.attempts.iter().map(|a| a.started).fold(0.0, f64::max),
-            reboot_seen: seed.reboot_required.clone(),
         }
     }
 
@@ -66,24 +65,6 @@ impl RemediationRows {
                 json!({"attempt": a}),
             ));
             self.attempts_up_to = a.started;
-        }
-        if done.reboot_required != self.reboot_seen {
-            if let Some(mark) = &done.reboot_required {
-                let pci = snapshot
-                    .devices
-                    .iter()
-                    .find(|d| d.identity.uuid == mark.uuid)
-                    .map(|d| d.identity.pci_bus_id.clone())
-                    .unwrap_or_default();
-                rows.push(Event::new(
-                    now,
-                    Kind::Remediation,
-                    Some(gpu_ref(&mark.uuid, mark.index, &pci, snapshot)),
-                    format!("reboot required: {}", mark.why),
-                    json!({"reboot_required": mark}),
-                ));
-            }
-            self.reboot_seen = done.reboot_required.clone();
         }
     }
 

@@ -87,6 +87,9 @@ pub(super) struct Writer {
     kmsg_sequence: Option<u64>,
     /// Where the kernel-log file was read up to after the last XID taken from it.
     file_position: Option<crate::xid::event::FilePosition>,
+    /// Who waits for a queued row to be written: not yet in a batch, and in the batch in flight.
+    unconfirmed: Vec<std::sync::mpsc::SyncSender<()>>,
+    confirming: Vec<std::sync::mpsc::SyncSender<()>>,
     last_generation: u64,
     missing: BTreeSet<String>,
     /// What was last written of the network ports.
@@ -145,6 +148,8 @@ impl Writer {
             dirty_counts: BTreeSet::new(),
             kmsg_sequence: None,
             file_position: None,
+            unconfirmed: Vec::new(),
+            confirming: Vec::new(),
             last_generation: 0,
             missing: BTreeSet::new(),
             nic_rows: Default::default(),
@@ -282,6 +287,10 @@ impl Writer {
     fn take(&mut self, message: Message) {
         match message {
             Message::Event(event) => self.push(event),
+            Message::Confirmed(event, done) => {
+                self.push(event);
+                self.unconfirmed.push(done);
+            }
         }
     }
 
@@ -656,6 +665,9 @@ impl Writer {
                 }
                 self.status_now.rows_written += rows;
                 self.status_now.up = true;
+                for done in self.confirming.drain(..) {
+                    let _ = done.try_send(());
+                }
                 self.last_failure = None;
                 if self.xid_rows.len() + xid_rows.len() > MAX_XID_ROWS {
                     self.xid_rows.clear();
@@ -699,6 +711,8 @@ impl Writer {
         }
         self.batch_seq += 1;
         let batch = self.batch(prune_due);
+        // The whole backlog goes into this batch: its rows' waiters hear when it is written.
+        self.confirming.append(&mut self.unconfirmed);
         self.backlog.clear();
         self.dirty_facts.clear();
         self.dirty_counts.clear();

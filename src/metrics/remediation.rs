@@ -38,7 +38,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_remediation_resets",
         kind: Kind::Gauge,
         unit: "",
-        help: "Automatic resets of the GPU within the last 24 hours, by outcome (succeeded, failed); remediation.max_resets_per_day caps them. Absent unless remediation.mode is auto.",
+        help: "Automatic resets of the GPU within the last 24 hours, by outcome (succeeded, failed, interrupted: the daemon stopped while it ran); remediation.max_resets_per_day caps them. Absent unless remediation.mode is auto.",
         labels: &["outcome"],
         dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
@@ -46,7 +46,7 @@ pub const FAMILIES: &[Family] = &[
                 return;
             };
             let now = crate::model::unix_seconds(std::time::SystemTime::now());
-            for outcome in ["succeeded", "failed"] {
+            for outcome in crate::model::remediation::AttemptOutcome::LABELS {
                 let n = done
                     .attempts
                     .iter()

@@ -47,15 +47,26 @@ pub enum AttemptOutcome {
     Succeeded,
     /// It exited non-zero, was killed at its deadline, or could not start; `why` says which.
     Failed { why: String },
+    /// The daemon stopped (or died) while it ran: no one knows how the GPU came out of it. Not
+    /// a failure (the node is not marked for a reboot); it counts against the day's budget,
+    /// and the GPU keeps its findings, so the next run looks at it again.
+    Interrupted { why: String },
 }
+
+/// Why an attempt found in the journal has no outcome: its start was recorded, its end not.
+pub const NO_OUTCOME: &str = "no outcome was recorded: the daemon stopped or died while it ran";
 
 impl AttemptOutcome {
     pub fn label(&self) -> &'static str {
         match self {
             AttemptOutcome::Succeeded => "succeeded",
             AttemptOutcome::Failed { .. } => "failed",
+            AttemptOutcome::Interrupted { .. } => "interrupted",
         }
     }
+
+    /// Every label, in the order the metric serves them.
+    pub const LABELS: [&'static str; 3] = ["succeeded", "failed", "interrupted"];
 }
 
 /// The node needs a reboot: a reset failed, or the driver asks for one. Kept for the boot (a

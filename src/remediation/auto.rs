@@ -217,43 +217,58 @@ impl Executor {
             .unwrap_or_default();
         log::warn!(gpu_uuid = uuid; "GPU {index} ({}): automatic remediation resets it: {why}", device.identity.pci_bus_id);
         self.state.update(|s| s.running = Some(uuid.clone()));
-        let started = now();
         let clock = Instant::now();
-        let mut output = String::new();
-        let failure = self.reset_steps(device, config, stop, &mut output);
-        let attempt = Attempt {
+        let mut attempt = Attempt {
             uuid: uuid.clone(),
             index,
             pci_bus_id: device.identity.pci_bus_id.clone(),
             step: "gpu_reset".into(),
             why,
-            started,
-            duration_seconds: clock.elapsed().as_secs_f64(),
-            outcome: match &failure {
-                None => AttemptOutcome::Succeeded,
-                Some(why) => AttemptOutcome::Failed { why: why.clone() },
+            started: now(),
+            duration_seconds: 0.0,
+            outcome: AttemptOutcome::Interrupted {
+                why: crate::model::remediation::NO_OUTCOME.to_string(),
             },
-            output: crate::model::remediation::bounded_output(&output),
+            output: String::new(),
             this_boot: true,
         };
-        match &failure {
-            None => {
+        let mut output = String::new();
+        let ended = self.reset_steps(device, &attempt, config, stop, &mut output);
+        attempt.duration_seconds = clock.elapsed().as_secs_f64();
+        attempt.output = crate::model::remediation::bounded_output(&output);
+        attempt.outcome = match &ended {
+            Ended::Done => AttemptOutcome::Succeeded,
+            Ended::Failed(why) => AttemptOutcome::Failed { why: why.clone() },
+            Ended::Interrupted(why) => AttemptOutcome::Interrupted { why: why.clone() },
+            Ended::NotStarted(why) => {
+                // Nothing ran: no attempt, no mark; the GPU keeps its findings for the next run.
+                log::warn!(gpu_uuid = uuid; "GPU {index}: not reset: {why}");
+                self.state.update(|s| s.running = None);
+                return;
+            }
+        };
+        match &ended {
+            Ended::Done => {
                 log::warn!(gpu_uuid = uuid; "GPU {index}: reset done in {:.1} s; it returns to service once its probe passes", attempt.duration_seconds);
                 self.return_to_service(device, health.validate_after_clear);
             }
-            Some(why) => {
-                log::error!(gpu_uuid = uuid; "GPU {index}: the GPU reset failed: {why}; the node needs a reboot")
+            // The reboot mark before the reset lets go of the GPU: no snapshot shows it between
+            // the two (the `remediating` finding holds it unhealthy until then).
+            Ended::Failed(why) => {
+                log::error!(gpu_uuid = uuid; "GPU {index}: the GPU reset failed: {why}; the node needs a reboot");
+                self.require_reboot(
+                    device,
+                    format!("the GPU reset of GPU {index} failed: {why}"),
+                    config,
+                    stop,
+                );
             }
-        }
-        // The reboot mark before the reset lets go of the GPU: no snapshot shows it between
-        // the two (the `remediating` finding holds it unhealthy until then).
-        if let Some(why) = &failure {
-            self.require_reboot(
-                device,
-                format!("the GPU reset of GPU {index} failed: {why}"),
-                config,
-                stop,
-            );
+            Ended::Interrupted(why) => log::warn!(
+                gpu_uuid = uuid;
+                "GPU {index}: the reset was interrupted ({why}); not a failed reset: the GPU keeps its findings, \
+                 the next run looks at it again, and the attempt counts against remediation.max_resets_per_day"
+            ),
+            Ended::NotStarted(_) => {}
         }
         self.state.update(|s| {
             s.running = None;
@@ -262,31 +277,63 @@ impl Executor {
         });
     }
 
-    /// Lets go of NVML, runs the commands, takes NVML back: the failure, if any.
+    /// Records that the reset of `attempt`'s GPU starts, and waits until the journal has it:
+    /// a daemon stopped or killed during the reset finds it at its next start (an attempt with
+    /// no outcome counts against the day's budget), so a restart loop cannot reset without end.
+    fn record_start(&self, attempt: &Attempt) {
+        let Some(journal) = &self.journal else {
+            return;
+        };
+        let row = crate::journal::event::Event::new(
+            attempt.started,
+            crate::journal::event::Kind::Remediation,
+            Some(crate::journal::event::GpuRef {
+                uuid: attempt.uuid.clone(),
+                serial: None,
+                pci_bus_id: attempt.pci_bus_id.clone(),
+                index: Some(attempt.index),
+            }),
+            format!("{} started: {}", attempt.step, attempt.why),
+            serde_json::json!({"attempt_started": attempt}),
+        );
+        if !journal.record_and_wait(row, JOURNAL_WAIT) {
+            log::warn!(
+                "the journal did not confirm the reset's start within {JOURNAL_WAIT:?}; resetting anyway (the \
+                 daemon's own count still holds remediation.max_resets_per_day until it restarts)"
+            );
+        }
+    }
+
+    /// Lets go of NVML, runs the commands, takes NVML back: how it ended.
     fn reset_steps(
         &self,
         device: &DeviceSnapshot,
+        attempt: &Attempt,
         config: &Remediation,
         stop: &Stop,
         output: &mut String,
-    ) -> Option<String> {
+    ) -> Ended {
         self.hold.request();
-        let failure = self.with_nvml_let_go(device, config, stop, output);
+        let ended = self.with_nvml_let_go(device, attempt, config, stop, output);
         self.hold.lift();
-        failure
+        ended
     }
 
     fn with_nvml_let_go(
         &self,
         device: &DeviceSnapshot,
+        attempt: &Attempt,
         config: &Remediation,
         stop: &Stop,
         output: &mut String,
-    ) -> Option<String> {
+    ) -> Ended {
         let waited = Instant::now();
         while !self.hold.released() {
-            if waited.elapsed() > RELEASE_WAIT || stop.is_stopped() {
-                return Some(format!(
+            if stop.is_stopped() {
+                return Ended::NotStarted("the daemon stops; NVML was not let go of yet".into());
+            }
+            if waited.elapsed() > RELEASE_WAIT {
+                return Ended::Failed(format!(
                     "the daemon could not let go of NVML within {RELEASE_WAIT:?} (a poll thread hangs in the driver?); not reset"
                 ));
             }
@@ -294,37 +341,40 @@ impl Executor {
         }
         let open = nvidia_files_open(&self.fd_dir);
         if !open.is_empty() {
-            return Some(format!(
+            return Ended::Failed(format!(
                 "the daemon still holds {} open after letting go of NVML; not reset",
                 open.join(", ")
             ));
         }
+        self.record_start(attempt);
+        if stop.is_stopped() {
+            return Ended::NotStarted("the daemon stops; no command ran".into());
+        }
         let bus = &device.identity.pci_bus_id;
         let persistence_was_on = device.readings.as_ref().and_then(|r| r.persistence_mode) == Some(true);
-        let step = |words: Vec<String>, output: &mut String| {
-            let ran = command::run(&words, config.timeout, stop);
-            output.push_str(&format!(
-                "$ {}\n{}{}\n",
-                shlex::try_join(words.iter().map(String::as_str)).unwrap_or_default(),
-                ran.output,
-                ran.failed.as_deref().map(|f| format!("[{f}]")).unwrap_or_default()
-            ));
-            ran.failed
-        };
-        if persistence_was_on
-            && let Some(off) = &config.persistence_off_command
-            && let Some(why) = step(off.for_gpu(bus), output)
-        {
-            return Some(format!("turning persistence mode off failed ({why}); not reset"));
+        let mut steps = Steps { output, stop };
+        if persistence_was_on && let Some(off) = &config.persistence_off_command {
+            let ran = steps.run(off.for_gpu(bus), config.timeout, false);
+            if let Some(why) = ran.failed {
+                // Whatever the off command came to, persistence goes back on.
+                steps.restore_persistence(config, bus, &device.identity.uuid);
+                return match stop.is_stopped() {
+                    true => Ended::Interrupted(format!(
+                        "the daemon stopped while persistence mode was turned off ({why})"
+                    )),
+                    false => Ended::Failed(format!("turning persistence mode off failed ({why}); not reset")),
+                };
+            }
         }
-        let failed = step(config.reset_command.for_gpu(bus), output);
-        if persistence_was_on
-            && let Some(on) = &config.persistence_on_command
-            && let Some(why) = step(on.for_gpu(bus), output)
-        {
-            log::warn!(gpu_uuid = device.identity.uuid; "turning persistence mode back on failed: {why}");
+        let reset = steps.run(config.reset_command.for_gpu(bus), config.timeout, false);
+        if persistence_was_on {
+            steps.restore_persistence(config, bus, &device.identity.uuid);
         }
-        failed
+        match reset.failed {
+            None => Ended::Done,
+            Some(why) if stop.is_stopped() => Ended::Interrupted(why),
+            Some(why) => Ended::Failed(why),
+        }
     }
 
     /// A clear of the reset GPU, and its validation: the probe decides its return.
@@ -377,6 +427,25 @@ impl Executor {
             why: why.clone(),
         };
         log::error!(gpu_uuid = mark.uuid; "the node needs a reboot: {why}; gpuwarden does not reboot it");
+        // On record before the marker file: a daemon stopped right after finds the mark in
+        // the journal at its next start and keeps the marker in step with it (daemon.rs).
+        if let Some(journal) = &self.journal {
+            let row = crate::journal::event::Event::new(
+                mark.since,
+                crate::journal::event::Kind::Remediation,
+                Some(crate::journal::event::GpuRef {
+                    uuid: mark.uuid.clone(),
+                    serial: device.identity.serial.clone(),
+                    pci_bus_id: device.identity.pci_bus_id.clone(),
+                    index: Some(mark.index),
+                }),
+                format!("reboot required: {}", mark.why),
+                serde_json::json!({"reboot_required": mark}),
+            );
+            if !journal.record_and_wait(row, JOURNAL_WAIT) {
+                log::warn!("the journal did not confirm the reboot mark within {JOURNAL_WAIT:?}");
+            }
+        }
         if !config.reboot_marker.as_os_str().is_empty()
             && let Err(e) = super::marker::write(&config.reboot_marker, &why)
         {
@@ -403,6 +472,61 @@ impl Executor {
                 let _ = std::fs::remove_file(&config.reboot_marker);
             }
             self.state.update(|s| s.reboot_required = None);
+        }
+    }
+}
+
+/// How a reset's steps ended.
+enum Ended {
+    Done,
+    /// The reset (or a step it needs) failed: the node needs a reboot.
+    Failed(String),
+    /// The daemon stopped while a command ran (it was killed): not a failure.
+    Interrupted(String),
+    /// The daemon stopped before any command ran.
+    NotStarted(String),
+}
+
+/// The commands of one reset and what they printed.
+struct Steps<'a> {
+    output: &'a mut String,
+    stop: &'a Stop,
+}
+
+/// The longest the persistence-on command may take while the daemon stops.
+const RESTORE_WAIT: Duration = Duration::from_secs(10);
+/// The longest the executor waits for the journal to confirm a row.
+const JOURNAL_WAIT: Duration = Duration::from_secs(5);
+
+impl Steps<'_> {
+    /// Runs one command, its output kept; `unstoppable`: the daemon's stop does not kill it.
+    fn run(&mut self, words: Vec<String>, timeout: Duration, unstoppable: bool) -> command::Ran {
+        let never = crate::service::stop::Shutdown::new();
+        let never = never.handle("remediation-restore");
+        let stop = if unstoppable { &never } else { self.stop };
+        let ran = command::run(&words, timeout, stop);
+        self.output.push_str(&format!(
+            "$ {}\n{}{}\n",
+            shlex::try_join(words.iter().map(String::as_str)).unwrap_or_default(),
+            ran.output,
+            ran.failed.as_deref().map(|f| format!("[{f}]")).unwrap_or_default()
+        ));
+        ran
+    }
+
+    /// Turns persistence mode back on, whatever came before: a stop does not cut it short
+    /// (a GPU left with persistence off loses its state at the next idle moment), and while
+    /// the daemon stops it gets [`RESTORE_WAIT`] at most.
+    fn restore_persistence(&mut self, config: &Remediation, bus: &str, uuid: &str) {
+        let Some(on) = &config.persistence_on_command else {
+            return;
+        };
+        let timeout = match self.stop.is_stopped() {
+            true => config.timeout.min(RESTORE_WAIT),
+            false => config.timeout,
+        };
+        if let Some(why) = self.run(on.for_gpu(bus), timeout, true).failed {
+            log::warn!(gpu_uuid = uuid; "turning persistence mode back on failed: {why}");
         }
     }
 }

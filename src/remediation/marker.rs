@@ -27,6 +27,35 @@ pub fn write(path: &Path, why: &str) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// At a start with the journal, makes the marker file say what the journal says: the mark of
+/// this boot is written again if the file is gone, and a file the journal has no mark for (a
+/// daemon stopped between the two, before the mark was written first to the journal) goes.
+/// The journal is the record: the state, the marker and the journal never disagree.
+pub fn agree_with_journal(path: &Path, mark: Option<&crate::model::remediation::RebootRequired>) {
+    if path.as_os_str().is_empty() {
+        return;
+    }
+    let present = std::fs::symlink_metadata(path).is_ok();
+    match (mark, present) {
+        (Some(mark), false) => match write(path, &mark.why) {
+            Ok(()) => log::warn!(
+                "the node still needs a reboot ({}): the marker {} is written again",
+                mark.why,
+                path.display()
+            ),
+            Err(e) => log::warn!("cannot write the reboot marker {}: {e}", path.display()),
+        },
+        (None, true) => match std::fs::remove_file(path) {
+            Ok(()) => log::warn!(
+                "the reboot marker {} was left by a run whose mark is not in the journal; removed",
+                path.display()
+            ),
+            Err(e) => log::warn!("cannot remove the stale reboot marker {}: {e}", path.display()),
+        },
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@
 use crate::common;
 use common::*;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn wait_for_exit(d: &Daemon, code: i32) -> String {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -680,4 +680,94 @@ fn the_pause_file_and_the_paused_key_hold_every_automatic_reset_until_lifted() {
     d.scrape_until("the reset", |m| {
         m.value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "succeeded")]) == Some(1.0)
     });
+}
+
+/// A stop during a GPU reset is not a failed reset (issue #51, item 3): with a reset command
+/// that hangs, SIGTERM ends the daemon within seconds, kills the command, turns persistence
+/// mode back on and writes no reboot marker; the reset's start is in the journal before the
+/// command ran, so after the restart it counts against `max_resets_per_day` (1) as
+/// `interrupted`, and the same fault is now a reboot rather than another reset: a restart loop
+/// cannot reset without end. The verdict, asked every 0.1 s throughout, never lets go.
+#[test]
+fn a_stop_during_a_reset_is_not_a_failure_and_a_restart_cannot_reset_again() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let d_ = dir.path().display();
+    let config = format!(
+        "remediation:\n  mode: auto\n  reset_command: \"/bin/sleep 300\"\n  \
+         persistence_off_command: \"/bin/sh -c 'echo off >> {d_}/persistence'\"\n  \
+         persistence_on_command: \"/bin/sh -c 'echo on >> {d_}/persistence'\"\n  timeout: 10m\n  \
+         reboot_marker: {d_}/reboot-required\n  pause_file: {d_}/pause\n\
+         health:\n  xid_severity: {{94: fatal}}\n"
+    );
+    let idle = edit_device(&all_idle(DEMO_SCENARIO), 6, |dev| {
+        dev.replace("pending: true", "pending: false")
+            .replace("recovery_action: 1", "recovery_action: 0")
+    });
+    let mut d = Daemon::start_full(&idle, &test_config(&sim_library(), &config), "", &[]);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    let poll = VerdictPoll::start(d.socket_path());
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 94, pid=1, name=x, Contained: SM (0x1)\n");
+    d.scrape_until("GPU 0 unhealthy", |m| {
+        m.value("gpu_health", &[("gpu", "0"), ("state", "unhealthy")]) == Some(1.0)
+    });
+    let report = |d: &Daemon| {
+        let out = Command::new(BIN)
+            .args(["health", "report", "--node", "gpuwarden", "--jobs", "0", "--socket"])
+            .arg(d.socket_path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    report(&d);
+    // The reset's start is on record before its command runs.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(dir.path().join("persistence")).is_ok_and(|p| p.contains("off")) {
+        assert!(Instant::now() < deadline, "the reset never started: {}", d.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let events = events_json(&d.state_path(), &[]).to_string();
+    assert!(events.contains("gpu_reset started"), "{events}");
+    std::thread::sleep(Duration::from_millis(500));
+    let stopping = Instant::now();
+    d.signal(15);
+    while d.child.try_wait().unwrap().is_none() {
+        assert!(stopping.elapsed() < Duration::from_secs(5), "no exit within 5 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = d.log_text();
+    assert!(log.contains("the reset was interrupted"), "{log}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("persistence")).unwrap(),
+        "off\non\n",
+        "persistence mode back on, the stop notwithstanding"
+    );
+    assert!(!dir.path().join("reboot-required").exists(), "a stop is no failure");
+
+    let d = d.restart(false, None);
+    d.scrape_until("the interrupted reset counted", |m| {
+        m.value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "interrupted")]) == Some(1.0)
+    });
+    report(&d);
+    let m = d.scrape_until("the reboot mark instead of a second reset", |m| {
+        m.value("gpuwarden_reboot_required", &[]) == Some(1.0)
+    });
+    assert_eq!(
+        m.value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "failed")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        m.value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "succeeded")]),
+        Some(0.0)
+    );
+    let marker = std::fs::read_to_string(dir.path().join("reboot-required")).unwrap();
+    assert!(marker.contains("1 GPU reset(s) within 24 h did not hold"), "{marker}");
+    let asks = poll.finish();
+    assert_held_throughout(&asks, true);
+    // The marker and the journal agree across a restart: removed by hand, written again.
+    std::fs::remove_file(dir.path().join("reboot-required")).unwrap();
+    let d = d.restart(false, None);
+    d.scrape_until("the mark after the restart", |m| {
+        m.value("gpuwarden_reboot_required", &[]) == Some(1.0)
+    });
+    assert!(dir.path().join("reboot-required").exists(), "{}", d.log_text());
 }
