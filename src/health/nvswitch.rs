@@ -23,7 +23,7 @@ pub const FABRIC_MANAGER_DOWN: Rule = Rule {
     reason: "fabric_manager_down",
     severity: HealthState::Degraded,
     worse_when: Some("a GPU has not joined the fabric"),
-    when: "on a node whose GPUs report an NVLink fabric and whose PCI bus shows the NVSwitches (an HGX board's host; a VM given some of its GPUs is served by the host's), nvidia-fabricmanager is not running (its pid file, `fabric_manager.pid_file`, and that pid's process name; `gpu_fabric_manager_up`, alert `GpuFabricManagerDown`)",
+    when: "on a node whose GPUs report an NVLink fabric and whose PCI bus shows the NVSwitches (an HGX board's host; a VM given some of its GPUs is served by the host's), nvidia-fabricmanager is not running (its pid file, `fabric_manager.pid_file`, must name a process of root's whose name and executable are `fabric_manager.process`; `gpu_fabric_manager_up`, alert `GpuFabricManagerDown`)",
     action: "start or check nvidia-fabricmanager (`systemctl status nvidia-fabricmanager`, its log)",
     ends: false,
     dcgm: None,

@@ -126,7 +126,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_fabric_manager_up",
         kind: Kind::Gauge,
         unit: "",
-        help: "1 when nvidia-fabricmanager runs (its pid file names a live nv-fabricmanager process), 0 when not; a node series, only on nodes whose GPUs report an NVLink fabric and whose PCI bus shows the NVSwitches (GpuFabricManagerDown).",
+        help: "1 when nvidia-fabricmanager runs (its pid file names a live process of root's named nv-fabricmanager, whose executable is named so), 0 when not; a node series, only on nodes whose GPUs report an NVLink fabric and whose PCI bus shows the NVSwitches (GpuFabricManagerDown).",
         labels: &[],
         dcgm: &[],
         read: Read::Node(|snapshot, s| s.flag(snapshot.fabric_manager.as_ref().map(|m| m.running))),

@@ -5,6 +5,13 @@
 //! and that pid's `/proc/PID/comm` (`fabric_manager.process`). Elsewhere it does not look. The
 //! pid file and /proc are read like every outside file: bounded, no link followed for the
 //! value, nothing that can block.
+//!
+//! A name alone proves nothing: when the pid file names a dead pid, any user can fork until
+//! they hold that pid (32,768 forks at most) and name their process `nv-fabricmanage`. So the
+//! process must also run as root (real and effective uid 0, from `/proc/PID/status`, which a
+//! user's non-dumpable process cannot fake as it can the owner of `/proc/PID`), and its
+//! executable (`/proc/PID/exe`) must bear the configured name: a user's link named so to a
+//! set-uid program runs with their real uid and the program's name.
 
 use super::Periodic;
 use crate::config::settings::Settings;
@@ -80,19 +87,53 @@ pub fn look(pid_file: &std::path::Path, process: &str, proc_root: &std::path::Pa
             detail: format!("{} holds no pid", pid_file.display()),
         };
     };
-    let comm = input::read_value(&proc_root.join(pid.to_string()).join("comm"), 64, &mut skips);
+    let dir = proc_root.join(pid.to_string());
+    let comm = input::read_value(&dir.join("comm"), 64, &mut skips);
     // The kernel keeps 15 bytes of a process name: `nv-fabricmanager` is `nv-fabricmanage`.
     let short = crate::input::truncate_utf8(process, COMM_LEN);
-    let running = comm.as_deref().is_some_and(|c| c == process || c == short);
-    let detail = match &comm {
-        Some(name) if running => format!("pid {pid} ({name})"),
-        Some(name) => format!("pid {pid} from {} is {name}, not {process}", pid_file.display()),
-        None => format!("pid {pid} from {} is not running", pid_file.display()),
+    let named = comm.as_deref().is_some_and(|c| c == process || c == short);
+    let not_proven = named.then(|| not_the_manager(&dir, process, &mut skips)).flatten();
+    let running = named && not_proven.is_none();
+    let detail = match (&comm, not_proven) {
+        (Some(name), Some(why)) => format!("pid {pid} from {} is named {name} but {why}", pid_file.display()),
+        (Some(name), None) if running => format!("pid {pid} ({name})"),
+        (Some(name), None) => format!("pid {pid} from {} is {name}, not {process}", pid_file.display()),
+        (None, _) => format!("pid {pid} from {} is not running", pid_file.display()),
     };
     FabricManager {
         running,
         pid: Some(pid),
         detail,
+    }
+}
+
+/// Why the process at `dir` (/proc/PID), named as the fabric manager, is not it: not root's,
+/// or another executable. None when it is.
+fn not_the_manager(dir: &std::path::Path, process: &str, skips: &mut Skips) -> Option<String> {
+    let status = input::read_text(&dir.join("status"), 4096, input::Links::Refuse).map_err(|e| e.record(skips));
+    let uids: Option<Vec<u32>> = status.ok().and_then(|s| {
+        let line = s.text.lines().find_map(|l| l.strip_prefix("Uid:"))?.to_string();
+        line.split_whitespace().take(2).map(|u| u.parse().ok()).collect()
+    });
+    match uids.as_deref() {
+        Some([0, 0]) => {}
+        Some([real, effective]) => return Some(format!("runs as uid {real} (effective {effective}), not root")),
+        _ => return Some("its owner cannot be read".to_string()),
+    }
+    match std::fs::read_link(dir.join("exe")) {
+        Ok(target) => {
+            let name = target
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            // A binary replaced by an upgrade while it runs shows as `name (deleted)`.
+            let name = name.strip_suffix(" (deleted)").unwrap_or(&name);
+            (name != process).then(|| format!("its executable is {}", input::printable(&target.to_string_lossy())))
+        }
+        // Without root gpuwarden may not read another user's executable link; root's uid above
+        // is what a user cannot fake.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => None,
+        Err(_) => Some("its executable cannot be read".to_string()),
     }
 }
 
@@ -104,11 +145,33 @@ mod tests {
     fn running_only_when_the_pid_files_process_is_the_fabric_manager() {
         let dir = tempfile::tempdir().unwrap();
         let proc_root = dir.path().join("proc");
-        std::fs::create_dir_all(proc_root.join("4242")).unwrap();
-        // As the kernel shows it: 15 bytes of the name.
-        std::fs::write(proc_root.join("4242/comm"), "nv-fabricmanage\n").unwrap();
-        std::fs::create_dir_all(proc_root.join("77")).unwrap();
-        std::fs::write(proc_root.join("77/comm"), "bash\n").unwrap();
+        // As the kernel shows them: 15 bytes of the name, the uids, the executable.
+        let process = |pid: &str, comm: &str, uid: u32, exe: &str| {
+            let dir = proc_root.join(pid);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("comm"), format!("{comm}\n")).unwrap();
+            std::fs::write(
+                dir.join("status"),
+                format!("Name:\t{comm}\nUmask:\t0022\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t0\t0\t0\t0\n"),
+            )
+            .unwrap();
+            std::os::unix::fs::symlink(exe, dir.join("exe")).unwrap();
+        };
+        process("4242", "nv-fabricmanage", 0, "/usr/bin/nv-fabricmanager");
+        process("77", "bash", 0, "/usr/bin/bash");
+        // A user who forked until they held the pid and named themselves so.
+        process("1000", "nv-fabricmanage", 1000, "/home/mallory/nv-fabricmanager");
+        // A user's link named so to a set-uid program: effective root, real uid theirs.
+        process("1001", "nv-fabricmanage", 0, "/usr/bin/passwd");
+        std::fs::write(
+            proc_root.join("1001/status"),
+            "Name:\tnv-fabricmanage\nUid:\t1000\t0\t0\t0\n",
+        )
+        .unwrap();
+        // Root's, but another program.
+        process("1002", "nv-fabricmanage", 0, "/tmp/x/nv-fabricmanager-not");
+        // Upgraded while it runs.
+        process("1003", "nv-fabricmanage", 0, "/usr/bin/nv-fabricmanager (deleted)");
         let pid_file = dir.path().join("nv-fabricmanager.pid");
         let check = |content: Option<&str>| {
             match content {
@@ -130,6 +193,22 @@ mod tests {
             "{reused:?}"
         );
         assert!(!check(Some("garbage")).running);
+        let forged = check(Some("1000\n"));
+        assert!(
+            !forged.running && forged.detail.contains("runs as uid 1000"),
+            "{forged:?}"
+        );
+        let setuid = check(Some("1001\n"));
+        assert!(
+            !setuid.running && setuid.detail.contains("runs as uid 1000 (effective 0)"),
+            "{setuid:?}"
+        );
+        let other = check(Some("1002\n"));
+        assert!(
+            !other.running && other.detail.contains("its executable is"),
+            "{other:?}"
+        );
+        assert!(check(Some("1003\n")).running, "an upgraded binary still runs");
         let none = check(None);
         assert!(!none.running && none.detail.starts_with("no pid file at"), "{none:?}");
         // A FIFO or a link where the pid file belongs is not read, and does not block.

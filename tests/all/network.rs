@@ -368,3 +368,32 @@ fn a_vm_given_fabric_gpus_does_not_look_for_the_fabric_manager() {
             .is_empty()
     );
 }
+
+/// The pid file names a process that an ordinary user holds under the fabric manager's name
+/// (issue #51, item 7: a user forked until they held a dead manager's pid): it is not the
+/// fabric manager, since it does not run as root. A real process of `nobody` stands in.
+#[test]
+fn a_users_process_named_as_the_fabric_manager_is_not_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut impostor = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "600"])
+        .spawn()
+        .unwrap();
+    let pid_file = dir.path().join("nv-fabricmanager.pid");
+    std::fs::write(&pid_file, format!("{}\n", impostor.id())).unwrap();
+    nvswitch_fixture(dir.path(), "0000:05:00.0");
+    let extra = format!(
+        "fabric_manager:\n  pid_file: {}\n  process: sleep\namd:\n  sysfs_root: {}\n",
+        pid_file.display(),
+        dir.path().display()
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &test_config(&sim_library(), &extra));
+    let m = d.scrape_until_within("the fabric manager looked for", Duration::from_secs(45), |m| {
+        m.value("gpu_fabric_manager_up", &[]).is_some()
+    });
+    assert_eq!(m.value("gpu_fabric_manager_up", &[]), Some(0.0), "{}", m.text);
+    let v: serde_json::Value = serde_json::from_slice(&d.get("/api/v1/health", &[]).body).unwrap();
+    assert!(v.to_string().contains("is named sleep but runs as uid 65534"), "{v}");
+    impostor.kill().unwrap();
+    impostor.wait().unwrap();
+}
