@@ -87,6 +87,9 @@ pub fn read_nics(root: &Path, gpus: &GpuPlaces) -> NicScan {
 #[derive(Debug, Clone, Default)]
 pub struct Adapters {
     list: Vec<Adapter>,
+    /// `class/infiniband` held more entries than are looked at: what was found may miss
+    /// adapters hidden among the rest (the source keeps its earlier list then).
+    overflowed: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -106,6 +109,11 @@ impl Adapters {
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
+
+    /// More entries than are looked at: the list may miss adapters.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
+    }
 }
 
 /// Finds the adapters (see [`Adapters`]).
@@ -113,13 +121,26 @@ pub fn discover(root: &Path, gpus: &GpuPlaces) -> Adapters {
     let mut skips = Skips::new(Input::Sysfs);
     let sys = root.join("sys");
     let class = sys.join("class/infiniband");
-    let Ok(mut entries) = input::list_dir(&class, MAX_DEVICES, MAX_SCANNED, &mut skips, device_name) else {
+    // Every name first (bounded), then the links in name order until MAX_DEVICES lead to a
+    // device inside sysfs: dangling or outside links cannot push a real adapter out of the
+    // bound, as they could when the bound was applied to the names as listed.
+    let Ok(mut entries) = input::list_dir(&class, MAX_SCANNED, MAX_SCANNED, &mut skips, device_name) else {
         return Adapters::default();
     };
     entries.sort();
-    let mut adapters = Adapters::default();
+    let mut adapters = Adapters {
+        overflowed: skips.count(Reason::TooMany) > 0,
+        ..Default::default()
+    };
     let mut ports_left = MAX_PORTS;
     for (name, link) in entries {
+        if adapters.list.len() >= MAX_DEVICES {
+            skips.add(
+                Reason::TooMany,
+                format!("{} (more than {MAX_DEVICES} devices)", link.display()),
+            );
+            continue;
+        }
         let dir = match input::resolve_inside(&sys, &link) {
             Ok(dir) => dir,
             Err(refused) => {
@@ -171,7 +192,13 @@ pub fn read(adapters: &Adapters, counters_from: Option<&NicScan>) -> (NicScan, b
             device.pcie.width = current.width;
         }
         for ((port, dir), netdev) in device.ports.iter_mut().zip(&adapter.ports).zip(&adapter.netdevs) {
-            gone |= !dir.is_dir();
+            if !dir.is_dir() {
+                // Gone since the adapters were found: down, not unknown, until they are
+                // found again (a port does not leave a standing finding by vanishing).
+                gone = true;
+                port.state = Some((1, "gone".to_string()));
+                continue;
+            }
             let earlier = counters_from.and_then(|scan| {
                 scan.ports()
                     .find(|(d, p)| d.name == adapter.device.name && p.port == port.port)
@@ -435,6 +462,53 @@ mod tests {
         std::fs::canonicalize(root.join("sys/class/infiniband").join(device))
             .unwrap()
             .join("ports/1")
+    }
+
+    /// Dangling links that sort before the real adapters no longer push them out of the
+    /// bound on devices (issue #51, item 8): the bound counts devices found, not names.
+    #[test]
+    fn dangling_links_do_not_push_real_adapters_out() {
+        let (_dir, root) = fixture("ndr-ib");
+        let class = root.join("sys/class/infiniband");
+        for i in 0..100 {
+            std::os::unix::fs::symlink(root.join(format!("nowhere/{i}")), class.join(format!("a_{i:03}"))).unwrap();
+        }
+        let scan = read(&root);
+        let names: Vec<&str> = scan.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]);
+    }
+
+    /// A flooded class directory (more entries than are looked at) is known as such: the
+    /// source keeps its earlier adapters rather than trusting a list that may miss them.
+    #[test]
+    fn a_flooded_class_directory_is_known_to_be_incomplete() {
+        let (_dir, root) = fixture("ndr-ib");
+        assert!(!discover(&root, &gpu_places(&root)).overflowed());
+        let class = root.join("sys/class/infiniband");
+        for i in 0..MAX_SCANNED {
+            std::os::unix::fs::symlink(root.join("nowhere"), class.join(format!("z_{i:05}"))).unwrap();
+        }
+        assert!(discover(&root, &gpu_places(&root)).overflowed());
+    }
+
+    /// A port whose logical state cannot be read is not up, whatever its physical state says;
+    /// one whose directory vanished since the adapters were found reads as gone (down).
+    #[test]
+    fn a_port_with_an_unreadable_state_or_gone_is_not_up() {
+        let (_dir, root) = fixture("ndr-ib");
+        let adapters = discover(&root, &gpu_places(&root));
+        let dir = port_dir(&root, "mlx5_0");
+        std::fs::remove_file(dir.join("state")).unwrap();
+        let (scan, gone) = super::read(&adapters, None);
+        assert!(!gone);
+        let (_, port) = scan.ports().find(|(d, _)| d.name == "mlx5_0").unwrap();
+        assert_eq!(port.up(), Some(false), "{port:?}");
+        std::fs::remove_dir_all(port_dir(&root, "mlx5_1")).unwrap();
+        let (scan, gone) = super::read(&adapters, None);
+        assert!(gone);
+        let (_, port) = scan.ports().find(|(d, _)| d.name == "mlx5_1").unwrap();
+        assert_eq!(port.up(), Some(false));
+        assert_eq!(port.states(), "gone/?");
     }
 
     #[test]

@@ -118,14 +118,14 @@ pub const STATE_ACTIVE: u8 = 4;
 pub const PHYS_LINK_UP: u8 = 5;
 
 impl NicPort {
-    /// Active and LinkUp: the port carries traffic. `None` where neither state is readable.
+    /// Active and LinkUp: the port carries traffic. `None` where neither state is readable;
+    /// with only one readable the port is not up, whatever that one says: a port whose
+    /// logical state cannot be read is not shown carrying traffic.
     pub fn up(&self) -> Option<bool> {
         match (&self.state, &self.phys_state) {
             (None, None) => None,
-            (state, phys) => Some(
-                state.as_ref().is_none_or(|(code, _)| *code == STATE_ACTIVE)
-                    && phys.as_ref().is_none_or(|(code, _)| *code == PHYS_LINK_UP),
-            ),
+            (Some((state, _)), Some((phys, _))) => Some(*state == STATE_ACTIVE && *phys == PHYS_LINK_UP),
+            _ => Some(false),
         }
     }
 

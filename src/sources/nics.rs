@@ -50,11 +50,18 @@ impl Periodic for NicPorts {
         let root = &settings.sys_root;
         let fresh =
             |found: &(Adapters, Instant, std::path::PathBuf)| found.1.elapsed() < FIND_AGAIN_EVERY && found.2 == *root;
-        let (adapters, at, _) = match self.found.take().filter(fresh) {
-            Some(kept) => kept,
-            None => {
+        let (adapters, at, _) = match self.found.take() {
+            Some(kept) if fresh(&kept) => kept,
+            stale => {
                 let places = infiniband::gpu_places(root);
-                (infiniband::discover(root, &places), Instant::now(), root.clone())
+                let found = infiniband::discover(root, &places);
+                match stale {
+                    // A flooded class directory may hide real adapters: keep the ones known.
+                    Some((known, _, known_root)) if found.overflowed() && !known.is_empty() && known_root == *root => {
+                        (known, Instant::now(), root.clone())
+                    }
+                    _ => (found, Instant::now(), root.clone()),
+                }
             }
         };
         let earlier = self
@@ -67,7 +74,14 @@ impl Periodic for NicPorts {
         if gone {
             // An adapter went or its driver reloaded: find them again, and read them whole.
             let places = infiniband::gpu_places(root);
-            let adapters = infiniband::discover(root, &places);
+            let found = infiniband::discover(root, &places);
+            if found.overflowed() && !adapters.is_empty() {
+                // A class directory flooded with entries (counted as skipped) may hide real
+                // adapters: keep the ones known, a vanished port reads as down.
+                self.found = Some((adapters, at, root.clone()));
+                return scan;
+            }
+            let adapters = found;
             let (scan, _) = infiniband::read(&adapters, None);
             self.found = Some((adapters, Instant::now(), root.clone()));
             self.all_counters = Some((scan.clone(), Instant::now()));
@@ -112,6 +126,32 @@ mod tests {
         std::fs::remove_dir_all(dev3).unwrap();
         let names: Vec<String> = source.read(&settings).devices.into_iter().map(|d| d.name).collect();
         assert_eq!(names, ["mlx5_0", "mlx5_1", "mlx5_2"]);
+    }
+
+    /// 50,000 entries in class/infiniband (here: more than are looked at) and a port that
+    /// vanishes: the known adapters stay, the vanished port reads as down (issue #51, item 8:
+    /// every port, and a standing finding, had vanished).
+    #[test]
+    fn a_flooded_class_directory_keeps_the_known_adapters() {
+        let (_dir, root) = crate::input::infiniband::fixture("ndr-ib");
+        let mut config = crate::config::Config::default();
+        config.amd.sysfs_root = root.clone();
+        let settings = Settings::serving_nothing(config);
+        let mut source = NicPorts::default();
+        assert_eq!(source.read(&settings).devices.len(), 4);
+        let class = root.join("sys/class/infiniband");
+        for i in 0..5000 {
+            std::os::unix::fs::symlink(root.join("nowhere"), class.join(format!("z_{i:05}"))).unwrap();
+        }
+        let dev1 = std::fs::canonicalize(class.join("mlx5_1")).unwrap();
+        std::fs::remove_dir_all(dev1.join("ports/1")).unwrap();
+        for _ in 0..2 {
+            let scan = source.read(&settings);
+            let names: Vec<&str> = scan.devices.iter().map(|d| d.name.as_str()).collect();
+            assert_eq!(names, ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]);
+            assert_eq!(scan.devices[1].ports[0].up(), Some(false));
+            assert_eq!(scan.devices[0].ports[0].up(), Some(true));
+        }
     }
 
     #[test]
