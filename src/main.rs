@@ -648,7 +648,10 @@ fn probe(
 
 fn config_check(file: &std::path::Path) -> Exit {
     match Config::load(file) {
-        Ok(_) => {
+        Ok(config) => {
+            if let Some(caution) = gpuwarden::remediation::marker::caution(&config.remediation.reboot_marker) {
+                eprintln!("warning: {caution}");
+            }
             println!("{}: ok", file.display());
             Ok(0)
         }

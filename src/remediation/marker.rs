@@ -1,7 +1,8 @@
 //! The reboot marker (`remediation.reboot_marker`, `/run/gpuwarden/reboot-required` by
 //! default), in the manner of Debian's `/run/reboot-required`: a file whose presence says the
 //! node needs a reboot, holding why. Written whole (a new file renamed over the old), never
-//! through a link someone left in its place.
+//! through a link someone left in its place, through a temporary file of an unpredictable
+//! name made with O_EXCL (a name someone else made first is passed over, never used).
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -12,14 +13,7 @@ pub fn write(path: &Path, why: &str) -> std::io::Result<()> {
     let Some(name) = path.file_name() else {
         return Err(std::io::Error::other("the marker path names no file"));
     };
-    let tmp = path.with_file_name(format!(".{}.{}", name.to_string_lossy(), std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .mode(0o644)
-        .open(&tmp)?;
+    let (tmp, mut file) = new_temporary(path, &name.to_string_lossy())?;
     let line = crate::input::printable(why);
     file.write_all(format!("{line}\n").as_bytes())?;
     drop(file);
@@ -56,6 +50,54 @@ pub fn agree_with_journal(path: &Path, mark: Option<&crate::model::remediation::
     }
 }
 
+/// A new file beside `path` whose name no one can guess (`.NAME.<16 random hex digits>`), made
+/// with O_EXCL|O_NOFOLLOW: a name taken already (by anyone) is passed over for another.
+fn new_temporary(path: &Path, name: &str) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
+    for _ in 0..16 {
+        let mut random = [0u8; 8];
+        // SAFETY: getrandom(2) writes at most `random.len()` bytes into the buffer we own.
+        let got = unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
+        if got != random.len() as isize {
+            return Err(std::io::Error::last_os_error());
+        }
+        let tmp = path.with_file_name(format!(".{name}.{:016x}", u64::from_ne_bytes(random)));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .mode(0o644)
+            .open(&tmp)
+        {
+            Ok(file) => return Ok((tmp, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other(
+        "no free temporary name beside the marker after 16 tries",
+    ))
+}
+
+/// What `gpuwarden config check` says about the marker's directory: one that others can
+/// write lets them block or replace the marker (a file or link of theirs at its name).
+pub fn caution(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty())?;
+    let meta = std::fs::metadata(dir).ok()?;
+    let others_write = meta.mode() & 0o002 != 0 || (meta.mode() & 0o020 != 0 && meta.gid() != 0) || meta.uid() != 0;
+    others_write.then(|| {
+        format!(
+            "remediation.reboot_marker {}: its directory {} can be written by others than root (mode {:o}, owner uid {}); \
+             they could put a file or link at the marker's name. Use a directory only root can write, such as \
+             /run/gpuwarden (systemd: RuntimeDirectory=gpuwarden)",
+            path.display(),
+            dir.display(),
+            meta.mode() & 0o7777,
+            meta.uid()
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +117,36 @@ mod tests {
         assert!(text.starts_with("the GPU reset of GPU 0 failed:"), "{text}");
         assert_eq!(text.lines().count(), 1, "one line: {text:?}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A user who made `.reboot-required.<pid>` first (the old temporary name) does not block
+    /// the marker: the temporary name cannot be guessed (issue #51, item 9).
+    #[test]
+    fn a_file_at_the_old_temporary_name_does_not_block_the_marker() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("reboot-required");
+        std::fs::create_dir(dir.path().join(format!(".reboot-required.{}", std::process::id()))).unwrap();
+        write(&marker, "the GPU reset of GPU 0 failed").unwrap();
+        assert!(std::fs::read_to_string(&marker).unwrap().starts_with("the GPU reset"));
+        let left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".reboot-required.") && !n.ends_with(&std::process::id().to_string()))
+            .collect();
+        assert!(left.is_empty(), "no temporary file left: {left:?}");
+    }
+
+    #[test]
+    fn a_marker_directory_others_can_write_is_cautioned() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("reboot-required");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        // SAFETY: geteuid(2) reads the process's own uid.
+        if unsafe { libc::geteuid() } == 0 {
+            assert_eq!(caution(&marker), None, "root's, 0755");
+        }
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(caution(&marker).unwrap().contains("can be written by others than root"));
     }
 }
