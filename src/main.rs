@@ -649,7 +649,15 @@ fn probe(
 fn config_check(file: &std::path::Path) -> Exit {
     match Config::load(file) {
         Ok(config) => {
-            if let Some(caution) = gpuwarden::remediation::marker::caution(&config.remediation.reboot_marker) {
+            let cautions = [
+                gpuwarden::remediation::marker::caution(&config.remediation.reboot_marker),
+                config
+                    .xid
+                    .read_kernel_log
+                    .then(|| gpuwarden::xid::kmsg::caution(&config.xid.kernel_log_path))
+                    .flatten(),
+            ];
+            for caution in cautions.into_iter().flatten() {
                 eprintln!("warning: {caution}");
             }
             println!("{}: ok", file.display());

@@ -8,7 +8,8 @@ use super::*;
 pub struct Xid {
     /// Count XIDs from the kernel log.
     pub read_kernel_log: bool,
-    /// The kernel log: /dev/kmsg, or a file or FIFO that carries kernel-log lines.
+    /// The kernel log: /dev/kmsg, or a regular file that carries kernel-log records (a FIFO,
+    /// socket or directory is refused by the reader, and `config check` says so).
     pub kernel_log_path: PathBuf,
     /// Count XIDs from NVML's event set.
     pub nvml_events: bool,

@@ -1,4 +1,5 @@
-//! The kernel-log XID source: /dev/kmsg, or any file or FIFO that carries kernel-log lines.
+//! The kernel-log XID source: /dev/kmsg, or a regular file that carries kernel-log records (a
+//! FIFO, socket or directory is refused rather than waited on).
 //!
 //! Opening /dev/kmsg starts at the oldest record the ring buffer still holds, so XIDs logged
 //! before the daemon started are counted (once per daemon run); the reader then blocks for new
@@ -78,6 +79,22 @@ impl ResumePoints {
         let mut positions = self.positions.lock().unwrap_or_else(PoisonError::into_inner);
         positions.insert(path.to_path_buf(), position);
     }
+}
+
+/// What `gpuwarden config check` says of a kernel-log path the reader will refuse: anything
+/// but a regular file or a character device (/dev/kmsg). None for those, and for a path
+/// that is not there (yet).
+pub fn caution(path: &Path) -> Option<String> {
+    let meta = std::fs::metadata(path).ok()?;
+    let kind = meta.file_type();
+    use std::os::unix::fs::FileTypeExt;
+    (!(kind.is_file() || kind.is_char_device())).then(|| {
+        format!(
+            "xid.kernel_log_path {} is not a regular file or /dev/kmsg (a FIFO, socket or directory): the reader \
+             refuses it and counts XIDs from NVML events only. Point it at /dev/kmsg or at a log file",
+            path.display()
+        )
+    })
 }
 
 /// When the machine booted, from /proc/uptime; None where that cannot be read.

@@ -49,6 +49,34 @@ fn config_check_names_file_line_and_column_and_exits_78() {
     assert!(stderr.contains("timeot"), "{stderr}");
 }
 
+/// What the daemon would refuse or where others could interfere is said, with the fix: a
+/// FIFO as the kernel log (the reader refuses it, issue #51 item 16) and a reboot marker in a
+/// directory anyone can write (item 9). The config is still valid: exit 0.
+#[test]
+fn config_check_warns_of_a_fifo_kernel_log_and_a_world_writable_marker_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("kmsg.fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let file = write(
+        &dir,
+        "config.yaml",
+        &format!(
+            "xid:\n  kernel_log_path: {}\nremediation:\n  reboot_marker: {}/reboot-required\n",
+            fifo.display(),
+            open.display()
+        ),
+    );
+    let out = gpuwarden(&["config", "check", file.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("is not a regular file or /dev/kmsg"), "{stderr}");
+    assert!(stderr.contains("can be written by others than root"), "{stderr}");
+}
+
 #[test]
 fn config_check_of_a_missing_file_says_so() {
     let out = gpuwarden(&["config", "check", "/nonexistent/gpuwarden.yaml"], None);
