@@ -146,7 +146,11 @@ mod tests {
     use crate::model::nic::{NicDevice, NicPort};
 
     fn scan(link_downed: u64, symbol_error: u64, up: bool) -> Arc<NicScan> {
-        let state = if up { (4, "ACTIVE".into()) } else { (1, "DOWN".into()) };
+        let (state, phys) = if up {
+            ((4, "ACTIVE".into()), (5, "LinkUp".into()))
+        } else {
+            ((1, "DOWN".into()), (2, "Polling".into()))
+        };
         Arc::new(NicScan {
             devices: vec![NicDevice {
                 name: "mlx5_0".into(),
@@ -154,6 +158,7 @@ mod tests {
                     port: 1,
                     link_layer: "infiniband".into(),
                     state: Some(state),
+                    phys_state: Some(phys),
                     counters: vec![("link_downed", link_downed), ("symbol_error", symbol_error)],
                     ..Default::default()
                 }],
