@@ -34,7 +34,7 @@ impl Default for Health {
     fn default() -> Health {
         Health {
             xid_severity: Default::default(),
-            rules: Default::default(),
+            rules: default_rule_policies(),
             temperature_margin_c: None,
             error_rates: Default::default(),
             validate_after_clear: true,
@@ -177,7 +177,31 @@ pub(super) fn rule_policies<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<std::collections::BTreeMap<String, RulePolicy>, D::Error> {
     let written = std::collections::BTreeMap::<RuleName, RulePolicy>::deserialize(d)?;
-    Ok(written.into_iter().map(|(k, v)| (k.0, v)).collect())
+    let mut policies = default_rule_policies();
+    policies.extend(written.into_iter().map(|(k, v)| (k.0, v)));
+    Ok(policies)
+}
+
+/// How long a network port must stay down before `nic_port_down` makes the node unhealthy,
+/// unless `health.rules.nic_port_down` says otherwise. A port that goes down and comes back
+/// within it is a flap: counted by `link_downed` and judged by `nic_port_flapping` (3 in 10
+/// minutes: degraded), never a drain that the next check lifts again. 30 s is about how long
+/// NCCL's InfiniBand transport retries a lost path before a job fails (NCCL_IB_TIMEOUT 20,
+/// NCCL_IB_RETRY_CNT 7: 7 x 4.096 us x 2^20, 30 s): a port down longer fails jobs. gpud calls
+/// a port down for 4 minutes a drop; gpuwarden drains sooner, since its drain is lifted by the
+/// next check once the port is back.
+pub const NIC_PORT_DOWN_DEBOUNCE: Duration = Duration::from_secs(30);
+
+/// The policies that hold for a rule the operator wrote none for (`health.rules`).
+pub fn default_rule_policies() -> std::collections::BTreeMap<String, RulePolicy> {
+    [(
+        "nic_port_down".to_string(),
+        RulePolicy {
+            debounce: Debounce::For(NIC_PORT_DOWN_DEBOUNCE),
+            hold: Duration::ZERO,
+        },
+    )]
+    .into()
 }
 
 /// An XID code, or `all`, as a key of `health.xid_severity`.

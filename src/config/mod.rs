@@ -413,6 +413,22 @@ mod tests {
         assert_eq!(parse(shipped).unwrap(), Config::default());
     }
 
+    /// `nic_port_down` waits 30 s unless the operator says otherwise; another rule's policy
+    /// does not take that default away.
+    #[test]
+    fn the_port_down_debounce_is_a_default_the_operator_can_override() {
+        let default = |c: &Config| c.health.rules.get("nic_port_down").map(|p| p.debounce);
+        assert_eq!(
+            default(&Config::default()),
+            Some(Debounce::For(Duration::from_secs(30)))
+        );
+        let other = parse("health:\n  rules: {nvlink_down: {debounce: 3}}\n").unwrap();
+        assert_eq!(default(&other), Some(Debounce::For(Duration::from_secs(30))));
+        assert_eq!(other.health.rules["nvlink_down"].debounce, Debounce::Polls(3));
+        let at_once = parse("health:\n  rules: {nic_port_down: {debounce: 1}}\n").unwrap();
+        assert_eq!(default(&at_once), Some(Debounce::Polls(1)));
+    }
+
     #[test]
     fn reads_every_key() {
         let c = parse(

@@ -329,4 +329,44 @@ mod tests {
             "the same clear counts once"
         );
     }
+
+    /// The default policy (config::health::default_rule_policies): a port down for 2 s, as
+    /// the demo's mlx5_5 is every 25 s, never makes the node unhealthy; one down for 30 s does
+    /// (issue #51, item 13).
+    #[test]
+    fn a_port_down_for_less_than_its_default_debounce_is_no_finding() {
+        let rules = crate::config::Health::default().rules;
+        let down = |down: bool| Snapshot {
+            node_findings: if down {
+                vec![Finding {
+                    reason: "nic_port_down",
+                    severity: HealthState::Unhealthy,
+                    message: "the port is DOWN/Polling".into(),
+                    subject: Some("mlx5_5/1".into()),
+                }]
+            } else {
+                Vec::new()
+            },
+            ..Default::default()
+        };
+        let mut debouncer = Debouncer::default();
+        let start = Instant::now();
+        let mut s = down(true);
+        debouncer.apply(&mut s, &rules, POLL, start);
+        assert!(s.node_findings.is_empty(), "not yet");
+        let mut s = down(true);
+        debouncer.apply(&mut s, &rules, POLL, start + Duration::from_secs(2));
+        assert!(s.node_findings.is_empty(), "a 2 s flap");
+        let mut s = down(false);
+        debouncer.apply(&mut s, &rules, POLL, start + Duration::from_secs(3));
+        assert!(s.node_findings.is_empty());
+        for at in [10, 20, 30] {
+            let mut s = down(true);
+            debouncer.apply(&mut s, &rules, POLL, start + Duration::from_secs(at));
+            assert!(s.node_findings.is_empty(), "down since 10 s, now {at} s");
+        }
+        let mut s = down(true);
+        debouncer.apply(&mut s, &rules, POLL, start + Duration::from_secs(40));
+        assert_eq!(s.node_findings.len(), 1, "down for 30 s");
+    }
 }

@@ -118,7 +118,7 @@ pub const PORT_RULES: &[Rule] = &[
         reason: "nic_port_down",
         severity: Unhealthy,
         worse_when: None,
-        when: "an InfiniBand or RoCE port is not ACTIVE/LinkUp, or a RoCE port's interface is not up (`nic_port_up`, alert `NicPortDown`)",
+        when: "an InfiniBand or RoCE port is not ACTIVE/LinkUp, or a RoCE port's interface is not up (`nic_port_up`, alert `NicPortDown`), for 30 s without a break (its default debounce; shorter downs are flaps)",
         action: "check the cable, transceiver and switch port (`ibstat`, `ip link`)",
         ends: true,
         dcgm: None,
