@@ -209,8 +209,8 @@ def fleet():
            description="Ports not ACTIVE/LinkUp (nic_port_up 0).", w=12)
     )
     dash = dash.with_panel(
-        ts("Port rate", "bps",
-           q(f'nic_port_rate_bits_per_second{{{SEL}}}', "{{instance}} {{device}}/{{port}}"),
+        ts("Port rate", "Bps",
+           q(f'nic_port_speed_bytes{{{SEL}}}', "{{instance}} {{device}}/{{port}}"),
            description="Negotiated rate; a port below its siblings lost lanes (nic_rate_low).", w=8)
     )
     dash = dash.with_panel(

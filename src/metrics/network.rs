@@ -106,13 +106,17 @@ pub const FAMILIES: &[Family] = &[
         }),
     },
     Family {
-        name: "nic_port_rate_bits_per_second",
+        name: "nic_port_speed_bytes",
         kind: Kind::Gauge,
-        unit: "bits_per_second",
-        help: "The port's negotiated rate (400e9 for 4X NDR); below its siblings' means a lane down or the wrong cable (nic_rate_low).",
+        unit: "bytes",
+        help: "The port's negotiated rate in bytes per second (50e9 for 4X NDR, 400 Gb/s), as node_exporter's node_network_speed_bytes; below its siblings' means a lane down or the wrong cable (nic_rate_low).",
         labels: PORT,
         dcgm: &[],
-        read: Read::Node(|snapshot, s| per_port(snapshot, s, |_, p, out| out.put(&[], p.rate_gbps.map(|g| g * 1e9)))),
+        read: Read::Node(|snapshot, s| {
+            per_port(snapshot, s, |_, p, out| {
+                out.put(&[], p.rate_gbps.map(|g| g * 1e9 / 8.0))
+            })
+        }),
     },
     Family {
         name: "nic_port_errors",
@@ -156,16 +160,16 @@ pub const FAMILIES: &[Family] = &[
         }),
     },
     Family {
-        name: "nic_netdev_speed_bits_per_second",
+        name: "nic_netdev_speed_bytes",
         kind: Kind::Gauge,
-        unit: "bits_per_second",
-        help: "A RoCE port's interface speed; absent while its link is down.",
+        unit: "bytes",
+        help: "A RoCE port's interface speed in bytes per second (as node_network_speed_bytes); absent while its link is down.",
         labels: &["device", "port", "link_layer", "netdev"],
         dcgm: &[],
         read: Read::Node(|snapshot, s| {
             per_port(snapshot, s, |_, p, out| {
                 if let Some(n) = &p.netdev {
-                    out.put(&[&n.name], n.speed_mbps.map(|m| m as f64 * 1e6));
+                    out.put(&[&n.name], n.speed_mbps.map(|m| m as f64 * 1e6 / 8.0));
                 }
             })
         }),
@@ -268,10 +272,10 @@ mod tests {
             format!("nic_port_up{{{port}}} 1"),
             format!("nic_port_state{{{port}}} 4"),
             format!("nic_port_phys_state{{{port}}} 5"),
-            format!("nic_port_rate_bits_per_second{{{port}}} 200000000000.0"),
+            format!("nic_port_speed_bytes{{{port}}} 25000000000.0"),
             format!(r#"nic_port_errors_total{{{port},counter="roce_slow_restart"}} 0"#),
             format!(r#"nic_netdev_up{{{port},netdev="ens1f0np0"}} 1"#),
-            format!(r#"nic_netdev_speed_bits_per_second{{{port},netdev="ens1f0np0"}} 200000000000.0"#),
+            format!(r#"nic_netdev_speed_bytes{{{port},netdev="ens1f0np0"}} 25000000000.0"#),
             format!(r#"nic_netdev_carrier_changes_total{{{port},netdev="ens1f0np0"}} 2"#),
             r#"nic_pcie_link_width_lanes{device="mlx5_0"} 16"#.to_string(),
             r#"nic_pcie_link_speed_transfers_per_second{device="mlx5_0",limit="max"} 32000000000.0"#.to_string(),

@@ -54,6 +54,33 @@ fn every_port_rule_reaches_the_nodes_verdict_through_the_daemon() {
         .unwrap();
     assert_eq!(slow["subject"], "mlx5_3/1");
     assert_eq!(slow["severity"], "degraded");
+    // The port families in base units (issue #51, item 15: the rate was in bits), which
+    // promtool checks: nothing to report.
+    let m = d.scrape();
+    assert_eq!(
+        m.value("nic_port_speed_bytes", &[("device", "mlx5_0")]),
+        Some(50e9),
+        "4X NDR, 400 Gb/s"
+    );
+    let body = d.get("/metrics", &[]).body;
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool is needed for this test: apt-get install prometheus");
+    std::io::Write::write_all(&mut promtool.stdin.take().unwrap(), &body).unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && report.trim().is_empty(),
+        "promtool check metrics:\n{report}"
+    );
     assert!(
         slow["message"]
             .as_str()
