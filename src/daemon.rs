@@ -656,6 +656,7 @@ fn give_back_start_up_code() {
 /// is named and left behind.
 async fn stop_everything(shutdown: Shutdown, mut server: tokio::task::JoinHandle<()>) {
     shutdown.stop();
+    let times = shutdown.times();
     // serve() drains for DRAIN_TIMEOUT at most; the margin covers the accept loop itself.
     if tokio::time::timeout(DRAIN_TIMEOUT + Duration::from_millis(500), &mut server)
         .await
@@ -670,7 +671,7 @@ async fn stop_everything(shutdown: Shutdown, mut server: tokio::task::JoinHandle
             left.join(", ")
         );
     }
-    log::info!("stopped");
+    log::info!("stopped {}", times.took());
 }
 
 /// The local API's socket (local_api.rs), when configured; the daemon goes on without it

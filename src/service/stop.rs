@@ -68,6 +68,38 @@ struct Running {
     by_name: Mutex<BTreeMap<&'static str, usize>>,
     /// Dropped with the last handle; `wait` sees the channel close.
     all_done: Mutex<Option<tokio::sync::mpsc::Sender<()>>>,
+    /// When the stop was given, and how long after it each handle went (the slowest few,
+    /// for the log line that says where a slow stop's time went).
+    stopped_at: Mutex<Option<std::time::Instant>>,
+    went: Mutex<Vec<(&'static str, Duration)>>,
+}
+
+/// How many of the slowest handles the stop's log line names.
+const SLOWEST: usize = 3;
+
+/// How long the stop took and which handles it waited for longest.
+pub struct StopTimes(Arc<Running>);
+
+impl StopTimes {
+    /// "in 43 ms; the last to stop: journal (41 ms), http (3 ms)".
+    pub fn took(&self) -> String {
+        let since = *self.0.stopped_at.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(since) = since else {
+            return String::new();
+        };
+        let mut went = self.0.went.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        went.sort_by_key(|(_, after)| std::cmp::Reverse(*after));
+        let slowest: Vec<String> = went
+            .iter()
+            .take(SLOWEST)
+            .map(|(name, after)| format!("{name} ({} ms)", after.as_millis()))
+            .collect();
+        format!(
+            "in {} ms; the last to stop: {}",
+            since.elapsed().as_millis(),
+            slowest.join(", ")
+        )
+    }
 }
 
 /// The owner's side: stops everything, then waits for it.
@@ -84,6 +116,8 @@ pub struct Stop {
     name: &'static str,
     /// A clone of the shared sender: the receiver closes when the last handle is dropped.
     _alive: Option<tokio::sync::mpsc::Sender<()>>,
+    /// Counted among the handles the stop waits for (false: [`Stop::unawaited`]).
+    awaited: bool,
 }
 
 impl Default for Shutdown {
@@ -98,6 +132,7 @@ impl Shutdown {
         let running = Running {
             by_name: Mutex::default(),
             all_done: Mutex::new(Some(sender)),
+            ..Default::default()
         };
         Shutdown {
             signal: Arc::default(),
@@ -113,7 +148,17 @@ impl Shutdown {
 
     /// Tells every handle to stop; returns at once.
     pub fn stop(&self) {
+        self.running
+            .stopped_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert_with(std::time::Instant::now);
         self.signal.fire();
+    }
+
+    /// What the stop's log line reads from, kept past [`Shutdown::wait`].
+    pub fn times(&self) -> StopTimes {
+        StopTimes(self.running.clone())
     }
 
     /// Waits until every handle is dropped, at most `timeout`; the names of those still
@@ -152,12 +197,26 @@ impl Stop {
             running,
             name,
             _alive: alive,
+            awaited: true,
         }
     }
 
     /// Another handle to the same signal, for a thread or task this one starts.
     pub fn handle(&self, name: &'static str) -> Stop {
         Stop::new(self.signal.clone(), self.running.clone(), name)
+    }
+
+    /// A handle to the same signal that the daemon's stop does not wait for: for a thread
+    /// that can only stop between blocking C calls (the NVML event wait, up to a second) and
+    /// holds nothing that must be written or released before the process ends.
+    pub fn unawaited(&self, name: &'static str) -> Stop {
+        Stop {
+            signal: self.signal.clone(),
+            running: self.running.clone(),
+            name,
+            _alive: None,
+            awaited: false,
+        }
     }
 
     /// A signal of its own that also fires when this one does: for a part a reload or a
@@ -216,6 +275,16 @@ impl Stop {
 
 impl Drop for Stop {
     fn drop(&mut self) {
+        if !self.awaited {
+            return;
+        }
+        let since = *self.running.stopped_at.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(since) = since {
+            let mut went = self.running.went.lock().unwrap_or_else(PoisonError::into_inner);
+            if went.len() < 256 {
+                went.push((self.name, since.elapsed()));
+            }
+        }
         let mut by_name = self.running.by_name.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(count) = by_name.get_mut(self.name) {
             *count -= 1;
@@ -299,5 +368,32 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         stop.on_stop(move || tx.send(()).unwrap());
         assert!(rx.try_recv().is_ok());
+    }
+
+    /// The stop does not wait for an unawaited handle (a thread inside a blocking C call),
+    /// and says which awaited handles it waited for longest.
+    #[tokio::test]
+    async fn an_unawaited_handle_is_not_waited_for_and_the_slowest_are_named() {
+        let shutdown = Shutdown::new();
+        let blocked = shutdown.handle("owner").unawaited("xid-nvml-events");
+        let slow = shutdown.handle("journal");
+        let times = shutdown.times();
+        shutdown.stop();
+        let dropper = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(slow);
+        });
+        let started = Instant::now();
+        let left = shutdown.wait(Duration::from_secs(5)).await;
+        assert!(left.is_empty(), "{left:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "not held by the blocked thread"
+        );
+        let took = times.took();
+        assert!(took.contains("the last to stop: journal ("), "{took}");
+        assert!(!took.contains("xid-nvml-events"), "{took}");
+        assert!(blocked.is_stopped(), "it still hears the stop");
+        dropper.join().unwrap();
     }
 }

@@ -64,7 +64,10 @@ impl NvmlLifecycle {
             return;
         };
         let stop = events.stop.child("xid-nvml-events");
-        let thread_stop = stop.handle("xid-nvml-events");
+        // Not waited for at the daemon's stop: the thread sits in nvmlEventSetWait for up to a
+        // second and has nothing to write; the process may end without it (a reset's hold
+        // still waits for it to end: `event_thread_alive`).
+        let thread_stop = stop.unawaited("xid-nvml-events");
         self.event_thread_stop = Some(stop);
         match super::events::spawn(backend.nvml(), gpus, events.store.clone(), thread_stop) {
             Ok(alive) => self.event_thread_alive = Some(alive),
