@@ -115,7 +115,7 @@ impl Reason {
             Reason::Unmarked => {
                 "a driver line with no mark of where its kernel record starts (dmesg -t, journalctl -o cat): \
                  any user can forge one, so it is not read; use /dev/kmsg, journald's export format, syslog \
-                 or dmesg with a timestamp or -x (docs/xid.md)"
+                 or dmesg with a timestamp or -x (docs/health.md, \"Where XIDs are read\")"
             }
         }
     }

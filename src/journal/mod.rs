@@ -36,6 +36,7 @@ pub mod event;
 pub mod facts;
 pub mod nic_rows;
 pub mod read;
+pub mod refill;
 pub mod remediation_rows;
 pub mod report;
 pub mod report_nic;

@@ -37,7 +37,8 @@ impl ValidationRows {
     }
 }
 
-fn row(snapshot: &Snapshot, uuid: &str, validation: &Validation, now: f64) -> Event {
+/// One GPU's validation as a row (also what a refill writes again: journal/refill.rs).
+pub fn row(snapshot: &Snapshot, uuid: &str, validation: &Validation, now: f64) -> Event {
     let device = snapshot.devices.iter().find(|d| d.identity.uuid == uuid);
     let gpu = GpuRef {
         uuid: uuid.to_string(),

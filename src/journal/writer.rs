@@ -18,7 +18,7 @@ use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::time::{Duration, Instant, SystemTime};
 
 /// How long to wait before opening the file again after it failed.
@@ -87,9 +87,8 @@ pub(super) struct Writer {
     kmsg_sequence: Option<u64>,
     /// Where the kernel-log file was read up to after the last XID taken from it.
     file_position: Option<crate::xid::event::FilePosition>,
-    /// Who waits for a queued row to be written: not yet in a batch, and in the batch in flight.
-    unconfirmed: Vec<std::sync::mpsc::SyncSender<()>>,
-    confirming: Vec<std::sync::mpsc::SyncSender<()>>,
+    /// Who waits for a queued row to be written: (not yet in a batch, in the batch in flight).
+    waiting: (Vec<SyncSender<()>>, Vec<SyncSender<()>>),
     last_generation: u64,
     missing: BTreeSet<String>,
     /// What was last written of the network ports.
@@ -148,8 +147,7 @@ impl Writer {
             dirty_counts: BTreeSet::new(),
             kmsg_sequence: None,
             file_position: None,
-            unconfirmed: Vec::new(),
-            confirming: Vec::new(),
+            waiting: Default::default(),
             last_generation: 0,
             missing: BTreeSet::new(),
             nic_rows: Default::default(),
@@ -289,7 +287,7 @@ impl Writer {
             Message::Event(event) => self.push(event),
             Message::Confirmed(event, done) => {
                 self.push(event);
-                self.unconfirmed.push(done);
+                self.waiting.0.push(done);
             }
         }
     }
@@ -665,9 +663,7 @@ impl Writer {
                 }
                 self.status_now.rows_written += rows;
                 self.status_now.up = true;
-                for done in self.confirming.drain(..) {
-                    let _ = done.try_send(());
-                }
+                self.waiting.1.drain(..).for_each(|done| drop(done.try_send(())));
                 self.last_failure = None;
                 if self.xid_rows.len() + xid_rows.len() > MAX_XID_ROWS {
                     self.xid_rows.clear();
@@ -712,7 +708,7 @@ impl Writer {
         self.batch_seq += 1;
         let batch = self.batch(prune_due);
         // The whole backlog goes into this batch: its rows' waiters hear when it is written.
-        self.confirming.append(&mut self.unconfirmed);
+        self.waiting.1.append(&mut self.waiting.0);
         self.backlog.clear();
         self.dirty_facts.clear();
         self.dirty_counts.clear();
@@ -723,11 +719,13 @@ impl Writer {
     /// daemon ran. Say so, and write every GPU's identity and this boot's counts into it again.
     fn refill(&mut self) {
         log::warn!(
-            "journal {}: the file was deleted, emptied or replaced while gpuwarden ran; writing the \
-             GPUs' identities and this boot's XID counts into it again (rows written before are gone)",
+            "journal {}: the file was deleted, emptied or replaced while gpuwarden ran; writing again what a \
+             restart needs (GPUs, this boot's XID counts, clears, validations, resets, reboot mark)",
             self.place.path.display()
         );
         self.xid_rows.clear();
+        let rows = super::refill::rows(&self.store.latest(), Self::now());
+        rows.into_iter().for_each(|row| self.push(row));
         self.dirty_facts.extend(self.facts.keys().cloned());
         self.dirty_counts.extend(self.xid_counts.keys().cloned());
     }

@@ -310,7 +310,7 @@ fn a_closed_output_ends_every_printing_command_quietly() {
     let kernel_log = write(
         &dir,
         "kmsg",
-        &"NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, y\n".repeat(2000),
+        &dmesg_stamped(&"NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, y\n".repeat(2000)),
     );
     let state = d.state_path();
     let socket = d.socket_path();

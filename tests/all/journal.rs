@@ -1034,6 +1034,50 @@ fn journal_lost_while_running(delete: bool) {
     assert_eq!(report["identity"]["serial"], GPU0_SERIAL, "{report:#}");
 }
 
+/// A journal emptied while the daemon runs (root only) is filled again with what a restart's
+/// seed needs beyond identities and counts (issue #51, item 5): GPU 0's clear of its fatal XID
+/// and the validation it started stay, so after the restart it is still `validating`, not
+/// `xid_fatal` again and not back in service unvalidated.
+#[test]
+fn an_emptied_journal_keeps_the_clear_and_the_validation_across_a_restart() {
+    let d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &test_config(&sim_library(), ""), FATAL_XID);
+    let state = d.state_path();
+    d.scrape_until("Xid 48 makes GPU 0 unhealthy", unhealthy);
+    let (_, out, err) = d.clear("0", "replaced the HBM stack, INC-7", &[]);
+    assert!(out.contains("validating"), "{out}{err}");
+    wait_for_xid_rows(&state, 1);
+    std::thread::sleep(Duration::from_secs(2));
+    for suffix in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", state.display()));
+    }
+    std::fs::write(&state, "").unwrap();
+    d.log_kernel("3,502,6000000,-;NVRM: Xid (PCI:0000:5d:00): 31, pid=1, name=x, MMU Fault\n");
+    eventually("the warning", Duration::from_secs(10), || {
+        d.log_text().contains("was deleted, emptied or replaced").then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let d = d.restart(false, Some(""));
+    d.scrape_until("the first poll after the restart", |m| {
+        m.value("gpu_up", &[gpu0()]) == Some(1.0)
+    });
+    let v: serde_json::Value = serde_json::from_slice(&d.get("/api/v1/health", &[]).body).unwrap();
+    let gpu = v["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["index"] == 0)
+        .unwrap()
+        .clone();
+    let reasons: Vec<&str> = gpu["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["severity"] == "unhealthy")
+        .map(|f| f["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, ["validating"], "{gpu:#}");
+}
+
 /// A retention shorter than the uptime: the pruning at a start deletes rows older than the
 /// retention, but never this boot's XID counts, so the next restart keeps the fatal XID.
 #[test]

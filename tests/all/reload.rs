@@ -264,7 +264,7 @@ fn the_kernel_log_reader_follows_its_keys() {
     let other = d.dir.path().join("kmsg-2");
     std::fs::write(
         &other,
-        "NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=x, Graphics Exception\n",
+        dmesg_stamped("NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=x, Graphics Exception\n"),
     )
     .unwrap();
     reload(&d, |c| {

@@ -315,7 +315,7 @@ fn under_journald_records_carry_gpu_uuid_pci_bus_id_and_xid_fields() {
     std::fs::write(dir.path().join("s.yaml"), DEMO_SCENARIO).unwrap();
     std::fs::write(
         dir.path().join("kmsg"),
-        "NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\n",
+        dmesg_stamped("NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"),
     )
     .unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -266,7 +266,7 @@ fn the_shipped_unit_under_a_real_systemd() {
 
     // An XID reaches the real journal with the fields to filter on.
     systemd
-        .shell("echo 'NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=x, Graphics Exception' >> /run/gpuwarden-test/kmsg");
+        .shell("echo '[  700.000001] NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=x, Graphics Exception' >> /run/gpuwarden-test/kmsg");
     systemd.wait_for("the XID in the journal", Duration::from_secs(10), |s| {
         s.run("journalctl", &["-u", "gpuwarden", "XID=13", "-o", "json", "--no-pager"])
             .contains("\"PCI_BUS_ID\":\"0000:3b:00.0\"")
