@@ -663,7 +663,10 @@ impl Writer {
                 }
                 self.status_now.rows_written += rows;
                 self.status_now.up = true;
-                self.waiting.1.drain(..).for_each(|done| done.try_send(()).unwrap_or_default());
+                self.waiting
+                    .1
+                    .drain(..)
+                    .for_each(|done| done.try_send(()).unwrap_or_default());
                 self.last_failure = None;
                 if self.xid_rows.len() + xid_rows.len() > MAX_XID_ROWS {
                     self.xid_rows.clear();
