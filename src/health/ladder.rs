@@ -16,8 +16,9 @@ use crate::model::{DeviceSnapshot, RecoveryAction};
 pub struct Ladder<'a> {
     pub limits: &'a LadderLimits,
     pub tried: &'a Remediations,
-    /// Unix seconds.
+    /// Unix seconds, and the boot's clock (the reset budget is counted on it within a boot).
     pub now: f64,
+    pub boot: Option<f64>,
 }
 
 /// The next step for `device`, when it needs one.
@@ -51,7 +52,11 @@ fn escalate(step: NextStep, uuid: &str, ladder: &Ladder) -> NextStep {
             step.why
         ));
     }
-    let resets = ladder.tried.resets_within_a_day(uuid, ladder.now);
+    let now = crate::model::remediation::Now {
+        wall: ladder.now,
+        boot: ladder.boot,
+    };
+    let resets = ladder.tried.resets_within_a_day(uuid, now);
     if resets as u32 >= ladder.limits.max_resets_per_day {
         return reboot(format!(
             "{resets} GPU reset(s) within 24 h did not hold (remediation.max_resets_per_day {}); now: {}",
@@ -237,6 +242,7 @@ mod tests {
                 limits: &limits,
                 tried,
                 now: 10_000.0,
+                boot: None,
             },
         )
     }
@@ -294,6 +300,7 @@ mod tests {
             outcome,
             output: String::new(),
             this_boot: true,
+            started_boot: None,
         }
     }
 

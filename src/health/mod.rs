@@ -71,6 +71,7 @@ pub fn evaluate(snapshot: &mut Snapshot) {
                     limits,
                     tried: &snapshot.remediation,
                     now,
+                    boot: crate::service::clock::boot_seconds(),
                 };
                 // Only the XIDs an operator's (or a reset's) clear did not let go of: a
                 // failed validation after a reset is a person's to look at, not another reset.

@@ -87,6 +87,7 @@ mod tests {
             outcome: AttemptOutcome::Succeeded,
             output: String::new(),
             this_boot,
+            started_boot: None,
         };
         let snapshot = Snapshot {
             clears: std::sync::Arc::new(

@@ -245,9 +245,7 @@ impl Writer {
     pub(super) fn take_xids(&mut self) {
         let taken = self.xids.take_reports();
         self.kmsg_sequence = self.kmsg_sequence.max(taken.kmsg_sequence);
-        if taken.file_position.is_some() {
-            self.file_position = taken.file_position;
-        }
+        self.file_position = taken.file_position.or(self.file_position.take());
         for report in taken.reports {
             match report {
                 Outgoing::Counted { group, event, severity } => self.queue(Pending::Xid { group, event, severity }),
@@ -663,10 +661,9 @@ impl Writer {
                 }
                 self.status_now.rows_written += rows;
                 self.status_now.up = true;
-                self.waiting
-                    .1
-                    .drain(..)
-                    .for_each(|done| done.try_send(()).unwrap_or_default());
+                for done in self.waiting.1.drain(..) {
+                    let _ = done.try_send(());
+                }
                 self.last_failure = None;
                 if self.xid_rows.len() + xid_rows.len() > MAX_XID_ROWS {
                     self.xid_rows.clear();

@@ -45,13 +45,16 @@ pub const FAMILIES: &[Family] = &[
             let Some(done) = auto(snapshot) else {
                 return;
             };
-            let now = crate::model::unix_seconds(std::time::SystemTime::now());
+            let now = crate::model::remediation::Now {
+                wall: crate::model::unix_seconds(std::time::SystemTime::now()),
+                boot: crate::service::clock::boot_seconds(),
+            };
             for outcome in crate::model::remediation::AttemptOutcome::LABELS {
                 let n = done
                     .attempts
                     .iter()
                     .filter(|a| a.uuid == d.identity.uuid && a.step == "gpu_reset" && a.outcome.label() == outcome)
-                    .filter(|a| now - a.started < crate::model::remediation::RESET_WINDOW_SECONDS)
+                    .filter(|a| a.within_a_day(now))
                     .count();
                 s.labelled(&[outcome], n as f64);
             }

@@ -33,6 +33,29 @@ pub struct Attempt {
     /// Whether it ran in this boot (a restart's seed says; a new one is).
     #[serde(default = "this_boot")]
     pub this_boot: bool,
+    /// The boot's clock when it started (seconds since boot): within a boot the day's budget
+    /// is counted on it, so a wall clock set forward does not free the budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_boot: Option<f64>,
+}
+
+/// The time a budget is counted at: the wall clock (Unix seconds) and, where it can be read,
+/// the boot's (seconds since boot).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Now {
+    pub wall: f64,
+    pub boot: Option<f64>,
+}
+
+impl Attempt {
+    /// Whether it started within the day before `now`: by the boot's clock for an attempt of
+    /// this boot that has it, by the wall clock otherwise (an earlier boot's).
+    pub fn within_a_day(&self, now: Now) -> bool {
+        match (self.this_boot, self.started_boot, now.boot) {
+            (true, Some(started), Some(boot)) => boot - started < RESET_WINDOW_SECONDS,
+            _ => now.wall - self.started < RESET_WINDOW_SECONDS,
+        }
+    }
 }
 
 fn this_boot() -> bool {
@@ -114,11 +137,11 @@ pub struct Remediations {
 }
 
 impl Remediations {
-    /// Resets of `uuid` that started within the last day before `now` (Unix seconds).
-    pub fn resets_within_a_day(&self, uuid: &str, now: f64) -> usize {
+    /// Resets of `uuid` that started within the last day before `now`.
+    pub fn resets_within_a_day(&self, uuid: &str, now: Now) -> usize {
         self.attempts
             .iter()
-            .filter(|a| a.uuid == uuid && a.step == "gpu_reset" && now - a.started < RESET_WINDOW_SECONDS)
+            .filter(|a| a.uuid == uuid && a.step == "gpu_reset" && a.within_a_day(now))
             .count()
     }
 
@@ -156,10 +179,20 @@ impl Remediations {
 
 /// Cuts `text` to at most [`MAX_OUTPUT`] bytes at a character boundary, saying so.
 pub fn bounded_output(text: &str) -> String {
-    if text.len() <= MAX_OUTPUT {
+    bounded_to(text, MAX_OUTPUT)
+}
+
+/// The share of [`MAX_OUTPUT`] each of a reset's three commands (persistence off, the reset,
+/// persistence on) keeps: one that prints 100 MB does not crowd the others out.
+pub const STEP_OUTPUT: usize = MAX_OUTPUT / 3;
+
+/// Cuts `text` to at most `max` bytes (at least 64) at a character boundary, saying so.
+pub fn bounded_to(text: &str, max: usize) -> String {
+    let max = max.max(64);
+    if text.len() <= max {
         return text.to_string();
     }
-    let mut end = MAX_OUTPUT - 32;
+    let mut end = max - 32;
     while !text.is_char_boundary(end) {
         end -= 1;
     }
@@ -182,7 +215,41 @@ mod tests {
             outcome,
             output: String::new(),
             this_boot,
+            started_boot: None,
         }
+    }
+
+    fn wall(now: f64) -> Now {
+        Now { wall: now, boot: None }
+    }
+
+    /// A wall clock set forward (or back) does not move the budget of this boot's resets: it is
+    /// counted on the boot's clock (issue #51, item 11).
+    #[test]
+    fn this_boots_budget_is_counted_on_the_boots_clock() {
+        let mut r = Remediations::default();
+        let mut reset = attempt("GPU-a", 1000.0, AttemptOutcome::Succeeded, true);
+        reset.started_boot = Some(500.0);
+        r.keep(reset);
+        let jumped = Now {
+            wall: 1000.0 + 2.0 * RESET_WINDOW_SECONDS,
+            boot: Some(560.0),
+        };
+        assert_eq!(
+            r.resets_within_a_day("GPU-a", jumped),
+            1,
+            "a minute later by the boot's clock"
+        );
+        let a_day_later = Now {
+            wall: 1060.0,
+            boot: Some(500.0 + RESET_WINDOW_SECONDS + 1.0),
+        };
+        assert_eq!(r.resets_within_a_day("GPU-a", a_day_later), 0);
+        assert_eq!(
+            r.resets_within_a_day("GPU-a", wall(1060.0)),
+            1,
+            "no boot clock: the wall's"
+        );
     }
 
     #[test]
@@ -197,9 +264,12 @@ mod tests {
         assert!(r.failed());
         r.keep(attempt("GPU-a", 2000.0, AttemptOutcome::Succeeded, true));
         assert!(!r.failed(), "a later reset of the same GPU succeeded");
-        assert_eq!(r.resets_within_a_day("GPU-a", 2000.0 + 3600.0), 2);
-        assert_eq!(r.resets_within_a_day("GPU-a", 1000.0 + RESET_WINDOW_SECONDS + 1.0), 1);
-        assert_eq!(r.resets_within_a_day("GPU-b", 2000.0), 0);
+        assert_eq!(r.resets_within_a_day("GPU-a", wall(2000.0 + 3600.0)), 2);
+        assert_eq!(
+            r.resets_within_a_day("GPU-a", wall(1000.0 + RESET_WINDOW_SECONDS + 1.0)),
+            1
+        );
+        assert_eq!(r.resets_within_a_day("GPU-b", wall(2000.0)), 0);
         r.keep(attempt(
             "GPU-b",
             3000.0,

@@ -179,7 +179,7 @@ pub fn spawn(
                 if let Some(device) = next_validation(&snapshot, &validation_retry, now) {
                     idle = false;
                     let since = snapshot.validations.get(&device.identity.uuid).map_or(0.0, |v| v.since);
-                    let retry = validate(device, &snapshot, &current, &state, &validations, &stop);
+                    let retry = validate(device, &current, &state, &validations, &stop);
                     validation_retry.insert(device.identity.uuid.clone(), (since, Instant::now() + retry));
                     continue;
                 }
@@ -272,7 +272,6 @@ fn probe_next_due(
 /// to look at it again if it is still pending.
 fn validate(
     device: &DeviceSnapshot,
-    snapshot: &Snapshot,
     settings: &ChildSettings,
     state: &ProbeState,
     validations: &Versioned<Validations>,
@@ -280,7 +279,9 @@ fn validate(
 ) -> Duration {
     let uuid = device.identity.uuid.clone();
     let index = device.identity.index;
-    let Some(since) = snapshot.validations.get(&uuid).map(|v| v.since) else {
+    // The validation as it is now, not as the snapshot saw it: the sweep may have ended it
+    // as skipped since (then it is not probed, nor said to be).
+    let Some(since) = validations.get().get(&uuid).filter(|v| v.pending()).map(|v| v.since) else {
         return VALIDATION_RETRY;
     };
     let outcome = match precheck(device, &settings.probe) {
@@ -433,7 +434,17 @@ fn run_child(gpu: u32, settings: &ChildSettings, stop: &Stop) -> Outcome {
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() >= deadline || stop.is_stopped() => {
+            Ok(None) if stop.is_stopped() => {
+                let _ = child.kill();
+                let _ = child.wait();
+                // Not a hung probe: a validation it was for stays pending and runs again after
+                // the restart, instead of failing until a person clears the GPU.
+                return Outcome::Error(
+                    "error",
+                    "the daemon stopped while the probe ran; killed it (it runs again at the next start)".into(),
+                );
+            }
+            Ok(None) if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Outcome::Error(

@@ -163,6 +163,7 @@ impl Executor {
         let since = self.unhealthy_since.load(std::sync::atomic::Ordering::SeqCst);
         let context = guards::Context {
             now,
+            boot: crate::service::clock::boot_seconds(),
             max_resets_per_day: config.max_resets_per_day,
             paused: paused.as_deref(),
             unhealthy_since: (since != 0).then(|| f64::from_bits(since)),
@@ -231,6 +232,7 @@ impl Executor {
             },
             output: String::new(),
             this_boot: true,
+            started_boot: crate::service::clock::boot_seconds(),
         };
         let mut output = String::new();
         let ended = self.reset_steps(device, &attempt, config, stop, &mut output);
@@ -505,11 +507,15 @@ impl Steps<'_> {
         let never = never.handle("remediation-restore");
         let stop = if unstoppable { &never } else { self.stop };
         let ran = command::run(&words, timeout, stop);
-        self.output.push_str(&format!(
+        let step = format!(
             "$ {}\n{}{}\n",
             shlex::try_join(words.iter().map(String::as_str)).unwrap_or_default(),
             ran.output,
             ran.failed.as_deref().map(|f| format!("[{f}]")).unwrap_or_default()
+        );
+        self.output.push_str(&crate::model::remediation::bounded_to(
+            &step,
+            crate::model::remediation::STEP_OUTPUT,
         ));
         ran
     }
@@ -640,6 +646,29 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         store.publish(snapshot(HealthState::Unhealthy));
         assert!(f64::from_bits(since.load(Ordering::SeqCst)) > f64::from_bits(first));
+    }
+
+    /// A step that prints 100 MB keeps its share of the output, not the whole of it: the
+    /// later steps' output is kept too (issue #51, item 11).
+    #[test]
+    fn each_step_keeps_a_share_of_the_output() {
+        let shutdown = crate::service::stop::Shutdown::new();
+        let stop = shutdown.handle("test");
+        let mut output = String::new();
+        let mut steps = Steps {
+            output: &mut output,
+            stop: &stop,
+        };
+        let words = |script: &str| vec!["/bin/sh".to_string(), "-c".to_string(), script.to_string()];
+        let timeout = Duration::from_secs(20);
+        steps.run(words("head -c 100000000 /dev/zero | tr '\\0' x"), timeout, false);
+        steps.run(words("echo the reset said this"), timeout, false);
+        steps.run(words("echo persistence back on"), timeout, true);
+        let kept = crate::model::remediation::bounded_output(&output);
+        assert!(kept.contains("the reset said this"), "{kept}");
+        assert!(kept.contains("persistence back on"), "{kept}");
+        assert!(kept.contains("bytes cut]"), "the flood is cut, and says so");
+        assert!(kept.len() <= crate::model::remediation::MAX_OUTPUT);
     }
 
     #[test]

@@ -23,6 +23,8 @@ use crate::model::{DeviceSnapshot, Snapshot};
 pub struct Context<'a> {
     /// Unix seconds.
     pub now: f64,
+    /// The boot's clock (seconds since boot), where it can be read: the budget's.
+    pub boot: Option<f64>,
     pub max_resets_per_day: u32,
     /// Why automatic remediation is paused, when it is.
     pub paused: Option<&'a str>,
@@ -162,9 +164,13 @@ pub fn processes(device: &DeviceSnapshot) -> Result<(), Refusal> {
 
 /// Guard 3: this GPU's resets within 24 h.
 pub fn reset_budget(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context) -> Result<(), Refusal> {
-    let resets = snapshot
-        .remediation
-        .resets_within_a_day(&device.identity.uuid, context.now);
+    let resets = snapshot.remediation.resets_within_a_day(
+        &device.identity.uuid,
+        crate::model::remediation::Now {
+            wall: context.now,
+            boot: context.boot,
+        },
+    );
     if resets as u32 >= context.max_resets_per_day {
         return refuse(
             "reset_budget",
@@ -212,6 +218,7 @@ mod tests {
     fn context(paused: Option<&str>) -> Context<'_> {
         Context {
             now: NOW,
+            boot: None,
             max_resets_per_day: 1,
             paused,
             unhealthy_since: Some(NOW - 60.0),
@@ -333,6 +340,7 @@ mod tests {
             outcome: AttemptOutcome::Succeeded,
             output: String::new(),
             this_boot: true,
+            started_boot: None,
         });
         snapshot.remediation = Arc::new(tried.clone());
         assert_eq!(

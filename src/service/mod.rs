@@ -3,6 +3,7 @@
 //! with rate limits, telling systemd how the daemon is doing, and giving back the memory that
 //! only start-up used.
 
+pub mod clock;
 pub mod deadline;
 pub mod logging;
 pub mod mailbox;

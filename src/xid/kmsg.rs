@@ -212,7 +212,7 @@ fn record(store: &XidStore, event: XidEvent) {
         } else {
             bus.as_str()
         };
-        super::log_xid(bus, xid, "kernel log");
+        super::log_xid(bus, xid, store.severity(xid), "kernel log");
     }
 }
 

@@ -18,8 +18,10 @@ use crate::service::logging::RateLimiter;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-/// One log line per counted XID, at most one a minute per GPU and code.
-pub fn log_xid(pci_bus_id: &str, xid: u32, source: &str) {
+/// One log line per counted XID, at most one a minute per GPU and code, at the severity the
+/// XID was counted with (the operator's policy, else NVIDIA's catalog): a code the policy makes
+/// fatal is logged as fatal, not as the catalog's word for it.
+pub fn log_xid(pci_bus_id: &str, xid: u32, severity: catalog::Severity, source: &str) {
     static LIMITER: OnceLock<Mutex<RateLimiter>> = OnceLock::new();
     let limiter = LIMITER.get_or_init(|| Mutex::new(RateLimiter::new(Duration::from_secs(60))));
     let Some(held_back) = limiter
@@ -30,7 +32,6 @@ pub fn log_xid(pci_bus_id: &str, xid: u32, source: &str) {
         return;
     };
     let entry = catalog::lookup(xid);
-    let severity = entry.map(|e| e.severity).unwrap_or(catalog::Severity::Unknown);
     let name = entry.map(|e| e.name).unwrap_or("unknown");
     let action = entry
         .map(|e| e.action())

@@ -510,3 +510,42 @@ fn health_finding(d: &Daemon, gpu: &str, reason: &str) -> Option<serde_json::Val
         .find(|f| f["reason"] == reason)
         .cloned()
 }
+
+/// A daemon stopped while a validation probe runs (a restart, an upgrade) does not fail the
+/// validation (issue #51: a stop is not a hung probe): the probe is killed, the validation
+/// stays pending, and after the restart the GPU is still `validating`, not `probe_failed`
+/// until a person clears it again.
+#[test]
+fn a_stop_during_a_validation_probe_leaves_it_pending() {
+    let probes = "probe:\n  schedule: false\n  memory_cap_mib: 256\n  max_utilization: 1.0\n  timeout: 60s\n  \
+         durations: {gemm_bf16: 20s, fma_fp32: 20s, hbm_copy: 20s, pcie_h2d: 20s, pcie_d2h: 20s}\n\
+         health:\n  xid_severity: {94: fatal}\n";
+    let cuda = tempfile::tempdir().unwrap();
+    let env = [("LD_LIBRARY_PATH", sim_cuda_dir(cuda.path(), true).display().to_string())];
+    let scenario = all_idle(&with_cuda(DEMO_SCENARIO));
+    let mut d = Daemon::start_full(&scenario, &test_config(&sim_library(), probes), "", &env);
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 94, pid=1, name=x, Contained: SM (0x1)\n");
+    d.scrape_until("GPU 0 unhealthy", |m| {
+        m.value("gpu_health", &[("gpu", "0"), ("state", "unhealthy")]) == Some(1.0)
+    });
+    let (_, out, err) = d.clear("0", "replaced the board, INC-9", &[]);
+    assert!(out.contains("validating"), "{out}{err}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !d.log_text().contains("GPU 0 validation: probing it") {
+        assert!(std::time::Instant::now() < deadline, "{}", d.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    d.signal(15);
+    assert_eq!(d.child.wait().unwrap().code(), Some(0));
+    let log = d.log_text();
+    assert!(!log.contains("failed its validation"), "{log}");
+    let d = d.restart(false, None);
+    d.scrape_until("the first poll after the restart", |m| {
+        m.value("gpu_up", &[("gpu", "0")]) == Some(1.0)
+    });
+    let (code, text) = d.health(false);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("GPU 0 validating"), "{text}");
+    assert!(!text.contains("probe_failed"), "{text}");
+}

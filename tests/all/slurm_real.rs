@@ -838,11 +838,21 @@ fn an_xid_94_drains_the_gpu_is_reset_probed_and_the_node_resumes() {
     assert!(events.contains("GPU 0000:19:00.0 was successfully reset."), "{events}");
 
     // A restart keeps the day's budget (the journal's seed): the same fault again is now a
-    // reboot, not a reset.
+    // reboot, not a reset. Through the restart the verdict, asked every 0.1 s, is never
+    // unhealthy: the kernel log (a file) is not read again as new (issue #51, item 2), and
+    // the node stays in service.
+    let poll = VerdictPoll::start(d.socket_path());
     let d = d.restart(false, None);
     d.scrape_until("the first poll after the restart", |m| {
         m.value("gpu_up", &[("gpu", "0")]) == Some(1.0)
     });
+    std::thread::sleep(Duration::from_secs(INTERVAL + 1));
+    let asks = poll.finish();
+    assert!(
+        asks.iter().all(|a| a.code != 1) && asks.iter().any(|a| a.code == 0),
+        "unhealthy after the restart: {asks:#?}"
+    );
+    assert_eq!(node_state(&slurm), "idle none", "still in service after the restart");
     d.log_kernel("NVRM: Xid (PCI:0000:19:00): 94, pid=1, name=x, Contained: SM (0x1)\n");
     let state = wait_for_node(&slurm, "the second drain", within, |s| s.starts_with("drain"));
     assert!(state.contains("gpuwarden:"), "{state}");

@@ -136,6 +136,6 @@ fn record(store: &XidStore, bus: &str, xid: u32) {
         file_position: None,
     };
     if store.record(event) {
-        crate::xid::log_xid(bus, xid, "NVML event set");
+        crate::xid::log_xid(bus, xid, store.severity(xid), "NVML event set");
     }
 }
