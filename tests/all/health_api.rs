@@ -771,3 +771,31 @@ fn a_stop_during_a_reset_is_not_a_failure_and_a_restart_cannot_reset_again() {
     });
     assert!(dir.path().join("reboot-required").exists(), "{}", d.log_text());
 }
+
+/// An operator's clear and a reload during the validation it started, with the verdict asked
+/// every 0.1 s (issue #51, item 1: every hand-over, not only the reset's): from the fatal XID
+/// through the clear (the validation starts before the XID is let go of) and a reload, the node
+/// reads unhealthy without a break; the validation's probe cannot run here (no CUDA), so it
+/// stays `validating`.
+#[test]
+fn a_clear_and_a_reload_during_validation_never_let_the_verdict_go() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    let poll = VerdictPoll::start(d.socket_path());
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\n");
+    wait_for_exit(&d, 1);
+    let (_, out, err) = d.clear("0", "reseated, INC-11", &[]);
+    assert!(out.contains("validating"), "{out}{err}");
+    std::thread::sleep(Duration::from_secs(2));
+    reload(&d, |c| c.replace("xid:\n", "xid:\n  critical_hold: 30m\n"));
+    std::thread::sleep(Duration::from_secs(2));
+    let asks = poll.finish();
+    assert_held_throughout(&asks, false);
+    let last = asks.last().unwrap();
+    assert_eq!(last.code, 1, "{asks:#?}");
+    assert!(last.first_line.contains("GPU 0 validating"), "{last:?}");
+    assert!(
+        asks.iter().any(|a| a.first_line.contains("GPU 0 xid_fatal")),
+        "{asks:#?}"
+    );
+}
