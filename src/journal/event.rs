@@ -125,6 +125,19 @@ pub struct GpuRef {
 }
 
 impl GpuRef {
+    /// The GPU `uuid` as `snapshot` names it; only the UUID when it is not on the node now.
+    pub fn in_snapshot(snapshot: &crate::model::Snapshot, uuid: &str) -> GpuRef {
+        match snapshot.devices.iter().find(|d| d.identity.uuid == uuid) {
+            Some(device) => GpuRef::of(&device.identity),
+            None => GpuRef {
+                uuid: uuid.to_string(),
+                serial: None,
+                pci_bus_id: String::new(),
+                index: None,
+            },
+        }
+    }
+
     /// A GPU the daemon sees now, by its identity.
     pub fn of(identity: &crate::model::DeviceIdentity) -> GpuRef {
         GpuRef {

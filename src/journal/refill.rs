@@ -18,7 +18,7 @@ pub fn rows(snapshot: &Snapshot, now: f64) -> Vec<Event> {
         rows.push(Event::new(
             clear.at,
             Kind::Clear,
-            Some(gpu_ref(snapshot, key)),
+            Some(GpuRef::in_snapshot(snapshot, key)),
             format!(
                 "cleared by {}: {} (written again: the journal was emptied)",
                 clear.by, clear.reason
@@ -33,39 +33,15 @@ pub fn rows(snapshot: &Snapshot, now: f64) -> Vec<Event> {
     // This boot's only: the rows are stamped with this boot, and an earlier boot's failed
     // reset must not read as this boot's (it would make the ladder's step a reboot).
     for attempt in remediation.attempts.iter().filter(|a| a.this_boot) {
-        rows.push(Event::new(
-            attempt.started,
-            Kind::Remediation,
-            Some(gpu_ref(snapshot, &attempt.uuid)),
-            format!(
-                "{} {} (written again: the journal was emptied)",
-                attempt.step,
-                attempt.outcome.label()
-            ),
-            json!({"attempt": attempt}),
-        ));
+        rows.push(super::remediation_rows::attempt_row(attempt, snapshot, attempt.started));
     }
     if let Some(mark) = &remediation.reboot_required {
-        rows.push(Event::new(
-            mark.since,
-            Kind::Remediation,
-            Some(gpu_ref(snapshot, &mark.uuid)),
-            format!("reboot required: {}", mark.why),
-            json!({"reboot_required": mark}),
+        rows.push(super::remediation_rows::reboot_row(
+            mark,
+            GpuRef::in_snapshot(snapshot, &mark.uuid),
         ));
     }
     rows
-}
-
-/// The GPU (or adapter, `nic:<device>`) a row is about, as the snapshot names it.
-fn gpu_ref(snapshot: &Snapshot, uuid: &str) -> GpuRef {
-    let device = snapshot.devices.iter().find(|d| d.identity.uuid == uuid);
-    GpuRef {
-        uuid: uuid.to_string(),
-        serial: device.and_then(|d| d.identity.serial.clone()),
-        pci_bus_id: device.map(|d| d.identity.pci_bus_id.clone()).unwrap_or_default(),
-        index: device.map(|d| d.identity.index),
-    }
 }
 
 #[cfg(test)]

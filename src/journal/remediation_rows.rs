@@ -8,6 +8,7 @@
 use super::event::{Event, GpuRef, Kind};
 use crate::model::Snapshot;
 use crate::model::health::NextStep;
+use crate::model::remediation::{Attempt, RebootRequired};
 use serde_json::json;
 use std::collections::BTreeMap;
 
@@ -34,6 +35,39 @@ fn gpu_ref(uuid: &str, index: u32, pci_bus_id: &str, snapshot: &Snapshot) -> Gpu
     }
 }
 
+/// A step the executor ran, with its outcome, output and duration (`details.attempt`, what a
+/// restart's seed reads back); also what a refill writes again (journal/refill.rs).
+pub fn attempt_row(a: &Attempt, snapshot: &Snapshot, at: f64) -> Event {
+    let failed = match &a.outcome {
+        crate::model::remediation::AttemptOutcome::Failed { why } => format!(": {why}"),
+        _ => String::new(),
+    };
+    Event::new(
+        at,
+        Kind::Remediation,
+        Some(gpu_ref(&a.uuid, a.index, &a.pci_bus_id, snapshot)),
+        format!(
+            "{} {} in {:.1} s{failed}",
+            a.step,
+            a.outcome.label(),
+            a.duration_seconds
+        ),
+        json!({"attempt": a}),
+    )
+}
+
+/// The node's reboot mark (`details.reboot_required`): written by the executor before the
+/// marker file (remediation/auto.rs), and again by a refill.
+pub fn reboot_row(mark: &RebootRequired, gpu: GpuRef) -> Event {
+    Event::new(
+        mark.since,
+        Kind::Remediation,
+        Some(gpu),
+        format!("reboot required: {}", mark.why),
+        json!({"reboot_required": mark}),
+    )
+}
+
 impl RemediationRows {
     /// Starts after what the seed gave the daemon: those rows are written already.
     pub fn from_seed(seed: &crate::model::remediation::Remediations) -> RemediationRows {
@@ -48,22 +82,7 @@ impl RemediationRows {
         let done = &snapshot.remediation;
         let up_to = self.attempts_up_to;
         for a in done.attempts.iter().filter(|a| a.started > up_to) {
-            let failed = match &a.outcome {
-                crate::model::remediation::AttemptOutcome::Failed { why } => format!(": {why}"),
-                _ => String::new(),
-            };
-            rows.push(Event::new(
-                now,
-                Kind::Remediation,
-                Some(gpu_ref(&a.uuid, a.index, &a.pci_bus_id, snapshot)),
-                format!(
-                    "{} {} in {:.1} s{failed}",
-                    a.step,
-                    a.outcome.label(),
-                    a.duration_seconds
-                ),
-                json!({"attempt": a}),
-            ));
+            rows.push(attempt_row(a, snapshot, now));
             self.attempts_up_to = a.started;
         }
     }

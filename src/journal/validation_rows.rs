@@ -39,13 +39,7 @@ impl ValidationRows {
 
 /// One GPU's validation as a row (also what a refill writes again: journal/refill.rs).
 pub fn row(snapshot: &Snapshot, uuid: &str, validation: &Validation, now: f64) -> Event {
-    let device = snapshot.devices.iter().find(|d| d.identity.uuid == uuid);
-    let gpu = GpuRef {
-        uuid: uuid.to_string(),
-        serial: device.and_then(|d| d.identity.serial.clone()),
-        pci_bus_id: device.map(|d| d.identity.pci_bus_id.clone()).unwrap_or_default(),
-        index: device.map(|d| d.identity.index),
-    };
+    let gpu = GpuRef::in_snapshot(snapshot, uuid);
     let summary = match &validation.outcome {
         None => format!(
             "validation pending after {}: out of service until a probe passes",

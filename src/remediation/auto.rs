@@ -282,19 +282,14 @@ impl Executor {
     /// Records that the reset of `attempt`'s GPU starts, and waits until the journal has it:
     /// a daemon stopped or killed during the reset finds it at its next start (an attempt with
     /// no outcome counts against the day's budget), so a restart loop cannot reset without end.
-    fn record_start(&self, attempt: &Attempt) {
+    fn record_start(&self, device: &DeviceSnapshot, attempt: &Attempt) {
         let Some(journal) = &self.journal else {
             return;
         };
         let row = crate::journal::event::Event::new(
             attempt.started,
             crate::journal::event::Kind::Remediation,
-            Some(crate::journal::event::GpuRef {
-                uuid: attempt.uuid.clone(),
-                serial: None,
-                pci_bus_id: attempt.pci_bus_id.clone(),
-                index: Some(attempt.index),
-            }),
+            Some(crate::journal::event::GpuRef::of(&device.identity)),
             format!("{} started: {}", attempt.step, attempt.why),
             serde_json::json!({"attempt_started": attempt}),
         );
@@ -348,7 +343,7 @@ impl Executor {
                 open.join(", ")
             ));
         }
-        self.record_start(attempt);
+        self.record_start(device, attempt);
         if stop.is_stopped() {
             return Ended::NotStarted("the daemon stops; no command ran".into());
         }
@@ -432,18 +427,8 @@ impl Executor {
         // On record before the marker file: a daemon stopped right after finds the mark in
         // the journal at its next start and keeps the marker in step with it (daemon.rs).
         if let Some(journal) = &self.journal {
-            let row = crate::journal::event::Event::new(
-                mark.since,
-                crate::journal::event::Kind::Remediation,
-                Some(crate::journal::event::GpuRef {
-                    uuid: mark.uuid.clone(),
-                    serial: device.identity.serial.clone(),
-                    pci_bus_id: device.identity.pci_bus_id.clone(),
-                    index: Some(mark.index),
-                }),
-                format!("reboot required: {}", mark.why),
-                serde_json::json!({"reboot_required": mark}),
-            );
+            let gpu = crate::journal::event::GpuRef::of(&device.identity);
+            let row = crate::journal::remediation_rows::reboot_row(&mark, gpu);
             if !journal.record_and_wait(row, JOURNAL_WAIT) {
                 log::warn!("the journal did not confirm the reboot mark within {JOURNAL_WAIT:?}");
             }
@@ -503,9 +488,9 @@ const JOURNAL_WAIT: Duration = Duration::from_secs(5);
 impl Steps<'_> {
     /// Runs one command, its output kept; `unstoppable`: the daemon's stop does not kill it.
     fn run(&mut self, words: Vec<String>, timeout: Duration, unstoppable: bool) -> command::Ran {
-        let never = crate::service::stop::Shutdown::new();
-        let never = never.handle("remediation-restore");
-        let stop = if unstoppable { &never } else { self.stop };
+        // A handle of a stop signal of its own, which nothing fires.
+        let never = unstoppable.then(|| crate::service::stop::Shutdown::new().handle("remediation-restore"));
+        let stop = never.as_ref().unwrap_or(self.stop);
         let ran = command::run(&words, timeout, stop);
         let step = format!(
             "$ {}\n{}{}\n",

@@ -53,15 +53,11 @@ impl Periodic for NicPorts {
         let (adapters, at, _) = match self.found.take() {
             Some(kept) if fresh(&kept) => kept,
             stale => {
-                let places = infiniband::gpu_places(root);
-                let found = infiniband::discover(root, &places);
-                match stale {
-                    // A flooded class directory may hide real adapters: keep the ones known.
-                    Some((known, _, known_root)) if found.overflowed() && !known.is_empty() && known_root == *root => {
-                        (known, Instant::now(), root.clone())
-                    }
-                    _ => (found, Instant::now(), root.clone()),
-                }
+                let known = stale
+                    .filter(|(_, _, known_root)| known_root == root)
+                    .map(|(known, ..)| known);
+                let (Ok(adapters) | Err(adapters)) = find_again(root, known);
+                (adapters, Instant::now(), root.clone())
             }
         };
         let earlier = self
@@ -73,15 +69,14 @@ impl Periodic for NicPorts {
         let (scan, gone) = infiniband::read(&adapters, earlier);
         if gone {
             // An adapter went or its driver reloaded: find them again, and read them whole.
-            let places = infiniband::gpu_places(root);
-            let found = infiniband::discover(root, &places);
-            if found.overflowed() && !adapters.is_empty() {
-                // A class directory flooded with entries (counted as skipped) may hide real
-                // adapters: keep the ones known, a vanished port reads as down.
-                self.found = Some((adapters, at, root.clone()));
-                return scan;
-            }
-            let adapters = found;
+            let adapters = match find_again(root, Some(adapters)) {
+                Ok(found) => found,
+                // Kept: this read stands, a vanished port in it reads as down.
+                Err(known) => {
+                    self.found = Some((known, at, root.clone()));
+                    return scan;
+                }
+            };
             let (scan, _) = infiniband::read(&adapters, None);
             self.found = Some((adapters, Instant::now(), root.clone()));
             self.all_counters = Some((scan.clone(), Instant::now()));
@@ -95,18 +90,36 @@ impl Periodic for NicPorts {
     }
 }
 
+/// The adapters found again under `root`; `Err(known)` where the class directory held more
+/// entries than are looked at (counted as skipped) and so may hide real adapters: the ones
+/// known are kept rather than a list that may miss them.
+fn find_again(root: &std::path::Path, known: Option<Adapters>) -> Result<Adapters, Adapters> {
+    let found = infiniband::discover(root, &infiniband::gpu_places(root));
+    match known {
+        Some(known) if found.overflowed() && !known.is_empty() => Err(known),
+        _ => Ok(found),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn what_changes_is_read_each_time_and_a_gone_adapter_is_found_again_at_once() {
-        let (_dir, root) = crate::input::infiniband::fixture("ndr-ib");
+    /// The ndr-ib fixture tree, settings reading it, and a source that has read its four
+    /// adapters once.
+    fn ndr_source() -> (tempfile::TempDir, std::path::PathBuf, Settings, NicPorts) {
+        let (dir, root) = crate::input::infiniband::fixture("ndr-ib");
         let mut config = crate::config::Config::default();
         config.amd.sysfs_root = root.clone();
         let settings = Settings::serving_nothing(config);
         let mut source = NicPorts::default();
         assert_eq!(source.read(&settings).devices.len(), 4);
+        (dir, root, settings, source)
+    }
+
+    #[test]
+    fn what_changes_is_read_each_time_and_a_gone_adapter_is_found_again_at_once() {
+        let (_dir, root, settings, mut source) = ndr_source();
         let dev1 = std::fs::canonicalize(root.join("sys/class/infiniband/mlx5_1")).unwrap();
         std::fs::write(dev1.join("ports/1/state"), "1: DOWN\n").unwrap();
         std::fs::write(dev1.join("ports/1/counters/link_downed"), "7\n").unwrap();
@@ -133,12 +146,7 @@ mod tests {
     /// every port, and a standing finding, had vanished).
     #[test]
     fn a_flooded_class_directory_keeps_the_known_adapters() {
-        let (_dir, root) = crate::input::infiniband::fixture("ndr-ib");
-        let mut config = crate::config::Config::default();
-        config.amd.sysfs_root = root.clone();
-        let settings = Settings::serving_nothing(config);
-        let mut source = NicPorts::default();
-        assert_eq!(source.read(&settings).devices.len(), 4);
+        let (_dir, root, settings, mut source) = ndr_source();
         let class = root.join("sys/class/infiniband");
         for i in 0..5000 {
             std::os::unix::fs::symlink(root.join("nowhere"), class.join(format!("z_{i:05}"))).unwrap();
