@@ -289,19 +289,7 @@ mod tests {
     }
 
     fn reset_at(started: f64, outcome: AttemptOutcome) -> crate::model::remediation::Attempt {
-        crate::model::remediation::Attempt {
-            uuid: gpu(None).identity.uuid.clone(),
-            index: 0,
-            pci_bus_id: "0000:19:00.0".into(),
-            step: "gpu_reset".into(),
-            why: "Xid 48".into(),
-            started,
-            duration_seconds: 3.0,
-            outcome,
-            output: String::new(),
-            this_boot: true,
-            started_boot: None,
-        }
+        crate::model::remediation::Attempt::for_test(&gpu(None).identity.uuid, started, outcome, true)
     }
 
     #[test]

@@ -52,18 +52,8 @@ mod tests {
 
     #[test]
     fn a_refill_writes_again_what_the_seed_reads_back() {
-        let attempt = |uuid: &str, started: f64, this_boot: bool| Attempt {
-            uuid: uuid.into(),
-            index: 0,
-            pci_bus_id: "0000:19:00.0".into(),
-            step: "gpu_reset".into(),
-            why: "Xid 94".into(),
-            started,
-            duration_seconds: 1.0,
-            outcome: AttemptOutcome::Succeeded,
-            output: String::new(),
-            this_boot,
-            started_boot: None,
+        let attempt = |uuid: &str, started: f64, this_boot: bool| {
+            Attempt::for_test(uuid, started, AttemptOutcome::Succeeded, this_boot)
         };
         let snapshot = Snapshot {
             clears: std::sync::Arc::new(

@@ -48,6 +48,24 @@ pub struct Now {
 }
 
 impl Attempt {
+    /// A GPU reset of `uuid` (at 0000:19:00.0) for the tests of what reads attempts.
+    #[cfg(test)]
+    pub(crate) fn for_test(uuid: &str, started: f64, outcome: AttemptOutcome, this_boot: bool) -> Attempt {
+        Attempt {
+            uuid: uuid.into(),
+            index: 0,
+            pci_bus_id: "0000:19:00.0".into(),
+            step: "gpu_reset".into(),
+            why: "Xid 94".into(),
+            started,
+            duration_seconds: 1.0,
+            outcome,
+            output: String::new(),
+            this_boot,
+            started_boot: None,
+        }
+    }
+
     /// Whether it started within the day before `now`: by the boot's clock for an attempt of
     /// this boot that has it, by the wall clock otherwise (an earlier boot's).
     pub fn within_a_day(&self, now: Now) -> bool {
@@ -204,19 +222,7 @@ mod tests {
     use super::*;
 
     fn attempt(uuid: &str, started: f64, outcome: AttemptOutcome, this_boot: bool) -> Attempt {
-        Attempt {
-            uuid: uuid.into(),
-            index: 0,
-            pci_bus_id: "0000:19:00.0".into(),
-            step: "gpu_reset".into(),
-            why: "Xid 94".into(),
-            started,
-            duration_seconds: 1.0,
-            outcome,
-            output: String::new(),
-            this_boot,
-            started_boot: None,
-        }
+        Attempt::for_test(uuid, started, outcome, this_boot)
     }
 
     fn wall(now: f64) -> Now {

@@ -329,19 +329,12 @@ mod tests {
         let mut tried = Remediations::default();
         let mut snapshot = Snapshot::default();
         assert_eq!(reset_budget(&snapshot, &device, &context(None)), Ok(()));
-        tried.keep(Attempt {
-            uuid: device.identity.uuid.clone(),
-            index: 0,
-            pci_bus_id: "0000:19:00.0".into(),
-            step: "gpu_reset".into(),
-            why: "Xid 94".into(),
-            started: NOW - 3600.0,
-            duration_seconds: 2.0,
-            outcome: AttemptOutcome::Succeeded,
-            output: String::new(),
-            this_boot: true,
-            started_boot: None,
-        });
+        tried.keep(Attempt::for_test(
+            &device.identity.uuid,
+            NOW - 3600.0,
+            AttemptOutcome::Succeeded,
+            true,
+        ));
         snapshot.remediation = Arc::new(tried.clone());
         assert_eq!(
             guard_of(reset_budget(&snapshot, &device, &context(None))),

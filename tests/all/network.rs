@@ -62,25 +62,8 @@ fn every_port_rule_reaches_the_nodes_verdict_through_the_daemon() {
         Some(50e9),
         "4X NDR, 400 Gb/s"
     );
-    let body = d.get("/metrics", &[]).body;
-    let mut promtool = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool is needed for this test: apt-get install prometheus");
-    std::io::Write::write_all(&mut promtool.stdin.take().unwrap(), &body).unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && report.trim().is_empty(),
-        "promtool check metrics:\n{report}"
-    );
+    let (ok, report) = promtool_check_metrics(&d.get("/metrics", &[]).body);
+    assert!(ok && report.trim().is_empty(), "promtool check metrics:\n{report}");
     assert!(
         slow["message"]
             .as_str()
@@ -306,6 +289,21 @@ fn a_fatal_sxid_makes_the_node_unhealthy_and_a_forged_one_nothing() {
     );
 }
 
+/// The daemon over the demo's NVSwitch fabric with the board's switches on the bus (the host
+/// that must run the fabric manager), its pid file under `dir` naming `pid`, and `sleep` as
+/// the fabric manager's name: a real process stands in for it.
+fn daemon_with_fabric_manager(dir: &Path, pid: u32) -> Daemon {
+    let pid_file = dir.join("nv-fabricmanager.pid");
+    std::fs::write(&pid_file, format!("{pid}\n")).unwrap();
+    nvswitch_fixture(dir, "0000:05:00.0");
+    let extra = format!(
+        "fabric_manager:\n  pid_file: {}\n  process: sleep\namd:\n  sysfs_root: {}\n",
+        pid_file.display(),
+        dir.display()
+    );
+    Daemon::start_with(DEMO_SCENARIO, &test_config(&sim_library(), &extra))
+}
+
 /// nvidia-fabricmanager through the daemon, on the demo's NVSwitch fabric: a live process
 /// named as configured is up; once it is gone the node is degraded (every GPU joined the
 /// fabric before), and unhealthy when a GPU then waits for the fabric. A real process stands
@@ -314,16 +312,7 @@ fn a_fatal_sxid_makes_the_node_unhealthy_and_a_forged_one_nothing() {
 fn the_fabric_manager_is_looked_for_on_a_fabric_node_and_its_absence_judged() {
     let dir = tempfile::tempdir().unwrap();
     let mut manager = std::process::Command::new("sleep").arg("600").spawn().unwrap();
-    let pid_file = dir.path().join("nv-fabricmanager.pid");
-    std::fs::write(&pid_file, format!("{}\n", manager.id())).unwrap();
-    // The board's NVSwitches on the bus: this is the host that must run the fabric manager.
-    nvswitch_fixture(dir.path(), "0000:05:00.0");
-    let extra = format!(
-        "fabric_manager:\n  pid_file: {}\n  process: sleep\namd:\n  sysfs_root: {}\n",
-        pid_file.display(),
-        dir.path().display()
-    );
-    let d = Daemon::start_with(DEMO_SCENARIO, &test_config(&sim_library(), &extra));
+    let d = daemon_with_fabric_manager(dir.path(), manager.id());
     let within = Duration::from_secs(45);
     d.scrape_until_within("the fabric manager up", within, |m| {
         m.value("gpu_fabric_manager_up", &[]) == Some(1.0)
@@ -406,15 +395,7 @@ fn a_users_process_named_as_the_fabric_manager_is_not_it() {
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "600"])
         .spawn()
         .unwrap();
-    let pid_file = dir.path().join("nv-fabricmanager.pid");
-    std::fs::write(&pid_file, format!("{}\n", impostor.id())).unwrap();
-    nvswitch_fixture(dir.path(), "0000:05:00.0");
-    let extra = format!(
-        "fabric_manager:\n  pid_file: {}\n  process: sleep\namd:\n  sysfs_root: {}\n",
-        pid_file.display(),
-        dir.path().display()
-    );
-    let d = Daemon::start_with(DEMO_SCENARIO, &test_config(&sim_library(), &extra));
+    let d = daemon_with_fabric_manager(dir.path(), impostor.id());
     let m = d.scrape_until_within("the fabric manager looked for", Duration::from_secs(45), |m| {
         m.value("gpu_fabric_manager_up", &[]).is_some()
     });

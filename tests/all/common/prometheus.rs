@@ -132,3 +132,23 @@ pub fn url_encode(s: &str) -> String {
         })
         .collect()
 }
+
+/// `promtool check metrics` over an exposition: whether it passed, and what it said (its
+/// findings go to stderr; empty when it has nothing to complain about).
+pub fn promtool_check_metrics(body: &[u8]) -> (bool, String) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is needed for this test: apt-get install prometheus");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), body).expect("write to promtool");
+    let out = child.wait_with_output().expect("promtool's output");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), report)
+}
