@@ -23,13 +23,7 @@ summary=$out/handover.txt
 : >"$summary"
 say() { echo "$*" | tee -a "$summary"; }
 say "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
-cat >"$work/holders.sh" <<'SH'
-#!/bin/sh
-echo "daemon pid $PPID; GPU $1"
-if ls -l /proc/$PPID/fd 2>/dev/null | grep -q '/dev/nvidia'; then echo "THE DAEMON STILL HOLDS A DEVICE FILE"; exit 1; fi
-echo "the daemon holds no /dev/nvidia* file"
-SH
-chmod +x "$work/holders.sh"
+here=$(dirname "$(readlink -f "$0")")
 cat >"$work/config.yaml" <<YAML
 listen: 127.0.0.1:9431
 state:
@@ -42,7 +36,7 @@ probe:
   schedule: false
 remediation:
   mode: auto
-  reset_command: "$work/holders.sh {pci_bus_id}"
+  reset_command: "$here/nvidia-holders.sh {pci_bus_id}"
   persistence_off_command: "/bin/echo (not run on a lent GPU) nvidia-smi -i {pci_bus_id} -pm 0"
   persistence_on_command: "/bin/echo (not run on a lent GPU) nvidia-smi -i {pci_bus_id} -pm 1"
   reboot_marker: $work/reboot-required
@@ -74,16 +68,7 @@ sleep 6
 : >"$work/asks.txt"
 poll &
 poller=$!
-python3 - <<'PY' >>"$summary" 2>&1
-import cupy as cp
-bad = cp.RawKernel(r'extern "C" __global__ void bad(unsigned long long p) { *(volatile int*)p = 1; }', "bad")
-try:
-    bad((1,), (1,), (cp.uint64(0x7ff000000000),))
-    cp.cuda.runtime.deviceSynchronize()
-    print("no fault?")
-except Exception as e:
-    print("the kernel faulted as intended:", type(e).__name__, str(e)[:60])
-PY
+python3 "$here/provoke-xid31.py" >>"$summary" 2>&1
 t_fault=$(date +%s.%N)
 for _ in $(seq 100); do "$bin" health --socket "$work/gw.sock" >/dev/null 2>&1; [ $? = 1 ] && break; sleep 0.1; done
 say "unhealthy $(awk -v a="$(date +%s.%N)" -v b="$t_fault" 'BEGIN{printf "%.1f", a-b}') s after the fault"
@@ -121,7 +106,7 @@ grep -E "remediation|reset|validat|NVML|stopped" "$out/daemon.log" | head -40 >>
 fi
 
 say "== exit on SIGTERM"
-source "$(dirname "$(readlink -f "$0")")/every-feature.sh"
+source "$here/every-feature.sh"
 mkdir -p "$work/jobs"; echo 48217 >"$work/jobs/0"
 for features in defaults all; do
     for i in 1 2 3; do

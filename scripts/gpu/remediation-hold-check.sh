@@ -15,22 +15,7 @@ mkdir -p "$out"
 bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i 0 | head -1)
 short=$(echo "$bus" | sed -E 's/^0*([0-9a-fA-F]{4}):/\1:/' | tr 'A-F' 'a-f')   # 0000:19:00.0
 kmsg_bus=$(echo "$short" | cut -d. -f1)                                     # 0000:19:00
-cat >"$work/holders.sh" <<'SH'
-#!/bin/sh
-# Who holds an NVIDIA device file now (the daemon is our parent).
-echo "daemon pid $PPID; GPU $1"
-found=0
-for fd in /proc/[0-9]*/fd/*; do
-    t=$(readlink "$fd" 2>/dev/null) || continue
-    case "$t" in /dev/nvidia*) pid=${fd#/proc/}; pid=${pid%%/*}
-        echo "held: pid $pid ($(cat /proc/$pid/comm 2>/dev/null)) $t"
-        [ "$pid" = "$PPID" ] && found=1 ;;
-    esac
-done | sort | uniq -c
-if ls -l /proc/$PPID/fd 2>/dev/null | grep -q '/dev/nvidia'; then echo "THE DAEMON STILL HOLDS A DEVICE FILE"; exit 1; fi
-echo "the daemon holds no /dev/nvidia* file"
-SH
-chmod +x "$work/holders.sh"
+holders=$(dirname "$(readlink -f "$0")")/nvidia-holders.sh
 : >"$work/kmsg"
 cat >"$work/config.yaml" <<YAML
 listen: 127.0.0.1:9419
@@ -46,7 +31,7 @@ probe:
   schedule: false
 remediation:
   mode: auto
-  reset_command: "$work/holders.sh {pci_bus_id}"
+  reset_command: "$holders {pci_bus_id}"
   persistence_off_command: "/bin/echo (not run on a lent GPU) nvidia-smi -i {pci_bus_id} -pm 0"
   persistence_on_command: "/bin/echo (not run on a lent GPU) nvidia-smi -i {pci_bus_id} -pm 1"
   reboot_marker: $work/reboot-required
@@ -57,7 +42,8 @@ pid=$!
 sleep 4
 echo "before: the daemon's NVIDIA files:" >"$out/summary.txt"
 ls -l /proc/$pid/fd | grep nvidia | awk '{print $NF}' | sort | uniq -c >>"$out/summary.txt"
-echo "NVRM: Xid (PCI:$kmsg_bus): 94, pid=1, name=x, Contained: SM (0x1)" >>"$work/kmsg"
+# As dmesg prints it: a bare driver line is not read (docs/health.md, "Where XIDs are read").
+echo "[  512.000001] NVRM: Xid (PCI:$kmsg_bus): 94, pid=1, name=x, Contained: SM (0x1)" >>"$work/kmsg"
 sleep 2
 "$bin" health --socket "$work/gw.sock" >>"$out/summary.txt" 2>&1
 # The Slurm check's report: drained by gpuwarden, no job (after the verdict turned unhealthy).

@@ -208,7 +208,8 @@ try:
         bus = GPUS[0]["bus"]  # 00000000:19:00.0
         short = bus[4:].rsplit(".", 1)[0] if len(bus) > 12 else bus
         with open(KMSG, "a") as f:
-            f.write(f"NVRM: Xid (PCI:{short}): 48, pid=1, name=validate-check, DBE (double bit error) (test line)\n")
+            # As dmesg prints it: a bare driver line is not read (docs/health.md, "Where XIDs are read").
+            f.write(f"[ 7000.000001] NVRM: Xid (PCI:{short}): 48, pid=1, name=validate-check, DBE (double bit error) (test line)\n")
         wait_for("GPU 0 unhealthy", lambda: value(scrape(), "gpu_health", gpu="0", state="unhealthy") == 1.0, 20)
         code, health = gw("health", "--socket", SOCKET)
         log("health after the XID (exit", code, "):", health.strip().splitlines()[0])

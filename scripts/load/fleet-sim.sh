@@ -235,7 +235,7 @@ try:
          lambda n: write_atomic(n["dir"] / "scenario.yaml", edit(scenario_for(n["i"]), 0,
              lambda b: b.replace("clock_events: { active: 1,", "clock_events: { active: 64,").replace("temperature: 34", "temperature: 91")))),
         ("fatal XID", "GpuXidFatal", pick(0.23), "1",
-         lambda n: open(n["dir"] / "kmsg", "a").write("NVRM: Xid (PCI:0000:3b:00): 79, pid=2311, name=python3, GPU has fallen off the bus.\n")),
+         lambda n: open(n["dir"] / "kmsg", "a").write("[ 4012.345678] NVRM: Xid (PCI:0000:3b:00): 79, pid=2311, name=python3, GPU has fallen off the bus.\n")),
         ("lost GPU", "GpuLost", pick(0.42), "3",
          lambda n: write_atomic(n["dir"] / "scenario.yaml", edit(scenario_for(n["i"]), 3, lambda b: b + "    lost: true\n"))),
         ("PCIe width drop", "GpuPcieLinkDegraded", pick(0.77), "5",
