@@ -480,8 +480,10 @@ struct Steps<'a> {
     stop: &'a Stop,
 }
 
-/// The longest the persistence-on command may take while the daemon stops.
-const RESTORE_WAIT: Duration = Duration::from_secs(10);
+/// The longest the persistence-on command may take while the daemon stops: it starts at the
+/// stop, and the daemon waits for it (`ask_for_grace`), well inside the unit's 10 s
+/// TimeoutStopSec.
+const RESTORE_WAIT: Duration = Duration::from_secs(5);
 /// The longest the executor waits for the journal to confirm a row.
 const JOURNAL_WAIT: Duration = Duration::from_secs(5);
 
@@ -516,6 +518,9 @@ impl Steps<'_> {
             true => config.timeout.min(RESTORE_WAIT),
             false => config.timeout,
         };
+        // The daemon's stop waits for it (its own time-out is shorter): the command is a
+        // child that dies with the daemon.
+        self.stop.ask_for_grace(timeout.min(RESTORE_WAIT));
         if let Some(why) = self.run(on.for_gpu(bus), timeout, true).failed {
             log::warn!(gpu_uuid = uuid; "turning persistence mode back on failed: {why}");
         }

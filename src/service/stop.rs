@@ -72,6 +72,9 @@ struct Running {
     /// for the log line that says where a slow stop's time went).
     stopped_at: Mutex<Option<std::time::Instant>>,
     went: Mutex<Vec<(&'static str, Duration)>>,
+    /// Handles (by name) that asked for more time than the stop's own time-out, and how much
+    /// more ([`Stop::ask_for_grace`]).
+    grace: Mutex<BTreeMap<&'static str, Duration>>,
 }
 
 /// How many of the slowest handles the stop's log line names.
@@ -173,6 +176,19 @@ impl Shutdown {
         if tokio::time::timeout(timeout, self.all_stopped.recv()).await.is_ok() {
             return Vec::new();
         }
+        // A handle still running that asked for grace (a step that must finish on the way
+        // out) gets it; the others are not waited for longer on its account but are not
+        // cut short before it either: the process ends after both.
+        let extra = {
+            let running = self.running.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+            let grace = self.running.grace.lock().unwrap_or_else(PoisonError::into_inner);
+            running.keys().filter_map(|name| grace.get(name)).max().copied()
+        };
+        if let Some(extra) = extra
+            && tokio::time::timeout(extra, self.all_stopped.recv()).await.is_ok()
+        {
+            return Vec::new();
+        }
         self.running
             .by_name
             .lock()
@@ -204,6 +220,15 @@ impl Stop {
     /// Another handle to the same signal, for a thread or task this one starts.
     pub fn handle(&self, name: &'static str) -> Stop {
         Stop::new(self.signal.clone(), self.running.clone(), name)
+    }
+
+    /// Asks the daemon's stop to wait up to `extra` beyond its own time-out for this handle's
+    /// thread: for a step that must finish on the way out (persistence mode turned back on
+    /// after a GPU reset), bounded well inside systemd's TimeoutStopSec.
+    pub fn ask_for_grace(&self, extra: Duration) {
+        let mut grace = self.running.grace.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = grace.entry(self.name).or_default();
+        *entry = (*entry).max(extra);
     }
 
     /// A handle to the same signal that the daemon's stop does not wait for: for a thread
@@ -395,5 +420,29 @@ mod tests {
         assert!(!took.contains("xid-nvml-events"), "{took}");
         assert!(blocked.is_stopped(), "it still hears the stop");
         dropper.join().unwrap();
+    }
+
+    /// A handle that asked for grace is waited for past the stop's time-out, up to its grace;
+    /// without it, the wait ends at the time-out.
+    #[tokio::test]
+    async fn a_handle_that_asked_for_grace_is_waited_for_longer() {
+        let shutdown = Shutdown::new();
+        let restoring = shutdown.handle("remediation");
+        restoring.ask_for_grace(Duration::from_secs(5));
+        shutdown.stop();
+        let done = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(restoring);
+        });
+        let left = shutdown.wait(Duration::from_millis(50)).await;
+        assert!(left.is_empty(), "{left:?}");
+        done.join().unwrap();
+        let shutdown = Shutdown::new();
+        let stuck = shutdown.handle("stuck");
+        shutdown.stop();
+        let started = Instant::now();
+        assert_eq!(shutdown.wait(Duration::from_millis(50)).await, ["stuck"]);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        drop(stuck);
     }
 }

@@ -676,7 +676,8 @@ fn the_pause_file_and_the_paused_key_hold_every_automatic_reset_until_lifted() {
 
 /// A stop during a GPU reset is not a failed reset (issue #51, item 3): with a reset command
 /// that hangs, SIGTERM ends the daemon within seconds, kills the command, turns persistence
-/// mode back on and writes no reboot marker; the reset's start is in the journal before the
+/// mode back on (a command of 2 s, longer than the stop's own 1.5 s: it is waited for) and
+/// writes no reboot marker; the reset's start is in the journal before the
 /// command ran, so after the restart it counts against `max_resets_per_day` (1) as
 /// `interrupted`, and the same fault is now a reboot rather than another reset: a restart loop
 /// cannot reset without end. The verdict, asked every 0.1 s throughout, never lets go.
@@ -687,7 +688,7 @@ fn a_stop_during_a_reset_is_not_a_failure_and_a_restart_cannot_reset_again() {
     let config = format!(
         "remediation:\n  mode: auto\n  reset_command: \"/bin/sleep 300\"\n  \
          persistence_off_command: \"/bin/sh -c 'echo off >> {d_}/persistence'\"\n  \
-         persistence_on_command: \"/bin/sh -c 'echo on >> {d_}/persistence'\"\n  timeout: 10m\n  \
+         persistence_on_command: \"/bin/sh -c 'sleep 2; echo on >> {d_}/persistence'\"\n  timeout: 10m\n  \
          reboot_marker: {d_}/reboot-required\n  pause_file: {d_}/pause\n\
          health:\n  xid_severity: {{94: fatal}}\n"
     );
