@@ -290,8 +290,14 @@ struct Running {
 
 /// Before the kernel log is read: this boot's XID counts from before a restart, and the
 /// last /dev/kmsg record they came from, so that nothing is lost or counted twice; and the
-/// operators' clears of this boot, so that a cleared XID stays cleared.
-fn take_over_from_journal(place: &journal::Place, config: &Config, sources: &Sources, resume: &ResumePoints) {
+/// operators' clears of this boot, so that a cleared XID stays cleared. Gives back the GPUs'
+/// facts, which the journal's writer starts from.
+fn take_over_from_journal(
+    place: &journal::Place,
+    config: &Config,
+    sources: &Sources,
+    resume: &ResumePoints,
+) -> Vec<journal::facts::GpuFacts> {
     let seed = journal::seed(place);
     let xids = &sources.xids;
     if !seed.clears.is_empty() {
@@ -302,6 +308,7 @@ fn take_over_from_journal(place: &journal::Place, config: &Config, sources: &Sou
     }
     sources.clears.set(seed.clears);
     sources.board_swaps.set(seed.board_swaps);
+    sources.known_boards.set(journal::read::known_boards(&seed.facts));
     if seed.answered {
         crate::remediation::marker::agree_with_journal(
             &config.remediation.reboot_marker,
@@ -349,6 +356,7 @@ fn take_over_from_journal(place: &journal::Place, config: &Config, sources: &Sou
     xids.seed_identities(&crate::xid::kmsg::identities_of_lines(
         seed.kernel_lines.iter().map(String::as_str),
     ));
+    seed.facts
 }
 
 /// The journal, when it is on: its lock (refused while another daemon holds it), this boot's
@@ -374,10 +382,11 @@ async fn start_journal(
         None => None,
     };
     Ok(place.zip(lock).map(|(place, lock)| {
-        take_over_from_journal(&place, config, sources, resume);
+        let facts = take_over_from_journal(&place, config, sources, resume);
         Journal::start(
             lock,
             place,
+            facts,
             store.clone(),
             journal::WritesTo {
                 status: sources.journal.clone(),

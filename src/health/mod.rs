@@ -141,19 +141,42 @@ fn xids_since_clear<'a>(
 fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding> {
     let cleared = snapshot.clears.get(&device.identity.uuid).map(|c| c.time());
     let probe_comparisons = baseline::compare(device, snapshot, &snapshot.health_limits.probe_regression, cleared);
+    let unrecorded = unrecorded_swap(snapshot, device);
     findings(&Seen {
         probe_comparisons: &probe_comparisons,
         device,
         xids: snapshot.xid.for_bus(&device.identity.pci_bus_id),
         probe: snapshot.probe.reports.get(&device.identity.uuid),
         probe_error: snapshot.probe.last_error.get(&device.identity.uuid).map(String::as_str),
-        validation: snapshot.validations.get(&device.identity.uuid),
+        validation: unrecorded.as_ref().or(snapshot.validations.get(&device.identity.uuid)),
         limits: &snapshot.health_limits,
         cleared,
         board_swap: snapshot.board_swaps.get(&device.identity.uuid),
         fabric_manager: snapshot.fabric_manager.as_ref(),
         resetting: resetting(snapshot),
         now: SystemTime::now(),
+    })
+}
+
+/// A new board in a slot where the journal knew another, before the journal has recorded the
+/// swap (its writer looks at a snapshot only after it is published): the validation the
+/// journal is about to start, so that the node is never "ok" in between. It comes before
+/// any other validation the GPU has (an idle sweep's, which holds nothing). Off where the
+/// journal would start none (`validate_after_clear: false`, a board that is not NVIDIA's).
+fn unrecorded_swap(snapshot: &Snapshot, device: &DeviceSnapshot) -> Option<crate::model::health::Validation> {
+    let id = &device.identity;
+    let waits = snapshot.health_limits.validate_after_clear
+        && id.vendor == crate::model::Vendor::Nvidia
+        && !snapshot.board_swaps.contains_key(&id.uuid)
+        && snapshot.known_boards.is_unrecorded_swap(&id.uuid, &id.pci_bus_id);
+    waits.then(|| crate::model::health::Validation {
+        since: crate::model::unix_seconds(SystemTime::now()),
+        why: format!(
+            "a new board in slot {} (the journal knew another board there and is recording the swap)",
+            id.pci_bus_id
+        ),
+        outcome: None,
+        kind: crate::model::health::ValidationKind::Repair,
     })
 }
 
@@ -251,5 +274,69 @@ mod tests {
         // A new fatal XID after the clear is a reset's again.
         snapshot.xid.by_bus.get_mut("0000:19:00.0").unwrap()[0].last_seen = now;
         assert_eq!(step(&mut snapshot).1.as_deref(), Some("gpu_reset"));
+    }
+
+    /// A new board where the journal knew another is validating from the first snapshot, not
+    /// from the journal writer's first look at one (published before it looks): the swap's
+    /// hand-over never reads ok. Only where the journal would start a validation.
+    #[test]
+    fn a_new_board_at_a_known_address_is_validating_before_the_journal_records_it() {
+        let board = |vendor, pci: &str| DeviceSnapshot::for_test(0, vendor, pci, DeviceReadings::default());
+        let mut snapshot = Snapshot {
+            devices: vec![board(Vendor::Nvidia, "0000:19:00.0")],
+            ..Default::default()
+        };
+        snapshot.health_limits.validate_after_clear = true;
+        snapshot.known_boards = std::sync::Arc::new(crate::model::health::KnownBoards {
+            uuids: ["GPU-old".to_string(), "AMD-0".to_string()].into(),
+            addresses: ["0000:19:00.0".to_string()].into(),
+        });
+        let validating = |snapshot: &mut Snapshot| {
+            evaluate(snapshot);
+            let health = &snapshot.devices[0].health;
+            let finding = health.findings.iter().find(|f| f.reason == "validating");
+            finding.map(|f| (health.state, f.message.clone()))
+        };
+        let (state, message) = validating(&mut snapshot).expect("validating");
+        assert_eq!(state, HealthState::Unhealthy);
+        assert!(
+            message.contains("a new board in slot 0000:19:00.0 (the journal knew another board there"),
+            "{message}"
+        );
+        // Recorded: the journal's own validation (set before the swap) says it from now on.
+        let mut recorded = snapshot.clone();
+        recorded.board_swaps = std::sync::Arc::new(
+            [(
+                "GPU-0".to_string(),
+                crate::model::health::BoardSwap {
+                    at: 1.0,
+                    previous_uuid: "GPU-old".into(),
+                    previous_serial: None,
+                },
+            )]
+            .into(),
+        );
+        assert_eq!(validating(&mut recorded), None);
+        // A board the journal knows (it moved), a new address, validation off, an AMD board:
+        // the journal starts none, so neither does the health stage.
+        let mut known = snapshot.clone();
+        known.known_boards = std::sync::Arc::new(crate::model::health::KnownBoards {
+            uuids: ["GPU-0".to_string()].into(),
+            addresses: ["0000:19:00.0".to_string()].into(),
+        });
+        assert_eq!(validating(&mut known), None);
+        let mut elsewhere = snapshot.clone();
+        elsewhere.devices = vec![board(Vendor::Nvidia, "0000:2a:00.0")];
+        assert_eq!(validating(&mut elsewhere), None);
+        let mut off = snapshot.clone();
+        off.health_limits.validate_after_clear = false;
+        assert_eq!(validating(&mut off), None);
+        let mut amd = snapshot.clone();
+        amd.devices = vec![board(Vendor::Amd, "0000:19:00.0")];
+        amd.known_boards = std::sync::Arc::new(crate::model::health::KnownBoards {
+            uuids: ["GPU-old".to_string()].into(),
+            addresses: ["0000:19:00.0".to_string()].into(),
+        });
+        assert_eq!(validating(&mut amd), None);
     }
 }

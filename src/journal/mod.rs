@@ -30,6 +30,7 @@
 //! GPU unhealthy after a restart even when the ring buffer has dropped the line, and a line
 //! still in the ring buffer is not counted twice.
 
+mod board_swap;
 pub mod cli;
 pub mod db;
 pub mod event;
@@ -126,6 +127,9 @@ pub struct Seed {
     pub clears: crate::model::health::Clears,
     /// The board swaps of the last day.
     pub board_swaps: crate::model::health::BoardSwaps,
+    /// Every GPU's last known facts: the writer starts from them, so it finds a board swap
+    /// even while the file cannot be written yet (another program holds its lock).
+    pub facts: Vec<facts::GpuFacts>,
     /// This boot's NVSwitch errors.
     pub sxids: Vec<crate::model::xid::SxidCount>,
     /// Each GPU's latest validation, whatever the boot.
@@ -236,6 +240,7 @@ pub fn seed(place: &Place) -> Seed {
             kernel_lines,
             clears,
             board_swaps,
+            facts,
             sxids,
             validations,
             probe_history,
@@ -254,6 +259,7 @@ pub fn seed(place: &Place) -> Seed {
             kernel_lines,
             clears,
             board_swaps,
+            facts,
             sxids: sxids.into_iter().map(worker::sxid_of_seed).collect(),
             validations,
             probe_history,
@@ -327,6 +333,7 @@ impl Journal {
     pub fn start(
         lock: JournalLock,
         place: Place,
+        facts: Vec<facts::GpuFacts>,
         store: Arc<Store>,
         writes_to: WritesTo,
         xids: Arc<XidStore>,
@@ -341,7 +348,8 @@ impl Journal {
         // Every counted XID is kept for the writer to take (it looks at each publish, which a
         // counted XID brings within a fraction of a second).
         xids.keep_reports();
-        let writer = writer::Writer::new(place, rx, store.clone(), writes_to, xids, shared.clone());
+        let mut writer = writer::Writer::new(place, rx, store.clone(), writes_to, xids, shared.clone());
+        writer.start_from(facts);
         let writer = Arc::new(Mutex::new(writer));
         task::look_at_each_snapshot(&store, writer.clone(), shared.clone());
         // The task ends at the stop signal, after its last batch; dropping its stop handle

@@ -156,6 +156,18 @@ pub fn load_facts(conn: &Connection) -> rusqlite::Result<Vec<GpuFacts>> {
         .collect())
 }
 
+/// Every board `facts` knows, and the addresses it knew boards at.
+pub fn known_boards(facts: &[GpuFacts]) -> crate::model::health::KnownBoards {
+    let mut known = crate::model::health::KnownBoards::default();
+    for facts in facts {
+        if !facts.pci_bus_id.is_empty() {
+            known.addresses.insert(facts.pci_bus_id.clone());
+        }
+        known.uuids.insert(facts.uuid.clone());
+    }
+    known
+}
+
 /// The GPU `selector` names, as the journal last knew it: by UUID, or the GPU last seen
 /// with that index (a GPU that moved to another address is found by its UUID).
 pub fn find_gpu(conn: &Connection, selector: &GpuSelector) -> rusqlite::Result<Option<GpuFacts>> {
@@ -205,6 +217,7 @@ pub fn seed(path: &Path, boot_id: &str) -> Result<Seed, DbError> {
         kernel_lines: kernel_lines(&conn, boot_id).map_err(&err)?,
         clears: clears(&conn, boot_id).map_err(&err)?,
         board_swaps: board_swaps(&conn, SystemTime::now()).map_err(&err)?,
+        facts: load_facts(&conn).map_err(&err)?,
         sxids: sxids(&conn, boot_id).map_err(&err)?,
         validations: validations(&conn).map_err(&err)?,
         probe_history: probe_history(&conn).map_err(&err)?,

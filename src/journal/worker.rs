@@ -164,6 +164,8 @@ pub enum Answer {
         clears: crate::model::health::Clears,
         #[serde(default)]
         board_swaps: crate::model::health::BoardSwaps,
+        #[serde(default)]
+        facts: Vec<super::facts::GpuFacts>,
         /// (switch, address, code, fatal, count, last seen, message).
         #[serde(default)]
         sxids: Vec<SxidSeed>,
@@ -491,6 +493,7 @@ fn answer(request: Request) -> Reply {
                 kernel_lines: seed.kernel_lines,
                 clears: seed.clears,
                 board_swaps: seed.board_swaps,
+                facts: seed.facts,
                 sxids: seed.sxids.into_iter().map(seed_of_sxid).collect(),
                 validations: seed.validations,
                 probe_history: seed.probe_history,

@@ -57,10 +57,8 @@ pub(super) struct Writer {
     rx: Receiver<Box<Message>>,
     store: Arc<Store>,
     status: Arc<Versioned<Option<JournalStatus>>>,
-    /// Where a board swap goes for the verdict's notice.
-    board_swaps: Arc<Versioned<crate::model::health::BoardSwaps>>,
-    /// Where a board swap starts a validation (`health.validate_after_clear`).
-    validations: Arc<Versioned<crate::model::health::Validations>>,
+    /// Where a board swap goes: the verdict's notice and its validation.
+    swaps: super::board_swap::SwapWrites,
     /// What was last written of the validations.
     validation_rows: super::validation_rows::ValidationRows,
     /// What was last written of the advised next steps.
@@ -129,10 +127,12 @@ impl Writer {
             rx,
             store,
             status: writes_to.status,
-            board_swaps: writes_to.board_swaps,
             validation_rows: super::validation_rows::ValidationRows::from_seed(writes_to.validations.get()),
             remediation_rows: super::remediation_rows::RemediationRows::from_seed(&writes_to.remediation.get()),
-            validations: writes_to.validations,
+            swaps: super::board_swap::SwapWrites {
+                board_swaps: writes_to.board_swaps,
+                validations: writes_to.validations,
+            },
             xids,
             shared,
             open: false,
@@ -434,37 +434,8 @@ impl Writer {
         now: f64,
         validate: bool,
     ) {
-        self.push(facts::board_swap(previous, new, now));
-        self.board_swaps.update(|swaps| {
-            swaps.insert(
-                new.uuid.clone(),
-                crate::model::health::BoardSwap {
-                    at: now,
-                    previous_uuid: previous.uuid.clone(),
-                    previous_serial: previous.serial.clone(),
-                },
-            );
-        });
-        // A new board proves itself with a probe before its node returns to service
-        // (the probe is CUDA's: NVIDIA boards only).
-        if validate && device.identity.vendor == crate::model::Vendor::Nvidia {
-            let why = format!(
-                "a new board in slot {} (it replaced serial {})",
-                new.pci_bus_id,
-                previous.serial.as_deref().unwrap_or("unknown")
-            );
-            self.validations.update(|all| {
-                all.insert(
-                    new.uuid.clone(),
-                    crate::model::health::Validation {
-                        since: now,
-                        why,
-                        outcome: None,
-                        kind: Default::default(),
-                    },
-                );
-            });
-        }
+        let row = self.swaps.record(previous, new, device.identity.vendor, now, validate);
+        self.push(row);
         // The old board's facts stay (its history keeps its serial), but no longer at
         // this address.
         self.seen.remove(&previous.uuid);
@@ -605,6 +576,15 @@ impl Writer {
             // Found damaged while writing: a new file at once, the batch kept for it.
             self.moved_aside(&e.message, aside);
             self.retry_at = Instant::now();
+        }
+    }
+
+    /// Each GPU's facts as the seed read them, before the file is open for writing: rows name
+    /// their GPU, and a board swap is found, even while another program holds the file's
+    /// write lock (the facts its first open brings add to these, never replace them).
+    pub(super) fn start_from(&mut self, facts: Vec<GpuFacts>) {
+        for f in facts {
+            self.facts.insert(f.uuid.clone(), f);
         }
     }
 

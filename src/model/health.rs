@@ -242,6 +242,25 @@ pub struct BoardSwap {
 /// The board swaps of the last [`BOARD_SWAP_NOTICE`], by the new board's UUID.
 pub type BoardSwaps = std::collections::BTreeMap<String, BoardSwap>;
 
+/// The boards the journal knew when the daemon started: a board found at one of these
+/// addresses that the journal never saw is a swap it has yet to record, and is kept out of
+/// service from the first snapshot (health/mod.rs), not from the journal's first look.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct KnownBoards {
+    /// Every UUID the journal has facts for.
+    pub uuids: std::collections::BTreeSet<String>,
+    /// The PCI addresses the journal knew a board at (each board's last address).
+    pub addresses: std::collections::BTreeSet<String>,
+}
+
+impl KnownBoards {
+    /// Whether `uuid` at `pci_bus_id` is a board the journal never saw, in a slot where it
+    /// knew another: the journal's writer will record it as a board swap.
+    pub fn is_unrecorded_swap(&self, uuid: &str, pci_bus_id: &str) -> bool {
+        !pci_bus_id.is_empty() && !self.uuids.contains(uuid) && self.addresses.contains(pci_bus_id)
+    }
+}
+
 /// How long a board swap is a notice in the verdict (`board_replaced`).
 pub const BOARD_SWAP_NOTICE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 

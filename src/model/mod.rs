@@ -629,6 +629,9 @@ pub struct Snapshot {
     pub health_limits: health::Limits,
     /// The operators' clears after a repair, by GPU UUID.
     pub clears: std::sync::Arc<health::Clears>,
+    /// The boards the journal knew at start: a new board at a known address is validated
+    /// before the journal has recorded the swap.
+    pub known_boards: std::sync::Arc<health::KnownBoards>,
     /// Boards replaced within the last day, by the new board's UUID.
     pub board_swaps: std::sync::Arc<health::BoardSwaps>,
     /// Each GPU's latest validation (a probe before return to service), by UUID.

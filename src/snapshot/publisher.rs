@@ -90,6 +90,7 @@ pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generatio
         xid: inputs.xids.clone(),
         health_limits: options.health_limits.clone(),
         clears: inputs.clears.clone(),
+        known_boards: inputs.known_boards.clone(),
         board_swaps: inputs.board_swaps.clone(),
         validations: inputs.validations.clone(),
         scheduler: (*inputs.scheduler).clone(),

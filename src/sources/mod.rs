@@ -320,7 +320,11 @@ sources! {
     journal: Versioned<Option<crate::model::JournalStatus>>,
     /// The operators' clears after a repair (`gpuwarden health clear`).
     clears: Versioned<crate::model::health::Clears>,
-    /// Boards the journal found replaced.
+    /// The boards the journal knew at start (a new one at a known address is validated from
+    /// the first snapshot). Read before `board_swaps`: see `journal::writer::board_swapped`.
+    known_boards: Versioned<crate::model::health::KnownBoards>,
+    /// Boards the journal found replaced. Read before `validations`, which the journal's writer
+    /// sets first: a snapshot that has the swap has its validation too.
     board_swaps: Versioned<crate::model::health::BoardSwaps>,
     /// GPUs that must pass a probe before they return to service (the local API's clear and
     /// the journal's board swaps start one, the probe scheduler ends it).

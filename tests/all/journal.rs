@@ -451,7 +451,11 @@ fn a_read_only_file_system_leaves_health_working_and_the_journal_catches_up() {
 
 /// Waits until the journal holds a row of `kind` for `uuid`; returns all of that kind.
 fn wait_for_kind(state: &Path, kind: &str, uuid: &str) -> Vec<serde_json::Value> {
-    eventually(&format!("a {kind} row for {uuid}"), Duration::from_secs(10), || {
+    wait_for_kind_within(state, kind, uuid, Duration::from_secs(10))
+}
+
+fn wait_for_kind_within(state: &Path, kind: &str, uuid: &str, within: Duration) -> Vec<serde_json::Value> {
+    eventually(&format!("a {kind} row for {uuid}"), within, || {
         if !state.exists() {
             return None;
         }
@@ -563,8 +567,32 @@ fn a_different_gpu_at_the_same_address_is_a_board_swap_and_the_old_serial_keeps_
             .replace(GPU0_SERIAL, "1653099999999")
     });
     d.set_scenario(&swapped);
+    // Asked every 0.1 s through the restart, as a Slurm check would: the node went out of
+    // service with the fatal XID and the new board must be validated before it may come
+    // back, so no answer from the new daemon may read fit, not even its first snapshot's
+    // (before the journal's writer has looked at it and recorded the swap).
+    // The journal is slow to take it in (another process holds its write lock for 3 s, as
+    // `sqlite3 state.db` left in a transaction would): what the first snapshots say, they
+    // say without the journal's writer.
+    let poll = VerdictPoll::start(d.socket_path());
+    let lock = hold_write_lock(&state, Duration::from_secs(3));
     let d = d.restart(false, Some(""));
-    let swap = wait_for_kind(&state, "board_swap", "GPU-0b0a4d1e-1111-4d6b-9a0c-00000000beef");
+    let _ = lock.wait_with_output();
+    // The journal tries its file again 30 s later. Meanwhile its writer found the swap from
+    // the facts the start read (before, it looked with no facts and missed the swap for good),
+    // and the new board is out of service.
+    let (code, text) = d.health(false);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.starts_with("unhealthy: GPU 0 validating") && text.contains("(it replaced serial 1653024000000)"),
+        "{text}"
+    );
+    let swap = wait_for_kind_within(
+        &state,
+        "board_swap",
+        "GPU-0b0a4d1e-1111-4d6b-9a0c-00000000beef",
+        Duration::from_secs(45),
+    );
     assert_eq!(swap[0]["details"]["previous_serial"], GPU0_SERIAL);
     assert_eq!(swap[0]["serial"], "1653099999999");
     assert_eq!(swap[0]["pci_bus_id"], "0000:19:00.0");
@@ -632,6 +660,10 @@ fn a_different_gpu_at_the_same_address_is_a_board_swap_and_the_old_serial_keeps_
     let rows = wait_for_kind(&state, "validation", "GPU-0b0a4d1e-1111-4d6b-9a0c-00000000beef");
     assert_eq!(rows.len(), 1, "{rows:#?}");
     assert_eq!(rows[0]["details"]["state"], "pending", "{rows:#?}");
+    std::thread::sleep(Duration::from_millis(500));
+    let asks = poll.finish();
+    assert_held_throughout(&asks, true);
+    assert_eq!(asks.last().map(|a| a.code), Some(1), "{asks:#?}");
 
     // A restart keeps both (from the journal): a restart does not let a board skip its probe.
     let d = d.restart(false, Some(""));
@@ -659,6 +691,32 @@ fn a_different_gpu_at_the_same_address_is_a_board_swap_and_the_old_serial_keeps_
         skipped["summary"].as_str().unwrap().contains("new board checked"),
         "{skipped:#?}"
     );
+}
+
+/// Another process (Python's sqlite3) holding the journal's write lock for `hold`, from when
+/// this returns.
+fn hold_write_lock(state: &Path, hold: Duration) -> std::process::Child {
+    let script = format!(
+        "import sqlite3, sys, time\n\
+         c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+         c.execute('BEGIN IMMEDIATE')\n\
+         print('held', flush=True)\n\
+         time.sleep({})\n\
+         c.execute('ROLLBACK')\n",
+        hold.as_secs_f64()
+    );
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(state)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    let stdout = child.stdout.as_mut().expect("stdout");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).expect("read");
+    assert_eq!(line.trim(), "held");
+    child
 }
 
 #[test]
