@@ -482,6 +482,7 @@ pub fn settings_from_stdin() -> Result<ChildSettings, super::ProbeError> {
 mod tests {
     use super::*;
     use crate::config::Nvml;
+    use crate::model::health::Validation;
     use crate::model::{DeviceIdentity, DeviceReadings, Vendor};
 
     fn device(index: u32, up: bool, utilization: f64, used_mib: u64) -> DeviceSnapshot {
@@ -592,7 +593,6 @@ mod tests {
 
     #[test]
     fn gpus_awaiting_validation_come_first_nvidia_only_and_not_while_waiting_to_retry() {
-        use crate::model::health::Validation;
         let mut snapshot = Snapshot {
             devices: vec![device(0, true, 0.0, 0), device(1, true, 0.0, 0)],
             ..Default::default()
@@ -699,5 +699,44 @@ mod tests {
         let back: ChildSettings = serde_json::from_str(&text).unwrap();
         assert_eq!(back.probe, settings.probe);
         assert_eq!(back.nvml, settings.nvml);
+    }
+
+    /// The sweep ended a validation as skipped after the snapshot that chose the GPU was
+    /// taken: the validation as it is now decides, so the GPU is not probed (no skip or run
+    /// is counted for it) and the skipped outcome stays; a pending one is looked at.
+    #[test]
+    fn a_validation_the_sweep_ended_is_not_probed() {
+        let settings = ChildSettings {
+            nvml: Nvml::default(),
+            probe: Probe::default(),
+        };
+        let busy = device(0, true, 0.5, 500);
+        let pending = Validation {
+            since: 100.0,
+            why: "idle sweep".into(),
+            outcome: None,
+            kind: crate::model::health::ValidationKind::Sweep,
+        };
+        let ended = Validation {
+            outcome: Some(ValidationOutcome::Skipped {
+                at: 120.0,
+                detail: "job 7 runs on GPU 1".into(),
+            }),
+            ..pending.clone()
+        };
+        let stop = crate::service::stop::Shutdown::new().handle("test");
+        let state = ProbeState::default();
+        let validations = Versioned::<Validations>::default();
+        validations.set([("GPU-0".to_string(), ended.clone())].into());
+        assert_eq!(
+            validate(&busy, &settings, &state, &validations, &stop),
+            VALIDATION_RETRY
+        );
+        assert!(state.get().skipped.is_empty() && state.get().runs.is_empty());
+        assert_eq!(validations.get()["GPU-0"], ended);
+        // Pending: looked at (the GPU is busy, so the look is a skip, counted).
+        validations.set([("GPU-0".to_string(), pending)].into());
+        validate(&busy, &settings, &state, &validations, &stop);
+        assert_eq!(state.get().skipped[&("GPU-0".to_string(), "utilization")], 1);
     }
 }

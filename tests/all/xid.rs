@@ -56,6 +56,38 @@ fn an_xid_from_nvml_events_is_counted_with_its_severity() {
     );
 }
 
+/// The daemon's log line for an XID has the level of the severity it was counted with: the
+/// operator's policy, not the catalog's. A journald alert on ERROR lines then follows the
+/// policy that takes the GPU out of service.
+#[test]
+fn an_xid_is_logged_at_the_severity_its_policy_gives_it() {
+    let config = "health:\n  xid_severity: {94: fatal, 48: ignore}\n";
+    let d = Daemon::start_full(DEMO_SCENARIO, &test_config(&sim_library(), config), "", &[]);
+    d.log_kernel(
+        "NVRM: Xid (PCI:0000:19:00): 94, pid=1, name=x, Contained: SM (0x1)\n\
+         NVRM: Xid (PCI:0000:4c:00): 48, pid=1, name=x, An uncorrectable double bit error\n",
+    );
+    d.scrape_until("both counted", |m| {
+        xid_count(m, "0", "94").is_some() && xid_count(m, "2", "48").is_some()
+    });
+    let log = d.log_text();
+    let line = |code: &str| {
+        log.lines()
+            .find(|l| l.contains(&format!("] Xid {code} (")))
+            .unwrap_or_else(|| panic!("no log line for Xid {code}:\n{log}"))
+            .to_string()
+    };
+    // 94 is contained (critical) in the catalog; the policy makes it fatal: an error.
+    let fatal = line("94");
+    assert!(
+        fatal.contains(" ERROR]") && fatal.contains(", fatal) on GPU 0000:19:00.0"),
+        "{fatal}"
+    );
+    // 48 is fatal in the catalog; the policy ignores it: no error, no warning.
+    let ignored = line("48");
+    assert!(ignored.contains(" INFO ]"), "{ignored}");
+}
+
 #[test]
 fn an_xid_from_the_kernel_log_is_mapped_to_its_gpu() {
     let d = Daemon::start(DEMO_SCENARIO);
