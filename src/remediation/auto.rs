@@ -679,4 +679,59 @@ mod tests {
         config.paused = true;
         assert_eq!(pause_reason(&config).as_deref(), Some("remediation.paused is true"));
     }
+
+    /// A stop while the reset waits for the poller to let go of NVML (here it never does) is
+    /// not a failed reset: no command runs, no reboot mark or marker file, no attempt counted
+    /// against the day's budget, and the GPU is no longer `running` (issue #51, item 3).
+    #[test]
+    fn a_stop_during_the_nvml_release_wait_runs_nothing_and_marks_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let ran = dir.path().join("reset-ran");
+        let marker = dir.path().join("reboot-required");
+        let config = Remediation {
+            reset_command: crate::config::CommandLine::of(&["touch", ran.to_str().unwrap()]),
+            persistence_off_command: None,
+            persistence_on_command: None,
+            reboot_marker: marker.clone(),
+            ..Remediation::default()
+        };
+        let executor = Executor {
+            store: Arc::new(Store::new()),
+            settings: Arc::new(SharedSettings::new(crate::config::settings::Settings::serving_nothing(
+                crate::config::Config::default(),
+            ))),
+            state: Arc::default(),
+            clears: Arc::default(),
+            validations: Arc::default(),
+            hold: LibraryHold::default(),
+            journal: None,
+            fd_dir: dir.path().join("no-fds"),
+            unhealthy_since: Arc::default(),
+        };
+        let device = DeviceSnapshot::for_test(0, Vendor::Nvidia, "0000:19:00.0", Default::default());
+        let shutdown = crate::service::stop::Shutdown::new();
+        let stop = shutdown.handle("test");
+        let started = Instant::now();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                shutdown.stop();
+            });
+            executor.reset(&device, &config, &crate::config::Health::default(), &stop);
+        });
+        assert!(
+            started.elapsed() < RELEASE_WAIT,
+            "ended by the stop, not the wait's limit"
+        );
+        assert!(!ran.exists(), "no command ran");
+        assert!(!marker.exists(), "no marker file");
+        let state = executor.state.get();
+        assert_eq!(state.running, None);
+        assert!(state.reboot_required.is_none());
+        assert!(state.attempts.is_empty(), "{:?}", state.attempts);
+        assert!(
+            !executor.hold.requested(),
+            "the hold is lifted: the poller takes NVML back"
+        );
+    }
 }
