@@ -30,4 +30,5 @@ mod status_page;
 mod systemd;
 mod systemd_real;
 mod web;
+mod wire;
 mod xid;
