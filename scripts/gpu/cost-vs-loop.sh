@@ -6,9 +6,8 @@
 # Two identical processes polling one GPU side by side differ by up to 40 % in the driver's
 # CPU (docs/results/two-loops-two-daemons-2026-11-26-h100.txt), so COPIES (2) loops and COPIES
 # daemons at defaults run, each its own copy of the binary, and the groups' means are
-# compared. The window starts after SETTLE (130) seconds: past the start-up, the page-out of
-# the start-up code (60 s, service::residency) and the first rounds of every tier (topology:
-# 120 s). Prints each one's CPU over the window (schedstat, nanoseconds, all threads) as a
+# compared. The window starts after SETTLE (130) seconds: past the start-up and the first
+# rounds of every tier (topology: 120 s). Prints each one's CPU over the window (schedstat, nanoseconds, all threads) as a
 # share of a core, by thread, and RSS at the end. NVML_INCLUDE: where nvml.h is, if not under
 # /usr/local/cuda/include. BEFORE=path/to/an/older/gpuwarden adds COPIES of that build at its
 # defaults to the same window (BEFORE_YAML: added to their config; BEFORE may be the same
@@ -130,7 +129,7 @@ for p in loop1 defaults1 all; do
   echo "$p resident memory by mapping (KiB, 8 largest):"
   python3 "$here/rss-by-mapping.py" "${pid[$p]}" 8 | sed 's/^/  /'
 done
-# Of the binary's own mapping, which sections (.text.steady: the code the settled daemon runs).
+# Of the binary's own mapping, which sections are resident.
 for p in defaults1 all ${BEFORE:+before1}; do
   echo "$p's binary resident by section (KiB): $(python3 "$here/rss-by-section.py" "${pid[$p]}")"
 done

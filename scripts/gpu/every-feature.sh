@@ -1,4 +1,4 @@
-# Sourced by all-features.sh, cost-vs-loop.sh and scripts/layout/steady-code.sh: what "every
+# Sourced by all-features.sh and cost-vs-loop.sh: what "every
 # feature on" means in the measurements (docs/performance.md), in one place.
 # every_feature_yaml JOBS_DIR prints the config sections that turn on what the defaults leave
 # off: dcgm-exporter's names, per-link NVLink series, per-process series, and a job mapping

@@ -5,8 +5,8 @@ the present bit) named by the section that holds it, in KiB.
 
     scripts/gpu/rss-by-section.py PID
 
-Shows what the steady-state layout (scripts/layout/steady-code.ld) keeps: `.text.steady` is
-the code the settled daemon runs, `.text` the rest. Used by cost-vs-loop.sh."""
+Shows how much of `.text` (the code) and of the data sections stays resident. Used by
+cost-vs-loop.sh."""
 import collections
 import os
 import struct

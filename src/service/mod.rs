@@ -1,12 +1,10 @@
 //! Being a well-behaved system service: one stop signal for every thread and task, blocking
 //! calls held to a deadline, logging
-//! with rate limits, telling systemd how the daemon is doing, and giving back the memory that
-//! only start-up used.
+//! with rate limits, telling systemd how the daemon is doing, and giving back the heap a
+//! burst of work grew.
 
 pub mod clock;
 pub mod deadline;
 pub mod logging;
-pub mod mailbox;
 pub mod notify;
-pub mod residency;
 pub mod stop;

@@ -22,13 +22,12 @@ use crate::model::{
     BackendStatus, DeviceIdentity, DeviceReadings, DeviceSnapshot, DurationHistogram, PersistenceAttempts,
 };
 use crate::service::logging::RateLimiter;
-use crate::service::mailbox::{Receiver, Sender, mailbox};
 use crate::service::notify;
 use crate::snapshot::publisher::{Publisher, RoundPart};
 use crate::sources::grid::{Grid, SharedGrid};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::sync::mpsc::{RecvTimeoutError, TrySendError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError, channel, sync_channel};
 use std::time::{Duration, Instant, SystemTime};
 
 /// What a GPU thread sends back: which worker (by id), for which round, and what it read.
@@ -70,7 +69,7 @@ struct Worker {
     identity: Arc<DeviceIdentity>,
     /// Sends a round number to poll for at once (else the thread polls on the timetable);
     /// dropping it ends the thread.
-    requests: Option<Sender<Request>>,
+    requests: Option<SyncSender<Request>>,
     /// The round this GPU's thread owes an answer for, if any: asked for, or due on the
     /// timetable. One owed for a round already over means the thread is stuck in a call.
     busy_with: Option<u64>,
@@ -165,7 +164,7 @@ fn next_poll(
 ) -> Option<u64> {
     loop {
         let request = match plan {
-            None => requests.recv()?,
+            None => requests.recv().ok()?,
             Some((round, due)) => match requests.recv_timeout(due.saturating_duration_since(Instant::now())) {
                 Ok(request) => request,
                 Err(RecvTimeoutError::Timeout) => return Some(round),
@@ -225,7 +224,7 @@ pub struct Coordinator {
 
 impl Coordinator {
     pub fn new(settings: Arc<SharedSettings>, publisher: Arc<Publisher>, xid_events: Option<XidEvents>) -> Coordinator {
-        let (results_tx, results_rx) = mailbox(usize::MAX);
+        let (results_tx, results_rx) = channel();
         Coordinator {
             settings,
             publisher,
@@ -371,7 +370,7 @@ impl Coordinator {
         self.next_worker_id += 1;
         // A poll request and a timetable notice at most: a busy (hung) thread is not asked
         // again (`busy_with`), and a notice never keeps a request out.
-        let (requests_tx, requests_rx) = mailbox::<Request>(2);
+        let (requests_tx, requests_rx) = sync_channel::<Request>(2);
         let results = self.results_tx.clone();
         let grid = self.grid.clone();
         let running = Arc::new(());
@@ -476,7 +475,7 @@ impl Coordinator {
 
         self.answers.iter_mut().for_each(|a| *a = Answers::default());
         // Answers that came in after an earlier round's deadline free their thread.
-        while let Some(note) = self.results_rx.try_recv() {
+        while let Ok(note) = self.results_rx.try_recv() {
             self.take_note(note, round);
         }
 
@@ -791,7 +790,7 @@ mod tests {
 
     #[test]
     fn a_gpu_thread_polls_when_its_round_is_due_or_at_once_when_asked() {
-        let (tx, rx) = mailbox::<Request>(2);
+        let (tx, rx) = sync_channel::<Request>(2);
         // Due in 50 ms: the thread sleeps until then and polls that round.
         let started = Instant::now();
         let grid = grid_from(7, started + Duration::from_millis(50));
@@ -806,7 +805,7 @@ mod tests {
 
     #[test]
     fn a_new_timetable_is_read_again_and_no_timetable_waits_for_a_request() {
-        let (tx, rx) = mailbox::<Request>(2);
+        let (tx, rx) = sync_channel::<Request>(2);
         let grid = SharedGrid::default();
         let waiter = {
             let grid = grid.clone();
@@ -825,7 +824,7 @@ mod tests {
 
     #[test]
     fn a_thread_let_go_of_stops_waiting() {
-        let (tx, rx) = mailbox::<Request>(2);
+        let (tx, rx) = sync_channel::<Request>(2);
         let grid = grid_from(1, Instant::now() + Duration::from_secs(3600));
         drop(tx);
         assert_eq!(next_poll(&rx, &grid, 0, plan_after(&grid, 0)), None);
