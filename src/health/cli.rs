@@ -4,7 +4,7 @@
 //! has not finished its first poll); 3: the idle node's scheduled validation runs. node-problem-detector's custom plugins and Slurm's
 //! health check read the exit code and the first line (deploy/).
 
-use super::verdict::NodeVerdict;
+use super::verdict::{Level, NodeVerdict, VerdictState};
 use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
@@ -199,11 +199,11 @@ fn not_an_answer(e: serde_json::Error) -> i32 {
 }
 
 pub fn exit_code(verdict: &NodeVerdict) -> i32 {
-    match verdict.state.as_str() {
-        "unhealthy" => EXIT_UNHEALTHY,
-        "validating" => EXIT_VALIDATING,
-        "ok" | "degraded" => EXIT_HEALTHY,
-        _ => EXIT_UNKNOWN,
+    match verdict.state {
+        VerdictState::Unhealthy => EXIT_UNHEALTHY,
+        VerdictState::Validating => EXIT_VALIDATING,
+        VerdictState::Ok | VerdictState::Degraded => EXIT_HEALTHY,
+        VerdictState::Unknown => EXIT_UNKNOWN,
     }
 }
 
@@ -213,7 +213,7 @@ pub fn exit_code(verdict: &NodeVerdict) -> i32 {
 pub fn text(verdict: &NodeVerdict) -> String {
     let mut out = String::new();
     let unhealthy: Vec<String> = verdict
-        .at("unhealthy")
+        .at(Level::Unhealthy)
         .map(|(gpu, f)| match gpu {
             Some(g) => format!("GPU {} {}", g.index, f.reason),
             // The port or address, so a drain reason says which (`node nic_port_down mlx5_2/1`).
@@ -230,7 +230,7 @@ pub fn text(verdict: &NodeVerdict) -> String {
     } else {
         out.push_str(&format!("{}: {}\n", verdict.state, unhealthy.join(", ")));
     }
-    for state in ["unhealthy", "degraded", "notice"] {
+    for state in Level::WORST_FIRST {
         for line in verdict.lines_at(state) {
             out.push_str(&format!("  {state}: {line}\n"));
         }

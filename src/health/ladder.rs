@@ -7,7 +7,7 @@
 //! already failed in this boot or the day's resets did not hold (`escalate`). Pure: the GPU,
 //! its findings, its XIDs and what was tried in, the step out.
 
-use crate::model::health::{Finding, HealthState, LadderLimits, NextStep};
+use crate::model::health::{Finding, HealthState, LadderLimits, NextStep, Step};
 use crate::model::remediation::{AttemptOutcome, Remediations};
 use crate::model::xid::{Severity, XidCount};
 use crate::model::{DeviceSnapshot, RecoveryAction};
@@ -35,11 +35,11 @@ pub fn next_step(
 /// A reset that already failed in this boot, or resets that did not hold, make the step a
 /// reboot: the same reset again would not help.
 fn escalate(step: NextStep, uuid: &str, ladder: &Ladder) -> NextStep {
-    if step.step != "gpu_reset" || ladder.tried.running.as_deref() == Some(uuid) {
+    if step.step != Step::GpuReset || ladder.tried.running.as_deref() == Some(uuid) {
         return step;
     }
     let reboot = |why: String| NextStep {
-        step: "reboot_required".into(),
+        step: Step::RebootRequired,
         why,
         command: None,
     };
@@ -113,24 +113,18 @@ fn from_evidence(
     reset_command: String,
 ) -> Option<NextStep> {
     let reset = || Some(reset_command.clone());
-    let step = |step: &str, why: String, command: Option<String>| {
-        Some(NextStep {
-            step: step.to_string(),
-            why,
-            command,
-        })
-    };
+    let step = |step: Step, why: String, command: Option<String>| Some(NextStep { step, why, command });
     match action {
         Some(RecoveryAction::NodeReboot) => {
             return step(
-                "reboot_required",
+                Step::RebootRequired,
                 "the driver asks for a node reboot (recovery action)".into(),
                 None,
             );
         }
         Some(RecoveryAction::GpuReset | RecoveryAction::DrainAndReset) => {
             return step(
-                "gpu_reset",
+                Step::GpuReset,
                 "the driver asks for a GPU reset (recovery action)".into(),
                 reset(),
             );
@@ -138,7 +132,11 @@ fn from_evidence(
         _ => {}
     }
     if unhealthy.iter().any(|f| f.reason == "gpu_lost") {
-        return step("reboot_required", "the GPU is lost (fallen off the bus)".into(), None);
+        return step(
+            Step::RebootRequired,
+            "the GPU is lost (fallen off the bus)".into(),
+            None,
+        );
     }
     let fatal: Vec<(u32, &str)> = xids
         .iter()
@@ -147,27 +145,35 @@ fn from_evidence(
         .collect();
     if let Some((code, bucket)) = fatal.iter().find(|(_, b)| matches!(*b, "RESTART_BM" | "RESTART_VM")) {
         return step(
-            "reboot_required",
+            Step::RebootRequired,
             format!("Xid {code}: NVIDIA's catalog says {bucket}"),
             None,
         );
     }
     if let Some((code, bucket)) = fatal.first() {
         return step(
-            "gpu_reset",
+            Step::GpuReset,
             format!("Xid {code}: NVIDIA's catalog says {bucket}"),
             reset(),
         );
     }
     if unhealthy.iter().any(|f| f.reason == "fabric_not_ready") {
-        return step("gpu_reset", "the GPU has not joined the NVLink fabric".into(), reset());
+        return step(
+            Step::GpuReset,
+            "the GPU has not joined the NVLink fabric".into(),
+            reset(),
+        );
     }
     if remap_pending {
-        return step("gpu_reset", "a memory row remap waits for a GPU reset".into(), reset());
+        return step(
+            Step::GpuReset,
+            "a memory row remap waits for a GPU reset".into(),
+            reset(),
+        );
     }
     let first = unhealthy.first()?;
     step(
-        "service",
+        Step::Service,
         format!(
             "{}: no reset or reboot clears it; a person must look (repair, replace)",
             first.reason
@@ -251,23 +257,27 @@ mod tests {
     fn the_drivers_recovery_action_comes_first_then_the_catalog_then_the_finding() {
         let unhealthy = [finding("xid_fatal", HealthState::Unhealthy)];
         let reboot = step(&gpu(Some(RecoveryAction::NodeReboot)), &unhealthy, &[xid(48)]).unwrap();
-        assert_eq!(reboot.step, "reboot_required", "the driver's word beats the catalog's");
+        assert_eq!(
+            reboot.step.label(),
+            "reboot_required",
+            "the driver's word beats the catalog's"
+        );
         let reset = step(&gpu(Some(RecoveryAction::GpuReset)), &unhealthy, &[xid(79)]).unwrap();
-        assert_eq!(reset.step, "gpu_reset");
+        assert_eq!(reset.step.label(), "gpu_reset");
         assert_eq!(reset.command.as_deref(), Some("nvidia-smi --gpu-reset -i 0000:19:00.0"));
         // No recovery action: Xid 79 (RESTART_BM) asks for a reboot, Xid 48 for a reset.
         assert_eq!(
             step(&gpu(None), &unhealthy, &[xid(79)]).unwrap().step,
-            "reboot_required"
+            Step::RebootRequired
         );
         let dbe = step(&gpu(None), &unhealthy, &[xid(48)]).unwrap();
-        assert_eq!(dbe.step, "gpu_reset");
+        assert_eq!(dbe.step.label(), "gpu_reset");
         assert!(dbe.why.starts_with("Xid 48: NVIDIA's catalog says"), "{}", dbe.why);
         let lost = [finding("gpu_lost", HealthState::Unhealthy)];
-        assert_eq!(step(&gpu(None), &lost, &[]).unwrap().step, "reboot_required");
+        assert_eq!(step(&gpu(None), &lost, &[]).unwrap().step.label(), "reboot_required");
         let remap = [finding("row_remap_failed", HealthState::Unhealthy)];
         let service = step(&gpu(None), &remap, &[]).unwrap();
-        assert_eq!((service.step.as_str(), service.command), ("service", None));
+        assert_eq!((service.step.label(), service.command), ("service", None));
     }
 
     #[test]
@@ -279,7 +289,7 @@ mod tests {
             "a hot GPU needs cooling, not a reset"
         );
         let asked = step(&gpu(Some(RecoveryAction::GpuReset)), &degraded, &[]).unwrap();
-        assert_eq!(asked.step, "gpu_reset");
+        assert_eq!(asked.step.label(), "gpu_reset");
         assert_eq!(step(&gpu(Some(RecoveryAction::DrainP2p)), &degraded, &[]), None);
         let remap = [finding("row_remap_pending", HealthState::Degraded)];
         let pending = step(&gpu(None), &remap, &[]).unwrap();
@@ -298,10 +308,14 @@ mod tests {
         let mut tried = Remediations::default();
         tried.keep(reset_at(9_000.0, AttemptOutcome::Succeeded));
         let once = tried_step(&gpu(None), &unhealthy, &[xid(48)], &tried).unwrap();
-        assert_eq!(once.step, "gpu_reset", "one reset of two a day: another may hold");
+        assert_eq!(
+            once.step.label(),
+            "gpu_reset",
+            "one reset of two a day: another may hold"
+        );
         tried.keep(reset_at(9_500.0, AttemptOutcome::Succeeded));
         let spent = tried_step(&gpu(None), &unhealthy, &[xid(48)], &tried).unwrap();
-        assert_eq!(spent.step, "reboot_required");
+        assert_eq!(spent.step.label(), "reboot_required");
         assert!(
             spent.why.starts_with("2 GPU reset(s) within 24 h did not hold"),
             "{}",
@@ -315,7 +329,7 @@ mod tests {
             },
         ));
         let after_failure = tried_step(&gpu(None), &unhealthy, &[xid(48)], &failed).unwrap();
-        assert_eq!(after_failure.step, "reboot_required");
+        assert_eq!(after_failure.step.label(), "reboot_required");
         assert!(
             after_failure.why.contains("failed (exit status 1)"),
             "{}",
@@ -327,13 +341,13 @@ mod tests {
             tried_step(&gpu(None), &unhealthy, &[xid(48)], &earlier_boot)
                 .unwrap()
                 .step,
-            "gpu_reset",
+            Step::GpuReset,
             "a reboot since the failed reset: the reset may be tried again"
         );
         let service = [finding("row_remap_failed", HealthState::Unhealthy)];
         assert_eq!(
             tried_step(&gpu(None), &service, &[], &failed).unwrap().step,
-            "service",
+            Step::Service,
             "only a reset escalates"
         );
     }

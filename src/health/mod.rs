@@ -238,7 +238,10 @@ mod tests {
         let step = |snapshot: &mut Snapshot| {
             evaluate(snapshot);
             let health = &snapshot.devices[0].health;
-            (health.state, health.next_step.as_ref().map(|s| s.step.clone()))
+            (
+                health.state,
+                health.next_step.as_ref().map(|s| s.step.label().to_string()),
+            )
         };
         assert_eq!(step(&mut snapshot), (HealthState::Unhealthy, Some("gpu_reset".into())));
         // The reset's clear, then its validation's probe failed.

@@ -124,7 +124,7 @@ mod tests {
     fn a_row_when_the_advice_appears_or_changes_and_none_while_it_holds() {
         let mut gpu = DeviceSnapshot::for_test(0, Vendor::Nvidia, "0000:19:00.0", Default::default());
         let reset = NextStep {
-            step: "gpu_reset".into(),
+            step: crate::model::health::Step::GpuReset,
             why: "the driver asks for a GPU reset (recovery action)".into(),
             command: Some("nvidia-smi --gpu-reset -i 0000:19:00.0".into()),
         };
@@ -143,7 +143,7 @@ mod tests {
         );
         assert!(rows.look(&snapshot, 2.0).is_empty(), "the same advice");
         snapshot.devices[0].health.next_step = Some(NextStep {
-            step: "reboot_required".into(),
+            step: crate::model::health::Step::RebootRequired,
             why: "the driver asks for a node reboot (recovery action)".into(),
             command: None,
         });

@@ -79,7 +79,7 @@ pub const FAMILIES: &[Family] = &[
         dcgm: &[],
         read: Read::Device(|_, d, s| {
             if let Some(next) = &d.health.next_step {
-                s.labelled(&[next.step.as_str()], 1.0);
+                s.labelled(&[next.step.label()], 1.0);
             }
         }),
     },

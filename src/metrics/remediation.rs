@@ -53,7 +53,11 @@ pub const FAMILIES: &[Family] = &[
                 let n = done
                     .attempts
                     .iter()
-                    .filter(|a| a.uuid == d.identity.uuid && a.step == "gpu_reset" && a.outcome.label() == outcome)
+                    .filter(|a| {
+                        a.uuid == d.identity.uuid
+                            && a.step == crate::model::health::Step::GpuReset
+                            && a.outcome.label() == outcome
+                    })
                     .filter(|a| a.within_a_day(now))
                     .count();
                 s.labelled(&[outcome], n as f64);
@@ -69,7 +73,7 @@ pub const FAMILIES: &[Family] = &[
         dcgm: &[],
         read: Read::Device(|snapshot, d, s| {
             if let Some(refusal) = auto(snapshot).and_then(|r| r.held_back.get(&d.identity.uuid)) {
-                s.labelled(&[refusal.guard.as_str()], 1.0);
+                s.labelled(&[refusal.guard.label()], 1.0);
             }
         }),
     },

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HealthState {
     #[default]
@@ -56,12 +56,41 @@ pub struct DeviceHealth {
     pub next_step: Option<NextStep>,
 }
 
+/// A step of the remediation ladder: the `step` label of `gpu_remediation_next_step`, the
+/// word in `gpuwarden health` and the journal's rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    /// Drain the GPU's jobs and reset it (automatic remediation takes this one itself).
+    GpuReset,
+    /// The node needs a reboot: a reset did not or cannot mend it.
+    RebootRequired,
+    /// A person: reseat, replace, RMA.
+    Service,
+}
+
+impl Step {
+    pub const ALL: [Step; 3] = [Step::GpuReset, Step::RebootRequired, Step::Service];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Step::GpuReset => "gpu_reset",
+            Step::RebootRequired => "reboot_required",
+            Step::Service => "service",
+        }
+    }
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
 /// The remediation ladder's next step for an unhealthy GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct NextStep {
-    /// `gpu_reset`, `reboot_required` or `service` (a person: replace, RMA): the `step` label
-    /// of `gpu_remediation_next_step`.
-    pub step: String,
+    pub step: Step,
     /// Why, from the driver's recovery action, the XID catalog or the finding.
     pub why: String,
     /// The command that does it, where there is one.

@@ -21,7 +21,7 @@ pub struct Attempt {
     pub index: u32,
     pub pci_bus_id: String,
     /// `gpu_reset`.
-    pub step: String,
+    pub step: crate::model::health::Step,
     /// Why it ran: the ladder's reason ("Xid 94: NVIDIA's catalog says RESET_GPU").
     pub why: String,
     /// Unix seconds when it started.
@@ -55,7 +55,7 @@ impl Attempt {
             uuid: uuid.into(),
             index: 0,
             pci_bus_id: "0000:19:00.0".into(),
-            step: "gpu_reset".into(),
+            step: crate::model::health::Step::GpuReset,
             why: "Xid 94".into(),
             started,
             duration_seconds: 1.0,
@@ -126,20 +126,56 @@ pub struct RebootRequired {
 /// Why a GPU's reset is held back now: which guard, and what it saw.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refusal {
-    /// `reboot_required`, `paused`, `fleet_guard`, `scheduler`, `processes`, `reset_budget`.
-    pub guard: String,
+    pub guard: Guard,
     pub why: String,
 }
 
-/// The guards' names, the label set of `gpu_remediation_held_back{guard}`.
-pub const GUARDS: [&str; 6] = [
-    "reboot_required",
-    "paused",
-    "fleet_guard",
-    "scheduler",
-    "processes",
-    "reset_budget",
-];
+/// A guard that can hold an automatic reset back (remediation/guards.rs, in the order they
+/// are asked): the label set of `gpu_remediation_held_back{guard}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Guard {
+    /// The node needs a reboot first.
+    RebootRequired,
+    /// The config key or the pause file.
+    Paused,
+    /// The fleet drain guard refused a drain.
+    FleetGuard,
+    /// The scheduler does not show the node (or the GPU) out of work.
+    Scheduler,
+    /// A process still holds the GPU.
+    Processes,
+    /// `remediation.max_resets_per_day` is spent.
+    ResetBudget,
+}
+
+impl Guard {
+    pub const ALL: [Guard; 6] = [
+        Guard::RebootRequired,
+        Guard::Paused,
+        Guard::FleetGuard,
+        Guard::Scheduler,
+        Guard::Processes,
+        Guard::ResetBudget,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Guard::RebootRequired => "reboot_required",
+            Guard::Paused => "paused",
+            Guard::FleetGuard => "fleet_guard",
+            Guard::Scheduler => "scheduler",
+            Guard::Processes => "processes",
+            Guard::ResetBudget => "reset_budget",
+        }
+    }
+}
+
+impl std::fmt::Display for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
 
 /// Everything automatic remediation did and holds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -159,7 +195,7 @@ impl Remediations {
     pub fn resets_within_a_day(&self, uuid: &str, now: Now) -> usize {
         self.attempts
             .iter()
-            .filter(|a| a.uuid == uuid && a.step == "gpu_reset" && a.within_a_day(now))
+            .filter(|a| a.uuid == uuid && a.step == crate::model::health::Step::GpuReset && a.within_a_day(now))
             .count()
     }
 
@@ -168,7 +204,7 @@ impl Remediations {
         self.attempts
             .iter()
             .rev()
-            .find(|a| a.uuid == uuid && a.step == "gpu_reset" && a.this_boot)
+            .find(|a| a.uuid == uuid && a.step == crate::model::health::Step::GpuReset && a.this_boot)
     }
 
     /// Keeps `attempt`, dropping the oldest past [`MAX_ATTEMPTS`].
@@ -220,6 +256,23 @@ pub fn bounded_to(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A step's and a guard's word is the same in the metrics' labels (`label`) as in the
+    /// JSON and the journal (serde): one word each, never two spellings.
+    #[test]
+    fn steps_and_guards_say_one_word_on_every_wire() {
+        use crate::model::health::Step;
+        for step in Step::ALL {
+            let json = serde_json::to_string(&step).unwrap();
+            assert_eq!(json, format!("\"{step}\""));
+            assert_eq!(serde_json::from_str::<Step>(&json).unwrap(), step);
+        }
+        for guard in Guard::ALL {
+            let json = serde_json::to_string(&guard).unwrap();
+            assert_eq!(json, format!("\"{guard}\""));
+            assert_eq!(serde_json::from_str::<Guard>(&json).unwrap(), guard);
+        }
+    }
 
     fn attempt(uuid: &str, started: f64, outcome: AttemptOutcome, this_boot: bool) -> Attempt {
         Attempt::for_test(uuid, started, outcome, this_boot)

@@ -21,7 +21,7 @@ use super::{command, guards};
 use crate::backend::LibraryHold;
 use crate::config::settings::SharedSettings;
 use crate::config::{Remediation, RemediationMode};
-use crate::model::health::{Clear, Clears, Validation, ValidationKind, Validations};
+use crate::model::health::{Clear, Clears, Step, Validation, ValidationKind, Validations};
 use crate::model::remediation::{Attempt, AttemptOutcome, RebootRequired, Refusal, Remediations};
 use crate::model::{DeviceSnapshot, Snapshot, Vendor};
 use crate::service::stop::Stop;
@@ -113,7 +113,7 @@ fn needs_a_look(snapshot: &Snapshot) -> bool {
         || snapshot
             .devices
             .iter()
-            .any(|d| wants_reset(d) || step_is(d, "reboot_required"))
+            .any(|d| wants_reset(d) || step_is(d, Step::RebootRequired))
 }
 
 /// Sleeps until a publish that needs a look (`wanted`), a reload, the stop, or [`IDLE_WAIT`].
@@ -223,7 +223,7 @@ impl Executor {
             uuid: uuid.clone(),
             index,
             pci_bus_id: device.identity.pci_bus_id.clone(),
-            step: "gpu_reset".into(),
+            step: Step::GpuReset,
             why,
             started: now(),
             duration_seconds: 0.0,
@@ -530,11 +530,11 @@ impl Steps<'_> {
 /// Whether the ladder's step for `device` is a GPU reset (NVIDIA GPUs; nothing else resets
 /// this way).
 fn wants_reset(device: &DeviceSnapshot) -> bool {
-    device.identity.vendor == Vendor::Nvidia && step_is(device, "gpu_reset")
+    device.identity.vendor == Vendor::Nvidia && step_is(device, Step::GpuReset)
 }
 
 /// Whether the ladder's next step for `device` is `step`.
-fn step_is(device: &DeviceSnapshot, step: &str) -> bool {
+fn step_is(device: &DeviceSnapshot, step: Step) -> bool {
     device.health.next_step.as_ref().is_some_and(|s| s.step == step)
 }
 
@@ -544,7 +544,7 @@ fn needs_reboot(snapshot: &Snapshot) -> Option<(&DeviceSnapshot, String)> {
         return None;
     }
     snapshot.devices.iter().find_map(|d| {
-        let step = d.health.next_step.as_ref().filter(|s| s.step == "reboot_required")?;
+        let step = d.health.next_step.as_ref().filter(|s| s.step == Step::RebootRequired)?;
         Some((d, format!("GPU {}: {}", d.identity.index, step.why)))
     })
 }

@@ -15,7 +15,7 @@
 //!
 //! Before them all, `reboot_required`: a node marked for a reboot gets no more resets.
 
-use crate::model::remediation::Refusal;
+use crate::model::remediation::{Guard, Refusal};
 use crate::model::scheduler::Drained;
 use crate::model::{DeviceSnapshot, Snapshot};
 
@@ -33,11 +33,8 @@ pub struct Context<'a> {
     pub unhealthy_since: Option<f64>,
 }
 
-fn refuse(guard: &str, why: impl Into<String>) -> Result<(), Refusal> {
-    Err(Refusal {
-        guard: guard.to_string(),
-        why: why.into(),
-    })
+fn refuse(guard: Guard, why: impl Into<String>) -> Result<(), Refusal> {
+    Err(Refusal { guard, why: why.into() })
 }
 
 /// Every guard, in the order above: the first that holds the reset back.
@@ -55,7 +52,7 @@ pub fn check(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context) ->
 pub fn reboot_first(snapshot: &Snapshot) -> Result<(), Refusal> {
     match &snapshot.remediation.reboot_required {
         Some(mark) => refuse(
-            "reboot_required",
+            Guard::RebootRequired,
             format!("the node needs a reboot first: {}", mark.why),
         ),
         None => Ok(()),
@@ -65,7 +62,7 @@ pub fn reboot_first(snapshot: &Snapshot) -> Result<(), Refusal> {
 /// `paused`: the config key or the pause file.
 pub fn paused(context: &Context) -> Result<(), Refusal> {
     match context.paused {
-        Some(why) => refuse("paused", why),
+        Some(why) => refuse(Guard::Paused, why),
         None => Ok(()),
     }
 }
@@ -76,7 +73,7 @@ pub fn fleet_guard(snapshot: &Snapshot, now: f64) -> Result<(), Refusal> {
     let refused = report.and_then(|r| r.drain_refused_at(now)) == Some(true);
     match report.and_then(|r| r.drain_guard_at(now)) {
         Some(g) if refused => refuse(
-            "fleet_guard",
+            Guard::FleetGuard,
             format!(
                 "the fleet drain guard refused a drain: {} of {} nodes already drained by gpuwarden (max_drained {}); \
                  too many nodes out at once is more likely a fleet-wide event than broken GPUs",
@@ -98,26 +95,31 @@ pub fn scheduler(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context
         return match (node.drained, node.jobs) {
             (Drained::Gpuwarden, Some(0)) if still_drained => Ok(()),
             (Drained::Gpuwarden, Some(0)) => refuse(
-                "scheduler",
+                Guard::Scheduler,
                 "the node's verdict was not unhealthy all along since Slurm's last report: the health check may \
                  have resumed it since; waiting for its next run",
             ),
-            (Drained::Gpuwarden, Some(n)) => refuse("scheduler", format!("Slurm shows {n} job(s) still on the node")),
+            (Drained::Gpuwarden, Some(n)) => {
+                refuse(Guard::Scheduler, format!("Slurm shows {n} job(s) still on the node"))
+            }
             (Drained::Gpuwarden, None) => refuse(
-                "scheduler",
+                Guard::Scheduler,
                 "the Slurm health check could not ask squeue for the node's jobs",
             ),
             (Drained::Other, _) => refuse(
-                "scheduler",
+                Guard::Scheduler,
                 "Slurm shows the node drained by someone else: an admin's drain is theirs to act on",
             ),
-            (Drained::None, _) => refuse("scheduler", "Slurm shows the node in service: a job may land on it"),
+            (Drained::None, _) => refuse(
+                Guard::Scheduler,
+                "Slurm shows the node in service: a job may land on it",
+            ),
         };
     }
     match snapshot.kubelet_up {
         Some(true) => match snapshot.pods.get(&device.identity.uuid) {
             Some(pods) if !pods.is_empty() => refuse(
-                "scheduler",
+                Guard::Scheduler,
                 format!(
                     "the kubelet shows pod {}/{} holding the GPU",
                     pods[0].namespace, pods[0].pod
@@ -126,11 +128,11 @@ pub fn scheduler(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context
             _ => Ok(()),
         },
         Some(false) => refuse(
-            "scheduler",
+            Guard::Scheduler,
             "the kubelet does not answer: cannot tell whether a pod holds the GPU",
         ),
         None => refuse(
-            "scheduler",
+            Guard::Scheduler,
             "no scheduler says the node is out of work: the Slurm health check has not reported within 10 minutes \
              and the kubelet is not asked",
         ),
@@ -141,17 +143,17 @@ pub fn scheduler(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context
 pub fn processes(device: &DeviceSnapshot) -> Result<(), Refusal> {
     if !device.up {
         return refuse(
-            "processes",
+            Guard::Processes,
             "the GPU did not answer its last poll: its processes are unknown",
         );
     }
     match device.readings.as_ref().and_then(|r| r.processes.as_ref()) {
         None => refuse(
-            "processes",
+            Guard::Processes,
             "NVML does not list the GPU's processes: cannot tell that none runs",
         ),
         Some(list) if !list.is_empty() => refuse(
-            "processes",
+            Guard::Processes,
             format!(
                 "{} process(es) run on the GPU (pid {})",
                 list.len(),
@@ -173,7 +175,7 @@ pub fn reset_budget(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Cont
     );
     if resets as u32 >= context.max_resets_per_day {
         return refuse(
-            "reset_budget",
+            Guard::ResetBudget,
             format!(
                 "{resets} reset(s) of this GPU within 24 h (remediation.max_resets_per_day {})",
                 context.max_resets_per_day
@@ -226,7 +228,7 @@ mod tests {
     }
 
     fn guard_of(result: Result<(), Refusal>) -> String {
-        result.map_err(|r| r.guard).err().unwrap_or_default()
+        result.err().map(|r| r.guard.to_string()).unwrap_or_default()
     }
 
     #[test]
@@ -381,7 +383,7 @@ mod tests {
             ..Default::default()
         });
         let first = check(&snapshot, &device, &context(None)).unwrap_err();
-        assert_eq!(first.guard, "reboot_required");
+        assert_eq!(first.guard, Guard::RebootRequired);
         assert!(first.why.contains("GPU 3 failed"), "{}", first.why);
     }
 }

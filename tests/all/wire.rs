@@ -37,11 +37,16 @@ fn fold(text: &str, dirs: &[&Path]) -> String {
 /// The exposition without its values: HELP, TYPE and each series' name and labels, sorted
 /// (the order of families is the registry's, already pinned by tests/all/daemon.rs).
 fn series(body: &str) -> String {
-    let mut lines: Vec<&str> = body
+    let mut lines: Vec<String> = body
         .lines()
         .map(|line| match line.starts_with('#') {
             true => line,
             false => line.rsplit_once(' ').map_or(line, |(series, _)| series),
+        })
+        // The build's own revision changes with every commit.
+        .map(|line| match line.split_once("revision=\"") {
+            Some((head, _)) if line.starts_with("gpuwarden_build_info") => format!("{head}revision=\"<rev>\"}}"),
+            _ => line.to_string(),
         })
         .collect();
     lines.sort_unstable();
