@@ -440,10 +440,9 @@ enum HealthAction {
         #[arg(
             long,
             value_name = "refused|allowed",
-            value_parser = ["refused", "allowed"],
             requires_all = ["guard_drained", "guard_nodes", "guard_max"]
         )]
-        guard: Option<String>,
+        guard: Option<GuardDecision>,
         /// Nodes of this node's partitions drained with a gpuwarden: reason.
         #[arg(long, value_name = "N", requires = "guard")]
         guard_drained: Option<u32>,
@@ -454,8 +453,8 @@ enum HealthAction {
         #[arg(long, value_name = "COUNT|PERCENT", requires = "guard")]
         guard_max: Option<String>,
         /// Who drained the node, as Slurm shows it now.
-        #[arg(long, value_name = "gpuwarden|other|none", value_parser = ["gpuwarden", "other", "none"])]
-        node: Option<String>,
+        #[arg(long, value_name = "gpuwarden|other|none")]
+        node: Option<DrainedBy>,
         /// Jobs running on the node (squeue).
         #[arg(long, value_name = "N", requires = "node")]
         jobs: Option<u32>,
@@ -521,22 +520,37 @@ fn health(
         }) => {
             use gpuwarden::model::scheduler::{DrainGuard, Drained, NodeState};
             let drain_guard = guard.map(|guard| DrainGuard {
-                refused: guard == "refused",
+                refused: guard == GuardDecision::Refused,
                 drained: guard_drained.unwrap_or_default(),
                 nodes: guard_nodes.unwrap_or_default(),
                 max: guard_max.unwrap_or_default(),
             });
             let node = node.map(|by| NodeState {
-                drained: match by.as_str() {
-                    "gpuwarden" => Drained::Gpuwarden,
-                    "other" => Drained::Other,
-                    _ => Drained::None,
+                drained: match by {
+                    DrainedBy::Gpuwarden => Drained::Gpuwarden,
+                    DrainedBy::Other => Drained::Other,
+                    DrainedBy::None => Drained::None,
                 },
                 jobs,
             });
             health::cli::report(&socket, &health::scheduler_report::ReportRequest { drain_guard, node })
         }
     })
+}
+
+/// The fleet drain guard's decision, as the Slurm health check passes it (`--guard`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum GuardDecision {
+    Refused,
+    Allowed,
+}
+
+/// Who drained the node, as Slurm shows it (`--node`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DrainedBy {
+    Gpuwarden,
+    Other,
+    None,
 }
 
 /// An exit code: `Err` for a failure found before the command ran (bad config, bad flags).

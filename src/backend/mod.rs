@@ -147,23 +147,7 @@ pub trait DevicePoller: Send {
     fn poll(&mut self) -> PollReport;
 }
 
-/// What an attempt to turn persistence mode on came to; counted by result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PersistenceOutcome {
-    Enabled,
-    NotPermitted,
-    Failed,
-}
-
-impl PersistenceOutcome {
-    pub fn label(self) -> &'static str {
-        match self {
-            PersistenceOutcome::Enabled => "enabled",
-            PersistenceOutcome::NotPermitted => "not_permitted",
-            PersistenceOutcome::Failed => "failed",
-        }
-    }
-}
+pub use crate::model::PersistenceOutcome;
 
 /// The result of one poll of one device.
 #[derive(Debug, Default)]

@@ -86,7 +86,7 @@ pub const FAMILIES: &[Family] = &[
                     .find(|d| &d.identity.uuid == uuid)
                     .map(|d| d.identity.index.to_string())
                     .unwrap_or_default();
-                s.labelled(&[&gpu, uuid, result], *n as f64);
+                s.labelled(&[&gpu, uuid, result.label()], *n as f64);
             }
         }),
     },

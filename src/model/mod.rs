@@ -610,8 +610,26 @@ pub struct PodHolder {
     pub gpu_instance: Option<u32>,
 }
 
+/// What an attempt to turn persistence mode on came to; counted by result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PersistenceOutcome {
+    Enabled,
+    NotPermitted,
+    Failed,
+}
+
+impl PersistenceOutcome {
+    pub fn label(self) -> &'static str {
+        match self {
+            PersistenceOutcome::Enabled => "enabled",
+            PersistenceOutcome::NotPermitted => "not_permitted",
+            PersistenceOutcome::Failed => "failed",
+        }
+    }
+}
+
 /// Persistence-mode enable attempts by device uuid and result.
-pub type PersistenceAttempts = BTreeMap<(String, &'static str), u64>;
+pub type PersistenceAttempts = BTreeMap<(String, PersistenceOutcome), u64>;
 
 /// The whole node at one moment. Swapped whole; never edited in place.
 #[derive(Debug, Clone, Default)]
@@ -732,7 +750,7 @@ impl Snapshot {
     pub fn persistence_enabled(&self, uuid: &str) -> u64 {
         self.persistence_attempts
             .iter()
-            .find(|((gpu, outcome), _)| gpu == uuid && *outcome == "enabled")
+            .find(|((gpu, outcome), _)| gpu == uuid && *outcome == PersistenceOutcome::Enabled)
             .map_or(0, |(_, n)| *n)
     }
 

@@ -631,7 +631,7 @@ impl Coordinator {
         log_call_errors(&mut self.log_limiter, &worker.identity, &result.report.errors);
         if let Some(outcome) = result.report.persistence {
             *Arc::make_mut(&mut self.persistence_attempts)
-                .entry((worker.identity.uuid.clone(), outcome.label()))
+                .entry((worker.identity.uuid.clone(), outcome))
                 .or_insert(0) += 1;
         }
         if result.round != current_round {
