@@ -571,6 +571,10 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
         DRAIN_TIMEOUT,
     ));
     running.ready(&bound);
+    // Once settled (and again after a reload), the code only start-up ran is given back.
+    let page_out = tokio::time::sleep(crate::service::residency::SETTLE);
+    tokio::pin!(page_out);
+    let mut paged_out = false;
 
     loop {
         tokio::select! {
@@ -581,6 +585,12 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
                     break;
                 }
                 running.ready(&bound);
+                page_out.as_mut().reset(tokio::time::Instant::now() + crate::service::residency::SETTLE);
+                paged_out = false;
+            }
+            _ = &mut page_out, if !paged_out => {
+                paged_out = true;
+                give_back_start_up_code();
             }
             result = &mut server => {
                 // The server ended on its own: that is a failure.
@@ -636,6 +646,18 @@ fn announce(listener: &tokio::net::TcpListener, running: &Running) -> String {
     let devices = running.store.latest().devices.len();
     log::info!("serving metrics on {scheme}://{bound}/metrics ({devices} GPU(s))");
     bound
+}
+
+/// Once settled, the pages of code only start-up ran go back to the kernel.
+fn give_back_start_up_code() {
+    match crate::service::residency::page_out_own_code() {
+        Ok(done) => log::debug!(
+            "gave back the start-up code: {} mappings, {} KiB asked",
+            done.mappings,
+            done.bytes / 1024
+        ),
+        Err(e) => log::debug!("cannot give back the start-up code (MADV_PAGEOUT needs Linux 5.4): {e}"),
+    }
 }
 
 /// The one stop: every thread and task hears it at once; the HTTP server drains scrapes in

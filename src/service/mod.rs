@@ -7,4 +7,5 @@ pub mod clock;
 pub mod deadline;
 pub mod logging;
 pub mod notify;
+pub mod residency;
 pub mod stop;
