@@ -214,7 +214,8 @@ mod tests {
         replaced.identity = Arc::new((*d.identity).clone());
         changed("identity (a new GPU thread)", replaced);
         let mut persisted = Snapshot::default();
-        Arc::make_mut(&mut persisted.persistence_attempts).insert((d.identity.uuid.clone(), crate::model::PersistenceOutcome::Enabled), 1);
+        Arc::make_mut(&mut persisted.persistence_attempts)
+            .insert((d.identity.uuid.clone(), crate::model::PersistenceOutcome::Enabled), 1);
         assert!(
             !seen.unchanged(&d, &persisted),
             "persistence turned on, yet passed over"
