@@ -21,6 +21,7 @@ use crate::journal::{self, Journal};
 use crate::metrics::exposition::RenderCache;
 use crate::probe::schedule;
 use crate::serve::http::{self, AppState};
+use crate::service::exit::Exit;
 use crate::service::notify;
 use crate::service::stop::{Shutdown, Stop};
 use crate::snapshot::publisher::Publisher;
@@ -45,12 +46,12 @@ const STOP_TIMEOUT: Duration = Duration::from_millis(1500);
 
 /// `config_path` is the file SIGHUP re-reads (None: built-in defaults); `overrides` are the
 /// command line's, applied again after every reload.
-pub fn run(config: Config, config_path: Option<PathBuf>, overrides: Overrides) -> i32 {
+pub fn run(config: Config, config_path: Option<PathBuf>, overrides: Overrides) -> Exit {
     let settings = match Settings::build(config) {
         Ok(s) => s,
         Err(e) => {
             log::error!("{e}");
-            return crate::config::EX_CONFIG;
+            return Exit::CONFIG;
         }
     };
     raise_open_file_limit();
@@ -66,7 +67,7 @@ pub fn run(config: Config, config_path: Option<PathBuf>, overrides: Overrides) -
         Ok(rt) => rt,
         Err(e) => {
             log::error!("cannot start the async runtime: {e}");
-            return 1;
+            return Exit::FAILURE;
         }
     };
     let code = runtime.block_on(serve(settings, config_path, overrides));
@@ -97,8 +98,6 @@ fn raise_open_file_limit() {
     }
 }
 
-/// sysexits.h EX_UNAVAILABLE: the port is taken, and waiting did not free it.
-pub const EX_UNAVAILABLE: i32 = 69;
 /// How long a taken port is tried again before giving up: a previous instance that is still
 /// stopping (a restart) lets go of it within its own stop timeout of a few seconds.
 const BIND_RETRY_FOR: Duration = Duration::from_secs(5);
@@ -253,16 +252,16 @@ impl Signals {
 }
 
 /// Binds the listener or says why not, with the exit code for it.
-async fn listen(config: &Config) -> Result<tokio::net::TcpListener, i32> {
+async fn listen(config: &Config) -> Result<tokio::net::TcpListener, Exit> {
     bind(config).await.map_err(|e| {
         log::error!("{}", bind_error_message(config, &e));
         // Not 1: the unit's RestartPreventExitStatus lists this code, so a port that
         // another program holds (node_exporter's 9100) does not become a restart loop
         // that floods the journal every RestartSec.
         if e.kind() == std::io::ErrorKind::AddrInUse {
-            EX_UNAVAILABLE
+            Exit::UNAVAILABLE
         } else {
-            1
+            Exit::FAILURE
         }
     })
 }
@@ -539,10 +538,10 @@ impl Running {
     }
 }
 
-async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Overrides) -> i32 {
+async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Overrides) -> Exit {
     let Ok(mut signals) = Signals::install() else {
         log::error!("cannot install signal handlers");
-        return 1;
+        return Exit::FAILURE;
     };
     let listener = match listen(&settings.config).await {
         Ok(listener) => listener,
@@ -553,11 +552,11 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
         Ok(running) => running,
         Err(e @ DaemonError::Journal(journal::LockError::InUse { .. })) => {
             log::error!("{e}");
-            return EX_UNAVAILABLE;
+            return Exit::UNAVAILABLE;
         }
         Err(e) => {
             log::error!("{e}");
-            return 1;
+            return Exit::FAILURE;
         }
     };
     let app = http::router(consumers(&running, &shutdown));
@@ -595,14 +594,14 @@ async fn serve(settings: Settings, config_path: Option<PathBuf>, overrides: Over
             result = &mut server => {
                 // The server ended on its own: that is a failure.
                 log::error!("the HTTP server stopped: {result:?}");
-                return 1;
+                return Exit::FAILURE;
             }
         }
     }
     notify::stopping();
     drop(running);
     stop_everything(shutdown, server).await;
-    0
+    Exit::SUCCESS
 }
 
 /// The consumers beside /metrics: the history rings (a task) and the local API; the HTTP

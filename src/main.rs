@@ -4,7 +4,8 @@
 
 use clap::{Parser, Subcommand};
 use gpuwarden::cli::{check, demo};
-use gpuwarden::config::{Config, EX_CONFIG, EX_USAGE, Overrides};
+use gpuwarden::config::{Config, Overrides};
+use gpuwarden::service::exit::{CliError, CliResult, Exit};
 use gpuwarden::service::logging;
 use gpuwarden::{daemon, health, journal, probe, xid};
 use std::net::SocketAddr;
@@ -22,15 +23,17 @@ const DEFAULT_CONFIG_PATH: &str = "/etc/gpuwarden/config.yaml";
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in
+    /// defaults). `run`, `check` and `probe` run with it; `events` and `report` read its
+    /// state.path, `health` its local_api.socket.
+    #[arg(long, value_name = "FILE", global = true)]
+    config: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Run the daemon: poll every GPU and serve Prometheus metrics.
     Run {
-        /// Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults).
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
         /// Listen address, overriding the config's `listen`: HOST:PORT, IP:PORT, [IPv6]:PORT
         /// or :PORT (every IPv4 address).
         #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
@@ -41,9 +44,6 @@ enum Command {
     },
     /// Poll every GPU once and print what needs attention. Exit 0: healthy; 1: findings; 2: no GPU read.
     Check {
-        /// Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults).
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -55,9 +55,6 @@ enum Command {
     /// bandwidth, compared with what the model should reach. Exit 0: passed (or no expected
     /// values for this model); 1: a test failed; 2: could not run; 3: the GPU is busy.
     Probe {
-        /// Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults).
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
         /// The GPU's index, as in `gpuwarden check` and the `gpu` label.
         #[arg(long, default_value_t = 0)]
         gpu: u32,
@@ -88,10 +85,6 @@ enum Command {
     /// Print the health journal's events (read-only; also while the daemon runs). Exit 2 when
     /// the journal cannot be read.
     Events {
-        /// Config file whose state.path names the journal (default: /etc/gpuwarden/config.yaml
-        /// when it exists).
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
         /// The journal to read, instead of the config's state.path.
         #[arg(long, value_name = "FILE")]
         state: Option<PathBuf>,
@@ -119,10 +112,6 @@ enum Command {
     /// timeline, ECC and row remapping, probes, slowdowns, NVLink, and what NVIDIA's documents
     /// say to do. Exit 1: no such GPU in the journal; 2: the journal cannot be read.
     Report {
-        /// Config file whose state.path names the journal (default: /etc/gpuwarden/config.yaml
-        /// when it exists).
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
         /// The journal to read, instead of the config's state.path.
         #[arg(long, value_name = "FILE")]
         state: Option<PathBuf>,
@@ -151,10 +140,6 @@ enum Command {
     Health {
         #[command(subcommand)]
         action: Option<HealthAction>,
-        /// Config file whose local_api.socket names the daemon's socket (default:
-        /// /etc/gpuwarden/config.yaml when it exists).
-        #[arg(long, value_name = "FILE", global = true)]
-        config: Option<PathBuf>,
         /// The daemon's socket (default: the config's local_api.socket).
         #[arg(long, value_name = "PATH", global = true)]
         socket: Option<PathBuf>,
@@ -211,11 +196,12 @@ fn config_path(path: Option<&Path>) -> Option<PathBuf> {
     }
 }
 
-fn load_config(path: Option<&Path>) -> Result<Config, i32> {
+/// The config at `path`; a bad one is logged (file, line, column) and exits 78.
+fn load_config(path: Option<&Path>) -> Result<Config, CliError> {
     match path {
         Some(p) => Config::load(p).map_err(|e| {
             log::error!("{e}");
-            EX_CONFIG
+            CliError::quiet(Exit::CONFIG)
         }),
         None => Ok(Config::default()),
     }
@@ -223,7 +209,7 @@ fn load_config(path: Option<&Path>) -> Result<Config, i32> {
 
 /// The command line's overrides: `--listen`, and for `--demo` the simulated library and the
 /// demo's kernel log, with the demo's temporary files (removed when that is dropped).
-fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<(Overrides, Option<demo::Demo>), i32> {
+fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<(Overrides, Option<demo::Demo>), CliError> {
     let mut overrides = Overrides {
         listen,
         ..Overrides::default()
@@ -254,7 +240,7 @@ fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<(Overrides, Optio
         }
         Err(e) => {
             log::error!("{e}");
-            Err(1)
+            Err(CliError::quiet(Exit::FAILURE))
         }
     }
 }
@@ -283,7 +269,7 @@ fn parse_command_line() -> Cli {
             use clap::error::ErrorKind;
             let code = match e.kind() {
                 ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
-                _ => EX_USAGE,
+                _ => Exit::USAGE.code().into(),
             };
             quiet_on_closed_output();
             let _ = e.print();
@@ -293,18 +279,19 @@ fn parse_command_line() -> Cli {
 }
 
 /// The man pages, roff, from the same definitions as `--help`, into `dir`.
-fn man_pages(dir: &Path) -> i32 {
+fn man_pages(dir: &Path) -> CliResult {
     use clap::CommandFactory;
-    match clap_mangen::generate_to(Cli::command(), dir) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("gpuwarden: cannot write the man pages into {}: {e}", dir.display());
-            1
-        }
-    }
+    clap_mangen::generate_to(Cli::command(), dir)
+        .map(|()| Exit::SUCCESS)
+        .map_err(|e| {
+            CliError::new(
+                Exit::FAILURE,
+                format!("gpuwarden: cannot write the man pages into {}: {e}", dir.display()),
+            )
+        })
 }
 
-fn main() {
+fn main() -> std::process::ExitCode {
     let cli = parse_command_line();
     if matches!(cli.command, Command::JournalWorker) {
         // No logger: its answer, failures included, is the one thing it writes.
@@ -322,17 +309,24 @@ fn main() {
     } else {
         "warn"
     });
-    let code = dispatch(cli.command);
-    std::process::exit(code.unwrap_or_else(|code| code));
+    // The one exit: what the command found, or the error that stopped it, said once.
+    match dispatch(cli.command, cli.config) {
+        Ok(exit) => exit.into(),
+        Err(error) => {
+            if !error.message.is_empty() {
+                eprintln!("{error}");
+            }
+            error.exit.into()
+        }
+    }
 }
 
-/// Runs one command; `Err(code)` when it could not start (the code to exit with).
-fn dispatch(command: Command) -> Exit {
+/// Runs one command: its outcome, or what stopped it.
+fn dispatch(command: Command, config: Option<PathBuf>) -> CliResult {
     match command {
-        Command::Run { config, listen, demo } => run(config, listen, demo),
-        Command::Check { config, json, demo } => check(config, json, demo),
+        Command::Run { listen, demo } => run(config, listen, demo),
+        Command::Check { json, demo } => check(config, json, demo),
         Command::Probe {
-            config,
             gpu,
             tests,
             json,
@@ -351,15 +345,14 @@ fn dispatch(command: Command) -> Exit {
         ),
         Command::Xid {
             command: XidCommand::Explain { code },
-        } => Ok(xid::cli::explain(code)),
+        } => xid::cli::explain(code),
         Command::Xid {
             command: XidCommand::Scan { file },
-        } => Ok(xid::cli::scan(file.as_deref())),
+        } => xid::cli::scan(file.as_deref()),
         Command::Config {
             command: ConfigCommand::Check { file },
         } => config_check(&file),
         Command::Events {
-            config,
             state,
             since,
             gpu,
@@ -367,7 +360,7 @@ fn dispatch(command: Command) -> Exit {
             limit,
             json,
             demo,
-        } => state_path(config, state, demo).map(|path| {
+        } => state_path(config, state, demo).and_then(|path| {
             journal::cli::events(
                 &path,
                 &journal::cli::EventsOptions {
@@ -380,19 +373,18 @@ fn dispatch(command: Command) -> Exit {
             )
         }),
         Command::Report {
-            config,
             state,
             gpu,
             nic,
             json,
             markdown,
             demo,
-        } => state_path(config, state, demo).map(|path| report(&path, gpu, nic, json, markdown)),
-        Command::JournalWorker => Ok(journal::worker::serve()),
-        Command::Man { dir } => Ok(man_pages(&dir)),
+        } => state_path(config, state, demo).and_then(|path| report(&path, gpu, nic, json, markdown)),
+        // Served in main before the logger; never here.
+        Command::JournalWorker => Err(CliError::quiet(Exit::USAGE)),
+        Command::Man { dir } => man_pages(&dir),
         Command::Health {
             action,
-            config,
             socket,
             json,
             demo,
@@ -469,13 +461,16 @@ fn health(
     json: bool,
     demo: bool,
     action: Option<HealthAction>,
-) -> Exit {
+) -> CliResult {
     let socket = match socket {
         Some(socket) => socket,
         None if demo => running_demo()?.socket,
         None => {
             let explicit = config.is_some();
-            let cfg = load_config(config_path(config.as_deref()).as_deref()).map_err(|_| health::cli::EXIT_UNKNOWN)?;
+            let cfg = load_config(config_path(config.as_deref()).as_deref()).map_err(|e| CliError {
+                exit: Exit::UNKNOWN,
+                ..e
+            })?;
             let socket = cfg.local_api.socket;
             // No daemon socket where the config says, a demo running, and a person at a
             // terminal: ask the demo. Never for a script (Slurm's check, NPD: no terminal),
@@ -495,7 +490,7 @@ fn health(
             }
         }
     };
-    Ok(match action {
+    match action {
         None => health::cli::health(&socket, json),
         Some(HealthAction::Clear {
             gpu,
@@ -535,7 +530,7 @@ fn health(
             });
             health::cli::report(&socket, &health::scheduler_report::ReportRequest { drain_guard, node })
         }
-    })
+    }
 }
 
 /// The fleet drain guard's decision, as the Slurm health check passes it (`--guard`).
@@ -553,11 +548,8 @@ enum DrainedBy {
     None,
 }
 
-/// An exit code: `Err` for a failure found before the command ran (bad config, bad flags).
-type Exit = Result<i32, i32>;
-
 /// The journal `events` and `report` read: --state, else the config's state.path.
-fn state_path(config: Option<PathBuf>, state: Option<PathBuf>, demo: bool) -> Result<PathBuf, i32> {
+fn state_path(config: Option<PathBuf>, state: Option<PathBuf>, demo: bool) -> Result<PathBuf, CliError> {
     if let Some(state) = state {
         return Ok(state);
     }
@@ -567,8 +559,10 @@ fn state_path(config: Option<PathBuf>, state: Option<PathBuf>, demo: bool) -> Re
     let explicit = config.is_some();
     let cfg = load_config(config_path(config.as_deref()).as_deref())?;
     if cfg.state.path.as_os_str().is_empty() {
-        eprintln!("gpuwarden: the journal is off (state.path is \"\"); --state FILE reads one");
-        return Err(journal::cli::EXIT_UNREADABLE);
+        return Err(CliError::new(
+            Exit::UNKNOWN,
+            "gpuwarden: the journal is off (state.path is \"\"); --state FILE reads one",
+        ));
     }
     // No journal where the config says, and a demo running: that is what was meant.
     if !explicit
@@ -587,26 +581,27 @@ fn state_path(config: Option<PathBuf>, state: Option<PathBuf>, demo: bool) -> Re
 }
 
 /// `--demo`: the demo running now, or exit 2 saying there is none.
-fn running_demo() -> Result<demo::RunningDemo, i32> {
+fn running_demo() -> Result<demo::RunningDemo, CliError> {
     demo::running().ok_or_else(|| {
-        eprintln!("gpuwarden: no demo is running (start one with `gpuwarden run --demo`)");
-        health::cli::EXIT_UNKNOWN
+        CliError::new(
+            Exit::UNKNOWN,
+            "gpuwarden: no demo is running (start one with `gpuwarden run --demo`)",
+        )
     })
 }
 
-fn run(config: Option<PathBuf>, listen: Option<std::net::SocketAddr>, demo: bool) -> Exit {
+fn run(config: Option<PathBuf>, listen: Option<std::net::SocketAddr>, demo: bool) -> CliResult {
     let path = config_path(config.as_deref());
     let mut cfg = load_config(path.as_deref())?;
     let (overrides, demo_files) = overrides(listen, demo)?;
     overrides.apply(&mut cfg, path.as_deref());
-    let code = daemon::run(cfg, path, overrides);
-    // Before process::exit, which runs no destructors.
+    let exit = daemon::run(cfg, path, overrides);
     drop(demo_files);
-    Ok(code)
+    Ok(exit)
 }
 
 /// `gpuwarden report`: one GPU's evidence, or one network adapter's.
-fn report(path: &std::path::Path, gpu: Option<String>, nic: Option<String>, json: bool, markdown: bool) -> i32 {
+fn report(path: &std::path::Path, gpu: Option<String>, nic: Option<String>, json: bool, markdown: bool) -> CliResult {
     let format = match (json, markdown) {
         (true, _) => journal::cli::ReportFormat::Json,
         (_, true) => journal::cli::ReportFormat::Markdown,
@@ -616,11 +611,11 @@ fn report(path: &std::path::Path, gpu: Option<String>, nic: Option<String>, json
         (_, Some(nic)) => journal::cli::report_nic(path, nic, format),
         (Some(gpu), None) => journal::cli::report(path, gpu, format),
         // clap requires one of the two.
-        (None, None) => gpuwarden::config::EX_USAGE,
+        (None, None) => Err(CliError::new(Exit::USAGE, "gpuwarden report: --gpu or --nic")),
     }
 }
 
-fn check(config: Option<PathBuf>, json: bool, demo: bool) -> Exit {
+fn check(config: Option<PathBuf>, json: bool, demo: bool) -> CliResult {
     let path = config_path(config.as_deref());
     let mut cfg = load_config(path.as_deref())?;
     let (overrides, demo_files) = overrides(None, demo)?;
@@ -628,9 +623,9 @@ fn check(config: Option<PathBuf>, json: bool, demo: bool) -> Exit {
     // check only looks: it reports persistence mode off rather than changing it.
     cfg.persistence.enable = false;
     cfg.nvml.one_shot = true;
-    let code = check::run(cfg, json);
+    let result = check::run(cfg, json);
     drop(demo_files);
-    Ok(code)
+    result
 }
 
 fn probe(
@@ -639,12 +634,10 @@ fn probe(
     tests: Option<String>,
     json: bool,
     settings_from_stdin: bool,
-) -> Exit {
+) -> CliResult {
     let cfg = if settings_from_stdin {
-        let settings = probe::schedule::settings_from_stdin().map_err(|e| {
-            eprintln!("gpuwarden probe: {e}");
-            e.exit_code()
-        })?;
+        let settings = probe::schedule::settings_from_stdin()
+            .map_err(|e| CliError::new(e.exit_code(), format!("gpuwarden probe: {e}")))?;
         Config {
             nvml: settings.nvml,
             probe: settings.probe,
@@ -653,14 +646,15 @@ fn probe(
     } else {
         load_config(config_path(config.as_deref()).as_deref())?
     };
-    options.tests = tests.as_deref().map(probe::cli::parse_tests).transpose().map_err(|e| {
-        eprintln!("gpuwarden probe: {e}");
-        2
-    })?;
-    Ok(probe::cli::main(&cfg, &options, json))
+    options.tests = tests
+        .as_deref()
+        .map(probe::cli::parse_tests)
+        .transpose()
+        .map_err(|e| CliError::new(Exit::UNKNOWN, format!("gpuwarden probe: {e}")))?;
+    probe::cli::main(&cfg, &options, json)
 }
 
-fn config_check(file: &std::path::Path) -> Exit {
+fn config_check(file: &std::path::Path) -> CliResult {
     match Config::load(file) {
         Ok(config) => {
             let cautions = [
@@ -675,12 +669,9 @@ fn config_check(file: &std::path::Path) -> Exit {
                 eprintln!("warning: {caution}");
             }
             println!("{}: ok", file.display());
-            Ok(0)
+            Ok(Exit::SUCCESS)
         }
-        Err(e) => {
-            eprintln!("{e}");
-            Err(EX_CONFIG)
-        }
+        Err(e) => Err(CliError::new(Exit::CONFIG, e.to_string())),
     }
 }
 

@@ -8,6 +8,7 @@ use crate::config::Config;
 use crate::config::settings::{Settings, SharedSettings};
 use crate::health::{Finding, HealthState};
 use crate::model::{DeviceSnapshot, Snapshot};
+use crate::service::exit::{CliError, CliResult, Exit};
 use crate::snapshot::publisher::Publisher;
 use crate::snapshot::store::Store;
 use crate::sources::Sources;
@@ -63,7 +64,7 @@ pub fn poll_once(config: Config) -> Arc<Snapshot> {
     store.latest()
 }
 
-pub fn run(config: Config, json: bool) -> i32 {
+pub fn run(config: Config, json: bool) -> CliResult {
     let snapshot = poll_once(config);
     let devices: Vec<DeviceReport> = snapshot
         .devices
@@ -89,13 +90,13 @@ pub fn run(config: Config, json: bool) -> i32 {
     };
 
     if json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(text) => println!("{text}"),
-            Err(e) => {
-                eprintln!("gpuwarden: cannot write the report as JSON: {e}");
-                return 2;
-            }
-        }
+        let text = serde_json::to_string_pretty(&report).map_err(|e| {
+            CliError::new(
+                Exit::UNKNOWN,
+                format!("gpuwarden: cannot write the report as JSON: {e}"),
+            )
+        })?;
+        println!("{text}");
     } else if report.devices.is_empty() {
         // No empty table: say what was looked at and why it found nothing.
         println!("No GPU found.");
@@ -117,14 +118,13 @@ pub fn run(config: Config, json: bool) -> i32 {
         print!("{}", table(&report));
     }
     match worst {
-        None => {
-            if !json {
-                eprintln!("gpuwarden: no GPU could be read (see the messages above)");
-            }
-            2
-        }
-        Some(HealthState::Ok) => 0,
-        Some(_) => 1,
+        None if json => Err(CliError::quiet(Exit::UNKNOWN)),
+        None => Err(CliError::new(
+            Exit::UNKNOWN,
+            "gpuwarden: no GPU could be read (see the messages above)",
+        )),
+        Some(HealthState::Ok) => Ok(Exit::SUCCESS),
+        Some(_) => Ok(Exit::FOUND),
     }
 }
 

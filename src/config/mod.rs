@@ -46,13 +46,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// sysexits.h EX_CONFIG: what `gpuwarden config check` and a refused start exit with.
-pub const EX_CONFIG: i32 = 78;
-
-/// sysexits.h EX_USAGE: the command line was wrong (a mistyped flag, a bad value). No command
-/// uses 64 for a result, so a script never reads a typo as a verdict.
-pub const EX_USAGE: i32 = 64;
-
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {

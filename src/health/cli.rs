@@ -5,16 +5,10 @@
 //! health check read the exit code and the first line (deploy/).
 
 use super::verdict::{Level, NodeVerdict, VerdictState};
+use crate::service::exit::{CliError, CliResult, Exit};
 use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
-
-pub const EXIT_HEALTHY: i32 = 0;
-pub const EXIT_UNHEALTHY: i32 = 1;
-pub const EXIT_UNKNOWN: i32 = 2;
-/// The idle node's scheduled validation runs: keep new work off it, but nothing is wrong
-/// (node-problem-detector takes it for unknown and changes nothing).
-pub const EXIT_VALIDATING: i32 = 3;
 
 /// How long the daemon has to answer: NPD's default plugin timeout is 5 s.
 const TIMEOUT: Duration = Duration::from_secs(3);
@@ -115,13 +109,13 @@ fn exchange<T: serde::de::DeserializeOwned>(
 }
 
 /// Prints the verdict; the exit code says it for scripts.
-pub fn health(socket: &Path, json: bool) -> i32 {
+pub fn health(socket: &Path, json: bool) -> CliResult {
     let verdict = match request::<NodeVerdict>(socket, "GET", "/api/v1/health", None, TIMEOUT) {
         Ok(verdict) => verdict,
         Err(e) => {
-            // First line for NPD and Slurm: short, says it is not known.
+            // First line for NPD and Slurm, on stdout: short, says it is not known.
             println!("unknown: {e}");
-            return EXIT_UNKNOWN;
+            return Ok(Exit::UNKNOWN);
         }
     };
     if json {
@@ -129,13 +123,20 @@ pub fn health(socket: &Path, json: bool) -> i32 {
     } else {
         print!("{}", text(&verdict));
     }
-    exit_code(&verdict)
+    Ok(exit_code(&verdict))
 }
 
 /// `gpuwarden health clear`: clears one GPU (or, with `nic`, one network adapter) and prints
 /// what was let go of and what is still present. Exit 0: no finding left; 1: a finding still
 /// present; 2: not cleared; 64: the reason is not one (empty, too long).
-pub fn clear(socket: &Path, gpu: &str, nic: Option<&str>, reason: &str, skip_validation: bool, json: bool) -> i32 {
+pub fn clear(
+    socket: &Path,
+    gpu: &str,
+    nic: Option<&str>,
+    reason: &str,
+    skip_validation: bool,
+    json: bool,
+) -> CliResult {
     let asked = super::clear::ClearRequest {
         gpu: gpu.to_string(),
         nic: nic.map(str::to_string),
@@ -143,28 +144,21 @@ pub fn clear(socket: &Path, gpu: &str, nic: Option<&str>, reason: &str, skip_val
         skip_validation,
     };
     if let Err(e) = asked.checked_reason() {
-        eprintln!("not cleared: {e}");
-        return crate::config::EX_USAGE;
+        return Err(CliError::new(Exit::USAGE, format!("not cleared: {e}")));
     }
     let body = serde_json::to_string(&asked).unwrap_or_default();
     let post =
         |body: &str| request::<serde_json::Value>(socket, "POST", "/api/v1/health/clear", Some(body), CLEAR_TIMEOUT);
-    let answer = match post(&body) {
-        Ok(answer) => answer,
-        Err(e) => {
-            eprintln!("not cleared: {e}");
-            return EXIT_UNKNOWN;
-        }
-    };
+    let answer = post(&body).map_err(|e| CliError::new(Exit::UNKNOWN, format!("not cleared: {e}")))?;
     let (text, still) = if nic.is_some() {
         match serde_json::from_value::<super::clear_nic::NicClearAnswer>(answer.clone()) {
             Ok(a) => (super::clear_nic::text(&a), a.still.len()),
-            Err(e) => return not_an_answer(e),
+            Err(e) => return Err(not_an_answer(e)),
         }
     } else {
         match serde_json::from_value::<super::clear::ClearAnswer>(answer.clone()) {
             Ok(a) => (super::clear::text(&a), a.still.len()),
-            Err(e) => return not_an_answer(e),
+            Err(e) => return Err(not_an_answer(e)),
         }
     };
     if json {
@@ -172,38 +166,37 @@ pub fn clear(socket: &Path, gpu: &str, nic: Option<&str>, reason: &str, skip_val
     } else {
         print!("{text}");
     }
-    if still == 0 { EXIT_HEALTHY } else { EXIT_UNHEALTHY }
+    Ok(if still == 0 { Exit::SUCCESS } else { Exit::FOUND })
 }
 
 /// `gpuwarden health report`: tells the daemon what the Slurm health check's drain guard
 /// decided (deploy/slurm/healthcheck.sh runs it). Exit 0: kept; 2: not (the daemon did not
 /// answer, or refused the report, and says why on stderr).
-pub fn report(socket: &Path, report: &super::scheduler_report::ReportRequest) -> i32 {
+pub fn report(socket: &Path, report: &super::scheduler_report::ReportRequest) -> CliResult {
     if let Err(e) = report.checked() {
-        eprintln!("not reported: {e}");
-        return crate::config::EX_USAGE;
+        return Err(CliError::new(Exit::USAGE, format!("not reported: {e}")));
     }
     let body = serde_json::to_string(report).unwrap_or_default();
-    match request::<serde_json::Value>(socket, "POST", "/api/v1/health/report", Some(&body), TIMEOUT) {
-        Ok(_) => EXIT_HEALTHY,
-        Err(e) => {
-            eprintln!("not reported: {e}");
-            EXIT_UNKNOWN
-        }
-    }
+    request::<serde_json::Value>(socket, "POST", "/api/v1/health/report", Some(&body), TIMEOUT)
+        .map(|_| Exit::SUCCESS)
+        .map_err(|e| CliError::new(Exit::UNKNOWN, format!("not reported: {e}")))
 }
 
-fn not_an_answer(e: serde_json::Error) -> i32 {
-    eprintln!("not cleared: the daemon's answer is not a clear's ({e})");
-    EXIT_UNKNOWN
+fn not_an_answer(e: serde_json::Error) -> CliError {
+    CliError::new(
+        Exit::UNKNOWN,
+        format!("not cleared: the daemon's answer is not a clear's ({e})"),
+    )
 }
 
-pub fn exit_code(verdict: &NodeVerdict) -> i32 {
+pub fn exit_code(verdict: &NodeVerdict) -> Exit {
     match verdict.state {
-        VerdictState::Unhealthy => EXIT_UNHEALTHY,
-        VerdictState::Validating => EXIT_VALIDATING,
-        VerdictState::Ok | VerdictState::Degraded => EXIT_HEALTHY,
-        VerdictState::Unknown => EXIT_UNKNOWN,
+        VerdictState::Unhealthy => Exit::FOUND,
+        // Keep new work off it, but nothing is wrong (node-problem-detector takes it for
+        // unknown and changes nothing).
+        VerdictState::Validating => Exit::VALIDATING,
+        VerdictState::Ok | VerdictState::Degraded => Exit::SUCCESS,
+        VerdictState::Unknown => Exit::UNKNOWN,
     }
 }
 

@@ -4,11 +4,9 @@
 use super::db;
 use super::read::{self, GpuSelector, Query, Row};
 use super::report;
+use crate::service::exit::{CliError, CliResult, Exit};
 use std::path::Path;
 use std::time::SystemTime;
-
-/// Exit status when the journal cannot be read (no file, not a database, no permission).
-pub const EXIT_UNREADABLE: i32 = 2;
 
 pub struct EventsOptions {
     pub since: Option<String>,
@@ -20,7 +18,7 @@ pub struct EventsOptions {
 
 /// Prints the rows; exit 0 (also when there are none), 2 when the journal cannot be read,
 /// 64 for a bad option.
-pub fn events(path: &Path, options: &EventsOptions) -> i32 {
+pub fn events(path: &Path, options: &EventsOptions) -> CliResult {
     let mut query = Query {
         limit: options.limit,
         ..Default::default()
@@ -28,41 +26,34 @@ pub fn events(path: &Path, options: &EventsOptions) -> i32 {
     if let Some(since) = &options.since {
         match read::parse_since(since, SystemTime::now()) {
             Ok(since) => query.since = Some(since),
-            Err(e) => return usage(&e.to_string()),
+            Err(e) => return Err(usage(&e.to_string())),
         }
     }
     if let Some(kinds) = &options.kinds {
         match read::parse_kinds(kinds) {
             Ok(kinds) => query.kinds = kinds,
-            Err(e) => return usage(&e.to_string()),
+            Err(e) => return Err(usage(&e.to_string())),
         }
     }
-    let conn = match open(path) {
-        Ok(conn) => conn,
-        Err(code) => return code,
-    };
+    let conn = open(path)?;
     if let Some(gpu) = &options.gpu {
         match read::find_gpu(&conn, &GpuSelector::parse(gpu)) {
             Ok(Some(facts)) => query.gpus = vec![facts.uuid],
             // A UUID the journal never saw as a GPU may still name rows (a board swapped out).
             Ok(None) if gpu.starts_with("GPU-") || gpu.starts_with("AMD-") => query.gpus = vec![gpu.clone()],
-            Ok(None) => return not_in_journal(gpu, path),
-            Err(e) => return unreadable(path, &e.to_string()),
+            Ok(None) => return Err(not_in_journal(gpu, path)),
+            Err(e) => return Err(unreadable(path, &e.to_string())),
         }
     }
-    match read::events(&conn, &query) {
-        Ok(rows) if options.json => {
-            println!("{}", serde_json::to_string_pretty(&rows).unwrap_or_default());
-            0
+    let rows = read::events(&conn, &query).map_err(|e| unreadable(path, &e.to_string()))?;
+    if options.json {
+        println!("{}", serde_json::to_string_pretty(&rows).unwrap_or_default());
+    } else {
+        for row in &rows {
+            println!("{}", line(row));
         }
-        Ok(rows) => {
-            for row in &rows {
-                println!("{}", line(row));
-            }
-            0
-        }
-        Err(e) => unreadable(path, &e.to_string()),
     }
+    Ok(Exit::SUCCESS)
 }
 
 /// One row as a line: time, GPU, kind, summary.
@@ -84,39 +75,29 @@ pub enum ReportFormat {
 
 /// Prints one GPU's evidence packet; exit 0, 1 when the journal has no such GPU, 2 when it
 /// cannot be read.
-pub fn report(path: &Path, gpu: &str, format: ReportFormat) -> i32 {
-    let conn = match open(path) {
-        Ok(conn) => conn,
-        Err(code) => return code,
-    };
+pub fn report(path: &Path, gpu: &str, format: ReportFormat) -> CliResult {
+    let conn = open(path)?;
     let facts = match read::find_gpu(&conn, &GpuSelector::parse(gpu)) {
         Ok(Some(facts)) => facts,
-        Ok(None) => return not_in_journal(gpu, path),
-        Err(e) => return unreadable(path, &e.to_string()),
+        Ok(None) => return Err(not_in_journal(gpu, path)),
+        Err(e) => return Err(unreadable(path, &e.to_string())),
     };
     let now = crate::model::unix_seconds(SystemTime::now());
     // The report reads no config: each probe is set against the default baseline (the median
     // of its 10 earlier probes).
     let baseline_probes = crate::config::Probe::default().baseline_probes;
-    match report::build(&conn, &facts, now, baseline_probes) {
-        Ok(r) => {
-            match format {
-                ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default()),
-                ReportFormat::Markdown | ReportFormat::Text => print!("{}", report::markdown(&r)),
-            }
-            0
-        }
-        Err(e) => unreadable(path, &e.to_string()),
+    let r = report::build(&conn, &facts, now, baseline_probes).map_err(|e| unreadable(path, &e.to_string()))?;
+    match format {
+        ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default()),
+        ReportFormat::Markdown | ReportFormat::Text => print!("{}", report::markdown(&r)),
     }
+    Ok(Exit::SUCCESS)
 }
 
 /// Prints one network adapter's evidence; exit 0, 1 when the journal has no row of it, 2
 /// when it cannot be read.
-pub fn report_nic(path: &Path, device: &str, format: ReportFormat) -> i32 {
-    let conn = match open(path) {
-        Ok(conn) => conn,
-        Err(code) => return code,
-    };
+pub fn report_nic(path: &Path, device: &str, format: ReportFormat) -> CliResult {
+    let conn = open(path)?;
     let now = crate::model::unix_seconds(SystemTime::now());
     match super::report_nic::build(&conn, device, now) {
         Ok(Some(r)) => {
@@ -124,21 +105,21 @@ pub fn report_nic(path: &Path, device: &str, format: ReportFormat) -> i32 {
                 ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default()),
                 ReportFormat::Markdown | ReportFormat::Text => print!("{}", super::report_nic::markdown(&r)),
             }
-            0
+            Ok(Exit::SUCCESS)
         }
-        Ok(None) => {
-            eprintln!(
+        Ok(None) => Err(CliError::new(
+            Exit::FOUND,
+            format!(
                 "gpuwarden: the journal {} has no network adapter {device:?} (give its name as `nic_info` or \
                  `ibstat` shows it, like mlx5_0)",
                 path.display()
-            );
-            1
-        }
-        Err(e) => unreadable(path, &e.to_string()),
+            ),
+        )),
+        Err(e) => Err(unreadable(path, &e.to_string())),
     }
 }
 
-fn open(path: &Path) -> Result<rusqlite::Connection, i32> {
+fn open(path: &Path) -> Result<rusqlite::Connection, CliError> {
     if !path.exists() {
         return Err(unreadable(
             path,
@@ -148,20 +129,24 @@ fn open(path: &Path) -> Result<rusqlite::Connection, i32> {
     db::open_read_only(path).map_err(|e| unreadable(path, &e.to_string()))
 }
 
-fn unreadable(path: &Path, why: &str) -> i32 {
-    eprintln!("gpuwarden: cannot read the journal {}: {why}", path.display());
-    EXIT_UNREADABLE
+/// The journal cannot be read (no file, not a database, no permission).
+fn unreadable(path: &Path, why: &str) -> CliError {
+    CliError::new(
+        Exit::UNKNOWN,
+        format!("gpuwarden: cannot read the journal {}: {why}", path.display()),
+    )
 }
 
-fn not_in_journal(gpu: &str, path: &Path) -> i32 {
-    eprintln!(
-        "gpuwarden: the journal {} has no GPU {gpu} (give an index as `gpuwarden check` shows it, or a UUID)",
-        path.display()
-    );
-    1
+fn not_in_journal(gpu: &str, path: &Path) -> CliError {
+    CliError::new(
+        Exit::FOUND,
+        format!(
+            "gpuwarden: the journal {} has no GPU {gpu} (give an index as `gpuwarden check` shows it, or a UUID)",
+            path.display()
+        ),
+    )
 }
 
-fn usage(message: &str) -> i32 {
-    eprintln!("gpuwarden: {message}");
-    crate::config::EX_USAGE
+fn usage(message: &str) -> CliError {
+    CliError::new(Exit::USAGE, format!("gpuwarden: {message}"))
 }

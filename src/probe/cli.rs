@@ -8,6 +8,7 @@ use super::sampler::Sampler;
 use super::{ProbeError, ProbeReport, Test, TestResult, expected};
 use crate::backend::nvml::{NvmlBackend, NvmlDevicePoller};
 use crate::config::Config;
+use crate::service::exit::{CliError, CliResult, Exit};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Instant, SystemTime};
 
@@ -169,18 +170,25 @@ fn measure(
 }
 
 /// Runs the probe and prints the report (or the error); returns the exit status.
-pub fn main(config: &Config, options: &Options, json: bool) -> i32 {
+pub fn main(config: &Config, options: &Options, json: bool) -> CliResult {
     match run(config, options) {
         Ok(report) => {
             if json {
-                match serde_json::to_string_pretty(&report) {
-                    Ok(text) => println!("{text}"),
-                    Err(e) => eprintln!("gpuwarden probe: cannot write the report as JSON: {e}"),
-                }
+                let text = serde_json::to_string_pretty(&report).map_err(|e| {
+                    CliError::new(
+                        Exit::UNKNOWN,
+                        format!("gpuwarden probe: cannot write the report as JSON: {e}"),
+                    )
+                })?;
+                println!("{text}");
             } else {
                 print!("{}", super::report::render(&report));
             }
-            i32::from(report.passed() == Some(false))
+            Ok(if report.passed() == Some(false) {
+                Exit::FOUND
+            } else {
+                Exit::SUCCESS
+            })
         }
         Err(e) => {
             if json {
@@ -188,8 +196,7 @@ pub fn main(config: &Config, options: &Options, json: bool) -> i32 {
                 let body = serde_json::json!({ "error": e });
                 println!("{body}");
             }
-            eprintln!("gpuwarden probe: {e}");
-            e.exit_code()
+            Err(CliError::new(e.exit_code(), format!("gpuwarden probe: {e}")))
         }
     }
 }

@@ -55,10 +55,11 @@ impl std::fmt::Display for ProbeError {
 
 impl ProbeError {
     /// Exit status of `gpuwarden probe`: 2 could not run, 3 skipped because busy.
-    pub fn exit_code(&self) -> i32 {
+    pub fn exit_code(&self) -> crate::service::exit::Exit {
+        use crate::service::exit::Exit;
         match self {
-            ProbeError::Busy { .. } => 3,
-            _ => 2,
+            ProbeError::Busy { .. } => Exit::BUSY,
+            _ => Exit::UNKNOWN,
         }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod clock;
 pub mod deadline;
+pub mod exit;
 pub mod logging;
 pub mod notify;
 pub mod residency;

@@ -2,6 +2,7 @@
 
 use super::catalog;
 use super::parse;
+use crate::service::exit::{CliError, CliResult, Exit};
 use serde::Serialize;
 use std::io::{BufRead, Write};
 use std::path::Path;
@@ -13,7 +14,7 @@ pub const SXID_ACTION: &str = "fatal: drain the node; the NVSwitch and the NVLin
 
 /// Prints the catalog entry; exit 0, or 1 when the code is not in the catalog. Codes of
 /// 10000 and above are NVSwitch errors (SXIDs): their unit, from the block they fall in.
-pub fn explain(code: u32) -> i32 {
+pub fn explain(code: u32) -> CliResult {
     if let Some(block) = super::sxid::block(code) {
         println!("SXid {code}: an NVSwitch error of its {} unit", block.unit);
         println!("  description: {}", block.what);
@@ -21,7 +22,7 @@ pub fn explain(code: u32) -> i32 {
             "  severity:    as the driver's line says it (Fatal or Non-fatal); a fatal one makes the node unhealthy"
         );
         println!("  action:      {SXID_ACTION}");
-        return 0;
+        return Ok(Exit::SUCCESS);
     }
     match catalog::lookup(code) {
         Some(e) => {
@@ -29,12 +30,12 @@ pub fn explain(code: u32) -> i32 {
             println!("  description: {}", e.description);
             println!("  severity:    {}", e.severity.label());
             println!("  action:      {}", e.action());
-            0
+            Ok(Exit::SUCCESS)
         }
         None => {
             println!("Xid {code}: not in the catalog this gpuwarden carries (severity unknown)");
             println!("  action:      {}", catalog::UNKNOWN_ACTION);
-            1
+            Ok(Exit::FOUND)
         }
     }
 }
@@ -60,13 +61,15 @@ struct Found<'a> {
 }
 
 /// Prints one JSON object per XID found in `input` (a file, or stdin when None).
-pub fn scan(input: Option<&Path>) -> i32 {
+pub fn scan(input: Option<&Path>) -> CliResult {
     let reader: Box<dyn BufRead> = match input {
         Some(path) => match std::fs::File::open(path) {
             Ok(f) => Box::new(std::io::BufReader::new(f)),
             Err(e) => {
-                eprintln!("gpuwarden: cannot read {}: {e}", path.display());
-                return 1;
+                return Err(CliError::new(
+                    Exit::FOUND,
+                    format!("gpuwarden: cannot read {}: {e}", path.display()),
+                ));
             }
         },
         None => Box::new(std::io::stdin().lock()),
@@ -81,8 +84,10 @@ pub fn scan(input: Option<&Path>) -> i32 {
         let line = match line {
             Ok(bytes) => bytes,
             Err(e) => {
-                eprintln!("gpuwarden: reading input failed at line {}: {e}", index + 1);
-                return 1;
+                return Err(CliError::new(
+                    Exit::FOUND,
+                    format!("gpuwarden: reading input failed at line {}: {e}", index + 1),
+                ));
             }
         };
         for (report, _) in parser.feed(&line, line.len() + 1) {
@@ -97,7 +102,7 @@ pub fn scan(input: Option<&Path>) -> i32 {
                     "message": report.message,
                 });
                 if writeln!(out, "{found}").is_err() {
-                    return 0;
+                    return Ok(Exit::SUCCESS);
                 }
                 continue;
             }
@@ -122,9 +127,9 @@ pub fn scan(input: Option<&Path>) -> i32 {
                 .and_then(|json| writeln!(out, "{json}"));
             if written.is_err() {
                 // Output closed (piped into head): stop quietly.
-                return 0;
+                return Ok(Exit::SUCCESS);
             }
         }
     }
-    0
+    Ok(Exit::SUCCESS)
 }
