@@ -434,3 +434,130 @@ fn no_function_in_src_is_over_80_lines() {
         .collect();
     assert!(long.is_empty(), "functions over 80 lines:\n{}", long.join("\n"));
 }
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap()
+}
+
+/// docs/architecture.md's sources table has a row for every entry of the `sources!` registry
+/// (src/sources/mod.rs): adding a source without its row fails here.
+#[test]
+fn the_sources_table_names_every_registry_entry() {
+    let registry = read("src/sources/mod.rs");
+    let block = registry
+        .split("sources! {")
+        .nth(1)
+        .unwrap()
+        .split("\n}")
+        .next()
+        .unwrap();
+    let entries: Vec<&str> = block
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with("///") && l.contains(':'))
+        .filter_map(|l| l.split(':').next())
+        .collect();
+    assert!(entries.len() >= 15, "{entries:?}");
+    let doc = read("docs/architecture.md");
+    let missing: Vec<&&str> = entries
+        .iter()
+        .filter(|e| !doc.contains(&format!("| `{e}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md's sources table lacks {missing:?}"
+    );
+}
+
+/// The keys a reload cannot change are the ones docs/architecture.md says need a restart.
+#[test]
+fn the_docs_name_every_key_that_needs_a_restart() {
+    let settings = read("src/config/settings.rs");
+    let list = settings.split("pub const RESTART_ONLY: &[&str] = &[").nth(1).unwrap();
+    let keys: Vec<&str> = list.split(']').next().unwrap().split('"').skip(1).step_by(2).collect();
+    assert!(!keys.is_empty());
+    let doc = read("docs/architecture.md");
+    let sentence = doc.lines().find(|l| l.contains("need a restart")).unwrap_or_default();
+    for key in keys {
+        assert!(sentence.contains(&format!("`{key}`")), "{key} is not in: {sentence}");
+    }
+}
+
+/// The layer diagram names every folder of src/.
+#[test]
+fn the_layer_diagram_names_every_folder() {
+    let doc = read("docs/architecture.md");
+    let diagram = doc.split("```").nth(1).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let missing: Vec<String> = std::fs::read_dir(src)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| !diagram.contains(&format!("{name}/")))
+        .collect();
+    assert!(missing.is_empty(), "the layer diagram lacks {missing:?}");
+}
+
+/// scripts/README.md names every script, and each gpu/ and load/ script is named by a doc (beside
+/// the figure it made) or run by another script: scripts/ holds no orphaned experiment.
+#[test]
+fn every_script_is_listed_and_reproduces_something() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = read("scripts/README.md");
+    let docs: String = [
+        "README.md",
+        "docs/architecture.md",
+        "docs/performance.md",
+        "docs/validation.md",
+    ]
+    .iter()
+    .chain(
+        [
+            "docs/health.md",
+            "docs/probe.md",
+            "docs/testing.md",
+            "docs/fleet.md",
+            "docs/journal.md",
+        ]
+        .iter(),
+    )
+    .map(|p| read(p))
+    .collect();
+    let mut scripts = Vec::new();
+    for folder in ["ci", "gen", "gpu", "load"] {
+        for entry in std::fs::read_dir(root.join("scripts").join(folder)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                scripts.push((folder, path));
+            }
+        }
+    }
+    let texts: Vec<(String, String)> = scripts
+        .iter()
+        .map(|(_, p)| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(p).unwrap_or_default())
+        })
+        .collect();
+    let mut unlisted = Vec::new();
+    let mut orphaned = Vec::new();
+    for (folder, path) in &scripts {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !readme.contains(&format!("`{name}`")) {
+            unlisted.push(name.clone());
+        }
+        // A Python helper is named by its module: `import metrics_text`.
+        let module = name.strip_suffix(".py").map(|stem| format!("import {stem}"));
+        let named_in = |text: &str| text.contains(&name) || module.as_ref().is_some_and(|m| text.contains(m));
+        let used = named_in(&docs) || texts.iter().any(|(other, text)| *other != name && named_in(text));
+        if matches!(*folder, "gpu" | "load") && !used {
+            orphaned.push(name);
+        }
+    }
+    assert!(unlisted.is_empty(), "scripts/README.md does not name {unlisted:?}");
+    assert!(
+        orphaned.is_empty(),
+        "no doc or script names {orphaned:?}: archive or delete them"
+    );
+}

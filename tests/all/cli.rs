@@ -102,7 +102,10 @@ fn a_taken_port_is_a_clear_start_up_error() {
     let config = write(&dir, "c.yaml", "nvml:\n  enabled: false\n");
     let out = gpuwarden(&["run", "--config", config.to_str().unwrap(), "--listen", &addr], None);
     // 69 (EX_UNAVAILABLE), which the unit's RestartPreventExitStatus names: no restart loop.
-    assert_eq!(out.status.code(), Some(i32::from(gpuwarden::service::exit::Exit::UNAVAILABLE.code())));
+    assert_eq!(
+        out.status.code(),
+        Some(i32::from(gpuwarden::service::exit::Exit::UNAVAILABLE.code()))
+    );
     let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/systemd/gpuwarden.service")).unwrap();
     assert!(unit.contains("RestartPreventExitStatus=69 78"), "{unit}");
     let stderr = String::from_utf8_lossy(&out.stderr);

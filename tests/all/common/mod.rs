@@ -9,6 +9,8 @@
 //! | `scenario.rs` | the simulated libraries and scenario edits (NVML, CUDA) |
 //! | `prometheus.rs` | a real Prometheus on loopback |
 //! | `kubelet.rs` | a fake kubelet serving the pod-resources API |
+//! | `host.rs` | what several tests need of the machine: root for the real peers, a free port, a FIFO, (GPU, job) pairs |
+//! | `verdict_poll.rs` | the node's verdict asked every 0.1 s through a hand-over |
 
 mod daemon;
 mod host;
