@@ -158,6 +158,13 @@ enum Command {
         /// The directory to write the pages into.
         dir: PathBuf,
     },
+    /// Print the shell completion script for bash, zsh or fish (the Debian package installs
+    /// each where its shell looks: /usr/share/bash-completion/completions/gpuwarden,
+    /// /usr/share/zsh/vendor-completions/_gpuwarden, /usr/share/fish/vendor_completions.d/).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// The daemon's journal worker: one request on stdin, one answer on stdout (internal;
     /// the daemon runs it, see src/journal/worker.rs).
     #[command(name = "journal-worker", hide = true)]
@@ -383,6 +390,11 @@ fn dispatch(command: Command, config: Option<PathBuf>) -> CliResult {
         // Served in main before the logger; never here.
         Command::JournalWorker => Err(CliError::quiet(Exit::USAGE)),
         Command::Man { dir } => man_pages(&dir),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "gpuwarden", &mut std::io::stdout());
+            Ok(Exit::SUCCESS)
+        }
         Command::Health {
             action,
             socket,

@@ -14,9 +14,36 @@ for path in ./usr/bin/gpuwarden ./etc/gpuwarden/config.yaml ./usr/share/doc/gpuw
   grep -qx "$path" <<<"$listing" || fail "missing $path"
 done
 grep -qE '^\./(usr/)?lib/systemd/system/gpuwarden\.service$' <<<"$listing" || fail "missing the systemd unit"
+# What the README promises or an operator needs on the node: a man page per command, the shell
+# completions where each shell looks, the rules, dashboards and Slurm scripts.
+for page in debian/man/*.1; do
+  grep -qx "./usr/share/man/man1/$(basename "$page").gz" <<<"$listing" || fail "missing the man page $(basename "$page")"
+done
+for path in ./usr/share/bash-completion/completions/gpuwarden ./usr/share/zsh/vendor-completions/_gpuwarden \
+            ./usr/share/fish/vendor_completions.d/gpuwarden.fish \
+            ./usr/share/gpuwarden/prometheus/gpuwarden.rules.yml ./usr/share/gpuwarden/alertmanager/alertmanager.yml \
+            ./usr/share/gpuwarden/dashboards/gpuwarden-gpu.json ./usr/share/gpuwarden/dashboards/gpuwarden-fleet.json \
+            ./usr/share/gpuwarden/slurm/prolog.sh ./usr/share/gpuwarden/slurm/epilog.sh \
+            ./usr/share/gpuwarden/slurm/healthcheck.sh; do
+  grep -qx "$path" <<<"$listing" || fail "missing $path"
+done
 control=$(mktemp -d)
-trap 'rm -rf "$control"' EXIT
+root=$(mktemp -d)
+trap 'rm -rf "$control" "$root"' EXIT
 dpkg-deb -e "$deb" "$control"
+# `man gpuwarden` as the installed package answers it (man reads the package's tree), and
+# the bash completion the package installs completes a command.
+dpkg-deb -x "$deb" "$root"
+if command -v man >/dev/null; then
+  MANPATH="$root/usr/share/man" man -P cat gpuwarden 2>/dev/null | grep -q 'gpuwarden-health(1)' || fail "man gpuwarden does not show the page"
+  MANPATH="$root/usr/share/man" man -P cat gpuwarden-health 2>/dev/null | grep -q 'local_api.socket' || fail "man gpuwarden-health does not show the page"
+fi
+completed=$(bash -c "source '$root/usr/share/bash-completion/completions/gpuwarden'; COMP_WORDS=(gpuwarden he); COMP_CWORD=1; _gpuwarden gpuwarden he gpuwarden; echo \"\${COMPREPLY[*]}\"")
+grep -qw health <<<"$completed" || fail "the bash completion does not complete 'gpuwarden he': '$completed'"
+# The Slurm scripts are where deploy/slurm/README.md tells slurm.conf to find them.
+for script in prolog epilog healthcheck; do
+  grep -q "/usr/share/gpuwarden/slurm/$script.sh" deploy/slurm/README.md || fail "deploy/slurm/README.md does not point Slurm at /usr/share/gpuwarden/slurm/$script.sh"
+done
 grep -qx /etc/gpuwarden/config.yaml "$control/conffiles" || fail "config.yaml is not a conffile"
 grep -q 'deb-systemd-helper enable gpuwarden.service' "$control/postinst" || fail "postinst does not enable the unit"
 grep -q 'deb-systemd-invoke .*gpuwarden.service' "$control/postinst" || fail "postinst does not start the unit"

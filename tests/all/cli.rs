@@ -536,3 +536,25 @@ fn events_report_and_health_find_a_running_demo() {
         "{out:?}"
     );
 }
+
+/// The shell completions in debian/completions are what the command definitions make
+/// (`gpuwarden completions SHELL`), so the package never installs stale ones.
+#[test]
+fn the_shell_completions_are_what_the_command_line_makes() {
+    let committed = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("debian/completions");
+    for (shell, file) in [
+        ("bash", "gpuwarden.bash"),
+        ("zsh", "_gpuwarden"),
+        ("fish", "gpuwarden.fish"),
+    ] {
+        let out = gpuwarden(&["completions", shell], None);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let kept = std::fs::read(committed.join(file)).unwrap();
+        assert!(
+            out.stdout == kept,
+            "debian/completions/{file} is out of date: gpuwarden completions {shell} > debian/completions/{file}"
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("health") && text.contains("config"), "{shell}: {text}");
+    }
+}

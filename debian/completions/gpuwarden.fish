@@ -1,0 +1,150 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_gpuwarden_global_optspecs
+    string join \n config= h/help V/version
+end
+
+function __fish_gpuwarden_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_gpuwarden_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_gpuwarden_using_subcommand
+    set -l cmd (__fish_gpuwarden_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c gpuwarden -n "__fish_gpuwarden_needs_command" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_needs_command" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_needs_command" -s V -l version -d 'Print version'
+complete -c gpuwarden -n "__fish_gpuwarden_needs_command" -f -a "run" -d 'Run the daemon: poll every GPU and serve Prometheus metrics'
+complete -c gpuwarden -n "__fish_gpuwarden_needs_command" -f -a "check" -d 'Poll every GPU once and print what needs attention. Exit 0: healthy; 1: findings; 2: no GPU read'
+complete -c gpuwarden -n "__fish_gpuwarden_needs_command" -f -a "probe" -d 'Run the CUDA probe on one GPU now: bf16 GEMM, FP32 FMA, HBM copy and pinned PCIe bandwidth, compared with what the model should reach. Exit 0: passed (or no expected values for this model); 1: a test failed; 2: could not run; 3: the GPU is busy'
+complete -c gpuwarden -n "__fish_gpuwarden_needs_command" -f -a "config" -d 'Work with config files'
+complete -c gpuwarden -n "__fish_gpuwarden_needs_command" -f -a "xid" -d 'XID errors: look up a code, or find XIDs in kernel-log text'
+complete -c gpuwarden -n "__fish_gpuwarden_needs_command" -f -a "events" -d 'Print the health journal\'s events (read-only; also while the daemon runs). Exit 2 when the journal cannot be read'
+complete -c gpuwarden -n "__fish_gpuwarden_needs_command" -f -a "report" -d 'Print one GPU\'s evidence packet for a vendor case (RMA) from the journal: identity, XID timeline, ECC and row remapping, probes, slowdowns, NVLink, and what NVIDIA\'s documents say to do. Exit 1: no such GPU in the journal; 2: the journal cannot be read'
+complete -c gpuwarden -n "__fish_gpuwarden_needs_command" -f -a "health" -d 'Print the running daemon\'s health verdict (asked over its local socket, never by polling the GPUs again). Exit 0: no GPU unhealthy; 1: a GPU or the node is unhealthy; 2: unknown (the daemon does not answer); 3: the idle node\'s scheduled validation runs (keep new work off it; nothing is wrong). The first line is short, for node-problem-detector and Slurm\'s HealthCheckProgram'
+complete -c gpuwarden -n "__fish_gpuwarden_needs_command" -f -a "man" -d 'Write gpuwarden\'s man pages (roff), gpuwarden(1) and one per command (gpuwarden-run(1), ...), made from these same definitions, into DIR (the Debian package installs them)'
+complete -c gpuwarden -n "__fish_gpuwarden_needs_command" -f -a "completions" -d 'Print the shell completion script for bash, zsh or fish (the Debian package installs each where its shell looks: /usr/share/bash-completion/completions/gpuwarden, /usr/share/zsh/vendor-completions/_gpuwarden, /usr/share/fish/vendor_completions.d/)'
+complete -c gpuwarden -n "__fish_gpuwarden_needs_command" -f -a "journal-worker" -d 'The daemon\'s journal worker: one request on stdin, one answer on stdout (internal; the daemon runs it, see src/journal/worker.rs)'
+complete -c gpuwarden -n "__fish_gpuwarden_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand run" -l listen -d 'Listen address, overriding the config\'s `listen`: HOST:PORT, IP:PORT, [IPv6]:PORT or :PORT (every IPv4 address)' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand run" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand run" -l demo -d 'Run over eight simulated GPUs (needs the simulated NVML library; see README)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand run" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand check" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand check" -l json -d 'Print JSON instead of a table'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand check" -l demo -d 'Check the simulated GPUs of the demo'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand check" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l gpu -d 'The GPU\'s index, as in `gpuwarden check` and the `gpu` label' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l tests -d 'Comma-separated tests (gemm_bf16, fma_fp32, hbm_copy, pcie_h2d, pcie_d2h); default: the config\'s probe.tests' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l json -d 'Print the report as JSON'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l force -d 'Probe even when the GPU runs compute processes or is busy'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l settings-from-stdin -d 'Read the NVML and probe settings as JSON from stdin (how the daemon starts its scheduled probes, with the settings it runs with)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand config; and not __fish_seen_subcommand_from check help" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand config; and not __fish_seen_subcommand_from check help" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand config; and not __fish_seen_subcommand_from check help" -f -a "check" -d 'Validate a config file; errors name file, line and column. Exit 78 (EX_CONFIG) when invalid'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand config; and not __fish_seen_subcommand_from check help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand config; and __fish_seen_subcommand_from check" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand config; and __fish_seen_subcommand_from check" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand config; and __fish_seen_subcommand_from help" -f -a "check" -d 'Validate a config file; errors name file, line and column. Exit 78 (EX_CONFIG) when invalid'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand config; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand xid; and not __fish_seen_subcommand_from explain scan help" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand xid; and not __fish_seen_subcommand_from explain scan help" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand xid; and not __fish_seen_subcommand_from explain scan help" -f -a "explain" -d 'Print what an XID code means, its severity and what to do. Exit 1 for a code not in the catalog'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand xid; and not __fish_seen_subcommand_from explain scan help" -f -a "scan" -d 'Print one JSON object per XID found in kernel-log text (raw /dev/kmsg records, dmesg, dmesg -T, journalctl -k, syslog); reads stdin when no FILE is given'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand xid; and not __fish_seen_subcommand_from explain scan help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand xid; and __fish_seen_subcommand_from explain" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand xid; and __fish_seen_subcommand_from explain" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand xid; and __fish_seen_subcommand_from scan" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand xid; and __fish_seen_subcommand_from scan" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand xid; and __fish_seen_subcommand_from help" -f -a "explain" -d 'Print what an XID code means, its severity and what to do. Exit 1 for a code not in the catalog'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand xid; and __fish_seen_subcommand_from help" -f -a "scan" -d 'Print one JSON object per XID found in kernel-log text (raw /dev/kmsg records, dmesg, dmesg -T, journalctl -k, syslog); reads stdin when no FILE is given'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand xid; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l state -d 'The journal to read, instead of the config\'s state.path' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l since -d 'Only events since this long ago (30m, 7d) or this Unix time' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l gpu -d 'Only this GPU: its index (as `gpuwarden check` shows it) or its UUID' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l kind -d 'Only these kinds, comma-separated: xid, xid_storm, health, probe, ecc, row_remap, nvlink, pcie, slowdown, lost, back, pci_missing, persistence, inventory, board_swap, clear, daemon' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l limit -d 'At most this many (the newest)' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l json -d 'Print JSON instead of lines'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l demo -d 'Read the journal of the demo running now (`gpuwarden run --demo`)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand report" -l state -d 'The journal to read, instead of the config\'s state.path' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand report" -l gpu -d 'The GPU: its index or UUID' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand report" -l nic -d 'A network adapter instead of a GPU: its name (mlx5_0), for a cable, transceiver or adapter case' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand report" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand report" -l json -d 'Print the report as JSON'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand report" -l markdown -d 'Print the report as Markdown (for a ticket or a vendor case)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand report" -l demo -d 'Read the journal of the demo running now (`gpuwarden run --demo`)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand report" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and not __fish_seen_subcommand_from clear report help" -l socket -d 'The daemon\'s socket (default: the config\'s local_api.socket)' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and not __fish_seen_subcommand_from clear report help" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and not __fish_seen_subcommand_from clear report help" -l json -d 'Print the verdict (or the clear\'s answer) as JSON'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and not __fish_seen_subcommand_from clear report help" -l demo -d 'Ask the demo running now (`gpuwarden run --demo`)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and not __fish_seen_subcommand_from clear report help" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and not __fish_seen_subcommand_from clear report help" -f -a "clear" -d 'After a repair: count the GPU healthy again from now on (its fatal XIDs, failed probe and held findings from before no longer count) and record who and why in the journal. A finding whose condition still holds (a lost GPU, a pending row remap) comes back at the next poll, and this says so. Root (or gpuwarden\'s user), over the local socket only. Exit 0: no finding left; 1: a finding is still present; 2: not cleared (the daemon did not answer, or refused: no such GPU, no reason)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and not __fish_seen_subcommand_from clear report help" -f -a "report" -d 'What the Slurm health check\'s fleet drain guard decided about this node (its program runs this; deploy/slurm/healthcheck.sh): served as gpuwarden_drain_guard_*, and alert GpuwardenDrainGuardActive fires while it refuses. Exit 0: kept; 2: the daemon did not take it'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and not __fish_seen_subcommand_from clear report help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from clear" -l gpu -d 'The GPU: its index, UUID or PCI address' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from clear" -l nic -d 'A network adapter instead (mlx5_0): after a new cable or transceiver, its ports\' flaps and error growth count from now on, and their held findings are let go of' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from clear" -l reason -d 'What was repaired, a ticket: kept in the journal' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from clear" -l socket -d 'The daemon\'s socket (default: the config\'s local_api.socket)' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from clear" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from clear" -l skip-validation -d 'Let a GPU that was unhealthy back into service without the probe that otherwise must pass first (`health.validate_after_clear`); ends a pending or failed validation. Recorded in the journal with who and why'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from clear" -l json -d 'Print the verdict (or the clear\'s answer) as JSON'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from clear" -l demo -d 'Ask the demo running now (`gpuwarden run --demo`)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from clear" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from report" -l guard -d 'refused: not drained, max_drained nodes already drained by gpuwarden; allowed' -r -f -a "refused\t''
+allowed\t''"
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from report" -l guard-drained -d 'Nodes of this node\'s partitions drained with a gpuwarden: reason' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from report" -l guard-nodes -d 'Nodes in those partitions' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from report" -l guard-max -d 'max_drained as the program has it (5, 10%)' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from report" -l node -d 'Who drained the node, as Slurm shows it now' -r -f -a "gpuwarden\t''
+other\t''
+none\t''"
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from report" -l jobs -d 'Jobs running on the node (squeue)' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from report" -l socket -d 'The daemon\'s socket (default: the config\'s local_api.socket)' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from report" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from report" -l json -d 'Print the verdict (or the clear\'s answer) as JSON'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from report" -l demo -d 'Ask the demo running now (`gpuwarden run --demo`)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from report" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from help" -f -a "clear" -d 'After a repair: count the GPU healthy again from now on (its fatal XIDs, failed probe and held findings from before no longer count) and record who and why in the journal. A finding whose condition still holds (a lost GPU, a pending row remap) comes back at the next poll, and this says so. Root (or gpuwarden\'s user), over the local socket only. Exit 0: no finding left; 1: a finding is still present; 2: not cleared (the daemon did not answer, or refused: no such GPU, no reason)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from help" -f -a "report" -d 'What the Slurm health check\'s fleet drain guard decided about this node (its program runs this; deploy/slurm/healthcheck.sh): served as gpuwarden_drain_guard_*, and alert GpuwardenDrainGuardActive fires while it refuses. Exit 0: kept; 2: the daemon did not take it'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand health; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand man" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand man" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand completions" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand completions" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand journal-worker" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand journal-worker" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand help; and not __fish_seen_subcommand_from run check probe config xid events report health man completions journal-worker help" -f -a "run" -d 'Run the daemon: poll every GPU and serve Prometheus metrics'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand help; and not __fish_seen_subcommand_from run check probe config xid events report health man completions journal-worker help" -f -a "check" -d 'Poll every GPU once and print what needs attention. Exit 0: healthy; 1: findings; 2: no GPU read'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand help; and not __fish_seen_subcommand_from run check probe config xid events report health man completions journal-worker help" -f -a "probe" -d 'Run the CUDA probe on one GPU now: bf16 GEMM, FP32 FMA, HBM copy and pinned PCIe bandwidth, compared with what the model should reach. Exit 0: passed (or no expected values for this model); 1: a test failed; 2: could not run; 3: the GPU is busy'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand help; and not __fish_seen_subcommand_from run check probe config xid events report health man completions journal-worker help" -f -a "config" -d 'Work with config files'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand help; and not __fish_seen_subcommand_from run check probe config xid events report health man completions journal-worker help" -f -a "xid" -d 'XID errors: look up a code, or find XIDs in kernel-log text'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand help; and not __fish_seen_subcommand_from run check probe config xid events report health man completions journal-worker help" -f -a "events" -d 'Print the health journal\'s events (read-only; also while the daemon runs). Exit 2 when the journal cannot be read'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand help; and not __fish_seen_subcommand_from run check probe config xid events report health man completions journal-worker help" -f -a "report" -d 'Print one GPU\'s evidence packet for a vendor case (RMA) from the journal: identity, XID timeline, ECC and row remapping, probes, slowdowns, NVLink, and what NVIDIA\'s documents say to do. Exit 1: no such GPU in the journal; 2: the journal cannot be read'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand help; and not __fish_seen_subcommand_from run check probe config xid events report health man completions journal-worker help" -f -a "health" -d 'Print the running daemon\'s health verdict (asked over its local socket, never by polling the GPUs again). Exit 0: no GPU unhealthy; 1: a GPU or the node is unhealthy; 2: unknown (the daemon does not answer); 3: the idle node\'s scheduled validation runs (keep new work off it; nothing is wrong). The first line is short, for node-problem-detector and Slurm\'s HealthCheckProgram'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand help; and not __fish_seen_subcommand_from run check probe config xid events report health man completions journal-worker help" -f -a "man" -d 'Write gpuwarden\'s man pages (roff), gpuwarden(1) and one per command (gpuwarden-run(1), ...), made from these same definitions, into DIR (the Debian package installs them)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand help; and not __fish_seen_subcommand_from run check probe config xid events report health man completions journal-worker help" -f -a "completions" -d 'Print the shell completion script for bash, zsh or fish (the Debian package installs each where its shell looks: /usr/share/bash-completion/completions/gpuwarden, /usr/share/zsh/vendor-completions/_gpuwarden, /usr/share/fish/vendor_completions.d/)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand help; and not __fish_seen_subcommand_from run check probe config xid events report health man completions journal-worker help" -f -a "journal-worker" -d 'The daemon\'s journal worker: one request on stdin, one answer on stdout (internal; the daemon runs it, see src/journal/worker.rs)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand help; and not __fish_seen_subcommand_from run check probe config xid events report health man completions journal-worker help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand help; and __fish_seen_subcommand_from config" -f -a "check" -d 'Validate a config file; errors name file, line and column. Exit 78 (EX_CONFIG) when invalid'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand help; and __fish_seen_subcommand_from xid" -f -a "explain" -d 'Print what an XID code means, its severity and what to do. Exit 1 for a code not in the catalog'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand help; and __fish_seen_subcommand_from xid" -f -a "scan" -d 'Print one JSON object per XID found in kernel-log text (raw /dev/kmsg records, dmesg, dmesg -T, journalctl -k, syslog); reads stdin when no FILE is given'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand help; and __fish_seen_subcommand_from health" -f -a "clear" -d 'After a repair: count the GPU healthy again from now on (its fatal XIDs, failed probe and held findings from before no longer count) and record who and why in the journal. A finding whose condition still holds (a lost GPU, a pending row remap) comes back at the next poll, and this says so. Root (or gpuwarden\'s user), over the local socket only. Exit 0: no finding left; 1: a finding is still present; 2: not cleared (the daemon did not answer, or refused: no such GPU, no reason)'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand help; and __fish_seen_subcommand_from health" -f -a "report" -d 'What the Slurm health check\'s fleet drain guard decided about this node (its program runs this; deploy/slurm/healthcheck.sh): served as gpuwarden_drain_guard_*, and alert GpuwardenDrainGuardActive fires while it refuses. Exit 0: kept; 2: the daemon did not take it'
