@@ -13,9 +13,11 @@ use std::time::Duration;
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/wire.txt");
 
-/// Each run of digits (with a decimal part) as `N`, the test's directories as `<dir>`.
+/// Each run of digits (with a decimal part) as `N`, the test's directories as `<dir>`, the
+/// checkout as `<repo>`.
 fn fold(text: &str, dirs: &[&Path]) -> String {
-    let mut text = text.to_string();
+    // The checkout's own path (the fake reset command lives there) is wherever CI cloned it.
+    let mut text = text.replace(env!("CARGO_MANIFEST_DIR"), "<repo>");
     for dir in dirs {
         text = text.replace(&dir.display().to_string(), "<dir>");
     }
