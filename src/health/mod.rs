@@ -65,7 +65,7 @@ pub fn evaluate(snapshot: &mut Snapshot) {
         .iter()
         .map(|device| {
             let findings = device_findings(snapshot, device);
-            let now = crate::model::unix_seconds(SystemTime::now());
+            let now = crate::model::unix_now();
             let next_step = snapshot.health_limits.remediation.as_ref().and_then(|limits| {
                 let ladder = ladder::Ladder {
                     limits,
@@ -170,7 +170,7 @@ fn unrecorded_swap(snapshot: &Snapshot, device: &DeviceSnapshot) -> Option<crate
         && !snapshot.board_swaps.contains_key(&id.uuid)
         && snapshot.known_boards.is_unrecorded_swap(&id.uuid, &id.pci_bus_id);
     waits.then(|| crate::model::health::Validation {
-        since: crate::model::unix_seconds(SystemTime::now()),
+        since: crate::model::unix_now(),
         why: format!(
             "a new board in slot {} (the journal knew another board there and is recording the swap)",
             id.pci_bus_id

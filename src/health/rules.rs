@@ -942,7 +942,7 @@ mod tests {
         }];
         let limits = Limits::default();
         let pending = Validation {
-            since: crate::model::unix_seconds(SystemTime::now()),
+            since: crate::model::unix_now(),
             why: "GPU reset by gpuwarden's automatic remediation".into(),
             outcome: None,
             kind: ValidationKind::Repair,

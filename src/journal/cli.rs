@@ -82,7 +82,7 @@ pub fn report(path: &Path, gpu: &str, format: ReportFormat) -> CliResult {
         Ok(None) => return Err(not_in_journal(gpu, path)),
         Err(e) => return Err(unreadable(path, &e.to_string())),
     };
-    let now = crate::model::unix_seconds(SystemTime::now());
+    let now = crate::model::unix_now();
     // The report reads no config: each probe is set against the default baseline (the median
     // of its 10 earlier probes).
     let baseline_probes = crate::config::Probe::default().baseline_probes;
@@ -98,7 +98,7 @@ pub fn report(path: &Path, gpu: &str, format: ReportFormat) -> CliResult {
 /// when it cannot be read.
 pub fn report_nic(path: &Path, device: &str, format: ReportFormat) -> CliResult {
     let conn = open(path)?;
-    let now = crate::model::unix_seconds(SystemTime::now());
+    let now = crate::model::unix_now();
     match super::report_nic::build(&conn, device, now) {
         Ok(Some(r)) => {
             match format {

@@ -263,7 +263,7 @@ pub fn prune(conn: &Connection, oldest: f64, max_bytes: u64, boot_id: &str) -> r
         "DELETE FROM boots WHERE first_seen < ?1 AND boot_id != ?2",
         rusqlite::params![oldest, boot_id],
     )?;
-    let now = crate::model::unix_seconds(std::time::SystemTime::now());
+    let now = crate::model::unix_now();
     conn.execute("DELETE FROM batches WHERE at < ?1", [now - BATCH_IDS_KEPT_FOR])?;
     let mut bytes = used_bytes(conn)?;
     // A tenth of the rows at a time: a few rounds bring a file back under its cap.

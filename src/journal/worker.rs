@@ -612,7 +612,7 @@ impl Batch {
     fn write(&self, conn: &mut Connection) -> rusqlite::Result<Written> {
         let tx = conn.transaction()?;
         if !self.id.is_empty() {
-            let now = crate::model::unix_seconds(SystemTime::now());
+            let now = crate::model::unix_now();
             let new = tx.execute(
                 "INSERT OR IGNORE INTO batches (id, at) VALUES (?1, ?2)",
                 params![self.id, now],
@@ -623,7 +623,7 @@ impl Batch {
         }
         let (rows, new_xid_rows) = self.write_items(&tx)?;
         self.write_facts_and_counts(&tx)?;
-        let now = crate::model::unix_seconds(SystemTime::now());
+        let now = crate::model::unix_now();
         tx.execute(
             "INSERT INTO boots (boot_id, first_seen, host, kmsg_sequence) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (boot_id) DO UPDATE SET kmsg_sequence = max(coalesce(kmsg_sequence, 0), coalesce(?4, 0))",
@@ -700,7 +700,7 @@ impl Batch {
 
     /// Each GPU's facts and this boot's XID counts, replacing what the file had.
     fn write_facts_and_counts(&self, tx: &rusqlite::Transaction) -> rusqlite::Result<()> {
-        let now = crate::model::unix_seconds(SystemTime::now());
+        let now = crate::model::unix_now();
         for f in &self.facts {
             let text = serde_json::to_string(f).unwrap_or_default();
             tx.execute(

@@ -178,7 +178,7 @@ impl Writer {
         self.take_queued();
         let snapshot = self.store.latest();
         self.look_at(&snapshot);
-        self.storm_rows(Self::now(), true);
+        self.storm_rows(crate::model::unix_now(), true);
         self.end_open_episodes();
         self.push(self.daemon_event("stopped"));
     }
@@ -254,13 +254,9 @@ impl Writer {
         }
     }
 
-    fn now() -> f64 {
-        unix_seconds(SystemTime::now())
-    }
-
     pub(super) fn daemon_event(&self, what: &str) -> Event {
         Event::new(
-            Self::now(),
+            crate::model::unix_now(),
             Kind::Daemon,
             None,
             format!("gpuwarden {} {what}", env!("CARGO_PKG_VERSION")),
@@ -353,7 +349,7 @@ impl Writer {
             return;
         }
         self.last_generation = snapshot.generation;
-        let now = Self::now();
+        let now = crate::model::unix_now();
         self.storm_rows(now, false);
         for device in &snapshot.devices {
             self.look_at_gpu(device, snapshot, now);
@@ -704,7 +700,7 @@ impl Writer {
             self.place.path.display()
         );
         self.xid_rows.clear();
-        let rows = super::refill::rows(&self.store.latest(), Self::now());
+        let rows = super::refill::rows(&self.store.latest(), crate::model::unix_now());
         rows.into_iter().for_each(|row| self.push(row));
         self.dirty_facts.extend(self.facts.keys().cloned());
         self.dirty_counts.extend(self.xid_counts.keys().cloned());
@@ -754,7 +750,7 @@ impl Writer {
             kmsg_sequence: self.kmsg_sequence,
             file_position: self.file_position.clone(),
             prune: Some(Prune {
-                oldest: Self::now() - self.place.retention.as_secs_f64(),
+                oldest: crate::model::unix_now() - self.place.retention.as_secs_f64(),
                 max_bytes: self.place.max_bytes,
                 due: prune,
             }),

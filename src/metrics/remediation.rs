@@ -46,7 +46,7 @@ pub const FAMILIES: &[Family] = &[
                 return;
             };
             let now = crate::model::remediation::Now {
-                wall: crate::model::unix_seconds(std::time::SystemTime::now()),
+                wall: crate::model::unix_now(),
                 boot: crate::service::clock::boot_seconds(),
             };
             for outcome in crate::model::remediation::AttemptOutcome::LABELS {

@@ -5,12 +5,12 @@
 use super::{Family, Kind, Read};
 
 fn guard(snapshot: &crate::model::Snapshot) -> Option<&crate::model::scheduler::DrainGuard> {
-    let now = crate::model::unix_seconds(std::time::SystemTime::now());
+    let now = crate::model::unix_now();
     snapshot.scheduler.as_ref()?.drain_guard_at(now)
 }
 
 fn node(snapshot: &crate::model::Snapshot) -> Option<&crate::model::scheduler::NodeState> {
-    let now = crate::model::unix_seconds(std::time::SystemTime::now());
+    let now = crate::model::unix_now();
     snapshot.scheduler.as_ref()?.node_at(now)
 }
 
@@ -47,7 +47,7 @@ pub const FAMILIES: &[Family] = &[
         labels: &[],
         dcgm: &[],
         read: Read::Node(|snapshot, s| {
-            let now = crate::model::unix_seconds(std::time::SystemTime::now());
+            let now = crate::model::unix_now();
             s.flag(snapshot.scheduler.as_ref().and_then(|r| r.drain_refused_at(now)))
         }),
     },

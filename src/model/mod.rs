@@ -426,6 +426,12 @@ fn serialize_time<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<
     }
 }
 
+/// The wall clock now, in Unix seconds: the one clock the journal, remediation and the rules
+/// stamp with (a budget within a boot counts on the boot's clock, service::clock).
+pub fn unix_now() -> f64 {
+    unix_seconds(SystemTime::now())
+}
+
 pub fn unix_seconds(t: SystemTime) -> f64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())

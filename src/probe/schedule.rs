@@ -213,7 +213,7 @@ fn sweep_step(
     now: Instant,
 ) {
     use super::sweep;
-    let wall = crate::model::unix_seconds(std::time::SystemTime::now());
+    let wall = crate::model::unix_now();
     if sweep::running(snapshot) {
         if let Some(work) = sweep::work_on_node(snapshot) {
             let ended = sweep::end(validations, &work, wall);
@@ -295,11 +295,7 @@ fn validate(
         Outcome::Skipped(..) => VALIDATION_RETRY,
         _ => VALIDATION_ERROR_RETRY,
     };
-    let end = validation_outcome(
-        &outcome,
-        since,
-        crate::model::unix_seconds(std::time::SystemTime::now()),
-    );
+    let end = validation_outcome(&outcome, since, crate::model::unix_now());
     record(state, &uuid, index, outcome);
     if let Some(end) = end {
         match &end {

@@ -29,7 +29,7 @@ use crate::snapshot::store::{Store, Versioned};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 /// How long a reset waits for the poller to let go of NVML.
 const RELEASE_WAIT: Duration = Duration::from_secs(30);
@@ -62,7 +62,7 @@ pub fn follow_verdict(store: &Store, unhealthy_since: Arc<std::sync::atomic::Ato
         if !unhealthy {
             unhealthy_since.store(0, Ordering::SeqCst);
         } else if since == 0 {
-            unhealthy_since.store(now().to_bits(), Ordering::SeqCst);
+            unhealthy_since.store(crate::model::unix_now().to_bits(), Ordering::SeqCst);
         }
     }));
 }
@@ -131,10 +131,6 @@ fn wait_for_work(settings: &SharedSettings, reloads: &mut u64, wanted: &std::syn
     }
 }
 
-fn now() -> f64 {
-    crate::model::unix_seconds(SystemTime::now())
-}
-
 impl Executor {
     /// One look: let a cleared reboot go, mark a needed one, then reset the first GPU every
     /// guard lets through and record why the others wait.
@@ -153,7 +149,7 @@ impl Executor {
         if !Arc::ptr_eq(&snapshot.remediation, &current) || !Arc::ptr_eq(&snapshot.clears, &self.clears.get()) {
             return;
         }
-        let now = now();
+        let now = crate::model::unix_now();
         self.let_a_cleared_reboot_go(&snapshot, config);
         if let Some((device, why)) = needs_reboot(&snapshot) {
             self.require_reboot(device, why, config, stop);
@@ -225,7 +221,7 @@ impl Executor {
             pci_bus_id: device.identity.pci_bus_id.clone(),
             step: Step::GpuReset,
             why,
-            started: now(),
+            started: crate::model::unix_now(),
             duration_seconds: 0.0,
             outcome: AttemptOutcome::Interrupted {
                 why: crate::model::remediation::NO_OUTCOME.to_string(),
@@ -377,7 +373,7 @@ impl Executor {
     /// A clear of the reset GPU, and its validation: the probe decides its return.
     fn return_to_service(&self, device: &DeviceSnapshot, validate: bool) {
         let uuid = device.identity.uuid.clone();
-        let at = now();
+        let at = crate::model::unix_now();
         let reason = "GPU reset by gpuwarden's automatic remediation".to_string();
         let validation = (validate && device.identity.vendor == Vendor::Nvidia).then(|| Validation {
             since: at,
@@ -418,7 +414,7 @@ impl Executor {
             return;
         }
         let mark = RebootRequired {
-            since: now(),
+            since: crate::model::unix_now(),
             uuid: device.identity.uuid.clone(),
             index: device.identity.index,
             why: why.clone(),

@@ -8,7 +8,7 @@
 //! about 58 KiB for eight metrics (docs/performance.md); a GPU not seen for a day is dropped,
 //! and at most [`MAX_GPUS`] are kept.
 
-use crate::model::{DeviceSnapshot, Snapshot, unix_seconds};
+use crate::model::{DeviceSnapshot, Snapshot};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -346,7 +346,7 @@ pub async fn record(
         }
         let snapshot = store.latest();
         if snapshot.generation > 0 {
-            history.sample(&snapshot, unix_seconds(std::time::SystemTime::now()));
+            history.sample(&snapshot, crate::model::unix_now());
         }
     }
 }

@@ -297,7 +297,7 @@ async fn index(State(state): State<AppState>) -> Html<String> {
     let timeline = if path.as_os_str().is_empty() {
         None
     } else {
-        let now = crate::model::unix_seconds(std::time::SystemTime::now());
+        let now = crate::model::unix_now();
         let read = async {
             let _permit = state.journal_readers.acquire().await.ok()?;
             tokio::task::spawn_blocking(move || {

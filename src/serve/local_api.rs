@@ -31,7 +31,7 @@ use hyper_util::service::TowerToHyperService;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 use tokio::net::UnixListener;
 use tokio::sync::Semaphore;
 
@@ -155,7 +155,7 @@ async fn clear_gpu(State(local): State<LocalState>, Extension(peer): Extension<P
         Ok(device) => device.clone(),
         Err(e) => return refused(StatusCode::NOT_FOUND, e),
     };
-    let at = crate::model::unix_seconds(SystemTime::now());
+    let at = crate::model::unix_now();
     let comm = peer.comm();
     let by = peer.describe(&comm);
     let uuid = device.identity.uuid.clone();
@@ -298,7 +298,7 @@ async fn scheduler_report(State(local): State<LocalState>, Extension(peer): Exte
             );
         }
     }
-    let at = crate::model::unix_seconds(SystemTime::now());
+    let at = crate::model::unix_now();
     let mut report = before.as_ref().clone().unwrap_or_default();
     if let Some(guard) = guard {
         report.drain_guard = Some((at, guard));
@@ -318,7 +318,7 @@ async fn clear_nic(local: &LocalState, peer: &Peer, nic: &str, reason: String) -
         Ok(device) => device.clone(),
         Err(e) => return refused(StatusCode::NOT_FOUND, e),
     };
-    let at = crate::model::unix_seconds(SystemTime::now());
+    let at = crate::model::unix_now();
     let comm = peer.comm();
     let by = peer.describe(&comm);
     let key = clear_nic::key(&device.name);

@@ -12,7 +12,7 @@ use std::time::SystemTime;
 use crate::serve::html::escape;
 
 fn ago(then: SystemTime) -> String {
-    let seconds = (unix_seconds(SystemTime::now()) - unix_seconds(then)).max(0.0);
+    let seconds = (crate::model::unix_now() - unix_seconds(then)).max(0.0);
     match seconds {
         s if s < 90.0 => format!("{s:.0}s ago"),
         s if s < 5400.0 => format!("{:.0}m ago", s / 60.0),
@@ -304,7 +304,7 @@ fn trends_section(
     history: &crate::serve::history::History,
 ) {
     use crate::serve::history::Range;
-    let now = unix_seconds(SystemTime::now());
+    let now = crate::model::unix_now();
     let start = now - 3600.0;
     out.push_str(
         "<h2>Last hour</h2><table class=\"trends\"><thead><tr><th>GPU</th><th>Temperature / slowdown</th>\
