@@ -47,23 +47,39 @@ pub struct Executor {
     pub journal: Option<crate::journal::Journal>,
     /// Where the daemon's open files are listed (`/proc/self/fd`).
     pub fd_dir: std::path::PathBuf,
-    /// Since when the node's verdict has been unhealthy without a break (f64 bits of Unix
-    /// seconds; 0: it is not), kept by a hook on every publish.
-    pub unhealthy_since: Arc<std::sync::atomic::AtomicU64>,
+    /// Since when the node's verdict has been unhealthy without a break, kept by a hook on
+    /// every publish.
+    pub unhealthy_since: Arc<UnhealthySince>,
+}
+
+/// Since when (Unix seconds) the node's verdict has been unhealthy without a break; None while
+/// it is not.
+#[derive(Debug, Default)]
+pub struct UnhealthySince(std::sync::Mutex<Option<f64>>);
+
+impl UnhealthySince {
+    pub fn get(&self) -> Option<f64> {
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The verdict as a publish shows it: the first unhealthy moment is kept, anything else
+    /// breaks the run.
+    fn saw(&self, unhealthy: bool, now: f64) {
+        let mut since = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match (unhealthy, *since) {
+            (false, _) => *since = None,
+            (true, None) => *since = Some(now),
+            (true, Some(_)) => {}
+        }
+    }
 }
 
 /// Keeps `unhealthy_since` at every publish: exact, where a look once a second could miss a
 /// moment the verdict was not unhealthy (and the Slurm check resumed the node).
-pub fn follow_verdict(store: &Store, unhealthy_since: Arc<std::sync::atomic::AtomicU64>) {
-    use std::sync::atomic::Ordering;
+pub fn follow_verdict(store: &Store, unhealthy_since: Arc<UnhealthySince>) {
     store.on_publish(Box::new(move |snapshot| {
         let unhealthy = snapshot.worst_health() == Some(crate::model::health::HealthState::Unhealthy);
-        let since = unhealthy_since.load(Ordering::SeqCst);
-        if !unhealthy {
-            unhealthy_since.store(0, Ordering::SeqCst);
-        } else if since == 0 {
-            unhealthy_since.store(crate::model::unix_now().to_bits(), Ordering::SeqCst);
-        }
+        unhealthy_since.saw(unhealthy, crate::model::unix_now());
     }));
 }
 
@@ -156,13 +172,12 @@ impl Executor {
             return;
         }
         let paused = pause_reason(config);
-        let since = self.unhealthy_since.load(std::sync::atomic::Ordering::SeqCst);
         let context = guards::Context {
             now,
             boot: crate::service::clock::boot_seconds(),
             max_resets_per_day: config.max_resets_per_day,
             paused: paused.as_deref(),
-            unhealthy_since: (since != 0).then(|| f64::from_bits(since)),
+            unhealthy_since: self.unhealthy_since.get(),
         };
         let mut held_back: BTreeMap<String, Refusal> = BTreeMap::new();
         let mut go = None;
@@ -609,9 +624,8 @@ mod tests {
     #[test]
     fn the_verdict_is_followed_at_every_publish_and_any_break_restarts_it() {
         use crate::model::health::{Finding, HealthState};
-        use std::sync::atomic::Ordering;
         let store = Store::new();
-        let since = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let since = Arc::new(UnhealthySince::default());
         follow_verdict(&store, since.clone());
         let snapshot = |severity: HealthState| Snapshot {
             node_findings: vec![Finding {
@@ -623,15 +637,14 @@ mod tests {
             ..Default::default()
         };
         store.publish(snapshot(HealthState::Unhealthy));
-        let first = since.load(Ordering::SeqCst);
-        assert_ne!(first, 0, "unhealthy: since when");
+        let first = since.get().expect("unhealthy: since when");
         store.publish(snapshot(HealthState::Unhealthy));
-        assert_eq!(since.load(Ordering::SeqCst), first, "still the first moment");
+        assert_eq!(since.get(), Some(first), "still the first moment");
         store.publish(snapshot(HealthState::Degraded));
-        assert_eq!(since.load(Ordering::SeqCst), 0, "a moment not unhealthy breaks it");
+        assert_eq!(since.get(), None, "a moment not unhealthy breaks it");
         std::thread::sleep(Duration::from_millis(5));
         store.publish(snapshot(HealthState::Unhealthy));
-        assert!(f64::from_bits(since.load(Ordering::SeqCst)) > f64::from_bits(first));
+        assert!(since.get().unwrap() > first);
     }
 
     /// A step that prints 100 MB keeps its share of the output, not the whole of it: the
