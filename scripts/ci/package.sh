@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 cargo build --release --workspace
 cargo deb --no-build --output target/debian/ >/dev/null
-deb=$(ls -t target/debian/gpuwarden_*.deb | head -1)
+deb=$(ls -t target/debian/gpuwarden_*_"$(dpkg --print-architecture)".deb | head -1)
 listing=$(dpkg-deb -c "$deb" | awk '{print $6}')
 fail() { echo "package check FAILED: $*"; echo "$listing"; exit 1; }
 for path in ./usr/bin/gpuwarden ./etc/gpuwarden/config.yaml ./usr/share/doc/gpuwarden/README.md \

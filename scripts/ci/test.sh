@@ -24,8 +24,12 @@ step() { printf '\n== %s\n' "$*"; }
 # systemd and util-linux (unshare, nsenter): tests/all/systemd_real.rs boots a real systemd in a
 # namespace of its own and runs the shipped unit there. slurmctld, slurmd, slurm-client and
 # munge: tests/all/slurm_real.rs runs the shipped prolog and epilog under a real one-node Slurm.
+# mmdebstrap, buildah, podman and runc build and run the OCI image (scripts/ci/image-check.sh;
+# runc: crun refuses a hybrid cgroup layout); gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and
+# qemu-user-static cross-build for arm64 and run it (scripts/ci/arm64.sh); file checks the result.
 APT_PACKAGES=(prometheus prometheus-alertmanager chromium librocm-smi64-1 curl openssl python3-venv systemd util-linux
-  slurmctld slurmd slurm-client munge)
+  slurmctld slurmd slurm-client munge mmdebstrap buildah podman runc gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+  qemu-user-static file)
 VENV=target/test-venv
 
 if [ -z "${SKIP_SETUP:-}" ]; then
@@ -62,6 +66,8 @@ if [ -z "${SKIP_SETUP:-}" ]; then
   msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
   step "Rust $msrv (rust-version)"
   rustup toolchain install "$msrv" --profile minimal --no-self-update
+  # arm64 (GH200, GB200 hosts): the standard library for the cross-build.
+  rustup target add aarch64-unknown-linux-gnu
   if ! command -v cargo-deb >/dev/null 2>&1; then
     step "cargo-deb"
     cargo install --locked cargo-deb
@@ -109,3 +115,10 @@ fi
 
 step "the Debian package builds and holds what it should"
 bash scripts/ci/package.sh
+
+step "the OCI image builds, runs under podman, serves, answers and stops"
+bash scripts/ci/image-check.sh
+
+step "arm64: cross-built, unit tests and a check under qemu, its package and image"
+bash scripts/ci/arm64.sh
+[ -z "${CI:-}" ] || rm -rf target/aarch64-unknown-linux-gnu
