@@ -921,3 +921,88 @@ fn a_failing_reset_marks_the_node_reboot_required_and_it_stays_drained() {
         "{events}"
     );
 }
+
+/// A stop during a reset (issue #51, item 3), under the real Slurm, the verdict asked every
+/// 0.1 s from the fault through the reset, the stop and the restart: the reset command hangs
+/// (`sleep 300`), SIGTERM ends the daemon and the command with it; the node never reads fit
+/// (unhealthy, or unknown while no daemon answers) and stays drained; the attempt is on record
+/// as interrupted, counts against the day's budget, and no reboot is marked (a stop is not a
+/// failed reset).
+#[test]
+fn a_stop_during_a_reset_keeps_the_node_drained_and_records_the_attempt() {
+    const INTERVAL: u64 = 3;
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = root.path();
+    let idle = all_idle(&with_cuda(DEMO_SCENARIO));
+    // A budget of three: after the restart the fault is still there and the reset is tried
+    // again, rather than the budget's escalation to a reboot (tested elsewhere).
+    let config = format!("{VALIDATION_PROBES}{}", auto_remediation(dir, "/bin/sleep 301"))
+        .replace("  timeout: 10s\n", "  timeout: 10s\n  max_resets_per_day: 3\n");
+    assert!(config.contains("max_resets_per_day: 3"));
+    let d = Daemon::start_full(&idle, &test_config(&sim_library(), &config), "", &[]);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    let slurm = health_checked_slurm(dir, &d, INTERVAL);
+    let within = Duration::from_secs(INTERVAL + 1 + 4);
+    let poll = VerdictPoll::start(d.socket_path());
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 94, pid=1, name=x, Contained: SM (0x1)\n");
+    wait_for_node(&slurm, "the drain", within, |s| s.contains("xid_fatal"));
+    // The reset command runs (and hangs): its start is on record once NVML was let go of.
+    let state_db = d.state_path();
+    eventually(
+        "the reset's start on record",
+        Duration::from_secs(3 * INTERVAL + 10),
+        || {
+            events_json(&state_db, &["--kind", "remediation"])
+                .to_string()
+                .contains("gpu_reset started")
+                .then_some(())
+        },
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let sleeping = || {
+        let out = std::process::Command::new("pgrep")
+            .args(["-f", "^/bin/sleep 301$"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let during = sleeping();
+    assert_eq!(during.len(), 1, "the reset command runs: {during:?}");
+    let d = d.restart(false, None);
+    d.scrape_until("the first poll after the restart", |m| {
+        m.value("gpu_up", &[("gpu", "0")]) == Some(1.0)
+    });
+    // Two of the health check's runs after the restart.
+    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    let asks = poll.finish();
+    assert_held_throughout(&asks, true);
+    assert_eq!(asks.last().map(|a| a.code), Some(1), "{asks:#?}");
+    let state = node_state(&slurm);
+    assert!(state.starts_with("drain") && state.contains("gpuwarden:"), "{state}");
+    // On record before the command ran; the restart reads a start with no outcome as an
+    // interrupted reset, which the day's budget counts (a restart loop cannot reset without
+    // end).
+    let events = events_json(&d.state_path(), &["--kind", "remediation"]).to_string();
+    assert!(events.contains("gpu_reset started"), "{events}");
+    let m = d.scrape();
+    assert_eq!(
+        m.value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "interrupted")]),
+        Some(1.0),
+        "counted against the day's budget: {events}"
+    );
+    assert_eq!(
+        m.value("gpuwarden_reboot_required", &[]),
+        Some(0.0),
+        "a stop is no failed reset"
+    );
+    assert!(!dir.join("reboot-required").exists(), "no marker file");
+    // The stop ended the reset command with the daemon (the new daemon's retry is another).
+    assert!(
+        !sleeping().contains(&during[0]),
+        "the reset command {} outlived the stop",
+        during[0]
+    );
+}
