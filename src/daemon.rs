@@ -29,7 +29,7 @@ use crate::snapshot::store::Store;
 use crate::sources::Sources;
 use crate::sources::poller::{Coordinator, PollLoop};
 use crate::xid::kmsg::{self, ResumePoints};
-use crate::xid::store::{Source, XidStore};
+use crate::xid::store::{XidSource, XidStore};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -182,7 +182,7 @@ fn reload_kernel_log(
     if let Some(old) = running {
         old.stop.stop_child();
         if !config.xid.read_kernel_log {
-            xids.forget_source(Source::KernelLog);
+            xids.forget_source(XidSource::KernelLog);
         }
     }
     KernelLogReader::start(config, xids, resume, daemon)

@@ -13,7 +13,7 @@ use crate::snapshot::publisher::Publisher;
 use crate::snapshot::store::Store;
 use crate::sources::Sources;
 use crate::sources::poller::Coordinator;
-use crate::xid::{kmsg, store::Source, store::XidCount, store::XidStore};
+use crate::xid::{kmsg, store::XidCount, store::XidSource, store::XidStore};
 use serde::Serialize;
 use std::fmt::Write;
 use std::sync::Arc;
@@ -42,9 +42,9 @@ pub fn poll_once(config: Config) -> Arc<Snapshot> {
     xids.set_policy(config.health.xid_severity.clone());
     if config.xid.read_kernel_log {
         match kmsg::read_backlog(&config.xid.kernel_log_path, &xids) {
-            Ok(_) => xids.set_source_up(Source::KernelLog, true),
+            Ok(_) => xids.set_source_up(XidSource::KernelLog, true),
             Err(e) => {
-                xids.set_source_up(Source::KernelLog, false);
+                xids.set_source_up(XidSource::KernelLog, false);
                 log::warn!(
                     "cannot read the kernel log {} ({e}): XIDs since boot are not checked; run as root",
                     config.xid.kernel_log_path.display()

@@ -18,7 +18,7 @@ use crate::model::{DeviceIdentity, DeviceReadings, DeviceSnapshot, RecoveryActio
 use std::sync::Arc;
 
 /// One GPU as the journal last read it in full.
-pub struct Seen {
+pub struct LastSeen {
     identity: Arc<DeviceIdentity>,
     verdict: HealthState,
     findings: Vec<(&'static str, HealthState)>,
@@ -76,9 +76,9 @@ impl Counters {
     }
 }
 
-impl Seen {
-    pub fn of(device: &DeviceSnapshot, snapshot: &Snapshot) -> Seen {
-        Seen {
+impl LastSeen {
+    pub fn of(device: &DeviceSnapshot, snapshot: &Snapshot) -> LastSeen {
+        LastSeen {
             identity: device.identity.clone(),
             verdict: device.health.state,
             findings: device.health.findings.iter().map(|f| (f.reason, f.severity)).collect(),
@@ -118,7 +118,7 @@ fn probe_started(device: &DeviceSnapshot, snapshot: &Snapshot) -> Option<f64> {
 }
 
 /// A passed-over look would have found nothing: no row, and the same stored facts (debug
-/// builds check each pass-over with it, so the tests catch a fact that [`Seen`] misses).
+/// builds check each pass-over with it, so the tests catch a fact that [`LastSeen`] misses).
 #[cfg(debug_assertions)]
 pub fn assert_nothing_missed(last: &super::facts::GpuFacts, device: &DeviceSnapshot, snapshot: &Snapshot, now: f64) {
     let mut full = super::facts::facts_of(device, snapshot, Some(last), now);
@@ -165,7 +165,7 @@ mod tests {
     fn a_round_that_changed_only_live_values_is_passed_over() {
         let snapshot = Snapshot::default();
         let d = gpu(0);
-        let seen = Seen::of(&d, &snapshot);
+        let seen = LastSeen::of(&d, &snapshot);
         assert!(seen.unchanged(&next_round(&d, |_| {}), &snapshot));
     }
 
@@ -173,7 +173,7 @@ mod tests {
     fn each_thing_the_journal_records_makes_the_round_looked_at_in_full() {
         let snapshot = Snapshot::default();
         let d = gpu(0);
-        let seen = Seen::of(&d, &snapshot);
+        let seen = LastSeen::of(&d, &snapshot);
         let changed = |what: &str, next: DeviceSnapshot| {
             assert!(!seen.unchanged(&next, &snapshot), "{what} changed, yet passed over");
         };
@@ -231,7 +231,7 @@ mod tests {
                 active: true,
             }]
         });
-        let seen = Seen::of(&hot, &snapshot);
+        let seen = LastSeen::of(&hot, &snapshot);
         assert!(!seen.unchanged(&hot, &snapshot));
     }
 }

@@ -7,7 +7,7 @@
 
 use super::event::{Event, GpuRef, Kind};
 use super::facts::{self, GpuFacts};
-use super::seen::Seen;
+use super::seen::LastSeen;
 use super::worker::{Answer, Batch, Failure, Item, Prune, Request, XidCount};
 use super::{Message, Place, Shared};
 use crate::model::{JournalStatus, Snapshot, unix_seconds};
@@ -103,7 +103,7 @@ pub(super) struct Writer {
     looked_at: BTreeSet<String>,
     /// By UUID: what the last full look at each GPU read, to pass over a round that changed
     /// none of it.
-    seen: BTreeMap<String, Seen>,
+    seen: BTreeMap<String, LastSeen>,
     /// A batch of this run has been written (a file that then no longer knows this boot
     /// was deleted, emptied or replaced).
     wrote: bool,
@@ -416,7 +416,7 @@ impl Writer {
         if !last.as_ref().is_some_and(|last| last.same_stored_facts(&new)) {
             self.dirty_facts.insert(uuid.clone());
         }
-        self.seen.insert(uuid.clone(), Seen::of(device, snapshot));
+        self.seen.insert(uuid.clone(), LastSeen::of(device, snapshot));
         self.facts.insert(uuid, new);
     }
 

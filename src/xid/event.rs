@@ -12,27 +12,27 @@ pub const MAX_RAW_LINE: usize = 1024;
 /// a source of its own, so that it groups with the `Xid ...: 79` line beside it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Source {
+pub enum XidSource {
     Nvml,
     KernelLog,
     KernelLogFallenOffBus,
 }
 
-impl Source {
+impl XidSource {
     /// The `source` label of the XID self metrics: the kernel log's two kinds of line are
     /// one source.
     pub fn label(self) -> &'static str {
         match self {
-            Source::Nvml => "nvml_events",
-            Source::KernelLog | Source::KernelLogFallenOffBus => "kernel_log",
+            XidSource::Nvml => "nvml_events",
+            XidSource::KernelLog | XidSource::KernelLogFallenOffBus => "kernel_log",
         }
     }
 
     pub(super) fn bit(self) -> u8 {
         match self {
-            Source::Nvml => 1,
-            Source::KernelLog => 2,
-            Source::KernelLogFallenOffBus => 4,
+            XidSource::Nvml => 1,
+            XidSource::KernelLog => 2,
+            XidSource::KernelLogFallenOffBus => 4,
         }
     }
 }
@@ -44,7 +44,7 @@ pub struct XidEvent {
     /// The MIG GPU instance the driver attributed it to.
     pub gpu_instance: Option<u32>,
     pub xid: u32,
-    pub source: Source,
+    pub source: XidSource,
     pub at: SystemTime,
     /// The kernel-log line it came from (at most [`MAX_RAW_LINE`] bytes), for the journal.
     pub raw: Option<String>,

@@ -16,7 +16,7 @@
 
 use super::event::{FilePosition, TAIL_BYTES};
 use super::parse::{self, LogParser, ReportKind, XidReport};
-use super::store::{MAX_RAW_LINE, Source, UNATTRIBUTED, XidEvent, XidStore};
+use super::store::{MAX_RAW_LINE, UNATTRIBUTED, XidEvent, XidSource, XidStore};
 use crate::service::stop::Stop;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, ErrorKind, Seek, SeekFrom};
@@ -180,9 +180,9 @@ fn tail_before(file: &std::fs::File, offset: u64) -> Option<Vec<u8>> {
 
 fn event(report: XidReport, at: SystemTime) -> XidEvent {
     let (source, nvswitch) = match report.kind {
-        ReportKind::Xid => (Source::KernelLog, None),
-        ReportKind::FallenOffBus => (Source::KernelLogFallenOffBus, None),
-        ReportKind::Sxid { switch, fatal } => (Source::KernelLog, Some(super::event::Nvswitch { switch, fatal })),
+        ReportKind::Xid => (XidSource::KernelLog, None),
+        ReportKind::FallenOffBus => (XidSource::KernelLogFallenOffBus, None),
+        ReportKind::Sxid { switch, fatal } => (XidSource::KernelLog, Some(super::event::Nvswitch { switch, fatal })),
     };
     XidEvent {
         pci_bus_id: report.pci_bus_id.unwrap_or_else(|| UNATTRIBUTED.to_string()),
@@ -396,7 +396,7 @@ impl Follower<'_> {
                 if let crate::input::Refused::Skip(reason, what) = &e {
                     crate::input::Skips::new(crate::input::Input::KernelLog).add(*reason, what);
                 }
-                self.store.set_source_up(Source::KernelLog, false);
+                self.store.set_source_up(XidSource::KernelLog, false);
                 outage.failed(format!(
                     "cannot read the kernel log {} ({e}): XIDs are counted from NVML events only; \
                      run as root or set xid.kernel_log_path",
@@ -405,7 +405,7 @@ impl Follower<'_> {
                 return None;
             }
         };
-        self.store.set_source_up(Source::KernelLog, true);
+        self.store.set_source_up(XidSource::KernelLog, true);
         outage.recovered(format!("reading the kernel log {} again", self.path.display()));
         let position = self.resume.get(self.path);
         // A regular file: go on from where an earlier reader of this file stopped.
@@ -493,7 +493,7 @@ impl Follower<'_> {
                         "reading the kernel log {} failed ({e}); opening it again",
                         self.path.display()
                     );
-                    self.store.set_source_up(Source::KernelLog, false);
+                    self.store.set_source_up(XidSource::KernelLog, false);
                     return match self.stop.sleep(Duration::from_secs(1)) {
                         true => After::Stop,
                         false => After::Reopen,
@@ -588,7 +588,7 @@ mod tests {
         let line = "3,811,5000000,-;NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=x, DBE";
         let e = events_from_line(&mut LogParser::default(), line.as_bytes(), line.len() + 1, Some(boot)).remove(0);
         assert_eq!(e.at, boot + Duration::from_secs(5));
-        assert_eq!((e.xid, e.source), (48, Source::KernelLog));
+        assert_eq!((e.xid, e.source), (48, XidSource::KernelLog));
     }
 
     #[test]

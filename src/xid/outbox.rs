@@ -247,14 +247,14 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xid::event::Source;
+    use crate::xid::event::XidSource;
 
     fn event(bus: &str, xid: u32, at: f64) -> XidEvent {
         XidEvent {
             pci_bus_id: bus.into(),
             gpu_instance: None,
             xid,
-            source: Source::KernelLog,
+            source: XidSource::KernelLog,
             at: crate::model::from_unix_seconds(at),
             raw: None,
             kmsg_sequence: Some(at as u64),

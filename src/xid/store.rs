@@ -11,7 +11,7 @@
 //! GPU falling off the bus and NVML being re-initialised.
 
 use super::catalog;
-pub use super::event::{MAX_RAW_LINE, Source, XidEvent};
+pub use super::event::{MAX_RAW_LINE, XidEvent, XidSource};
 pub use crate::model::xid::{OTHER_CODES, Severity, UNATTRIBUTED, XidCount, XidSnapshot};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
@@ -453,14 +453,14 @@ impl XidStore {
         true
     }
 
-    pub fn set_source_up(&self, source: Source, up: bool) {
+    pub fn set_source_up(&self, source: XidSource, up: bool) {
         if self.lock().sources.insert(source.label(), up) != Some(up) {
             self.moved_on();
         }
     }
 
     /// A source turned off by a reload: it is not read, so it has no state to show.
-    pub fn forget_source(&self, source: Source) {
+    pub fn forget_source(&self, source: XidSource) {
         if self.lock().sources.remove(source.label()).is_some() {
             self.moved_on();
         }
@@ -548,7 +548,7 @@ mod tests {
 
     const BUS: &str = "0000:3b:00.0";
 
-    fn event(xid: u32, source: Source, at_s: u64) -> XidEvent {
+    fn event(xid: u32, source: XidSource, at_s: u64) -> XidEvent {
         XidEvent {
             gpu_instance: None,
             pci_bus_id: BUS.into(),
@@ -576,9 +576,9 @@ mod tests {
     #[test]
     fn the_same_event_from_two_sources_counts_once() {
         let store = XidStore::new(Duration::from_secs(10));
-        assert!(store.record(event(79, Source::KernelLog, 100)));
-        assert!(!store.record(event(79, Source::Nvml, 101)));
-        assert!(!store.record(event(79, Source::KernelLogFallenOffBus, 101)));
+        assert!(store.record(event(79, XidSource::KernelLog, 100)));
+        assert!(!store.record(event(79, XidSource::Nvml, 101)));
+        assert!(!store.record(event(79, XidSource::KernelLogFallenOffBus, 101)));
         assert_eq!(count(&store, 79), 1);
     }
 
@@ -594,8 +594,8 @@ mod tests {
                 .find(|c| c.xid == xid)
                 .map(|c| c.severity)
         };
-        assert!(store.record(event(13, Source::KernelLog, 100)));
-        assert!(store.record(event(48, Source::KernelLog, 100)));
+        assert!(store.record(event(13, XidSource::KernelLog, 100)));
+        assert!(store.record(event(48, XidSource::KernelLog, 100)));
         assert_eq!(severity_of(&store, 13), Some(Severity::Warning), "the catalog's");
         let changes = store.changes();
         store.set_policy(crate::model::xid::XidPolicy {
@@ -614,11 +614,11 @@ mod tests {
     fn repeats_from_one_source_are_all_counted() {
         let store = XidStore::new(Duration::from_secs(10));
         for t in [100, 101, 102] {
-            assert!(store.record(event(13, Source::KernelLog, t)));
+            assert!(store.record(event(13, XidSource::KernelLog, t)));
         }
         // Each NVML report pairs with one kernel report.
         for t in [100, 101, 102] {
-            assert!(!store.record(event(13, Source::Nvml, t)));
+            assert!(!store.record(event(13, XidSource::Nvml, t)));
         }
         assert_eq!(count(&store, 13), 3);
     }
@@ -626,8 +626,8 @@ mod tests {
     #[test]
     fn outside_the_window_it_is_a_new_event() {
         let store = XidStore::new(Duration::from_secs(10));
-        assert!(store.record(event(31, Source::KernelLog, 100)));
-        assert!(store.record(event(31, Source::Nvml, 200)));
+        assert!(store.record(event(31, XidSource::KernelLog, 100)));
+        assert!(store.record(event(31, XidSource::Nvml, 200)));
         assert_eq!(count(&store, 31), 2);
         let last = store.snapshot().for_bus(BUS)[0].last_seen;
         assert_eq!(last, SystemTime::UNIX_EPOCH + Duration::from_secs(200));
@@ -636,9 +636,9 @@ mod tests {
     #[test]
     fn different_gpus_and_codes_do_not_merge() {
         let store = XidStore::new(Duration::from_secs(10));
-        assert!(store.record(event(79, Source::KernelLog, 100)));
-        assert!(store.record(event(48, Source::Nvml, 100)));
-        let mut other = event(79, Source::Nvml, 100);
+        assert!(store.record(event(79, XidSource::KernelLog, 100)));
+        assert!(store.record(event(48, XidSource::Nvml, 100)));
+        let mut other = event(79, XidSource::Nvml, 100);
         other.pci_bus_id = "0000:5d:00.0".into();
         assert!(store.record(other));
     }
@@ -650,10 +650,10 @@ mod tests {
         let store = XidStore::new(Duration::from_secs(10));
         store.set_gpus([BUS].into_iter());
         for code in 1000..41_000u32 {
-            assert!(store.record(event(code, Source::KernelLog, u64::from(code))));
+            assert!(store.record(event(code, XidSource::KernelLog, u64::from(code))));
         }
         // A fatal code beyond the limit keeps a count of its own.
-        assert!(store.record(event(79, Source::KernelLog, 50_000)));
+        assert!(store.record(event(79, XidSource::KernelLog, 50_000)));
         let snapshot = store.snapshot();
         let counts = snapshot.for_bus(BUS);
         assert_eq!(counts.len(), MAX_CODES_PER_ADDRESS + 2);
@@ -675,7 +675,7 @@ mod tests {
             codes: Default::default(),
         });
         for code in 1000..2000u32 {
-            store.record(event(code, Source::KernelLog, u64::from(code)));
+            store.record(event(code, XidSource::KernelLog, u64::from(code)));
         }
         let snapshot = store.snapshot();
         let counts = snapshot.for_bus(BUS);
@@ -688,7 +688,7 @@ mod tests {
         assert_eq!(snapshot.dropped, 0);
         // Addresses that are no GPU: 32 of them, further ones dropped and counted.
         for n in 0..40u32 {
-            let mut e = event(13, Source::KernelLog, 60_000);
+            let mut e = event(13, XidSource::KernelLog, 60_000);
             e.pci_bus_id = format!("0000:{:02x}:00.0", 0x80 + n);
             store.record(e);
         }
@@ -700,7 +700,7 @@ mod tests {
     #[test]
     fn a_record_read_twice_is_counted_once() {
         let store = XidStore::new(Duration::from_secs(10));
-        let mut e = event(48, Source::KernelLog, 100);
+        let mut e = event(48, XidSource::KernelLog, 100);
         e.identity = Some(7);
         assert!(store.record(e.clone()));
         assert!(!store.record(e.clone()), "the same record again");

@@ -7,7 +7,7 @@
 //! others. A double-bit ECC event is the same event as XID 48 and is counted as such.
 
 use crate::service::stop::Stop;
-use crate::xid::store::{Source, XidEvent, XidStore};
+use crate::xid::store::{XidEvent, XidSource, XidStore};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enums::event::XidError;
@@ -41,19 +41,19 @@ fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore, stop: &Sto
         Ok(set) => set,
         Err(e) => {
             log::warn!("cannot create an NVML event set ({e}): XIDs are counted from the kernel log only");
-            store.set_source_up(Source::Nvml, false);
+            store.set_source_up(XidSource::Nvml, false);
             return;
         }
     };
     let Ok(register) = nvml.lib().nvmlDeviceRegisterEvents.as_ref() else {
         log::warn!("this NVML has no nvmlDeviceRegisterEvents: XIDs are counted from the kernel log only");
-        store.set_source_up(Source::Nvml, false);
+        store.set_source_up(XidSource::Nvml, false);
         return;
     };
     // An older driver without the event wait: say so once, and rely on the kernel log.
     if nvml.lib().nvmlEventSetWait_v2.is_err() {
         log::info!("this NVML has no nvmlEventSetWait_v2: XIDs are counted from the kernel log only");
-        store.set_source_up(Source::Nvml, false);
+        store.set_source_up(XidSource::Nvml, false);
         return;
     }
     let wanted = EventTypes::CRITICAL_XID_ERROR | EventTypes::DOUBLE_BIT_ECC_ERROR;
@@ -78,10 +78,10 @@ fn run(nvml: &'static Nvml, gpus: &[(u32, String)], store: &XidStore, stop: &Sto
         }
     }
     if bus_by_handle.is_empty() {
-        store.set_source_up(Source::Nvml, false);
+        store.set_source_up(XidSource::Nvml, false);
         return;
     }
-    store.set_source_up(Source::Nvml, true);
+    store.set_source_up(XidSource::Nvml, true);
     log::info!("listening for NVML XID events on {} GPU(s)", bus_by_handle.len());
     let mut outage = crate::service::logging::Outage::default();
     while !stop.is_stopped() {
@@ -127,7 +127,7 @@ fn record(store: &XidStore, bus: &str, xid: u32) {
         pci_bus_id: bus.to_string(),
         gpu_instance: None,
         xid,
-        source: Source::Nvml,
+        source: XidSource::Nvml,
         at: SystemTime::now(),
         raw: None,
         kmsg_sequence: None,
