@@ -276,11 +276,11 @@ struct Running {
     kernel_log: Option<KernelLogReader>,
     poll_loop: PollLoop,
     /// The operators' clears (the local API sets them).
-    clears: Arc<crate::snapshot::store::Versioned<crate::model::health::Clears>>,
+    clears: Arc<crate::service::versioned::Versioned<crate::model::health::Clears>>,
     /// The GPUs awaiting a probe before they return to service (a clear starts one).
-    validations: Arc<crate::snapshot::store::Versioned<crate::model::health::Validations>>,
+    validations: Arc<crate::service::versioned::Versioned<crate::model::health::Validations>>,
     /// The Slurm health check's reports (the local API sets them).
-    scheduler: Arc<crate::snapshot::store::Versioned<Option<crate::model::scheduler::SchedulerReport>>>,
+    scheduler: Arc<crate::service::versioned::Versioned<Option<crate::model::scheduler::SchedulerReport>>>,
     /// The journal's handle; None with the journal off.
     journal: Option<Journal>,
     /// The daemon's own handle: children (the kernel-log reader) are made from it.

@@ -91,7 +91,7 @@ pub struct PodSnapshot {
 }
 
 /// Shared between the kubelet task and the publisher: replaced only when the answer changed.
-pub type PodState = crate::snapshot::store::Versioned<PodSnapshot>;
+pub type PodState = crate::service::versioned::Versioned<PodSnapshot>;
 
 /// Whether a resource name is one of `patterns` (`nvidia.com/mig-*`: a prefix).
 fn is_gpu_resource(name: &str, patterns: &[String]) -> bool {
@@ -232,7 +232,7 @@ pub async fn follow(
         tokio::select! {
             // On the runtime's beat, with the periodic sources.
             _ = tokio::time::sleep_until(
-                crate::sources::cadence::next_on_the_beat(config.refresh, std::time::Instant::now()).into()
+                crate::service::cadence::next_on_the_beat(config.refresh, std::time::Instant::now()).into()
             ) => {}
             _ = stop.stopped() => return,
         }

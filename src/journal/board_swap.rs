@@ -5,7 +5,7 @@ use super::event::Event;
 use super::facts::{self, GpuFacts};
 use crate::model::Vendor;
 use crate::model::health::{BoardSwap, BoardSwaps, Validation, Validations};
-use crate::snapshot::store::Versioned;
+use crate::service::versioned::Versioned;
 use std::sync::Arc;
 
 /// The sources a board swap sets.

@@ -51,7 +51,8 @@ mod writer;
 mod xid_rows;
 
 use crate::model::JournalStatus;
-use crate::snapshot::store::{Store, Versioned};
+use crate::service::versioned::Versioned;
+use crate::snapshot::store::Store;
 use crate::xid::store::XidStore;
 use event::Event;
 use std::path::{Path, PathBuf};

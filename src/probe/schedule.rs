@@ -21,7 +21,8 @@ pub use crate::config::settings::ChildSettings;
 use crate::model::health::{ValidationOutcome, Validations};
 use crate::model::{DeviceSnapshot, Snapshot};
 use crate::service::stop::Stop;
-use crate::snapshot::store::{Store, Versioned};
+use crate::service::versioned::Versioned;
+use crate::snapshot::store::Store;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -43,7 +44,7 @@ const IDLE_WAIT: Duration = Duration::from_secs(3600);
 
 /// Shared between the scheduler thread and the publisher, which puts it into every snapshot;
 /// its version moves on every change, so a new result is published at once.
-pub type ProbeState = crate::snapshot::store::Versioned<ProbeSnapshot>;
+pub type ProbeState = crate::service::versioned::Versioned<ProbeSnapshot>;
 
 /// What one scheduled probe came to.
 #[derive(Debug, Clone, PartialEq)]

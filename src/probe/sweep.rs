@@ -13,7 +13,7 @@
 use crate::config::{Probe, ProbeMode};
 use crate::model::health::{HealthState, Validation, ValidationKind, ValidationOutcome, Validations};
 use crate::model::{Snapshot, Vendor};
-use crate::snapshot::store::Versioned;
+use crate::service::versioned::Versioned;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 

@@ -25,7 +25,8 @@ use crate::model::health::{Clear, Clears, Step, Validation, ValidationKind, Vali
 use crate::model::remediation::{Attempt, AttemptOutcome, RebootRequired, Refusal, Remediations};
 use crate::model::{DeviceSnapshot, Snapshot, Vendor};
 use crate::service::stop::Stop;
-use crate::snapshot::store::{Store, Versioned};
+use crate::service::versioned::Versioned;
+use crate::snapshot::store::Store;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;

@@ -335,8 +335,8 @@ pub async fn record(
     store: std::sync::Arc<crate::snapshot::store::Store>,
     stop: crate::service::stop::Stop,
 ) {
-    // On the runtime's beat, with the periodic sources (sources::cadence::on_the_beat).
-    let first = crate::sources::cadence::on_the_beat(STEP, std::time::Instant::now());
+    // On the runtime's beat, with the periodic sources (service::cadence::on_the_beat).
+    let first = crate::service::cadence::on_the_beat(STEP, std::time::Instant::now());
     let mut tick = tokio::time::interval_at(first.into(), STEP);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -20,7 +20,7 @@ use crate::journal::Journal;
 use crate::journal::event::{Event, GpuRef, Kind};
 use crate::model::health::{Clear, Clears};
 use crate::serve::http::AppState;
-use crate::snapshot::store::Versioned;
+use crate::service::versioned::Versioned;
 use axum::extract::{DefaultBodyLimit, Extension, FromRef, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};

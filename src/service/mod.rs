@@ -3,6 +3,7 @@
 //! with rate limits, telling systemd how the daemon is doing, and giving back the heap a
 //! burst of work grew.
 
+pub mod cadence;
 pub mod clock;
 pub mod deadline;
 pub mod exit;
@@ -10,3 +11,4 @@ pub mod logging;
 pub mod notify;
 pub mod residency;
 pub mod stop;
+pub mod versioned;

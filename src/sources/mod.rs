@@ -26,9 +26,8 @@
 //! The periodic ones share one shape, [`Periodic`]: a period from the settings in force (none:
 //! off, and the value is emptied) and a read. Each sleeps until its next read or a reload,
 //! which reads at once; one that is off does not wake. Reads come on the runtime's beat
-//! ([`cadence::on_the_beat`]), so sources of the same or multiple periods wake it together.
+//! ([`crate::service::cadence::on_the_beat`]), so sources of the same or multiple periods wake it together.
 
-pub mod cadence;
 pub mod fabric_manager;
 pub mod grid;
 pub mod jobs;
@@ -41,7 +40,8 @@ pub mod processes;
 use crate::config::settings::{Settings, SharedSettings};
 use crate::model::PciGpu;
 use crate::service::stop::Stop;
-use crate::snapshot::store::{Changed, Store, Versioned};
+use crate::service::versioned::{Changed, Versioned};
+use crate::snapshot::store::Store;
 use crate::xid::store::{XidSnapshot, XidStore};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -126,7 +126,7 @@ async fn look<P: Periodic>(
         let now = Instant::now();
         let again = running
             .look_again_while_off()
-            .map(|again| cadence::next_on_the_beat(again, now).saturating_duration_since(now));
+            .map(|again| crate::service::cadence::next_on_the_beat(again, now).saturating_duration_since(now));
         return (Some(running), again);
     };
     if read_with.as_ref().is_none_or(|s| !Arc::ptr_eq(s, current)) {
@@ -144,7 +144,7 @@ async fn look<P: Periodic>(
         running = back;
         out.set_if_changed(value);
         *read_with = Some(current.clone());
-        *due = Some(cadence::next_on_the_beat(period, Instant::now()));
+        *due = Some(crate::service::cadence::next_on_the_beat(period, Instant::now()));
     }
     let now = Instant::now();
     (Some(running), due.map(|at| at.saturating_duration_since(now)))

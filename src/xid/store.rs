@@ -242,7 +242,7 @@ pub struct XidStore {
     /// a new XID into the served snapshot at once instead of at the next poll round.
     changes: AtomicU64,
     /// Signalled with every change, once set (the daemon's refresher waits for it).
-    changed: std::sync::OnceLock<std::sync::Arc<crate::snapshot::store::Changed>>,
+    changed: std::sync::OnceLock<std::sync::Arc<crate::service::versioned::Changed>>,
     /// Every counted report for the journal to take (`xid::outbox`); off without a journal.
     /// Taken after `inner`, never before.
     outbox: Mutex<super::outbox::Outbox>,
@@ -252,7 +252,7 @@ pub struct XidStore {
 
 impl XidStore {
     /// Signal `changed` at every change from now on (once).
-    pub fn signal_to(&self, changed: std::sync::Arc<crate::snapshot::store::Changed>) {
+    pub fn signal_to(&self, changed: std::sync::Arc<crate::service::versioned::Changed>) {
         let _ = self.changed.set(changed);
     }
 

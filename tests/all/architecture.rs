@@ -199,7 +199,6 @@ const LAYERS: &[(&str, u32)] = &[
     ("model", 1),
     ("input", 2),
     ("serve::html", 2),
-    ("sources::cadence", 2),
     ("service", 2),
     ("snapshot::store", 2),
     ("config", 2),

@@ -24,7 +24,7 @@ use crate::model::clock_events;
 use crate::model::{
     DeviceIdentity, DeviceReadings, EccCount, EccScope, EccType, GpuProcess, Inventory, RemappedRows, Vendor,
 };
-use crate::sources::cadence::Every;
+use crate::service::cadence::Every;
 use calls::CallErrors;
 use nvml_wrapper::Device;
 use nvml_wrapper::Nvml;
