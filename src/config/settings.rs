@@ -105,7 +105,7 @@ pub struct Settings {
     /// the PCI census reads it too.
     pub sys_root: std::path::PathBuf,
     /// Which optional metric families are served.
-    pub families: crate::metrics::Selection,
+    pub families: Selection,
 }
 
 impl Settings {
@@ -131,7 +131,7 @@ impl Settings {
             // The PCI census reads the same /sys as the amdgpu backend (`amd.sysfs_root`: `/`
             // on a host, a fixture tree in tests).
             sys_root: config.amd.sysfs_root.clone(),
-            families: crate::metrics::Selection::from_config(&config),
+            families: Selection::from_config(&config),
             config,
         }
     }
@@ -218,6 +218,31 @@ impl SharedSettings {
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.replaced.subscribe()
     }
+}
+
+/// Which optional groups of metric families are served; chosen from the config at start and at
+/// every reload (`Settings::families`), not looked at inside each read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Selection {
+    /// dcgm-exporter's names beside ours (`compat.dcgm_exporter`).
+    pub dcgm_compat: bool,
+    /// A series per NVLink (`nvlink.per_link`).
+    pub nvlink_per_link: bool,
+}
+
+impl Selection {
+    pub fn from_config(config: &Config) -> Selection {
+        Selection {
+            dcgm_compat: config.compat.dcgm_exporter,
+            nvlink_per_link: config.nvlink.per_link,
+        }
+    }
+
+    /// Everything on: what the docs and the tests of the whole catalogue look at.
+    pub const ALL: Selection = Selection {
+        dcgm_compat: true,
+        nvlink_per_link: true,
+    };
 }
 
 #[cfg(test)]

@@ -184,30 +184,7 @@ impl Family {
     }
 }
 
-/// Which optional groups of families are served; chosen from the config at start and at
-/// every reload (`Settings::families`), not looked at inside each read.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Selection {
-    /// dcgm-exporter's names beside ours (`compat.dcgm_exporter`).
-    pub dcgm_compat: bool,
-    /// A series per NVLink (`nvlink.per_link`).
-    pub nvlink_per_link: bool,
-}
-
-impl Selection {
-    pub fn from_config(config: &crate::config::Config) -> Selection {
-        Selection {
-            dcgm_compat: config.compat.dcgm_exporter,
-            nvlink_per_link: config.nvlink.per_link,
-        }
-    }
-
-    /// Everything on: what the docs and the tests of the whole catalogue look at.
-    pub const ALL: Selection = Selection {
-        dcgm_compat: true,
-        nvlink_per_link: true,
-    };
-}
+pub use crate::config::settings::Selection;
 
 /// What turns a table of families on.
 #[derive(Debug, Clone, Copy)]
