@@ -3,7 +3,7 @@
 //! GPUs of its model on this node. A GPU that passes against the model's expected figures
 //! can still be slower than it was, or than its neighbours: in a synchronous job the slowest
 //! GPU sets the pace. Pure: the probe state (its history seeded from the journal) and the
-//! snapshot's devices in, the regressions out; `probe_regressed` (rules.rs) words them.
+//! snapshot's devices in, the regressions out; `probe_regressed` (rules/) words them.
 
 use crate::model::health::ProbeRegression;
 use crate::model::probe::{ProbeSnapshot, Test};

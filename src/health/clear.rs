@@ -1,7 +1,7 @@
 //! Clearing a GPU after a repair (`gpuwarden health clear`, docs/health.md "Clear after a
 //! repair"): what is asked, which GPU it names, and what the answer says. The local API
 //! (local_api.rs) takes the request; the rules drop what was held from before the clear
-//! (rules.rs, `Seen::cleared`); this module is the words and checks around it.
+//! (rules/, `Seen::cleared`); this module is the words and checks around it.
 
 use super::verdict::FindingView;
 use crate::model::{DeviceSnapshot, Snapshot};

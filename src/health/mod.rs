@@ -3,7 +3,7 @@
 //! [`evaluate`] runs the rules once per snapshot, when it is put together, and stores each
 //! GPU's verdict in it; `gpuwarden check` prints the findings, /metrics exports the verdict
 //! as `gpu_health` and each finding as `gpu_health_reason`, the status page and systemd's
-//! STATUS line count them. The rules are rows of a table (rules.rs); docs/health.md's table
+//! STATUS line count them. The rules are rows of a table (rules/); docs/health.md's table
 //! is made of the same rows.
 
 pub mod baseline;

@@ -1,5 +1,5 @@
 //! The network ports' rules (docs/health.md, "Network ports"): rows of the same shape as the
-//! GPUs' (rules.rs), judged per port over the snapshot's scan and its trends
+//! GPUs' (rules/), judged per port over the snapshot's scan and its trends
 //! (health/nic_trends.rs), and one rule over the node's count of ports. Their findings are the
 //! node's, each with the port as its subject, so debounce, hold and the verdict treat them as
 //! they treat a GPU's; the message names the GPUs behind the adapter, whose jobs it hurts.

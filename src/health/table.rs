@@ -1,4 +1,4 @@
-//! The shape of a health rule, shared by the GPUs' table (rules.rs) and the network ports'
+//! The shape of a health rule, shared by the GPUs' table (rules/) and the network ports'
 //! (network.rs): a row (reason, severity, the condition and the action in words, the check)
 //! and what each kind of check looks at. docs/health.md's tables are made of these rows.
 

@@ -1,0 +1,64 @@
+//! The probe: a failed test, and figures below the GPU's baseline or its neighbours'.
+
+use super::*;
+
+pub(super) fn probe_failed(seen: &Seen) -> Option<Hit> {
+    if let Some((validation, detail)) = seen.validation.and_then(|v| Some((v, v.failed()?))) {
+        return Some(Hit {
+            message: format!(
+                "{detail} (its validation after {}); it stays out of service until it is repaired and \
+                 cleared again (`gpuwarden health clear`)",
+                validation.why
+            ),
+            severity: Some(Unhealthy),
+        });
+    }
+    let report = seen
+        .probe
+        .filter(|r| seen.after_clear(crate::model::from_unix_seconds(r.started)))?;
+    let failed = report.shortfalls();
+    (!failed.is_empty()).then(|| {
+        format!(
+            "failed the probe: {}; look at its clock-event reasons, temperature and PCIe width under load (`gpuwarden probe --gpu {}`)",
+            failed.join(", "),
+            report.gpu
+        )
+        .into()
+    })
+}
+
+pub(super) fn probe_regressed(seen: &Seen) -> Option<Hit> {
+    use crate::health::baseline::percent_below;
+    let regressed: Vec<String> = seen
+        .probe_comparisons
+        .iter()
+        .filter(|c| c.regressed())
+        .map(|c| {
+            let unit = c.test.unit();
+            let reference = |r: Option<(f64, usize)>, what: &str, counted: &str| match r {
+                Some((value, n)) => format!(
+                    "{:.1}% below {what} {} ({n} {counted})",
+                    percent_below(c.figure, value),
+                    unit.human(value)
+                ),
+                None => format!("{what}: none yet"),
+            };
+            format!(
+                "{} sustained {}: {}, {}",
+                c.test.name(),
+                unit.human(c.figure),
+                reference(c.own, "its own baseline", "earlier probes"),
+                reference(c.node, "the node's median for its model", "other GPUs")
+            )
+        })
+        .collect();
+    (!regressed.is_empty()).then(|| {
+        format!(
+            "slower than it was or than its neighbours: {}; a synchronous job runs at its slowest GPU's pace. Look at \
+             its clock-event reasons and temperature under load (`gpuwarden report --gpu {}` has its probe history)",
+            regressed.join("; "),
+            seen.device.identity.index
+        )
+        .into()
+    })
+}
