@@ -5,6 +5,7 @@
 //! groups) and `super::` paths, resolved to the longest module path that is a file. Test
 //! modules (`#[cfg(test)]` and after) are left out: tests may reach anywhere.
 
+use crate::common::repo_file as read;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -432,10 +433,6 @@ fn no_function_in_src_is_over_80_lines() {
         })
         .collect();
     assert!(long.is_empty(), "functions over 80 lines:\n{}", long.join("\n"));
-}
-
-fn read(path: &str) -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap()
 }
 
 /// docs/architecture.md's sources table has a row for every entry of the `sources!` registry

@@ -636,7 +636,7 @@ fn the_pause_file_and_the_paused_key_hold_every_automatic_reset_until_lifted() {
     d.scrape_until("GPU 0 unhealthy", |m| {
         m.value("gpu_health", &[("gpu", "0"), ("state", "unhealthy")]) == Some(1.0)
     });
-    report_drained_with_no_job(&d);
+    d.report_drained_with_no_job();
     d.scrape_until("held back by the pause file", |m| {
         m.value("gpu_remediation_held_back", &[("gpu", "0"), ("guard", "paused")]) == Some(1.0)
     });
@@ -653,7 +653,7 @@ fn the_pause_file_and_the_paused_key_hold_every_automatic_reset_until_lifted() {
     // The file goes, the key comes with a reload: still paused.
     reload(&d, |c| c.replace("paused: false", "paused: true"));
     std::fs::remove_file(&pause).unwrap();
-    report_drained_with_no_job(&d);
+    d.report_drained_with_no_job();
     std::thread::sleep(Duration::from_secs(3));
     let (_, text) = d.health(false);
     assert!(
@@ -668,7 +668,7 @@ fn the_pause_file_and_the_paused_key_hold_every_automatic_reset_until_lifted() {
 
     // Lifted: the reset runs.
     reload(&d, |c| c.replace("paused: true", "paused: false"));
-    report_drained_with_no_job(&d);
+    d.report_drained_with_no_job();
     d.scrape_until("the reset", |m| {
         m.value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "succeeded")]) == Some(1.0)
     });
@@ -703,7 +703,7 @@ fn a_stop_during_a_reset_is_not_a_failure_and_a_restart_cannot_reset_again() {
     d.scrape_until("GPU 0 unhealthy", |m| {
         m.value("gpu_health", &[("gpu", "0"), ("state", "unhealthy")]) == Some(1.0)
     });
-    report_drained_with_no_job(&d);
+    d.report_drained_with_no_job();
     // The reset's start is on record before its command runs.
     let deadline = Instant::now() + Duration::from_secs(20);
     while !std::fs::read_to_string(dir.path().join("persistence")).is_ok_and(|p| p.contains("off")) {
@@ -732,7 +732,7 @@ fn a_stop_during_a_reset_is_not_a_failure_and_a_restart_cannot_reset_again() {
     d.scrape_until("the interrupted reset counted", |m| {
         m.value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "interrupted")]) == Some(1.0)
     });
-    report_drained_with_no_job(&d);
+    d.report_drained_with_no_job();
     let m = d.scrape_until("the reboot mark instead of a second reset", |m| {
         m.value("gpuwarden_reboot_required", &[]) == Some(1.0)
     });
@@ -783,15 +783,4 @@ fn a_clear_and_a_reload_during_validation_never_let_the_verdict_go() {
         asks.iter().any(|a| a.first_line.contains("GPU 0 xid_fatal")),
         "{asks:#?}"
     );
-}
-
-/// What the Slurm health check reports of a node it drained and that has no job left
-/// (`gpuwarden health report --node gpuwarden --jobs 0`): the scheduler guard's evidence.
-fn report_drained_with_no_job(d: &Daemon) {
-    let out = Command::new(BIN)
-        .args(["health", "report", "--node", "gpuwarden", "--jobs", "0", "--socket"])
-        .arg(d.socket_path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

@@ -2,11 +2,8 @@
 //! simulated library of the workspace, every package and Python package the test command
 //! installs, and the number of fuzz targets (they drifted once, unnoticed).
 
+use crate::common::repo_file as read;
 use std::path::Path;
-
-fn read(path: &str) -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap()
-}
 
 /// The crate names of one `[section]` of a Cargo.toml.
 fn crates_in(toml: &str, section: &str) -> Vec<String> {

@@ -83,12 +83,7 @@ fn metrics_api_and_cli_say_what_they_said_before() {
         "NVRM: Xid (PCI:0000:19:00): 94, pid=1, name=x, Contained: SM (0x1)\n",
         &[],
     );
-    let out = Command::new(BIN)
-        .args(["health", "report", "--node", "gpuwarden", "--jobs", "0", "--socket"])
-        .arg(d.socket_path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    d.report_drained_with_no_job();
     d.scrape_until("the reset held back by the pause file", |m| {
         m.value("gpu_remediation_held_back", &[("gpu", "0"), ("guard", "paused")]) == Some(1.0)
     });

@@ -210,6 +210,17 @@ impl Daemon {
         Daemon::spawn(Daemon::command_in(dir.path()), dir)
     }
 
+    /// What the Slurm health check reports of a node it drained and that has no job left
+    /// (`gpuwarden health report --node gpuwarden --jobs 0`): the scheduler guard's evidence.
+    pub fn report_drained_with_no_job(&self) {
+        let out = Command::new(BIN)
+            .args(["health", "report", "--node", "gpuwarden", "--jobs", "0", "--socket"])
+            .arg(self.socket_path())
+            .output()
+            .expect("run gpuwarden health report");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
     /// A new boot id for the next start, as after a reboot.
     pub fn reboot(&self) {
         std::fs::write(

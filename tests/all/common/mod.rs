@@ -53,6 +53,12 @@ pub fn fuzz_corpus(target: &str, at_least: usize) -> Vec<String> {
     inputs
 }
 
+/// A file of the repository, by its path from the repository's root.
+pub fn repo_file(path: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+        .unwrap_or_else(|e| panic!("read {path}: {e}"))
+}
+
 /// Looks every 200 ms until `look` gives a value, or fails after `within` saying `what`.
 pub fn eventually<T>(what: &str, within: std::time::Duration, mut look: impl FnMut() -> Option<T>) -> T {
     let deadline = std::time::Instant::now() + within;
