@@ -3,7 +3,7 @@
 //! The work is in the library (lib.rs).
 
 use clap::{Parser, Subcommand};
-use gpuwarden::cli::{check, demo};
+use gpuwarden::cli::{check, copy_binary, demo};
 use gpuwarden::config::{Config, Overrides};
 use gpuwarden::service::exit::{CliError, CliResult, Exit};
 use gpuwarden::service::logging;
@@ -164,6 +164,13 @@ enum Command {
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
+    },
+    /// Copy this binary to DIR/gpuwarden (mode 0755): how a Kubernetes init container hands
+    /// gpuwarden to node-problem-detector's container, as gpuwarden's image has no shell or cp.
+    #[command(name = "copy-binary", hide = true)]
+    CopyBinary {
+        /// The directory to put the binary in.
+        dir: PathBuf,
     },
     /// The daemon's journal worker: one request on stdin, one answer on stdout (internal;
     /// the daemon runs it, see src/journal/worker.rs).
@@ -390,6 +397,7 @@ fn dispatch(command: Command, config: Option<PathBuf>) -> CliResult {
         // Served in main before the logger; never here.
         Command::JournalWorker => Err(CliError::quiet(Exit::USAGE)),
         Command::Man { dir } => man_pages(&dir),
+        Command::CopyBinary { dir } => copy_binary::run(&dir),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "gpuwarden", &mut std::io::stdout());

@@ -8,14 +8,9 @@
 # Prints the package path last.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-target=aarch64-unknown-linux-gnu
-sysroot=/usr/aarch64-linux-gnu
-export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
-export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
-export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
-# cargo runs the test binaries (and the tests' own children, by /proc/self/exe) under qemu.
-export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -L $sysroot"
-export QEMU_LD_PREFIX=$sysroot
+source scripts/arm64-env.sh
+target=$arm64_target
+sysroot=$arm64_sysroot
 
 step() { printf '\n== arm64: %s\n' "$*"; }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the OCI image (scripts/image.sh) from the release binary and runs it as a user would:
 # `podman run` over the simulated NVML mounted in, /metrics scraped, `gpuwarden health` asked
-# through the mounted socket, SIGTERM, and the container gone within 5 s with exit 0.
+# through the mounted socket by the binary the image's `copy-binary` hands out (what the
+# Kubernetes init container does for node-problem-detector), SIGTERM, and the container gone
+# within 5 s with exit 0.
 #   scripts/ci/image-check.sh      (as root; after `cargo build --release --workspace`)
 # The runtime is runc where it is installed: crun refuses the hybrid cgroup layout of some
 # VMs (ours among them), and podman's default limits are lowered to what an unprivileged
@@ -32,7 +34,7 @@ for label in title description version revision created licenses source; do
   grep -q "\"org.opencontainers.image.$label\"" <<<"$labels" || fail "no label org.opencontainers.image.$label"
 done
 
-mkdir -p "$work/sim" "$work/run"
+mkdir -p "$work/sim" "$work/run" "$work/bin"
 cp target/release/libgpuwarden_sim_nvml.so "$work/sim/"
 cp config/demo-scenario.yaml "$work/sim/scenario.yaml"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -48,8 +50,14 @@ for _ in $(seq 100); do
 done
 up=$(grep -cE '^gpu_up\{.*\} 1(\.0)?$' "$work/metrics" || true)
 [ "$up" = 8 ] || fail "gpu_up is 1 for $up GPUs, not 8"
+# The node-problem-detector component's init container: the image's binary copies itself out
+# (the image has no shell or cp), read-only root as in the DaemonSet.
+"${podman[@]}" run --rm --read-only --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 \
+  -v "$work/bin:/opt/gpuwarden/bin" "$image" copy-binary /opt/gpuwarden/bin >/dev/null ||
+  fail "copy-binary in the image failed"
+[ -x "$work/bin/gpuwarden" ] || fail "copy-binary left no executable gpuwarden"
 status=0
-health=$(target/release/gpuwarden health --socket "$work/run/gpuwarden.sock") || status=$?
+health=$("$work/bin/gpuwarden" health --socket "$work/run/gpuwarden.sock") || status=$?
 # The demo's scenario has degraded GPUs and none unhealthy: exit 0.
 [ "$status" = 0 ] || fail "gpuwarden health exited $status: $health"
 grep -q '^degraded: 8 GPU(s)' <<<"$health" || fail "health said: $health"
@@ -58,6 +66,6 @@ started=$(date +%s%N)
 code=$(timeout 5 "${podman[@]}" wait "$name") || fail "still running 5 s after SIGTERM"
 took=$((($(date +%s%N) - started) / 1000000))
 [ "$code" = 0 ] || fail "exited $code after SIGTERM"
-echo "image check passed: 8 GPUs on /metrics, health '$(head -1 <<<"$health")', exit 0 ${took} ms after SIGTERM"
+echo "image check passed: 8 GPUs on /metrics, health (the copied binary) '$(head -1 <<<"$health")', exit 0 ${took} ms after SIGTERM"
 echo "$archive $(stat -c %s "$archive") bytes"
 echo "$archive"

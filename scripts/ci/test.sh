@@ -59,6 +59,9 @@ if [ -z "${SKIP_SETUP:-}" ]; then
   "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'grafana-foundation-sdk==1769699998!10.1.0'
   # grpcio runs the fake kubelet of tests/all/kubelet_pods.rs.
   "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'grpcio==1.76.0'
+  # kubernetes-validate checks the rendered Kubernetes manifests against the API's schemas
+  # (scripts/ci/k8s-check.sh; it brings PyYAML, which turns them into JSON there).
+  "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'kubernetes-validate==1.37.0'
   # NVRTC compiles the probe's kernels to check the committed PTX (scripts/gen/gen-probe-ptx.sh).
   "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'nvidia-cuda-nvrtc==13.0.88'
 
@@ -71,6 +74,11 @@ if [ -z "${SKIP_SETUP:-}" ]; then
   if ! command -v cargo-deb >/dev/null 2>&1; then
     step "cargo-deb"
     cargo install --locked cargo-deb
+  fi
+  # The release's software bill of materials (scripts/release.sh).
+  if ! command -v cargo-cyclonedx >/dev/null 2>&1; then
+    step "cargo-cyclonedx"
+    cargo install --locked cargo-cyclonedx@0.5.9
   fi
 fi
 export PATH="$PWD/$VENV/bin:$PATH"
@@ -113,6 +121,9 @@ if [ -n "$left" ]; then
   echo "the tests left these in /tmp:"; echo "$left"; exit 1
 fi
 
+step "the Kubernetes overlays render and pass the API's schemas (1.29, 1.31, the operator's)"
+bash scripts/ci/k8s-check.sh
+
 step "the Debian package builds and holds what it should"
 bash scripts/ci/package.sh
 
@@ -121,4 +132,8 @@ bash scripts/ci/image-check.sh
 
 step "arm64: cross-built, unit tests and a check under qemu, its package and image"
 bash scripts/ci/arm64.sh
-[ -z "${CI:-}" ] || rm -rf target/aarch64-unknown-linux-gnu
+
+step "a release: packages, images and tarballs for both, SBOM, sums; the tarball and package under systemd"
+bash scripts/release.sh
+bash scripts/ci/release-check.sh
+[ -z "${CI:-}" ] || rm -rf target/aarch64-unknown-linux-gnu target/release-artifacts

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Writes deploy/kubernetes/prometheusrule.yaml from deploy/prometheus/gpuwarden.rules.yml, so the
-# Prometheus Operator gets exactly the rules a plain Prometheus does. A test (tests/all/kubernetes.rs)
-# fails when the two differ: run this after editing the rules.
+# Writes deploy/kubernetes/components/prometheus-operator/prometheusrule.yaml from
+# deploy/prometheus/gpuwarden.rules.yml, so the Prometheus Operator gets exactly the rules a plain
+# Prometheus does. A test (tests/all/kubernetes.rs) fails when the two differ: run this after
+# editing the rules.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 {
@@ -17,4 +18,4 @@ metadata:
 spec:
 HEADER
   grep -v '^#' deploy/prometheus/gpuwarden.rules.yml | sed 's/^/  /; s/^  $//'
-} > deploy/kubernetes/prometheusrule.yaml
+} > deploy/kubernetes/components/prometheus-operator/prometheusrule.yaml

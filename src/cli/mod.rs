@@ -1,6 +1,8 @@
 //! The one-shot commands that are not a component's own: `gpuwarden check` (one round, what to
-//! act on) and `--demo` (the daemon over the simulated library).
+//! act on), `--demo` (the daemon over the simulated library) and `copy-binary` (the binary
+//! handed to another container).
 
 pub mod check;
+pub mod copy_binary;
 pub mod demo;
 pub mod demo_fabric;

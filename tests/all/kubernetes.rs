@@ -1,14 +1,28 @@
-//! The Kubernetes manifests: the PrometheusRule carries exactly the shipped rules, the
-//! embedded config is valid, and ports, labels and selectors line up.
+//! The Kubernetes manifests as kustomize renders each overlay: the PrometheusRule carries
+//! exactly the shipped rules, the config in each is valid and its port is the pod's, Service's
+//! and ServiceMonitor's, every gpuwarden container runs this version's image, and
+//! node-problem-detector reaches gpuwarden's socket with the binary the init container copies.
+//! (scripts/ci/k8s-check.sh validates the same renderings against the Kubernetes API.)
 
 use crate::common;
 
 use serde_json::Value;
 
-fn manifests() -> Vec<Value> {
-    let text =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kubernetes/gpuwarden.yaml")).unwrap();
-    serde_saphyr::from_multiple(&text).unwrap()
+const OVERLAYS: [&str; 4] = ["plain", "dcgm-compat", "node-problem-detector", "prometheus-operator"];
+
+/// One overlay of deploy/kubernetes/overlays as `kubectl apply -k` would send it.
+fn render(overlay: &str) -> Vec<Value> {
+    let dir = format!("{}/deploy/kubernetes/overlays/{overlay}", env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new("kubectl")
+        .args(["kustomize", &dir])
+        .output()
+        .unwrap_or_else(|e| panic!("kubectl (its kustomize renders the overlays) cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{overlay}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_saphyr::from_multiple(&String::from_utf8(out.stdout).unwrap()).unwrap()
 }
 
 fn kind<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
@@ -17,89 +31,206 @@ fn kind<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind}"))
 }
 
+/// A ConfigMap by the name it is generated with (kustomize appends a hash of its content).
+fn config_map<'a>(docs: &'a [Value], name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| {
+            d["kind"] == "ConfigMap"
+                && d["metadata"]["name"]
+                    .as_str()
+                    .and_then(|n| n.strip_prefix(name))
+                    .is_some_and(|hash| hash.starts_with('-'))
+        })
+        .unwrap_or_else(|| panic!("no ConfigMap {name}-<hash>"))
+}
+
 #[test]
 fn the_prometheusrule_holds_exactly_the_shipped_rules() {
     let rules: Value = serde_saphyr::from_str(&std::fs::read_to_string(common::RULES).unwrap()).unwrap();
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kubernetes/prometheusrule.yaml");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/kubernetes/components/prometheus-operator/prometheusrule.yaml"
+    );
     let rule: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     assert_eq!(rule["kind"], "PrometheusRule");
     assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
     assert_eq!(
         rule["spec"]["groups"], rules["groups"],
-        "deploy/kubernetes/prometheusrule.yaml is out of date: run scripts/gen/gen-k8s-rules.sh"
+        "deploy/kubernetes/components/prometheus-operator/prometheusrule.yaml is out of date: run scripts/gen/gen-k8s-rules.sh"
     );
+}
+
+/// The port the config in a rendering listens on.
+fn listen_port(config: &str) -> u64 {
+    config
+        .lines()
+        .find_map(|l| l.strip_prefix("listen: "))
+        .and_then(|addr| addr.rsplit(':').next())
+        .and_then(|port| port.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no listen: HOST:PORT in {config}"))
 }
 
 #[test]
-fn the_embedded_config_is_valid_and_matches_the_ports() {
-    let docs = manifests();
-    let config = kind(&docs, "ConfigMap")["data"]["config.yaml"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("config.yaml");
-    std::fs::write(&path, &config).unwrap();
-    let out = std::process::Command::new(common::BIN)
-        .args(["config", "check"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(config.contains("listen: 0.0.0.0:9400"));
-
-    let ds = kind(&docs, "DaemonSet");
-    let pod = &ds["spec"]["template"];
-    assert_eq!(ds["spec"]["selector"]["matchLabels"], pod["metadata"]["labels"]);
-    let container = &pod["spec"]["containers"][0];
-    assert_eq!(container["ports"][0]["containerPort"], 9400);
-    assert_eq!(container["ports"][0]["name"], "metrics");
-    let caps = &container["securityContext"]["capabilities"];
-    assert_eq!(caps["drop"], serde_json::json!(["ALL"]));
-    assert_eq!(caps["add"], serde_json::json!(["SYS_ADMIN", "SYSLOG"]));
-    assert_eq!(container["securityContext"]["privileged"], false);
-    assert!(
-        pod["spec"]["volumes"]
-            .as_array()
+fn each_overlay_s_config_is_valid_and_its_port_is_the_pod_s_and_the_service_s() {
+    for overlay in OVERLAYS {
+        let docs = render(overlay);
+        let config = config_map(&docs, "gpuwarden-config")["data"]["config.yaml"]
+            .as_str()
             .unwrap()
-            .iter()
-            .any(|v| v["hostPath"]["path"] == "/dev/kmsg"),
-        "the XID reader needs /dev/kmsg"
-    );
-    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
-    // The journal lives on the node, where the config's state.path (the default) points.
-    let state = pod["spec"]["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == "state")
-        .expect("a state volume");
-    assert_eq!(state["hostPath"]["path"], "/var/lib/gpuwarden");
-    assert!(
-        container["volumeMounts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|m| m["name"] == "state" && m["mountPath"] == "/var/lib/gpuwarden" && m["readOnly"] != true),
-        "the state volume is mounted writable at state.path's directory"
-    );
-    assert!(!config.contains("state:") || config.contains("/var/lib/gpuwarden/"));
+            .to_string();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, &config).unwrap();
+        let out = std::process::Command::new(common::BIN)
+            .args(["config", "check"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{overlay}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let port = listen_port(&config);
+        // dcgm-exporter's port and names for a migration; gpuwarden's own elsewhere.
+        if overlay == "dcgm-compat" {
+            assert_eq!(port, 9400, "{overlay}");
+            assert!(config.contains("dcgm_exporter: true"), "{config}");
+        } else {
+            assert_eq!(port, 9100, "{overlay}");
+            assert!(!config.contains("dcgm_exporter"), "{overlay}: {config}");
+        }
 
-    let svc = kind(&docs, "Service");
-    assert_eq!(svc["spec"]["selector"], pod["metadata"]["labels"]);
-    assert_eq!(svc["spec"]["ports"][0]["targetPort"], "metrics");
-    let sm = kind(&docs, "ServiceMonitor");
-    for (k, v) in sm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        let ds = kind(&docs, "DaemonSet");
+        let pod = &ds["spec"]["template"];
         assert_eq!(
-            &svc["metadata"]["labels"][k], v,
-            "the ServiceMonitor must select the Service"
+            ds["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"],
+            "gpuwarden"
+        );
+        assert_eq!(pod["metadata"]["labels"]["app.kubernetes.io/name"], "gpuwarden");
+        let container = pod["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "gpuwarden")
+            .expect("the gpuwarden container");
+        assert_eq!(container["ports"][0]["containerPort"], port, "{overlay}");
+        assert_eq!(container["ports"][0]["name"], "metrics");
+        // The config file the container reads is the generated ConfigMap's.
+        let config_volume = pod["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "config")
+            .expect("a config volume");
+        assert_eq!(
+            config_volume["configMap"]["name"],
+            config_map(&docs, "gpuwarden-config")["metadata"]["name"]
+        );
+        assert_eq!(mount(container, "config")["mountPath"], "/etc/gpuwarden");
+        assert_eq!(
+            container["args"],
+            serde_json::json!(["run", "--config", "/etc/gpuwarden/config.yaml"])
+        );
+        let caps = &container["securityContext"]["capabilities"];
+        assert_eq!(caps["drop"], serde_json::json!(["ALL"]));
+        assert_eq!(caps["add"], serde_json::json!(["SYS_ADMIN", "SYSLOG"]));
+        assert_eq!(container["securityContext"]["privileged"], false);
+        assert!(
+            pod["spec"]["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v["hostPath"]["path"] == "/dev/kmsg"),
+            "the XID reader needs /dev/kmsg"
+        );
+        assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+        // The journal lives on the node, where the config's state.path (the default) points.
+        let state = pod["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "state")
+            .expect("a state volume");
+        assert_eq!(state["hostPath"]["path"], "/var/lib/gpuwarden");
+        assert!(
+            mount(container, "state")["readOnly"] != true,
+            "the journal's directory is writable"
+        );
+        assert!(
+            !config.contains("state:"),
+            "state.path stays its default, in the hostPath"
+        );
+        // Only a user who asks gets runtimeClassName (the nvidia-runtime-class component).
+        assert!(pod["spec"].get("runtimeClassName").is_none(), "{overlay}");
+
+        let svc = kind(&docs, "Service");
+        assert_eq!(svc["spec"]["selector"]["app.kubernetes.io/name"], "gpuwarden");
+        assert_eq!(svc["spec"]["ports"][0]["port"], port, "{overlay}");
+        assert_eq!(svc["spec"]["ports"][0]["targetPort"], "metrics");
+        let operator = docs
+            .iter()
+            .filter(|d| {
+                d["apiVersion"]
+                    .as_str()
+                    .is_some_and(|a| a.starts_with("monitoring.coreos.com/"))
+            })
+            .count();
+        if overlay != "prometheus-operator" {
+            assert_eq!(
+                operator, 0,
+                "{overlay}: a cluster without the Prometheus Operator cannot apply these"
+            );
+            continue;
+        }
+        assert_eq!(operator, 2, "a ServiceMonitor and a PrometheusRule");
+        let sm = kind(&docs, "ServiceMonitor");
+        for (k, v) in sm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+            assert_eq!(
+                &svc["metadata"]["labels"][k], v,
+                "the ServiceMonitor must select the Service"
+            );
+        }
+        assert_eq!(sm["spec"]["endpoints"][0]["port"], svc["spec"]["ports"][0]["name"]);
+        assert_eq!(sm["metadata"]["namespace"], ds["metadata"]["namespace"]);
+        assert_eq!(
+            kind(&docs, "PrometheusRule")["metadata"]["namespace"],
+            ds["metadata"]["namespace"]
         );
     }
-    assert_eq!(sm["spec"]["endpoints"][0]["port"], svc["spec"]["ports"][0]["name"]);
+}
+
+/// The manifests name the image scripts/image.sh builds (`gpuwarden:VERSION`), in every
+/// container that runs gpuwarden, the init container included.
+#[test]
+fn every_gpuwarden_container_runs_this_version_s_image() {
+    let image = format!("gpuwarden:{}", env!("CARGO_PKG_VERSION"));
+    let script = common::repo_file("scripts/image.sh");
+    assert!(
+        script.contains("oci-archive:$out:gpuwarden:$version\""),
+        "scripts/image.sh names the image gpuwarden:VERSION in its archive"
+    );
+    for overlay in OVERLAYS {
+        let docs = render(overlay);
+        let pod = &kind(&docs, "DaemonSet")["spec"]["template"]["spec"];
+        let containers: Vec<&Value> = ["initContainers", "containers"]
+            .iter()
+            .filter_map(|list| pod[list].as_array())
+            .flatten()
+            .filter(|c| c["name"] != "node-problem-detector")
+            .collect();
+        assert!(!containers.is_empty());
+        for container in containers {
+            assert_eq!(container["image"], image.as_str(), "{overlay}: {}", container["name"]);
+        }
+    }
 }
 
 fn npd_config() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kubernetes/npd-gpuwarden.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/kubernetes/components/node-problem-detector/gpuwarden-npd.json"
+    );
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -122,13 +253,10 @@ fn mount<'a>(container: &'a Value, volume: &str) -> &'a Value {
 
 #[test]
 fn node_problem_detector_in_the_pod_reaches_gpuwarden_s_socket_with_its_binary() {
-    let docs = manifests();
+    let docs = render("node-problem-detector");
     let npd = npd_config();
-    // The ConfigMap carries the shipped plugin config, unchanged.
-    let map = docs
-        .iter()
-        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "gpuwarden-npd")
-        .expect("the NPD ConfigMap");
+    // The ConfigMap carries the shipped plugin config, unchanged, and NPD's volume is it.
+    let map = config_map(&docs, "gpuwarden-npd");
     let embedded: Value = serde_json::from_str(map["data"]["gpuwarden-npd.json"].as_str().unwrap()).unwrap();
     assert_eq!(embedded, npd);
     let rule = &npd["rules"][0];
@@ -159,20 +287,18 @@ fn node_problem_detector_in_the_pod_reaches_gpuwarden_s_socket_with_its_binary()
     let socket_dir = std::path::Path::new(socket).parent().unwrap().to_str().unwrap();
     assert_eq!(mount(gpuwarden, "run")["mountPath"], socket_dir);
     assert_eq!(mount(detector, "run")["mountPath"], socket_dir);
-    let config = kind(&docs, "ConfigMap")["data"]["config.yaml"].as_str().unwrap();
+    let config = config_map(&docs, "gpuwarden-config")["data"]["config.yaml"]
+        .as_str()
+        .unwrap();
     assert!(config.contains(&format!("socket: {socket}")), "{config}");
     // The rule's binary is where the init container put gpuwarden's.
     let init = &pod["initContainers"][0];
     let bin_dir = mount(detector, "gpuwarden-bin")["mountPath"].as_str().unwrap();
     assert_eq!(mount(init, "gpuwarden-bin")["mountPath"], bin_dir);
     assert_eq!(rule["path"], format!("{bin_dir}/gpuwarden"));
-    assert!(
-        init["command"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|a| a == format!("{bin_dir}/gpuwarden").as_str())
-    );
+    // gpuwarden's image has no cp: the binary copies itself.
+    assert_eq!(init["args"], serde_json::json!(["copy-binary", bin_dir]));
+    assert_eq!(init["image"], gpuwarden["image"]);
     // NPD loads the plugin config it is given, and runs as root (the socket is 0600).
     let command: Vec<&str> = detector["command"]
         .as_array()
@@ -183,7 +309,28 @@ fn node_problem_detector_in_the_pod_reaches_gpuwarden_s_socket_with_its_binary()
     let config_dir = mount(detector, "npd-config")["mountPath"].as_str().unwrap();
     assert!(command.contains(&format!("--config.custom-plugin-monitor={config_dir}/gpuwarden-npd.json").as_str()));
     assert_eq!(detector["securityContext"]["runAsUser"], 0);
+    let npd_volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "npd-config")
+        .expect("NPD's config volume");
+    assert_eq!(npd_volume["configMap"]["name"], map["metadata"]["name"]);
+    // NPD sets the node condition through the API server: the token and the RBAC for it.
     assert_eq!(pod["serviceAccountName"], "gpuwarden");
+    assert_eq!(pod["automountServiceAccountToken"], true);
+    let binding = kind(&docs, "ClusterRoleBinding");
+    assert_eq!(binding["subjects"][0]["name"], "gpuwarden");
+    assert_eq!(
+        binding["subjects"][0]["namespace"],
+        kind(&docs, "DaemonSet")["metadata"]["namespace"]
+    );
+    let role = kind(&docs, "ClusterRole");
+    assert!(
+        role["rules"].as_array().unwrap().iter().any(
+            |r| r["resources"] == serde_json::json!(["nodes/status"]) && r["verbs"] == serde_json::json!(["patch"])
+        )
+    );
 }
 
 /// Runs the plugin's rule as NPD does: its path and args (the binary and socket of the test
@@ -251,4 +398,42 @@ fn the_npd_plugin_answers_ok_problem_and_unknown_within_its_timeout_and_length()
     assert_eq!(code, 2, "Unknown without a daemon: {message}");
     assert!(message.starts_with("unknown:"), "{message}");
     assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+}
+
+/// `copy-binary`, the init container's step: the binary at DIR/gpuwarden, executable, the same
+/// program; a directory it cannot write gets a line naming it and exit 1.
+#[test]
+fn copy_binary_puts_a_working_gpuwarden_in_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(common::BIN)
+        .args(["copy-binary"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let copied = dir.path().join("gpuwarden");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        copied.display().to_string()
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&copied).unwrap().permissions().mode() & 0o777, 0o755);
+    assert_eq!(std::fs::read(&copied).unwrap(), std::fs::read(common::BIN).unwrap());
+    let version = std::process::Command::new(&copied).arg("--version").output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout).trim(),
+        format!("gpuwarden {}", env!("CARGO_PKG_VERSION"))
+    );
+    // Nothing else is left in the directory (no partial file).
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+
+    let missing = dir.path().join("no-such-directory");
+    let out = std::process::Command::new(common::BIN)
+        .args(["copy-binary"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&missing.display().to_string()), "{stderr}");
 }

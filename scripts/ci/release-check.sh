@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Checks what scripts/release.sh wrote as a user receiving it would: SHA256SUMS verifies, every
+# artifact is there for amd64 and arm64, the SBOM names the crates Cargo.lock pins, and the
+# amd64 tarball's install.sh installs, enables and starts gpuwarden under a real systemd (PID 1
+# of a namespace of its own, /usr, /etc and /var overlaid so nothing reaches the machine),
+# keeps a config already there, and --uninstall removes it again; then the README's
+# `apt install ./gpuwarden_*.deb` does the same with the package, and `apt purge` undoes it.
+#   scripts/ci/release-check.sh [DIR]    (as root; default target/release-artifacts)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+dir=$(readlink -f "${1:-target/release-artifacts}")
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+fail() { echo "release check FAILED: $*"; exit 1; }
+
+(cd "$dir" && sha256sum --quiet -c SHA256SUMS) || fail "SHA256SUMS does not verify"
+for arch in amd64 arm64; do
+  for artifact in "gpuwarden_${version}-1_$arch.deb" "gpuwarden-$version-$arch.oci.tar" \
+    "gpuwarden-$version-linux-$arch.tar.gz" "gpuwarden-$version-$arch.cdx.json"; do
+    [ -s "$dir/$artifact" ] || fail "no $artifact"
+    grep -q " $artifact\$" "$dir/SHA256SUMS" || fail "SHA256SUMS does not list $artifact"
+  done
+done
+# Each SBOM: CycloneDX, gpuwarden at this version, and the crates that matter at Cargo.lock's
+# versions, with licences; no test-only crate.
+for arch in amd64 arm64; do
+python3 - "$dir/gpuwarden-$version-$arch.cdx.json" <<'PY' || fail "the $arch SBOM does not match Cargo.lock"
+import json, sys, tomllib
+bom = json.load(open(sys.argv[1]))
+assert bom["bomFormat"] == "CycloneDX", bom.get("bomFormat")
+lock = {p["name"]: p["version"] for p in tomllib.load(open("Cargo.lock", "rb"))["package"]}
+def walk(components):
+    for c in components:
+        yield c
+        yield from walk(c.get("components", []))
+found = {c["name"]: c.get("version") for c in walk(bom.get("components", []) + [bom["metadata"]["component"]])}
+for crate in ["gpuwarden", "gpuwarden-sim-nvml", "nvml-wrapper", "tokio", "rusqlite", "rustls", "prometheus-client"]:
+    assert found.get(crate) == lock[crate], f"{crate}: SBOM {found.get(crate)}, Cargo.lock {lock[crate]}"
+assert "tempfile" not in found, "a test-only crate is in the SBOM"
+unlicensed = [c["name"] for c in bom["components"] if not c.get("licenses")]
+assert not unlicensed, f"no licence for {unlicensed}"
+print(f"{sys.argv[1]}: {len(found)} components, CycloneDX {bom['specVersion']}")
+PY
+done
+
+# The tarball under a real systemd.
+work=$(readlink -f target)/release-check
+rm -rf "$work"
+mkdir -p "$work"
+tar -xzf "$dir/gpuwarden-$version-linux-amd64.tar.gz" -C "$work"
+unpacked=$work/gpuwarden-$version-linux-amd64
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat >"$work/boot.sh" <<BOOT
+#!/bin/sh
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mount -t proc proc /proc
+mount -t tmpfs tmpfs /mnt
+for d in usr etc var; do
+  up=/mnt/\$(echo \$d | tr / _)
+  mkdir -p \$up.up \$up.work
+  mount -t overlay overlay -o lowerdir=/\$d,upperdir=\$up.up,workdir=\$up.work /\$d
+done
+# A node lets packages start their services; this machine's container image forbids it
+# (policy-rc.d exits 101): not in the overlay.
+rm -f /usr/sbin/policy-rc.d
+# A config already there (kept by install.sh): the simulated NVML the tarball carries, a free port.
+mkdir -p /etc/gpuwarden
+cp "$PWD/config/demo-scenario.yaml" /etc/gpuwarden/scenario.yaml
+printf 'listen: 127.0.0.1:$port\nnvml:\n  library_path: /usr/lib/gpuwarden/libgpuwarden_sim_nvml.so\nxid:\n  read_kernel_log: false\nfabric_manager:\n  check: false\n' >/etc/gpuwarden/config.yaml
+mkdir -p /etc/systemd/system/gpuwarden.service.d
+printf '[Service]\nEnvironment=GPUWARDEN_SIM_NVML_SCENARIO=/etc/gpuwarden/scenario.yaml\n' >/etc/systemd/system/gpuwarden.service.d/sim.conf
+exec /usr/lib/systemd/systemd --system --unit=basic.target
+BOOT
+unshare --pid --fork --mount --propagation private sh "$work/boot.sh" >/dev/null 2>&1 &
+unshare_pid=$!
+pid=""
+stop() {
+  [ -n "$pid" ] && kill -s RTMIN+4 "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$unshare_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$unshare_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap stop EXIT
+for _ in $(seq 300); do
+  child=$(cat "/proc/$unshare_pid/task/$unshare_pid/children" 2>/dev/null | awk '{print $1}')
+  if [ -n "$child" ] && [ "$(cat "/proc/$child/comm" 2>/dev/null)" = systemd ]; then pid=$child; break; fi
+  sleep 0.1
+done
+[ -n "$pid" ] || fail "systemd did not start in the namespace"
+inside() { nsenter -t "$pid" -m -p "$@"; }
+for _ in $(seq 150); do
+  state=$(inside systemctl is-system-running 2>/dev/null || true)
+  case $state in running|degraded) break ;; esac
+  sleep 0.2
+done
+
+output=$(inside "$unpacked/install.sh" 2>&1) || fail "install.sh exited $?: $output"
+grep -q 'kept your /etc/gpuwarden/config.yaml' <<<"$output" || fail "install.sh did not keep the config: $output"
+inside test -f /etc/gpuwarden/config.yaml.new || fail "no config.yaml.new beside the kept config"
+[ "$(inside systemctl is-enabled gpuwarden.service)" = enabled ] || fail "the unit is not enabled"
+for _ in $(seq 100); do
+  [ "$(inside systemctl is-active gpuwarden.service || true)" = active ] && break
+  sleep 0.1
+done
+[ "$(inside systemctl is-active gpuwarden.service || true)" = active ] ||
+  fail "the unit is not active: $(inside journalctl -u gpuwarden --no-pager -n 20)"
+status=$(inside systemctl show -P StatusText gpuwarden.service)
+grep -q '8 GPU(s)' <<<"$status" || fail "STATUS is '$status', not 8 GPUs"
+metrics=$(curl -sf "127.0.0.1:$port/metrics") || fail "nothing on :$port/metrics"
+up=$(grep -cE '^gpu_up\{.*\} 1(\.0)?$' <<<"$metrics" || true)
+[ "$up" = 8 ] || fail "gpu_up is 1 for $up GPUs, not 8"
+health=$(inside /usr/bin/gpuwarden health) || [ $? = 0 ] || fail "gpuwarden health: $health"
+inside sh -c 'MANPATH=/usr/share/man man -P cat gpuwarden 2>/dev/null' | grep -q 'gpuwarden-health(1)' ||
+  ! inside sh -c 'command -v man' >/dev/null || fail "man gpuwarden does not show the page"
+inside test -x /usr/share/gpuwarden/slurm/healthcheck.sh || fail "the Slurm scripts are not installed"
+echo "tarball: installed, enabled, active ('$status'), 8 GPUs on /metrics, health '$(head -1 <<<"$health")'"
+
+output=$(inside "$unpacked/install.sh" --uninstall 2>&1) || fail "install.sh --uninstall: $output"
+[ "$(inside systemctl is-active gpuwarden.service || true)" != active ] || fail "still active after --uninstall"
+! inside test -e /usr/bin/gpuwarden || fail "/usr/bin/gpuwarden is still there after --uninstall"
+inside test -f /etc/gpuwarden/config.yaml || fail "--uninstall removed the config"
+echo "tarball: --uninstall stopped and removed it, the config kept"
+
+# The package, as the README installs it. --force-confold: dpkg keeps the config already there
+# (the test's, on the simulated NVML) instead of asking; a node without one gets the shipped one.
+deb=$dir/gpuwarden_${version}-1_amd64.deb
+output=$(inside env DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o Dpkg::Options::=--force-confold "$deb" 2>&1) ||
+  fail "apt install $deb: $output"
+for _ in $(seq 100); do
+  [ "$(inside systemctl is-active gpuwarden.service || true)" = active ] && break
+  sleep 0.1
+done
+[ "$(inside systemctl is-active gpuwarden.service || true)" = active ] ||
+  fail "the package did not start the unit: $(inside journalctl -u gpuwarden --no-pager -n 20)"
+curl -sf "127.0.0.1:$port/metrics" | grep -qE '^gpu_up\{.*\} 1' || fail "the package's daemon serves no GPU on :$port"
+inside /usr/bin/gpuwarden health >/dev/null || fail "gpuwarden health after apt install"
+inside test -d /var/lib/gpuwarden || fail "apt install made no /var/lib/gpuwarden"
+output=$(inside env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q gpuwarden 2>&1) || fail "apt purge: $output"
+[ "$(inside systemctl is-active gpuwarden.service || true)" != active ] || fail "still active after apt purge"
+! inside test -e /var/lib/gpuwarden || fail "apt purge left the journal"
+echo "package: apt install started it (8 GPUs), apt purge removed it and its journal"
+echo "release check passed: $dir"

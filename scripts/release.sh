@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# A release in one command: for amd64 and arm64, the Debian package, the OCI image (an archive
+# that `podman load -i` or `skopeo copy oci-archive:FILE docker://REGISTRY/gpuwarden:VERSION`
+# takes), a tarball for hosts without dpkg (the package's files and install.sh), and a
+# software bill of materials (CycloneDX 1.5 JSON by cargo-cyclonedx: every crate built into
+# that architecture's binaries, build dependencies included, at Cargo.lock's versions, with
+# licences and checksums); and SHA256SUMS over them all.
+#   scripts/release.sh [OUT_DIR]     (as root, for the image; default target/release-artifacts)
+# Needs what the test command sets up: cargo-deb, cargo-cyclonedx, mmdebstrap, buildah, the
+# arm64 cross toolchain (scripts/arm64-env.sh). ARCHES="amd64" builds one architecture.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/arm64-env.sh
+out=${1:-target/release-artifacts}
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
+rm -rf "$out"
+mkdir -p "$out"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+for arch in ${ARCHES:-amd64 arm64}; do
+  printf '\n== release: %s\n' "$arch"
+  case $arch in
+    # Built as scripts/ci/package.sh and scripts/ci/arm64.sh build them (the same features
+    # resolved, so a release after the test command compiles nothing again).
+    amd64) target_args=(); build_args=(--workspace); dir=target/release; triple=x86_64-unknown-linux-gnu ;;
+    arm64) target_args=(--target "$arm64_target"); build_args=(-p gpuwarden -p gpuwarden-sim-nvml)
+      dir=target/$arm64_target/release; triple=$arm64_target ;;
+    *) echo "unknown architecture $arch (amd64, arm64)"; exit 64 ;;
+  esac
+  cargo build --release "${target_args[@]}" "${build_args[@]}"
+  cargo deb "${target_args[@]}" --no-build --output "$out/" >/dev/null
+  deb=$out/gpuwarden_${version}-1_$arch.deb
+  [ -f "$deb" ] || deb=$(ls "$out"/gpuwarden_*_"$arch".deb)
+  bash scripts/image.sh "$arch" "$dir/gpuwarden" "$out/gpuwarden-$version-$arch.oci.tar"
+
+  # The tarball: exactly the package's files (unpacked from it), and the script that installs
+  # them where the package would.
+  name=gpuwarden-$version-linux-$arch
+  rm -rf "${work:?}/$name"
+  dpkg-deb -x "$deb" "$work/$name"
+  install -m 0755 deploy/tarball/install.sh "$work/$name/install.sh"
+  (cd "$work/$name" && find . -type f ! -name install.sh ! -name MANIFEST | sed 's|^\./||' | LC_ALL=C sort > MANIFEST)
+  tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner \
+    -C "$work" -czf "$out/$name.tar.gz" "$name"
+
+  # cargo-cyclonedx writes one file per workspace member, beside its Cargo.toml: the root's is
+  # the daemon's (the simulated NVML it ships is a component of it); the others go.
+  sbom=gpuwarden-sbom-$$
+  cargo cyclonedx --quiet --format json --spec-version 1.5 --target "$triple" --override-filename "$sbom"
+  mv "$sbom.json" "$out/gpuwarden-$version-$arch.cdx.json"
+  find . -path ./target -prune -o -name "$sbom.json" -type f -exec rm -f {} +
+done
+
+(cd "$out" && sha256sum -- * | grep -v ' SHA256SUMS$' > SHA256SUMS)
+printf '\n== release %s in %s\n' "$version" "$out"
+(cd "$out" && stat -c '%12s  %n' -- *)
