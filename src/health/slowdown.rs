@@ -20,7 +20,7 @@ impl HwSlowdownTracker {
         for device in devices {
             let entry = self.seen.entry(device.identity.uuid.clone()).or_default();
             if let Some(r) = device.answered() {
-                let active = HW_POWER_REASONS.iter().any(|reason| r.clock_event_active(reason));
+                let active = HW_POWER_REASONS.iter().any(|reason| r.clock_event_active(*reason));
                 let counters: Vec<f64> = r
                     .clock_event_seconds
                     .iter()

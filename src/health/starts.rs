@@ -3,14 +3,15 @@
 //! `DCGM_EXP_CLOCK_EVENTS_TOTAL` and `_COUNT`).
 
 use crate::model::DeviceSnapshot;
+use crate::model::clock_events::ClockReason;
 
 #[derive(Debug, Default)]
 struct GpuStarts {
     /// The reasons active at the last poll that answered; `None` before the first (which
     /// only primes: a reason already active at start is not a start seen).
-    active: Option<Vec<&'static str>>,
-    totals: std::collections::BTreeMap<&'static str, u64>,
-    recent: std::collections::BTreeMap<&'static str, crate::model::recent::RecentTimes<std::time::Instant>>,
+    active: Option<Vec<ClockReason>>,
+    totals: std::collections::BTreeMap<ClockReason, u64>,
+    recent: std::collections::BTreeMap<ClockReason, crate::model::recent::RecentTimes<std::time::Instant>>,
 }
 
 /// Counts, per GPU, how often each clock-event reason became active from one poll to the next
@@ -32,12 +33,12 @@ impl EventStartCounter {
         for device in devices {
             let gpu = self.gpus.entry(device.identity.uuid.clone()).or_default();
             if let Some(r) = device.answered() {
-                let now_active: Vec<&'static str> =
+                let now_active: Vec<ClockReason> =
                     r.clock_events.iter().filter(|e| e.active).map(|e| e.reason).collect();
                 if let Some(before) = &gpu.active {
                     for reason in now_active.iter().filter(|r| !before.contains(r)) {
-                        *gpu.totals.entry(reason).or_default() += 1;
-                        gpu.recent.entry(reason).or_default().push(now);
+                        *gpu.totals.entry(*reason).or_default() += 1;
+                        gpu.recent.entry(*reason).or_default().push(now);
                     }
                 }
                 gpu.active = Some(now_active);
@@ -53,7 +54,7 @@ impl EventStartCounter {
                 .totals
                 .iter()
                 .map(|(reason, total)| crate::model::ClockEventStarts {
-                    reason,
+                    reason: *reason,
                     total: *total,
                     recent: gpu.recent.get(reason).map_or(0, |t| t.count()),
                 })
@@ -73,7 +74,7 @@ mod tests {
             clock_events: ["sw_power_cap", "hw_thermal_slowdown"]
                 .into_iter()
                 .map(|reason| ClockEvent {
-                    reason,
+                    reason: ClockReason::from_label(reason).unwrap(),
                     active: active.contains(&reason),
                 })
                 .collect(),
@@ -101,8 +102,8 @@ mod tests {
             last = devices[0].history.clock_event_starts.clone();
         }
         let of = |reason| last.iter().find(|s| s.reason == reason).map(|s| (s.total, s.recent));
-        assert_eq!(of("sw_power_cap"), Some((2, 2)));
-        assert_eq!(of("hw_thermal_slowdown"), Some((1, 1)));
+        assert_eq!(of(ClockReason::SwPowerCap), Some((2, 2)));
+        assert_eq!(of(ClockReason::HwThermalSlowdown), Some((1, 1)));
         // Ten minutes on, nothing new: the totals stay, the recent counts are 0.
         let mut devices = [gpu(&["sw_power_cap"])];
         counter.track(&mut devices, start + Duration::from_secs(600));

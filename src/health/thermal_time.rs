@@ -10,7 +10,7 @@
 //! (one sample a minute, in milliseconds; a counter that goes back starts again).
 
 use super::rates::{SinceClear, Window};
-use crate::model::clock_events::THERMAL_REASONS;
+use crate::model::clock_events::{ClockReason, THERMAL_REASONS};
 use crate::model::health::{Clears, ThermalTime};
 use crate::model::{DeviceReadings, DeviceSnapshot};
 use std::time::{Duration, Instant};
@@ -23,7 +23,7 @@ pub struct ThermalTimeTracker {
 
 /// A counter's value in this round's readings, in whole milliseconds; `None` where the GPU
 /// does not count it or the driver answered something that is not a time (negative, NaN).
-fn millis(r: &DeviceReadings, reason: &str) -> Option<u64> {
+fn millis(r: &DeviceReadings, reason: ClockReason) -> Option<u64> {
     let (_, seconds) = r.clock_event_seconds.iter().find(|(name, _)| *name == reason)?;
     // `as` saturates a value past u64's range; one that is not a time is left out.
     (seconds.is_finite() && *seconds >= 0.0).then(|| (seconds * 1000.0) as u64)
@@ -42,7 +42,7 @@ impl ThermalTimeTracker {
                 .iter()
                 .zip(windows.iter_mut())
                 .filter_map(|(reason, window)| {
-                    let growth = window.note(millis(readings, reason)?, now);
+                    let growth = window.note(millis(readings, *reason)?, now);
                     Some(ThermalTime {
                         slowed: Duration::from_millis(growth.errors),
                         over: growth.over,
@@ -61,12 +61,15 @@ mod tests {
 
     fn gpu(sw: Option<f64>, hw: Option<f64>) -> DeviceSnapshot {
         let mut readings = DeviceReadings::default();
-        for (reason, seconds) in [("sw_thermal_slowdown", sw), ("hw_thermal_slowdown", hw)] {
+        for (reason, seconds) in [
+            (ClockReason::SwThermalSlowdown, sw),
+            (ClockReason::HwThermalSlowdown, hw),
+        ] {
             if let Some(s) = seconds {
                 readings.clock_event_seconds.push((reason, s));
             }
         }
-        readings.clock_event_seconds.push(("sw_power_cap", 9.0e9));
+        readings.clock_event_seconds.push((ClockReason::SwPowerCap, 9.0e9));
         DeviceSnapshot::for_test(0, Vendor::Nvidia, "0000:19:00.0", readings)
     }
 

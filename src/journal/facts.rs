@@ -3,6 +3,7 @@
 //! in, events and new facts out.
 
 use super::event::{Event, GpuRef, Kind};
+use crate::model::clock_events::ClockReason;
 use crate::model::health::HealthState;
 use crate::model::probe::ProbeReport;
 use crate::model::{DeviceReadings, DeviceSnapshot, EccScope, EccType, Inventory, Snapshot};
@@ -15,11 +16,11 @@ use std::collections::BTreeMap;
 pub const EPISODE_GAP: f64 = 30.0;
 
 /// The clock-event reasons whose episodes are recorded: heat and the board's power brake.
-pub const EPISODE_REASONS: [&str; 4] = [
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_slowdown",
-    "hw_power_brake_slowdown",
+pub const EPISODE_REASONS: [ClockReason; 4] = [
+    ClockReason::SwThermalSlowdown,
+    ClockReason::HwThermalSlowdown,
+    ClockReason::HwSlowdown,
+    ClockReason::HwPowerBrakeSlowdown,
 ];
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -190,8 +191,7 @@ pub fn facts_of(device: &DeviceSnapshot, snapshot: &Snapshot, last: Option<&GpuF
             f.nvlinks_down = Some(links.links_down().map(|l| l.link).collect());
         }
         for reason in EPISODE_REASONS {
-            let active = r.clock_events.iter().any(|c| c.reason == reason && c.active);
-            if active {
+            if r.clock_event_active(reason) {
                 f.episodes
                     .entry(reason.to_string())
                     .and_modify(|e| e.1 = now)

@@ -45,7 +45,7 @@ impl Counters {
     fn of(r: &DeviceReadings) -> Counters {
         let mut episodes = 0u8;
         for (bit, reason) in super::facts::EPISODE_REASONS.iter().enumerate() {
-            if r.clock_event_active(reason) {
+            if r.clock_event_active(*reason) {
                 episodes |= 1 << bit;
             }
         }
@@ -193,7 +193,7 @@ mod tests {
             "slowdown",
             next_round(&d, |r| {
                 r.clock_events = vec![ClockEvent {
-                    reason: "hw_thermal_slowdown",
+                    reason: crate::model::clock_events::ClockReason::HwThermalSlowdown,
                     active: true,
                 }]
             }),
@@ -227,7 +227,7 @@ mod tests {
         let snapshot = Snapshot::default();
         let hot = next_round(&gpu(0), |r| {
             r.clock_events = vec![ClockEvent {
-                reason: "sw_thermal_slowdown",
+                reason: crate::model::clock_events::ClockReason::SwThermalSlowdown,
                 active: true,
             }]
         });

@@ -164,7 +164,7 @@ pub(super) fn clock_event_mask(r: &DeviceReadings) -> Option<f64> {
     }
     let mask: u64 = crate::model::clock_events::NVIDIA_REASONS
         .iter()
-        .filter(|(_, reason)| r.clock_event_active(reason))
+        .filter(|(_, reason)| r.clock_event_active(*reason))
         .map(|(bit, _)| bit)
         .sum();
     Some(mask as f64)
@@ -318,10 +318,7 @@ fn clock_event_starts(snapshot: &Snapshot, s: &mut Samples, recent: bool) {
     let window = window_ms();
     for (d, _) in answering(snapshot) {
         for starts in &d.history.clock_event_starts {
-            let Some((_, name)) = crate::model::clock_events::DCGM_NAMES
-                .iter()
-                .find(|(ours, _)| *ours == starts.reason)
-            else {
+            let Some(name) = starts.reason.dcgm_name() else {
                 continue;
             };
             match recent {

@@ -126,7 +126,7 @@ pub const FAMILIES: &[Family] = &[
         ],
         read: Read::Readings(|r, s| {
             for e in &r.clock_events {
-                s.labelled(&[e.reason], super::one_if(e.active));
+                s.labelled(&[e.reason.label()], super::one_if(e.active));
             }
         }),
     },
@@ -138,9 +138,7 @@ pub const FAMILIES: &[Family] = &[
         labels: &["reason"],
         dcgm: &[],
         read: Read::Readings(|r, s| {
-            for (reason, seconds) in &r.clock_event_seconds {
-                s.labelled(&[reason], *seconds);
-            }
+            s.each(&r.clock_event_seconds);
         }),
     },
     Family {

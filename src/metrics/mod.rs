@@ -281,9 +281,9 @@ impl Samples<'_> {
 
     /// One sample per (label value, value) pair of a reading kept as such a list (sensors,
     /// thresholds, clock domains), for a family with one label.
-    pub fn each(&mut self, pairs: &[(&'static str, f64)]) {
+    pub fn each<K: crate::model::label::Label>(&mut self, pairs: &[(K, f64)]) {
         for (label, value) in pairs {
-            self.labelled(&[label], *value);
+            self.labelled(&[label.label()], *value);
         }
     }
 

@@ -9,6 +9,7 @@
 pub mod activity;
 pub mod clock_events;
 pub mod health;
+pub mod label;
 pub mod links;
 pub mod mig;
 pub mod nic;
@@ -18,6 +19,8 @@ pub mod remediation;
 pub mod scheduler;
 pub mod xid;
 
+use crate::model::clock_events::ClockReason;
+use crate::model::label::{Label, label_enum};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -67,7 +70,7 @@ pub struct Inventory {
 /// How often one clock-event reason became active (seen inactive, then active, poll to poll).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClockEventStarts {
-    pub reason: &'static str,
+    pub reason: ClockReason,
     pub total: u64,
     /// Within the last `xid::RECENT_WINDOW` (5 minutes).
     pub recent: u64,
@@ -76,7 +79,7 @@ pub struct ClockEventStarts {
 /// One clock-event (throttle) reason the device supports, and whether it is active now.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ClockEvent {
-    pub reason: &'static str,
+    pub reason: ClockReason,
     pub active: bool,
 }
 
@@ -210,11 +213,11 @@ pub struct DeviceReadings {
     pub temperatures: Vec<(&'static str, f64)>,
     /// (threshold, celsius): slowdown, shutdown, gpu_max, memory_max.
     #[serde(serialize_with = "pairs_as_map")]
-    pub temperature_thresholds: Vec<(&'static str, f64)>,
+    pub temperature_thresholds: Vec<(Threshold, f64)>,
     pub clock_events: Vec<ClockEvent>,
     /// (reason, seconds): the driver's own cumulative time in each reason.
     #[serde(serialize_with = "pairs_as_map")]
-    pub clock_event_seconds: Vec<(&'static str, f64)>,
+    pub clock_event_seconds: Vec<(ClockReason, f64)>,
     pub power_watts: Option<f64>,
     pub power_limit_watts: Option<f64>,
     pub energy_joules: Option<f64>,
@@ -283,13 +286,13 @@ impl DeviceReadings {
     pub fn die_temperature(&self) -> Option<f64> {
         self.temperature("gpu").or_else(|| self.temperature("junction"))
     }
-    pub fn threshold(&self, threshold: &str) -> Option<f64> {
+    pub fn threshold(&self, threshold: Threshold) -> Option<f64> {
         lookup(&self.temperature_thresholds, threshold)
     }
     pub fn clock(&self, clock: &str) -> Option<f64> {
         lookup(&self.clocks_hertz, clock)
     }
-    pub fn clock_event_active(&self, reason: &str) -> bool {
+    pub fn clock_event_active(&self, reason: ClockReason) -> bool {
         self.clock_events.iter().any(|e| e.reason == reason && e.active)
     }
     pub fn ecc_count(&self, error_type: EccType, scope: EccScope) -> Option<u64> {
@@ -323,20 +326,35 @@ pub struct GpuProcess {
 }
 
 /// Writes (name, value) pairs as a JSON object, which is what a reader of `check --json` wants.
-pub(crate) fn pairs_as_map<S: serde::Serializer, V: Serialize>(
-    pairs: &[(&'static str, V)],
+pub(crate) fn pairs_as_map<S: serde::Serializer, K: Label, V: Serialize>(
+    pairs: &[(K, V)],
     s: S,
 ) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
     let mut map = s.serialize_map(Some(pairs.len()))?;
     for (k, v) in pairs {
-        map.serialize_entry(k, v)?;
+        map.serialize_entry(k.label(), v)?;
     }
     map.end()
 }
 
-fn lookup(pairs: &[(&'static str, f64)], key: &str) -> Option<f64> {
+fn lookup<K: PartialEq + Copy>(pairs: &[(K, f64)], key: K) -> Option<f64> {
     pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+}
+
+label_enum! {
+    /// A temperature threshold the GPU reports: the `threshold` label of
+    /// `gpu_temperature_threshold_celsius`.
+    pub enum Threshold {
+        /// The die temperature at which the GPU slows itself down (AMD: junction critical).
+        Slowdown => "slowdown",
+        /// The temperature at which it shuts down (AMD: junction emergency).
+        Shutdown => "shutdown",
+        /// The highest die temperature it may run at.
+        GpuMax => "gpu_max",
+        /// The highest memory (HBM) temperature (AMD: memory critical).
+        MemoryMax => "memory_max",
+    }
 }
 
 /// One device as the latest poll left it.

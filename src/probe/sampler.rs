@@ -24,7 +24,7 @@ pub struct Sample {
     pub memory_temperature: Option<f64>,
     pub sm_clock_hertz: Option<f64>,
     pub power_watts: Option<f64>,
-    pub active_reasons: Vec<&'static str>,
+    pub active_reasons: Vec<crate::model::clock_events::ClockReason>,
     /// GPM activity since the previous sample: SM active, tensor active, DRAM active.
     pub sm_active: Option<f64>,
     pub tensor_active: Option<f64>,
@@ -179,6 +179,7 @@ impl Drop for Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::clock_events::ClockReason;
 
     fn sample(temp: f64, clock_mhz: f64, watts: f64, reasons: &[&'static str]) -> Sample {
         Sample {
@@ -186,7 +187,7 @@ mod tests {
             memory_temperature: None,
             sm_clock_hertz: Some(clock_mhz * 1e6),
             power_watts: Some(watts),
-            active_reasons: reasons.to_vec(),
+            active_reasons: reasons.iter().map(|r| ClockReason::from_label(r).unwrap()).collect(),
             sm_active: Some(0.96),
             tensor_active: None,
             dram_active: Some(0.17),

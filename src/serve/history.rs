@@ -88,7 +88,7 @@ impl Metric {
         let r = device.answered()?;
         match self {
             Metric::Temperature => r.die_temperature(),
-            Metric::SlowdownTemperature => r.threshold("slowdown"),
+            Metric::SlowdownTemperature => r.threshold(crate::model::Threshold::Slowdown),
             Metric::Power => r.power_watts,
             Metric::PowerLimit => r.power_limit_watts,
             Metric::SmActive => r.activity.as_ref()?.sm_active,
@@ -99,7 +99,7 @@ impl Metric {
                 let busy: Vec<f64> = r
                     .clock_event_seconds
                     .iter()
-                    .filter(|(reason, _)| *reason != "gpu_idle")
+                    .filter(|(reason, _)| *reason != crate::model::clock_events::ClockReason::GpuIdle)
                     .map(|(_, seconds)| *seconds)
                     .collect();
                 (!busy.is_empty()).then(|| busy.iter().sum())
@@ -385,9 +385,12 @@ mod tests {
     fn snapshot(temperature: Option<f64>, throttled_seconds: f64) -> Snapshot {
         let readings = DeviceReadings {
             temperatures: temperature.map(|t| ("gpu", t)).into_iter().collect(),
-            temperature_thresholds: vec![("slowdown", 89.0)],
+            temperature_thresholds: vec![(crate::model::Threshold::Slowdown, 89.0)],
             power_watts: Some(120.0),
-            clock_event_seconds: vec![("gpu_idle", 1000.0), ("sw_power_cap", throttled_seconds)],
+            clock_event_seconds: vec![
+                (crate::model::clock_events::ClockReason::GpuIdle, 1000.0),
+                (crate::model::clock_events::ClockReason::SwPowerCap, throttled_seconds),
+            ],
             ..Default::default()
         };
         Snapshot {

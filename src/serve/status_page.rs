@@ -548,7 +548,7 @@ fn device_row(out: &mut String, snapshot: &Snapshot, d: &crate::model::DeviceSna
 /// The temperature (with the slowdown threshold) and power (with the limit) cells.
 fn temperature_and_power_cells(out: &mut String, r: Option<&crate::model::DeviceReadings>) {
     let temp = r.and_then(|r| r.die_temperature());
-    let slowdown = r.and_then(|r| r.threshold("slowdown"));
+    let slowdown = r.and_then(|r| r.threshold(crate::model::Threshold::Slowdown));
     match (temp, slowdown) {
         (Some(t), Some(s)) => {
             let class = if s - t < 5.0 { " class=\"hot\"" } else { "" };
@@ -578,7 +578,13 @@ fn events_and_xids_cells(
 ) {
     out.push_str("<td>");
     let active: Vec<&str> = r
-        .map(|r| r.clock_events.iter().filter(|e| e.active).map(|e| e.reason).collect())
+        .map(|r| {
+            r.clock_events
+                .iter()
+                .filter(|e| e.active)
+                .map(|e| e.reason.label())
+                .collect()
+        })
         .unwrap_or_default();
     if active.is_empty() {
         out.push_str("<small>none</small>");

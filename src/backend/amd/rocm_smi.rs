@@ -421,9 +421,9 @@ impl Reader<'_> {
             }
         }
         for (sensor, metric, threshold) in [
-            (TEMP_JUNCTION, METRIC_CRITICAL, "slowdown"),
-            (TEMP_JUNCTION, METRIC_EMERGENCY, "shutdown"),
-            (TEMP_MEMORY, METRIC_CRITICAL, "memory_max"),
+            (TEMP_JUNCTION, METRIC_CRITICAL, crate::model::Threshold::Slowdown),
+            (TEMP_JUNCTION, METRIC_EMERGENCY, crate::model::Threshold::Shutdown),
+            (TEMP_MEMORY, METRIC_CRITICAL, crate::model::Threshold::MemoryMax),
         ] {
             if let Some(t) = self.temperature(sensor, metric) {
                 r.temperature_thresholds.retain(|(n, _)| *n != threshold);

@@ -132,7 +132,7 @@ struct StaticReadings {
     hwmon: Option<PathBuf>,
     /// (file stem, sensor), e.g. ("temp2", "junction").
     sensors: Vec<(String, &'static str)>,
-    thresholds: Vec<(&'static str, f64)>,
+    thresholds: Vec<(crate::model::Threshold, f64)>,
     pcie_generation_max: Option<u32>,
     pcie_width_max: Option<u32>,
 }
@@ -266,15 +266,15 @@ impl SysfsDevicePoller {
                     // The firmware throttles at crit and shuts the board down at emergency.
                     "junction" => {
                         if let Some(t) = millicelsius("crit") {
-                            s.thresholds.push(("slowdown", t));
+                            s.thresholds.push((crate::model::Threshold::Slowdown, t));
                         }
                         if let Some(t) = millicelsius("emergency") {
-                            s.thresholds.push(("shutdown", t));
+                            s.thresholds.push((crate::model::Threshold::Shutdown, t));
                         }
                     }
                     "hbm" => {
                         if let Some(t) = millicelsius("crit") {
-                            s.thresholds.push(("memory_max", t));
+                            s.thresholds.push((crate::model::Threshold::MemoryMax, t));
                         }
                     }
                     _ => {}

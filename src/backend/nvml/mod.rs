@@ -20,7 +20,8 @@ mod p2p;
 
 use crate::backend::{DevicePoller, PersistenceOutcome, PollReport};
 use crate::config;
-use crate::model::clock_events;
+use crate::model::Threshold;
+use crate::model::clock_events::{self, ClockReason};
 use crate::model::{
     DeviceIdentity, DeviceReadings, EccCount, EccScope, EccType, GpuProcess, Inventory, RemappedRows, Vendor,
 };
@@ -152,7 +153,7 @@ pub struct PollOptions {
 /// Readings that do not change while the GPU is in the node, read once.
 #[derive(Debug, Clone, Default)]
 struct StaticReadings {
-    thresholds: Vec<(&'static str, f64)>,
+    thresholds: Vec<(Threshold, f64)>,
     pcie_generation_max: Option<u32>,
     pcie_width_max: Option<u32>,
     /// The highest clock per domain, in hertz.
@@ -241,14 +242,20 @@ const FIELDS: [u32; 10] = [
 
 /// The clock-event counters among `FIELDS` (nanoseconds), and the reason each counts.
 /// These are what `nvidia-smi -q -d PERFORMANCE` lists as "Clocks Event Reasons Counters".
-const COUNTER_FIELDS: [(u32, &str); 5] = [
-    (NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP, "sw_power_cap"),
-    (NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST, "sync_boost"),
-    (NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, "sw_thermal_slowdown"),
-    (NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN, "hw_thermal_slowdown"),
+const COUNTER_FIELDS: [(u32, ClockReason); 5] = [
+    (NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP, ClockReason::SwPowerCap),
+    (NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST, ClockReason::SyncBoost),
+    (
+        NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
+        ClockReason::SwThermalSlowdown,
+    ),
+    (
+        NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+        ClockReason::HwThermalSlowdown,
+    ),
     (
         NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
-        "hw_power_brake_slowdown",
+        ClockReason::HwPowerBrakeSlowdown,
     ),
 ];
 
@@ -454,10 +461,10 @@ impl NvmlDevicePoller {
     fn read_static(&self, calls: &mut CallErrors) -> StaticReadings {
         let mut s = StaticReadings::default();
         for (threshold, name) in [
-            (TemperatureThreshold::Slowdown, "slowdown"),
-            (TemperatureThreshold::Shutdown, "shutdown"),
-            (TemperatureThreshold::GpuMax, "gpu_max"),
-            (TemperatureThreshold::MemoryMax, "memory_max"),
+            (TemperatureThreshold::Slowdown, Threshold::Slowdown),
+            (TemperatureThreshold::Shutdown, Threshold::Shutdown),
+            (TemperatureThreshold::GpuMax, Threshold::GpuMax),
+            (TemperatureThreshold::MemoryMax, Threshold::MemoryMax),
         ] {
             if let Some(t) = calls.read("nvmlDeviceGetTemperatureThreshold", || {
                 self.device.temperature_threshold(threshold)

@@ -7,10 +7,10 @@
 //! is not also "not responding", and a GPU that did not answer has no readings to judge.
 //! The next step (operator policy) makes severities and thresholds configurable from here.
 
-use crate::model::clock_events::{HW_POWER_REASONS, THERMAL_REASONS};
+use crate::model::clock_events::{ClockReason, HW_POWER_REASONS, THERMAL_REASONS};
 use crate::model::health::{BOARD_SWAP_NOTICE, ErrorCounter, HealthState};
 use crate::model::xid::{Severity, XidCount};
-use crate::model::{DeviceReadings, EccScope, EccType};
+use crate::model::{DeviceReadings, EccScope, EccType, Threshold};
 use crate::xid::catalog;
 use std::time::Duration;
 
@@ -437,7 +437,7 @@ mod tests {
     fn the_temperature_margin_makes_a_finding_only_when_set_and_inside_it() {
         let device = gpu_reading(DeviceReadings {
             temperatures: vec![("gpu", 85.0)],
-            temperature_thresholds: vec![("slowdown", 87.0)],
+            temperature_thresholds: vec![(Threshold::Slowdown, 87.0)],
             ..Default::default()
         });
         let reasons = |margin: Option<f64>| -> Vec<&'static str> {

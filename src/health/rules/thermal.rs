@@ -7,7 +7,8 @@ pub(super) fn thermal_slowdown(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
     let active: Vec<&str> = THERMAL_REASONS
         .iter()
         .copied()
-        .filter(|reason| r.clock_event_active(reason))
+        .filter(|reason| r.clock_event_active(*reason))
+        .map(ClockReason::label)
         .collect();
     if active.is_empty() {
         return None;
@@ -45,7 +46,7 @@ pub(super) fn thermal_slowdown_time(seen: &Seen, _: &DeviceReadings) -> Option<H
 
 pub(super) fn temperature_near_slowdown(seen: &Seen, r: &DeviceReadings) -> Option<Hit> {
     let margin = seen.limits.temperature_margin?;
-    let (temperature, slowdown) = (r.die_temperature()?, r.threshold("slowdown")?);
+    let (temperature, slowdown) = (r.die_temperature()?, r.threshold(Threshold::Slowdown)?);
     (slowdown - temperature < margin).then(|| {
         format!(
             "{temperature:.0} C, {:.0} C below its slowdown temperature of {slowdown:.0} C (health.temperature_margin_c \
@@ -66,7 +67,8 @@ pub(super) fn hw_slowdown(seen: &Seen, r: &DeviceReadings) -> Option<Hit> {
     let active: Vec<&str> = HW_POWER_REASONS
         .iter()
         .copied()
-        .filter(|reason| r.clock_event_active(reason))
+        .filter(|reason| r.clock_event_active(*reason))
+        .map(ClockReason::label)
         .collect();
     let when = if active.is_empty() {
         format!("{} s ago", last.elapsed().as_secs())
