@@ -7,6 +7,7 @@
 //! already failed in this boot or the day's resets did not hold (`escalate`). Pure: the GPU,
 //! its findings, its XIDs and what was tried in, the step out.
 
+use super::rules;
 use crate::model::health::{Finding, HealthState, LadderLimits, NextStep, Step};
 use crate::model::remediation::{AttemptOutcome, Remediations};
 use crate::model::xid::{Severity, XidCount};
@@ -82,7 +83,7 @@ fn first_step(
         action,
         Some(RecoveryAction::GpuReset | RecoveryAction::DrainAndReset | RecoveryAction::NodeReboot)
     );
-    let remap_pending = findings.iter().any(|f| f.reason == "row_remap_pending");
+    let remap_pending = rules::ROW_REMAP_PENDING.found_in(findings.iter());
     if unhealthy.is_empty() && !driver_asks && !remap_pending {
         return None;
     }
@@ -131,7 +132,7 @@ fn from_evidence(
         }
         _ => {}
     }
-    if unhealthy.iter().any(|f| f.reason == "gpu_lost") {
+    if rules::GPU_LOST.found_in(unhealthy.iter().copied()) {
         return step(
             Step::RebootRequired,
             "the GPU is lost (fallen off the bus)".into(),
@@ -157,7 +158,7 @@ fn from_evidence(
             reset(),
         );
     }
-    if unhealthy.iter().any(|f| f.reason == "fabric_not_ready") {
+    if rules::FABRIC_NOT_READY.found_in(unhealthy.iter().copied()) {
         return step(
             Step::GpuReset,
             "the GPU has not joined the NVLink fabric".into(),

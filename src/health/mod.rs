@@ -297,7 +297,7 @@ mod tests {
         let validating = |snapshot: &mut Snapshot| {
             evaluate(snapshot);
             let health = &snapshot.devices[0].health;
-            let finding = health.findings.iter().find(|f| f.reason == "validating");
+            let finding = health.findings.iter().find(|f| rules::VALIDATING.made(f));
             finding.map(|f| (health.state, f.message.clone()))
         };
         let (state, message) = validating(&mut snapshot).expect("validating");

@@ -2,7 +2,7 @@
 //! (network.rs): a row (reason, severity, the condition and the action in words, the check)
 //! and what each kind of check looks at. docs/health.md's tables are made of these rows.
 
-use crate::model::health::{BoardSwap, HealthState, Limits, NetworkLimits, Validation};
+use crate::model::health::{BoardSwap, Finding, HealthState, Limits, NetworkLimits, Validation};
 use crate::model::nic::{NicDevice, NicPort};
 use crate::model::probe::ProbeReport;
 use crate::model::xid::XidCount;
@@ -109,6 +109,16 @@ pub struct PortSeen<'a> {
 }
 
 impl Rule {
+    /// Whether this rule made the finding.
+    pub fn made(&self, finding: &Finding) -> bool {
+        finding.reason == self.reason
+    }
+
+    /// Whether this rule made any of the findings.
+    pub fn found_in<'a>(&self, findings: impl IntoIterator<Item = &'a Finding>) -> bool {
+        findings.into_iter().any(|f| self.made(f))
+    }
+
     /// Its row of docs/health.md's table.
     pub fn doc_row(&self) -> String {
         let severity = match self.worse_when {

@@ -46,6 +46,10 @@ pub struct Finding {
     pub subject: Option<String>,
 }
 
+/// The `gpu_missing` node finding's reason: named here, where the node's counts read it,
+/// and used by its rule (health::rules::GPU_MISSING).
+pub const GPU_MISSING_REASON: &str = "gpu_missing";
+
 /// One GPU's verdict and its findings, as computed for the snapshot that carries it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct DeviceHealth {

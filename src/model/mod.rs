@@ -751,7 +751,11 @@ impl Snapshot {
             gpus: self.devices.len(),
             unhealthy: count(health::HealthState::Unhealthy),
             degraded: count(health::HealthState::Degraded),
-            missing: self.node_findings.iter().filter(|f| f.reason == "gpu_missing").count(),
+            missing: self
+                .node_findings
+                .iter()
+                .filter(|f| f.reason == health::GPU_MISSING_REASON)
+                .count(),
             ports_with_findings: ports,
         }
     }

@@ -130,16 +130,7 @@ pub const RULES: &[Rule] = &[
         dcgm: None,
         check: Check::Readings(recovery_action),
     },
-    Rule {
-        reason: "validating",
-        severity: Unhealthy,
-        worse_when: None,
-        when: "an operator cleared the GPU of an unhealthy finding, automatic remediation reset it, or the journal found a new board in its slot, and no probe has passed since (`health.validate_after_clear`, on by default; \"Return to service\" below)",
-        action: "none: the probe runs as soon as the GPU is idle, and a pass returns the node to service; `gpuwarden health clear --skip-validation` lets it back without one",
-        ends: false,
-        dcgm: None,
-        check: Check::Device(validating),
-    },
+    VALIDATING,
     Rule {
         reason: "remediating",
         severity: Degraded,
@@ -150,16 +141,7 @@ pub const RULES: &[Rule] = &[
         dcgm: None,
         check: Check::Device(remediating),
     },
-    Rule {
-        reason: "gpu_lost",
-        severity: Unhealthy,
-        worse_when: None,
-        when: "the driver answers \"GPU is lost\" (fallen off the bus)",
-        action: "drain the node; reset or reseat the GPU",
-        ends: true,
-        dcgm: Some(("PCIE", "DCGM_FR_NVML_API")),
-        check: Check::Device(gpu_lost),
-    },
+    GPU_LOST,
     Rule {
         reason: "not_responding",
         severity: Degraded,
@@ -270,16 +252,7 @@ pub const RULES: &[Rule] = &[
         dcgm: Some(("MEM", "DCGM_FR_VOLATILE_SBE_DETECTED")),
         check: Check::Readings(ecc_corrected_rate),
     },
-    Rule {
-        reason: "row_remap_pending",
-        severity: Degraded,
-        worse_when: None,
-        when: "a row remap waits for a GPU reset",
-        action: "reset the GPU (or reboot) when idle",
-        ends: false,
-        dcgm: Some(("MEM", "DCGM_FR_PENDING_ROW_REMAP")),
-        check: Check::Readings(row_remap_pending),
-    },
+    ROW_REMAP_PENDING,
     Rule {
         reason: "row_remap_failed",
         severity: Unhealthy,
@@ -310,16 +283,7 @@ pub const RULES: &[Rule] = &[
         dcgm: Some(("NVLINK", "DCGM_FR_NVLINK_ERROR_THRESHOLD")),
         check: Check::Readings(nvlink_error_rate),
     },
-    Rule {
-        reason: "fabric_not_ready",
-        severity: Unhealthy,
-        worse_when: None,
-        when: "on an NVSwitch system, the GPU has not completed NVLink fabric registration, or completed it with an error (`gpu_fabric_state`, `gpu_fabric_registration_ok`); the message says whether nvidia-fabricmanager runs",
-        action: "start or check nvidia-fabricmanager (`systemctl status nvidia-fabricmanager`, its log); reset the GPU",
-        ends: false,
-        dcgm: Some(("NVLINK", "DCGM_FR_NVLINK_DOWN")),
-        check: Check::Readings(fabric_not_ready),
-    },
+    FABRIC_NOT_READY,
     Rule {
         reason: "probe_failed",
         severity: Degraded,
@@ -352,10 +316,56 @@ pub const RULES: &[Rule] = &[
     },
 ];
 
+/// Rules the remediation ladder and the verdict name in code (compared as rules, never by a
+/// name written again): each is in `RULES` at its place.
+pub const VALIDATING: Rule = Rule {
+    reason: "validating",
+    severity: Unhealthy,
+    worse_when: None,
+    when: "an operator cleared the GPU of an unhealthy finding, automatic remediation reset it, or the journal found a new board in its slot, and no probe has passed since (`health.validate_after_clear`, on by default; \"Return to service\" below)",
+    action: "none: the probe runs as soon as the GPU is idle, and a pass returns the node to service; `gpuwarden health clear --skip-validation` lets it back without one",
+    ends: false,
+    dcgm: None,
+    check: Check::Device(validating),
+};
+
+pub const GPU_LOST: Rule = Rule {
+    reason: "gpu_lost",
+    severity: Unhealthy,
+    worse_when: None,
+    when: "the driver answers \"GPU is lost\" (fallen off the bus)",
+    action: "drain the node; reset or reseat the GPU",
+    ends: true,
+    dcgm: Some(("PCIE", "DCGM_FR_NVML_API")),
+    check: Check::Device(gpu_lost),
+};
+
+pub const ROW_REMAP_PENDING: Rule = Rule {
+    reason: "row_remap_pending",
+    severity: Degraded,
+    worse_when: None,
+    when: "a row remap waits for a GPU reset",
+    action: "reset the GPU (or reboot) when idle",
+    ends: false,
+    dcgm: Some(("MEM", "DCGM_FR_PENDING_ROW_REMAP")),
+    check: Check::Readings(row_remap_pending),
+};
+
+pub const FABRIC_NOT_READY: Rule = Rule {
+    reason: "fabric_not_ready",
+    severity: Unhealthy,
+    worse_when: None,
+    when: "on an NVSwitch system, the GPU has not completed NVLink fabric registration, or completed it with an error (`gpu_fabric_state`, `gpu_fabric_registration_ok`); the message says whether nvidia-fabricmanager runs",
+    action: "start or check nvidia-fabricmanager (`systemctl status nvidia-fabricmanager`, its log); reset the GPU",
+    ends: false,
+    dcgm: Some(("NVLINK", "DCGM_FR_NVLINK_DOWN")),
+    check: Check::Readings(fabric_not_ready),
+};
+
 /// The node's rule: a GPU on the PCI bus that no backend shows (its check is
 /// `health::evaluate`'s, over the snapshot's census).
 pub const GPU_MISSING: Rule = Rule {
-    reason: "gpu_missing",
+    reason: crate::model::health::GPU_MISSING_REASON,
     severity: Unhealthy,
     worse_when: None,
     when: "a GPU is on the PCI bus but no backend enumerates it (`gpu_pci_missing`, alert `GpuMissing`)",
