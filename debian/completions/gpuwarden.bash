@@ -25,6 +25,9 @@ _gpuwarden() {
             gpuwarden,config)
                 cmd="gpuwarden__subcmd__config"
                 ;;
+            gpuwarden,copy-binary)
+                cmd="gpuwarden__subcmd__copy__subcmd__binary"
+                ;;
             gpuwarden,events)
                 cmd="gpuwarden__subcmd__events"
                 ;;
@@ -90,6 +93,9 @@ _gpuwarden() {
                 ;;
             gpuwarden__subcmd__help,config)
                 cmd="gpuwarden__subcmd__help__subcmd__config"
+                ;;
+            gpuwarden__subcmd__help,copy-binary)
+                cmd="gpuwarden__subcmd__help__subcmd__copy__subcmd__binary"
                 ;;
             gpuwarden__subcmd__help,events)
                 cmd="gpuwarden__subcmd__help__subcmd__events"
@@ -158,7 +164,7 @@ _gpuwarden() {
 
     case "${cmd}" in
         gpuwarden)
-            opts="-h -V --config --help --version run check probe config xid events report health man completions journal-worker help"
+            opts="-h -V --config --help --version run check probe config xid events report health man completions copy-binary journal-worker help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -282,6 +288,24 @@ _gpuwarden() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpuwarden__subcmd__copy__subcmd__binary)
+            opts="-h --config --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -486,7 +510,7 @@ _gpuwarden() {
             return 0
             ;;
         gpuwarden__subcmd__help)
-            opts="run check probe config xid events report health man completions journal-worker help"
+            opts="run check probe config xid events report health man completions copy-binary journal-worker help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -544,6 +568,20 @@ _gpuwarden() {
         gpuwarden__subcmd__help__subcmd__config__subcmd__check)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpuwarden__subcmd__help__subcmd__copy__subcmd__binary)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
