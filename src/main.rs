@@ -3,7 +3,7 @@
 //! The work is in the library (lib.rs).
 
 use clap::{Parser, Subcommand};
-use gpuwarden::cli::{check, copy_binary, demo};
+use gpuwarden::cli::{check, copy_binary, demo, demo_inject};
 use gpuwarden::config::{Config, Overrides};
 use gpuwarden::service::exit::{CliError, CliResult, Exit};
 use gpuwarden::service::logging;
@@ -104,9 +104,13 @@ enum Command {
         /// Print JSON instead of lines.
         #[arg(long)]
         json: bool,
-        /// Read the journal of the demo running now (`gpuwarden run --demo`).
+        /// Read the journal of the demo running now (`gpuwarden run --demo`; with several,
+        /// the newest, said on stderr).
         #[arg(long, conflicts_with_all = ["state", "config"])]
         demo: bool,
+        /// Read the journal of the demo running as this pid.
+        #[arg(long, value_name = "PID", conflicts_with_all = ["state", "config"])]
+        demo_pid: Option<u32>,
     },
     /// Print one GPU's evidence packet for a vendor case (RMA) from the journal: identity, XID
     /// timeline, ECC and row remapping, probes, slowdowns, NVLink, and what NVIDIA's documents
@@ -128,9 +132,13 @@ enum Command {
         /// Print the report as Markdown (for a ticket or a vendor case).
         #[arg(long)]
         markdown: bool,
-        /// Read the journal of the demo running now (`gpuwarden run --demo`).
+        /// Read the journal of the demo running now (`gpuwarden run --demo`; with several,
+        /// the newest, said on stderr).
         #[arg(long, conflicts_with_all = ["state", "config"])]
         demo: bool,
+        /// Read the journal of the demo running as this pid.
+        #[arg(long, value_name = "PID", conflicts_with_all = ["state", "config"])]
+        demo_pid: Option<u32>,
     },
     /// Print the running daemon's health verdict (asked over its local socket, never by
     /// polling the GPUs again). Exit 0: no GPU unhealthy; 1: a GPU or the node is
@@ -146,9 +154,19 @@ enum Command {
         /// Print the verdict (or the clear's answer) as JSON.
         #[arg(long, global = true)]
         json: bool,
-        /// Ask the demo running now (`gpuwarden run --demo`).
+        /// Ask the demo running now (`gpuwarden run --demo`; with several, the newest, said
+        /// on stderr).
         #[arg(long, global = true, conflicts_with_all = ["socket", "config"])]
         demo: bool,
+        /// Ask the demo running as this pid.
+        #[arg(long, value_name = "PID", global = true, conflicts_with_all = ["socket", "config"])]
+        demo_pid: Option<u32>,
+    },
+    /// Put a fault into the running demo (an XID, a hot, lost or slow GPU, a port down) to
+    /// follow its story through health, the page, events and the report.
+    Demo {
+        #[command(subcommand)]
+        command: demo_inject::DemoCommand,
     },
     /// Write gpuwarden's man pages (roff), gpuwarden(1) and one per command
     /// (gpuwarden-run(1), ...), made from these same definitions, into DIR (the Debian
@@ -234,12 +252,22 @@ fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<(Overrides, Optio
     match demo::prepare() {
         Ok(demo) => {
             log::info!(
-                "demo mode: eight simulated GPUs from {}; journal {}, local API {} \
-                 (`gpuwarden events`, `report` and `health` find them while the demo runs)",
+                "demo mode (pid {}): eight simulated GPUs from {}; journal {}, local API {} \
+                 (`gpuwarden events`, `report` and `health` find them with --demo while the demo runs; \
+                 `gpuwarden demo inject` puts a fault in, docs/fault-end-to-end.md)",
+                std::process::id(),
                 demo.library.display(),
                 demo.state.display(),
                 demo.socket.display()
             );
+            match &demo.cuda {
+                Some(cuda) => log::info!("demo mode: the probe runs on the simulated CUDA ({})", cuda.display()),
+                None => log::warn!(
+                    "demo mode: no simulated CUDA ({}) was built: validations cannot run; \
+                     build it with `cargo build --release --workspace`",
+                    demo::CUDA_LIBRARY_FILE
+                ),
+            }
             overrides.nvml_library_path = Some(demo.library.clone());
             overrides.kernel_log_path = Some(demo.kernel_log.clone());
             overrides.no_pci_census = true;
@@ -374,7 +402,8 @@ fn dispatch(command: Command, config: Option<PathBuf>) -> CliResult {
             limit,
             json,
             demo,
-        } => state_path(config, state, demo).and_then(|path| {
+            demo_pid,
+        } => state_path(config, state, demo_choice(demo, demo_pid)).and_then(|path| {
             journal::cli::events(
                 &path,
                 &journal::cli::EventsOptions {
@@ -393,7 +422,9 @@ fn dispatch(command: Command, config: Option<PathBuf>) -> CliResult {
             json,
             markdown,
             demo,
-        } => state_path(config, state, demo).and_then(|path| report(&path, gpu, nic, json, markdown)),
+            demo_pid,
+        } => state_path(config, state, demo_choice(demo, demo_pid))
+            .and_then(|path| report(&path, gpu, nic, json, markdown)),
         // Served in main before the logger; never here.
         Command::JournalWorker => Err(CliError::quiet(Exit::USAGE)),
         Command::Man { dir } => man_pages(&dir),
@@ -408,8 +439,15 @@ fn dispatch(command: Command, config: Option<PathBuf>) -> CliResult {
             socket,
             json,
             demo,
-        } => health(config, socket, json, demo, action),
+            demo_pid,
+        } => health(config, socket, json, demo_choice(demo, demo_pid), action),
+        Command::Demo { command } => demo_inject::run(command),
     }
+}
+
+/// `--demo` and `--demo-pid`: `None` for neither, else the pid asked for (`None`: the newest).
+fn demo_choice(demo: bool, pid: Option<u32>) -> Option<Option<u32>> {
+    (demo || pid.is_some()).then_some(pid)
 }
 
 #[derive(Subcommand)]
@@ -479,13 +517,13 @@ fn health(
     config: Option<PathBuf>,
     socket: Option<PathBuf>,
     json: bool,
-    demo: bool,
+    demo: Option<Option<u32>>,
     action: Option<HealthAction>,
 ) -> CliResult {
-    let socket = match socket {
-        Some(socket) => socket,
-        None if demo => running_demo()?.socket,
-        None => {
+    let socket = match (socket, demo) {
+        (Some(socket), _) => socket,
+        (None, Some(pid)) => running_demo(pid)?.socket,
+        (None, None) => {
             let explicit = config.is_some();
             let cfg = load_config(config_path(config.as_deref()).as_deref()).map_err(|e| CliError {
                 exit: Exit::UNKNOWN,
@@ -569,12 +607,12 @@ enum DrainedBy {
 }
 
 /// The journal `events` and `report` read: --state, else the config's state.path.
-fn state_path(config: Option<PathBuf>, state: Option<PathBuf>, demo: bool) -> Result<PathBuf, CliError> {
+fn state_path(config: Option<PathBuf>, state: Option<PathBuf>, demo: Option<Option<u32>>) -> Result<PathBuf, CliError> {
     if let Some(state) = state {
         return Ok(state);
     }
-    if demo {
-        return running_demo().map(|d| d.state);
+    if let Some(pid) = demo {
+        return running_demo(pid).map(|d| d.state);
     }
     let explicit = config.is_some();
     let cfg = load_config(config_path(config.as_deref()).as_deref())?;
@@ -600,14 +638,9 @@ fn state_path(config: Option<PathBuf>, state: Option<PathBuf>, demo: bool) -> Re
     Ok(cfg.state.path)
 }
 
-/// `--demo`: the demo running now, or exit 2 saying there is none.
-fn running_demo() -> Result<demo::RunningDemo, CliError> {
-    demo::running().ok_or_else(|| {
-        CliError::new(
-            Exit::UNKNOWN,
-            "gpuwarden: no demo is running (start one with `gpuwarden run --demo`)",
-        )
-    })
+/// `--demo` (`pid` `None`: the newest) or `--demo-pid`: that demo, or exit 2 saying why not.
+fn running_demo(pid: Option<u32>) -> Result<demo::RunningDemo, CliError> {
+    demo::choose(pid).map_err(|e| CliError::new(Exit::UNKNOWN, format!("gpuwarden: {e}")))
 }
 
 fn run(config: Option<PathBuf>, listen: Option<std::net::SocketAddr>, demo: bool) -> CliResult {

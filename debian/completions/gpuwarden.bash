@@ -28,6 +28,9 @@ _gpuwarden() {
             gpuwarden,copy-binary)
                 cmd="gpuwarden__subcmd__copy__subcmd__binary"
                 ;;
+            gpuwarden,demo)
+                cmd="gpuwarden__subcmd__demo"
+                ;;
             gpuwarden,events)
                 cmd="gpuwarden__subcmd__events"
                 ;;
@@ -67,6 +70,18 @@ _gpuwarden() {
             gpuwarden__subcmd__config__subcmd__help,help)
                 cmd="gpuwarden__subcmd__config__subcmd__help__subcmd__help"
                 ;;
+            gpuwarden__subcmd__demo,help)
+                cmd="gpuwarden__subcmd__demo__subcmd__help"
+                ;;
+            gpuwarden__subcmd__demo,inject)
+                cmd="gpuwarden__subcmd__demo__subcmd__inject"
+                ;;
+            gpuwarden__subcmd__demo__subcmd__help,help)
+                cmd="gpuwarden__subcmd__demo__subcmd__help__subcmd__help"
+                ;;
+            gpuwarden__subcmd__demo__subcmd__help,inject)
+                cmd="gpuwarden__subcmd__demo__subcmd__help__subcmd__inject"
+                ;;
             gpuwarden__subcmd__health,clear)
                 cmd="gpuwarden__subcmd__health__subcmd__clear"
                 ;;
@@ -97,6 +112,9 @@ _gpuwarden() {
             gpuwarden__subcmd__help,copy-binary)
                 cmd="gpuwarden__subcmd__help__subcmd__copy__subcmd__binary"
                 ;;
+            gpuwarden__subcmd__help,demo)
+                cmd="gpuwarden__subcmd__help__subcmd__demo"
+                ;;
             gpuwarden__subcmd__help,events)
                 cmd="gpuwarden__subcmd__help__subcmd__events"
                 ;;
@@ -126,6 +144,9 @@ _gpuwarden() {
                 ;;
             gpuwarden__subcmd__help__subcmd__config,check)
                 cmd="gpuwarden__subcmd__help__subcmd__config__subcmd__check"
+                ;;
+            gpuwarden__subcmd__help__subcmd__demo,inject)
+                cmd="gpuwarden__subcmd__help__subcmd__demo__subcmd__inject"
                 ;;
             gpuwarden__subcmd__help__subcmd__health,clear)
                 cmd="gpuwarden__subcmd__help__subcmd__health__subcmd__clear"
@@ -164,7 +185,7 @@ _gpuwarden() {
 
     case "${cmd}" in
         gpuwarden)
-            opts="-h -V --config --help --version run check probe config xid events report health man completions copy-binary journal-worker help"
+            opts="-h -V --config --help --version run check probe config xid events report health demo man completions copy-binary journal-worker help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -313,8 +334,102 @@ _gpuwarden() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        gpuwarden__subcmd__demo)
+            opts="-h --config --help inject help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpuwarden__subcmd__demo__subcmd__help)
+            opts="inject help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpuwarden__subcmd__demo__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpuwarden__subcmd__demo__subcmd__help__subcmd__inject)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpuwarden__subcmd__demo__subcmd__inject)
+            opts="-h --gpu --xid --hot --slow-probe --lost --port-down --undo --demo-pid --config --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --gpu)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --xid)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --port-down)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --demo-pid)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         gpuwarden__subcmd__events)
-            opts="-h --state --since --gpu --kind --limit --json --demo --config --help"
+            opts="-h --state --since --gpu --kind --limit --json --demo --demo-pid --config --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -340,6 +455,10 @@ _gpuwarden() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --demo-pid)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -352,13 +471,17 @@ _gpuwarden() {
             return 0
             ;;
         gpuwarden__subcmd__health)
-            opts="-h --socket --json --demo --config --help clear report help"
+            opts="-h --socket --json --demo --demo-pid --config --help clear report help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --demo-pid)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -374,7 +497,7 @@ _gpuwarden() {
             return 0
             ;;
         gpuwarden__subcmd__health__subcmd__clear)
-            opts="-h --gpu --nic --reason --skip-validation --socket --json --demo --config --help"
+            opts="-h --gpu --nic --reason --skip-validation --socket --json --demo --demo-pid --config --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -393,6 +516,10 @@ _gpuwarden() {
                     return 0
                     ;;
                 --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --demo-pid)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -464,7 +591,7 @@ _gpuwarden() {
             return 0
             ;;
         gpuwarden__subcmd__health__subcmd__report)
-            opts="-h --guard --guard-drained --guard-nodes --guard-max --node --jobs --socket --json --demo --config --help"
+            opts="-h --guard --guard-drained --guard-nodes --guard-max --node --jobs --socket --json --demo --demo-pid --config --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -498,6 +625,10 @@ _gpuwarden() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --demo-pid)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -510,7 +641,7 @@ _gpuwarden() {
             return 0
             ;;
         gpuwarden__subcmd__help)
-            opts="run check probe config xid events report health man completions copy-binary journal-worker help"
+            opts="run check probe config xid events report health demo man completions copy-binary journal-worker help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -582,6 +713,34 @@ _gpuwarden() {
         gpuwarden__subcmd__help__subcmd__copy__subcmd__binary)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpuwarden__subcmd__help__subcmd__demo)
+            opts="inject"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpuwarden__subcmd__help__subcmd__demo__subcmd__inject)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -838,7 +997,7 @@ _gpuwarden() {
             return 0
             ;;
         gpuwarden__subcmd__report)
-            opts="-h --state --gpu --nic --json --markdown --demo --config --help"
+            opts="-h --state --gpu --nic --json --markdown --demo --demo-pid --config --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -853,6 +1012,10 @@ _gpuwarden() {
                     return 0
                     ;;
                 --nic)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --demo-pid)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -16,11 +16,20 @@ pub const KERNEL_LOG: &str = include_str!("../../config/demo-kernel-log.txt");
 
 pub const LIBRARY_FILE: &str = "libgpuwarden_sim_nvml.so";
 
+/// The simulated CUDA driver and cuBLAS (tests/sim-cuda): the demo's probe runs on it, so a
+/// validation after a clear passes (or fails, when `demo inject --slow-probe` says so).
+pub const CUDA_LIBRARY_FILE: &str = "libgpuwarden_sim_cuda.so";
+
 /// The demo's batch jobs: (GPU index, job id).
 pub const DEMO_JOBS: [(&str, &str); 2] = [("1", "48213"), ("7", "48217")];
 
-/// Where the simulated library is looked for, in order.
+/// Where the simulated NVML library is looked for, in order.
 pub fn library_candidates() -> Vec<PathBuf> {
+    candidates(LIBRARY_FILE)
+}
+
+/// Where a simulated library is looked for, in order.
+fn candidates(file: &str) -> Vec<PathBuf> {
     let mut candidates = Vec::new();
     if let Some(dir) = std::env::current_exe()
         .ok()
@@ -29,12 +38,9 @@ pub fn library_candidates() -> Vec<PathBuf> {
         // Cargo builds it into deps/ as the daemon's dependency and copies it next to the
         // binary only when it builds the crate itself (`--workspace`): a copy there can be
         // older than deps/'s, so the newer of the two goes first.
-        candidates.extend(newest_first(vec![
-            dir.join(LIBRARY_FILE),
-            dir.join("deps").join(LIBRARY_FILE),
-        ]));
+        candidates.extend(newest_first(vec![dir.join(file), dir.join("deps").join(file)]));
     }
-    candidates.push(PathBuf::from("/usr/lib/gpuwarden").join(LIBRARY_FILE));
+    candidates.push(PathBuf::from("/usr/lib/gpuwarden").join(file));
     candidates
 }
 
@@ -60,6 +66,9 @@ pub struct Demo {
     pub socket: PathBuf,
     /// The demo's sysfs root: its network ports (demo_fabric.rs).
     pub sys_root: PathBuf,
+    /// The simulated CUDA the probe loads (libcuda.so.1 and libcublas.so.13 links to it on
+    /// the probe's LD_LIBRARY_PATH); `None` where it was not built.
+    pub cuda: Option<PathBuf>,
     dir: PathBuf,
 }
 
@@ -115,6 +124,7 @@ pub fn prepare() -> Result<Demo, DemoError> {
         state: dir.join("state.db"),
         socket: dir.join("gpuwarden.sock"),
         sys_root: dir.join("sysfs"),
+        cuda: candidates(CUDA_LIBRARY_FILE).into_iter().find(|p| p.exists()),
         dir: dir.clone(),
     };
     super::demo_fabric::write_tree(&demo.sys_root).map_err(write_error("the demo's network ports", &demo.sys_root))?;
@@ -128,27 +138,92 @@ pub fn prepare() -> Result<Demo, DemoError> {
     std::fs::write(&demo.kernel_log, KERNEL_LOG).map_err(write_error("the demo kernel log", &demo.kernel_log))?;
     // SAFETY: called from main before the runtime or any other thread exists.
     unsafe { std::env::set_var("GPUWARDEN_SIM_NVML_SCENARIO", &scenario) };
+    if let Some(library) = &demo.cuda {
+        let cuda = dir.join("cuda");
+        std::fs::create_dir_all(&cuda).map_err(write_error("the demo's CUDA directory", &cuda))?;
+        for name in ["libcuda.so.1", "libcuda.so", "libcublas.so.13", "libcublas.so"] {
+            std::os::unix::fs::symlink(library, cuda.join(name)).map_err(write_error("the demo's CUDA", &cuda))?;
+        }
+        // The probe is a child process: it loads CUDA by soname from here. The daemon
+        // itself never loads CUDA.
+        let path = match std::env::var_os("LD_LIBRARY_PATH") {
+            Some(old) if !old.is_empty() => {
+                let mut path = cuda.into_os_string();
+                path.push(":");
+                path.push(old);
+                path
+            }
+            _ => cuda.into_os_string(),
+        };
+        // SAFETY: as above, before any thread exists.
+        unsafe { std::env::set_var("LD_LIBRARY_PATH", path) };
+    }
     Ok(demo)
 }
 
-/// A demo that runs now, as `events`, `report` and `health` find it: its journal and socket.
+/// A demo that runs now, as `events`, `report`, `health` and `demo inject` find it: its
+/// directory, journal and socket.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunningDemo {
     pub pid: u32,
+    pub dir: PathBuf,
     pub state: PathBuf,
     pub socket: PathBuf,
 }
 
-/// The newest demo running now, found in the temp directory (`gpuwarden-demo-PID`). The temp
-/// directory is everyone's to write, so a directory counts only when it is a real directory
-/// (no link) owned by this user, and its PID is a live `gpuwarden` process of this user: a
-/// planted `gpuwarden-demo-1` is not followed.
+/// The demo `--demo` (the newest, `pid` `None`) or `--demo-pid PID` means. With several
+/// running and no pid it says on stderr which one it took and how to choose another, so a
+/// command never reads another demo's journal unannounced.
+pub fn choose(pid: Option<u32>) -> Result<RunningDemo, NoDemo> {
+    let all = running_all();
+    let pids = || all.iter().map(|d| d.pid.to_string()).collect::<Vec<_>>().join(", ");
+    match pid {
+        Some(pid) => all
+            .iter()
+            .find(|d| d.pid == pid)
+            .cloned()
+            .ok_or_else(|| NoDemo::NotThatPid { pid, running: pids() }),
+        None => {
+            let newest = all.first().cloned().ok_or(NoDemo::NoneRunning)?;
+            if all.len() > 1 {
+                eprintln!(
+                    "gpuwarden: {} demos run (pids {}); this is the newest, pid {} (--demo-pid PID chooses)",
+                    all.len(),
+                    pids(),
+                    newest.pid
+                );
+            }
+            Ok(newest)
+        }
+    }
+}
+
+/// Why `--demo` or `--demo-pid` found no demo.
+#[derive(Debug, thiserror::Error)]
+pub enum NoDemo {
+    #[error("no demo is running (start one with `gpuwarden run --demo`)")]
+    NoneRunning,
+    #[error("no demo runs as pid {pid} (running: {})", if .running.is_empty() { "none" } else { .running })]
+    NotThatPid { pid: u32, running: String },
+}
+
+/// The newest demo running now, saying so when there are several (see [`choose`]).
 pub fn running() -> Option<RunningDemo> {
+    choose(None).ok()
+}
+
+/// Every demo running now, newest first, found in the temp directory (`gpuwarden-demo-PID`).
+/// The temp directory is everyone's to write, so a directory counts only when it is a real
+/// directory (no link) owned by this user, and its PID is a live `gpuwarden` process of this
+/// user: a planted `gpuwarden-demo-1` is not followed.
+pub fn running_all() -> Vec<RunningDemo> {
     use std::os::unix::fs::MetadataExt;
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     let mut found: Vec<(std::time::SystemTime, RunningDemo)> = Vec::new();
-    let entries = std::fs::read_dir(std::env::temp_dir()).ok()?;
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return Vec::new();
+    };
     for entry in entries.flatten().take(100_000) {
         let name = entry.file_name();
         let Some(pid) = name
@@ -178,13 +253,12 @@ pub fn running() -> Option<RunningDemo> {
                 pid,
                 state: dir.join("state.db"),
                 socket: dir.join("gpuwarden.sock"),
+                dir,
             },
         ));
     }
-    found
-        .into_iter()
-        .max_by_key(|(modified, _)| *modified)
-        .map(|(_, demo)| demo)
+    found.sort_by_key(|(modified, demo)| std::cmp::Reverse((*modified, demo.pid)));
+    found.into_iter().map(|(_, demo)| demo).collect()
 }
 
 #[cfg(test)]

@@ -156,6 +156,27 @@ pub fn flap(root: PathBuf) {
     }
 }
 
+/// Port 1 of the demo's adapter `name` (`mlx5_0` ... `mlx5_7`) under the demo's sysfs `root`;
+/// `None` for a name the demo does not have.
+pub fn port_dir(root: &Path, name: &str) -> Option<PathBuf> {
+    let known = (0..GPU_BUSES.len()).any(|i| name == format!("mlx5_{i}"));
+    if !known {
+        return None;
+    }
+    std::fs::canonicalize(root.join("sys/class/infiniband").join(name))
+        .ok()
+        .map(|dev| dev.join("ports/1"))
+}
+
+/// A port up (ACTIVE, LinkUp) or down as a pulled cable leaves it (DOWN, Disabled).
+pub fn set_port(port: &Path, up: bool) -> io::Result<()> {
+    if up {
+        write_all(port, &[("state", "4: ACTIVE"), ("phys_state", "5: LinkUp")])
+    } else {
+        write_all(port, &[("state", "1: DOWN"), ("phys_state", "3: Disabled")])
+    }
+}
+
 fn write_all(dir: &Path, files: &[(&str, &str)]) -> io::Result<()> {
     for (file, value) in files {
         std::fs::write(dir.join(file), format!("{value}\n"))?;

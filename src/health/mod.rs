@@ -147,7 +147,11 @@ fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding>
         device,
         xids: snapshot.xid.for_bus(&device.identity.pci_bus_id),
         probe: snapshot.probe.reports.get(&device.identity.uuid),
-        probe_error: snapshot.probe.last_error.get(&device.identity.uuid).map(String::as_str),
+        probe_error: snapshot
+            .probe
+            .last_error
+            .get(&device.identity.uuid)
+            .map(|e| e.why.as_str()),
         validation: unrecorded.as_ref().or(snapshot.validations.get(&device.identity.uuid)),
         limits: &snapshot.health_limits,
         cleared,

@@ -5,7 +5,7 @@
 use super::event::{Event, GpuRef, Kind};
 use crate::model::clock_events::ClockReason;
 use crate::model::health::HealthState;
-use crate::model::probe::ProbeReport;
+use crate::model::probe::{ProbeErrorNote, ProbeReport};
 use crate::model::{DeviceReadings, DeviceSnapshot, EccScope, EccType, Inventory, Snapshot};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -59,6 +59,9 @@ pub struct GpuFacts {
     pub pcie_replays: Option<u64>,
     /// When the latest probe started (Unix seconds).
     pub probe_started: Option<f64>,
+    /// The last "probe could not run" the journal wrote: (Unix seconds, why).
+    #[serde(default)]
+    pub probe_error: Option<(f64, String)>,
     /// Slowdown reasons in an episode now: (started, last seen active).
     #[serde(default)]
     pub episodes: BTreeMap<String, (f64, f64)>,
@@ -91,6 +94,7 @@ impl GpuFacts {
             nvlinks_down,
             pcie_replays: _,
             probe_started,
+            probe_error,
             episodes,
         } = self;
         *index == other.index
@@ -115,6 +119,7 @@ impl GpuFacts {
             && *nvlink_errors == other.nvlink_errors
             && *nvlinks_down == other.nvlinks_down
             && *probe_started == other.probe_started
+            && *probe_error == other.probe_error
             && episodes.len() == other.episodes.len()
             && episodes.iter().zip(&other.episodes).all(
                 |((reason, (started, _)), (other_reason, (other_started, _)))| {
@@ -164,6 +169,7 @@ pub fn facts_of(device: &DeviceSnapshot, snapshot: &Snapshot, last: Option<&GpuF
             .get(&id.uuid)
             .map(|r| r.started)
             .or(last.and_then(|l| l.probe_started)),
+        probe_error: last.and_then(|l| l.probe_error.clone()),
         ecc_uncorrectable: last.and_then(|l| l.ecc_uncorrectable),
         remap_pending: last.and_then(|l| l.remap_pending),
         remap_failed: last.and_then(|l| l.remap_failed),
@@ -211,12 +217,57 @@ pub fn uncorrectable_ecc(r: &DeviceReadings) -> Option<u64> {
         .reduce(|a, b| a + b)
 }
 
+/// What the probe says of one GPU now: its latest report, and its last probe that could not
+/// run (since that report).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProbeNow<'a> {
+    pub report: Option<&'a ProbeReport>,
+    pub error: Option<&'a ProbeErrorNote>,
+}
+
+impl<'a> ProbeNow<'a> {
+    pub fn of(snapshot: &'a Snapshot, uuid: &str) -> ProbeNow<'a> {
+        ProbeNow {
+            report: snapshot.probe.reports.get(uuid),
+            error: snapshot.probe.last_error.get(uuid),
+        }
+    }
+}
+
+/// A probe that could not run with the same reason is written again only after this long
+/// (a node without CUDA retries its validation every minute; the row says how many tries).
+pub const PROBE_ERROR_AGAIN: f64 = 3600.0;
+
 /// The events between `old` (None: a GPU the journal has not seen) and `new`. Ends the
 /// slowdown episodes that are over (removing them from `new`).
-pub fn changes(old: Option<&GpuFacts>, new: &mut GpuFacts, probe: Option<&ProbeReport>, now: f64) -> Vec<Event> {
-    let Some(old) = old else {
-        return first_sight(new, probe, now);
+pub fn changes(old: Option<&GpuFacts>, new: &mut GpuFacts, probe: ProbeNow, now: f64) -> Vec<Event> {
+    let mut out = match old {
+        None => first_sight(new, probe.report, now),
+        Some(old) => changes_since(old, new, probe.report, now),
     };
+    if let Some(note) = probe.error {
+        let due = match &new.probe_error {
+            None => true,
+            Some((at, why)) => *at != note.at && (*why != note.why || note.at - at >= PROBE_ERROR_AGAIN),
+        };
+        if due {
+            new.probe_error = Some((note.at, note.why.clone()));
+            out.push(Event::new(
+                note.at,
+                Kind::Probe,
+                Some(new.gpu_ref()),
+                format!(
+                    "probe could not run: {} ({} attempt(s) in a row)",
+                    note.why, note.attempts
+                ),
+                json!({"error": note.why, "attempts": note.attempts}),
+            ));
+        }
+    }
+    out
+}
+
+fn changes_since(old: &GpuFacts, new: &mut GpuFacts, probe: Option<&ProbeReport>, now: f64) -> Vec<Event> {
     // Made without the GPU's name, which is put in at the end: this runs for every GPU every
     // round, and a round almost always changes nothing.
     let gpu: Option<GpuRef> = None;

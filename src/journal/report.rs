@@ -54,8 +54,11 @@ pub struct Report {
     /// The PCIe replay counter at first sight and at each start.
     pub pcie: Vec<Row>,
     pub health: Vec<Row>,
+    /// What was advised (the remediation ladder's next steps), and an operator's clears with
+    /// the validations they started: the repair's story.
+    pub service: Vec<Row>,
     /// Lost and back, board swaps, inventory changes, persistence mode, the driver's
-    /// recovery action, clears, validations, remediation advice.
+    /// recovery action.
     pub other: Vec<Row>,
     /// Each step automatic remediation ran, with its output, and the reboot marks.
     pub remediation: Vec<super::report_remediation::Step>,
@@ -107,20 +110,18 @@ pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64, baseline_probes: usize
         nvlink: of(&["nvlink"]),
         pcie: of(&["pcie"]),
         health: of(&["health"]),
+        service: of(&["remediation", "clear", "validation"])
+            .into_iter()
+            .filter(|r| !super::report_remediation::is_step(r))
+            .collect(),
         other: of(&[
             "lost",
             "back",
             "board_swap",
-            "clear",
             "inventory",
             "persistence",
             "recovery_action",
-            "validation",
-            "remediation",
-        ])
-        .into_iter()
-        .filter(|r| !super::report_remediation::is_step(r))
-        .collect(),
+        ]),
         remediation: super::report_remediation::steps(&rows),
         guidance,
     })
@@ -191,9 +192,12 @@ fn guidance(gpu: &GpuFacts, xids: &[Row], probes: &[Row]) -> Vec<Guidance> {
 pub fn markdown(report: &Report) -> String {
     let id = &report.identity;
     let mut out = format!(
-        "# GPU evidence: {} serial {}\n\n",
+        "# GPU evidence: {} serial {}\n\nGenerated {} on host {} by gpuwarden {}, from its health journal.\n\n",
         id.name,
-        id.serial.as_deref().unwrap_or("unknown")
+        id.serial.as_deref().unwrap_or("unknown"),
+        utc(report.generated_at),
+        id.host.as_deref().unwrap_or("unknown"),
+        env!("CARGO_PKG_VERSION")
     );
     let field = |name: &str, value: Option<&str>| format!("| {name} | {} |\n", value.unwrap_or("unknown"));
     out.push_str("| | |\n| --- | --- |\n");
@@ -210,14 +214,15 @@ pub fn markdown(report: &Report) -> String {
     for f in &report.findings {
         out.push_str(&format!("- {} ({}): {}\n", f.reason, f.severity, f.message));
     }
-    let sections: [(&str, &Vec<Row>); 8] = [
+    let sections: [(&str, &Vec<Row>); 9] = [
         ("XIDs", &report.xids),
         ("ECC and row remapping", &report.memory),
-        ("Probes", &report.probes),
+        ("Probes (and probes that could not run)", &report.probes),
         ("Thermal and power-brake slowdowns", &report.slowdowns),
         ("NVLink", &report.nvlink),
         ("PCIe replays", &report.pcie),
         ("Health verdicts", &report.health),
+        ("Advice, clears and validations", &report.service),
         ("Other", &report.other),
     ];
     for (title, rows) in sections {
@@ -231,7 +236,7 @@ pub fn markdown(report: &Report) -> String {
             out.push_str(&format!("| {} | {} |\n", utc(r.at), r.summary.replace('|', "\\|")));
         }
     }
-    out.push_str("\n## Remediation\n\n");
+    out.push_str("\n## Remediation run (resets, reboot marks)\n\n");
     out.push_str(&super::report_remediation::markdown(&report.remediation));
     out.push_str("\n## Probe history\n\n");
     out.push_str(&super::report_probes::markdown(&report.probe_history));

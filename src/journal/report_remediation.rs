@@ -42,7 +42,8 @@ pub fn is_step(row: &Row) -> bool {
 /// The section as Markdown: a line per step, its output in a code block.
 pub fn markdown(steps: &[Step]) -> String {
     if steps.is_empty() {
-        return "None recorded.\n".to_string();
+        return "None run (automatic remediation is `remediation.mode: auto`; what was advised is above).\n"
+            .to_string();
     }
     let mut out = String::new();
     for step in steps {
@@ -107,6 +108,6 @@ mod tests {
         );
         assert!(!text.contains('\u{1b}'), "control characters replaced: {text:?}");
         assert!(text.contains("- 2026-11-26T08:38:15Z: reboot required"), "{text}");
-        assert_eq!(markdown(&[]), "None recorded.\n");
+        assert!(markdown(&[]).starts_with("None run"));
     }
 }

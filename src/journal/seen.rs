@@ -24,6 +24,8 @@ pub struct LastSeen {
     findings: Vec<(&'static str, HealthState)>,
     lost: bool,
     probe_started: Option<f64>,
+    /// When the last probe that could not run was noted.
+    probe_error_at: Option<f64>,
     readings: Option<Counters>,
     persistence_enabled: u64,
 }
@@ -84,6 +86,7 @@ impl LastSeen {
             findings: device.health.findings.iter().map(|f| (f.reason, f.severity)).collect(),
             lost: device.lost,
             probe_started: probe_started(device, snapshot),
+            probe_error_at: probe_error_at(device, snapshot),
             readings: device.answered().map(Counters::of),
             persistence_enabled: snapshot.persistence_enabled(&device.identity.uuid),
         }
@@ -104,6 +107,7 @@ impl LastSeen {
                 .zip(&device.health.findings)
                 .all(|((reason, severity), f)| *reason == f.reason && *severity == f.severity)
             && self.probe_started == probe_started(device, snapshot)
+            && self.probe_error_at == probe_error_at(device, snapshot)
             && match (&self.readings, device.answered()) {
                 (Some(before), Some(now)) => before.same(&Counters::of(now)),
                 (None, None) => true,
@@ -117,12 +121,16 @@ fn probe_started(device: &DeviceSnapshot, snapshot: &Snapshot) -> Option<f64> {
     snapshot.probe.reports.get(&device.identity.uuid).map(|r| r.started)
 }
 
+fn probe_error_at(device: &DeviceSnapshot, snapshot: &Snapshot) -> Option<f64> {
+    snapshot.probe.last_error.get(&device.identity.uuid).map(|e| e.at)
+}
+
 /// A passed-over look would have found nothing: no row, and the same stored facts (debug
 /// builds check each pass-over with it, so the tests catch a fact that [`LastSeen`] misses).
 #[cfg(debug_assertions)]
 pub fn assert_nothing_missed(last: &super::facts::GpuFacts, device: &DeviceSnapshot, snapshot: &Snapshot, now: f64) {
     let mut full = super::facts::facts_of(device, snapshot, Some(last), now);
-    let probe = snapshot.probe.reports.get(&device.identity.uuid);
+    let probe = super::facts::ProbeNow::of(snapshot, &device.identity.uuid);
     let rows = super::facts::changes(Some(last), &mut full, probe, now);
     assert!(
         rows.is_empty() && last.same_stored_facts(&full) && last.pcie_replays == full.pcie_replays,

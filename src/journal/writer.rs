@@ -400,8 +400,7 @@ impl Writer {
                 snapshot.health_limits.validate_after_clear,
             );
         }
-        let probe = snapshot.probe.reports.get(&uuid);
-        for event in facts::changes(last.as_ref(), &mut new, probe, now) {
+        for event in facts::changes(last.as_ref(), &mut new, facts::ProbeNow::of(snapshot, &uuid), now) {
             self.push(event);
         }
         // Known from before a restart: this run's first reading of its counters.

@@ -6,8 +6,8 @@
 //! all (`...SupportedClocksEventReasons`). We emit one 0/1 series per *supported* reason, so
 //! a dashboard can tell "not throttled" from "cannot tell".
 
-use crate::model::ClockEvent;
 use crate::model::label::label_enum;
+use serde::Serialize;
 
 label_enum! {
     /// Why the clocks are below their maximum: the `reason` label of `gpu_clock_event_*`.
@@ -47,6 +47,22 @@ impl ClockReason {
             ClockReason::CurrentLimit | ClockReason::Apcc | ClockReason::Ppm | ClockReason::FitLimit => return None,
         })
     }
+}
+
+/// How often one clock-event reason became active (seen inactive, then active, poll to poll).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClockEventStarts {
+    pub reason: ClockReason,
+    pub total: u64,
+    /// Within the last `xid::RECENT_WINDOW` (5 minutes).
+    pub recent: u64,
+}
+
+/// One clock-event (throttle) reason the device supports, and whether it is active now.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClockEvent {
+    pub reason: ClockReason,
+    pub active: bool,
 }
 
 /// NVML's reason bits (nvml.h, `nvmlClocksEventReason*`) and the reason of each.

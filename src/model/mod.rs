@@ -67,21 +67,7 @@ pub struct Inventory {
     pub inforom_image: Option<String>,
 }
 
-/// How often one clock-event reason became active (seen inactive, then active, poll to poll).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClockEventStarts {
-    pub reason: ClockReason,
-    pub total: u64,
-    /// Within the last `xid::RECENT_WINDOW` (5 minutes).
-    pub recent: u64,
-}
-
-/// One clock-event (throttle) reason the device supports, and whether it is active now.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ClockEvent {
-    pub reason: ClockReason,
-    pub active: bool,
-}
+pub use clock_events::{ClockEvent, ClockEventStarts};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Pcie {

@@ -229,6 +229,17 @@ impl ProbeFigures {
 /// The most probes a GPU's history keeps (`probe.baseline_probes` is at most this).
 pub const MAX_HISTORY: usize = 50;
 
+/// A probe that could not run (no CUDA, a timeout, a child that died): when and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeErrorNote {
+    /// Unix seconds.
+    pub at: f64,
+    pub why: String,
+    /// How many probes of this GPU could not run in a row (since its last report, or the
+    /// daemon's start).
+    pub attempts: u64,
+}
+
 /// Probe results and counters, as the metrics and the status page read them.
 #[derive(Debug, Clone, Default)]
 pub struct ProbeSnapshot {
@@ -239,8 +250,9 @@ pub struct ProbeSnapshot {
     pub runs: BTreeMap<(String, &'static str), u64>,
     /// (uuid, reason) -> count; reason is gpu_down, utilization, memory, compute_processes.
     pub skipped: BTreeMap<(String, &'static str), u64>,
-    /// The last error per uuid, for the status page.
-    pub last_error: BTreeMap<String, String>,
+    /// The last time a probe could not run, per uuid: for the status page, and the journal's
+    /// "probe could not run" rows. Gone once a probe reports.
+    pub last_error: BTreeMap<String, ProbeErrorNote>,
     /// Each GPU's earlier probes, oldest first, at most [`MAX_HISTORY`] (the journal's seed
     /// and every report since), by uuid: the baseline the latest is compared with.
     pub history: BTreeMap<String, std::collections::VecDeque<ProbeFigures>>,

@@ -348,7 +348,13 @@ fn record(state: &ProbeState, uuid: &str, index: u32, outcome: Outcome) {
             log::warn!(gpu_uuid = uuid; "GPU {index} probe could not run: {why}");
             state.update(|s| {
                 *s.runs.entry((uuid.to_string(), result)).or_default() += 1;
-                s.last_error.insert(uuid.to_string(), why);
+                let attempts = s.last_error.get(uuid).map_or(0, |e| e.attempts) + 1;
+                let note = crate::model::probe::ProbeErrorNote {
+                    at: crate::model::unix_now(),
+                    why,
+                    attempts,
+                };
+                s.last_error.insert(uuid.to_string(), note);
             });
         }
     }
@@ -666,7 +672,7 @@ mod tests {
         let s = state.get();
         assert_eq!(s.skipped[&("GPU-0".to_string(), "utilization")], 2);
         assert_eq!(s.runs[&("GPU-0".to_string(), "timeout")], 1);
-        assert_eq!(s.last_error["GPU-0"], "killed");
+        assert_eq!(s.last_error["GPU-0"].why, "killed");
         let report = ProbeReport {
             gpu: 0,
             uuid: "GPU-0".into(),

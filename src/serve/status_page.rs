@@ -620,7 +620,7 @@ fn probe_cell(snapshot: &Snapshot, d: &crate::model::DeviceSnapshot) -> String {
     let chart = super::status_probe::trend(probe, &d.identity.uuid, d.identity.index, baseline_probes);
     let Some(report) = probe.reports.get(&d.identity.uuid) else {
         let why = match probe.last_error.get(&d.identity.uuid) {
-            Some(e) => format!("<small>could not run: {}</small>", escape(e)),
+            Some(e) => format!("<small>could not run: {}</small>", escape(&e.why)),
             None if probe.schedule_enabled => "<small>not run yet</small>".to_string(),
             None => "<small>not scheduled (probe.schedule)</small>".to_string(),
         };

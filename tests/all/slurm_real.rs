@@ -826,7 +826,10 @@ fn an_xid_94_drains_the_gpu_is_reset_probed_and_the_node_resumes() {
         .output()
         .unwrap();
     let report = String::from_utf8_lossy(&report.stdout);
-    assert!(report.contains("## Remediation\n\n- "), "{report}");
+    assert!(
+        report.contains("## Remediation run (resets, reboot marks)\n\n- "),
+        "{report}"
+    );
     assert!(report.contains("gpu_reset succeeded in"), "{report}");
     assert!(
         report.contains("GPU 0000:19:00.0 was successfully reset."),

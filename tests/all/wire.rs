@@ -14,10 +14,17 @@ use std::time::Duration;
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/wire.txt");
 
 /// Each run of digits (with a decimal part) as `N`, the test's directories as `<dir>`, the
-/// checkout as `<repo>`.
+/// checkout as `<repo>`, the machine's name as `<host>`.
 fn fold(text: &str, dirs: &[&Path]) -> String {
     // The checkout's own path (the fake reset command lives there) is wherever CI cloned it.
     let mut text = text.replace(env!("CARGO_MANIFEST_DIR"), "<repo>");
+    // The machine's name, where the report names the host.
+    if let Ok(host) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        let host = host.trim();
+        text = text
+            .replace(&format!("| host | {host} |"), "| host | <host> |")
+            .replace(&format!("on host {host} "), "on host <host> ");
+    }
     for dir in dirs {
         text = text.replace(&dir.display().to_string(), "<dir>");
     }

@@ -84,12 +84,13 @@ pub fn sim_cuda_dir(parent: &Path, cublas: bool) -> PathBuf {
     dir
 }
 
-/// Gives every device of a scenario simulated CUDA rates (an H200's, healthy).
+/// Gives every device of a scenario simulated CUDA rates (an H200's, healthy), in place of
+/// any it had (the demo's scenario has the same).
 pub fn with_cuda(scenario: &str) -> String {
     let rates = "    cuda: {gemm_bf16_tflops: 675, fma_fp32_tflops: 65, hbm_copy_gbps: 4300, pcie_h2d_gbps: 55, pcie_d2h_gbps: 55}\n";
     let mut out = String::new();
     let mut in_device = false;
-    for line in scenario.lines() {
+    for line in scenario.lines().filter(|l| !l.starts_with("    cuda:")) {
         if line.starts_with("  - ") && in_device {
             out.push_str(rates);
         }
