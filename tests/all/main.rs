@@ -14,6 +14,7 @@ mod daemon;
 mod dashboards;
 mod dcgm_compat;
 mod deploy;
+mod fault_story;
 mod hardening;
 mod health_api;
 mod hostile_inputs;

@@ -1,0 +1,306 @@
+//! docs/fault-end-to-end.md, run: every command of its `sh` blocks, in its order, against a
+//! real `gpuwarden run --demo` (in a temp directory of its own, so `--demo` finds this demo
+//! and no other), each checked for what the page says it shows. A command added to the page
+//! or taken from it fails here until its check is written.
+
+use crate::common::*;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const PAGE: &str = "docs/fault-end-to-end.md";
+
+/// The commands of the page's `sh` blocks, in order.
+fn commands(page: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_sh = false;
+    for line in page.lines() {
+        match line.trim() {
+            "```sh" => in_sh = true,
+            "```" => in_sh = false,
+            command if in_sh && !command.is_empty() => out.push(command.to_string()),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// What a check looks at: the command's exit code and output.
+struct Ran {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Debug for Ran {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+impl From<Output> for Ran {
+    fn from(out: Output) -> Ran {
+        Ran {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// Runs a `gpuwarden ...` line of the page as a user would (`sudo`: the tests run as root).
+fn gpuwarden(line: &str, tmp: &Path) -> Ran {
+    let words = shlex::split(line).unwrap_or_else(|| panic!("not a shell line: {line}"));
+    let words: Vec<&str> = words.iter().map(String::as_str).skip_while(|w| *w == "sudo").collect();
+    assert_eq!(words[0], "gpuwarden", "{line}");
+    Command::new(BIN)
+        .args(&words[1..])
+        .env("TMPDIR", tmp)
+        .output()
+        .unwrap()
+        .into()
+}
+
+/// Runs `line` until `check` holds (what a person sees after a moment), or fails with the
+/// last run.
+fn until(line: &str, tmp: &Path, what: &str, check: impl Fn(&Ran) -> bool) -> Ran {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ran = gpuwarden(line, tmp);
+        if check(&ran) {
+            return ran;
+        }
+        assert!(Instant::now() < deadline, "`{line}` never showed {what}:\n{ran:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn the_fault_page_runs_from_injection_to_validated_return_and_a_failed_validation() {
+    let page = repo_file(PAGE);
+    let commands = commands(&page);
+    let expected = [
+        "cargo run --release -- run --demo --listen 127.0.0.1:9100",
+        "gpuwarden health --demo",
+        "gpuwarden demo inject --gpu 0 --xid 79",
+        "gpuwarden health --demo",
+        "curl -s localhost:9100/metrics | grep 'gpu_xid_errors_total.*severity=\"fatal\"'",
+        "gpuwarden xid explain 79",
+        "gpuwarden events --demo --gpu 0",
+        "sudo gpuwarden health --demo clear --gpu 0 --reason \"reseated GPU 0\"",
+        "gpuwarden health --demo",
+        "gpuwarden report --demo --gpu 0 --markdown",
+        "gpuwarden demo inject --gpu 0 --slow-probe",
+        "gpuwarden demo inject --gpu 0 --xid 48",
+        "sudo gpuwarden health --demo clear --gpu 0 --reason \"replaced the riser\"",
+        "gpuwarden health --demo",
+        "gpuwarden demo inject --undo",
+    ];
+    assert_eq!(commands, expected, "{PAGE}'s commands changed: check each one here");
+
+    // 1. The demo, as `cargo run` starts it: the binary cargo built, on a free port.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut demo =
+        Daemon::spawn_command_with_env(&["run", "--demo", "--listen", "127.0.0.1:0"], &[("TMPDIR", tmp.path())]);
+    let log = demo.log_text();
+    assert!(log.contains("the probe runs on the simulated CUDA"), "{log}");
+    let ran = until(&commands[1], tmp.path(), "the degraded demo", |r| r.code == Some(0));
+    assert!(ran.stdout.starts_with("degraded: 8 GPU(s): 0 unhealthy"), "{ran:?}");
+
+    // 2. The fault.
+    let ran = gpuwarden(&commands[2], tmp.path());
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    assert!(
+        ran.stdout
+            .contains("Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS) on GPU 0"),
+        "{ran:?}"
+    );
+
+    // 3. The verdict, worst first, with the next step; the page; the alert's series.
+    let ran = until(&commands[3], tmp.path(), "GPU 0 unhealthy", |r| r.code == Some(1));
+    assert!(ran.stdout.starts_with("unhealthy: GPU 0 xid_fatal\n"), "{ran:?}");
+    assert!(ran.stdout.contains("Xid 79"), "{ran:?}");
+    assert!(
+        ran.stdout
+            .contains("next step: GPU 0 reboot_required: Xid 79: NVIDIA's catalog says RESTART_BM"),
+        "{ran:?}"
+    );
+    let status_page = demo.get("/", &[]).text();
+    assert!(status_page.contains("xid_fatal"), "the status page shows the finding");
+    let metrics = demo.scrape();
+    let fatal = metrics.find(
+        "gpu_xid_errors_total",
+        &[("gpu", "0"), ("xid", "79"), ("severity", "fatal")],
+    );
+    assert_eq!(fatal.iter().map(|s| s.value).sum::<f64>(), 1.0, "{}", metrics.text);
+    let rules = repo_file("deploy/prometheus/gpuwarden.rules.yml");
+    assert!(
+        rules.contains("expr: gpu_xid_errors_total{severity=\"fatal\"} > 0"),
+        "GpuXidFatal's expression"
+    );
+    let ran = gpuwarden(&commands[5], tmp.path());
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    assert!(
+        ran.stdout.contains("ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS"),
+        "{ran:?}"
+    );
+    let ran = until(&commands[6], tmp.path(), "the XID and the verdict", |r| {
+        r.stdout.contains("ok -> unhealthy: xid_fatal")
+    });
+    assert!(
+        ran.stdout
+            .contains("Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, fatal)"),
+        "{ran:?}"
+    );
+
+    // 4. The clear, the validation on the simulated CUDA, and the return.
+    let ran = gpuwarden(&commands[7], tmp.path());
+    assert!(ran.stdout.contains("cleared GPU 0"), "{ran:?}");
+    assert!(ran.stdout.contains("validating"), "{ran:?}");
+    let ran = until(&commands[8], tmp.path(), "GPU 0 back", |r| {
+        r.code == Some(0) && !r.stdout.contains("GPU 0 (")
+    });
+    assert!(ran.stdout.starts_with("degraded: 8 GPU(s): 0 unhealthy"), "{ran:?}");
+
+    // 5. The report tells all of it.
+    let ran = until(&commands[9], tmp.path(), "the validation in the report", |r| {
+        r.stdout.contains("validation passed")
+    });
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    for said in [
+        "Generated ",
+        "Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, fatal)",
+        "ok -> unhealthy: xid_fatal",
+        "## Advice, clears and validations",
+        "next step advised: reboot_required",
+        "reseated GPU 0",
+        "validation passed: passed the probe",
+        "probe passed",
+        "unhealthy -> ok",
+    ] {
+        assert!(ran.stdout.contains(said), "the report lacks {said:?}:\n{}", ran.stdout);
+    }
+
+    // 6. A repair that did not hold.
+    for line in &commands[10..12] {
+        let ran = gpuwarden(line, tmp.path());
+        assert_eq!(ran.code, Some(0), "{line}: {ran:?}");
+    }
+    // As a person would: the clear once the new XID shows.
+    until(&commands[13], tmp.path(), "Xid 48", |r| r.stdout.contains("Xid 48"));
+    let ran = gpuwarden(&commands[12], tmp.path());
+    assert!(ran.stdout.contains("validating"), "{ran:?}");
+    let ran = until(&commands[13], tmp.path(), "the failed validation", |r| {
+        r.stdout.contains("probe_failed")
+    });
+    assert_eq!(ran.code, Some(1), "{ran:?}");
+    assert!(ran.stdout.starts_with("unhealthy: GPU 0 probe_failed"), "{ran:?}");
+    assert!(
+        ran.stdout.contains("hbm_copy 1720.0 GB/s, 43% of the expected"),
+        "{ran:?}"
+    );
+    assert!(ran.stdout.contains("next step: GPU 0 service"), "{ran:?}");
+    let ran = gpuwarden(&commands[14], tmp.path());
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    demo.signal(15);
+    assert_eq!(demo.child.wait().unwrap().code(), Some(0));
+}
+
+/// With two demos running, `--demo` says which it read, and `--demo-pid` picks the other; a
+/// pid that runs no demo is refused, naming the ones that run.
+#[test]
+fn two_demos_are_never_mixed_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spawn =
+        || Daemon::spawn_command_with_env(&["run", "--demo", "--listen", "127.0.0.1:0"], &[("TMPDIR", tmp.path())]);
+    let mut first = spawn();
+    // Directories are told apart by their time: let the second be younger.
+    std::thread::sleep(Duration::from_millis(1100));
+    let mut second = spawn();
+    let (first_pid, second_pid) = (first.child.id(), second.child.id());
+    // An XID on the first demo only.
+    let ran = gpuwarden(
+        &format!("gpuwarden demo inject --demo-pid {first_pid} --gpu 0 --xid 79"),
+        tmp.path(),
+    );
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    assert!(ran.stdout.starts_with(&format!("demo (pid {first_pid})")), "{ran:?}");
+    let ran = until("gpuwarden health --demo", tmp.path(), "an answer", |r| r.code.is_some());
+    assert!(
+        ran.stderr.contains("2 demos run") && ran.stderr.contains(&format!("pid {second_pid}")),
+        "--demo says which it read: {ran:?}"
+    );
+    assert_eq!(ran.code, Some(0), "the newest demo has no fatal XID: {ran:?}");
+    let ran = until(
+        &format!("gpuwarden health --demo-pid {first_pid}"),
+        tmp.path(),
+        "the first demo's XID",
+        |r| r.code == Some(1),
+    );
+    assert!(ran.stdout.starts_with("unhealthy: GPU 0 xid_fatal"), "{ran:?}");
+    assert!(ran.stderr.is_empty(), "a chosen demo needs no notice: {ran:?}");
+    let ran = until(
+        &format!("gpuwarden report --demo-pid {first_pid} --gpu 0"),
+        tmp.path(),
+        "the XID in the first demo's report",
+        |r| r.stdout.contains("Xid 79"),
+    );
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    let ran = gpuwarden("gpuwarden events --demo-pid 1", tmp.path());
+    assert_eq!(ran.code, Some(2), "{ran:?}");
+    assert!(
+        ran.stderr.contains("no demo runs as pid 1") && ran.stderr.contains(&first_pid.to_string()),
+        "{ran:?}"
+    );
+    for demo in [&mut first, &mut second] {
+        demo.signal(15);
+        assert_eq!(demo.child.wait().unwrap().code(), Some(0));
+    }
+}
+
+/// What `demo inject` refuses: a GPU the demo lacks, a port it lacks (no path outside its
+/// tree), a GPU fault without a GPU; and with no demo, it says so.
+#[test]
+fn demo_inject_refuses_what_the_demo_does_not_have() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ran = gpuwarden("gpuwarden demo inject --gpu 0 --hot", tmp.path());
+    assert_eq!(ran.code, Some(2), "{ran:?}");
+    assert!(ran.stderr.contains("no demo is running"), "{ran:?}");
+    let mut demo =
+        Daemon::spawn_command_with_env(&["run", "--demo", "--listen", "127.0.0.1:0"], &[("TMPDIR", tmp.path())]);
+    for (line, says) in [
+        ("gpuwarden demo inject --gpu 8 --hot", "GPUs 0 to 7, not 8"),
+        (
+            "gpuwarden demo inject --port-down ../../../etc",
+            "ports mlx5_0 to mlx5_7",
+        ),
+        ("gpuwarden demo inject --xid 79", "--gpu N says which GPU"),
+    ] {
+        let ran = gpuwarden(line, tmp.path());
+        assert_eq!(ran.code, Some(64), "{line}: {ran:?}");
+        assert!(ran.stderr.contains(says), "{line}: {ran:?}");
+    }
+    // A hot GPU and a port down show as findings (the port after its 30 s debounce is not
+    // waited for here: its state is).
+    let ran = gpuwarden("gpuwarden demo inject --gpu 1 --hot", tmp.path());
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    until("gpuwarden health --demo", tmp.path(), "GPU 1 hot", |r| {
+        r.stdout.contains("GPU 1 (") && r.stdout.contains("at 91 C")
+    });
+    let ran = gpuwarden("gpuwarden demo inject --port-down mlx5_0", tmp.path());
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    demo.scrape_until_within("mlx5_0 down", Duration::from_secs(20), |m| {
+        m.value("nic_port_up", &[("device", "mlx5_0")]) == Some(0.0)
+    });
+    let ran = gpuwarden("gpuwarden demo inject --undo", tmp.path());
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    demo.scrape_until_within("mlx5_0 up again", Duration::from_secs(20), |m| {
+        m.value("nic_port_up", &[("device", "mlx5_0")]) == Some(1.0)
+    });
+    demo.signal(15);
+    assert_eq!(demo.child.wait().unwrap().code(), Some(0));
+}
