@@ -94,10 +94,13 @@ enum Command {
         /// Only this GPU: its index (as `gpuwarden check` shows it) or its UUID.
         #[arg(long, value_name = "N|UUID")]
         gpu: Option<String>,
-        /// Only these kinds, comma-separated: xid, xid_storm, health, probe, ecc, row_remap,
-        /// nvlink, pcie, slowdown, lost, back, pci_missing, persistence, inventory, board_swap, clear, daemon.
-        #[arg(long, value_name = "LIST")]
-        kind: Option<String>,
+        /// Only these kinds, comma-separated.
+        #[arg(long, value_name = "LIST", value_delimiter = ',')]
+        kind: Vec<journal::event::Kind>,
+        /// Also the baselines: each counter's reading at first sight and at each start (left
+        /// out by default: they say where a count stood, not that anything happened).
+        #[arg(long)]
+        all: bool,
         /// At most this many (the newest).
         #[arg(long, default_value_t = 1000)]
         limit: usize,
@@ -399,6 +402,7 @@ fn dispatch(command: Command, config: Option<PathBuf>) -> CliResult {
             since,
             gpu,
             kind,
+            all,
             limit,
             json,
             demo,
@@ -412,6 +416,7 @@ fn dispatch(command: Command, config: Option<PathBuf>) -> CliResult {
                     kinds: kind,
                     limit,
                     json,
+                    all,
                 },
             )
         }),

@@ -429,7 +429,7 @@ _gpuwarden() {
             return 0
             ;;
         gpuwarden__subcmd__events)
-            opts="-h --state --since --gpu --kind --limit --json --demo --demo-pid --config --help"
+            opts="-h --state --since --gpu --kind --all --limit --json --demo --demo-pid --config --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -448,7 +448,7 @@ _gpuwarden() {
                     return 0
                     ;;
                 --kind)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=($(compgen -W "xid xid_storm health probe ecc row_remap recovery_action nvlink pcie slowdown lost back pci_missing persistence inventory board_swap clear daemon nic sxid validation remediation" -- "${cur}"))
                     return 0
                     ;;
                 --limit)

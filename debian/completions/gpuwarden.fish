@@ -79,13 +79,35 @@ complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand xid; and __fish_seen
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l state -d 'The journal to read, instead of the config\'s state.path' -r -F
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l since -d 'Only events since this long ago (30m, 7d) or this Unix time' -r
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l gpu -d 'Only this GPU: its index (as `gpuwarden check` shows it) or its UUID' -r
-complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l kind -d 'Only these kinds, comma-separated: xid, xid_storm, health, probe, ecc, row_remap, nvlink, pcie, slowdown, lost, back, pci_missing, persistence, inventory, board_swap, clear, daemon' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l kind -d 'Only these kinds, comma-separated' -r -f -a "xid\t'An XID, counted once whichever sources saw it (details: code, name, severity, sources, the kernel-log line)'
+xid_storm\t'More reports of one XID on one GPU than are recorded one by one (a storm): their count'
+health\t'The health verdict changed (from, to, findings)'
+probe\t'A probe finished (each test\'s measured and expected value, pass)'
+ecc\t'The uncorrectable ECC count changed'
+row_remap\t'Row remapping: pending, failed, or the remapped rows changed'
+recovery_action\t'The driver\'s recovery action changed (none, GPU reset, node reboot, drain...)'
+nvlink\t'NVLink errors grew, or links went down or came back'
+pcie\t'The PCIe replay counter as read at a GPU\'s first sight and at each start'
+slowdown\t'A thermal or power-brake slowdown episode (start, duration)'
+lost\t'The GPU stopped answering (fell off the bus)'
+back\t'A lost GPU answers again'
+pci_missing\t'A GPU on the PCI bus that no backend enumerates'
+persistence\t'gpuwarden turned persistence mode on'
+inventory\t'Driver, VBIOS, board part number or InfoROM of a GPU: first seen, or changed'
+board_swap\t'A different GPU (another UUID and serial) at a PCI address: a board swap'
+clear\t'An operator cleared a GPU after a repair (`gpuwarden health clear`): who (uid, pid, command), why, and the findings it let go of and those still present'
+daemon\t'The daemon started or stopped'
+nic\t'A network adapter first seen in this run or changed (firmware, board), or a port\'s findings raised or cleared (journal/nic_rows.rs)'
+sxid\t'An NVSwitch error (SXID) from the kernel log: code, switch, severity, the line'
+validation\t'A GPU\'s validation (a probe before return to service) began, passed, failed or was skipped (details: the whole validation)'
+remediation\t'An unhealthy GPU\'s next remediation step as advised, a reset or reboot mark that automatic remediation made, and its outcome'"
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l limit -d 'At most this many (the newest)' -r
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l demo-pid -d 'Read the journal of the demo running as this pid' -r
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l all -d 'Also the baselines: each counter\'s reading at first sight and at each start (left out by default: they say where a count stood, not that anything happened)'
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l json -d 'Print JSON instead of lines'
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l demo -d 'Read the journal of the demo running now (`gpuwarden run --demo`; with several, the newest, said on stderr)'
-complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -s h -l help -d 'Print help'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand report" -l state -d 'The journal to read, instead of the config\'s state.path' -r -F
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand report" -l gpu -d 'The GPU: its index or UUID' -r
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand report" -l nic -d 'A network adapter instead of a GPU: its name (mlx5_0), for a cable, transceiver or adapter case' -r

@@ -2,6 +2,7 @@
 //! they work while the daemon runs and on a node where it does not.
 
 use super::db;
+use super::event::Kind;
 use super::read::{self, GpuSelector, Query, Row};
 use super::report;
 use crate::service::exit::{CliError, CliResult, Exit};
@@ -11,9 +12,12 @@ use std::time::SystemTime;
 pub struct EventsOptions {
     pub since: Option<String>,
     pub gpu: Option<String>,
-    pub kinds: Option<String>,
+    /// Only these kinds; empty: every kind.
+    pub kinds: Vec<Kind>,
     pub limit: usize,
     pub json: bool,
+    /// The baselines too (a counter's reading at first sight or at a start).
+    pub all: bool,
 }
 
 /// Prints the rows; exit 0 (also when there are none), 2 when the journal cannot be read,
@@ -21,17 +25,13 @@ pub struct EventsOptions {
 pub fn events(path: &Path, options: &EventsOptions) -> CliResult {
     let mut query = Query {
         limit: options.limit,
+        kinds: options.kinds.clone(),
+        hide_baselines: !options.all,
         ..Default::default()
     };
     if let Some(since) = &options.since {
         match read::parse_since(since, SystemTime::now()) {
             Ok(since) => query.since = Some(since),
-            Err(e) => return Err(usage(&e.to_string())),
-        }
-    }
-    if let Some(kinds) = &options.kinds {
-        match read::parse_kinds(kinds) {
-            Ok(kinds) => query.kinds = kinds,
             Err(e) => return Err(usage(&e.to_string())),
         }
     }
@@ -49,21 +49,29 @@ pub fn events(path: &Path, options: &EventsOptions) -> CliResult {
     if options.json {
         println!("{}", serde_json::to_string_pretty(&rows).unwrap_or_default());
     } else {
+        // GPUs as every other command names them: index and bus id (the UUID is in --json).
+        let indexes = read::gpu_indexes(&conn).unwrap_or_default();
         for row in &rows {
-            println!("{}", line(row));
+            println!("{}", line(row, &indexes));
         }
     }
     Ok(Exit::SUCCESS)
 }
 
-/// One row as a line: time, GPU, kind, summary.
-pub fn line(row: &Row) -> String {
-    let gpu = match (&row.gpu_uuid, &row.pci_bus_id) {
-        (Some(uuid), _) => format!("{uuid} serial {}", row.serial.as_deref().unwrap_or("unknown")),
-        (None, Some(bus)) if !bus.is_empty() => bus.clone(),
-        _ => "node".to_string(),
+/// One row as a line: time, kind, GPU (`GPU 5 0000:bb:00.0`, by the index the journal last
+/// knew it at, or `node`), summary.
+pub fn line(row: &Row, indexes: &std::collections::BTreeMap<String, u32>) -> String {
+    let bus = row.pci_bus_id.as_deref().filter(|b| !b.is_empty());
+    let gpu = match (row.gpu_uuid.as_ref().and_then(|u| indexes.get(u)), bus) {
+        (Some(index), Some(bus)) => format!("GPU {index} {bus}"),
+        (Some(index), None) => format!("GPU {index}"),
+        (None, Some(bus)) => bus.to_string(),
+        (None, None) => match &row.gpu_uuid {
+            Some(uuid) => uuid.clone(),
+            None => "node".to_string(),
+        },
     };
-    format!("{}  {:<12} {gpu}  {}", report::utc(row.at), row.kind, row.summary)
+    format!("{}  {:<12} {gpu:<20}  {}", report::utc(row.at), row.kind, row.summary)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

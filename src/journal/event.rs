@@ -4,8 +4,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// What a row records. The names are the `kind` column and `gpuwarden events --kind`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum Kind {
     /// An XID, counted once whichever sources saw it (details: code, name, severity,
     /// sources, the kernel-log line).
@@ -28,8 +29,9 @@ pub enum Kind {
     Pcie,
     /// A thermal or power-brake slowdown episode (start, duration).
     Slowdown,
-    /// The GPU stopped answering (fell off the bus), or answers again.
+    /// The GPU stopped answering (fell off the bus).
     Lost,
+    /// A lost GPU answers again.
     Back,
     /// A GPU on the PCI bus that no backend enumerates.
     PciMissing,
@@ -50,9 +52,10 @@ pub enum Kind {
     /// An NVSwitch error (SXID) from the kernel log: code, switch, severity, the line.
     Sxid,
     /// A GPU's validation (a probe before return to service) began, passed, failed or was
-    /// skipped: the whole [`Validation`](crate::model::health::Validation).
+    /// skipped (details: the whole validation).
     Validation,
-    /// An unhealthy GPU's next remediation step as advised (`remediation.mode: advise`).
+    /// An unhealthy GPU's next remediation step as advised, a reset or reboot mark that
+    /// automatic remediation made, and its outcome.
     Remediation,
 }
 

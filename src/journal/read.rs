@@ -63,6 +63,9 @@ pub struct Query {
     pub limit: usize,
     /// Only rows before this one, by (time, row id): the next page of a paged answer.
     pub before: Option<(f64, i64)>,
+    /// Leave out the baselines: a counter's reading at first sight or at a start (details
+    /// `reading`), which say where a count stood, not that anything happened.
+    pub hide_baselines: bool,
 }
 
 /// A query's parameter that does not parse; says what to write instead.
@@ -115,6 +118,10 @@ pub fn events(conn: &Connection, query: &Query) -> rusqlite::Result<Vec<Row>> {
     if !query.kinds.is_empty() {
         sql.push_str(&format!(" AND kind IN ({})", vec!["?"; query.kinds.len()].join(",")));
         values.extend(query.kinds.iter().map(|k| SqlValue::Text(k.name().to_string())));
+    }
+    if query.hide_baselines {
+        // CASE: json_extract would fail the whole query on a row whose details are not JSON.
+        sql.push_str(" AND CASE WHEN json_valid(details) THEN json_extract(details, '$.reading') IS NULL ELSE 1 END");
     }
     if let Some((at, id)) = query.before {
         sql.push_str(" AND (at < ? OR (at = ? AND id < ?))");
@@ -180,6 +187,11 @@ pub fn find_gpu(conn: &Connection, selector: &GpuSelector) -> rusqlite::Result<O
             .rev()
             .find(|f| f.index == *index && !f.pci_bus_id.is_empty()),
     })
+}
+
+/// Each GPU's index as the journal last knew it, by UUID.
+pub fn gpu_indexes(conn: &Connection) -> rusqlite::Result<std::collections::BTreeMap<String, u32>> {
+    Ok(load_facts(conn)?.into_iter().map(|f| (f.uuid, f.index)).collect())
 }
 
 /// This boot's XID counts.

@@ -771,6 +771,8 @@ fn events(
         kinds,
         limit,
         before,
+        // The API's rows are for tools: all of them.
+        hide_baselines: false,
     };
     if let Some(gpu) = gpu {
         match read::find_gpu(&conn, &read::GpuSelector::parse(&gpu)).map_err(&sqlite)? {

@@ -1356,3 +1356,81 @@ fn the_report_shows_what_a_gpu_had_when_first_seen_and_at_each_start() {
             .then_some(())
     });
 }
+
+/// `gpuwarden events` for a person: the baselines (each counter's reading at first sight) are
+/// left out unless `--all`, each GPU is named by index and bus id as every other command names
+/// it, and `--help` lists every kind the parser takes, the ones docs/health.md sends users to
+/// among them.
+#[test]
+fn events_leave_out_baselines_name_gpus_by_index_and_list_every_kind() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.log_kernel("NVRM: Xid (PCI:0000:bb:00): 48, pid=1, name=x, DBE\n");
+    let state = d.state_path();
+    let events = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("events")
+            .args(args)
+            .arg("--state")
+            .arg(&state)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let shown = loop {
+        let shown = events(&[]);
+        if shown.contains("Xid 48")
+            && !shown.contains("at first sight")
+            && events(&["--all"]).contains("at first sight")
+        {
+            break shown;
+        }
+        assert!(std::time::Instant::now() < deadline, "{shown}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let all = events(&["--all"]);
+    assert!(all.lines().count() > shown.lines().count(), "{all}\n---\n{shown}");
+    assert!(!shown.contains("at first sight"), "{shown}");
+    let xid = shown.lines().find(|l| l.contains("Xid 48")).unwrap();
+    assert!(xid.contains("  GPU 5 0000:bb:00.0 "), "{xid}");
+    assert!(!shown.contains("GPU-5f2c7a1e"), "UUIDs only in --json: {shown}");
+    // --json keeps the UUID for tools.
+    let json: serde_json::Value = serde_json::from_str(&events(&["--json", "--kind", "xid"])).unwrap();
+    assert!(
+        json.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["gpu_uuid"] == "GPU-5f2c7a1e-0000-4d6b-9a0c-000000000005")
+    );
+    // Every kind is in --help, from the parser's own list.
+    let help = Command::new(BIN).args(["events", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for kind in [
+        "xid",
+        "xid_storm",
+        "health",
+        "probe",
+        "ecc",
+        "row_remap",
+        "recovery_action",
+        "nvlink",
+        "pcie",
+        "slowdown",
+        "lost",
+        "back",
+        "pci_missing",
+        "persistence",
+        "inventory",
+        "board_swap",
+        "clear",
+        "daemon",
+        "nic",
+        "sxid",
+        "validation",
+        "remediation",
+    ] {
+        assert!(help.contains(&format!("- {kind}:")), "--help lacks {kind}:\n{help}");
+        assert!(events(&["--kind", kind, "--limit", "1"]).lines().count() <= 1);
+    }
+}
