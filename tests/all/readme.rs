@@ -102,3 +102,42 @@ fn the_readme_names_what_the_test_command_installs_and_the_fuzz_targets() {
         );
     }
 }
+
+/// A first build is quiet: cargo walks a copy of the source made without git (a tarball, as
+/// `git archive` makes it) for the package's files, and the sysfs fixtures' link loops (as
+/// /sys has them) made it warn 25 times. Listing the package's files walks the same way.
+#[test]
+fn a_copy_of_the_source_outside_git_builds_without_warnings() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let copy = tempfile::tempdir().unwrap();
+    let archive = std::process::Command::new("git")
+        .args(["archive", "--format=tar", "HEAD"])
+        .current_dir(root)
+        .output()
+        .expect("git");
+    assert!(archive.status.success(), "{}", String::from_utf8_lossy(&archive.stderr));
+    let mut tar = std::process::Command::new("tar")
+        .args(["-x", "-C"])
+        .arg(copy.path())
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(tar.stdin.as_mut().unwrap(), &archive.stdout).unwrap();
+    drop(tar.stdin.take());
+    assert!(tar.wait().unwrap().success());
+    // The manifest as it is now (the archive is the last commit's).
+    std::fs::copy(root.join("Cargo.toml"), copy.path().join("Cargo.toml")).unwrap();
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["package", "--list", "--allow-dirty", "--offline", "-p", "gpuwarden"])
+        .current_dir(copy.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        copy.path().join("tests/fixtures/sysfs/hdr-ib/sys/class/infiniband/mlx5_0").is_symlink(),
+        "the copy holds the fixtures' links"
+    );
+    // (`cargo package` warns of its own about a manifest without a homepage; a build does not.)
+    assert!(!stderr.contains("File system loop"), "{stderr}");
+}
