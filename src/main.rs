@@ -173,8 +173,7 @@ enum Command {
     },
     /// Write gpuwarden's man pages (roff), gpuwarden(1) and one per command
     /// (gpuwarden-run(1), ...), made from these same definitions, into DIR (the Debian
-    /// package installs them).
-    #[command(hide = true)]
+    /// package installs them: `man gpuwarden`).
     Man {
         /// The directory to write the pages into.
         dir: PathBuf,
@@ -326,14 +325,7 @@ fn parse_command_line() -> Cli {
 /// The man pages, roff, from the same definitions as `--help`, into `dir`.
 fn man_pages(dir: &Path) -> CliResult {
     use clap::CommandFactory;
-    clap_mangen::generate_to(Cli::command(), dir)
-        .map(|()| Exit::SUCCESS)
-        .map_err(|e| {
-            CliError::new(
-                Exit::FAILURE,
-                format!("gpuwarden: cannot write the man pages into {}: {e}", dir.display()),
-            )
-        })
+    gpuwarden::cli::man::write_pages(Cli::command(), dir)
 }
 
 fn main() -> std::process::ExitCode {

@@ -36,6 +36,7 @@ dpkg-deb -e "$deb" "$control"
 dpkg-deb -x "$deb" "$root"
 if command -v man >/dev/null; then
   MANPATH="$root/usr/share/man" man -P cat gpuwarden 2>/dev/null | grep -q 'gpuwarden-health(1)' || fail "man gpuwarden does not show the page"
+  MANPATH="$root/usr/share/man" man -P cat gpuwarden 2>/dev/null | grep -q '^EXIT STATUS' || fail "man gpuwarden has no EXIT STATUS"
   MANPATH="$root/usr/share/man" man -P cat gpuwarden-health 2>/dev/null | grep -q 'local_api.socket' || fail "man gpuwarden-health does not show the page"
 fi
 completed=$(bash -c "source '$root/usr/share/bash-completion/completions/gpuwarden'; COMP_WORDS=(gpuwarden he); COMP_CWORD=1; _gpuwarden gpuwarden he gpuwarden; echo \"\${COMPREPLY[*]}\"")

@@ -27,9 +27,10 @@ step() { printf '\n== %s\n' "$*"; }
 # mmdebstrap, buildah, podman and runc build and run the OCI image (scripts/ci/image-check.sh;
 # runc: crun refuses a hybrid cgroup layout); gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and
 # qemu-user-static cross-build for arm64 and run it (scripts/ci/arm64.sh); file checks the result.
+# man-db renders the man pages as `man gpuwarden` shows them (tests/all/cli.rs, package.sh).
 APT_PACKAGES=(prometheus prometheus-alertmanager chromium librocm-smi64-1 curl openssl python3-venv systemd util-linux
   slurmctld slurmd slurm-client munge mmdebstrap buildah podman runc gcc-aarch64-linux-gnu libc6-dev-arm64-cross
-  qemu-user-static file)
+  qemu-user-static file man-db)
 VENV=target/test-venv
 
 if [ -z "${SKIP_SETUP:-}" ]; then

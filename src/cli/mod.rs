@@ -7,3 +7,4 @@ pub mod copy_binary;
 pub mod demo;
 pub mod demo_fabric;
 pub mod demo_inject;
+pub mod man;

@@ -429,6 +429,61 @@ fn the_man_pages_are_what_the_command_line_makes() {
     assert!(health.contains("local_api.socket"), "the options' help is in the page");
 }
 
+/// The sections an operator looks for: gpuwarden(1) has EXIT STATUS (every code the CLI
+/// exits with), FILES, ENVIRONMENT and EXAMPLES; every page has its command's EXIT STATUS;
+/// `gpuwarden --help` lists `man`. As `man` renders them.
+#[test]
+fn the_man_pages_say_exit_status_files_environment_and_examples() {
+    let committed = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("debian/man");
+    let rendered = |page: &str| -> String {
+        let out = Command::new("man")
+            .args(["-P", "cat", "-l"])
+            .arg(committed.join(page))
+            .env("MANWIDTH", "200")
+            .output()
+            .expect("man (Debian's man-db)");
+        assert!(out.status.success(), "{page}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let top = rendered("gpuwarden.1");
+    for section in ["EXIT STATUS", "FILES", "ENVIRONMENT", "EXAMPLES", "SEE ALSO"] {
+        assert!(
+            top.contains(&format!("\n{section}\n")),
+            "gpuwarden(1) lacks {section}:\n{top}"
+        );
+    }
+    let exits = top.split("EXIT STATUS").nth(1).unwrap().split("FILES").next().unwrap();
+    for code in ["0", "1", "2", "3", "64", "69", "78"] {
+        assert!(
+            exits.lines().any(|l| l.trim_start().starts_with(&format!("{code} "))),
+            "code {code}:\n{exits}"
+        );
+    }
+    assert!(
+        top.contains("/var/lib/gpuwarden/state.db") && top.contains("RUST_LOG"),
+        "{top}"
+    );
+    let health = rendered("gpuwarden-health.1");
+    let exits = health.split("EXIT STATUS").nth(1).unwrap();
+    assert!(
+        exits.contains("3      the idle node's scheduled validation runs"),
+        "{health}"
+    );
+    assert!(
+        health.contains("gpuwarden health clear --gpu 0"),
+        "an example: {health}"
+    );
+    for entry in std::fs::read_dir(&committed).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(rendered(&name).contains("\nEXIT STATUS\n"), "{name} has no EXIT STATUS");
+    }
+    let help = gpuwarden(&["--help"], None);
+    assert!(
+        String::from_utf8_lossy(&help.stdout).contains("\n  man "),
+        "--help lists man"
+    );
+}
+
 /// `listen:` and `--listen` as node_exporter takes them: a host name, an IP, `:PORT`.
 #[test]
 fn listen_takes_a_host_name_an_ip_or_a_bare_port() {

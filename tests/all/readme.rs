@@ -135,7 +135,9 @@ fn a_copy_of_the_source_outside_git_builds_without_warnings() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
-        copy.path().join("tests/fixtures/sysfs/hdr-ib/sys/class/infiniband/mlx5_0").is_symlink(),
+        copy.path()
+            .join("tests/fixtures/sysfs/hdr-ib/sys/class/infiniband/mlx5_0")
+            .is_symlink(),
         "the copy holds the fixtures' links"
     );
     // (`cargo package` warns of its own about a manifest without a homepage; a build does not.)
