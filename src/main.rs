@@ -323,6 +323,12 @@ fn parse_command_line() -> Cli {
 }
 
 /// The man pages, roff, from the same definitions as `--help`, into `dir`.
+fn completions(shell: clap_complete::Shell) -> CliResult {
+    use clap::CommandFactory;
+    clap_complete::generate(shell, &mut Cli::command(), "gpuwarden", &mut std::io::stdout());
+    Ok(Exit::SUCCESS)
+}
+
 fn man_pages(dir: &Path) -> CliResult {
     use clap::CommandFactory;
     gpuwarden::cli::man::write_pages(Cli::command(), dir)
@@ -369,17 +375,7 @@ fn dispatch(command: Command, config: Option<PathBuf>) -> CliResult {
             json,
             force,
             settings_from_stdin,
-        } => probe(
-            config,
-            probe::cli::Options {
-                gpu,
-                tests: None,
-                force,
-            },
-            tests,
-            json,
-            settings_from_stdin,
-        ),
+        } => probe(config, gpu, force, tests, json, settings_from_stdin),
         Command::Xid {
             command: XidCommand::Explain { code },
         } => xid::cli::explain(code),
@@ -426,11 +422,7 @@ fn dispatch(command: Command, config: Option<PathBuf>) -> CliResult {
         Command::JournalWorker => Err(CliError::quiet(Exit::USAGE)),
         Command::Man { dir } => man_pages(&dir),
         Command::CopyBinary { dir } => copy_binary::run(&dir),
-        Command::Completions { shell } => {
-            use clap::CommandFactory;
-            clap_complete::generate(shell, &mut Cli::command(), "gpuwarden", &mut std::io::stdout());
-            Ok(Exit::SUCCESS)
-        }
+        Command::Completions { shell } => completions(shell),
         Command::Health {
             action,
             socket,
@@ -680,11 +672,17 @@ fn check(config: Option<PathBuf>, json: bool, demo: bool) -> CliResult {
 
 fn probe(
     config: Option<PathBuf>,
-    mut options: probe::cli::Options,
+    gpu: u32,
+    force: bool,
     tests: Option<String>,
     json: bool,
     settings_from_stdin: bool,
 ) -> CliResult {
+    let mut options = probe::cli::Options {
+        gpu,
+        tests: None,
+        force,
+    };
     let cfg = if settings_from_stdin {
         let settings = probe::schedule::settings_from_stdin()
             .map_err(|e| CliError::new(e.exit_code(), format!("gpuwarden probe: {e}")))?;

@@ -6,11 +6,11 @@ use crate::service::exit::{CliError, CliResult, Exit};
 use std::io::Write;
 use std::path::Path;
 
-/// What each exit code means for one command, by its man page's name.
-fn exit_status(page: &str) -> Vec<(Exit, &'static str)> {
-    let usage = (Exit::USAGE, "the command line was wrong (EX_USAGE)");
-    let mut codes = match page {
-        "gpuwarden" => vec![
+/// What each exit code means, per command, by its man page's name (the rest: 0 done).
+const EXIT_STATUS: &[(&str, &[(Exit, &str)])] = &[
+    (
+        "gpuwarden",
+        &[
             (Exit::SUCCESS, "done, nothing found: healthy, passed, written"),
             (
                 Exit::FOUND,
@@ -30,7 +30,10 @@ fn exit_status(page: &str) -> Vec<(Exit, &'static str)> {
                 "a config that `config check` or a start refuses (EX_CONFIG)",
             ),
         ],
-        "gpuwarden-run" => vec![
+    ),
+    (
+        "gpuwarden-run",
+        &[
             (Exit::SUCCESS, "stopped by SIGTERM or SIGINT, cleanly"),
             (
                 Exit::FAILURE,
@@ -39,19 +42,28 @@ fn exit_status(page: &str) -> Vec<(Exit, &'static str)> {
             (Exit::UNAVAILABLE, "the listen port stayed taken for 5 seconds"),
             (Exit::CONFIG, "the config was refused (file, line and column on stderr)"),
         ],
-        "gpuwarden-check" => vec![
+    ),
+    (
+        "gpuwarden-check",
+        &[
             (Exit::SUCCESS, "every GPU healthy"),
             (Exit::FOUND, "findings"),
             (Exit::UNKNOWN, "no GPU could be read"),
             (Exit::CONFIG, "the config was refused"),
         ],
-        "gpuwarden-probe" => vec![
+    ),
+    (
+        "gpuwarden-probe",
+        &[
             (Exit::SUCCESS, "passed (or no expected values for this model)"),
             (Exit::FOUND, "a test failed"),
             (Exit::UNKNOWN, "the probe could not run"),
             (Exit::BUSY, "the GPU is busy: not probed"),
         ],
-        "gpuwarden-health" => vec![
+    ),
+    (
+        "gpuwarden-health",
+        &[
             (Exit::SUCCESS, "no GPU unhealthy"),
             (Exit::FOUND, "a GPU or the node is unhealthy"),
             (Exit::UNKNOWN, "unknown: the daemon does not answer"),
@@ -60,7 +72,10 @@ fn exit_status(page: &str) -> Vec<(Exit, &'static str)> {
                 "the idle node's scheduled validation runs (keep new work off it; nothing is wrong)",
             ),
         ],
-        "gpuwarden-health-clear" => vec![
+    ),
+    (
+        "gpuwarden-health-clear",
+        &[
             (Exit::SUCCESS, "cleared, no finding left"),
             (
                 Exit::FOUND,
@@ -68,31 +83,53 @@ fn exit_status(page: &str) -> Vec<(Exit, &'static str)> {
             ),
             (Exit::UNKNOWN, "not cleared: the daemon did not answer, or refused"),
         ],
-        "gpuwarden-events" => vec![
+    ),
+    (
+        "gpuwarden-events",
+        &[
             (Exit::SUCCESS, "the rows were printed (also when there are none)"),
             (Exit::UNKNOWN, "the journal cannot be read"),
         ],
-        "gpuwarden-report" => vec![
+    ),
+    (
+        "gpuwarden-report",
+        &[
             (Exit::SUCCESS, "the report was printed"),
             (Exit::FOUND, "no such GPU or adapter in the journal"),
             (Exit::UNKNOWN, "the journal cannot be read"),
         ],
-        "gpuwarden-config-check" => vec![
+    ),
+    (
+        "gpuwarden-config-check",
+        &[
             (Exit::SUCCESS, "the config is valid"),
             (Exit::CONFIG, "it is not (file, line and column on stderr)"),
         ],
-        "gpuwarden-xid-explain" => vec![
+    ),
+    (
+        "gpuwarden-xid-explain",
+        &[
             (Exit::SUCCESS, "the code is in the catalog"),
             (Exit::FOUND, "it is not"),
         ],
-        "gpuwarden-demo-inject" => vec![
+    ),
+    (
+        "gpuwarden-demo-inject",
+        &[
             (Exit::SUCCESS, "injected"),
             (Exit::FAILURE, "the demo's files could not be written"),
             (Exit::UNKNOWN, "no demo runs (or none as that pid)"),
         ],
-        _ => vec![(Exit::SUCCESS, "done")],
-    };
-    codes.push(usage);
+    ),
+];
+
+/// The exit codes of a page's command, with EX_USAGE, which every command can give.
+fn exit_status(page: &str) -> Vec<(Exit, &'static str)> {
+    let mut codes: Vec<(Exit, &str)> = EXIT_STATUS
+        .iter()
+        .find(|(name, _)| *name == page)
+        .map_or(vec![(Exit::SUCCESS, "done")], |(_, codes)| codes.to_vec());
+    codes.push((Exit::USAGE, "the command line was wrong (EX_USAGE)"));
     codes.sort_by_key(|(exit, _)| exit.code());
     codes
 }

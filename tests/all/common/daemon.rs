@@ -482,7 +482,8 @@ pub fn gpuwarden_json(args: &[&str], state: &Path) -> serde_json::Value {
 
 /// `gpuwarden events ARGS... --json --state STATE` as JSON; the command must succeed.
 pub fn events_json(state: &Path, args: &[&str]) -> serde_json::Value {
-    gpuwarden_json(&[&["events"], args].concat(), state)
+    // Every row: the tests look at the baselines too (`events` leaves them out by default).
+    gpuwarden_json(&[&["events", "--all"], args].concat(), state)
 }
 
 /// `lines` as `dmesg` prints them: a driver line written bare (`NVRM: Xid ...`, as the tests
