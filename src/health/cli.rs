@@ -230,15 +230,7 @@ pub fn text(verdict: &NodeVerdict) -> String {
     }
     for g in &verdict.gpus {
         if let Some(next) = &g.next_step {
-            let command = next
-                .command
-                .as_ref()
-                .map(|c| format!("; `{c}` once its jobs are drained"))
-                .unwrap_or_default();
-            out.push_str(&format!(
-                "  next step: GPU {} {}: {}{command}\n",
-                g.index, next.step, next.why
-            ));
+            out.push_str(&format!("  next step: GPU {} {}\n", g.index, next.describe()));
         }
         if let Some(held) = &g.held_back {
             out.push_str(&format!(

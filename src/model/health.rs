@@ -102,6 +102,19 @@ pub struct NextStep {
     pub command: Option<String>,
 }
 
+impl NextStep {
+    /// The step as `health`, the status page and the alerts say it: `gpu_reset: why;
+    /// \`command\` once its jobs are off it`.
+    pub fn describe(&self) -> String {
+        let command = self
+            .command
+            .as_ref()
+            .map(|c| format!("; `{c}` once its jobs are off it"))
+            .unwrap_or_default();
+        format!("{}: {}{command}", self.step, self.why)
+    }
+}
+
 /// The operator's thresholds the rules read (config `xid.critical_hold` and `health.*`),
 /// carried by the snapshot they were applied to.
 #[derive(Debug, Clone, Default, PartialEq)]

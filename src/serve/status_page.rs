@@ -252,23 +252,18 @@ fn worst_finding(out: &mut String, snapshot: &Snapshot) {
     let Some((gpu, finding)) = worst.filter(|(_, f)| f.severity > HealthState::Ok) else {
         return;
     };
-    let action = crate::health::rules::RULES
-        .iter()
-        .chain(std::iter::once(&crate::health::rules::GPU_MISSING))
-        .find(|r| r.reason == finding.reason)
-        .map(|r| r.action)
-        .unwrap_or("");
+    // The finding says what to do in its own words; the ladder's next step, where there is
+    // one, is the one command (never the rule table's general advice beside it).
+    let next = gpu
+        .and_then(|d| d.health.next_step.as_ref())
+        .map(|step| format!(" <small>&mdash; next step: {}</small>", escape(&step.describe())))
+        .unwrap_or_default();
     let _ = write!(
         out,
-        "<br>worst: <b>{} {}</b>: {}{}",
+        "<br>worst: <b>{} {}</b>: {}{next}",
         gpu.map_or("node".to_string(), |d| format!("GPU {}", d.identity.index)),
         escape(finding.reason),
         escape(&finding.message),
-        if action.is_empty() {
-            String::new()
-        } else {
-            format!(" <small>&mdash; {}</small>", escape(action))
-        }
     );
 }
 

@@ -33,7 +33,7 @@ impl Entry {
             32 => {
                 Some("restart the application; if it recurs, check the PCIe link (replays, width) and reseat the GPU")
             }
-            92 => Some("keep running; if it persists, drain and reset the GPU and contact support"),
+            92 => Some("keep running; if it persists, reset the GPU once its jobs are off it and contact support"),
             94 => Some("restart the application that hit it; reset the GPU when convenient"),
             137 => Some(
                 "debug the application's peer-to-peer accesses (compute-sanitizer); contact support if it persists",
@@ -46,11 +46,9 @@ impl Entry {
         }
         let advice = match self.nvidia_action {
             "RESTART_APP" => "restart the application that hit it; the GPU stays usable",
-            "RESET_GPU" => {
-                "drain the GPU and reset it (nvidia-smi -r) or reboot the node; contact support if it recurs"
-            }
+            "RESET_GPU" => "reset the GPU once its jobs are off it, or reboot the node; contact support if it recurs",
             "RESTART_BM" => {
-                "drain the node and power-cycle it; if it recurs, check the PCIe link and slot and contact the vendor"
+                "power-cycle the node once its jobs are off it; if it recurs, check the PCIe link and slot and contact the vendor"
             }
             "RESTART_VM" => "restart the virtual machine",
             "IGNORE" => "no action needed; informational",
@@ -61,13 +59,13 @@ impl Entry {
                 "alone: restart the fabric manager; with other Xids: follow those (it is their clean-up)"
             }
             "WORKFLOW_XID_48" => {
-                "reset the GPU or reboot the node to clear the double-bit error; check nvidia-smi -q -d ECC and RMA if SRAM thresholds are exceeded"
+                "reset the GPU or reboot the node to clear the double-bit error; check `nvidia-smi -q -d ECC` and RMA if SRAM thresholds are exceeded"
             }
             "WORKFLOW_NVLINK_ERR" => {
-                "reset the GPU or reboot the node; check nvidia-smi nvlink -s; the fault may be at the link's remote end"
+                "reset the GPU or reboot the node; check `nvidia-smi nvlink -s`; the fault may be at the link's remote end"
             }
             "WORKFLOW_NVLINK5_ERR" => "follow NVIDIA's NVLink5 error workflow; contact support if it recurs",
-            "XID_154" => "do what its recovery action says (Drain and Reset, GPU Reset Required, Node Reboot Required)",
+            "XID_154" => "do what its recovery action says (`gpuwarden health` shows it and the next step)",
             _ => "contact NVIDIA support",
         };
         format!("{advice} (NVIDIA: {})", self.nvidia_action)

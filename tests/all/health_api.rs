@@ -580,7 +580,7 @@ fn advise_mode_names_each_gpus_next_step_everywhere_and_off_names_none() {
     assert!(
         text.contains(
             "next step: GPU 0 gpu_reset: Xid 48: NVIDIA's catalog says WORKFLOW_XID_48; \
-             `nvidia-smi --gpu-reset -i 0000:19:00.0` once its jobs are drained"
+             `nvidia-smi --gpu-reset -i 0000:19:00.0` once its jobs are off it"
         ),
         "{text}"
     );
@@ -782,5 +782,56 @@ fn a_clear_and_a_reload_during_validation_never_let_the_verdict_go() {
     assert!(
         asks.iter().any(|a| a.first_line.contains("GPU 0 xid_fatal")),
         "{asks:#?}"
+    );
+}
+
+/// One voice: over the demo's GPUs with fatal, critical and application XIDs added, no finding
+/// of a GPU that stays in service tells anyone to drain it, no finding names a reset command
+/// (the next step carries the one command), and every next step's command is the configured
+/// reset command for that GPU. Failed on 2026-11-28: GPU 5's degraded `ecc_uncorrectable`
+/// said "drain the node", GPU 6's finding said `nvidia-smi -r` beside its next step's command.
+#[test]
+fn findings_and_next_steps_speak_with_one_voice() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    reload(&d, |c| format!("{c}remediation:\n  mode: advise\n"));
+    d.log_kernel(
+        "NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\n\
+         NVRM: Xid (PCI:0000:3b:00): 92, pid=1, name=x, High single-bit ECC error rate\n\
+         NVRM: Xid (PCI:0000:4c:00): 94, pid=1, name=x, Contained ECC error\n\
+         NVRM: Xid (PCI:0000:db:00): 13, pid=1, name=x, Graphics SM Warp Exception\n",
+    );
+    let verdict = eventually("the XIDs in the verdict", Duration::from_secs(15), || {
+        let (_, json) = d.health(true);
+        let verdict: serde_json::Value = serde_json::from_str(&json).ok()?;
+        let gpu0 = verdict["gpus"].as_array()?.iter().find(|g| g["index"] == 0)?.clone();
+        (gpu0["state"] == "unhealthy").then_some(verdict)
+    });
+    let mut findings = 0;
+    let mut steps = 0;
+    for gpu in verdict["gpus"].as_array().unwrap() {
+        let bus = gpu["pci_bus_id"].as_str().unwrap();
+        for f in gpu["findings"].as_array().unwrap() {
+            findings += 1;
+            let message = f["message"].as_str().unwrap();
+            if f["severity"] != "unhealthy" {
+                assert!(!message.contains("drain"), "GPU {bus} stays in service: {f}");
+            }
+            assert!(
+                !message.contains("nvidia-smi -r") && !message.contains("--gpu-reset"),
+                "a reset command of its own: {f}"
+            );
+        }
+        if let Some(command) = gpu["next_step"]["command"].as_str() {
+            steps += 1;
+            // remediation.reset_command's default (this daemon's config sets none).
+            let configured = format!("nvidia-smi --gpu-reset -i {bus}");
+            assert_eq!(command, configured, "GPU {bus}'s next step runs another reset command");
+        }
+    }
+    assert!(findings >= 6 && steps >= 1, "{verdict:#}");
+    // GPU 0's Xid 79 asks for a power cycle: a step with no command of gpuwarden's.
+    assert_eq!(
+        verdict["gpus"][0]["next_step"]["step"], "reboot_required",
+        "{verdict:#}"
     );
 }

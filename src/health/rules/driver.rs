@@ -23,13 +23,13 @@ pub(super) fn recovery_action(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
     let action = r.recovery_action.filter(|a| *a != RecoveryAction::None)?;
     let (what, severity) = match action {
         RecoveryAction::None => return None,
-        RecoveryAction::GpuReset => ("a GPU reset: drain its jobs and reset the GPU (`nvidia-smi -r`)", None),
+        RecoveryAction::GpuReset => ("a GPU reset: reset it once its jobs end", None),
         RecoveryAction::DrainAndReset => (
-            "its jobs drained, then a GPU reset (`nvidia-smi -r`); it keeps running what it runs until then",
+            "its jobs moved off, then a GPU reset; it keeps running what it runs until then",
             None,
         ),
         RecoveryAction::DrainP2p => (
-            "the jobs that use peer-to-peer (NVLink) traffic drained; the action clears by itself after",
+            "its jobs that use peer-to-peer (NVLink) traffic moved off; the action clears by itself after",
             None,
         ),
         RecoveryAction::NodeReboot => (

@@ -8,7 +8,11 @@ pub(super) fn ecc_uncorrectable(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
         .filter(|n| *n > 0)?;
     let plural = if n == 1 { "" } else { "s" };
     Some(
-        format!("{n} uncorrectable ECC error{plural} since the driver loaded: drain the node and reset the GPU").into(),
+        format!(
+            "{n} uncorrectable ECC error{plural} since the driver loaded: reset the GPU when it is idle to retire the \
+             page; if the count grows, plan its replacement"
+        )
+        .into(),
     )
 }
 
@@ -17,7 +21,7 @@ pub(super) fn ecc_corrected_rate(seen: &Seen, _: &DeviceReadings) -> Option<Hit>
         seen,
         ErrorCounter::EccCorrected,
         "corrected ECC errors",
-        "the memory is wearing; watch for row remaps and uncorrectable errors, and plan to drain it for the vendor's diagnostics",
+        "the memory is wearing; watch for row remaps and uncorrectable errors, and plan the vendor's diagnostics at the next maintenance",
     )
 }
 

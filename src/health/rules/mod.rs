@@ -104,7 +104,7 @@ pub const RULES: &[Rule] = &[
         severity: Unhealthy,
         worse_when: None,
         when: "a fatal XID (see below) was seen on the GPU since boot",
-        action: "the XID's action: reset the GPU or reboot the node (`gpuwarden xid explain CODE`)",
+        action: "what NVIDIA's catalog says for the code (the finding quotes it; `gpuwarden xid explain CODE`); the next step is gpuwarden's advice",
         ends: false,
         dcgm: Some(("DRIVER", "DCGM_FR_XID_ERROR")),
         check: Check::Device(xid_fatal),
@@ -124,7 +124,7 @@ pub const RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: Some("the driver asks for a node reboot"),
         when: "the driver says the GPU needs a recovery action: a GPU reset, a drain and reset, or a drain of peer-to-peer jobs (`gpu_recovery_action`; read every `poll.slow_interval`)",
-        action: "what the driver asks: drain the GPU's jobs and reset it (`nvidia-smi -r`), or drain the node and reboot it",
+        action: "what the driver asks: reset the GPU once its jobs are off it; when it asks for a node reboot, drain the node and reboot it",
         ends: false,
         // DCGM's health watches do not read the driver's recovery action (DCGM #263).
         dcgm: None,
@@ -147,7 +147,7 @@ pub const RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: None,
         when: "the last poll did not finish within `poll.timeout` (a hung driver call)",
-        action: "check `dmesg` for Xid errors; if it persists, drain and reset",
+        action: "check `dmesg` for Xid errors; if it persists, reset the GPU when it is idle",
         ends: true,
         dcgm: Some(("DRIVER", "DCGM_FR_NVML_API")),
         check: Check::Device(not_responding),
@@ -237,7 +237,7 @@ pub const RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: None,
         when: "volatile uncorrectable ECC errors above 0",
-        action: "drain and reset the GPU",
+        action: "reset the GPU when it is idle (the driver retires the page); plan its replacement if the count grows",
         ends: false,
         dcgm: Some(("MEM", "DCGM_FR_VOLATILE_DBE_DETECTED")),
         check: Check::Readings(ecc_uncorrectable),
@@ -247,7 +247,7 @@ pub const RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: None,
         when: "more corrected ECC errors within the last hour than `health.error_rates.ecc_corrected` (off unless set)",
-        action: "watch for row remaps and uncorrectable errors; plan a drain for the vendor's diagnostics",
+        action: "watch for row remaps and uncorrectable errors; plan the vendor's diagnostics at the next maintenance",
         ends: false,
         dcgm: Some(("MEM", "DCGM_FR_VOLATILE_SBE_DETECTED")),
         check: Check::Readings(ecc_corrected_rate),
@@ -289,7 +289,7 @@ pub const RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: Some("it was the probe of a validation (\"Return to service\")"),
         when: "the last scheduled probe fell short of the model's expected throughput, or the GPU failed a test with a CUDA error ([probe.md](probe.md)); until a later probe passes. A failed validation probe (or one that hung past `probe.timeout`) stays until the next clear",
-        action: "look at what the probe saw under load; run `gpuwarden probe --gpu N` on the idle GPU before draining it",
+        action: "look at what the probe saw under load; run `gpuwarden probe --gpu N` on the idle GPU before taking it out of service; after a validation it is out already, and a person must repair it",
         ends: false,
         dcgm: None,
         check: Check::Device(probe_failed),
@@ -299,7 +299,7 @@ pub const RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: None,
         when: "the latest probe's sustained figure of a test is more than `probe.regression_pct` (7%) below the GPU's own baseline (the median of its last `probe.baseline_probes` (10) probes, at least 3, kept in the journal) or below the median of the node's other GPUs of its model ([probe.md](probe.md), \"Baselines\")",
-        action: "look at its clock-event reasons, temperature and power under load; compare `gpuwarden report --gpu N`'s probe history; drain it for the vendor's diagnostics if it stays slow",
+        action: "look at its clock-event reasons, temperature and power under load; compare `gpuwarden report --gpu N`'s probe history; have the vendor's diagnostics run at the next maintenance if it stays slow",
         ends: false,
         dcgm: None,
         check: Check::Device(probe_regressed),
@@ -417,6 +417,29 @@ mod tests {
         crate::health::findings(seen).iter().map(|f| f.reason).collect()
     }
 
+    /// One voice: a rule that never takes its GPU or the node out of service does not tell
+    /// anyone to drain it, and no advice, the XID catalog's included, names a reset command of
+    /// its own (the ladder's next step carries the one command, `remediation.reset_command`).
+    #[test]
+    fn advice_matches_its_severity_and_names_no_reset_command_of_its_own() {
+        let own_reset = |text: &str| text.contains("nvidia-smi -r") || text.contains("--gpu-reset");
+        for rule in all() {
+            if rule.severity < Unhealthy && rule.worse_when.is_none() {
+                assert!(!rule.action.contains("drain"), "{}: {}", rule.reason, rule.action);
+            }
+            assert!(!own_reset(rule.action), "{}: {}", rule.reason, rule.action);
+        }
+        // The catalog's advice goes into degraded findings (critical XIDs) as well as
+        // unhealthy ones.
+        for entry in catalog::CATALOG {
+            let action = entry.action();
+            assert!(
+                !action.contains("drain") && !own_reset(&action),
+                "Xid {}: {action}",
+                entry.code
+            );
+        }
+    }
     #[test]
     fn docs_health_md_lists_every_rule_as_its_row_says() {
         let expected: Vec<String> = RULES.iter().map(Rule::doc_row).collect();
@@ -726,7 +749,7 @@ mod tests {
             (
                 RecoveryAction::DrainAndReset,
                 HealthState::Degraded,
-                "drained, then a GPU reset",
+                "moved off, then a GPU reset",
             ),
             (RecoveryAction::DrainP2p, HealthState::Degraded, "peer-to-peer"),
             (RecoveryAction::NodeReboot, HealthState::Unhealthy, "a node reboot"),
