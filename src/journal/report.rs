@@ -101,7 +101,7 @@ pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64, baseline_probes: usize
             boots_seen: read::boots(conn)?,
         },
         verdict: gpu.verdict.clone(),
-        findings: gpu.findings.clone(),
+        findings: worst_first(&gpu.findings),
         xids,
         memory,
         probe_history: super::report_probes::history(&probes, baseline_probes),
@@ -125,6 +125,19 @@ pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64, baseline_probes: usize
         remediation: super::report_remediation::steps(&rows),
         guidance,
     })
+}
+
+/// The findings, unhealthy first, then degraded, then the rest, as `health` and the page
+/// order them.
+fn worst_first(findings: &[FindingFact]) -> Vec<FindingFact> {
+    let rank = |f: &FindingFact| match f.severity.as_str() {
+        "unhealthy" => 0,
+        "degraded" => 1,
+        _ => 2,
+    };
+    let mut sorted = findings.to_vec();
+    sorted.sort_by_key(rank);
+    sorted
 }
 
 /// The findings NVIDIA's documents send to a reset, field diagnostics or the vendor.

@@ -29,7 +29,7 @@ th{background:#f4f4f4}.state{font-weight:600;border-radius:3px;padding:.1em .5em
 .reason{display:inline-block;background:#eee;border-radius:3px;padding:0 .4em;margin:0 .2em .2em 0}\
 .hot{color:#c62828;font-weight:600}td.n{white-space:nowrap}ul{margin:0;padding-left:1.1em}small{color:#666}\
 td{overflow-wrap:anywhere}table.gpus{table-layout:auto;font-size:13px}\
-.summary{background:#f7f7f7;border-left:4px solid #999;padding:.5em .8em;margin:0 0 1em}\
+.summary{background:#f7f7f7;border-left:4px solid #999;padding:.5em .8em;margin:0 0 1em;overflow-wrap:anywhere}\
 .summary.unhealthy{border-color:#c62828}.summary.degraded{border-color:#ef6c00}.summary.ok{border-color:#2e7d32}\
 svg.spark{display:block}svg.spark polyline{fill:none;stroke-width:1.3}svg.spark .a{stroke:#1565c0}svg.spark .b{stroke:#8e24aa}\
 svg.spark circle.a{fill:#1565c0}svg.spark circle.b{fill:#8e24aa}\
@@ -165,10 +165,11 @@ pub fn render_with_timeline(
             let _ = write!(out, "<p><b>{}</b>: {}.</p>", escape(backend), escape(why));
         }
     }
-    for f in &snapshot.node_findings {
-        let _ = write!(out, "<p><b>{}</b>: {}</p>", f.severity.label(), escape(&f.message));
-    }
     if snapshot.devices.is_empty() {
+        // No summary to put them in: the node's findings as they are.
+        for f in &snapshot.node_findings {
+            let _ = write!(out, "<p><b>{}</b>: {}</p>", f.severity.label(), escape(&f.message));
+        }
         out.push_str("<p>No GPU found.</p></body></html>\n");
         return out;
     }
@@ -177,7 +178,10 @@ pub fn render_with_timeline(
         "<table class=\"gpus\"><thead><tr><th>GPU</th><th>Health</th><th>Temperature</th><th>Power</th>\
          <th>Activity</th><th>Links</th><th>Clock events</th><th>XIDs</th><th>Last probe</th></tr></thead><tbody>",
     );
-    for d in &snapshot.devices {
+    // Worst first: unhealthy GPUs, then degraded, then the rest, each in index order.
+    let mut devices: Vec<&crate::model::DeviceSnapshot> = snapshot.devices.iter().collect();
+    devices.sort_by_key(|d| (std::cmp::Reverse(d.health.state), d.identity.index));
+    for d in devices {
         device_row(&mut out, snapshot, d);
     }
     out.push_str("</tbody></table>");
@@ -208,7 +212,34 @@ fn summary(out: &mut String, snapshot: &Snapshot, timeline: Option<&Timeline>) {
         count(HealthState::Degraded),
         count(HealthState::Unhealthy)
     );
-    worst_finding(out, snapshot);
+    let ports = snapshot
+        .node_findings
+        .iter()
+        .filter_map(|f| f.subject.as_deref().filter(|s| s.contains('/')))
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    if ports > 0 {
+        let _ = write!(out, " &middot; {ports} network port(s) with findings (below)");
+    }
+    let worst = worst_finding(out, snapshot);
+    // The node's own findings (not a port's: those are in the network section), worst
+    // first, but for the one already said.
+    let mut node: Vec<&crate::model::health::Finding> = snapshot
+        .node_findings
+        .iter()
+        .filter(|f| !f.subject.as_deref().is_some_and(|s| s.contains('/')))
+        .filter(|f| !worst.is_some_and(|w| std::ptr::eq(w, *f)))
+        .collect();
+    node.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    for f in node {
+        let _ = write!(
+            out,
+            "<br>node <b>{}</b> ({}): {}",
+            escape(f.reason),
+            f.severity.label(),
+            escape(&f.message)
+        );
+    }
     if let Some(Ok(rows)) = timeline {
         let last_change = rows
             .values()
@@ -228,30 +259,19 @@ fn summary(out: &mut String, snapshot: &Snapshot, timeline: Option<&Timeline>) {
     out.push_str("</div>");
 }
 
-/// The summary's worst finding, with what to do about it: the first of the most severe, the
-/// node's own before the GPUs' in order.
-fn worst_finding(out: &mut String, snapshot: &Snapshot) {
+/// The summary's worst finding, with what to do about it: the most severe; among equals a
+/// GPU's or the node's own before a network port's (a port has its section below), then in
+/// order. Returns it when it is the node's.
+fn worst_finding<'a>(out: &mut String, snapshot: &'a Snapshot) -> Option<&'a crate::model::health::Finding> {
     use crate::model::health::HealthState;
+    let is_port = |f: &crate::model::health::Finding| f.subject.as_deref().is_some_and(|s| s.contains('/'));
     let worst = snapshot
-        .node_findings
+        .devices
         .iter()
-        .map(|f| (None, f))
-        .chain(
-            snapshot
-                .devices
-                .iter()
-                .flat_map(|d| d.health.findings.iter().map(move |f| (Some(d), f))),
-        )
-        .fold(
-            None,
-            |worst: Option<(Option<&crate::model::DeviceSnapshot>, &crate::model::health::Finding)>, next| match worst {
-                Some(w) if w.1.severity >= next.1.severity => Some(w),
-                _ => Some(next),
-            },
-        );
-    let Some((gpu, finding)) = worst.filter(|(_, f)| f.severity > HealthState::Ok) else {
-        return;
-    };
+        .flat_map(|d| d.health.findings.iter().map(move |f| (Some(d), f)))
+        .chain(snapshot.node_findings.iter().map(|f| (None, f)))
+        .min_by_key(|(_, f)| (std::cmp::Reverse(f.severity), is_port(f)));
+    let (gpu, finding) = worst.filter(|(_, f)| f.severity > HealthState::Ok)?;
     // The finding says what to do in its own words; the ladder's next step, where there is
     // one, is the one command (never the rule table's general advice beside it).
     let next = gpu
@@ -265,6 +285,7 @@ fn worst_finding(out: &mut String, snapshot: &Snapshot) {
         escape(finding.reason),
         escape(&finding.message),
     );
+    gpu.is_none().then_some(finding)
 }
 
 /// The jobs and pods on the GPUs that need attention.
@@ -528,6 +549,9 @@ fn device_row(out: &mut String, snapshot: &Snapshot, d: &crate::model::DeviceSna
             let _ = write!(out, "<li>{}</li>", escape(&f.message));
         }
         out.push_str("</ul>");
+    }
+    if let Some(step) = &d.health.next_step {
+        let _ = write!(out, "<small>next step: {}</small>", escape(&step.describe()));
     }
     out.push_str("</td>");
     let r = d.answered();
