@@ -802,3 +802,71 @@ fn alerts_hold_at_the_evaluation_and_scrape_intervals_people_run() {
         );
     }
 }
+
+/// The alert names of the rules file, in order.
+fn alert_names(rules: &str) -> Vec<String> {
+    rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every alert's `runbook_url` is a full URL (the convention of kube-prometheus and
+/// dcgm-exporter's rules), to its own section of docs/alerts.md; `scripts/runbook-base.sh`
+/// points them all at another base (an operator's wiki), keeping each anchor, and refuses a
+/// base that is not a URL. The README lists exactly the alerts the file has.
+#[test]
+fn each_alert_links_its_runbook_by_full_url_and_the_readme_lists_every_alert() {
+    let rules = std::fs::read_to_string(RULES).unwrap();
+    let runbooks = repo_file("docs/alerts.md");
+    let names = alert_names(&rules);
+    assert!(names.len() >= 28, "{names:?}");
+    let shipped = "https://github.com/gpuwarden/gpuwarden/blob/main/docs/alerts.md#";
+    for name in &names {
+        let block = rules.split(&format!("- alert: {name}\n")).nth(1).unwrap();
+        let block = block.split("- alert: ").next().unwrap();
+        let url = format!("{shipped}{}", name.to_lowercase());
+        assert!(block.contains(&format!("runbook_url: \"{url}\"")), "{name}: {block}");
+        assert!(
+            runbooks.contains(&format!("\n## {name}\n")),
+            "{name} has no section in docs/alerts.md"
+        );
+    }
+    assert!(!rules.contains("runbook:"), "the old relative annotation");
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/runbook-base.sh");
+    let out = Command::new("bash")
+        .args([script, "https://wiki.example.com/gpu/runbooks#", RULES])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rewritten = String::from_utf8(out.stdout).unwrap();
+    assert!(!rewritten.contains(shipped));
+    assert_eq!(alert_names(&rewritten), names);
+    for name in &names {
+        let url = format!("https://wiki.example.com/gpu/runbooks#{}", name.to_lowercase());
+        assert!(rewritten.contains(&format!("runbook_url: \"{url}\"")), "{name}");
+    }
+    for bad in [
+        "ftp://wiki/",
+        "https://wiki/a|b",
+        "https://wiki/a&b",
+        "wiki.example.com",
+    ] {
+        let out = Command::new("bash").args([script, bad, RULES]).output().unwrap();
+        assert_eq!(out.status.code(), Some(64), "{bad}: {out:?}");
+    }
+
+    let readme = repo_file("README.md");
+    let listed: Vec<String> = readme
+        .split("<!-- alerts -->")
+        .nth(1)
+        .and_then(|rest| rest.split("<!-- /alerts -->").next())
+        .expect("the README's alert list between <!-- alerts --> and <!-- /alerts -->")
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| w.starts_with("Gpu") || w.starts_with("Nic") || w.starts_with("Nvswitch"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(listed, names, "the README's alerts, in the rules file's order");
+}
