@@ -1434,3 +1434,56 @@ fn events_leave_out_baselines_name_gpus_by_index_and_list_every_kind() {
         assert!(events(&["--kind", kind, "--limit", "1"]).lines().count() <= 1);
     }
 }
+
+/// The report tells the repair: the advised step under "Advice, clears and validations" (not
+/// "Other"), the clear and the validation it started, a validation probe that could not run
+/// (no CUDA here) under the probes, and in the Markdown when and on which host it was made.
+/// Failed on 2026-11-28: the step sat under "Other", "## Remediation" said "None recorded",
+/// the probes that could not run were missing, and the Markdown had no time.
+#[test]
+fn the_report_tells_the_advice_the_clear_and_a_validation_that_could_not_run() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    reload(&d, |c| format!("{c}remediation:\n  mode: advise\n"));
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\n");
+    eventually("GPU 0 unhealthy", Duration::from_secs(15), || {
+        (d.health(false).0 == 1).then_some(())
+    });
+    let (code, out, err) = d.clear("0", "reseated", &[]);
+    assert!(out.contains("validating"), "{code} {out} {err}");
+    let report = eventually("the validation that could not run", Duration::from_secs(30), || {
+        let out = Command::new(BIN)
+            .args(["report", "--gpu", "0", "--markdown", "--state"])
+            .arg(d.state_path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains("probe could not run").then_some(text)
+    });
+    let section = |title: &str| {
+        report
+            .split(&format!("\n## {title}\n"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no section {title}: {report}"))
+            .split("\n## ")
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert!(
+        report.contains(&format!(" on host {} by gpuwarden ", hostname.trim())) && report.contains("\nGenerated 20"),
+        "{report}"
+    );
+    let advice = section("Advice, clears and validations");
+    assert!(advice.contains("next step advised: reboot_required"), "{advice}");
+    assert!(advice.contains("cleared by uid"), "{advice}");
+    assert!(advice.contains("validation pending after a clear"), "{advice}");
+    assert!(!section("Other").contains("next step advised"), "{report}");
+    let probes = section("Probes (and probes that could not run)");
+    assert!(probes.contains("probe could not run: "), "{probes}");
+    assert!(probes.contains("attempt(s) in a row"), "{probes}");
+    assert!(
+        section("Remediation run (resets, reboot marks)").starts_with("\nNone run"),
+        "{report}"
+    );
+}
