@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 arch=${1:?amd64 or arm64}
 binary=${2:?the release binary}
 out=${3:?the OCI archive to write}
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+version=$(bash scripts/version.sh)
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 created=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)

@@ -45,7 +45,7 @@ deb=$(ls -t target/debian/gpuwarden_*_arm64.deb | head -1)
 echo "binary $(stat -c %s "$bin") bytes; package $(stat -c %s "$deb") bytes"
 
 step "the arm64 image"
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+version=$(bash scripts/version.sh)
 mkdir -p target/image
 bash scripts/image.sh arm64 "$bin" "target/image/gpuwarden-$version-arm64.oci.tar"
 echo "$deb"

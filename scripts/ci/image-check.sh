@@ -10,7 +10,7 @@
 # container may set there. Prints the archive's path last.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+version=$(bash scripts/version.sh)
 mkdir -p target/image
 archive=target/image/gpuwarden-$version-amd64.oci.tar
 bash scripts/image.sh amd64 target/release/gpuwarden "$archive"

@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=$(readlink -f "${1:-target/release-artifacts}")
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+version=$(bash scripts/version.sh)
 fail() { echo "release check FAILED: $*"; exit 1; }
 
 (cd "$dir" && sha256sum --quiet -c SHA256SUMS) || fail "SHA256SUMS does not verify"
