@@ -25,7 +25,7 @@ for arch in ${ARCHES:-amd64 arm64}; do
     # Built as scripts/ci/package.sh and scripts/ci/arm64.sh build them (the same features
     # resolved, so a release after the test command compiles nothing again).
     amd64) target_args=(); build_args=(--workspace); dir=target/release; triple=x86_64-unknown-linux-gnu ;;
-    arm64) target_args=(--target "$arm64_target"); build_args=(-p gpuwarden -p gpuwarden-sim-nvml)
+    arm64) target_args=(--target "$arm64_target"); build_args=(-p gpuwarden -p gpuwarden-sim-nvml -p gpuwarden-sim-cuda)
       dir=target/$arm64_target/release; triple=$arm64_target ;;
     *) echo "unknown architecture $arch (amd64, arm64)"; exit 64 ;;
   esac

@@ -18,7 +18,7 @@ step "unit tests under qemu"
 cargo test --lib --target "$target"
 
 step "release build"
-cargo build --release --target "$target" -p gpuwarden -p gpuwarden-sim-nvml
+cargo build --release --target "$target" -p gpuwarden -p gpuwarden-sim-nvml -p gpuwarden-sim-cuda
 bin=target/$target/release/gpuwarden
 lib=target/$target/release/libgpuwarden_sim_nvml.so
 file -L "$bin" | grep -q 'ARM aarch64' || { echo "not an arm64 binary: $(file -L "$bin")"; exit 1; }

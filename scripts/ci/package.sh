@@ -10,7 +10,8 @@ deb=$(ls -t target/debian/gpuwarden_*_"$(dpkg --print-architecture)".deb | head 
 listing=$(dpkg-deb -c "$deb" | awk '{print $6}')
 fail() { echo "package check FAILED: $*"; echo "$listing"; exit 1; }
 for path in ./usr/bin/gpuwarden ./etc/gpuwarden/config.yaml ./usr/share/doc/gpuwarden/README.md \
-            ./usr/share/doc/gpuwarden/docs/metrics.md ./usr/lib/gpuwarden/libgpuwarden_sim_nvml.so; do
+            ./usr/share/doc/gpuwarden/docs/metrics.md ./usr/lib/gpuwarden/libgpuwarden_sim_nvml.so \
+            ./usr/lib/gpuwarden/libgpuwarden_sim_cuda.so; do
   grep -qx "$path" <<<"$listing" || fail "missing $path"
 done
 grep -qE '^\./(usr/)?lib/systemd/system/gpuwarden\.service$' <<<"$listing" || fail "missing the systemd unit"
