@@ -49,6 +49,7 @@ pub mod validation_rows;
 pub mod worker;
 mod writer;
 mod xid_rows;
+mod xid_tally;
 
 use crate::model::JournalStatus;
 use crate::service::versioned::Versioned;

@@ -10,13 +10,13 @@ use super::facts::{self, GpuFacts};
 use super::seen::LastSeen;
 use super::worker::{Answer, Batch, Failure, Item, Prune, Request, XidCount};
 use super::{Message, Place, Shared};
-use crate::model::{JournalStatus, Snapshot, unix_seconds};
+use crate::model::{JournalStatus, Snapshot};
 use crate::service::versioned::Versioned;
 use crate::snapshot::store::Store;
 use crate::xid::outbox::Outgoing;
 use crate::xid::store::{Severity, XidEvent, XidStore};
 use serde_json::json;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
@@ -30,8 +30,6 @@ const MAX_BACKLOG: usize = 10_000;
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// On a node with nothing to write, a worker still runs this often to delete old rows.
 const IDLE_PRUNE_EVERY: Duration = Duration::from_secs(3600);
-/// Remembered XID events whose row a second source's report may still update.
-const MAX_XID_ROWS: usize = 4096;
 
 /// One row to write, or an XID row to update.
 enum Pending {
@@ -77,15 +75,8 @@ pub(super) struct Writer {
     facts_loaded: bool,
     /// GPUs whose stored facts are out of date.
     dirty_facts: BTreeSet<String>,
-    /// XID event number -> its row, for another source's report of the same event.
-    xid_rows: HashMap<u64, i64>,
-    /// This boot's XID counts by (PCI bus id, code): the file's, then the XID store's (which
-    /// the file seeded at start) whenever it holds more.
-    xid_counts: BTreeMap<(String, u32), (u64, f64)>,
-    dirty_counts: BTreeSet<(String, u32)>,
-    kmsg_sequence: Option<u64>,
-    /// Where the kernel-log file was read up to after the last XID taken from it.
-    file_position: Option<crate::xid::event::FilePosition>,
+    /// The counted XIDs' rows and this boot's counts.
+    tally: super::xid_tally::XidTally,
     /// Who waits for a queued row to be written: (not yet in a batch, in the batch in flight).
     waiting: (Vec<SyncSender<()>>, Vec<SyncSender<()>>),
     last_generation: u64,
@@ -143,11 +134,7 @@ impl Writer {
             facts: BTreeMap::new(),
             facts_loaded: false,
             dirty_facts: BTreeSet::new(),
-            xid_rows: HashMap::new(),
-            xid_counts: BTreeMap::new(),
-            dirty_counts: BTreeSet::new(),
-            kmsg_sequence: None,
-            file_position: None,
+            tally: Default::default(),
             waiting: Default::default(),
             last_generation: 0,
             missing: BTreeSet::new(),
@@ -208,7 +195,7 @@ impl Writer {
 
     /// Something to write: rows, or facts or counts that changed.
     pub(super) fn has_work(&self) -> bool {
-        !self.backlog.is_empty() || !self.dirty_facts.is_empty() || !self.dirty_counts.is_empty()
+        !self.backlog.is_empty() || !self.dirty_facts.is_empty() || self.tally.has_unwritten()
     }
 
     /// When the writer must look again with nothing new arriving: a failed batch or a closed
@@ -245,8 +232,7 @@ impl Writer {
     /// each made into a row at the next batch.
     pub(super) fn take_xids(&mut self) {
         let taken = self.xids.take_reports();
-        self.kmsg_sequence = self.kmsg_sequence.max(taken.kmsg_sequence);
-        self.file_position = taken.file_position.or(self.file_position.take());
+        self.tally.read_up_to(taken.kmsg_sequence, taken.file_position);
         for report in taken.reports {
             match report {
                 Outgoing::Counted { group, event, severity } => self.queue(Pending::Xid { group, event, severity }),
@@ -283,22 +269,6 @@ impl Writer {
             Message::Confirmed(event, done) => {
                 self.push(event);
                 self.waiting.0.push(done);
-            }
-        }
-    }
-
-    /// This boot's counts as the XID store holds them: what the file has is never lowered
-    /// (a seed that could not be read at start leaves the store short of it).
-    fn take_counts(&mut self, snapshot: &Snapshot) {
-        for (bus, counts) in &snapshot.xid.by_bus {
-            for count in counts {
-                let key = (bus.clone(), count.xid);
-                let last = unix_seconds(count.last_seen);
-                let known = self.xid_counts.entry(key.clone()).or_insert((0, last));
-                if count.count > known.0 {
-                    *known = (count.count, known.1.max(last));
-                    self.dirty_counts.insert(key);
-                }
             }
         }
     }
@@ -345,7 +315,7 @@ impl Writer {
         if snapshot.generation == 0 || snapshot.generation == self.last_generation {
             return;
         }
-        self.take_counts(snapshot);
+        self.tally.take_counts(snapshot);
         if snapshot.devices.is_empty() {
             return;
         }
@@ -550,9 +520,8 @@ impl Writer {
             self.place.path.display(),
             aside.display()
         );
-        self.xid_rows.clear();
+        self.tally.write_all_again();
         self.dirty_facts.extend(self.facts.keys().cloned());
-        self.dirty_counts.extend(self.xid_counts.keys().cloned());
     }
 
     fn failed(&mut self, e: &Failure) {
@@ -593,11 +562,7 @@ impl Writer {
         for f in facts {
             self.facts.entry(f.uuid.clone()).or_insert(f);
         }
-        for (bus, xid, n, last) in counts {
-            let entry = self.xid_counts.entry((bus, xid)).or_insert((0, 0.0));
-            entry.0 += n;
-            entry.1 = entry.1.max(last);
-        }
+        self.tally.load(counts);
     }
 
     /// The batch to write now, taken out of the writer's hands: the one that failed (kept
@@ -641,10 +606,7 @@ impl Writer {
                     let _ = done.try_send(());
                 }
                 self.last_failure = None;
-                if self.xid_rows.len() + xid_rows.len() > MAX_XID_ROWS {
-                    self.xid_rows.clear();
-                }
-                self.xid_rows.extend(xid_rows);
+                self.tally.written(xid_rows);
                 if self.wrote && !knew_boot {
                     self.refill();
                 }
@@ -675,7 +637,7 @@ impl Writer {
                 other => other,
             })
             .collect();
-        let dirty = !self.backlog.is_empty() || !self.dirty_facts.is_empty() || !self.dirty_counts.is_empty();
+        let dirty = !self.backlog.is_empty() || !self.dirty_facts.is_empty() || self.tally.has_unwritten();
         let since_prune = self.last_prune.map(|t| t.elapsed());
         let prune_due = since_prune.is_none_or(|t| t >= PRUNE_EVERY);
         if !dirty && since_prune.is_some_and(|t| t < IDLE_PRUNE_EVERY) {
@@ -687,7 +649,7 @@ impl Writer {
         self.waiting.1.append(&mut self.waiting.0);
         self.backlog.clear();
         self.dirty_facts.clear();
-        self.dirty_counts.clear();
+        self.tally.taken();
         Some(batch)
     }
 
@@ -699,11 +661,10 @@ impl Writer {
              restart needs (GPUs, this boot's XID counts, clears, validations, resets, reboot mark)",
             self.place.path.display()
         );
-        self.xid_rows.clear();
+        self.tally.write_all_again();
         let rows = super::refill::rows(&self.store.latest(), crate::model::unix_now());
         rows.into_iter().for_each(|row| self.push(row));
         self.dirty_facts.extend(self.facts.keys().cloned());
-        self.dirty_counts.extend(self.xid_counts.keys().cloned());
     }
 
     /// The worker's request for what is waiting.
@@ -720,7 +681,7 @@ impl Writer {
                 Pending::Xid { .. } => None,
                 Pending::XidJoined { group, event } => Some(Item::Join {
                     group: *group,
-                    row: self.xid_rows.get(group).copied(),
+                    row: self.tally.row_of(*group),
                     source: event.source.label().to_string(),
                     raw: event.raw.clone(),
                     kmsg_sequence: event.kmsg_sequence,
@@ -738,17 +699,9 @@ impl Writer {
                 .iter()
                 .filter_map(|uuid| self.facts.get(uuid).cloned())
                 .collect(),
-            counts: self
-                .dirty_counts
-                .iter()
-                .filter_map(|key| {
-                    self.xid_counts
-                        .get(key)
-                        .map(|(count, last)| (key.0.clone(), key.1, *count, *last))
-                })
-                .collect(),
-            kmsg_sequence: self.kmsg_sequence,
-            file_position: self.file_position.clone(),
+            counts: self.tally.unwritten(),
+            kmsg_sequence: self.tally.kmsg_sequence(),
+            file_position: self.tally.file_position(),
             prune: Some(Prune {
                 oldest: crate::model::unix_now() - self.place.retention.as_secs_f64(),
                 max_bytes: self.place.max_bytes,
