@@ -29,6 +29,7 @@
 //! ([`crate::service::cadence::on_the_beat`]), so sources of the same or multiple periods wake it together.
 
 pub mod fabric_manager;
+pub mod gpu_thread;
 pub mod grid;
 pub mod jobs;
 pub mod nics;

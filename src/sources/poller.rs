@@ -1,4 +1,5 @@
-//! The poll loop: one OS thread per GPU, a coordinator that gives each round a deadline.
+//! The poll loop: one OS thread per GPU (gpu_thread.rs), a coordinator that gives each round
+//! a deadline.
 //!
 //! Every `poll.interval` each GPU's thread polls its GPU, at the time the rounds' timetable
 //! ([`Grid`]) gives, and answers the coordinator, which waits until all have answered or
@@ -16,38 +17,18 @@
 //! deadline at once, and makes the backends anew only when their own settings changed;
 //! counters and histograms carry on either way.
 
-use crate::backend::{self, Backend, BackendState, DevicePoller, PollReport, XidEvents};
+use crate::backend::{self, Backend, BackendState, DevicePoller, XidEvents};
 use crate::config::settings::{BackendSettings, LiveSwitches, SharedSettings};
-use crate::model::{
-    BackendStatus, DeviceIdentity, DeviceReadings, DeviceSnapshot, DurationHistogram, PersistenceAttempts,
-};
+use crate::model::{BackendStatus, DeviceIdentity, DeviceSnapshot, DurationHistogram, PersistenceAttempts};
 use crate::service::logging::RateLimiter;
 use crate::service::notify;
 use crate::snapshot::publisher::{Publisher, RoundPart};
+use crate::sources::gpu_thread::{self, PollResult, Request, Worker, plan_after};
 use crate::sources::grid::{Grid, SharedGrid};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError, channel, sync_channel};
-use std::time::{Duration, Instant, SystemTime};
-
-/// What a GPU thread sends back: which worker (by id), for which round, and what it read.
-struct PollResult {
-    worker: usize,
-    round: u64,
-    report: PollReport,
-    elapsed: Duration,
-    /// The timetable's round the thread polls next unless asked first: the answer the
-    /// coordinator then waits for from it.
-    next: Option<u64>,
-}
-
-/// What the coordinator tells a GPU thread.
-enum Request {
-    /// Poll now, for this round.
-    Poll(u64),
-    /// The timetable changed: work out the next round again.
-    Timetable,
-}
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TrySendError, channel};
+use std::time::{Duration, Instant};
 
 /// What reaches the coordinator: a GPU thread's answer, or word from the daemon.
 // Unboxed: an answer moves through once a round, and a box would cost an allocation each.
@@ -55,65 +36,6 @@ enum Request {
 enum Note {
     Answer(PollResult),
     Control(Control),
-}
-
-/// The coordinator's view of one GPU and its thread.
-struct Worker {
-    /// Unique for the coordinator's lifetime: a backend's workers are replaced after its
-    /// library is initialised anew while other backends' stay, so positions are not stable.
-    id: usize,
-    /// Which of the coordinator's backends handed out this GPU's poller.
-    backend: usize,
-    /// The `backend` label its durations and errors are counted under.
-    backend_name: &'static str,
-    identity: Arc<DeviceIdentity>,
-    /// Sends a round number to poll for at once (else the thread polls on the timetable);
-    /// dropping it ends the thread.
-    requests: Option<SyncSender<Request>>,
-    /// The round this GPU's thread owes an answer for, if any: asked for, or due on the
-    /// timetable. One owed for a round already over means the thread is stuck in a call.
-    busy_with: Option<u64>,
-    /// The last round it answered in time.
-    answered: u64,
-    up: bool,
-    lost: bool,
-    last_good_poll: Option<SystemTime>,
-    readings: Option<DeviceReadings>,
-    /// Alive while its thread runs (a GPU reset waits for the library's threads to end).
-    alive: std::sync::Weak<()>,
-}
-
-impl Worker {
-    /// This round's answer: readings (up), or none (the driver says the GPU is lost). Logs
-    /// the changes: lost, and answering again.
-    fn take(&mut self, readings: Option<DeviceReadings>) {
-        let (was_up, was_lost) = (self.up, self.lost);
-        let answered_before = self.last_good_poll.is_some();
-        self.up = readings.is_some();
-        self.lost = readings.is_none();
-        self.readings = readings;
-        if self.up {
-            self.last_good_poll = Some(SystemTime::now());
-            if !was_up && (was_lost || answered_before) {
-                crate::gpu_log!(
-                    log::Level::Info,
-                    self.identity,
-                    "GPU {} ({}) answers again",
-                    self.identity.index,
-                    self.identity.uuid
-                );
-            }
-        } else if !was_lost {
-            crate::gpu_log!(
-                log::Level::Error,
-                self.identity,
-                "GPU {} ({}, {}) is lost: the driver reports it fell off the bus",
-                self.identity.index,
-                self.identity.uuid,
-                self.identity.pci_bus_id
-            );
-        }
-    }
 }
 
 /// Adds one answer's durations, call times and errors to its backend's counters.
@@ -144,36 +66,6 @@ fn log_call_errors(limiter: &mut RateLimiter, identity: &DeviceIdentity, errors:
                 identity.index,
                 identity.uuid
             );
-        }
-    }
-}
-
-/// The timetable's next round after `last` for a thread that looks now, and when it is due.
-fn plan_after(grid: &SharedGrid, last: u64) -> Option<(u64, Instant)> {
-    grid.get().and_then(|g| g.next_after(last, Instant::now()))
-}
-
-/// A GPU thread's wait for its next poll: the round it is asked for, or else the planned
-/// round of the timetable when it is due (with no timetable, only asked rounds); a notice
-/// that the timetable changed plans again. None once the coordinator let go of the thread.
-fn next_poll(
-    requests: &Receiver<Request>,
-    grid: &SharedGrid,
-    last: u64,
-    mut plan: Option<(u64, Instant)>,
-) -> Option<u64> {
-    loop {
-        let request = match plan {
-            None => requests.recv().ok()?,
-            Some((round, due)) => match requests.recv_timeout(due.saturating_duration_since(Instant::now())) {
-                Ok(request) => request,
-                Err(RecvTimeoutError::Timeout) => return Some(round),
-                Err(RecvTimeoutError::Disconnected) => return None,
-            },
-        };
-        match request {
-            Request::Poll(round) => return Some(round),
-            Request::Timetable => plan = plan_after(grid, last),
         }
     }
 }
@@ -363,51 +255,15 @@ impl Coordinator {
         }
     }
 
-    fn spawn_worker(&mut self, mut poller: Box<dyn DevicePoller>, backend: usize) -> Worker {
+    fn spawn_worker(&mut self, poller: Box<dyn DevicePoller>, backend: usize) -> Worker {
         let identity = Arc::new(poller.identity().clone());
         let backend_name = poller.backend_name();
         let id = self.next_worker_id;
         self.next_worker_id += 1;
-        // A poll request and a timetable notice at most: a busy (hung) thread is not asked
-        // again (`busy_with`), and a notice never keeps a request out.
-        let (requests_tx, requests_rx) = sync_channel::<Request>(2);
         let results = self.results_tx.clone();
-        let grid = self.grid.clone();
-        let running = Arc::new(());
-        let alive = Arc::downgrade(&running);
-        let spawned = std::thread::Builder::new()
-            .name(format!("poll-gpu{}", identity.index))
-            .spawn(move || {
-                let _running = running;
-                let mut last = 0;
-                let mut plan = plan_after(&grid, last);
-                while let Some(round) = next_poll(&requests_rx, &grid, last, plan) {
-                    last = last.max(round);
-                    let started = Instant::now();
-                    let report = poller.poll();
-                    let elapsed = started.elapsed();
-                    // Told to the coordinator with the answer, so that it waits for the round
-                    // this thread will really poll.
-                    plan = plan_after(&grid, last);
-                    let result = PollResult {
-                        worker: id,
-                        round,
-                        report,
-                        elapsed,
-                        next: plan.map(|(next, _)| next),
-                    };
-                    if results.send(Note::Answer(result)).is_err() {
-                        break;
-                    }
-                }
-            });
-        let requests = match spawned {
-            Ok(_) => Some(requests_tx),
-            Err(e) => {
-                log::error!("cannot start the poll thread for GPU {}: {e}", identity.index);
-                None
-            }
-        };
+        let (requests, alive) = gpu_thread::spawn(id, &identity, poller, self.grid.clone(), move |answer| {
+            results.send(Note::Answer(answer)).is_ok()
+        });
         Worker {
             id,
             backend,
@@ -771,62 +627,5 @@ impl PollLoop {
     /// summary again.
     pub fn status_overwritten(&self) {
         let _ = self.control.send(Note::Control(Control::StatusOverwritten));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn grid_from(first: u64, origin: Instant) -> SharedGrid {
-        let grid = SharedGrid::default();
-        grid.set(Grid {
-            first,
-            origin,
-            interval: Duration::from_secs(1),
-        });
-        grid
-    }
-
-    #[test]
-    fn a_gpu_thread_polls_when_its_round_is_due_or_at_once_when_asked() {
-        let (tx, rx) = sync_channel::<Request>(2);
-        // Due in 50 ms: the thread sleeps until then and polls that round.
-        let started = Instant::now();
-        let grid = grid_from(7, started + Duration::from_millis(50));
-        assert_eq!(next_poll(&rx, &grid, 0, plan_after(&grid, 0)), Some(7));
-        assert!(started.elapsed() >= Duration::from_millis(50));
-        // Asked for a round: at once, whatever the timetable says.
-        assert!(tx.try_send(Request::Poll(42)).is_ok());
-        let asked = Instant::now();
-        assert_eq!(next_poll(&rx, &grid, 7, plan_after(&grid, 7)), Some(42));
-        assert!(asked.elapsed() < Duration::from_millis(500));
-    }
-
-    #[test]
-    fn a_new_timetable_is_read_again_and_no_timetable_waits_for_a_request() {
-        let (tx, rx) = sync_channel::<Request>(2);
-        let grid = SharedGrid::default();
-        let waiter = {
-            let grid = grid.clone();
-            std::thread::spawn(move || next_poll(&rx, &grid, 3, plan_after(&grid, 3)))
-        };
-        // No timetable: the thread waits; then one comes, and the notice makes it read it.
-        std::thread::sleep(Duration::from_millis(30));
-        grid.set(Grid {
-            first: 4,
-            origin: Instant::now() + Duration::from_millis(20),
-            interval: Duration::from_secs(1),
-        });
-        assert!(tx.try_send(Request::Timetable).is_ok());
-        assert_eq!(waiter.join().ok().flatten(), Some(4));
-    }
-
-    #[test]
-    fn a_thread_let_go_of_stops_waiting() {
-        let (tx, rx) = sync_channel::<Request>(2);
-        let grid = grid_from(1, Instant::now() + Duration::from_secs(3600));
-        drop(tx);
-        assert_eq!(next_poll(&rx, &grid, 0, plan_after(&grid, 0)), None);
     }
 }
