@@ -10,7 +10,6 @@
 # arm64 cross toolchain (scripts/arm64-env.sh). ARCHES="amd64" builds one architecture.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/arm64-env.sh
 out=${1:-target/release-artifacts}
 version=$(bash scripts/version.sh)
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
@@ -24,8 +23,13 @@ for arch in ${ARCHES:-amd64 arm64}; do
   case $arch in
     # Built as scripts/ci/package.sh and scripts/ci/arm64.sh build them (the same features
     # resolved, so a release after the test command compiles nothing again).
-    amd64) target_args=(); build_args=(--workspace); dir=target/release; triple=x86_64-unknown-linux-gnu ;;
-    arm64) target_args=(--target "$arm64_target"); build_args=(-p gpuwarden -p gpuwarden-sim-nvml -p gpuwarden-sim-cuda)
+    amd64) unset CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER CC_aarch64_unknown_linux_gnu AR_aarch64_unknown_linux_gnu \
+        CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER QEMU_LD_PREFIX
+      target_args=(); build_args=(--workspace); dir=target/release; triple=x86_64-unknown-linux-gnu ;;
+    # The cross toolchain's settings only now: set for the amd64 build they change its build
+    # scripts' fingerprints, and cargo compiles ring and SQLite again.
+    arm64) source scripts/arm64-env.sh
+      target_args=(--target "$arm64_target"); build_args=(-p gpuwarden -p gpuwarden-sim-nvml -p gpuwarden-sim-cuda)
       dir=target/$arm64_target/release; triple=$arm64_target ;;
     *) echo "unknown architecture $arch (amd64, arm64)"; exit 64 ;;
   esac
