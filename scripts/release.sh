@@ -12,7 +12,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-target/release-artifacts}
 version=$(bash scripts/version.sh)
-export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
+# Not exported while cargo builds: build scripts (cc) rerun when it changes, and a release
+# after the test command would compile ring and SQLite again for both architectures.
+source_date_epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
+unset SOURCE_DATE_EPOCH
 rm -rf "$out"
 mkdir -p "$out"
 work=$(mktemp -d)
@@ -26,18 +29,17 @@ for arch in ${ARCHES:-amd64 arm64}; do
     amd64) unset CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER CC_aarch64_unknown_linux_gnu AR_aarch64_unknown_linux_gnu \
         CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER QEMU_LD_PREFIX
       target_args=(); build_args=(--workspace); dir=target/release; triple=x86_64-unknown-linux-gnu ;;
-    # The cross toolchain's settings only now: set for the amd64 build they change its build
-    # scripts' fingerprints, and cargo compiles ring and SQLite again.
+    # The cross toolchain's settings only for the arm64 build.
     arm64) source scripts/arm64-env.sh
       target_args=(--target "$arm64_target"); build_args=(-p gpuwarden -p gpuwarden-sim-nvml -p gpuwarden-sim-cuda)
       dir=target/$arm64_target/release; triple=$arm64_target ;;
     *) echo "unknown architecture $arch (amd64, arm64)"; exit 64 ;;
   esac
   cargo build --release "${target_args[@]}" "${build_args[@]}"
-  cargo deb "${target_args[@]}" --no-build --output "$out/" >/dev/null
+  SOURCE_DATE_EPOCH=$source_date_epoch cargo deb "${target_args[@]}" --no-build --output "$out/" >/dev/null
   deb=$out/gpuwarden_${version}-1_$arch.deb
   [ -f "$deb" ] || deb=$(ls "$out"/gpuwarden_*_"$arch".deb)
-  bash scripts/image.sh "$arch" "$dir/gpuwarden" "$out/gpuwarden-$version-$arch.oci.tar"
+  SOURCE_DATE_EPOCH=$source_date_epoch bash scripts/image.sh "$arch" "$dir/gpuwarden" "$out/gpuwarden-$version-$arch.oci.tar"
 
   # The tarball: exactly the package's files (unpacked from it), and the script that installs
   # them where the package would.
@@ -46,7 +48,7 @@ for arch in ${ARCHES:-amd64 arm64}; do
   dpkg-deb -x "$deb" "$work/$name"
   install -m 0755 deploy/tarball/install.sh "$work/$name/install.sh"
   (cd "$work/$name" && find . -type f ! -name install.sh ! -name MANIFEST | sed 's|^\./||' | LC_ALL=C sort > MANIFEST)
-  tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner \
+  tar --sort=name --mtime="@$source_date_epoch" --owner=0 --group=0 --numeric-owner \
     -C "$work" -czf "$out/$name.tar.gz" "$name"
 
   # cargo-cyclonedx writes one file per workspace member, beside its Cargo.toml: the root's is
