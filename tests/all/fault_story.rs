@@ -68,7 +68,7 @@ fn gpuwarden(line: &str, tmp: &Path) -> Ran {
 /// Runs `line` until `check` holds (what a person sees after a moment), or fails with the
 /// last run.
 fn until(line: &str, tmp: &Path, what: &str, check: impl Fn(&Ran) -> bool) -> Ran {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let ran = gpuwarden(line, tmp);
         if check(&ran) {
@@ -194,8 +194,10 @@ fn the_fault_page_runs_from_injection_to_validated_return_and_a_failed_validatio
     until(&commands[13], tmp.path(), "Xid 48", |r| r.stdout.contains("Xid 48"));
     let ran = gpuwarden(&commands[12], tmp.path());
     assert!(ran.stdout.contains("validating"), "{ran:?}");
+    // The validation's own outcome: a probe that started before this clear (one in flight
+    // when the fault came) is not this validation's, and shows only as a degraded finding.
     let ran = until(&commands[13], tmp.path(), "the failed validation", |r| {
-        r.stdout.contains("probe_failed")
+        r.stdout.starts_with("unhealthy: GPU 0 probe_failed")
     });
     assert_eq!(ran.code, Some(1), "{ran:?}");
     assert!(ran.stdout.starts_with("unhealthy: GPU 0 probe_failed"), "{ran:?}");
