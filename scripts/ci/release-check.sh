@@ -106,7 +106,12 @@ done
   fail "the unit is not active: $(inside journalctl -u gpuwarden --no-pager -n 20)"
 status=$(inside systemctl show -P StatusText gpuwarden.service)
 grep -q '8 GPU(s)' <<<"$status" || fail "STATUS is '$status', not 8 GPUs"
-metrics=$(curl -sf "127.0.0.1:$port/metrics") || fail "nothing on :$port/metrics"
+metrics=""
+for _ in $(seq 100); do
+  metrics=$(curl -sf "127.0.0.1:$port/metrics" 2>/dev/null) && grep -q '^gpu_up' <<<"$metrics" && break
+  sleep 0.1
+done
+[ -n "$metrics" ] || fail "nothing on :$port/metrics"
 up=$(grep -cE '^gpu_up\{.*\} 1(\.0)?$' <<<"$metrics" || true)
 [ "$up" = 8 ] || fail "gpu_up is 1 for $up GPUs, not 8"
 health=$(inside /usr/bin/gpuwarden health) || [ $? = 0 ] || fail "gpuwarden health: $health"
@@ -132,7 +137,13 @@ for _ in $(seq 100); do
 done
 [ "$(inside systemctl is-active gpuwarden.service || true)" = active ] ||
   fail "the package did not start the unit: $(inside journalctl -u gpuwarden --no-pager -n 20)"
-curl -sf "127.0.0.1:$port/metrics" | grep -qE '^gpu_up\{.*\} 1' || fail "the package's daemon serves no GPU on :$port"
+# As a person would look: a moment after it started (dpkg's own steps may still be settling).
+served=""
+for _ in $(seq 100); do
+  curl -sf "127.0.0.1:$port/metrics" 2>/dev/null | grep -qE '^gpu_up\{.*\} 1' && { served=yes; break; }
+  sleep 0.1
+done
+[ -n "$served" ] || fail "the package's daemon serves no GPU on :$port: $(inside journalctl -u gpuwarden --no-pager -n 20)"
 inside /usr/bin/gpuwarden health >/dev/null || fail "gpuwarden health after apt install"
 inside test -d /var/lib/gpuwarden || fail "apt install made no /var/lib/gpuwarden"
 output=$(inside env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q gpuwarden 2>&1) || fail "apt purge: $output"
