@@ -3,6 +3,7 @@
 //! next snapshot is judged by it.
 
 use super::*;
+use crate::model::health::RuleId;
 
 /// The operator's health policy (docs/health.md, "Policy"). Reloadable.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -15,7 +16,7 @@ pub struct Health {
     /// Per rule (by its reason): how long its condition must hold before the finding is
     /// raised, and how long it must be clear before the finding clears.
     #[serde(deserialize_with = "rule_policies")]
-    pub rules: std::collections::BTreeMap<String, RulePolicy>,
+    pub rules: std::collections::BTreeMap<RuleId, RulePolicy>,
     /// A GPU within this many degrees C of its slowdown temperature is degraded
     /// (`temperature_near_slowdown`); unset: no such finding (the alert still warns at 5 C).
     #[serde(deserialize_with = "temperature_margin")]
@@ -156,26 +157,22 @@ pub(super) fn debounce<'de, D: Deserializer<'de>>(d: D) -> Result<Debounce, D::E
 
 /// A rule's name as a key of `health.rules`: one of the rules' reasons.
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct RuleName(String);
+pub(super) struct RuleName(RuleId);
 
 impl<'de> Deserialize<'de> for RuleName {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RuleName, D::Error> {
         let name = String::deserialize(d)?;
-        // The rule table is the one list of names (health::rules sits below config).
-        if crate::health::rules::named(&name).is_some() {
-            Ok(RuleName(name))
-        } else {
-            Err(serde::de::Error::custom(format!(
-                "no health rule {name:?}; the rules are {}",
-                crate::health::rules::names()
-            )))
-        }
+        // `RuleId` is the one list of names; each row of the rule table carries one.
+        RuleId::from_label(&name).map(RuleName).ok_or_else(|| {
+            let names: Vec<&str> = RuleId::ALL.iter().map(|rule| rule.label()).collect();
+            serde::de::Error::custom(format!("no health rule {name:?}; the rules are {}", names.join(", ")))
+        })
     }
 }
 
 pub(super) fn rule_policies<'de, D: Deserializer<'de>>(
     d: D,
-) -> Result<std::collections::BTreeMap<String, RulePolicy>, D::Error> {
+) -> Result<std::collections::BTreeMap<RuleId, RulePolicy>, D::Error> {
     let written = std::collections::BTreeMap::<RuleName, RulePolicy>::deserialize(d)?;
     let mut policies = default_rule_policies();
     policies.extend(written.into_iter().map(|(k, v)| (k.0, v)));
@@ -193,9 +190,9 @@ pub(super) fn rule_policies<'de, D: Deserializer<'de>>(
 pub const NIC_PORT_DOWN_DEBOUNCE: Duration = Duration::from_secs(30);
 
 /// The policies that hold for a rule the operator wrote none for (`health.rules`).
-pub fn default_rule_policies() -> std::collections::BTreeMap<String, RulePolicy> {
+pub fn default_rule_policies() -> std::collections::BTreeMap<RuleId, RulePolicy> {
     [(
-        "nic_port_down".to_string(),
+        RuleId::NicPortDown,
         RulePolicy {
             debounce: Debounce::For(NIC_PORT_DOWN_DEBOUNCE),
             hold: Duration::ZERO,

@@ -309,7 +309,7 @@ impl Config {
             if let Debounce::Polls(n) = rule.debounce {
                 let span = rule.debounce.span(self.poll.interval);
                 if span > DAY {
-                    let at = key_position(text, "health", name);
+                    let at = key_position(text, "health", name.label());
                     return Err(ConfigError {
                         file: file.to_path_buf(),
                         line: at.map(|(line, _)| line),
@@ -389,6 +389,7 @@ pub enum ReadConfigError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::health::RuleId;
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(text, Path::new("test.yaml"))
@@ -410,14 +411,14 @@ mod tests {
     /// does not take that default away.
     #[test]
     fn the_port_down_debounce_is_a_default_the_operator_can_override() {
-        let default = |c: &Config| c.health.rules.get("nic_port_down").map(|p| p.debounce);
+        let default = |c: &Config| c.health.rules.get(&RuleId::NicPortDown).map(|p| p.debounce);
         assert_eq!(
             default(&Config::default()),
             Some(Debounce::For(Duration::from_secs(30)))
         );
         let other = parse("health:\n  rules: {nvlink_down: {debounce: 3}}\n").unwrap();
         assert_eq!(default(&other), Some(Debounce::For(Duration::from_secs(30))));
-        assert_eq!(other.health.rules["nvlink_down"].debounce, Debounce::Polls(3));
+        assert_eq!(other.health.rules[&RuleId::NvlinkDown].debounce, Debounce::Polls(3));
         let at_once = parse("health:\n  rules: {nic_port_down: {debounce: 1}}\n").unwrap();
         assert_eq!(default(&at_once), Some(Debounce::Polls(1)));
     }
@@ -563,15 +564,15 @@ mod tests {
             "health:\n  rules:\n    nvlink_down: {debounce: 3, hold: 5m}\n    thermal_slowdown:\n      debounce: 30s\n",
         )
         .unwrap();
-        let nvlink = &c.health.rules["nvlink_down"];
+        let nvlink = &c.health.rules[&RuleId::NvlinkDown];
         assert_eq!(nvlink.debounce, Debounce::Polls(3));
         assert_eq!(nvlink.hold, Duration::from_secs(300));
         assert_eq!(nvlink.debounce.span(Duration::from_secs(1)), Duration::from_secs(2));
         assert_eq!(
-            c.health.rules["thermal_slowdown"].debounce,
+            c.health.rules[&RuleId::ThermalSlowdown].debounce,
             Debounce::For(Duration::from_secs(30))
         );
-        assert_eq!(c.health.rules["thermal_slowdown"].hold, Duration::ZERO);
+        assert_eq!(c.health.rules[&RuleId::ThermalSlowdown].hold, Duration::ZERO);
         for (text, line, says) in [
             (
                 "health:\n  rules:\n    nvlink_flap: {hold: 1m}\n",

@@ -114,7 +114,7 @@ pub fn answer(before: &DeviceSnapshot, after: Option<&DeviceSnapshot>, polled_af
         .health
         .findings
         .iter()
-        .filter(|f| !still.iter().any(|s| s.reason == f.reason))
+        .filter(|f| !still.iter().any(|s| s.reason == f.reason.label()))
         .map(|f| f.reason.to_string())
         .collect();
     ClearAnswer {

@@ -58,7 +58,11 @@ pub fn findings_of<'a>(snapshot: &'a Snapshot, device: &'a str) -> impl Iterator
 pub fn answer(before: &Snapshot, after: &Snapshot, device: &str, polled_after: bool) -> NicClearAnswer {
     let still: Vec<FindingView> = findings_of(after, device).map(FindingView::from).collect();
     let mut cleared: Vec<String> = findings_of(before, device)
-        .filter(|f| !still.iter().any(|s| s.reason == f.reason && s.subject == f.subject))
+        .filter(|f| {
+            !still
+                .iter()
+                .any(|s| s.reason == f.reason.label() && s.subject == f.subject)
+        })
         .map(|f| f.reason.to_string())
         .collect();
     cleared.dedup();

@@ -10,6 +10,7 @@
 use crate::config::RulePolicy;
 use crate::model::Snapshot;
 use crate::model::health::Finding;
+use crate::model::health::RuleId;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
@@ -31,7 +32,7 @@ const NODE: &str = "node";
 
 /// A track's key: the owner (a GPU's UUID, or [`NODE`]), the rule's reason, and the
 /// finding's subject (a network port, for the node's findings).
-type Key = (String, &'static str, Option<String>);
+type Key = (String, RuleId, Option<String>);
 
 #[derive(Debug, Default)]
 pub struct Debouncer {
@@ -43,7 +44,7 @@ pub struct Debouncer {
 
 /// What one pass over one owner's findings goes by.
 struct Pass<'a> {
-    rules: &'a BTreeMap<String, RulePolicy>,
+    rules: &'a BTreeMap<RuleId, RulePolicy>,
     poll_interval: Duration,
     now: Instant,
 }
@@ -54,7 +55,7 @@ impl Debouncer {
     pub fn apply(
         &mut self,
         snapshot: &mut Snapshot,
-        rules: &BTreeMap<String, RulePolicy>,
+        rules: &BTreeMap<RuleId, RulePolicy>,
         poll_interval: Duration,
         now: Instant,
     ) {
@@ -96,7 +97,7 @@ impl Debouncer {
         let present: std::collections::HashSet<&str> =
             snapshot.devices.iter().map(|d| d.identity.uuid.as_str()).collect();
         self.tracks.retain(|(owner, reason, _), _| {
-            (owner == NODE || present.contains(owner.as_str())) && rules.contains_key(*reason)
+            (owner == NODE || present.contains(owner.as_str())) && rules.contains_key(reason)
         });
         self.clears_seen
             .retain(|key, _| present.contains(key.as_str()) || super::clear_nic::device_of(key).is_some());
@@ -117,9 +118,7 @@ impl Debouncer {
         let slack = pass.poll_interval / 2;
         for (name, policy) in pass.rules {
             // The config takes only the rules' reasons; this gives the one with a 'static life.
-            let Some(reason) = super::rules::named(name).map(|rule| rule.reason) else {
-                continue;
-            };
+            let reason = *name;
             let mut seen_subjects = Vec::new();
             let mut not_yet = Vec::new();
             for (i, finding) in findings.iter().enumerate().filter(|(_, f)| f.reason == reason) {
@@ -188,7 +187,7 @@ mod tests {
     fn snapshot(nvlink_down: bool) -> Snapshot {
         let findings = if nvlink_down {
             vec![Finding {
-                reason: "nvlink_down",
+                reason: RuleId::NvlinkDown,
                 severity: HealthState::Degraded,
                 message: "NVLink 3 down".into(),
                 subject: None,
@@ -212,7 +211,7 @@ mod tests {
 
     /// Runs `pattern` (true: the condition seen) one poll apart; how many times the GPU
     /// went from ok to degraded, and its state at the end.
-    fn raises(rules: &BTreeMap<String, RulePolicy>, pattern: &[bool]) -> (usize, HealthState) {
+    fn raises(rules: &BTreeMap<RuleId, RulePolicy>, pattern: &[bool]) -> (usize, HealthState) {
         let mut debouncer = Debouncer::default();
         let start = Instant::now();
         let mut last = HealthState::Ok;
@@ -229,9 +228,9 @@ mod tests {
         (raised, last)
     }
 
-    fn policy(debounce: Debounce, hold: u64) -> BTreeMap<String, RulePolicy> {
+    fn policy(debounce: Debounce, hold: u64) -> BTreeMap<RuleId, RulePolicy> {
         [(
-            "nvlink_down".to_string(),
+            RuleId::NvlinkDown,
             RulePolicy {
                 debounce,
                 hold: Duration::from_secs(hold),
@@ -339,7 +338,7 @@ mod tests {
         let down = |down: bool| Snapshot {
             node_findings: if down {
                 vec![Finding {
-                    reason: "nic_port_down",
+                    reason: RuleId::NicPortDown,
                     severity: HealthState::Unhealthy,
                     message: "the port is DOWN/Polling".into(),
                     subject: Some("mlx5_5/1".into()),

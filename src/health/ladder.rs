@@ -8,6 +8,7 @@
 //! its findings, its XIDs and what was tried in, the step out.
 
 use super::rules;
+use crate::model::health::RuleId;
 use crate::model::health::{Finding, HealthState, LadderLimits, NextStep, Step};
 use crate::model::remediation::{AttemptOutcome, Remediations};
 use crate::model::xid::{Severity, XidCount};
@@ -90,7 +91,7 @@ fn first_step(
     if !unhealthy.is_empty()
         && unhealthy
             .iter()
-            .all(|f| matches!(f.reason, "validating" | "remediating"))
+            .all(|f| matches!(f.reason, RuleId::Validating | RuleId::Remediating))
     {
         // A GPU being reset, or repaired and waiting for its probe: that is its step already.
         return None;
@@ -203,7 +204,7 @@ mod tests {
 
     fn finding(reason: &'static str, severity: HealthState) -> Finding {
         Finding {
-            reason,
+            reason: crate::model::health::RuleId::from_label(reason).unwrap(),
             severity,
             message: String::new(),
             subject: None,

@@ -11,6 +11,7 @@ use super::starts::EventStartCounter;
 use super::thermal_time::ThermalTimeTracker;
 use crate::config::RulePolicy;
 use crate::model::health::Clears;
+use crate::model::health::RuleId;
 use crate::model::{DeviceSnapshot, Snapshot};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -62,7 +63,7 @@ impl HealthMemory {
     pub fn debounce(
         &mut self,
         snapshot: &mut Snapshot,
-        rules: &BTreeMap<String, RulePolicy>,
+        rules: &BTreeMap<RuleId, RulePolicy>,
         poll_interval: Duration,
         now: Instant,
     ) {

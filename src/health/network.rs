@@ -5,6 +5,7 @@
 //! they treat a GPU's; the message names the GPUs behind the adapter, whose jobs it hurts.
 
 use super::table::{Check, Hit, PortSeen, Rule};
+use crate::model::health::RuleId;
 use crate::model::health::{Finding, HealthState};
 use crate::model::nic::{NicDevice, NicPort, NicScan};
 use crate::model::{DeviceSnapshot, Snapshot};
@@ -115,7 +116,7 @@ fn pcie_narrowed(seen: &PortSeen) -> Option<Hit> {
 /// The rules about one port, in the order they are looked at.
 pub const PORT_RULES: &[Rule] = &[
     Rule {
-        reason: "nic_port_down",
+        reason: RuleId::NicPortDown,
         severity: Unhealthy,
         worse_when: None,
         when: "an InfiniBand or RoCE port is not ACTIVE/LinkUp, or a RoCE port's interface is not up (`nic_port_up`, alert `NicPortDown`), for 30 s without a break (its default debounce; shorter downs are flaps)",
@@ -125,7 +126,7 @@ pub const PORT_RULES: &[Rule] = &[
         check: Check::Port(port_down),
     },
     Rule {
-        reason: "nic_rate_low",
+        reason: RuleId::NicRateLow,
         severity: Degraded,
         worse_when: None,
         when: "an up port runs below `network.expected_rate_gbps` for its link layer (default: the highest rate among the node's ports of that layer)",
@@ -135,7 +136,7 @@ pub const PORT_RULES: &[Rule] = &[
         check: Check::Port(rate_low),
     },
     Rule {
-        reason: "nic_port_flapping",
+        reason: RuleId::NicPortFlapping,
         severity: Degraded,
         worse_when: None,
         when: "a port went down `network.flaps` times (3) within `network.flap_window` (10 min), counted from `link_downed`",
@@ -145,7 +146,7 @@ pub const PORT_RULES: &[Rule] = &[
         check: Check::Port(flapping),
     },
     Rule {
-        reason: "nic_link_errors",
+        reason: RuleId::NicLinkErrors,
         severity: Degraded,
         worse_when: None,
         when: "a port's `link_downed` or `local_link_integrity_errors` grew within the last hour",
@@ -155,7 +156,7 @@ pub const PORT_RULES: &[Rule] = &[
         check: Check::Port(link_errors),
     },
     Rule {
-        reason: "nic_symbol_errors",
+        reason: RuleId::NicSymbolErrors,
         severity: Degraded,
         worse_when: None,
         when: "more than `network.symbol_errors_per_hour` (120) symbol errors on a port within the last hour: a bit error rate above 10^-12",
@@ -165,7 +166,7 @@ pub const PORT_RULES: &[Rule] = &[
         check: Check::Port(symbol_errors),
     },
     Rule {
-        reason: "nic_pcie_narrowed",
+        reason: RuleId::NicPcieNarrowed,
         severity: Degraded,
         worse_when: None,
         when: "an RDMA adapter's own PCIe link trained to fewer lanes than it has (`nic_pcie_link_width_lanes`)",
@@ -178,7 +179,7 @@ pub const PORT_RULES: &[Rule] = &[
 
 /// The node's rule over its ports (its check is [`findings`]'s).
 pub const PORTS_MISSING: Rule = Rule {
-    reason: "nic_ports_missing",
+    reason: RuleId::NicPortsMissing,
     severity: Unhealthy,
     worse_when: None,
     when: "fewer ports ACTIVE/LinkUp than `network.expected_ports` (unset: not checked)",
@@ -338,7 +339,7 @@ mod tests {
     }
 
     fn reasons(found: &[Finding]) -> Vec<(&'static str, Option<&str>)> {
-        found.iter().map(|f| (f.reason, f.subject.as_deref())).collect()
+        found.iter().map(|f| (f.reason.label(), f.subject.as_deref())).collect()
     }
 
     #[test]
@@ -406,7 +407,7 @@ mod tests {
         let flaps = |n: u64| {
             judged(|scan, _| scan.devices[0].ports[0].trend.flaps = Some(n))
                 .iter()
-                .map(|f| f.reason)
+                .map(|f| f.reason.label())
                 .collect::<Vec<_>>()
         };
         assert_eq!(flaps(2), Vec::<&str>::new());

@@ -6,10 +6,11 @@
 use super::table::{Check, Rule};
 use crate::model::Snapshot;
 use crate::model::Vendor;
+use crate::model::health::RuleId;
 use crate::model::health::{Finding, HealthState};
 
 pub const SXID_FATAL: Rule = Rule {
-    reason: "nvswitch_sxid_fatal",
+    reason: RuleId::NvswitchSxidFatal,
     severity: HealthState::Unhealthy,
     worse_when: None,
     when: "the kernel log has a fatal NVSwitch error (`nvidia-nvswitchN: SXid (...): CODE, Fatal, ...`, `gpu_nvswitch_sxid_errors_total{severity=\"fatal\"}`, alert `NvswitchSxidFatal`); one finding per switch, for the rest of the daemon's run",
@@ -20,7 +21,7 @@ pub const SXID_FATAL: Rule = Rule {
 };
 
 pub const FABRIC_MANAGER_DOWN: Rule = Rule {
-    reason: "fabric_manager_down",
+    reason: RuleId::FabricManagerDown,
     severity: HealthState::Degraded,
     worse_when: Some("a GPU has not joined the fabric"),
     when: "on a node whose GPUs report an NVLink fabric and whose PCI bus shows the NVSwitches (an HGX board's host; a VM given some of its GPUs is served by the host's), nvidia-fabricmanager is not running (its pid file, `fabric_manager.pid_file`, must name a process of root's whose name and executable are `fabric_manager.process`; `gpu_fabric_manager_up`, alert `GpuFabricManagerDown`)",
@@ -135,8 +136,8 @@ mod tests {
 
     #[test]
     fn a_stopped_fabric_manager_is_degraded_and_unhealthy_while_a_gpu_waits_for_it() {
-        use crate::model::links::{Fabric, FabricManager};
-        let gpu = |i: u32, state: &'static str| {
+        use crate::model::links::{Fabric, FabricManager, FabricState};
+        let gpu = |i: u32, state: FabricState| {
             let readings = crate::model::DeviceReadings {
                 fabric: Some(Fabric {
                     state,
@@ -148,7 +149,7 @@ mod tests {
             crate::model::DeviceSnapshot::for_test(i, Vendor::Nvidia, &format!("0000:1{i}:00.0"), readings)
         };
         let mut snapshot = Snapshot {
-            devices: vec![gpu(0, "completed"), gpu(1, "completed")],
+            devices: vec![gpu(0, FabricState::Completed), gpu(1, FabricState::Completed)],
             ..Default::default()
         };
         assert!(fabric_manager_down(&snapshot).is_none(), "not checked");
@@ -169,7 +170,7 @@ mod tests {
             f.message
                 .starts_with("nvidia-fabricmanager is not running (no pid file at /run/x.pid)")
         );
-        snapshot.devices[1] = gpu(1, "in_progress");
+        snapshot.devices[1] = gpu(1, FabricState::InProgress);
         let f = fabric_manager_down(&snapshot).unwrap();
         assert_eq!(f.severity, HealthState::Unhealthy);
         assert!(f.message.contains("GPU(s) 1 have not joined"), "{}", f.message);

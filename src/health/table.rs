@@ -2,6 +2,7 @@
 //! (network.rs): a row (reason, severity, the condition and the action in words, the check)
 //! and what each kind of check looks at. docs/health.md's tables are made of these rows.
 
+use crate::model::health::RuleId;
 use crate::model::health::{BoardSwap, Finding, HealthState, Limits, NetworkLimits, Validation};
 use crate::model::nic::{NicDevice, NicPort};
 use crate::model::probe::ProbeReport;
@@ -80,7 +81,7 @@ pub enum Check {
 /// One health rule.
 pub struct Rule {
     /// The `reason` label of `gpu_health_reason`, stable.
-    pub reason: &'static str,
+    pub reason: RuleId,
     pub severity: HealthState,
     /// When a finding is more severe than the row's (docs: "degraded, unhealthy when ...").
     pub worse_when: Option<&'static str>,

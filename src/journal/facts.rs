@@ -405,7 +405,11 @@ pub fn first_readings(f: &GpuFacts, now: f64, when: &str) -> Vec<Event> {
         ));
     }
     // Only one that asks for something: "none" at every start would be noise.
-    if let Some(action) = f.recovery_action.as_deref().filter(|a| *a != "none") {
+    if let Some(action) = f
+        .recovery_action
+        .as_deref()
+        .filter(|a| *a != crate::model::RecoveryAction::None.label())
+    {
         out.push(event(
             Kind::RecoveryAction,
             format!("the driver's recovery action {when}: {action}"),

@@ -6,6 +6,7 @@
 
 use super::event::{Event, GpuRef, Kind};
 use crate::model::Snapshot;
+use crate::model::health::RuleId;
 use crate::model::nic::{NicDevice, NicScan};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,7 +23,7 @@ pub struct NicRows {
     /// By adapter: (firmware, board) as last written.
     adapters: BTreeMap<String, (Option<String>, Option<String>)>,
     /// By port (`mlx5_0/1`): the reasons of its findings as last written.
-    findings: BTreeMap<String, BTreeSet<&'static str>>,
+    findings: BTreeMap<String, BTreeSet<RuleId>>,
 }
 
 impl NicRows {
@@ -39,8 +40,8 @@ impl NicRows {
             }
             self.last_scan = Some(snapshot.nics.clone());
         }
-        let mut now_found: BTreeMap<String, BTreeSet<&'static str>> = BTreeMap::new();
-        for f in snapshot.node_findings.iter().filter(|f| f.reason.starts_with("nic_")) {
+        let mut now_found: BTreeMap<String, BTreeSet<RuleId>> = BTreeMap::new();
+        for f in snapshot.node_findings.iter().filter(|f| f.reason.is_network()) {
             if let Some(subject) = &f.subject {
                 now_found.entry(subject.clone()).or_default().insert(f.reason);
             }
@@ -115,8 +116,8 @@ fn adapter_row(device: &NicDevice, before: Option<&(Option<String>, Option<Strin
 fn finding_row(
     snapshot: &Snapshot,
     subject: &str,
-    before: &BTreeSet<&'static str>,
-    after: &BTreeSet<&'static str>,
+    before: &BTreeSet<RuleId>,
+    after: &BTreeSet<RuleId>,
     now: f64,
 ) -> Event {
     let (device_name, port_number) = subject.split_once('/').unwrap_or((subject, ""));
@@ -124,8 +125,8 @@ fn finding_row(
         .nics
         .ports()
         .find(|(d, p)| d.name == device_name && p.port.to_string() == port_number);
-    let raised: Vec<&str> = after.difference(before).copied().collect();
-    let cleared: Vec<&str> = before.difference(after).copied().collect();
+    let raised: Vec<RuleId> = after.difference(before).copied().collect();
+    let cleared: Vec<&str> = before.difference(after).map(|r| r.label()).collect();
     let findings: Vec<serde_json::Value> = snapshot
         .node_findings
         .iter()
@@ -209,7 +210,7 @@ mod tests {
             nics: Arc::new(scan),
             node_findings: if down {
                 vec![Finding {
-                    reason: "nic_port_down",
+                    reason: RuleId::NicPortDown,
                     severity: HealthState::Unhealthy,
                     message: "mlx5_0 port 1: the port is DOWN/?".into(),
                     subject: Some("mlx5_0/1".into()),

@@ -36,6 +36,14 @@ pub struct Row {
     pub details: serde_json::Value,
 }
 
+impl Row {
+    /// Whether the row is of `kind` (a row a newer daemon wrote may be of a kind this one
+    /// does not know, so the column stays the word it read).
+    pub fn is(&self, kind: Kind) -> bool {
+        self.kind == kind.name()
+    }
+}
+
 /// Which GPU: its index as the journal last knew it, or its UUID.
 #[derive(Debug, Clone, PartialEq)]
 pub enum GpuSelector {

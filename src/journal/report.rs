@@ -144,7 +144,7 @@ fn worst_first(findings: &[FindingFact]) -> Vec<FindingFact> {
 fn guidance(gpu: &GpuFacts, xids: &[Row], probes: &[Row]) -> Vec<Guidance> {
     let mut out = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
-    for row in xids.iter().filter(|r| r.kind == "xid") {
+    for row in xids.iter().filter(|r| r.is(crate::journal::event::Kind::Xid)) {
         let Some(code) = row.details.get("xid").and_then(|x| x.as_u64()) else {
             continue;
         };

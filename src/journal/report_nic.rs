@@ -6,6 +6,7 @@
 
 use super::nic_rows;
 use super::read::{self, Query, Row};
+use crate::model::health::RuleId;
 use rusqlite::Connection;
 use serde::Serialize;
 
@@ -53,7 +54,7 @@ pub fn build(conn: &Connection, device: &str, now: f64) -> rusqlite::Result<Opti
     let guidance = seen
         .into_iter()
         .filter_map(|reason| {
-            let rule = crate::health::rules::named(&reason)?;
+            let rule = crate::health::rules::named(RuleId::from_label(&reason)?)?;
             Some((reason, format!("{} (docs/health.md, \"Network ports\")", rule.action)))
         })
         .collect();

@@ -35,7 +35,7 @@ pub struct ProbeRow {
 pub fn history(rows: &[Row], baseline_probes: usize) -> Vec<ProbeRow> {
     let mut reports: Vec<ProbeReport> = rows
         .iter()
-        .filter(|r| r.kind == "probe")
+        .filter(|r| r.is(crate::journal::event::Kind::Probe))
         .filter_map(|r| serde_json::from_value(r.details.clone()).ok())
         .collect();
     reports.sort_by(|a, b| a.started.total_cmp(&b.started));

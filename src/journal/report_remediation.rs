@@ -18,7 +18,7 @@ pub struct Step {
 /// The steps among `rows` (the GPU's `remediation` rows), oldest first.
 pub fn steps(rows: &[Row]) -> Vec<Step> {
     rows.iter()
-        .filter(|r| r.kind == "remediation")
+        .filter(|r| r.is(crate::journal::event::Kind::Remediation))
         .filter(|r| r.details.get("attempt").is_some() || r.details.get("reboot_required").is_some())
         .map(|r| Step {
             at: r.at,
@@ -36,7 +36,8 @@ pub fn steps(rows: &[Row]) -> Vec<Step> {
 
 /// Whether `row` belongs in the section (not in "Other").
 pub fn is_step(row: &Row) -> bool {
-    row.kind == "remediation" && (row.details.get("attempt").is_some() || row.details.get("reboot_required").is_some())
+    row.is(crate::journal::event::Kind::Remediation)
+        && (row.details.get("attempt").is_some() || row.details.get("reboot_required").is_some())
 }
 
 /// The section as Markdown: a line per step, its output in a code block.

@@ -18,6 +18,7 @@
 //! dcgm-exporter serves them.
 
 use super::{Family, Kind, Read, Samples};
+use crate::model::health::RuleId;
 use crate::model::{DeviceReadings, DeviceSnapshot, Snapshot, Vendor};
 
 /// dcgm-exporter's labels, in order.
@@ -335,7 +336,7 @@ fn clock_event_starts(snapshot: &Snapshot, s: &mut Samples, recent: bool) {
 const HEALTH_WATCHES: [&str; 6] = ["PCIE", "NVLINK", "MEM", "THERMAL", "POWER", "DRIVER"];
 
 /// The DCGM watch and failure code of a finding's rule.
-fn dcgm_watch(reason: &str) -> Option<(&'static str, &'static str)> {
+fn dcgm_watch(reason: RuleId) -> Option<(&'static str, &'static str)> {
     crate::health::rules::named(reason)?.dcgm
 }
 
@@ -407,11 +408,11 @@ mod tests {
             ];
             match rule.dcgm {
                 Some((watch, code)) => {
-                    assert!(!none.contains(&rule.reason), "{}", rule.reason);
+                    assert!(!none.contains(&rule.reason.label()), "{}", rule.reason);
                     assert!(super::HEALTH_WATCHES.contains(&watch), "{}: {watch}", rule.reason);
                     assert!(code.starts_with("DCGM_FR_"), "{}: {code}", rule.reason);
                 }
-                None => assert!(none.contains(&rule.reason), "{} has no DCGM watch", rule.reason),
+                None => assert!(none.contains(&rule.reason.label()), "{} has no DCGM watch", rule.reason),
             }
         }
     }

@@ -66,7 +66,7 @@ pub const FAMILIES: &[Family] = &[
         dcgm: &[],
         read: Read::Device(|_, d, s| {
             for finding in &d.health.findings {
-                s.labelled(&[finding.reason], 1.0);
+                s.labelled(&[finding.reason.label()], 1.0);
             }
         }),
     },

@@ -4,7 +4,7 @@
 
 use super::{Family, Kind, Read, Samples};
 use crate::model::DeviceSnapshot;
-use crate::model::links::{FABRIC_STATES, NvLink};
+use crate::model::links::{FabricState, NvLink};
 
 /// The links of a GPU whose last poll answered.
 fn links_of(d: &DeviceSnapshot) -> impl Iterator<Item = &NvLink> {
@@ -91,8 +91,8 @@ pub const FAMILIES: &[Family] = &[
         dcgm: &[],
         read: Read::Readings(|r, s| {
             if let Some(fabric) = &r.fabric {
-                for state in FABRIC_STATES {
-                    s.labelled(&[state], super::one_if(fabric.state == state));
+                for &state in FabricState::ALL {
+                    s.labelled(&[state.label()], super::one_if(fabric.state == state));
                 }
             }
         }),
@@ -118,7 +118,7 @@ pub const FAMILIES: &[Family] = &[
         labels: &[],
         dcgm: &[],
         read: Read::Readings(|r, s| {
-            let done = r.fabric.as_ref().filter(|f| f.state == "completed");
+            let done = r.fabric.as_ref().filter(|f| f.state == FabricState::Completed);
             s.flag(done.map(|f| f.error.is_none()))
         }),
     },

@@ -239,7 +239,11 @@ pub const FAMILIES: &[Family] = &[
         read: Read::Node(|snapshot, s| {
             for f in &snapshot.node_findings {
                 s.labelled(
-                    &[f.reason, f.subject.as_deref().unwrap_or(""), f.severity.finding_label()],
+                    &[
+                        f.reason.label(),
+                        f.subject.as_deref().unwrap_or(""),
+                        f.severity.finding_label(),
+                    ],
                     1.0,
                 );
             }

@@ -36,7 +36,7 @@ impl HealthState {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Finding {
     /// Stable machine name, used as the `reason` label of `gpu_health_reason`.
-    pub reason: &'static str,
+    pub reason: RuleId,
     pub severity: HealthState,
     /// What was seen and what to do, for a person.
     pub message: String,
@@ -45,10 +45,6 @@ pub struct Finding {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
 }
-
-/// The `gpu_missing` node finding's reason: named here, where the node's counts read it,
-/// and used by its rule (health::rules::GPU_MISSING).
-pub const GPU_MISSING_REASON: &str = "gpu_missing";
 
 /// One GPU's verdict and its findings, as computed for the snapshot that carries it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -421,4 +417,66 @@ pub struct NetworkLimits {
     pub symbol_errors_per_hour: u64,
     /// Devices not judged.
     pub ignore: Vec<String>,
+}
+
+crate::model::label::label_enum! {
+    /// Every health rule by its reason (the `reason` label of `gpu_health_reason`), in the rule
+    /// table's order: the one list of rule names, which the config's `health.rules` keys are
+    /// checked against and each row of `health::rules` is named by (a test holds the two equal).
+    pub enum RuleId {
+        XidFatal => "xid_fatal",
+        XidCritical => "xid_critical",
+        RecoveryAction => "recovery_action",
+        Validating => "validating",
+        Remediating => "remediating",
+        GpuLost => "gpu_lost",
+        NotResponding => "not_responding",
+        ThermalSlowdown => "thermal_slowdown",
+        ThermalSlowdownTime => "thermal_slowdown_time",
+        TemperatureNearSlowdown => "temperature_near_slowdown",
+        HwSlowdown => "hw_slowdown",
+        PcieWidthDegraded => "pcie_width_degraded",
+        PcieReplayRate => "pcie_replay_rate",
+        PersistenceOff => "persistence_off",
+        VgpuUnlicensed => "vgpu_unlicensed",
+        EccUncorrectable => "ecc_uncorrectable",
+        EccCorrectedRate => "ecc_corrected_rate",
+        RowRemapPending => "row_remap_pending",
+        RowRemapFailed => "row_remap_failed",
+        NvlinkDown => "nvlink_down",
+        NvlinkErrorRate => "nvlink_error_rate",
+        FabricNotReady => "fabric_not_ready",
+        ProbeFailed => "probe_failed",
+        ProbeRegressed => "probe_regressed",
+        BoardReplaced => "board_replaced",
+        GpuMissing => "gpu_missing",
+        NvswitchSxidFatal => "nvswitch_sxid_fatal",
+        FabricManagerDown => "fabric_manager_down",
+        RebootRequired => "reboot_required",
+        NicPortDown => "nic_port_down",
+        NicRateLow => "nic_rate_low",
+        NicPortFlapping => "nic_port_flapping",
+        NicLinkErrors => "nic_link_errors",
+        NicSymbolErrors => "nic_symbol_errors",
+        NicPcieNarrowed => "nic_pcie_narrowed",
+        NicPortsMissing => "nic_ports_missing",
+    }
+}
+
+impl RuleId {
+    /// Whether the rule is about the node's network ports (its findings' subject is a port,
+    /// or the node for the ports that are missing).
+    pub fn is_network(self) -> bool {
+        use RuleId::*;
+        matches!(
+            self,
+            NicPortDown
+                | NicRateLow
+                | NicPortFlapping
+                | NicLinkErrors
+                | NicSymbolErrors
+                | NicPcieNarrowed
+                | NicPortsMissing
+        )
+    }
 }

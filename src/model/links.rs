@@ -59,14 +59,20 @@ impl NvLink {
     }
 }
 
-/// The fabric states NVML reports, in its order.
-pub const FABRIC_STATES: [&str; 3] = ["not_started", "in_progress", "completed"];
+crate::model::label::label_enum! {
+    /// The fabric states NVML reports, in its order (the `state` label of
+    /// `gpu_nvlink_fabric_state`).
+    pub enum FabricState {
+        NotStarted => "not_started",
+        InProgress => "in_progress",
+        Completed => "completed",
+    }
+}
 
 /// Where the GPU stands with the NVLink fabric (NVSwitch systems; absent elsewhere).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Fabric {
-    /// One of [`FABRIC_STATES`].
-    pub state: &'static str,
+    pub state: FabricState,
     /// The fabric manager's verdict once registration is done: `None` for success, the NVML
     /// error in words otherwise.
     pub error: Option<String>,
@@ -77,7 +83,7 @@ impl Fabric {
     /// True when the GPU has not (yet, or at all) joined the fabric: its NVLinks to the
     /// other GPUs carry nothing, and NCCL falls back to PCIe or fails.
     pub fn degraded(&self) -> bool {
-        self.state != "completed" || self.error.is_some()
+        self.state != FabricState::Completed || self.error.is_some()
     }
 }
 

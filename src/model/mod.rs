@@ -726,7 +726,7 @@ impl Snapshot {
         // Ports with findings: a port's findings come one after another.
         let mut ports = 0;
         let mut last_port = None;
-        for finding in self.node_findings.iter().filter(|f| f.reason.starts_with("nic_")) {
+        for finding in self.node_findings.iter().filter(|f| f.reason.is_network()) {
             let port = finding.subject.as_deref().unwrap_or("node");
             if last_port != Some(port) {
                 ports += 1;
@@ -740,7 +740,7 @@ impl Snapshot {
             missing: self
                 .node_findings
                 .iter()
-                .filter(|f| f.reason == health::GPU_MISSING_REASON)
+                .filter(|f| f.reason == health::RuleId::GpuMissing)
                 .count(),
             ports_with_findings: ports,
         }
@@ -792,7 +792,7 @@ mod tests {
 
     fn node_finding(reason: &'static str, subject: Option<&str>) -> Finding {
         Finding {
-            reason,
+            reason: crate::model::health::RuleId::from_label(reason).unwrap(),
             severity: HealthState::Degraded,
             message: String::new(),
             subject: subject.map(str::to_string),

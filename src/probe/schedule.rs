@@ -323,7 +323,7 @@ fn record(state: &ProbeState, uuid: &str, index: u32, outcome: Outcome) {
                 Some(false) => "fail",
                 None => "no_verdict",
             };
-            if result == "fail" {
+            if report.passed() == Some(false) {
                 let failed: Vec<&str> = report
                     .tests
                     .iter()

@@ -603,6 +603,7 @@ pub fn nvidia_files_open(fd_dir: &Path) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::health::RuleId;
 
     #[test]
     fn open_nvidia_device_files_are_found_by_their_links() {
@@ -630,7 +631,7 @@ mod tests {
         follow_verdict(&store, since.clone());
         let snapshot = |severity: HealthState| Snapshot {
             node_findings: vec![Finding {
-                reason: "reboot_required",
+                reason: RuleId::RebootRequired,
                 severity,
                 message: String::new(),
                 subject: None,

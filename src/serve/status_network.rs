@@ -32,7 +32,13 @@ pub fn section(out: &mut String, snapshot: &Snapshot) {
         } else {
             findings
                 .iter()
-                .map(|f| format!("<span title=\"{}\">{}</span>", escape(&f.message), escape(f.reason)))
+                .map(|f| {
+                    format!(
+                        "<span title=\"{}\">{}</span>",
+                        escape(&f.message),
+                        escape(f.reason.label())
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         };

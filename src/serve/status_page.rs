@@ -235,7 +235,7 @@ fn summary(out: &mut String, snapshot: &Snapshot, timeline: Option<&Timeline>) {
         let _ = write!(
             out,
             "<br>node <b>{}</b> ({}): {}",
-            escape(f.reason),
+            escape(f.reason.label()),
             f.severity.label(),
             escape(&f.message)
         );
@@ -244,7 +244,7 @@ fn summary(out: &mut String, snapshot: &Snapshot, timeline: Option<&Timeline>) {
         let last_change = rows
             .values()
             .flatten()
-            .filter(|r| r.kind == "health")
+            .filter(|r| r.is(crate::journal::event::Kind::Health))
             .map(|r| r.at)
             .fold(f64::NAN, f64::max);
         if last_change.is_finite() {
@@ -282,7 +282,7 @@ fn worst_finding<'a>(out: &mut String, snapshot: &'a Snapshot) -> Option<&'a cra
         out,
         "<br>worst: <b>{} {}</b>: {}{next}",
         gpu.map_or("node".to_string(), |d| format!("GPU {}", d.identity.index)),
-        escape(finding.reason),
+        escape(finding.reason.label()),
         escape(&finding.message),
     );
     gpu.is_none().then_some(finding)

@@ -3,7 +3,7 @@
 //! GPUs that are not part of a fabric answer "not supported" and get no series.
 
 use super::calls::CallErrors;
-use crate::model::links::{FABRIC_STATES, Fabric};
+use crate::model::links::{Fabric, FabricState};
 use nvml_wrapper::Device;
 use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
 use nvml_wrapper_sys::bindings::*;
@@ -11,14 +11,14 @@ use nvml_wrapper_sys::bindings::*;
 pub fn read(device: &Device<'static>, calls: &mut CallErrors) -> Option<Fabric> {
     let info = calls.read("nvmlDeviceGetGpuFabricInfoV", || fabric_info(device))?;
     let state = match info.state as u32 {
-        NVML_GPU_FABRIC_STATE_NOT_STARTED => FABRIC_STATES[0],
-        NVML_GPU_FABRIC_STATE_IN_PROGRESS => FABRIC_STATES[1],
-        NVML_GPU_FABRIC_STATE_COMPLETED => FABRIC_STATES[2],
+        NVML_GPU_FABRIC_STATE_NOT_STARTED => FabricState::NotStarted,
+        NVML_GPU_FABRIC_STATE_IN_PROGRESS => FabricState::InProgress,
+        NVML_GPU_FABRIC_STATE_COMPLETED => FabricState::Completed,
         // NOT_SUPPORTED: this GPU is not on an NVLink fabric.
         _ => return None,
     };
     // The status is only meaningful once registration finished.
-    let error = (state == "completed")
+    let error = (state == FabricState::Completed)
         .then(|| nvml_try(info.status).err().map(|e| e.to_string()))
         .flatten();
     Some(Fabric {

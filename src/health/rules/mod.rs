@@ -8,6 +8,7 @@
 //! The next step (operator policy) makes severities and thresholds configurable from here.
 
 use crate::model::clock_events::{ClockReason, HW_POWER_REASONS, THERMAL_REASONS};
+use crate::model::health::RuleId;
 use crate::model::health::{BOARD_SWAP_NOTICE, ErrorCounter, HealthState};
 use crate::model::xid::{Severity, XidCount};
 use crate::model::{DeviceReadings, EccScope, EccType, Threshold};
@@ -74,7 +75,7 @@ use HealthState::{Degraded, Ok as Notice, Unhealthy};
 
 /// The rule named `reason`: how the config's `health.rules` keys and the debouncer find
 /// their rule (the table is the one list of names).
-pub fn named(reason: &str) -> Option<&'static Rule> {
+pub fn named(reason: RuleId) -> Option<&'static Rule> {
     all().find(|rule| rule.reason == reason)
 }
 
@@ -94,13 +95,13 @@ fn all() -> impl Iterator<Item = &'static Rule> {
 
 /// Every rule's name, in the table's order, for an error that lists them.
 pub fn names() -> String {
-    all().map(|rule| rule.reason).collect::<Vec<_>>().join(", ")
+    all().map(|rule| rule.reason.label()).collect::<Vec<_>>().join(", ")
 }
 
 /// Every rule about one GPU, in the order they are looked at.
 pub const RULES: &[Rule] = &[
     Rule {
-        reason: "xid_fatal",
+        reason: RuleId::XidFatal,
         severity: Unhealthy,
         worse_when: None,
         when: "a fatal XID (see below) was seen on the GPU since boot",
@@ -110,7 +111,7 @@ pub const RULES: &[Rule] = &[
         check: Check::Device(xid_fatal),
     },
     Rule {
-        reason: "xid_critical",
+        reason: RuleId::XidCritical,
         severity: Degraded,
         worse_when: None,
         when: "a critical XID was seen within `xid.critical_hold` (1h)",
@@ -120,7 +121,7 @@ pub const RULES: &[Rule] = &[
         check: Check::Device(xid_critical),
     },
     Rule {
-        reason: "recovery_action",
+        reason: RuleId::RecoveryAction,
         severity: Degraded,
         worse_when: Some("the driver asks for a node reboot"),
         when: "the driver says the GPU needs a recovery action: a GPU reset, a drain and reset, or a drain of peer-to-peer jobs (`gpu_recovery_action`; read every `poll.slow_interval`)",
@@ -132,7 +133,7 @@ pub const RULES: &[Rule] = &[
     },
     VALIDATING,
     Rule {
-        reason: "remediating",
+        reason: RuleId::Remediating,
         severity: Degraded,
         worse_when: Some("it is the GPU being reset"),
         when: "automatic remediation (`remediation.mode: auto`) is resetting the GPU, from the decision until its validation starts; or, for the node's other NVIDIA GPUs, NVML is let go of for that reset and they are not polled meanwhile",
@@ -143,7 +144,7 @@ pub const RULES: &[Rule] = &[
     },
     GPU_LOST,
     Rule {
-        reason: "not_responding",
+        reason: RuleId::NotResponding,
         severity: Degraded,
         worse_when: None,
         when: "the last poll did not finish within `poll.timeout` (a hung driver call)",
@@ -153,7 +154,7 @@ pub const RULES: &[Rule] = &[
         check: Check::Device(not_responding),
     },
     Rule {
-        reason: "thermal_slowdown",
+        reason: RuleId::ThermalSlowdown,
         severity: Degraded,
         worse_when: None,
         when: "`sw_thermal_slowdown` or `hw_thermal_slowdown` is active",
@@ -163,7 +164,7 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(thermal_slowdown),
     },
     Rule {
-        reason: "thermal_slowdown_time",
+        reason: RuleId::ThermalSlowdownTime,
         severity: Degraded,
         worse_when: None,
         when: "the clocks were slowed for temperature (`sw_thermal_slowdown` or `hw_thermal_slowdown`, by the driver's time counters) for a tenth or more of the last hour, counted over 10 minutes at least",
@@ -173,7 +174,7 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(thermal_slowdown_time),
     },
     Rule {
-        reason: "temperature_near_slowdown",
+        reason: RuleId::TemperatureNearSlowdown,
         severity: Degraded,
         worse_when: None,
         when: "the die is within `health.temperature_margin_c` of its slowdown temperature (off unless set)",
@@ -183,7 +184,7 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(temperature_near_slowdown),
     },
     Rule {
-        reason: "hw_slowdown",
+        reason: RuleId::HwSlowdown,
         severity: Degraded,
         worse_when: None,
         when: "the hardware pulled the clocks down for power (`hw_slowdown` or `hw_power_brake_slowdown`): active now, or its driver counter grew, within the last 10 minutes (so one between scrapes, or frequent short ones, are seen)",
@@ -193,7 +194,7 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(hw_slowdown),
     },
     Rule {
-        reason: "pcie_width_degraded",
+        reason: RuleId::PcieWidthDegraded,
         severity: Degraded,
         worse_when: None,
         when: "current PCIe width below the max",
@@ -203,7 +204,7 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(pcie_width_degraded),
     },
     Rule {
-        reason: "pcie_replay_rate",
+        reason: RuleId::PcieReplayRate,
         severity: Degraded,
         worse_when: None,
         when: "more PCIe replays within the last hour than `health.error_rates.pcie_replay` (off unless set)",
@@ -213,7 +214,7 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(pcie_replay_rate),
     },
     Rule {
-        reason: "persistence_off",
+        reason: RuleId::PersistenceOff,
         severity: Degraded,
         worse_when: None,
         when: "persistence mode is off (and gpuwarden could not, or was told not to, turn it on)",
@@ -223,7 +224,7 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(persistence_off),
     },
     Rule {
-        reason: "vgpu_unlicensed",
+        reason: RuleId::VgpuUnlicensed,
         severity: Degraded,
         worse_when: None,
         when: "in a vGPU guest, the vGPU holds no licence (`gpu_vgpu_licensed` 0; read every `poll.slow_interval`)",
@@ -233,7 +234,7 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(vgpu_unlicensed),
     },
     Rule {
-        reason: "ecc_uncorrectable",
+        reason: RuleId::EccUncorrectable,
         severity: Degraded,
         worse_when: None,
         when: "volatile uncorrectable ECC errors above 0",
@@ -243,7 +244,7 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(ecc_uncorrectable),
     },
     Rule {
-        reason: "ecc_corrected_rate",
+        reason: RuleId::EccCorrectedRate,
         severity: Degraded,
         worse_when: None,
         when: "more corrected ECC errors within the last hour than `health.error_rates.ecc_corrected` (off unless set)",
@@ -254,7 +255,7 @@ pub const RULES: &[Rule] = &[
     },
     ROW_REMAP_PENDING,
     Rule {
-        reason: "row_remap_failed",
+        reason: RuleId::RowRemapFailed,
         severity: Unhealthy,
         worse_when: None,
         when: "a memory row remap failed: no spare rows left",
@@ -264,7 +265,7 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(row_remap_failed),
     },
     Rule {
-        reason: "nvlink_down",
+        reason: RuleId::NvlinkDown,
         severity: Degraded,
         worse_when: None,
         when: "an NVLink of the GPU is down (`gpu_nvlink_up` 0; read every `poll.topology_interval`, 2 min)",
@@ -274,7 +275,7 @@ pub const RULES: &[Rule] = &[
         check: Check::Readings(nvlink_down),
     },
     Rule {
-        reason: "nvlink_error_rate",
+        reason: RuleId::NvlinkErrorRate,
         severity: Degraded,
         worse_when: None,
         when: "more NVLink errors (CRC, replay, recovery, summed over the links) within the last hour than `health.error_rates.nvlink` (off unless set)",
@@ -285,7 +286,7 @@ pub const RULES: &[Rule] = &[
     },
     FABRIC_NOT_READY,
     Rule {
-        reason: "probe_failed",
+        reason: RuleId::ProbeFailed,
         severity: Degraded,
         worse_when: Some("it was the probe of a validation (\"Return to service\")"),
         when: "the last scheduled probe fell short of the model's expected throughput, or the GPU failed a test with a CUDA error ([probe.md](probe.md)); until a later probe passes. A failed validation probe (or one that hung past `probe.timeout`) stays until the next clear",
@@ -295,7 +296,7 @@ pub const RULES: &[Rule] = &[
         check: Check::Device(probe_failed),
     },
     Rule {
-        reason: "probe_regressed",
+        reason: RuleId::ProbeRegressed,
         severity: Degraded,
         worse_when: None,
         when: "the latest probe's sustained figure of a test is more than `probe.regression_pct` (7%) below the GPU's own baseline (the median of its last `probe.baseline_probes` (10) probes, at least 3, kept in the journal) or below the median of the node's other GPUs of its model ([probe.md](probe.md), \"Baselines\")",
@@ -305,7 +306,7 @@ pub const RULES: &[Rule] = &[
         check: Check::Device(probe_regressed),
     },
     Rule {
-        reason: "board_replaced",
+        reason: RuleId::BoardReplaced,
         severity: Notice,
         worse_when: None,
         when: "the journal found a different GPU (another UUID) in a slot where it knew another, within the last day; a notice: the verdict stays what the other rules make it",
@@ -319,7 +320,7 @@ pub const RULES: &[Rule] = &[
 /// Rules the remediation ladder and the verdict name in code (compared as rules, never by a
 /// name written again): each is in `RULES` at its place.
 pub const VALIDATING: Rule = Rule {
-    reason: "validating",
+    reason: RuleId::Validating,
     severity: Unhealthy,
     worse_when: None,
     when: "an operator cleared the GPU of an unhealthy finding, automatic remediation reset it, or the journal found a new board in its slot, and no probe has passed since (`health.validate_after_clear`, on by default; \"Return to service\" below)",
@@ -330,7 +331,7 @@ pub const VALIDATING: Rule = Rule {
 };
 
 pub const GPU_LOST: Rule = Rule {
-    reason: "gpu_lost",
+    reason: RuleId::GpuLost,
     severity: Unhealthy,
     worse_when: None,
     when: "the driver answers \"GPU is lost\" (fallen off the bus)",
@@ -341,7 +342,7 @@ pub const GPU_LOST: Rule = Rule {
 };
 
 pub const ROW_REMAP_PENDING: Rule = Rule {
-    reason: "row_remap_pending",
+    reason: RuleId::RowRemapPending,
     severity: Degraded,
     worse_when: None,
     when: "a row remap waits for a GPU reset",
@@ -352,7 +353,7 @@ pub const ROW_REMAP_PENDING: Rule = Rule {
 };
 
 pub const FABRIC_NOT_READY: Rule = Rule {
-    reason: "fabric_not_ready",
+    reason: RuleId::FabricNotReady,
     severity: Unhealthy,
     worse_when: None,
     when: "on an NVSwitch system, the GPU has not completed NVLink fabric registration, or completed it with an error (`gpu_fabric_state`, `gpu_fabric_registration_ok`); the message says whether nvidia-fabricmanager runs",
@@ -365,7 +366,7 @@ pub const FABRIC_NOT_READY: Rule = Rule {
 /// The node's rule: a GPU on the PCI bus that no backend shows (its check is
 /// `health::evaluate`'s, over the snapshot's census).
 pub const GPU_MISSING: Rule = Rule {
-    reason: crate::model::health::GPU_MISSING_REASON,
+    reason: RuleId::GpuMissing,
     severity: Unhealthy,
     worse_when: None,
     when: "a GPU is on the PCI bus but no backend enumerates it (`gpu_pci_missing`, alert `GpuMissing`)",
@@ -378,7 +379,7 @@ pub const GPU_MISSING: Rule = Rule {
 /// The node needs a reboot (`remediation.mode: auto`): a GPU reset failed, or the ladder's
 /// step for a GPU is a reboot. Kept for the boot, or until that GPU is cleared.
 pub const REBOOT_REQUIRED: Rule = Rule {
-    reason: "reboot_required",
+    reason: RuleId::RebootRequired,
     severity: Unhealthy,
     worse_when: None,
     when: "automatic remediation found the node needs a reboot: a GPU reset failed, or the driver, a lost GPU or the XID catalog asks for one (`gpuwarden_reboot_required`, alert `GpuwardenRemediationFailed`)",
@@ -414,7 +415,7 @@ mod tests {
 
     /// The reasons of what the rules find, in the table's order.
     fn reasons_found(seen: &Seen) -> Vec<&'static str> {
-        crate::health::findings(seen).iter().map(|f| f.reason).collect()
+        crate::health::findings(seen).iter().map(|f| f.reason.label()).collect()
     }
 
     /// One voice: a rule that never takes its GPU or the node out of service does not tell
@@ -621,7 +622,7 @@ mod tests {
                 resetting: resetting.then_some(target),
                 now: SystemTime::now(),
             });
-            let reasons: Vec<&str> = findings.iter().map(|f| f.reason).collect();
+            let reasons: Vec<&str> = findings.iter().map(|f| f.reason.label()).collect();
             (crate::health::state(&findings), reasons)
         };
         use HealthState::{Degraded, Ok, Unhealthy};
@@ -702,7 +703,7 @@ mod tests {
         };
         let found = findings(360, 3600);
         assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(found[0].reason, "thermal_slowdown_time");
+        assert_eq!(found[0].reason.label(), "thermal_slowdown_time");
         assert_eq!(found[0].severity, HealthState::Degraded);
         assert!(
             found[0].message.contains("360 s of the last 60 minutes (10 %"),
@@ -714,9 +715,13 @@ mod tests {
             findings(300, 599).is_empty(),
             "under 10 minutes counted says nothing yet"
         );
-        assert_eq!(findings(60, 600)[0].reason, "thermal_slowdown_time");
+        assert_eq!(findings(60, 600)[0].reason.label(), "thermal_slowdown_time");
         // Not active at a poll: the `thermal_slowdown` rule has nothing, this one does.
-        assert!(!findings(600, 3600).iter().any(|f| f.reason == "thermal_slowdown"));
+        assert!(
+            !findings(600, 3600)
+                .iter()
+                .any(|f| f.reason.label() == "thermal_slowdown")
+        );
     }
 
     #[test]
@@ -727,7 +732,7 @@ mod tests {
                 ..Default::default()
             })
             .iter()
-            .map(|f| f.reason)
+            .map(|f| f.reason.label())
             .collect()
         };
         assert_eq!(reasons(Some(false)), ["vgpu_unlicensed"]);
@@ -756,7 +761,7 @@ mod tests {
         ] {
             let found = findings(Some(action));
             assert_eq!(found.len(), 1, "{action:?}: {found:?}");
-            assert_eq!(found[0].reason, "recovery_action");
+            assert_eq!(found[0].reason.label(), "recovery_action");
             assert_eq!(found[0].severity, severity, "{action:?}");
             assert!(found[0].message.contains(words), "{}", found[0].message);
             assert!(found[0].message.contains(action.label()), "{}", found[0].message);
@@ -777,8 +782,11 @@ mod tests {
 
     #[test]
     fn a_rule_is_found_by_its_name_and_the_names_list_every_rule() {
-        assert_eq!(named("xid_fatal").map(|r| r.reason), Some("xid_fatal"));
-        assert!(named("xid_fatals").is_none());
+        assert_eq!(named(RuleId::XidFatal).map(|r| r.reason.label()), Some("xid_fatal"));
+        // The names are one list: every rule's reason has exactly one row, in the same order.
+        let rows: Vec<RuleId> = all().map(|rule| rule.reason).collect();
+        assert_eq!(rows, RuleId::ALL);
+        assert!(RuleId::from_label("xid_fatals").is_none());
         assert_eq!(
             names().split(", ").count(),
             RULES.len() + 5 + super::super::network::PORT_RULES.len()
@@ -788,11 +796,11 @@ mod tests {
 
     #[test]
     fn reasons_are_unique_and_only_the_reset_lost_and_silent_gpu_end_the_look() {
-        let mut reasons: Vec<&str> = RULES.iter().map(|r| r.reason).collect();
+        let mut reasons: Vec<&str> = RULES.iter().map(|r| r.reason.label()).collect();
         reasons.sort();
         reasons.dedup();
         assert_eq!(reasons.len(), RULES.len());
-        let ending: Vec<&str> = RULES.iter().filter(|r| r.ends).map(|r| r.reason).collect();
+        let ending: Vec<&str> = RULES.iter().filter(|r| r.ends).map(|r| r.reason.label()).collect();
         assert_eq!(ending, ["remediating", "gpu_lost", "not_responding"]);
     }
 }
