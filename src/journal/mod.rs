@@ -35,6 +35,8 @@ pub mod cli;
 pub mod db;
 pub mod event;
 pub mod facts;
+mod file_state;
+mod gpu_looks;
 pub mod nic_rows;
 pub mod read;
 pub mod refill;

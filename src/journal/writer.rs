@@ -3,11 +3,14 @@
 //! here: [`super::task`] runs the batches, a [`Store`] hook shows each published snapshot.
 //! When the database cannot be written (locked, read-only, full disk) it keeps a bounded
 //! backlog, reports itself down, logs once what to do and tries again every 30 s; a corrupt
-//! file is moved aside and a new one started.
+//! file is moved aside and a new one started. Its concerns each have a tracker: the GPUs
+//! ([`super::gpu_looks`]), the file ([`super::file_state`]), the XIDs
+//! ([`super::xid_tally`]), the ports, validations and remediation ([`super::nic_rows`],
+//! [`super::validation_rows`], [`super::remediation_rows`]); the writer holds the backlog and
+//! the batches.
 
-use super::event::{Event, GpuRef, Kind};
-use super::facts::{self, GpuFacts};
-use super::seen::LastSeen;
+use super::event::{Event, Kind};
+use super::facts::GpuFacts;
 use super::worker::{Answer, Batch, Failure, Item, Prune, Request, XidCount};
 use super::{Message, Place, Shared};
 use crate::model::{JournalStatus, Snapshot};
@@ -16,16 +19,12 @@ use crate::snapshot::store::Store;
 use crate::xid::outbox::Outgoing;
 use crate::xid::store::{Severity, XidEvent, XidStore};
 use serde_json::json;
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::time::{Duration, Instant, SystemTime};
 
-/// How long to wait before opening the file again after it failed.
-const RETRY_EVERY: Duration = Duration::from_secs(30);
-/// Rows kept while the database cannot be written; older ones are dropped (and counted).
-const MAX_BACKLOG: usize = 10_000;
+use super::file_state::{FileState, MAX_BACKLOG};
 /// How often old rows are deleted (retention) and the size cap is checked, with a batch.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// On a node with nothing to write, a worker still runs this often to delete old rows.
@@ -56,8 +55,8 @@ pub(super) struct Writer {
     rx: Receiver<Box<Message>>,
     store: Arc<Store>,
     status: Arc<Versioned<Option<JournalStatus>>>,
-    /// Where a board swap goes: the verdict's notice and its validation.
-    swaps: super::board_swap::SwapWrites,
+    /// What the journal knows of each GPU, and the rows a snapshot's changes call for.
+    gpus: super::gpu_looks::GpuLooks,
     /// What was last written of the validations.
     validation_rows: super::validation_rows::ValidationRows,
     /// What was last written of the advised next steps.
@@ -65,42 +64,25 @@ pub(super) struct Writer {
     /// Where the counted XIDs are taken from (its outbox).
     xids: Arc<XidStore>,
     shared: Arc<Shared>,
-    /// The last worker opened or wrote the file: write batches without opening first.
-    open: bool,
-    retry_at: Instant,
-    outage: crate::service::logging::Outage,
+    /// Whether the file can be written now, and the counts the metrics show.
+    file: FileState,
     backlog: Vec<Pending>,
-    /// By UUID: what the journal last knew of each GPU (loaded when the file opens).
-    facts: BTreeMap<String, GpuFacts>,
-    facts_loaded: bool,
-    /// GPUs whose stored facts are out of date.
-    dirty_facts: BTreeSet<String>,
     /// The counted XIDs' rows and this boot's counts.
     tally: super::xid_tally::XidTally,
     /// Who waits for a queued row to be written: (not yet in a batch, in the batch in flight).
     waiting: (Vec<SyncSender<()>>, Vec<SyncSender<()>>),
     last_generation: u64,
-    missing: BTreeSet<String>,
     /// What was last written of the network ports.
     nic_rows: super::nic_rows::NicRows,
-    persistence_enabled: BTreeMap<String, u64>,
-    status_now: JournalStatus,
     last_prune: Option<Instant>,
     /// This run's batches are `run_id:N`.
     run_id: String,
     batch_seq: u64,
     /// A batch that failed: written again first, with the same id.
     pending: Option<Batch>,
-    /// GPUs looked at in this run: the first look at each records its counters.
-    looked_at: BTreeSet<String>,
-    /// By UUID: what the last full look at each GPU read, to pass over a round that changed
-    /// none of it.
-    seen: BTreeMap<String, LastSeen>,
     /// A batch of this run has been written (a file that then no longer knows this boot
     /// was deleted, emptied or replaced).
     wrote: bool,
-    /// Why the last open or write failed, until one succeeds: what the stop's loss is blamed on.
-    last_failure: Option<String>,
     /// The first open was tried and the start recorded: snapshots may be looked at.
     pub(super) started: bool,
 }
@@ -115,32 +97,24 @@ impl Writer {
         shared: Arc<Shared>,
     ) -> Writer {
         Writer {
+            file: FileState::new(place.path.clone()),
             place,
             rx,
             store,
             status: writes_to.status,
             validation_rows: super::validation_rows::ValidationRows::from_seed(writes_to.validations.get()),
             remediation_rows: super::remediation_rows::RemediationRows::from_seed(&writes_to.remediation.get()),
-            swaps: super::board_swap::SwapWrites {
+            gpus: super::gpu_looks::GpuLooks::new(super::board_swap::SwapWrites {
                 board_swaps: writes_to.board_swaps,
                 validations: writes_to.validations,
-            },
+            }),
             xids,
             shared,
-            open: false,
-            retry_at: Instant::now(),
-            outage: Default::default(),
             backlog: Vec::new(),
-            facts: BTreeMap::new(),
-            facts_loaded: false,
-            dirty_facts: BTreeSet::new(),
             tally: Default::default(),
             waiting: Default::default(),
             last_generation: 0,
-            missing: BTreeSet::new(),
             nic_rows: Default::default(),
-            persistence_enabled: BTreeMap::new(),
-            status_now: JournalStatus::default(),
             last_prune: None,
             run_id: format!(
                 "{}-{}",
@@ -152,10 +126,7 @@ impl Writer {
             ),
             batch_seq: 0,
             pending: None,
-            looked_at: BTreeSet::new(),
-            seen: BTreeMap::new(),
             wrote: false,
-            last_failure: None,
             started: false,
         }
     }
@@ -167,7 +138,9 @@ impl Writer {
         let snapshot = self.store.latest();
         self.look_at(&snapshot);
         self.storm_rows(crate::model::unix_now(), true);
-        self.end_open_episodes();
+        for row in self.gpus.end_open_episodes() {
+            self.push(row);
+        }
         self.push(self.daemon_event("stopped"));
     }
 
@@ -181,10 +154,7 @@ impl Writer {
         let lost = self.backlog.len() + self.pending.as_ref().map_or(0, |b| b.items.len());
         if lost > 0 {
             // Blame what failed: an unwritable file is not a hung worker.
-            let why = self
-                .last_failure
-                .as_deref()
-                .unwrap_or("the journal worker did not answer");
+            let why = self.file.blame();
             log::error!(
                 "journal {}: {lost} row(s) could not be written before the stop ({why}); they are \
                  lost. Metrics and the kernel log still hold what they were about",
@@ -195,14 +165,14 @@ impl Writer {
 
     /// Something to write: rows, or facts or counts that changed.
     pub(super) fn has_work(&self) -> bool {
-        !self.backlog.is_empty() || !self.dirty_facts.is_empty() || self.tally.has_unwritten()
+        !self.backlog.is_empty() || self.gpus.has_dirty() || self.tally.has_unwritten()
     }
 
     /// When the writer must look again with nothing new arriving: a failed batch or a closed
     /// file at its retry time, else the idle deletion of old rows.
     pub(super) fn next_due(&self) -> Instant {
-        if self.pending.is_some() || !self.open {
-            return self.retry_at;
+        if self.pending.is_some() || !self.file.is_open() {
+            return self.file.retry_at();
         }
         match self.last_prune {
             Some(at) => at + IDLE_PRUNE_EVERY,
@@ -212,7 +182,7 @@ impl Writer {
 
     /// A retry now (the stop's last batch).
     pub(super) fn retry_now(&mut self) {
-        self.retry_at = Instant::now();
+        self.file.retry_now();
     }
 
     /// Takes the XIDs counted since the last take and every queued message; false when the
@@ -258,7 +228,7 @@ impl Writer {
     fn queue(&mut self, pending: Pending) {
         if self.backlog.len() >= MAX_BACKLOG {
             self.backlog.remove(0);
-            self.status_now.dropped += 1;
+            self.file.dropped_one();
         }
         self.backlog.push(pending);
     }
@@ -273,25 +243,12 @@ impl Writer {
         }
     }
 
-    fn gpu_at(&self, pci_bus_id: &str) -> Option<GpuRef> {
-        self.facts
-            .values()
-            .find(|f| f.pci_bus_id == pci_bus_id && !pci_bus_id.is_empty())
-            .map(GpuFacts::gpu_ref)
-            .or_else(|| {
-                (!pci_bus_id.is_empty()).then(|| GpuRef {
-                    pci_bus_id: pci_bus_id.to_string(),
-                    ..Default::default()
-                })
-            })
-    }
-
     /// Storms whose minute is over (all of them at stop): one row each with the count not
     /// recorded one by one.
     fn storm_rows(&mut self, now: f64, stopping: bool) {
         for row in self.xids.storm_rows(now, stopping) {
             let (bus, xid, n, first) = (row.pci_bus_id, row.xid, row.reports, row.first);
-            let gpu = self.gpu_at(&bus);
+            let gpu = self.gpus.gpu_at(&bus);
             self.push(Event::new(
                 first,
                 Kind::XidStorm,
@@ -322,10 +279,15 @@ impl Writer {
         self.last_generation = snapshot.generation;
         let now = crate::model::unix_now();
         self.storm_rows(now, false);
+        let mut rows = Vec::new();
         for device in &snapshot.devices {
-            self.look_at_gpu(device, snapshot, now);
+            self.gpus.look_at_gpu(device, snapshot, now, &mut rows);
         }
-        self.look_at_node(snapshot, now);
+        self.gpus.look_at_missing(snapshot, now, &mut rows);
+        rows.extend(self.nic_rows.look(snapshot, now));
+        rows.extend(self.validation_rows.look(snapshot, now));
+        rows.extend(self.remediation_rows.look(snapshot, now));
+        rows.into_iter().for_each(|row| self.push(row));
     }
 
     /// Looks at the newest snapshot (what a queued row may need to name its GPU); false
@@ -336,149 +298,10 @@ impl Writer {
         snapshot.generation > 0
     }
 
-    fn look_at_gpu(&mut self, device: &crate::model::DeviceSnapshot, snapshot: &Snapshot, now: f64) {
-        // A round that changed nothing the journal records (most do): passed over.
-        let known = self.facts.get(&device.identity.uuid);
-        if known.is_some_and(|f| f.episodes.is_empty())
-            && self
-                .seen
-                .get(&device.identity.uuid)
-                .is_some_and(|s| s.unchanged(device, snapshot))
-        {
-            #[cfg(debug_assertions)]
-            if let Some(last) = known {
-                super::seen::assert_nothing_missed(last, device, snapshot, now);
-            }
-            return;
-        }
-        let uuid = device.identity.uuid.clone();
-        // Taken out (not cloned) and put back below: this runs for every GPU every round.
-        let last = self.facts.remove(&uuid);
-        let mut new = facts::facts_of(device, snapshot, last.as_ref(), now);
-        if last.is_none()
-            && let Some(previous) = self
-                .facts
-                .values()
-                .find(|f| f.pci_bus_id == new.pci_bus_id && f.uuid != new.uuid && !f.pci_bus_id.is_empty())
-                .cloned()
-        {
-            self.board_swapped(
-                &previous,
-                &new,
-                device,
-                now,
-                snapshot.health_limits.validate_after_clear,
-            );
-        }
-        for event in facts::changes(last.as_ref(), &mut new, facts::ProbeNow::of(snapshot, &uuid), now) {
-            self.push(event);
-        }
-        // Known from before a restart: this run's first reading of its counters.
-        if !self.looked_at.contains(&uuid) {
-            self.looked_at.insert(uuid.clone());
-            if last.is_some() {
-                for event in facts::first_readings(&new, now, "at start") {
-                    self.push(event);
-                }
-            }
-        }
-        self.note_persistence(&uuid, snapshot, &new, now);
-        if !last.as_ref().is_some_and(|last| last.same_stored_facts(&new)) {
-            self.dirty_facts.insert(uuid.clone());
-        }
-        self.seen.insert(uuid.clone(), LastSeen::of(device, snapshot));
-        self.facts.insert(uuid, new);
-    }
-
-    /// `new` took the slot of the board `previous` (a swap): a row, the verdict's notice, a
-    /// validation where asked for, and the old board's facts no longer at this address.
-    fn board_swapped(
-        &mut self,
-        previous: &GpuFacts,
-        new: &GpuFacts,
-        device: &crate::model::DeviceSnapshot,
-        now: f64,
-        validate: bool,
-    ) {
-        let row = self.swaps.record(previous, new, device.identity.vendor, now, validate);
-        self.push(row);
-        // The old board's facts stay (its history keeps its serial), but no longer at
-        // this address.
-        self.seen.remove(&previous.uuid);
-        if let Some(old) = self.facts.get_mut(&previous.uuid) {
-            old.pci_bus_id = String::new();
-            self.dirty_facts.insert(previous.uuid.clone());
-        }
-    }
-
-    /// A row each time gpuwarden turned a GPU's persistence mode on.
-    fn note_persistence(&mut self, uuid: &str, snapshot: &Snapshot, facts: &GpuFacts, now: f64) {
-        let enabled = snapshot.persistence_enabled(uuid);
-        let before = self.persistence_enabled.get(uuid).copied().unwrap_or(0);
-        if enabled == before {
-            return;
-        }
-        self.persistence_enabled.insert(uuid.to_string(), enabled);
-        if enabled > before {
-            self.push(Event::new(
-                now,
-                Kind::Persistence,
-                Some(facts.gpu_ref()),
-                "gpuwarden turned persistence mode on".into(),
-                json!({"times_since_start": enabled}),
-            ));
-        }
-    }
-
-    fn look_at_node(&mut self, snapshot: &Snapshot, now: f64) {
-        let missing: BTreeSet<String> = snapshot.missing_gpus().map(|g| g.pci_bus_id.clone()).collect();
-        let new: Vec<String> = missing.difference(&self.missing).cloned().collect();
-        for bus in &new {
-            let driver = snapshot
-                .pci_gpus
-                .iter()
-                .find(|g| &g.pci_bus_id == bus)
-                .and_then(|g| g.driver.clone());
-            self.push(Event::new(
-                now,
-                Kind::PciMissing,
-                Some(GpuRef {
-                    pci_bus_id: bus.clone(),
-                    ..Default::default()
-                }),
-                format!("a GPU on the PCI bus at {bus} that no backend enumerates"),
-                json!({"driver": driver}),
-            ));
-        }
-        self.missing = missing;
-        for row in self.nic_rows.look(snapshot, now) {
-            self.push(row);
-        }
-        for row in self.validation_rows.look(snapshot, now) {
-            self.push(row);
-        }
-        for row in self.remediation_rows.look(snapshot, now) {
-            self.push(row);
-        }
-    }
-
-    fn end_open_episodes(&mut self) {
-        let mut rows = Vec::new();
-        for f in self.facts.values_mut() {
-            let gpu = Some(f.gpu_ref());
-            for (reason, (start, last)) in std::mem::take(&mut f.episodes) {
-                rows.push(facts::episode_event(&reason, start, last, &gpu));
-            }
-        }
-        for row in rows {
-            self.push(row);
-        }
-    }
-
     /// The request that opens the file when it is not known good and a retry is due (in a
     /// worker, which moves a damaged file aside); None when it is open or not due.
     pub(super) fn open_request(&self) -> Option<Request> {
-        if self.open || Instant::now() < self.retry_at {
+        if !self.file.open_due() {
             return None;
         }
         Some(Request::Open {
@@ -499,12 +322,7 @@ impl Writer {
                 if let Some((what, aside)) = moved_aside {
                     self.moved_aside(&what, &aside);
                 }
-                self.outage
-                    .recovered(format!("journal {}: writing again", self.place.path.display()));
-                self.open = true;
-                self.last_failure = None;
-                self.status_now.up = true;
-                self.status_now.bytes = bytes;
+                self.file.opened(bytes);
                 self.load_state(facts, xid_counts);
             }
             Ok(other) => self.failed(&unexpected(&other)),
@@ -521,48 +339,29 @@ impl Writer {
             aside.display()
         );
         self.tally.write_all_again();
-        self.dirty_facts.extend(self.facts.keys().cloned());
+        self.gpus.write_all_again();
     }
 
     fn failed(&mut self, e: &Failure) {
-        self.last_failure = Some(e.to_string());
-        self.outage.failed(format!(
-            "journal {}: cannot write: {e}; {}. Metrics and health go on; the journal keeps up to \
-             {MAX_BACKLOG} rows in memory and tries again every {}s",
-            self.place.path.display(),
-            e.advice,
-            RETRY_EVERY.as_secs()
-        ));
-        self.open = false;
-        self.status_now.up = false;
-        self.status_now.write_errors += 1;
-        self.retry_at = Instant::now() + RETRY_EVERY;
+        self.file.failed(e);
         if let Some(aside) = &e.moved_aside {
             // Found damaged while writing: a new file at once, the batch kept for it.
             self.moved_aside(&e.message, aside);
-            self.retry_at = Instant::now();
+            self.file.retry_now();
         }
     }
 
-    /// Each GPU's facts as the seed read them, before the file is open for writing: rows name
-    /// their GPU, and a board swap is found, even while another program holds the file's
-    /// write lock (the facts its first open brings add to these, never replace them).
+    /// Each GPU's facts as the seed read them, before the file is open for writing
+    /// ([`super::gpu_looks::GpuLooks::start_from`]).
     pub(super) fn start_from(&mut self, facts: Vec<GpuFacts>) {
-        for f in facts {
-            self.facts.insert(f.uuid.clone(), f);
-        }
+        self.gpus.start_from(facts);
     }
 
     /// What the file knew at its first open: each GPU's facts, this boot's XID counts.
     fn load_state(&mut self, facts: Vec<GpuFacts>, counts: Vec<XidCount>) {
-        if self.facts_loaded {
-            return;
+        if self.gpus.load(facts) {
+            self.tally.load(counts);
         }
-        self.facts_loaded = true;
-        for f in facts {
-            self.facts.entry(f.uuid.clone()).or_insert(f);
-        }
-        self.tally.load(counts);
     }
 
     /// The batch to write now, taken out of the writer's hands: the one that failed (kept
@@ -570,7 +369,7 @@ impl Writer {
     /// old rows deleted when that is due. None when the file is not open or there is nothing
     /// to write (a node with nothing to write runs no worker but the hourly deletion).
     pub(super) fn take_batch(&mut self) -> Option<Batch> {
-        if !self.open {
+        if !self.file.is_open() {
             return None;
         }
         self.pending.take().or_else(|| self.next_batch())
@@ -590,9 +389,6 @@ impl Writer {
                 if prune_due {
                     self.last_prune = Some(Instant::now());
                 }
-                if let Some(bytes) = bytes {
-                    self.status_now.bytes = bytes;
-                }
                 if repeated {
                     log::info!(
                         "journal {}: batch {} had already been written (its worker answered late); not written twice",
@@ -600,12 +396,10 @@ impl Writer {
                         batch.id
                     );
                 }
-                self.status_now.rows_written += rows;
-                self.status_now.up = true;
+                self.file.wrote(rows, bytes);
                 for done in self.waiting.1.drain(..) {
                     let _ = done.try_send(());
                 }
-                self.last_failure = None;
                 self.tally.written(xid_rows);
                 if self.wrote && !knew_boot {
                     self.refill();
@@ -631,13 +425,13 @@ impl Writer {
             .into_iter()
             .map(|pending| match pending {
                 Pending::Xid { group, event, severity } => Pending::Insert {
-                    event: super::xid_rows::xid_event(&event, severity, |bus| self.gpu_at(bus)),
+                    event: super::xid_rows::xid_event(&event, severity, |bus| self.gpus.gpu_at(bus)),
                     group: Some(group),
                 },
                 other => other,
             })
             .collect();
-        let dirty = !self.backlog.is_empty() || !self.dirty_facts.is_empty() || self.tally.has_unwritten();
+        let dirty = !self.backlog.is_empty() || self.gpus.has_dirty() || self.tally.has_unwritten();
         let since_prune = self.last_prune.map(|t| t.elapsed());
         let prune_due = since_prune.is_none_or(|t| t >= PRUNE_EVERY);
         if !dirty && since_prune.is_some_and(|t| t < IDLE_PRUNE_EVERY) {
@@ -648,7 +442,7 @@ impl Writer {
         // The whole backlog goes into this batch: its rows' waiters hear when it is written.
         self.waiting.1.append(&mut self.waiting.0);
         self.backlog.clear();
-        self.dirty_facts.clear();
+        self.gpus.taken();
         self.tally.taken();
         Some(batch)
     }
@@ -664,7 +458,7 @@ impl Writer {
         self.tally.write_all_again();
         let rows = super::refill::rows(&self.store.latest(), crate::model::unix_now());
         rows.into_iter().for_each(|row| self.push(row));
-        self.dirty_facts.extend(self.facts.keys().cloned());
+        self.gpus.write_all_again();
     }
 
     /// The worker's request for what is waiting.
@@ -694,11 +488,7 @@ impl Writer {
             boot_id: self.place.boot_id.clone(),
             host: self.place.host.clone(),
             items,
-            facts: self
-                .dirty_facts
-                .iter()
-                .filter_map(|uuid| self.facts.get(uuid).cloned())
-                .collect(),
+            facts: self.gpus.dirty(),
             counts: self.tally.unwritten(),
             kmsg_sequence: self.tally.kmsg_sequence(),
             file_position: self.tally.file_position(),
@@ -711,10 +501,8 @@ impl Writer {
     }
 
     pub(super) fn publish_status(&mut self) {
-        let mut status = self.status_now.clone();
-        status.dropped += self.shared.dropped.load(Ordering::Relaxed) + self.xids.reports_dropped();
-        status.up = self.open && status.up;
-        self.status.set_if_changed(Some(status));
+        let dropped_elsewhere = self.shared.dropped.load(Ordering::Relaxed) + self.xids.reports_dropped();
+        self.status.set_if_changed(Some(self.file.status(dropped_elsewhere)));
     }
 }
 

@@ -32,6 +32,7 @@ pub mod fabric_manager;
 pub mod gpu_thread;
 pub mod grid;
 pub mod jobs;
+pub mod library_hold;
 pub mod nics;
 pub mod pci;
 pub mod pcie_aer;

@@ -25,6 +25,7 @@ use crate::service::notify;
 use crate::snapshot::publisher::{Publisher, RoundPart};
 use crate::sources::gpu_thread::{self, PollResult, Request, Worker, plan_after};
 use crate::sources::grid::{Grid, SharedGrid};
+use crate::sources::library_hold::HoldFollower;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TrySendError, channel};
@@ -108,10 +109,8 @@ pub struct Coordinator {
     last_status: String,
     /// The numbers `last_status` says, when it says them.
     last_counts: Option<crate::model::HealthCounts>,
-    /// A GPU reset's request to let go of the GPU libraries (remediation/auto.rs).
-    hold: crate::backend::LibraryHold,
-    /// The backends (slots) let go of for the hold in force.
-    holding: Option<Vec<usize>>,
+    /// A GPU reset's request to let go of the GPU libraries (remediation/auto.rs), followed.
+    hold: HoldFollower,
 }
 
 impl Coordinator {
@@ -138,47 +137,14 @@ impl Coordinator {
             next_worker_id: 0,
             last_status: String::new(),
             last_counts: None,
-            hold: Default::default(),
-            holding: None,
+            hold: HoldFollower::default(),
         }
     }
 
     /// Lets go of the GPU libraries whenever `hold` asks (a GPU reset; remediation/auto.rs).
     pub fn with_hold(mut self, hold: crate::backend::LibraryHold) -> Coordinator {
-        self.hold = hold;
+        self.hold = HoldFollower::new(hold);
         self
-    }
-
-    /// Follows the GPU reset's hold: lets go of the backends that hold GPU handles (their GPUs
-    /// read as down meanwhile), says when every thread using them ended and the library was
-    /// shut down, and initialises them again once the hold is lifted.
-    fn follow_hold(&mut self) {
-        if !self.hold.requested() {
-            for slot in self.holding.take().unwrap_or_default() {
-                self.backends[slot].resume();
-            }
-            return;
-        }
-        if self.holding.is_none() {
-            let slots: Vec<usize> = (0..self.backends.len()).filter(|s| self.backends[*s].hold()).collect();
-            for worker in self.workers.iter_mut().filter(|w| slots.contains(&w.backend)) {
-                // Dropping the request channel ends the thread after its current poll.
-                worker.requests = None;
-                worker.busy_with = None;
-                worker.up = false;
-                worker.readings = None;
-            }
-            self.holding = Some(slots);
-        }
-        let slots = self.holding.clone().unwrap_or_default();
-        let threads_ended = self
-            .workers
-            .iter()
-            .filter(|w| slots.contains(&w.backend))
-            .all(|w| w.alive.strong_count() == 0);
-        if !self.hold.released() && threads_ended && slots.iter().all(|s| self.backends[*s].shut_down_held()) {
-            self.hold.set_released();
-        }
     }
 
     /// Makes the backends from the settings at the first round, and again when a reload
@@ -198,7 +164,7 @@ impl Coordinator {
         }
         self.workers.clear();
         // New backends: a GPU reset's hold in force lets go of them at once.
-        self.holding = None;
+        self.hold.new_backends();
         self.backends = backend::from_settings(&wanted, &self.live, self.xid_events.as_ref());
         self.answers = vec![Answers::default(); self.backends.len()];
         let names: Vec<&'static str> = self
@@ -316,7 +282,7 @@ impl Coordinator {
     /// Makes the backends and GPU threads ready for a round: settings, a GPU reset's hold, new GPUs.
     fn prepare(&mut self) {
         self.apply_backend_settings();
-        self.follow_hold();
+        self.hold.follow(&mut self.backends, &mut self.workers);
         self.discover();
     }
 
