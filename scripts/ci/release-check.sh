@@ -98,22 +98,27 @@ output=$(inside "$unpacked/install.sh" 2>&1) || fail "install.sh exited $?: $out
 grep -q 'kept your /etc/gpuwarden/config.yaml' <<<"$output" || fail "install.sh did not keep the config: $output"
 inside test -f /etc/gpuwarden/config.yaml.new || fail "no config.yaml.new beside the kept config"
 [ "$(inside systemctl is-enabled gpuwarden.service)" = enabled ] || fail "the unit is not enabled"
-for _ in $(seq 100); do
-  [ "$(inside systemctl is-active gpuwarden.service || true)" = active ] && break
-  sleep 0.1
-done
-[ "$(inside systemctl is-active gpuwarden.service || true)" = active ] ||
-  fail "the unit is not active: $(inside journalctl -u gpuwarden --no-pager -n 20)"
+# Waits (10 s at most) until the unit is active and its /metrics shows all 8 simulated GPUs up,
+# as a person would look a moment after it started (dpkg's own steps may still be settling).
+wait_until_serving() {
+  local what=$1 metrics="" up=0
+  for _ in $(seq 100); do
+    if [ "$(inside systemctl is-active gpuwarden.service || true)" = active ]; then
+      metrics=$(curl -sf "127.0.0.1:$port/metrics" 2>/dev/null || true)
+      up=$(grep -cE '^gpu_up\{.*\} 1(\.0)?$' <<<"$metrics" || true)
+      [ "$up" = 8 ] && return 0
+    fi
+    sleep 0.1
+  done
+  [ "$(inside systemctl is-active gpuwarden.service || true)" = active ] ||
+    fail "$what is not active: $(inside journalctl -u gpuwarden --no-pager -n 20)"
+  [ -n "$metrics" ] || fail "$what serves nothing on :$port/metrics"
+  fail "$what: gpu_up is 1 for $up GPUs, not 8: $(inside journalctl -u gpuwarden --no-pager -n 20)"
+}
+
+wait_until_serving "the tarball's unit"
 status=$(inside systemctl show -P StatusText gpuwarden.service)
 grep -q '8 GPU(s)' <<<"$status" || fail "STATUS is '$status', not 8 GPUs"
-metrics=""
-for _ in $(seq 100); do
-  metrics=$(curl -sf "127.0.0.1:$port/metrics" 2>/dev/null) && grep -q '^gpu_up' <<<"$metrics" && break
-  sleep 0.1
-done
-[ -n "$metrics" ] || fail "nothing on :$port/metrics"
-up=$(grep -cE '^gpu_up\{.*\} 1(\.0)?$' <<<"$metrics" || true)
-[ "$up" = 8 ] || fail "gpu_up is 1 for $up GPUs, not 8"
 health=$(inside /usr/bin/gpuwarden health) || [ $? = 0 ] || fail "gpuwarden health: $health"
 inside sh -c 'MANPATH=/usr/share/man man -P cat gpuwarden 2>/dev/null' | grep -q 'gpuwarden-health(1)' ||
   ! inside sh -c 'command -v man' >/dev/null || fail "man gpuwarden does not show the page"
@@ -131,19 +136,7 @@ echo "tarball: --uninstall stopped and removed it, the config kept"
 deb=$dir/gpuwarden_${version}-1_amd64.deb
 output=$(inside env DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o Dpkg::Options::=--force-confold "$deb" 2>&1) ||
   fail "apt install $deb: $output"
-for _ in $(seq 100); do
-  [ "$(inside systemctl is-active gpuwarden.service || true)" = active ] && break
-  sleep 0.1
-done
-[ "$(inside systemctl is-active gpuwarden.service || true)" = active ] ||
-  fail "the package did not start the unit: $(inside journalctl -u gpuwarden --no-pager -n 20)"
-# As a person would look: a moment after it started (dpkg's own steps may still be settling).
-served=""
-for _ in $(seq 100); do
-  curl -sf "127.0.0.1:$port/metrics" 2>/dev/null | grep -qE '^gpu_up\{.*\} 1' && { served=yes; break; }
-  sleep 0.1
-done
-[ -n "$served" ] || fail "the package's daemon serves no GPU on :$port: $(inside journalctl -u gpuwarden --no-pager -n 20)"
+wait_until_serving "the package's unit"
 inside /usr/bin/gpuwarden health >/dev/null || fail "gpuwarden health after apt install"
 inside test -d /var/lib/gpuwarden || fail "apt install made no /var/lib/gpuwarden"
 output=$(inside env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q gpuwarden 2>&1) || fail "apt purge: $output"
