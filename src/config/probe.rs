@@ -165,6 +165,10 @@ pub struct ProbeDurations {
     pub pcie_h2d: Duration,
     #[serde(deserialize_with = "test_duration", serialize_with = "write_duration")]
     pub pcie_d2h: Duration,
+    /// The correctness canary's repeats of its agreement GEMM stop after this (its exact
+    /// checks and first run come on top: about a second on an H200).
+    #[serde(deserialize_with = "test_duration", serialize_with = "write_duration")]
+    pub sdc: Duration,
 }
 
 impl Default for ProbeDurations {
@@ -178,6 +182,7 @@ impl Default for ProbeDurations {
             hbm_copy: Duration::from_secs(2),
             pcie_h2d: Duration::from_secs(2),
             pcie_d2h: Duration::from_secs(2),
+            sdc: Duration::from_secs(1),
         }
     }
 }
@@ -191,6 +196,7 @@ impl ProbeDurations {
             Test::HbmCopy => self.hbm_copy,
             Test::PcieH2d => self.pcie_h2d,
             Test::PcieD2h => self.pcie_d2h,
+            Test::Sdc => self.sdc,
         }
     }
 }

@@ -19,15 +19,20 @@ pub enum Test {
     PcieH2d,
     /// Device to pinned host memory.
     PcieD2h,
+    /// The correctness canary (probe::sdc): GEMMs and FMA chains whose exact result the host
+    /// knows, and a fixed GEMM whose digest must agree across runs, GPUs and time. Its
+    /// figure is the canary GEMM's rate; its verdict is whether every result was right.
+    Sdc,
 }
 
 impl Test {
-    pub const ALL: [Test; 5] = [
+    pub const ALL: [Test; 6] = [
         Test::GemmBf16,
         Test::FmaFp32,
         Test::HbmCopy,
         Test::PcieH2d,
         Test::PcieD2h,
+        Test::Sdc,
     ];
 
     pub fn name(self) -> &'static str {
@@ -37,6 +42,7 @@ impl Test {
             Test::HbmCopy => "hbm_copy",
             Test::PcieH2d => "pcie_h2d",
             Test::PcieD2h => "pcie_d2h",
+            Test::Sdc => "sdc",
         }
     }
 
@@ -47,7 +53,7 @@ impl Test {
     /// The unit of the measured and expected values, in base units.
     pub fn unit(self) -> Unit {
         match self {
-            Test::GemmBf16 | Test::FmaFp32 => Unit::FlopsPerSecond,
+            Test::GemmBf16 | Test::FmaFp32 | Test::Sdc => Unit::FlopsPerSecond,
             Test::HbmCopy | Test::PcieH2d | Test::PcieD2h => Unit::BytesPerSecond,
         }
     }
@@ -111,6 +117,107 @@ pub struct TestResult {
     /// Why the test did not run (no cuBLAS, not enough memory) or failed part way.
     pub skipped: Option<String>,
     pub under_load: UnderLoad,
+    /// The correctness canary's evidence (`sdc` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sdc: Option<SdcOutcome>,
+}
+
+/// The correctness canary's evidence (probe::sdc): what an RMA needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SdcOutcome {
+    /// The exact checks, each over every element of its result.
+    pub exact: Vec<ExactCheck>,
+    /// The agreement GEMM: bf16 inputs from a fixed seed, fp32 out, `side` x `side` x `side`.
+    pub side: u64,
+    /// What the digest is comparable across: GPUs and runs with the same key give the same
+    /// bits (cuBLAS's reproducibility guarantee, with what it names pinned).
+    pub key: SdcKey,
+    /// The digest of the first run: 16 hex digits.
+    pub digest: String,
+    /// The digest's parts (row blocks of the result), 16 hex digits each: which part differs
+    /// says which rows did.
+    pub parts: Vec<String>,
+    /// How often the GEMM ran, and how many runs gave another digest than the first.
+    pub repeats: u32,
+    pub repeats_differing: u32,
+}
+
+/// What an agreement digest is comparable across.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SdcKey {
+    pub model: String,
+    pub sms: u32,
+    pub driver: String,
+    pub cublas: String,
+    /// The canary's own version: a change to its inputs or sizes starts a new digest.
+    pub canary: u32,
+}
+
+impl SdcKey {
+    /// One line: "NVIDIA H200, 132 SMs, driver 580.95.05, cuBLAS 130100, canary 1".
+    pub fn describe(&self) -> String {
+        format!(
+            "{}, {} SMs, driver {}, cuBLAS {}, canary {}",
+            self.model, self.sms, self.driver, self.cublas, self.canary
+        )
+    }
+}
+
+/// One exact check: every element against the value the host knows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExactCheck {
+    /// `gemm_bf16_exact`, `gemm_fp16_exact`, `gemm_fp32_exact`, `fma_chain`.
+    pub name: String,
+    pub elements: u64,
+    pub mismatches: u64,
+    /// The first element that differs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<Mismatch>,
+}
+
+/// An element that differs: where, what it should be and what it was (fp32 values and bits).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Mismatch {
+    pub index: u64,
+    pub expected: f32,
+    pub got: f32,
+    pub expected_bits: String,
+    pub got_bits: String,
+}
+
+impl SdcOutcome {
+    /// Whether every result this GPU gave on its own was right: the exact checks, and every
+    /// run of the agreement GEMM the same (agreement with other GPUs and with earlier
+    /// digests is judged where those are known: health::sdc).
+    pub fn clean(&self) -> bool {
+        self.exact.iter().all(|c| c.mismatches == 0) && self.repeats_differing == 0
+    }
+
+    /// What was wrong, in words: "gemm_bf16_exact: 1 of 4194304 elements differ (first at
+    /// 77: expected 12, got 12.000001)"; empty when clean.
+    pub fn faults(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .exact
+            .iter()
+            .filter(|c| c.mismatches > 0)
+            .map(|c| {
+                let first = c.first.as_ref().map_or(String::new(), |m| {
+                    format!(
+                        " (first at {}: expected {} [{}], got {} [{}])",
+                        m.index, m.expected, m.expected_bits, m.got, m.got_bits
+                    )
+                });
+                format!("{}: {} of {} elements differ{first}", c.name, c.mismatches, c.elements)
+            })
+            .collect();
+        if self.repeats_differing > 0 {
+            out.push(format!(
+                "the agreement GEMM gave another digest in {} of {} runs of the same inputs",
+                self.repeats_differing, self.repeats
+            ));
+        }
+        out
+    }
 }
 
 /// A whole probe of one GPU.
@@ -145,7 +252,8 @@ impl ProbeReport {
     pub fn shortfalls(&self) -> Vec<String> {
         self.tests
             .iter()
-            .filter(|t| t.pass == Some(false))
+            // A wrong result has its own finding (sdc_suspect), with its evidence.
+            .filter(|t| t.pass == Some(false) && t.sdc.is_none())
             .map(|t| match (t.sustained, t.expected) {
                 (Some(s), Some(e)) if e > 0.0 => format!(
                     "{} {}, {:.0}% of the expected {}",
@@ -193,6 +301,7 @@ impl ProbeReport {
                 pass,
                 skipped: None,
                 under_load: Default::default(),
+                sdc: None,
             }],
         }
     }
@@ -300,6 +409,8 @@ impl Expectation {
             Test::HbmCopy => self.hbm_copy_gbps.map(|v| v * 1e9),
             Test::PcieH2d => self.pcie_h2d_gbps.map(|v| v * 1e9),
             Test::PcieD2h => self.pcie_d2h_gbps.map(|v| v * 1e9),
+            // Judged by its results, not a rate.
+            Test::Sdc => None,
         }
     }
 }

@@ -24,7 +24,7 @@ const KERNELS_PTX: &str = include_str!("kernels.ptx");
 /// FLOPs one thread of `fma_fp32` does per loop iteration: 8 chains x 16 unrolled x 2.
 const FMA_FLOPS_PER_ITERATION: f64 = 256.0;
 const FMA_ITERATIONS: i32 = 2048;
-const THREADS_PER_BLOCK: u32 = 256;
+pub(super) const THREADS_PER_BLOCK: u32 = 256;
 /// 256-thread blocks: on an H200 the same kernel moved 4273 GB/s with them against 4123 with
 /// 1024-thread blocks (scripts/gpu/hbm-copy-sweep.cu, docs/probe.md).
 const COPY_THREADS_PER_BLOCK: u32 = 256;
@@ -39,15 +39,18 @@ pub struct Measured {
     /// The GPU failed the test (a CUDA or cuBLAS error), as opposed to a test that could not
     /// start for want of a library: a failure counts against the GPU.
     pub failed: bool,
+    /// The correctness canary's evidence (`sdc` only).
+    pub sdc: Option<crate::model::probe::SdcOutcome>,
 }
 
 impl Measured {
-    fn skipped(params: BTreeMap<String, u64>, why: String) -> Measured {
+    pub(super) fn skipped(params: BTreeMap<String, u64>, why: String) -> Measured {
         Measured {
             params,
             rates: None,
             skipped: Some(why),
             failed: false,
+            sdc: None,
         }
     }
 }
@@ -101,17 +104,23 @@ pub fn cublas_present(path: &Path) -> Result<bool, ProbeError> {
 
 /// One GPU opened for probing.
 pub struct CudaGpu {
-    ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) stream: Arc<CudaStream>,
     kernels_fma: CudaFunction,
     kernels_copy: CudaFunction,
+    pub(super) kernels_fma_chain: CudaFunction,
+    pub(super) kernels_digest: CudaFunction,
     /// Blocks that fill every SM at THREADS_PER_BLOCK.
-    full_grid: u32,
-    cublas: bool,
+    pub(super) full_grid: u32,
+    pub(super) sms: u32,
+    pub(super) cublas: bool,
+    /// The model's name and the driver's version, for the canary's digest key.
+    model: String,
+    driver: String,
 }
 
 /// A failed CUDA, cuBLAS or driver call as the probe's error, naming the call.
-fn cuda_error<E: std::fmt::Debug>(what: &str) -> impl Fn(E) -> ProbeError + '_ {
+pub(super) fn cuda_error<E: std::fmt::Debug>(what: &str) -> impl Fn(E) -> ProbeError + '_ {
     move |e| ProbeError::Cuda(format!("{what}: {e:?}"))
 }
 
@@ -132,7 +141,8 @@ impl CudaGpu {
     /// Opens the CUDA device whose uuid is `uuid` (NVML's form). CUDA numbers devices its
     /// own way (fastest first, and CUDA_VISIBLE_DEVICES renumbers them), so the uuid is the
     /// only safe link to the GPU NVML calls `gpu="N"`.
-    pub fn open(uuid: &str, cublas: bool) -> Result<CudaGpu, ProbeError> {
+    pub fn open(identity: &crate::model::DeviceIdentity, cublas: bool) -> Result<CudaGpu, ProbeError> {
+        let uuid = identity.uuid.as_str();
         driver::result::init().map_err(cuda_error("cuInit"))?;
         let count = CudaContext::device_count().map_err(cuda_error("cuDeviceGetCount"))?;
         let mut ordinal = None;
@@ -159,6 +169,10 @@ impl CudaGpu {
             .map_err(cuda_error("loading the probe's PTX kernels"))?;
         let kernels_fma = module.load_function("fma_fp32").map_err(cuda_error("fma_fp32"))?;
         let kernels_copy = module.load_function("hbm_copy").map_err(cuda_error("hbm_copy"))?;
+        let kernels_fma_chain = module.load_function("fma_chain").map_err(cuda_error("fma_chain"))?;
+        let kernels_digest = module
+            .load_function("digest_words")
+            .map_err(cuda_error("digest_words"))?;
         let sms = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(cuda_error("SM count"))?;
@@ -171,8 +185,13 @@ impl CudaGpu {
             stream,
             kernels_fma,
             kernels_copy,
+            kernels_fma_chain,
+            kernels_digest,
             full_grid,
+            sms: sms.max(1) as u32,
             cublas,
+            model: identity.name.clone(),
+            driver: identity.driver_version.clone(),
         })
     }
 
@@ -205,6 +224,7 @@ impl CudaGpu {
                 params.insert("bytes".to_string(), sizes.pcie_bytes);
                 self.pcie(test == Test::PcieH2d, sizes.pcie_bytes, duration, load_started)
             }
+            Test::Sdc => return self.sdc(duration, &self.model, &self.driver, load_started),
         };
         match result {
             Ok(w) => Measured {
@@ -212,6 +232,7 @@ impl CudaGpu {
                 rates: windows::summarize(&w),
                 skipped: None,
                 failed: false,
+                sdc: None,
             },
             Err(e) => Measured {
                 failed: true,

@@ -36,3 +36,50 @@ extern "C" __global__ void hbm_copy(const uint4 *__restrict__ src, uint4 *__rest
         __stcs(dst + i, __ldcs(src + i));
     }
 }
+
+// SDC canary (probe::sdc), exact check: one chain of fp32 FMAs per thread, x = fmaf(x, a, b),
+// from a seed that repeats every 1024 threads. fmaf is IEEE 754's correctly rounded fused
+// multiply-add, as is Rust's f32::mul_add, so the host computes the 1024 exact results and
+// every thread on every SM must give its seed's result bit for bit.
+extern "C" __global__ void fma_chain(float *out, int steps, float a, float b) {
+    unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    float x = 1.0f + (float)(t & 1023) * 0.0009765625f;
+    for (int i = 0; i < steps; ++i) {
+        x = fmaf(x, a, b);
+    }
+    out[t] = x;
+}
+
+// SDC canary, digest of a result: each 32-bit word mixed with its index (splitmix64's
+// finaliser) and summed modulo 2^64 per part (a contiguous range of `words_per_part` words,
+// a multiple of blockDim.x * 16). A sum does not depend on the order threads run in, so the
+// digest of the same bits is the same on every run; one flipped bit changes its part's sum.
+// Each block reads a span of blockDim.x * 16 words coalesced, a warp adds its lanes, and
+// lane 0 adds the warp's sum to its part: one atomic per 512 words.
+__device__ unsigned long long mix64(unsigned long long z) {
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+extern "C" __global__ void digest_words(const unsigned int *__restrict__ words, unsigned long long count,
+                                        unsigned long long words_per_part, unsigned long long *parts) {
+    unsigned long long span = (unsigned long long)blockDim.x * 16;
+    for (unsigned long long start = (unsigned long long)blockIdx.x * span; start < count;
+         start += (unsigned long long)gridDim.x * span) {
+        unsigned long long sum = 0;
+        for (int j = 0; j < 16; ++j) {
+            unsigned long long i = start + (unsigned long long)j * blockDim.x + threadIdx.x;
+            if (i < count) {
+                sum += mix64((i << 32) | words[i]);
+            }
+        }
+        for (int offset = 16; offset > 0; offset /= 2) {
+            sum += __shfl_down_sync(0xffffffffu, sum, offset);
+        }
+        if ((threadIdx.x & 31) == 0) {
+            atomicAdd(parts + start / words_per_part, sum);
+        }
+    }
+}

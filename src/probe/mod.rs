@@ -8,10 +8,12 @@
 
 pub mod cli;
 pub mod cuda;
+mod cuda_sdc;
 pub mod expected;
 pub mod report;
 pub mod sampler;
 pub mod schedule;
+pub mod sdc;
 pub mod sweep;
 pub mod windows;
 

@@ -14,6 +14,9 @@
 #[allow(dead_code)] // the NVML half of the scenario is the other library's
 mod scenario;
 
+mod compute;
+mod memory;
+
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::{Mutex, OnceLock};
@@ -30,6 +33,11 @@ const ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: c_int = 39;
 
 const FMA_FUNCTION: usize = 1;
 const COPY_FUNCTION: usize = 2;
+const FMA_CHAIN_FUNCTION: usize = 3;
+const DIGEST_FUNCTION: usize = 4;
+/// The SM count when the scenario names none: small, since the canary's GEMMs are sized by
+/// it and computed here for real.
+const DEFAULT_SMS: u32 = 2;
 
 /// The simulated machine: which device is current, its virtual clock, recorded events.
 #[derive(Default)]
@@ -41,6 +49,10 @@ struct Machine {
     clock_seconds: f64,
     events: HashMap<usize, f64>,
     next_handle: usize,
+    memory: memory::Memory,
+    /// By result pointer: the inputs (pointers and versions) and shape of the last GEMM
+    /// computed into it, so a repeat of the same GEMM is not computed again.
+    last_gemm: HashMap<u64, [u64; 8]>,
 }
 
 fn machine() -> std::sync::MutexGuard<'static, Machine> {
@@ -152,9 +164,14 @@ pub unsafe extern "C" fn cuDeviceGetUuid_v2(out: *mut [u8; 16], device: c_int) -
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuDeviceGetAttribute(out: *mut c_int, attribute: c_int, _device: c_int) -> CUresult {
+pub unsafe extern "C" fn cuDeviceGetAttribute(out: *mut c_int, attribute: c_int, device: c_int) -> CUresult {
+    let sms = devices()
+        .into_iter()
+        .nth(device.max(0) as usize)
+        .and_then(|(_, r)| r.sms)
+        .unwrap_or(DEFAULT_SMS);
     let value = match attribute {
-        ATTRIBUTE_MULTIPROCESSOR_COUNT => 132,
+        ATTRIBUTE_MULTIPROCESSOR_COUNT => sms as c_int,
         ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR => 2048,
         _ => 0, // memory pools and the rest: not supported
     };
@@ -313,6 +330,8 @@ pub unsafe extern "C" fn cuModuleGetFunction(out: *mut usize, _module: usize, na
     let function = match name.to_bytes() {
         b"fma_fp32" => FMA_FUNCTION,
         b"hbm_copy" => COPY_FUNCTION,
+        b"fma_chain" => FMA_CHAIN_FUNCTION,
+        b"digest_words" => DIGEST_FUNCTION,
         _ => return NOT_FOUND,
     };
     // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
@@ -357,6 +376,32 @@ pub unsafe extern "C" fn cuLaunchKernel(
                 let words = *(*params.add(2) as *const u64) as f64;
                 words * 32.0 / (rates.hbm_copy_gbps * 1e9)
             }
+            FMA_CHAIN_FUNCTION => {
+                let out = *(*params.add(0) as *const u64);
+                let steps = *(*params.add(1) as *const c_int);
+                let (a, b) = (*(*params.add(2) as *const f32), *(*params.add(3) as *const f32));
+                let results = compute::fma_chain(threads as usize, steps, a, b);
+                let bytes: Vec<u8> = results.iter().flat_map(|v| v.to_le_bytes()).collect();
+                machine().memory.write(out, &bytes);
+                threads * f64::from(steps) * 2.0 / (rates.fma_fp32_tflops * 1e12)
+            }
+            DIGEST_FUNCTION => {
+                let words = *(*params.add(0) as *const u64);
+                let count = *(*params.add(1) as *const u64);
+                let per_part = *(*params.add(2) as *const u64);
+                let parts_ptr = *(*params.add(3) as *const u64);
+                let mut m = machine();
+                let data = m.memory.read(words, count as usize * 4);
+                let parts_bytes = m.memory.read(parts_ptr, 64 * 8);
+                let mut parts: Vec<u64> = parts_bytes
+                    .chunks(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                    .collect();
+                compute::digest(&data, count, per_part, &mut parts);
+                let out: Vec<u8> = parts.iter().flat_map(|p| p.to_le_bytes()).collect();
+                m.memory.write(parts_ptr, &out);
+                count as f64 * 4.0 / (rates.hbm_copy_gbps * 1e9)
+            }
             _ => return INVALID_VALUE,
         }
     };
@@ -368,32 +413,41 @@ pub unsafe extern "C" fn cuLaunchKernel(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAlloc_v2(out: *mut u64, bytes: usize) -> CUresult {
-    // Device addresses are never dereferenced here; they only have to be distinct.
-    let handle = new_handle() as u64;
-    let _ = bytes;
+    // Each allocation its own 4 GiB of address space; contents only where written (memory.rs).
+    let handle = (new_handle() as u64) << 32;
+    machine().memory.alloc(handle, bytes);
     // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
-    unsafe { put(out, handle << 32) }
+    unsafe { put(out, handle) }
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemFree_v2(_ptr: u64) -> CUresult {
+pub extern "C" fn cuMemFree_v2(ptr: u64) -> CUresult {
+    machine().memory.free(ptr);
     SUCCESS
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD8Async(_ptr: u64, _value: u8, _count: usize, _stream: usize) -> CUresult {
+pub extern "C" fn cuMemsetD8Async(ptr: u64, value: u8, count: usize, _stream: usize) -> CUresult {
+    machine().memory.fill(ptr, value, count);
     SUCCESS
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD8_v2(_ptr: u64, _value: u8, _count: usize) -> CUresult {
-    SUCCESS
+pub extern "C" fn cuMemsetD8_v2(ptr: u64, value: u8, count: usize) -> CUresult {
+    cuMemsetD8Async(ptr, value, count, 0)
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyHtoDAsync_v2(_dst: u64, _src: *const c_void, bytes: usize, _stream: usize) -> CUresult {
+pub extern "C" fn cuMemcpyHtoDAsync_v2(dst: u64, src: *const c_void, bytes: usize, _stream: usize) -> CUresult {
     match rates() {
         Some(r) => {
+            let mut m = machine();
+            if !src.is_null() && m.memory.holds(dst, bytes) {
+                // SAFETY: CUDA's contract: `src` holds `bytes` readable bytes.
+                let data = unsafe { std::slice::from_raw_parts(src as *const u8, bytes) };
+                m.memory.write(dst, data);
+            }
+            drop(m);
             advance(bytes as f64 / (r.pcie_h2d_gbps * 1e9));
             SUCCESS
         }
@@ -407,9 +461,16 @@ pub extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, bytes: usize) ->
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyDtoHAsync_v2(_dst: *mut c_void, _src: u64, bytes: usize, _stream: usize) -> CUresult {
+pub extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: u64, bytes: usize, _stream: usize) -> CUresult {
     match rates() {
         Some(r) => {
+            let mut m = machine();
+            if !dst.is_null() && m.memory.holds(src, bytes) {
+                let data = m.memory.read(src, bytes);
+                // SAFETY: CUDA's contract: `dst` holds `bytes` writable bytes.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, bytes) };
+            }
+            drop(m);
             advance(bytes as f64 / (r.pcie_d2h_gbps * 1e9));
             SUCCESS
         }
@@ -465,6 +526,28 @@ pub extern "C" fn cublasSetStream_v2(_handle: usize, _stream: usize) -> c_uint {
 }
 
 #[unsafe(no_mangle)]
+pub extern "C" fn cublasSetWorkspace_v2(_handle: usize, _workspace: u64, _bytes: usize) -> c_uint {
+    0
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cublasSetAtomicsMode(_handle: usize, _mode: c_int) -> c_uint {
+    0
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cublasSetMathMode(_handle: usize, _mode: c_int) -> c_uint {
+    0
+}
+
+/// cuBLAS 13.1.0, as the simulated driver is CUDA 13.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cublasGetVersion_v2(_handle: usize, out: *mut c_int) -> c_uint {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
+    unsafe { put(out, 130100) }
+}
+
+#[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn cublasGemmEx(
     _handle: usize,
@@ -474,24 +557,60 @@ pub extern "C" fn cublasGemmEx(
     n: c_int,
     k: c_int,
     _alpha: *const c_void,
-    _a: *const c_void,
-    _a_type: c_int,
-    _lda: c_int,
-    _b: *const c_void,
-    _b_type: c_int,
-    _ldb: c_int,
+    a: *const c_void,
+    a_type: c_int,
+    lda: c_int,
+    b: *const c_void,
+    b_type: c_int,
+    ldb: c_int,
     _beta: *const c_void,
-    _c: *mut c_void,
-    _c_type: c_int,
+    c: *mut c_void,
+    c_type: c_int,
     _ldc: c_int,
     _compute: c_int,
     _algo: c_int,
 ) -> c_uint {
-    match rates() {
-        Some(r) => {
-            advance(2.0 * m as f64 * n as f64 * k as f64 / (r.gemm_bf16_tflops * 1e12));
-            0
-        }
-        None => 13, // CUBLAS_STATUS_EXECUTION_FAILED
+    let Some(r) = rates() else {
+        return 13; // CUBLAS_STATUS_EXECUTION_FAILED
+    };
+    let (m, n, k) = (m.max(0) as usize, n.max(0) as usize, k.max(0) as usize);
+    if c_type == compute::CUDA_R_32F && (m * n * k) as u64 <= compute::MAX_COMPUTED {
+        compute_gemm(&r, [m, n, k], (a as u64, a_type, lda), (b as u64, b_type, ldb), c as u64);
     }
+    advance(2.0 * m as f64 * n as f64 * k as f64 / (r.gemm_bf16_tflops * 1e12));
+    0
+}
+
+/// Computes a GEMM whose buffers hold contents into C, unless C holds this very GEMM of
+/// these inputs already; then flips the scenario's wrong element.
+fn compute_gemm(r: &scenario::Cuda, [m, n, k]: [usize; 3], a: (u64, c_int, c_int), b: (u64, c_int, c_int), c: u64) {
+    let mut machine = machine();
+    let a_bytes = (a.2.max(0) as usize) * k * compute::element_bytes(a.1);
+    let b_bytes = (b.2.max(0) as usize) * n * compute::element_bytes(b.1);
+    let memory = &mut machine.memory;
+    if !(memory.holds(a.0, a_bytes) && memory.holds(b.0, b_bytes) && memory.holds(c, m * n * 4)) {
+        return;
+    }
+    let key = [
+        a.0,
+        memory.version(a.0),
+        b.0,
+        memory.version(b.0),
+        m as u64,
+        n as u64,
+        k as u64,
+        ((a.1 as u64) << 32) | b.1 as u64,
+    ];
+    if machine.last_gemm.get(&c) == Some(&key) {
+        return;
+    }
+    let a_data = machine.memory.read(a.0, a_bytes);
+    let b_data = machine.memory.read(b.0, b_bytes);
+    let mut result = compute::gemm(m, n, k, &a_data, a.1, a.2 as usize, &b_data, b.1, b.2 as usize);
+    if let Some(wrong) = r.sdc_wrong_element.and_then(|i| result.get_mut(i as usize)) {
+        *wrong = f32::from_bits(wrong.to_bits() ^ 1);
+    }
+    let bytes: Vec<u8> = result.iter().flat_map(|v| v.to_le_bytes()).collect();
+    machine.memory.write(c, &bytes);
+    machine.last_gemm.insert(c, key);
 }

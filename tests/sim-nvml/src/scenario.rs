@@ -411,6 +411,14 @@ pub struct Cuda {
     /// Making the GPU's context blocks this many seconds, as a wedged driver does.
     #[serde(default)]
     pub context_hang_seconds: f64,
+    /// The SM count CUDA reports (default 2: the probe's correctness canary sizes its
+    /// GEMMs from it, and the simulated CUDA does their arithmetic for real, on the CPU).
+    #[serde(default)]
+    pub sms: Option<u32>,
+    /// Silent data corruption: every GEMM result's element at this index comes out with its
+    /// lowest bit flipped, as a faulty multiplier would give it.
+    #[serde(default)]
+    pub sdc_wrong_element: Option<u64>,
 }
 
 impl Scenario {

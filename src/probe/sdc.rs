@@ -1,0 +1,310 @@
+//! The correctness canary's host side (docs/probe.md, "Silent data corruption"): the inputs
+//! whose exact results the host knows, those results, the sizes from the GPU's SM count, and
+//! the digest the GPU's `digest_words` kernel computes, written the same way here so the
+//! simulated CUDA and the tests compute it too. The GPU side is probe::cuda_sdc.
+//!
+//! Exact checks: a GEMM of small integers (-3..3 times -2..2, 512 deep) is exact in bf16,
+//! fp16 and fp32 inputs with fp32 accumulation, whatever order the sums are taken in. Its
+//! inputs repeat with period 7 down A's rows and 5 across B's columns, so every element of the
+//! result is one of 35 values the host sums directly, yet the GEMM is large enough to run on
+//! every SM. The FMA chains' results are the IEEE fused multiply-add's, which `f32::mul_add`
+//! computes bit for bit.
+
+/// Bumped whenever the canary's inputs, sizes or digest change: a new digest is then not a
+/// disagreement with the old ones (it is part of `SdcKey`).
+pub const CANARY_VERSION: u32 = 1;
+/// Depth of the exact GEMMs: |result| <= 512 * 3 * 2 = 3072, far inside fp32's exact integers.
+pub const EXACT_DEPTH: u64 = 512;
+/// Period of the exact GEMM's inputs down A's rows (i) and across B's columns (j).
+const PERIOD_I: u64 = 7;
+const PERIOD_J: u64 = 5;
+/// FMA chain: steps per thread, and the seeds' period (threads beyond it repeat a seed).
+pub const FMA_STEPS: i32 = 4096;
+pub const FMA_SEEDS: u64 = 1024;
+/// a < 1 and b > 0 keep the chain near b / (1 - a) = 1 with every step rounded.
+pub const FMA_A: f32 = 0.999;
+pub const FMA_B: f32 = 0.001;
+/// The agreement digest's parts (row blocks), and the most runs of its GEMM per probe.
+pub const DIGEST_PARTS: u64 = 64;
+pub const MAX_REPEATS: u32 = 200;
+/// Threads per block of `digest_words`; each block reads 16 words per thread.
+pub const DIGEST_THREADS: u32 = 256;
+
+/// The canary's sizes for a GPU with `sms` SMs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SdcSizes {
+    /// Side of the exact GEMMs' square result: about two 128 x 128 tiles per SM.
+    pub exact_side: u64,
+    /// Side of the agreement GEMM (result, inputs and depth), a multiple of 512 so the
+    /// digest's parts are whole spans of `digest_words`: 4608 on a 132-SM H100 or H200.
+    pub agreement_side: u64,
+}
+
+impl SdcSizes {
+    pub fn for_sms(sms: u32) -> SdcSizes {
+        let sms = f64::from(sms.max(1));
+        SdcSizes {
+            exact_side: 128 * (2.0 * sms).sqrt().ceil() as u64,
+            agreement_side: 512 * (sms / 2.0).sqrt().ceil().max(1.0) as u64,
+        }
+    }
+}
+
+/// Element (i, l) of the exact GEMM's A (rows x depth), an integer in -3..=3.
+fn exact_a(i: u64, l: u64) -> i64 {
+    ((i + l) % PERIOD_I) as i64 - 3
+}
+
+/// Element (l, j) of the exact GEMM's B (depth x columns), an integer in -2..=2.
+fn exact_b(l: u64, j: u64) -> i64 {
+    (((l % PERIOD_J) * (j % PERIOD_J)) % PERIOD_J) as i64 - 2
+}
+
+/// A and B of the exact GEMM, column-major as cuBLAS reads them, as f32 (converted to the
+/// test's type by the caller: all are exact in bf16, fp16 and fp32).
+pub fn exact_inputs(side: u64) -> (Vec<f32>, Vec<f32>) {
+    let mut a = Vec::with_capacity((side * EXACT_DEPTH) as usize);
+    for l in 0..EXACT_DEPTH {
+        for i in 0..side {
+            a.push(exact_a(i, l) as f32);
+        }
+    }
+    let mut b = Vec::with_capacity((EXACT_DEPTH * side) as usize);
+    for j in 0..side {
+        for l in 0..EXACT_DEPTH {
+            b.push(exact_b(l, j) as f32);
+        }
+    }
+    (a, b)
+}
+
+/// The exact result's 35 values, by (i mod 7, j mod 5).
+pub fn exact_table() -> [[f32; PERIOD_J as usize]; PERIOD_I as usize] {
+    let mut table = [[0.0; PERIOD_J as usize]; PERIOD_I as usize];
+    for (i, row) in table.iter_mut().enumerate() {
+        for (j, value) in row.iter_mut().enumerate() {
+            let sum: i64 = (0..EXACT_DEPTH)
+                .map(|l| exact_a(i as u64, l) * exact_b(l, j as u64))
+                .sum();
+            *value = sum as f32;
+        }
+    }
+    table
+}
+
+/// Compares a column-major `side` x `side` result with the exact table.
+pub fn check_exact(name: &str, side: u64, got: &[f32]) -> crate::model::probe::ExactCheck {
+    let table = exact_table();
+    let expected = |index: u64| table[((index % side) % PERIOD_I) as usize][((index / side) % PERIOD_J) as usize];
+    compare(name, got, expected)
+}
+
+/// The FMA chain's result for thread `t`, as `fma_chain` computes it.
+pub fn fma_chain_result(t: u64) -> f32 {
+    let mut x = 1.0f32 + (t % FMA_SEEDS) as f32 * 0.000_976_562_5;
+    for _ in 0..FMA_STEPS {
+        x = x.mul_add(FMA_A, FMA_B);
+    }
+    x
+}
+
+/// Compares every thread's chain with its seed's exact result.
+pub fn check_fma_chains(got: &[f32]) -> crate::model::probe::ExactCheck {
+    let results: Vec<f32> = (0..FMA_SEEDS).map(fma_chain_result).collect();
+    compare("fma_chain", got, |t| results[(t % FMA_SEEDS) as usize])
+}
+
+/// Every element against `expected(index)`, bit for bit.
+fn compare(name: &str, got: &[f32], expected: impl Fn(u64) -> f32) -> crate::model::probe::ExactCheck {
+    let mut mismatches = 0;
+    let mut first = None;
+    for (index, value) in got.iter().enumerate() {
+        let want = expected(index as u64);
+        if value.to_bits() != want.to_bits() {
+            mismatches += 1;
+            first.get_or_insert(crate::model::probe::Mismatch {
+                index: index as u64,
+                expected: want,
+                got: *value,
+                expected_bits: format!("{:08x}", want.to_bits()),
+                got_bits: format!("{:08x}", value.to_bits()),
+            });
+        }
+    }
+    crate::model::probe::ExactCheck {
+        name: name.to_string(),
+        elements: got.len() as u64,
+        mismatches,
+        first,
+    }
+}
+
+/// splitmix64's finaliser, as `digest_words` mixes each word with its index.
+pub fn mix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// What `digest_words` computes: per part, the sum of mix64(index << 32 | word).
+pub fn digest_parts(words: &[u32], parts: u64) -> Vec<u64> {
+    let per_part = (words.len() as u64).div_ceil(parts.max(1)).max(1);
+    let mut sums = vec![0u64; parts as usize];
+    for (i, word) in words.iter().enumerate() {
+        let part = (i as u64 / per_part) as usize;
+        if let Some(sum) = sums.get_mut(part) {
+            *sum = sum.wrapping_add(mix64(((i as u64) << 32) | u64::from(*word)));
+        }
+    }
+    sums
+}
+
+/// The whole digest from its parts: each part mixed with its place, summed.
+pub fn digest_of(parts: &[u64]) -> u64 {
+    parts.iter().enumerate().fold(0u64, |acc, (i, p)| {
+        acc.wrapping_add(mix64(p ^ (i as u64).rotate_left(56)))
+    })
+}
+
+/// Hex, as the report carries digests.
+pub fn hex(value: u64) -> String {
+    format!("{value:016x}")
+}
+
+/// The agreement GEMM's inputs: bf16 values in about [-2, 2] from a fixed seed, A and B.
+pub fn agreement_inputs(side: u64) -> (Vec<u16>, Vec<u16>) {
+    let count = (side * side) as usize;
+    (fixed_bf16(count, 0x5dc1), fixed_bf16(count, 0x5dc2))
+}
+
+/// `count` bf16 values from an xorshift generator seeded with `seed` (not repeated: every
+/// element of the agreement GEMM's inputs differs, so every multiplier sees varied bits).
+fn fixed_bf16(count: usize, seed: u64) -> Vec<u16> {
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64 ^ seed;
+    (0..count)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let u1 = (state >> 40) as f32 / (1u64 << 24) as f32;
+            let u2 = ((state >> 16) & 0xff_ffff) as f32 / (1u64 << 24) as f32;
+            (((u1 + u2 - 1.0) * 2.0).to_bits() >> 16) as u16
+        })
+        .collect()
+}
+
+/// An f32 as bf16 (truncated: the canary's values are exact in bf16).
+pub fn to_bf16(value: f32) -> u16 {
+    (value.to_bits() >> 16) as u16
+}
+
+/// An f32 as IEEE half (the canary's small integers only: exact).
+pub fn to_f16(value: f32) -> u16 {
+    if value == 0.0 {
+        return 0;
+    }
+    let bits = value.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let exponent = ((bits >> 23) & 0xff) as i32 - 127 + 15;
+    let mantissa = ((bits >> 13) & 0x3ff) as u16;
+    sign | ((exponent as u16) << 10) | mantissa
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_cover_the_sms_and_make_whole_digest_parts() {
+        let h200 = SdcSizes::for_sms(132);
+        assert_eq!(h200.exact_side, 128 * 17);
+        assert_eq!(h200.agreement_side, 4608);
+        for sms in [1, 2, 4, 78, 108, 132, 144, 160] {
+            let s = SdcSizes::for_sms(sms);
+            // At least two 128 x 128 tiles of the exact result per SM.
+            assert!((s.exact_side / 128).pow(2) >= 2 * u64::from(sms), "{sms}: {s:?}");
+            let words = s.agreement_side * s.agreement_side;
+            let span = u64::from(DIGEST_THREADS) * 16;
+            assert_eq!(words % (DIGEST_PARTS * span), 0, "{sms}: parts are whole spans");
+        }
+    }
+
+    #[test]
+    fn the_exact_table_is_the_gemm_of_the_inputs() {
+        // A direct GEMM of a small exact problem, against the table.
+        let side = 12;
+        let (a, b) = exact_inputs(side);
+        let mut c = vec![0f32; (side * side) as usize];
+        for j in 0..side {
+            for i in 0..side {
+                let mut sum = 0f32;
+                for l in 0..EXACT_DEPTH {
+                    sum += a[(i + l * side) as usize] * b[(l + j * EXACT_DEPTH) as usize];
+                }
+                c[(i + j * side) as usize] = sum;
+            }
+        }
+        let check = check_exact("gemm_fp32_exact", side, &c);
+        assert_eq!(check.mismatches, 0, "{check:?}");
+        // The values are not all the same: the check can tell elements apart.
+        let distinct: std::collections::BTreeSet<u32> = c.iter().map(|v| v.to_bits()).collect();
+        assert!(distinct.len() > 10, "{distinct:?}");
+        // One element one ulp off is found, with where and what.
+        c[77] = f32::from_bits(c[77].to_bits() + 1);
+        let check = check_exact("gemm_fp32_exact", side, &c);
+        assert_eq!(check.mismatches, 1);
+        let first = check.first.unwrap();
+        assert_eq!(first.index, 77);
+        assert_ne!(first.expected_bits, first.got_bits);
+    }
+
+    #[test]
+    fn inputs_are_exact_in_bf16_and_fp16() {
+        for v in -3..=3 {
+            let v = v as f32;
+            assert_eq!(f32::from_bits(u32::from(to_bf16(v)) << 16), v);
+            let half = to_f16(v);
+            let back = if half & 0x7fff == 0 {
+                0.0
+            } else {
+                let sign = if half & 0x8000 != 0 { -1.0 } else { 1.0 };
+                let exponent = i32::from((half >> 10) & 0x1f) - 15;
+                let mantissa = 1.0 + f32::from(half & 0x3ff) / 1024.0;
+                sign * mantissa * 2f32.powi(exponent)
+            };
+            assert_eq!(back, v, "{v} as fp16 {half:04x}");
+        }
+    }
+
+    #[test]
+    fn fma_chains_round_every_step_and_one_bit_off_is_found() {
+        let results: Vec<f32> = (0..FMA_SEEDS).map(fma_chain_result).collect();
+        // Seeds differ, and the chain is not a fixed point reached exactly by all.
+        let distinct: std::collections::BTreeSet<u32> = results.iter().map(|v| v.to_bits()).collect();
+        assert!(distinct.len() > 1, "{distinct:?}");
+        let mut got: Vec<f32> = (0..3 * FMA_SEEDS).map(|t| results[(t % FMA_SEEDS) as usize]).collect();
+        assert_eq!(check_fma_chains(&got).mismatches, 0);
+        got[2000] = f32::from_bits(got[2000].to_bits() ^ 1);
+        let check = check_fma_chains(&got);
+        assert_eq!((check.mismatches, check.first.unwrap().index), (1, 2000));
+    }
+
+    #[test]
+    fn a_digest_changes_with_one_bit_and_says_which_part() {
+        let words: Vec<u32> = (0..64 * 4096u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+        let parts = digest_parts(&words, DIGEST_PARTS);
+        let mut flipped = words.clone();
+        flipped[5 * 4096 + 17] ^= 1 << 9;
+        let other = digest_parts(&flipped, DIGEST_PARTS);
+        let differing: Vec<usize> = (0..parts.len()).filter(|i| parts[*i] != other[*i]).collect();
+        assert_eq!(differing, [5]);
+        assert_ne!(digest_of(&parts), digest_of(&other));
+        // The same words give the same digest (nothing depends on order or time).
+        assert_eq!(digest_of(&parts), digest_of(&digest_parts(&words, DIGEST_PARTS)));
+        // Swapped words are not the same result.
+        let mut swapped = words.clone();
+        swapped.swap(0, 1);
+        assert_ne!(digest_parts(&swapped, DIGEST_PARTS)[0], parts[0]);
+    }
+}
