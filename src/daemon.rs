@@ -335,6 +335,17 @@ fn take_over_from_journal(
             }
         });
     }
+    if !seed.sdc.suspects.is_empty() {
+        let gpus: Vec<String> = seed.sdc.suspects.values().map(|s| s.gpu.to_string()).collect();
+        log::warn!(
+            "journal: GPU(s) {} computed wrong results (silent data corruption suspected) and stay unhealthy until cleared",
+            gpus.join(", ")
+        );
+    }
+    sources.probes.update(|probes| {
+        probes.sdc_suspects = seed.sdc.suspects.clone();
+        probes.sdc_references = seed.sdc.references.iter().cloned().collect();
+    });
     if !seed.xid_counts.is_empty() {
         let total: u64 = seed.xid_counts.iter().map(|(_, n, _)| n).sum();
         log::info!(
@@ -392,6 +403,7 @@ async fn start_journal(
                 board_swaps: sources.board_swaps.clone(),
                 validations: sources.validations.clone(),
                 remediation: sources.remediation.clone(),
+                probes: sources.probes.clone(),
             },
             sources.xids.clone(),
             shutdown.handle("journal"),

@@ -57,10 +57,14 @@ pub enum Kind {
     /// An unhealthy GPU's next remediation step as advised, a reset or reboot mark that
     /// automatic remediation made, and its outcome.
     Remediation,
+    /// The probe's correctness canary found a GPU computing wrong (the evidence), or a GPU
+    /// model's agreement digest was first given or replaced (docs/probe.md, "Silent data
+    /// corruption").
+    Sdc,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 22] = [
+    pub const ALL: [Kind; 23] = [
         Kind::Xid,
         Kind::XidStorm,
         Kind::Health,
@@ -83,6 +87,7 @@ impl Kind {
         Kind::Sxid,
         Kind::Validation,
         Kind::Remediation,
+        Kind::Sdc,
     ];
 
     pub fn name(self) -> &'static str {
@@ -109,6 +114,7 @@ impl Kind {
             Kind::Sxid => "sxid",
             Kind::Validation => "validation",
             Kind::Remediation => "remediation",
+            Kind::Sdc => "sdc",
         }
     }
 

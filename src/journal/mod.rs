@@ -45,6 +45,7 @@ pub mod report;
 pub mod report_nic;
 pub mod report_probes;
 pub mod report_remediation;
+pub mod sdc_rows;
 mod seen;
 mod task;
 pub mod validation_rows;
@@ -142,6 +143,17 @@ pub struct Seed {
     pub probe_history: std::collections::BTreeMap<String, Vec<crate::model::probe::ProbeFigures>>,
     /// The last day's and this boot's automatic remediation.
     pub remediation: crate::model::remediation::Remediations,
+    /// The correctness canary's suspects and agreement digests.
+    pub sdc: SdcSeed,
+}
+
+/// What the journal keeps of the correctness canary (journal/sdc_rows.rs).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct SdcSeed {
+    /// By GPU UUID: its newest wrong results not cleared since.
+    pub suspects: std::collections::BTreeMap<String, crate::model::probe::SdcSuspect>,
+    /// Each key's newest agreement digest (a list: JSON keys are strings).
+    pub references: Vec<(crate::model::probe::SdcKey, crate::model::probe::SdcReference)>,
 }
 
 /// The daemon's hold on its journal: an exclusive lock on `<state.path>.lock` for as long as
@@ -249,6 +261,7 @@ pub fn seed(place: &Place) -> Seed {
             validations,
             probe_history,
             remediation,
+            sdc,
         }) => Seed {
             answered: true,
             xid_counts: xid_counts
@@ -268,6 +281,7 @@ pub fn seed(place: &Place) -> Seed {
             validations,
             probe_history,
             remediation,
+            sdc,
         },
         Ok(other) => {
             log::debug!("journal: no counts from before the restart: unexpected answer {other:?}");
@@ -329,6 +343,8 @@ pub struct WritesTo {
     pub validations: Arc<Versioned<crate::model::health::Validations>>,
     /// Read once, for what the seed brought back (already written).
     pub remediation: Arc<Versioned<crate::model::remediation::Remediations>>,
+    /// Read once, for the correctness canary's suspects and digests the seed brought back.
+    pub probes: Arc<crate::probe::schedule::ProbeState>,
 }
 
 impl Journal {

@@ -241,6 +241,7 @@ pub fn seed(path: &Path, boot_id: &str) -> Result<Seed, DbError> {
         sxids: sxids(&conn, boot_id).map_err(&err)?,
         validations: validations(&conn).map_err(&err)?,
         probe_history: probe_history(&conn).map_err(&err)?,
+        sdc: sdc(&conn).map_err(&err)?,
         remediation: remediation(&conn, boot_id, SystemTime::now()).map_err(&err)?,
     })
 }
@@ -389,6 +390,48 @@ pub fn probe_history(conn: &Connection) -> rusqlite::Result<BTreeMap<String, Vec
             .push(crate::model::probe::ProbeFigures::of(&report));
     }
     Ok(out)
+}
+
+/// The most `sdc` rows a restart's seed reads.
+const MAX_SDC_ROWS: u32 = 1000;
+
+/// The correctness canary's state from the `sdc` rows, whatever the boot: each GPU's newest
+/// suspect unless a clear of that GPU came after it (a clear in an earlier boot counts too:
+/// wrong results are sticky only until a person clears them), and each key's newest
+/// agreement digest. Rows that do not parse are left out, not trusted.
+pub fn sdc(conn: &Connection) -> rusqlite::Result<crate::journal::SdcSeed> {
+    use crate::model::probe::{SdcKey, SdcReference, SdcSuspect};
+    let mut statement =
+        conn.prepare("SELECT gpu_uuid, details FROM events WHERE kind = 'sdc' ORDER BY at DESC, id DESC LIMIT ?1")?;
+    let rows = statement.query_map(rusqlite::params![MAX_SDC_ROWS], |r| {
+        Ok((r.get::<_, Option<String>>(0)?, r.get::<_, String>(1)?))
+    })?;
+    let mut suspects = BTreeMap::new();
+    let mut references = BTreeMap::new();
+    for row in rows {
+        let (uuid, details) = row?;
+        let Ok(details) = serde_json::from_str::<serde_json::Value>(&details) else {
+            continue;
+        };
+        if let (Some(uuid), Some(suspect)) = (uuid, details.get("suspect")) {
+            if let Ok(suspect) = serde_json::from_value::<SdcSuspect>(suspect.clone()) {
+                suspects.entry(uuid).or_insert(suspect);
+            }
+        } else if let (Some(key), Some(reference)) = (details.get("key"), details.get("reference"))
+            && let (Ok(key), Ok(reference)) = (
+                serde_json::from_value::<SdcKey>(key.clone()),
+                serde_json::from_value::<SdcReference>(reference.clone()),
+            )
+        {
+            references.entry(key).or_insert(reference);
+        }
+    }
+    let cleared = newest_per_gpu(conn, "clear", "1 = ?1", 1)?;
+    suspects.retain(|uuid: &String, suspect: &mut SdcSuspect| cleared.get(uuid).is_none_or(|(at, _)| *at < suspect.at));
+    Ok(crate::journal::SdcSeed {
+        suspects,
+        references: references.into_iter().collect(),
+    })
 }
 
 /// The board swaps of the last [`BOARD_SWAP_NOTICE`] by the new board's UUID, from the

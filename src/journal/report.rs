@@ -45,6 +45,8 @@ pub struct Report {
     pub verdict: String,
     pub findings: Vec<FindingFact>,
     pub xids: Vec<Row>,
+    /// The correctness canary's wrong results, with their evidence (what an RMA needs).
+    pub sdc: Vec<Row>,
     pub memory: Vec<Row>,
     pub probes: Vec<Row>,
     /// Every probe's figures against the GPU's own baseline at the time, oldest first.
@@ -103,6 +105,7 @@ pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64, baseline_probes: usize
         verdict: gpu.verdict.clone(),
         findings: worst_first(&gpu.findings),
         xids,
+        sdc: of(&["sdc"]),
         memory,
         probe_history: super::report_probes::history(&probes, baseline_probes),
         probes,
@@ -227,8 +230,9 @@ pub fn markdown(report: &Report) -> String {
     for f in &report.findings {
         out.push_str(&format!("- {} ({}): {}\n", f.reason, f.severity, f.message));
     }
-    let sections: [(&str, &Vec<Row>); 9] = [
+    let sections: [(&str, &Vec<Row>); 10] = [
         ("XIDs", &report.xids),
+        ("Wrong results (silent data corruption)", &report.sdc),
         ("ECC and row remapping", &report.memory),
         ("Probes (and probes that could not run)", &report.probes),
         ("Thermal and power-brake slowdowns", &report.slowdowns),

@@ -175,6 +175,8 @@ pub enum Answer {
         probe_history: BTreeMap<String, Vec<crate::model::probe::ProbeFigures>>,
         #[serde(default)]
         remediation: crate::model::remediation::Remediations,
+        #[serde(default)]
+        sdc: super::SdcSeed,
     },
     Timeline {
         rows: BTreeMap<String, Vec<Row>>,
@@ -498,6 +500,7 @@ fn answer(request: Request) -> Reply {
                 validations: seed.validations,
                 probe_history: seed.probe_history,
                 remediation: seed.remediation,
+                sdc: seed.sdc,
             })
         }
         Request::Timeline { path, now } => read::timeline(&path, now)

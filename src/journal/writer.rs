@@ -61,6 +61,8 @@ pub(super) struct Writer {
     validation_rows: super::validation_rows::ValidationRows,
     /// What was last written of the advised next steps.
     remediation_rows: super::remediation_rows::RemediationRows,
+    /// What was last written of the correctness canary's suspects and digests.
+    sdc_rows: super::sdc_rows::SdcRows,
     /// Where the counted XIDs are taken from (its outbox).
     xids: Arc<XidStore>,
     shared: Arc<Shared>,
@@ -104,6 +106,10 @@ impl Writer {
             status: writes_to.status,
             validation_rows: super::validation_rows::ValidationRows::from_seed(writes_to.validations.get()),
             remediation_rows: super::remediation_rows::RemediationRows::from_seed(&writes_to.remediation.get()),
+            sdc_rows: {
+                let probes = writes_to.probes.get();
+                super::sdc_rows::SdcRows::from_seed(probes.sdc_suspects.clone(), probes.sdc_references.clone())
+            },
             gpus: super::gpu_looks::GpuLooks::new(super::board_swap::SwapWrites {
                 board_swaps: writes_to.board_swaps,
                 validations: writes_to.validations,
@@ -287,6 +293,7 @@ impl Writer {
         rows.extend(self.nic_rows.look(snapshot, now));
         rows.extend(self.validation_rows.look(snapshot, now));
         rows.extend(self.remediation_rows.look(snapshot, now));
+        rows.extend(self.sdc_rows.look(snapshot, now));
         rows.into_iter().for_each(|row| self.push(row));
     }
 

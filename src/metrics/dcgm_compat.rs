@@ -401,6 +401,7 @@ mod tests {
                 "remediating",
                 "probe_failed",
                 "probe_regressed",
+                "sdc_suspect",
                 "board_replaced",
                 "vgpu_unlicensed",
                 "gpu_missing",

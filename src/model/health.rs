@@ -448,6 +448,7 @@ crate::model::label::label_enum! {
         FabricNotReady => "fabric_not_ready",
         ProbeFailed => "probe_failed",
         ProbeRegressed => "probe_regressed",
+        SdcSuspect => "sdc_suspect",
         BoardReplaced => "board_replaced",
         GpuMissing => "gpu_missing",
         NvswitchSxidFatal => "nvswitch_sxid_fatal",

@@ -442,7 +442,6 @@ pub fn unix_seconds(t: SystemTime) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Unix seconds as a time; a negative, NaN or out-of-range value is the epoch.
 /// How a person names the GPU at PCI address `bus`: "GPU 3", or "GPU at 0000:19:00.0" when no
 /// GPU of `devices` is there (a port's neighbour the driver does not show).
 pub fn gpu_at(devices: &[DeviceSnapshot], bus: &str) -> String {
@@ -457,6 +456,7 @@ pub fn utc_seconds(at: f64) -> String {
     humantime::format_rfc3339_seconds(from_unix_seconds(at)).to_string()
 }
 
+/// Unix seconds as a time; a negative, NaN or out-of-range value is the epoch.
 pub fn from_unix_seconds(seconds: f64) -> SystemTime {
     std::time::Duration::try_from_secs_f64(seconds)
         .ok()

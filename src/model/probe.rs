@@ -163,6 +163,33 @@ impl SdcKey {
     }
 }
 
+/// A GPU whose results the canary found wrong: it stays unhealthy (`sdc_suspect`) until a
+/// person clears it, and its validation does not pass while it is wrong.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SdcSuspect {
+    /// Unix seconds: the probe that found it.
+    pub at: f64,
+    pub gpu: u32,
+    /// What was wrong, one line each: the exact checks' first wrong elements, a digest that
+    /// changed between runs, a digest other GPUs or earlier probes do not share.
+    pub faults: Vec<String>,
+    /// The key the digest was compared under, and the digest.
+    pub key: SdcKey,
+    pub digest: String,
+}
+
+/// The agreement digest a key's GPUs gave: what a later probe of any GPU with that key must
+/// give too (kept in the journal, so a single-GPU node is checked across time).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SdcReference {
+    pub digest: String,
+    pub parts: Vec<String>,
+    /// Unix seconds: when it was first given.
+    pub since: f64,
+    /// The GPUs (UUIDs) that gave it.
+    pub gpus: Vec<String>,
+}
+
 /// One exact check: every element against the value the host knows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExactCheck {
@@ -186,6 +213,11 @@ pub struct Mismatch {
 }
 
 impl SdcOutcome {
+    /// The canary's evidence in a probe report.
+    pub fn of(report: &ProbeReport) -> Option<&SdcOutcome> {
+        report.tests.iter().find_map(|t| t.sdc.as_ref())
+    }
+
     /// Whether every result this GPU gave on its own was right: the exact checks, and every
     /// run of the agreement GEMM the same (agreement with other GPUs and with earlier
     /// digests is judged where those are known: health::sdc).
@@ -365,6 +397,10 @@ pub struct ProbeSnapshot {
     /// Each GPU's earlier probes, oldest first, at most [`MAX_HISTORY`] (the journal's seed
     /// and every report since), by uuid: the baseline the latest is compared with.
     pub history: BTreeMap<String, std::collections::VecDeque<ProbeFigures>>,
+    /// GPUs whose results the canary found wrong, by uuid (the journal's seed and since).
+    pub sdc_suspects: BTreeMap<String, SdcSuspect>,
+    /// The agreement digest per key (the journal's seed and since).
+    pub sdc_references: BTreeMap<SdcKey, SdcReference>,
 }
 
 impl ProbeSnapshot {

@@ -30,6 +30,25 @@ pub fn render(report: &ProbeReport) -> String {
     for t in &report.tests {
         let _ = writeln!(out, "{}", test_line(t));
     }
+    if let Some(canary) = crate::model::probe::SdcOutcome::of(report) {
+        let checks: Vec<String> = canary
+            .exact
+            .iter()
+            .map(|c| format!("{} {}/{} wrong", c.name, c.mismatches, c.elements))
+            .collect();
+        let _ = writeln!(
+            out,
+            "sdc: {}; agreement GEMM {} cubed, {} runs, digest {} ({})",
+            checks.join(", "),
+            canary.side,
+            canary.repeats,
+            canary.digest,
+            canary.key.describe()
+        );
+        for fault in canary.faults() {
+            let _ = writeln!(out, "sdc WRONG: {fault}");
+        }
+    }
     let verdict = match report.passed() {
         Some(true) => "PASS",
         Some(false) => "FAIL",
@@ -126,6 +145,7 @@ mod tests {
                     pass: Some(false),
                     skipped: None,
                     under_load: under,
+                    sdc: None,
                 },
                 TestResult {
                     test: Test::PcieH2d,
@@ -137,6 +157,7 @@ mod tests {
                     pass: None,
                     skipped: Some("cuMemHostAlloc failed".into()),
                     under_load: UnderLoad::default(),
+                    sdc: None,
                 },
             ],
         }

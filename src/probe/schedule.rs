@@ -19,6 +19,7 @@ use super::{ProbeError, ProbeReport, ProbeSnapshot};
 use crate::config::Probe;
 pub use crate::config::settings::ChildSettings;
 use crate::model::health::{ValidationOutcome, Validations};
+use crate::model::probe::{SdcOutcome, SdcSuspect};
 use crate::model::{DeviceSnapshot, Snapshot};
 use crate::service::stop::Stop;
 use crate::service::versioned::Versioned;
@@ -99,10 +100,19 @@ fn validation_pending(snapshot: &Snapshot) -> bool {
 
 /// What a probe outcome does to a pending validation that began at `since`: its end, or None
 /// while it is still awaited (the GPU was busy, or the probe could not run at all).
-pub fn validation_outcome(outcome: &Outcome, since: f64, now: f64) -> Option<ValidationOutcome> {
+pub fn validation_outcome(
+    outcome: &Outcome,
+    suspect: Option<&SdcSuspect>,
+    since: f64,
+    now: f64,
+) -> Option<ValidationOutcome> {
     match outcome {
         Outcome::Report(report) if report.started >= since => {
-            let failed = report.shortfalls();
+            let mut failed = report.shortfalls();
+            // Wrong results never pass, however fast they came.
+            if let Some(suspect) = suspect {
+                failed.push(format!("sdc ({})", suspect.faults.join("; ")));
+            }
             Some(if failed.is_empty() {
                 let detail = match report.passed() {
                     Some(true) => format!("passed the probe ({:.1} s)", report.wall_seconds),
@@ -265,7 +275,8 @@ fn probe_next_due(
         _ => Instant::now() + interval.min(RETRY_AFTER),
     };
     due.insert(uuid.clone(), next);
-    record(state, &uuid, device.identity.index, outcome);
+    let suspect = judge_sdc(state, &uuid, device.identity.index, &outcome);
+    record(state, &uuid, device.identity.index, outcome, suspect);
     true
 }
 
@@ -296,8 +307,9 @@ fn validate(
         Outcome::Skipped(..) => VALIDATION_RETRY,
         _ => VALIDATION_ERROR_RETRY,
     };
-    let end = validation_outcome(&outcome, since, crate::model::unix_now());
-    record(state, &uuid, index, outcome);
+    let suspect = judge_sdc(state, &uuid, index, &outcome);
+    let end = validation_outcome(&outcome, suspect.as_ref(), since, crate::model::unix_now());
+    record(state, &uuid, index, outcome, suspect);
     if let Some(end) = end {
         match &end {
             ValidationOutcome::Failed { detail, .. } => {
@@ -315,7 +327,45 @@ fn validate(
     retry
 }
 
-fn record(state: &ProbeState, uuid: &str, index: u32, outcome: Outcome) {
+/// The correctness canary's verdict on a probe's report, against the other GPUs' latest and
+/// the remembered digest (probe::sdc::judge); keeps the key's reference as it should be now.
+fn judge_sdc(state: &ProbeState, uuid: &str, index: u32, outcome: &Outcome) -> Option<SdcSuspect> {
+    let Outcome::Report(report) = outcome else {
+        return None;
+    };
+    let canary = SdcOutcome::of(report)?;
+    let snapshot = state.get();
+    let others: Vec<(String, u32, SdcOutcome)> = snapshot
+        .reports
+        .iter()
+        .filter_map(|(other, r)| Some((other.clone(), r.gpu, SdcOutcome::of(r)?.clone())))
+        .collect();
+    let now = crate::model::unix_now();
+    let judgement = super::sdc::judge(uuid, canary, &others, snapshot.sdc_references.get(&canary.key), now);
+    if let Some(reference) = judgement.reference {
+        state.update(|s| {
+            s.sdc_references.insert(canary.key.clone(), reference);
+        });
+    }
+    if judgement.faults.is_empty() {
+        return None;
+    }
+    log::error!(gpu_uuid = uuid; "GPU {index} gave wrong results (silent data corruption suspected): {}", judgement.faults.join("; "));
+    Some(SdcSuspect {
+        at: report.started,
+        gpu: index,
+        faults: judgement.faults,
+        key: canary.key.clone(),
+        digest: canary.digest.clone(),
+    })
+}
+
+fn record(state: &ProbeState, uuid: &str, index: u32, outcome: Outcome, suspect: Option<SdcSuspect>) {
+    if let Some(suspect) = suspect {
+        state.update(|s| {
+            s.sdc_suspects.insert(uuid.to_string(), suspect);
+        });
+    }
     match outcome {
         Outcome::Report(report) => {
             let result = match report.passed() {
@@ -562,7 +612,7 @@ mod tests {
 
     #[test]
     fn the_first_probe_after_the_clear_decides_a_validation_and_a_hung_one_fails_it() {
-        let decide = |outcome: Outcome| validation_outcome(&outcome, 100.0, 200.0);
+        let decide = |outcome: Outcome| validation_outcome(&outcome, None, 100.0, 200.0);
         let passed = decide(Outcome::Report(Box::new(report_at(150.0, Some(true)))));
         assert_eq!(passed.as_ref().map(|o| o.label()), Some("passed"));
         let failed = decide(Outcome::Report(Box::new(report_at(150.0, Some(false))))).unwrap();
@@ -666,9 +716,9 @@ mod tests {
     #[test]
     fn records_count_runs_and_keep_the_latest_report() {
         let state = ProbeState::default();
-        record(&state, "GPU-0", 0, Outcome::Skipped("utilization", "busy".into()));
-        record(&state, "GPU-0", 0, Outcome::Skipped("utilization", "busy".into()));
-        record(&state, "GPU-0", 0, Outcome::Error("timeout", "killed".into()));
+        record(&state, "GPU-0", 0, Outcome::Skipped("utilization", "busy".into()), None);
+        record(&state, "GPU-0", 0, Outcome::Skipped("utilization", "busy".into()), None);
+        record(&state, "GPU-0", 0, Outcome::Error("timeout", "killed".into()), None);
         let s = state.get();
         assert_eq!(s.skipped[&("GPU-0".to_string(), "utilization")], 2);
         assert_eq!(s.runs[&("GPU-0".to_string(), "timeout")], 1);
@@ -683,7 +733,7 @@ mod tests {
             pass_fraction: 0.9,
             tests: vec![],
         };
-        record(&state, "GPU-0", 0, Outcome::Report(Box::new(report)));
+        record(&state, "GPU-0", 0, Outcome::Report(Box::new(report)), None);
         let s = state.get();
         assert_eq!(s.runs[&("GPU-0".to_string(), "no_verdict")], 1);
         assert!(s.reports.contains_key("GPU-0"));

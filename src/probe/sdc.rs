@@ -211,6 +211,127 @@ pub fn to_f16(value: f32) -> u16 {
     sign | ((exponent as u16) << 10) | mantissa
 }
 
+/// What the canary's evidence from one GPU's probe means with what else is known: the other
+/// GPUs' latest digests under the same key and the digest remembered for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judgement {
+    /// Everything wrong; empty when the GPU's results are right as far as anything tells.
+    pub faults: Vec<String>,
+    /// The key's reference digest as it should be kept now, when it changes.
+    pub reference: Option<crate::model::probe::SdcReference>,
+}
+
+/// Judges `outcome`, the canary of GPU `uuid` at `now`. `others` holds the other GPUs'
+/// latest outcomes (uuid, GPU index, outcome): those of the same key are compared. The
+/// reference is the digest a majority of the node's GPUs share (at least two, more than
+/// half), else the one remembered; the first clean digest of a key becomes remembered, and a
+/// majority that differs from what was remembered replaces it (a remembered digest may have
+/// come from the one bad GPU).
+pub fn judge(
+    uuid: &str,
+    outcome: &crate::model::probe::SdcOutcome,
+    others: &[(String, u32, crate::model::probe::SdcOutcome)],
+    remembered: Option<&crate::model::probe::SdcReference>,
+    now: f64,
+) -> Judgement {
+    use crate::model::probe::SdcReference;
+    let mut faults = outcome.faults();
+    let peers: Vec<&(String, u32, crate::model::probe::SdcOutcome)> = others
+        .iter()
+        .filter(|(other, _, o)| other != uuid && o.key == outcome.key && o.clean())
+        .collect();
+    let mut counts: std::collections::BTreeMap<&str, Vec<u32>> = std::collections::BTreeMap::new();
+    for (_, index, o) in &peers {
+        counts.entry(o.digest.as_str()).or_default().push(*index);
+    }
+    let compared = peers.len() + 1;
+    let majority = counts
+        .iter()
+        .map(|(digest, gpus)| (*digest, gpus, gpus.len() + usize::from(*digest == outcome.digest)))
+        .filter(|(_, _, n)| *n >= 2 && 2 * n > compared)
+        .max_by_key(|(_, _, n)| *n);
+    let mut reference = None;
+    if let Some((digest, gpus, _)) = majority {
+        if digest != outcome.digest {
+            let listed: Vec<String> = gpus.iter().map(|g| g.to_string()).collect();
+            faults.push(format!(
+                "its digest {} differs from {digest}, which GPUs {} of the same model gave{}",
+                outcome.digest,
+                listed.join(", "),
+                differing_parts(outcome, peers.iter().map(|(_, _, o)| o).find(|o| o.digest == digest))
+            ));
+        }
+        if remembered.is_none_or(|r| r.digest != digest) {
+            let parts = peers
+                .iter()
+                .map(|(_, _, o)| o)
+                .chain([outcome])
+                .find(|o| o.digest == digest)
+                .map(|o| o.parts.clone())
+                .unwrap_or_default();
+            let gpus = peers
+                .iter()
+                .filter(|(_, _, o)| o.digest == digest)
+                .map(|(u, _, _)| u.clone())
+                .chain((digest == outcome.digest).then(|| uuid.to_string()))
+                .collect();
+            reference = Some(SdcReference {
+                digest: digest.to_string(),
+                parts,
+                since: now,
+                gpus,
+            });
+        }
+    } else if let Some(r) = remembered {
+        if r.digest != outcome.digest {
+            let parts = differing_part_list(&outcome.parts, &r.parts);
+            faults.push(format!(
+                "its digest {} differs from {}, which this node's GPUs of the same model gave since {}{}",
+                outcome.digest,
+                r.digest,
+                crate::model::utc_seconds(r.since),
+                parts
+            ));
+        } else if !r.gpus.iter().any(|g| g == uuid) && outcome.clean() {
+            let mut kept = r.clone();
+            kept.gpus.push(uuid.to_string());
+            reference = Some(kept);
+        }
+    } else if outcome.clean() {
+        reference = Some(SdcReference {
+            digest: outcome.digest.clone(),
+            parts: outcome.parts.clone(),
+            since: now,
+            gpus: vec![uuid.to_string()],
+        });
+    }
+    Judgement { faults, reference }
+}
+
+/// "; parts 5, 17 of 64 differ (rows 360-431, ...)": which row blocks differ from `other`.
+fn differing_parts(
+    outcome: &crate::model::probe::SdcOutcome,
+    other: Option<&crate::model::probe::SdcOutcome>,
+) -> String {
+    other.map_or(String::new(), |o| differing_part_list(&outcome.parts, &o.parts))
+}
+
+fn differing_part_list(parts: &[String], other: &[String]) -> String {
+    if parts.len() != other.len() {
+        return String::new();
+    }
+    let differing: Vec<String> = (0..parts.len())
+        .filter(|i| parts[*i] != other[*i])
+        .map(|i| i.to_string())
+        .collect();
+    format!(
+        "; parts {} of {} differ (each part is 1/{} of the result's elements, in order)",
+        differing.join(", "),
+        parts.len(),
+        parts.len()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,5 +427,90 @@ mod tests {
         let mut swapped = words.clone();
         swapped.swap(0, 1);
         assert_ne!(digest_parts(&swapped, DIGEST_PARTS)[0], parts[0]);
+    }
+
+    fn outcome(digest: &str) -> crate::model::probe::SdcOutcome {
+        crate::model::probe::SdcOutcome {
+            exact: vec![],
+            side: 512,
+            key: crate::model::probe::SdcKey {
+                model: "NVIDIA H200".into(),
+                sms: 132,
+                driver: "580.159.04".into(),
+                cublas: "130100".into(),
+                canary: CANARY_VERSION,
+            },
+            digest: digest.into(),
+            parts: vec![digest.into(), "0".into()],
+            repeats: 200,
+            repeats_differing: 0,
+        }
+    }
+
+    #[test]
+    fn the_node_majority_names_the_odd_gpu_out_and_replaces_a_wrong_memory() {
+        let others = vec![
+            ("GPU-b".to_string(), 1, outcome("aaaa")),
+            ("GPU-c".to_string(), 2, outcome("aaaa")),
+        ];
+        // The odd one: faulted, naming the GPUs that agree and the part that differs.
+        let j = judge("GPU-a", &outcome("bbbb"), &others, None, 10.0);
+        assert_eq!(j.faults.len(), 1, "{j:?}");
+        assert!(j.faults[0].contains("differs from aaaa, which GPUs 1, 2"), "{}", j.faults[0]);
+        assert!(j.faults[0].contains("parts 0 of 2 differ"), "{}", j.faults[0]);
+        // The majority becomes the reference.
+        let reference = j.reference.unwrap();
+        assert_eq!((reference.digest.as_str(), reference.gpus.len()), ("aaaa", 2));
+        // A remembered digest that the majority does not share is replaced, and a GPU that
+        // agrees with the majority is not faulted.
+        let wrong_memory = crate::model::probe::SdcReference {
+            digest: "bbbb".into(),
+            parts: vec![],
+            since: 1.0,
+            gpus: vec!["GPU-a".into()],
+        };
+        let j = judge("GPU-d", &outcome("aaaa"), &others, Some(&wrong_memory), 10.0);
+        assert!(j.faults.is_empty(), "{j:?}");
+        assert_eq!(j.reference.unwrap().gpus, ["GPU-b", "GPU-c", "GPU-d"]);
+    }
+
+    #[test]
+    fn a_single_gpu_is_held_to_its_remembered_digest() {
+        // First probe: nothing to compare with; the clean digest is remembered.
+        let j = judge("GPU-a", &outcome("aaaa"), &[], None, 10.0);
+        assert!(j.faults.is_empty());
+        let remembered = j.reference.unwrap();
+        assert_eq!(remembered.gpus, ["GPU-a"]);
+        // The same digest later: fine, nothing to change.
+        let j = judge("GPU-a", &outcome("aaaa"), &[], Some(&remembered), 20.0);
+        assert_eq!(j, Judgement { faults: vec![], reference: None });
+        // Another digest later: wrong, against the remembered one.
+        let j = judge("GPU-a", &outcome("cccc"), &[], Some(&remembered), 20.0);
+        assert!(j.faults[0].contains("differs from aaaa, which this node's GPUs"), "{:?}", j.faults);
+        assert!(j.reference.is_none(), "a wrong digest never becomes the reference");
+    }
+
+    #[test]
+    fn other_keys_and_wrong_peers_are_not_compared_and_a_split_without_majority_uses_memory() {
+        let mut other_model = outcome("aaaa");
+        other_model.key.model = "NVIDIA H100 80GB HBM3".into();
+        let mut wrong_peer = outcome("aaaa");
+        wrong_peer.repeats_differing = 3;
+        let others = vec![
+            ("GPU-b".to_string(), 1, other_model),
+            ("GPU-c".to_string(), 2, wrong_peer),
+        ];
+        let j = judge("GPU-a", &outcome("bbbb"), &others, None, 10.0);
+        assert!(j.faults.is_empty(), "no peer of its key with clean results: {j:?}");
+        // Two GPUs that disagree: no majority; the remembered digest decides.
+        let remembered = judge("GPU-b", &outcome("aaaa"), &[], None, 1.0).reference.unwrap();
+        let peers = vec![("GPU-b".to_string(), 1, outcome("aaaa"))];
+        let j = judge("GPU-a", &outcome("bbbb"), &peers, Some(&remembered), 10.0);
+        assert_eq!(j.faults.len(), 1, "{j:?}");
+        // Its own wrong results are faults even with nothing to compare.
+        let mut own = outcome("aaaa");
+        own.repeats_differing = 1;
+        assert!(judge("GPU-a", &own, &[], None, 1.0).faults[0].contains("another digest in 1 of 200 runs"));
+        assert!(judge("GPU-a", &own, &[], None, 1.0).reference.is_none());
     }
 }

@@ -306,6 +306,16 @@ pub const RULES: &[Rule] = &[
         check: Check::Device(probe_regressed),
     },
     Rule {
+        reason: RuleId::SdcSuspect,
+        severity: Unhealthy,
+        worse_when: None,
+        when: "the probe's correctness canary found a wrong result: an exact GEMM or FMA chain off by a bit, a digest that changed between runs of the same inputs, or a digest the node's other GPUs of its model (or its own earlier probes) do not share ([probe.md](probe.md), \"Silent data corruption\"); until a person clears it",
+        action: "take the GPU out of service and keep the evidence (`gpuwarden report --gpu N --markdown`: the elements and digests that differ) for the vendor's RMA; it fails every validation while it computes wrong",
+        ends: false,
+        dcgm: None,
+        check: Check::Device(sdc_suspect),
+    },
+    Rule {
         reason: RuleId::BoardReplaced,
         severity: Notice,
         worse_when: None,
@@ -480,6 +490,7 @@ mod tests {
                 xids: &[],
                 probe: None,
                 probe_error: None,
+                sdc_suspect: None,
                 probe_comparisons: &[],
                 validation: None,
                 limits: &Limits {
@@ -538,6 +549,7 @@ mod tests {
                 pass: Some(false),
                 skipped: None,
                 under_load: Default::default(),
+                sdc: None,
             }],
         };
         let limits = Limits {
@@ -550,6 +562,7 @@ mod tests {
                 xids: &xids,
                 probe: Some(&probe),
                 probe_error: None,
+                sdc_suspect: None,
                 probe_comparisons: &[],
                 validation: None,
                 limits: &limits,
@@ -613,6 +626,7 @@ mod tests {
                 xids: if gpu == 0 { &xids } else { &[] },
                 probe: None,
                 probe_error: None,
+                sdc_suspect: None,
                 probe_comparisons: &[],
                 validation,
                 limits: &limits,
@@ -679,6 +693,7 @@ mod tests {
             xids: &[],
             probe: None,
             probe_error: None,
+            sdc_suspect: None,
             probe_comparisons: &[],
             validation: None,
             limits: &Limits::default(),

@@ -27,6 +27,24 @@ pub(super) fn probe_failed(seen: &Seen) -> Option<Hit> {
     })
 }
 
+/// Wrong results are sticky: a later probe that happens to compute right does not make the
+/// GPU trustworthy again; a person's clear (after a repair or a swap) does.
+pub(super) fn sdc_suspect(seen: &Seen) -> Option<Hit> {
+    let suspect = seen
+        .sdc_suspect
+        .filter(|s| seen.after_clear(crate::model::from_unix_seconds(s.at)))?;
+    Some(
+        format!(
+            "computed wrong results in the probe's correctness canary at {} (silent data corruption suspected): {}; \
+             take it out of service and keep the evidence for an RMA (`gpuwarden report --gpu {} --markdown`)",
+            crate::model::utc_seconds(suspect.at),
+            suspect.faults.join("; "),
+            suspect.gpu
+        )
+        .into(),
+    )
+}
+
 pub(super) fn probe_regressed(seen: &Seen) -> Option<Hit> {
     use crate::health::baseline::percent_below;
     let regressed: Vec<String> = seen

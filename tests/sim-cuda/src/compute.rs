@@ -39,7 +39,17 @@ fn half_to_f32(h: u16) -> f32 {
 
 /// C = A B, column-major, A m x k (lda), B k x n (ldb), C m x n (m), fp32 accumulation.
 #[allow(clippy::too_many_arguments)]
-pub fn gemm(m: usize, n: usize, k: usize, a: &[u8], a_kind: i32, lda: usize, b: &[u8], b_kind: i32, ldb: usize) -> Vec<f32> {
+pub fn gemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[u8],
+    a_kind: i32,
+    lda: usize,
+    b: &[u8],
+    b_kind: i32,
+    ldb: usize,
+) -> Vec<f32> {
     // A converted once, transposed so each output's sum reads contiguous memory.
     let mut a_rows = vec![0f32; m * k];
     for l in 0..k {

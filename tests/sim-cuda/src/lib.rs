@@ -575,7 +575,13 @@ pub extern "C" fn cublasGemmEx(
     };
     let (m, n, k) = (m.max(0) as usize, n.max(0) as usize, k.max(0) as usize);
     if c_type == compute::CUDA_R_32F && (m * n * k) as u64 <= compute::MAX_COMPUTED {
-        compute_gemm(&r, [m, n, k], (a as u64, a_type, lda), (b as u64, b_type, ldb), c as u64);
+        compute_gemm(
+            &r,
+            [m, n, k],
+            (a as u64, a_type, lda),
+            (b as u64, b_type, ldb),
+            c as u64,
+        );
     }
     advance(2.0 * m as f64 * n as f64 * k as f64 / (r.gemm_bf16_tflops * 1e12));
     0

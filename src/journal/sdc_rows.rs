@@ -1,0 +1,76 @@
+//! The journal's `sdc` rows (docs/probe.md, "Silent data corruption"): each GPU the
+//! correctness canary found computing wrong, with the evidence an RMA needs, and each key's
+//! agreement digest as it was first given or replaced. A restart's seed reads them back
+//! (journal/read.rs, `sdc`): a suspect stays one across restarts and reboots until a person
+//! clears the GPU, and a single-GPU node keeps comparing with its earlier digest.
+
+use super::event::{Event, GpuRef, Kind};
+use crate::model::Snapshot;
+use crate::model::probe::{SdcKey, SdcReference, SdcSuspect};
+use serde_json::json;
+use std::collections::BTreeMap;
+
+/// What the journal last wrote of the canary's suspects and references.
+#[derive(Debug, Default)]
+pub struct SdcRows {
+    suspects: BTreeMap<String, SdcSuspect>,
+    references: BTreeMap<SdcKey, SdcReference>,
+}
+
+impl SdcRows {
+    /// Starts from what the seed gave the daemon: those rows are written already.
+    pub fn from_seed(suspects: BTreeMap<String, SdcSuspect>, references: BTreeMap<SdcKey, SdcReference>) -> SdcRows {
+        SdcRows { suspects, references }
+    }
+
+    /// The rows for what changed since the last look.
+    pub fn look(&mut self, snapshot: &Snapshot, now: f64) -> Vec<Event> {
+        let probe = &snapshot.probe;
+        let mut rows = Vec::new();
+        for (uuid, suspect) in &probe.sdc_suspects {
+            if self.suspects.get(uuid) != Some(suspect) {
+                rows.push(suspect_row(snapshot, uuid, suspect, now));
+                self.suspects.insert(uuid.clone(), suspect.clone());
+            }
+        }
+        for (key, reference) in &probe.sdc_references {
+            if self.references.get(key) != Some(reference) {
+                rows.push(reference_row(key, reference, now));
+                self.references.insert(key.clone(), reference.clone());
+            }
+        }
+        rows
+    }
+}
+
+/// A GPU found computing wrong, with the evidence.
+pub fn suspect_row(snapshot: &Snapshot, uuid: &str, suspect: &SdcSuspect, now: f64) -> Event {
+    Event::new(
+        now,
+        Kind::Sdc,
+        Some(GpuRef::in_snapshot(snapshot, uuid)),
+        format!(
+            "wrong results in the correctness canary (silent data corruption suspected): {}; its digest {} ({})",
+            suspect.faults.join("; "),
+            suspect.digest,
+            suspect.key.describe()
+        ),
+        json!({"suspect": suspect}),
+    )
+}
+
+/// A key's agreement digest: what later probes of GPUs with that key must give.
+pub fn reference_row(key: &SdcKey, reference: &SdcReference, now: f64) -> Event {
+    Event::new(
+        now,
+        Kind::Sdc,
+        None,
+        format!(
+            "agreement digest {} for {} (from {} GPU(s))",
+            reference.digest,
+            key.describe(),
+            reference.gpus.len()
+        ),
+        json!({"key": key, "reference": reference}),
+    )
+}
