@@ -50,7 +50,7 @@ pub fn suspect_row(snapshot: &Snapshot, uuid: &str, suspect: &SdcSuspect, now: f
         Kind::Sdc,
         Some(GpuRef::in_snapshot(snapshot, uuid)),
         format!(
-            "wrong results in the correctness canary (silent data corruption suspected): {}; its digest {} ({})",
+            "wrong results in the correctness canary (silent data corruption suspected): {} (agreement digest {}; {})",
             suspect.faults.join("; "),
             suspect.digest,
             suspect.key.describe()

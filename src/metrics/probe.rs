@@ -101,7 +101,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpu_probe_pass",
         kind: Kind::Gauge,
         unit: "",
-        help: "1 when the test reached probe.pass_fraction of its expected value in the last probe, 0 when not.",
+        help: "1 when the test reached probe.pass_fraction of its expected value in the last probe, 0 when not; for sdc, 1 when every result the GPU gave on its own was right.",
         labels: &["test"],
         dcgm: &[],
         read: Read::Device(|snapshot, d, s| {

@@ -26,6 +26,7 @@ mod network;
 mod probe;
 mod readme;
 mod reload;
+mod sdc;
 mod slurm_real;
 mod status_page;
 mod systemd;

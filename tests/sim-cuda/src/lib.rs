@@ -53,6 +53,9 @@ struct Machine {
     /// By result pointer: the inputs (pointers and versions) and shape of the last GEMM
     /// computed into it, so a repeat of the same GEMM is not computed again.
     last_gemm: HashMap<u64, [u64; 8]>,
+    /// The last digest computed: (words pointer, its version, count, per part) and the sums,
+    /// so the canary's repeats of the same result cost one digest.
+    last_digest: Option<([u64; 4], Vec<u64>)>,
 }
 
 fn machine() -> std::sync::MutexGuard<'static, Machine> {
@@ -391,13 +394,25 @@ pub unsafe extern "C" fn cuLaunchKernel(
                 let per_part = *(*params.add(2) as *const u64);
                 let parts_ptr = *(*params.add(3) as *const u64);
                 let mut m = machine();
-                let data = m.memory.read(words, count as usize * 4);
+                let key = [words, m.memory.version(words), count, per_part];
+                let sums = match &m.last_digest {
+                    Some((k, sums)) if *k == key => sums.clone(),
+                    _ => {
+                        let data = m.memory.read(words, count as usize * 4);
+                        let mut sums = vec![0u64; 64];
+                        compute::digest(&data, count, per_part, &mut sums);
+                        m.last_digest = Some((key, sums.clone()));
+                        sums
+                    }
+                };
                 let parts_bytes = m.memory.read(parts_ptr, 64 * 8);
                 let mut parts: Vec<u64> = parts_bytes
                     .chunks(8)
                     .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
                     .collect();
-                compute::digest(&data, count, per_part, &mut parts);
+                for (part, sum) in parts.iter_mut().zip(&sums) {
+                    *part = part.wrapping_add(*sum);
+                }
                 let out: Vec<u8> = parts.iter().flat_map(|p| p.to_le_bytes()).collect();
                 m.memory.write(parts_ptr, &out);
                 count as f64 * 4.0 / (rates.hbm_copy_gbps * 1e9)
