@@ -335,6 +335,13 @@ fn take_over_from_journal(
             }
         });
     }
+    if !seed.sdc.hbm.is_empty() {
+        let gpus: Vec<String> = seed.sdc.hbm.values().map(|s| s.gpu.to_string()).collect();
+        log::warn!(
+            "journal: GPU(s) {}'s memory read back wrong in the HBM pattern test; they stay unhealthy until cleared",
+            gpus.join(", ")
+        );
+    }
     if !seed.sdc.suspects.is_empty() {
         let gpus: Vec<String> = seed.sdc.suspects.values().map(|s| s.gpu.to_string()).collect();
         log::warn!(
@@ -345,6 +352,7 @@ fn take_over_from_journal(
     sources.probes.update(|probes| {
         probes.sdc_suspects = seed.sdc.suspects.clone();
         probes.sdc_references = seed.sdc.references.iter().cloned().collect();
+        probes.hbm_suspects = seed.sdc.hbm.clone();
     });
     if !seed.xid_counts.is_empty() {
         let total: u64 = seed.xid_counts.iter().map(|(_, n, _)| n).sum();

@@ -448,7 +448,7 @@ _gpuwarden() {
                     return 0
                     ;;
                 --kind)
-                    COMPREPLY=($(compgen -W "xid xid_storm health probe ecc row_remap recovery_action nvlink pcie slowdown lost back pci_missing persistence inventory board_swap clear daemon nic sxid validation remediation sdc" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "xid xid_storm health probe ecc row_remap recovery_action nvlink pcie slowdown lost back pci_missing persistence inventory board_swap clear daemon nic sxid validation remediation sdc memtest" -- "${cur}"))
                     return 0
                     ;;
                 --limit)

@@ -101,7 +101,8 @@ nic\t'A network adapter first seen in this run or changed (firmware, board), or 
 sxid\t'An NVSwitch error (SXID) from the kernel log: code, switch, severity, the line'
 validation\t'A GPU\'s validation (a probe before return to service) began, passed, failed or was skipped (details: the whole validation)'
 remediation\t'An unhealthy GPU\'s next remediation step as advised, a reset or reboot mark that automatic remediation made, and its outcome'
-sdc\t'The probe\'s correctness canary found a GPU computing wrong (the evidence), or a GPU model\'s agreement digest was first given or replaced (docs/probe.md, "Silent data corruption")'"
+sdc\t'The probe\'s correctness canary found a GPU computing wrong (the evidence), or a GPU model\'s agreement digest was first given or replaced (docs/probe.md, "Silent data corruption")'
+memtest\t'The probe\'s HBM pattern test found a GPU\'s memory reading back wrong: the passes, the failing offsets and what they held (docs/probe.md, "HBM patterns")'"
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l limit -d 'At most this many (the newest)' -r
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l demo-pid -d 'Read the journal of the demo running as this pid' -r
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F

@@ -57,6 +57,12 @@ pub struct Probe {
     /// needed before it is compared with itself.
     #[serde(deserialize_with = "baseline_probes")]
     pub baseline_probes: usize,
+    /// The HBM pattern test (`memtest`) tests this share of the GPU's free memory...
+    #[serde(deserialize_with = "memtest_share")]
+    pub memtest_share: f64,
+    /// ...at most this many MiB of it.
+    #[serde(deserialize_with = "memtest_max_mib")]
+    pub memtest_max_mib: u64,
 }
 
 impl Default for Probe {
@@ -77,6 +83,8 @@ impl Default for Probe {
             expected: Vec::new(),
             regression_pct: 7.0,
             baseline_probes: 10,
+            memtest_share: 0.5,
+            memtest_max_mib: 65536,
         }
     }
 }
@@ -169,6 +177,10 @@ pub struct ProbeDurations {
     /// checks and first run come on top: about a second on an H200).
     #[serde(deserialize_with = "test_duration", serialize_with = "write_duration")]
     pub sdc: Duration,
+    /// The HBM pattern test's time budget: its passes stop when it is spent (the report says
+    /// which ran).
+    #[serde(deserialize_with = "test_duration", serialize_with = "write_duration")]
+    pub memtest: Duration,
 }
 
 impl Default for ProbeDurations {
@@ -183,6 +195,7 @@ impl Default for ProbeDurations {
             pcie_h2d: Duration::from_secs(2),
             pcie_d2h: Duration::from_secs(2),
             sdc: Duration::from_secs(1),
+            memtest: Duration::from_secs(10),
         }
     }
 }
@@ -197,6 +210,7 @@ impl ProbeDurations {
             Test::PcieH2d => self.pcie_h2d,
             Test::PcieD2h => self.pcie_d2h,
             Test::Sdc => self.sdc,
+            Test::Memtest => self.memtest,
         }
     }
 }
@@ -244,6 +258,26 @@ pub(super) fn baseline_probes<'de, D: Deserializer<'de>>(d: D) -> Result<usize, 
     Ok(value)
 }
 
+pub(super) fn memtest_share<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let value = f64::deserialize(d)?;
+    if !(value > 0.0 && value <= 0.9) {
+        return Err(serde::de::Error::custom(format!(
+            "probe.memtest_share is {value}; write more than 0 and at most 0.9 (the CUDA context needs the rest)"
+        )));
+    }
+    Ok(value)
+}
+
+pub(super) fn memtest_max_mib<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let value = u64::deserialize(d)?;
+    if value < 64 {
+        return Err(serde::de::Error::custom(format!(
+            "probe.memtest_max_mib is {value}; write at least 64"
+        )));
+    }
+    Ok(value)
+}
+
 pub(super) fn memory_cap_mib<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let value = u64::deserialize(d)?;
     if value < 256 {
@@ -258,7 +292,7 @@ pub(super) fn probe_tests<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<crate::
     let tests = Vec::<crate::model::probe::Test>::deserialize(d)?;
     if tests.is_empty() {
         return Err(serde::de::Error::custom(
-            "probe.tests is empty; list at least one of gemm_bf16, fma_fp32, hbm_copy, pcie_h2d, pcie_d2h",
+            "probe.tests is empty; list at least one of gemm_bf16, fma_fp32, hbm_copy, pcie_h2d, pcie_d2h, sdc, memtest",
         ));
     }
     let mut seen = std::collections::BTreeSet::new();

@@ -148,6 +148,7 @@ fn device_findings(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<Finding>
         xids: snapshot.xid.for_bus(&device.identity.pci_bus_id),
         probe: snapshot.probe.reports.get(&device.identity.uuid),
         sdc_suspect: snapshot.probe.sdc_suspects.get(&device.identity.uuid),
+        hbm_suspect: snapshot.probe.hbm_suspects.get(&device.identity.uuid),
         probe_error: snapshot
             .probe
             .last_error

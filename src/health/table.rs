@@ -21,6 +21,8 @@ pub struct Seen<'a> {
     pub probe_error: Option<&'a str>,
     /// Its latest wrong results, as the correctness canary found them (probe::sdc).
     pub sdc_suspect: Option<&'a crate::model::probe::SdcSuspect>,
+    /// Its latest memory errors, as the HBM pattern test found them (probe::memtest).
+    pub hbm_suspect: Option<&'a crate::model::probe::HbmSuspect>,
     /// Its latest probe's figures against its baseline and its neighbours (baseline.rs).
     pub probe_comparisons: &'a [crate::health::baseline::Comparison],
     /// Its latest validation (a probe before return to service), if it had one.

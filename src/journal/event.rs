@@ -61,10 +61,13 @@ pub enum Kind {
     /// model's agreement digest was first given or replaced (docs/probe.md, "Silent data
     /// corruption").
     Sdc,
+    /// The probe's HBM pattern test found a GPU's memory reading back wrong: the passes, the
+    /// failing offsets and what they held (docs/probe.md, "HBM patterns").
+    Memtest,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 23] = [
+    pub const ALL: [Kind; 24] = [
         Kind::Xid,
         Kind::XidStorm,
         Kind::Health,
@@ -88,6 +91,7 @@ impl Kind {
         Kind::Validation,
         Kind::Remediation,
         Kind::Sdc,
+        Kind::Memtest,
     ];
 
     pub fn name(self) -> &'static str {
@@ -115,6 +119,7 @@ impl Kind {
             Kind::Validation => "validation",
             Kind::Remediation => "remediation",
             Kind::Sdc => "sdc",
+            Kind::Memtest => "memtest",
         }
     }
 

@@ -154,6 +154,9 @@ pub struct SdcSeed {
     pub suspects: std::collections::BTreeMap<String, crate::model::probe::SdcSuspect>,
     /// Each key's newest agreement digest (a list: JSON keys are strings).
     pub references: Vec<(crate::model::probe::SdcKey, crate::model::probe::SdcReference)>,
+    /// By GPU UUID: its newest memory errors of the HBM pattern test not cleared since.
+    #[serde(default)]
+    pub hbm: std::collections::BTreeMap<String, crate::model::probe::HbmSuspect>,
 }
 
 /// The daemon's hold on its journal: an exclusive lock on `<state.path>.lock` for as long as

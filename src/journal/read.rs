@@ -428,9 +428,20 @@ pub fn sdc(conn: &Connection) -> rusqlite::Result<crate::journal::SdcSeed> {
     }
     let cleared = newest_per_gpu(conn, "clear", "1 = ?1", 1)?;
     suspects.retain(|uuid: &String, suspect: &mut SdcSuspect| cleared.get(uuid).is_none_or(|(at, _)| *at < suspect.at));
+    let mut hbm = BTreeMap::new();
+    for (uuid, (_, details)) in newest_per_gpu(conn, "memtest", "1 = ?1", 1)? {
+        if let Some(suspect) = details
+            .get("suspect")
+            .and_then(|s| serde_json::from_value::<crate::model::probe::HbmSuspect>(s.clone()).ok())
+            .filter(|s| cleared.get(&uuid).is_none_or(|(at, _)| *at < s.at))
+        {
+            hbm.insert(uuid, suspect);
+        }
+    }
     Ok(crate::journal::SdcSeed {
         suspects,
         references: references.into_iter().collect(),
+        hbm,
     })
 }
 

@@ -47,6 +47,8 @@ pub struct Report {
     pub xids: Vec<Row>,
     /// The correctness canary's wrong results, with their evidence (what an RMA needs).
     pub sdc: Vec<Row>,
+    /// The HBM pattern test's memory errors, with the failing offsets.
+    pub memtest: Vec<Row>,
     pub memory: Vec<Row>,
     pub probes: Vec<Row>,
     /// Every probe's figures against the GPU's own baseline at the time, oldest first.
@@ -106,6 +108,7 @@ pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64, baseline_probes: usize
         findings: worst_first(&gpu.findings),
         xids,
         sdc: of(&["sdc"]),
+        memtest: of(&["memtest"]),
         memory,
         probe_history: super::report_probes::history(&probes, baseline_probes),
         probes,
@@ -230,9 +233,10 @@ pub fn markdown(report: &Report) -> String {
     for f in &report.findings {
         out.push_str(&format!("- {} ({}): {}\n", f.reason, f.severity, f.message));
     }
-    let sections: [(&str, &Vec<Row>); 10] = [
+    let sections: [(&str, &Vec<Row>); 11] = [
         ("XIDs", &report.xids),
         ("Wrong results (silent data corruption)", &report.sdc),
+        ("HBM pattern errors", &report.memtest),
         ("ECC and row remapping", &report.memory),
         ("Probes (and probes that could not run)", &report.probes),
         ("Thermal and power-brake slowdowns", &report.slowdowns),

@@ -1,12 +1,13 @@
-//! The journal's `sdc` rows (docs/probe.md, "Silent data corruption"): each GPU the
+//! The journal's `sdc` and `memtest` rows (docs/probe.md, "Silent data corruption"): each GPU the
 //! correctness canary found computing wrong, with the evidence an RMA needs, and each key's
-//! agreement digest as it was first given or replaced. A restart's seed reads them back
+//! agreement digest as it was first given or replaced, and each GPU the HBM pattern test
+//! found with memory that reads back wrong. A restart's seed reads them back
 //! (journal/read.rs, `sdc`): a suspect stays one across restarts and reboots until a person
 //! clears the GPU, and a single-GPU node keeps comparing with its earlier digest.
 
 use super::event::{Event, GpuRef, Kind};
 use crate::model::Snapshot;
-use crate::model::probe::{SdcKey, SdcReference, SdcSuspect};
+use crate::model::probe::{HbmSuspect, SdcKey, SdcReference, SdcSuspect};
 use serde_json::json;
 use std::collections::BTreeMap;
 
@@ -15,12 +16,18 @@ use std::collections::BTreeMap;
 pub struct SdcRows {
     suspects: BTreeMap<String, SdcSuspect>,
     references: BTreeMap<SdcKey, SdcReference>,
+    /// The HBM pattern test's memory errors (`memtest` rows), kept the same way.
+    hbm: BTreeMap<String, HbmSuspect>,
 }
 
 impl SdcRows {
     /// Starts from what the seed gave the daemon: those rows are written already.
-    pub fn from_seed(suspects: BTreeMap<String, SdcSuspect>, references: BTreeMap<SdcKey, SdcReference>) -> SdcRows {
-        SdcRows { suspects, references }
+    pub fn from_seed(probes: &crate::model::probe::ProbeSnapshot) -> SdcRows {
+        SdcRows {
+            suspects: probes.sdc_suspects.clone(),
+            references: probes.sdc_references.clone(),
+            hbm: probes.hbm_suspects.clone(),
+        }
     }
 
     /// The rows for what changed since the last look.
@@ -31,6 +38,12 @@ impl SdcRows {
             if self.suspects.get(uuid) != Some(suspect) {
                 rows.push(suspect_row(snapshot, uuid, suspect, now));
                 self.suspects.insert(uuid.clone(), suspect.clone());
+            }
+        }
+        for (uuid, suspect) in &probe.hbm_suspects {
+            if self.hbm.get(uuid) != Some(suspect) {
+                rows.push(hbm_row(snapshot, uuid, suspect, now));
+                self.hbm.insert(uuid.clone(), suspect.clone());
             }
         }
         for (key, reference) in &probe.sdc_references {
@@ -72,5 +85,19 @@ pub fn reference_row(key: &SdcKey, reference: &SdcReference, now: f64) -> Event 
             reference.gpus.len()
         ),
         json!({"key": key, "reference": reference}),
+    )
+}
+
+/// A GPU whose memory read back wrong, with the failing offsets.
+pub fn hbm_row(snapshot: &Snapshot, uuid: &str, suspect: &HbmSuspect, now: f64) -> Event {
+    Event::new(
+        now,
+        Kind::Memtest,
+        Some(GpuRef::in_snapshot(snapshot, uuid)),
+        format!(
+            "memory read back wrong in the HBM pattern test: {}",
+            suspect.faults.join("; ")
+        ),
+        json!({"suspect": suspect}),
     )
 }

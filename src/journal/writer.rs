@@ -106,10 +106,7 @@ impl Writer {
             status: writes_to.status,
             validation_rows: super::validation_rows::ValidationRows::from_seed(writes_to.validations.get()),
             remediation_rows: super::remediation_rows::RemediationRows::from_seed(&writes_to.remediation.get()),
-            sdc_rows: {
-                let probes = writes_to.probes.get();
-                super::sdc_rows::SdcRows::from_seed(probes.sdc_suspects.clone(), probes.sdc_references.clone())
-            },
+            sdc_rows: super::sdc_rows::SdcRows::from_seed(&writes_to.probes.get()),
             gpus: super::gpu_looks::GpuLooks::new(super::board_swap::SwapWrites {
                 board_swaps: writes_to.board_swaps,
                 validations: writes_to.validations,

@@ -449,6 +449,7 @@ crate::model::label::label_enum! {
         ProbeFailed => "probe_failed",
         ProbeRegressed => "probe_regressed",
         SdcSuspect => "sdc_suspect",
+        HbmPatternErrors => "hbm_pattern_errors",
         BoardReplaced => "board_replaced",
         GpuMissing => "gpu_missing",
         NvswitchSxidFatal => "nvswitch_sxid_fatal",

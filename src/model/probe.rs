@@ -23,16 +23,21 @@ pub enum Test {
     /// knows, and a fixed GEMM whose digest must agree across runs, GPUs and time. Its
     /// figure is the canary GEMM's rate; its verdict is whether every result was right.
     Sdc,
+    /// HBM pattern test (probe::memtest): walking ones and zeros, moving inversions and
+    /// address in address over a share of the free memory. Its figure is the pattern traffic's
+    /// bandwidth; its verdict is whether every word read back what was written.
+    Memtest,
 }
 
 impl Test {
-    pub const ALL: [Test; 6] = [
+    pub const ALL: [Test; 7] = [
         Test::GemmBf16,
         Test::FmaFp32,
         Test::HbmCopy,
         Test::PcieH2d,
         Test::PcieD2h,
         Test::Sdc,
+        Test::Memtest,
     ];
 
     pub fn name(self) -> &'static str {
@@ -43,6 +48,7 @@ impl Test {
             Test::PcieH2d => "pcie_h2d",
             Test::PcieD2h => "pcie_d2h",
             Test::Sdc => "sdc",
+            Test::Memtest => "memtest",
         }
     }
 
@@ -54,7 +60,7 @@ impl Test {
     pub fn unit(self) -> Unit {
         match self {
             Test::GemmBf16 | Test::FmaFp32 | Test::Sdc => Unit::FlopsPerSecond,
-            Test::HbmCopy | Test::PcieH2d | Test::PcieD2h => Unit::BytesPerSecond,
+            Test::HbmCopy | Test::PcieH2d | Test::PcieD2h | Test::Memtest => Unit::BytesPerSecond,
         }
     }
 }
@@ -120,6 +126,84 @@ pub struct TestResult {
     /// The correctness canary's evidence (`sdc` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sdc: Option<SdcOutcome>,
+    /// The HBM pattern test's evidence (`memtest` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memtest: Option<MemtestOutcome>,
+}
+
+/// The HBM pattern test's evidence: how much was tested, which passes ran, and every word
+/// that read back wrong (the first 16 kept).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemtestOutcome {
+    /// The region tested, bytes (a share of the free memory, capped).
+    pub bytes: u64,
+    /// Each pass that ran, in order, with the words it found wrong.
+    pub passes: Vec<MemtestPass>,
+    /// Whether every planned pass ran within the time budget.
+    pub complete: bool,
+    /// GPU time the passes took, seconds.
+    pub seconds: f64,
+    pub errors: u64,
+    /// The first words that read back wrong.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bad: Vec<BadWord>,
+}
+
+/// One pass of the HBM pattern test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemtestPass {
+    /// `address`, `address_inverse`, `moving_inversions_00000000`, `walking_ones_bit7`...
+    pub name: String,
+    pub errors: u64,
+}
+
+/// A word that read back wrong: its offset in the region and device address (the driver's
+/// virtual address; NVML's row remapping works on the physical one), and what it held.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BadWord {
+    pub pass: String,
+    pub offset: u64,
+    pub address: String,
+    pub expected: String,
+    pub got: String,
+}
+
+impl MemtestOutcome {
+    /// The pattern test's evidence in a probe report.
+    pub fn of(report: &ProbeReport) -> Option<&MemtestOutcome> {
+        report.tests.iter().find_map(|t| t.memtest.as_ref())
+    }
+
+    /// What was wrong, in words; empty when every word read back right.
+    pub fn faults(&self) -> Vec<String> {
+        if self.errors == 0 {
+            return Vec::new();
+        }
+        let passes: Vec<String> = self
+            .passes
+            .iter()
+            .filter(|p| p.errors > 0)
+            .map(|p| format!("{} {}", p.name, p.errors))
+            .collect();
+        let words: Vec<String> = self
+            .bad
+            .iter()
+            .take(4)
+            .map(|b| {
+                format!(
+                    "offset {:#x} ({}): expected {} got {} in {}",
+                    b.offset, b.address, b.expected, b.got, b.pass
+                )
+            })
+            .collect();
+        vec![format!(
+            "{} word(s) of {} MiB read back wrong (by pass: {}); {}",
+            self.errors,
+            self.bytes >> 20,
+            passes.join(", "),
+            words.join("; ")
+        )]
+    }
 }
 
 /// The correctness canary's evidence (probe::sdc): what an RMA needs.
@@ -176,6 +260,20 @@ pub struct SdcSuspect {
     /// The key the digest was compared under, and the digest.
     pub key: SdcKey,
     pub digest: String,
+}
+
+/// A GPU whose memory read back wrong in the HBM pattern test: unhealthy
+/// (`hbm_pattern_errors`) until a person clears it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HbmSuspect {
+    /// Unix seconds: the probe that found it.
+    pub at: f64,
+    pub gpu: u32,
+    pub faults: Vec<String>,
+    /// The region tested and the words that read back wrong.
+    pub bytes: u64,
+    pub errors: u64,
+    pub bad: Vec<BadWord>,
 }
 
 /// The agreement digest a key's GPUs gave: what a later probe of any GPU with that key must
@@ -285,7 +383,7 @@ impl ProbeReport {
         self.tests
             .iter()
             // A wrong result has its own finding (sdc_suspect), with its evidence.
-            .filter(|t| t.pass == Some(false) && t.sdc.is_none())
+            .filter(|t| t.pass == Some(false) && t.sdc.is_none() && t.memtest.is_none())
             .map(|t| match (t.sustained, t.expected) {
                 (Some(s), Some(e)) if e > 0.0 => format!(
                     "{} {}, {:.0}% of the expected {}",
@@ -334,6 +432,7 @@ impl ProbeReport {
                 skipped: None,
                 under_load: Default::default(),
                 sdc: None,
+                memtest: None,
             }],
         }
     }
@@ -401,6 +500,9 @@ pub struct ProbeSnapshot {
     pub sdc_suspects: BTreeMap<String, SdcSuspect>,
     /// The agreement digest per key (the journal's seed and since).
     pub sdc_references: BTreeMap<SdcKey, SdcReference>,
+    /// GPUs whose memory the pattern test found reading back wrong, by uuid (the journal's
+    /// seed and since).
+    pub hbm_suspects: BTreeMap<String, HbmSuspect>,
 }
 
 impl ProbeSnapshot {
@@ -445,8 +547,8 @@ impl Expectation {
             Test::HbmCopy => self.hbm_copy_gbps.map(|v| v * 1e9),
             Test::PcieH2d => self.pcie_h2d_gbps.map(|v| v * 1e9),
             Test::PcieD2h => self.pcie_d2h_gbps.map(|v| v * 1e9),
-            // Judged by its results, not a rate.
-            Test::Sdc => None,
+            // Judged by their results, not a rate.
+            Test::Sdc | Test::Memtest => None,
         }
     }
 }

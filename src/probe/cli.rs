@@ -147,7 +147,11 @@ fn measure(
     expectation: Option<&expected::Resolved>,
 ) -> TestResult {
     sampler.begin(test);
-    let sizes = Sizes::for_cap(settings.memory_cap_mib);
+    let sizes = Sizes {
+        memtest_share: settings.memtest_share,
+        memtest_max_bytes: settings.memtest_max_mib << 20,
+        ..Sizes::for_cap(settings.memory_cap_mib)
+    };
     let m = gpu.run(test, &settings.durations, sizes, &|| sampler.load_started());
     let under_load = sampler.end();
     let expected_value = expectation.and_then(|e| e.value(test));
@@ -162,6 +166,7 @@ fn measure(
         pass: match (sustained, expected_value) {
             // The canary is judged by its results, whatever its rate.
             _ if m.sdc.is_some() => m.sdc.as_ref().map(|o| o.clean()),
+            _ if m.memtest.is_some() => m.memtest.as_ref().map(|o| o.errors == 0),
             (Some(s), Some(e)) => Some(expected::verdict(s, e, settings.pass_fraction)),
             _ if m.failed => Some(false),
             _ => None,
@@ -169,6 +174,7 @@ fn measure(
         skipped: m.skipped,
         under_load,
         sdc: m.sdc,
+        memtest: m.memtest,
     }
 }
 

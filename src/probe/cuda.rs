@@ -41,6 +41,8 @@ pub struct Measured {
     pub failed: bool,
     /// The correctness canary's evidence (`sdc` only).
     pub sdc: Option<crate::model::probe::SdcOutcome>,
+    /// The HBM pattern test's evidence (`memtest` only).
+    pub memtest: Option<crate::model::probe::MemtestOutcome>,
 }
 
 impl Measured {
@@ -51,6 +53,7 @@ impl Measured {
             skipped: Some(why),
             failed: false,
             sdc: None,
+            memtest: None,
         }
     }
 }
@@ -64,6 +67,9 @@ pub struct Sizes {
     pub hbm_copy_bytes: u64,
     /// The device buffer and the pinned host buffer of the PCIe tests.
     pub pcie_bytes: u64,
+    /// The HBM pattern test's share of the free memory, and its most bytes.
+    pub memtest_share: f64,
+    pub memtest_max_bytes: u64,
 }
 
 impl Sizes {
@@ -77,6 +83,8 @@ impl Sizes {
             gemm_n,
             hbm_copy_bytes: round((cap / 4).min(512 * MIB)),
             pcie_bytes: round((cap / 4).min(256 * MIB)),
+            memtest_share: 0.5,
+            memtest_max_bytes: 64 << 30,
         }
     }
 }
@@ -110,6 +118,9 @@ pub struct CudaGpu {
     kernels_copy: CudaFunction,
     pub(super) kernels_fma_chain: CudaFunction,
     pub(super) kernels_digest: CudaFunction,
+    pub(super) kernels_mem_fill: CudaFunction,
+    pub(super) kernels_mem_check: CudaFunction,
+    pub(super) kernels_mem_invert: CudaFunction,
     /// Blocks that fill every SM at THREADS_PER_BLOCK.
     pub(super) full_grid: u32,
     pub(super) sms: u32,
@@ -173,6 +184,9 @@ impl CudaGpu {
         let kernels_digest = module
             .load_function("digest_words")
             .map_err(cuda_error("digest_words"))?;
+        let kernels_mem_fill = module.load_function("mem_fill").map_err(cuda_error("mem_fill"))?;
+        let kernels_mem_check = module.load_function("mem_check").map_err(cuda_error("mem_check"))?;
+        let kernels_mem_invert = module.load_function("mem_invert").map_err(cuda_error("mem_invert"))?;
         let sms = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(cuda_error("SM count"))?;
@@ -187,6 +201,9 @@ impl CudaGpu {
             kernels_copy,
             kernels_fma_chain,
             kernels_digest,
+            kernels_mem_fill,
+            kernels_mem_check,
+            kernels_mem_invert,
             full_grid,
             sms: sms.max(1) as u32,
             cublas,
@@ -225,6 +242,7 @@ impl CudaGpu {
                 self.pcie(test == Test::PcieH2d, sizes.pcie_bytes, duration, load_started)
             }
             Test::Sdc => return self.sdc(duration, &self.model, &self.driver, load_started),
+            Test::Memtest => return self.memtest(duration, sizes, load_started),
         };
         match result {
             Ok(w) => Measured {
@@ -233,6 +251,7 @@ impl CudaGpu {
                 skipped: None,
                 failed: false,
                 sdc: None,
+                memtest: None,
             },
             Err(e) => Measured {
                 failed: true,

@@ -85,6 +85,7 @@ impl CudaGpu {
                 skipped: None,
                 failed: false,
                 sdc: Some(outcome),
+                memtest: None,
             },
             Err(e) => Measured {
                 failed: true,
@@ -330,7 +331,7 @@ impl CudaGpu {
     }
 
     /// A device buffer's contents, once the stream has finished with it.
-    fn read_back<T: cudarc::driver::DeviceRepr + Default + Clone>(
+    pub(super) fn read_back<T: cudarc::driver::DeviceRepr + Default + Clone>(
         &self,
         buffer: &CudaSlice<T>,
     ) -> Result<Vec<T>, ProbeError> {

@@ -83,3 +83,63 @@ extern "C" __global__ void digest_words(const unsigned int *__restrict__ words, 
         }
     }
 }
+
+// HBM pattern test (probe::memtest). A word's value under `mode`: 0 the pattern itself, 1 its
+// own index XOR the pattern (address in address), 2 the inverse of that.
+__device__ unsigned int mem_value(unsigned long long i, unsigned int pattern, int mode) {
+    unsigned int address = (unsigned int)i;
+    return mode == 0 ? pattern : (mode == 1 ? address ^ pattern : ~(address ^ pattern));
+}
+
+// Records a word that read back wrong: counted, and the first 16 kept (index, expected, got).
+__device__ void mem_bad(unsigned long long i, unsigned int expected, unsigned int got,
+                        unsigned long long *errors, unsigned long long *bad) {
+    unsigned long long slot = atomicAdd(errors, 1ULL);
+    if (slot < 16) {
+        bad[3 * slot] = i;
+        bad[3 * slot + 1] = expected;
+        bad[3 * slot + 2] = got;
+    }
+}
+
+// Writes every word of the region (grid-stride, coalesced).
+extern "C" __global__ void mem_fill(unsigned int *buf, unsigned long long words, unsigned int pattern, int mode) {
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
+        buf[i] = mem_value(i, pattern, mode);
+    }
+}
+
+// Reads every word back and records those that differ.
+extern "C" __global__ void mem_check(const unsigned int *buf, unsigned long long words, unsigned int pattern,
+                                     int mode, unsigned long long *errors, unsigned long long *bad) {
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
+        unsigned int expected = mem_value(i, pattern, mode);
+        unsigned int got = buf[i];
+        if (got != expected) {
+            mem_bad(i, expected, got, errors, bad);
+        }
+    }
+}
+
+// Moving inversions: each word read (it must hold `expect`) and at once written inverted, in
+// ascending or descending order of each thread's words, so a cell disturbed by its neighbours'
+// writes in either direction is caught by the next pass.
+extern "C" __global__ void mem_invert(unsigned int *buf, unsigned long long words, unsigned int expect,
+                                      int descending, unsigned long long *errors, unsigned long long *bad) {
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (first >= words) {
+        return;
+    }
+    unsigned long long count = (words - 1 - first) / stride + 1;
+    for (unsigned long long k = 0; k < count; ++k) {
+        unsigned long long i = first + (descending ? count - 1 - k : k) * stride;
+        unsigned int got = buf[i];
+        if (got != expect) {
+            mem_bad(i, expect, got, errors, bad);
+        }
+        buf[i] = ~expect;
+    }
+}

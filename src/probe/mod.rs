@@ -8,8 +8,10 @@
 
 pub mod cli;
 pub mod cuda;
+mod cuda_memtest;
 mod cuda_sdc;
 pub mod expected;
+pub mod memtest;
 pub mod report;
 pub mod sampler;
 pub mod schedule;

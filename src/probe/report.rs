@@ -49,6 +49,25 @@ pub fn render(report: &ProbeReport) -> String {
             let _ = writeln!(out, "sdc WRONG: {fault}");
         }
     }
+    if let Some(memtest) = crate::model::probe::MemtestOutcome::of(report) {
+        let _ = writeln!(
+            out,
+            "memtest: {} MiB, {} of {} passes{} in {:.2} s of GPU time, {} word(s) wrong",
+            memtest.bytes >> 20,
+            memtest.passes.len(),
+            super::memtest::plan().len(),
+            if memtest.complete {
+                ""
+            } else {
+                " (the time budget ran out)"
+            },
+            memtest.seconds,
+            memtest.errors
+        );
+        for fault in memtest.faults() {
+            let _ = writeln!(out, "memtest WRONG: {fault}");
+        }
+    }
     let verdict = match report.passed() {
         Some(true) => "PASS",
         Some(false) => "FAIL",
@@ -146,6 +165,7 @@ mod tests {
                     skipped: None,
                     under_load: under,
                     sdc: None,
+                    memtest: None,
                 },
                 TestResult {
                     test: Test::PcieH2d,
@@ -158,6 +178,7 @@ mod tests {
                     skipped: Some("cuMemHostAlloc failed".into()),
                     under_load: UnderLoad::default(),
                     sdc: None,
+                    memtest: None,
                 },
             ],
         }

@@ -19,7 +19,7 @@ use super::{ProbeError, ProbeReport, ProbeSnapshot};
 use crate::config::Probe;
 pub use crate::config::settings::ChildSettings;
 use crate::model::health::{ValidationOutcome, Validations};
-use crate::model::probe::{SdcOutcome, SdcSuspect};
+use crate::model::probe::{HbmSuspect, MemtestOutcome, SdcOutcome, SdcSuspect};
 use crate::model::{DeviceSnapshot, Snapshot};
 use crate::service::stop::Stop;
 use crate::service::versioned::Versioned;
@@ -100,19 +100,12 @@ fn validation_pending(snapshot: &Snapshot) -> bool {
 
 /// What a probe outcome does to a pending validation that began at `since`: its end, or None
 /// while it is still awaited (the GPU was busy, or the probe could not run at all).
-pub fn validation_outcome(
-    outcome: &Outcome,
-    suspect: Option<&SdcSuspect>,
-    since: f64,
-    now: f64,
-) -> Option<ValidationOutcome> {
+pub fn validation_outcome(outcome: &Outcome, wrong: &Suspects, since: f64, now: f64) -> Option<ValidationOutcome> {
     match outcome {
         Outcome::Report(report) if report.started >= since => {
             let mut failed = report.shortfalls();
-            // Wrong results never pass, however fast they came.
-            if let Some(suspect) = suspect {
-                failed.push(format!("sdc ({})", suspect.faults.join("; ")));
-            }
+            // Wrong results and memory that reads back wrong never pass, however fast.
+            failed.extend(wrong.words());
             Some(if failed.is_empty() {
                 let detail = match report.passed() {
                     Some(true) => format!("passed the probe ({:.1} s)", report.wall_seconds),
@@ -275,8 +268,11 @@ fn probe_next_due(
         _ => Instant::now() + interval.min(RETRY_AFTER),
     };
     due.insert(uuid.clone(), next);
-    let suspect = judge_sdc(state, &uuid, device.identity.index, &outcome);
-    record(state, &uuid, device.identity.index, outcome, suspect);
+    let suspects = Suspects {
+        sdc: judge_sdc(state, &uuid, device.identity.index, &outcome),
+        hbm: judge_memtest(&uuid, device.identity.index, &outcome),
+    };
+    record(state, &uuid, device.identity.index, outcome, suspects);
     true
 }
 
@@ -307,9 +303,12 @@ fn validate(
         Outcome::Skipped(..) => VALIDATION_RETRY,
         _ => VALIDATION_ERROR_RETRY,
     };
-    let suspect = judge_sdc(state, &uuid, index, &outcome);
-    let end = validation_outcome(&outcome, suspect.as_ref(), since, crate::model::unix_now());
-    record(state, &uuid, index, outcome, suspect);
+    let suspects = Suspects {
+        sdc: judge_sdc(state, &uuid, index, &outcome),
+        hbm: judge_memtest(&uuid, index, &outcome),
+    };
+    let end = validation_outcome(&outcome, &suspects, since, crate::model::unix_now());
+    record(state, &uuid, index, outcome, suspects);
     if let Some(end) = end {
         match &end {
             ValidationOutcome::Failed { detail, .. } => {
@@ -360,10 +359,49 @@ fn judge_sdc(state: &ProbeState, uuid: &str, index: u32, outcome: &Outcome) -> O
     })
 }
 
-fn record(state: &ProbeState, uuid: &str, index: u32, outcome: Outcome, suspect: Option<SdcSuspect>) {
-    if let Some(suspect) = suspect {
+/// A probe's wrong results and memory errors, as judged.
+#[derive(Debug, Default)]
+pub struct Suspects {
+    pub sdc: Option<SdcSuspect>,
+    pub hbm: Option<HbmSuspect>,
+}
+
+impl Suspects {
+    /// Each, as a validation's failure names it.
+    fn words(&self) -> Vec<String> {
+        let sdc = self.sdc.iter().map(|s| format!("sdc ({})", s.faults.join("; ")));
+        let hbm = self.hbm.iter().map(|s| format!("memtest ({})", s.faults.join("; ")));
+        sdc.chain(hbm).collect()
+    }
+}
+
+/// The HBM pattern test's memory errors in a probe's report, if it found any.
+fn judge_memtest(uuid: &str, index: u32, outcome: &Outcome) -> Option<HbmSuspect> {
+    let Outcome::Report(report) = outcome else {
+        return None;
+    };
+    let test = MemtestOutcome::of(report).filter(|m| m.errors > 0)?;
+    let faults = test.faults();
+    log::error!(gpu_uuid = uuid; "GPU {index}'s memory read back wrong in the pattern test: {}", faults.join("; "));
+    Some(HbmSuspect {
+        at: report.started,
+        gpu: index,
+        faults,
+        bytes: test.bytes,
+        errors: test.errors,
+        bad: test.bad.clone(),
+    })
+}
+
+fn record(state: &ProbeState, uuid: &str, index: u32, outcome: Outcome, suspects: Suspects) {
+    if suspects.sdc.is_some() || suspects.hbm.is_some() {
         state.update(|s| {
-            s.sdc_suspects.insert(uuid.to_string(), suspect);
+            if let Some(sdc) = suspects.sdc {
+                s.sdc_suspects.insert(uuid.to_string(), sdc);
+            }
+            if let Some(hbm) = suspects.hbm {
+                s.hbm_suspects.insert(uuid.to_string(), hbm);
+            }
         });
     }
     match outcome {
@@ -612,7 +650,7 @@ mod tests {
 
     #[test]
     fn the_first_probe_after_the_clear_decides_a_validation_and_a_hung_one_fails_it() {
-        let decide = |outcome: Outcome| validation_outcome(&outcome, None, 100.0, 200.0);
+        let decide = |outcome: Outcome| validation_outcome(&outcome, &Suspects::default(), 100.0, 200.0);
         let passed = decide(Outcome::Report(Box::new(report_at(150.0, Some(true)))));
         assert_eq!(passed.as_ref().map(|o| o.label()), Some("passed"));
         let failed = decide(Outcome::Report(Box::new(report_at(150.0, Some(false))))).unwrap();
@@ -716,9 +754,27 @@ mod tests {
     #[test]
     fn records_count_runs_and_keep_the_latest_report() {
         let state = ProbeState::default();
-        record(&state, "GPU-0", 0, Outcome::Skipped("utilization", "busy".into()), None);
-        record(&state, "GPU-0", 0, Outcome::Skipped("utilization", "busy".into()), None);
-        record(&state, "GPU-0", 0, Outcome::Error("timeout", "killed".into()), None);
+        record(
+            &state,
+            "GPU-0",
+            0,
+            Outcome::Skipped("utilization", "busy".into()),
+            Suspects::default(),
+        );
+        record(
+            &state,
+            "GPU-0",
+            0,
+            Outcome::Skipped("utilization", "busy".into()),
+            Suspects::default(),
+        );
+        record(
+            &state,
+            "GPU-0",
+            0,
+            Outcome::Error("timeout", "killed".into()),
+            Suspects::default(),
+        );
         let s = state.get();
         assert_eq!(s.skipped[&("GPU-0".to_string(), "utilization")], 2);
         assert_eq!(s.runs[&("GPU-0".to_string(), "timeout")], 1);
@@ -733,7 +789,13 @@ mod tests {
             pass_fraction: 0.9,
             tests: vec![],
         };
-        record(&state, "GPU-0", 0, Outcome::Report(Box::new(report)), None);
+        record(
+            &state,
+            "GPU-0",
+            0,
+            Outcome::Report(Box::new(report)),
+            Suspects::default(),
+        );
         let s = state.get();
         assert_eq!(s.runs[&("GPU-0".to_string(), "no_verdict")], 1);
         assert!(s.reports.contains_key("GPU-0"));

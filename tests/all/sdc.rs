@@ -1,9 +1,10 @@
-//! The probe's correctness canary end to end (docs/probe.md, "Silent data corruption"), over
-//! the simulated CUDA, which does the canary's arithmetic for real and can give one GEMM
-//! element wrong (`sdc_wrong_element` in a GPU's `cuda:`): `gpuwarden probe --tests sdc`,
-//! the `sdc_suspect` finding with its evidence, the journal row and the report section, a
-//! suspect kept across a restart until a clear, a validation it holds back, and the idle
-//! node's sweep running it.
+//! The probe's checks of results and memory end to end (docs/probe.md, "Silent data
+//! corruption" and "HBM patterns"), over the simulated CUDA, which does the correctness
+//! canary's arithmetic for real and can give one GEMM element wrong (`sdc_wrong_element` in a
+//! GPU's `cuda:`) or hold one HBM bit stuck (`hbm_stuck_bit`): `gpuwarden probe --tests sdc`
+//! and `--tests memtest`, the `sdc_suspect` and `hbm_pattern_errors` findings with their
+//! evidence, the journal rows and report sections, a suspect kept across a restart until a
+//! clear, a validation they hold back, and the idle node's sweep running them.
 
 use crate::common;
 use common::*;
@@ -12,7 +13,19 @@ use std::time::Duration;
 
 /// One H100 as the simulated CUDA sees it; `uuid_end` and `bus` make more of them.
 fn gpu(uuid_end: &str, bus: &str, wrong_element: Option<u64>) -> String {
-    let wrong = wrong_element.map_or(String::new(), |i| format!(", sdc_wrong_element: {i}"));
+    gpu_with(
+        uuid_end,
+        bus,
+        &wrong_element.map_or(String::new(), |i| format!(", sdc_wrong_element: {i}")),
+    )
+}
+
+/// One H100 whose memory has bit 3 of word 1000 of the pattern test's region stuck at 1.
+fn gpu_stuck(uuid_end: &str, bus: &str) -> String {
+    gpu_with(uuid_end, bus, ", hbm_stuck_bit: [1000, 3, 1]")
+}
+
+fn gpu_with(uuid_end: &str, bus: &str, wrong: &str) -> String {
     format!(
         "  - name: NVIDIA H100 80GB HBM3
     uuid: GPU-557e664c-0911-a952-bda7-8175faf6ad{uuid_end}
@@ -33,6 +46,10 @@ const IN_EXACT_RESULT: u64 = 777;
 const ONLY_IN_AGREEMENT: u64 = 100_000;
 
 fn probe_sdc(scenario: &str, json: bool) -> (i32, String) {
+    probe_test(scenario, "sdc", json)
+}
+
+fn probe_test(scenario: &str, test: &str, json: bool) -> (i32, String) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("scenario.yaml"), scenario).unwrap();
     let config = format!(
@@ -42,7 +59,7 @@ fn probe_sdc(scenario: &str, json: bool) -> (i32, String) {
     std::fs::write(dir.path().join("config.yaml"), config).unwrap();
     let mut command = Command::new(BIN);
     command
-        .args(["probe", "--tests", "sdc", "--config"])
+        .args(["probe", "--tests", test, "--config"])
         .arg(dir.path().join("config.yaml"))
         .env("GPUWARDEN_SIM_NVML_SCENARIO", dir.path().join("scenario.yaml"))
         .env("LD_LIBRARY_PATH", sim_cuda_dir(dir.path(), true));
@@ -255,15 +272,24 @@ fn a_gpu_the_others_disagree_with_is_a_suspect_until_cleared_and_validated() {
     });
 }
 
-/// The idle node's sweep (`probe.mode: node`) runs the canary on every GPU: a GPU that gives
-/// a wrong element fails its sweep validation and is a suspect.
+/// The idle node's sweep (`probe.mode: node`) runs the canary and the pattern test on every
+/// GPU: a GPU that gives a wrong element, and one whose memory holds a stuck bit, fail their
+/// sweep validations and are suspects; the memory errors stay after a restart until a clear.
 #[test]
-fn the_idle_sweep_runs_the_canary() {
-    let scenario = format!(
-        "devices:\n{}{}",
-        gpu("ad", "19", None),
-        gpu("ae", "3b", Some(IN_EXACT_RESULT))
-    );
+fn the_idle_sweep_runs_the_canary_and_the_pattern_test() {
+    let node = |stuck: bool| {
+        format!(
+            "devices:\n{}{}{}",
+            gpu("ad", "19", None),
+            gpu("ae", "3b", Some(IN_EXACT_RESULT)),
+            if stuck {
+                gpu_stuck("af", "4c")
+            } else {
+                gpu("af", "4c", None)
+            }
+        )
+    };
+    let scenario = node(true);
     let dir = tempfile::tempdir().unwrap();
     let env = [("LD_LIBRARY_PATH", sim_cuda_dir(dir.path(), true).display().to_string())];
     let probes = "probe:\n  schedule: true\n  mode: node\n  interval: 2s\n  memory_cap_mib: 256\n  max_utilization: 0.5\n  \
@@ -288,4 +314,108 @@ fn the_idle_sweep_runs_the_canary() {
         "{failed}"
     );
     assert_eq!(suspect_of(&d.scrape(), "0"), None, "the right GPU is no suspect");
+
+    // GPU 2's memory: the finding, its sweep validation failed, the row and the report section.
+    let hbm = |m: &Metrics, gpu: &str| m.value("gpu_health_reason", &[("gpu", gpu), ("reason", "hbm_pattern_errors")]);
+    let m = d.scrape_until_within("GPU 2's memory errors", Duration::from_secs(30), |m| {
+        hbm(m, "2") == Some(1.0)
+    });
+    assert_eq!(hbm(&m, "0"), None);
+    assert_eq!(hbm(&m, "1"), None, "the wrong GEMM is not a memory error");
+    let failed = eventually("GPU 2's sweep validation failed", Duration::from_secs(30), || {
+        let rows = events_json(&state, &["--kind", "validation", "--gpu", "2"]);
+        rows.as_array()?
+            .iter()
+            .find(|r| r["details"]["state"] == "failed")
+            .cloned()
+    });
+    assert!(failed["summary"].as_str().unwrap().contains("memtest ("), "{failed}");
+    let row = eventually("the memtest row", Duration::from_secs(10), || {
+        let rows = events_json(&state, &["--kind", "memtest"]);
+        rows.as_array()?.first().cloned()
+    });
+    assert_eq!(row["pci_bus_id"], "0000:4c:00.0", "{row}");
+    assert_eq!(row["details"]["suspect"]["bad"][0]["offset"], 4000, "{row}");
+    let report = Command::new(BIN)
+        .args(["report", "--gpu", "2", "--markdown", "--state"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&report.stdout);
+    let section = report
+        .split("## HBM pattern errors")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        section.split("\n## ").next().unwrap().contains("offset 0xfa0"),
+        "{section}"
+    );
+
+    // The board is replaced (the scenario's memory is right now): the finding stays across a
+    // restart until a person clears it.
+    d.set_scenario(&node(false));
+    let d = d.restart(false, None);
+    d.scrape_until_within("the memory errors after the restart", Duration::from_secs(30), |m| {
+        hbm(m, "2") == Some(1.0)
+    });
+    let (_, out, err) = d.clear("2", "replaced the board, RMA-31", &[]);
+    assert!(out.contains("hbm_pattern_errors"), "{out}{err}");
+    d.scrape_until_within("GPU 2 without memory errors", Duration::from_secs(60), |m| {
+        hbm(m, "2").is_none()
+    });
+}
+
+#[test]
+fn the_pattern_test_passes_right_memory_and_names_the_stuck_bits_word() {
+    let (code, out) = probe_test(&format!("devices:\n{}", gpu("ad", "19", None)), "memtest", true);
+    assert_eq!(code, 0, "{out}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let test = report["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["test"] == "memtest")
+        .unwrap();
+    let m = &test["memtest"];
+    // Half of the simulated 2 GiB free, every pass within the budget, nothing wrong.
+    assert_eq!(m["bytes"], 1u64 << 30);
+    assert_eq!(m["complete"], true);
+    assert_eq!(m["passes"].as_array().unwrap().len(), 70);
+    assert_eq!(m["errors"], 0);
+    assert!(test["sustained"].as_f64().unwrap() > 0.0);
+
+    let stuck = format!("devices:\n{}", gpu_stuck("ad", "19"));
+    let (code, out) = probe_test(&stuck, "memtest", true);
+    assert_eq!(code, 1, "memory that reads back wrong fails the probe: {out}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let m = &report["tests"][0]["memtest"];
+    let failing: Vec<&str> = m["passes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["errors"].as_u64() > Some(0))
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    // Bit 3 stuck at 1 reads wrong wherever a pass wrote it 0: the inverse address (word
+    // 1000's index has bit 3 set), the moving inversions, and walking zeros at bit 3 and
+    // walking ones at every other bit.
+    assert!(
+        failing.contains(&"address_inverse") && !failing.contains(&"address"),
+        "{failing:?}"
+    );
+    assert!(
+        failing.contains(&"walking_zeros_bit3") && !failing.contains(&"walking_ones_bit3"),
+        "{failing:?}"
+    );
+    assert!(failing.contains(&"walking_ones_bit0"), "{failing:?}");
+    let bad = &m["bad"][0];
+    assert_eq!(bad["offset"], 4000, "word 1000: {bad}");
+    assert_eq!(
+        u32::from_str_radix(bad["got"].as_str().unwrap(), 16).unwrap()
+            ^ u32::from_str_radix(bad["expected"].as_str().unwrap(), 16).unwrap(),
+        1 << 3
+    );
+    let (_, text) = probe_test(&stuck, "memtest", false);
+    assert!(text.contains("memtest WRONG: "), "{text}");
+    assert!(text.contains("offset 0xfa0"), "{text}");
 }

@@ -316,6 +316,16 @@ pub const RULES: &[Rule] = &[
         check: Check::Device(sdc_suspect),
     },
     Rule {
+        reason: RuleId::HbmPatternErrors,
+        severity: Unhealthy,
+        worse_when: None,
+        when: "the probe's HBM pattern test (walking ones and zeros, moving inversions, address in address over a share of the free memory) read a word back wrong ([probe.md](probe.md), \"HBM patterns\"); until a person clears it",
+        action: "take the GPU out of service; keep the failing offsets and patterns (`gpuwarden report --gpu N --markdown`) for the vendor, and look at its row remapping and ECC counts (`gpuwarden events --gpu N --kind ecc,row_remap`)",
+        ends: false,
+        dcgm: Some(("MEM", "DCGM_FR_MEMORY_MISMATCH")),
+        check: Check::Device(hbm_pattern_errors),
+    },
+    Rule {
         reason: RuleId::BoardReplaced,
         severity: Notice,
         worse_when: None,
@@ -491,6 +501,7 @@ mod tests {
                 probe: None,
                 probe_error: None,
                 sdc_suspect: None,
+                hbm_suspect: None,
                 probe_comparisons: &[],
                 validation: None,
                 limits: &Limits {
@@ -550,6 +561,7 @@ mod tests {
                 skipped: None,
                 under_load: Default::default(),
                 sdc: None,
+                memtest: None,
             }],
         };
         let limits = Limits {
@@ -563,6 +575,7 @@ mod tests {
                 probe: Some(&probe),
                 probe_error: None,
                 sdc_suspect: None,
+                hbm_suspect: None,
                 probe_comparisons: &[],
                 validation: None,
                 limits: &limits,
@@ -627,6 +640,7 @@ mod tests {
                 probe: None,
                 probe_error: None,
                 sdc_suspect: None,
+                hbm_suspect: None,
                 probe_comparisons: &[],
                 validation,
                 limits: &limits,
@@ -694,6 +708,7 @@ mod tests {
             probe: None,
             probe_error: None,
             sdc_suspect: None,
+            hbm_suspect: None,
             probe_comparisons: &[],
             validation: None,
             limits: &Limits::default(),

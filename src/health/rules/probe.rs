@@ -45,6 +45,23 @@ pub(super) fn sdc_suspect(seen: &Seen) -> Option<Hit> {
     )
 }
 
+/// Memory that read back wrong is sticky, as wrong results are.
+pub(super) fn hbm_pattern_errors(seen: &Seen) -> Option<Hit> {
+    let suspect = seen
+        .hbm_suspect
+        .filter(|s| seen.after_clear(crate::model::from_unix_seconds(s.at)))?;
+    Some(
+        format!(
+            "its memory read back wrong in the probe's HBM pattern test at {}: {}; take it out of service and keep \
+             the evidence for the vendor (`gpuwarden report --gpu {} --markdown`)",
+            crate::model::utc_seconds(suspect.at),
+            suspect.faults.join("; "),
+            suspect.gpu
+        )
+        .into(),
+    )
+}
+
 pub(super) fn probe_regressed(seen: &Seen) -> Option<Hit> {
     use crate::health::baseline::percent_below;
     let regressed: Vec<String> = seen

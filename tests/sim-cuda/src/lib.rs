@@ -16,6 +16,7 @@ mod scenario;
 
 mod compute;
 mod memory;
+mod patterns;
 
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
@@ -35,6 +36,12 @@ const FMA_FUNCTION: usize = 1;
 const COPY_FUNCTION: usize = 2;
 const FMA_CHAIN_FUNCTION: usize = 3;
 const DIGEST_FUNCTION: usize = 4;
+const MEM_FILL_FUNCTION: usize = 5;
+const MEM_CHECK_FUNCTION: usize = 6;
+const MEM_INVERT_FUNCTION: usize = 7;
+/// Free device memory as cuMemGetInfo says it: the pattern test takes a share of it (its
+/// region's contents are a formula here, so its size costs nothing).
+const FREE_BYTES: usize = 2 << 30;
 /// The SM count when the scenario names none: small, since the canary's GEMMs are sized by
 /// it and computed here for real.
 const DEFAULT_SMS: u32 = 2;
@@ -56,6 +63,8 @@ struct Machine {
     /// The last digest computed: (words pointer, its version, count, per part) and the sums,
     /// so the canary's repeats of the same result cost one digest.
     last_digest: Option<([u64; 4], Vec<u64>)>,
+    /// The pattern test's region by pointer: what every word holds, as (pattern, mode).
+    patterns: HashMap<u64, (u32, i32)>,
 }
 
 fn machine() -> std::sync::MutexGuard<'static, Machine> {
@@ -335,6 +344,9 @@ pub unsafe extern "C" fn cuModuleGetFunction(out: *mut usize, _module: usize, na
         b"hbm_copy" => COPY_FUNCTION,
         b"fma_chain" => FMA_CHAIN_FUNCTION,
         b"digest_words" => DIGEST_FUNCTION,
+        b"mem_fill" => MEM_FILL_FUNCTION,
+        b"mem_check" => MEM_CHECK_FUNCTION,
+        b"mem_invert" => MEM_INVERT_FUNCTION,
         _ => return NOT_FOUND,
     };
     // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
@@ -417,6 +429,46 @@ pub unsafe extern "C" fn cuLaunchKernel(
                 m.memory.write(parts_ptr, &out);
                 count as f64 * 4.0 / (rates.hbm_copy_gbps * 1e9)
             }
+            MEM_FILL_FUNCTION | MEM_CHECK_FUNCTION | MEM_INVERT_FUNCTION => {
+                let arg_u64 = |i: usize| *(*params.add(i) as *const u64);
+                let arg_u32 = |i: usize| *(*params.add(i) as *const u32);
+                let arg_i32 = |i: usize| *(*params.add(i) as *const c_int);
+                let (buffer, words) = (arg_u64(0), arg_u64(1));
+                let mut guard = machine();
+                let m = &mut *guard;
+                match function {
+                    MEM_FILL_FUNCTION => {
+                        m.patterns.insert(buffer, (arg_u32(2), arg_i32(3)));
+                    }
+                    MEM_CHECK_FUNCTION => {
+                        let wanted = (arg_u32(2), arg_i32(3));
+                        patterns::check(
+                            &mut m.memory,
+                            &m.patterns,
+                            &rates,
+                            buffer,
+                            words,
+                            wanted,
+                            [arg_u64(4), arg_u64(5)],
+                        );
+                    }
+                    _ => {
+                        let expect = arg_u32(2);
+                        patterns::check(
+                            &mut m.memory,
+                            &m.patterns,
+                            &rates,
+                            buffer,
+                            words,
+                            (expect, 0),
+                            [arg_u64(4), arg_u64(5)],
+                        );
+                        m.patterns.insert(buffer, (!expect, 0));
+                    }
+                }
+                let traversals = if function == MEM_INVERT_FUNCTION { 2.0 } else { 1.0 };
+                traversals * words as f64 * 4.0 / (rates.hbm_copy_gbps * 1e9)
+            }
             _ => return INVALID_VALUE,
         }
     };
@@ -425,6 +477,15 @@ pub unsafe extern "C" fn cuLaunchKernel(
 }
 
 // ---- memory -----------------------------------------------------------------------------
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
+    // SAFETY: both are the caller's, valid for writes or null as the C API allows; the helper refuses null.
+    unsafe {
+        let _ = put(total, 80 << 30);
+        put(free, FREE_BYTES)
+    }
+}
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAlloc_v2(out: *mut u64, bytes: usize) -> CUresult {

@@ -419,6 +419,10 @@ pub struct Cuda {
     /// lowest bit flipped, as a faulty multiplier would give it.
     #[serde(default)]
     pub sdc_wrong_element: Option<u64>,
+    /// A bad HBM cell: [word, bit, value]: that bit of that word of the probe's pattern test
+    /// region always reads as `value`.
+    #[serde(default)]
+    pub hbm_stuck_bit: Option<[u64; 3]>,
 }
 
 impl Scenario {

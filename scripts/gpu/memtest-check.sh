@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The HBM pattern test on a real GPU (docs/probe.md, "HBM patterns"): `gpuwarden probe --tests
+# memtest` on GPU N with the default share and budget, then with the whole plan given time to
+# finish; prints GB/s, the time per GiB and how many passes ran.
+#   scripts/gpu/memtest-check.sh ./gpuwarden [GPU] [OUT_DIR]
+set -euo pipefail
+bin=${1:?usage: memtest-check.sh GPUWARDEN [GPU] [OUT_DIR]}
+gpu=${2:-0}
+out=${3:-.}
+mkdir -p "$out"
+"$bin" probe --gpu "$gpu" --tests memtest --json > "$out/memtest-default.json"
+cat > "$out/long.yaml" <<YAML
+probe:
+  durations: {memtest: 60s}
+YAML
+"$bin" probe --config "$out/long.yaml" --gpu "$gpu" --tests memtest --json > "$out/memtest-long.json"
+python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+for name in ["memtest-default.json", "memtest-long.json"]:
+    r = json.load(open(f"{out}/{name}"))
+    t = next(t for t in r["tests"] if t["test"] == "memtest")
+    m = t["memtest"]
+    gib = m["bytes"] / 2**30
+    traversals = sum(6 if p["name"].startswith("moving") else 2 for p in m["passes"])
+    print(f"{name}: {gib:.1f} GiB region, {len(m['passes'])} passes (complete {m['complete']}), "
+          f"{m['seconds']:.2f} s GPU time, wall {r['wall_seconds']:.2f} s, {m['errors']} errors, "
+          f"{t['sustained']/1e9:.0f} GB/s sustained pattern traffic, "
+          f"{m['seconds'] / (gib * traversals):.4f} s per GiB traversal, "
+          f"{m['seconds'] / gib:.3f} s per GiB for the passes that ran")
+PY
