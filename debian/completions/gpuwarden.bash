@@ -395,7 +395,7 @@ _gpuwarden() {
             return 0
             ;;
         gpuwarden__subcmd__demo__subcmd__inject)
-            opts="-h --gpu --xid --hot --slow-probe --lost --port-down --undo --demo-pid --config --help"
+            opts="-h --gpu --xid --hot --slow-probe --wrong-results --bad-hbm --lost --port-down --undo --demo-pid --config --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

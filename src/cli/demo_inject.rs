@@ -19,9 +19,9 @@ pub enum DemoCommand {
     /// kernel log, a hot, lost or slow GPU in its simulated NVML and CUDA, a network port
     /// down; or `--undo` them. Then watch `gpuwarden health --demo`, the status page and
     /// `gpuwarden events --demo` (docs/fault-end-to-end.md walks through one).
-    #[command(group(clap::ArgGroup::new("fault").required(true).args(["xid", "hot", "slow_probe", "lost", "port_down", "undo"])))]
+    #[command(group(clap::ArgGroup::new("fault").required(true).args(["xid", "hot", "slow_probe", "wrong_results", "bad_hbm", "lost", "port_down", "undo"])))]
     Inject {
-        /// The GPU (0 to 7) for --xid, --hot, --slow-probe and --lost.
+        /// The GPU (0 to 7) for --xid, --hot, --slow-probe, --wrong-results, --bad-hbm and --lost.
         #[arg(long, value_name = "N")]
         gpu: Option<u32>,
         /// An XID by code (79: fallen off the bus; 48: double-bit ECC; 13: an application's
@@ -35,6 +35,14 @@ pub enum DemoCommand {
         /// after a clear) fails.
         #[arg(long)]
         slow_probe: bool,
+        /// The GPU computes one element of every GEMM wrong, by a bit: its next probe's
+        /// correctness canary finds it (sdc_suspect).
+        #[arg(long)]
+        wrong_results: bool,
+        /// A bit of the GPU's HBM stuck: its next probe's pattern test finds it
+        /// (hbm_pattern_errors).
+        #[arg(long)]
+        bad_hbm: bool,
         /// The GPU lost: every NVML call answers "GPU is lost".
         #[arg(long)]
         lost: bool,
@@ -57,6 +65,8 @@ pub fn run(command: DemoCommand) -> CliResult {
         xid,
         hot,
         slow_probe,
+        wrong_results,
+        bad_hbm,
         lost,
         port_down,
         undo,
@@ -67,6 +77,8 @@ pub fn run(command: DemoCommand) -> CliResult {
         (_, Some(port)) => Fault::PortDown(port),
         _ if hot => Fault::Hot,
         _ if slow_probe => Fault::SlowProbe,
+        _ if wrong_results => Fault::WrongResults,
+        _ if bad_hbm => Fault::BadHbm,
         _ if lost => Fault::Lost,
         _ if undo => Fault::Undo,
         // clap requires one of the group.
@@ -85,6 +97,10 @@ pub enum Fault {
     Hot,
     /// The GPU's HBM at 40 % of its rate under the probe: the next probe (a validation) fails.
     SlowProbe,
+    /// One element of every GEMM the GPU computes one bit off: the correctness canary's.
+    WrongResults,
+    /// A bit of the GPU's HBM stuck at 1: the pattern test's.
+    BadHbm,
     /// The GPU lost: every NVML call answers "GPU is lost", as a GPU fallen off the bus.
     Lost,
     /// A network port down (`mlx5_0` ... `mlx5_7`), as the adapter reports a pulled cable.
@@ -121,6 +137,8 @@ pub fn inject(demo: &RunningDemo, gpu: Option<u32>, fault: &Fault) -> CliResult 
         (Fault::Xid(code), Some(gpu)) => xid(demo, gpu, *code)?,
         (Fault::Hot, Some(gpu)) => edit_scenario(demo, |s| heat(s, gpu))?,
         (Fault::SlowProbe, Some(gpu)) => edit_scenario(demo, |s| slow_hbm(s, gpu))?,
+        (Fault::WrongResults, Some(gpu)) => edit_scenario(demo, |s| wrong_results(s, gpu))?,
+        (Fault::BadHbm, Some(gpu)) => edit_scenario(demo, |s| bad_hbm(s, gpu))?,
         (Fault::Lost, Some(gpu)) => edit_scenario(demo, |s| lose(s, gpu))?,
         (Fault::PortDown(port), _) => port_down(demo, port)?,
         (Fault::Undo, _) => undo(demo)?,
@@ -232,15 +250,35 @@ fn heat(scenario: &mut Value, gpu: u32) -> Result<String, NotInScenario> {
 }
 
 fn slow_hbm(scenario: &mut Value, gpu: u32) -> Result<String, NotInScenario> {
-    let device = device(scenario, gpu)?;
-    let cuda = device
-        .get_mut("cuda")
-        .and_then(Value::as_object_mut)
-        .ok_or(NotInScenario::Cuda(gpu))?;
+    let cuda = cuda_of(scenario, gpu)?;
     let rate = cuda.get("hbm_copy_gbps").and_then(Value::as_f64).unwrap_or(4300.0) * 0.4;
     cuda.insert("hbm_copy_gbps".into(), rate.into());
     Ok(format!(
         "GPU {gpu}'s HBM copies at {rate:.0} GB/s under the probe: its next probe (a validation after a clear) fails"
+    ))
+}
+
+fn cuda_of(scenario: &mut Value, gpu: u32) -> Result<&mut serde_json::Map<String, Value>, NotInScenario> {
+    device(scenario, gpu)?
+        .get_mut("cuda")
+        .and_then(Value::as_object_mut)
+        .ok_or(NotInScenario::Cuda(gpu))
+}
+
+fn wrong_results(scenario: &mut Value, gpu: u32) -> Result<String, NotInScenario> {
+    // Element 777 lies inside the exact GEMMs' results: the exact checks name it.
+    cuda_of(scenario, gpu)?.insert("sdc_wrong_element".into(), 777.into());
+    Ok(format!(
+        "GPU {gpu} computes element 777 of every GEMM one bit off: its next probe (a validation after a clear) \
+         finds it (sdc_suspect)"
+    ))
+}
+
+fn bad_hbm(scenario: &mut Value, gpu: u32) -> Result<String, NotInScenario> {
+    cuda_of(scenario, gpu)?.insert("hbm_stuck_bit".into(), serde_json::json!([1000, 3, 1]));
+    Ok(format!(
+        "GPU {gpu}'s memory has bit 3 of word 1000 of the probe's pattern region stuck at 1: its next probe (a \
+         validation after a clear) finds it (hbm_pattern_errors)"
     ))
 }
 
@@ -327,5 +365,13 @@ mod tests {
         assert_eq!(s["devices"][3]["lost"], true);
         assert!(s["devices"][2].get("lost").is_none());
         assert!(heat(&mut s, 9).is_err());
+        wrong_results(&mut s, 4).unwrap();
+        bad_hbm(&mut s, 5).unwrap();
+        assert_eq!(s["devices"][4]["cuda"]["sdc_wrong_element"], 777);
+        assert_eq!(
+            s["devices"][5]["cuda"]["hbm_stuck_bit"],
+            serde_json::json!([1000, 3, 1])
+        );
+        assert!(s["devices"][3]["cuda"].get("sdc_wrong_element").is_none());
     }
 }

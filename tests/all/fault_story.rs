@@ -98,6 +98,14 @@ fn the_fault_page_runs_from_injection_to_validated_return_and_a_failed_validatio
         "gpuwarden demo inject --gpu 0 --xid 48",
         "sudo gpuwarden health --demo clear --gpu 0 --reason \"replaced the riser\"",
         "gpuwarden health --demo",
+        "gpuwarden demo inject --gpu 4 --wrong-results",
+        "gpuwarden demo inject --gpu 6 --bad-hbm",
+        "gpuwarden demo inject --gpu 4 --xid 48",
+        "gpuwarden demo inject --gpu 6 --xid 48",
+        "sudo gpuwarden health --demo clear --gpu 4 --reason \"reseated GPU 4\"",
+        "sudo gpuwarden health --demo clear --gpu 6 --reason \"reseated GPU 6\"",
+        "gpuwarden health --demo",
+        "gpuwarden report --demo --gpu 4 --markdown",
         "gpuwarden demo inject --undo",
     ];
     assert_eq!(commands, expected, "{PAGE}'s commands changed: check each one here");
@@ -206,7 +214,37 @@ fn the_fault_page_runs_from_injection_to_validated_return_and_a_failed_validatio
         "{ran:?}"
     );
     assert!(ran.stdout.contains("next step: GPU 0 service"), "{ran:?}");
-    let ran = gpuwarden(&commands[14], tmp.path());
+
+    // 7. Wrong results and bad memory, caught by the validation after the clears.
+    for line in &commands[14..18] {
+        let ran = gpuwarden(line, tmp.path());
+        assert_eq!(ran.code, Some(0), "{line}: {ran:?}");
+    }
+    until(&commands[20], tmp.path(), "both Xid 48s", |r| {
+        r.stdout.contains("GPU 4 xid_fatal") && r.stdout.contains("GPU 6 xid_fatal")
+    });
+    for line in &commands[18..20] {
+        let ran = gpuwarden(line, tmp.path());
+        assert!(ran.stdout.contains("validating"), "{line}: {ran:?}");
+    }
+    let ran = until(&commands[20], tmp.path(), "both validations' findings", |r| {
+        r.stdout.contains("GPU 4 sdc_suspect") && r.stdout.contains("GPU 6 hbm_pattern_errors")
+    });
+    assert_eq!(ran.code, Some(1), "{ran:?}");
+    assert!(
+        ran.stdout
+            .contains("gemm_bf16_exact: 1 of 65536 elements differ (first at 777: expected 16"),
+        "{ran:?}"
+    );
+    assert!(ran.stdout.contains("offset 0xfa0"), "{ran:?}");
+    let ran = until(&commands[21], tmp.path(), "the evidence in the report", |r| {
+        r.stdout.contains("first at 777")
+    });
+    assert!(
+        ran.stdout.contains("## Wrong results (silent data corruption)"),
+        "{ran:?}"
+    );
+    let ran = gpuwarden(&commands[22], tmp.path());
     assert_eq!(ran.code, Some(0), "{ran:?}");
     demo.signal(15);
     assert_eq!(demo.child.wait().unwrap().code(), Some(0));
