@@ -46,6 +46,24 @@ pub struct Measured {
 }
 
 impl Measured {
+    /// A test's windows, or the failure that ended it (which counts against the GPU).
+    pub(super) fn of(params: BTreeMap<String, u64>, result: Result<Vec<Window>, ProbeError>) -> Measured {
+        match result {
+            Ok(w) => Measured {
+                params,
+                rates: windows::summarize(&w),
+                skipped: None,
+                failed: false,
+                sdc: None,
+                memtest: None,
+            },
+            Err(e) => Measured {
+                failed: true,
+                ..Measured::skipped(params, format!("failed: {e}"))
+            },
+        }
+    }
+
     pub(super) fn skipped(params: BTreeMap<String, u64>, why: String) -> Measured {
         Measured {
             params,
@@ -244,20 +262,7 @@ impl CudaGpu {
             Test::Sdc => return self.sdc(duration, &self.model, &self.driver, load_started),
             Test::Memtest => return self.memtest(duration, sizes, load_started),
         };
-        match result {
-            Ok(w) => Measured {
-                params,
-                rates: windows::summarize(&w),
-                skipped: None,
-                failed: false,
-                sdc: None,
-                memtest: None,
-            },
-            Err(e) => Measured {
-                failed: true,
-                ..Measured::skipped(params, format!("failed: {e}"))
-            },
-        }
+        Measured::of(params, result)
     }
 
     /// Runs `enqueue(k)` (k operations) in windows until `duration` of GPU time has passed,
@@ -470,24 +475,12 @@ impl Drop for PinnedBuffer {
     }
 }
 
-/// Normally distributed-looking bf16 values in about [-2, 2] (sum of two uniforms), from a
-/// small xorshift generator: cheap to make and different from zero.
+/// Normally distributed-looking bf16 values in about [-2, 2] (sum of two uniforms), from the
+/// canary's xorshift generator (probe::sdc): cheap to make and different from zero.
 fn random_bf16(count: usize, seed: u64) -> Vec<u16> {
     // One mebi-value block, repeated: as random to a tensor core as a full stream, and the
     // probe does not spend a second of its 20 making numbers.
-    let block = count.min(1 << 20);
-    let mut state = 0x9e37_79b9_7f4a_7c15_u64 ^ seed;
-    let values: Vec<u16> = (0..block)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let u1 = (state >> 40) as f32 / (1u64 << 24) as f32;
-            let u2 = ((state >> 16) & 0xff_ffff) as f32 / (1u64 << 24) as f32;
-            let value = (u1 + u2 - 1.0) * 2.0;
-            (value.to_bits() >> 16) as u16
-        })
-        .collect();
+    let values = super::sdc::fixed_bf16(count.min(1 << 20), seed);
     values.iter().copied().cycle().take(count).collect()
 }
 

@@ -5,7 +5,7 @@
 use super::ProbeError;
 use super::cuda::{CudaGpu, Measured, Sizes, cuda_error};
 use super::memtest::{self, Fill, Pass};
-use super::windows::{self, Window};
+use super::windows::Window;
 use crate::model::probe::{BadWord, MemtestOutcome, MemtestPass};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
@@ -33,19 +33,14 @@ impl CudaGpu {
         if bytes == 0 {
             return Measured::skipped(params, format!("only {} MiB of memory is free", free >> 20));
         }
-        match self.memtest_run(bytes, budget, load_started) {
-            Ok((windows, outcome)) => Measured {
-                params,
-                rates: windows::summarize(&windows),
-                skipped: None,
-                failed: false,
-                sdc: None,
-                memtest: Some(outcome),
-            },
-            Err(e) => Measured {
-                failed: true,
-                ..Measured::skipped(params, format!("failed: {e}"))
-            },
+        let mut outcome = None;
+        let result = self.memtest_run(bytes, budget, load_started).map(|(windows, found)| {
+            outcome = Some(found);
+            windows
+        });
+        Measured {
+            memtest: outcome,
+            ..Measured::of(params, result)
         }
     }
 

@@ -8,7 +8,7 @@
 use super::ProbeError;
 use super::cuda::{CudaGpu, Measured, cuda_error};
 use super::sdc::{self, SdcSizes};
-use super::windows::{self, Window};
+use super::windows::Window;
 use crate::model::probe::{ExactCheck, SdcKey, SdcOutcome};
 use cudarc::cublas::{self, CudaBlas};
 use cudarc::driver::sys::CUevent_flags;
@@ -78,19 +78,16 @@ impl CudaGpu {
                 "cuBLAS (libcublas.so.13 or .12) not found; install it or set probe.cublas_library".into(),
             );
         }
-        match self.sdc_run(sizes, budget, model, driver, load_started) {
-            Ok((windows, outcome)) => Measured {
-                params,
-                rates: windows::summarize(&windows),
-                skipped: None,
-                failed: false,
-                sdc: Some(outcome),
-                memtest: None,
-            },
-            Err(e) => Measured {
-                failed: true,
-                ..Measured::skipped(params, format!("failed: {e}"))
-            },
+        let mut outcome = None;
+        let result = self
+            .sdc_run(sizes, budget, model, driver, load_started)
+            .map(|(windows, found)| {
+                outcome = Some(found);
+                windows
+            });
+        Measured {
+            sdc: outcome,
+            ..Measured::of(params, result)
         }
     }
 

@@ -196,9 +196,10 @@ pub fn agreement_inputs(side: u64) -> (Vec<u16>, Vec<u16>) {
     (fixed_bf16(count, 0x5dc1), fixed_bf16(count, 0x5dc2))
 }
 
-/// `count` bf16 values from an xorshift generator seeded with `seed` (not repeated: every
-/// element of the agreement GEMM's inputs differs, so every multiplier sees varied bits).
-fn fixed_bf16(count: usize, seed: u64) -> Vec<u16> {
+/// `count` bf16 values in about [-2, 2] (a sum of two uniforms) from an xorshift generator
+/// seeded with `seed`: the agreement GEMM's inputs, all `count` of them made (so every
+/// multiplier sees varied bits), and the throughput GEMM's block.
+pub(super) fn fixed_bf16(count: usize, seed: u64) -> Vec<u16> {
     let mut state = 0x9e37_79b9_7f4a_7c15_u64 ^ seed;
     (0..count)
         .map(|_| {

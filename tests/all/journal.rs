@@ -1332,12 +1332,7 @@ fn the_report_shows_what_a_gpu_had_when_first_seen_and_at_each_start() {
             .any(|r| r["kind"] == "row_remap" && r["details"]["pending"] == true),
         "{gpu6:#?}"
     );
-    let markdown = Command::new(BIN)
-        .args(["report", "--gpu", "5", "--markdown", "--state"])
-        .arg(&state)
-        .output()
-        .unwrap();
-    let markdown = String::from_utf8_lossy(&markdown.stdout);
+    let markdown = report_markdown(&state, "5");
     assert!(
         markdown.contains("uncorrectable ECC errors (aggregate) 1 at first sight"),
         "{markdown}"
@@ -1451,24 +1446,11 @@ fn the_report_tells_the_advice_the_clear_and_a_validation_that_could_not_run() {
     let (code, out, err) = d.clear("0", "reseated", &[]);
     assert!(out.contains("validating"), "{code} {out} {err}");
     let report = eventually("the validation that could not run", Duration::from_secs(30), || {
-        let out = Command::new(BIN)
-            .args(["report", "--gpu", "0", "--markdown", "--state"])
-            .arg(d.state_path())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let text = report_markdown(&d.state_path(), "0");
         text.contains("probe could not run").then_some(text)
     });
-    let section = |title: &str| {
-        report
-            .split(&format!("\n## {title}\n"))
-            .nth(1)
-            .unwrap_or_else(|| panic!("no section {title}: {report}"))
-            .split("\n## ")
-            .next()
-            .unwrap()
-            .to_string()
-    };
+    let section =
+        |title: &str| report_section(&report, title).unwrap_or_else(|| panic!("no section {title}: {report}"));
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     assert!(
         report.contains(&format!(" on host {} by gpuwarden ", hostname.trim())) && report.contains("\nGenerated 20"),

@@ -473,12 +473,7 @@ fn a_gpu_slowing_by_ten_percent_over_five_probes_is_regressed_against_its_baseli
     // The report: each probe against the baseline of those before it (once the journal has
     // written the last one: it writes at most once a second).
     let report = eventually("the last probe in the report", Duration::from_secs(10), || {
-        let out = Command::new(BIN)
-            .args(["report", "--gpu", "0", "--markdown", "--state"])
-            .arg(d.state_path())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let text = report_markdown(&d.state_path(), "0");
         text.contains("621.0 TFLOP/s").then_some(text)
     });
     assert!(report.contains("## Probe history"), "{report}");

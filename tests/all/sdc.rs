@@ -208,17 +208,9 @@ fn a_gpu_the_others_disagree_with_is_a_suspect_until_cleared_and_validated() {
     let digest = suspect["details"]["suspect"]["digest"].as_str().unwrap().to_string();
     let reference = rows.iter().find(|r| r["details"]["reference"].is_object()).unwrap();
     assert_ne!(reference["details"]["reference"]["digest"], digest.as_str());
-    let report = Command::new(BIN)
-        .args(["report", "--gpu", "2", "--markdown", "--state"])
-        .arg(&state)
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&report.stdout);
-    let section = report
-        .split("## Wrong results (silent data corruption)")
-        .nth(1)
-        .unwrap_or_else(|| panic!("{report}"));
-    let section = section.split("\n## ").next().unwrap();
+    let report = report_markdown(&state, "2");
+    let section =
+        report_section(&report, "Wrong results (silent data corruption)").unwrap_or_else(|| panic!("{report}"));
     assert!(
         section.contains(&digest) && section.contains("which GPUs 0, 1"),
         "{section}"
@@ -336,20 +328,9 @@ fn the_idle_sweep_runs_the_canary_and_the_pattern_test() {
     });
     assert_eq!(row["pci_bus_id"], "0000:4c:00.0", "{row}");
     assert_eq!(row["details"]["suspect"]["bad"][0]["offset"], 4000, "{row}");
-    let report = Command::new(BIN)
-        .args(["report", "--gpu", "2", "--markdown", "--state"])
-        .arg(&state)
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&report.stdout);
-    let section = report
-        .split("## HBM pattern errors")
-        .nth(1)
-        .unwrap_or_else(|| panic!("{report}"));
-    assert!(
-        section.split("\n## ").next().unwrap().contains("offset 0xfa0"),
-        "{section}"
-    );
+    let report = report_markdown(&state, "2");
+    let section = report_section(&report, "HBM pattern errors").unwrap_or_else(|| panic!("{report}"));
+    assert!(section.contains("offset 0xfa0"), "{section}");
 
     // The board is replaced (the scenario's memory is right now): the finding stays across a
     // restart until a person clears it.

@@ -505,3 +505,19 @@ pub fn dmesg_stamped(lines: &str) -> String {
         })
         .collect()
 }
+
+/// `gpuwarden report --gpu GPU --markdown --state STATE`: the GPU's evidence as a person reads it.
+pub fn report_markdown(state: &Path, gpu: &str) -> String {
+    let out = Command::new(BIN)
+        .args(["report", "--gpu", gpu, "--markdown", "--state"])
+        .arg(state)
+        .output()
+        .unwrap_or_else(|e| panic!("run gpuwarden report: {e}"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The section `## TITLE` of a Markdown report, up to the next section; None without one.
+pub fn report_section(report: &str, title: &str) -> Option<String> {
+    let rest = report.split(&format!("\n## {title}\n")).nth(1)?;
+    Some(rest.split("\n## ").next().unwrap_or(rest).to_string())
+}

@@ -440,30 +440,20 @@ pub unsafe extern "C" fn cuLaunchKernel(
                     MEM_FILL_FUNCTION => {
                         m.patterns.insert(buffer, (arg_u32(2), arg_i32(3)));
                     }
-                    MEM_CHECK_FUNCTION => {
-                        let wanted = (arg_u32(2), arg_i32(3));
-                        patterns::check(
-                            &mut m.memory,
-                            &m.patterns,
-                            &rates,
-                            buffer,
-                            words,
-                            wanted,
-                            [arg_u64(4), arg_u64(5)],
-                        );
-                    }
                     _ => {
-                        let expect = arg_u32(2);
-                        patterns::check(
-                            &mut m.memory,
-                            &m.patterns,
-                            &rates,
-                            buffer,
-                            words,
-                            (expect, 0),
-                            [arg_u64(4), arg_u64(5)],
-                        );
-                        m.patterns.insert(buffer, (!expect, 0));
+                        // mem_check wants what its arguments say; mem_invert the constant it
+                        // reads, and leaves the inverse.
+                        let invert = function == MEM_INVERT_FUNCTION;
+                        let wanted = if invert {
+                            (arg_u32(2), 0)
+                        } else {
+                            (arg_u32(2), arg_i32(3))
+                        };
+                        let held = m.patterns.get(&buffer).copied().unwrap_or((0, 0));
+                        patterns::check(&mut m.memory, held, &rates, words, wanted, [arg_u64(4), arg_u64(5)]);
+                        if invert {
+                            m.patterns.insert(buffer, (!wanted.0, 0));
+                        }
                     }
                 }
                 let traversals = if function == MEM_INVERT_FUNCTION { 2.0 } else { 1.0 };

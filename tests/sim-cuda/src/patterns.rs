@@ -5,7 +5,6 @@
 
 use crate::memory::Memory;
 use crate::scenario;
-use std::collections::HashMap;
 
 /// What word `i` holds under (pattern, mode), as `mem_value` in kernels.cu computes it.
 pub fn value(i: u64, (pattern, mode): (u32, i32)) -> u32 {
@@ -17,18 +16,17 @@ pub fn value(i: u64, (pattern, mode): (u32, i32)) -> u32 {
     }
 }
 
-/// `mem_check` (or the read half of `mem_invert`): every word of `buffer` against `wanted`;
+/// `mem_check` (or the read half of `mem_invert`): every word of a region that holds `held`
+/// against `wanted`;
 /// wrong words counted in `errors` and the first 16 kept in `bad` (index, expected, got).
 pub fn check(
     memory: &mut Memory,
-    patterns: &HashMap<u64, (u32, i32)>,
+    held: (u32, i32),
     rates: &scenario::Cuda,
-    buffer: u64,
     words: u64,
     wanted: (u32, i32),
     [errors, bad]: [u64; 2],
 ) {
-    let held = patterns.get(&buffer).copied().unwrap_or((0, 0));
     if held != wanted {
         // Not what was written: every word reads wrong (a bug in the caller, made visible).
         record(memory, errors, bad, 0, value(0, wanted), value(0, held), words);
