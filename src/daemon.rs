@@ -328,32 +328,7 @@ fn take_over_from_journal(
         );
     }
     sources.validations.set(seed.validations);
-    if !seed.probe_history.is_empty() {
-        sources.probes.update(|probes| {
-            for (uuid, figures) in seed.probe_history {
-                probes.history.insert(uuid, figures.into());
-            }
-        });
-    }
-    if !seed.sdc.hbm.is_empty() {
-        let gpus: Vec<String> = seed.sdc.hbm.values().map(|s| s.gpu.to_string()).collect();
-        log::warn!(
-            "journal: GPU(s) {}'s memory read back wrong in the HBM pattern test; they stay unhealthy until cleared",
-            gpus.join(", ")
-        );
-    }
-    if !seed.sdc.suspects.is_empty() {
-        let gpus: Vec<String> = seed.sdc.suspects.values().map(|s| s.gpu.to_string()).collect();
-        log::warn!(
-            "journal: GPU(s) {} computed wrong results (silent data corruption suspected) and stay unhealthy until cleared",
-            gpus.join(", ")
-        );
-    }
-    sources.probes.update(|probes| {
-        probes.sdc_suspects = seed.sdc.suspects.clone();
-        probes.sdc_references = seed.sdc.references.iter().cloned().collect();
-        probes.hbm_suspects = seed.sdc.hbm.clone();
-    });
+    take_over_probes(sources, seed.probe_history, seed.sdc);
     if !seed.xid_counts.is_empty() {
         let total: u64 = seed.xid_counts.iter().map(|(_, n, _)| n).sum();
         log::info!(
@@ -375,6 +350,37 @@ fn take_over_from_journal(
         seed.kernel_lines.iter().map(String::as_str),
     ));
     seed.facts
+}
+
+/// The probe's memory from the journal: each GPU's baseline figures, and the GPUs the
+/// correctness canary or the pattern test found wrong and no one cleared since (they stay
+/// unhealthy), with the canary's agreement digests.
+fn take_over_probes(
+    sources: &Sources,
+    history: std::collections::BTreeMap<String, Vec<crate::model::probe::ProbeFigures>>,
+    sdc: journal::SdcSeed,
+) {
+    let gpus = |indexes: Vec<u32>| indexes.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+    if !sdc.hbm.is_empty() {
+        log::warn!(
+            "journal: GPU(s) {}'s memory read back wrong in the HBM pattern test; they stay unhealthy until cleared",
+            gpus(sdc.hbm.values().map(|s| s.gpu).collect())
+        );
+    }
+    if !sdc.suspects.is_empty() {
+        log::warn!(
+            "journal: GPU(s) {} computed wrong results (silent data corruption suspected) and stay unhealthy until cleared",
+            gpus(sdc.suspects.values().map(|s| s.gpu).collect())
+        );
+    }
+    sources.probes.update(|probes| {
+        for (uuid, figures) in history {
+            probes.history.insert(uuid, figures.into());
+        }
+        probes.sdc_suspects = sdc.suspects;
+        probes.sdc_references = sdc.references.into_iter().collect();
+        probes.hbm_suspects = sdc.hbm;
+    });
 }
 
 /// The journal, when it is on: its lock (refused while another daemon holds it), this boot's

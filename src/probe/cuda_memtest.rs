@@ -15,6 +15,17 @@ use std::time::Duration;
 /// The region's threads: 256 per block, blocks to fill every SM a few times over.
 const THREADS: u32 = 256;
 
+/// The region under test and the buffers the kernels report into: the count of wrong words
+/// and the first KEPT_BAD of them (index, expected, got).
+struct Region {
+    words: u64,
+    data: CudaSlice<u32>,
+    errors: CudaSlice<u64>,
+    bad: CudaSlice<u64>,
+    /// The region's device address, for the report.
+    base: u64,
+}
+
 impl CudaGpu {
     /// The pattern test, stopping once `budget` of GPU time is spent.
     pub(super) fn memtest(&self, budget: Duration, sizes: Sizes, load_started: &dyn Fn()) -> Measured {
@@ -50,20 +61,7 @@ impl CudaGpu {
         budget: Duration,
         load_started: &dyn Fn(),
     ) -> Result<(Vec<Window>, MemtestOutcome), ProbeError> {
-        let words = bytes / 4;
-        let mut region = self
-            .stream
-            .alloc_zeros::<u32>(words as usize)
-            .map_err(cuda_error("alloc the memtest region"))?;
-        let mut errors = self.stream.alloc_zeros::<u64>(1).map_err(cuda_error("alloc"))?;
-        let mut bad = self
-            .stream
-            .alloc_zeros::<u64>(3 * memtest::KEPT_BAD)
-            .map_err(cuda_error("alloc"))?;
-        let base = {
-            let (ptr, _guard) = region.device_ptr(&self.stream);
-            ptr
-        };
+        let mut region = self.memtest_region(bytes)?;
         let flags = Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC);
         let start = self.ctx.new_event(flags).map_err(cuda_error("cuEventCreate"))?;
         let end = self.ctx.new_event(flags).map_err(cuda_error("cuEventCreate"))?;
@@ -78,23 +76,12 @@ impl CudaGpu {
                 break;
             }
             self.stream
-                .memset_zeros(&mut errors)
+                .memset_zeros(&mut region.errors)
                 .map_err(cuda_error("cuMemsetD8Async"))?;
             start.record(&self.stream).map_err(cuda_error("cuEventRecord"))?;
-            match pass {
-                Pass::FillCheck { fill, .. } => {
-                    self.mem_fill(&mut region, words, *fill)?;
-                    self.mem_check(&region, words, *fill, &mut errors, &mut bad)?;
-                }
-                Pass::MovingInversions { pattern, .. } => {
-                    self.mem_fill(&mut region, words, Fill::Pattern(*pattern))?;
-                    self.mem_invert(&mut region, words, *pattern, false, &mut errors, &mut bad)?;
-                    self.mem_invert(&mut region, words, !*pattern, true, &mut errors, &mut bad)?;
-                    self.mem_check(&region, words, Fill::Pattern(*pattern), &mut errors, &mut bad)?;
-                }
-            }
+            self.run_pass(&mut region, pass)?;
             end.record(&self.stream).map_err(cuda_error("cuEventRecord"))?;
-            let found = self.read_back(&errors)?.first().copied().unwrap_or(0);
+            let found = self.read_back(&region.errors)?.first().copied().unwrap_or(0);
             let seconds = f64::from(start.elapsed_ms(&end).map_err(cuda_error("cuEventElapsedTime"))?) / 1000.0;
             windows.push(Window {
                 start: elapsed,
@@ -103,21 +90,7 @@ impl CudaGpu {
             });
             elapsed += seconds;
             if found > 0 {
-                let words_kept = self.read_back(&bad)?;
-                for slot in words_kept.chunks(3).take((found as usize).min(memtest::KEPT_BAD)) {
-                    if kept.len() < memtest::KEPT_BAD {
-                        kept.push(BadWord {
-                            pass: pass.name().to_string(),
-                            offset: slot[0] * 4,
-                            address: format!("{:#x}", base + slot[0] * 4),
-                            expected: format!("{:08x}", slot[1]),
-                            got: format!("{:08x}", slot[2]),
-                        });
-                    }
-                }
-                self.stream
-                    .memset_zeros(&mut bad)
-                    .map_err(cuda_error("cuMemsetD8Async"))?;
+                self.keep_bad(&mut region, pass.name(), found, &mut kept)?;
             }
             passes.push(MemtestPass {
                 name: pass.name().to_string(),
@@ -133,6 +106,65 @@ impl CudaGpu {
             bad: kept,
         };
         Ok((windows, outcome))
+    }
+
+    /// The region of `bytes` and the buffers the kernels report into.
+    fn memtest_region(&self, bytes: u64) -> Result<Region, ProbeError> {
+        let words = bytes / 4;
+        let data = self
+            .stream
+            .alloc_zeros::<u32>(words as usize)
+            .map_err(cuda_error("alloc the memtest region"))?;
+        let base = {
+            let (ptr, _guard) = data.device_ptr(&self.stream);
+            ptr
+        };
+        Ok(Region {
+            words,
+            data,
+            errors: self.stream.alloc_zeros::<u64>(1).map_err(cuda_error("alloc"))?,
+            bad: self
+                .stream
+                .alloc_zeros::<u64>(3 * memtest::KEPT_BAD)
+                .map_err(cuda_error("alloc"))?,
+            base,
+        })
+    }
+
+    /// One pass's kernels, enqueued.
+    fn run_pass(&self, r: &mut Region, pass: &Pass) -> Result<(), ProbeError> {
+        match pass {
+            Pass::FillCheck { fill, .. } => {
+                self.mem_fill(&mut r.data, r.words, *fill)?;
+                self.mem_check(&r.data, r.words, *fill, &mut r.errors, &mut r.bad)
+            }
+            Pass::MovingInversions { pattern, .. } => {
+                self.mem_fill(&mut r.data, r.words, Fill::Pattern(*pattern))?;
+                self.mem_invert(&mut r.data, r.words, *pattern, false, &mut r.errors, &mut r.bad)?;
+                self.mem_invert(&mut r.data, r.words, !*pattern, true, &mut r.errors, &mut r.bad)?;
+                self.mem_check(&r.data, r.words, Fill::Pattern(*pattern), &mut r.errors, &mut r.bad)
+            }
+        }
+    }
+
+    /// The words a pass found wrong, into `kept` (at most KEPT_BAD in all), and the kernels'
+    /// list emptied for the next pass.
+    fn keep_bad(&self, r: &mut Region, pass: &str, found: u64, kept: &mut Vec<BadWord>) -> Result<(), ProbeError> {
+        let slots = self.read_back(&r.bad)?;
+        for slot in slots.chunks(3).take((found as usize).min(memtest::KEPT_BAD)) {
+            if kept.len() < memtest::KEPT_BAD {
+                kept.push(BadWord {
+                    pass: pass.to_string(),
+                    offset: slot[0] * 4,
+                    address: format!("{:#x}", r.base + slot[0] * 4),
+                    expected: format!("{:08x}", slot[1]),
+                    got: format!("{:08x}", slot[2]),
+                });
+            }
+        }
+        self.stream
+            .memset_zeros(&mut r.bad)
+            .map_err(cuda_error("cuMemsetD8Async"))
     }
 
     fn sweep_config(&self) -> LaunchConfig {
