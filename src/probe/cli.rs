@@ -124,14 +124,14 @@ fn check_idle(
     settings: &crate::config::Probe,
 ) -> Result<(), ProbeError> {
     let processes = poller.compute_processes().map_err(|e| ProbeError::Busy {
-        reason: "compute_processes".into(),
+        reason: super::BusyReason::ComputeProcesses,
         message: format!("cannot tell whether GPU {gpu} is in use: {e}"),
     })?;
     let utilization = readings.and_then(|r| r.utilization_ratio);
     let free = readings.and_then(|r| Some(r.memory_total_bytes?.saturating_sub(r.memory_used_bytes?) >> 20));
     match busy_reason(Some(processes), utilization, free, settings) {
         Some((reason, why)) => Err(ProbeError::Busy {
-            reason: reason.into(),
+            reason,
             message: format!("GPU {gpu} is not idle: {why}; run with --force to probe it anyway"),
         }),
         None => Ok(()),
@@ -232,14 +232,14 @@ mod tests {
         assert_eq!(busy_reason(Some(0), Some(0.0), Some(80_000), &config), None);
         assert_eq!(busy_reason(None, None, None, &config), None);
         let (reason, why) = busy_reason(Some(2), Some(0.0), Some(80_000), &config).unwrap();
-        assert_eq!(reason, "compute_processes");
+        assert_eq!(reason, super::super::BusyReason::ComputeProcesses);
         assert!(why.contains("2 compute process"), "{why}");
         let (reason, why) = busy_reason(Some(0), Some(0.06), Some(80_000), &config).unwrap();
-        assert_eq!(reason, "utilization");
+        assert_eq!(reason, super::super::BusyReason::Utilization);
         assert!(why.contains("utilization is 6%"), "{why}");
         assert_eq!(busy_reason(Some(0), Some(0.05), Some(80_000), &config), None);
         let (reason, why) = busy_reason(Some(0), Some(0.0), Some(4000), &config).unwrap();
-        assert_eq!(reason, "memory");
+        assert_eq!(reason, super::super::BusyReason::Memory);
         assert!(why.contains("4864 MiB"), "{why}");
     }
 }

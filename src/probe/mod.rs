@@ -36,9 +36,8 @@ pub enum ProbeError {
     NoDriver(String),
     /// No GPU with that index.
     NoSuchGpu(String),
-    /// The GPU is in use; a probe would disturb the work and measure nonsense. `reason` is
-    /// compute_processes, utilization or memory.
-    Busy { reason: String, message: String },
+    /// The GPU is in use; a probe would disturb the work and measure nonsense.
+    Busy { reason: BusyReason, message: String },
     /// CUDA failed while probing.
     Cuda(String),
     /// The probe's settings are not valid: its command line (`--tests`), or what the daemon
@@ -72,9 +71,9 @@ impl ProbeError {
 pub fn precheck(
     device: &crate::model::DeviceSnapshot,
     settings: &crate::config::Probe,
-) -> Option<(&'static str, String)> {
+) -> Option<(BusyReason, String)> {
     if !device.up {
-        return Some(("gpu_down", "the GPU did not answer its last poll".into()));
+        return Some((BusyReason::GpuDown, "the GPU did not answer its last poll".into()));
     }
     let readings = device.readings.as_ref()?;
     let free_mib = readings
@@ -82,6 +81,30 @@ pub fn precheck(
         .zip(readings.memory_used_bytes)
         .map(|(total, used)| total.saturating_sub(used) >> 20);
     busy_reason(None, readings.utilization_ratio, free_mib, settings)
+}
+
+/// Why a GPU is not probed now: the `reason` label of `gpu_probe_skipped_total`, and what a
+/// probe child says in its busy error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BusyReason {
+    /// The GPU did not answer its last poll.
+    GpuDown,
+    ComputeProcesses,
+    Utilization,
+    Memory,
+}
+
+impl BusyReason {
+    /// The label value, the same word as its JSON.
+    pub fn label(self) -> &'static str {
+        match self {
+            BusyReason::GpuDown => "gpu_down",
+            BusyReason::ComputeProcesses => "compute_processes",
+            BusyReason::Utilization => "utilization",
+            BusyReason::Memory => "memory",
+        }
+    }
 }
 
 /// CUDA's own context and cuBLAS workspace come on top of the probe's buffers.
@@ -93,16 +116,16 @@ pub fn busy_reason(
     utilization: Option<f64>,
     memory_free_mib: Option<u64>,
     config: &crate::config::Probe,
-) -> Option<(&'static str, String)> {
+) -> Option<(BusyReason, String)> {
     if let Some(n) = compute_processes.filter(|n| *n > 0) {
         return Some((
-            "compute_processes",
+            BusyReason::ComputeProcesses,
             format!("{n} compute process(es) are running on it"),
         ));
     }
     if let Some(u) = utilization.filter(|u| *u > config.max_utilization) {
         return Some((
-            "utilization",
+            BusyReason::Utilization,
             format!(
                 "its utilization is {:.0}% (probe.max_utilization is {:.0}%)",
                 u * 100.0,
@@ -113,7 +136,7 @@ pub fn busy_reason(
     let needed = config.memory_cap_mib + CONTEXT_OVERHEAD_MIB;
     if let Some(free) = memory_free_mib.filter(|free| *free < needed) {
         return Some((
-            "memory",
+            BusyReason::Memory,
             format!(
                 "only {free} MiB of its memory is free and the probe needs {needed} MiB (probe.memory_cap_mib + CUDA's own)"
             ),

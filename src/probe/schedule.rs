@@ -15,7 +15,7 @@
 //! CUDA driver and cuBLAS add hundreds of MB that would stay mapped for good, and a probe
 //! that hangs in the driver is killed after `probe.timeout` while the daemon goes on.
 
-use super::{ProbeError, ProbeReport, ProbeSnapshot};
+use super::{BusyReason, ProbeError, ProbeReport, ProbeSnapshot};
 use crate::config::Probe;
 pub use crate::config::settings::ChildSettings;
 use crate::model::health::{ValidationOutcome, Validations};
@@ -51,8 +51,26 @@ pub type ProbeState = crate::service::versioned::Versioned<ProbeSnapshot>;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     Report(Box<ProbeReport>),
-    Skipped(&'static str, String),
-    Error(&'static str, String),
+    Skipped(BusyReason, String),
+    Error(RunError, String),
+}
+
+/// A probe that could not run: the `result` label of `gpu_probe_runs_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunError {
+    /// It could not start or gave no report (no CUDA, a child that died).
+    Error,
+    /// It ran past `probe.timeout` and was killed.
+    Timeout,
+}
+
+impl RunError {
+    pub fn label(self) -> &'static str {
+        match self {
+            RunError::Error => "error",
+            RunError::Timeout => "timeout",
+        }
+    }
 }
 
 pub use super::precheck;
@@ -122,7 +140,7 @@ pub fn validation_outcome(outcome: &Outcome, wrong: &Suspects, since: f64, now: 
                 }
             })
         }
-        Outcome::Error("timeout", why) => Some(ValidationOutcome::Failed {
+        Outcome::Error(RunError::Timeout, why) => Some(ValidationOutcome::Failed {
             at: now,
             detail: why.clone(),
         }),
@@ -430,12 +448,12 @@ fn record(state: &ProbeState, uuid: &str, index: u32, outcome: Outcome, suspects
         }
         Outcome::Skipped(reason, why) => {
             log::debug!(gpu_uuid = uuid; "GPU {index} probe skipped: {why}");
-            state.update(|s| *s.skipped.entry((uuid.to_string(), reason)).or_default() += 1);
+            state.update(|s| *s.skipped.entry((uuid.to_string(), reason.label())).or_default() += 1);
         }
         Outcome::Error(result, why) => {
             log::warn!(gpu_uuid = uuid; "GPU {index} probe could not run: {why}");
             state.update(|s| {
-                *s.runs.entry((uuid.to_string(), result)).or_default() += 1;
+                *s.runs.entry((uuid.to_string(), result.label())).or_default() += 1;
                 let attempts = s.last_error.get(uuid).map_or(0, |e| e.attempts) + 1;
                 let note = crate::model::probe::ProbeErrorNote {
                     at: crate::model::unix_now(),
@@ -462,25 +480,15 @@ pub fn interpret(stdout: &str, status: Option<i32>) -> Outcome {
         Ok(ChildOutput::Report(report)) => Outcome::Report(report),
         Ok(ChildOutput::Error {
             error: ProbeError::Busy { reason, message },
-        }) => Outcome::Skipped(skip_label(&reason), message),
-        Ok(ChildOutput::Error { error }) => Outcome::Error("error", error.to_string()),
+        }) => Outcome::Skipped(reason, message),
+        Ok(ChildOutput::Error { error }) => Outcome::Error(RunError::Error, error.to_string()),
         Err(_) => Outcome::Error(
-            "error",
+            RunError::Error,
             format!(
                 "the probe process ended with {} and printed no report",
                 status.map_or("a signal".to_string(), |c| format!("exit status {c}"))
             ),
         ),
-    }
-}
-
-/// The fixed label set of `gpu_probe_skipped_total{reason}`.
-fn skip_label(reason: &str) -> &'static str {
-    match reason {
-        "utilization" => "utilization",
-        "memory" => "memory",
-        "gpu_down" => "gpu_down",
-        _ => "compute_processes",
     }
 }
 
@@ -490,11 +498,11 @@ fn run_child(gpu: u32, settings: &ChildSettings, stop: &Stop) -> Outcome {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
-        Err(e) => return Outcome::Error("error", format!("cannot find gpuwarden's own executable: {e}")),
+        Err(e) => return Outcome::Error(RunError::Error, format!("cannot find gpuwarden's own executable: {e}")),
     };
     let input = match serde_json::to_vec(settings) {
         Ok(v) => v,
-        Err(e) => return Outcome::Error("error", format!("cannot pass the settings on: {e}")),
+        Err(e) => return Outcome::Error(RunError::Error, format!("cannot pass the settings on: {e}")),
     };
     let mut command = Command::new(exe);
     command
@@ -513,7 +521,7 @@ fn run_child(gpu: u32, settings: &ChildSettings, stop: &Stop) -> Outcome {
     let child = command.spawn();
     let mut child = match child {
         Ok(c) => c,
-        Err(e) => return Outcome::Error("error", format!("cannot start the probe process: {e}")),
+        Err(e) => return Outcome::Error(RunError::Error, format!("cannot start the probe process: {e}")),
     };
     super::sweep::note_own_probe(child.id());
     if let Some(mut stdin) = child.stdin.take() {
@@ -531,7 +539,7 @@ fn run_child(gpu: u32, settings: &ChildSettings, stop: &Stop) -> Outcome {
                 // Not a hung probe: a validation it was for stays pending and runs again after
                 // the restart, instead of failing until a person clears the GPU.
                 return Outcome::Error(
-                    "error",
+                    RunError::Error,
                     "the daemon stopped while the probe ran; killed it (it runs again at the next start)".into(),
                 );
             }
@@ -539,7 +547,7 @@ fn run_child(gpu: u32, settings: &ChildSettings, stop: &Stop) -> Outcome {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Outcome::Error(
-                    "timeout",
+                    RunError::Timeout,
                     format!(
                         "the probe did not finish within probe.timeout ({:?}); killed it",
                         settings.probe.timeout
@@ -549,7 +557,7 @@ fn run_child(gpu: u32, settings: &ChildSettings, stop: &Stop) -> Outcome {
             Ok(None) => {
                 stop.sleep(Duration::from_millis(100));
             }
-            Err(e) => return Outcome::Error("error", format!("waiting for the probe process: {e}")),
+            Err(e) => return Outcome::Error(RunError::Error, format!("waiting for the probe process: {e}")),
         }
     };
     let mut stdout = String::new();
@@ -606,12 +614,18 @@ mod tests {
     fn precheck_skips_busy_down_and_full_gpus() {
         let settings = Probe::default();
         assert_eq!(precheck(&device(0, true, 0.0, 500), &settings), None);
-        assert_eq!(precheck(&device(0, false, 0.0, 500), &settings).unwrap().0, "gpu_down");
+        assert_eq!(
+            precheck(&device(0, false, 0.0, 500), &settings).unwrap().0,
+            BusyReason::GpuDown
+        );
         assert_eq!(
             precheck(&device(0, true, 0.5, 500), &settings).unwrap().0,
-            "utilization"
+            BusyReason::Utilization
         );
-        assert_eq!(precheck(&device(0, true, 0.0, 78_000), &settings).unwrap().0, "memory");
+        assert_eq!(
+            precheck(&device(0, true, 0.0, 78_000), &settings).unwrap().0,
+            BusyReason::Memory
+        );
     }
 
     #[test]
@@ -671,15 +685,20 @@ mod tests {
         // A report from before the clear says nothing of the repair.
         assert_eq!(decide(Outcome::Report(Box::new(report_at(50.0, Some(true))))), None);
         assert_eq!(
-            decide(Outcome::Error("timeout", "killed".into())).unwrap().label(),
+            decide(Outcome::Error(RunError::Timeout, "killed".into()))
+                .unwrap()
+                .label(),
             "failed"
         );
         assert_eq!(
-            decide(Outcome::Error("error", "no libcuda".into())),
+            decide(Outcome::Error(RunError::Error, "no libcuda".into())),
             None,
             "still awaited"
         );
-        assert_eq!(decide(Outcome::Skipped("compute_processes", "busy".into())), None);
+        assert_eq!(
+            decide(Outcome::Skipped(BusyReason::ComputeProcesses, "busy".into())),
+            None
+        );
     }
 
     #[test]
@@ -725,15 +744,15 @@ mod tests {
             r#"{"error":{"kind":"busy","message":{"reason":"compute_processes","message":"GPU 0 is not idle"}}}"#;
         assert_eq!(
             interpret(busy, Some(3)),
-            Outcome::Skipped("compute_processes", "GPU 0 is not idle".into())
+            Outcome::Skipped(BusyReason::ComputeProcesses, "GPU 0 is not idle".into())
         );
         let no_driver = r#"{"error":{"kind":"no_driver","message":"libcuda.so.1 is not installed"}}"#;
         assert_eq!(
             interpret(no_driver, Some(2)),
-            Outcome::Error("error", "libcuda.so.1 is not installed".into())
+            Outcome::Error(RunError::Error, "libcuda.so.1 is not installed".into())
         );
         match interpret("", None) {
-            Outcome::Error("error", why) => assert!(why.contains("a signal"), "{why}"),
+            Outcome::Error(RunError::Error, why) => assert!(why.contains("a signal"), "{why}"),
             other => panic!("{other:?}"),
         }
     }
@@ -741,13 +760,13 @@ mod tests {
     #[test]
     fn the_busy_error_round_trips_through_json() {
         let error = ProbeError::Busy {
-            reason: "utilization".into(),
+            reason: BusyReason::Utilization,
             message: "GPU 3 is not idle".into(),
         };
         let text = serde_json::json!({ "error": error }).to_string();
         assert_eq!(
             interpret(&text, Some(3)),
-            Outcome::Skipped("utilization", "GPU 3 is not idle".into())
+            Outcome::Skipped(BusyReason::Utilization, "GPU 3 is not idle".into())
         );
     }
 
@@ -758,21 +777,21 @@ mod tests {
             &state,
             "GPU-0",
             0,
-            Outcome::Skipped("utilization", "busy".into()),
+            Outcome::Skipped(BusyReason::Utilization, "busy".into()),
             Suspects::default(),
         );
         record(
             &state,
             "GPU-0",
             0,
-            Outcome::Skipped("utilization", "busy".into()),
+            Outcome::Skipped(BusyReason::Utilization, "busy".into()),
             Suspects::default(),
         );
         record(
             &state,
             "GPU-0",
             0,
-            Outcome::Error("timeout", "killed".into()),
+            Outcome::Error(RunError::Timeout, "killed".into()),
             Suspects::default(),
         );
         let s = state.get();
