@@ -136,10 +136,15 @@ pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64, baseline_probes: usize
 /// The findings, unhealthy first, then degraded, then the rest, as `health` and the page
 /// order them.
 fn worst_first(findings: &[FindingFact]) -> Vec<FindingFact> {
-    let rank = |f: &FindingFact| match f.severity.as_str() {
-        "unhealthy" => 0,
-        "degraded" => 1,
-        _ => 2,
+    use crate::model::health::HealthState;
+    // The words as the journal keeps them (a newer daemon's unknown word ranks last).
+    let rank = |f: &FindingFact| {
+        let state = HealthState::ALL.into_iter().find(|s| s.label() == f.severity);
+        match state {
+            Some(HealthState::Unhealthy) => 0,
+            Some(HealthState::Degraded) => 1,
+            _ => 2,
+        }
     };
     let mut sorted = findings.to_vec();
     sorted.sort_by_key(rank);

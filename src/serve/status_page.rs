@@ -352,10 +352,11 @@ fn timeline_markers(timeline: Option<&Timeline>, uuid: &str) -> Vec<crate::serve
         .into_iter()
         .flatten()
         .filter_map(|r| {
-            let class = match r.kind.as_str() {
-                "xid" | "xid_storm" => "xid",
-                "health" | "clear" => "health",
-                "probe" => "probe",
+            use crate::journal::event::Kind;
+            let class = match Kind::from_name(&r.kind)? {
+                Kind::Xid | Kind::XidStorm => "xid",
+                Kind::Health | Kind::Clear => "health",
+                Kind::Probe => "probe",
                 _ => return None,
             };
             Some(crate::serve::sparkline::Marker {
