@@ -67,6 +67,10 @@ enum Command {
         /// Probe even when the GPU runs compute processes or is busy.
         #[arg(long)]
         force: bool,
+        /// Instead of one GPU's tests: an all-reduce across every GPU of the node through
+        /// NCCL, its bus bandwidth (every GPU must be idle unless --force).
+        #[arg(long, conflicts_with_all = ["gpu", "tests"])]
+        collective: bool,
         /// Read the NVML and probe settings as JSON from stdin (how the daemon starts its
         /// scheduled probes, with the settings it runs with).
         #[arg(long, hide = true, conflicts_with = "config")]
@@ -374,8 +378,9 @@ fn dispatch(command: Command, config: Option<PathBuf>) -> CliResult {
             tests,
             json,
             force,
+            collective,
             settings_from_stdin,
-        } => probe(config, gpu, force, tests, json, settings_from_stdin),
+        } => probe(config, gpu, (force, collective), tests, json, settings_from_stdin),
         Command::Xid {
             command: XidCommand::Explain { code },
         } => xid::cli::explain(code),
@@ -673,7 +678,7 @@ fn check(config: Option<PathBuf>, json: bool, demo: bool) -> CliResult {
 fn probe(
     config: Option<PathBuf>,
     gpu: u32,
-    force: bool,
+    (force, collective): (bool, bool),
     tests: Option<String>,
     json: bool,
     settings_from_stdin: bool,
@@ -694,6 +699,9 @@ fn probe(
     } else {
         load_config(config_path(config.as_deref()).as_deref())?
     };
+    if collective {
+        return probe::cli_collective::main(&cfg, force, json);
+    }
     options.tests = tests
         .as_deref()
         .map(probe::cli::parse_tests)

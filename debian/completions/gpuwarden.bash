@@ -971,7 +971,7 @@ _gpuwarden() {
             return 0
             ;;
         gpuwarden__subcmd__probe)
-            opts="-h --gpu --tests --json --force --settings-from-stdin --config --help"
+            opts="-h --gpu --tests --json --force --collective --settings-from-stdin --config --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -54,6 +54,7 @@ complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l tests -d '
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l json -d 'Print the report as JSON'
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l force -d 'Probe even when the GPU runs compute processes or is busy'
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l collective -d 'Instead of one GPU\'s tests: an all-reduce across every GPU of the node through NCCL, its bus bandwidth (every GPU must be idle unless --force)'
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l settings-from-stdin -d 'Read the NVML and probe settings as JSON from stdin (how the daemon starts its scheduled probes, with the settings it runs with)'
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -s h -l help -d 'Print help'
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand config; and not __fish_seen_subcommand_from check help" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F

@@ -46,6 +46,10 @@ pub struct Probe {
     /// cuBLAS to load for the GEMM test: empty means search the usual names
     /// (libcublas.so.13, .12, ...); a path loads that file first.
     pub cublas_library: PathBuf,
+    /// NCCL for the all-reduce across the node's GPUs (`gpuwarden probe --collective`): empty
+    /// means the usual names (libnccl.so.2); a path loads that file (a pip wheel's
+    /// nvidia/nccl/lib/libnccl.so.2).
+    pub nccl_library: PathBuf,
     /// Expected values that override or extend the shipped table (docs/probe.md).
     pub expected: Vec<crate::model::probe::Expectation>,
     /// A GPU whose sustained figure is more than this many percent below its own baseline
@@ -80,6 +84,7 @@ impl Default for Probe {
             sample_interval: Duration::from_millis(100),
             timeout: Duration::from_secs(120),
             cublas_library: PathBuf::new(),
+            nccl_library: PathBuf::new(),
             expected: Vec::new(),
             regression_pct: 7.0,
             baseline_probes: 10,

@@ -262,6 +262,21 @@ pub struct SdcSuspect {
     pub digest: String,
 }
 
+/// The all-reduce across the node's GPUs (probe::collective): what NCCL carried.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveOutcome {
+    pub gpus: u32,
+    /// Each GPU's buffer, bytes.
+    pub bytes: u64,
+    /// NCCL's version ("2.27.3").
+    pub nccl: String,
+    /// Bus bandwidth, bytes per second: the second half of the run (as the probe's sustained).
+    pub bus_bandwidth: f64,
+    /// The best window of the first second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<f64>,
+}
+
 /// A GPU whose memory read back wrong in the HBM pattern test: unhealthy
 /// (`hbm_pattern_errors`) until a person clears it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

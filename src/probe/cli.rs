@@ -90,7 +90,7 @@ pub fn run(config: &Config, options: &Options) -> Result<ProbeReport, ProbeError
 }
 
 /// The GPU's NVML poller (for the samples under load), or why there is none.
-fn open_gpu(config: &Config, gpu: u32) -> Result<NvmlDevicePoller, ProbeError> {
+pub(super) fn open_gpu(config: &Config, gpu: u32) -> Result<NvmlDevicePoller, ProbeError> {
     let backend = NvmlBackend::load(&config.nvml).map_err(|e| {
         ProbeError::NoDriver(format!(
             "cannot load NVML ({}): {e}; the probe needs the NVIDIA driver",
@@ -117,7 +117,7 @@ fn open_gpu(config: &Config, gpu: u32) -> Result<NvmlDevicePoller, ProbeError> {
 }
 
 /// Refuses a GPU that is in use: a probe would disturb the work and measure nonsense.
-fn check_idle(
+pub(super) fn check_idle(
     poller: &NvmlDevicePoller,
     readings: Option<&crate::model::DeviceReadings>,
     gpu: u32,

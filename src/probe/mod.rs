@@ -7,11 +7,14 @@
 //! compared with the expected values for the GPU model (`expected`).
 
 pub mod cli;
+pub mod cli_collective;
+pub mod collective;
 pub mod cuda;
 mod cuda_memtest;
 mod cuda_sdc;
 pub mod expected;
 pub mod memtest;
+pub mod nccl;
 pub mod report;
 pub mod sampler;
 pub mod schedule;

@@ -9,6 +9,7 @@ mod alerting;
 mod amd;
 mod architecture;
 mod cli;
+mod collective;
 mod common;
 mod daemon;
 mod dashboards;

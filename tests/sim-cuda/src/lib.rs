@@ -686,3 +686,81 @@ fn compute_gemm(r: &scenario::Cuda, [m, n, k]: [usize; 3], a: (u64, c_int, c_int
     machine.memory.write(c, &bytes);
     machine.last_gemm.insert(c, key);
 }
+
+// ---- NCCL (libnccl.so.2: tests link it to this library too) ------------------------------
+
+/// The communicators ncclCommInitAll made: how many ranks, the node's bus bandwidth (the
+/// slowest GPU's `nccl_busbw_gbps`) and whether any GPU's all-reduce fails, read once.
+static NCCL: Mutex<(usize, f64, bool)> = Mutex::new((0, 360.0, false));
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclGetVersion(out: *mut c_int) -> c_int {
+    // SAFETY: `out` is the caller's, valid for writes or null as the C API allows; the helper refuses null.
+    (unsafe { put(out, 22703) }) as c_int
+}
+
+/// Rank r's communicator is the handle r + 1.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommInitAll(comms: *mut usize, ndev: c_int, _devlist: *const c_int) -> c_int {
+    if comms.is_null() || ndev < 1 {
+        return 4; // ncclInvalidArgument
+    }
+    for rank in 0..ndev as usize {
+        // SAFETY: NCCL's contract: `comms` holds `ndev` slots.
+        unsafe { comms.add(rank).write(rank + 1) };
+    }
+    let gpus = devices();
+    let busbw = gpus
+        .iter()
+        .filter_map(|(_, r)| r.nccl_busbw_gbps)
+        .fold(f64::INFINITY, f64::min);
+    let fails = gpus.iter().any(|(_, r)| r.nccl_fails);
+    *NCCL.lock().unwrap_or_else(|p| p.into_inner()) =
+        (ndev as usize, if busbw.is_finite() { busbw } else { 360.0 }, fails);
+    0
+}
+
+/// Rank 0's call advances the clock by the group's time at the scenario's bus bandwidth
+/// (every rank's events read the one clock).
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn ncclAllReduce(
+    _send: *const c_void,
+    _recv: *mut c_void,
+    count: usize,
+    _datatype: c_int,
+    _op: c_int,
+    comm: usize,
+    _stream: usize,
+) -> c_int {
+    let (ranks, busbw, fails) = *NCCL.lock().unwrap_or_else(|p| p.into_inner());
+    if fails {
+        return 2; // ncclSystemError
+    }
+    if comm == 1 {
+        let n = ranks.max(1) as f64;
+        let bus_bytes = count as f64 * 4.0 * 2.0 * (n - 1.0) / n;
+        advance(bus_bytes / (busbw * 1e9));
+    }
+    0
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclGroupStart() -> c_int {
+    0
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclGroupEnd() -> c_int {
+    0
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclCommDestroy(_comm: usize) -> c_int {
+    0
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclGetErrorString(_result: c_int) -> *const c_char {
+    c"simulated NCCL error".as_ptr()
+}

@@ -423,6 +423,13 @@ pub struct Cuda {
     /// region always reads as `value`.
     #[serde(default)]
     pub hbm_stuck_bit: Option<[u64; 3]>,
+    /// The simulated NCCL's all-reduce bus bandwidth, GB/s, when this GPU is rank 0 (default
+    /// 360, about eight H100s or H200s over NVLink).
+    #[serde(default)]
+    pub nccl_busbw_gbps: Option<f64>,
+    /// Every NCCL all-reduce fails, as on a node whose NVLink path is broken.
+    #[serde(default)]
+    pub nccl_fails: bool,
 }
 
 impl Scenario {

@@ -1,0 +1,101 @@
+//! `gpuwarden probe --collective`: every NVIDIA GPU of the node, idle, in one all-reduce
+//! through NCCL (probe::collective), and its bus bandwidth. Where NCCL is not installed it
+//! says so and exits 2; a node of one GPU has nothing to all-reduce with.
+
+use super::cuda;
+use super::nccl::Nccl;
+use super::{ProbeError, collective};
+use crate::config::Config;
+use crate::model::probe::{CollectiveOutcome, Unit};
+use crate::service::exit::{CliError, CliResult, Exit};
+use cudarc::driver;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
+
+/// How long the all-reduces run (GPU time), after one warm-up.
+const DURATION: Duration = Duration::from_secs(2);
+
+pub fn run(config: &Config, force: bool) -> Result<CollectiveOutcome, ProbeError> {
+    let mut uuids = Vec::new();
+    for gpu in 0.. {
+        let mut poller = match super::cli::open_gpu(config, gpu) {
+            Ok(poller) => poller,
+            Err(ProbeError::NoSuchGpu(_)) => break,
+            Err(e) => return Err(e),
+        };
+        if !force {
+            let readings = poller.poll().readings;
+            super::cli::check_idle(&poller, readings.as_ref(), gpu, &config.probe)?;
+        }
+        uuids.push(poller.identity().uuid.clone());
+    }
+    if uuids.len() < 2 {
+        return Err(ProbeError::Settings(format!(
+            "the all-reduce needs two or more GPUs; this node has {}",
+            uuids.len()
+        )));
+    }
+    if !cuda::driver_present() {
+        return Err(ProbeError::NoDriver(
+            "the CUDA driver library (libcuda.so.1) is not installed; the probe needs it".into(),
+        ));
+    }
+    let nccl = Nccl::load(&config.probe.nccl_library)?;
+    catch_unwind(AssertUnwindSafe(|| {
+        let ordinals = cuda_ordinals(&uuids)?;
+        collective::all_reduce(&nccl, &ordinals, DURATION)
+    }))
+    .map_err(|_| ProbeError::Cuda("the CUDA driver is missing something the all-reduce needs".into()))?
+}
+
+/// The CUDA ordinals of the GPUs NVML calls `uuids`, in that order (CUDA numbers devices its
+/// own way).
+fn cuda_ordinals(uuids: &[String]) -> Result<Vec<usize>, ProbeError> {
+    let failed = |what: &'static str| move |e: driver::DriverError| ProbeError::Cuda(format!("{what}: {e:?}"));
+    driver::result::init().map_err(failed("cuInit"))?;
+    let count = driver::CudaContext::device_count().map_err(failed("cuDeviceGetCount"))?;
+    let mut by_uuid = Vec::new();
+    for i in 0..count {
+        let dev = driver::result::device::get(i).map_err(failed("cuDeviceGet"))?;
+        let id = driver::result::device::get_uuid(dev).map_err(failed("cuDeviceGetUuid"))?;
+        by_uuid.push((cuda::format_uuid(&id.bytes.map(|b| b as u8)), i as usize));
+    }
+    uuids
+        .iter()
+        .map(|uuid| {
+            by_uuid
+                .iter()
+                .find(|(u, _)| u.eq_ignore_ascii_case(uuid))
+                .map(|(_, i)| *i)
+                .ok_or_else(|| ProbeError::NoSuchGpu(format!("CUDA does not see {uuid}")))
+        })
+        .collect()
+}
+
+/// Runs it and prints the outcome (or the error); returns the exit status.
+pub fn main(config: &Config, force: bool, json: bool) -> CliResult {
+    let outcome = run(config, force).map_err(|e| {
+        if json {
+            println!("{}", serde_json::json!({ "error": e }));
+        }
+        CliError::new(e.exit_code(), format!("gpuwarden probe --collective: {e}"))
+    })?;
+    if json {
+        let text = serde_json::to_string_pretty(&outcome)
+            .map_err(|e| CliError::new(Exit::UNKNOWN, format!("gpuwarden probe: cannot write JSON: {e}")))?;
+        println!("{text}");
+    } else {
+        let bytes = Unit::BytesPerSecond;
+        println!(
+            "all-reduce across {} GPUs (NCCL {}, {} MiB each): bus bandwidth {} sustained{}",
+            outcome.gpus,
+            outcome.nccl,
+            outcome.bytes >> 20,
+            bytes.human(outcome.bus_bandwidth),
+            outcome
+                .burst
+                .map_or(String::new(), |b| format!(", {} burst", bytes.human(b)))
+        );
+    }
+    Ok(Exit::SUCCESS)
+}

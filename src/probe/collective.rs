@@ -1,0 +1,133 @@
+//! The GPUs together (docs/probe.md, "The GPUs together"): an all-reduce across every GPU
+//! given, through NCCL in one process (`ncclCommInitAll`), each GPU on its own stream, timed
+//! with CUDA events on each. The bus bandwidth is what NCCL's own tests call busbw: the data
+//! over the time, times 2(n-1)/n, the share of it each link carries in a ring; NCCL picks the
+//! algorithm itself (NVLink SHARP where the NVSwitch fabric offers it).
+
+use super::nccl::{self, Comm, Nccl};
+use super::{ProbeError, windows};
+use crate::model::probe::CollectiveOutcome;
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Each GPU's buffer: 256 MiB of fp32, large enough for the links' steady rate (NCCL's tests
+/// reach their plateau from about 128 MiB).
+pub const BYTES: u64 = 256 << 20;
+
+struct Rank {
+    stream: Arc<CudaStream>,
+    send: CudaSlice<f32>,
+    recv: CudaSlice<f32>,
+}
+
+fn cuda<E: std::fmt::Debug>(what: &str) -> impl Fn(E) -> ProbeError + '_ {
+    move |e| ProbeError::Cuda(format!("{what}: {e:?}"))
+}
+
+/// All-reduces across the CUDA devices `ordinals` (at least two) for about `duration`.
+pub fn all_reduce(nccl: &Nccl, ordinals: &[usize], duration: Duration) -> Result<CollectiveOutcome, ProbeError> {
+    let count = (BYTES / 4) as usize;
+    let mut ranks = Vec::new();
+    for &ordinal in ordinals {
+        let ctx = CudaContext::new(ordinal).map_err(cuda("creating a CUDA context"))?;
+        let stream = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
+        let send = stream.alloc_zeros::<f32>(count).map_err(cuda("alloc"))?;
+        let recv = stream.alloc_zeros::<f32>(count).map_err(cuda("alloc"))?;
+        ranks.push(Rank { stream, send, recv });
+    }
+    let devices: Vec<i32> = ordinals.iter().map(|o| *o as i32).collect();
+    let mut comms: Vec<Comm> = vec![std::ptr::null_mut(); devices.len()];
+    // SAFETY: one communicator slot per device, as ncclCommInitAll asks.
+    let init = unsafe { (nccl.comm_init_all)(comms.as_mut_ptr(), devices.len() as i32, devices.as_ptr()) };
+    nccl.check("ncclCommInitAll", init)?;
+    let result = timed(nccl, &comms, &mut ranks, count, duration);
+    for comm in comms {
+        // SAFETY: made by ncclCommInitAll above, destroyed once.
+        let _ = unsafe { (nccl.comm_destroy)(comm) };
+    }
+    let (windows, seconds) = result?;
+    let n = ordinals.len() as f64;
+    let rates = windows::summarize(&windows);
+    let algbw = BYTES as f64 / seconds;
+    Ok(CollectiveOutcome {
+        gpus: ordinals.len() as u32,
+        bytes: BYTES,
+        nccl: nccl::version_text(nccl.version()?),
+        bus_bandwidth: rates.map_or(algbw * 2.0 * (n - 1.0) / n, |r| r.sustained),
+        burst: rates.map(|r| r.burst),
+    })
+}
+
+/// One grouped all-reduce on every rank.
+fn enqueue(nccl: &Nccl, comms: &[Comm], ranks: &mut [Rank], count: usize) -> Result<(), ProbeError> {
+    // SAFETY: no arguments; paired with the group end below.
+    nccl.check("ncclGroupStart", unsafe { (nccl.group_start)() })?;
+    for (comm, rank) in comms.iter().zip(ranks.iter_mut()) {
+        let (send, _s) = rank.send.device_ptr(&rank.stream);
+        let (recv, _r) = rank.recv.device_ptr_mut(&rank.stream);
+        // SAFETY: both buffers hold `count` floats on this rank's device, its own stream.
+        let result = unsafe {
+            (nccl.all_reduce)(
+                send as *const _,
+                recv as *mut _,
+                count,
+                nccl::NCCL_FLOAT32,
+                nccl::NCCL_SUM,
+                *comm,
+                rank.stream.cu_stream() as *mut _,
+            )
+        };
+        nccl.check("ncclAllReduce", result)?;
+    }
+    // SAFETY: closes the group opened above.
+    nccl.check("ncclGroupEnd", unsafe { (nccl.group_end)() })
+}
+
+/// A warm-up, then all-reduces until `duration` of GPU time: each window's bus bandwidth
+/// (the slowest rank's time), and the mean time of one all-reduce.
+fn timed(
+    nccl: &Nccl,
+    comms: &[Comm],
+    ranks: &mut [Rank],
+    count: usize,
+    duration: Duration,
+) -> Result<(Vec<windows::Window>, f64), ProbeError> {
+    let n = ranks.len() as f64;
+    let flags = Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC);
+    enqueue(nccl, comms, ranks, count)?;
+    let mut events = Vec::new();
+    for rank in ranks.iter() {
+        rank.stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
+        let ctx = rank.stream.context();
+        events.push((
+            ctx.new_event(flags).map_err(cuda("cuEventCreate"))?,
+            ctx.new_event(flags).map_err(cuda("cuEventCreate"))?,
+        ));
+    }
+    let mut out = Vec::new();
+    let (mut elapsed, mut operations) = (0.0, 0u32);
+    while elapsed < duration.as_secs_f64() {
+        for (rank, (start, _)) in ranks.iter().zip(&events) {
+            start.record(&rank.stream).map_err(cuda("cuEventRecord"))?;
+        }
+        enqueue(nccl, comms, ranks, count)?;
+        let mut seconds: f64 = 0.0;
+        for (rank, (start, end)) in ranks.iter().zip(&events) {
+            end.record(&rank.stream).map_err(cuda("cuEventRecord"))?;
+            end.synchronize().map_err(cuda("cuEventSynchronize"))?;
+            let ms = start.elapsed_ms(end).map_err(cuda("cuEventElapsedTime"))?;
+            seconds = seconds.max(f64::from(ms) / 1000.0);
+        }
+        // Bus bytes: what each link carries, so a figure comparable across GPU counts.
+        out.push(windows::Window {
+            start: elapsed,
+            seconds,
+            units: BYTES as f64 * 2.0 * (n - 1.0) / n,
+        });
+        elapsed += seconds;
+        operations += 1;
+    }
+    Ok((out, elapsed / f64::from(operations.max(1))))
+}
