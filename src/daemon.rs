@@ -373,6 +373,18 @@ fn take_over_probes(
             gpus(sdc.suspects.values().map(|s| s.gpu).collect())
         );
     }
+    if let Some(run) = sdc
+        .collective
+        .as_ref()
+        .filter(|r| r.verdict != crate::model::collective::CollectiveVerdict::Passed)
+    {
+        log::warn!(
+            "journal: the latest all-reduce across {} was {} ({}); the node keeps that finding until a later run or a clear",
+            run.gpu_list(),
+            run.verdict.label(),
+            run.detail
+        );
+    }
     sources.probes.update(|probes| {
         for (uuid, figures) in history {
             probes.history.insert(uuid, figures.into());
@@ -380,6 +392,8 @@ fn take_over_probes(
         probes.sdc_suspects = sdc.suspects;
         probes.sdc_references = sdc.references.into_iter().collect();
         probes.hbm_suspects = sdc.hbm;
+        probes.collective = sdc.collective;
+        probes.collective_history.figures = sdc.collective_figures.into();
     });
 }
 

@@ -67,6 +67,52 @@ pub struct Probe {
     /// ...at most this many MiB of it.
     #[serde(deserialize_with = "memtest_max_mib")]
     pub memtest_max_mib: u64,
+    /// The all-reduce across the node's GPUs in its validations (docs/probe.md, "The GPUs
+    /// together").
+    pub collective: Collective,
+}
+
+/// `probe.collective`: the all-reduce across the node's NVIDIA GPUs through NCCL.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Collective {
+    /// Run it after the node's last pending validation passed (the idle node's sweep, or a
+    /// validation after a clear while every GPU is idle), on a node of two or more.
+    pub run: bool,
+    /// How long it is timed, after the checked all-reduce and a warm-up.
+    #[serde(deserialize_with = "test_duration", serialize_with = "write_duration")]
+    pub duration: Duration,
+    /// Slow (`collective_slow`) below this share of what the GPUs' NVLinks carry one way at
+    /// their rate (links x rate, the slowest GPU's). NCCL's own tests reach about 0.8 on
+    /// NVSwitch boards.
+    #[serde(deserialize_with = "share")]
+    pub nvlink_share: f64,
+    /// ...or of what their PCIe links carry one way (generation x width), where there is no
+    /// NVLink: lower, since a path through the CPU's root complex reaches less.
+    #[serde(deserialize_with = "share")]
+    pub pcie_share: f64,
+}
+
+impl Default for Collective {
+    fn default() -> Self {
+        Collective {
+            run: true,
+            duration: Duration::from_secs(2),
+            nvlink_share: 0.5,
+            pcie_share: 0.25,
+        }
+    }
+}
+
+/// A share of a bound: above 0, at most 1.
+pub(super) fn share<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let value = f64::deserialize(d)?;
+    if !(value > 0.0 && value <= 1.0) {
+        return Err(serde::de::Error::custom(format!(
+            "{value} is not a share; write a number above 0 and at most 1 (0.5 means half)"
+        )));
+    }
+    Ok(value)
 }
 
 impl Default for Probe {
@@ -90,6 +136,7 @@ impl Default for Probe {
             baseline_probes: 10,
             memtest_share: 0.5,
             memtest_max_mib: 65536,
+            collective: Collective::default(),
         }
     }
 }

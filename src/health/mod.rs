@@ -10,6 +10,7 @@ pub mod baseline;
 pub mod clear;
 pub mod clear_nic;
 pub mod cli;
+pub mod collective;
 pub mod debounce;
 pub mod ladder;
 pub mod memory;
@@ -123,6 +124,8 @@ pub fn evaluate(snapshot: &mut Snapshot) {
         subject: Some(r.uuid.clone()),
     });
     snapshot.node_findings.extend(reboot);
+    let together = collective::finding(snapshot);
+    snapshot.node_findings.extend(together);
 }
 
 /// The GPU's XIDs seen after its last clear, as the rules count them.

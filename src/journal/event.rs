@@ -64,10 +64,13 @@ pub enum Kind {
     /// The probe's HBM pattern test found a GPU's memory reading back wrong: the passes, the
     /// failing offsets and what they held (docs/probe.md, "HBM patterns").
     Memtest,
+    /// An all-reduce across the node's GPUs: its GPUs, path, bus bandwidth and verdict
+    /// (docs/probe.md, "The GPUs together").
+    Collective,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 24] = [
+    pub const ALL: [Kind; 25] = [
         Kind::Xid,
         Kind::XidStorm,
         Kind::Health,
@@ -92,6 +95,7 @@ impl Kind {
         Kind::Remediation,
         Kind::Sdc,
         Kind::Memtest,
+        Kind::Collective,
     ];
 
     pub fn name(self) -> &'static str {
@@ -120,6 +124,7 @@ impl Kind {
             Kind::Remediation => "remediation",
             Kind::Sdc => "sdc",
             Kind::Memtest => "memtest",
+            Kind::Collective => "collective",
         }
     }
 

@@ -147,7 +147,8 @@ pub struct Seed {
     pub sdc: SdcSeed,
 }
 
-/// What the journal keeps of the correctness canary (journal/sdc_rows.rs).
+/// What the journal keeps of the checks only the probe makes (journal/sdc_rows.rs): the
+/// correctness canary, the HBM pattern test and the all-reduce across the node's GPUs.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct SdcSeed {
     /// By GPU UUID: its newest wrong results not cleared since.
@@ -157,6 +158,12 @@ pub struct SdcSeed {
     /// By GPU UUID: its newest memory errors of the HBM pattern test not cleared since.
     #[serde(default)]
     pub hbm: std::collections::BTreeMap<String, crate::model::probe::HbmSuspect>,
+    /// The latest all-reduce across the node's GPUs, unless a GPU of it was cleared since.
+    #[serde(default)]
+    pub collective: Option<crate::model::collective::CollectiveRun>,
+    /// The node's all-reduce figures, oldest first (its baseline).
+    #[serde(default)]
+    pub collective_figures: Vec<(String, f64)>,
 }
 
 /// The daemon's hold on its journal: an exclusive lock on `<state.path>.lock` for as long as

@@ -438,11 +438,46 @@ pub fn sdc(conn: &Connection) -> rusqlite::Result<crate::journal::SdcSeed> {
             hbm.insert(uuid, suspect);
         }
     }
+    let (collective, collective_figures) = collective(conn, &cleared)?;
     Ok(crate::journal::SdcSeed {
         suspects,
         references: references.into_iter().collect(),
         hbm,
+        collective,
+        collective_figures,
     })
+}
+
+/// The `collective` rows, whatever the boot: the latest run (left out when a clear of one of
+/// its GPUs came after it, as the finding would let go), and the figures that make the node's
+/// baseline, oldest first. Rows that do not parse are left out.
+fn collective(
+    conn: &Connection,
+    cleared: &BTreeMap<String, (f64, serde_json::Value)>,
+) -> rusqlite::Result<(Option<crate::model::collective::CollectiveRun>, Vec<(String, f64)>)> {
+    use crate::model::collective::{CollectiveHistory, CollectiveRun, MAX_FIGURES};
+    let mut statement =
+        conn.prepare("SELECT details FROM events WHERE kind = 'collective' ORDER BY at DESC, id DESC LIMIT ?1")?;
+    let rows = statement.query_map(rusqlite::params![MAX_FIGURES as u32], |r| r.get::<_, String>(0))?;
+    let mut runs = Vec::new();
+    for row in rows {
+        let details = serde_json::from_str::<serde_json::Value>(&row?).unwrap_or_default();
+        if let Some(run) = details
+            .get("run")
+            .and_then(|r| serde_json::from_value::<CollectiveRun>(r.clone()).ok())
+        {
+            runs.push(run);
+        }
+    }
+    let latest = runs
+        .first()
+        .filter(|run| !run.uuids.iter().any(|u| cleared.get(u).is_some_and(|(at, _)| *at > run.at)))
+        .cloned();
+    let mut history = CollectiveHistory::default();
+    for run in runs.iter().rev() {
+        history.keep(run);
+    }
+    Ok((latest, history.figures.into_iter().collect()))
 }
 
 /// The board swaps of the last [`BOARD_SWAP_NOTICE`] by the new board's UUID, from the

@@ -49,6 +49,8 @@ pub struct Report {
     pub sdc: Vec<Row>,
     /// The HBM pattern test's memory errors, with the failing offsets.
     pub memtest: Vec<Row>,
+    /// The all-reduces across the node's GPUs that this GPU was in.
+    pub collective: Vec<Row>,
     pub memory: Vec<Row>,
     pub probes: Vec<Row>,
     /// Every probe's figures against the GPU's own baseline at the time, oldest first.
@@ -67,6 +69,26 @@ pub struct Report {
     /// Each step automatic remediation ran, with its output, and the reboot marks.
     pub remediation: Vec<super::report_remediation::Step>,
     pub guidance: Vec<Guidance>,
+}
+
+/// The node's `collective` rows (they name no one GPU) whose run had `uuid` in it.
+fn collective_rows(conn: &Connection, uuid: &str) -> rusqlite::Result<Vec<Row>> {
+    let rows = read::events(
+        conn,
+        &Query {
+            kinds: vec![super::event::Kind::Collective],
+            limit: read::MAX_LIMIT,
+            ..Default::default()
+        },
+    )?;
+    Ok(rows
+        .into_iter()
+        .filter(|r| {
+            r.details["run"]["uuids"]
+                .as_array()
+                .is_some_and(|uuids| uuids.iter().any(|u| u.as_str() == Some(uuid)))
+        })
+        .collect())
 }
 
 /// The report for `gpu`, from the whole retained history.
@@ -109,6 +131,7 @@ pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64, baseline_probes: usize
         xids,
         sdc: of(&["sdc"]),
         memtest: of(&["memtest"]),
+        collective: collective_rows(conn, &gpu.uuid)?,
         memory,
         probe_history: super::report_probes::history(&probes, baseline_probes),
         probes,
@@ -238,10 +261,11 @@ pub fn markdown(report: &Report) -> String {
     for f in &report.findings {
         out.push_str(&format!("- {} ({}): {}\n", f.reason, f.severity, f.message));
     }
-    let sections: [(&str, &Vec<Row>); 11] = [
+    let sections: [(&str, &Vec<Row>); 12] = [
         ("XIDs", &report.xids),
         ("Wrong results (silent data corruption)", &report.sdc),
         ("HBM pattern errors", &report.memtest),
+        ("The GPUs together (all-reduce)", &report.collective),
         ("ECC and row remapping", &report.memory),
         ("Probes (and probes that could not run)", &report.probes),
         ("Thermal and power-brake slowdowns", &report.slowdowns),

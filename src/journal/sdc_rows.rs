@@ -3,10 +3,13 @@
 //! agreement digest as it was first given or replaced, and each GPU the HBM pattern test
 //! found with memory that reads back wrong. A restart's seed reads them back
 //! (journal/read.rs, `sdc`): a suspect stays one across restarts and reboots until a person
-//! clears the GPU, and a single-GPU node keeps comparing with its earlier digest.
+//! clears the GPU, and a single-GPU node keeps comparing with its earlier digest. And the
+//! `collective` rows: each all-reduce across the node's GPUs the daemon ran, judged; the seed
+//! takes back the node's figures (its baseline) and the latest verdict.
 
 use super::event::{Event, GpuRef, Kind};
 use crate::model::Snapshot;
+use crate::model::collective::CollectiveRun;
 use crate::model::probe::{HbmSuspect, SdcKey, SdcReference, SdcSuspect};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -18,6 +21,8 @@ pub struct SdcRows {
     references: BTreeMap<SdcKey, SdcReference>,
     /// The HBM pattern test's memory errors (`memtest` rows), kept the same way.
     hbm: BTreeMap<String, HbmSuspect>,
+    /// The latest all-reduce written (`collective` rows).
+    collective: Option<CollectiveRun>,
 }
 
 impl SdcRows {
@@ -27,6 +32,7 @@ impl SdcRows {
             suspects: probes.sdc_suspects.clone(),
             references: probes.sdc_references.clone(),
             hbm: probes.hbm_suspects.clone(),
+            collective: probes.collective.clone(),
         }
     }
 
@@ -45,6 +51,10 @@ impl SdcRows {
                 rows.push(hbm_row(snapshot, uuid, suspect, now));
                 self.hbm.insert(uuid.clone(), suspect.clone());
             }
+        }
+        if let Some(run) = probe.collective.as_ref().filter(|run| self.collective.as_ref() != Some(*run)) {
+            rows.push(collective_row(run, now));
+            self.collective = Some(run.clone());
         }
         for (key, reference) in &probe.sdc_references {
             if self.references.get(key) != Some(reference) {
@@ -99,5 +109,22 @@ pub fn hbm_row(snapshot: &Snapshot, uuid: &str, suspect: &HbmSuspect, now: f64) 
             suspect.faults.join("; ")
         ),
         json!({"suspect": suspect}),
+    )
+}
+
+/// An all-reduce across the node's GPUs, judged: a node row (no one GPU is its subject).
+pub fn collective_row(run: &CollectiveRun, now: f64) -> Event {
+    Event::new(
+        now,
+        Kind::Collective,
+        None,
+        format!(
+            "all-reduce across {} over {}: {} ({})",
+            run.gpu_list(),
+            run.path,
+            run.verdict.label(),
+            run.detail
+        ),
+        json!({"run": run}),
     )
 }

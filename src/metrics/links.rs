@@ -44,6 +44,15 @@ pub const FAMILIES: &[Family] = &[
         read: Read::Readings(|r, s| s.opt(r.nvlinks.as_ref().map(|n| n.links_up() as f64))),
     },
     Family {
+        name: "gpu_nvlink_speed_bytes_per_second",
+        kind: Kind::Gauge,
+        unit: "bytes_per_second",
+        help: "What the GPU's NVLinks that are up carry one way at their rate, summed (NVML's per-link speed, nvidia-smi nvlink -s); the bound the all-reduce across the node's GPUs is judged against (docs/probe.md). Absent where the driver does not say.",
+        labels: &[],
+        dcgm: &[],
+        read: Read::Readings(|r, s| s.opt(r.nvlinks.as_ref().and_then(|n| n.speed_up()))),
+    },
+    Family {
         name: "gpu_nvlink_errors",
         kind: Kind::Counter,
         unit: "",

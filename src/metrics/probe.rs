@@ -218,4 +218,35 @@ pub const FAMILIES: &[Family] = &[
             }
         }),
     },
+    Family {
+        name: "gpuwarden_collective_bus_bandwidth_bytes_per_second",
+        kind: Kind::Gauge,
+        unit: "bytes_per_second",
+        help: "Bus bandwidth of the latest all-reduce across the node's NVIDIA GPUs (docs/probe.md, \"The GPUs together\"), as NCCL's tests count it; absent until one ran to the end.",
+        labels: &[],
+        dcgm: &[],
+        read: Read::Node(|snapshot, s| s.opt(snapshot.probe.collective.as_ref().and_then(|c| c.bus_bandwidth))),
+    },
+    Family {
+        name: "gpuwarden_collective_bound_bytes_per_second",
+        kind: Kind::Gauge,
+        unit: "bytes_per_second",
+        help: "What the path between the node's GPUs carries one way, the slowest GPU's (NVLink links x rate, else PCIe generation x width): what the all-reduce's bus bandwidth is judged against; absent where the driver does not say.",
+        labels: &[],
+        dcgm: &[],
+        read: Read::Node(|snapshot, s| s.opt(snapshot.probe.collective.as_ref().and_then(|c| c.bound))),
+    },
+    Family {
+        name: "gpuwarden_collective_runs",
+        kind: Kind::Counter,
+        unit: "",
+        help: "The daemon's all-reduces across the node's GPUs by result: passed, slow (collective_slow), failed (collective_failed), skipped (NCCL not installed, a GPU busy, something unhealthy).",
+        labels: &["result"],
+        dcgm: &[],
+        read: Read::Node(|snapshot, s| {
+            for (result, n) in &snapshot.probe.collective_runs {
+                s.labelled(&[result], *n as f64);
+            }
+        }),
+    },
 ];

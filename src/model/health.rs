@@ -455,6 +455,8 @@ crate::model::label::label_enum! {
         NvswitchSxidFatal => "nvswitch_sxid_fatal",
         FabricManagerDown => "fabric_manager_down",
         RebootRequired => "reboot_required",
+        CollectiveFailed => "collective_failed",
+        CollectiveSlow => "collective_slow",
         NicPortDown => "nic_port_down",
         NicRateLow => "nic_rate_low",
         NicPortFlapping => "nic_port_flapping",

@@ -19,6 +19,24 @@ impl NvLinks {
     pub fn bytes_by_direction(&self) -> Vec<(&'static str, u64)> {
         sum_by_key(self.links.iter().flat_map(|l| l.bytes.iter()))
     }
+    /// What the links that are up carry one way at their rate, summed; `None` where no link
+    /// says its rate.
+    pub fn speed_up(&self) -> Option<f64> {
+        let rates: Vec<f64> = self
+            .links
+            .iter()
+            .filter(|l| l.up == Some(true))
+            .filter_map(|l| l.speed_bytes_per_second)
+            .collect();
+        (!rates.is_empty()).then(|| rates.iter().sum())
+    }
+    /// The fastest rate a link of the board says: what each of its links should carry.
+    pub fn link_rate(&self) -> Option<f64> {
+        self.links
+            .iter()
+            .filter_map(|l| l.speed_bytes_per_second)
+            .fold(None, |best: Option<f64>, r| Some(best.map_or(r, |b| b.max(r))))
+    }
     pub fn links_up(&self) -> u32 {
         self.links.iter().filter(|l| l.up == Some(true)).count() as u32
     }
@@ -51,6 +69,10 @@ pub struct NvLink {
     /// (direction, bytes since the driver loaded): tx, rx; user data, without protocol overhead.
     #[serde(serialize_with = "super::pairs_as_map")]
     pub bytes: Vec<(&'static str, u64)>,
+    /// The link's rate one way, bytes/s (NVML's NVLink speed; `nvidia-smi nvlink -s`);
+    /// `None` where the driver does not say, or the link is down.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speed_bytes_per_second: Option<f64>,
 }
 
 impl NvLink {

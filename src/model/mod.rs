@@ -8,6 +8,7 @@
 
 pub mod activity;
 pub mod clock_events;
+pub mod collective;
 pub mod health;
 pub mod label;
 pub mod links;

@@ -275,6 +275,10 @@ pub struct CollectiveOutcome {
     /// The best window of the first second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<f64>,
+    /// Where a GPU's sum came out wrong in the checked all-reduce (which GPU, how many
+    /// elements, the first, expected and got); `None` when every sum was right.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wrong_sum: Option<String>,
 }
 
 /// A GPU whose memory read back wrong in the HBM pattern test: unhealthy
@@ -518,6 +522,13 @@ pub struct ProbeSnapshot {
     /// GPUs whose memory the pattern test found reading back wrong, by uuid (the journal's
     /// seed and since).
     pub hbm_suspects: BTreeMap<String, HbmSuspect>,
+    /// The latest all-reduce across the node's GPUs (the journal's seed and since).
+    pub collective: Option<super::collective::CollectiveRun>,
+    /// The node's earlier all-reduce figures: its baseline.
+    pub collective_history: super::collective::CollectiveHistory,
+    /// result -> count of the daemon's all-reduces: passed, slow, failed, and skipped
+    /// (no NCCL, a GPU busy).
+    pub collective_runs: BTreeMap<&'static str, u64>,
 }
 
 impl ProbeSnapshot {

@@ -1,6 +1,7 @@
 //! `gpuwarden probe --collective`: every NVIDIA GPU of the node, idle, in one all-reduce
-//! through NCCL (probe::collective), and its bus bandwidth. Where NCCL is not installed it
-//! says so and exits 2; a node of one GPU has nothing to all-reduce with.
+//! through NCCL (probe::collective), its sums checked and its bus bandwidth. Exit 1 when a
+//! sum came out wrong; where NCCL is not installed it says so and exits 2; a node of one GPU
+//! has nothing to all-reduce with.
 
 use super::cuda;
 use super::nccl::Nccl;
@@ -10,10 +11,6 @@ use crate::model::probe::{CollectiveOutcome, Unit};
 use crate::service::exit::{CliError, CliResult, Exit};
 use cudarc::driver;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::time::Duration;
-
-/// How long the all-reduces run (GPU time), after one warm-up.
-const DURATION: Duration = Duration::from_secs(2);
 
 pub fn run(config: &Config, force: bool) -> Result<CollectiveOutcome, ProbeError> {
     let mut uuids = Vec::new();
@@ -43,7 +40,7 @@ pub fn run(config: &Config, force: bool) -> Result<CollectiveOutcome, ProbeError
     let nccl = Nccl::load(&config.probe.nccl_library)?;
     catch_unwind(AssertUnwindSafe(|| {
         let ordinals = cuda_ordinals(&uuids)?;
-        collective::all_reduce(&nccl, &ordinals, DURATION)
+        collective::all_reduce(&nccl, &ordinals, config.probe.collective.duration)
     }))
     .map_err(|_| ProbeError::Cuda("the CUDA driver is missing something the all-reduce needs".into()))?
 }
@@ -80,6 +77,10 @@ pub fn main(config: &Config, force: bool, json: bool) -> CliResult {
         }
         CliError::new(e.exit_code(), format!("gpuwarden probe --collective: {e}"))
     })?;
+    let exit = match outcome.wrong_sum {
+        Some(_) => Exit::FAILURE,
+        None => Exit::SUCCESS,
+    };
     if json {
         let text = serde_json::to_string_pretty(&outcome)
             .map_err(|e| CliError::new(Exit::UNKNOWN, format!("gpuwarden probe: cannot write JSON: {e}")))?;
@@ -96,6 +97,9 @@ pub fn main(config: &Config, force: bool, json: bool) -> CliResult {
                 .burst
                 .map_or(String::new(), |b| format!(", {} burst", bytes.human(b)))
         );
+        if let Some(wrong) = &outcome.wrong_sum {
+            println!("FAILED: wrong sums: {wrong}");
+        }
     }
-    Ok(Exit::SUCCESS)
+    Ok(exit)
 }

@@ -3,6 +3,10 @@
 //! with CUDA events on each. The bus bandwidth is what NCCL's own tests call busbw: the data
 //! over the time, times 2(n-1)/n, the share of it each link carries in a ring; NCCL picks the
 //! algorithm itself (NVLink SHARP where the NVSwitch fabric offers it).
+//!
+//! Before it is timed, a smaller all-reduce of known values is checked element by element on
+//! the host: rank r sends r + 1, so every GPU must receive n(n + 1)/2, exact in fp32. A link
+//! that corrupts what it carries is caught there, not only one that is slow.
 
 use super::nccl::{self, Comm, Nccl};
 use super::{ProbeError, windows};
@@ -16,10 +20,18 @@ use std::time::Duration;
 /// reach their plateau from about 128 MiB).
 pub const BYTES: u64 = 256 << 20;
 
-struct Rank {
-    stream: Arc<CudaStream>,
+/// The checked all-reduce's elements per GPU: 4 MiB, a few milliseconds to copy back.
+const CHECK_COUNT: usize = 1 << 20;
+
+struct Buffers {
     send: CudaSlice<f32>,
     recv: CudaSlice<f32>,
+}
+
+struct Rank {
+    stream: Arc<CudaStream>,
+    timed: Buffers,
+    check: Buffers,
 }
 
 fn cuda<E: std::fmt::Debug>(what: &str) -> impl Fn(E) -> ProbeError + '_ {
@@ -30,24 +42,33 @@ fn cuda<E: std::fmt::Debug>(what: &str) -> impl Fn(E) -> ProbeError + '_ {
 pub fn all_reduce(nccl: &Nccl, ordinals: &[usize], duration: Duration) -> Result<CollectiveOutcome, ProbeError> {
     let count = (BYTES / 4) as usize;
     let mut ranks = Vec::new();
-    for &ordinal in ordinals {
+    for (rank, &ordinal) in ordinals.iter().enumerate() {
         let ctx = CudaContext::new(ordinal).map_err(cuda("creating a CUDA context"))?;
         let stream = ctx.new_stream().map_err(cuda("cuStreamCreate"))?;
-        let send = stream.alloc_zeros::<f32>(count).map_err(cuda("alloc"))?;
-        let recv = stream.alloc_zeros::<f32>(count).map_err(cuda("alloc"))?;
-        ranks.push(Rank { stream, send, recv });
+        let timed = Buffers {
+            send: stream.alloc_zeros::<f32>(count).map_err(cuda("alloc"))?,
+            recv: stream.alloc_zeros::<f32>(count).map_err(cuda("alloc"))?,
+        };
+        let check = Buffers {
+            send: stream
+                .clone_htod(&vec![(rank + 1) as f32; CHECK_COUNT])
+                .map_err(cuda("copy the checked all-reduce's input"))?,
+            recv: stream.alloc_zeros::<f32>(CHECK_COUNT).map_err(cuda("alloc"))?,
+        };
+        ranks.push(Rank { stream, timed, check });
     }
     let devices: Vec<i32> = ordinals.iter().map(|o| *o as i32).collect();
     let mut comms: Vec<Comm> = vec![std::ptr::null_mut(); devices.len()];
     // SAFETY: one communicator slot per device, as ncclCommInitAll asks.
     let init = unsafe { (nccl.comm_init_all)(comms.as_mut_ptr(), devices.len() as i32, devices.as_ptr()) };
     nccl.check("ncclCommInitAll", init)?;
-    let result = timed(nccl, &comms, &mut ranks, count, duration);
+    let result = checked(nccl, &comms, &mut ranks, ordinals)
+        .and_then(|wrong| Ok((wrong, timed(nccl, &comms, &mut ranks, count, duration)?)));
     for comm in comms {
         // SAFETY: made by ncclCommInitAll above, destroyed once.
         let _ = unsafe { (nccl.comm_destroy)(comm) };
     }
-    let (windows, seconds) = result?;
+    let (wrong_sum, (windows, seconds)) = result?;
     let n = ordinals.len() as f64;
     let rates = windows::summarize(&windows);
     let algbw = BYTES as f64 / seconds;
@@ -57,16 +78,52 @@ pub fn all_reduce(nccl: &Nccl, ordinals: &[usize], duration: Duration) -> Result
         nccl: nccl::version_text(nccl.version()?),
         bus_bandwidth: rates.map_or(algbw * 2.0 * (n - 1.0) / n, |r| r.sustained),
         burst: rates.map(|r| r.burst),
+        wrong_sum,
     })
 }
 
-/// One grouped all-reduce on every rank.
-fn enqueue(nccl: &Nccl, comms: &[Comm], ranks: &mut [Rank], count: usize) -> Result<(), ProbeError> {
+/// The all-reduce of known values, checked on the host: where a GPU's sum came out wrong.
+fn checked(nccl: &Nccl, comms: &[Comm], ranks: &mut [Rank], ordinals: &[usize]) -> Result<Option<String>, ProbeError> {
+    enqueue(nccl, comms, ranks, CHECK_COUNT, |r| &mut r.check)?;
+    let n = ranks.len();
+    let expected = (n * (n + 1) / 2) as f32;
+    for (rank, ordinal) in ranks.iter().zip(ordinals) {
+        let got = rank
+            .stream
+            .clone_dtoh(&rank.check.recv)
+            .map_err(cuda("copy the checked all-reduce's result back"))?;
+        let wrong: Vec<(usize, f32)> = got
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.to_bits() != expected.to_bits())
+            .map(|(i, v)| (i, *v))
+            .collect();
+        if let Some((first, value)) = wrong.first() {
+            return Ok(Some(format!(
+                "CUDA device {ordinal} received {} wrong sum(s) of {CHECK_COUNT}: the first at element {first}, {value} \
+                 where {expected} was sent",
+                wrong.len()
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// One grouped all-reduce on every rank, of the buffers `pick` chooses.
+fn enqueue(
+    nccl: &Nccl,
+    comms: &[Comm],
+    ranks: &mut [Rank],
+    count: usize,
+    pick: fn(&mut Rank) -> &mut Buffers,
+) -> Result<(), ProbeError> {
     // SAFETY: no arguments; paired with the group end below.
     nccl.check("ncclGroupStart", unsafe { (nccl.group_start)() })?;
     for (comm, rank) in comms.iter().zip(ranks.iter_mut()) {
-        let (send, _s) = rank.send.device_ptr(&rank.stream);
-        let (recv, _r) = rank.recv.device_ptr_mut(&rank.stream);
+        let stream = rank.stream.clone();
+        let buffers = pick(rank);
+        let (send, _s) = buffers.send.device_ptr(&stream);
+        let (recv, _r) = buffers.recv.device_ptr_mut(&stream);
         // SAFETY: both buffers hold `count` floats on this rank's device, its own stream.
         let result = unsafe {
             (nccl.all_reduce)(
@@ -76,7 +133,7 @@ fn enqueue(nccl: &Nccl, comms: &[Comm], ranks: &mut [Rank], count: usize) -> Res
                 nccl::NCCL_FLOAT32,
                 nccl::NCCL_SUM,
                 *comm,
-                rank.stream.cu_stream() as *mut _,
+                stream.cu_stream() as *mut _,
             )
         };
         nccl.check("ncclAllReduce", result)?;
@@ -96,7 +153,7 @@ fn timed(
 ) -> Result<(Vec<windows::Window>, f64), ProbeError> {
     let n = ranks.len() as f64;
     let flags = Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC);
-    enqueue(nccl, comms, ranks, count)?;
+    enqueue(nccl, comms, ranks, count, |r| &mut r.timed)?;
     let mut events = Vec::new();
     for rank in ranks.iter() {
         rank.stream.synchronize().map_err(cuda("cuStreamSynchronize"))?;
@@ -112,7 +169,7 @@ fn timed(
         for (rank, (start, _)) in ranks.iter().zip(&events) {
             start.record(&rank.stream).map_err(cuda("cuEventRecord"))?;
         }
-        enqueue(nccl, comms, ranks, count)?;
+        enqueue(nccl, comms, ranks, count, |r| &mut r.timed)?;
         let mut seconds: f64 = 0.0;
         for (rank, (start, end)) in ranks.iter().zip(&events) {
             end.record(&rank.stream).map_err(cuda("cuEventRecord"))?;

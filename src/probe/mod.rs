@@ -20,6 +20,7 @@ pub mod sampler;
 pub mod schedule;
 pub mod sdc;
 pub mod sweep;
+pub mod together;
 pub mod windows;
 
 pub use crate::model::probe::{ProbeReport, ProbeSnapshot, Test, TestResult, UnderLoad, Unit};

@@ -201,7 +201,7 @@ pub fn spawn(
                 if let Some(device) = next_validation(&snapshot, &validation_retry, now) {
                     idle = false;
                     let since = snapshot.validations.get(&device.identity.uuid).map_or(0.0, |v| v.since);
-                    let retry = validate(device, &current, &state, &validations, &stop);
+                    let retry = validate(device, &current, (&store, &state), &validations, &stop);
                     validation_retry.insert(device.identity.uuid.clone(), (since, Instant::now() + retry));
                     continue;
                 }
@@ -299,7 +299,7 @@ fn probe_next_due(
 fn validate(
     device: &DeviceSnapshot,
     settings: &ChildSettings,
-    state: &ProbeState,
+    (store, state): (&Store, &ProbeState),
     validations: &Versioned<Validations>,
     stop: &Stop,
 ) -> Duration {
@@ -327,6 +327,18 @@ fn validate(
     };
     let end = validation_outcome(&outcome, &suspects, since, crate::model::unix_now());
     record(state, &uuid, index, outcome, suspects);
+    // The node's last validation to pass runs the all-reduce across its GPUs before it ends,
+    // so the node is not ready before that verdict is in.
+    let end = match end {
+        Some(ValidationOutcome::Passed { at, detail }) => {
+            let together = super::together::after_validation(store, settings, state, stop);
+            Some(ValidationOutcome::Passed {
+                at,
+                detail: together.map_or(detail.clone(), |note| format!("{detail}; {note}")),
+            })
+        }
+        other => other,
+    };
     if let Some(end) = end {
         match &end {
             ValidationOutcome::Failed { detail, .. } => {
@@ -493,20 +505,31 @@ pub fn interpret(stdout: &str, status: Option<i32>) -> Outcome {
 }
 
 fn run_child(gpu: u32, settings: &ChildSettings, stop: &Stop) -> Outcome {
+    match run_process(&["--gpu", &gpu.to_string()], settings, stop) {
+        Ok((stdout, status)) => interpret(&stdout, status),
+        Err((error, why)) => Outcome::Error(error, why),
+    }
+}
+
+/// Runs `gpuwarden probe --json --settings-from-stdin ARGS` with `settings`, one piece of GPU
+/// work at a time, killed after `probe.timeout` or at the daemon's stop: what it printed and
+/// its exit status, or why there is nothing.
+pub(super) fn run_process(
+    args: &[&str],
+    settings: &ChildSettings,
+    stop: &Stop,
+) -> Result<(String, Option<i32>), (RunError, String)> {
     let _work = super::GPU_WORK
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let exe = match std::env::current_exe() {
-        Ok(exe) => exe,
-        Err(e) => return Outcome::Error(RunError::Error, format!("cannot find gpuwarden's own executable: {e}")),
-    };
-    let input = match serde_json::to_vec(settings) {
-        Ok(v) => v,
-        Err(e) => return Outcome::Error(RunError::Error, format!("cannot pass the settings on: {e}")),
-    };
+    let exe = std::env::current_exe()
+        .map_err(|e| (RunError::Error, format!("cannot find gpuwarden's own executable: {e}")))?;
+    let input =
+        serde_json::to_vec(settings).map_err(|e| (RunError::Error, format!("cannot pass the settings on: {e}")))?;
     let mut command = Command::new(exe);
     command
-        .args(["probe", "--json", "--settings-from-stdin", "--gpu", &gpu.to_string()])
+        .args(["probe", "--json", "--settings-from-stdin"])
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
@@ -518,11 +541,9 @@ fn run_child(gpu: u32, settings: &ChildSettings, stop: &Stop) -> Outcome {
             Ok(())
         });
     }
-    let child = command.spawn();
-    let mut child = match child {
-        Ok(c) => c,
-        Err(e) => return Outcome::Error(RunError::Error, format!("cannot start the probe process: {e}")),
-    };
+    let mut child = command
+        .spawn()
+        .map_err(|e| (RunError::Error, format!("cannot start the probe process: {e}")))?;
     super::sweep::note_own_probe(child.id());
     if let Some(mut stdin) = child.stdin.take() {
         // The child reads all of stdin before it starts; a failed write shows up as its error.
@@ -538,33 +559,33 @@ fn run_child(gpu: u32, settings: &ChildSettings, stop: &Stop) -> Outcome {
                 let _ = child.wait();
                 // Not a hung probe: a validation it was for stays pending and runs again after
                 // the restart, instead of failing until a person clears the GPU.
-                return Outcome::Error(
+                return Err((
                     RunError::Error,
                     "the daemon stopped while the probe ran; killed it (it runs again at the next start)".into(),
-                );
+                ));
             }
             Ok(None) if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Outcome::Error(
+                return Err((
                     RunError::Timeout,
                     format!(
                         "the probe did not finish within probe.timeout ({:?}); killed it",
                         settings.probe.timeout
                     ),
-                );
+                ));
             }
             Ok(None) => {
                 stop.sleep(Duration::from_millis(100));
             }
-            Err(e) => return Outcome::Error(RunError::Error, format!("waiting for the probe process: {e}")),
+            Err(e) => return Err((RunError::Error, format!("waiting for the probe process: {e}"))),
         }
     };
     let mut stdout = String::new();
     if let Some(mut out) = child.stdout.take() {
         let _ = out.read_to_string(&mut stdout);
     }
-    interpret(&stdout, status.code())
+    Ok((stdout, status.code()))
 }
 
 /// The child's side of `ChildSettings`: `gpuwarden probe --settings-from-stdin`.
@@ -860,17 +881,18 @@ mod tests {
         };
         let stop = crate::service::stop::Shutdown::new().handle("test");
         let state = ProbeState::default();
+        let store = Store::new();
         let validations = Versioned::<Validations>::default();
         validations.set([("GPU-0".to_string(), ended.clone())].into());
         assert_eq!(
-            validate(&busy, &settings, &state, &validations, &stop),
+            validate(&busy, &settings, (&store, &state), &validations, &stop),
             VALIDATION_RETRY
         );
         assert!(state.get().skipped.is_empty() && state.get().runs.is_empty());
         assert_eq!(validations.get()["GPU-0"], ended);
         // Pending: looked at (the GPU is busy, so the look is a skip, counted).
         validations.set([("GPU-0".to_string(), pending)].into());
-        validate(&busy, &settings, &state, &validations, &stop);
+        validate(&busy, &settings, (&store, &state), &validations, &stop);
         assert_eq!(state.get().skipped[&("GPU-0".to_string(), "utilization")], 1);
     }
 }

@@ -1,4 +1,4 @@
-//! NVLink: per link its state, its error counters and the bytes it moved, in one
+//! NVLink: per link its state, its rate, its error counters and the bytes it moved, in one
 //! `nvmlDeviceGetFieldValues` call (scope = link) every `poll.topology_interval` (2 minutes).
 //! The number of links the board has is read once; a board without NVLink gets no NVLink
 //! series.
@@ -22,17 +22,20 @@ enum Reading {
     Error(&'static str),
     /// Counted in KiB by the driver.
     Kib(&'static str),
+    /// The link's rate, MB/s one way (what `nvidia-smi nvlink -s` shows).
+    Speed,
 }
 
 /// Fields asked for each link, with the link as scope. The driver's cost is per link, not per
 /// field: the state costs nothing more beside the counters.
-const PER_LINK: [(u32, Reading); 6] = [
+const PER_LINK: [(u32, Reading); 7] = [
     (NVML_FI_DEV_NVLINK_GET_STATE, Reading::State),
     (NVML_FI_DEV_NVLINK_ERROR_DL_CRC, Reading::Error("crc_flit")),
     (NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY, Reading::Error("replay")),
     (NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY, Reading::Error("recovery")),
     (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, Reading::Kib("tx")),
     (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, Reading::Kib("rx")),
+    (NVML_FI_DEV_NVLINK_GET_SPEED, Reading::Speed),
 ];
 
 /// The data CRC counters have one field id per link (links 0 to 11) rather than a scope.
@@ -93,6 +96,8 @@ pub fn read(device: &Device<'static>, board_links: u32, calls: &mut CallErrors) 
                 Reading::State => l.up = Some(value != 0.0),
                 Reading::Error(kind) => l.errors.push((kind, value as u64)),
                 Reading::Kib(direction) => l.bytes.push((direction, value as u64 * 1024)),
+                // A link that is down answers 0 on some drivers: no rate, not a rate of 0.
+                Reading::Speed => l.speed_bytes_per_second = (value > 0.0).then_some(value * 1e6),
             }
         }
         if (link as usize) < CRC_DATA.len()

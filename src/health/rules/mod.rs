@@ -88,6 +88,8 @@ fn all() -> impl Iterator<Item = &'static Rule> {
             &super::nvswitch::SXID_FATAL,
             &super::nvswitch::FABRIC_MANAGER_DOWN,
             &REBOOT_REQUIRED,
+            &super::collective::COLLECTIVE_FAILED,
+            &super::collective::COLLECTIVE_SLOW,
         ])
         .chain(super::network::PORT_RULES)
         .chain([&super::network::PORTS_MISSING])
@@ -476,7 +478,9 @@ mod tests {
                 GPU_MISSING.doc_row(),
                 super::super::nvswitch::SXID_FATAL.doc_row(),
                 super::super::nvswitch::FABRIC_MANAGER_DOWN.doc_row(),
-                REBOOT_REQUIRED.doc_row()
+                REBOOT_REQUIRED.doc_row(),
+                super::super::collective::COLLECTIVE_FAILED.doc_row(),
+                super::super::collective::COLLECTIVE_SLOW.doc_row()
             ]
         );
         let ports: Vec<String> = super::super::network::PORT_RULES
@@ -819,7 +823,7 @@ mod tests {
         assert!(RuleId::from_label("xid_fatals").is_none());
         assert_eq!(
             names().split(", ").count(),
-            RULES.len() + 5 + super::super::network::PORT_RULES.len()
+            RULES.len() + 7 + super::super::network::PORT_RULES.len()
         );
         assert!(names().starts_with("xid_fatal, xid_critical, "));
     }

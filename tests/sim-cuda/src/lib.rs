@@ -689,9 +689,22 @@ fn compute_gemm(r: &scenario::Cuda, [m, n, k]: [usize; 3], a: (u64, c_int, c_int
 
 // ---- NCCL (libnccl.so.2: tests link it to this library too) ------------------------------
 
-/// The communicators ncclCommInitAll made: how many ranks, the node's bus bandwidth (the
-/// slowest GPU's `nccl_busbw_gbps`) and whether any GPU's all-reduce fails, read once.
-static NCCL: Mutex<(usize, f64, bool)> = Mutex::new((0, 360.0, false));
+/// The communicators ncclCommInitAll made and the all-reduces of the group in flight.
+#[derive(Default)]
+struct Nccl {
+    /// Per rank: its GPU's knobs (rank r is the devlist's r-th CUDA device).
+    ranks: Vec<scenario::Cuda>,
+    /// Open ncclGroupStart calls.
+    groups: u32,
+    /// (rank, send, recv, count) of the all-reduces the open group holds.
+    pending: Vec<(usize, u64, u64, usize)>,
+}
+
+static NCCL: Mutex<Option<Nccl>> = Mutex::new(None);
+
+fn nccl() -> std::sync::MutexGuard<'static, Option<Nccl>> {
+    NCCL.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclGetVersion(out: *mut c_int) -> c_int {
@@ -701,57 +714,119 @@ pub unsafe extern "C" fn ncclGetVersion(out: *mut c_int) -> c_int {
 
 /// Rank r's communicator is the handle r + 1.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ncclCommInitAll(comms: *mut usize, ndev: c_int, _devlist: *const c_int) -> c_int {
-    if comms.is_null() || ndev < 1 {
+pub unsafe extern "C" fn ncclCommInitAll(comms: *mut usize, ndev: c_int, devlist: *const c_int) -> c_int {
+    if comms.is_null() || devlist.is_null() || ndev < 1 {
         return 4; // ncclInvalidArgument
     }
+    let gpus = devices();
+    let mut ranks = Vec::new();
     for rank in 0..ndev as usize {
-        // SAFETY: NCCL's contract: `comms` holds `ndev` slots.
+        // SAFETY: NCCL's contract: `comms` and `devlist` hold `ndev` slots.
+        let ordinal = unsafe { devlist.add(rank).read() };
+        let Some((_, knobs)) = usize::try_from(ordinal).ok().and_then(|o| gpus.get(o)) else {
+            return 4;
+        };
+        ranks.push(knobs.clone());
+        // SAFETY: as above.
         unsafe { comms.add(rank).write(rank + 1) };
     }
-    let gpus = devices();
-    let busbw = gpus
-        .iter()
-        .filter_map(|(_, r)| r.nccl_busbw_gbps)
-        .fold(f64::INFINITY, f64::min);
-    let fails = gpus.iter().any(|(_, r)| r.nccl_fails);
-    *NCCL.lock().unwrap_or_else(|p| p.into_inner()) =
-        (ndev as usize, if busbw.is_finite() { busbw } else { 360.0 }, fails);
+    *nccl() = Some(Nccl {
+        ranks,
+        ..Nccl::default()
+    });
     0
 }
 
-/// Rank 0's call advances the clock by the group's time at the scenario's bus bandwidth
-/// (every rank's events read the one clock).
+/// Held until the group ends (or at once outside a group): then every rank's result is the
+/// sum of every rank's input, and the clock moves by the group's time at the slowest GPU's
+/// `nccl_busbw_gbps` (every rank's events read the one clock).
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn ncclAllReduce(
-    _send: *const c_void,
-    _recv: *mut c_void,
+    send: *const c_void,
+    recv: *mut c_void,
     count: usize,
     _datatype: c_int,
     _op: c_int,
     comm: usize,
     _stream: usize,
 ) -> c_int {
-    let (ranks, busbw, fails) = *NCCL.lock().unwrap_or_else(|p| p.into_inner());
-    if fails {
+    let mut guard = nccl();
+    let Some(state) = guard.as_mut() else {
+        return 4;
+    };
+    let Some(knobs) = comm.checked_sub(1).and_then(|r| state.ranks.get(r)) else {
+        return 4;
+    };
+    if state.ranks.iter().any(|r| r.nccl_fails) {
         return 2; // ncclSystemError
     }
-    if comm == 1 {
-        let n = ranks.max(1) as f64;
-        let bus_bytes = count as f64 * 4.0 * 2.0 * (n - 1.0) / n;
-        advance(bus_bytes / (busbw * 1e9));
+    if knobs.nccl_hangs {
+        drop(guard);
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
+    state.pending.push((comm - 1, send as u64, recv as u64, count));
+    if state.groups == 0 {
+        finish(state);
     }
     0
 }
 
+/// Computes the group's all-reduces: the sums, then the time.
+fn finish(state: &mut Nccl) {
+    let pending = std::mem::take(&mut state.pending);
+    let Some(&(_, _, _, count)) = pending.first() else {
+        return;
+    };
+    let bytes = count * 4;
+    let mut m = machine();
+    let mut sums = vec![0f32; count.min(memory::MAX_BACKED / 4)];
+    if bytes <= memory::MAX_BACKED {
+        for &(_, send, _, _) in &pending {
+            let data = m.memory.read(send, bytes);
+            for (sum, chunk) in sums.iter_mut().zip(data.chunks_exact(4)) {
+                *sum += f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+            }
+        }
+        for &(rank, _, recv, _) in &pending {
+            let mut result = sums.clone();
+            if state.ranks[rank].nccl_wrong_sum
+                && let Some(first) = result.first_mut()
+            {
+                *first = f32::from_bits(first.to_bits() ^ 1);
+            }
+            let out: Vec<u8> = result.iter().flat_map(|v| v.to_le_bytes()).collect();
+            m.memory.write(recv, &out);
+        }
+    }
+    let busbw = state
+        .ranks
+        .iter()
+        .filter_map(|r| r.nccl_busbw_gbps)
+        .fold(f64::INFINITY, f64::min);
+    let busbw = if busbw.is_finite() { busbw } else { 360.0 };
+    let n = state.ranks.len().max(1) as f64;
+    m.clock_seconds += bytes as f64 * 2.0 * (n - 1.0) / n / (busbw * 1e9);
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclGroupStart() -> c_int {
+    if let Some(state) = nccl().as_mut() {
+        state.groups += 1;
+    }
     0
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclGroupEnd() -> c_int {
+    if let Some(state) = nccl().as_mut() {
+        state.groups = state.groups.saturating_sub(1);
+        if state.groups == 0 {
+            finish(state);
+        }
+    }
     0
 }
 

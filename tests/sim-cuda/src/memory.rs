@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 /// The largest buffer given real bytes: the canary's, at the simulation's 2 SMs, are at most
 /// 1 MiB; the throughput tests' (16 MiB and more) stay without contents, so their copies cost
 /// nothing real.
-const MAX_BACKED: usize = 8 << 20;
+pub const MAX_BACKED: usize = 8 << 20;
 
 struct Buffer {
     len: usize,

@@ -160,6 +160,9 @@ pub struct Device {
     /// NVLinks the board has (NVML_FI_DEV_NVLINK_LINK_COUNT is their number).
     #[serde(default)]
     pub nvlinks: Vec<NvLink>,
+    /// Each NVLink's rate when up, MB/s one way (NVML_FI_DEV_NVLINK_GET_SPEED; an H200's
+    /// are 26562); absent: the driver does not say.
+    pub nvlink_speed_mbps: Option<u64>,
     /// NVLink fabric registration; absent: not on a fabric (state NOT_SUPPORTED).
     pub fabric: Option<Fabric>,
     /// NVML's NVLink peer-to-peer status towards every other GPU (`nvmlGpuP2PStatus_t`, 4:
@@ -430,6 +433,13 @@ pub struct Cuda {
     /// Every NCCL all-reduce fails, as on a node whose NVLink path is broken.
     #[serde(default)]
     pub nccl_fails: bool,
+    /// This GPU's all-reduce results come out with the first element's lowest bit flipped
+    /// (the all-reduce computes real sums on buffers of up to 8 MiB).
+    #[serde(default)]
+    pub nccl_wrong_sum: bool,
+    /// Every all-reduce hangs, as NCCL does on a link that stopped carrying traffic.
+    #[serde(default)]
+    pub nccl_hangs: bool,
 }
 
 impl Scenario {

@@ -30,6 +30,8 @@ pub fn nvlink_field(d: &scenario::Device, field_id: u32, scope: u32) -> Option<u
         NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY => link.recovery,
         NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX => link.tx_kib,
         NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX => link.rx_kib,
+        // A link that is down answers 0, as the driver does.
+        NVML_FI_DEV_NVLINK_GET_SPEED => d.nvlink_speed_mbps.map(|s| if link.up { s } else { 0 }),
         _ => None,
     }
 }
