@@ -97,7 +97,10 @@ mod tests {
         assert_eq!(finding(&snapshot), None);
         set(&mut snapshot, CollectiveVerdict::Failed);
         let f = finding(&snapshot).unwrap();
-        assert_eq!((f.reason, f.severity), (RuleId::CollectiveFailed, HealthState::Unhealthy));
+        assert_eq!(
+            (f.reason, f.severity),
+            (RuleId::CollectiveFailed, HealthState::Unhealthy)
+        );
         assert!(
             f.message.starts_with(
                 "the all-reduce across GPUs 0, 1 over NVLink, 18 links x 26.6 GB/s per GPU failed at 1970-01-01T00:16:40Z: \

@@ -471,7 +471,11 @@ fn collective(
     }
     let latest = runs
         .first()
-        .filter(|run| !run.uuids.iter().any(|u| cleared.get(u).is_some_and(|(at, _)| *at > run.at)))
+        .filter(|run| {
+            !run.uuids
+                .iter()
+                .any(|u| cleared.get(u).is_some_and(|(at, _)| *at > run.at))
+        })
         .cloned();
     let mut history = CollectiveHistory::default();
     for run in runs.iter().rev() {

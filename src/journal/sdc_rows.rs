@@ -52,7 +52,11 @@ impl SdcRows {
                 self.hbm.insert(uuid.clone(), suspect.clone());
             }
         }
-        if let Some(run) = probe.collective.as_ref().filter(|run| self.collective.as_ref() != Some(*run)) {
+        if let Some(run) = probe
+            .collective
+            .as_ref()
+            .filter(|run| self.collective.as_ref() != Some(*run))
+        {
             rows.push(collective_row(run, now));
             self.collective = Some(run.clone());
         }

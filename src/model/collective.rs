@@ -137,7 +137,11 @@ mod tests {
         assert_eq!(history.baseline("A,B", 10), None, "two runs are too few");
         history.keep(&run("A,B", 1.0, CollectiveVerdict::Failed));
         history.keep(&run("A,C", 50.0, CollectiveVerdict::Passed));
-        assert_eq!(history.baseline("A,B", 10), None, "a failed run and other GPUs count for nothing");
+        assert_eq!(
+            history.baseline("A,B", 10),
+            None,
+            "a failed run and other GPUs count for nothing"
+        );
         history.keep(&run("A,B", 200.0, CollectiveVerdict::Slow));
         assert_eq!(history.baseline("A,B", 10), Some((200.0, 3)));
         history.keep(&run("A,B", 400.0, CollectiveVerdict::Passed));

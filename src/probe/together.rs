@@ -335,7 +335,12 @@ mod tests {
     use std::sync::Arc;
 
     fn gpu(index: u32, readings: DeviceReadings) -> DeviceSnapshot {
-        DeviceSnapshot::for_test(index, Vendor::Nvidia, &format!("0000:{:02x}:00.0", 0x19 + index), readings)
+        DeviceSnapshot::for_test(
+            index,
+            Vendor::Nvidia,
+            &format!("0000:{:02x}:00.0", 0x19 + index),
+            readings,
+        )
     }
 
     fn nvlinked(index: u32, up: u32, rate: Option<f64>) -> DeviceSnapshot {
@@ -394,7 +399,10 @@ mod tests {
         assert_eq!(p.share, 0.5);
         let unsaid = nvlinked(1, 18, None);
         let p = path(&[&a, &unsaid], &settings);
-        assert_eq!((p.words.as_str(), p.bound), ("NVLink (the driver does not say its rate)", None));
+        assert_eq!(
+            (p.words.as_str(), p.bound),
+            ("NVLink (the driver does not say its rate)", None)
+        );
     }
 
     #[test]
@@ -419,7 +427,10 @@ mod tests {
             share: 0.5,
         };
         let (verdict, detail, _) = judge(Err("ncclAllReduce: unhandled system error".into()), &p, None, 7.0);
-        assert_eq!((verdict, detail.as_str()), (CollectiveVerdict::Failed, "ncclAllReduce: unhandled system error"));
+        assert_eq!(
+            (verdict, detail.as_str()),
+            (CollectiveVerdict::Failed, "ncclAllReduce: unhandled system error")
+        );
         let wrong = CollectiveOutcome {
             wrong_sum: Some("CUDA device 1 received 1 wrong sum(s)".into()),
             ..outcome(400e9)
@@ -429,13 +440,26 @@ mod tests {
         assert!(detail.contains("wrong sums: CUDA device 1"), "{detail}");
         let (verdict, detail, _) = judge(Ok(outcome(200e9)), &p, None, 7.0);
         assert_eq!(verdict, CollectiveVerdict::Slow);
-        assert!(detail.starts_with("200.0 GB/s is 42% of what the path carries one way (478.0 GB/s"), "{detail}");
+        assert!(
+            detail.starts_with("200.0 GB/s is 42% of what the path carries one way (478.0 GB/s"),
+            "{detail}"
+        );
         let (verdict, detail, _) = judge(Ok(outcome(300e9)), &p, Some((360e9, 5)), 7.0);
         assert_eq!(verdict, CollectiveVerdict::Slow);
-        assert!(detail.contains("16.7% below the node's median of 5 earlier runs (360.0 GB/s"), "{detail}");
+        assert!(
+            detail.contains("16.7% below the node's median of 5 earlier runs (360.0 GB/s"),
+            "{detail}"
+        );
         let (verdict, detail, _) = judge(Ok(outcome(350e9)), &p, Some((360e9, 5)), 7.0);
-        assert_eq!((verdict, detail.as_str()), (CollectiveVerdict::Passed, "bus bandwidth 350.0 GB/s (NCCL 2.27.3)"));
+        assert_eq!(
+            (verdict, detail.as_str()),
+            (CollectiveVerdict::Passed, "bus bandwidth 350.0 GB/s (NCCL 2.27.3)")
+        );
         let unknown = Path { bound: None, ..p };
-        assert_eq!(judge(Ok(outcome(1e9)), &unknown, None, 7.0).0, CollectiveVerdict::Passed, "nothing to judge by");
+        assert_eq!(
+            judge(Ok(outcome(1e9)), &unknown, None, 7.0).0,
+            CollectiveVerdict::Passed,
+            "nothing to judge by"
+        );
     }
 }
