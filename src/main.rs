@@ -71,6 +71,10 @@ enum Command {
         /// NCCL, its bus bandwidth (every GPU must be idle unless --force).
         #[arg(long, conflicts_with_all = ["gpu", "tests"])]
         collective: bool,
+        /// With --collective: only these GPUs (comma-separated indexes). One GPU alone has no
+        /// bus to measure, but shows that NCCL loads, runs and sums right.
+        #[arg(long, value_name = "LIST", requires = "collective")]
+        gpus: Option<String>,
         /// Read the NVML and probe settings as JSON from stdin (how the daemon starts its
         /// scheduled probes, with the settings it runs with).
         #[arg(long, hide = true, conflicts_with = "config")]
@@ -379,8 +383,9 @@ fn dispatch(command: Command, config: Option<PathBuf>) -> CliResult {
             json,
             force,
             collective,
+            gpus,
             settings_from_stdin,
-        } => probe(config, gpu, (force, collective), tests, json, settings_from_stdin),
+        } => probe(config, gpu, (force, collective, gpus), tests, json, settings_from_stdin),
         Command::Xid {
             command: XidCommand::Explain { code },
         } => xid::cli::explain(code),
@@ -678,7 +683,7 @@ fn check(config: Option<PathBuf>, json: bool, demo: bool) -> CliResult {
 fn probe(
     config: Option<PathBuf>,
     gpu: u32,
-    (force, collective): (bool, bool),
+    (force, collective, gpus): (bool, bool, Option<String>),
     tests: Option<String>,
     json: bool,
     settings_from_stdin: bool,
@@ -700,7 +705,12 @@ fn probe(
         load_config(config_path(config.as_deref()).as_deref())?
     };
     if collective {
-        return probe::cli_collective::main(&cfg, force, json);
+        let chosen = gpus
+            .as_deref()
+            .map(probe::cli_collective::parse_gpus)
+            .transpose()
+            .map_err(|e| CliError::new(Exit::USAGE, format!("gpuwarden probe --gpus: {e}")))?;
+        return probe::cli_collective::main(&cfg, (force, chosen.as_deref()), json);
     }
     options.tests = tests
         .as_deref()

@@ -12,21 +12,47 @@ use crate::service::exit::{CliError, CliResult, Exit};
 use cudarc::driver;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-pub fn run(config: &Config, force: bool) -> Result<CollectiveOutcome, ProbeError> {
+/// `--gpus 0,2`: the indexes, each once.
+pub fn parse_gpus(text: &str) -> Result<Vec<u32>, String> {
+    let mut gpus = Vec::new();
+    for word in text.split(',').map(str::trim) {
+        let gpu: u32 = word.parse().map_err(|_| {
+            format!("{word:?} is not a GPU index; write indexes as `gpuwarden check` shows them, 0,1,2")
+        })?;
+        if gpus.contains(&gpu) {
+            return Err(format!("GPU {gpu} is named twice; NCCL takes each GPU once"));
+        }
+        gpus.push(gpu);
+    }
+    Ok(gpus)
+}
+
+/// The all-reduce across every NVIDIA GPU of the node, or across `chosen` (one allowed).
+pub fn run(config: &Config, force: bool, chosen: Option<&[u32]>) -> Result<CollectiveOutcome, ProbeError> {
     let mut uuids = Vec::new();
+    let mut found = Vec::new();
     for gpu in 0.. {
         let mut poller = match super::cli::open_gpu(config, gpu) {
             Ok(poller) => poller,
             Err(ProbeError::NoSuchGpu(_)) => break,
             Err(e) => return Err(e),
         };
+        if chosen.is_some_and(|c| !c.contains(&gpu)) {
+            continue;
+        }
         if !force {
             let readings = poller.poll().readings;
             super::cli::check_idle(&poller, readings.as_ref(), gpu, &config.probe)?;
         }
+        found.push(gpu);
         uuids.push(poller.identity().uuid.clone());
     }
-    if uuids.len() < 2 {
+    if let Some(missing) = chosen.and_then(|c| c.iter().find(|g| !found.contains(g))) {
+        return Err(ProbeError::NoSuchGpu(format!(
+            "there is no GPU {missing}; `gpuwarden check` lists the GPUs"
+        )));
+    }
+    if uuids.len() < 2 && chosen.is_none() {
         return Err(ProbeError::Settings(format!(
             "the all-reduce needs two or more GPUs; this node has {}",
             uuids.len()
@@ -70,8 +96,8 @@ fn cuda_ordinals(uuids: &[String]) -> Result<Vec<usize>, ProbeError> {
 }
 
 /// Runs it and prints the outcome (or the error); returns the exit status.
-pub fn main(config: &Config, force: bool, json: bool) -> CliResult {
-    let outcome = run(config, force).map_err(|e| {
+pub fn main(config: &Config, (force, chosen): (bool, Option<&[u32]>), json: bool) -> CliResult {
+    let outcome = run(config, force, chosen).map_err(|e| {
         if json {
             println!("{}", serde_json::json!({ "error": e }));
         }
@@ -85,6 +111,12 @@ pub fn main(config: &Config, force: bool, json: bool) -> CliResult {
         let text = serde_json::to_string_pretty(&outcome)
             .map_err(|e| CliError::new(Exit::UNKNOWN, format!("gpuwarden probe: cannot write JSON: {e}")))?;
         println!("{text}");
+    } else if outcome.gpus == 1 {
+        println!(
+            "all-reduce on one GPU (NCCL {}): it ran, and every sum came back {}; one GPU has no bus to measure",
+            outcome.nccl,
+            if outcome.wrong_sum.is_some() { "wrong" } else { "right" }
+        );
     } else {
         let bytes = Unit::BytesPerSecond;
         println!(

@@ -20,6 +20,9 @@ use std::time::Duration;
 /// reach their plateau from about 128 MiB).
 pub const BYTES: u64 = 256 << 20;
 
+/// The most timed all-reduces of one run, whatever the clock says: 2 s at 1 ms each.
+const MAX_OPERATIONS: u32 = 2000;
+
 /// The checked all-reduce's elements per GPU: 4 MiB, a few milliseconds to copy back.
 const CHECK_COUNT: usize = 1 << 20;
 
@@ -165,7 +168,8 @@ fn timed(
     }
     let mut out = Vec::new();
     let (mut elapsed, mut operations) = (0.0, 0u32);
-    while elapsed < duration.as_secs_f64() {
+    // A clock that does not move (an event timer that reads 0) must not hold the GPUs for good.
+    while elapsed < duration.as_secs_f64() && operations < MAX_OPERATIONS {
         for (rank, (start, _)) in ranks.iter().zip(&events) {
             start.record(&rank.stream).map_err(cuda("cuEventRecord"))?;
         }

@@ -20,6 +20,10 @@ fn gpu(uuid_end: &str, bus: &str, extra: &str) -> String {
 
 /// `gpuwarden probe --collective [--json]` over `scenario`; NCCL on the library path when `nccl`.
 fn collective(scenario: &str, nccl: bool, json: bool) -> (Option<i32>, String, String) {
+    collective_with(scenario, nccl, if json { &["--json"] } else { &[] })
+}
+
+fn collective_with(scenario: &str, nccl: bool, args: &[&str]) -> (Option<i32>, String, String) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("scenario.yaml"), scenario).unwrap();
     std::fs::write(
@@ -37,10 +41,8 @@ fn collective(scenario: &str, nccl: bool, json: bool) -> (Option<i32>, String, S
         .args(["probe", "--collective", "--config"])
         .arg(dir.path().join("config.yaml"))
         .env("GPUWARDEN_SIM_NVML_SCENARIO", dir.path().join("scenario.yaml"))
-        .env("LD_LIBRARY_PATH", &libraries);
-    if json {
-        command.arg("--json");
-    }
+        .env("LD_LIBRARY_PATH", &libraries)
+        .args(args);
     let out = command.output().unwrap();
     (
         out.status.code(),
@@ -95,6 +97,40 @@ fn a_failing_all_reduce_no_nccl_and_one_gpu_are_clear_errors() {
     let (code, _, err) = collective(&one, true, false);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("needs two or more GPUs; this node has 1"), "{err}");
+}
+
+/// A GPU whose sums come back wrong fails the checked all-reduce (exit 1, the GPU named);
+/// `--gpus` picks GPUs, one alone shows that NCCL runs and sums right, and a wrong list is
+/// refused.
+#[test]
+fn wrong_sums_fail_and_gpus_can_be_picked() {
+    let node = format!(
+        "devices:\n{}{}{}",
+        gpu("ad", "19", ""),
+        gpu("ae", "3b", ", nccl_wrong_sum: true"),
+        gpu("af", "4c", "")
+    );
+    let (code, out, err) = collective(&node, true, false);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.contains("FAILED: wrong sums: CUDA device 1 received 1 wrong sum(s) of 1048576: the first at element 0, 6.0000005 where 6 was sent"),
+        "{out}"
+    );
+    let (code, out, err) = collective_with(&node, true, &["--gpus", "0,2"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("all-reduce across 2 GPUs"), "{out}");
+    let (code, out, err) = collective_with(&node, true, &["--gpus", "2"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("all-reduce on one GPU (NCCL 2.27.3): it ran, and every sum came back right"),
+        "{out}"
+    );
+    let (code, _, err) = collective_with(&node, true, &["--gpus", "0,0"]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("GPU 0 is named twice"), "{err}");
+    let (code, _, err) = collective_with(&node, true, &["--gpus", "7"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("there is no GPU 7"), "{err}");
 }
 
 // ---- The daemon: the all-reduce after the node's last validation ---------------------------
