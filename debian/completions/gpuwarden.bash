@@ -448,7 +448,7 @@ _gpuwarden() {
                     return 0
                     ;;
                 --kind)
-                    COMPREPLY=($(compgen -W "xid xid_storm health probe ecc row_remap recovery_action nvlink pcie slowdown lost back pci_missing persistence inventory board_swap clear daemon nic sxid validation remediation sdc memtest" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "xid xid_storm health probe ecc row_remap recovery_action nvlink pcie slowdown lost back pci_missing persistence inventory board_swap clear daemon nic sxid validation remediation sdc memtest collective" -- "${cur}"))
                     return 0
                     ;;
                 --limit)
@@ -971,7 +971,7 @@ _gpuwarden() {
             return 0
             ;;
         gpuwarden__subcmd__probe)
-            opts="-h --gpu --tests --json --force --collective --settings-from-stdin --config --help"
+            opts="-h --gpu --tests --json --force --collective --gpus --settings-from-stdin --config --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -982,6 +982,10 @@ _gpuwarden() {
                     return 0
                     ;;
                 --tests)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --gpus)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

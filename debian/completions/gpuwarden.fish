@@ -51,6 +51,7 @@ complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand check" -l demo -d 'C
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand check" -s h -l help -d 'Print help'
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l gpu -d 'The GPU\'s index, as in `gpuwarden check` and the `gpu` label' -r
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l tests -d 'Comma-separated tests (gemm_bf16, fma_fp32, hbm_copy, pcie_h2d, pcie_d2h); default: the config\'s probe.tests' -r
+complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l gpus -d 'With --collective: only these GPUs (comma-separated indexes). One GPU alone has no bus to measure, but shows that NCCL loads, runs and sums right' -r
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l json -d 'Print the report as JSON'
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand probe" -l force -d 'Probe even when the GPU runs compute processes or is busy'
@@ -103,7 +104,8 @@ sxid\t'An NVSwitch error (SXID) from the kernel log: code, switch, severity, the
 validation\t'A GPU\'s validation (a probe before return to service) began, passed, failed or was skipped (details: the whole validation)'
 remediation\t'An unhealthy GPU\'s next remediation step as advised, a reset or reboot mark that automatic remediation made, and its outcome'
 sdc\t'The probe\'s correctness canary found a GPU computing wrong (the evidence), or a GPU model\'s agreement digest was first given or replaced (docs/probe.md, "Silent data corruption")'
-memtest\t'The probe\'s HBM pattern test found a GPU\'s memory reading back wrong: the passes, the failing offsets and what they held (docs/probe.md, "HBM patterns")'"
+memtest\t'The probe\'s HBM pattern test found a GPU\'s memory reading back wrong: the passes, the failing offsets and what they held (docs/probe.md, "HBM patterns")'
+collective\t'An all-reduce across the node\'s GPUs: its GPUs, path, bus bandwidth and verdict (docs/probe.md, "The GPUs together")'"
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l limit -d 'At most this many (the newest)' -r
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l demo-pid -d 'Read the journal of the demo running as this pid' -r
 complete -c gpuwarden -n "__fish_gpuwarden_using_subcommand events" -l config -d 'Config file (default: /etc/gpuwarden/config.yaml when it exists, else built-in defaults). `run`, `check` and `probe` run with it; `events` and `report` read its state.path, `health` its local_api.socket' -r -F

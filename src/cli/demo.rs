@@ -66,8 +66,8 @@ pub struct Demo {
     pub socket: PathBuf,
     /// The demo's sysfs root: its network ports (demo_fabric.rs).
     pub sys_root: PathBuf,
-    /// The simulated CUDA the probe loads (libcuda.so.1 and libcublas.so.13 links to it on
-    /// the probe's LD_LIBRARY_PATH); `None` where it was not built.
+    /// The simulated CUDA the probe loads (libcuda.so.1, libcublas.so.13 and libnccl.so.2
+    /// links to it on the probe's LD_LIBRARY_PATH); `None` where it was not built.
     pub cuda: Option<PathBuf>,
     dir: PathBuf,
 }
@@ -141,7 +141,14 @@ pub fn prepare() -> Result<Demo, DemoError> {
     if let Some(library) = &demo.cuda {
         let cuda = dir.join("cuda");
         std::fs::create_dir_all(&cuda).map_err(write_error("the demo's CUDA directory", &cuda))?;
-        for name in ["libcuda.so.1", "libcuda.so", "libcublas.so.13", "libcublas.so"] {
+        // NCCL too: the simulated library exports its calls, for the all-reduce across GPUs.
+        for name in [
+            "libcuda.so.1",
+            "libcuda.so",
+            "libcublas.so.13",
+            "libcublas.so",
+            "libnccl.so.2",
+        ] {
             std::os::unix::fs::symlink(library, cuda.join(name)).map_err(write_error("the demo's CUDA", &cuda))?;
         }
         // The probe is a child process: it loads CUDA by soname from here. The daemon

@@ -83,8 +83,8 @@ pub struct Collective {
     #[serde(deserialize_with = "test_duration", serialize_with = "write_duration")]
     pub duration: Duration,
     /// Slow (`collective_slow`) below this share of what the GPUs' NVLinks carry one way at
-    /// their rate (links x rate, the slowest GPU's). NCCL's own tests reach about 0.8 on
-    /// NVSwitch boards.
+    /// their rate (links x rate, the slowest GPU's): well below what a healthy board reaches,
+    /// so that only a real loss trips it.
     #[serde(deserialize_with = "share")]
     pub nvlink_share: f64,
     /// ...or of what their PCIe links carry one way (generation x width), where there is no

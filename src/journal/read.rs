@@ -448,13 +448,16 @@ pub fn sdc(conn: &Connection) -> rusqlite::Result<crate::journal::SdcSeed> {
     })
 }
 
+/// The latest all-reduce run and the node's figures, oldest first.
+type CollectiveSeed = (Option<crate::model::collective::CollectiveRun>, Vec<(String, f64)>);
+
 /// The `collective` rows, whatever the boot: the latest run (left out when a clear of one of
 /// its GPUs came after it, as the finding would let go), and the figures that make the node's
 /// baseline, oldest first. Rows that do not parse are left out.
 fn collective(
     conn: &Connection,
     cleared: &BTreeMap<String, (f64, serde_json::Value)>,
-) -> rusqlite::Result<(Option<crate::model::collective::CollectiveRun>, Vec<(String, f64)>)> {
+) -> rusqlite::Result<CollectiveSeed> {
     use crate::model::collective::{CollectiveHistory, CollectiveRun, MAX_FIGURES};
     let mut statement =
         conn.prepare("SELECT details FROM events WHERE kind = 'collective' ORDER BY at DESC, id DESC LIMIT ?1")?;

@@ -13,14 +13,18 @@ use cudarc::driver;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// `--gpus 0,2`: the indexes, each once.
-pub fn parse_gpus(text: &str) -> Result<Vec<u32>, String> {
+pub fn parse_gpus(text: &str) -> Result<Vec<u32>, ProbeError> {
     let mut gpus = Vec::new();
     for word in text.split(',').map(str::trim) {
         let gpu: u32 = word.parse().map_err(|_| {
-            format!("{word:?} is not a GPU index; write indexes as `gpuwarden check` shows them, 0,1,2")
+            ProbeError::Settings(format!(
+                "{word:?} is not a GPU index; write indexes as `gpuwarden check` shows them, 0,1,2"
+            ))
         })?;
         if gpus.contains(&gpu) {
-            return Err(format!("GPU {gpu} is named twice; NCCL takes each GPU once"));
+            return Err(ProbeError::Settings(format!(
+                "GPU {gpu} is named twice; NCCL takes each GPU once"
+            )));
         }
         gpus.push(gpu);
     }

@@ -6,6 +6,7 @@
 //! timed with CUDA events (`windows`), while NVML is sampled (`sampler`); the figures are
 //! compared with the expected values for the GPU model (`expected`).
 
+pub mod child;
 pub mod cli;
 pub mod cli_collective;
 pub mod collective;

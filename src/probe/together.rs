@@ -10,14 +10,17 @@
 //! It runs while the validation it follows is still pending, and its verdict is in the
 //! snapshot before that validation's end: the node never looks ready in between.
 
-use super::schedule::{ChildSettings, ProbeState, RunError};
+use super::child::RunError;
 use super::{ProbeError, precheck};
 use crate::config::Collective;
+use crate::config::settings::ChildSettings;
 use crate::model::collective::{CollectiveRun, CollectiveVerdict};
 use crate::model::health::{HealthState, RuleId};
+use crate::model::probe::ProbeSnapshot;
 use crate::model::probe::{CollectiveOutcome, Unit};
 use crate::model::{DeviceSnapshot, Snapshot, Vendor};
 use crate::service::stop::Stop;
+use crate::service::versioned::Versioned;
 use serde::Deserialize;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -49,7 +52,6 @@ fn pcie_lane_rate(generation: u32) -> Option<f64> {
 
 /// The path between `gpus`: NVLink where every one has links, else PCIe.
 pub fn path(gpus: &[&DeviceSnapshot], settings: &Collective) -> Path {
-    let gb = |v: f64| Unit::BytesPerSecond.human(v);
     let readings: Vec<(u32, &crate::model::DeviceReadings)> = gpus
         .iter()
         .filter_map(|d| Some((d.identity.index, d.readings.as_deref()?)))
@@ -59,89 +61,120 @@ pub fn path(gpus: &[&DeviceSnapshot], settings: &Collective) -> Path {
         .filter_map(|(i, r)| Some((*i, r.nvlinks.as_deref().filter(|n| n.board_links > 0)?)))
         .collect();
     if !nvlinks.is_empty() && nvlinks.len() == gpus.len() {
-        let per_gpu: Option<Vec<(u32, u32, f64)>> = nvlinks
-            .iter()
-            .map(|(i, n)| Some((*i, n.board_links, n.link_rate()?)))
-            .collect();
-        let mut notes: Vec<String> = nvlinks
-            .iter()
-            .filter(|(_, n)| n.links_up() < n.board_links)
-            .map(|(i, n)| format!("GPU {i} has {} of {} up", n.links_up(), n.board_links))
-            .collect();
-        notes.extend(
-            readings
-                .iter()
-                .filter(|(_, r)| r.fabric.as_ref().is_some_and(|f| f.degraded()))
-                .map(|(i, _)| format!("GPU {i} has not joined the NVLink fabric")),
-        );
-        let notes = if notes.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", notes.join("; "))
-        };
-        let slowest = per_gpu.and_then(|all| {
-            all.into_iter()
-                .min_by(|a, b| (f64::from(a.1) * a.2).total_cmp(&(f64::from(b.1) * b.2)))
-        });
-        return match slowest {
-            Some((_, links, rate)) => Path {
-                words: format!("NVLink, {links} links x {} per GPU{notes}", gb(rate)),
-                bound: Some(f64::from(links) * rate),
-                share: settings.nvlink_share,
-            },
-            None => Path {
-                words: format!("NVLink (the driver does not say its rate){notes}"),
-                bound: None,
-                share: settings.nvlink_share,
-            },
-        };
+        nvlink_path(&readings, &nvlinks, settings.nvlink_share)
+    } else {
+        pcie_path(&readings, gpus.len(), settings.pcie_share)
     }
-    let lanes: Option<Vec<(u32, u32, u32, f64)>> = readings
-        .iter()
-        .map(|(i, r)| {
-            let (generation, width) = (r.pcie.generation_max?, r.pcie.width_max?);
-            Some((*i, generation, width, pcie_lane_rate(generation)? * f64::from(width)))
-        })
-        .collect();
-    let narrow: Vec<String> = readings
-        .iter()
-        .filter(|(_, r)| r.pcie.width_degraded() == Some(true))
-        .map(|(i, r)| format!("GPU {i} at x{} now", r.pcie.width.unwrap_or(0)))
-        .collect();
-    let notes = if narrow.is_empty() {
+}
+
+/// " (GPU 1 has 16 of 18 up; ...)", or nothing.
+fn in_brackets(notes: Vec<String>) -> String {
+    if notes.is_empty() {
         String::new()
     } else {
-        format!(" ({})", narrow.join("; "))
-    };
+        format!(" ({})", notes.join("; "))
+    }
+}
+
+/// NVLink: the board's links at their rate, the slowest GPU's; what is down or outside the
+/// fabric is said.
+fn nvlink_path(
+    readings: &[(u32, &crate::model::DeviceReadings)],
+    nvlinks: &[(u32, &crate::model::links::NvLinks)],
+    share: f64,
+) -> Path {
+    let mut notes: Vec<String> = nvlinks
+        .iter()
+        .filter(|(_, n)| n.links_up() < n.board_links)
+        .map(|(i, n)| format!("GPU {i} has {} of {} up", n.links_up(), n.board_links))
+        .collect();
+    notes.extend(
+        readings
+            .iter()
+            .filter(|(_, r)| r.fabric.as_ref().is_some_and(|f| f.degraded()))
+            .map(|(i, _)| format!("GPU {i} has not joined the NVLink fabric")),
+    );
+    let notes = in_brackets(notes);
+    let per_gpu: Option<Vec<(u32, f64)>> = nvlinks
+        .iter()
+        .map(|(_, n)| Some((n.board_links, n.link_rate()?)))
+        .collect();
+    let slowest = per_gpu.and_then(|all| {
+        all.into_iter()
+            .min_by(|a, b| (f64::from(a.0) * a.1).total_cmp(&(f64::from(b.0) * b.1)))
+    });
+    match slowest {
+        Some((links, rate)) => Path {
+            words: format!(
+                "NVLink, {links} links x {} per GPU{notes}",
+                Unit::BytesPerSecond.human(rate)
+            ),
+            bound: Some(f64::from(links) * rate),
+            share,
+        },
+        None => Path {
+            words: format!("NVLink (the driver does not say its rate){notes}"),
+            bound: None,
+            share,
+        },
+    }
+}
+
+/// PCIe: each GPU's generation and width at their most, the slowest GPU's; a link trained
+/// narrower now is said.
+fn pcie_path(readings: &[(u32, &crate::model::DeviceReadings)], gpus: usize, share: f64) -> Path {
+    let lanes: Option<Vec<(u32, u32, f64)>> = readings
+        .iter()
+        .map(|(_, r)| {
+            let (generation, width) = (r.pcie.generation_max?, r.pcie.width_max?);
+            Some((generation, width, pcie_lane_rate(generation)? * f64::from(width)))
+        })
+        .collect();
+    let notes = in_brackets(
+        readings
+            .iter()
+            .filter(|(_, r)| r.pcie.width_degraded() == Some(true))
+            .map(|(i, r)| format!("GPU {i} at x{} now", r.pcie.width.unwrap_or(0)))
+            .collect(),
+    );
     match lanes
-        .filter(|l| l.len() == gpus.len())
-        .and_then(|l| l.into_iter().min_by(|a, b| a.3.total_cmp(&b.3)))
+        .filter(|l| l.len() == gpus)
+        .and_then(|l| l.into_iter().min_by(|a, b| a.2.total_cmp(&b.2)))
     {
-        Some((_, generation, width, bound)) => Path {
+        Some((generation, width, bound)) => Path {
             words: format!("PCIe Gen{generation} x{width}{notes}"),
             bound: Some(bound),
-            share: settings.pcie_share,
+            share,
         },
         None => Path {
             words: format!("PCIe (the driver does not say its generation and width){notes}"),
             bound: None,
-            share: settings.pcie_share,
+            share,
         },
     }
+}
+
+/// What the probe child's all-reduce came to, before it is judged.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ran {
+    /// It ran to the end (its sums may still be wrong).
+    Measured(CollectiveOutcome),
+    /// NCCL failed, the child died, or it hung: why, in words.
+    Failed(String),
 }
 
 /// A run's verdict: failed (NCCL's error, a hang, a wrong sum), slow (below the path's share
 /// or `regression_pct` below the baseline), or passed.
 pub fn judge(
-    result: Result<CollectiveOutcome, String>,
+    result: Ran,
     path: &Path,
     baseline: Option<(f64, usize)>,
     regression_pct: f64,
 ) -> (CollectiveVerdict, String, Option<CollectiveOutcome>) {
     let gb = |v: f64| Unit::BytesPerSecond.human(v);
     let outcome = match result {
-        Err(why) => return (CollectiveVerdict::Failed, why, None),
-        Ok(outcome) => outcome,
+        Ran::Failed(why) => return (CollectiveVerdict::Failed, why, None),
+        Ran::Measured(outcome) => outcome,
     };
     if let Some(wrong) = &outcome.wrong_sum {
         return (
@@ -231,7 +264,7 @@ fn not_now(snapshot: &Snapshot, settings: &ChildSettings) -> Option<Option<Strin
 pub fn after_validation(
     store: &crate::snapshot::store::Store,
     settings: &ChildSettings,
-    state: &ProbeState,
+    state: &Versioned<ProbeSnapshot>,
     stop: &Stop,
 ) -> Option<String> {
     let snapshot = store.latest();
@@ -247,10 +280,10 @@ pub fn after_validation(
         .filter(|d| d.identity.vendor == Vendor::Nvidia)
         .collect();
     let at = crate::model::unix_now();
-    let result = match super::schedule::run_process(&["--collective"], settings, stop) {
+    let result = match super::child::run_process(&["--collective"], settings, stop) {
         _ if stop.is_stopped() => return None,
         Ok((stdout, status)) => match serde_json::from_str::<ChildOutput>(stdout.trim()) {
-            Ok(ChildOutput::Outcome(outcome)) => Ok(outcome),
+            Ok(ChildOutput::Outcome(outcome)) => Ran::Measured(outcome),
             Ok(ChildOutput::Error {
                 error: ProbeError::Busy { message, .. },
             }) => {
@@ -266,14 +299,14 @@ pub fn after_validation(
                 count("skipped");
                 return Some(format!("the all-reduce across the node's GPUs did not run: {why}"));
             }
-            Ok(ChildOutput::Error { error }) => Err(error.to_string()),
-            Err(_) => Err(format!(
+            Ok(ChildOutput::Error { error }) => Ran::Failed(error.to_string()),
+            Err(_) => Ran::Failed(format!(
                 "the probe process ended with {} and printed no result",
                 status.map_or("a signal".to_string(), |c| format!("exit status {c}"))
             )),
         },
-        Err((RunError::Timeout, why)) => Err(format!("it hung: {why}")),
-        Err((RunError::Error, why)) => Err(why),
+        Err((RunError::Timeout, why)) => Ran::Failed(format!("it hung: {why}")),
+        Err((RunError::Error, why)) => Ran::Failed(why),
     };
     SAID_NO_NCCL.store(false, Ordering::Relaxed);
     Some(keep(state, &gpus, at, result, &settings.probe))
@@ -282,10 +315,10 @@ pub fn after_validation(
 /// Judges a run, keeps it in `state` (the verdict the findings read, the node's figures),
 /// says it in the log; the validation's note.
 fn keep(
-    state: &ProbeState,
+    state: &Versioned<ProbeSnapshot>,
     gpus: &[&DeviceSnapshot],
     at: f64,
-    result: Result<CollectiveOutcome, String>,
+    result: Ran,
     settings: &crate::config::Probe,
 ) -> String {
     let path = path(gpus, &settings.collective);
@@ -426,7 +459,12 @@ mod tests {
             bound: Some(478e9),
             share: 0.5,
         };
-        let (verdict, detail, _) = judge(Err("ncclAllReduce: unhandled system error".into()), &p, None, 7.0);
+        let (verdict, detail, _) = judge(
+            Ran::Failed("ncclAllReduce: unhandled system error".into()),
+            &p,
+            None,
+            7.0,
+        );
         assert_eq!(
             (verdict, detail.as_str()),
             (CollectiveVerdict::Failed, "ncclAllReduce: unhandled system error")
@@ -435,29 +473,29 @@ mod tests {
             wrong_sum: Some("CUDA device 1 received 1 wrong sum(s)".into()),
             ..outcome(400e9)
         };
-        let (verdict, detail, _) = judge(Ok(wrong), &p, None, 7.0);
+        let (verdict, detail, _) = judge(Ran::Measured(wrong), &p, None, 7.0);
         assert_eq!(verdict, CollectiveVerdict::Failed, "a wrong sum fails however fast");
         assert!(detail.contains("wrong sums: CUDA device 1"), "{detail}");
-        let (verdict, detail, _) = judge(Ok(outcome(200e9)), &p, None, 7.0);
+        let (verdict, detail, _) = judge(Ran::Measured(outcome(200e9)), &p, None, 7.0);
         assert_eq!(verdict, CollectiveVerdict::Slow);
         assert!(
             detail.starts_with("200.0 GB/s is 42% of what the path carries one way (478.0 GB/s"),
             "{detail}"
         );
-        let (verdict, detail, _) = judge(Ok(outcome(300e9)), &p, Some((360e9, 5)), 7.0);
+        let (verdict, detail, _) = judge(Ran::Measured(outcome(300e9)), &p, Some((360e9, 5)), 7.0);
         assert_eq!(verdict, CollectiveVerdict::Slow);
         assert!(
             detail.contains("16.7% below the node's median of 5 earlier runs (360.0 GB/s"),
             "{detail}"
         );
-        let (verdict, detail, _) = judge(Ok(outcome(350e9)), &p, Some((360e9, 5)), 7.0);
+        let (verdict, detail, _) = judge(Ran::Measured(outcome(350e9)), &p, Some((360e9, 5)), 7.0);
         assert_eq!(
             (verdict, detail.as_str()),
             (CollectiveVerdict::Passed, "bus bandwidth 350.0 GB/s (NCCL 2.27.3)")
         );
         let unknown = Path { bound: None, ..p };
         assert_eq!(
-            judge(Ok(outcome(1e9)), &unknown, None, 7.0).0,
+            judge(Ran::Measured(outcome(1e9)), &unknown, None, 7.0).0,
             CollectiveVerdict::Passed,
             "nothing to judge by"
         );
