@@ -591,6 +591,41 @@ mod tests {
             })
         };
         assert_eq!(reasons(None), ["xid_fatal", "xid_critical", "probe_failed"]);
+        // The probe of a validation still pending is no finding of its own (the validation's
+        // outcome comes a publish later); one from before the validation began still is.
+        let pending = |since: f64| crate::model::health::Validation {
+            since,
+            why: "a clear".into(),
+            outcome: None,
+            kind: crate::model::health::ValidationKind::Sweep,
+        };
+        let seen_with = |validation: &crate::model::health::Validation| -> Vec<&'static str> {
+            reasons_found(&Seen {
+                device: &device,
+                xids: &[],
+                probe: Some(&probe),
+                probe_error: None,
+                sdc_suspect: None,
+                hbm_suspect: None,
+                probe_comparisons: &[],
+                validation: Some(validation),
+                limits: &limits,
+                cleared: None,
+                board_swap: None,
+                fabric_manager: None,
+                resetting: None,
+                now: SystemTime::now(),
+            })
+        };
+        assert!(
+            seen_with(&pending(probe.started - 1.0)).is_empty(),
+            "its own validation's probe"
+        );
+        assert_eq!(
+            seen_with(&pending(probe.started + 1.0)),
+            ["probe_failed"],
+            "an earlier probe"
+        );
         // Cleared half an hour ago: the fatal XID and the probe were before, Xid 94 after.
         let half_hour_ago = SystemTime::now() - Duration::from_secs(1800);
         assert_eq!(reasons(Some(half_hour_ago)), ["xid_critical"]);

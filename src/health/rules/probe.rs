@@ -16,6 +16,15 @@ pub(super) fn probe_failed(seen: &Seen) -> Option<Hit> {
     let report = seen
         .probe
         .filter(|r| seen.after_clear(crate::model::from_unix_seconds(r.started)))?;
+    // The probe of a validation still pending is that validation's to judge: its report is
+    // published a moment before the validation's outcome (two states, one publish apart), and
+    // is no finding of its own meanwhile.
+    if seen
+        .validation
+        .is_some_and(|v| v.pending() && report.started >= v.since)
+    {
+        return None;
+    }
     let failed = report.shortfalls();
     (!failed.is_empty()).then(|| {
         format!(
