@@ -419,9 +419,14 @@ async fn start_journal(
         },
         None => None,
     };
+    if place.is_none() && !config.events.sinks.is_empty() {
+        log::warn!(
+            "events: the sinks deliver the journal's rows, and the journal is off (state.path is empty); none runs"
+        );
+    }
     Ok(place.zip(lock).map(|(place, lock)| {
         let facts = take_over_from_journal(&place, config, sources, resume);
-        Journal::start(
+        let started = Journal::start(
             lock,
             place,
             facts,
@@ -435,7 +440,16 @@ async fn start_journal(
             },
             sources.xids.clone(),
             shutdown.handle("journal"),
-        )
+        );
+        // The sinks read the file the writer keeps, and keep their cursors in it.
+        journal::sink::spawn_all(
+            &config.events.sinks,
+            &config.state.path,
+            tokio::runtime::Handle::current(),
+            sources.sinks.clone(),
+            &shutdown.handle("sinks"),
+        );
+        started
     }))
 }
 
@@ -769,6 +783,12 @@ fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Re
     if new_config.local_api != running.local_api {
         log::warn!("reload: `local_api` changed; the socket takes a restart, keeping the running one");
         new_config.local_api = running.local_api.clone();
+    }
+    if new_config.events != running.events {
+        log::warn!(
+            "reload: `events` changed; the sinks take a restart (each keeps its cursor by name), keeping the running ones"
+        );
+        new_config.events = running.events.clone();
     }
     Settings::build(new_config).map_err(DaemonError::ReloadRefused)
 }

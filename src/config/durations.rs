@@ -35,6 +35,7 @@ bounded_duration!(poll_topology_interval, "poll.topology_interval", 10 * MS, DAY
 bounded_duration!(poll_gpm_interval, "poll.gpm_interval", 10 * MS, DAY);
 bounded_duration!(nvml_retry, "nvml.retry_initial and retry_max", 100 * MS, DAY);
 bounded_duration!(xid_dedup_window, "xid.dedup_window", 100 * MS, HOUR);
+bounded_duration!(sink_timeout, "events.sinks[].webhook.timeout", 100 * MS, 60 * SECOND);
 bounded_duration!(xid_critical_hold, "xid.critical_hold", SECOND, 30 * DAY);
 bounded_duration!(rule_hold, "health.rules.*.hold", Duration::ZERO, DAY);
 bounded_duration!(probe_interval, "probe.interval", SECOND, 366 * DAY);

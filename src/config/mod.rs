@@ -14,6 +14,7 @@ pub mod web;
 mod attribution;
 mod backends;
 mod durations;
+mod events;
 mod fabric_manager;
 mod health;
 mod listen;
@@ -28,6 +29,7 @@ mod xid;
 pub use attribution::*;
 pub use backends::*;
 use durations::*;
+pub use events::*;
 pub use fabric_manager::*;
 pub use health::*;
 pub use listen::*;
@@ -73,6 +75,7 @@ pub struct Config {
     pub network: Network,
     pub fabric_manager: FabricManager,
     pub remediation: Remediation,
+    pub events: Events,
 }
 
 impl Default for Config {
@@ -98,6 +101,7 @@ impl Default for Config {
             network: Network::default(),
             fabric_manager: FabricManager::default(),
             remediation: Remediation::default(),
+            events: Events::default(),
         }
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 /// Config keys a reload cannot apply: the listening socket is bound once, before the first
 /// poll, so that a taken port is a start-up error.
-pub const RESTART_ONLY: &[&str] = &["listen", "state", "local_api"];
+pub const RESTART_ONLY: &[&str] = &["listen", "state", "local_api", "events"];
 
 /// The shortest staleness limit: a poll round that runs a little late must not fail /healthz.
 const MIN_STALE_AFTER: Duration = Duration::from_secs(5);

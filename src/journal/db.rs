@@ -12,7 +12,7 @@ use std::time::Duration;
 /// The schema this build writes. A file with a newer one is left alone (a downgrade).
 pub const SCHEMA_VERSION: i64 = 1;
 
-const SCHEMA: &str = "
+pub(crate) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY,
     at REAL NOT NULL,
@@ -51,6 +51,11 @@ CREATE TABLE IF NOT EXISTS boots (
     first_seen REAL NOT NULL,
     host TEXT NOT NULL,
     kmsg_sequence INTEGER
+);
+CREATE TABLE IF NOT EXISTS sink_cursors (
+    sink TEXT PRIMARY KEY,
+    row_id INTEGER NOT NULL,
+    at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS kernel_log_files (
     path TEXT PRIMARY KEY,
@@ -230,6 +235,17 @@ pub fn open_read_only(path: &Path) -> Result<Connection, DbError> {
     conn.busy_timeout(Duration::from_secs(2))
         .map_err(DbError::sqlite(path))?;
     conn.pragma_update(None, "query_only", true)
+        .map_err(DbError::sqlite(path))?;
+    Ok(conn)
+}
+
+/// Opens the database for a sink's deliveries (journal/sink.rs): reads rows and writes only
+/// its cursor; never creates the file (the writer does).
+pub fn open_for_cursors(path: &Path) -> Result<Connection, DbError> {
+    check_files(path)?;
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(DbError::sqlite(path))?;
+    conn.busy_timeout(Duration::from_secs(2))
         .map_err(DbError::sqlite(path))?;
     Ok(conn)
 }

@@ -32,12 +32,14 @@
 
 mod board_swap;
 pub mod cli;
+pub mod cloudevent;
 pub mod db;
 pub mod event;
 pub mod facts;
 mod file_state;
 mod gpu_looks;
 pub mod nic_rows;
+pub mod outbox;
 pub mod read;
 pub mod refill;
 pub mod remediation_rows;
@@ -47,8 +49,10 @@ pub mod report_probes;
 pub mod report_remediation;
 pub mod sdc_rows;
 mod seen;
+pub mod sink;
 mod task;
 pub mod validation_rows;
+pub mod webhook;
 pub mod worker;
 mod writer;
 mod xid_rows;

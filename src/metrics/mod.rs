@@ -36,6 +36,7 @@ pub mod probe;
 pub mod remediation;
 pub mod scheduler;
 pub mod self_metrics;
+pub mod sinks;
 pub mod xid;
 
 use crate::model::{DeviceReadings, DeviceSnapshot, DurationHistogram, Snapshot};
@@ -221,6 +222,7 @@ const TABLES: &[(&[Family], Gate)] = &[
     (self_metrics::FAMILIES, Gate::Always),
     (scheduler::FAMILIES, Gate::Always),
     (remediation::FAMILIES, Gate::Always),
+    (sinks::FAMILIES, Gate::Always),
     (dcgm_compat::FAMILIES, Gate::DcgmCompat),
 ];
 

@@ -18,6 +18,7 @@ pub mod probe;
 pub mod recent;
 pub mod remediation;
 pub mod scheduler;
+pub mod sink;
 pub mod xid;
 
 use crate::model::clock_events::ClockReason;
@@ -671,6 +672,8 @@ pub struct Snapshot {
     pub remediation: std::sync::Arc<remediation::Remediations>,
     /// Scheduled probe results and counters (empty outside the daemon).
     pub probe: std::sync::Arc<probe::ProbeSnapshot>,
+    /// Each event sink's delivery (`events.sinks`; empty without one).
+    pub sinks: std::sync::Arc<sink::SinkStates>,
     /// NVIDIA and AMD GPUs on the PCI bus (sysfs), to compare with the enumerated ones.
     pub pci_gpus: Vec<PciGpu>,
     /// Each GPU's PCIe AER totals since boot, by PCI address (`sources::pcie_aer`).

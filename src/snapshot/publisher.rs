@@ -97,6 +97,7 @@ pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generatio
         remediation: inputs.remediation.clone(),
         hostname: options.hostname.clone(),
         probe: inputs.probes.clone(),
+        sinks: inputs.sinks.clone(),
         pci_gpus: (*inputs.pci).clone(),
         pcie_aer: inputs.pcie_aer.clone(),
         nics: inputs.nics.clone(),

@@ -304,6 +304,8 @@ sources! {
     xids: XidStore,
     /// The probe's latest report per GPU (`probe::schedule`).
     probes: crate::probe::schedule::ProbeState,
+    /// Each event sink's delivery (`journal::sink`).
+    sinks: Versioned<crate::model::sink::SinkStates>,
     /// The kubelet's device assignments (`attribution::kubelet`).
     pods: crate::attribution::kubelet::PodState,
     /// Job ids per mapping file.

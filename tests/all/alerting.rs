@@ -26,7 +26,7 @@ fn run(tool: &str, args: &[&str]) -> (bool, String) {
 #[test]
 fn promtool_checks_and_unit_tests_the_rules() {
     let (ok, out) = run("promtool", &["check", "rules", RULES]);
-    assert!(ok && out.contains("SUCCESS: 58 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 59 rules found"), "{out}");
     for tests in [
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/alerts.test.yml"),
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/energy.test.yml"),
@@ -155,7 +155,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
                 .map(|r| r["expr"].as_str().unwrap().to_string())
         })
         .collect();
-    assert_eq!(exprs.len(), 58);
+    assert_eq!(exprs.len(), 59);
     let used = metric_names(&exprs.join("\n"));
     assert!(
         used.contains("gpu_clock_event_seconds_total") && used.contains("gpu_up"),
@@ -174,6 +174,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
     pci_fixture(dir.path(), &pci);
     // And an NVSwitch, so the fabric manager is looked for.
     nvswitch_fixture(dir.path(), "0000:05:00.0");
+    // And an event sink (nothing listens there: it lags, and says so).
     // And a pod and a batch job on GPU 0.
     let kubelet = FakeKubelet::start(
         dir.path(),
@@ -184,7 +185,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
     let config = format!(
         "{FAST_PROBES}remediation:\n  mode: auto\n  reboot_marker: {}/reboot-required\n  pause_file: {}/pause\n\
          amd:\n  sysfs_root: {}\nkubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\nhpc_jobs:\n  mapping_dir: {}\n\
-         fabric_manager:\n  pid_file: {}\n",
+         fabric_manager:\n  pid_file: {}\nevents:\n  sinks:\n    - name: ops\n      webhook: {{url: \"http://127.0.0.1:9/in\", timeout: 1s}}\n",
         dir.path().display(),
         dir.path().display(),
         dir.path().display(),

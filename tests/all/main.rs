@@ -15,6 +15,7 @@ mod daemon;
 mod dashboards;
 mod dcgm_compat;
 mod deploy;
+mod events_out;
 mod fault_story;
 mod hardening;
 mod health_api;

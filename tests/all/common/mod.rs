@@ -18,6 +18,7 @@ mod http;
 mod kubelet;
 mod metrics;
 mod prometheus;
+mod receiver;
 mod scenario;
 mod verdict_poll;
 
@@ -27,6 +28,7 @@ pub use http::*;
 pub use kubelet::*;
 pub use metrics::*;
 pub use prometheus::*;
+pub use receiver::*;
 pub use scenario::*;
 pub use verdict_poll::*;
 

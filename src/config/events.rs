@@ -1,0 +1,145 @@
+//! `events`: sinks that take the journal's rows off the node, at least once (docs/journal.md,
+//! "Events out"). Read at start; a reload that changes them is said in the log and takes
+//! effect at the next start (a sink's cursor is its own, by name, across both).
+
+use super::*;
+
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Events {
+    /// Where the rows go; none by default.
+    #[serde(deserialize_with = "sinks")]
+    pub sinks: Vec<Sink>,
+}
+
+/// One sink: a name (its cursor's, its metrics' `sink` label) and where it delivers.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sink {
+    pub name: String,
+    pub webhook: Webhook,
+    /// Where a sink seen for the first time starts: `now` (after the newest row) or
+    /// `beginning` (the oldest row the journal keeps).
+    #[serde(default)]
+    pub start: SinkStart,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SinkStart {
+    #[default]
+    Now,
+    Beginning,
+}
+
+/// An HTTP endpoint that takes one CloudEvents 1.0 JSON event per POST (structured mode) and
+/// answers 2xx once it has it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Webhook {
+    /// `http://` or `https://`; redirects are not followed.
+    pub url: String,
+    /// The HMAC-SHA256 key of the `X-Gpuwarden-Signature-256` header; "" sends none.
+    #[serde(default)]
+    pub secret_file: PathBuf,
+    /// PEM certificates an `https://` endpoint's chain must end in; "" uses the system's.
+    #[serde(default)]
+    pub ca_file: PathBuf,
+    /// One delivery, connection to answer, within this.
+    #[serde(default = "webhook_timeout", deserialize_with = "sink_timeout")]
+    pub timeout: Duration,
+}
+
+fn webhook_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+/// The sinks, each name once and made of letters, digits, `-` and `_`, each URL one gpuwarden
+/// can post to.
+fn sinks<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Sink>, D::Error> {
+    let sinks = Vec::<Sink>::deserialize(d)?;
+    let mut names = std::collections::BTreeSet::new();
+    for sink in &sinks {
+        let good = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+        if sink.name.is_empty() || sink.name.len() > 64 || !sink.name.chars().all(good) {
+            return Err(serde::de::Error::custom(format!(
+                "events.sinks: the name {:?} is not one; write 1 to 64 letters, digits, - or _",
+                sink.name
+            )));
+        }
+        if !names.insert(sink.name.as_str()) {
+            return Err(serde::de::Error::custom(format!(
+                "events.sinks: {:?} is named twice; each sink keeps its own cursor by its name",
+                sink.name
+            )));
+        }
+        Endpoint::parse(&sink.webhook.url)
+            .map_err(|e| serde::de::Error::custom(format!("events.sinks {:?}: {e}", sink.name)))?;
+    }
+    Ok(sinks)
+}
+
+/// Where a webhook sink posts: scheme, host, port and path, checked when the config is read.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub uri: hyper::Uri,
+    pub host: String,
+    pub port: u16,
+    pub tls: bool,
+}
+
+/// A webhook url gpuwarden cannot post to, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("the webhook url {url:?} {why}")]
+pub struct BadUrl {
+    url: String,
+    why: &'static str,
+}
+
+impl Endpoint {
+    /// `http://host[:port]/path` or `https://...`; anything else says what to write.
+    pub fn parse(url: &str) -> Result<Endpoint, BadUrl> {
+        let bad = |why: &'static str| BadUrl {
+            url: url.to_string(),
+            why,
+        };
+        let uri: hyper::Uri = url.parse().map_err(|_| bad("is not a URL"))?;
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => return Err(bad("must begin with http:// or https://")),
+        };
+        let host = uri.host().filter(|h| !h.is_empty()).ok_or_else(|| bad("has no host"))?;
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            return Err(bad("carries a user or password; put a secret in secret_file instead"));
+        }
+        Ok(Endpoint {
+            host: host.trim_start_matches('[').trim_end_matches(']').to_string(),
+            port: uri.port_u16().unwrap_or(if tls { 443 } else { 80 }),
+            tls,
+            uri,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_read_or_refused_with_what_to_write() {
+        let e = Endpoint::parse("https://events.example.com/gpuwarden?team=ml").unwrap();
+        assert_eq!((e.host.as_str(), e.port, e.tls), ("events.example.com", 443, true));
+        let e = Endpoint::parse("http://[::1]:8080/in").unwrap();
+        assert_eq!((e.host.as_str(), e.port, e.tls), ("::1", 8080, false));
+        for (bad, says) in [
+            ("ftp://x/y", "must begin with http:// or https://"),
+            ("events.example.com/x", "is not a URL"),
+            ("http://user:pw@x/y", "carries a user or password"),
+            ("not a url", "is not a URL"),
+        ] {
+            let e = Endpoint::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! The journal's outbox for sinks that take its rows off the node (docs/journal.md, "Events
+//! out"): each sink's cursor, the id of the last row it acknowledged, kept in the journal
+//! file in a transaction of its own (table `sink_cursors`), and the rows after it, in the
+//! order they were written. Delivery reads from here and moves the cursor only after the
+//! sink said yes, so a row is delivered at least once: across a sink that is down, a restart
+//! and a reboot. The backlog is bounded by the journal's own retention: a row retention
+//! deleted before its sink took it is gone, and the lag says so.
+
+use super::read::Row;
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// Where a sink seen for the first time starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// After the newest row: what happens from now on (the default: a new receiver is not
+    /// sent the journal's whole retention).
+    Now,
+    /// Before the oldest row the journal keeps.
+    Beginning,
+}
+
+/// The sink's cursor: the last row id it acknowledged. A sink not seen before gets one at
+/// `start`, written at once, so a restart before its first delivery starts from the same
+/// place.
+pub fn cursor(conn: &Connection, sink: &str, start: Start, now: f64) -> rusqlite::Result<i64> {
+    let known: Option<i64> = conn
+        .query_row("SELECT row_id FROM sink_cursors WHERE sink = ?1", params![sink], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    if let Some(row_id) = known {
+        return Ok(row_id);
+    }
+    let row_id = match start {
+        Start::Now => newest(conn)?,
+        Start::Beginning => 0,
+    };
+    conn.execute(
+        "INSERT OR IGNORE INTO sink_cursors (sink, row_id, at) VALUES (?1, ?2, ?3)",
+        params![sink, row_id, now],
+    )?;
+    Ok(row_id)
+}
+
+/// The newest row's id; 0 for an empty journal.
+fn newest(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("SELECT COALESCE(MAX(id), 0) FROM events", [], |r| r.get(0))
+}
+
+/// Moves the sink's cursor to `row_id`, never back: an acknowledgement that arrives late
+/// (a retry's) cannot undo a newer one.
+pub fn acknowledge(conn: &mut Connection, sink: &str, row_id: i64, now: f64) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    tx.execute(
+        "INSERT INTO sink_cursors (sink, row_id, at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (sink) DO UPDATE SET row_id = excluded.row_id, at = excluded.at
+         WHERE excluded.row_id > sink_cursors.row_id",
+        params![sink, row_id, now],
+    )?;
+    tx.commit()
+}
+
+/// Up to `limit` rows after `cursor`, oldest first. A cursor past the newest row means the
+/// journal was started anew (a file moved aside: its row ids begin again at 1): then from
+/// the first row, and `Restarted` says so.
+pub fn after(conn: &Connection, cursor: i64, limit: usize) -> rusqlite::Result<(Vec<Row>, Restarted)> {
+    let restarted = Restarted(cursor > newest(conn)?);
+    let from = if restarted.0 { 0 } else { cursor };
+    let mut statement = conn.prepare(
+        "SELECT id, at, boot_id, host, kind, gpu_uuid, serial, pci_bus_id, summary, details FROM events \
+         WHERE id > ?1 ORDER BY id LIMIT ?2",
+    )?;
+    let rows = statement
+        .query_map(params![from, limit as i64], |r| {
+            let details: String = r.get(9)?;
+            Ok(Row {
+                id: r.get(0)?,
+                at: r.get(1)?,
+                boot_id: r.get(2)?,
+                host: r.get(3)?,
+                kind: r.get(4)?,
+                gpu_uuid: r.get(5)?,
+                serial: r.get(6)?,
+                pci_bus_id: r.get(7)?,
+                summary: r.get(8)?,
+                // A row whose details are not JSON still goes out, its details as null.
+                details: serde_json::from_str(&details).unwrap_or(serde_json::Value::Null),
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<Row>>>()?;
+    Ok((rows, restarted))
+}
+
+/// Whether the journal's row ids began again under the cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restarted(pub bool);
+
+/// How far the sink is behind: rows after its cursor, and the time of the oldest of them
+/// (`None` when it has taken everything).
+pub fn lag(conn: &Connection, cursor: i64) -> rusqlite::Result<(u64, Option<f64>)> {
+    conn.query_row(
+        "SELECT COUNT(*), MIN(at) FROM events WHERE id > ?1",
+        params![cursor],
+        |r| Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn journal() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(super::super::db::SCHEMA).unwrap();
+        conn
+    }
+
+    fn write(conn: &Connection, at: f64, details: &str) -> i64 {
+        conn.execute(
+            "INSERT INTO events (at, boot_id, host, kind, summary, details) VALUES (?1, 'b', 'node-1', 'xid', 's', ?2)",
+            params![at, details],
+        )
+        .unwrap();
+        conn.last_insert_rowid()
+    }
+
+    #[test]
+    fn a_new_sink_starts_now_or_at_the_beginning_and_keeps_its_place() {
+        let mut conn = journal();
+        let first = write(&conn, 10.0, "{}");
+        let second = write(&conn, 11.0, "{}");
+        assert_eq!(cursor(&conn, "ops", Start::Now, 100.0).unwrap(), second);
+        assert_eq!(cursor(&conn, "audit", Start::Beginning, 100.0).unwrap(), 0);
+        let (rows, restarted) = after(&conn, 0, 10).unwrap();
+        assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), [first, second]);
+        assert_eq!(restarted, Restarted(false));
+        // Its place is kept: asking again, with another start, changes nothing.
+        assert_eq!(cursor(&conn, "audit", Start::Now, 101.0).unwrap(), 0);
+        acknowledge(&mut conn, "audit", first, 102.0).unwrap();
+        assert_eq!(cursor(&conn, "audit", Start::Now, 103.0).unwrap(), first);
+        // A late acknowledgement never moves it back.
+        acknowledge(&mut conn, "audit", second, 104.0).unwrap();
+        acknowledge(&mut conn, "audit", first, 105.0).unwrap();
+        assert_eq!(cursor(&conn, "audit", Start::Now, 106.0).unwrap(), second);
+    }
+
+    #[test]
+    fn rows_come_in_order_in_pages_and_a_restarted_journal_is_read_from_its_first_row() {
+        let conn = journal();
+        let ids: Vec<i64> = (0..5).map(|i| write(&conn, 10.0 + f64::from(i), "{}")).collect();
+        let (page, _) = after(&conn, ids[1], 2).unwrap();
+        assert_eq!(page.iter().map(|r| r.id).collect::<Vec<_>>(), &ids[2..4]);
+        assert_eq!(lag(&conn, ids[1]).unwrap(), (3, Some(12.0)));
+        assert_eq!(lag(&conn, ids[4]).unwrap(), (0, None));
+        // A cursor past every row: the file was started anew.
+        let (page, restarted) = after(&conn, 9_999, 10).unwrap();
+        assert_eq!(restarted, Restarted(true));
+        assert_eq!(page.len(), 5);
+    }
+
+    #[test]
+    fn a_row_whose_details_are_not_json_still_goes_out() {
+        let conn = journal();
+        write(&conn, 10.0, "{not json\u{0}");
+        let (rows, _) = after(&conn, 0, 10).unwrap();
+        assert_eq!(rows[0].details, serde_json::Value::Null);
+    }
+}

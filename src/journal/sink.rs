@@ -1,0 +1,289 @@
+//! Delivery of the journal's rows to each configured sink (docs/journal.md, "Events out"), at
+//! least once: one thread per sink reads the rows after its cursor (journal/outbox.rs), in
+//! order, posts each as a CloudEvent (journal/cloudevent.rs, journal/webhook.rs) and moves the
+//! cursor only once the sink said yes. A failure is retried, the same event, after a back-off
+//! that doubles from 1 s to 5 minutes; nothing after it goes first. It never blocks polling or
+//! the verdict: its own thread, its own connection to the journal file, and its own state,
+//! which /metrics shows (`gpuwarden_sink_*`). The daemon's stop does not wait for a delivery
+//! in flight: its cursor moves only after the sink's yes, so the event goes again after the
+//! restart (the same id).
+
+use super::{cloudevent, db, outbox, webhook};
+use crate::config::{Sink, SinkStart};
+use crate::model::sink::{SinkState, SinkStates};
+use crate::service::stop::Stop;
+use crate::service::versioned::Versioned;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The first retry's wait, doubled at each failure up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// How often an idle sink looks for new rows.
+const IDLE: Duration = Duration::from_secs(1);
+/// Rows read at a time.
+const BATCH: usize = 100;
+/// The most a secret file may hold.
+const MAX_SECRET: u64 = 4096;
+/// The same failure is logged at most this often.
+const LOG_EVERY: Duration = Duration::from_secs(300);
+
+/// What a sink needs that is read once at its start: the endpoint, TLS, the secret.
+struct Prepared {
+    endpoint: webhook::Endpoint,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    secret: Option<Vec<u8>>,
+}
+
+/// Why a sink cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error("{0}")]
+    Url(#[from] crate::config::BadUrl),
+    #[error("its secret file {0}: {1}")]
+    Secret(PathBuf, SecretError),
+    #[error("its CA file {0}: {1}")]
+    Ca(PathBuf, String),
+}
+
+/// The system's CA bundle (Debian, Ubuntu, Fedora and Alpine put one here).
+const SYSTEM_CAS: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+fn prepare(sink: &Sink) -> Result<Prepared, SinkError> {
+    let endpoint = webhook::Endpoint::parse(&sink.webhook.url)?;
+    let secret = if sink.webhook.secret_file.as_os_str().is_empty() {
+        None
+    } else {
+        let path = &sink.webhook.secret_file;
+        Some(read_secret(path).map_err(|why| SinkError::Secret(path.clone(), why))?)
+    };
+    let tls = if endpoint.tls {
+        let ca = if sink.webhook.ca_file.as_os_str().is_empty() {
+            PathBuf::from(SYSTEM_CAS)
+        } else {
+            sink.webhook.ca_file.clone()
+        };
+        Some(Arc::new(client_tls(&ca)?))
+    } else {
+        None
+    };
+    Ok(Prepared { endpoint, tls, secret })
+}
+
+/// Why a secret file gives no key.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("{0}")]
+    Open(crate::input::Refused),
+    #[error("{0}")]
+    Read(#[from] std::io::Error),
+    #[error("it holds more than {MAX_SECRET} bytes; a key is 32 to 64")]
+    TooLong,
+    #[error("it is empty")]
+    Empty,
+}
+
+/// The secret file's bytes, without a trailing newline: a regular file (the administrator's
+/// path: a link is followed), at most [`MAX_SECRET`] bytes.
+fn read_secret(path: &Path) -> Result<Vec<u8>, SecretError> {
+    use crate::input::{Kinds, Links};
+    use std::io::Read;
+    let file = crate::input::open(path, Links::Follow, Kinds::Regular).map_err(SecretError::Open)?;
+    let mut key = Vec::new();
+    file.take(MAX_SECRET + 1).read_to_end(&mut key)?;
+    if key.len() as u64 > MAX_SECRET {
+        return Err(SecretError::TooLong);
+    }
+    while key.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        key.pop();
+    }
+    if key.is_empty() {
+        return Err(SecretError::Empty);
+    }
+    Ok(key)
+}
+
+fn client_tls(ca: &Path) -> Result<rustls::ClientConfig, SinkError> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let failed = |e: &dyn std::fmt::Display| SinkError::Ca(ca.to_path_buf(), e.to_string());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| failed(&e))? {
+        let cert = cert.map_err(|e| failed(&e))?;
+        // A certificate the store refuses is skipped: the system bundle holds some old ones.
+        let _ = roots.add(cert);
+    }
+    if roots.is_empty() {
+        return Err(failed(&"it holds no certificate"));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| failed(&e))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+/// Starts a thread per sink. A sink that cannot start (its secret unreadable, say) is said in
+/// the log and shown in its state; the others run.
+pub fn spawn_all(
+    sinks: &[Sink],
+    journal: &Path,
+    runtime: tokio::runtime::Handle,
+    states: Arc<Versioned<SinkStates>>,
+    stop: &Stop,
+) {
+    for sink in sinks {
+        states.update(|s| {
+            s.insert(sink.name.clone(), SinkState::default());
+        });
+        let prepared = match prepare(sink) {
+            Ok(p) => p,
+            Err(e) => {
+                log::error!("events: sink {:?} does not start: {e}", sink.name);
+                states.update(|s| s.entry(sink.name.clone()).or_default().last_error = Some(e.to_string()));
+                continue;
+            }
+        };
+        let (sink, journal, runtime, states, stop) = (
+            sink.clone(),
+            journal.to_path_buf(),
+            runtime.clone(),
+            states.clone(),
+            stop.unawaited("sink"),
+        );
+        let started = std::thread::Builder::new()
+            .name(format!("sink-{}", sink.name))
+            .spawn(move || deliver(&sink, &prepared, &journal, &runtime, &states, &stop));
+        if let Err(e) = started {
+            log::error!("events: cannot start a thread for a sink: {e}");
+        }
+    }
+}
+
+/// The sink's loop: rows after the cursor, one at a time, until the stop.
+fn deliver(
+    sink: &Sink,
+    prepared: &Prepared,
+    journal: &Path,
+    runtime: &tokio::runtime::Handle,
+    states: &Versioned<SinkStates>,
+    stop: &Stop,
+) {
+    let start = match sink.start {
+        SinkStart::Now => outbox::Start::Now,
+        SinkStart::Beginning => outbox::Start::Beginning,
+    };
+    let mut conn = None;
+    let mut backoff = MIN_BACKOFF;
+    let mut said: Option<(String, Instant)> = None;
+    loop {
+        if stop.is_stopped() {
+            return;
+        }
+        let step = match conn.as_mut() {
+            Some(c) => one_batch(c, sink, start, prepared, runtime, states),
+            // The writer makes the file on a first start: nothing to deliver until it has.
+            None if !journal.exists() => Ok(false),
+            None => db::open_for_cursors(journal)
+                .map(|opened| conn = Some(opened))
+                .map(|()| true)
+                .map_err(DeliveryError::from),
+        };
+        let wait = match step {
+            Ok(true) => {
+                backoff = MIN_BACKOFF;
+                continue;
+            }
+            Ok(false) => IDLE,
+            Err(error) => {
+                let why = error.to_string();
+                let repeat = said
+                    .as_ref()
+                    .is_some_and(|(w, at)| *w == why && at.elapsed() < LOG_EVERY);
+                if !repeat {
+                    log::warn!(
+                        "events: sink {:?} failed ({why}); retrying every {backoff:?} or less",
+                        sink.name
+                    );
+                    said = Some((why.clone(), Instant::now()));
+                }
+                states.update(|s| {
+                    let state = s.entry(sink.name.clone()).or_default();
+                    state.failed += 1;
+                    state.last_error = Some(why);
+                });
+                let wait = backoff;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                wait
+            }
+        };
+        if stop.sleep(wait) {
+            return;
+        }
+    }
+}
+
+/// Why a delivery step failed.
+#[derive(Debug, thiserror::Error)]
+enum DeliveryError {
+    #[error("the journal: {0}")]
+    Open(#[from] db::DbError),
+    #[error("the journal: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("cannot write the event: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error("event {row}: {error}")]
+    Post { row: i64, error: webhook::PostError },
+}
+
+/// Delivers the rows after the cursor, in order, until one fails: Ok(true) when some went,
+/// Ok(false) when there were none, Err with why the first that did not go failed.
+fn one_batch(
+    conn: &mut rusqlite::Connection,
+    sink: &Sink,
+    start: outbox::Start,
+    prepared: &Prepared,
+    runtime: &tokio::runtime::Handle,
+    states: &Versioned<SinkStates>,
+) -> Result<bool, DeliveryError> {
+    let now = crate::model::unix_now();
+    let cursor = outbox::cursor(conn, &sink.name, start, now)?;
+    let (rows, restarted) = outbox::after(conn, cursor, BATCH)?;
+    if restarted.0 {
+        log::warn!(
+            "events: sink {:?}: the journal was started anew (its rows begin again); delivering from its first row",
+            sink.name
+        );
+    }
+    let (lag_rows, oldest) = outbox::lag(conn, if restarted.0 { 0 } else { cursor })?;
+    states.update(|s| {
+        let state = s.entry(sink.name.clone()).or_default();
+        state.lag_rows = lag_rows;
+        state.lag_seconds = oldest.map_or(0.0, |at| (now - at).max(0.0));
+    });
+    let any = !rows.is_empty();
+    for row in rows {
+        let body = serde_json::to_vec(&cloudevent::event(&row))?;
+        let mut headers = vec![("content-type", "application/cloudevents+json".to_string())];
+        if let Some(secret) = &prepared.secret {
+            headers.push((cloudevent::SIGNATURE_HEADER, cloudevent::signature(secret, &body)));
+        }
+        let posted = runtime.block_on(webhook::post(
+            &prepared.endpoint,
+            prepared.tls.as_ref(),
+            &headers,
+            body,
+            sink.webhook.timeout,
+        ));
+        posted.map_err(|error| DeliveryError::Post { row: row.id, error })?;
+        outbox::acknowledge(conn, &sink.name, row.id, crate::model::unix_now())?;
+        states.update(|s| {
+            let state = s.entry(sink.name.clone()).or_default();
+            state.delivered += 1;
+            state.lag_rows = state.lag_rows.saturating_sub(1);
+            state.last_error = None;
+        });
+    }
+    Ok(any)
+}

@@ -1,0 +1,187 @@
+//! The journal's rows off the node (docs/journal.md, "Events out"): a webhook sink gets every
+//! row as a signed CloudEvent, in order, at least once, through a receiver that is down, a
+//! daemon restart mid-backlog, and receivers that refuse one event, redirect, answer 10 MB or
+//! never answer; each costs its own sink's delivery and nothing else. Every event is counted
+//! against the journal's own rows.
+
+use crate::common::*;
+use std::time::Duration;
+
+const FATAL_XID: &str = "3,501,5000000,-;NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=train, DBE (0x00000000)\n";
+
+/// The journal's row ids, oldest first.
+fn journal_ids(d: &Daemon) -> Vec<i64> {
+    let conn =
+        rusqlite::Connection::open_with_flags(d.state_path(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let mut statement = conn.prepare("SELECT id FROM events ORDER BY id").unwrap();
+    statement
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<Vec<i64>>>()
+        .unwrap()
+}
+
+/// The row id an event carries (`ROWID-MICROS`).
+fn row_id(event: &serde_json::Value) -> i64 {
+    event["id"]
+        .as_str()
+        .and_then(|id| id.split('-').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(-1)
+}
+
+fn sink(name: &str, url: &str, extra: &str) -> String {
+    format!(
+        "    - name: {name}\n      start: beginning\n      webhook:\n        url: \"{url}\"\n        timeout: 1s\n{extra}"
+    )
+}
+
+fn lag_rows(m: &Metrics, sink: &str) -> Option<f64> {
+    m.value("gpuwarden_sink_lag_rows", &[("sink", sink)])
+}
+
+fn counter(m: &Metrics, name: &str, sink: &str) -> f64 {
+    m.value(name, &[("sink", sink)]).unwrap_or(0.0)
+}
+
+/// Waits until the receiver holds an event for every journal row, and says what it got.
+fn until_all_taken(d: &Daemon, receiver: &Receiver, what: &str) -> Vec<i64> {
+    eventually(what, Duration::from_secs(60), || {
+        let want = journal_ids(d);
+        let got: Vec<i64> = receiver.events().iter().map(row_id).collect();
+        want.iter().all(|id| got.contains(id)).then_some(got)
+    })
+}
+
+/// The sink is down at first (nothing listens), then answers: every row arrives once, in
+/// order, signed with the secret; the daemon is restarted while the receiver refuses the rest
+/// of a backlog, and afterwards nothing is lost and what was acknowledged is not sent again.
+#[test]
+fn a_sink_down_then_up_and_a_restart_mid_backlog_lose_nothing() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("webhook.key");
+    std::fs::write(&secret, "s3cret-key\n").unwrap();
+    let events = format!(
+        "events:\n  sinks:\n{}",
+        sink(
+            "ops",
+            &format!("http://127.0.0.1:{port}/in"),
+            &format!("        secret_file: \"{}\"\n", secret.display())
+        )
+    );
+    let d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &test_config(&sim_library(), &events), FATAL_XID);
+    d.scrape_until("failures while nothing listens", |m| {
+        counter(m, "gpuwarden_sink_failed_total", "ops") >= 1.0 && lag_rows(m, "ops").is_some_and(|n| n > 0.0)
+    });
+    let receiver = Receiver::start(port, Answer::Take);
+    let got = until_all_taken(&d, &receiver, "every row after the receiver came up");
+    let mut sorted = got.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(got, sorted, "in order, each once");
+    let first = &receiver.all()[0];
+    let event = first.json();
+    assert_eq!(event["specversion"], "1.0");
+    assert!(event["type"].as_str().unwrap().starts_with("io.gpuwarden."), "{event}");
+    assert_eq!(first.header("content-type"), Some("application/cloudevents+json"));
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"s3cret-key");
+    let signature = first.header("x-gpuwarden-signature-256").unwrap();
+    let hex = signature.strip_prefix("sha256=").unwrap();
+    let tag: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect();
+    assert!(
+        ring::hmac::verify(&key, &first.body, &tag).is_ok(),
+        "the signature is the body's"
+    );
+    let xid = receiver
+        .events()
+        .into_iter()
+        .find(|e| e["type"] == "io.gpuwarden.xid")
+        .expect("the fatal XID's row");
+    assert_eq!(xid["data"]["gpu"]["pci_bus_id"], "0000:19:00.0", "{xid}");
+    d.scrape_until("no lag", |m| lag_rows(m, "ops") == Some(0.0));
+
+    // The receiver refuses from now on; a new XID and the daemon's restart rows wait.
+    receiver.set(Answer::Refuse);
+    let acknowledged = journal_ids(&d);
+    d.log_kernel("3,502,6000000,-;NVRM: Xid (PCI:0000:19:00): 13, pid=2, name=x, test\n");
+    d.scrape_until("a backlog", |m| lag_rows(m, "ops").is_some_and(|n| n > 0.0));
+    let d = d.restart(false, None);
+    receiver.set(Answer::Take);
+    until_all_taken(&d, &receiver, "the backlog after the restart");
+    let taken: Vec<i64> = receiver
+        .all()
+        .iter()
+        .filter(|r| r.json()["id"].is_string())
+        .map(|r| row_id(&r.json()))
+        .collect();
+    for id in &acknowledged {
+        assert_eq!(
+            taken.iter().filter(|t| *t == id).count(),
+            1,
+            "row {id} was acknowledged before the restart: its cursor kept it from going again"
+        );
+    }
+}
+
+/// Five sinks at once: one takes everything; one refuses a poison event (500 to the fatal
+/// XID's) and holds back the rows after it, its lag growing; one redirects (not followed: the
+/// target never hears of it); one answers 10 MB (read no further than 64 kB: delivered); one
+/// never answers (its timeout). The daemon serves and judges all along.
+#[test]
+fn a_poison_event_and_hostile_answers_cost_only_their_own_sink() {
+    let good = Receiver::start(0, Answer::Take);
+    let poison = Receiver::start(0, Answer::RefuseContaining("Xid 48".into()));
+    let target = Receiver::start(0, Answer::Take);
+    let redirect = Receiver::start(0, Answer::Redirect(target.url()));
+    let huge = Receiver::start(0, Answer::Huge(10 << 20));
+    let silent = Receiver::start(0, Answer::Silent);
+    let events = format!(
+        "events:\n  sinks:\n{}{}{}{}{}",
+        sink("good", &good.url(), ""),
+        sink("poison", &poison.url(), ""),
+        sink("redirect", &redirect.url(), ""),
+        sink("huge", &huge.url(), ""),
+        sink("silent", &silent.url(), "")
+    );
+    let d = Daemon::start_with(DEMO_SCENARIO, &test_config(&sim_library(), &events));
+    until_all_taken(&d, &good, "the good sink before the XID");
+    d.log_kernel(FATAL_XID);
+    until_all_taken(&d, &good, "the good sink with the XID");
+    until_all_taken(&d, &huge, "the sink that answers 10 MB");
+    let m = d.scrape_until("the poison held and the silent sink timed out", |m| {
+        counter(m, "gpuwarden_sink_failed_total", "poison") >= 2.0
+            && lag_rows(m, "poison").is_some_and(|n| n >= 1.0)
+            && counter(m, "gpuwarden_sink_failed_total", "silent") >= 1.0
+            && counter(m, "gpuwarden_sink_failed_total", "redirect") >= 1.0
+    });
+    assert_eq!(counter(&m, "gpuwarden_sink_delivered_total", "silent"), 0.0);
+    assert_eq!(counter(&m, "gpuwarden_sink_delivered_total", "redirect"), 0.0);
+    assert!(target.all().is_empty(), "a redirect is not followed");
+    // The poison sink got everything before the XID, and nothing after it went first.
+    let xid_row = journal_ids(&d)
+        .into_iter()
+        .find(|id| {
+            good.events()
+                .iter()
+                .any(|e| row_id(e) == *id && e["type"] == "io.gpuwarden.xid")
+        })
+        .unwrap();
+    let poisoned: Vec<i64> = poison.events().iter().map(row_id).collect();
+    assert!(poisoned.contains(&xid_row), "it was offered the poison event");
+    assert!(
+        poisoned.iter().all(|id| *id <= xid_row),
+        "nothing after the poison went first: {poisoned:?}"
+    );
+    // The rest of the daemon did not wait for any of them.
+    let (code, _) = d.health(false);
+    assert!(code >= 0);
+    assert_eq!(m.value("gpuwarden_journal_up", &[]), Some(1.0));
+    assert!(
+        d.log_text().contains("events: sink \"poison\" failed"),
+        "said in the log"
+    );
+}
