@@ -257,33 +257,57 @@ fn one_batch(
         );
     }
     let (lag_rows, oldest) = outbox::lag(conn, if restarted.0 { 0 } else { cursor })?;
-    states.update(|s| {
-        let state = s.entry(sink.name.clone()).or_default();
-        state.lag_rows = lag_rows;
-        state.lag_seconds = oldest.map_or(0.0, |at| (now - at).max(0.0));
-    });
-    let any = !rows.is_empty();
-    for row in rows {
-        let body = serde_json::to_vec(&cloudevent::event(&row))?;
-        let mut headers = vec![("content-type", "application/cloudevents+json".to_string())];
-        if let Some(secret) = &prepared.secret {
-            headers.push((cloudevent::SIGNATURE_HEADER, cloudevent::signature(secret, &body)));
-        }
-        let posted = runtime.block_on(webhook::post(
-            &prepared.endpoint,
-            prepared.tls.as_ref(),
-            &headers,
-            body,
-            sink.webhook.timeout,
-        ));
-        posted.map_err(|error| DeliveryError::Post { row: row.id, error })?;
-        outbox::acknowledge(conn, &sink.name, row.id, crate::model::unix_now())?;
+    // Told only when it moved (whole seconds): an idle sink looks every second, and each
+    // change republishes the snapshot.
+    let lag_seconds = oldest.map_or(0.0, |at| (now - at).max(0.0).floor());
+    let known = states.get().get(&sink.name).map(|s| (s.lag_rows, s.lag_seconds));
+    if known != Some((lag_rows, lag_seconds)) {
         states.update(|s| {
             let state = s.entry(sink.name.clone()).or_default();
-            state.delivered += 1;
-            state.lag_rows = state.lag_rows.saturating_sub(1);
+            state.lag_rows = lag_rows;
+            state.lag_seconds = lag_seconds;
+        });
+    }
+    let any = !rows.is_empty();
+    // The state is told once per batch, not per event: each change republishes the snapshot.
+    let mut delivered = 0u64;
+    let result = rows.iter().try_for_each(|row| {
+        post_one(conn, sink, prepared, runtime, row)?;
+        delivered += 1;
+        Ok(())
+    });
+    if delivered > 0 {
+        states.update(|s| {
+            let state = s.entry(sink.name.clone()).or_default();
+            state.delivered += delivered;
+            state.lag_rows = state.lag_rows.saturating_sub(delivered);
             state.last_error = None;
         });
     }
-    Ok(any)
+    result.map(|()| any)
+}
+
+/// Posts one row and moves the cursor past it once the sink said yes.
+fn post_one(
+    conn: &mut rusqlite::Connection,
+    sink: &Sink,
+    prepared: &Prepared,
+    runtime: &tokio::runtime::Handle,
+    row: &super::read::Row,
+) -> Result<(), DeliveryError> {
+    let body = serde_json::to_vec(&cloudevent::event(row))?;
+    let mut headers = vec![("content-type", "application/cloudevents+json".to_string())];
+    if let Some(secret) = &prepared.secret {
+        headers.push((cloudevent::SIGNATURE_HEADER, cloudevent::signature(secret, &body)));
+    }
+    let posted = runtime.block_on(webhook::post(
+        &prepared.endpoint,
+        prepared.tls.as_ref(),
+        &headers,
+        body,
+        sink.webhook.timeout,
+    ));
+    posted.map_err(|error| DeliveryError::Post { row: row.id, error })?;
+    outbox::acknowledge(conn, &sink.name, row.id, crate::model::unix_now())?;
+    Ok(())
 }
