@@ -224,7 +224,8 @@ impl Writer {
         )
     }
 
-    pub(super) fn push(&mut self, event: Event) {
+    pub(super) fn push(&mut self, mut event: Event) {
+        with_work_on_gpu(&mut event, &self.store.latest());
         self.queue(Pending::Insert { event, group: None });
     }
 
@@ -425,13 +426,18 @@ impl Writer {
     /// is nothing to write and no pruning due.
     fn next_batch(&mut self) -> Option<Batch> {
         let backlog = std::mem::take(&mut self.backlog);
+        let latest = self.store.latest();
         self.backlog = backlog
             .into_iter()
             .map(|pending| match pending {
-                Pending::Xid { group, event, severity } => Pending::Insert {
-                    event: super::xid_rows::xid_event(&event, severity, |bus| self.gpus.gpu_at(bus)),
-                    group: Some(group),
-                },
+                Pending::Xid { group, event, severity } => {
+                    let mut event = super::xid_rows::xid_event(&event, severity, |bus| self.gpus.gpu_at(bus));
+                    with_work_on_gpu(&mut event, &latest);
+                    Pending::Insert {
+                        event,
+                        group: Some(group),
+                    }
+                }
                 other => other,
             })
             .collect();
@@ -516,5 +522,31 @@ fn unexpected(answer: &Answer) -> Failure {
         advice: "a bug: please report it".to_string(),
         corrupt: false,
         moved_aside: None,
+    }
+}
+
+/// Adds to a GPU's row the batch jobs and pods on that GPU when it was written (details
+/// `on_gpu`: what an exported event carries, docs/journal.md "Events out"), from the latest
+/// snapshot; nothing when none holds it. Kept on the row, not on every series: the job label
+/// is what fleets drop from metrics for cardinality.
+fn with_work_on_gpu(event: &mut Event, snapshot: &Snapshot) {
+    let Some(uuid) = event.gpu.as_ref().map(|g| g.uuid.as_str()) else {
+        return;
+    };
+    let jobs = snapshot.jobs.get(uuid).filter(|j| !j.is_empty());
+    let pods = snapshot.pods.get(uuid).filter(|p| !p.is_empty());
+    if jobs.is_none() && pods.is_none() {
+        return;
+    }
+    if let Some(details) = event.details.as_object_mut().filter(|d| !d.contains_key("on_gpu")) {
+        let pods: Vec<serde_json::Value> = pods
+            .into_iter()
+            .flatten()
+            .map(|p| serde_json::json!({"namespace": p.namespace, "pod": p.pod, "container": p.container}))
+            .collect();
+        details.insert(
+            "on_gpu".into(),
+            serde_json::json!({"jobs": jobs.cloned().unwrap_or_default(), "pods": pods}),
+        );
     }
 }

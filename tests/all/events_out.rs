@@ -2,7 +2,7 @@
 //! row as a signed CloudEvent, in order, at least once, through a receiver that is down, a
 //! daemon restart mid-backlog, and receivers that refuse one event, redirect, answer 10 MB or
 //! never answer; each costs its own sink's delivery and nothing else. Every event is counted
-//! against the journal's own rows.
+//! against the journal's own rows, and a GPU's event names the job on the GPU then.
 
 use crate::common::*;
 use std::time::Duration;
@@ -62,8 +62,12 @@ fn a_sink_down_then_up_and_a_restart_mid_backlog_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let secret = dir.path().join("webhook.key");
     std::fs::write(&secret, "s3cret-key\n").unwrap();
+    // Batch job 4242 runs on GPU 0 (bus 19, where the fatal XID comes).
+    std::fs::create_dir_all(dir.path().join("jobs")).unwrap();
+    std::fs::write(dir.path().join("jobs/0"), "4242\n").unwrap();
     let events = format!(
-        "events:\n  sinks:\n{}",
+        "hpc_jobs:\n  mapping_dir: \"{}\"\nevents:\n  sinks:\n{}",
+        dir.path().join("jobs").display(),
         sink(
             "ops",
             &format!("http://127.0.0.1:{port}/in"),
@@ -106,6 +110,9 @@ fn a_sink_down_then_up_and_a_restart_mid_backlog_lose_nothing() {
 
     // The receiver refuses from now on; a new XID and the daemon's restart rows wait.
     receiver.set(Answer::Refuse);
+    d.scrape_until("job 4242 on GPU 0", |m| {
+        gpu_jobs(m).contains(&("0".to_string(), "4242".to_string()))
+    });
     let acknowledged = journal_ids(&d);
     d.log_kernel("3,502,6000000,-;NVRM: Xid (PCI:0000:19:00): 13, pid=2, name=x, test\n");
     d.scrape_until("a backlog", |m| lag_rows(m, "ops").is_some_and(|n| n > 0.0));
@@ -118,6 +125,19 @@ fn a_sink_down_then_up_and_a_restart_mid_backlog_lose_nothing() {
         .filter(|r| r.json()["id"].is_string())
         .map(|r| row_id(&r.json()))
         .collect();
+    // The job on the GPU when the row was written goes with the event, not on every series
+    // (the Xid 13 came once the job mapping was read; the first XID, in the kernel log at the
+    // start, came before it).
+    let xid13 = receiver
+        .events()
+        .into_iter()
+        .find(|e| e["data"]["details"]["xid"] == 13)
+        .expect("the Xid 13's row");
+    assert_eq!(
+        xid13["data"]["details"]["on_gpu"]["jobs"],
+        serde_json::json!(["4242"]),
+        "{xid13}"
+    );
     for id in &acknowledged {
         assert_eq!(
             taken.iter().filter(|t| *t == id).count(),
