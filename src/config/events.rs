@@ -12,12 +12,16 @@ pub struct Events {
     pub sinks: Vec<Sink>,
 }
 
-/// One sink: a name (its cursor's, its metrics' `sink` label) and where it delivers.
+/// One sink: a name (its cursor's, its metrics' `sink` label) and where it delivers: a
+/// webhook (CloudEvents) or an OTLP collector (logs), one of the two.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Sink {
     pub name: String,
-    pub webhook: Webhook,
+    #[serde(default)]
+    pub webhook: Option<Webhook>,
+    #[serde(default)]
+    pub otlp: Option<Otlp>,
     /// Where a sink seen for the first time starts: `now` (after the newest row) or
     /// `beginning` (the oldest row the journal keeps).
     #[serde(default)]
@@ -50,6 +54,32 @@ pub struct Webhook {
     pub timeout: Duration,
 }
 
+/// An OpenTelemetry Collector's OTLP/HTTP logs endpoint (`http://collector:4318/v1/logs`):
+/// the rows of a batch as one protobuf `ExportLogsServiceRequest`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Otlp {
+    /// The full URL, `/v1/logs` included; redirects are not followed.
+    pub url: String,
+    /// PEM certificates an `https://` endpoint's chain must end in; "" uses the system's.
+    #[serde(default)]
+    pub ca_file: PathBuf,
+    #[serde(default = "webhook_timeout", deserialize_with = "sink_timeout")]
+    pub timeout: Duration,
+}
+
+impl Sink {
+    /// Where it posts, how long it waits, and the CA file for https.
+    pub fn target(&self) -> (&str, Duration, &Path) {
+        match (&self.webhook, &self.otlp) {
+            (Some(w), _) => (&w.url, w.timeout, &w.ca_file),
+            (None, Some(o)) => (&o.url, o.timeout, &o.ca_file),
+            // Refused when the config is read.
+            (None, None) => ("", Duration::ZERO, Path::new("")),
+        }
+    }
+}
+
 fn webhook_timeout() -> Duration {
     Duration::from_secs(5)
 }
@@ -73,7 +103,13 @@ fn sinks<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Sink>, D::Error> {
                 sink.name
             )));
         }
-        Endpoint::parse(&sink.webhook.url)
+        if sink.webhook.is_some() == sink.otlp.is_some() {
+            return Err(serde::de::Error::custom(format!(
+                "events.sinks {:?}: give it one of `webhook:` (CloudEvents) or `otlp:` (OTLP logs)",
+                sink.name
+            )));
+        }
+        Endpoint::parse(sink.target().0)
             .map_err(|e| serde::de::Error::custom(format!("events.sinks {:?}: {e}", sink.name)))?;
     }
     Ok(sinks)
@@ -90,7 +126,7 @@ pub struct Endpoint {
 
 /// A webhook url gpuwarden cannot post to, and why.
 #[derive(Debug, thiserror::Error)]
-#[error("the webhook url {url:?} {why}")]
+#[error("the url {url:?} {why}")]
 pub struct BadUrl {
     url: String,
     why: &'static str,

@@ -39,6 +39,7 @@ pub mod facts;
 mod file_state;
 mod gpu_looks;
 pub mod nic_rows;
+pub mod otlp;
 pub mod outbox;
 pub mod read;
 pub mod refill;

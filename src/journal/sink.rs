@@ -1,7 +1,8 @@
 //! Delivery of the journal's rows to each configured sink (docs/journal.md, "Events out"), at
 //! least once: one thread per sink reads the rows after its cursor (journal/outbox.rs), in
-//! order, posts each as a CloudEvent (journal/cloudevent.rs, journal/webhook.rs) and moves the
-//! cursor only once the sink said yes. A failure is retried, the same event, after a back-off
+//! order, posts each as a CloudEvent (journal/cloudevent.rs) or each batch as OTLP logs
+//! (journal/otlp.rs) over HTTP (journal/webhook.rs), and moves the cursor only once the sink
+//! said yes. A failure is retried, the same event, after a back-off
 //! that doubles from 1 s to 5 minutes; nothing after it goes first. It never blocks polling or
 //! the verdict: its own thread, its own connection to the journal file, and its own state,
 //! which /metrics shows (`gpuwarden_sink_*`). The daemon's stop does not wait for a delivery
@@ -29,11 +30,20 @@ const MAX_SECRET: u64 = 4096;
 /// The same failure is logged at most this often.
 const LOG_EVERY: Duration = Duration::from_secs(300);
 
-/// What a sink needs that is read once at its start: the endpoint, TLS, the secret.
+/// What a sink needs that is read once at its start: the endpoint, TLS, what it sends.
 struct Prepared {
     endpoint: webhook::Endpoint,
     tls: Option<Arc<rustls::ClientConfig>>,
-    secret: Option<Vec<u8>>,
+    timeout: Duration,
+    format: Format,
+}
+
+/// What goes in one POST.
+enum Format {
+    /// One row as a CloudEvent, signed with the secret when there is one.
+    CloudEvent { secret: Option<Vec<u8>> },
+    /// The batch's rows as one OTLP logs request.
+    Otlp,
 }
 
 /// Why a sink cannot start.
@@ -51,24 +61,33 @@ pub enum SinkError {
 const SYSTEM_CAS: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 fn prepare(sink: &Sink) -> Result<Prepared, SinkError> {
-    let endpoint = webhook::Endpoint::parse(&sink.webhook.url)?;
-    let secret = if sink.webhook.secret_file.as_os_str().is_empty() {
-        None
-    } else {
-        let path = &sink.webhook.secret_file;
-        Some(read_secret(path).map_err(|why| SinkError::Secret(path.clone(), why))?)
+    let (url, timeout, ca_file) = sink.target();
+    let endpoint = webhook::Endpoint::parse(url)?;
+    let format = match &sink.webhook {
+        Some(hook) if !hook.secret_file.as_os_str().is_empty() => {
+            let path = &hook.secret_file;
+            let key = read_secret(path).map_err(|why| SinkError::Secret(path.clone(), why))?;
+            Format::CloudEvent { secret: Some(key) }
+        }
+        Some(_) => Format::CloudEvent { secret: None },
+        None => Format::Otlp,
     };
     let tls = if endpoint.tls {
-        let ca = if sink.webhook.ca_file.as_os_str().is_empty() {
+        let ca = if ca_file.as_os_str().is_empty() {
             PathBuf::from(SYSTEM_CAS)
         } else {
-            sink.webhook.ca_file.clone()
+            ca_file.to_path_buf()
         };
         Some(Arc::new(client_tls(&ca)?))
     } else {
         None
     };
-    Ok(Prepared { endpoint, tls, secret })
+    Ok(Prepared {
+        endpoint,
+        tls,
+        timeout,
+        format,
+    })
 }
 
 /// Why a secret file gives no key.
@@ -271,11 +290,14 @@ fn one_batch(
     let any = !rows.is_empty();
     // The state is told once per batch, not per event: each change republishes the snapshot.
     let mut delivered = 0u64;
-    let result = rows.iter().try_for_each(|row| {
-        post_one(conn, sink, prepared, runtime, row)?;
-        delivered += 1;
-        Ok(())
-    });
+    let result = match &prepared.format {
+        Format::CloudEvent { secret } => rows.iter().try_for_each(|row| {
+            post_one(conn, sink, prepared, runtime, row, secret.as_deref())?;
+            delivered += 1;
+            Ok(())
+        }),
+        Format::Otlp => post_batch(conn, sink, prepared, runtime, &rows).map(|()| delivered = rows.len() as u64),
+    };
     if delivered > 0 {
         states.update(|s| {
             let state = s.entry(sink.name.clone()).or_default();
@@ -287,6 +309,32 @@ fn one_batch(
     result.map(|()| any)
 }
 
+/// Posts the batch as one OTLP request and moves the cursor past its last row once the
+/// collector said yes.
+fn post_batch(
+    conn: &mut rusqlite::Connection,
+    sink: &Sink,
+    prepared: &Prepared,
+    runtime: &tokio::runtime::Handle,
+    rows: &[super::read::Row],
+) -> Result<(), DeliveryError> {
+    let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+        return Ok(());
+    };
+    let body = super::otlp::body(rows, crate::model::unix_now());
+    let headers = [("content-type", "application/x-protobuf".to_string())];
+    let posted = runtime.block_on(webhook::post(
+        &prepared.endpoint,
+        prepared.tls.as_ref(),
+        &headers,
+        body,
+        prepared.timeout,
+    ));
+    posted.map_err(|error| DeliveryError::Post { row: first.id, error })?;
+    outbox::acknowledge(conn, &sink.name, last.id, crate::model::unix_now())?;
+    Ok(())
+}
+
 /// Posts one row and moves the cursor past it once the sink said yes.
 fn post_one(
     conn: &mut rusqlite::Connection,
@@ -294,10 +342,11 @@ fn post_one(
     prepared: &Prepared,
     runtime: &tokio::runtime::Handle,
     row: &super::read::Row,
+    secret: Option<&[u8]>,
 ) -> Result<(), DeliveryError> {
     let body = serde_json::to_vec(&cloudevent::event(row))?;
     let mut headers = vec![("content-type", "application/cloudevents+json".to_string())];
-    if let Some(secret) = &prepared.secret {
+    if let Some(secret) = secret {
         headers.push((cloudevent::SIGNATURE_HEADER, cloudevent::signature(secret, &body)));
     }
     let posted = runtime.block_on(webhook::post(
@@ -305,7 +354,7 @@ fn post_one(
         prepared.tls.as_ref(),
         &headers,
         body,
-        sink.webhook.timeout,
+        prepared.timeout,
     ));
     posted.map_err(|error| DeliveryError::Post { row: row.id, error })?;
     outbox::acknowledge(conn, &sink.name, row.id, crate::model::unix_now())?;

@@ -205,3 +205,61 @@ fn a_poison_event_and_hostile_answers_cost_only_their_own_sink() {
         "said in the log"
     );
 }
+
+/// An OTLP sink: every row a log record of an `ExportLogsServiceRequest` (protobuf over HTTP,
+/// a batch per request), through a collector that refuses for a while; the records' `event.id`
+/// are the rows', each row there at least once, none missing.
+#[test]
+fn an_otlp_collector_gets_every_row_as_a_log_record() {
+    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+    use prost::Message;
+    let collector = Receiver::start(0, Answer::Refuse);
+    let events = format!(
+        "events:\n  sinks:\n    - name: collector\n      start: beginning\n      otlp:\n        url: \"http://127.0.0.1:{}/v1/logs\"\n        timeout: 1s\n",
+        collector.port
+    );
+    let d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &test_config(&sim_library(), &events), FATAL_XID);
+    d.scrape_until("a refused batch", |m| {
+        counter(m, "gpuwarden_sink_failed_total", "collector") >= 1.0
+    });
+    collector.set(Answer::Take);
+    let records = |collector: &Receiver| -> Vec<(i64, String, String)> {
+        collector
+            .all()
+            .iter()
+            .filter(|r| r.header("content-type") == Some("application/x-protobuf"))
+            .filter_map(|r| ExportLogsServiceRequest::decode(r.body.as_slice()).ok())
+            .flat_map(|request| request.resource_logs)
+            .flat_map(|resource| resource.scope_logs)
+            .flat_map(|scope| scope.log_records)
+            .map(|record| {
+                let id = record
+                    .attributes
+                    .iter()
+                    .find(|a| a.key == "event.id")
+                    .and_then(|a| a.value.as_ref())
+                    .map(|v| format!("{v:?}"))
+                    .unwrap_or_default();
+                let row: i64 = id
+                    .split('"')
+                    .nth(1)
+                    .and_then(|s| s.split('-').next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(-1);
+                (row, record.event_name, record.severity_text)
+            })
+            .collect()
+    };
+    let got = eventually("every row as a record", Duration::from_secs(60), || {
+        let want = journal_ids(&d);
+        let got = records(&collector);
+        want.iter().all(|id| got.iter().any(|(r, _, _)| r == id)).then_some(got)
+    });
+    let xid = got
+        .iter()
+        .find(|(_, name, _)| name == "io.gpuwarden.xid")
+        .expect("the XID's record");
+    assert_eq!(xid.2, "FATAL", "{xid:?}");
+    assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "in order, each once: {got:?}");
+    d.scrape_until("no lag", |m| lag_rows(m, "collector") == Some(0.0));
+}
