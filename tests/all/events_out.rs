@@ -54,8 +54,9 @@ fn until_all_taken(d: &Daemon, receiver: &Receiver, what: &str) -> Vec<i64> {
 }
 
 /// The sink is down at first (nothing listens), then answers: every row arrives once, in
-/// order, signed with the secret; the daemon is restarted while the receiver refuses the rest
-/// of a backlog, and afterwards nothing is lost and what was acknowledged is not sent again.
+/// order, signed with the secret; the receiver refuses, then restarts (hangs up), and the
+/// daemon restarts, mid-backlog: afterwards nothing is lost and what was acknowledged is not
+/// sent again.
 #[test]
 fn a_sink_down_then_up_and_a_restart_mid_backlog_lose_nothing() {
     let port = free_port();
@@ -116,6 +117,12 @@ fn a_sink_down_then_up_and_a_restart_mid_backlog_lose_nothing() {
     let acknowledged = journal_ids(&d);
     d.log_kernel("3,502,6000000,-;NVRM: Xid (PCI:0000:19:00): 13, pid=2, name=x, test\n");
     d.scrape_until("a backlog", |m| lag_rows(m, "ops").is_some_and(|n| n > 0.0));
+    // The receiver restarts: connections closed as they come, then the daemon restarts too.
+    receiver.set(Answer::Hangup);
+    let failed = counter(&d.scrape(), "gpuwarden_sink_failed_total", "ops");
+    d.scrape_until("a hung-up delivery", |m| {
+        counter(m, "gpuwarden_sink_failed_total", "ops") > failed
+    });
     let d = d.restart(false, None);
     receiver.set(Answer::Take);
     until_all_taken(&d, &receiver, "the backlog after the restart");

@@ -21,6 +21,8 @@ pub enum Answer {
     Huge(usize),
     /// Reads the request and never answers.
     Silent,
+    /// Closes the connection as soon as it comes, reading nothing: a receiver restarting.
+    Hangup,
 }
 
 #[derive(Debug, Clone)]
@@ -82,6 +84,10 @@ impl Receiver {
 }
 
 fn serve(stream: TcpStream, answer: &Mutex<Answer>, received: &Mutex<Vec<Received>>) {
+    if *answer.lock().unwrap() == Answer::Hangup {
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+        return;
+    }
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut headers = Vec::new();
     let mut line = String::new();
@@ -138,6 +144,7 @@ fn serve(stream: TcpStream, answer: &Mutex<Answer>, received: &Mutex<Vec<Receive
             }
             Ok(())
         }
+        Answer::Hangup => Ok(()),
         Answer::Silent => {
             std::thread::sleep(std::time::Duration::from_secs(30));
             Ok(())
