@@ -270,3 +270,44 @@ fn an_otlp_collector_gets_every_row_as_a_log_record() {
     assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "in order, each once: {got:?}");
     d.scrape_until("no lag", |m| lag_rows(m, "collector") == Some(0.0));
 }
+
+/// A sink the config cannot have is refused by `config check` with its place and what to
+/// write: a scheme other than http(s), both kinds or neither, a misspelt key, a name twice.
+#[test]
+fn config_check_refuses_a_sink_it_cannot_deliver_to() {
+    let dir = tempfile::tempdir().unwrap();
+    for (sinks, says) in [
+        (
+            "    - name: a\n      webhook: {url: \"ftp://x/y\"}\n",
+            "3:5: events.sinks \"a\": the url \"ftp://x/y\" must begin with http:// or https://",
+        ),
+        (
+            "    - name: a\n      webhook: {url: \"http://x/y\"}\n      otlp: {url: \"http://x/v1/logs\"}\n",
+            "give it one of `webhook:` (CloudEvents) or `otlp:` (OTLP logs)",
+        ),
+        ("    - name: a\n", "give it one of `webhook:`"),
+        (
+            "    - name: a\n      webhook: {url: \"http://x/y\", timeot: 5s}\n",
+            "4:36: unknown field `timeot`",
+        ),
+        (
+            "    - name: a\n      otlp: {url: \"http://x/v1/logs\"}\n    - name: a\n      otlp: {url: \"http://y/v1/logs\"}\n",
+            "\"a\" is named twice",
+        ),
+        (
+            "    - name: \"a b\"\n      otlp: {url: \"http://x/v1/logs\"}\n",
+            "write 1 to 64 letters, digits, - or _",
+        ),
+    ] {
+        let file = dir.path().join("bad.yaml");
+        std::fs::write(&file, format!("events:\n  sinks:\n{sinks}")).unwrap();
+        let out = std::process::Command::new(BIN)
+            .args(["config", "check"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(78), "{sinks}: {err}");
+        assert!(err.contains(says), "{sinks}: {err}");
+    }
+}
