@@ -66,27 +66,12 @@ pub fn acknowledge(conn: &mut Connection, sink: &str, row_id: i64, now: f64) -> 
 pub fn after(conn: &Connection, cursor: i64, limit: usize) -> rusqlite::Result<(Vec<Row>, Restarted)> {
     let restarted = Restarted(cursor > newest(conn)?);
     let from = if restarted.0 { 0 } else { cursor };
-    let mut statement = conn.prepare(
-        "SELECT id, at, boot_id, host, kind, gpu_uuid, serial, pci_bus_id, summary, details FROM events \
-         WHERE id > ?1 ORDER BY id LIMIT ?2",
-    )?;
+    let mut statement = conn.prepare(&format!(
+        "SELECT {} FROM events WHERE id > ?1 ORDER BY id LIMIT ?2",
+        super::read::ROW_COLUMNS
+    ))?;
     let rows = statement
-        .query_map(params![from, limit as i64], |r| {
-            let details: String = r.get(9)?;
-            Ok(Row {
-                id: r.get(0)?,
-                at: r.get(1)?,
-                boot_id: r.get(2)?,
-                host: r.get(3)?,
-                kind: r.get(4)?,
-                gpu_uuid: r.get(5)?,
-                serial: r.get(6)?,
-                pci_bus_id: r.get(7)?,
-                summary: r.get(8)?,
-                // A row whose details are not JSON still goes out, its details as null.
-                details: serde_json::from_str(&details).unwrap_or(serde_json::Value::Null),
-            })
-        })?
+        .query_map(params![from, limit as i64], super::read::row_of)?
         .collect::<rusqlite::Result<Vec<Row>>>()?;
     Ok((rows, restarted))
 }

@@ -109,11 +109,30 @@ pub fn parse_kinds(text: &str) -> Result<Vec<Kind>, QueryError> {
         .collect()
 }
 
+/// The columns a row is selected with, in [`row_of`]'s order.
+pub const ROW_COLUMNS: &str = "id, at, boot_id, host, kind, gpu_uuid, serial, pci_bus_id, summary, details";
+
+/// A row selected with [`ROW_COLUMNS`]; details that are not JSON read as null (the row is
+/// still shown, and still goes out).
+pub fn row_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    let details: String = r.get(9)?;
+    Ok(Row {
+        id: r.get(0)?,
+        at: r.get(1)?,
+        boot_id: r.get(2)?,
+        host: r.get(3)?,
+        kind: r.get(4)?,
+        gpu_uuid: r.get(5)?,
+        serial: r.get(6)?,
+        pci_bus_id: r.get(7)?,
+        summary: r.get(8)?,
+        details: serde_json::from_str(&details).unwrap_or(serde_json::Value::Null),
+    })
+}
+
 /// Rows matching `query`, oldest first, the newest `limit` of them.
 pub fn events(conn: &Connection, query: &Query) -> rusqlite::Result<Vec<Row>> {
-    let mut sql = String::from(
-        "SELECT id, at, boot_id, host, kind, gpu_uuid, serial, pci_bus_id, summary, details FROM events WHERE 1",
-    );
+    let mut sql = format!("SELECT {ROW_COLUMNS} FROM events WHERE 1");
     let mut values: Vec<SqlValue> = Vec::new();
     if let Some(since) = query.since {
         sql.push_str(" AND at >= ?");
@@ -139,21 +158,7 @@ pub fn events(conn: &Connection, query: &Query) -> rusqlite::Result<Vec<Row>> {
     sql.push_str(&format!(" ORDER BY at DESC, id DESC LIMIT {limit}"));
     let mut statement = conn.prepare(&sql)?;
     let mut rows: Vec<Row> = statement
-        .query_map(params_from_iter(values), |r| {
-            let details: String = r.get(9)?;
-            Ok(Row {
-                id: r.get(0)?,
-                at: r.get(1)?,
-                boot_id: r.get(2)?,
-                host: r.get(3)?,
-                kind: r.get(4)?,
-                gpu_uuid: r.get(5)?,
-                serial: r.get(6)?,
-                pci_bus_id: r.get(7)?,
-                summary: r.get(8)?,
-                details: serde_json::from_str(&details).unwrap_or(serde_json::Value::Null),
-            })
-        })?
+        .query_map(params_from_iter(values), row_of)?
         .collect::<rusqlite::Result<_>>()?;
     rows.reverse();
     Ok(rows)

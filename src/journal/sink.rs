@@ -323,14 +323,7 @@ fn post_batch(
     };
     let body = super::otlp::body(rows, crate::model::unix_now());
     let headers = [("content-type", "application/x-protobuf".to_string())];
-    let posted = runtime.block_on(webhook::post(
-        &prepared.endpoint,
-        prepared.tls.as_ref(),
-        &headers,
-        body,
-        prepared.timeout,
-    ));
-    posted.map_err(|error| DeliveryError::Post { row: first.id, error })?;
+    send(prepared, runtime, &headers, body).map_err(|error| DeliveryError::Post { row: first.id, error })?;
     outbox::acknowledge(conn, &sink.name, last.id, crate::model::unix_now())?;
     Ok(())
 }
@@ -349,14 +342,23 @@ fn post_one(
     if let Some(secret) = secret {
         headers.push((cloudevent::SIGNATURE_HEADER, cloudevent::signature(secret, &body)));
     }
-    let posted = runtime.block_on(webhook::post(
-        &prepared.endpoint,
-        prepared.tls.as_ref(),
-        &headers,
-        body,
-        prepared.timeout,
-    ));
-    posted.map_err(|error| DeliveryError::Post { row: row.id, error })?;
+    send(prepared, runtime, &headers, body).map_err(|error| DeliveryError::Post { row: row.id, error })?;
     outbox::acknowledge(conn, &sink.name, row.id, crate::model::unix_now())?;
     Ok(())
+}
+
+/// One POST to the sink's endpoint, on the daemon's runtime, within the sink's timeout.
+fn send(
+    prepared: &Prepared,
+    runtime: &tokio::runtime::Handle,
+    headers: &[(&str, String)],
+    body: Vec<u8>,
+) -> Result<(), webhook::PostError> {
+    runtime.block_on(webhook::post(
+        &prepared.endpoint,
+        prepared.tls.as_ref(),
+        headers,
+        body,
+        prepared.timeout,
+    ))
 }
