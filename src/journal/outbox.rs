@@ -60,6 +60,16 @@ pub fn acknowledge(conn: &mut Connection, sink: &str, row_id: i64, now: f64) -> 
     tx.commit()
 }
 
+/// Sets the sink's cursor back to before the first row: for a journal file started anew,
+/// whose row ids begin again under the old cursor (which [`acknowledge`] never moves back).
+pub fn restart(conn: &mut Connection, sink: &str, now: f64) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE sink_cursors SET row_id = 0, at = ?2 WHERE sink = ?1",
+        params![sink, now],
+    )?;
+    Ok(())
+}
+
 /// Up to `limit` rows after `cursor`, oldest first. A cursor past the newest row means the
 /// journal was started anew (a file moved aside: its row ids begin again at 1): then from
 /// the first row, and `Restarted` says so.
@@ -137,10 +147,18 @@ mod tests {
         assert_eq!(page.iter().map(|r| r.id).collect::<Vec<_>>(), &ids[2..4]);
         assert_eq!(lag(&conn, ids[1]).unwrap(), (3, Some(12.0)));
         assert_eq!(lag(&conn, ids[4]).unwrap(), (0, None));
-        // A cursor past every row: the file was started anew.
+        // A cursor past every row: the file was started anew. Set back, the sink takes the
+        // new file's rows from its first, and acknowledges move it on again.
+        let mut conn = conn;
+        acknowledge(&mut conn, "ops", 9_999, 1.0).unwrap();
         let (page, restarted) = after(&conn, 9_999, 10).unwrap();
         assert_eq!(restarted, Restarted(true));
         assert_eq!(page.len(), 5);
+        restart(&mut conn, "ops", 2.0).unwrap();
+        assert_eq!(cursor(&conn, "ops", Start::Now, 3.0).unwrap(), 0);
+        acknowledge(&mut conn, "ops", ids[0], 4.0).unwrap();
+        let (page, restarted) = after(&conn, cursor(&conn, "ops", Start::Now, 5.0).unwrap(), 10).unwrap();
+        assert_eq!((page.len(), restarted), (4, Restarted(false)));
     }
 
     #[test]

@@ -274,6 +274,7 @@ fn one_batch(
             "events: sink {:?}: the journal was started anew (its rows begin again); delivering from its first row",
             sink.name
         );
+        outbox::restart(conn, &sink.name, now)?;
     }
     let (lag_rows, oldest) = outbox::lag(conn, if restarted.0 { 0 } else { cursor })?;
     // Told only when it moved (whole seconds): an idle sink looks every second, and each
