@@ -193,19 +193,26 @@ fn deliver(
         SinkStart::Now => outbox::Start::Now,
         SinkStart::Beginning => outbox::Start::Beginning,
     };
-    let mut conn = None;
+    // The connection, and the file (device, inode) it was opened on.
+    let mut conn: Option<(rusqlite::Connection, (u64, u64))> = None;
     let mut backoff = MIN_BACKOFF;
     let mut said: Option<(String, Instant)> = None;
     loop {
         if stop.is_stopped() {
             return;
         }
-        let step = match conn.as_mut() {
-            Some(c) => one_batch(c, sink, start, prepared, runtime, states),
+        // A file deleted or replaced while the daemon runs (the writer refills a new one): the
+        // old connection would read the old file for good.
+        let now_at = file_id(journal);
+        if conn.as_ref().is_some_and(|(_, id)| Some(*id) != now_at) {
+            conn = None;
+        }
+        let step = match (conn.as_mut(), now_at) {
+            (Some((c, _)), _) => one_batch(c, sink, start, prepared, runtime, states),
             // The writer makes the file on a first start: nothing to deliver until it has.
-            None if !journal.exists() => Ok(false),
-            None => db::open_for_cursors(journal)
-                .map(|opened| conn = Some(opened))
+            (None, None) => Ok(false),
+            (None, Some(id)) => db::open_for_cursors(journal)
+                .map(|opened| conn = Some((opened, id)))
                 .map(|()| true)
                 .map_err(DeliveryError::from),
         };
@@ -362,4 +369,10 @@ fn send(
         body,
         prepared.timeout,
     ))
+}
+
+/// The file's (device, inode); `None` where it is not there.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }

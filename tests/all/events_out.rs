@@ -311,3 +311,54 @@ fn config_check_refuses_a_sink_it_cannot_deliver_to() {
         assert!(err.contains(says), "{sinks}: {err}");
     }
 }
+
+/// The journal file deleted while the daemon runs: the writer starts a new one, and the sink
+/// follows it (its connection to the old file let go), delivering the new file's rows, whose
+/// event ids differ from the old ones' though their row ids begin again.
+#[test]
+fn a_sink_follows_a_journal_file_started_anew() {
+    let receiver = Receiver::start(0, Answer::Take);
+    let events = format!("events:\n  sinks:\n{}", sink("ops", &receiver.url(), ""));
+    let d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &test_config(&sim_library(), &events), FATAL_XID);
+    // Every row's event id, as the journal holds them now.
+    let event_ids = |d: &Daemon| -> Vec<String> {
+        let conn = rusqlite::Connection::open_with_flags(d.state_path(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY);
+        let Ok(conn) = conn else { return Vec::new() };
+        let Ok(mut statement) = conn.prepare("SELECT id, at FROM events ORDER BY id") else {
+            return Vec::new();
+        };
+        statement
+            .query_map([], |r| {
+                Ok(format!(
+                    "{}-{}",
+                    r.get::<_, i64>(0)?,
+                    (r.get::<_, f64>(1)? * 1e6).round() as i64
+                ))
+            })
+            .map(|rows| rows.filter_map(Result::ok).collect())
+            .unwrap_or_default()
+    };
+    let taken = |want: &[String]| {
+        let got: Vec<String> = receiver
+            .events()
+            .iter()
+            .filter_map(|e| e["id"].as_str().map(String::from))
+            .collect();
+        !want.is_empty() && want.iter().all(|id| got.contains(id))
+    };
+    eventually("the first file's rows", Duration::from_secs(60), || {
+        taken(&event_ids(&d)).then_some(())
+    });
+    let state = d.state_path();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", state.display()));
+    }
+    d.log_kernel("3,502,6000000,-;NVRM: Xid (PCI:0000:5d:00): 31, pid=1, name=x, MMU Fault\n");
+    let first_file = receiver.events().len();
+    eventually("the new file's rows", Duration::from_secs(60), || {
+        let want = event_ids(&d);
+        // The new file's row 1 is not the old file's: its event id differs.
+        (want.first().is_some_and(|id| id.starts_with("1-")) && taken(&want)).then_some(())
+    });
+    assert!(receiver.events().len() > first_file);
+}
