@@ -143,8 +143,9 @@ fn client_tls(ca: &Path) -> Result<rustls::ClientConfig, SinkError> {
         .with_no_client_auth())
 }
 
-/// Starts a thread per sink. A sink that cannot start (its secret unreadable, say) is said in
-/// the log and shown in its state; the others run.
+/// Starts a thread per sink. A sink that cannot start (its secret unreadable, say) tries again
+/// at each back-off, each try a failure in its state and the log, its lag counted all along
+/// (so GpuwardenSinkLagging fires for it); the others run.
 pub fn spawn_all(
     sinks: &[Sink],
     journal: &Path,
@@ -156,14 +157,6 @@ pub fn spawn_all(
         states.update(|s| {
             s.insert(sink.name.clone(), SinkState::default());
         });
-        let prepared = match prepare(sink) {
-            Ok(p) => p,
-            Err(e) => {
-                log::error!("events: sink {:?} does not start: {e}", sink.name);
-                states.update(|s| s.entry(sink.name.clone()).or_default().last_error = Some(e.to_string()));
-                continue;
-            }
-        };
         let (sink, journal, runtime, states, stop) = (
             sink.clone(),
             journal.to_path_buf(),
@@ -173,7 +166,7 @@ pub fn spawn_all(
         );
         let started = std::thread::Builder::new()
             .name(format!("sink-{}", sink.name))
-            .spawn(move || deliver(&sink, &prepared, &journal, &runtime, &states, &stop));
+            .spawn(move || deliver(&sink, &journal, &runtime, &states, &stop));
         if let Err(e) = started {
             log::error!("events: cannot start a thread for a sink: {e}");
         }
@@ -181,14 +174,7 @@ pub fn spawn_all(
 }
 
 /// The sink's loop: rows after the cursor, one at a time, until the stop.
-fn deliver(
-    sink: &Sink,
-    prepared: &Prepared,
-    journal: &Path,
-    runtime: &tokio::runtime::Handle,
-    states: &Versioned<SinkStates>,
-    stop: &Stop,
-) {
+fn deliver(sink: &Sink, journal: &Path, runtime: &tokio::runtime::Handle, states: &Versioned<SinkStates>, stop: &Stop) {
     let start = match sink.start {
         SinkStart::Now => outbox::Start::Now,
         SinkStart::Beginning => outbox::Start::Beginning,
@@ -197,10 +183,18 @@ fn deliver(
     let mut conn: Option<(rusqlite::Connection, (u64, u64))> = None;
     let mut backoff = MIN_BACKOFF;
     let mut said: Option<(String, Instant)> = None;
+    let mut prepared: Option<Prepared> = None;
     loop {
         if stop.is_stopped() {
             return;
         }
+        let ready = match prepared.as_ref() {
+            Some(p) => Ok(p),
+            None => match prepare(sink) {
+                Ok(p) => Ok(&*prepared.insert(p)),
+                Err(e) => Err(e),
+            },
+        };
         // A file deleted or replaced while the daemon runs (the writer refills a new one): the
         // old connection would read the old file for good.
         let now_at = file_id(journal);
@@ -208,7 +202,7 @@ fn deliver(
             conn = None;
         }
         let step = match (conn.as_mut(), now_at) {
-            (Some((c, _)), _) => one_batch(c, sink, start, prepared, runtime, states),
+            (Some((c, _)), _) => one_batch(c, sink, start, ready, runtime, states),
             // The writer makes the file on a first start: nothing to deliver until it has.
             (None, None) => Ok(false),
             (None, Some(id)) => db::open_for_cursors(journal)
@@ -222,6 +216,8 @@ fn deliver(
                 continue;
             }
             Ok(false) => IDLE,
+            // A delivery cut short by the stop is no failure to report.
+            Err(_) if stop.is_stopped() => return,
             Err(error) => {
                 let why = error.to_string();
                 let repeat = said
@@ -261,6 +257,8 @@ enum DeliveryError {
     Encode(#[from] serde_json::Error),
     #[error("event {row}: {error}")]
     Post { row: i64, error: webhook::PostError },
+    #[error("it cannot start: {0}")]
+    NotReady(String),
 }
 
 /// Delivers the rows after the cursor, in order, until one fails: Ok(true) when some went,
@@ -269,7 +267,7 @@ fn one_batch(
     conn: &mut rusqlite::Connection,
     sink: &Sink,
     start: outbox::Start,
-    prepared: &Prepared,
+    prepared: Result<&Prepared, SinkError>,
     runtime: &tokio::runtime::Handle,
     states: &Versioned<SinkStates>,
 ) -> Result<bool, DeliveryError> {
@@ -295,6 +293,8 @@ fn one_batch(
             state.lag_seconds = lag_seconds;
         });
     }
+    // Its lag is counted above even when it cannot start, so its alert fires.
+    let prepared = prepared.map_err(|e| DeliveryError::NotReady(e.to_string()))?;
     let any = !rows.is_empty();
     // The state is told once per batch, not per event: each change republishes the snapshot.
     let mut delivered = 0u64;

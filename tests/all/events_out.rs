@@ -154,10 +154,11 @@ fn a_sink_down_then_up_and_a_restart_mid_backlog_lose_nothing() {
     }
 }
 
-/// Five sinks at once: one takes everything; one refuses a poison event (500 to the fatal
+/// Six sinks at once: one takes everything; one refuses a poison event (500 to the fatal
 /// XID's) and holds back the rows after it, its lag growing; one redirects (not followed: the
 /// target never hears of it); one answers 10 MB (read no further than 64 kB: delivered); one
-/// never answers (its timeout). The daemon serves and judges all along.
+/// never answers (its timeout); one cannot start (its secret file is missing) and shows it in
+/// its failures and lag. The daemon serves and judges all along.
 #[test]
 fn a_poison_event_and_hostile_answers_cost_only_their_own_sink() {
     let good = Receiver::start(0, Answer::Take);
@@ -167,12 +168,14 @@ fn a_poison_event_and_hostile_answers_cost_only_their_own_sink() {
     let huge = Receiver::start(0, Answer::Huge(10 << 20));
     let silent = Receiver::start(0, Answer::Silent);
     let events = format!(
-        "events:\n  sinks:\n{}{}{}{}{}",
+        "events:\n  sinks:\n{}{}{}{}{}{}",
         sink("good", &good.url(), ""),
         sink("poison", &poison.url(), ""),
         sink("redirect", &redirect.url(), ""),
         sink("huge", &huge.url(), ""),
-        sink("silent", &silent.url(), "")
+        sink("silent", &silent.url(), ""),
+        // A secret file that is not there: the sink cannot start, and says so in its lag.
+        sink("broken", &good.url(), "        secret_file: /nonexistent/webhook.key\n")
     );
     let d = Daemon::start_with(DEMO_SCENARIO, &test_config(&sim_library(), &events));
     until_all_taken(&d, &good, "the good sink before the XID");
@@ -184,7 +187,10 @@ fn a_poison_event_and_hostile_answers_cost_only_their_own_sink() {
             && lag_rows(m, "poison").is_some_and(|n| n >= 1.0)
             && counter(m, "gpuwarden_sink_failed_total", "silent") >= 1.0
             && counter(m, "gpuwarden_sink_failed_total", "redirect") >= 1.0
+            && counter(m, "gpuwarden_sink_failed_total", "broken") >= 1.0
+            && lag_rows(m, "broken").is_some_and(|n| n >= 1.0)
     });
+    assert_eq!(counter(&m, "gpuwarden_sink_delivered_total", "broken"), 0.0);
     assert_eq!(counter(&m, "gpuwarden_sink_delivered_total", "silent"), 0.0);
     assert_eq!(counter(&m, "gpuwarden_sink_delivered_total", "redirect"), 0.0);
     assert!(target.all().is_empty(), "a redirect is not followed");
