@@ -313,10 +313,16 @@ fn validate(
     let end = match end {
         Some(ValidationOutcome::Passed { at, detail }) => {
             let together = super::together::after_validation(store, settings, state, stop);
-            Some(ValidationOutcome::Passed {
-                at,
-                detail: together.map_or(detail.clone(), |note| format!("{detail}; {note}")),
-            })
+            if stop.is_stopped() {
+                // The all-reduce was cut short: the validation stays pending and runs again
+                // after the restart, as one whose probe the stop cut short does.
+                return VALIDATION_ERROR_RETRY;
+            }
+            let detail = match together {
+                Some(note) => format!("{detail}; {note}"),
+                None => detail,
+            };
+            Some(ValidationOutcome::Passed { at, detail })
         }
         other => other,
     };

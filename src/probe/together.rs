@@ -268,11 +268,13 @@ pub fn after_validation(
     stop: &Stop,
 ) -> Option<String> {
     let snapshot = store.latest();
-    let count = |result: &'static str| state.update(|s| *s.collective_runs.entry(result).or_default() += 1);
+    // Counted and said in the validation's note.
+    let skipped = |why: &str| {
+        state.update(|s| *s.collective_runs.entry("skipped").or_default() += 1);
+        Some(format!("the all-reduce across the node's GPUs did not run: {why}"))
+    };
     if let Some(why) = not_now(&snapshot, settings) {
-        let why = why?;
-        count("skipped");
-        return Some(format!("the all-reduce across the node's GPUs did not run: {why}"));
+        return skipped(&why?);
     }
     let gpus: Vec<&DeviceSnapshot> = snapshot
         .devices
@@ -280,24 +282,24 @@ pub fn after_validation(
         .filter(|d| d.identity.vendor == Vendor::Nvidia)
         .collect();
     let at = crate::model::unix_now();
+    log::info!(
+        "the all-reduce across the node's {} NVIDIA GPUs starts (after the node's last validation)",
+        gpus.len()
+    );
     let result = match super::child::run_process(&["--collective"], settings, stop) {
         _ if stop.is_stopped() => return None,
         Ok((stdout, status)) => match serde_json::from_str::<ChildOutput>(stdout.trim()) {
             Ok(ChildOutput::Outcome(outcome)) => Ran::Measured(outcome),
             Ok(ChildOutput::Error {
                 error: ProbeError::Busy { message, .. },
-            }) => {
-                count("skipped");
-                return Some(format!("the all-reduce across the node's GPUs did not run: {message}"));
-            }
+            }) => return skipped(&message),
             Ok(ChildOutput::Error {
                 error: ProbeError::NoDriver(why),
             }) => {
                 if !SAID_NO_NCCL.swap(true, Ordering::Relaxed) {
                     log::warn!("the all-reduce across the node's GPUs does not run: {why} (said once)");
                 }
-                count("skipped");
-                return Some(format!("the all-reduce across the node's GPUs did not run: {why}"));
+                return skipped(&why);
             }
             Ok(ChildOutput::Error { error }) => Ran::Failed(error.to_string()),
             Err(_) => Ran::Failed(format!(

@@ -348,3 +348,37 @@ fn a_hung_all_reduce_fails_and_a_node_without_nccl_says_so_once() {
     let (code, _) = d.health(false);
     assert_eq!(code, 0, "a node without NCCL is not held for it");
 }
+
+/// A stop while the all-reduce runs (here it hangs) ends no validation: the one it followed
+/// stays pending (not passed, not in the log, not in the journal), as one whose own probe a
+/// stop cut short does, and the next start runs it again.
+#[test]
+fn a_stop_during_the_all_reduce_leaves_its_validation_pending() {
+    let hung = format!(
+        "devices:\n{}{}",
+        linked_gpu("ad", "19", ""),
+        linked_gpu("ae", "3b", ", nccl_hangs: true")
+    );
+    let (d, _dir) = sweeping_daemon(&hung, true, "");
+    d.wait_for_log(
+        "the all-reduce across the node's 2 NVIDIA GPUs starts",
+        1,
+        Duration::from_secs(60),
+    );
+    d.signal(libc::SIGTERM);
+    d.wait_for_log("stopped in", 1, Duration::from_secs(10));
+    let log = d.log_text();
+    assert!(
+        !log.contains("GPU 1 validated"),
+        "the stop cut the all-reduce short:\n{log}"
+    );
+    assert!(log.contains("GPU 0 validated"), "GPU 0's came before it:\n{log}");
+    let rows = events_json(&d.state_path(), &["--kind", "validation", "--gpu", "1"]);
+    assert!(
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["details"]["state"] != "passed"),
+        "{rows}"
+    );
+}
