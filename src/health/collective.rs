@@ -51,7 +51,7 @@ pub fn finding(snapshot: &Snapshot) -> Option<Finding> {
         _ => "was slow",
     };
     Some(Finding {
-        reason: rule.reason,
+        reason: rule.reason.into(),
         severity: rule.severity,
         message: format!(
             "the all-reduce across {} over {} {what} at {}: {}; {}",
@@ -99,7 +99,7 @@ mod tests {
         let f = finding(&snapshot).unwrap();
         assert_eq!(
             (f.reason, f.severity),
-            (RuleId::CollectiveFailed, HealthState::Unhealthy)
+            (RuleId::CollectiveFailed.into(), HealthState::Unhealthy)
         );
         assert!(
             f.message.starts_with(

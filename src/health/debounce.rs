@@ -187,7 +187,7 @@ mod tests {
     fn snapshot(nvlink_down: bool) -> Snapshot {
         let findings = if nvlink_down {
             vec![Finding {
-                reason: RuleId::NvlinkDown,
+                reason: RuleId::NvlinkDown.into(),
                 severity: HealthState::Degraded,
                 message: "NVLink 3 down".into(),
                 subject: None,
@@ -338,7 +338,7 @@ mod tests {
         let down = |down: bool| Snapshot {
             node_findings: if down {
                 vec![Finding {
-                    reason: RuleId::NicPortDown,
+                    reason: RuleId::NicPortDown.into(),
                     severity: HealthState::Unhealthy,
                     message: "the port is DOWN/Polling".into(),
                     subject: Some("mlx5_5/1".into()),

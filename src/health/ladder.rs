@@ -91,7 +91,7 @@ fn first_step(
     if !unhealthy.is_empty()
         && unhealthy
             .iter()
-            .all(|f| matches!(f.reason, RuleId::Validating | RuleId::Remediating))
+            .all(|f| matches!(f.reason.rule(), Some(RuleId::Validating | RuleId::Remediating)))
     {
         // A GPU being reset, or repaired and waiting for its probe: that is its step already.
         return None;
@@ -204,7 +204,7 @@ mod tests {
 
     fn finding(reason: &'static str, severity: HealthState) -> Finding {
         Finding {
-            reason: crate::model::health::RuleId::from_label(reason).unwrap(),
+            reason: crate::model::health::RuleId::from_label(reason).unwrap().into(),
             severity,
             message: String::new(),
             subject: None,

@@ -46,7 +46,7 @@ pub fn findings(seen: &Seen) -> Vec<Finding> {
             continue;
         };
         out.push(Finding {
-            reason: rule.reason,
+            reason: rule.reason.into(),
             severity: hit.severity.unwrap_or(rule.severity),
             message: hit.message,
             subject: None,
@@ -92,7 +92,7 @@ pub fn evaluate(snapshot: &mut Snapshot) {
     snapshot.node_findings = snapshot
         .missing_gpus()
         .map(|gpu| Finding {
-            reason: rules::GPU_MISSING.reason,
+            reason: rules::GPU_MISSING.reason.into(),
             severity: rules::GPU_MISSING.severity,
             message: format!(
                 "{} GPU {} is on the PCI bus but no backend shows it ({}): it fell off the bus at boot or \
@@ -114,7 +114,7 @@ pub fn evaluate(snapshot: &mut Snapshot) {
     let manager = nvswitch::fabric_manager_down(snapshot);
     snapshot.node_findings.extend(manager);
     let reboot = snapshot.remediation.reboot_required.as_ref().map(|r| Finding {
-        reason: rules::REBOOT_REQUIRED.reason,
+        reason: rules::REBOOT_REQUIRED.reason.into(),
         severity: rules::REBOOT_REQUIRED.severity,
         message: format!(
             "the node needs a reboot since {}: {}; drain it and reboot it (gpuwarden does not)",

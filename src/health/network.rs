@@ -223,7 +223,7 @@ pub fn findings(snapshot: &Snapshot) -> Vec<Finding> {
                 continue;
             };
             out.push(Finding {
-                reason: rule.reason,
+                reason: rule.reason.into(),
                 severity: hit.severity.unwrap_or(rule.severity),
                 message: format!("{}: {}", name_port(device, port, &snapshot.devices), hit.message),
                 subject: Some(format!("{}/{}", device.name, port.port)),
@@ -237,7 +237,7 @@ pub fn findings(snapshot: &Snapshot) -> Vec<Finding> {
         let up = judged().filter(|(_, p)| p.up() == Some(true)).count();
         if up < expected as usize {
             out.push(Finding {
-                reason: PORTS_MISSING.reason,
+                reason: PORTS_MISSING.reason.into(),
                 severity: PORTS_MISSING.severity,
                 message: format!(
                     "{up} network port(s) ACTIVE/LinkUp of the {expected} expected (network.expected_ports); {} seen in \

@@ -63,7 +63,7 @@ pub fn fabric_manager_down(snapshot: &Snapshot) -> Option<Finding> {
         )
     };
     Some(Finding {
-        reason: FABRIC_MANAGER_DOWN.reason,
+        reason: FABRIC_MANAGER_DOWN.reason.into(),
         severity,
         message: format!(
             "nvidia-fabricmanager is not running ({}): {effect}; start or check nvidia-fabricmanager \
@@ -110,7 +110,7 @@ pub fn findings(snapshot: &Snapshot) -> Vec<Finding> {
                 })
                 .collect();
             Finding {
-                reason: SXID_FATAL.reason,
+                reason: SXID_FATAL.reason.into(),
                 severity: SXID_FATAL.severity,
                 message: format!(
                     "fatal NVSwitch error on nvidia-nvswitch{} ({address}): {}; the NVLink traffic of GPU(s) {} \

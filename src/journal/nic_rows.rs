@@ -43,7 +43,9 @@ impl NicRows {
         let mut now_found: BTreeMap<String, BTreeSet<RuleId>> = BTreeMap::new();
         for f in snapshot.node_findings.iter().filter(|f| f.reason.is_network()) {
             if let Some(subject) = &f.subject {
-                now_found.entry(subject.clone()).or_default().insert(f.reason);
+                if let Some(rule) = f.reason.rule() {
+                    now_found.entry(subject.clone()).or_default().insert(rule);
+                }
             }
         }
         let subjects: BTreeSet<String> = now_found.keys().chain(self.findings.keys()).cloned().collect();
@@ -138,7 +140,7 @@ fn finding_row(
         let messages: Vec<String> = snapshot
             .node_findings
             .iter()
-            .filter(|f| f.subject.as_deref() == Some(subject) && raised.contains(&f.reason))
+            .filter(|f| f.subject.as_deref() == Some(subject) && f.reason.rule().is_some_and(|r| raised.contains(&r)))
             .map(|f| format!("{} ({})", f.reason, f.message))
             .collect();
         summary.push_str(&format!(" raised {}", messages.join("; ")));
@@ -210,7 +212,7 @@ mod tests {
             nics: Arc::new(scan),
             node_findings: if down {
                 vec![Finding {
-                    reason: RuleId::NicPortDown,
+                    reason: RuleId::NicPortDown.into(),
                     severity: HealthState::Unhealthy,
                     message: "mlx5_0 port 1: the port is DOWN/?".into(),
                     subject: Some("mlx5_0/1".into()),

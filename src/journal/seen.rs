@@ -13,7 +13,7 @@
 //! full look ([`assert_nothing_missed`]), so a field added to the facts and not here fails the tests.
 
 use crate::model::health::HealthState;
-use crate::model::health::RuleId;
+use crate::model::health::Reason;
 use crate::model::links::NvLinks;
 use crate::model::{DeviceIdentity, DeviceReadings, DeviceSnapshot, RecoveryAction, RemappedRows, Snapshot};
 use std::sync::Arc;
@@ -22,7 +22,7 @@ use std::sync::Arc;
 pub struct LastSeen {
     identity: Arc<DeviceIdentity>,
     verdict: HealthState,
-    findings: Vec<(RuleId, HealthState)>,
+    findings: Vec<(Reason, HealthState)>,
     lost: bool,
     probe_started: Option<f64>,
     /// When the last probe that could not run was noted.
@@ -213,7 +213,7 @@ mod tests {
         let mut worse = d.clone();
         worse.health.state = HealthState::Degraded;
         worse.health.findings.push(Finding {
-            reason: RuleId::EccUncorrectable,
+            reason: crate::model::health::RuleId::EccUncorrectable.into(),
             severity: HealthState::Degraded,
             message: String::new(),
             subject: None,

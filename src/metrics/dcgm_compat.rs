@@ -351,7 +351,7 @@ fn health_status(snapshot: &Snapshot, s: &mut Samples) {
                 .findings
                 .iter()
                 .filter_map(|f| {
-                    let (of, code) = dcgm_watch(f.reason)?;
+                    let (of, code) = dcgm_watch(f.reason.rule()?)?;
                     (of == watch).then_some((f.severity, code))
                 })
                 .max_by_key(|(severity, _)| *severity);

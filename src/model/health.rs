@@ -36,7 +36,7 @@ impl HealthState {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Finding {
     /// Stable machine name, used as the `reason` label of `gpu_health_reason`.
-    pub reason: RuleId,
+    pub reason: Reason,
     pub severity: HealthState,
     /// What was seen and what to do, for a person.
     pub message: String,
@@ -464,6 +464,103 @@ crate::model::label::label_enum! {
         NicSymbolErrors => "nic_symbol_errors",
         NicPcieNarrowed => "nic_pcie_narrowed",
         NicPortsMissing => "nic_ports_missing",
+    }
+}
+
+/// Why a finding was made: one of the built-in rules, or one of the operator's own rules
+/// (`health.custom_rules`, src/custom_rules) by its name. Both show the same way, as the
+/// `reason` label, in the journal and to the scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    Rule(RuleId),
+    Custom(CustomName),
+}
+
+impl Reason {
+    pub fn label(self) -> &'static str {
+        match self {
+            Reason::Rule(rule) => rule.label(),
+            Reason::Custom(name) => name.0,
+        }
+    }
+
+    /// The built-in rule, for a finding one of them made.
+    pub fn rule(self) -> Option<RuleId> {
+        match self {
+            Reason::Rule(rule) => Some(rule),
+            Reason::Custom(_) => None,
+        }
+    }
+
+    /// Whether it is a network port's finding (only built-in rules judge ports by name).
+    pub fn is_network(self) -> bool {
+        self.rule().is_some_and(RuleId::is_network)
+    }
+
+    /// Its text, kept for as long as the daemon runs: a custom rule's name is interned.
+    pub fn as_str(self) -> &'static str {
+        self.label()
+    }
+}
+
+impl From<RuleId> for Reason {
+    fn from(rule: RuleId) -> Reason {
+        Reason::Rule(rule)
+    }
+}
+
+impl PartialEq<RuleId> for Reason {
+    fn eq(&self, other: &RuleId) -> bool {
+        *self == Reason::Rule(*other)
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+impl Serialize for Reason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.label())
+    }
+}
+
+/// An operator rule's name, interned so that a finding stays `Copy` like a built-in one's.
+/// Each distinct name is kept once for the daemon's life: names are short (48 bytes at most)
+/// and few (the config takes at most `MAX_CUSTOM_RULES` at a time), so what a long run of
+/// reloads with new names keeps is bounded by [`CustomName::MAX_INTERNED`]; past it a name
+/// is refused at config check, never leaked without bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CustomName(&'static str);
+
+impl CustomName {
+    /// The most distinct names one run keeps.
+    pub const MAX_INTERNED: usize = 4096;
+
+    /// The name, interned; `None` once [`Self::MAX_INTERNED`] other names were.
+    pub fn intern(name: &str) -> Option<CustomName> {
+        use std::collections::HashSet;
+        use std::sync::{Mutex, OnceLock, PoisonError};
+        static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+        let mut names = NAMES
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = names.get(name) {
+            return Some(CustomName(known));
+        }
+        if names.len() >= Self::MAX_INTERNED {
+            return None;
+        }
+        let kept: &'static str = Box::leak(name.to_string().into_boxed_str());
+        names.insert(kept);
+        Some(CustomName(kept))
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.0
     }
 }
 

@@ -796,7 +796,7 @@ mod tests {
 
     fn node_finding(reason: &'static str, subject: Option<&str>) -> Finding {
         Finding {
-            reason: crate::model::health::RuleId::from_label(reason).unwrap(),
+            reason: crate::model::health::RuleId::from_label(reason).unwrap().into(),
             severity: HealthState::Degraded,
             message: String::new(),
             subject: subject.map(str::to_string),

@@ -631,7 +631,7 @@ mod tests {
         follow_verdict(&store, since.clone());
         let snapshot = |severity: HealthState| Snapshot {
             node_findings: vec![Finding {
-                reason: RuleId::RebootRequired,
+                reason: RuleId::RebootRequired.into(),
                 severity,
                 message: String::new(),
                 subject: None,
