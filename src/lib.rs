@@ -9,6 +9,7 @@ pub mod attribution;
 pub mod backend;
 pub mod cli;
 pub mod config;
+pub mod custom_rules;
 pub mod daemon;
 pub mod health;
 pub mod input;

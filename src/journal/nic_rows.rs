@@ -42,10 +42,8 @@ impl NicRows {
         }
         let mut now_found: BTreeMap<String, BTreeSet<RuleId>> = BTreeMap::new();
         for f in snapshot.node_findings.iter().filter(|f| f.reason.is_network()) {
-            if let Some(subject) = &f.subject {
-                if let Some(rule) = f.reason.rule() {
-                    now_found.entry(subject.clone()).or_default().insert(rule);
-                }
+            if let (Some(subject), Some(rule)) = (&f.subject, f.reason.rule()) {
+                now_found.entry(subject.clone()).or_default().insert(rule);
             }
         }
         let subjects: BTreeSet<String> = now_found.keys().chain(self.findings.keys()).cloned().collect();
