@@ -29,6 +29,11 @@ pub struct Health {
     /// probe before the verdict lets its node back into service (`validating`, docs/health.md
     /// "Return to service"). On by default.
     pub validate_after_clear: bool,
+    /// The operator's own rules, CEL expressions (docs/health.md, "Rules as code"); after
+    /// a load, with those of `custom_rules_dir` after them.
+    pub custom_rules: Vec<super::CustomRule>,
+    /// A directory whose `*.yaml` files each hold `rules:` and a list of rules; "": none.
+    pub custom_rules_dir: PathBuf,
 }
 
 impl Default for Health {
@@ -39,6 +44,8 @@ impl Default for Health {
             temperature_margin_c: None,
             error_rates: Default::default(),
             validate_after_clear: true,
+            custom_rules: Vec::new(),
+            custom_rules_dir: PathBuf::new(),
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod web;
 
 mod attribution;
 mod backends;
+mod custom_rules;
 mod durations;
 mod events;
 mod fabric_manager;
@@ -28,6 +29,7 @@ mod state;
 mod xid;
 pub use attribution::*;
 pub use backends::*;
+pub use custom_rules::{CustomRule, MAX_CUSTOM_RULES};
 use durations::*;
 pub use events::*;
 pub use fabric_manager::*;
@@ -303,6 +305,9 @@ impl Config {
             }
         })?;
         config.check_debounce_spans(text, file)?;
+        let mut config = config;
+        let mut taken = Vec::new();
+        custom_rules::compile_all(&mut config.health.custom_rules, text, file, &mut taken)?;
         Ok(config)
     }
 
@@ -340,7 +345,23 @@ impl Config {
             message: e.to_string(),
             snippet: None,
         })?;
-        Config::parse(&text, file)
+        let mut config = Config::parse(&text, file)?;
+        if !config.health.custom_rules_dir.as_os_str().is_empty() {
+            let mut taken: Vec<(String, PathBuf)> = config
+                .health
+                .custom_rules
+                .iter()
+                .map(|r| (r.name.clone(), file.to_path_buf()))
+                .collect();
+            let more = custom_rules::read_dir(&config.health.custom_rules_dir, &mut taken)?;
+            config.health.custom_rules.extend(more);
+        }
+        Ok(config)
+    }
+
+    /// Reads one rule file (`gpuwarden rules test`): its rules, compiled and checked.
+    pub fn read_rule_file(file: &Path) -> Result<Vec<CustomRule>, ConfigError> {
+        custom_rules::read_file(file, &mut Vec::new())
     }
 }
 
