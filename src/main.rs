@@ -85,6 +85,11 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// The operator's own health rules (health.custom_rules).
+    Rules {
+        #[command(subcommand)]
+        command: RulesCommand,
+    },
     /// XID errors: look up a code, or find XIDs in kernel-log text.
     Xid {
         #[command(subcommand)]
@@ -218,6 +223,21 @@ enum XidCommand {
     Scan {
         /// The kernel-log text to read (default: stdin).
         file: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum RulesCommand {
+    /// Test rules: a rule file is run once over this node's snapshot (or the demo's) and every
+    /// rule's outcome printed; a test file (rule_files, tests) runs them over its scenarios and
+    /// checks what fires. Exit 1 when a rule fails or an expectation does not hold, 78 when a
+    /// rule does not compile.
+    Test {
+        /// A rule file (`rules:`) or a test file (`rule_files:` and `tests:`).
+        file: PathBuf,
+        /// Run a rule file over the simulated GPUs of the demo.
+        #[arg(long)]
+        demo: bool,
     },
 }
 
@@ -395,6 +415,9 @@ fn dispatch(command: Command, config: Option<PathBuf>) -> CliResult {
         Command::Config {
             command: ConfigCommand::Check { file },
         } => config_check(&file),
+        Command::Rules {
+            command: RulesCommand::Test { file, demo },
+        } => rules_test(config, &file, demo),
         Command::Events {
             state,
             since,
@@ -718,6 +741,16 @@ fn probe(
         .transpose()
         .map_err(|e| CliError::new(Exit::UNKNOWN, format!("gpuwarden probe: {e}")))?;
     probe::cli::main(&cfg, &options, json)
+}
+
+fn rules_test(config: Option<PathBuf>, file: &Path, demo: bool) -> CliResult {
+    let path = config_path(config.as_deref());
+    let mut cfg = load_config(path.as_deref())?;
+    let (overrides, demo_files) = overrides(None, demo)?;
+    overrides.apply(&mut cfg, path.as_deref());
+    let result = gpuwarden::cli::rules::test(cfg, file);
+    drop(demo_files);
+    result
 }
 
 fn config_check(file: &std::path::Path) -> CliResult {

@@ -8,3 +8,5 @@ pub mod demo;
 pub mod demo_fabric;
 pub mod demo_inject;
 pub mod man;
+pub mod rules;
+pub mod rules_scenario;

@@ -363,6 +363,15 @@ impl Config {
     pub fn read_rule_file(file: &Path) -> Result<Vec<CustomRule>, ConfigError> {
         custom_rules::read_file(file, &mut Vec::new())
     }
+
+    /// Reads one rule file of several (a rules test's `rule_files`): `taken` are the names
+    /// (and files) read before, which its rules must not take again.
+    pub fn read_rule_file_into(
+        file: &Path,
+        taken: &mut Vec<(String, PathBuf)>,
+    ) -> Result<Vec<CustomRule>, ConfigError> {
+        custom_rules::read_file(file, taken)
+    }
 }
 
 /// The largest config file read: a fully commented config is about 20 KiB.

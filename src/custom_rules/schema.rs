@@ -122,7 +122,7 @@ pub struct GpuFacts<'a> {
     pub jobs: &'a [String],
     pub pods: Vec<String>,
     /// Its XIDs since its last clear.
-    pub xids: &'a [XidCount],
+    pub xids: std::borrow::Cow<'a, [XidCount]>,
 }
 
 /// A probe test's latest figure on one GPU, beside what it is judged against.

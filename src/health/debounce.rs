@@ -10,8 +10,8 @@
 use crate::config::RulePolicy;
 use crate::model::Snapshot;
 use crate::model::health::Finding;
-use crate::model::health::RuleId;
-use std::collections::{BTreeMap, HashMap};
+use crate::model::health::Reason;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// One (owner, rule, subject)'s memory.
@@ -32,7 +32,7 @@ const NODE: &str = "node";
 
 /// A track's key: the owner (a GPU's UUID, or [`NODE`]), the rule's reason, and the
 /// finding's subject (a network port, for the node's findings).
-type Key = (String, RuleId, Option<String>);
+type Key = (String, Reason, Option<String>);
 
 #[derive(Debug, Default)]
 pub struct Debouncer {
@@ -44,7 +44,7 @@ pub struct Debouncer {
 
 /// What one pass over one owner's findings goes by.
 struct Pass<'a> {
-    rules: &'a BTreeMap<RuleId, RulePolicy>,
+    rules: &'a [(Reason, RulePolicy)],
     poll_interval: Duration,
     now: Instant,
 }
@@ -55,7 +55,7 @@ impl Debouncer {
     pub fn apply(
         &mut self,
         snapshot: &mut Snapshot,
-        rules: &BTreeMap<RuleId, RulePolicy>,
+        rules: &[(Reason, RulePolicy)],
         poll_interval: Duration,
         now: Instant,
     ) {
@@ -97,7 +97,7 @@ impl Debouncer {
         let present: std::collections::HashSet<&str> =
             snapshot.devices.iter().map(|d| d.identity.uuid.as_str()).collect();
         self.tracks.retain(|(owner, reason, _), _| {
-            (owner == NODE || present.contains(owner.as_str())) && rules.contains_key(reason)
+            (owner == NODE || present.contains(owner.as_str())) && rules.iter().any(|(r, _)| r == reason)
         });
         self.clears_seen
             .retain(|key, _| present.contains(key.as_str()) || super::clear_nic::device_of(key).is_some());
@@ -117,7 +117,6 @@ impl Debouncer {
         // Jitter: polls a little less than an interval apart still count as the next poll.
         let slack = pass.poll_interval / 2;
         for (name, policy) in pass.rules {
-            // The config takes only the rules' reasons; this gives the one with a 'static life.
             let reason = *name;
             let mut seen_subjects = Vec::new();
             let mut not_yet = Vec::new();
@@ -163,10 +162,14 @@ impl Debouncer {
                 if track.raised && clear_for < policy.hold {
                     let mut held = track.finding.clone();
                     held.message = format!(
-                        "{} (clear for {}s; held until clear for {}s, health.rules.{reason}.hold)",
+                        "{} (clear for {}s; held until clear for {}s, {})",
                         held.message,
                         clear_for.as_secs(),
-                        policy.hold.as_secs()
+                        policy.hold.as_secs(),
+                        match reason {
+                            Reason::Rule(_) => format!("health.rules.{reason}.hold"),
+                            Reason::Custom(_) => format!("the hold of health rule {reason}"),
+                        }
                     );
                     findings.push(held);
                 } else {
@@ -181,6 +184,7 @@ impl Debouncer {
 mod tests {
     use super::*;
     use crate::config::Debounce;
+    use crate::model::health::RuleId;
     use crate::model::health::{DeviceHealth, HealthState};
     use crate::model::{DeviceSnapshot, Vendor};
 
@@ -211,7 +215,7 @@ mod tests {
 
     /// Runs `pattern` (true: the condition seen) one poll apart; how many times the GPU
     /// went from ok to degraded, and its state at the end.
-    fn raises(rules: &BTreeMap<RuleId, RulePolicy>, pattern: &[bool]) -> (usize, HealthState) {
+    fn raises(rules: &[(Reason, RulePolicy)], pattern: &[bool]) -> (usize, HealthState) {
         let mut debouncer = Debouncer::default();
         let start = Instant::now();
         let mut last = HealthState::Ok;
@@ -228,21 +232,20 @@ mod tests {
         (raised, last)
     }
 
-    fn policy(debounce: Debounce, hold: u64) -> BTreeMap<RuleId, RulePolicy> {
-        [(
-            RuleId::NvlinkDown,
+    fn policy(debounce: Debounce, hold: u64) -> Vec<(Reason, RulePolicy)> {
+        vec![(
+            RuleId::NvlinkDown.into(),
             RulePolicy {
                 debounce,
                 hold: Duration::from_secs(hold),
             },
         )]
-        .into()
     }
 
     #[test]
     fn a_link_flapping_every_poll_for_a_minute_is_one_finding_with_a_hold_and_thirty_without() {
         let flapping: Vec<bool> = (0..60).map(|i| i % 2 == 0).collect();
-        assert_eq!(raises(&BTreeMap::new(), &flapping).0, 30, "no policy: every flap");
+        assert_eq!(raises(&[], &flapping).0, 30, "no policy: every flap");
         assert_eq!(
             raises(&policy(Debounce::None, 10), &flapping).0,
             1,
@@ -334,7 +337,11 @@ mod tests {
     /// (issue #51, item 13).
     #[test]
     fn a_port_down_for_less_than_its_default_debounce_is_no_finding() {
-        let rules = crate::config::Health::default().rules;
+        let rules: Vec<(Reason, RulePolicy)> = crate::config::Health::default()
+            .rules
+            .into_iter()
+            .map(|(r, p)| (r.into(), p))
+            .collect();
         let down = |down: bool| Snapshot {
             node_findings: if down {
                 vec![Finding {

@@ -11,9 +11,8 @@ use super::starts::EventStartCounter;
 use super::thermal_time::ThermalTimeTracker;
 use crate::config::RulePolicy;
 use crate::model::health::Clears;
-use crate::model::health::RuleId;
+use crate::model::health::Reason;
 use crate::model::{DeviceSnapshot, Snapshot};
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// What the health stage remembers across rounds and snapshots. One per publisher: a
@@ -32,6 +31,8 @@ pub struct HealthMemory {
     nic_trends: super::nic_trends::NicTrendTracker,
     /// The operator's debounce and hold per rule.
     debouncer: Debouncer,
+    /// The operator's own rules: their windows and state.
+    custom_rules: super::custom::CustomRuleRunner,
 }
 
 impl HealthMemory {
@@ -58,12 +59,17 @@ impl HealthMemory {
         self.nic_trends.annotate(scan, version, flap_window, clears, now)
     }
 
+    /// An assembled snapshot: the operator's own rules add their findings to the built-ins'.
+    pub fn custom_rules(&mut self, snapshot: &mut Snapshot, rules: &[crate::config::CustomRule], now: Instant) {
+        self.custom_rules.apply(snapshot, rules, now);
+    }
+
     /// An assembled snapshot: its findings raise a GPU's state only after the rule's
     /// debounce, and a cleared condition lowers it only after its hold (`health.rules`).
     pub fn debounce(
         &mut self,
         snapshot: &mut Snapshot,
-        rules: &BTreeMap<RuleId, RulePolicy>,
+        rules: &[(Reason, RulePolicy)],
         poll_interval: Duration,
         now: Instant,
     ) {

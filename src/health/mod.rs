@@ -11,6 +11,7 @@ pub mod clear;
 pub mod clear_nic;
 pub mod cli;
 pub mod collective;
+pub mod custom;
 pub mod debounce;
 pub mod ladder;
 pub mod memory;
@@ -130,7 +131,7 @@ pub fn evaluate(snapshot: &mut Snapshot) {
 
 /// The GPU's XIDs seen after its last clear, as the rules count them.
 /// Borrowed as they are when the GPU was never cleared (every round on a healthy node).
-fn xids_since_clear<'a>(
+pub(super) fn xids_since_clear<'a>(
     snapshot: &'a Snapshot,
     device: &DeviceSnapshot,
 ) -> std::borrow::Cow<'a, [crate::model::xid::XidCount]> {

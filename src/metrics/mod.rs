@@ -26,6 +26,7 @@
 
 pub mod activity;
 pub mod attribution;
+pub mod custom_rules;
 pub mod dcgm_compat;
 pub mod device;
 pub mod exposition;
@@ -223,6 +224,7 @@ const TABLES: &[(&[Family], Gate)] = &[
     (scheduler::FAMILIES, Gate::Always),
     (remediation::FAMILIES, Gate::Always),
     (sinks::FAMILIES, Gate::Always),
+    (custom_rules::FAMILIES, Gate::Always),
     (dcgm_compat::FAMILIES, Gate::DcgmCompat),
 ];
 

@@ -527,6 +527,19 @@ impl Serialize for Reason {
     }
 }
 
+/// One of the operator's rules as /metrics shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CustomRuleStatus {
+    pub name: String,
+    /// `gpu`, `port` or `node`.
+    pub scope: &'static str,
+    /// Why it no longer runs, once it failed at run time.
+    pub disabled: Option<String>,
+    pub evaluations: u64,
+    /// The time its evaluations took, in all.
+    pub seconds: f64,
+}
+
 /// An operator rule's name, interned so that a finding stays `Copy` like a built-in one's.
 /// Each distinct name is kept once for the daemon's life: names are short (48 bytes at most)
 /// and few (the config takes at most `MAX_CUSTOM_RULES` at a time), so what a long run of

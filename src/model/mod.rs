@@ -402,6 +402,29 @@ impl DeviceSnapshot {
 }
 
 impl DeviceSnapshot {
+    /// A GPU that only carries findings, for the debounce of `gpuwarden rules test`'s
+    /// scenarios (whose readings are the test's, not a device's).
+    pub fn stand_in(index: u32) -> DeviceSnapshot {
+        DeviceSnapshot {
+            identity: std::sync::Arc::new(DeviceIdentity {
+                index,
+                uuid: format!("GPU-{index}"),
+                vendor: Vendor::Nvidia,
+                name: "rules test".into(),
+                pci_bus_id: String::new(),
+                driver_version: String::new(),
+                serial: None,
+                inventory: Default::default(),
+            }),
+            up: true,
+            lost: false,
+            last_good_poll: None,
+            readings: None,
+            history: Default::default(),
+            health: Default::default(),
+        }
+    }
+
     /// The readings of a GPU that answered its latest poll; `None` for one that did not (the
     /// one place that says readings count only with `up`).
     pub fn answered(&self) -> Option<&DeviceReadings> {
@@ -674,6 +697,8 @@ pub struct Snapshot {
     pub probe: std::sync::Arc<probe::ProbeSnapshot>,
     /// Each event sink's delivery (`events.sinks`; empty without one).
     pub sinks: std::sync::Arc<sink::SinkStates>,
+    /// Each of the operator's rules (`health.custom_rules`): running or disabled, its cost.
+    pub custom_rules: std::sync::Arc<Vec<health::CustomRuleStatus>>,
     /// NVIDIA and AMD GPUs on the PCI bus (sysfs), to compare with the enumerated ones.
     pub pci_gpus: Vec<PciGpu>,
     /// Each GPU's PCIe AER totals since boot, by PCI address (`sources::pcie_aer`).

@@ -76,6 +76,19 @@ impl Options {
     }
 }
 
+/// Every rule's debounce and hold: the built-ins' (`health.rules`) and the operator's own.
+fn rule_policies(health: &crate::config::Health) -> Vec<(crate::model::health::Reason, crate::config::RulePolicy)> {
+    let builtin = health
+        .rules
+        .iter()
+        .map(|(rule, policy)| ((*rule).into(), policy.clone()));
+    let custom = health.custom_rules.iter().filter_map(|rule| {
+        let (name, _) = rule.ready()?;
+        Some((crate::model::health::Reason::Custom(name), rule.policy()))
+    });
+    builtin.chain(custom).collect()
+}
+
 /// The snapshot of one round and the sources' values: no I/O and no locks (the health rules
 /// read the clock for their windows). What could not be kept (more jobs on a GPU than it
 /// carries) goes into `skips`.
@@ -98,6 +111,7 @@ pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generatio
         hostname: options.hostname.clone(),
         probe: inputs.probes.clone(),
         sinks: inputs.sinks.clone(),
+        custom_rules: Default::default(),
         pci_gpus: (*inputs.pci).clone(),
         pcie_aer: inputs.pcie_aer.clone(),
         nics: inputs.nics.clone(),
@@ -299,12 +313,13 @@ impl Publisher {
         let mut skips = Skips::new(Input::JobMapping);
         let generation = self.store.latest().generation + 1;
         let mut snapshot = assemble(&published.round, &inputs, &options, generation, &mut skips);
-        published.health.debounce(
-            &mut snapshot,
-            &config.health.rules,
-            config.poll.interval,
-            std::time::Instant::now(),
-        );
+        let now = std::time::Instant::now();
+        published
+            .health
+            .custom_rules(&mut snapshot, &config.health.custom_rules, now);
+        published
+            .health
+            .debounce(&mut snapshot, &rule_policies(&config.health), config.poll.interval, now);
         let jobs_version = inputs.versions.jobs;
         if published.jobs_counted == Some(jobs_version) {
             // This job map's overflow is counted already.

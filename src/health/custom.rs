@@ -1,0 +1,319 @@
+//! Running the operator's rules (`health.custom_rules`) over each assembled snapshot, after
+//! the built-in rules and before the debounce: a rule that fires adds a finding under its own
+//! name, which then goes where every finding goes (the verdict, the scheduler, the journal,
+//! the page). A rule that fails at run time (an error of its own, or over its time) is
+//! disabled alone, said once in the log and by `gpuwarden_custom_rule_up`, until the config
+//! changes it.
+
+use crate::config::CustomRule;
+use crate::custom_rules::run::{self, Outcome, Wanted};
+use crate::custom_rules::schema::{self, GpuFacts, NodeFacts, PortFacts, ProbeFigure};
+use crate::custom_rules::windows::{self, Histories, WindowCall};
+use crate::custom_rules::{Compiled, Scope, check};
+use crate::model::health::{CustomName, CustomRuleStatus, Finding, Reason};
+use crate::model::{DeviceSnapshot, Snapshot};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What the runner remembers of one rule.
+#[derive(Debug, Default)]
+struct Kept {
+    /// The source it was compiled from: a change of it in the config lets a disabled rule run again.
+    source: String,
+    disabled: Option<String>,
+    evaluations: u64,
+    seconds: f64,
+}
+
+/// The operator's rules' memory: their windows' series, and each rule's state.
+#[derive(Debug, Default)]
+pub struct CustomRuleRunner {
+    histories: Histories,
+    kept: HashMap<CustomName, Kept>,
+}
+
+/// A rule ready to run.
+struct Ready<'a> {
+    name: CustomName,
+    rule: &'a CustomRule,
+    compiled: &'a Arc<Compiled>,
+}
+
+impl CustomRuleRunner {
+    /// Runs `rules` over `snapshot` (as of `now`): adds their findings, and each rule's state.
+    pub fn apply(&mut self, snapshot: &mut Snapshot, rules: &[CustomRule], now: Instant) {
+        self.forget_changed(rules);
+        let ready: Vec<Ready> = rules
+            .iter()
+            .filter_map(|rule| rule.ready().map(|(name, compiled)| Ready { name, rule, compiled }))
+            .filter(|r| self.kept.get(&r.name).is_none_or(|k| k.disabled.is_none()))
+            .collect();
+        if !ready.is_empty() {
+            let found = self.run_all(snapshot, &ready, now);
+            for (owner, finding) in found {
+                match owner {
+                    Some(i) => snapshot.devices[i].health.findings.push(finding),
+                    None => snapshot.node_findings.push(finding),
+                }
+            }
+            for device in &mut snapshot.devices {
+                device.health.state = super::state(&device.health.findings);
+            }
+        }
+        snapshot.custom_rules = Arc::new(self.statuses(rules));
+    }
+
+    /// Each rule's state as /metrics shows it.
+    fn statuses(&self, rules: &[CustomRule]) -> Vec<CustomRuleStatus> {
+        rules
+            .iter()
+            .map(|rule| {
+                let kept = CustomName::intern(&rule.name).and_then(|n| self.kept.get(&n));
+                CustomRuleStatus {
+                    name: rule.name.clone(),
+                    scope: rule.on.label(),
+                    disabled: kept.and_then(|k| k.disabled.clone()),
+                    evaluations: kept.map_or(0, |k| k.evaluations),
+                    seconds: kept.map_or(0.0, |k| k.seconds),
+                }
+            })
+            .collect()
+    }
+
+    /// Forgets the rules gone from the config, and the failures of those changed in it.
+    fn forget_changed(&mut self, rules: &[CustomRule]) {
+        let now: HashMap<CustomName, &str> = rules
+            .iter()
+            .filter_map(|r| Some((CustomName::intern(&r.name)?, r.when.value.as_str())))
+            .collect();
+        self.kept
+            .retain(|name, kept| now.get(name).is_some_and(|source| *source == kept.source));
+        for (name, source) in now {
+            self.kept.entry(name).or_insert_with(|| Kept {
+                source: source.to_string(),
+                ..Kept::default()
+            });
+        }
+    }
+
+    /// Every rule over its subjects: the findings, by the GPU's place in the snapshot (or
+    /// `None`: the node's).
+    fn run_all(&mut self, snapshot: &Snapshot, ready: &[Ready], now: Instant) -> Vec<(Option<usize>, Finding)> {
+        let longest = ready
+            .iter()
+            .flat_map(|r| r.compiled.calls.iter().filter_map(|c| c.window))
+            .max()
+            .unwrap_or(windows::MAX_WINDOW);
+        let step = windows::step_for(longest);
+        let of = |scope: Scope| {
+            ready
+                .iter()
+                .filter(move |r| r.compiled.scope == scope)
+                .collect::<Vec<_>>()
+        };
+        let (gpu_rules, port_rules, node_rules) = (of(Scope::Gpu), of(Scope::Port), of(Scope::Node));
+        let want_probe = gpu_rules.iter().any(|r| r.compiled.variables.contains(&"probe"))
+            || node_rules.iter().any(|r| r.compiled.variables.contains(&"gpus"));
+        let gpus: Vec<GpuFacts> = snapshot
+            .devices
+            .iter()
+            .map(|d| gpu_facts(snapshot, d, want_probe))
+            .collect();
+        let ports: Vec<PortFacts> = snapshot
+            .nics
+            .ports()
+            .map(|(device, port)| PortFacts { device, port })
+            .collect();
+        let root = check::root_context();
+        let mut found = Vec::new();
+        if !gpu_rules.is_empty() {
+            let wanted = Wanted::of(gpu_rules.iter().map(|r| r.compiled.as_ref()));
+            let calls = calls_of(&gpu_rules);
+            for (i, facts) in gpus.iter().enumerate() {
+                let subject = facts.device.identity.uuid.as_str();
+                for call in &calls {
+                    let value = match call.xid_code() {
+                        Some(code) => Some(xid_count(facts, code)),
+                        None => schema::series_value(schema::GPU_FIELDS, facts, &call.series),
+                    };
+                    if let Some(value) = value {
+                        self.histories.note(subject, &call.series, value, now, step);
+                    }
+                }
+                self.set_figures(subject, &calls, now);
+                let context = run::gpu_scope(&root, facts, &wanted);
+                let fired = self.evaluate(&gpu_rules, &context, None);
+                found.extend(fired.into_iter().map(|f| (Some(i), f)));
+            }
+        }
+        if !port_rules.is_empty() {
+            let wanted = Wanted::of(port_rules.iter().map(|r| r.compiled.as_ref()));
+            let calls = calls_of(&port_rules);
+            for facts in &ports {
+                let subject = format!("{}/{}", facts.device.name, facts.port.port);
+                for call in &calls {
+                    if let Some(value) = schema::series_value(schema::PORT_FIELDS, facts, &call.series) {
+                        self.histories.note(&subject, &call.series, value, now, step);
+                    }
+                }
+                self.set_figures(&subject, &calls, now);
+                let context = run::port_scope(&root, facts, &wanted);
+                let fired = self.evaluate(&port_rules, &context, Some(&subject));
+                found.extend(fired.into_iter().map(|f| (None, f)));
+            }
+        }
+        if !node_rules.is_empty() {
+            let node = NodeFacts {
+                hostname: &snapshot.hostname,
+                gpus: &gpus,
+                gpus_missing: snapshot.missing_gpus().count(),
+                ports: &ports,
+                fabric_manager_running: snapshot.fabric_manager.as_ref().map(|f| f.running),
+            };
+            let wanted = Wanted::of(node_rules.iter().map(|r| r.compiled.as_ref()));
+            windows::set_figures(Vec::new());
+            let context = run::node_scope(&root, &node, &wanted);
+            let fired = self.evaluate(&node_rules, &context, None);
+            found.extend(fired.into_iter().map(|f| (None, f)));
+        }
+        self.forget_subjects(&gpus, &ports, ready);
+        found
+    }
+
+    /// Puts `subject`'s window figures in place for its rules.
+    fn set_figures(&self, subject: &str, calls: &[WindowCall], now: Instant) {
+        let figures = calls
+            .iter()
+            .map(|call| {
+                let figure = match call.window {
+                    Some(_) => self.histories.figure(subject, call, now),
+                    None => None,
+                };
+                (call.clone(), figure)
+            })
+            .collect();
+        windows::set_figures(figures);
+    }
+
+    /// Runs `rules` in `context`: the findings of those that fired; those that failed are
+    /// disabled.
+    fn evaluate(&mut self, rules: &[&Ready], context: &cel::Context, subject: Option<&str>) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for rule in rules {
+            let Some(kept) = self.kept.get_mut(&rule.name) else {
+                continue;
+            };
+            if kept.disabled.is_some() {
+                continue;
+            }
+            let started = Instant::now();
+            let outcome = rule.compiled.evaluate(context);
+            kept.evaluations += 1;
+            kept.seconds += started.elapsed().as_secs_f64();
+            match outcome {
+                Outcome::Fired(read) => out.push(Finding {
+                    reason: Reason::Custom(rule.name),
+                    severity: rule.rule.severity,
+                    message: fired_message(rule.rule, &read),
+                    subject: subject.map(str::to_string),
+                }),
+                Outcome::Failed(why) => {
+                    log::warn!(
+                        "health rule {} is disabled: {why} ({}); change it and reload",
+                        rule.rule.name,
+                        subject.unwrap_or("")
+                    );
+                    kept.disabled = Some(why);
+                }
+                Outcome::Quiet | Outcome::NotApplicable => {}
+            }
+        }
+        out
+    }
+
+    /// Forgets the series of GPUs and ports gone, and those no rule asks for.
+    fn forget_subjects(&mut self, gpus: &[GpuFacts], ports: &[PortFacts], ready: &[Ready]) {
+        let present: std::collections::HashSet<String> = gpus
+            .iter()
+            .map(|g| g.device.identity.uuid.clone())
+            .chain(ports.iter().map(|p| format!("{}/{}", p.device.name, p.port.port)))
+            .collect();
+        let named: std::collections::HashSet<&str> = ready
+            .iter()
+            .flat_map(|r| r.compiled.calls.iter().map(|c| c.series.as_str()))
+            .collect();
+        self.histories
+            .retain(&|subject| present.contains(subject), &|series| named.contains(series));
+    }
+}
+
+/// The rule's advice, then what it read.
+fn fired_message(rule: &CustomRule, read: &str) -> String {
+    if read.is_empty() {
+        format!("{} (health rule {})", rule.advice, rule.name)
+    } else {
+        format!("{} (health rule {}: {read})", rule.advice, rule.name)
+    }
+}
+
+/// The windows a scope's rules ask for, each once.
+fn calls_of(rules: &[&Ready]) -> Vec<WindowCall> {
+    let mut calls: Vec<WindowCall> = Vec::new();
+    for call in rules.iter().flat_map(|r| r.compiled.calls.iter()) {
+        if !calls.contains(call) {
+            calls.push(call.clone());
+        }
+    }
+    calls
+}
+
+/// The GPU's XIDs of `code` since its last clear.
+fn xid_count(facts: &GpuFacts, code: u32) -> f64 {
+    facts
+        .xids
+        .iter()
+        .filter(|x| x.xid == code)
+        .map(|x| x.count)
+        .sum::<u64>() as f64
+}
+
+/// One GPU as the operator's rules see it.
+fn gpu_facts<'a>(snapshot: &'a Snapshot, device: &'a DeviceSnapshot, want_probe: bool) -> GpuFacts<'a> {
+    let uuid = &device.identity.uuid;
+    let probe = if want_probe {
+        probe_figures(snapshot, device)
+    } else {
+        Vec::new()
+    };
+    GpuFacts {
+        device,
+        health: device.health.state,
+        probe,
+        jobs: snapshot.jobs.get(uuid).map_or(&[], Vec::as_slice),
+        pods: snapshot
+            .pods
+            .get(uuid)
+            .map(|pods| pods.iter().map(|p| format!("{}/{}", p.namespace, p.pod)).collect())
+            .unwrap_or_default(),
+        xids: super::xids_since_clear(snapshot, device),
+    }
+}
+
+/// The latest probe's figures of `device`, with their references.
+fn probe_figures(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<ProbeFigure> {
+    let cleared = snapshot.clears.get(&device.identity.uuid).map(|c| c.time());
+    let report = snapshot.probe.reports.get(&device.identity.uuid);
+    super::baseline::compare(device, snapshot, &snapshot.health_limits.probe_regression, cleared)
+        .into_iter()
+        .map(|c| ProbeFigure {
+            test: c.test.name(),
+            figure: c.figure,
+            expected: report
+                .and_then(|r| r.tests.iter().find(|t| t.test == c.test))
+                .and_then(|t| t.expected),
+            baseline: c.own.map(|(median, _)| median),
+            node_median: c.node.map(|(median, _)| median),
+        })
+        .collect()
+}

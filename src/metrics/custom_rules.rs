@@ -1,0 +1,43 @@
+//! The operator's rules' families (`gpuwarden_custom_rule_*`): whether each runs, and what
+//! it costs (docs/health.md, "Rules as code"); none without `health.custom_rules`.
+
+use super::{Family, Kind, Read, Samples};
+use crate::model::Snapshot;
+use crate::model::health::CustomRuleStatus;
+
+/// One sample per rule, labelled with its name and scope, of what `value` reads.
+fn per_rule(snapshot: &Snapshot, s: &mut Samples, value: fn(&CustomRuleStatus) -> f64) {
+    for rule in snapshot.custom_rules.iter() {
+        s.labelled(&[&rule.name, rule.scope], value(rule));
+    }
+}
+
+pub const FAMILIES: &[Family] = &[
+    Family {
+        name: "gpuwarden_custom_rule_up",
+        kind: Kind::Gauge,
+        unit: "",
+        help: "1 while the operator's rule runs; 0 once it failed at run time (an error of its own, or an evaluation over 5 ms) and was disabled until the config changes it (GpuwardenCustomRuleDisabled; the log says why).",
+        labels: &["rule", "on"],
+        dcgm: &[],
+        read: Read::Node(|snapshot, s| per_rule(snapshot, s, |r| super::one_if(r.disabled.is_none()))),
+    },
+    Family {
+        name: "gpuwarden_custom_rule_evaluations",
+        kind: Kind::Counter,
+        unit: "",
+        help: "Evaluations of the operator's rule since the daemon started: one per GPU or port (or one for the node) per snapshot.",
+        labels: &["rule", "on"],
+        dcgm: &[],
+        read: Read::Node(|snapshot, s| per_rule(snapshot, s, |r| r.evaluations as f64)),
+    },
+    Family {
+        name: "gpuwarden_custom_rule_evaluation_seconds",
+        kind: Kind::Counter,
+        unit: "seconds",
+        help: "Time the operator's rule's evaluations took since the daemon started (CPU of the snapshot thread).",
+        labels: &["rule", "on"],
+        dcgm: &[],
+        read: Read::Node(|snapshot, s| per_rule(snapshot, s, |r| r.seconds)),
+    },
+];
