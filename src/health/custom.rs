@@ -317,3 +317,132 @@ fn probe_figures(snapshot: &Snapshot, device: &DeviceSnapshot) -> Vec<ProbeFigur
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::model::health::HealthState;
+    use crate::model::{DeviceReadings, Vendor};
+    use std::time::Duration;
+
+    fn rules(yaml: &str) -> Vec<CustomRule> {
+        let text = format!("health:\n  custom_rules:\n{yaml}");
+        Config::parse(&text, std::path::Path::new("t.yaml"))
+            .unwrap()
+            .health
+            .custom_rules
+    }
+
+    fn gpu(index: u32, memory_c: Option<f64>, ecc: u64) -> DeviceSnapshot {
+        let mut readings = DeviceReadings {
+            memory_total_bytes: Some(80 << 30),
+            ..Default::default()
+        };
+        if let Some(c) = memory_c {
+            readings.temperatures.push(("memory", c));
+        }
+        readings.ecc_errors.push(crate::model::EccCount {
+            error_type: crate::model::EccType::Corrected,
+            scope: crate::model::EccScope::Volatile,
+            count: ecc,
+        });
+        DeviceSnapshot::for_test(index, Vendor::Nvidia, &format!("0000:{:02x}:00.0", index + 1), readings)
+    }
+
+    fn snapshot(devices: Vec<DeviceSnapshot>) -> Snapshot {
+        Snapshot {
+            devices,
+            ..Default::default()
+        }
+    }
+
+    const HOT: &str = "    - name: hbm_hot\n      when: gpu.memory_temperature_c > 90\n      severity: unhealthy\n      advice: cool it\n";
+
+    /// The hot GPU gets the finding and the verdict; the cool one does not; the one without
+    /// an HBM sensor is not judged (no finding, no error).
+    #[test]
+    fn a_rule_fires_where_its_condition_holds_and_only_there() {
+        let rules = rules(HOT);
+        let mut runner = CustomRuleRunner::default();
+        let mut s = snapshot(vec![gpu(0, Some(93.0), 0), gpu(1, Some(70.0), 0), gpu(2, None, 0)]);
+        runner.apply(&mut s, &rules, Instant::now());
+        let f = &s.devices[0].health.findings;
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].reason.label(), "hbm_hot");
+        assert_eq!(
+            f[0].message,
+            "cool it (health rule hbm_hot: gpu.memory_temperature_c = 93)"
+        );
+        assert_eq!(s.devices[0].health.state, HealthState::Unhealthy);
+        assert!(s.devices[1].health.findings.is_empty() && s.devices[2].health.findings.is_empty());
+        assert_eq!(s.custom_rules[0].disabled, None);
+        assert_eq!(s.custom_rules[0].evaluations, 3);
+    }
+
+    /// A rule that fails at run time (an overflow the sample's 1 did not show) is disabled
+    /// alone; the next rule runs on; a changed expression runs again.
+    #[test]
+    fn a_failing_rule_is_disabled_alone_until_it_changes() {
+        let overflow =
+            "    - name: overflows\n      when: gpu.memory_total_bytes * 1000000000000 > 0\n      advice: a\n";
+        let mut runner = CustomRuleRunner::default();
+        let both = rules(&format!("{overflow}{HOT}"));
+        for _ in 0..2 {
+            let mut s = snapshot(vec![gpu(0, Some(93.0), 0)]);
+            runner.apply(&mut s, &both, Instant::now());
+            let status = &s.custom_rules;
+            assert!(
+                status[0].disabled.as_deref().is_some_and(|w| w.contains("Overflow")),
+                "{status:?}"
+            );
+            assert_eq!(status[0].evaluations, 1, "evaluated once, then left alone");
+            assert_eq!(status[1].disabled, None);
+            assert!(
+                s.devices[0]
+                    .health
+                    .findings
+                    .iter()
+                    .any(|f| f.reason.label() == "hbm_hot")
+            );
+        }
+        let fixed = rules(&format!("{}{HOT}", overflow.replace("1000000000000", "2")));
+        let mut s = snapshot(vec![gpu(0, Some(93.0), 0)]);
+        runner.apply(&mut s, &fixed, Instant::now());
+        assert_eq!(s.custom_rules[0].disabled, None);
+        assert!(
+            s.devices[0]
+                .health
+                .findings
+                .iter()
+                .any(|f| f.reason.label() == "overflows")
+        );
+    }
+
+    /// A window over snapshots: the corrected errors of the last ten minutes, as the counter
+    /// grows between them.
+    #[test]
+    fn a_window_counts_across_snapshots() {
+        let rules =
+            rules("    - name: burst\n      when: increase(\"ecc_corrected\", \"10m\") > 1000\n      advice: a\n");
+        let mut runner = CustomRuleRunner::default();
+        let start = Instant::now();
+        let mut fired = Vec::new();
+        for minute in 0..15u64 {
+            let mut s = snapshot(vec![gpu(0, None, minute * 150)]);
+            runner.apply(&mut s, &rules, start + Duration::from_secs(60 * minute));
+            fired.push(!s.devices[0].health.findings.is_empty());
+        }
+        // 150 a minute: over 1000 once seven minutes of growth are in the window.
+        assert_eq!(fired.iter().position(|f| *f), Some(7), "{fired:?}");
+        let message = {
+            let mut s = snapshot(vec![gpu(0, None, 15 * 150)]);
+            runner.apply(&mut s, &rules, start + Duration::from_secs(60 * 15));
+            s.devices[0].health.findings[0].message.clone()
+        };
+        assert!(
+            message.contains("increase(\"ecc_corrected\", \"10m\") = 1500"),
+            "{message}"
+        );
+    }
+}
