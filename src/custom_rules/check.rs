@@ -305,7 +305,7 @@ impl Walk<'_> {
             }
             if schema::window_kind(self.scope, &call.series).is_none() {
                 return Err(self.error(
-                    expr,
+                    args.first().unwrap_or(expr),
                     format!(
                         "`{}` is not a number of `{}`: a window is taken over a numeric field",
                         call.series,

@@ -11,6 +11,7 @@ mod architecture;
 mod cli;
 mod collective;
 mod common;
+mod custom_rules;
 mod daemon;
 mod dashboards;
 mod dcgm_compat;
