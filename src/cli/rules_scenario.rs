@@ -69,6 +69,30 @@ struct Expect {
     firing: Vec<String>,
 }
 
+/// What is wrong with a test of a test file.
+#[derive(Debug, thiserror::Error)]
+enum ScenarioError {
+    #[error("no field `{name}` of {scope}; the fields are: {fields}")]
+    UnknownField {
+        name: String,
+        scope: &'static str,
+        fields: String,
+    },
+    #[error("{field}: {token:?} is not {want}")]
+    BadValue {
+        field: String,
+        token: String,
+        want: &'static str,
+    },
+    #[error("at {at:?}: {why}")]
+    BadAt { at: String, why: String },
+    #[error("an expectation names one of gpu: N, port: N or node: true")]
+    NoOwner,
+}
+
+/// A token that is not a value of its field's kind: the token, and what it should be.
+struct BadToken(String, &'static str);
+
 fn config_error(file: &Path, message: impl std::fmt::Display) -> CliError {
     CliError::new(Exit::CONFIG, format!("{}: {message}", file.display()))
 }
@@ -140,7 +164,7 @@ impl std::fmt::Display for Owner {
     }
 }
 
-fn run_test(test: &Test, rules: &[CustomRule], interval: Duration) -> Result<Report, String> {
+fn run_test(test: &Test, rules: &[CustomRule], interval: Duration) -> Result<Report, ScenarioError> {
     let gpus: Vec<Steps> = test
         .gpus
         .iter()
@@ -156,13 +180,16 @@ fn run_test(test: &Test, rules: &[CustomRule], interval: Duration) -> Result<Rep
     // than that keeps its last value.
     let mut ats = Vec::new();
     for expect in &test.expect {
-        let at = humantime::parse_duration(&expect.at).map_err(|e| format!("at {:?}: {e}", expect.at))?;
+        let bad_at = |why: String| ScenarioError::BadAt {
+            at: expect.at.clone(),
+            why,
+        };
+        let at = humantime::parse_duration(&expect.at).map_err(|e| bad_at(e.to_string()))?;
         if at.as_nanos() % interval.as_nanos() != 0 || at > interval * 100_000 {
-            return Err(format!(
-                "at {}: not a step (every {})",
-                expect.at,
+            return Err(bad_at(format!(
+                "not a step (every {}, at most 100000)",
                 humantime::format_duration(interval)
-            ));
+            )));
         }
         ats.push((at.as_nanos() / interval.as_nanos()) as usize);
     }
@@ -191,7 +218,7 @@ fn run_test(test: &Test, rules: &[CustomRule], interval: Duration) -> Result<Rep
             (Some(i), None, false) => Owner::Gpu(i),
             (None, Some(i), false) => Owner::Port(i),
             (None, None, true) => Owner::Node,
-            _ => return Err("an expectation names one of gpu: N, port: N or node: true".into()),
+            _ => return Err(ScenarioError::NoOwner),
         };
         let got = firing[step].get(&owner).cloned().unwrap_or_default();
         let want: BTreeSet<String> = expect.firing.iter().cloned().collect();
@@ -255,28 +282,32 @@ fn kind_of(scope: Scope, name: &str) -> Option<Kind> {
     }
 }
 
-fn steps(series: &Series, scope: Scope) -> Result<Steps, String> {
+fn steps(series: &Series, scope: Scope) -> Result<Steps, ScenarioError> {
     let mut fields = Vec::new();
     for (name, written) in series {
         let Some(kind) = kind_of(scope, name) else {
-            let names = schema::field_names(scope.label()).unwrap_or_default().join(", ");
-            return Err(format!(
-                "no field `{name}` of {}; the fields are: {names}",
-                scope.label()
-            ));
+            return Err(ScenarioError::UnknownField {
+                name: name.clone(),
+                scope: scope.label(),
+                fields: schema::field_names(scope.label()).unwrap_or_default().join(", "),
+            });
         };
         let text = match written {
             serde_json::Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        let values = expand(&text, kind).map_err(|e| format!("{name}: {e}"))?;
+        let values = expand(&text, kind).map_err(|BadToken(token, want)| ScenarioError::BadValue {
+            field: name.clone(),
+            token,
+            want,
+        })?;
         fields.push((name.clone(), kind, values));
     }
     Ok(Steps { fields })
 }
 
 /// "85 92 _ 0+100x3" as values of `kind`: `_` is absent, `a+bxn` is a, a+b, ... a+nb.
-fn expand(text: &str, kind: Kind) -> Result<Vec<Option<Value>>, String> {
+fn expand(text: &str, kind: Kind) -> Result<Vec<Option<Value>>, BadToken> {
     let mut out = Vec::new();
     for token in text.split_whitespace() {
         if token == "_" {
@@ -292,12 +323,10 @@ fn expand(text: &str, kind: Kind) -> Result<Vec<Option<Value>>, String> {
             } else {
                 1.0
             };
-            let parse = |t: &str| t.parse::<f64>().map_err(|_| format!("{token:?} is not a+bxn"));
+            let bad = || BadToken(token.to_string(), "a+bxn with n at most 100000");
+            let parse = |t: &str| t.parse::<f64>().map_err(|_| bad());
             let (start, by) = (parse(start)?, parse(by)?);
-            let times: u32 = times.parse().map_err(|_| format!("{token:?} is not a+bxn"))?;
-            if times > 100_000 {
-                return Err(format!("{token:?}: at most 100000 steps"));
-            }
+            let times: u32 = times.parse().ok().filter(|n| *n <= 100_000).ok_or_else(bad)?;
             out.extend((0..=times).map(|i| Some(number(start + sign * by * f64::from(i), kind))));
             continue;
         }
@@ -313,16 +342,16 @@ fn number(v: f64, kind: Kind) -> Value {
     }
 }
 
-fn value(token: &str, kind: Kind) -> Result<Value, String> {
+fn value(token: &str, kind: Kind) -> Result<Value, BadToken> {
     match kind {
         Kind::Int | Kind::Double => token
             .parse::<f64>()
             .map(|v| number(v, kind))
-            .map_err(|_| format!("{token:?} is not a number")),
+            .map_err(|_| BadToken(token.to_string(), "a number")),
         Kind::Bool => match token {
             "true" => Ok(Value::Bool(true)),
             "false" => Ok(Value::Bool(false)),
-            _ => Err(format!("{token:?} is not true or false")),
+            _ => Err(BadToken(token.to_string(), "true or false")),
         },
         Kind::String => Ok(Value::String(Arc::new(token.to_string()))),
         Kind::Strings => Ok(Value::List(Arc::new(

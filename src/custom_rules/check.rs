@@ -295,7 +295,7 @@ impl Walk<'_> {
                 }
             }
         }
-        let call = windows::parse_args(over, &values).map_err(|e| self.error(expr, e))?;
+        let call = windows::parse_args(over, &values).map_err(|e| self.error(expr, e.to_string()))?;
         if call.xid_code().is_none() {
             if self.scope == Scope::Node {
                 return Err(self.error(

@@ -255,18 +255,36 @@ pub fn lookup(over: Over, args: &[cel::Value]) -> Result<cel::Value, cel::Execut
     }
 }
 
+/// What is wrong with a window function's arguments.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WindowArgsError {
+    #[error("the window is a string like \"10m\"")]
+    WindowNotAString,
+    #[error("the window \"{text}\": {why}")]
+    WindowUnreadable { text: String, why: String },
+    #[error("the window \"{0}\" must be more than 0 and at most 1h")]
+    WindowOutOfRange(String),
+    #[error("xid_count takes an XID code, and a window like \"10m\" if counted over one")]
+    XidArguments,
+    #[error("{0} takes a reading's name and a window: {0}(\"power_w\", \"10m\")")]
+    SeriesArguments(&'static str),
+}
+
 /// A window function's arguments as a call: `(series, window)`, or `(code[, window])` for
 /// `xid_count`. Err: what is wrong with them.
-pub fn parse_args(over: Over, args: &[cel::Value]) -> Result<WindowCall, String> {
+pub fn parse_args(over: Over, args: &[cel::Value]) -> Result<WindowCall, WindowArgsError> {
     use cel::Value;
-    let window = |v: Option<&Value>| -> Result<Option<Duration>, String> {
+    let window = |v: Option<&Value>| {
         let Some(v) = v else { return Ok(None) };
         let Value::String(text) = v else {
-            return Err("the window is a string like \"10m\"".into());
+            return Err(WindowArgsError::WindowNotAString);
         };
-        let window = humantime::parse_duration(text).map_err(|e| format!("the window \"{text}\": {e}"))?;
+        let window = humantime::parse_duration(text).map_err(|e| WindowArgsError::WindowUnreadable {
+            text: text.to_string(),
+            why: e.to_string(),
+        })?;
         if window.is_zero() || window > MAX_WINDOW {
-            return Err(format!("the window \"{text}\" must be more than 0 and at most 1h"));
+            return Err(WindowArgsError::WindowOutOfRange(text.to_string()));
         }
         Ok(Some(window))
     };
@@ -283,17 +301,13 @@ pub fn parse_args(over: Over, args: &[cel::Value]) -> Result<WindowCall, String>
                 window,
             })
         }
-        (Over::XidTotal, _) => Err("xid_count takes an XID code, and a window like \"10m\" if counted over one".into()),
+        (Over::XidTotal, _) => Err(WindowArgsError::XidArguments),
         (_, [Value::String(series), w]) => Ok(WindowCall {
             over,
             series: series.to_string(),
             window: window(Some(w))?,
         }),
-        _ => Err(format!(
-            "{} takes a reading's name and a window: {}(\"power_w\", \"10m\")",
-            over.function(),
-            over.function()
-        )),
+        _ => Err(WindowArgsError::SeriesArguments(over.function())),
     }
 }
 
@@ -397,7 +411,7 @@ mod tests {
             (Over::XidTotal, vec![s("79")], "takes an XID code"),
             (Over::XidTotal, vec![Value::Int(79), Value::Int(10)], "a string like"),
         ] {
-            let e = parse_args(over, &args).unwrap_err();
+            let e = parse_args(over, &args).unwrap_err().to_string();
             assert!(e.contains(says), "{e}");
         }
         let xid = parse_args(Over::XidTotal, &[Value::Int(79), s("10m")]).unwrap();

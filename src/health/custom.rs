@@ -126,43 +126,8 @@ impl CustomRuleRunner {
             .map(|(device, port)| PortFacts { device, port })
             .collect();
         let root = check::root_context();
-        let mut found = Vec::new();
-        if !gpu_rules.is_empty() {
-            let wanted = Wanted::of(gpu_rules.iter().map(|r| r.compiled.as_ref()));
-            let calls = calls_of(&gpu_rules);
-            for (i, facts) in gpus.iter().enumerate() {
-                let subject = facts.device.identity.uuid.as_str();
-                for call in &calls {
-                    let value = match call.xid_code() {
-                        Some(code) => Some(xid_count(facts, code)),
-                        None => schema::series_value(schema::GPU_FIELDS, facts, &call.series),
-                    };
-                    if let Some(value) = value {
-                        self.histories.note(subject, &call.series, value, now, step);
-                    }
-                }
-                self.set_figures(subject, &calls, now);
-                let context = run::gpu_scope(&root, facts, &wanted);
-                let fired = self.evaluate(&gpu_rules, &context, None);
-                found.extend(fired.into_iter().map(|f| (Some(i), f)));
-            }
-        }
-        if !port_rules.is_empty() {
-            let wanted = Wanted::of(port_rules.iter().map(|r| r.compiled.as_ref()));
-            let calls = calls_of(&port_rules);
-            for facts in &ports {
-                let subject = format!("{}/{}", facts.device.name, facts.port.port);
-                for call in &calls {
-                    if let Some(value) = schema::series_value(schema::PORT_FIELDS, facts, &call.series) {
-                        self.histories.note(&subject, &call.series, value, now, step);
-                    }
-                }
-                self.set_figures(&subject, &calls, now);
-                let context = run::port_scope(&root, facts, &wanted);
-                let fired = self.evaluate(&port_rules, &context, Some(&subject));
-                found.extend(fired.into_iter().map(|f| (None, f)));
-            }
-        }
+        let mut found = self.run_gpus(&gpus, &gpu_rules, &root, (step, now));
+        found.extend(self.run_ports(&ports, &port_rules, &root, (step, now)));
         if !node_rules.is_empty() {
             let node = NodeFacts {
                 hostname: &snapshot.hostname,
@@ -181,14 +146,85 @@ impl CustomRuleRunner {
         found
     }
 
+    /// The GPU rules over every GPU; their findings by the GPU's place.
+    fn run_gpus(
+        &mut self,
+        gpus: &[GpuFacts],
+        rules: &[&Ready],
+        root: &cel::Context<'static, 'static>,
+        (step, now): (std::time::Duration, Instant),
+    ) -> Vec<(Option<usize>, Finding)> {
+        let mut found = Vec::new();
+        if rules.is_empty() {
+            return found;
+        }
+        let wanted = Wanted::of(rules.iter().map(|r| r.compiled.as_ref()));
+        let calls = calls_of(rules);
+        for (i, facts) in gpus.iter().enumerate() {
+            let subject = facts.device.identity.uuid.as_str();
+            for call in &calls {
+                let value = match call.xid_code() {
+                    Some(code) => Some(xid_count(facts, code)),
+                    None => schema::series_value(schema::GPU_FIELDS, facts, &call.series),
+                };
+                if let Some(value) = value {
+                    self.histories.note(subject, &call.series, value, now, step);
+                }
+            }
+            self.set_figures(subject, &calls, now, |call| {
+                call.xid_code().map(|code| xid_count(facts, code))
+            });
+            let context = run::gpu_scope(root, facts, &wanted);
+            let fired = self.evaluate(rules, &context, None);
+            found.extend(fired.into_iter().map(|f| (Some(i), f)));
+        }
+        found
+    }
+
+    /// The port rules over every port; their findings are the node's, by port.
+    fn run_ports(
+        &mut self,
+        ports: &[PortFacts],
+        rules: &[&Ready],
+        root: &cel::Context<'static, 'static>,
+        (step, now): (std::time::Duration, Instant),
+    ) -> Vec<(Option<usize>, Finding)> {
+        let mut found = Vec::new();
+        if rules.is_empty() {
+            return found;
+        }
+        let wanted = Wanted::of(rules.iter().map(|r| r.compiled.as_ref()));
+        let calls = calls_of(rules);
+        for facts in ports {
+            let subject = format!("{}/{}", facts.device.name, facts.port.port);
+            for call in &calls {
+                if let Some(value) = schema::series_value(schema::PORT_FIELDS, facts, &call.series) {
+                    self.histories.note(&subject, &call.series, value, now, step);
+                }
+            }
+            self.set_figures(&subject, &calls, now, |_| None);
+            let context = run::port_scope(root, facts, &wanted);
+            let fired = self.evaluate(rules, &context, Some(&subject));
+            found.extend(fired.into_iter().map(|f| (None, f)));
+        }
+        found
+    }
+
     /// Puts `subject`'s window figures in place for its rules.
-    fn set_figures(&self, subject: &str, calls: &[WindowCall], now: Instant) {
+    /// `total` gives what a call without a window counts (`xid_count(code)`).
+    fn set_figures(
+        &self,
+        subject: &str,
+        calls: &[WindowCall],
+        now: Instant,
+        total: impl Fn(&WindowCall) -> Option<f64>,
+    ) {
         let figures = calls
             .iter()
             .map(|call| {
                 let figure = match call.window {
                     Some(_) => self.histories.figure(subject, call, now),
-                    None => None,
+                    None => total(call),
                 };
                 (call.clone(), figure)
             })
@@ -444,5 +480,39 @@ mod tests {
             message.contains("increase(\"ecc_corrected\", \"10m\") = 1500"),
             "{message}"
         );
+    }
+
+    /// `xid_count(code)` counts the GPU's XIDs of the code since its last clear; with a
+    /// window, those within it.
+    #[test]
+    fn xid_counts_with_and_without_a_window() {
+        let rules = rules(
+            "    - name: any79\n      when: xid_count(79) >= 1\n      advice: a\n    \
+             - name: two79\n      when: xid_count(79, \"10m\") >= 2\n      advice: b\n",
+        );
+        let mut runner = CustomRuleRunner::default();
+        let start = Instant::now();
+        let fired = |runner: &mut CustomRuleRunner, count: u64, minute: u64| {
+            let mut s = snapshot(vec![gpu(0, None, 0)]);
+            if count > 0 {
+                let xid = crate::model::xid::XidCount {
+                    xid: 79,
+                    severity: crate::model::xid::Severity::Fatal,
+                    count,
+                    last_seen: std::time::SystemTime::now(),
+                    recent: 0,
+                };
+                s.xid.by_bus.insert("0000:01:00.0".into(), vec![xid]);
+            }
+            runner.apply(&mut s, &rules, start + Duration::from_secs(60 * minute));
+            let mut names: Vec<&str> = s.devices[0].health.findings.iter().map(|f| f.reason.label()).collect();
+            names.sort();
+            names.join(",")
+        };
+        assert_eq!(fired(&mut runner, 0, 0), "");
+        assert_eq!(fired(&mut runner, 1, 1), "any79");
+        assert_eq!(fired(&mut runner, 2, 2), "any79,two79");
+        // Twelve minutes on, the two are out of the window; the count since the clear stays.
+        assert_eq!(fired(&mut runner, 2, 14), "any79");
     }
 }

@@ -201,6 +201,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("input", 2),
     ("service", 2),
     ("config", 2),
+    ("custom_rules", 2),
     ("xid", 2),
     ("metrics", 3),
     ("health", 3),
