@@ -52,6 +52,9 @@ _gpuwarden() {
             gpuwarden,report)
                 cmd="gpuwarden__subcmd__report"
                 ;;
+            gpuwarden,rules)
+                cmd="gpuwarden__subcmd__rules"
+                ;;
             gpuwarden,run)
                 cmd="gpuwarden__subcmd__run"
                 ;;
@@ -136,6 +139,9 @@ _gpuwarden() {
             gpuwarden__subcmd__help,report)
                 cmd="gpuwarden__subcmd__help__subcmd__report"
                 ;;
+            gpuwarden__subcmd__help,rules)
+                cmd="gpuwarden__subcmd__help__subcmd__rules"
+                ;;
             gpuwarden__subcmd__help,run)
                 cmd="gpuwarden__subcmd__help__subcmd__run"
                 ;;
@@ -154,11 +160,26 @@ _gpuwarden() {
             gpuwarden__subcmd__help__subcmd__health,report)
                 cmd="gpuwarden__subcmd__help__subcmd__health__subcmd__report"
                 ;;
+            gpuwarden__subcmd__help__subcmd__rules,test)
+                cmd="gpuwarden__subcmd__help__subcmd__rules__subcmd__test"
+                ;;
             gpuwarden__subcmd__help__subcmd__xid,explain)
                 cmd="gpuwarden__subcmd__help__subcmd__xid__subcmd__explain"
                 ;;
             gpuwarden__subcmd__help__subcmd__xid,scan)
                 cmd="gpuwarden__subcmd__help__subcmd__xid__subcmd__scan"
+                ;;
+            gpuwarden__subcmd__rules,help)
+                cmd="gpuwarden__subcmd__rules__subcmd__help"
+                ;;
+            gpuwarden__subcmd__rules,test)
+                cmd="gpuwarden__subcmd__rules__subcmd__test"
+                ;;
+            gpuwarden__subcmd__rules__subcmd__help,help)
+                cmd="gpuwarden__subcmd__rules__subcmd__help__subcmd__help"
+                ;;
+            gpuwarden__subcmd__rules__subcmd__help,test)
+                cmd="gpuwarden__subcmd__rules__subcmd__help__subcmd__test"
                 ;;
             gpuwarden__subcmd__xid,explain)
                 cmd="gpuwarden__subcmd__xid__subcmd__explain"
@@ -185,7 +206,7 @@ _gpuwarden() {
 
     case "${cmd}" in
         gpuwarden)
-            opts="-h -V --config --help --version run check probe config xid events report health demo man completions copy-binary journal-worker help"
+            opts="-h -V --config --help --version run check probe config rules xid events report health demo man completions copy-binary journal-worker help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -641,7 +662,7 @@ _gpuwarden() {
             return 0
             ;;
         gpuwarden__subcmd__help)
-            opts="run check probe config xid events report health demo man completions copy-binary journal-worker help"
+            opts="run check probe config rules xid events report health demo man completions copy-binary journal-worker help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -878,6 +899,34 @@ _gpuwarden() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        gpuwarden__subcmd__help__subcmd__rules)
+            opts="test"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpuwarden__subcmd__help__subcmd__rules__subcmd__test)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         gpuwarden__subcmd__help__subcmd__run)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -1023,6 +1072,84 @@ _gpuwarden() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpuwarden__subcmd__rules)
+            opts="-h --config --help test help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpuwarden__subcmd__rules__subcmd__help)
+            opts="test help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpuwarden__subcmd__rules__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpuwarden__subcmd__rules__subcmd__help__subcmd__test)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpuwarden__subcmd__rules__subcmd__test)
+            opts="-h --demo --config --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

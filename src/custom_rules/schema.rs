@@ -702,3 +702,40 @@ pub fn reference() -> String {
     table(&mut out, "The fields of `node`:", NODE_FIELDS);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    /// docs/health.md's language reference is this module's tables.
+    #[test]
+    fn the_docs_list_every_variable_and_field() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/health.md")).unwrap();
+        let inside = doc
+            .split("<!-- rule-reference -->")
+            .nth(1)
+            .and_then(|rest| rest.split("<!-- /rule-reference -->").next())
+            .expect("docs/health.md has the rule reference markers");
+        if std::env::var_os("GOLDEN_UPDATE").is_some() {
+            let updated = doc.replace(inside, &super::reference());
+            std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/health.md"), updated).unwrap();
+            return;
+        }
+        assert_eq!(
+            inside,
+            super::reference(),
+            "GOLDEN_UPDATE=1 cargo test --lib the_docs_list writes it"
+        );
+    }
+
+    /// Every field has a sample of its kind for the dry run, and a name a map key can be.
+    #[test]
+    fn every_field_is_sampled() {
+        for variable in ["gpu", "port", "node", "probe", "gpus", "jobs", "pods"] {
+            assert!(super::sample(variable).is_some(), "{variable}");
+        }
+        for scope in [super::Scope::Gpu, super::Scope::Port, super::Scope::Node] {
+            for v in super::variables(scope) {
+                assert!(super::sample(v.name).is_some(), "{}", v.name);
+            }
+        }
+    }
+}
