@@ -185,7 +185,8 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
     let config = format!(
         "{FAST_PROBES}remediation:\n  mode: auto\n  reboot_marker: {}/reboot-required\n  pause_file: {}/pause\n\
          amd:\n  sysfs_root: {}\nkubernetes:\n  pod_resources_socket: {}\n  refresh: 1s\nhpc_jobs:\n  mapping_dir: {}\n\
-         fabric_manager:\n  pid_file: {}\nevents:\n  sinks:\n    - name: ops\n      webhook: {{url: \"http://127.0.0.1:9/in\", timeout: 1s}}\n",
+         fabric_manager:\n  pid_file: {}\nevents:\n  sinks:\n    - name: ops\n      webhook: {{url: \"http://127.0.0.1:9/in\", timeout: 1s}}\n\
+         health:\n  custom_rules:\n    - {{name: hot, when: gpu.temperature_c > 80, advice: cool it}}\n",
         dir.path().display(),
         dir.path().display(),
         dir.path().display(),
