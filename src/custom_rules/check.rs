@@ -33,6 +33,9 @@ pub struct Compiled {
     pub fields: Vec<&'static str>,
     /// The other variables it reads (`probe`, `jobs`, `gpus`, ...).
     pub variables: Vec<&'static str>,
+    /// The fields of `gpu` any selection in it could read from an element of a node rule's
+    /// `gpus` (every `x.name` whose name is one of them): only these are put in its maps.
+    pub gpus_fields: Vec<&'static str>,
     /// The windows it asks for.
     pub calls: Vec<WindowCall>,
 }
@@ -102,16 +105,18 @@ pub fn compile(source: &str, scope: Scope) -> Result<Compiled, RuleError> {
         level: 0,
         fields: Vec::new(),
         variables: Vec::new(),
+        gpus_fields: Vec::new(),
         calls: Vec::new(),
     };
     walk.visit(program.expression(), 0)?;
-    let (fields, variables, calls) = (walk.fields, walk.variables, walk.calls);
+    let (fields, variables, gpus_fields, calls) = (walk.fields, walk.variables, walk.gpus_fields, walk.calls);
     let compiled = Compiled {
         source: source.to_string(),
         scope,
         program,
         fields,
         variables,
+        gpus_fields,
         calls,
     };
     dry_run(&compiled)?;
@@ -150,6 +155,7 @@ struct Walk<'a> {
     level: usize,
     fields: Vec<&'static str>,
     variables: Vec<&'static str>,
+    gpus_fields: Vec<&'static str>,
     calls: Vec<WindowCall>,
 }
 
@@ -186,6 +192,11 @@ impl Walk<'_> {
             Expr::Select(select) => {
                 if let Expr::Ident(variable) = &select.operand.expr {
                     self.field(expr, variable, &select.field)?;
+                }
+                if let Some(f) = schema::GPU_FIELDS.iter().find(|f| f.name == select.field)
+                    && !self.gpus_fields.contains(&f.name)
+                {
+                    self.gpus_fields.push(f.name);
                 }
                 self.visit(&select.operand, depth)
             }

@@ -55,7 +55,7 @@ pub fn node_scope<'a>(root: &'a Context<'static, 'static>, facts: &NodeFacts, wa
         let gpus: Vec<Value> = facts
             .gpus
             .iter()
-            .map(|g| schema::map_of(schema::GPU_FIELDS, g, None))
+            .map(|g| schema::map_of(schema::GPU_FIELDS, g, Some(&wanted.gpus_fields)))
             .collect();
         context.add_variable_from_value("gpus", gpus);
     }
@@ -67,6 +67,8 @@ pub fn node_scope<'a>(root: &'a Context<'static, 'static>, facts: &NodeFacts, wa
 pub struct Wanted {
     pub fields: Vec<&'static str>,
     pub variables: Vec<&'static str>,
+    /// The fields of each of `gpus` (node rules).
+    pub gpus_fields: Vec<&'static str>,
 }
 
 impl Wanted {
@@ -81,6 +83,11 @@ impl Wanted {
             for variable in &rule.variables {
                 if !wanted.variables.contains(variable) {
                     wanted.variables.push(variable);
+                }
+            }
+            for field in &rule.gpus_fields {
+                if !wanted.gpus_fields.contains(field) {
+                    wanted.gpus_fields.push(field);
                 }
             }
         }
