@@ -5,13 +5,12 @@
 //! health findings), renders each in both formats many times and prints the median time per
 //! render and per series.
 
-use gpuwarden::config::Config;
 use gpuwarden::metrics::Selection;
 use gpuwarden::metrics::exposition::{openmetrics_to_text, render_openmetrics};
 use gpuwarden::model::*;
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 mod common;
 use common::{demo_snapshot, median};
