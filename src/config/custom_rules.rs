@@ -176,7 +176,8 @@ fn in_file(text: &str, line: u64, column: u64, expr_line: u64, expr_column: u64)
     }
 }
 
-/// Reads and compiles the rules of every `*.yaml`/`*.yml` file in `dir`, in name order.
+/// Reads and compiles the rules of every `*.yaml`/`*.yml` file in `dir` (but `*.test.yaml`,
+/// a `gpuwarden rules test` file), in name order.
 pub fn read_dir(dir: &Path, taken: &mut Vec<(String, PathBuf)>) -> Result<Vec<CustomRule>, ConfigError> {
     let refuse = |message: String| ConfigError {
         file: dir.to_path_buf(),
@@ -193,7 +194,13 @@ pub fn read_dir(dir: &Path, taken: &mut Vec<(String, PathBuf)>) -> Result<Vec<Cu
     let mut files: Vec<PathBuf> = Vec::new();
     for entry in entries.flatten().take(4 * MAX_RULE_FILES) {
         let path = entry.path();
-        if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // A test file kept beside its rules (`rules.test.yaml`, as promtool's) is not a rule file.
+        let test_file = name.ends_with(".test.yaml") || name.ends_with(".test.yml");
+        if path.extension().is_some_and(|e| e == "yaml" || e == "yml") && !test_file {
             files.push(path);
         }
     }

@@ -715,7 +715,13 @@ mod tests {
             .and_then(|rest| rest.split("<!-- /rule-reference -->").next())
             .expect("docs/health.md has the rule reference markers");
         if std::env::var_os("GOLDEN_UPDATE").is_some() {
-            let updated = doc.replace(inside, &super::reference());
+            // Between the markers only (an empty reference is "\n", which is everywhere).
+            let (before, rest) = doc.split_once("<!-- rule-reference -->").unwrap();
+            let (_, after) = rest.split_once("<!-- /rule-reference -->").unwrap();
+            let updated = format!(
+                "{before}<!-- rule-reference -->{}<!-- /rule-reference -->{after}",
+                super::reference()
+            );
             std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/health.md"), updated).unwrap();
             return;
         }

@@ -112,6 +112,11 @@ fn config_check_names_the_rule_file_line_and_column_and_the_fields() {
     )
     .unwrap();
     std::fs::write(rules.join("README"), "not a rule file").unwrap();
+    std::fs::write(
+        rules.join("10-good.test.yaml"),
+        "rule_files: [10-good.yaml]\ntests: []\n",
+    )
+    .unwrap();
     let config = dir.path().join("config.yaml");
     std::fs::write(&config, format!("health:\n  custom_rules_dir: {}\n", rules.display())).unwrap();
     let (code, out, err) = run(&["config", "check", config.to_str().unwrap()]);
