@@ -496,7 +496,8 @@ impl<'a> World<'a> {
             if self.disabled.contains(&rule.name) {
                 continue;
             }
-            match compiled.evaluate(context) {
+            // The cost is the daemon's to judge; a test judges what fires.
+            match compiled.evaluate(context).outcome {
                 Outcome::Fired(read) => out.push((
                     owner,
                     Finding {

@@ -12,6 +12,8 @@ use std::sync::Arc;
 pub const MAX_CUSTOM_RULES: usize = 256;
 /// The most rule files read from `health.custom_rules_dir`.
 pub const MAX_RULE_FILES: usize = 64;
+/// The most entries of any kind looked at in it (a directory of other things is a mistake).
+const MAX_DIR_ENTRIES: usize = 1024;
 
 /// One operator rule.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -192,7 +194,14 @@ pub fn read_dir(dir: &Path, taken: &mut Vec<(String, PathBuf)>) -> Result<Vec<Cu
         ))
     })?;
     let mut files: Vec<PathBuf> = Vec::new();
-    for entry in entries.flatten().take(4 * MAX_RULE_FILES) {
+    let mut seen = 0;
+    for entry in entries.flatten() {
+        seen += 1;
+        if seen > MAX_DIR_ENTRIES {
+            return Err(refuse(format!(
+                "more than {MAX_DIR_ENTRIES} entries in health.custom_rules_dir; point it at a directory of rule files"
+            )));
+        }
         let path = entry.path();
         let name = path
             .file_name()

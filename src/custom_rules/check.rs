@@ -38,6 +38,8 @@ pub struct Compiled {
     pub gpus_fields: Vec<&'static str>,
     /// The windows it asks for.
     pub calls: Vec<WindowCall>,
+    /// `gpu.FIELD` for each of `fields`, parsed once: what a finding's message reads back.
+    pub(super) read_back: Vec<(&'static str, IdedExpr)>,
 }
 
 impl std::fmt::Debug for Compiled {
@@ -110,7 +112,12 @@ pub fn compile(source: &str, scope: Scope) -> Result<Compiled, RuleError> {
     };
     walk.visit(program.expression(), 0)?;
     let (fields, variables, gpus_fields, calls) = (walk.fields, walk.variables, walk.gpus_fields, walk.calls);
+    let read_back = fields
+        .iter()
+        .filter_map(|f| Some((*f, field_expr(scope.label(), f)?)))
+        .collect();
     let compiled = Compiled {
+        read_back,
         source: source.to_string(),
         scope,
         program,
@@ -347,7 +354,7 @@ fn literal_value(literal: &cel::common::ast::LiteralValue) -> Value {
 }
 
 /// `variable.field` as an expression, to read a value a rule read back out of its context.
-pub(super) fn field_expr(variable: &str, field: &str) -> Option<IdedExpr> {
+fn field_expr(variable: &str, field: &str) -> Option<IdedExpr> {
     env()
         .compile(&format!("{variable}.{field}"))
         .ok()
@@ -501,6 +508,7 @@ mod tests {
                 Scope::Port,
             ),
             ("gpu.power_w / (gpu.power_limit_w - 1.0) > 0.5", Scope::Gpu),
+            ("gpu.name.contains('H200') && gpu.uuid.endsWith('7') && int(gpu.temperature_c) > 80", Scope::Gpu),
         ] {
             compile(source, scope).unwrap_or_else(|e| panic!("{source}: {e}"));
         }
@@ -527,6 +535,9 @@ mod tests {
         assert!(e.message.contains("temprature_c"), "{e}");
         let e = error("frobnicate(gpu.power_w)", Scope::Gpu);
         assert!(e.message.contains("unknown function or name `frobnicate`"), "{e}");
+        // Regular expressions are not in the build: said at config check, not at run time.
+        let e = error("gpu.name.matches('H1.*')", Scope::Gpu);
+        assert!(e.message.contains("`matches`"), "{e}");
     }
 
     /// A type error in a branch the sample does not take is still found, at its column.

@@ -22,6 +22,8 @@ struct Kept {
     /// The source it was compiled from: a change of it in the config lets a disabled rule run again.
     source: String,
     disabled: Option<String>,
+    /// Evaluations in a row over `run::MAX_EVALUATION` of CPU.
+    over_budget: u32,
     evaluations: u64,
     seconds: f64,
 }
@@ -243,10 +245,24 @@ impl CustomRuleRunner {
             if kept.disabled.is_some() {
                 continue;
             }
-            let started = Instant::now();
-            let outcome = rule.compiled.evaluate(context);
+            let run::Evaluation { outcome, cpu } = rule.compiled.evaluate(context);
             kept.evaluations += 1;
-            kept.seconds += started.elapsed().as_secs_f64();
+            kept.seconds += cpu.as_secs_f64();
+            kept.over_budget = if cpu > run::MAX_EVALUATION {
+                kept.over_budget + 1
+            } else {
+                0
+            };
+            let outcome = if kept.over_budget >= run::OVER_BUDGET_IN_A_ROW {
+                Outcome::Failed(format!(
+                    "{} evaluations in a row took over {} ms of CPU each (the last {} ms)",
+                    run::OVER_BUDGET_IN_A_ROW,
+                    run::MAX_EVALUATION.as_millis(),
+                    cpu.as_millis()
+                ))
+            } else {
+                outcome
+            };
             match outcome {
                 Outcome::Fired(read) => out.push(Finding {
                     reason: Reason::Custom(rule.name),
