@@ -508,7 +508,10 @@ mod tests {
                 Scope::Port,
             ),
             ("gpu.power_w / (gpu.power_limit_w - 1.0) > 0.5", Scope::Gpu),
-            ("gpu.name.contains('H200') && gpu.uuid.endsWith('7') && int(gpu.temperature_c) > 80", Scope::Gpu),
+            (
+                "gpu.name.contains('H200') && gpu.uuid.endsWith('7') && int(gpu.temperature_c) > 80",
+                Scope::Gpu,
+            ),
         ] {
             compile(source, scope).unwrap_or_else(|e| panic!("{source}: {e}"));
         }
