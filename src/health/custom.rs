@@ -33,6 +33,9 @@ struct Kept {
 pub struct CustomRuleRunner {
     histories: Histories,
     kept: HashMap<CustomName, Kept>,
+    /// The last operator's clear seen per GPU UUID (its time): a newer one starts the GPU's
+    /// windows afresh, as it does the built-in error rates.
+    clears_seen: HashMap<String, f64>,
 }
 
 /// A rule ready to run.
@@ -46,6 +49,7 @@ impl CustomRuleRunner {
     /// Runs `rules` over `snapshot` (as of `now`): adds their findings, and each rule's state.
     pub fn apply(&mut self, snapshot: &mut Snapshot, rules: &[CustomRule], now: Instant) {
         self.forget_changed(rules);
+        self.forget_cleared(snapshot);
         let ready: Vec<Ready> = rules
             .iter()
             .filter_map(|rule| rule.ready().map(|(name, compiled)| Ready { name, rule, compiled }))
@@ -81,6 +85,18 @@ impl CustomRuleRunner {
                 }
             })
             .collect()
+    }
+
+    /// A GPU cleared after a repair since the last snapshot: what its windows held from before
+    /// no longer counts (`increase("ecc_corrected", "10m")` would otherwise find the old burst
+    /// again right after `gpuwarden health clear`).
+    fn forget_cleared(&mut self, snapshot: &Snapshot) {
+        for (uuid, clear) in snapshot.clears.iter() {
+            if self.clears_seen.get(uuid) != Some(&clear.at) {
+                self.clears_seen.insert(uuid.clone(), clear.at);
+                self.histories.forget(uuid);
+            }
+        }
     }
 
     /// Forgets the rules gone from the config, and the failures of those changed in it.
@@ -297,6 +313,7 @@ impl CustomRuleRunner {
             .collect();
         self.histories
             .retain(&|subject| present.contains(subject), &|series| named.contains(series));
+        self.clears_seen.retain(|uuid, _| present.contains(uuid));
     }
 }
 
@@ -530,5 +547,35 @@ mod tests {
         assert_eq!(fired(&mut runner, 2, 2), "any79,two79");
         // Twelve minutes on, the two are out of the window; the count since the clear stays.
         assert_eq!(fired(&mut runner, 2, 14), "any79");
+    }
+
+    /// An operator's clear starts the GPU's windows afresh: the burst before it is not found
+    /// again after it.
+    #[test]
+    fn a_clear_starts_the_windows_afresh() {
+        let rules =
+            rules("    - name: burst\n      when: increase(\"ecc_corrected\", \"10m\") > 1000\n      advice: a\n");
+        let mut runner = CustomRuleRunner::default();
+        let start = Instant::now();
+        let mut clears = std::collections::BTreeMap::new();
+        let at = |runner: &mut CustomRuleRunner, minute: u64, ecc: u64, clears: &crate::model::health::Clears| {
+            let mut s = snapshot(vec![gpu(0, None, ecc)]);
+            s.clears = std::sync::Arc::new(clears.clone());
+            runner.apply(&mut s, &rules, start + Duration::from_secs(60 * minute));
+            !s.devices[0].health.findings.is_empty()
+        };
+        assert!(!at(&mut runner, 0, 0, &clears));
+        assert!(at(&mut runner, 1, 2000, &clears), "a burst of 2000 in a minute");
+        clears.insert(
+            "GPU-0".to_string(),
+            crate::model::health::Clear {
+                at: 1.0,
+                reason: "reseated".into(),
+                by: "test".into(),
+            },
+        );
+        assert!(!at(&mut runner, 2, 2000, &clears), "the burst is from before the clear");
+        assert!(!at(&mut runner, 3, 2100, &clears));
+        assert!(at(&mut runner, 4, 3200, &clears), "a new burst after it");
     }
 }
