@@ -258,7 +258,24 @@ fn the_demo_removes_its_temporary_files() {
         assert!(std::time::Instant::now() < deadline, "run --demo wrote no files");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // SIGTERM once it serves, so its handler is in place (a fixed 500 ms after the files was
+    // not always enough on a loaded CI machine: the signal then killed it before it could
+    // clean up). The journal's file in the demo's directory comes after the handler.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let serving = || {
+        std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .any(|dir| dir.path().join("gpuwarden.sock").exists())
+    };
+    while !serving() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "run --demo never opened its local API"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
     // SAFETY: kill(2) on our own child.
     unsafe { kill(run.id() as i32, 15) };
     assert_eq!(run.wait().unwrap().code(), Some(0));
