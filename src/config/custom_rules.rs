@@ -235,18 +235,7 @@ pub fn read_file(file: &Path, taken: &mut Vec<(String, PathBuf)>) -> Result<Vec<
         message: e.to_string(),
         snippet: None,
     })?;
-    let options = serde_saphyr::options! { strict_booleans: true };
-    let mut parsed: RuleFile = serde_saphyr::from_str_with_options(&text, options).map_err(|e| {
-        let location = e.location();
-        let (message, snippet) = split_rendered(e.render().trim(), file);
-        ConfigError {
-            file: file.to_path_buf(),
-            line: location.as_ref().map(|l| l.line()),
-            column: location.as_ref().map(|l| l.column()),
-            message,
-            snippet,
-        }
-    })?;
+    let mut parsed: RuleFile = parse_yaml(&text, file)?;
     compile_all(&mut parsed.rules, &text, file, taken)?;
     Ok(parsed.rules)
 }

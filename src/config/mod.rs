@@ -283,27 +283,33 @@ pub(crate) fn split_rendered(rendered: &str, file: &Path) -> (String, Option<Str
 
 impl std::error::Error for ConfigError {}
 
+/// YAML text of `file` as a `T`, with strict booleans (`yes`/`no`/`on`/`off` are strings);
+/// an error with its file, line, column and snippet. The config and the rule files read so.
+pub(crate) fn parse_yaml<T: serde::de::DeserializeOwned>(text: &str, file: &Path) -> Result<T, ConfigError> {
+    let options = serde_saphyr::options! { strict_booleans: true };
+    serde_saphyr::from_str_with_options::<T>(text, options).map_err(|e| {
+        let location = e.location();
+        let (message, snippet) = split_rendered(e.render().trim(), file);
+        ConfigError {
+            file: file.to_path_buf(),
+            line: location.as_ref().map(|l| l.line()),
+            column: location.as_ref().map(|l| l.column()),
+            message,
+            snippet,
+        }
+    })
+}
+
 impl Config {
     /// Parses YAML text; `file` is only used to name the source in errors.
     pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
         // Strict booleans: `yes`/`no`/`on`/`off` are strings, not booleans, so
-        // `enable: off` is an error rather than a silent surprise.
-        let options = serde_saphyr::options! { strict_booleans: true };
+        // `enable: off` is an error rather than a silent surprise (parse_yaml).
         // An empty file means all defaults.
         if text.trim().is_empty() {
             return Ok(Config::default());
         }
-        let config = serde_saphyr::from_str_with_options::<Config>(text, options).map_err(|e| {
-            let location = e.location();
-            let (message, snippet) = split_rendered(e.render().trim(), file);
-            ConfigError {
-                file: file.to_path_buf(),
-                line: location.as_ref().map(|l| l.line()),
-                column: location.as_ref().map(|l| l.column()),
-                message,
-                snippet,
-            }
-        })?;
+        let config: Config = parse_yaml(text, file)?;
         config.check_debounce_spans(text, file)?;
         let mut config = config;
         let mut taken = Vec::new();
