@@ -169,7 +169,7 @@ impl Executor {
         let now = crate::model::unix_now();
         self.let_a_cleared_reboot_go(&snapshot, config);
         if let Some((device, why)) = needs_reboot(&snapshot) {
-            self.require_reboot(device, why, config, stop);
+            self.require_reboot(device, why, config, stop, |_| {});
             return;
         }
         let paused = pause_reason(config);
@@ -268,14 +268,13 @@ impl Executor {
             }
             // The reboot mark before the reset lets go of the GPU: no snapshot shows it between
             // the two (the `remediating` finding holds it unhealthy until then).
+            // The failed attempt goes into the state with the mark: no scrape shows the node
+            // needing a reboot without the reset that failed.
             Ended::Failed(why) => {
                 log::error!(gpu_uuid = uuid; "GPU {index}: the GPU reset failed: {why}; the node needs a reboot");
-                self.require_reboot(
-                    device,
-                    format!("the GPU reset of GPU {index} failed: {why}"),
-                    config,
-                    stop,
-                );
+                let why = format!("the GPU reset of GPU {index} failed: {why}");
+                self.require_reboot(device, why, config, stop, |s| finish(s, &uuid, attempt));
+                return;
             }
             Ended::Interrupted(why) => log::warn!(
                 gpu_uuid = uuid;
@@ -284,11 +283,7 @@ impl Executor {
             ),
             Ended::NotStarted(_) => {}
         }
-        self.state.update(|s| {
-            s.running = None;
-            s.held_back.remove(&uuid);
-            s.keep(attempt);
-        });
+        self.state.update(|s| finish(s, &uuid, attempt));
     }
 
     /// Records that the reset of `attempt`'s GPU starts, and waits until the journal has it:
@@ -424,9 +419,18 @@ impl Executor {
     }
 
     /// Marks the node as needing a reboot (once): the state (node finding, metrics, journal),
-    /// the marker file, the configured command.
-    fn require_reboot(&self, device: &DeviceSnapshot, why: String, config: &Remediation, stop: &Stop) {
+    /// the marker file, the configured command. `also` changes the state in the same update
+    /// as the mark, whether or not the node was marked already.
+    fn require_reboot(
+        &self,
+        device: &DeviceSnapshot,
+        why: String,
+        config: &Remediation,
+        stop: &Stop,
+        also: impl FnOnce(&mut Remediations),
+    ) {
         if self.state.get().reboot_required.is_some() {
+            self.state.update(also);
             return;
         }
         let mark = RebootRequired {
@@ -450,7 +454,10 @@ impl Executor {
         {
             log::warn!("cannot write the reboot marker {}: {e}", config.reboot_marker.display());
         }
-        self.state.update(|s| s.reboot_required = Some(mark));
+        self.state.update(|s| {
+            s.reboot_required = Some(mark);
+            also(s);
+        });
         if let Some(reboot) = &config.reboot_command {
             let ran = command::run(&reboot.for_gpu(&device.identity.pci_bus_id), config.timeout, stop);
             match ran.failed {
@@ -600,6 +607,12 @@ pub fn nvidia_files_open(fd_dir: &Path) -> Vec<String> {
     open
 }
 
+/// A reset attempt ended: on record, and no longer running or held back.
+fn finish(state: &mut Remediations, uuid: &str, attempt: Attempt) {
+    state.running = None;
+    state.held_back.remove(uuid);
+    state.keep(attempt);
+}
 #[cfg(test)]
 mod tests {
     use super::*;

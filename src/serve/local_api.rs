@@ -380,7 +380,12 @@ async fn keep_clear(
             },
         );
     });
-    let polled_after = next_round(&local.app, Instant::now()).await;
+    // The answer is the first round judged with this clear: one that began before it and
+    // was published after would still show what it let go of.
+    let polled_after = next_round(&local.app, Instant::now(), |clears| {
+        clears.get(&key).is_some_and(|clear| clear.at == at)
+    })
+    .await;
     (polled_after, local.app.store.latest())
 }
 
@@ -392,13 +397,18 @@ fn json_answer(answer: &impl serde::Serialize) -> Response {
     }
 }
 
-/// Waits for a poll round published after `since` (a poll interval and its timeout, at most
-/// [`MAX_CLEAR_WAIT`]); false when none came.
-async fn next_round(app: &AppState, since: Instant) -> bool {
+/// Waits for a poll round published after `since` that was judged with clears `judged`
+/// accepts (a poll interval and its timeout, at most [`MAX_CLEAR_WAIT`]); false when none
+/// came.
+async fn next_round(app: &AppState, since: Instant, judged: impl Fn(&Clears) -> bool) -> bool {
     let poll = app.settings.current().config.poll.clone();
     let deadline = since + (poll.interval + poll.timeout).min(MAX_CLEAR_WAIT) + Duration::from_millis(500);
     loop {
-        if app.store.published_at().is_some_and(|at| at > since) {
+        if app
+            .store
+            .round_clears()
+            .is_some_and(|(at, clears)| at > since && judged(&clears))
+        {
             return true;
         }
         if Instant::now() >= deadline {

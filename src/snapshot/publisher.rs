@@ -18,6 +18,7 @@ use crate::config::settings::SharedSettings;
 use crate::health;
 use crate::health::memory::HealthMemory;
 use crate::input::{Input, Reason, Skips};
+use crate::model::health::Clears;
 use crate::model::{BackendStatus, DeviceSnapshot, DurationHistogram, PersistenceAttempts, PodHolder, Snapshot};
 use crate::snapshot::store::Store;
 use crate::sources::{Inputs, Sources, Versions};
@@ -276,13 +277,16 @@ impl Publisher {
         self.sources
             .xids
             .set_gpus(round.devices.iter().map(|d| d.identity.pci_bus_id.as_str()));
+        let clears_version = self.sources.clears.version();
         let clears = self.sources.clears.get();
         let mut published = self.published.lock().unwrap_or_else(PoisonError::into_inner);
         published
             .health
             .note_round(&mut round.devices, &clears, std::time::Instant::now());
         published.round = Arc::new(round);
-        let snapshot = self.assemble(&mut published);
+        // The snapshot carries the clears its health was judged with: an operator's clear
+        // that lands mid-round waits for the next round, and its answer knows which it saw.
+        let snapshot = self.assemble(&mut published, Some((clears_version, clears)));
         self.store.publish(snapshot);
     }
 
@@ -293,13 +297,20 @@ impl Publisher {
         if self.sources.versions() == published.versions {
             return false;
         }
-        let snapshot = self.assemble(&mut published);
+        let snapshot = self.assemble(&mut published, None);
         self.store.replace(snapshot);
         true
     }
 
-    fn assemble(&self, published: &mut Published) -> Snapshot {
+    /// `round_clears`: the clears (and their version) the round's health was noted with, used
+    /// for the whole snapshot; `None` reads the latest.
+    fn assemble(&self, published: &mut Published, round_clears: Option<(u64, Arc<Clears>)>) -> Snapshot {
         let mut inputs = self.sources.read();
+        if let Some((version, clears)) = round_clears {
+            // A clear newer than the round's is left to the refresher (its version moved).
+            inputs.versions.clears = version;
+            inputs.clears = clears;
+        }
         let settings = self.settings.current();
         let config = &settings.config;
         inputs.nics = published.health.note_nics(

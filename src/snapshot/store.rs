@@ -10,6 +10,7 @@
 //! hook only compares and queues; it must never block (no file, no socket, no wait).
 
 use crate::model::Snapshot;
+use crate::model::health::Clears;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Instant;
 
@@ -18,7 +19,8 @@ pub type PublishHook = Box<dyn Fn(&Snapshot) + Send + Sync>;
 
 pub struct Store {
     current: RwLock<Arc<Snapshot>>,
-    published_at: Mutex<Option<Instant>>,
+    /// When the poller last published a round, and the clears that round was judged with.
+    published: Mutex<Option<(Instant, Arc<Clears>)>>,
     hooks: Mutex<Vec<PublishHook>>,
 }
 
@@ -26,7 +28,7 @@ impl Store {
     pub fn new() -> Store {
         Store {
             current: RwLock::new(Arc::new(Snapshot::default())),
-            published_at: Mutex::new(None),
+            published: Mutex::new(None),
             hooks: Mutex::new(Vec::new()),
         }
     }
@@ -45,9 +47,10 @@ impl Store {
 
     /// Publishes the snapshot of a poll round: it also tells /healthz that the poll loop turns.
     pub fn publish(&self, snapshot: Snapshot) {
+        let clears = snapshot.clears.clone();
         self.replace(snapshot);
-        if let Ok(mut at) = self.published_at.lock() {
-            *at = Some(Instant::now());
+        if let Ok(mut published) = self.published.lock() {
+            *published = Some((Instant::now(), clears));
         }
     }
 
@@ -68,7 +71,14 @@ impl Store {
 
     /// When the poller last published a round; `None` before the first round.
     pub fn published_at(&self) -> Option<Instant> {
-        self.published_at.lock().ok().and_then(|at| *at)
+        self.published.lock().ok().and_then(|p| p.as_ref().map(|(at, _)| *at))
+    }
+
+    /// The operators' clears the last published round judged its GPUs with (a snapshot made
+    /// between rounds may carry newer ones that no rate window has seen yet); `None` before
+    /// the first round.
+    pub fn round_clears(&self) -> Option<(Instant, Arc<Clears>)> {
+        self.published.lock().ok().and_then(|p| p.clone())
     }
 }
 
