@@ -42,7 +42,8 @@ gpus=$(nvidia-smi -L | wc -l)
 if [ "$gpus" -ge 2 ]; then
   "$bin" probe --collective --json --config "$out/config.yaml" > "$out/collective.json" 2> "$out/collective.err"
   echo "exit $?" >> "$out/collective.err"
-  python3 - "$gpus" > "$out/torch-all-reduce.txt" 2>&1 <<'PY'
+  # A file, not stdin: torch.multiprocessing's spawned children import the main script.
+  cat > "$out/torch_all_reduce.py" <<'PY'
 import os, sys, time, torch, torch.multiprocessing as mp
 def run(rank, n):
     import torch.distributed as dist
@@ -57,8 +58,10 @@ def run(rank, n):
     if rank == 0:
         print(f"torch {torch.__version__} NCCL {torch.cuda.nccl.version()}: {n} GPUs, busbw {256*2**20/s*2*(n-1)/n/1e9:.1f} GB/s")
     dist.destroy_process_group()
-n = int(sys.argv[1]); mp.spawn(run, args=(n,), nprocs=n)
+if __name__ == "__main__":
+    n = int(sys.argv[1]); mp.spawn(run, args=(n,), nprocs=n)
 PY
+  python3 "$out/torch_all_reduce.py" "$gpus" > "$out/torch-all-reduce.txt" 2>&1
 fi
 "$bin" probe --collective --gpus 0 --json --config "$out/config.yaml" > "$out/collective-one.json" 2> "$out/collective-one.err"
 echo "exit $?" >> "$out/collective-one.err"

@@ -67,6 +67,7 @@ pub fn compare(
     latest
         .tests
         .iter()
+        .filter(|t| t.test.has_baseline())
         .filter_map(|t| {
             let figure = t.sustained.filter(|v| *v > 0.0)?;
             let own: Vec<f64> = earlier.iter().filter_map(|f| f.sustained(t.test)).collect();
@@ -206,5 +207,36 @@ mod tests {
         // A probe from before a clear is not judged.
         let cleared = Some(crate::model::from_unix_seconds(10.5));
         assert!(compare(&snapshot.devices[0], &snapshot, &LIMITS, cleared).is_empty());
+    }
+
+    #[test]
+    fn the_canary_and_the_pattern_test_are_judged_right_or_wrong_not_by_speed() {
+        // What a real H200 pair's sweep gave: the canary's GEMM 8.5 % apart on healthy GPUs.
+        let mut snapshot = node(2);
+        let uuids: Vec<String> = snapshot.devices.iter().map(|d| d.identity.uuid.clone()).collect();
+        for test in [Test::Sdc, Test::Memtest] {
+            let mut probes = ProbeSnapshot::default();
+            for (uuid, figure) in uuids.iter().zip([659e12, 720e12]) {
+                probes.keep(
+                    uuid,
+                    ProbeReport::for_test(uuid, 10.0, test, (figure, figure), None, Some(true)),
+                );
+            }
+            snapshot.probe = Arc::new(probes);
+            assert!(
+                compare(&snapshot.devices[0], &snapshot, &LIMITS, None).is_empty(),
+                "{test:?}"
+            );
+        }
+        // The same figures as a GEMM's are a regression.
+        let mut probes = ProbeSnapshot::default();
+        probes.keep(&uuids[0], report(&uuids[0], 10.0, 659e12));
+        probes.keep(&uuids[1], report(&uuids[1], 11.0, 720e12));
+        snapshot.probe = Arc::new(probes);
+        assert!(
+            compare(&snapshot.devices[0], &snapshot, &LIMITS, None)
+                .remove(0)
+                .below_node
+        );
     }
 }

@@ -22,7 +22,15 @@ use crate::model::{DeviceSnapshot, Snapshot, Vendor};
 use crate::service::stop::Stop;
 use crate::service::versioned::Versioned;
 use serde::Deserialize;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long after a probe ends a poll's utilization no longer shows it: NVML's utilization is
+/// the share of its last sample period (1/6 s to 1 s) a kernel ran, read during the round.
+const UTILIZATION_FORGETS: Duration = Duration::from_secs(2);
+/// The longest the all-reduce waits for such a poll (a daemon whose poll loop is stuck).
+const MAX_SETTLE: Duration = Duration::from_secs(30);
 
 /// The path between the GPUs and what it should carry one way.
 #[derive(Debug, Clone, PartialEq)]
@@ -267,7 +275,9 @@ pub fn after_validation(
     state: &Versioned<ProbeSnapshot>,
     stop: &Stop,
 ) -> Option<String> {
-    let snapshot = store.latest();
+    // The validation's own probe just ended: a poll from before it forgot it would find the
+    // last GPU busy with it (on a real H200 pair every sweep's all-reduce was skipped so).
+    let snapshot = settled(store, Instant::now() + UTILIZATION_FORGETS, MAX_SETTLE, stop)?;
     // Counted and said in the validation's note.
     let skipped = |why: &str| {
         state.update(|s| *s.collective_runs.entry("skipped").or_default() += 1);
@@ -312,6 +322,23 @@ pub fn after_validation(
     };
     SAID_NO_NCCL.store(false, Ordering::Relaxed);
     Some(keep(state, &gpus, at, result, &settings.probe))
+}
+
+/// The snapshot of the first poll round published at or after `after`, waiting at most
+/// `max_wait` (then the latest, which a stuck poll loop leaves); `None` when the daemon stops.
+fn settled(
+    store: &crate::snapshot::store::Store,
+    after: Instant,
+    max_wait: Duration,
+    stop: &Stop,
+) -> Option<Arc<Snapshot>> {
+    let deadline = Instant::now() + max_wait;
+    while store.published_at().is_none_or(|at| at < after) && Instant::now() < deadline {
+        if stop.sleep(Duration::from_millis(100)) {
+            return None;
+        }
+    }
+    Some(store.latest())
 }
 
 /// Judges a run, keeps it in `state` (the verdict the findings read, the node's figures),
@@ -452,6 +479,60 @@ mod tests {
         let c = nvlinked(2, 18, Some(26.562e9));
         assert!(path(&[&a, &c], &settings).words.starts_with("PCIe"));
         assert_eq!(pcie_lane_rate(7), None);
+    }
+
+    #[test]
+    fn the_all_reduce_judges_a_poll_that_no_longer_shows_the_probe() {
+        let store = Arc::new(crate::snapshot::store::Store::new());
+        let busy = |utilization: f64, generation: u64| Snapshot {
+            generation,
+            devices: vec![gpu(
+                1,
+                DeviceReadings {
+                    utilization_ratio: Some(utilization),
+                    ..Default::default()
+                },
+            )],
+            ..Default::default()
+        };
+        // The poll during the validation's probe, then one after it.
+        store.publish(busy(1.0, 1));
+        let later = store.clone();
+        let poller = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            later.publish(busy(0.0, 2));
+        });
+        let shutdown = crate::service::stop::Shutdown::new();
+        let stop = shutdown.handle("test");
+        let after = Instant::now() + Duration::from_millis(200);
+        let seen = settled(&store, after, Duration::from_secs(10), &stop).unwrap();
+        assert_eq!(
+            seen.generation, 2,
+            "the poll from before the probe was forgotten is not judged"
+        );
+        let _ = poller.join();
+        // A poll loop that publishes nothing more: the latest, after the wait.
+        let started = Instant::now();
+        let seen = settled(
+            &store,
+            Instant::now() + Duration::from_secs(60),
+            Duration::from_millis(300),
+            &stop,
+        )
+        .unwrap();
+        assert_eq!(seen.generation, 2);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        // The daemon stops: nothing.
+        shutdown.stop();
+        assert!(
+            settled(
+                &store,
+                Instant::now() + Duration::from_secs(60),
+                Duration::from_secs(60),
+                &stop
+            )
+            .is_none()
+        );
     }
 
     #[test]
