@@ -116,7 +116,7 @@ class Template:
                 slot = ("probe", series, v2, v2, 0.0)
             elif kind == "counter" and v2 > v1:
                 slot = ("counter", series, v1, v2, (v2 - v1) / (t2 - t1))
-            elif kind == "gauge" and abs((v2 - v1) - (t2 - t1)) < 0.5 and v2 > 1e9:
+            elif kind == "gauge" and v2 > 1e9 and abs(v1 - t1) < 120 and abs(v2 - t2) < 120:
                 slot = ("timestamp", series, v1, v2, 0.0)
             elif kind == "gauge" and v1 != v2:
                 slot = ("swing", series, v1, v2, 0.0)

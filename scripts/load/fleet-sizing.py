@@ -117,7 +117,8 @@ def plot(runs_by_mode, out):
                 continue
             line = ax.plot([x for x, _ in pts], [y for _, y in pts], "o", label=f"{mode} (measured)")[0]
             a, b = fit([x for x, _ in pts], [y for _, y in pts])
-            ax.plot([0, EXTRAPOLATE], [a, a + b * EXTRAPOLATE], "--", color=line.get_color(), label=f"{mode} (fit)")
+            far = [50, 100, 200, 500, 1000, 2000, 5000, EXTRAPOLATE]
+            ax.plot(far, [a + b * x for x in far], "--", color=line.get_color(), label=f"{mode} (fit)")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(50, EXTRAPOLATE * 1.2)
