@@ -164,9 +164,10 @@ class Node:
                 self.pieces.append((kind, identity(series), v1, v2, rate))
 
     def job(self, now):
-        # Four nodes a job, each job a new id every job_seconds, the nodes' changes spread
-        # over that time rather than all at once.
-        epoch = int((now + self.phase / (2 * math.pi) * self.job_seconds) // self.job_seconds)
+        # Four nodes a job, each job a new id every job_seconds, the jobs' changes spread over
+        # that time rather than all at once.
+        offset = stable("job", self.index // 4) * self.job_seconds
+        epoch = int((now + offset) // self.job_seconds)
         return f'hpc_job="{100000 + (self.index // 4) * 1009 + epoch}"'
 
     def value(self, slot, now):
