@@ -353,16 +353,15 @@ def rule_groups():
     metrics; Prometheus says only each group's last duration, taken for every evaluation."""
     out = {}
     if MODE == "prometheus":
-        last = {}
         for series, value in exposition(prom_port).items():
             g = re.search(r'rule_group="[^"]*;([^"]+)"', series)
             if not g: continue
-            t, c, missed = out.get(g.group(1), (0, 0, 0))
-            if series.startswith("prometheus_rule_group_last_duration_seconds"): last[g.group(1)] = value
+            last, c, missed = out.get(g.group(1), (0, 0, 0))
+            if series.startswith("prometheus_rule_group_last_duration_seconds"): last = value
             if series.startswith("prometheus_rule_group_iterations_total"): c = value
             if series.startswith("prometheus_rule_group_iterations_missed_total"): missed = value
-            out[g.group(1)] = (t, c, missed)
-        return {g: (last.get(g, 0) * c, c, m) for g, (t, c, m) in out.items()}
+            out[g.group(1)] = (last, c, missed)
+        return {g: (last * c, c, m) for g, (last, c, m) in out.items()}
     for series, value in exposition(self_port["vmalert"]).items():
         g = re.search(r'group="([^"]+)"', series)
         if not g: continue
@@ -393,15 +392,15 @@ try:
     injected = {}
     budget = {}
     if FAULTS:
-        rules = {r["alert"]: r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r}
-        group_interval = {r["alert"]: g.get("interval") for g in yaml.safe_load(RULES.read_text())["groups"]
-                          for r in g["rules"] if "alert" in r}
-        group_of = {r["alert"]: g["name"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r}
+        # Each alert with its group: its `for`, the group's interval and name.
+        rules = {r["alert"]: (r, g) for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r}
+        group_of = {alert: g["name"] for alert, (_, g) in rules.items()}
         def seconds(text):
             return sum(int(v) * {"s": 1, "m": 60, "h": 3600}[u] for v, u in re.findall(r"(\d+)([smh])", text or ""))
         def for_seconds(alert):
-            f = rules[alert].get("for", "0s")
-            return sum(int(v) * {"s": 1, "m": 60, "h": 3600}[u] for v, u in re.findall(r"(\d+)([smh])", f))
+            return seconds(rules[alert][0].get("for"))
+        def group_interval(alert):
+            return seconds(rules[alert][1].get("interval"))
         node_at = {n["i"]: n for n in nodes}
         def port_down(n):
             port = (n["dir"] / "sysfs/sys/class/infiniband/mlx5_2").resolve() / "ports/1"
@@ -466,7 +465,7 @@ try:
         # Alertmanager.
         read_every = {"GpuPcieLinkDegraded": 10, "NicPortDown": 10 + 30}
         budget = {key: for_seconds(key[0]) + read_every.get(key[0], 1) + 2 * SCRAPE
-                  + max(EVAL, seconds(group_interval.get(key[0]))) + 4 for key in injected}
+                  + max(EVAL, group_interval(key[0])) + 4 for key in injected}
 
     # ---- costs, while the alerts are pending -------------------------------------------------
     time.sleep(30)

@@ -266,10 +266,9 @@ impl Executor {
                 log::warn!(gpu_uuid = uuid; "GPU {index}: reset done in {:.1} s; it returns to service once its probe passes", attempt.duration_seconds);
                 self.return_to_service(device, health.validate_after_clear);
             }
-            // The reboot mark before the reset lets go of the GPU: no snapshot shows it between
-            // the two (the `remediating` finding holds it unhealthy until then).
-            // The failed attempt goes into the state with the mark: no scrape shows the node
-            // needing a reboot without the reset that failed.
+            // The reboot mark, the failed attempt and the end of the reset go into the state in
+            // one update: no snapshot shows the GPU let go before the mark (the `remediating`
+            // finding holds it unhealthy until then), nor the mark without the failed reset.
             Ended::Failed(why) => {
                 log::error!(gpu_uuid = uuid; "GPU {index}: the GPU reset failed: {why}; the node needs a reboot");
                 let why = format!("the GPU reset of GPU {index} failed: {why}");
@@ -613,6 +612,7 @@ fn finish(state: &mut Remediations, uuid: &str, attempt: Attempt) {
     state.held_back.remove(uuid);
     state.keep(attempt);
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
