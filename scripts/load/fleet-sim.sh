@@ -33,7 +33,7 @@ N=${1:-100}
 [ -x target/release/gpuwarden ] && [ -f target/release/libgpuwarden_sim_nvml.so ] \
   || cargo build --release --workspace
 exec python3 - "$N" <<'PY'
-import json, os, pathlib, re, shutil, signal, socket, subprocess, sys, tempfile, threading, time
+import atexit, json, os, pathlib, re, shutil, signal, socket, subprocess, sys, tempfile, threading, time
 import urllib.parse, urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import yaml
@@ -73,6 +73,9 @@ def cleanup(*_):
         except Exception: pass
     shutil.rmtree(WORK, ignore_errors=True)
 signal.signal(signal.SIGTERM, lambda *a: (cleanup(), sys.exit(1)))
+# A failure before the measurement (the template's probes, a node that does not come up) stops
+# what was started too.
+atexit.register(cleanup)
 
 # ---- the nodes' scenario: the demo's eight H200s with every fault removed, ids of its own -----
 demo = (ROOT / "config/demo-scenario.yaml").read_text()
