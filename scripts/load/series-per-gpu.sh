@@ -51,6 +51,7 @@ measure "defaults" ""
 measure "compat.dcgm_exporter" "compat: {dcgm_exporter: true}"
 measure "nvlink.per_link" "nvlink: {per_link: true}"
 measure "processes.per_process" "processes: {per_process: true}"
+measure "metrics.poll_timing: false" "metrics: {poll_timing: false}"
 measure "all four" "compat: {dcgm_exporter: true}
 nvlink: {per_link: true}
 processes: {per_process: true}"

@@ -222,12 +222,25 @@ impl SharedSettings {
 
 /// Which optional groups of metric families are served; chosen from the config at start and at
 /// every reload (`Settings::families`), not looked at inside each read.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Selection {
     /// dcgm-exporter's names beside ours (`compat.dcgm_exporter`).
     pub dcgm_compat: bool,
     /// A series per NVLink (`nvlink.per_link`).
     pub nvlink_per_link: bool,
+    /// The daemon's timing of its own polls and vendor calls (`metrics.poll_timing`).
+    pub poll_timing: bool,
+}
+
+/// The defaults' selection: gpuwarden's own families and its poll timing, nothing optional.
+impl Default for Selection {
+    fn default() -> Self {
+        Selection {
+            dcgm_compat: false,
+            nvlink_per_link: false,
+            poll_timing: true,
+        }
+    }
 }
 
 impl Selection {
@@ -235,6 +248,7 @@ impl Selection {
         Selection {
             dcgm_compat: config.compat.dcgm_exporter,
             nvlink_per_link: config.nvlink.per_link,
+            poll_timing: config.metrics.poll_timing,
         }
     }
 
@@ -242,6 +256,7 @@ impl Selection {
     pub const ALL: Selection = Selection {
         dcgm_compat: true,
         nvlink_per_link: true,
+        poll_timing: true,
     };
 }
 

@@ -236,6 +236,9 @@ pub fn served(selection: Selection) -> impl Iterator<Item = &'static Family> {
         .iter()
         .filter(move |(_, gate)| gate.on(selection))
         .flat_map(|(families, _)| families.iter())
+        // `metrics.poll_timing: false` leaves out three rows of the always-served table of
+        // gpuwarden's own families, in place, so the order of the rest does not move.
+        .filter(move |family| selection.poll_timing || !self_metrics::POLL_TIMING.contains(&family.name))
         .chain(twins)
 }
 
@@ -478,6 +481,27 @@ mod tests {
     use std::collections::BTreeSet;
 
     const DOCS: &str = include_str!("../../docs/metrics.md");
+
+    /// `metrics.poll_timing: false` takes out the three families it names, every one of which
+    /// exists (a renamed family would otherwise stay served), and moves nothing else.
+    #[test]
+    fn poll_timing_off_leaves_out_its_families_and_keeps_the_order_of_the_rest() {
+        let names = |selection| served(selection).map(|f| f.name).collect::<Vec<_>>();
+        let on = names(Selection::default());
+        let off = names(Selection {
+            poll_timing: false,
+            ..Selection::default()
+        });
+        for name in self_metrics::POLL_TIMING {
+            assert!(on.contains(name) && !off.contains(name), "{name}");
+        }
+        let expected: Vec<_> = on
+            .iter()
+            .copied()
+            .filter(|n| !self_metrics::POLL_TIMING.contains(n))
+            .collect();
+        assert_eq!(off, expected);
+    }
 
     /// The cells of docs/metrics.md's table rows whose second cell is a metric type:
     /// (names in the first cell, type, the labels cell).

@@ -615,3 +615,38 @@ fn a_refused_reload_names_the_file_and_line() {
     assert!(!log.contains("<input>"), "{log}");
     assert!(log.contains(&format!("--> {}:", path.display())), "{log}");
 }
+
+/// `metrics.poll_timing: false` (docs/fleet.md's large-fleet profile) takes the daemon's
+/// timing of its own polls off the scrape, and nothing else of gpuwarden's own; a reload puts
+/// it back, with the counters where they were.
+#[test]
+fn poll_timing_off_drops_only_the_poll_timing_and_a_reload_brings_it_back() {
+    let config = test_config(&sim_library(), "metrics:\n  poll_timing: false\n");
+    let d = Daemon::start_with(DEMO_SCENARIO, &config);
+    let off = d.scrape_until_within("a poll", Duration::from_secs(30), |m| {
+        m.has_family("gpu_temperature_celsius")
+    });
+    for family in [
+        "gpuwarden_vendor_call_seconds_total",
+        "gpuwarden_poll_duration_seconds_count",
+        "gpuwarden_poll_duration_seconds_bucket",
+        "gpuwarden_poll_round_duration_seconds_sum",
+    ] {
+        assert!(!off.has_family(family), "{family} served with poll_timing: false");
+    }
+    // The rest of gpuwarden's own series stay: its build and its backends.
+    assert!(off.has_family("gpuwarden_build_info") && off.has_family("gpuwarden_backend_up"));
+    reload(&d, |c| c.replace("poll_timing: false", "poll_timing: true"));
+    let on = d.scrape_until_within("the poll timing back", Duration::from_secs(10), |m| {
+        m.has_family("gpuwarden_vendor_call_seconds_total")
+    });
+    assert!(on.has_family("gpuwarden_poll_round_duration_seconds_bucket"));
+    // Counted all along: the polls since start, not since the reload.
+    let rounds = on
+        .value("gpuwarden_poll_round_duration_seconds_count", &[])
+        .unwrap_or(0.0);
+    assert!(rounds >= 2.0, "{rounds} rounds counted");
+    // Each family gone is the series it had: what the docs say it saves.
+    let saved = on.samples.len() - off.samples.len();
+    assert!(saved >= 20, "only {saved} fewer samples with poll_timing: false");
+}
