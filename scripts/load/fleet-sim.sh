@@ -48,8 +48,10 @@ BIN = ROOT / "target/release/gpuwarden"
 LIB = ROOT / "target/release/libgpuwarden_sim_nvml.so"
 CUDA = ROOT / "target/release/libgpuwarden_sim_cuda.so"
 RULES = ROOT / "deploy/prometheus/gpuwarden.rules.yml"
-# PROFILE=large: docs/fleet.md's large-fleet profile: scrape and evaluate every 15 s, and drop
-# at the scrape the daemon's own diagnostics no rule or dashboard reads.
+# PROFILE=large: docs/fleet.md's large-fleet profile: scrape and evaluate every 15 s, and the
+# daemon's timing of its own polls, which no rule or dashboard reads, off on the nodes
+# (`metrics.poll_timing: false`) and dropped at the scrape where a node's config cannot be
+# changed (the replayed real H200 pair, recorded with the defaults).
 PROFILE = os.environ.get("PROFILE", "default")
 if PROFILE not in ("default", "large"):
     raise SystemExit(f"PROFILE={PROFILE}: write default or large")
@@ -145,7 +147,9 @@ def start_daemon(name, scenario, jobs_id=None, extra="", env_extra=None):
         # The simulated GPUs are on no PCI bus: no census (the tree's GPUs are not these).
         f"amd:\n  sysfs_root: {d / 'sysfs'}\npci_census: false\n"
         # Each node its own health journal and local socket, as on real nodes.
-        f"state:\n  path: {d / 'state.db'}\nlocal_api:\n  socket: {d / 'gpuwarden.sock'}\n{jobs}{extra}")
+        f"state:\n  path: {d / 'state.db'}\nlocal_api:\n  socket: {d / 'gpuwarden.sock'}\n{jobs}{extra}"
+        # The large-fleet profile on the node: no timing of its own polls.
+        + ("metrics:\n  poll_timing: false\n" if PROFILE == "large" else ""))
     env = dict(os.environ, GPUWARDEN_SIM_NVML_SCENARIO=str(d / "scenario.yaml"), RUST_LOG="warn", **(env_extra or {}))
     p = subprocess.Popen([str(BIN), "run", "--config", str(d / "config.yaml")], env=env,
                          stdout=subprocess.DEVNULL, stderr=open(d / "daemon.log", "w"))
@@ -338,7 +342,13 @@ def costs(seconds):
     watched = dict(stack, **{f"daemon-{n['i']}": n["proc"] for n in real_nodes if n["proc"].poll() is None})
     c0 = {k: cpu_seconds(p.pid) for k, p in watched.items()}; w0 = time.time()
     groups0 = rule_groups()
-    time.sleep(seconds)
+    # Prometheus says only each group's last evaluation time: read it every 5 s and average.
+    last_seen = {}
+    while time.time() - w0 < seconds:
+        time.sleep(min(5, max(0, seconds - (time.time() - w0))))
+        if MODE == "prometheus":
+            for g, (last, _, _) in prometheus_last_durations().items():
+                last_seen.setdefault(g, []).append(last)
     c1 = {k: cpu_seconds(p.pid) for k, p in watched.items()}; w1 = time.time()
     groups1 = rule_groups()
     cpu = {k: 100 * (c1[k] - c0[k]) / (w1 - w0) for k in c0}
@@ -347,24 +357,32 @@ def costs(seconds):
     for g, (total, count, missed) in groups1.items():
         t, c, m = groups0.get(g, (0, 0, 0))
         if count > c:
-            mean = total / count if MODE == "prometheus" else (total - t) / (count - c)
+            if MODE == "prometheus":
+                mean = sum(last_seen[g]) / len(last_seen[g]) if last_seen.get(g) else total / count
+            else:
+                mean = (total - t) / (count - c)
             evals[g] = {"mean_seconds": mean, "evaluations": count - c, "missed": missed - m}
     return cpu, rss, evals
+
+def prometheus_last_durations():
+    """{group: (its last evaluation's seconds, evaluations, missed)} from Prometheus's metrics."""
+    out = {}
+    for series, value in exposition(prom_port).items():
+        g = re.search(r'rule_group="[^"]*;([^"]+)"', series)
+        if not g: continue
+        last, c, missed = out.get(g.group(1), (0, 0, 0))
+        if series.startswith("prometheus_rule_group_last_duration_seconds"): last = value
+        if series.startswith("prometheus_rule_group_iterations_total"): c = value
+        if series.startswith("prometheus_rule_group_iterations_missed_total"): missed = value
+        out[g.group(1)] = (last, c, missed)
+    return out
 
 def rule_groups():
     """{group: (seconds spent evaluating, evaluations, missed)} from the rule evaluator's own
     metrics; Prometheus says only each group's last duration, taken for every evaluation."""
     out = {}
     if MODE == "prometheus":
-        for series, value in exposition(prom_port).items():
-            g = re.search(r'rule_group="[^"]*;([^"]+)"', series)
-            if not g: continue
-            last, c, missed = out.get(g.group(1), (0, 0, 0))
-            if series.startswith("prometheus_rule_group_last_duration_seconds"): last = value
-            if series.startswith("prometheus_rule_group_iterations_total"): c = value
-            if series.startswith("prometheus_rule_group_iterations_missed_total"): missed = value
-            out[g.group(1)] = (last, c, missed)
-        return {g: (last * c, c, m) for g, (last, c, m) in out.items()}
+        return {g: (last * c, c, m) for g, (last, c, m) in prometheus_last_durations().items()}
     for series, value in exposition(self_port["vmalert"]).items():
         g = re.search(r'group="([^"]+)"', series)
         if not g: continue
@@ -492,12 +510,19 @@ try:
     per_scrape = scalar('avg(scrape_samples_scraped{job="gpuwarden"})')
     kept_per_scrape = scalar('avg(scrape_samples_post_metric_relabeling{job="gpuwarden"})')
     scrape_p99 = scalar('quantile(0.99, scrape_duration_seconds{job="gpuwarden"})')
+    # The slowest targets by their last scrape: which kind of node (real or replayed) they are.
+    slowest = [(r["metric"].get("instance"), float(r["value"][1]))
+               for r in query('topk(5, scrape_duration_seconds{job="gpuwarden"})')]
+    real_instances = {n["instance"] for n in real_nodes}
+    results["slowest_scrapes"] = [{"instance": i, "seconds": v, "real": i in real_instances} for i, v in slowest]
     results["gpus"] = scalar('count(gpu_info)')
     results["store"] = {"series": series, "samples_per_scrape_per_node": per_scrape,
                         "samples_kept_per_scrape_per_node": kept_per_scrape, "samples_per_second": ingest,
                         "samples_per_second_per_node": ingest / N if ingest else None, "scrape_duration_p99_s": scrape_p99}
     print(f"\n{MODE}: {series} series, {per_scrape} samples per node per scrape, {ingest} samples/s; "
           f"{results['gpus']} GPUs; scrape p99 {scrape_p99}s", flush=True)
+    print("  slowest scrapes: " + ", ".join(f"{s['instance']} {s['seconds']:.3f}s ({'real' if s['real'] else 'replayed'})"
+                                            for s in results["slowest_scrapes"]), flush=True)
     for k in stack:
         print(f"  {k:<18} CPU {cpu[k]:6.1f}% of a core, RSS {rss[k]:7.1f} MiB")
     print(f"  real daemons: CPU median {med(daemons):.2f}% (max {daemons[-1]:.2f}), RSS median {med(daemon_rss):.1f} MiB")
