@@ -5,9 +5,10 @@
 //!
 //! The accept loop is our own (hyper-util) rather than `axum::serve`, for the limits a
 //! daemon on every node needs: a client gets 5 seconds to send its request headers (a
-//! slowloris client is dropped instead of holding a connection forever), headers may take
-//! 16 KiB, and at most 4096 connections are open at once; further clients wait in the
-//! kernel's accept queue. Requests have 10 seconds to be answered.
+//! slowloris client is dropped instead of holding a connection forever) and 90 seconds
+//! between requests on a kept-alive connection (keep_alive.rs), headers may take 16 KiB, and
+//! at most 4096 connections are open at once; further clients wait in the kernel's accept
+//! queue. Requests have 10 seconds to be answered.
 //!
 //! With a web config (web_config.rs) connections are TLS (the handshake gets the same 5
 //! seconds as the headers) and every endpoint asks for basic auth. The security settings sit
@@ -17,6 +18,7 @@
 use crate::config::settings::SharedSettings;
 use crate::journal::worker;
 use crate::metrics::exposition::{self, RenderCache};
+use crate::serve::keep_alive::HeadDeadline;
 use crate::serve::status_page;
 use crate::snapshot::store::Store;
 use axum::Router;
@@ -38,18 +40,19 @@ use tower_http::timeout::TimeoutLayer;
 
 /// Connections open at once; more wait in the kernel's accept queue.
 pub const MAX_CONNECTIONS: usize = 4096;
-/// How long a client may take to send its request headers.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub use super::keep_alive::{HEADER_READ_TIMEOUT, IDLE_TIMEOUT};
 /// The largest request head we read.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
-/// HTTP/1 connections as every listener serves them: a client has [`HEADER_READ_TIMEOUT`]
-/// to send its request head, of at most [`MAX_HEADER_BYTES`].
+/// HTTP/1 connections as every listener serves them: a request head of at most
+/// [`MAX_HEADER_BYTES`]. hyper's own header timeout is off: it would count the time between
+/// requests too (keep_alive.rs); the TCP listener wraps each connection in a
+/// [`HeadDeadline`], and the local API sets hyper's, with one request a connection.
 pub fn connection_builder() -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(None)
         .max_buf_size(MAX_HEADER_BYTES);
     builder
 }
@@ -125,6 +128,7 @@ fn spawn_connection(
     let service = TowerToHyperService::new(app);
     match tls {
         None => {
+            let stream = HeadDeadline::new(stream);
             let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
             tokio::spawn(async move {
                 // A client that goes away mid-request is not our error.
@@ -140,7 +144,8 @@ fn spawn_connection(
                 // A failed or too slow handshake (a plain-HTTP client, a wrong client
                 // certificate, a slowloris) just ends the connection.
                 if let Ok(Ok(tls_stream)) = tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream)).await {
-                    let connection = watcher.watch(builder.serve_connection(TokioIo::new(tls_stream), service));
+                    let stream = HeadDeadline::new(tls_stream);
+                    let connection = watcher.watch(builder.serve_connection(TokioIo::new(stream), service));
                     let _ = connection.await;
                 }
                 drop(permit);

@@ -6,6 +6,7 @@
 pub mod history;
 pub mod html;
 pub mod http;
+pub mod keep_alive;
 pub mod local_api;
 pub mod sparkline;
 pub mod status_network;
