@@ -9,6 +9,11 @@
 //! daemon read 2.0 s in the fleet simulation where Prometheus read 47 ms at most
 //! (docs/fleet.md). The HTTP server turns hyper's timeout off and wraps each connection in a
 //! [`HeadDeadline`] instead.
+//!
+//! What it costs: an idle connection holds one of the server's 4096 slots for up to 90 s rather
+//! than 5 s, so a client that wants to hold slots needs a request every 90 s where it needed a
+//! connection every 5 s. Either is easy for a determined client; the cap bounds the memory open
+//! connections take, and the burst trimmer (http.rs) still gives it back when they close.
 
 use std::io;
 use std::pin::Pin;
