@@ -18,7 +18,7 @@
 use crate::config::settings::SharedSettings;
 use crate::journal::worker;
 use crate::metrics::exposition::{self, RenderCache};
-use crate::serve::keep_alive::HeadDeadline;
+use crate::serve::keep_alive::{HEADER_READ_TIMEOUT, HeadDeadline};
 use crate::serve::status_page;
 use crate::snapshot::store::Store;
 use axum::Router;
@@ -40,7 +40,6 @@ use tower_http::timeout::TimeoutLayer;
 
 /// Connections open at once; more wait in the kernel's accept queue.
 pub const MAX_CONNECTIONS: usize = 4096;
-pub use super::keep_alive::{HEADER_READ_TIMEOUT, IDLE_TIMEOUT};
 /// The largest request head we read.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 

@@ -66,6 +66,16 @@ impl<S> HeadDeadline<S> {
         self.line_ends = 0;
         self.deadline.as_mut().reset(Instant::now() + allowed);
     }
+
+    /// A response going out: the server only answers a head it has read, so what follows is
+    /// the wait for the next request (each write of a long response starts it anew).
+    fn after_write(&mut self, written: &Poll<io::Result<usize>>) {
+        if let Poll::Ready(Ok(n)) = written
+            && *n > 0
+        {
+            self.enter(Phase::Idle, IDLE_TIMEOUT);
+        }
+    }
 }
 
 /// Takes in bytes read while reading a head, `line_ends` carried from the last read; true once
@@ -146,18 +156,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for HeadDeadline<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-impl<S> HeadDeadline<S> {
-    /// A response going out: the server only answers a head it has read, so what follows is
-    /// the wait for the next request (each write of a long response starts it anew).
-    fn after_write(&mut self, written: &Poll<io::Result<usize>>) {
-        if let Poll::Ready(Ok(n)) = written
-            && *n > 0
-        {
-            self.enter(Phase::Idle, IDLE_TIMEOUT);
-        }
     }
 }
 
