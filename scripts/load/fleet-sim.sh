@@ -364,34 +364,33 @@ def costs(seconds):
             evals[g] = {"mean_seconds": mean, "evaluations": count - c, "missed": missed - m}
     return cpu, rss, evals
 
+def per_group(port, group, names):
+    """{group: (value of each of `names`, 0 where absent)} from a process's own /metrics; `group`
+    is a regex whose first capture names the rule group."""
+    out = {}
+    for series, value in exposition(port).items():
+        g = re.search(group, series)
+        if not g: continue
+        row = list(out.get(g.group(1), (0,) * len(names)))
+        for i, name in enumerate(names):
+            if series.startswith(name): row[i] = value
+        out[g.group(1)] = tuple(row)
+    return out
+
 def prometheus_last_durations():
     """{group: (its last evaluation's seconds, evaluations, missed)} from Prometheus's metrics."""
-    out = {}
-    for series, value in exposition(prom_port).items():
-        g = re.search(r'rule_group="[^"]*;([^"]+)"', series)
-        if not g: continue
-        last, c, missed = out.get(g.group(1), (0, 0, 0))
-        if series.startswith("prometheus_rule_group_last_duration_seconds"): last = value
-        if series.startswith("prometheus_rule_group_iterations_total"): c = value
-        if series.startswith("prometheus_rule_group_iterations_missed_total"): missed = value
-        out[g.group(1)] = (last, c, missed)
-    return out
+    return per_group(prom_port, r'rule_group="[^"]*;([^"]+)"',
+                     ("prometheus_rule_group_last_duration_seconds", "prometheus_rule_group_iterations_total",
+                      "prometheus_rule_group_iterations_missed_total"))
 
 def rule_groups():
     """{group: (seconds spent evaluating, evaluations, missed)} from the rule evaluator's own
     metrics; Prometheus says only each group's last duration, taken for every evaluation."""
-    out = {}
     if MODE == "prometheus":
         return {g: (last * c, c, m) for g, (last, c, m) in prometheus_last_durations().items()}
-    for series, value in exposition(self_port["vmalert"]).items():
-        g = re.search(r'group="([^"]+)"', series)
-        if not g: continue
-        t, c, missed = out.get(g.group(1), (0, 0, 0))
-        if series.startswith("vmalert_iteration_duration_seconds_sum"): t = value
-        if series.startswith("vmalert_iteration_duration_seconds_count"): c = value
-        if series.startswith("vmalert_iteration_missed_total"): missed = value
-        out[g.group(1)] = (t, c, missed)
-    return out
+    return per_group(self_port["vmalert"], r'group="([^"]+)"',
+                     ("vmalert_iteration_duration_seconds_sum", "vmalert_iteration_duration_seconds_count",
+                      "vmalert_iteration_missed_total"))
 
 try:
     t0 = time.time()
