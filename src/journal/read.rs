@@ -401,7 +401,7 @@ pub fn probe_history(conn: &Connection) -> rusqlite::Result<BTreeMap<String, Vec
 const MAX_SDC_ROWS: u32 = 1000;
 
 /// The correctness canary's state from the `sdc` rows, whatever the boot: each GPU's newest
-/// suspect unless a clear of that GPU came after it (a clear in an earlier boot counts too:
+/// suspect unless its suspicion was lifted (a `lifted` row) or a clear of that GPU came after it (a clear in an earlier boot counts too:
 /// wrong results are sticky only until a person clears them), and each key's newest
 /// agreement digest. Rows that do not parse are left out, not trusted.
 pub fn sdc(conn: &Connection) -> rusqlite::Result<crate::journal::SdcSeed> {
@@ -413,14 +413,22 @@ pub fn sdc(conn: &Connection) -> rusqlite::Result<crate::journal::SdcSeed> {
     })?;
     let mut suspects = BTreeMap::new();
     let mut references = BTreeMap::new();
+    // A GPU's newest row decides: a suspect, or its suspicion lifted.
+    let mut decided = std::collections::BTreeSet::new();
     for row in rows {
         let (uuid, details) = row?;
         let Ok(details) = serde_json::from_str::<serde_json::Value>(&details) else {
             continue;
         };
-        if let (Some(uuid), Some(suspect)) = (uuid, details.get("suspect")) {
-            if let Ok(suspect) = serde_json::from_value::<SdcSuspect>(suspect.clone()) {
-                suspects.entry(uuid).or_insert(suspect);
+        if let (Some(uuid), Some(lift)) = (&uuid, details.get("lifted")) {
+            if serde_json::from_value::<crate::model::probe::SdcLift>(lift.clone()).is_ok() {
+                decided.insert(uuid.clone());
+            }
+        } else if let (Some(uuid), Some(suspect)) = (uuid, details.get("suspect")) {
+            if let Ok(suspect) = serde_json::from_value::<SdcSuspect>(suspect.clone())
+                && decided.insert(uuid.clone())
+            {
+                suspects.insert(uuid, suspect);
             }
         } else if let (Some(key), Some(reference)) = (details.get("key"), details.get("reference"))
             && let (Ok(key), Ok(reference)) = (

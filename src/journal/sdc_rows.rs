@@ -1,6 +1,7 @@
 //! The journal's `sdc` and `memtest` rows (docs/probe.md, "Silent data corruption"): each GPU the
 //! correctness canary found computing wrong, with the evidence an RMA needs, and each key's
-//! agreement digest as it was first given or replaced, and each GPU the HBM pattern test
+//! agreement digest as it was first given or replaced, each suspicion lifted when its reference
+//! was replaced, and each GPU the HBM pattern test
 //! found with memory that reads back wrong. A restart's seed reads them back
 //! (journal/read.rs, `sdc`): a suspect stays one across restarts and reboots until a person
 //! clears the GPU, and a single-GPU node keeps comparing with its earlier digest. And the
@@ -10,7 +11,7 @@
 use super::event::{Event, GpuRef, Kind};
 use crate::model::Snapshot;
 use crate::model::collective::CollectiveRun;
-use crate::model::probe::{HbmSuspect, SdcKey, SdcReference, SdcSuspect};
+use crate::model::probe::{HbmSuspect, SdcKey, SdcLift, SdcReference, SdcSuspect};
 use serde_json::json;
 use std::collections::BTreeMap;
 
@@ -19,6 +20,8 @@ use std::collections::BTreeMap;
 pub struct SdcRows {
     suspects: BTreeMap<String, SdcSuspect>,
     references: BTreeMap<SdcKey, SdcReference>,
+    /// Suspicions lifted (written once each).
+    lifts: BTreeMap<String, SdcLift>,
     /// The HBM pattern test's memory errors (`memtest` rows), kept the same way.
     hbm: BTreeMap<String, HbmSuspect>,
     /// The latest all-reduce written (`collective` rows).
@@ -31,6 +34,7 @@ impl SdcRows {
         SdcRows {
             suspects: probes.sdc_suspects.clone(),
             references: probes.sdc_references.clone(),
+            lifts: probes.sdc_lifts.clone(),
             hbm: probes.hbm_suspects.clone(),
             collective: probes.collective.clone(),
         }
@@ -40,6 +44,13 @@ impl SdcRows {
     pub fn look(&mut self, snapshot: &Snapshot, now: f64) -> Vec<Event> {
         let probe = &snapshot.probe;
         let mut rows = Vec::new();
+        for (uuid, lift) in &probe.sdc_lifts {
+            if self.lifts.get(uuid) != Some(lift) {
+                rows.push(lift_row(snapshot, uuid, lift, now));
+                self.lifts.insert(uuid.clone(), lift.clone());
+                self.suspects.remove(uuid);
+            }
+        }
         for (uuid, suspect) in &probe.sdc_suspects {
             if self.suspects.get(uuid) != Some(suspect) {
                 rows.push(suspect_row(snapshot, uuid, suspect, now));
@@ -83,6 +94,18 @@ pub fn suspect_row(snapshot: &Snapshot, uuid: &str, suspect: &SdcSuspect, now: f
             suspect.key.describe()
         ),
         json!({"suspect": suspect}),
+    )
+}
+
+/// A suspicion lifted because the reference it was judged against was replaced: the seed
+/// reads it as the GPU's newest word, so the suspect does not come back after a restart.
+pub fn lift_row(snapshot: &Snapshot, uuid: &str, lift: &SdcLift, now: f64) -> Event {
+    Event::new(
+        now,
+        Kind::Sdc,
+        Some(GpuRef::in_snapshot(snapshot, uuid)),
+        format!("the suspicion of wrong results is lifted: {}", lift.why),
+        json!({"lifted": lift}),
     )
 }
 

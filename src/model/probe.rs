@@ -316,6 +316,27 @@ pub struct SdcReference {
     pub gpus: Vec<String>,
 }
 
+impl SdcReference {
+    /// Whether only one GPU gave it, and not `uuid`: then a GPU that differs is one word
+    /// against another, not yet a suspect.
+    pub fn given_by_one_other(&self, uuid: &str) -> bool {
+        self.gpus.len() < 2 && self.gpus.iter().all(|g| g != uuid)
+    }
+}
+
+/// A suspicion of wrong results lifted because the reference it was judged against was
+/// replaced and the GPU's digest agrees with the new one (journal `sdc` row, `lifted`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SdcLift {
+    /// Unix seconds: when it was lifted.
+    pub at: f64,
+    pub gpu: u32,
+    /// Why, for a person: the new reference, the GPUs that gave it, the old one.
+    pub why: String,
+    pub key: SdcKey,
+    pub digest: String,
+}
+
 /// One exact check: every element against the value the host knows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExactCheck {
@@ -528,6 +549,9 @@ pub struct ProbeSnapshot {
     pub sdc_suspects: BTreeMap<String, SdcSuspect>,
     /// The agreement digest per key (the journal's seed and since).
     pub sdc_references: BTreeMap<SdcKey, SdcReference>,
+    /// Suspicions lifted when their reference was replaced, by uuid (since the start; the
+    /// journal writes each once).
+    pub sdc_lifts: BTreeMap<String, SdcLift>,
     /// GPUs whose memory the pattern test found reading back wrong, by uuid (the journal's
     /// seed and since).
     pub hbm_suspects: BTreeMap<String, HbmSuspect>,

@@ -20,6 +20,7 @@ pub mod report;
 pub mod sampler;
 pub mod schedule;
 pub mod sdc;
+pub mod sdc_rejudge;
 pub mod sweep;
 pub mod together;
 pub mod windows;

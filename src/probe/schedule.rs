@@ -200,7 +200,7 @@ pub fn spawn(
                     }
                     continue;
                 }
-                idle = !probe_next_due(&snapshot, &mut due, started, &current, &state, &stop);
+                idle = !probe_next_due(&snapshot, &mut due, started, &current, (&state, &validations), &stop);
             }
         })?;
     Ok(())
@@ -250,7 +250,7 @@ fn probe_next_due(
     due: &mut BTreeMap<String, Instant>,
     started: Instant,
     current: &ChildSettings,
-    state: &ProbeState,
+    (state, validations): (&ProbeState, &Versioned<Validations>),
     stop: &Stop,
 ) -> bool {
     let interval = current.probe.interval;
@@ -268,7 +268,7 @@ fn probe_next_due(
     };
     due.insert(uuid.clone(), next);
     let suspects = Suspects {
-        sdc: judge_sdc(state, &uuid, device.identity.index, &outcome),
+        sdc: judge_sdc(state, validations, &uuid, device.identity.index, &outcome),
         hbm: judge_memtest(&uuid, device.identity.index, &outcome),
     };
     record(state, &uuid, device.identity.index, outcome, suspects);
@@ -303,7 +303,7 @@ fn validate(
         _ => VALIDATION_ERROR_RETRY,
     };
     let suspects = Suspects {
-        sdc: judge_sdc(state, &uuid, index, &outcome),
+        sdc: judge_sdc(state, validations, &uuid, index, &outcome),
         hbm: judge_memtest(&uuid, index, &outcome),
     };
     let end = validation_outcome(&outcome, &suspects, since, crate::model::unix_now());
@@ -345,7 +345,13 @@ fn validate(
 
 /// The correctness canary's verdict on a probe's report, against the other GPUs' latest and
 /// the remembered digest (probe::sdc::judge); keeps the key's reference as it should be now.
-fn judge_sdc(state: &ProbeState, uuid: &str, index: u32, outcome: &Outcome) -> Option<SdcSuspect> {
+fn judge_sdc(
+    state: &ProbeState,
+    validations: &Versioned<Validations>,
+    uuid: &str,
+    index: u32,
+    outcome: &Outcome,
+) -> Option<SdcSuspect> {
     let Outcome::Report(report) = outcome else {
         return None;
     };
@@ -357,11 +363,28 @@ fn judge_sdc(state: &ProbeState, uuid: &str, index: u32, outcome: &Outcome) -> O
         .filter_map(|(other, r)| Some((other.clone(), r.gpu, SdcOutcome::of(r)?.clone())))
         .collect();
     let now = crate::model::unix_now();
-    let judgement = super::sdc::judge(uuid, canary, &others, snapshot.sdc_references.get(&canary.key), now);
+    let old = snapshot.sdc_references.get(&canary.key);
+    let judgement = super::sdc::judge(uuid, canary, &others, old, now);
+    if let Some(undecided) = &judgement.undecided {
+        log::warn!(gpu_uuid = uuid; "GPU {index}'s canary is not judged yet: {undecided}");
+    }
     if let Some(reference) = judgement.reference {
+        let again = old.is_none_or(|o| o.digest != reference.digest).then(|| {
+            super::sdc_rejudge::rejudge(&canary.key, &reference, old, &others, &snapshot.sdc_suspects, uuid, now)
+        });
         state.update(|s| {
             s.sdc_references.insert(canary.key.clone(), reference);
+            for (other, suspect) in again.iter().flat_map(|a| a.suspected.iter()) {
+                s.sdc_suspects.insert(other.clone(), suspect.clone());
+            }
+            for (other, lift) in again.iter().flat_map(|a| a.lifted.iter()) {
+                s.sdc_suspects.remove(other);
+                s.sdc_lifts.insert(other.clone(), lift.clone());
+            }
         });
+        if let Some(again) = again {
+            revalidate_lifted(validations, &again.lifted);
+        }
     }
     if judgement.faults.is_empty() {
         return None;
@@ -374,6 +397,30 @@ fn judge_sdc(state: &ProbeState, uuid: &str, index: u32, outcome: &Outcome) -> O
         key: canary.key.clone(),
         digest: canary.digest.clone(),
     })
+}
+
+/// A GPU whose validation failed on a suspicion that was lifted since is validated again:
+/// nothing else held it out, and a person should not have to clear what the daemon got wrong.
+fn revalidate_lifted(validations: &Versioned<Validations>, lifted: &[(String, crate::model::probe::SdcLift)]) {
+    if lifted.is_empty() {
+        return;
+    }
+    validations.update(|all| {
+        for (uuid, lift) in lifted {
+            let Some(v) = all.get_mut(uuid) else { continue };
+            // Failed on the canary alone: shortfalls come first in the detail, the memtest after.
+            let on_the_canary_alone = matches!(&v.outcome, Some(ValidationOutcome::Failed { detail, .. })
+                if detail.starts_with("failed the probe: sdc (") && !detail.contains("memtest ("));
+            if on_the_canary_alone {
+                *v = crate::model::health::Validation {
+                    since: lift.at,
+                    why: format!("its suspicion of wrong results was lifted: {}", lift.why),
+                    outcome: None,
+                    kind: v.kind,
+                };
+            }
+        }
+    });
 }
 
 /// A probe's wrong results and memory errors, as judged.
@@ -411,7 +458,10 @@ fn judge_memtest(uuid: &str, index: u32, outcome: &Outcome) -> Option<HbmSuspect
 }
 
 fn record(state: &ProbeState, uuid: &str, index: u32, outcome: Outcome, suspects: Suspects) {
-    if suspects.sdc.is_some() || suspects.hbm.is_some() {
+    // Wrong results or memory that reads back wrong fail the run, whatever the figures say.
+    let wrong = suspects.sdc.is_some() || suspects.hbm.is_some();
+    let suspects_words = suspects.words();
+    if wrong {
         state.update(|s| {
             if let Some(sdc) = suspects.sdc {
                 s.sdc_suspects.insert(uuid.to_string(), sdc);
@@ -424,11 +474,14 @@ fn record(state: &ProbeState, uuid: &str, index: u32, outcome: Outcome, suspects
     match outcome {
         Outcome::Report(report) => {
             let result = match report.passed() {
+                _ if wrong => "fail",
                 Some(true) => "pass",
                 Some(false) => "fail",
                 None => "no_verdict",
             };
-            if report.passed() == Some(false) {
+            if wrong {
+                log::warn!(gpu_uuid = uuid; "GPU {index} failed the probe: {}", suspects_words.join(", "));
+            } else if report.passed() == Some(false) {
                 let failed: Vec<&str> = report
                     .tests
                     .iter()

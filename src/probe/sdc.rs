@@ -238,6 +238,9 @@ pub struct Judgement {
     pub faults: Vec<String>,
     /// The key's reference digest as it should be kept now, when it changes.
     pub reference: Option<crate::model::probe::SdcReference>,
+    /// Why the GPU is not judged yet: its digest differs from a reference only one other GPU
+    /// gave (either of the two may be wrong).
+    pub undecided: Option<String>,
 }
 
 /// Judges `outcome`, the canary of GPU `uuid` at `now`. `others` holds the other GPUs'
@@ -245,7 +248,9 @@ pub struct Judgement {
 /// reference is the digest a majority of the node's GPUs share (at least two, more than
 /// half), else the one remembered; the first clean digest of a key becomes remembered, and a
 /// majority that differs from what was remembered replaces it (a remembered digest may have
-/// come from the one bad GPU).
+/// come from the one bad GPU). A GPU that differs from a remembered digest only one other
+/// GPU gave is not a suspect (`undecided`): on a fresh node the first GPU probed may be the
+/// bad one. A remembered digest its own GPU gave holds that GPU to it over time.
 pub fn judge(
     uuid: &str,
     outcome: &crate::model::probe::SdcOutcome,
@@ -270,6 +275,7 @@ pub fn judge(
         .filter(|(_, _, n)| *n >= 2 && 2 * n > compared)
         .max_by_key(|(_, _, n)| *n);
     let mut reference = None;
+    let mut undecided = None;
     if let Some((digest, gpus, _)) = majority {
         if digest != outcome.digest {
             let listed: Vec<String> = gpus.iter().map(|g| g.to_string()).collect();
@@ -302,7 +308,15 @@ pub fn judge(
             });
         }
     } else if let Some(r) = remembered {
-        if r.digest != outcome.digest {
+        if r.digest != outcome.digest && r.given_by_one_other(uuid) {
+            // One GPU's word against another's: either may be the wrong one. Neither is a
+            // suspect until a majority of the key's GPUs settles it (rejudge).
+            undecided = Some(format!(
+                "its digest {} differs from {}, which only one other GPU gave; neither is suspected until \
+                 most of the node's GPUs of the same model agree",
+                outcome.digest, r.digest
+            ));
+        } else if r.digest != outcome.digest {
             let parts = differing_part_list(&outcome.parts, &r.parts);
             faults.push(format!(
                 "its digest {} differs from {}, which this node's GPUs of the same model gave since {}{}",
@@ -324,7 +338,11 @@ pub fn judge(
             gpus: vec![uuid.to_string()],
         });
     }
-    Judgement { faults, reference }
+    Judgement {
+        faults,
+        reference,
+        undecided,
+    }
 }
 
 /// "; parts 5, 17 of 64 differ (rows 360-431, ...)": which row blocks differ from `other`.
@@ -510,7 +528,8 @@ mod tests {
             j,
             Judgement {
                 faults: vec![],
-                reference: None
+                reference: None,
+                undecided: None,
             }
         );
         // Another digest later: wrong, against the remembered one.
@@ -535,11 +554,17 @@ mod tests {
         ];
         let j = judge("GPU-a", &outcome("bbbb"), &others, None, 10.0);
         assert!(j.faults.is_empty(), "no peer of its key with clean results: {j:?}");
-        // Two GPUs that disagree: no majority; the remembered digest decides.
-        let remembered = judge("GPU-b", &outcome("aaaa"), &[], None, 1.0).reference.unwrap();
+        // Two GPUs that disagree: no majority. A remembered digest only the other one gave
+        // does not decide (either may be wrong); one that two GPUs gave does.
+        let mut remembered = judge("GPU-b", &outcome("aaaa"), &[], None, 1.0).reference.unwrap();
         let peers = vec![("GPU-b".to_string(), 1, outcome("aaaa"))];
         let j = judge("GPU-a", &outcome("bbbb"), &peers, Some(&remembered), 10.0);
+        assert!(j.faults.is_empty() && j.reference.is_none(), "{j:?}");
+        assert!(j.undecided.is_some(), "{j:?}");
+        remembered.gpus.push("GPU-c".into());
+        let j = judge("GPU-a", &outcome("bbbb"), &peers, Some(&remembered), 10.0);
         assert_eq!(j.faults.len(), 1, "{j:?}");
+        assert!(j.undecided.is_none(), "{j:?}");
         // Its own wrong results are faults even with nothing to compare.
         let mut own = outcome("aaaa");
         own.repeats_differing = 1;

@@ -400,3 +400,49 @@ fn the_pattern_test_passes_right_memory_and_names_the_stuck_bits_word() {
     assert!(text.contains("memtest WRONG: "), "{text}");
     assert!(text.contains("offset 0xfa0"), "{text}");
 }
+
+/// A fresh node (no digest kept) whose GPU 0 gives one element of its agreement GEMM wrong
+/// and is probed first: its digest is only one GPU's word, so GPU 1 that differs from it is
+/// not blamed; once GPUs 1 and 2 agree, that is the reference and GPU 0 is judged again and
+/// found. No row ever names GPU 1 or 2 a suspect, and the wrong GPU's runs count as failed.
+#[test]
+fn on_a_fresh_node_the_wrong_gpu_probed_first_is_found_and_no_right_one_is_blamed() {
+    let scenario = format!(
+        "devices:\n{}{}{}",
+        gpu("ad", "19", Some(ONLY_IN_AGREEMENT)),
+        gpu("ae", "3b", None),
+        gpu("af", "4c", None)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("LD_LIBRARY_PATH", sim_cuda_dir(dir.path(), true).display().to_string())];
+    let d = Daemon::start_full(&scenario, &test_config(&sim_library(), FAST_PROBES), "", &env);
+    let m = d.scrape_until_within("GPU 0 a suspect", Duration::from_secs(60), |m| {
+        suspect_of(m, "0") == Some(1.0)
+            && m.value("gpu_probe_runs_total", &[("gpu", "0"), ("result", "fail")])
+                .is_some()
+    });
+    assert_eq!(suspect_of(&m, "1"), None);
+    assert_eq!(suspect_of(&m, "2"), None);
+    let message = sdc_finding(&d, "0").expect("the finding");
+    assert!(message.contains("which GPUs 1, 2"), "{message}");
+    // A few more rounds of probes: the right GPUs stay right, and no row ever blamed them.
+    d.scrape_until_within("two more probes of GPU 1", Duration::from_secs(60), |m| {
+        m.value("gpu_probe_runs_total", &[("gpu", "1"), ("result", "pass")])
+            .unwrap_or(0.0)
+            >= 3.0
+    });
+    let rows = events_json(&d.state_path(), &["--kind", "sdc"]);
+    let blamed: Vec<&serde_json::Value> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["details"]["suspect"].is_object())
+        .map(|r| &r["details"]["suspect"]["gpu"])
+        .collect();
+    assert!(!blamed.is_empty() && blamed.iter().all(|g| **g == 0), "{rows}");
+    assert!(
+        d.log_text().contains("GPU 1's canary is not judged yet"),
+        "{}",
+        d.log_text()
+    );
+}
