@@ -88,6 +88,12 @@ pub enum DemoError {
          build it with `cargo build --release --workspace` (looked in: {looked_in})"
     )]
     NoLibrary { looked_in: String },
+    #[error(
+        "{} exists and this demo did not make it (another user's, a link, or open to others); \
+         the demo will not write there: remove it, or set TMPDIR to a directory of your own",
+        .path.display()
+    )]
+    NotOurs { path: PathBuf },
     #[error("cannot write {what} to {}: {source}", .path.display())]
     Write {
         what: &'static str,
@@ -99,6 +105,33 @@ pub enum DemoError {
 fn write_error(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> DemoError {
     let path = path.to_path_buf();
     move |source| DemoError::Write { what, path, source }
+}
+
+/// Makes the demo's directory, 0700, only if nothing stands at `dir` (mkdir does not follow
+/// a link there): a directory another user made first at the predictable name would let her
+/// choose where root writes and which CUDA the validation probe loads. A directory of ours
+/// left by an earlier demo with the same PID (0700, ours, no link) is removed and made again.
+fn make_own_dir(dir: &Path) -> Result<(), DemoError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let create = || std::fs::DirBuilder::new().mode(0o700).create(dir);
+    match create() {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(write_error("the demo's directory", dir)(e));
+        }
+        Err(_) => {}
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let ours = std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == me && m.permissions().mode() & 0o7777 == 0o700);
+    if !ours {
+        return Err(DemoError::NotOurs {
+            path: dir.to_path_buf(),
+        });
+    }
+    std::fs::remove_dir_all(dir).map_err(write_error("the demo's directory", dir))?;
+    create().map_err(write_error("the demo's directory", dir))
 }
 
 /// Writes the demo scenario and kernel log to temporary files and finds the simulated library.
@@ -115,7 +148,7 @@ pub fn prepare() -> Result<Demo, DemoError> {
                 .join(", "),
         })?;
     let dir = std::env::temp_dir().join(format!("gpuwarden-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(write_error("the demo's directory", &dir))?;
+    make_own_dir(&dir)?;
     // From here on, dropping `demo` removes the directory, also when a write below fails.
     let demo = Demo {
         library,
@@ -272,6 +305,37 @@ pub fn running_all() -> Vec<RunningDemo> {
 mod tests {
     use super::*;
     use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn the_demo_directory_is_made_only_where_nothing_of_another_stood() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("gpuwarden-demo-1");
+        make_own_dir(&dir).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o7777, 0o700);
+        // A stale one of ours (same PID, earlier demo): made again, empty.
+        std::fs::write(dir.join("left"), b"x").unwrap();
+        make_own_dir(&dir).unwrap();
+        assert!(!dir.join("left").exists());
+        // A link planted at the name: refused, and where it points is untouched.
+        std::fs::remove_dir(&dir).unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+        let e = make_own_dir(&dir).unwrap_err().to_string();
+        assert!(e.contains("this demo did not make it"), "{e}");
+        assert!(elsewhere.exists() && dir.is_symlink());
+        // A directory open to others, or another user's.
+        std::fs::remove_file(&dir).unwrap();
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(matches!(make_own_dir(&dir), Err(DemoError::NotOurs { .. })));
+        if unsafe { libc::geteuid() } == 0 {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+            std::os::unix::fs::chown(&dir, Some(1000), Some(1000)).unwrap();
+            assert!(matches!(make_own_dir(&dir), Err(DemoError::NotOurs { .. })));
+        }
+    }
 
     #[test]
     fn the_newer_built_library_is_tried_first_and_a_missing_one_last() {

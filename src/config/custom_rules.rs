@@ -188,19 +188,27 @@ pub fn read_dir(dir: &Path, taken: &mut Vec<(String, PathBuf)>) -> Result<Vec<Cu
         message,
         snippet: None,
     };
-    let entries = std::fs::read_dir(dir).map_err(|e| {
-        refuse(format!(
-            "cannot read health.custom_rules_dir: {e}; point it at a directory of rule files"
-        ))
-    })?;
+    let files = rule_files(dir).map_err(refuse)?;
+    let mut rules = Vec::new();
+    for file in files {
+        rules.extend(read_file(&file, taken)?);
+    }
+    Ok(rules)
+}
+
+/// The rule files of `dir` in name order (`*.yaml`, `*.yml`, but not `*.test.yaml`), or what
+/// is wrong with the directory.
+pub(super) fn rule_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| format!("cannot read health.custom_rules_dir: {e}; point it at a directory of rule files"))?;
     let mut files: Vec<PathBuf> = Vec::new();
     let mut seen = 0;
     for entry in entries.flatten() {
         seen += 1;
         if seen > MAX_DIR_ENTRIES {
-            return Err(refuse(format!(
+            return Err(format!(
                 "more than {MAX_DIR_ENTRIES} entries in health.custom_rules_dir; point it at a directory of rule files"
-            )));
+            ));
         }
         let path = entry.path();
         let name = path
@@ -214,16 +222,12 @@ pub fn read_dir(dir: &Path, taken: &mut Vec<(String, PathBuf)>) -> Result<Vec<Cu
         }
     }
     if files.len() > MAX_RULE_FILES {
-        return Err(refuse(format!(
+        return Err(format!(
             "more than {MAX_RULE_FILES} rule files; merge some (each file holds a list of rules)"
-        )));
+        ));
     }
     files.sort();
-    let mut rules = Vec::new();
-    for file in files {
-        rules.extend(read_file(&file, taken)?);
-    }
-    Ok(rules)
+    Ok(files)
 }
 
 /// Reads and compiles one rule file (`rules:` and a list), as `gpuwarden rules test` does.

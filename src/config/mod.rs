@@ -26,6 +26,7 @@ mod poll;
 mod probe;
 mod remediation;
 mod state;
+mod trusted;
 mod xid;
 pub use attribution::*;
 pub use backends::*;
@@ -354,6 +355,7 @@ impl Config {
             snippet: None,
         })?;
         let mut config = Config::parse(&text, file)?;
+        config.check_trusted_paths(&text, file)?;
         if !config.health.custom_rules_dir.as_os_str().is_empty() {
             let mut taken: Vec<(String, PathBuf)> = config
                 .health

@@ -22,6 +22,7 @@
 
 pub mod infiniband;
 pub mod pci;
+pub mod trust;
 
 use crate::service::logging::{RateLimiter, held_back_suffix};
 use std::collections::BTreeMap;

@@ -143,6 +143,27 @@ fn config_check_names_the_rule_file_line_and_column_and_the_fields() {
         err.contains("defined twice (first in") && err.contains("10-good.yaml"),
         "{err}"
     );
+
+    // A rule directory or rule file others can write: anyone could drain the node with a
+    // rule of her own. Refused at the config's line and column, and accepted once closed.
+    std::fs::remove_file(&bad).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&rules, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (code, _, err) = run(&["config", "check", config.to_str().unwrap()]);
+    assert_eq!(code, 78, "{err}");
+    assert!(
+        err.contains(&format!("{}:2:3: health.custom_rules_dir", config.display()))
+            && err.contains("is writable by every user (mode 0777)"),
+        "{err}"
+    );
+    std::fs::set_permissions(&rules, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(rules.join("10-good.yaml"), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (code, _, err) = run(&["config", "check", config.to_str().unwrap()]);
+    assert_eq!(code, 78, "{err}");
+    assert!(err.contains("10-good.yaml is writable by every user"), "{err}");
+    std::fs::set_permissions(rules.join("10-good.yaml"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, out, err) = run(&["config", "check", config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
 }
 
 /// The shipped examples pass their own test file; a test whose expectation is wrong fails
