@@ -30,6 +30,9 @@ use std::time::{Duration, SystemTime};
 /// PRINTK_MESSAGE_MAX is 2 KiB); a log file's lines beyond 64 KiB are not kernel messages.
 pub const MAX_LINE: usize = 64 * 1024;
 
+/// How long the reader waits before it opens a path it could not open again.
+const REOPEN_AFTER: Duration = Duration::from_secs(1);
+
 /// Where a reader of one path got to.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Position {
@@ -338,7 +341,10 @@ fn follow(path: &Path, store: &XidStore, stop: &Stop, resume: &ResumePoints) {
                 }
             }
             None => {
-                if stop.sleep(Duration::from_secs(30)) {
+                // Looked at again soon: whatever stood at the path (a FIFO, a directory, nothing)
+                // may be a regular file again a moment later, and an XID written then must be
+                // read. An open that is refused costs a system call; the log line is rate-limited.
+                if stop.sleep(REOPEN_AFTER) {
                     return;
                 }
             }

@@ -26,7 +26,7 @@ fn run(tool: &str, args: &[&str]) -> (bool, String) {
 #[test]
 fn promtool_checks_and_unit_tests_the_rules() {
     let (ok, out) = run("promtool", &["check", "rules", RULES]);
-    assert!(ok && out.contains("SUCCESS: 60 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 61 rules found"), "{out}");
     for tests in [
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/alerts.test.yml"),
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/energy.test.yml"),
@@ -68,6 +68,7 @@ fn every_alert_the_design_names_is_shipped_and_unit_tested() {
         "GpuProbeFailed",
         "GpuwardenDown",
         "GpuwardenPollStale",
+        "GpuwardenXidSourceDown",
         "GpuwardenDrainGuardActive",
         "GpuwardenRemediationFailed",
     ] {
@@ -155,7 +156,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
                 .map(|r| r["expr"].as_str().unwrap().to_string())
         })
         .collect();
-    assert_eq!(exprs.len(), 60);
+    assert_eq!(exprs.len(), 61);
     let used = metric_names(&exprs.join("\n"));
     assert!(
         used.contains("gpu_clock_event_seconds_total") && used.contains("gpu_up"),
@@ -871,4 +872,9 @@ fn each_alert_links_its_runbook_by_full_url_and_the_readme_lists_every_alert() {
         .map(str::to_string)
         .collect();
     assert_eq!(listed, names, "the README's alerts, in the rules file's order");
+    assert!(
+        readme.contains(&format!("gpuwarden.rules.yml`: {} alerts,", names.len())),
+        "the README's count of alerts is not {}",
+        names.len()
+    );
 }

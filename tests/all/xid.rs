@@ -738,3 +738,42 @@ fn a_file_kernel_log_is_not_counted_again_at_a_restart() {
     d.scrape_until("the new record", |m| xid_count(m, "0", "31") == Some(1.0));
     check(&d, "after the file was replaced");
 }
+
+/// The kernel log replaced by a FIFO, then by a directory, each for a moment, then a regular
+/// file again: the reader says the source is down meanwhile and reads the file that came
+/// back, so the fatal XIDs written there are counted.
+#[test]
+fn a_kernel_log_replaced_by_a_fifo_or_a_directory_is_read_again_when_a_file_returns() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    let kmsg = d.dir.path().join("kmsg");
+    let up = |m: &Metrics| m.value("gpuwarden_xid_source_up", &[("source", "kernel_log")]);
+    d.scrape_until("the kernel log read", |m| up(m) == Some(1.0));
+    for (round, code) in [("fifo", "79"), ("directory", "48")] {
+        std::fs::remove_file(&kmsg).unwrap();
+        if round == "fifo" {
+            let path = std::ffi::CString::new(kmsg.as_os_str().as_encoded_bytes()).unwrap();
+            assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        } else {
+            std::fs::create_dir(&kmsg).unwrap();
+        }
+        d.scrape_until_within(
+            &format!("the source down over a {round}"),
+            std::time::Duration::from_secs(15),
+            |m| up(m) == Some(0.0),
+        );
+        if round == "fifo" {
+            std::fs::remove_file(&kmsg).unwrap();
+        } else {
+            std::fs::remove_dir(&kmsg).unwrap();
+        }
+        std::fs::write(&kmsg, "").unwrap();
+        d.log_kernel(&format!(
+            "NVRM: Xid (PCI:0000:19:00): {code}, pid=1, name=x, after the {round}\n"
+        ));
+        d.scrape_until_within(
+            &format!("the Xid {code} after the {round}"),
+            std::time::Duration::from_secs(15),
+            |m| xid_count(m, "0", code) == Some(1.0) && up(m) == Some(1.0),
+        );
+    }
+}
