@@ -756,7 +756,21 @@ fn rules_test(config: Option<PathBuf>, file: &Path, demo: bool) -> CliResult {
 fn config_check(file: &std::path::Path) -> CliResult {
     match Config::load(file) {
         Ok(config) => {
+            if config.xid.read_kernel_log
+                && let Some(why) = gpuwarden::xid::kmsg::all_facility(&config.xid.kernel_log_path)
+            {
+                let place = std::fs::read_to_string(file)
+                    .ok()
+                    .and_then(|text| gpuwarden::config::setting_position(&text, "xid", "kernel_log_path"));
+                let at = place.map_or(String::new(), |(line, column)| format!(":{line}:{column}"));
+                return Err(CliError::new(Exit::CONFIG, format!("{}{at}: {why}", file.display())));
+            }
             let cautions = [
+                config
+                    .xid
+                    .read_kernel_log
+                    .then(|| gpuwarden::xid::kmsg::syslog_notice(&config.xid.kernel_log_path))
+                    .flatten(),
                 gpuwarden::remediation::marker::caution(&config.remediation.reboot_marker),
                 config
                     .xid

@@ -256,6 +256,12 @@ pub(crate) fn key_position(text: &str, section: &str, key: &str) -> Option<(u64,
     None
 }
 
+/// Where `key:` is written inside `section:`, for a check outside this module (`config
+/// check`'s look at the kernel log) to point at it.
+pub fn setting_position(text: &str, section: &str, key: &str) -> Option<(u64, u64)> {
+    key_position(text, section, key)
+}
+
 /// Splits serde-saphyr's rendered error ("error: line 2 column 13: MESSAGE", then a snippet
 /// that names `<input>` and repeats the message after the caret) into the message and a
 /// snippet that names the file and says it once.

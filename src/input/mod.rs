@@ -86,6 +86,9 @@ pub enum Reason {
     /// A kernel-log line that does not mark where its record starts (`dmesg -t`,
     /// `journalctl -k -o cat`): any user can forge one (xid/parse.rs).
     Unmarked,
+    /// A driver-looking kernel-log line that is the later line of a record the driver did
+    /// not begin (same stamp as the line before, in rsyslog's kern.log): a user's text.
+    ForeignRecord,
 }
 
 impl Reason {
@@ -100,6 +103,7 @@ impl Reason {
             Reason::InvalidValue => "invalid_value",
             Reason::TooMany => "too_many",
             Reason::Unmarked => "unmarked",
+            Reason::ForeignRecord => "foreign_record",
         }
     }
 
@@ -117,6 +121,10 @@ impl Reason {
                 "a driver line with no mark of where its kernel record starts (dmesg -t, journalctl -o cat): \
                  any user can forge one, so it is not read; use /dev/kmsg, journald's export format, syslog \
                  or dmesg with a timestamp or -x (docs/health.md, \"Where XIDs are read\")"
+            }
+            Reason::ForeignRecord => {
+                "a driver line inside a kernel record that something else began (the same stamp as the line \
+                 before, as /proc/kmsg prints a multi-line record's lines): a user's text, not an XID"
             }
         }
     }

@@ -100,6 +100,86 @@ pub fn caution(path: &Path) -> Option<String> {
     })
 }
 
+/// How many bytes at a log file's start and at its end are looked at for other programs'
+/// lines ([`all_facility`]).
+const SNIFF_BYTES: u64 = 16 * 1024;
+/// How long a reader that refused an all-facility syslog file waits before it looks again.
+const REFUSED_RETRY: Duration = Duration::from_secs(30);
+
+/// Why `file` is refused as a kernel log, when its first or last [`SNIFF_BYTES`] hold a
+/// syslog line of another program: it gathers every facility, and any local user can write
+/// a kernel-looking line into it (`logger -t kernel "NVRM: Xid ..."`).
+fn all_facility_file(path: &Path, file: &std::fs::File, length: u64) -> Option<String> {
+    let mut spans = vec![(0, length.min(SNIFF_BYTES))];
+    if length > SNIFF_BYTES {
+        spans.push((length - SNIFF_BYTES, SNIFF_BYTES));
+    }
+    for (offset, size) in spans {
+        let mut bytes = vec![0u8; size as usize];
+        let read = file.read_at(&mut bytes, offset).ok()?;
+        bytes.truncate(read);
+        let text = String::from_utf8_lossy(&bytes);
+        if let Some(tag) = text.lines().find_map(parse::other_programs_syslog_tag) {
+            return Some(all_facility_words(path, tag));
+        }
+    }
+    None
+}
+
+fn all_facility_words(path: &Path, tag: &str) -> String {
+    format!(
+        "xid.kernel_log_path {} holds other programs' lines ({}): it is an all-facility syslog file, into \
+         which any local user can write a kernel-looking XID line (logger -t kernel), so it is not read. \
+         Point it at /dev/kmsg (the default) or at a log of the kernel facility only (kern.log)",
+        path.display(),
+        crate::input::printable(crate::input::truncate_utf8(tag, 64))
+    )
+}
+
+/// What `gpuwarden config check` refuses as a kernel log: a regular file that holds other
+/// programs' syslog lines (see [`all_facility_file`]). None otherwise, and where it cannot be
+/// read now.
+pub fn all_facility(path: &Path) -> Option<String> {
+    let file = crate::input::open(
+        path,
+        crate::input::Links::Follow,
+        crate::input::Kinds::RegularOrCharDevice,
+    )
+    .ok()?;
+    let meta = file.metadata().ok().filter(|m| m.is_file())?;
+    all_facility_file(path, &file, meta.len())
+}
+
+/// What `gpuwarden config check` says of a kernel log that is a syslog file of the kernel
+/// facility: any local user may be able to write into it, where the syslog daemon lets
+/// `logger -p kern.*` through.
+pub fn syslog_notice(path: &Path) -> Option<String> {
+    let file = crate::input::open(
+        path,
+        crate::input::Links::Follow,
+        crate::input::Kinds::RegularOrCharDevice,
+    )
+    .ok()?;
+    let meta = file.metadata().ok().filter(|m| m.is_file())?;
+    let mut bytes = vec![0u8; meta.len().min(SNIFF_BYTES) as usize];
+    let from = meta.len().saturating_sub(bytes.len() as u64);
+    let read = file.read_at(&mut bytes, from).ok()?;
+    bytes.truncate(read);
+    let text = String::from_utf8_lossy(&bytes);
+    let syslog = text
+        .lines()
+        .any(|line| matches!(parse::classify(line), parse::LogLine::Kernel { via_syslog: true, .. }));
+    syslog.then(|| {
+        format!(
+            "xid.kernel_log_path {} is a syslog file: a local user may be able to write a kernel-looking XID \
+             line into it, wherever the syslog daemon accepts the kernel facility from programs (logger -p kern.err \
+             -t kernel). A line like that drains a GPU. /dev/kmsg (the default) or journald's export format hold only \
+             what the kernel logged",
+            path.display()
+        )
+    })
+}
+
 /// When the machine booted, from /proc/uptime; None where that cannot be read.
 fn boot_time() -> Option<SystemTime> {
     let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
@@ -335,11 +415,17 @@ fn follow(path: &Path, store: &XidStore, stop: &Stop, resume: &ResumePoints) {
     let mut outage = crate::service::logging::Outage::default();
     while !stop.is_stopped() {
         match follower.open(&mut outage) {
-            Some(opened) => {
-                if follower.read(opened) == After::Stop {
-                    return;
+            Some(opened) => match follower.read(opened) {
+                After::Stop => return,
+                After::Reopen => {}
+                After::Refused(why) => {
+                    store.set_source_up(XidSource::KernelLog, false);
+                    outage.failed(why);
+                    if stop.sleep(REFUSED_RETRY) {
+                        return;
+                    }
                 }
-            }
+            },
             None => {
                 // Looked at again soon: whatever stood at the path (a FIFO, a directory, nothing)
                 // may be a regular file again a moment later, and an XID written then must be
@@ -384,6 +470,8 @@ struct Opened {
 enum After {
     Stop,
     Reopen,
+    /// Not a kernel log after all (another program's syslog line in it): why.
+    Refused(String),
 }
 
 impl Follower<'_> {
@@ -411,11 +499,21 @@ impl Follower<'_> {
                 return None;
             }
         };
+        // A regular file: go on from where an earlier reader of this file stopped.
+        let regular = file.metadata().ok().filter(|m| m.is_file());
+        if let Some(why) = regular
+            .as_ref()
+            .and_then(|meta| all_facility_file(self.path, &file, meta.len()))
+        {
+            self.store.set_source_up(XidSource::KernelLog, false);
+            outage.failed(why);
+            // Looked at again after a while: a rotation may bring a file of the kernel's.
+            let _ = self.stop.sleep(REFUSED_RETRY);
+            return None;
+        }
         self.store.set_source_up(XidSource::KernelLog, true);
         outage.recovered(format!("reading the kernel log {} again", self.path.display()));
         let position = self.resume.get(self.path);
-        // A regular file: go on from where an earlier reader of this file stopped.
-        let regular = file.metadata().ok().filter(|m| m.is_file());
 
         let mut offset = 0;
         let seeded = self.resume.take_seeded(self.path);
@@ -480,6 +578,12 @@ impl Follower<'_> {
                 Ok(consumed) => {
                     if self.stop.is_stopped() {
                         return After::Stop;
+                    }
+                    if log.inode.is_some()
+                        && let Some(tag) = parse::other_programs_syslog_tag(&String::from_utf8_lossy(&line))
+                    {
+                        // Left unread: the file is refused from here on, not half believed.
+                        return After::Refused(all_facility_words(self.path, tag));
                     }
                     self.take_line(&mut log, &line, consumed);
                 }
@@ -562,12 +666,19 @@ impl Follower<'_> {
         let seen = sequence.zip(log.position.sequence).is_some_and(|(s, last)| s <= last);
         if !seen {
             let refused = log.parser.refused_unmarked;
+            let foreign = log.parser.refused_continuations;
             for mut event in events_from_line(&mut log.parser, line, consumed, log.boot) {
                 event.file_position = self.file_position(log);
                 record(self.store, event);
             }
             if log.parser.saw_syslog {
                 notice_once_of_syslog(self.path);
+            }
+            if log.parser.refused_continuations > foreign {
+                crate::input::Skips::new(crate::input::Input::KernelLog).add(
+                    crate::input::Reason::ForeignRecord,
+                    format!("{:?}", crate::input::truncate_utf8(text, 120)),
+                );
             }
             if log.parser.refused_unmarked > refused {
                 crate::input::Skips::new(crate::input::Input::KernelLog).add(

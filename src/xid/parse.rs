@@ -88,6 +88,10 @@ pub enum LogLine<'a> {
         kernel_time_us: Option<u64>,
         /// A syslog line (`... kernel: ...`): weaker evidence, any local user may write one.
         via_syslog: bool,
+        /// The stamp was printed on this line by a format that prints it on *every* line of a
+        /// multi-line record (dmesg's `[ seconds]`, as /proc/kmsg gives it to rsyslog's
+        /// imklog): a line with the same stamp as the line before is that record's next line.
+        stamp_per_line: bool,
     },
     /// A driver message with nothing before it to mark where its record starts (`dmesg -t`,
     /// `journalctl -k -o cat`, a bare line): such a format prints a line break inside any
@@ -122,6 +126,7 @@ pub fn classify(line: &str) -> LogLine<'_> {
                 message,
                 kernel_time_us: Some(microseconds),
                 via_syslog: false,
+                stamp_per_line: false,
             },
             _ => LogLine::NotKernel,
         };
@@ -194,6 +199,7 @@ fn facility_message(line: &str) -> Option<LogLine<'_>> {
             message: message.trim_start_matches(' '),
             kernel_time_us: seconds_to_micros(stamp.trim()),
             via_syslog: false,
+            stamp_per_line: true,
         });
     }
     // `--time-format iso`: a date and time before the message; or no time at all (`-t`).
@@ -205,6 +211,7 @@ fn facility_message(line: &str) -> Option<LogLine<'_>> {
         message,
         kernel_time_us: None,
         via_syslog: false,
+        stamp_per_line: false,
     })
 }
 
@@ -241,6 +248,7 @@ fn dmesg_message(line: &str) -> Option<LogLine<'_>> {
         message,
         kernel_time_us: seconds_to_micros(stamp.trim()),
         via_syslog: false,
+        stamp_per_line: true,
     })
 }
 
@@ -275,21 +283,51 @@ fn syslog_message(line: &str) -> Option<LogLine<'_>> {
             message,
             kernel_time_us: None,
             via_syslog: true,
+            stamp_per_line: false,
         }
     };
     Some(match line {
         LogLine::Kernel {
             message,
             kernel_time_us,
+            stamp_per_line,
             ..
         } => LogLine::Kernel {
             message,
             kernel_time_us,
             via_syslog: true,
+            stamp_per_line,
         },
         other => other,
     })
 }
+
+/// The tag of a syslog line that another program wrote (`Nov 22 02:50:00 ws Xorg[1234]: ...`,
+/// `2026-11-22T02:42:00+00:00 host sshd[9]: ...`): a file that holds such lines gathers every
+/// facility (/var/log/syslog, /var/log/messages), and any local user can write a
+/// kernel-looking line into it with `logger -t kernel`. None for the kernel's own lines and
+/// for anything that is not a syslog line.
+pub fn other_programs_syslog_tag(line: &str) -> Option<&str> {
+    let (before, _) = line.split_once(": ")?;
+    let mut words = before.split(' ').filter(|w| !w.is_empty());
+    let first = words.next()?;
+    let stamped = is_iso_time(first)
+        || (MONTHS.contains(&first)
+            && words.next().is_some_and(|day| day.parse::<u8>().is_ok())
+            && words
+                .next()
+                .is_some_and(|time| time.len() == 8 && time.as_bytes()[2] == b':'));
+    if !stamped {
+        return None;
+    }
+    let tag = before.rsplit(' ').next()?;
+    let name = tag.split('[').next().unwrap_or(tag);
+    (!name.is_empty() && name != "kernel" && before.split(' ').filter(|w| !w.is_empty()).count() >= 3).then_some(tag)
+}
+
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
 
 /// The message of a kernel-log line as the parser reads it (after the code and severity);
 /// empty for a line it does not take.
@@ -342,6 +380,11 @@ pub struct LogParser {
     pub read_unmarked: bool,
     /// Driver lines refused as unmarked so far.
     pub refused_unmarked: u64,
+    /// The kernel time of the latest record read in a format that stamps every line, and
+    /// whether the driver's prefix began it: a line with the same stamp is that record's.
+    last_stamp: Option<(u64, bool)>,
+    /// Driver-looking lines refused as the later lines of a record the driver did not begin.
+    pub refused_continuations: u64,
 }
 
 /// A journald export field in its binary form: a line with the bare name, then a 64-bit
@@ -460,8 +503,31 @@ impl LogParser {
                 message,
                 kernel_time_us,
                 via_syslog,
+                stamp_per_line,
             } => {
-                let report = self.kernel_message(message, true);
+                let driver_line = message.starts_with(DRIVER_PREFIX) || message.starts_with(NVSWITCH_PREFIX);
+                let same_record = stamp_per_line
+                    && kernel_time_us.is_some()
+                    && self.last_stamp.is_some_and(|(time, _)| Some(time) == kernel_time_us);
+                let mut starts_record = true;
+                if same_record {
+                    // The next line of the record before (rsyslog's kern.log prints each line
+                    // of a multi-line record with the record's stamp). A record someone else's
+                    // text began (a segfault naming a user's file, whose name holds a line
+                    // break and a driver line) never reports an XID, whatever its lines say.
+                    if self.last_stamp.is_some_and(|(_, driver)| !driver) {
+                        if driver_line {
+                            self.refused_continuations += 1;
+                        }
+                        self.notice = None;
+                        return Vec::new();
+                    }
+                    // The driver's own record: its next line finishes a notice it began.
+                    starts_record = self.notice.is_none();
+                } else if stamp_per_line {
+                    self.last_stamp = kernel_time_us.map(|time| (time, driver_line));
+                }
+                let report = self.kernel_message(message, starts_record);
                 self.saw_syslog |= via_syslog && report.is_some();
                 report.map(|r| (r, kernel_time_us)).into_iter().collect()
             }
@@ -1219,6 +1285,84 @@ mod tests {
         assert!(!parser.saw_syslog);
         parser.parse("Nov 25 10:00:00 node kernel: [ 6.0] NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, y");
         assert!(parser.saw_syslog);
+    }
+
+    /// rsyslog's imklog reads /proc/kmsg, which prints every line of a multi-line record with
+    /// the record's own stamp: a user's crashing program whose file name holds a line break
+    /// and a driver line puts a well-formed Xid 79 line into kern.log. Its stamp is the
+    /// segfault line's: it is that record's, and not counted. The driver's own multi-line
+    /// notice, stamped the same way, is still read, and a driver line with its own stamp is.
+    #[test]
+    fn a_later_line_of_a_users_record_in_rsyslogs_kern_log_is_not_an_xid() {
+        let mut parser = LogParser::default();
+        let forged = parser.parse(
+            "2026-12-06T03:00:00.123456+00:00 node kernel: [ 1234.567890] evil[4242]: segfault at 0 ip 0 sp 0 error 4 in x",
+        );
+        assert!(forged.is_empty());
+        let forged = parser.parse(
+            "2026-12-06T03:00:00.123456+00:00 node kernel: [ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+        );
+        assert!(forged.is_empty(), "{forged:?}");
+        assert_eq!(parser.refused_continuations, 1);
+        // The same as dmesg would print it without indenting (and as `dmesg -x` with a stamp).
+        let forged = parser.parse("[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, again");
+        assert!(forged.is_empty());
+        // The next record, with a stamp of its own: the driver's.
+        let real = parser
+            .parse("Dec  6 03:00:01 node kernel: [ 1234.600000] NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=x, DBE");
+        assert_eq!(real.len(), 1);
+        // The driver's own three-line notice, each line with the record's stamp.
+        let notice = [
+            "Dec  6 03:00:02 node kernel: [ 1235.000001] NVRM: The NVIDIA GPU 0000:5d:00.0",
+            "Dec  6 03:00:02 node kernel: [ 1235.000001] NVRM: (PCI ID: 10de:2335) installed in this system has",
+            "Dec  6 03:00:02 node kernel: [ 1235.000001] NVRM: fallen off the bus and is not responding to commands.",
+        ];
+        let found: Vec<XidReport> = notice.iter().flat_map(|l| parser.parse(l)).collect();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            (found[0].xid, found[0].pci_bus_id.as_deref()),
+            (79, Some("0000:5d:00.0"))
+        );
+        // /dev/kmsg records never share a line, so one stamp twice there is two records.
+        let mut parser = LogParser::default();
+        assert_eq!(
+            parser
+                .parse("3,1,1000,-;NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, y")
+                .len(),
+            1
+        );
+        assert_eq!(
+            parser
+                .parse("3,2,1000,-;NVRM: Xid (PCI:0000:19:00): 31, pid=1, name=x, y")
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn another_programs_syslog_line_is_told_from_the_kernels() {
+        for (line, tag) in [
+            (
+                "Nov 22 02:50:00 ws Xorg[1234]: X Error of failed request",
+                Some("Xorg[1234]"),
+            ),
+            (
+                "2026-11-22T02:42:00.123456+00:00 gpu-node-07 sshd[9]: Accepted publickey",
+                Some("sshd[9]"),
+            ),
+            ("Dec  6 03:00:00 node CRON[77]: (root) CMD (x)", Some("CRON[77]")),
+            (
+                "Nov 22 02:40:01 gpu-node-07 kernel: NVRM: Xid (PCI:0000:bb:00): 119, x",
+                None,
+            ),
+            ("Dec  6 03:00:00 node kernel: [ 1.0] evil[1]: segfault", None),
+            ("[ 1936.510073] NVRM: Xid (PCI:0000:5d:00): 13, pid=1, name=a: b", None),
+            ("3,1022,4012345678,-;NVRM: Xid (PCI:0000:3b:00): 79, x: y", None),
+            ("kern  :warn  : [  512.123456] NVRM: Xid", None),
+            ("MESSAGE=NVRM: Xid (PCI:0000:3b:00): 79, a: b", None),
+        ] {
+            assert_eq!(other_programs_syslog_tag(line), tag, "{line}");
+        }
     }
 
     #[test]

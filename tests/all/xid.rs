@@ -777,3 +777,62 @@ fn a_kernel_log_replaced_by_a_fifo_or_a_directory_is_read_again_when_a_file_retu
         );
     }
 }
+
+/// rsyslog's kern.log (imklog over /proc/kmsg) prints each line of a multi-line kernel record
+/// with the record's stamp: a user's crashing program whose file name holds a line break and
+/// a driver line gives a well-formed Xid 79 line there. It is not counted (it has the stamp
+/// of the segfault line before it), and the skip is counted by reason. An all-facility
+/// syslog file (other programs' lines in it) is refused as the kernel log: the source reads
+/// down, and `config check` refuses it at the setting.
+#[test]
+fn rsyslog_continuation_lines_and_all_facility_files_are_not_believed() {
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.log_kernel_raw(
+        "Dec  6 03:00:00 node kernel: [ 4000.100000] evil[4242]: segfault at 0 ip 0 sp 0 error 4 in x\n\
+         Dec  6 03:00:00 node kernel: [ 4000.100000] NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\n\
+         Dec  6 03:00:01 node kernel: [ 4001.000000] NVRM: Xid (PCI:0000:19:00): 31, pid=1, name=x, MMU Fault\n",
+    );
+    let m = d.scrape_until("the real Xid 31", |m| xid_count(m, "0", "31") == Some(1.0));
+    assert_eq!(
+        xid_count(&m, "0", "79"),
+        None,
+        "the forged line was counted:\n{}",
+        m.text
+    );
+    assert_eq!(
+        m.value(
+            "gpuwarden_input_skipped_total",
+            &[("input", "kernel_log"), ("reason", "foreign_record")]
+        ),
+        Some(1.0)
+    );
+    // Another program's line: the file gathers every facility. Refused, down, and what
+    // follows it is not read.
+    d.log_kernel_raw(
+        "Dec  6 03:00:02 node sshd[77]: Accepted publickey for alice\n\
+         Dec  6 03:00:03 node kernel: NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE\n",
+    );
+    d.scrape_until("the kernel log refused", |m| {
+        m.value("gpuwarden_xid_source_up", &[("source", "kernel_log")]) == Some(0.0)
+    });
+    assert_eq!(xid_count(&d.scrape(), "0", "48"), None);
+    assert!(d.log_text().contains("all-facility syslog file"), "{}", d.log_text());
+
+    let config = d.dir.path().join("check.yaml");
+    std::fs::write(
+        &config,
+        format!("xid:\n  kernel_log_path: {}\n", d.dir.path().join("kmsg").display()),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["config", "check"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(
+        err.contains(&format!("{}:2:3: xid.kernel_log_path", config.display())) && err.contains("sshd[77]"),
+        "{err}"
+    );
+}
