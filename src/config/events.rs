@@ -146,12 +146,39 @@ impl Endpoint {
             _ => return Err(bad("must begin with http:// or https://")),
         };
         let host = uri.host().filter(|h| !h.is_empty()).ok_or_else(|| bad("has no host"))?;
-        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+        let authority = uri.authority().map(|a| a.as_str()).unwrap_or("");
+        if authority.contains('@') {
             return Err(bad("carries a user or password; put a secret in secret_file instead"));
         }
+        // The http crate's parser takes `:99999` and `:8o80` and then answers "no port";
+        // that must not mean port 80. The text after the host is the port, checked here.
+        let after_host = match authority.rfind(']') {
+            Some(end) => &authority[end + 1..],
+            None => authority.rfind(':').map_or("", |colon| &authority[colon..]),
+        };
+        let port = match after_host.strip_prefix(':') {
+            None if after_host.is_empty() => {
+                if tls {
+                    443
+                } else {
+                    80
+                }
+            }
+            Some(digits) if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => {
+                match digits.parse::<u16>() {
+                    Ok(port) if port > 0 => port,
+                    _ => return Err(bad("has a port outside 1-65535")),
+                }
+            }
+            _ => {
+                return Err(bad(
+                    "has a port that is not a number; write host:port with a port of 1-65535",
+                ));
+            }
+        };
         Ok(Endpoint {
             host: host.trim_start_matches('[').trim_end_matches(']').to_string(),
-            port: uri.port_u16().unwrap_or(if tls { 443 } else { 80 }),
+            port,
             tls,
             uri,
         })
@@ -168,11 +195,20 @@ mod tests {
         assert_eq!((e.host.as_str(), e.port, e.tls), ("events.example.com", 443, true));
         let e = Endpoint::parse("http://[::1]:8080/in").unwrap();
         assert_eq!((e.host.as_str(), e.port, e.tls), ("::1", 8080, false));
+        let e = Endpoint::parse("http://[::1]/in").unwrap();
+        assert_eq!((e.host.as_str(), e.port), ("::1", 80));
+        let e = Endpoint::parse("http://collector:4318/v1/logs").unwrap();
+        assert_eq!(e.port, 4318);
         for (bad, says) in [
             ("ftp://x/y", "must begin with http:// or https://"),
             ("events.example.com/x", "is not a URL"),
             ("http://user:pw@x/y", "carries a user or password"),
             ("not a url", "is not a URL"),
+            ("http://x:99999/in", "a port outside 1-65535"),
+            ("http://x:0/in", "a port outside 1-65535"),
+            ("http://x:8o80/in", "a port that is not a number"),
+            ("http://x:/in", "a port that is not a number"),
+            ("https://[::1]:70000/in", "a port outside 1-65535"),
         ] {
             let e = Endpoint::parse(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");

@@ -42,6 +42,29 @@ pub fn cursor(conn: &Connection, sink: &str, start: Start, now: f64) -> rusqlite
     Ok(row_id)
 }
 
+/// The sink's cursor where it has one.
+pub fn known_cursor(conn: &Connection, sink: &str) -> rusqlite::Result<Option<i64>> {
+    conn.query_row("SELECT row_id FROM sink_cursors WHERE sink = ?1", params![sink], |r| {
+        r.get(0)
+    })
+    .optional()
+}
+
+/// Whether the journal's tables are there yet: the writer makes the file, then its tables.
+pub fn tables_ready(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('events', 'sink_cursors')",
+        [],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n == 2)
+}
+
+/// Whether the journal's row ids began again under `cursor` (a file started anew).
+pub fn started_anew(conn: &Connection, cursor: i64) -> rusqlite::Result<bool> {
+    Ok(cursor > newest(conn)?)
+}
+
 /// The newest row's id; 0 for an empty journal.
 fn newest(conn: &Connection) -> rusqlite::Result<i64> {
     conn.query_row("SELECT COALESCE(MAX(id), 0) FROM events", [], |r| r.get(0))

@@ -206,9 +206,16 @@ fn deliver(sink: &Sink, journal: &Path, runtime: &tokio::runtime::Handle, states
             // The writer makes the file on a first start: nothing to deliver until it has.
             (None, None) => Ok(false),
             (None, Some(id)) => db::open_for_cursors(journal)
-                .map(|opened| conn = Some((opened, id)))
-                .map(|()| true)
-                .map_err(DeliveryError::from),
+                .map_err(DeliveryError::from)
+                .and_then(|opened| {
+                    // The writer makes the file first and its tables a moment later: until
+                    // they are there, there is nothing to deliver (and no failure to report).
+                    let ready = outbox::tables_ready(&opened)?;
+                    if ready {
+                        conn = Some((opened, id));
+                    }
+                    Ok(ready)
+                }),
         };
         let wait = match step {
             Ok(true) => {
@@ -240,10 +247,62 @@ fn deliver(sink: &Sink, journal: &Path, runtime: &tokio::runtime::Handle, states
                 wait
             }
         };
-        if stop.sleep(wait) {
+        if sleep_telling_lag(wait, conn.as_ref().map(|(c, _)| c), sink, states, stop) {
             return;
         }
     }
+}
+
+/// Waits `wait` (a back-off of up to 5 minutes, or an idle second), telling the sink's lag
+/// as the journal has it every second meanwhile: rows keep coming while a sink is down, and
+/// GpuwardenSinkLagging must see them when they come, not at the next try. True at the stop.
+fn sleep_telling_lag(
+    wait: Duration,
+    conn: Option<&rusqlite::Connection>,
+    sink: &Sink,
+    states: &Versioned<SinkStates>,
+    stop: &Stop,
+) -> bool {
+    let deadline = Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        if stop.sleep(left.min(IDLE)) {
+            return true;
+        }
+        if let Some(conn) = conn
+            && let Ok(Some(cursor)) = outbox::known_cursor(conn, &sink.name)
+            && let Err(e) = tell_lag(conn, sink, cursor, states, crate::model::unix_now())
+        {
+            log::debug!("events: sink {:?}: cannot read its lag: {e}", sink.name);
+        }
+    }
+}
+
+/// Publishes the sink's lag after `cursor` as the journal has it now (a cursor past the
+/// newest row: a journal started anew, every row to go), when it changed.
+fn tell_lag(
+    conn: &rusqlite::Connection,
+    sink: &Sink,
+    cursor: i64,
+    states: &Versioned<SinkStates>,
+    now: f64,
+) -> rusqlite::Result<()> {
+    let (lag_rows, oldest) = outbox::lag(conn, if outbox::started_anew(conn, cursor)? { 0 } else { cursor })?;
+    // Told only when it moved (whole seconds): an idle sink looks every second, and each
+    // change republishes the snapshot.
+    let lag_seconds = oldest.map_or(0.0, |at| (now - at).max(0.0).floor());
+    let known = states.get().get(&sink.name).map(|s| (s.lag_rows, s.lag_seconds));
+    if known != Some((lag_rows, lag_seconds)) {
+        states.update(|s| {
+            let state = s.entry(sink.name.clone()).or_default();
+            state.lag_rows = lag_rows;
+            state.lag_seconds = lag_seconds;
+        });
+    }
+    Ok(())
 }
 
 /// Why a delivery step failed.
@@ -281,18 +340,7 @@ fn one_batch(
         );
         outbox::restart(conn, &sink.name, now)?;
     }
-    let (lag_rows, oldest) = outbox::lag(conn, if restarted.0 { 0 } else { cursor })?;
-    // Told only when it moved (whole seconds): an idle sink looks every second, and each
-    // change republishes the snapshot.
-    let lag_seconds = oldest.map_or(0.0, |at| (now - at).max(0.0).floor());
-    let known = states.get().get(&sink.name).map(|s| (s.lag_rows, s.lag_seconds));
-    if known != Some((lag_rows, lag_seconds)) {
-        states.update(|s| {
-            let state = s.entry(sink.name.clone()).or_default();
-            state.lag_rows = lag_rows;
-            state.lag_seconds = lag_seconds;
-        });
-    }
+    tell_lag(conn, sink, if restarted.0 { 0 } else { cursor }, states, now)?;
     // Its lag is counted above even when it cannot start, so its alert fires.
     let prepared = prepared.map_err(|e| DeliveryError::NotReady(e.to_string()))?;
     let any = !rows.is_empty();
@@ -310,9 +358,11 @@ fn one_batch(
         states.update(|s| {
             let state = s.entry(sink.name.clone()).or_default();
             state.delivered += delivered;
-            state.lag_rows = state.lag_rows.saturating_sub(delivered);
             state.last_error = None;
         });
+        // The journal's truth after the batch: rows written meanwhile count too.
+        let cursor = outbox::known_cursor(conn, &sink.name)?.unwrap_or(cursor);
+        tell_lag(conn, sink, cursor, states, crate::model::unix_now())?;
     }
     result.map(|()| any)
 }

@@ -54,6 +54,49 @@ fn until_all_taken(d: &Daemon, receiver: &Receiver, what: &str) -> Vec<i64> {
     })
 }
 
+/// While a sink backs off (8 s and more between tries), its lag is the journal's truth every
+/// second: the rows written meanwhile are counted, and the oldest row's age grows, so
+/// GpuwardenSinkLagging sees a sink that is down when it is down.
+#[test]
+fn a_sinks_lag_is_the_journals_truth_while_it_backs_off() {
+    let port = free_port();
+    let events = format!(
+        "events:\n  sinks:\n{}",
+        sink("ops", &format!("http://127.0.0.1:{port}/in"), "")
+    );
+    let d = Daemon::start_with_kernel_log(DEMO_SCENARIO, &test_config(&sim_library(), &events), FATAL_XID);
+    d.scrape_until_within(
+        "the fourth failure (the next try 8 s away)",
+        Duration::from_secs(30),
+        |m| counter(m, "gpuwarden_sink_failed_total", "ops") >= 4.0,
+    );
+    let before = journal_ids(&d).expect("the journal").len();
+    d.log_kernel(
+        "NVRM: Xid (PCI:0000:19:00): 13, pid=2, name=x, one\n\
+         NVRM: Xid (PCI:0000:3b:00): 31, pid=2, name=x, two\n\
+         NVRM: Xid (PCI:0000:4c:00): 43, pid=2, name=x, three\n",
+    );
+    let rows = eventually("the three rows written", Duration::from_secs(5), || {
+        let ids = journal_ids(&d)?;
+        (ids.len() >= before + 3).then_some(ids.len())
+    });
+    let m = d.scrape_until_within(
+        "the lag counting them before the next try",
+        Duration::from_secs(3),
+        |m| lag_rows(m, "ops") == Some(rows as f64),
+    );
+    let failed = counter(&m, "gpuwarden_sink_failed_total", "ops");
+    let age = m.value("gpuwarden_sink_lag_seconds", &[("sink", "ops")]).unwrap();
+    d.scrape_until_within("the oldest row's age growing", Duration::from_secs(4), |m| {
+        m.value("gpuwarden_sink_lag_seconds", &[("sink", "ops")]).unwrap_or(0.0) >= age + 2.0
+    });
+    assert_eq!(
+        counter(&d.scrape(), "gpuwarden_sink_failed_total", "ops"),
+        failed,
+        "all of it while the sink waited, not at a try"
+    );
+}
+
 /// The sink is down at first (nothing listens), then answers: every row arrives once, in
 /// order, signed with the secret; the receiver refuses, then restarts (hangs up), and the
 /// daemon restarts, mid-backlog: afterwards nothing is lost and what was acknowledged is not
