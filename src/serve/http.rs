@@ -7,8 +7,9 @@
 //! daemon on every node needs: a client gets 5 seconds to send its request headers (a
 //! slowloris client is dropped instead of holding a connection forever) and 90 seconds
 //! between requests on a kept-alive connection (keep_alive.rs), headers may take 16 KiB, and
-//! at most 4096 connections are open at once; further clients wait in the kernel's accept
-//! queue. Requests have 10 seconds to be answered.
+//! at most 4096 connections are open at once; when all are taken, those that waited longest
+//! for a request are closed to admit new ones (slots.rs), so no client can lock scrapes out
+//! by holding them. Requests have 10 seconds to be answered.
 //!
 //! With a web config (web_config.rs) connections are TLS (the handshake gets the same 5
 //! seconds as the headers) and every endpoint asks for basic auth. The security settings sit
@@ -19,6 +20,7 @@ use crate::config::settings::SharedSettings;
 use crate::journal::worker;
 use crate::metrics::exposition::{self, RenderCache};
 use crate::serve::keep_alive::{HEADER_READ_TIMEOUT, HeadDeadline};
+use crate::serve::slots;
 use crate::serve::status_page;
 use crate::snapshot::store::Store;
 use axum::Router;
@@ -75,16 +77,42 @@ pub async fn serve(
     let burst = Arc::new(tokio::sync::Notify::new());
     let trimmer = tokio::spawn(return_memory_after_bursts(slots.clone(), peak.clone(), burst.clone()));
     let mut accept_errors = crate::service::logging::RateLimiter::new(Duration::from_secs(60));
+    let mut evictions = crate::service::logging::RateLimiter::new(Duration::from_secs(300));
+    let registry = slots::Registry::default();
     loop {
         if stop.is_stopped() {
             break;
         }
-        let permit = tokio::select! {
-            permit = slots.clone().acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-            _ = stop.stopped() => break,
+        let permit = match slots.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                // Every slot taken: the connections that waited longest for a request give
+                // theirs up, so a fresh scrape is not locked out by a client holding them all.
+                // Looked at again while no slot comes free (the ones held may all be young).
+                let mut permit = None;
+                while permit.is_none() {
+                    let closed = registry.evict_longest_waiting(slots::EVICT_AT_ONCE, slots::MIN_WAIT);
+                    if closed > 0 && evictions.allow("evict").is_some() {
+                        log::warn!(
+                            "all {MAX_CONNECTIONS} HTTP connection slots were taken; closed {closed} connection(s) \
+                             that waited longest for a request to admit new ones (one client holding many \
+                             connections?)"
+                        );
+                    }
+                    permit = tokio::select! {
+                        permit = slots.clone().acquire_owned() => match permit {
+                            Ok(p) => Some(p),
+                            Err(_) => break,
+                        },
+                        _ = tokio::time::sleep(slots::MIN_WAIT / 5) => None,
+                        _ = stop.stopped() => break,
+                    };
+                }
+                match permit {
+                    Some(permit) => permit,
+                    None => break,
+                }
+            }
         };
         let open = MAX_CONNECTIONS - slots.available_permits();
         if peak.fetch_max(open, std::sync::atomic::Ordering::Relaxed) < BURST && open >= BURST {
@@ -105,7 +133,14 @@ pub async fn serve(
             _ = stop.stopped() => break,
         };
         let tls = settings.current().web.tls.clone();
-        spawn_connection(stream, app.clone(), tls, &builder, &graceful, permit);
+        spawn_connection(
+            stream,
+            app.clone(),
+            tls,
+            &builder,
+            &graceful,
+            (permit, registry.admit()),
+        );
     }
     drop(listener);
     trimmer.abort();
@@ -122,12 +157,12 @@ fn spawn_connection(
     tls: Option<Arc<rustls::ServerConfig>>,
     builder: &http1::Builder,
     graceful: &GracefulShutdown,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    (permit, slot): (tokio::sync::OwnedSemaphorePermit, Arc<slots::Tracker>),
 ) {
     let service = TowerToHyperService::new(app);
     match tls {
         None => {
-            let stream = HeadDeadline::new(stream);
+            let stream = HeadDeadline::in_slot(stream, slot);
             let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
             tokio::spawn(async move {
                 // A client that goes away mid-request is not our error.
@@ -143,7 +178,7 @@ fn spawn_connection(
                 // A failed or too slow handshake (a plain-HTTP client, a wrong client
                 // certificate, a slowloris) just ends the connection.
                 if let Ok(Ok(tls_stream)) = tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream)).await {
-                    let stream = HeadDeadline::new(tls_stream);
+                    let stream = HeadDeadline::in_slot(tls_stream, slot);
                     let connection = watcher.watch(builder.serve_connection(TokioIo::new(stream), service));
                     let _ = connection.await;
                 }

@@ -15,8 +15,10 @@
 //! connection every 5 s. Either is easy for a determined client; the cap bounds the memory open
 //! connections take, and the burst trimmer (http.rs) still gives it back when they close.
 
+use super::slots::Tracker;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -48,6 +50,9 @@ pub struct HeadDeadline<S> {
     deadline: Pin<Box<Sleep>>,
     /// Line ends in a row at the end of what was read of the head ("\r" aside): two end it.
     line_ends: u8,
+    /// The connection's slot (slots.rs): told when it waits and when it is answered, and
+    /// asked to close while it waits when the server's slots run out.
+    slot: Option<Arc<Tracker>>,
 }
 
 impl<S> HeadDeadline<S> {
@@ -58,6 +63,16 @@ impl<S> HeadDeadline<S> {
             phase: Phase::Head,
             deadline: Box::pin(tokio::time::sleep(HEADER_READ_TIMEOUT)),
             line_ends: 0,
+            slot: None,
+        }
+    }
+
+    /// The same, holding one of the server's slots that [`Registry`](super::slots::Registry)
+    /// may ask back while the connection waits for a request.
+    pub fn in_slot(inner: S, slot: Arc<Tracker>) -> Self {
+        HeadDeadline {
+            slot: Some(slot),
+            ..HeadDeadline::new(inner)
         }
     }
 
@@ -65,6 +80,9 @@ impl<S> HeadDeadline<S> {
         self.phase = phase;
         self.line_ends = 0;
         self.deadline.as_mut().reset(Instant::now() + allowed);
+        if let (Phase::Idle, Some(slot)) = (phase, &self.slot) {
+            slot.waiting();
+        }
     }
 
     /// A response going out: the server only answers a head it has read, so what follows is
@@ -109,12 +127,25 @@ impl<S: AsyncRead + Unpin> AsyncRead for HeadDeadline<S> {
                     }
                     if this.phase == Phase::Head && head_ends_in(&mut this.line_ends, read) {
                         this.phase = Phase::Answering;
+                        if let Some(slot) = &this.slot {
+                            slot.answering();
+                        }
                     }
                 }
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
+                if let Some(slot) = &this.slot {
+                    // Asked to give its slot to a new connection while it waits: closed.
+                    if this.phase != Phase::Answering && slot.evicted() {
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::ConnectionAborted,
+                            "closed to admit a new connection: every slot was taken",
+                        )));
+                    }
+                    slot.park(cx.waker());
+                }
                 // Waiting for bytes: the deadline of the phase wakes this task if none come.
                 if this.phase != Phase::Answering && this.deadline.as_mut().poll(cx).is_ready() {
                     let what = match this.phase {

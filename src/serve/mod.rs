@@ -8,6 +8,7 @@ pub mod html;
 pub mod http;
 pub mod keep_alive;
 pub mod local_api;
+pub mod slots;
 pub mod sparkline;
 pub mod status_network;
 pub mod status_page;

@@ -171,3 +171,65 @@ fn memory_goes_back_after_bursts_of_connections() {
         "RSS stayed at {after} KiB after the bursts (before: {before} KiB, peak {peak} KiB)"
     );
 }
+
+/// One client holding every connection slot (5,000 connections from one address, each with
+/// a request answered and then kept open, well inside the idle limit) does not lock a fresh
+/// scrape out: the connections that waited longest give their slots up, and each fresh
+/// scrape is answered within a second, fourteen times over. Before, every one timed out in
+/// the kernel's accept queue.
+#[test]
+fn one_client_holding_every_slot_does_not_lock_scrapes_out() {
+    let wanted = room_for_connections(5000);
+    assert!(
+        wanted >= 4500,
+        "only {wanted} open files allowed: raise the hard limit (ulimit -Hn) to hold the server's 4096 slots"
+    );
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape();
+    let addr = d.addr.clone();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let holder = std::thread::spawn({
+        let done = done.clone();
+        move || {
+            let mut held = Vec::with_capacity(wanted);
+            while held.len() < wanted && !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(mut s) = TcpStream::connect(&addr) {
+                    let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+                    held.push(s);
+                }
+            }
+            let opened = held.len();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            opened
+        }
+    });
+    // Let the holder get past the server's 4096 slots.
+    std::thread::sleep(Duration::from_secs(3));
+    let mut slow = Vec::new();
+    for _ in 0..14 {
+        let started = Instant::now();
+        let mut s = TcpStream::connect(&d.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        let took = started.elapsed();
+        assert!(answer.starts_with(b"HTTP/1.1 200"), "no answer after {took:?}");
+        if took > Duration::from_secs(1) {
+            slow.push(took);
+        }
+        std::thread::sleep(Duration::from_millis(800));
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let opened = holder.join().unwrap();
+    assert!(opened >= 4500, "the holder opened only {opened} connections");
+    assert!(slow.is_empty(), "scrapes slower than 1 s: {slow:?}");
+    assert!(
+        d.log_text().contains("HTTP connection slots were taken"),
+        "{}",
+        d.log_text()
+    );
+}
