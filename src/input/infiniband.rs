@@ -127,9 +127,21 @@ pub fn discover(root: &Path, gpus: &GpuPlaces) -> Adapters {
     let Ok(mut entries) = input::list_dir(&class, MAX_SCANNED, MAX_SCANNED, &mut skips, device_name) else {
         return Adapters::default();
     };
+    let overflowed = skips.count(Reason::TooMany) > 0;
+    if overflowed {
+        // The real adapters may lie past the names looked at (the directory's order is the
+        // file system's): look for the kernel's own names of them directly, a bounded number
+        // of lookups that no flood can push out.
+        for name in kernel_device_names() {
+            let path = class.join(&name);
+            if !entries.iter().any(|(known, _)| *known == name) && std::fs::symlink_metadata(&path).is_ok() {
+                entries.push((name, path));
+            }
+        }
+    }
     entries.sort();
     let mut adapters = Adapters {
-        overflowed: skips.count(Reason::TooMany) > 0,
+        overflowed,
         ..Default::default()
     };
     let mut ports_left = MAX_PORTS;
@@ -212,6 +224,29 @@ pub fn read(adapters: &Adapters, counters_from: Option<&NicScan>) -> (NicScan, b
         scan.devices.push(device);
     }
     (scan, gone)
+}
+
+/// The names RDMA drivers give their devices (`mlx5_0`, `mlx5_bond_0`, `bnxt_re0`, `irdma0`,
+/// `efa_0`, ...), the first [`MAX_DEVICES`] of each: looked up by name when the class
+/// directory holds more entries than are listed.
+fn kernel_device_names() -> impl Iterator<Item = String> {
+    const PREFIXES: [&str; 12] = [
+        "mlx5_",
+        "mlx5_bond_",
+        "mlx4_",
+        "bnxt_re",
+        "irdma",
+        "efa_",
+        "hfi1_",
+        "qedr",
+        "ionic_",
+        "erdma_",
+        "mana_",
+        "hns_",
+    ];
+    PREFIXES
+        .into_iter()
+        .flat_map(|prefix| (0..MAX_DEVICES).map(move |n| format!("{prefix}{n}")))
 }
 
 /// A device's name as the kernel makes them (`mlx5_0`, `mlx5_bond_0`, `ibp12s0`): letters,
@@ -489,6 +524,23 @@ mod tests {
             std::os::unix::fs::symlink(root.join("nowhere"), class.join(format!("z_{i:05}"))).unwrap();
         }
         assert!(discover(&root, &gpu_places(&root)).overflowed());
+    }
+
+    /// A flood present at the start, more than the names looked at, in whatever order the file
+    /// system lists them: the kernel's names of the real adapters are looked up directly, so
+    /// every adapter is found (before, those listed after the bound were never seen, and
+    /// with no earlier list to keep the node showed none).
+    #[test]
+    fn a_flood_at_the_start_does_not_hide_the_adapters() {
+        let (_dir, root) = fixture("ndr-ib");
+        let class = root.join("sys/class/infiniband");
+        for i in 0..2 * MAX_SCANNED {
+            std::os::unix::fs::symlink(root.join("nowhere"), class.join(format!("z_{i:05}"))).unwrap();
+        }
+        let adapters = discover(&root, &gpu_places(&root));
+        assert!(adapters.overflowed());
+        let names: Vec<&str> = adapters.list.iter().map(|a| a.device.name.as_str()).collect();
+        assert_eq!(names, ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]);
     }
 
     /// A port whose logical state cannot be read is not up, whatever its physical state says;

@@ -473,8 +473,11 @@ impl Executor {
         };
         if snapshot.clears.get(&mark.uuid).is_some_and(|c| c.at > mark.since) {
             log::info!("GPU {} was cleared: the node's reboot mark goes", mark.index);
-            if !config.reboot_marker.as_os_str().is_empty() {
-                let _ = std::fs::remove_file(&config.reboot_marker);
+            if !config.reboot_marker.as_os_str().is_empty()
+                && let Err(e) = super::marker::remove_ours(&config.reboot_marker)
+                && config.reboot_marker.exists()
+            {
+                log::info!("the reboot marker {}: {e}", config.reboot_marker.display());
             }
             self.state.update(|s| s.reboot_required = None);
         }

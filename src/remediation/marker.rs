@@ -15,10 +15,38 @@ pub fn write(path: &Path, why: &str) -> std::io::Result<()> {
     };
     let (tmp, mut file) = new_temporary(path, &name.to_string_lossy())?;
     let line = crate::input::printable(why);
-    file.write_all(format!("{line}\n").as_bytes())?;
+    file.write_all(format!("{line}{SIGNATURE}\n").as_bytes())?;
     drop(file);
     // rename() replaces a link at `path` itself, never the file it points at.
     std::fs::rename(&tmp, path)
+}
+
+/// How the marker's line ends: what tells a marker of gpuwarden's from a file someone else
+/// keeps at the same path (Debian's `/run/reboot-required`, written by unattended-upgrades),
+/// which gpuwarden never removes.
+const SIGNATURE: &str = " (gpuwarden remediation)";
+
+/// Whether the file at `path` is a marker gpuwarden wrote: a regular file (no link followed)
+/// whose first line ends with [`SIGNATURE`].
+pub fn is_ours(path: &Path) -> bool {
+    use crate::input::{Links, read_bytes};
+    match read_bytes(path, 4096, Links::Refuse) {
+        Ok((bytes, _)) => String::from_utf8_lossy(&bytes)
+            .lines()
+            .next()
+            .is_some_and(|line| line.ends_with(SIGNATURE)),
+        Err(_) => false,
+    }
+}
+
+/// Removes the marker at `path` if it is gpuwarden's; says why not otherwise.
+pub fn remove_ours(path: &Path) -> std::io::Result<()> {
+    if !is_ours(path) {
+        return Err(std::io::Error::other(
+            "the file there is not a marker gpuwarden wrote (someone else keeps it); left alone",
+        ));
+    }
+    std::fs::remove_file(path)
 }
 
 /// At a start with the journal, makes the marker file say what the journal says: the mark of
@@ -39,6 +67,10 @@ pub fn agree_with_journal(path: &Path, mark: Option<&crate::model::remediation::
             ),
             Err(e) => log::warn!("cannot write the reboot marker {}: {e}", path.display()),
         },
+        (None, true) if !is_ours(path) => log::debug!(
+            "{} is not a reboot marker of gpuwarden's (someone else keeps it there); left alone",
+            path.display()
+        ),
         (None, true) => match std::fs::remove_file(path) {
             Ok(()) => log::warn!(
                 "the reboot marker {} was left by a run whose mark is not in the journal; removed",
@@ -134,6 +166,28 @@ mod tests {
             .filter(|n| n.starts_with(".reboot-required.") && !n.ends_with(&std::process::id().to_string()))
             .collect();
         assert!(left.is_empty(), "no temporary file left: {left:?}");
+    }
+
+    /// Debian's /run/reboot-required (unattended-upgrades) at the marker's path, with no mark
+    /// in the journal: not gpuwarden's, so it stays; gpuwarden's own stale marker goes.
+    #[test]
+    fn only_a_marker_gpuwarden_wrote_is_ever_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("reboot-required");
+        std::fs::write(&marker, "*** System restart required ***\n").unwrap();
+        agree_with_journal(&marker, None);
+        assert!(marker.exists(), "someone else's file stays");
+        assert!(remove_ours(&marker).is_err());
+        assert!(marker.exists());
+        write(&marker, "the GPU reset of GPU 0 failed").unwrap();
+        assert!(is_ours(&marker));
+        agree_with_journal(&marker, None);
+        assert!(!marker.exists(), "a marker of ours the journal has no mark for goes");
+        // A link to a file of ours is not ours: nothing is followed.
+        let ours = dir.path().join("elsewhere");
+        write(&ours, "x").unwrap();
+        std::os::unix::fs::symlink(&ours, &marker).unwrap();
+        assert!(!is_ours(&marker));
     }
 
     #[test]

@@ -757,6 +757,53 @@ fn a_stop_during_a_reset_is_not_a_failure_and_a_restart_cannot_reset_again() {
     assert!(dir.path().join("reboot-required").exists(), "{}", d.log_text());
 }
 
+/// A reset that did not hold (automatic remediation, one reset a day, a GPU whose driver keeps
+/// asking for a reset after it, the reset "succeeding" without changing anything): from the
+/// reset through its validation, which passes, to the node's reboot mark, the verdict asked
+/// every 0.1 s never reads fit. Before, it read exit 0 for about 0.37 s between the pass and
+/// the mark, and a Slurm check in that window resumed the node.
+#[test]
+fn a_reset_that_did_not_hold_never_reads_fit_before_the_reboot_mark() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let d_ = dir.path().display();
+    let config = format!(
+        "probe:\n  memory_cap_mib: 256\n  max_utilization: 1.0\n  timeout: 20s\n  \
+         durations: {{gemm_bf16: 200ms, fma_fp32: 200ms, hbm_copy: 200ms, pcie_h2d: 200ms, pcie_d2h: 200ms}}\n\
+         remediation:\n  mode: auto\n  reset_command: \"/bin/echo reset {{pci_bus_id}}\"\n  \
+         persistence_off_command: \"\"\n  persistence_on_command: \"\"\n  timeout: 10s\n  max_resets_per_day: 1\n  \
+         reboot_marker: {d_}/reboot-required\n  pause_file: {d_}/pause\n\
+         health:\n  xid_severity: {{94: fatal}}\n"
+    );
+    // GPU 6's driver asks for a reset (recovery action 1), and keeps asking after it; a fatal
+    // XID makes the node unhealthy first.
+    let scenario = all_idle(DEMO_SCENARIO);
+    let env = [("LD_LIBRARY_PATH", sim_cuda_dir(dir.path(), true).display().to_string())];
+    let d = Daemon::start_full(&scenario, &test_config(&sim_library(), &config), "", &env);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "6")]) == Some(1.0));
+    let poll = VerdictPoll::start(d.socket_path());
+    d.log_kernel("NVRM: Xid (PCI:0000:cb:00): 94, pid=1, name=x, Contained: SM (0x1)\n");
+    wait_for_exit(&d, 1);
+    d.report_drained_with_no_job();
+    d.scrape_until_within("the reset done", Duration::from_secs(30), |m| {
+        m.value("gpu_remediation_resets", &[("gpu", "6"), ("outcome", "succeeded")]) == Some(1.0)
+    });
+    let m = d.scrape_until_within("the reboot mark after the validation", Duration::from_secs(60), |m| {
+        m.value("gpuwarden_reboot_required", &[]) == Some(1.0)
+    });
+    assert_eq!(
+        m.value("gpu_remediation_resets", &[("gpu", "6"), ("outcome", "succeeded")]),
+        Some(1.0),
+        "one reset, no second"
+    );
+    let validation = events_json(&d.state_path(), &["--kind", "validation", "--gpu", "6"]).to_string();
+    assert!(validation.contains("\"passed\""), "the validation passed: {validation}");
+    std::thread::sleep(Duration::from_secs(1));
+    let asks = poll.finish();
+    assert_held_throughout(&asks, false);
+    let marker = std::fs::read_to_string(dir.path().join("reboot-required")).unwrap();
+    assert!(marker.contains("did not hold"), "{marker}");
+}
+
 /// An operator's clear and a reload during the validation it started, with the verdict asked
 /// every 0.1 s (issue #51, item 1: every hand-over, not only the reset's): from the fatal XID
 /// through the clear (the validation starts before the XID is let go of) and a reload, the node
