@@ -88,7 +88,21 @@ enum ScenarioError {
     BadAt { at: String, why: String },
     #[error("an expectation names one of gpu: N, port: N or node: true")]
     NoOwner,
+    #[error(
+        "{given} {what} in one test, over {max}: the rules' cost bound (and the daemon's) assumes at most \
+         {max}; split it into tests"
+    )]
+    TooMany {
+        what: &'static str,
+        given: usize,
+        max: usize,
+    },
 }
+
+/// The most GPUs and ports one test may give: the bounds the rules' cost is worked out for
+/// (custom_rules::cost), so a test cannot run a rule further than the daemon would.
+const MAX_TEST_GPUS: usize = crate::custom_rules::cost::MAX_GPUS as usize;
+const MAX_TEST_PORTS: usize = crate::model::nic::MAX_PORTS;
 
 /// A token that is not a value of its field's kind: the token, and what it should be.
 struct BadToken(String, &'static str);
@@ -165,6 +179,14 @@ impl std::fmt::Display for Owner {
 }
 
 fn run_test(test: &Test, rules: &[CustomRule], interval: Duration) -> Result<Report, ScenarioError> {
+    for (what, given, max) in [
+        ("GPUs", test.gpus.len(), MAX_TEST_GPUS),
+        ("ports", test.ports.len(), MAX_TEST_PORTS),
+    ] {
+        if given > max {
+            return Err(ScenarioError::TooMany { what, given, max });
+        }
+    }
     let gpus: Vec<Steps> = test
         .gpus
         .iter()

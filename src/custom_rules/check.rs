@@ -48,6 +48,13 @@ impl std::fmt::Debug for Compiled {
     }
 }
 
+impl Compiled {
+    /// The bound on one evaluation's cost (super::cost).
+    pub fn cost(&self) -> super::cost::Cost {
+        super::cost::of(self.program.expression(), self.scope)
+    }
+}
+
 impl PartialEq for Compiled {
     fn eq(&self, other: &Compiled) -> bool {
         self.source == other.source && self.scope == other.scope
@@ -111,6 +118,7 @@ pub fn compile(source: &str, scope: Scope) -> Result<Compiled, RuleError> {
         calls: Vec::new(),
     };
     walk.visit(program.expression(), 0)?;
+    check_cost(&program, scope)?;
     let (fields, variables, gpus_fields, calls) = (walk.fields, walk.variables, walk.gpus_fields, walk.calls);
     let read_back = fields
         .iter()
@@ -128,6 +136,59 @@ pub fn compile(source: &str, scope: Scope) -> Result<Compiled, RuleError> {
     };
     dry_run(&compiled)?;
     Ok(compiled)
+}
+
+/// Refuses a rule whose evaluation could cost more than the bounds allow (super::cost), before
+/// anything runs it, the dry run below included: the comprehension that costs most is named.
+fn check_cost(program: &Program, scope: Scope) -> Result<(), RuleError> {
+    let whole = super::cost::of(program.expression(), scope);
+    if whole.work <= super::cost::MAX_WORK && whole.largest <= super::cost::MAX_VALUE {
+        return Ok(());
+    }
+    let costliest = costliest_macro(program.expression(), scope).unwrap_or(program.expression());
+    let message = if whole.work > super::cost::MAX_WORK {
+        format!(
+            "one evaluation could take up to {} steps, over {}: a list macro runs its body once per element of \
+             its list (a list written out in the rule, `gpus`, or another macro's list), so shorten the lists, \
+             take a macro out of another, or split the rule",
+            whole.work,
+            super::cost::MAX_WORK
+        )
+    } else {
+        format!(
+            "it could build a value of up to {} elements, over {}: `map` and `+` inside a list macro multiply \
+             what they build; shorten the lists or split the rule",
+            whole.largest,
+            super::cost::MAX_VALUE
+        )
+    };
+    Err(position(program, costliest, message))
+}
+
+/// The outermost list macro whose cost is the largest, to point at.
+fn costliest_macro(expr: &IdedExpr, scope: Scope) -> Option<&IdedExpr> {
+    fn walk<'a>(expr: &'a IdedExpr, scope: Scope, best: &mut Option<(u64, &'a IdedExpr)>) {
+        match &expr.expr {
+            Expr::Comprehension(_) => {
+                let cost = super::cost::of(expr, scope).work;
+                if best.is_none_or(|(b, _)| cost > b) {
+                    *best = Some((cost, expr));
+                }
+            }
+            Expr::Call(call) => {
+                if let Some(target) = &call.target {
+                    walk(target, scope, best);
+                }
+                call.args.iter().for_each(|a| walk(a, scope, best));
+            }
+            Expr::Select(select) => walk(&select.operand, scope, best),
+            Expr::List(list) => list.elements.iter().for_each(|e| walk(e, scope, best)),
+            _ => {}
+        }
+    }
+    let mut best = None;
+    walk(expr, scope, &mut best);
+    best.map(|(_, e)| e)
 }
 
 /// cel's parse error ("ERROR: <input>:1:11: Syntax error: ..." and a caret) as a RuleError.

@@ -22,8 +22,11 @@ struct Kept {
     /// The source it was compiled from: a change of it in the config lets a disabled rule run again.
     source: String,
     disabled: Option<String>,
-    /// Evaluations in a row over `run::MAX_EVALUATION` of CPU.
-    over_budget: u32,
+    /// Its CPU time in the snapshot being judged, over all its subjects.
+    cpu_now: std::time::Duration,
+    /// Its last snapshots, newest last, each whether it went over its budget
+    /// (`run::MAX_PER_SNAPSHOT`), at most `run::BUDGET_SNAPSHOTS` of them.
+    recent: std::collections::VecDeque<bool>,
     evaluations: u64,
     seconds: f64,
 }
@@ -55,8 +58,15 @@ impl CustomRuleRunner {
             .filter_map(|rule| rule.ready().map(|(name, compiled)| Ready { name, rule, compiled }))
             .filter(|r| self.kept.get(&r.name).is_none_or(|k| k.disabled.is_none()))
             .collect();
+        let ready = self.within_stage_budget(snapshot, ready);
         if !ready.is_empty() {
+            for r in &ready {
+                if let Some(kept) = self.kept.get_mut(&r.name) {
+                    kept.cpu_now = std::time::Duration::ZERO;
+                }
+            }
             let found = self.run_all(snapshot, &ready, now);
+            self.judge_budgets(&ready);
             for (owner, finding) in found {
                 match owner {
                     Some(i) => snapshot.devices[i].health.findings.push(finding),
@@ -68,6 +78,90 @@ impl CustomRuleRunner {
             }
         }
         snapshot.custom_rules = Arc::new(self.statuses(rules));
+    }
+
+    /// The rules whose bounds fit the stage's budget on this node (run::MAX_STAGE_STEPS: each
+    /// rule's bound on one evaluation times its subjects here); the costliest beyond it are
+    /// disabled, said once, so the verdict never waits on the operator's rules as a whole.
+    fn within_stage_budget<'a>(&mut self, snapshot: &Snapshot, ready: Vec<Ready<'a>>) -> Vec<Ready<'a>> {
+        let subjects = |scope: Scope| -> u64 {
+            match scope {
+                Scope::Gpu => snapshot.devices.len() as u64,
+                Scope::Port => snapshot.nics.ports().count() as u64,
+                Scope::Node => 1,
+            }
+        };
+        let mut by_cost: Vec<(u64, usize, Ready)> = ready
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                (
+                    r.compiled.cost().work.saturating_mul(subjects(r.compiled.scope).max(1)),
+                    i,
+                    r,
+                )
+            })
+            .collect();
+        let total: u64 = by_cost.iter().fold(0, |sum, (steps, _, _)| sum.saturating_add(*steps));
+        if total <= run::MAX_STAGE_STEPS {
+            return by_cost.into_iter().map(|(_, _, r)| r).collect();
+        }
+        // Cheapest first: as many rules as fit run; the costliest go.
+        by_cost.sort_by_key(|(steps, i, _)| (*steps, *i));
+        let mut spent = 0u64;
+        let mut kept = Vec::new();
+        for (steps, i, rule) in by_cost {
+            if spent.saturating_add(steps) <= run::MAX_STAGE_STEPS {
+                spent += steps;
+                kept.push((i, rule));
+                continue;
+            }
+            let why = format!(
+                "the operator's rules together could take {total} steps a snapshot on this node, over {}; this one \
+                 alone up to {steps} ({} per evaluation): make it cheaper, or fewer rules",
+                run::MAX_STAGE_STEPS,
+                rule.compiled.cost().work
+            );
+            log::warn!(
+                "health rule {} is disabled: {why}; change it and reload",
+                rule.rule.name
+            );
+            if let Some(state) = self.kept.get_mut(&rule.name) {
+                state.disabled = Some(why);
+            }
+        }
+        // Back in the config's order.
+        kept.sort_by_key(|(i, _)| *i);
+        kept.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// After a snapshot: a rule over its CPU budget in too many of its recent snapshots is
+    /// disabled (counted per rule over time, whatever its subjects: a rule slow on one GPU
+    /// and quick on the others is still slow).
+    fn judge_budgets(&mut self, ready: &[Ready]) {
+        for r in ready {
+            let Some(kept) = self.kept.get_mut(&r.name) else {
+                continue;
+            };
+            if kept.disabled.is_some() {
+                continue;
+            }
+            kept.recent.push_back(kept.cpu_now > run::MAX_PER_SNAPSHOT);
+            while kept.recent.len() > run::BUDGET_SNAPSHOTS {
+                kept.recent.pop_front();
+            }
+            let over = kept.recent.iter().filter(|o| **o).count();
+            if over >= run::OVER_BUDGET_SNAPSHOTS {
+                let why = format!(
+                    "over its CPU budget of {} ms a snapshot in {over} of its last {} snapshots (the last took {} ms)",
+                    run::MAX_PER_SNAPSHOT.as_millis(),
+                    kept.recent.len(),
+                    kept.cpu_now.as_millis()
+                );
+                log::warn!("health rule {} is disabled: {why}; change it and reload", r.rule.name);
+                kept.disabled = Some(why);
+            }
+        }
     }
 
     /// Each rule's state as /metrics shows it.
@@ -157,7 +251,7 @@ impl CustomRuleRunner {
             let wanted = Wanted::of(node_rules.iter().map(|r| r.compiled.as_ref()));
             windows::set_figures(Vec::new());
             let context = run::node_scope(&root, &node, &wanted);
-            let fired = self.evaluate(&node_rules, &context, None);
+            let fired = self.evaluate(&node_rules, &context, (None, "the node"));
             found.extend(fired.into_iter().map(|f| (None, f)));
         }
         self.forget_subjects(&gpus, &ports, ready);
@@ -193,7 +287,8 @@ impl CustomRuleRunner {
                 call.xid_code().map(|code| xid_count(facts, code))
             });
             let context = run::gpu_scope(root, facts, &wanted);
-            let fired = self.evaluate(rules, &context, None);
+            let label = format!("GPU {} ({subject})", facts.device.identity.index);
+            let fired = self.evaluate(rules, &context, (None, &label));
             found.extend(fired.into_iter().map(|f| (Some(i), f)));
         }
         found
@@ -222,7 +317,8 @@ impl CustomRuleRunner {
             }
             self.set_figures(&subject, &calls, now, |_| None);
             let context = run::port_scope(root, facts, &wanted);
-            let fired = self.evaluate(rules, &context, Some(&subject));
+            let label = format!("port {subject}");
+            let fired = self.evaluate(rules, &context, (Some(&subject), &label));
             found.extend(fired.into_iter().map(|f| (None, f)));
         }
         found
@@ -252,7 +348,12 @@ impl CustomRuleRunner {
 
     /// Runs `rules` in `context`: the findings of those that fired; those that failed are
     /// disabled.
-    fn evaluate(&mut self, rules: &[&Ready], context: &cel::Context, subject: Option<&str>) -> Vec<Finding> {
+    fn evaluate(
+        &mut self,
+        rules: &[&Ready],
+        context: &cel::Context,
+        (subject, label): (Option<&str>, &str),
+    ) -> Vec<Finding> {
         let mut out = Vec::new();
         for rule in rules {
             let Some(kept) = self.kept.get_mut(&rule.name) else {
@@ -264,17 +365,14 @@ impl CustomRuleRunner {
             let run::Evaluation { outcome, cpu } = rule.compiled.evaluate(context);
             kept.evaluations += 1;
             kept.seconds += cpu.as_secs_f64();
-            kept.over_budget = if cpu > run::MAX_EVALUATION {
-                kept.over_budget + 1
-            } else {
-                0
-            };
-            let outcome = if kept.over_budget >= run::OVER_BUDGET_IN_A_ROW {
+            kept.cpu_now += cpu;
+            // One evaluation far over any accepted rule's cost: disabled at once, not after
+            // more snapshots of it.
+            let outcome = if cpu > run::MAX_EVALUATION {
                 Outcome::Failed(format!(
-                    "{} evaluations in a row took over {} ms of CPU each (the last {} ms)",
-                    run::OVER_BUDGET_IN_A_ROW,
-                    run::MAX_EVALUATION.as_millis(),
-                    cpu.as_millis()
+                    "one evaluation took {} ms of CPU, over {} ms",
+                    cpu.as_millis(),
+                    run::MAX_EVALUATION.as_millis()
                 ))
             } else {
                 outcome
@@ -288,9 +386,8 @@ impl CustomRuleRunner {
                 }),
                 Outcome::Failed(why) => {
                     log::warn!(
-                        "health rule {} is disabled: {why} ({}); change it and reload",
-                        rule.rule.name,
-                        subject.unwrap_or("")
+                        "health rule {} is disabled: {why} (on {label}); change it and reload",
+                        rule.rule.name
                     );
                     kept.disabled = Some(why);
                 }
@@ -577,5 +674,86 @@ mod tests {
         assert!(!at(&mut runner, 2, 2000, &clears), "the burst is from before the clear");
         assert!(!at(&mut runner, 3, 2100, &clears));
         assert!(at(&mut runner, 4, 3200, &clears), "a new burst after it");
+    }
+
+    /// A rule slow on one GPU and quick on the others is judged per rule over its snapshots:
+    /// three of its last ten over its budget disable it, whatever its quick evaluations in
+    /// between (before: "three in a row" over every evaluation, which the quick GPUs broke).
+    #[test]
+    fn a_rule_over_its_budget_in_three_of_ten_snapshots_is_disabled() {
+        let rules = rules(HOT);
+        let mut runner = CustomRuleRunner::default();
+        let mut s = snapshot(vec![gpu(0, Some(50.0), 0), gpu(1, Some(50.0), 0)]);
+        runner.apply(&mut s, &rules, Instant::now());
+        let name = CustomName::intern("hbm_hot").unwrap();
+        let ready: Vec<Ready> = rules
+            .iter()
+            .filter_map(|rule| rule.ready().map(|(name, compiled)| Ready { name, rule, compiled }))
+            .collect();
+        // The first apply above was one snapshot of its own (quick).
+        for (snapshot_cpu_ms, disabled) in [(30, false), (1, false), (25, false), (1, false), (40, true)] {
+            runner.kept.get_mut(&name).unwrap().cpu_now = Duration::from_millis(snapshot_cpu_ms);
+            runner.judge_budgets(&ready);
+            let why = runner.kept[&name].disabled.clone();
+            assert_eq!(why.is_some(), disabled, "{snapshot_cpu_ms} ms: {why:?}");
+        }
+        let why = runner.kept[&name].disabled.clone().unwrap();
+        assert!(why.contains("in 3 of its last 6 snapshots"), "{why}");
+        // A change of the rule lets it run again.
+        let changed = rules_with_threshold(91);
+        let mut s = snapshot(vec![gpu(0, Some(95.0), 0)]);
+        runner.apply(&mut s, &changed, Instant::now());
+        assert_eq!(s.custom_rules[0].disabled, None);
+    }
+
+    fn rules_with_threshold(c: u32) -> Vec<CustomRule> {
+        rules(&HOT.replace("> 90", &format!("> {c}")))
+    }
+
+    /// Rules whose bounds together exceed the stage's budget on this node: the costliest is
+    /// disabled, said why, and the others run.
+    #[test]
+    fn rules_beyond_the_stages_budget_on_this_node_are_disabled_costliest_first() {
+        let list = format!("[{}]", (0..30).map(|i| i.to_string()).collect::<Vec<_>>().join(","));
+        let costly = format!("{list}.exists(a, {list}.exists(b, a == b + 100))");
+        let mut yaml = String::from(HOT);
+        // Each within MAX_WORK; 30 of them over 8 GPUs are over the stage's budget.
+        for i in 0..30 {
+            yaml.push_str(&format!(
+                "    - name: costly_{i}\n      when: '{costly}'\n      advice: a\n"
+            ));
+        }
+        let rules = rules(&yaml);
+        let per = rules[1].compiled.as_ref().unwrap().cost().work;
+        assert!(per <= crate::custom_rules::cost::MAX_WORK, "{per}");
+        let mut runner = CustomRuleRunner::default();
+        let mut s = snapshot((0..8).map(|i| gpu(i, Some(95.0), 0)).collect());
+        runner.apply(&mut s, &rules, Instant::now());
+        let disabled: Vec<&str> = s
+            .custom_rules
+            .iter()
+            .filter(|r| r.disabled.is_some())
+            .map(|r| r.name.as_str())
+            .collect();
+        let fit = (run::MAX_STAGE_STEPS / (per * 8)) as usize;
+        assert_eq!(disabled.len(), 30 - fit, "{disabled:?}");
+        assert!(!disabled.contains(&"hbm_hot"), "the cheap rule runs");
+        assert!(
+            s.custom_rules
+                .iter()
+                .find(|r| r.disabled.is_some())
+                .unwrap()
+                .disabled
+                .as_ref()
+                .unwrap()
+                .contains("together could take"),
+        );
+        assert!(
+            s.devices[0]
+                .health
+                .findings
+                .iter()
+                .any(|f| f.reason.label() == "hbm_hot")
+        );
     }
 }

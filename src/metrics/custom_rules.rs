@@ -17,7 +17,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpuwarden_custom_rule_up",
         kind: Kind::Gauge,
         unit: "",
-        help: "1 while the operator's rule runs; 0 once it failed at run time (an error of its own, or three evaluations in a row over 5 ms of CPU) and was disabled until the config changes it (GpuwardenCustomRuleDisabled; the log says why).",
+        help: "1 while the operator's rule runs; 0 once it was disabled until the config changes it: it failed at run time, one evaluation took over 50 ms of CPU, it was over 20 ms of CPU a snapshot in 3 of its last 10, or the node's rules together were over their budget (GpuwardenCustomRuleDisabled; the log says why).",
         labels: &["rule", "on"],
         dcgm: &[],
         read: Read::Node(|snapshot, s| per_rule(snapshot, s, |r| super::one_if(r.disabled.is_none()))),

@@ -209,3 +209,39 @@ fn rules_test_over_the_demo_says_where_each_rule_fires() {
     assert!(out.contains("gpu.memory_temperature_c = 94"), "{out}");
     assert!(out.contains("cooling_node (on: node): does not fire"), "{out}");
 }
+
+/// Rules within the old limits (4 KiB, macros two deep) that cost seconds of CPU or gigabytes
+/// per evaluation: four literal lists of 240 two macros deep, and nested `map`s over a list
+/// written out. `config check` refuses each at once (before any dry run), at the macro's line
+/// and column, saying what to change; a reload with one keeps the old rules.
+#[test]
+fn rules_that_would_cost_seconds_are_refused_before_they_run() {
+    let dir = temp_dir();
+    let list = |n: usize| {
+        format!(
+            "[{}]",
+            (0..n).map(|i| (i % 10).to_string()).collect::<Vec<_>>().join(",")
+        )
+    };
+    let l = list(230);
+    let two_deep = format!("{l}.exists(a, {l}.exists(b, a == b + 10)) || {l}.exists(c, {l}.exists(d, c == d + 11))");
+    let m = list(150);
+    let maps = format!("{m}.map(a, {m}.map(b, {m} + {m})).size() == 0");
+    assert!(maps.len() < 4096 && two_deep.len() < 4096);
+    for (name, when) in [("lists", &two_deep), ("maps", &maps)] {
+        let config = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(
+            &config,
+            format!("health:\n  custom_rules:\n    - name: {name}\n      advice: a\n      when: '{when}'\n"),
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        let (code, _, err) = run(&["config", "check", config.to_str().unwrap()]);
+        let took = started.elapsed();
+        assert_eq!(code, 78, "{err}");
+        assert!(took < std::time::Duration::from_secs(2), "config check took {took:?}");
+        assert!(err.contains(&format!("{}:5:", config.display())), "{err}");
+        assert!(err.contains("one evaluation could take up to"), "{err}");
+        assert!(err.contains("shorten the lists"), "{err}");
+    }
+}
