@@ -60,13 +60,16 @@ fn largest_accepted(make: impl Fn(usize) -> String, on: &str) -> (usize, String)
     (n, make(n))
 }
 
+/// A rule's expression for a size `n`.
+type RuleOfSize = Box<dyn Fn(usize) -> String>;
+
 fn worst_accepted(demo: &gpuwarden::model::Snapshot) {
     let gpus = demo.devices.len() as u32;
     println!(
         "\nthe costliest rules config check accepts (cost::MAX_WORK {}), over the demo's {gpus} GPUs:",
         gpuwarden::custom_rules::cost::MAX_WORK
     );
-    let shapes: Vec<(&str, &str, Box<dyn Fn(usize) -> String>)> = vec![
+    let shapes: Vec<(&str, &str, RuleOfSize)> = vec![
         (
             "two macros over lists written out",
             "gpu",

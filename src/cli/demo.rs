@@ -330,6 +330,7 @@ mod tests {
         std::fs::create_dir(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         assert!(matches!(make_own_dir(&dir), Err(DemoError::NotOurs { .. })));
+        // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } == 0 {
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
             std::os::unix::fs::chown(&dir, Some(1000), Some(1000)).unwrap();

@@ -160,6 +160,7 @@ mod tests {
     #[test]
     fn a_file_owned_by_another_user_is_refused_and_a_bare_library_name_is_not_a_path() {
         // Only root can give a file away; as anyone else this part has nothing to show.
+        // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } == 0 {
             let dir = tempfile::tempdir().unwrap();
             let file = dir.path().join("rules.yaml");

@@ -752,6 +752,7 @@ fn a_kernel_log_replaced_by_a_fifo_or_a_directory_is_read_again_when_a_file_retu
         std::fs::remove_file(&kmsg).unwrap();
         if round == "fifo" {
             let path = std::ffi::CString::new(kmsg.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: mkfifo reads the NUL-terminated path it is given, which lives here.
             assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
         } else {
             std::fs::create_dir(&kmsg).unwrap();
