@@ -127,6 +127,18 @@ pub fn lag(conn: &Connection, cursor: i64) -> rusqlite::Result<(u64, Option<f64>
 mod tests {
     use super::*;
 
+    /// The writer makes the file, then its tables: a sink that opens it in between sees no
+    /// tables and waits (before: "no such table: sink_cursors", a failure and a back-off).
+    #[test]
+    fn a_file_without_the_journals_tables_is_not_ready() {
+        let conn = Connection::open_in_memory().unwrap();
+        assert!(!tables_ready(&conn).unwrap());
+        conn.execute_batch("CREATE TABLE events (id INTEGER PRIMARY KEY)")
+            .unwrap();
+        assert!(!tables_ready(&conn).unwrap(), "one of the two");
+        assert!(tables_ready(&journal()).unwrap());
+    }
+
     fn journal() -> Connection {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(super::super::db::SCHEMA).unwrap();

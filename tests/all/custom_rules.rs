@@ -197,6 +197,19 @@ fn rules_test_runs_the_examples_and_fails_a_wrong_expectation() {
         out.contains("FAILED: at 2m gpu 0 firing [], expected [hbm_hot]"),
         "{out}"
     );
+
+    // More GPUs than the rules' cost bound assumes (and than the daemon's): refused, not run
+    // for a minute (300 GPUs once ran 59 s and died at a 4 GB limit).
+    let many = dir.path().join("many.test.yaml");
+    let gpus = "      - memory_temperature_c: 95\n".repeat(17);
+    std::fs::write(
+        &many,
+        format!("rule_files: [rules.yaml]\ntests:\n  - name: many\n    gpus:\n{gpus}    expect: []\n"),
+    )
+    .unwrap();
+    let (code, out, err) = run(&["rules", "test", many.to_str().unwrap()]);
+    assert_eq!(code, 78, "{out}{err}");
+    assert!(err.contains("17 GPUs in one test, over 16"), "{err}");
 }
 
 /// A rule file over the demo's snapshot: which rule fires where, with what it read.
