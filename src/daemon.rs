@@ -106,7 +106,7 @@ const BIND_RETRY_FOR: Duration = Duration::from_secs(5);
 async fn bind(config: &Config) -> std::io::Result<tokio::net::TcpListener> {
     let started = std::time::Instant::now();
     loop {
-        match listen_with_backlog(config.listen) {
+        match crate::serve::http::listen_with_backlog(config.listen) {
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && started.elapsed() < BIND_RETRY_FOR => {
                 if started.elapsed() < Duration::from_millis(500) {
                     log::warn!("{} is in use; trying again for {BIND_RETRY_FOR:?}", config.listen);
@@ -116,23 +116,6 @@ async fn bind(config: &Config) -> std::io::Result<tokio::net::TcpListener> {
             result => return result,
         }
     }
-}
-
-/// Connections the kernel completes and queues for us before it drops new SYNs: tokio's
-/// default (128 here) filled in a burst, and a fresh scrape's dropped SYN waits a second for
-/// its retransmission; the kernel caps it at net.core.somaxconn (4096 on current kernels), as
-/// Go's servers ask for.
-const LISTEN_BACKLOG: u32 = 4096;
-
-/// A listening socket on `address` with [`LISTEN_BACKLOG`], SO_REUSEADDR as std sets it.
-fn listen_with_backlog(address: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    let socket = match address {
-        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
-        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(address)?;
-    socket.listen(LISTEN_BACKLOG)
 }
 
 fn bind_error_message(config: &Config, e: &std::io::Error) -> String {

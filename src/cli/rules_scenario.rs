@@ -178,7 +178,8 @@ impl std::fmt::Display for Owner {
     }
 }
 
-fn run_test(test: &Test, rules: &[CustomRule], interval: Duration) -> Result<Report, ScenarioError> {
+/// Refuses a test of more GPUs or ports than the bounds allow.
+fn within_bounds(test: &Test) -> Result<(), ScenarioError> {
     for (what, given, max) in [
         ("GPUs", test.gpus.len(), MAX_TEST_GPUS),
         ("ports", test.ports.len(), MAX_TEST_PORTS),
@@ -187,6 +188,11 @@ fn run_test(test: &Test, rules: &[CustomRule], interval: Duration) -> Result<Rep
             return Err(ScenarioError::TooMany { what, given, max });
         }
     }
+    Ok(())
+}
+
+fn run_test(test: &Test, rules: &[CustomRule], interval: Duration) -> Result<Report, ScenarioError> {
+    within_bounds(test)?;
     let gpus: Vec<Steps> = test
         .gpus
         .iter()

@@ -181,14 +181,7 @@ fn in_file(text: &str, line: u64, column: u64, expr_line: u64, expr_column: u64)
 /// Reads and compiles the rules of every `*.yaml`/`*.yml` file in `dir` (but `*.test.yaml`,
 /// a `gpuwarden rules test` file), in name order.
 pub fn read_dir(dir: &Path, taken: &mut Vec<(String, PathBuf)>) -> Result<Vec<CustomRule>, ConfigError> {
-    let refuse = |message: String| ConfigError {
-        file: dir.to_path_buf(),
-        line: None,
-        column: None,
-        message,
-        snippet: None,
-    };
-    let files = rule_files(dir).map_err(refuse)?;
+    let files = rule_files(dir)?;
     let mut rules = Vec::new();
     for file in files {
         rules.extend(read_file(&file, taken)?);
@@ -198,17 +191,27 @@ pub fn read_dir(dir: &Path, taken: &mut Vec<(String, PathBuf)>) -> Result<Vec<Cu
 
 /// The rule files of `dir` in name order (`*.yaml`, `*.yml`, but not `*.test.yaml`), or what
 /// is wrong with the directory.
-pub(super) fn rule_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let entries = std::fs::read_dir(dir)
-        .map_err(|e| format!("cannot read health.custom_rules_dir: {e}; point it at a directory of rule files"))?;
+pub(super) fn rule_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let refuse = |message: String| ConfigError {
+        file: dir.to_path_buf(),
+        line: None,
+        column: None,
+        message,
+        snippet: None,
+    };
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        refuse(format!(
+            "cannot read health.custom_rules_dir: {e}; point it at a directory of rule files"
+        ))
+    })?;
     let mut files: Vec<PathBuf> = Vec::new();
     let mut seen = 0;
     for entry in entries.flatten() {
         seen += 1;
         if seen > MAX_DIR_ENTRIES {
-            return Err(format!(
+            return Err(refuse(format!(
                 "more than {MAX_DIR_ENTRIES} entries in health.custom_rules_dir; point it at a directory of rule files"
-            ));
+            )));
         }
         let path = entry.path();
         let name = path
@@ -222,9 +225,9 @@ pub(super) fn rule_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
         }
     }
     if files.len() > MAX_RULE_FILES {
-        return Err(format!(
+        return Err(refuse(format!(
             "more than {MAX_RULE_FILES} rule files; merge some (each file holds a list of rules)"
-        ));
+        )));
     }
     files.sort();
     Ok(files)

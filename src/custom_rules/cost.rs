@@ -175,44 +175,47 @@ impl Walk {
                 }
                 (work, Shape::new(map.entries.len() as u64, elem, 0))
             }
-            Expr::Comprehension(c) => {
-                let (range_work, range) = self.expr(&c.iter_range);
-                let (init_work, init) = self.expr(&c.accu_init);
-                let runs = range.len.max(1);
-                let element = range.element();
-                let before = self.bound.len();
-                self.bound.push((c.iter_var.clone(), element));
-                if let Some(second) = &c.iter_var2 {
-                    self.bound.push((second.clone(), element));
-                }
-                // Once with the accumulator as it starts, for what one step adds to it; then
-                // with it as large as all the steps can make it (map, filter: one element a
-                // step), for what a step and the result cost then.
-                // The step's cost is taken with the accumulator as it starts: `map` and
-                // `filter` append to it in place (cel's AppendStep), `all` and `exists` keep a bool.
-                self.bound.push((c.accu_var.clone(), init));
-                let (step_work, first_step) = self.expr(&c.loop_step);
-                self.bound.pop();
-                let grown = Shape::new(
-                    init.len
-                        .saturating_add(runs.saturating_mul(first_step.len.saturating_sub(init.len).max(1))),
-                    first_step.elem.max(init.elem),
-                    first_step.inner.max(init.inner),
-                );
-                self.bound.push((c.accu_var.clone(), grown));
-                let (cond_work, _) = self.expr(&c.loop_cond);
-                let (result_work, result) = self.expr(&c.result);
-                self.bound.truncate(before);
-                let body = cond_work.saturating_add(step_work);
-                let work = range_work
-                    .saturating_add(init_work)
-                    .saturating_add(runs.saturating_mul(body))
-                    .saturating_add(result_work);
-                (work, result)
-            }
+            Expr::Comprehension(c) => self.comprehension(c),
             // Refused by the compile check; nothing to count.
             Expr::Struct(_) | Expr::Unspecified => (1, Shape::SCALAR),
         }
+    }
+
+    /// A list macro: its list, its start, and its body once per element of the list.
+    fn comprehension(&mut self, c: &cel::common::ast::ComprehensionExpr) -> (u64, Shape) {
+        let (range_work, range) = self.expr(&c.iter_range);
+        let (init_work, init) = self.expr(&c.accu_init);
+        let runs = range.len.max(1);
+        let element = range.element();
+        let before = self.bound.len();
+        self.bound.push((c.iter_var.clone(), element));
+        if let Some(second) = &c.iter_var2 {
+            self.bound.push((second.clone(), element));
+        }
+        // Once with the accumulator as it starts, for what one step adds to it; then
+        // with it as large as all the steps can make it (map, filter: one element a
+        // step), for what a step and the result cost then.
+        // The step's cost is taken with the accumulator as it starts: `map` and
+        // `filter` append to it in place (cel's AppendStep), `all` and `exists` keep a bool.
+        self.bound.push((c.accu_var.clone(), init));
+        let (step_work, first_step) = self.expr(&c.loop_step);
+        self.bound.pop();
+        let grown = Shape::new(
+            init.len
+                .saturating_add(runs.saturating_mul(first_step.len.saturating_sub(init.len).max(1))),
+            first_step.elem.max(init.elem),
+            first_step.inner.max(init.inner),
+        );
+        self.bound.push((c.accu_var.clone(), grown));
+        let (cond_work, _) = self.expr(&c.loop_cond);
+        let (result_work, result) = self.expr(&c.result);
+        self.bound.truncate(before);
+        let body = cond_work.saturating_add(step_work);
+        let work = range_work
+            .saturating_add(init_work)
+            .saturating_add(runs.saturating_mul(body))
+            .saturating_add(result_work);
+        (work, result)
     }
 
     /// The shape of a name: one a macro binds, or one of the scope's variables.

@@ -124,37 +124,40 @@ pub fn evaluate(snapshot: &mut Snapshot) {
         ),
         subject: Some(r.uuid.clone()),
     });
-    // In auto mode a GPU whose step became a reboot (a reset that did not hold, the driver or
-    // the catalog asking) is the node's reboot in this very snapshot: the executor writes the
-    // mark a moment later, and in between the node must not read fit (a Slurm check would
-    // resume it). The same transition that publishes what made the step (a validation that
-    // passed, a new XID) publishes this finding.
-    let auto = snapshot.health_limits.remediation.as_ref().is_some_and(|r| r.auto);
-    let pending = (auto && reboot.is_none())
-        .then(|| {
-            snapshot.devices.iter().find_map(|d| {
-                let step = d
-                    .health
-                    .next_step
-                    .as_ref()
-                    .filter(|s| s.step == crate::model::health::Step::RebootRequired)?;
-                Some(Finding {
-                    reason: rules::REBOOT_REQUIRED.reason.into(),
-                    severity: rules::REBOOT_REQUIRED.severity,
-                    message: format!(
-                        "the node needs a reboot: GPU {}: {}; automatic remediation marks it now; drain it and reboot \
-                         it (gpuwarden does not)",
-                        d.identity.index, step.why
-                    ),
-                    subject: Some(d.identity.uuid.clone()),
-                })
-            })
-        })
-        .flatten();
+    let pending = reboot.is_none().then(|| reboot_pending(snapshot)).flatten();
     snapshot.node_findings.extend(reboot);
     snapshot.node_findings.extend(pending);
     let together = collective::finding(snapshot);
     snapshot.node_findings.extend(together);
+}
+
+/// In auto mode a GPU whose step became a reboot (a reset that did not hold, the driver or
+/// the catalog asking) is the node's reboot in this very snapshot: the executor writes the
+/// mark a moment later, and in between the node must not read fit (a Slurm check would
+/// resume it). The same transition that publishes what made the step (a validation that
+/// passed, a new XID) publishes this finding.
+fn reboot_pending(snapshot: &Snapshot) -> Option<Finding> {
+    let auto = snapshot.health_limits.remediation.as_ref().is_some_and(|r| r.auto);
+    if !auto {
+        return None;
+    }
+    snapshot.devices.iter().find_map(|d| {
+        let step = d
+            .health
+            .next_step
+            .as_ref()
+            .filter(|s| s.step == crate::model::health::Step::RebootRequired)?;
+        Some(Finding {
+            reason: rules::REBOOT_REQUIRED.reason.into(),
+            severity: rules::REBOOT_REQUIRED.severity,
+            message: format!(
+                "the node needs a reboot: GPU {}: {}; automatic remediation marks it now; drain it and reboot \
+                 it (gpuwarden does not)",
+                d.identity.index, step.why
+            ),
+            subject: Some(d.identity.uuid.clone()),
+        })
+    })
 }
 
 /// The GPU's XIDs seen after its last clear, as the rules count them.

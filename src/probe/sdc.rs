@@ -308,28 +308,7 @@ pub fn judge(
             });
         }
     } else if let Some(r) = remembered {
-        if r.digest != outcome.digest && r.given_by_one_other(uuid) {
-            // One GPU's word against another's: either may be the wrong one. Neither is a
-            // suspect until a majority of the key's GPUs settles it (rejudge).
-            undecided = Some(format!(
-                "its digest {} differs from {}, which only one other GPU gave; neither is suspected until \
-                 most of the node's GPUs of the same model agree",
-                outcome.digest, r.digest
-            ));
-        } else if r.digest != outcome.digest {
-            let parts = differing_part_list(&outcome.parts, &r.parts);
-            faults.push(format!(
-                "its digest {} differs from {}, which this node's GPUs of the same model gave since {}{}",
-                outcome.digest,
-                r.digest,
-                crate::model::utc_seconds(r.since),
-                parts
-            ));
-        } else if !r.gpus.iter().any(|g| g == uuid) && outcome.clean() {
-            let mut kept = r.clone();
-            kept.gpus.push(uuid.to_string());
-            reference = Some(kept);
-        }
+        (reference, undecided) = against_remembered(uuid, outcome, r, &mut faults);
     } else if outcome.clean() {
         reference = Some(SdcReference {
             digest: outcome.digest.clone(),
@@ -343,6 +322,44 @@ pub fn judge(
         reference,
         undecided,
     }
+}
+
+/// `outcome` against the digest the node kept, with no majority to go by: a fault when it
+/// differs from one its own GPU or two GPUs gave, undecided when only one other GPU gave it;
+/// the kept reference with this GPU added when it agrees.
+fn against_remembered(
+    uuid: &str,
+    outcome: &crate::model::probe::SdcOutcome,
+    r: &crate::model::probe::SdcReference,
+    faults: &mut Vec<String>,
+) -> (Option<crate::model::probe::SdcReference>, Option<String>) {
+    if r.digest != outcome.digest && r.given_by_one_other(uuid) {
+        // One GPU's word against another's: either may be the wrong one. Neither is a
+        // suspect until a majority of the key's GPUs settles it (rejudge).
+        let why = format!(
+            "its digest {} differs from {}, which only one other GPU gave; neither is suspected until \
+             most of the node's GPUs of the same model agree",
+            outcome.digest, r.digest
+        );
+        return (None, Some(why));
+    }
+    if r.digest != outcome.digest {
+        let parts = differing_part_list(&outcome.parts, &r.parts);
+        faults.push(format!(
+            "its digest {} differs from {}, which this node's GPUs of the same model gave since {}{}",
+            outcome.digest,
+            r.digest,
+            crate::model::utc_seconds(r.since),
+            parts
+        ));
+        return (None, None);
+    }
+    if !r.gpus.iter().any(|g| g == uuid) && outcome.clean() {
+        let mut kept = r.clone();
+        kept.gpus.push(uuid.to_string());
+        return (Some(kept), None);
+    }
+    (None, None)
 }
 
 /// "; parts 5, 17 of 64 differ (rows 360-431, ...)": which row blocks differ from `other`.

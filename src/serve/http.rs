@@ -45,6 +45,23 @@ pub const MAX_CONNECTIONS: usize = 4096;
 /// The largest request head we read.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
+/// Connections the kernel completes and queues for us before it drops new SYNs: tokio's
+/// default (128 here) filled in a burst, and a fresh scrape's dropped SYN waits a second for
+/// its retransmission; the kernel caps it at net.core.somaxconn (4096 on current kernels), as
+/// Go's servers ask for.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listening socket on `address` with [`LISTEN_BACKLOG`], SO_REUSEADDR as std sets it.
+pub fn listen_with_backlog(address: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match address {
+        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// HTTP/1 connections as every listener serves them: a request head of at most
 /// [`MAX_HEADER_BYTES`]. hyper's own header timeout is off: it would count the time between
 /// requests too (keep_alive.rs); the TCP listener wraps each connection in a
@@ -83,36 +100,8 @@ pub async fn serve(
         if stop.is_stopped() {
             break;
         }
-        let permit = match slots.clone().try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => {
-                // Every slot taken: the connections that waited longest for a request give
-                // theirs up, so a fresh scrape is not locked out by a client holding them all.
-                // Looked at again while no slot comes free (the ones held may all be young).
-                let mut permit = None;
-                while permit.is_none() {
-                    let closed = registry.evict_longest_waiting(slots::EVICT_AT_ONCE, slots::MIN_WAIT);
-                    if closed > 0 && evictions.allow("evict").is_some() {
-                        log::warn!(
-                            "all {MAX_CONNECTIONS} HTTP connection slots were taken; closed {closed} connection(s) \
-                             that waited longest for a request to admit new ones (one client holding many \
-                             connections?)"
-                        );
-                    }
-                    permit = tokio::select! {
-                        permit = slots.clone().acquire_owned() => match permit {
-                            Ok(p) => Some(p),
-                            Err(_) => break,
-                        },
-                        _ = tokio::time::sleep(slots::MIN_WAIT / 5) => None,
-                        _ = stop.stopped() => break,
-                    };
-                }
-                match permit {
-                    Some(permit) => permit,
-                    None => break,
-                }
-            }
+        let Some(permit) = take_slot(&slots, &registry, &mut evictions, &stop).await else {
+            break;
         };
         let open = MAX_CONNECTIONS - slots.available_permits();
         if peak.fetch_max(open, std::sync::atomic::Ordering::Relaxed) < BURST && open >= BURST {
@@ -146,6 +135,34 @@ pub async fn serve(
     trimmer.abort();
     if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
         log::warn!("scrapes still open after {drain:?}; closing them");
+    }
+}
+
+/// A free connection slot; when every slot is taken, the connections that waited longest for
+/// a request give theirs up (slots.rs), looked at again while none comes free (the ones held
+/// may all be young). None at the stop.
+async fn take_slot(
+    slots: &Arc<Semaphore>,
+    registry: &slots::Registry,
+    evictions: &mut crate::service::logging::RateLimiter,
+    stop: &crate::service::stop::Stop,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    if let Ok(permit) = slots.clone().try_acquire_owned() {
+        return Some(permit);
+    }
+    loop {
+        let closed = registry.evict_longest_waiting(slots::EVICT_AT_ONCE, slots::MIN_WAIT);
+        if closed > 0 && evictions.allow("evict").is_some() {
+            log::warn!(
+                "all {MAX_CONNECTIONS} HTTP connection slots were taken; closed {closed} connection(s) that waited \
+                 longest for a request to admit new ones (one client holding many connections?)"
+            );
+        }
+        tokio::select! {
+            permit = slots.clone().acquire_owned() => return permit.ok(),
+            _ = tokio::time::sleep(slots::MIN_WAIT / 5) => {}
+            _ = stop.stopped() => return None,
+        }
     }
 }
 

@@ -119,7 +119,7 @@ fn all_facility_file(path: &Path, file: &std::fs::File, length: u64) -> Option<S
         let read = file.read_at(&mut bytes, offset).ok()?;
         bytes.truncate(read);
         let text = String::from_utf8_lossy(&bytes);
-        if let Some(tag) = text.lines().find_map(parse::other_programs_syslog_tag) {
+        if let Some(tag) = text.lines().find_map(super::syslog_lines::other_programs_syslog_tag) {
             return Some(all_facility_words(path, tag));
         }
     }
@@ -580,7 +580,8 @@ impl Follower<'_> {
                         return After::Stop;
                     }
                     if log.inode.is_some()
-                        && let Some(tag) = parse::other_programs_syslog_tag(&String::from_utf8_lossy(&line))
+                        && let Some(tag) =
+                            super::syslog_lines::other_programs_syslog_tag(&String::from_utf8_lossy(&line))
                     {
                         // Left unread: the file is refused from here on, not half believed.
                         return After::Refused(all_facility_words(self.path, tag));

@@ -13,6 +13,7 @@ pub mod outbox;
 pub mod parse;
 pub mod store;
 pub mod sxid;
+pub mod syslog_lines;
 
 use crate::service::logging::RateLimiter;
 use std::sync::{Mutex, OnceLock};
