@@ -115,15 +115,32 @@ fn all_facility_file(path: &Path, file: &std::fs::File, length: u64) -> Option<S
         spans.push((length - SNIFF_BYTES, SNIFF_BYTES));
     }
     for (offset, size) in spans {
-        let mut bytes = vec![0u8; size as usize];
-        let read = file.read_at(&mut bytes, offset).ok()?;
-        bytes.truncate(read);
-        let text = String::from_utf8_lossy(&bytes);
+        let text = read_span(file, offset, size)?;
         if let Some(tag) = text.lines().find_map(super::syslog_lines::other_programs_syslog_tag) {
             return Some(all_facility_words(path, tag));
         }
     }
     None
+}
+
+/// `size` bytes of `file` from `offset`, lossily decoded.
+fn read_span(file: &std::fs::File, offset: u64, size: u64) -> Option<String> {
+    let mut bytes = vec![0u8; size as usize];
+    let read = file.read_at(&mut bytes, offset).ok()?;
+    bytes.truncate(read);
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// `path` opened as the reader opens it, when it is a regular file: the file and its length.
+fn open_regular(path: &Path) -> Option<(std::fs::File, u64)> {
+    let file = crate::input::open(
+        path,
+        crate::input::Links::Follow,
+        crate::input::Kinds::RegularOrCharDevice,
+    )
+    .ok()?;
+    let length = file.metadata().ok().filter(|m| m.is_file())?.len();
+    Some((file, length))
 }
 
 fn all_facility_words(path: &Path, tag: &str) -> String {
@@ -140,32 +157,17 @@ fn all_facility_words(path: &Path, tag: &str) -> String {
 /// programs' syslog lines (see [`all_facility_file`]). None otherwise, and where it cannot be
 /// read now.
 pub fn all_facility(path: &Path) -> Option<String> {
-    let file = crate::input::open(
-        path,
-        crate::input::Links::Follow,
-        crate::input::Kinds::RegularOrCharDevice,
-    )
-    .ok()?;
-    let meta = file.metadata().ok().filter(|m| m.is_file())?;
-    all_facility_file(path, &file, meta.len())
+    let (file, length) = open_regular(path)?;
+    all_facility_file(path, &file, length)
 }
 
 /// What `gpuwarden config check` says of a kernel log that is a syslog file of the kernel
 /// facility: any local user may be able to write into it, where the syslog daemon lets
 /// `logger -p kern.*` through.
 pub fn syslog_notice(path: &Path) -> Option<String> {
-    let file = crate::input::open(
-        path,
-        crate::input::Links::Follow,
-        crate::input::Kinds::RegularOrCharDevice,
-    )
-    .ok()?;
-    let meta = file.metadata().ok().filter(|m| m.is_file())?;
-    let mut bytes = vec![0u8; meta.len().min(SNIFF_BYTES) as usize];
-    let from = meta.len().saturating_sub(bytes.len() as u64);
-    let read = file.read_at(&mut bytes, from).ok()?;
-    bytes.truncate(read);
-    let text = String::from_utf8_lossy(&bytes);
+    let (file, length) = open_regular(path)?;
+    let size = length.min(SNIFF_BYTES);
+    let text = read_span(&file, length - size, size)?;
     let syslog = text
         .lines()
         .any(|line| matches!(parse::classify(line), parse::LogLine::Kernel { via_syslog: true, .. }));
@@ -414,26 +416,16 @@ fn follow(path: &Path, store: &XidStore, stop: &Stop, resume: &ResumePoints) {
     };
     let mut outage = crate::service::logging::Outage::default();
     while !stop.is_stopped() {
-        match follower.open(&mut outage) {
-            Some(opened) => match follower.read(opened) {
+        let wait = match follower.open(&mut outage) {
+            Ok(opened) => match follower.read(opened) {
                 After::Stop => return,
-                After::Reopen => {}
-                After::Refused(why) => {
-                    store.set_source_up(XidSource::KernelLog, false);
-                    outage.failed(why);
-                    if stop.sleep(REFUSED_RETRY) {
-                        return;
-                    }
-                }
+                After::Reopen => continue,
+                After::Refused(why) => follower.refuse(&mut outage, why),
             },
-            None => {
-                // Looked at again soon: whatever stood at the path (a FIFO, a directory, nothing)
-                // may be a regular file again a moment later, and an XID written then must be
-                // read. An open that is refused costs a system call; the log line is rate-limited.
-                if stop.sleep(REOPEN_AFTER) {
-                    return;
-                }
-            }
+            Err(wait) => wait,
+        };
+        if stop.sleep(wait) {
+            return;
         }
     }
 }
@@ -478,7 +470,8 @@ impl Follower<'_> {
     /// Through crate::input: a regular file or a character device (/dev/kmsg); a FIFO,
     /// socket or directory is refused rather than waited on. It stays non-blocking: with
     /// nothing new, the thread waits in poll(2) until a record or the stop (its eventfd).
-    fn open(&self, outage: &mut crate::service::logging::Outage) -> Option<Opened> {
+    /// Err: how long to wait before it is opened again.
+    fn open(&self, outage: &mut crate::service::logging::Outage) -> Result<Opened, Duration> {
         let opened = crate::input::open(
             self.path,
             crate::input::Links::Follow,
@@ -496,7 +489,11 @@ impl Follower<'_> {
                      run as root or set xid.kernel_log_path",
                     self.path.display()
                 ));
-                return None;
+                // Looked at again soon: whatever stood at the path (a FIFO, a directory,
+                // nothing) may be a regular file again a moment later, and an XID written then
+                // must be read. An open that is refused costs a system call; the log line is
+                // rate-limited.
+                return Err(REOPEN_AFTER);
             }
         };
         // A regular file: go on from where an earlier reader of this file stopped.
@@ -505,11 +502,7 @@ impl Follower<'_> {
             .as_ref()
             .and_then(|meta| all_facility_file(self.path, &file, meta.len()))
         {
-            self.store.set_source_up(XidSource::KernelLog, false);
-            outage.failed(why);
-            // Looked at again after a while: a rotation may bring a file of the kernel's.
-            let _ = self.stop.sleep(REFUSED_RETRY);
-            return None;
+            return Err(self.refuse(outage, why));
         }
         self.store.set_source_up(XidSource::KernelLog, true);
         outage.recovered(format!("reading the kernel log {} again", self.path.display()));
@@ -529,7 +522,7 @@ impl Follower<'_> {
         let watch = regular
             .as_ref()
             .and_then(|_| crate::input::FileWatch::new(self.path).ok());
-        Some(Opened {
+        Ok(Opened {
             watch,
             raw: file.as_raw_fd(),
             inode: regular.as_ref().map(|m| m.ino()),
@@ -540,6 +533,14 @@ impl Follower<'_> {
             parser: LogParser::default(),
             boot: boot_time(),
         })
+    }
+
+    /// Says the log is refused (`why`), source down; how long until it is looked at again (a
+    /// rotation may bring a file of the kernel's).
+    fn refuse(&self, outage: &mut crate::service::logging::Outage, why: String) -> Duration {
+        self.store.set_source_up(XidSource::KernelLog, false);
+        outage.failed(why);
+        REFUSED_RETRY
     }
 
     /// Where a file read before a restart goes on from: the journal's resume point when the
