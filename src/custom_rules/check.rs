@@ -40,6 +40,9 @@ pub struct Compiled {
     pub calls: Vec<WindowCall>,
     /// `gpu.FIELD` for each of `fields`, parsed once: what a finding's message reads back.
     pub(super) read_back: Vec<(&'static str, IdedExpr)>,
+    /// The bound on one evaluation (super::cost), worked out once when it is compiled: the
+    /// runner weighs it against the stage's budget at every snapshot.
+    cost: super::cost::Cost,
 }
 
 impl std::fmt::Debug for Compiled {
@@ -51,7 +54,7 @@ impl std::fmt::Debug for Compiled {
 impl Compiled {
     /// The bound on one evaluation's cost (super::cost).
     pub fn cost(&self) -> super::cost::Cost {
-        super::cost::of(self.program.expression(), self.scope)
+        self.cost
     }
 }
 
@@ -118,7 +121,7 @@ pub fn compile(source: &str, scope: Scope) -> Result<Compiled, RuleError> {
         calls: Vec::new(),
     };
     walk.visit(program.expression(), 0)?;
-    check_cost(&program, scope)?;
+    let cost = check_cost(&program, scope)?;
     let (fields, variables, gpus_fields, calls) = (walk.fields, walk.variables, walk.gpus_fields, walk.calls);
     let read_back = fields
         .iter()
@@ -133,6 +136,7 @@ pub fn compile(source: &str, scope: Scope) -> Result<Compiled, RuleError> {
         variables,
         gpus_fields,
         calls,
+        cost,
     };
     dry_run(&compiled)?;
     Ok(compiled)
@@ -140,10 +144,11 @@ pub fn compile(source: &str, scope: Scope) -> Result<Compiled, RuleError> {
 
 /// Refuses a rule whose evaluation could cost more than the bounds allow (super::cost), before
 /// anything runs it, the dry run below included: the comprehension that costs most is named.
-fn check_cost(program: &Program, scope: Scope) -> Result<(), RuleError> {
+/// Ok: the bound, kept with the rule.
+fn check_cost(program: &Program, scope: Scope) -> Result<super::cost::Cost, RuleError> {
     let whole = super::cost::of(program.expression(), scope);
     if whole.work <= super::cost::MAX_WORK && whole.largest <= super::cost::MAX_VALUE {
-        return Ok(());
+        return Ok(whole);
     }
     let costliest = costliest_macro(program.expression(), scope).unwrap_or(program.expression());
     let message = if whole.work > super::cost::MAX_WORK {
