@@ -97,7 +97,7 @@ pub fn restart(conn: &mut Connection, sink: &str, now: f64) -> rusqlite::Result<
 /// journal was started anew (a file moved aside: its row ids begin again at 1): then from
 /// the first row, and `Restarted` says so.
 pub fn after(conn: &Connection, cursor: i64, limit: usize) -> rusqlite::Result<(Vec<Row>, Restarted)> {
-    let restarted = Restarted(cursor > newest(conn)?);
+    let restarted = Restarted(started_anew(conn, cursor)?);
     let from = if restarted.0 { 0 } else { cursor };
     let mut statement = conn.prepare(&format!(
         "SELECT {} FROM events WHERE id > ?1 ORDER BY id LIMIT ?2",

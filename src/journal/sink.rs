@@ -360,9 +360,13 @@ fn one_batch(
             state.delivered += delivered;
             state.last_error = None;
         });
-        // The journal's truth after the batch: rows written meanwhile count too.
-        let cursor = outbox::known_cursor(conn, &sink.name)?.unwrap_or(cursor);
-        tell_lag(conn, sink, cursor, states, crate::model::unix_now())?;
+        // A batch cut short goes into a back-off: its lag as the journal has it now (rows
+        // written meanwhile count too). One that went whole is followed at once by the next
+        // batch, which tells it.
+        if result.is_err() {
+            let cursor = outbox::known_cursor(conn, &sink.name)?.unwrap_or(cursor);
+            tell_lag(conn, sink, cursor, states, crate::model::unix_now())?;
+        }
     }
     result.map(|()| any)
 }
