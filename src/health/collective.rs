@@ -4,7 +4,7 @@
 //! finding for the node, naming the GPUs and the path; it holds until a later run says
 //! otherwise or a person clears one of those GPUs (whose validation runs it again).
 
-use super::table::{Check, Rule};
+use super::table::{Check, Rule, StepAdvice};
 use crate::model::Snapshot;
 use crate::model::collective::CollectiveVerdict;
 use crate::model::health::{Finding, HealthState, RuleId};
@@ -17,6 +17,8 @@ pub const COLLECTIVE_FAILED: Rule = Rule {
     action: "drain the node: jobs across its GPUs would fail or hang. Look at the path the finding names (`nvidia-smi nvlink -s` and `-e`, `nvidia-smi topo -m`, the fabric manager's log), repair, then clear a GPU (`gpuwarden health clear`): its validation runs the all-reduce again",
     ends: false,
     dcgm: None,
+    step: StepAdvice::None,
+    source: "gpuwarden's all-reduce check (docs/probe.md)",
     check: Check::Device(|_| None),
 };
 
@@ -28,6 +30,8 @@ pub const COLLECTIVE_SLOW: Rule = Rule {
     action: "look at the path the finding names: links down or slow (`nvidia-smi nvlink -s`), a GPU outside the NVLink fabric, a PCIe link trained narrow; multi-GPU jobs run at this pace. The next validation measures it again",
     ends: false,
     dcgm: None,
+    step: StepAdvice::None,
+    source: "gpuwarden's all-reduce check (docs/probe.md)",
     check: Check::Device(|_| None),
 };
 
@@ -53,13 +57,16 @@ pub fn finding(snapshot: &Snapshot) -> Option<Finding> {
     Some(Finding {
         reason: rule.reason.into(),
         severity: rule.severity,
-        message: format!(
-            "the all-reduce across {} over {} {what} at {}: {}; {}",
-            run.gpu_list(),
-            run.path,
-            crate::model::utc_seconds(run.at),
-            run.detail,
-            rule.action
+        message: rule.message(
+            &format!(
+                "the all-reduce across {} over {} {what} at {}: {}",
+                run.gpu_list(),
+                run.path,
+                crate::model::utc_seconds(run.at),
+                run.detail,
+            )
+            .into(),
+            None,
         ),
         subject: None,
     })
@@ -104,7 +111,7 @@ mod tests {
         assert!(
             f.message.starts_with(
                 "the all-reduce across GPUs 0, 1 over NVLink, 18 links x 26.6 GB/s per GPU failed at 1970-01-01T00:16:40Z: \
-                 ncclAllReduce: unhandled system error; drain the node"
+                 ncclAllReduce: unhandled system error: drain the node"
             ),
             "{}",
             f.message

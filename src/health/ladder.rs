@@ -8,6 +8,7 @@
 //! its findings, its XIDs and what was tried in, the step out.
 
 use super::rules;
+use super::table::StepAdvice;
 use crate::model::health::RuleId;
 use crate::model::health::{Finding, HealthState, LadderLimits, NextStep, Step};
 use crate::model::remediation::{AttemptOutcome, Remediations};
@@ -102,86 +103,85 @@ fn first_step(
         .map(|w| w.replace("{pci_bus_id}", &device.identity.pci_bus_id))
         .collect();
     let reset = shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "));
-    from_evidence(action, &unhealthy, xids, remap_pending, reset)
+    from_evidence(action, device.identity.index, &unhealthy, xids, remap_pending, reset)
 }
 
-/// The step itself, from the strongest evidence: the driver's recovery action, a lost GPU, the
-/// catalog's resolution of a fatal XID, the fabric, a pending remap, else a person's service.
+/// The step itself: the driver's recovery action first (its word on its own GPU), else the
+/// strongest step the table gives the unhealthy findings (health/table.rs `StepAdvice`: a
+/// person's service over a reboot over a reset, since the weaker one would not mend the
+/// stronger fault), else a pending remap's reset; an unhealthy finding with no step of its
+/// own (an operator's rule) is a person's to look at.
 fn from_evidence(
     action: Option<RecoveryAction>,
+    gpu: u32,
     unhealthy: &[&Finding],
     xids: &[XidCount],
     remap_pending: bool,
     reset_command: String,
 ) -> Option<NextStep> {
-    let reset = || Some(reset_command.clone());
-    let step = |step: Step, why: String, command: Option<String>| Some(NextStep { step, why, command });
-    match action {
-        Some(RecoveryAction::NodeReboot) => {
-            return step(
-                Step::RebootRequired,
-                "the driver asks for a node reboot (recovery action)".into(),
-                None,
-            );
-        }
-        Some(RecoveryAction::GpuReset | RecoveryAction::DrainAndReset) => {
-            return step(
-                Step::GpuReset,
-                "the driver asks for a GPU reset (recovery action)".into(),
-                reset(),
-            );
-        }
-        _ => {}
-    }
-    if rules::GPU_LOST.found_in(unhealthy.iter().copied()) {
-        return step(
+    let driver = match action {
+        Some(RecoveryAction::NodeReboot) => Some((
             Step::RebootRequired,
-            "the GPU is lost (fallen off the bus)".into(),
-            None,
-        );
-    }
-    let fatal: Vec<(u32, &str)> = xids
-        .iter()
-        .filter(|x| x.severity == Severity::Fatal)
-        .filter_map(|x| crate::xid::catalog::lookup(x.xid).map(|e| (x.xid, e.nvidia_action)))
-        .collect();
-    if let Some((code, bucket)) = fatal.iter().find(|(_, b)| matches!(*b, "RESTART_BM" | "RESTART_VM")) {
-        return step(
-            Step::RebootRequired,
-            format!("Xid {code}: NVIDIA's catalog says {bucket}"),
-            None,
-        );
-    }
-    if let Some((code, bucket)) = fatal.first() {
-        return step(
+            "the driver asks for a node reboot (recovery action)".to_string(),
+        )),
+        Some(RecoveryAction::GpuReset | RecoveryAction::DrainAndReset) => Some((
             Step::GpuReset,
-            format!("Xid {code}: NVIDIA's catalog says {bucket}"),
-            reset(),
-        );
+            "the driver asks for a GPU reset (recovery action)".to_string(),
+        )),
+        _ => None,
+    };
+    let table = || {
+        let mut best: Option<(Step, String)> = None;
+        for (step, why) in unhealthy.iter().flat_map(|f| steps_of(f, gpu, xids)) {
+            if best.as_ref().is_none_or(|(b, _)| step > *b) {
+                best = Some((step, why));
+            }
+        }
+        best
+    };
+    let remap = || remap_pending.then(|| (Step::GpuReset, why(&rules::ROW_REMAP_PENDING, gpu)));
+    let person = || {
+        unhealthy.first().map(|first| {
+            (
+                Step::Service,
+                format!(
+                    "{}: no reset or reboot clears it; a person must look (repair, replace)",
+                    first.reason
+                ),
+            )
+        })
+    };
+    let (step, why) = driver.or_else(table).or_else(remap).or_else(person)?;
+    let command = (step == Step::GpuReset).then_some(reset_command);
+    Some(NextStep { step, why, command })
+}
+
+/// The steps the table gives one finding, each with why: its row's, or for a fatal XID each
+/// code's from NVIDIA's catalog.
+fn steps_of(finding: &Finding, gpu: u32, xids: &[XidCount]) -> Vec<(Step, String)> {
+    let Some(rule) = finding.reason.rule().and_then(rules::named) else {
+        return Vec::new();
+    };
+    match rule.step {
+        StepAdvice::Take(step) => vec![(step, why(rule, gpu))],
+        StepAdvice::FromXid => xids
+            .iter()
+            .filter(|x| x.severity == Severity::Fatal)
+            .filter_map(|x| {
+                let entry = crate::xid::catalog::lookup(x.xid)?;
+                // A code the operator's policy made fatal whose bucket names no reset or
+                // reboot (xid.severity) gets the least step that clears a fatal XID: a reset.
+                let step = entry.step().unwrap_or(Step::GpuReset);
+                Some((step, format!("Xid {} ({}): {}", x.xid, entry.name, entry.action())))
+            })
+            .collect(),
+        StepAdvice::FromDriver | StepAdvice::None => Vec::new(),
     }
-    if rules::FABRIC_NOT_READY.found_in(unhealthy.iter().copied()) {
-        return step(
-            Step::GpuReset,
-            "the GPU has not joined the NVLink fabric".into(),
-            reset(),
-        );
-    }
-    if remap_pending {
-        return step(
-            Step::GpuReset,
-            "a memory row remap waits for a GPU reset".into(),
-            reset(),
-        );
-    }
-    let first = unhealthy.first()?;
-    step(
-        Step::Service,
-        format!(
-            "{}: no reset or reboot clears it; a person must look (repair, replace)",
-            first.reason
-        ),
-        None,
-    )
+}
+
+/// Why a row's step: its reason and action, and the document that says so.
+fn why(rule: &rules::Rule, gpu: u32) -> String {
+    format!("{}: {} ({})", rule.reason, rule.action_for(Some(gpu)), rule.source)
 }
 
 #[cfg(test)]
@@ -274,7 +274,12 @@ mod tests {
         );
         let dbe = step(&gpu(None), &unhealthy, &[xid(48)]).unwrap();
         assert_eq!(dbe.step.label(), "gpu_reset");
-        assert!(dbe.why.starts_with("Xid 48: NVIDIA's catalog says"), "{}", dbe.why);
+        assert!(
+            dbe.why
+                .starts_with("Xid 48 (ROBUST_CHANNEL_GPU_ECC_DBE): reset the GPU"),
+            "{}",
+            dbe.why
+        );
         let lost = [finding("gpu_lost", HealthState::Unhealthy)];
         assert_eq!(step(&gpu(None), &lost, &[]).unwrap().step.label(), "reboot_required");
         let remap = [finding("row_remap_failed", HealthState::Unhealthy)];
@@ -295,9 +300,58 @@ mod tests {
         assert_eq!(step(&gpu(Some(RecoveryAction::DrainP2p)), &degraded, &[]), None);
         let remap = [finding("row_remap_pending", HealthState::Degraded)];
         let pending = step(&gpu(None), &remap, &[]).unwrap();
-        assert_eq!(pending.why, "a memory row remap waits for a GPU reset");
+        assert!(
+            pending.why.starts_with("row_remap_pending: reset the GPU (or reboot)"),
+            "{}",
+            pending.why
+        );
         let validating = [finding("validating", HealthState::Unhealthy)];
         assert_eq!(step(&gpu(None), &validating, &[xid(48)]), None, "its probe is its step");
+    }
+
+    /// Memory that reads back wrong and arithmetic that computes wrong are a person's: a
+    /// reset does not mend them (the table's source says why), and no weaker step from
+    /// another finding of the same GPU wins over that.
+    #[test]
+    fn wrong_memory_or_results_go_to_service_not_a_reset() {
+        for reason in ["hbm_pattern_errors", "sdc_suspect"] {
+            let found = [finding(reason, HealthState::Unhealthy)];
+            let next = step(&gpu(None), &found, &[]).unwrap();
+            assert_eq!((next.step, next.command.as_deref()), (Step::Service, None), "{reason}");
+            assert!(
+                next.why.starts_with(&format!("{reason}: take it out of service")),
+                "{}",
+                next.why
+            );
+            assert!(next.why.contains("--gpu 0 --markdown"), "its own index: {}", next.why);
+            let with_remap = [
+                finding(reason, HealthState::Unhealthy),
+                finding("row_remap_pending", HealthState::Degraded),
+                finding("xid_fatal", HealthState::Unhealthy),
+            ];
+            assert_eq!(step(&gpu(None), &with_remap, &[xid(48)]).unwrap().step, Step::Service);
+        }
+        // The driver's own word on its GPU still comes first.
+        let asked = step(
+            &gpu(Some(RecoveryAction::GpuReset)),
+            &[finding("hbm_pattern_errors", HealthState::Unhealthy)],
+            &[],
+        );
+        assert_eq!(asked.unwrap().step, Step::GpuReset);
+    }
+
+    /// Xid 79 and a lost GPU are one fault: one step, in one wording.
+    #[test]
+    fn xid_79_and_a_lost_gpu_say_the_same() {
+        let by_xid = step(&gpu(None), &[finding("xid_fatal", HealthState::Unhealthy)], &[xid(79)]).unwrap();
+        let by_loss = step(&gpu(None), &[finding("gpu_lost", HealthState::Unhealthy)], &[]).unwrap();
+        assert_eq!(by_xid.step, Step::RebootRequired);
+        assert_eq!(by_loss.step, Step::RebootRequired);
+        let words = crate::model::health::OFF_THE_BUS_ACTION;
+        assert!(by_xid.why.contains(words), "{}", by_xid.why);
+        assert!(by_loss.why.contains(words), "{}", by_loss.why);
+        assert!(crate::xid::catalog::lookup(79).unwrap().action().contains(words));
+        assert_eq!(rules::GPU_LOST.action, words);
     }
 
     fn reset_at(started: f64, outcome: AttemptOutcome) -> crate::model::remediation::Attempt {

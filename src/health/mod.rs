@@ -49,7 +49,7 @@ pub fn findings(seen: &Seen) -> Vec<Finding> {
         out.push(Finding {
             reason: rule.reason.into(),
             severity: hit.severity.unwrap_or(rule.severity),
-            message: hit.message,
+            message: rule.message(&hit, Some(seen.device.identity.index)),
             subject: None,
         });
         if rule.ends {
@@ -95,15 +95,19 @@ pub fn evaluate(snapshot: &mut Snapshot) {
         .map(|gpu| Finding {
             reason: rules::GPU_MISSING.reason.into(),
             severity: rules::GPU_MISSING.severity,
-            message: format!(
-                "{} GPU {} is on the PCI bus but no backend shows it ({}): it fell off the bus at boot or \
-                 the driver did not bind; check dmesg, then reseat or replace it",
-                gpu.vendor,
-                gpu.pci_bus_id,
-                match &gpu.driver {
-                    Some(driver) => format!("bound to {driver}"),
-                    None => "no driver bound".to_string(),
-                }
+            message: rules::GPU_MISSING.message(
+                &format!(
+                    "{} GPU {} is on the PCI bus but no backend shows it ({}): it fell off the bus at boot or the \
+                     driver did not bind",
+                    gpu.vendor,
+                    gpu.pci_bus_id,
+                    match &gpu.driver {
+                        Some(driver) => format!("bound to {driver}"),
+                        None => "no driver bound".to_string(),
+                    }
+                )
+                .into(),
+                None,
             ),
             subject: Some(gpu.pci_bus_id.clone()),
         })
@@ -117,10 +121,14 @@ pub fn evaluate(snapshot: &mut Snapshot) {
     let reboot = snapshot.remediation.reboot_required.as_ref().map(|r| Finding {
         reason: rules::REBOOT_REQUIRED.reason.into(),
         severity: rules::REBOOT_REQUIRED.severity,
-        message: format!(
-            "the node needs a reboot since {}: {}; drain it and reboot it (gpuwarden does not)",
-            crate::model::utc_seconds(r.since),
-            r.why
+        message: rules::REBOOT_REQUIRED.message(
+            &format!(
+                "the node needs a reboot since {}: {}",
+                crate::model::utc_seconds(r.since),
+                r.why
+            )
+            .into(),
+            None,
         ),
         subject: Some(r.uuid.clone()),
     });
@@ -150,10 +158,13 @@ fn reboot_pending(snapshot: &Snapshot) -> Option<Finding> {
         Some(Finding {
             reason: rules::REBOOT_REQUIRED.reason.into(),
             severity: rules::REBOOT_REQUIRED.severity,
-            message: format!(
-                "the node needs a reboot: GPU {}: {}; automatic remediation marks it now; drain it and reboot \
-                 it (gpuwarden does not)",
-                d.identity.index, step.why
+            message: rules::REBOOT_REQUIRED.message(
+                &format!(
+                    "the node needs a reboot: GPU {}: {}; automatic remediation marks it now",
+                    d.identity.index, step.why
+                )
+                .into(),
+                None,
             ),
             subject: Some(d.identity.uuid.clone()),
         })
@@ -315,8 +326,12 @@ mod tests {
         let (state, next) = step(&mut snapshot);
         assert_eq!(state, HealthState::Unhealthy, "the failed validation keeps it out");
         assert_eq!(next.as_deref(), Some("service"), "{:?}", snapshot.devices[0].health);
-        // A new fatal XID after the clear is a reset's again.
+        // A new fatal XID after the clear does not make it a reset's again: its failed
+        // validation still stands, and the strongest step of its findings wins.
         snapshot.xid.by_bus.get_mut("0000:19:00.0").unwrap()[0].last_seen = now;
+        assert_eq!(step(&mut snapshot).1.as_deref(), Some("service"));
+        // Once a person cleared that (a repair), the new XID's reset is the step.
+        snapshot.validations = Default::default();
         assert_eq!(step(&mut snapshot).1.as_deref(), Some("gpu_reset"));
     }
 

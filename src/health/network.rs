@@ -4,7 +4,7 @@
 //! node's, each with the port as its subject, so debounce, hold and the verdict treat them as
 //! they treat a GPU's; the message names the GPUs behind the adapter, whose jobs it hurts.
 
-use super::table::{Check, Hit, PortSeen, Rule};
+use super::table::{Check, Hit, PortSeen, Rule, StepAdvice};
 use crate::model::health::RuleId;
 use crate::model::health::{Finding, HealthState};
 use crate::model::nic::{NicDevice, NicPort, NicScan};
@@ -16,8 +16,7 @@ fn port_down(seen: &PortSeen) -> Option<Hit> {
     if port.up() == Some(false) {
         return Some(
             format!(
-                "the port is {} (not ACTIVE/LinkUp): check the cable, the transceiver and the switch port \
-                 (`ibstat {}`)",
+                "the port is {} (not ACTIVE/LinkUp; `ibstat {}`)",
                 port.states(),
                 seen.device.name
             )
@@ -28,7 +27,7 @@ fn port_down(seen: &PortSeen) -> Option<Hit> {
     let state = netdev.operstate.as_deref()?;
     (state != "up").then(|| {
         format!(
-            "its interface {} is {state}: check the cable and the switch port (`ip link show {}`)",
+            "its interface {} is {state} (`ip link show {}`)",
             netdev.name, netdev.name
         )
         .into()
@@ -40,7 +39,7 @@ fn rate_low(seen: &PortSeen) -> Option<Hit> {
     (seen.port.up() == Some(true) && rate < expected).then(|| {
         format!(
             "runs at {rate} Gb/s, below the {expected} Gb/s expected (network.expected_rate_gbps, or the node's \
-             fastest {} port): a lane down or a cable of the wrong kind; reseat or replace the cable",
+             fastest {} port): a lane down or a cable of the wrong kind",
             seen.port.link_layer
         )
         .into()
@@ -50,10 +49,12 @@ fn rate_low(seen: &PortSeen) -> Option<Hit> {
 fn flapping(seen: &PortSeen) -> Option<Hit> {
     let flaps = seen.port.trend.flaps?;
     let window = seen.limits.flap_window;
-    (seen.port.up() == Some(true) && seen.limits.flaps > 0 && flaps >= u64::from(seen.limits.flaps)).then(|| {
+    // Whether the port is up or down at this sample: a flapping port is down half the time,
+    // and its finding holds through those phases while the flaps are in their window (the
+    // alert NicPortDegraded waits 5 minutes on it).
+    (seen.limits.flaps > 0 && flaps >= u64::from(seen.limits.flaps)).then(|| {
         format!(
-            "went down {flaps} times in the last {} min (network.flaps is {}): the link is unstable; check the \
-             cable, transceiver and switch port, then the adapter's firmware",
+            "went down {flaps} times in the last {} min (network.flaps is {}): the link is unstable",
             window.as_secs().div_ceil(60),
             seen.limits.flaps
         )
@@ -79,8 +80,7 @@ fn link_errors(seen: &PortSeen) -> Option<Hit> {
     .collect();
     (!grew.is_empty()).then(|| {
         format!(
-            "link errors grew ({}): the link retrained or lost integrity; watch for flaps and symbol errors, \
-             check the cable and transceiver",
+            "link errors grew ({}): the link retrained or lost integrity",
             grew.join(", ")
         )
         .into()
@@ -93,7 +93,7 @@ fn symbol_errors(seen: &PortSeen) -> Option<Hit> {
     Some(
         format!(
             "{} symbol errors in the last {} min (network.symbol_errors_per_hour is {limit}): the bit error rate is \
-             above 10^-12; clean or replace the cable or transceiver",
+             above 10^-12",
             growth.errors,
             growth.over.as_secs().div_ceil(60).max(1)
         )
@@ -105,7 +105,7 @@ fn pcie_narrowed(seen: &PortSeen) -> Option<Hit> {
     let pcie = &seen.device.pcie;
     (seen.first_port && pcie.narrowed()).then(|| {
         format!(
-            "the adapter's PCIe link runs at x{} of x{}: reseat the adapter, check the riser and slot",
+            "the adapter's PCIe link runs at x{} of x{}",
             pcie.width.unwrap_or(0),
             pcie.max_width.unwrap_or(0)
         )
@@ -113,16 +113,31 @@ fn pcie_narrowed(seen: &PortSeen) -> Option<Hit> {
     })
 }
 
-/// The rules about one port, in the order they are looked at.
+/// The rules about one port, in the order they are looked at. Flapping comes first: a
+/// flapping port is down at some samples, and a down port ends the look.
 pub const PORT_RULES: &[Rule] = &[
+    Rule {
+        reason: RuleId::NicPortFlapping,
+        severity: Degraded,
+        worse_when: None,
+        when: "a port went down `network.flaps` times (3) within `network.flap_window` (10 min), counted from `link_downed`; held while the flaps are in the window, at its down samples too (so `NicPortDegraded` fires on a port that keeps flapping)",
+        action: "check the cable, transceiver and switch port, then the adapter's firmware",
+        ends: false,
+        dcgm: None,
+        step: StepAdvice::None,
+        source: "the port's state and counters in sysfs (InfiniBand's PortInfo and PerfMgt counters)",
+        check: Check::Port(flapping),
+    },
     Rule {
         reason: RuleId::NicPortDown,
         severity: Unhealthy,
         worse_when: None,
         when: "an InfiniBand or RoCE port is not ACTIVE/LinkUp, or a RoCE port's interface is not up (`nic_port_up`, alert `NicPortDown`), for 30 s without a break (its default debounce; shorter downs are flaps)",
-        action: "check the cable, transceiver and switch port (`ibstat`, `ip link`)",
+        action: "check the cable, the transceiver and the switch port",
         ends: true,
         dcgm: None,
+        step: StepAdvice::None,
+        source: "the port's state and counters in sysfs (InfiniBand's PortInfo and PerfMgt counters)",
         check: Check::Port(port_down),
     },
     Rule {
@@ -133,17 +148,9 @@ pub const PORT_RULES: &[Rule] = &[
         action: "reseat or replace the cable; check the switch port's speed",
         ends: false,
         dcgm: None,
+        step: StepAdvice::None,
+        source: "the port's state and counters in sysfs (InfiniBand's PortInfo and PerfMgt counters)",
         check: Check::Port(rate_low),
-    },
-    Rule {
-        reason: RuleId::NicPortFlapping,
-        severity: Degraded,
-        worse_when: None,
-        when: "a port went down `network.flaps` times (3) within `network.flap_window` (10 min), counted from `link_downed`",
-        action: "check the cable, transceiver and switch port, then the adapter's firmware",
-        ends: false,
-        dcgm: None,
-        check: Check::Port(flapping),
     },
     Rule {
         reason: RuleId::NicLinkErrors,
@@ -153,6 +160,8 @@ pub const PORT_RULES: &[Rule] = &[
         action: "watch for flaps and symbol errors; check the cable and transceiver",
         ends: false,
         dcgm: None,
+        step: StepAdvice::None,
+        source: "the port's state and counters in sysfs (InfiniBand's PortInfo and PerfMgt counters)",
         check: Check::Port(link_errors),
     },
     Rule {
@@ -163,6 +172,8 @@ pub const PORT_RULES: &[Rule] = &[
         action: "clean or replace the cable or transceiver",
         ends: false,
         dcgm: None,
+        step: StepAdvice::None,
+        source: "the port's state and counters in sysfs (InfiniBand's PortInfo and PerfMgt counters)",
         check: Check::Port(symbol_errors),
     },
     Rule {
@@ -170,9 +181,11 @@ pub const PORT_RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: None,
         when: "an RDMA adapter's own PCIe link trained to fewer lanes than it has (`nic_pcie_link_width_lanes`)",
-        action: "reseat the adapter; check the riser and slot",
+        action: "reseat the adapter, check the riser and slot",
         ends: false,
         dcgm: None,
+        step: StepAdvice::None,
+        source: "the port's state and counters in sysfs (InfiniBand's PortInfo and PerfMgt counters)",
         check: Check::Port(pcie_narrowed),
     },
 ];
@@ -186,6 +199,8 @@ pub const PORTS_MISSING: Rule = Rule {
     action: "find the missing adapter or port (`ibstat`, `lspci | grep Mellanox`); reseat, or check the driver",
     ends: false,
     dcgm: None,
+    step: StepAdvice::None,
+    source: "the port's state and counters in sysfs (InfiniBand's PortInfo and PerfMgt counters)",
     check: Check::Device(|_| None),
 };
 
@@ -225,7 +240,11 @@ pub fn findings(snapshot: &Snapshot) -> Vec<Finding> {
             out.push(Finding {
                 reason: rule.reason.into(),
                 severity: hit.severity.unwrap_or(rule.severity),
-                message: format!("{}: {}", name_port(device, port, &snapshot.devices), hit.message),
+                message: format!(
+                    "{}: {}",
+                    name_port(device, port, &snapshot.devices),
+                    rule.message(&hit, None)
+                ),
                 subject: Some(format!("{}/{}", device.name, port.port)),
             });
             if rule.ends {
@@ -239,10 +258,14 @@ pub fn findings(snapshot: &Snapshot) -> Vec<Finding> {
             out.push(Finding {
                 reason: PORTS_MISSING.reason.into(),
                 severity: PORTS_MISSING.severity,
-                message: format!(
-                    "{up} network port(s) ACTIVE/LinkUp of the {expected} expected (network.expected_ports); {} seen in \
-                     all: find the missing adapter or port (`ibstat`, `lspci | grep Mellanox`)",
-                    judged().count()
+                message: PORTS_MISSING.message(
+                    &format!(
+                        "{up} network port(s) ACTIVE/LinkUp of the {expected} expected (network.expected_ports); {} \
+                         seen in all",
+                        judged().count()
+                    )
+                    .into(),
+                    None,
                 ),
                 subject: None,
             });
@@ -414,6 +437,16 @@ mod tests {
         assert_eq!(flaps(3), ["nic_port_flapping"]);
         // Before a second read nothing is known of flaps.
         assert!(judged(|scan, _| scan.devices[0].ports[0].trend.flaps = None).is_empty());
+        // Sampled in a down phase, the flapping port is still flapping (and down besides;
+        // the debouncer holds nic_port_down back for its 30 s): the finding does not blink.
+        let down_phase = judged(|scan, _| {
+            let port = &mut scan.devices[0].ports[0];
+            port.trend.flaps = Some(5);
+            port.state = Some((1, "DOWN".into()));
+            port.phys_state = Some((2, "Polling".into()));
+        });
+        let reasons: Vec<&str> = down_phase.iter().map(|f| f.reason.label()).collect();
+        assert_eq!(reasons, ["nic_port_flapping", "nic_port_down"]);
     }
 
     #[test]

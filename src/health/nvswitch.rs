@@ -3,10 +3,11 @@
 //! that report an NVLink fabric; every NVIDIA GPU where none does). Held for the rest of
 //! the daemon's run: the switch needs a reset, which a reboot gives.
 
-use super::table::{Check, Rule};
+use super::table::{Check, Rule, StepAdvice};
 use crate::model::Snapshot;
 use crate::model::Vendor;
 use crate::model::health::RuleId;
+use crate::model::health::Step;
 use crate::model::health::{Finding, HealthState};
 
 pub const SXID_FATAL: Rule = Rule {
@@ -14,9 +15,11 @@ pub const SXID_FATAL: Rule = Rule {
     severity: HealthState::Unhealthy,
     worse_when: None,
     when: "the kernel log has a fatal NVSwitch error (`nvidia-nvswitchN: SXid (...): CODE, Fatal, ...`, `gpu_nvswitch_sxid_errors_total{severity=\"fatal\"}`, alert `NvswitchSxidFatal`); one finding per switch, for the rest of the daemon's run",
-    action: "drain the node; reset the GPUs and switches or reboot (`gpuwarden xid explain CODE`)",
+    action: "drain the node, then reboot it (or reset the GPUs and switches); `gpuwarden xid explain CODE` names the switch unit",
     ends: false,
     dcgm: None,
+    step: StepAdvice::Take(Step::RebootRequired),
+    source: "NVIDIA's NVSwitch error handling: a fatal SXid needs the switch reset, which a reboot gives",
     check: Check::Device(|_| None),
 };
 
@@ -28,6 +31,8 @@ pub const FABRIC_MANAGER_DOWN: Rule = Rule {
     action: "start or check nvidia-fabricmanager (`systemctl status nvidia-fabricmanager`, its log)",
     ends: false,
     dcgm: None,
+    step: StepAdvice::None,
+    source: "NVIDIA's Fabric Manager user guide",
     check: Check::Device(|_| None),
 };
 
@@ -65,10 +70,9 @@ pub fn fabric_manager_down(snapshot: &Snapshot) -> Option<Finding> {
     Some(Finding {
         reason: FABRIC_MANAGER_DOWN.reason.into(),
         severity,
-        message: format!(
-            "nvidia-fabricmanager is not running ({}): {effect}; start or check nvidia-fabricmanager \
-             (`systemctl status nvidia-fabricmanager`, its log)",
-            manager.detail
+        message: FABRIC_MANAGER_DOWN.message(
+            &format!("nvidia-fabricmanager is not running ({}): {effect}", manager.detail).into(),
+            None,
         ),
         subject: None,
     })
@@ -112,16 +116,20 @@ pub fn findings(snapshot: &Snapshot) -> Vec<Finding> {
             Finding {
                 reason: SXID_FATAL.reason.into(),
                 severity: SXID_FATAL.severity,
-                message: format!(
-                    "fatal NVSwitch error on nvidia-nvswitch{} ({address}): {}; the NVLink traffic of GPU(s) {} \
-                     goes through this fabric: drain the node, then reset the GPUs and switches or reboot",
-                    codes[0].switch,
-                    listed.join("; "),
-                    if gpus.is_empty() {
-                        "none seen".to_string()
-                    } else {
-                        gpus.join(", ")
-                    }
+                message: SXID_FATAL.message(
+                    &format!(
+                        "fatal NVSwitch error on nvidia-nvswitch{} ({address}): {}; the NVLink traffic of GPU(s) {} \
+                         goes through this fabric",
+                        codes[0].switch,
+                        listed.join("; "),
+                        if gpus.is_empty() {
+                            "none seen".to_string()
+                        } else {
+                            gpus.join(", ")
+                        }
+                    )
+                    .into(),
+                    None,
                 ),
                 subject: Some(format!("nvswitch{}", codes[0].switch)),
             }

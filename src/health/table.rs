@@ -3,7 +3,7 @@
 //! and what each kind of check looks at. docs/health.md's tables are made of these rows.
 
 use crate::model::health::RuleId;
-use crate::model::health::{BoardSwap, Finding, HealthState, Limits, NetworkLimits, Validation};
+use crate::model::health::{BoardSwap, Finding, HealthState, Limits, NetworkLimits, Step, Validation};
 use crate::model::nic::{NicDevice, NicPort};
 use crate::model::probe::ProbeReport;
 use crate::model::xid::XidCount;
@@ -57,10 +57,14 @@ impl Seen<'_> {
     }
 }
 
-/// A rule that fired: what was seen and what to do, and a severity when it is not the row's.
+/// A rule that fired: what was seen, and a severity when it is not the row's. The finding's
+/// message is what was seen, then the row's action ([`Rule::message`]), unless the case
+/// carries its own (`said`): an XID's from the catalog, the driver's recovery action, a GPU
+/// being reset or validated, whose words are the action.
 pub struct Hit {
     pub message: String,
     pub severity: Option<HealthState>,
+    pub said: bool,
 }
 
 impl From<String> for Hit {
@@ -68,6 +72,45 @@ impl From<String> for Hit {
         Hit {
             message,
             severity: None,
+            said: false,
+        }
+    }
+}
+
+impl Hit {
+    /// A hit whose message already says what to do (see [`Hit`]).
+    pub fn said(message: String, severity: Option<HealthState>) -> Hit {
+        Hit {
+            message,
+            severity,
+            said: true,
+        }
+    }
+}
+
+/// The remediation ladder's step when a finding of the row is what decides it (health/ladder.rs):
+/// the one place the step of a finding is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepAdvice {
+    /// None of its own: the GPU stays in service (a degraded finding or a notice), or the
+    /// finding is a step already under way (validating, remediating).
+    None,
+    /// This step.
+    Take(Step),
+    /// The XID catalog's resolution bucket of each code (`xid::catalog::Entry::step`).
+    FromXid,
+    /// The driver's own recovery action.
+    FromDriver,
+}
+
+impl StepAdvice {
+    /// Its cell in docs/health.md's table.
+    pub fn doc(self) -> &'static str {
+        match self {
+            StepAdvice::None => "none",
+            StepAdvice::Take(step) => step.label(),
+            StepAdvice::FromXid => "the code's (catalog)",
+            StepAdvice::FromDriver => "the driver's",
         }
     }
 }
@@ -91,8 +134,14 @@ pub struct Rule {
     pub worse_when: Option<&'static str>,
     /// The condition, for docs/health.md.
     pub when: &'static str,
-    /// What to do, for docs/health.md (the finding's message says it for the case at hand).
+    /// What to do: the end of every finding's message ([`Rule::message`]), docs/health.md's
+    /// column, the next step's reason, the report's advice and the alert's description.
+    /// `--gpu N` is the GPU's own index in a finding.
     pub action: &'static str,
+    /// The ladder's step when this finding decides it.
+    pub step: StepAdvice,
+    /// Why that step and action: the document that says so (NVIDIA's, DCGM's failure code).
+    pub source: &'static str,
     /// When it fires, the rows after it are not looked at.
     pub ends: bool,
     /// The DCGM health watch it belongs to and the DCGM failure code it stands for
@@ -130,6 +179,30 @@ impl Rule {
             Some(when) => format!("{}, unhealthy when {when}", self.severity.label()),
             None => self.severity.finding_label().to_string(),
         };
-        format!("| `{}` | {severity} | {} | {} |", self.reason, self.when, self.action)
+        format!(
+            "| `{}` | {severity} | {} | {} | {} | {} |",
+            self.reason,
+            self.when,
+            self.action,
+            self.step.doc(),
+            self.source
+        )
+    }
+
+    /// The row's action for one GPU (`--gpu N` made its index), or for the node.
+    pub fn action_for(&self, gpu: Option<u32>) -> String {
+        match gpu {
+            Some(index) => self.action.replace("--gpu N", &format!("--gpu {index}")),
+            None => self.action.to_string(),
+        }
+    }
+
+    /// A finding's message: what was seen, then the row's action (unless the hit says its
+    /// own, see [`Hit`]).
+    pub fn message(&self, hit: &Hit, gpu: Option<u32>) -> String {
+        if hit.said {
+            return hit.message.clone();
+        }
+        format!("{}: {}", hit.message, self.action_for(gpu))
     }
 }

@@ -57,7 +57,8 @@ pub struct DeviceHealth {
 }
 
 /// A step of the remediation ladder: the `step` label of `gpu_remediation_next_step`, the
-/// word in `gpuwarden health` and the journal's rows.
+/// word in `gpuwarden health` and the journal's rows. Ordered weakest first: a reboot does
+/// what a reset does and more, and a person's service is past both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Step {
@@ -86,6 +87,11 @@ impl std::fmt::Display for Step {
         f.write_str(self.label())
     }
 }
+
+/// What to do about a GPU off the bus, said once: the XID catalog's advice for Xid 79
+/// (RESTART_BM, xid/catalog.rs) and the `gpu_lost` rule's action are this text, so the
+/// finding, the next step, the page and the report say the same.
+pub const OFF_THE_BUS_ACTION: &str = "drain the node and reboot it (a GPU off the bus answers no reset); if it falls off again, reseat it, check the slot and riser, and open a case with the vendor";
 
 /// The remediation ladder's next step for an unhealthy GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
@@ -457,9 +463,9 @@ crate::model::label::label_enum! {
         RebootRequired => "reboot_required",
         CollectiveFailed => "collective_failed",
         CollectiveSlow => "collective_slow",
+        NicPortFlapping => "nic_port_flapping",
         NicPortDown => "nic_port_down",
         NicRateLow => "nic_rate_low",
-        NicPortFlapping => "nic_port_flapping",
         NicLinkErrors => "nic_link_errors",
         NicSymbolErrors => "nic_symbol_errors",
         NicPcieNarrowed => "nic_pcie_narrowed",

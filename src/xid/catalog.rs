@@ -47,9 +47,7 @@ impl Entry {
         let advice = match self.nvidia_action {
             "RESTART_APP" => "restart the application that hit it; the GPU stays usable",
             "RESET_GPU" => "reset the GPU once its jobs are off it, or reboot the node; contact support if it recurs",
-            "RESTART_BM" => {
-                "power-cycle the node once its jobs are off it; if it recurs, check the PCIe link and slot and contact the vendor"
-            }
+            "RESTART_BM" => crate::model::health::OFF_THE_BUS_ACTION,
             "RESTART_VM" => "restart the virtual machine",
             "IGNORE" => "no action needed; informational",
             "CHECK_MECHANICALS" => "check the board's auxiliary power cables",
@@ -69,6 +67,20 @@ impl Entry {
             _ => "contact NVIDIA support",
         };
         format!("{advice} (NVIDIA: {})", self.nvidia_action)
+    }
+}
+
+impl Entry {
+    /// The remediation ladder's step for a fatal XID of this code, from NVIDIA's bucket: a
+    /// restart of the machine (bare metal or VM) is a reboot, a reset or an ECC or NVLink
+    /// workflow is a GPU reset; `None` for the buckets that ask for no reset or reboot.
+    pub fn step(&self) -> Option<crate::model::health::Step> {
+        use crate::model::health::Step;
+        match self.nvidia_action {
+            "RESTART_BM" | "RESTART_VM" => Some(Step::RebootRequired),
+            "RESET_GPU" | "WORKFLOW_XID_48" | "WORKFLOW_NVLINK_ERR" => Some(Step::GpuReset),
+            _ => None,
+        }
     }
 }
 

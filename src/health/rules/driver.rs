@@ -4,7 +4,7 @@ use super::*;
 
 pub(super) fn persistence_off(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
     (r.persistence_mode == Some(false)).then(|| {
-        "persistence mode is off: the driver is torn down between jobs; enable it (nvidia-smi -pm 1 or nvidia-persistenced)"
+        "persistence mode is off: the driver is torn down between jobs"
             .to_string()
             .into()
     })
@@ -12,7 +12,7 @@ pub(super) fn persistence_off(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
 
 pub(super) fn vgpu_unlicensed(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
     (r.vgpu_licensed == Some(false)).then(|| {
-        "the vGPU holds no licence: it runs degraded once the grace period ends; check the licence server and nvidia-gridd"
+        "the vGPU holds no licence: it runs degraded once the grace period ends"
             .to_string()
             .into()
     })
@@ -37,11 +37,11 @@ pub(super) fn recovery_action(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
             Some(HealthState::Unhealthy),
         ),
     };
-    Some(Hit {
-        message: format!(
+    Some(Hit::said(
+        format!(
             "the driver says the GPU needs {what} (recovery action {})",
             action.label()
         ),
         severity,
-    })
+    ))
 }

@@ -10,34 +10,34 @@ use super::*;
 pub(super) fn remediating(seen: &Seen) -> Option<Hit> {
     let reset = seen.resetting?;
     if reset.uuid == seen.device.identity.uuid {
-        return Some(Hit {
-            message: "being reset by gpuwarden's automatic remediation: out of service until the reset is done \
-                      and a probe has validated the GPU"
+        return Some(Hit::said(
+            "being reset by gpuwarden's automatic remediation: out of service until the reset is done and a probe \
+             has validated the GPU"
                 .to_string(),
-            severity: Some(HealthState::Unhealthy),
-        });
+            Some(HealthState::Unhealthy),
+        ));
     }
     let let_go = seen.device.identity.vendor == crate::model::Vendor::Nvidia && seen.device.answered().is_none();
     let_go.then(|| {
-        format!(
-            "not polled while gpuwarden resets GPU {} ({}): NVML is let go of for the reset, and polled again once it is done",
-            reset.index, reset.pci_bus_id
+        Hit::said(
+            format!(
+                "not polled while gpuwarden resets GPU {} ({}): NVML is let go of for the reset, and polled again once it is done",
+                reset.index, reset.pci_bus_id
+            ),
+            None,
         )
-        .into()
     })
 }
 
 pub(super) fn gpu_lost(seen: &Seen) -> Option<Hit> {
-    seen.device.lost.then(|| {
-        "the GPU is lost (fallen off the bus): drain the node and reset or reseat the GPU"
-            .to_string()
-            .into()
-    })
+    seen.device
+        .lost
+        .then(|| "the GPU is lost (fallen off the bus)".to_string().into())
 }
 
 pub(super) fn not_responding(seen: &Seen) -> Option<Hit> {
     seen.device.answered().is_none().then(|| {
-        "the GPU did not answer within poll.timeout: the driver may be hung; check dmesg for Xid errors"
+        "the GPU did not answer within poll.timeout: the driver may be hung"
             .to_string()
             .into()
     })
@@ -54,13 +54,13 @@ pub(super) fn validating(seen: &Seen) -> Option<Hit> {
         Some(error) => format!("its last probe could not run ({error}); tried again every minute"),
         None => "it runs as soon as the GPU is idle".to_string(),
     };
-    Some(
+    Some(Hit::said(
         format!(
             "kept out of service until a probe passes, after {} ({since}); {waiting}",
             validation.why
-        )
-        .into(),
-    )
+        ),
+        None,
+    ))
 }
 
 pub(super) fn board_replaced(seen: &Seen) -> Option<Hit> {
@@ -72,14 +72,16 @@ pub(super) fn board_replaced(seen: &Seen) -> Option<Hit> {
         .map(|age| age <= BOARD_SWAP_NOTICE)
         .unwrap_or(true);
     (recent && seen.after_clear(at)).then(|| {
-        format!(
-            "a different board in this slot since {}: it replaced serial {} ({}); the old board's history stays \
+        Hit::said(
+            format!(
+                "a different board in this slot since {}: it replaced serial {} ({}); the old board's history stays \
              in the journal (`gpuwarden report --gpu {}`), this one's starts clean",
-            humantime::format_rfc3339_seconds(at),
-            swap.previous_serial.as_deref().unwrap_or("unknown"),
-            swap.previous_uuid,
-            swap.previous_uuid
+                humantime::format_rfc3339_seconds(at),
+                swap.previous_serial.as_deref().unwrap_or("unknown"),
+                swap.previous_uuid,
+                swap.previous_uuid
+            ),
+            None,
         )
-        .into()
     })
 }

@@ -7,35 +7,20 @@ pub(super) fn ecc_uncorrectable(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
         .ecc_count(EccType::Uncorrected, EccScope::Volatile)
         .filter(|n| *n > 0)?;
     let plural = if n == 1 { "" } else { "s" };
-    Some(
-        format!(
-            "{n} uncorrectable ECC error{plural} since the driver loaded: reset the GPU when it is idle to retire the \
-             page; if the count grows, plan its replacement"
-        )
-        .into(),
-    )
+    Some(format!("{n} uncorrectable ECC error{plural} since the driver loaded").into())
 }
 
 pub(super) fn ecc_corrected_rate(seen: &Seen, _: &DeviceReadings) -> Option<Hit> {
-    error_rate(
-        seen,
-        ErrorCounter::EccCorrected,
-        "corrected ECC errors",
-        "the memory is wearing; watch for row remaps and uncorrectable errors, and plan the vendor's diagnostics at the next maintenance",
-    )
+    error_rate(seen, ErrorCounter::EccCorrected, "corrected ECC errors")
 }
 
 pub(super) fn row_remap_pending(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
-    (r.remapped_rows.pending == Some(true)).then(|| {
-        "a memory row remap is pending: reset the GPU (or reboot) when it is idle to apply it"
-            .to_string()
-            .into()
-    })
+    (r.remapped_rows.pending == Some(true)).then(|| "a memory row remap is pending".to_string().into())
 }
 
 pub(super) fn row_remap_failed(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
     (r.remapped_rows.failed == Some(true)).then(|| {
-        "a memory row remap failed: the GPU has run out of spare rows; take it out of service and RMA it"
+        "a memory row remap failed: the GPU has run out of spare rows"
             .to_string()
             .into()
     })

@@ -25,7 +25,8 @@ pub const THERMAL_TIME_SHARE: f64 = 0.10;
 /// minute of slowdown in the first two would be half).
 pub const THERMAL_TIME_LEAST: Duration = Duration::from_secs(600);
 
-pub use super::table::{Check, Hit, Resetting, Rule, Seen};
+pub use super::table::{Check, Hit, Resetting, Rule, Seen, StepAdvice};
+use crate::model::health::Step;
 
 mod driver;
 mod lifecycle;
@@ -46,13 +47,13 @@ use thermal::*;
 use xid::*;
 
 /// Several things seen, or none: `None` for an empty list.
-pub(super) fn listed(items: Vec<String>, message: impl FnOnce(String) -> String) -> Option<Hit> {
-    (!items.is_empty()).then(|| message(items.join("; ")).into())
+pub(super) fn listed(items: Vec<String>, hit: impl FnOnce(String) -> Hit) -> Option<Hit> {
+    (!items.is_empty()).then(|| hit(items.join("; ")))
 }
 
 /// "412 corrected ECC errors in the last 60 min (health.error_rates.ecc_corrected is 100
 /// an hour)": more of the counter's errors within the last hour than the operator allows.
-pub(super) fn error_rate(seen: &Seen, counter: ErrorCounter, what: &str, action: &str) -> Option<Hit> {
+pub(super) fn error_rate(seen: &Seen, counter: ErrorCounter, what: &str) -> Option<Hit> {
     let limit = seen.limits.error_rates.get(counter)?;
     let growth = seen
         .device
@@ -62,7 +63,7 @@ pub(super) fn error_rate(seen: &Seen, counter: ErrorCounter, what: &str, action:
         .filter(|g| g.errors > limit)?;
     Some(
         format!(
-            "{} {what} in the last {} min (health.error_rates.{} is {limit} an hour): {action}",
+            "{} {what} in the last {} min (health.error_rates.{} is {limit} an hour)",
             growth.errors,
             growth.over.as_secs().div_ceil(60).max(1),
             counter.key()
@@ -110,6 +111,8 @@ pub const RULES: &[Rule] = &[
         action: "what NVIDIA's catalog says for the code (the finding quotes it; `gpuwarden xid explain CODE`); the next step is gpuwarden's advice",
         ends: false,
         dcgm: Some(("DRIVER", "DCGM_FR_XID_ERROR")),
+        step: StepAdvice::FromXid,
+        source: "NVIDIA's Xid catalog: the code's resolution bucket (immediate action)",
         check: Check::Device(xid_fatal),
     },
     Rule {
@@ -120,6 +123,8 @@ pub const RULES: &[Rule] = &[
         action: "the XID's action; watch whether it recurs",
         ends: false,
         dcgm: Some(("DRIVER", "DCGM_FR_XID_ERROR")),
+        step: StepAdvice::None,
+        source: "NVIDIA's Xid catalog: the code's resolution bucket",
         check: Check::Device(xid_critical),
     },
     Rule {
@@ -131,6 +136,8 @@ pub const RULES: &[Rule] = &[
         ends: false,
         // DCGM's health watches do not read the driver's recovery action (DCGM #263).
         dcgm: None,
+        step: StepAdvice::FromDriver,
+        source: "the driver's recovery action (NVML field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)",
         check: Check::Readings(recovery_action),
     },
     VALIDATING,
@@ -142,6 +149,8 @@ pub const RULES: &[Rule] = &[
         action: "none: the reset runs, then the GPU's validation (`validating`) keeps it out of service until a probe passes",
         ends: true,
         dcgm: None,
+        step: StepAdvice::None,
+        source: "gpuwarden's automatic remediation",
         check: Check::Device(remediating),
     },
     GPU_LOST,
@@ -153,6 +162,8 @@ pub const RULES: &[Rule] = &[
         action: "check `dmesg` for Xid errors; if it persists, reset the GPU when it is idle",
         ends: true,
         dcgm: Some(("DRIVER", "DCGM_FR_NVML_API")),
+        step: StepAdvice::None,
+        source: "DCGM: DCGM_FR_NVML_API",
         check: Check::Device(not_responding),
     },
     Rule {
@@ -160,9 +171,11 @@ pub const RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: None,
         when: "`sw_thermal_slowdown` or `hw_thermal_slowdown` is active",
-        action: "check airflow, fans, inlet temperature",
+        action: "check airflow, fans and inlet temperature",
         ends: false,
         dcgm: Some(("THERMAL", "DCGM_FR_CLOCK_THROTTLE_THERMAL")),
+        step: StepAdvice::None,
+        source: "NVML's clock-event reasons; DCGM: DCGM_FR_CLOCK_THROTTLE_THERMAL",
         check: Check::Readings(thermal_slowdown),
     },
     Rule {
@@ -173,6 +186,8 @@ pub const RULES: &[Rule] = &[
         action: "check airflow, fans, inlet temperature and the heatsink's contact: the GPU runs slower than it should",
         ends: false,
         dcgm: Some(("THERMAL", "DCGM_FR_CLOCK_THROTTLE_THERMAL")),
+        step: StepAdvice::None,
+        source: "NVML's clock-event time counters; DCGM: DCGM_FR_CLOCK_THROTTLE_THERMAL",
         check: Check::Readings(thermal_slowdown_time),
     },
     Rule {
@@ -180,9 +195,11 @@ pub const RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: None,
         when: "the die is within `health.temperature_margin_c` of its slowdown temperature (off unless set)",
-        action: "check airflow, fans, inlet temperature before the clocks come down",
+        action: "check airflow, fans and inlet temperature before the clocks come down",
         ends: false,
         dcgm: Some(("THERMAL", "DCGM_FR_TEMP_VIOLATION")),
+        step: StepAdvice::None,
+        source: "DCGM: DCGM_FR_TEMP_VIOLATION",
         check: Check::Readings(temperature_near_slowdown),
     },
     Rule {
@@ -193,6 +210,8 @@ pub const RULES: &[Rule] = &[
         action: "check the power supplies, the GPU's power cables and the board",
         ends: false,
         dcgm: Some(("POWER", "DCGM_FR_CLOCK_THROTTLE_POWER")),
+        step: StepAdvice::None,
+        source: "NVML's clock-event reasons; DCGM: DCGM_FR_CLOCK_THROTTLE_POWER",
         check: Check::Readings(hw_slowdown),
     },
     Rule {
@@ -200,9 +219,11 @@ pub const RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: None,
         when: "current PCIe width below the max",
-        action: "reseat the GPU; check riser and slot",
+        action: "reseat the GPU or check the riser and slot",
         ends: false,
         dcgm: Some(("PCIE", "DCGM_FR_PCIE_WIDTH")),
+        step: StepAdvice::None,
+        source: "DCGM: DCGM_FR_PCIE_WIDTH",
         check: Check::Readings(pcie_width_degraded),
     },
     Rule {
@@ -210,9 +231,11 @@ pub const RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: None,
         when: "more PCIe replays within the last hour than `health.error_rates.pcie_replay` (off unless set)",
-        action: "reseat the GPU; check riser and slot",
+        action: "the link is retransmitting: reseat the GPU, check the riser and slot",
         ends: false,
         dcgm: Some(("PCIE", "DCGM_FR_PCI_REPLAY_RATE")),
+        step: StepAdvice::None,
+        source: "DCGM: DCGM_FR_PCI_REPLAY_RATE",
         check: Check::Readings(pcie_replay_rate),
     },
     Rule {
@@ -220,9 +243,11 @@ pub const RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: None,
         when: "persistence mode is off (and gpuwarden could not, or was told not to, turn it on)",
-        action: "run gpuwarden as root, or use nvidia-persistenced",
+        action: "enable it (`nvidia-smi -pm 1`, or nvidia-persistenced; gpuwarden turns it on when it runs as root and `persistence.enable` is on)",
         ends: false,
         dcgm: Some(("DRIVER", "DCGM_FR_PERSISTENCE_MODE")),
+        step: StepAdvice::None,
+        source: "NVIDIA's driver persistence guide; DCGM: DCGM_FR_PERSISTENCE_MODE",
         check: Check::Readings(persistence_off),
     },
     Rule {
@@ -233,6 +258,8 @@ pub const RULES: &[Rule] = &[
         action: "check that the licence server is reachable and the client configuration token is in place (`nvidia-smi -q` shows the licence status; nvidia-gridd's log says why); `systemctl restart nvidia-gridd`",
         ends: false,
         dcgm: None,
+        step: StepAdvice::None,
+        source: "NVIDIA's vGPU licensing guide",
         check: Check::Readings(vgpu_unlicensed),
     },
     Rule {
@@ -240,9 +267,11 @@ pub const RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: None,
         when: "volatile uncorrectable ECC errors above 0",
-        action: "reset the GPU when it is idle (the driver retires the page); plan its replacement if the count grows",
+        action: "reset the GPU when it is idle to retire the page; if the count grows, plan its replacement",
         ends: false,
         dcgm: Some(("MEM", "DCGM_FR_VOLATILE_DBE_DETECTED")),
+        step: StepAdvice::None,
+        source: "NVIDIA's GPU memory error management guide (a reset retires the page); DCGM: DCGM_FR_VOLATILE_DBE_DETECTED",
         check: Check::Readings(ecc_uncorrectable),
     },
     Rule {
@@ -250,9 +279,11 @@ pub const RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: None,
         when: "more corrected ECC errors within the last hour than `health.error_rates.ecc_corrected` (off unless set)",
-        action: "watch for row remaps and uncorrectable errors; plan the vendor's diagnostics at the next maintenance",
+        action: "the memory is wearing: watch for row remaps and uncorrectable errors, and plan the vendor's diagnostics at the next maintenance",
         ends: false,
         dcgm: Some(("MEM", "DCGM_FR_VOLATILE_SBE_DETECTED")),
+        step: StepAdvice::None,
+        source: "DCGM: DCGM_FR_VOLATILE_SBE_DETECTED",
         check: Check::Readings(ecc_corrected_rate),
     },
     ROW_REMAP_PENDING,
@@ -261,9 +292,11 @@ pub const RULES: &[Rule] = &[
         severity: Unhealthy,
         worse_when: None,
         when: "a memory row remap failed: no spare rows left",
-        action: "take the GPU out of service; RMA",
+        action: "take it out of service and RMA it",
         ends: false,
         dcgm: Some(("MEM", "DCGM_FR_ROW_REMAP_FAILURE")),
+        step: StepAdvice::Take(Step::Service),
+        source: "NVIDIA's GPU memory error management guide (a failed remap is an RMA condition); DCGM: DCGM_FR_ROW_REMAP_FAILURE",
         check: Check::Readings(row_remap_failed),
     },
     Rule {
@@ -271,9 +304,11 @@ pub const RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: None,
         when: "an NVLink of the GPU is down (`gpu_nvlink_up` 0; read every `poll.topology_interval`, 2 min)",
-        action: "`nvidia-smi nvlink -s`, the kernel log (Xid 74); reset the GPU; if it stays down, reseat or service the baseboard",
+        action: "check `nvidia-smi nvlink -s` and the kernel log (Xid 74), then reset the GPU; if it stays down, reseat or service the baseboard",
         ends: false,
         dcgm: Some(("NVLINK", "DCGM_FR_NVLINK_DOWN")),
+        step: StepAdvice::None,
+        source: "DCGM: DCGM_FR_NVLINK_DOWN",
         check: Check::Readings(nvlink_down),
     },
     Rule {
@@ -281,9 +316,11 @@ pub const RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: None,
         when: "more NVLink errors (CRC, replay, recovery, summed over the links) within the last hour than `health.error_rates.nvlink` (off unless set)",
-        action: "find the link (`nvidia-smi nvlink -e`); reset the GPU; reseat or service the baseboard if it goes on",
+        action: "see which link with `nvidia-smi nvlink -e` (or gpu_nvlink_link_errors_total); reset the GPU, reseat or service the baseboard if it goes on",
         ends: false,
         dcgm: Some(("NVLINK", "DCGM_FR_NVLINK_ERROR_THRESHOLD")),
+        step: StepAdvice::None,
+        source: "DCGM: DCGM_FR_NVLINK_ERROR_THRESHOLD",
         check: Check::Readings(nvlink_error_rate),
     },
     FABRIC_NOT_READY,
@@ -292,9 +329,11 @@ pub const RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: Some("it was the probe of a validation (\"Return to service\")"),
         when: "the last scheduled probe fell short of the model's expected throughput, or the GPU failed a test with a CUDA error ([probe.md](probe.md)); until a later probe passes. A failed validation probe (or one that hung past `probe.timeout`) stays until the next clear",
-        action: "look at what the probe saw under load; run `gpuwarden probe --gpu N` on the idle GPU before taking it out of service; after a validation it is out already, and a person must repair it",
+        action: "look at its clock-event reasons, temperature and PCIe width under load (`gpuwarden probe --gpu N` on the idle GPU) before taking it out of service; after a failed validation it is out already, and a person must repair it",
         ends: false,
         dcgm: None,
+        step: StepAdvice::Take(Step::Service),
+        source: "gpuwarden's validation (docs/validation.md): a GPU that fails it after a repair needs a person; DCGM's diagnostics (dcgmi diag -r 3) confirm",
         check: Check::Device(probe_failed),
     },
     Rule {
@@ -302,9 +341,11 @@ pub const RULES: &[Rule] = &[
         severity: Degraded,
         worse_when: None,
         when: "the latest probe's sustained figure of a test is more than `probe.regression_pct` (7%) below the GPU's own baseline (the median of its last `probe.baseline_probes` (10) probes, at least 3, kept in the journal) or below the median of the node's other GPUs of its model ([probe.md](probe.md), \"Baselines\")",
-        action: "look at its clock-event reasons, temperature and power under load; compare `gpuwarden report --gpu N`'s probe history; have the vendor's diagnostics run at the next maintenance if it stays slow",
+        action: "look at its clock-event reasons, temperature and power under load (`gpuwarden report --gpu N` has its probe history); have the vendor's diagnostics run at the next maintenance if it stays slow",
         ends: false,
         dcgm: None,
+        step: StepAdvice::None,
+        source: "gpuwarden's probe baselines (docs/probe.md)",
         check: Check::Device(probe_regressed),
     },
     Rule {
@@ -312,9 +353,11 @@ pub const RULES: &[Rule] = &[
         severity: Unhealthy,
         worse_when: None,
         when: "the probe's correctness canary found a wrong result: an exact GEMM or FMA chain off by a bit, a digest that changed between runs of the same inputs, or a digest the node's other GPUs of its model (or its own earlier probes) do not share ([probe.md](probe.md), \"Silent data corruption\"); until a person clears it",
-        action: "take the GPU out of service and keep the evidence (`gpuwarden report --gpu N --markdown`: the elements and digests that differ) for the vendor's RMA; it fails every validation while it computes wrong",
+        action: "take it out of service (a reset does not mend it) and keep the evidence for the vendor's RMA (`gpuwarden report --gpu N --markdown`: the elements and digests that differ); it fails every validation while it computes wrong",
         ends: false,
         dcgm: None,
+        step: StepAdvice::Take(Step::Service),
+        source: "no NVIDIA document says a reset mends arithmetic that computes wrong, and DCGM has no failure code for it: the vendor's field diagnostics and RMA decide",
         check: Check::Device(sdc_suspect),
     },
     Rule {
@@ -322,9 +365,11 @@ pub const RULES: &[Rule] = &[
         severity: Unhealthy,
         worse_when: None,
         when: "the probe's HBM pattern test (walking ones and zeros, moving inversions, address in address over a share of the free memory) read a word back wrong ([probe.md](probe.md), \"HBM patterns\"); until a person clears it",
-        action: "take the GPU out of service; keep the failing offsets and patterns (`gpuwarden report --gpu N --markdown`) for the vendor, and look at its row remapping and ECC counts (`gpuwarden events --gpu N --kind ecc,row_remap`)",
+        action: "take it out of service (a reset does not mend it) and keep the evidence for the vendor (`gpuwarden report --gpu N --markdown`: the failing offsets and patterns); look at its row remapping and ECC counts (`gpuwarden events --gpu N --kind ecc,row_remap`)",
         ends: false,
         dcgm: Some(("MEM", "DCGM_FR_MEMORY_MISMATCH")),
+        step: StepAdvice::Take(Step::Service),
+        source: "DCGM: DCGM_FR_MEMORY_MISMATCH; NVIDIA's GPU memory error management guide names no reset that mends memory that reads back wrong where row remapping did not catch it",
         check: Check::Device(hbm_pattern_errors),
     },
     Rule {
@@ -335,6 +380,8 @@ pub const RULES: &[Rule] = &[
         action: "none; the old board's serial and history stay in the journal (`gpuwarden report`)",
         ends: false,
         dcgm: None,
+        step: StepAdvice::None,
+        source: "gpuwarden's journal",
         check: Check::Device(board_replaced),
     },
 ];
@@ -349,6 +396,8 @@ pub const VALIDATING: Rule = Rule {
     action: "none: the probe runs as soon as the GPU is idle, and a pass returns the node to service; `gpuwarden health clear --skip-validation` lets it back without one",
     ends: false,
     dcgm: None,
+    step: StepAdvice::None,
+    source: "gpuwarden's validation (docs/validation.md)",
     check: Check::Device(validating),
 };
 
@@ -357,9 +406,11 @@ pub const GPU_LOST: Rule = Rule {
     severity: Unhealthy,
     worse_when: None,
     when: "the driver answers \"GPU is lost\" (fallen off the bus)",
-    action: "drain the node; reset or reseat the GPU",
+    action: crate::model::health::OFF_THE_BUS_ACTION,
     ends: true,
     dcgm: Some(("PCIE", "DCGM_FR_NVML_API")),
+    step: StepAdvice::Take(Step::RebootRequired),
+    source: "NVIDIA's Xid catalog: Xid 79, RESTART_BM",
     check: Check::Device(gpu_lost),
 };
 
@@ -368,9 +419,11 @@ pub const ROW_REMAP_PENDING: Rule = Rule {
     severity: Degraded,
     worse_when: None,
     when: "a row remap waits for a GPU reset",
-    action: "reset the GPU (or reboot) when idle",
+    action: "reset the GPU (or reboot) when it is idle to apply it",
     ends: false,
     dcgm: Some(("MEM", "DCGM_FR_PENDING_ROW_REMAP")),
+    step: StepAdvice::Take(Step::GpuReset),
+    source: "NVIDIA's GPU memory error management guide: a pending remap is applied at the next GPU reset",
     check: Check::Readings(row_remap_pending),
 };
 
@@ -379,9 +432,11 @@ pub const FABRIC_NOT_READY: Rule = Rule {
     severity: Unhealthy,
     worse_when: None,
     when: "on an NVSwitch system, the GPU has not completed NVLink fabric registration, or completed it with an error (`gpu_fabric_state`, `gpu_fabric_registration_ok`); the message says whether nvidia-fabricmanager runs",
-    action: "start or check nvidia-fabricmanager (`systemctl status nvidia-fabricmanager`, its log); reset the GPU",
+    action: "start or check nvidia-fabricmanager (`systemctl status nvidia-fabricmanager`, its log), then reset the GPU",
     ends: false,
     dcgm: Some(("NVLINK", "DCGM_FR_NVLINK_DOWN")),
+    step: StepAdvice::Take(Step::GpuReset),
+    source: "NVIDIA's Fabric Manager user guide: a GPU joins the fabric again through a reset",
     check: Check::Readings(fabric_not_ready),
 };
 
@@ -392,9 +447,11 @@ pub const GPU_MISSING: Rule = Rule {
     severity: Unhealthy,
     worse_when: None,
     when: "a GPU is on the PCI bus but no backend enumerates it (`gpu_pci_missing`, alert `GpuMissing`)",
-    action: "dmesg for why the driver did not take it; reseat or replace",
+    action: "check dmesg for why the driver did not take it, then reseat or replace it",
     ends: false,
     dcgm: None,
+    step: StepAdvice::Take(Step::Service),
+    source: "the PCI bus shows a GPU the driver does not bind: a person's",
     check: Check::Device(|_| None),
 };
 
@@ -405,9 +462,11 @@ pub const REBOOT_REQUIRED: Rule = Rule {
     severity: Unhealthy,
     worse_when: None,
     when: "automatic remediation found the node needs a reboot: a GPU reset failed, or the driver, a lost GPU or the XID catalog asks for one (`gpuwarden_reboot_required`, alert `GpuwardenRemediationFailed`)",
-    action: "reboot the node once its jobs are drained; gpuwarden never reboots it (`remediation.reboot_command` may)",
+    action: "drain the node and reboot it; gpuwarden never reboots it (`remediation.reboot_command` may)",
     ends: false,
     dcgm: None,
+    step: StepAdvice::Take(Step::RebootRequired),
+    source: "gpuwarden's automatic remediation: a reset failed or did not hold",
     check: Check::Device(|_| None),
 };
 
@@ -453,8 +512,11 @@ mod tests {
             assert!(!own_reset(rule.action), "{}: {}", rule.reason, rule.action);
         }
         // The catalog's advice goes into degraded findings (critical XIDs) as well as
-        // unhealthy ones.
-        for entry in catalog::CATALOG {
+        // unhealthy ones (a fatal code's finding is unhealthy: it may say drain).
+        for entry in catalog::CATALOG
+            .iter()
+            .filter(|e| e.severity < catalog::Severity::Fatal)
+        {
             let action = entry.action();
             assert!(
                 !action.contains("drain") && !own_reset(&action),

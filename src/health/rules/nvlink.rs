@@ -7,7 +7,6 @@ pub(super) fn nvlink_error_rate(seen: &Seen, _: &DeviceReadings) -> Option<Hit> 
         seen,
         ErrorCounter::Nvlink,
         "NVLink errors (CRC, replay, recovery over its links)",
-        "see which link with nvidia-smi nvlink -e (or gpu_nvlink_link_errors_total); reset the GPU, reseat or service the baseboard if it goes on",
     )
 }
 
@@ -19,8 +18,7 @@ pub(super) fn nvlink_down(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
     }
     Some(
         format!(
-            "NVLink {} down ({} of {} up): traffic to the other GPUs slows or falls back to PCIe; \
-             check nvidia-smi nvlink -s and the kernel log, then reset the GPU or reseat the baseboard",
+            "NVLink {} down ({} of {} up): traffic to the other GPUs slows or falls back to PCIe",
             down.join(", "),
             links.links_up(),
             links.board_links
@@ -37,14 +35,12 @@ pub(super) fn fabric_not_ready(seen: &Seen, r: &DeviceReadings) -> Option<Hit> {
         None => "nvidia-fabricmanager not checked".to_string(),
     };
     Some(match &fabric.error {
-        Some(error) => format!(
-            "the NVLink fabric refused the GPU ({error}); {manager}: its NVLinks carry nothing; check \
-             nvidia-fabricmanager's log, then reset the GPU"
-        )
-        .into(),
+        Some(error) => {
+            format!("the NVLink fabric refused the GPU ({error}); {manager}: its NVLinks carry nothing").into()
+        }
         None => format!(
-            "the GPU has not joined the NVLink fabric (state {}); {manager}: start or check nvidia-fabricmanager \
-             (`systemctl status nvidia-fabricmanager`). Jobs across GPUs fail or fall back to PCIe until it has",
+            "the GPU has not joined the NVLink fabric (state {}); {manager}: jobs across GPUs fail or fall back to \
+             PCIe until it has",
             fabric.state
         )
         .into(),

@@ -5,7 +5,7 @@ use super::*;
 pub(super) fn pcie_width_degraded(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
     (r.pcie.width_degraded() == Some(true)).then(|| {
         format!(
-            "PCIe link runs at x{} of x{}: reseat the GPU or check the riser and slot",
+            "PCIe link runs at x{} of x{}",
             r.pcie.width.unwrap_or(0),
             r.pcie.width_max.unwrap_or(0)
         )
@@ -14,10 +14,5 @@ pub(super) fn pcie_width_degraded(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
 }
 
 pub(super) fn pcie_replay_rate(seen: &Seen, _: &DeviceReadings) -> Option<Hit> {
-    error_rate(
-        seen,
-        ErrorCounter::PcieReplay,
-        "PCIe replays",
-        "the link is retransmitting; reseat the GPU, check the riser and slot",
-    )
+    error_rate(seen, ErrorCounter::PcieReplay, "PCIe replays")
 }

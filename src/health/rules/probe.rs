@@ -4,14 +4,14 @@ use super::*;
 
 pub(super) fn probe_failed(seen: &Seen) -> Option<Hit> {
     if let Some((validation, detail)) = seen.validation.and_then(|v| Some((v, v.failed()?))) {
-        return Some(Hit {
-            message: format!(
-                "{detail} (its validation after {}); it stays out of service until it is repaired and \
-                 cleared again (`gpuwarden health clear`)",
+        return Some(Hit::said(
+            format!(
+                "{detail} (its validation after {}); it stays out of service until it is repaired and cleared again \
+                 (`gpuwarden health clear`)",
                 validation.why
             ),
-            severity: Some(Unhealthy),
-        });
+            Some(Unhealthy),
+        ));
     }
     let report = seen
         .probe
@@ -26,14 +26,7 @@ pub(super) fn probe_failed(seen: &Seen) -> Option<Hit> {
         return None;
     }
     let failed = report.shortfalls();
-    (!failed.is_empty()).then(|| {
-        format!(
-            "failed the probe: {}; look at its clock-event reasons, temperature and PCIe width under load (`gpuwarden probe --gpu {}`)",
-            failed.join(", "),
-            report.gpu
-        )
-        .into()
-    })
+    (!failed.is_empty()).then(|| format!("failed the probe: {}", failed.join(", ")).into())
 }
 
 /// Wrong results are sticky: a later probe that happens to compute right does not make the
@@ -44,11 +37,9 @@ pub(super) fn sdc_suspect(seen: &Seen) -> Option<Hit> {
         .filter(|s| seen.after_clear(crate::model::from_unix_seconds(s.at)))?;
     Some(
         format!(
-            "computed wrong results in the probe's correctness canary at {} (silent data corruption suspected): {}; \
-             take it out of service and keep the evidence for an RMA (`gpuwarden report --gpu {} --markdown`)",
+            "computed wrong results in the probe's correctness canary at {} (silent data corruption suspected): {}",
             crate::model::utc_seconds(suspect.at),
             suspect.faults.join("; "),
-            suspect.gpu
         )
         .into(),
     )
@@ -61,11 +52,9 @@ pub(super) fn hbm_pattern_errors(seen: &Seen) -> Option<Hit> {
         .filter(|s| seen.after_clear(crate::model::from_unix_seconds(s.at)))?;
     Some(
         format!(
-            "its memory read back wrong in the probe's HBM pattern test at {}: {}; take it out of service and keep \
-             the evidence for the vendor (`gpuwarden report --gpu {} --markdown`)",
+            "its memory read back wrong in the probe's HBM pattern test at {}: {}",
             crate::model::utc_seconds(suspect.at),
             suspect.faults.join("; "),
-            suspect.gpu
         )
         .into(),
     )
@@ -98,10 +87,8 @@ pub(super) fn probe_regressed(seen: &Seen) -> Option<Hit> {
         .collect();
     (!regressed.is_empty()).then(|| {
         format!(
-            "slower than it was or than its neighbours: {}; a synchronous job runs at its slowest GPU's pace. Look at \
-             its clock-event reasons and temperature under load (`gpuwarden report --gpu {}` has its probe history)",
+            "slower than it was or than its neighbours: {}; a synchronous job runs at its slowest GPU's pace",
             regressed.join("; "),
-            seen.device.identity.index
         )
         .into()
     })

@@ -14,13 +14,7 @@ pub(super) fn thermal_slowdown(_: &Seen, r: &DeviceReadings) -> Option<Hit> {
         return None;
     }
     let temperature = r.die_temperature().map(|t| format!(" at {t:.0} C")).unwrap_or_default();
-    Some(
-        format!(
-            "clocks are slowed for temperature ({}){temperature}: check airflow, fans and inlet temperature",
-            active.join(", ")
-        )
-        .into(),
-    )
+    Some(format!("clocks are slowed for temperature ({}){temperature}", active.join(", ")).into())
 }
 
 /// Slowed for temperature a tenth or more of the last hour by the driver's counters, which
@@ -34,8 +28,7 @@ pub(super) fn thermal_slowdown_time(seen: &Seen, _: &DeviceReadings) -> Option<H
     let share = time.slowed.as_secs_f64() / time.over.as_secs_f64();
     (share >= THERMAL_TIME_SHARE).then(|| {
         format!(
-            "clocks were slowed for temperature {:.0} s of the last {} minutes ({:.0} %, by the driver's counters): \
-             check airflow, fans, inlet temperature and the heatsink's contact",
+            "clocks were slowed for temperature {:.0} s of the last {} minutes ({:.0} %, by the driver's counters)",
             time.slowed.as_secs_f64(),
             time.over.as_secs() / 60,
             share * 100.0
@@ -50,7 +43,7 @@ pub(super) fn temperature_near_slowdown(seen: &Seen, r: &DeviceReadings) -> Opti
     (slowdown - temperature < margin).then(|| {
         format!(
             "{temperature:.0} C, {:.0} C below its slowdown temperature of {slowdown:.0} C (health.temperature_margin_c \
-             {margin}): check airflow, fans and inlet temperature before the clocks come down",
+             {margin})",
             slowdown - temperature
         )
         .into()
@@ -75,11 +68,5 @@ pub(super) fn hw_slowdown(seen: &Seen, r: &DeviceReadings) -> Option<Hit> {
     } else {
         format!("now ({})", active.join(", "))
     };
-    Some(
-        format!(
-            "the hardware pulled the clocks down for power {when} (slowdown signal or power brake): \
-             check the power supplies and the GPU's power cables"
-        )
-        .into(),
-    )
+    Some(format!("the hardware pulled the clocks down for power {when} (slowdown signal or power brake)").into())
 }

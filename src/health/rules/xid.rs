@@ -23,7 +23,7 @@ pub(super) fn xid_fatal(seen: &Seen) -> Option<Hit> {
         .iter()
         .filter(|x| x.severity == Severity::Fatal && seen.after_clear(x.last_seen));
     listed(fatal.map(describe_xid).collect(), |xids| {
-        format!("fatal XID since boot: {xids}")
+        Hit::said(format!("fatal XID since boot: {xids}"), None)
     })
 }
 
@@ -40,6 +40,6 @@ pub(super) fn xid_critical(seen: &Seen) -> Option<Hit> {
         .filter(|x| x.severity == Severity::Critical && seen.after_clear(x.last_seen))
         .filter(recent);
     listed(critical.map(describe_xid).collect(), |xids| {
-        format!("critical XID: {xids}")
+        Hit::said(format!("critical XID: {xids}"), None)
     })
 }
