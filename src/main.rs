@@ -47,7 +47,8 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
-        /// Check the simulated GPUs of the demo.
+        /// Check the simulated GPUs of the demo: the running demo's (the newest), as they
+        /// are now, where one runs; else a fresh one.
         #[arg(long)]
         demo: bool,
     },
@@ -317,6 +318,23 @@ fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<(Overrides, Optio
     }
 }
 
+/// The overrides that read the running demo's files (`check --demo`).
+fn attached(running: &gpuwarden::cli::demo::RunningDemo) -> Result<Overrides, CliError> {
+    let files = running
+        .attach()
+        .map_err(|e| CliError::new(Exit::FAILURE, format!("gpuwarden: {e}")))?;
+    eprintln!("gpuwarden: checking the running demo (pid {})", running.pid);
+    Ok(Overrides {
+        nvml_library_path: Some(files.library),
+        kernel_log_path: Some(files.kernel_log),
+        no_pci_census: true,
+        hpc_jobs_dir: Some(files.jobs),
+        sysfs_root: Some(files.sys_root),
+        no_fabric_manager: true,
+        ..Overrides::default()
+    })
+}
+
 /// Restores SIGPIPE's default action (the Rust runtime ignores it): a write to a closed pipe
 /// ends the process quietly.
 fn quiet_on_closed_output() {
@@ -478,8 +496,10 @@ enum HealthAction {
     /// and held findings from before no longer count) and record who and why in the journal.
     /// A finding whose condition still holds (a lost GPU, a pending row remap) comes back at
     /// the next poll, and this says so. Root (or gpuwarden's user), over the local socket only.
-    /// Exit 0: no finding left; 1: a finding is still present; 2: not cleared (the daemon did
-    /// not answer, or refused: no such GPU, no reason).
+    /// Exit 0: the clear was taken (nothing left, or only the validation it started, which
+    /// keeps the GPU out until its probe passes); 1: a finding whose condition still holds is
+    /// present (it cannot be cleared until it is mended); 2: not cleared (the daemon did not
+    /// answer, or refused: no such GPU); 64: no usable reason.
     Clear {
         /// The GPU: its index, UUID or PCI address.
         #[arg(
@@ -693,7 +713,13 @@ fn report(path: &std::path::Path, gpu: Option<String>, nic: Option<String>, json
 fn check(config: Option<PathBuf>, json: bool, demo: bool) -> CliResult {
     let path = config_path(config.as_deref());
     let mut cfg = load_config(path.as_deref())?;
-    let (overrides, demo_files) = overrides(None, demo)?;
+    // `check --demo` beside a running demo polls that demo's GPUs as they are now (its
+    // injected faults, the persistence its daemon turned on), not a fresh simulation.
+    let running = demo.then(|| gpuwarden::cli::demo::choose(None).ok()).flatten();
+    let (overrides, demo_files) = match running {
+        Some(running) => (attached(&running)?, None),
+        None => overrides(None, demo)?,
+    };
     overrides.apply(&mut cfg, path.as_deref());
     // check only looks: it reports persistence mode off rather than changing it.
     cfg.persistence.enable = false;

@@ -137,7 +137,8 @@ drain_as() {
 
 case "$code" in
     1)
-        # First line: "unhealthy: GPU 0 xid_fatal, GPU 3 gpu_lost".
+        # First line: "unhealthy: GPU 0 xid_fatal (next: gpu_reset), GPU 3 gpu_lost (next: reboot_required)"
+        # (the next step where remediation.mode is advise or auto).
         drain_as "$(printf '%s\n' "$verdict" | head -n 1 | sed 's/^unhealthy: //' | cut -c1-200)"
         ;;
     3)

@@ -215,7 +215,44 @@ pub struct RunningDemo {
 /// running and no pid it says on stderr which one it took and how to choose another, so a
 /// command never reads another demo's journal unannounced.
 pub fn choose(pid: Option<u32>) -> Result<RunningDemo, NoDemo> {
-    let all = running_all();
+    choose_from(running_all(), pid)
+}
+
+impl RunningDemo {
+    /// Points this process's simulated NVML at the running demo's scenario (the faults
+    /// `demo inject` put in, the persistence modes its daemon set), so `check --demo` polls
+    /// the demo's GPUs as they are now. Call before any thread exists.
+    pub fn attach(&self) -> Result<AttachedDemo, DemoError> {
+        let library = library_candidates()
+            .into_iter()
+            .find(|p| p.exists())
+            .ok_or_else(|| DemoError::NoLibrary {
+                looked_in: library_candidates()
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })?;
+        // SAFETY: called from main before the runtime or any other thread exists.
+        unsafe { std::env::set_var("GPUWARDEN_SIM_NVML_SCENARIO", self.dir.join("scenario.yaml")) };
+        Ok(AttachedDemo {
+            library,
+            kernel_log: self.dir.join("kmsg"),
+            jobs: self.dir.join("jobs"),
+            sys_root: self.dir.join("sysfs"),
+        })
+    }
+}
+
+/// A running demo's files, as `check --demo` reads them (nothing of it is written).
+pub struct AttachedDemo {
+    pub library: PathBuf,
+    pub kernel_log: PathBuf,
+    pub jobs: PathBuf,
+    pub sys_root: PathBuf,
+}
+
+fn choose_from(all: Vec<RunningDemo>, pid: Option<u32>) -> Result<RunningDemo, NoDemo> {
     let pids = || all.iter().map(|d| d.pid.to_string()).collect::<Vec<_>>().join(", ");
     match pid {
         Some(pid) => all
@@ -260,7 +297,7 @@ pub fn running_all() -> Vec<RunningDemo> {
     use std::os::unix::fs::MetadataExt;
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
-    let mut found: Vec<(std::time::SystemTime, RunningDemo)> = Vec::new();
+    let mut found: Vec<(u64, RunningDemo)> = Vec::new();
     let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
         return Vec::new();
     };
@@ -286,9 +323,10 @@ pub fn running_all() -> Vec<RunningDemo> {
             continue;
         }
         let dir = entry.path();
-        let modified = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+        // Newest by when its process started, not by the directory's time, which every file
+        // `demo inject` writes there moves.
         found.push((
-            modified,
+            started(&proc_dir).unwrap_or(0),
             RunningDemo {
                 pid,
                 state: dir.join("state.db"),
@@ -297,8 +335,16 @@ pub fn running_all() -> Vec<RunningDemo> {
             },
         ));
     }
-    found.sort_by_key(|(modified, demo)| std::cmp::Reverse((*modified, demo.pid)));
+    found.sort_by_key(|(started, demo)| std::cmp::Reverse((*started, demo.pid)));
     found.into_iter().map(|(_, demo)| demo).collect()
+}
+
+/// When the process of `proc_dir` started, in clock ticks since boot (field 22 of its
+/// `stat`, counted after the name's closing parenthesis, which the name itself may hold).
+fn started(proc_dir: &Path) -> Option<u64> {
+    let stat = std::fs::read_to_string(proc_dir.join("stat")).ok()?;
+    let (_, after_name) = stat.rsplit_once(')')?;
+    after_name.split_whitespace().nth(19)?.parse().ok()
 }
 
 #[cfg(test)]

@@ -25,7 +25,8 @@ pub enum DemoCommand {
         #[arg(long, value_name = "N")]
         gpu: Option<u32>,
         /// An XID by code (79: fallen off the bus; 48: double-bit ECC; 13: an application's
-        /// fault): its line in the demo's kernel log.
+        /// fault): its line in the demo's kernel log. With 79 the GPU is lost as well: it
+        /// answers nothing until `--undo`.
         #[arg(long, value_name = "CODE")]
         xid: Option<u32>,
         /// The GPU over its slowdown temperature, its clocks slowed for heat.
@@ -134,6 +135,12 @@ pub fn inject(demo: &RunningDemo, gpu: Option<u32>, fault: &Fault) -> CliResult 
         (_, false) => None,
     };
     let said = match (fault, gpu) {
+        (Fault::Xid(code), Some(gpu)) if *code == OFF_THE_BUS => {
+            // A GPU that fell off the bus answers nothing: lost in the simulated NVML first,
+            // then its XID, as the driver logs it when it finds the GPU gone.
+            let lost = edit_scenario(demo, |s| lose(s, gpu))?;
+            format!("{}; {lost} (`--undo` puts it back)", xid(demo, gpu, *code)?)
+        }
         (Fault::Xid(code), Some(gpu)) => xid(demo, gpu, *code)?,
         (Fault::Hot, Some(gpu)) => edit_scenario(demo, |s| heat(s, gpu))?,
         (Fault::SlowProbe, Some(gpu)) => edit_scenario(demo, |s| slow_hbm(s, gpu))?,
@@ -171,6 +178,9 @@ fn next_stamp(text: &str) -> u64 {
         .fold(0.0, f64::max);
     (last * 1e6) as u64 + 1_000_000
 }
+
+/// Xid 79: the GPU has fallen off the bus.
+const OFF_THE_BUS: u32 = 79;
 
 fn xid(demo: &RunningDemo, gpu: u32, code: u32) -> Result<String, CliError> {
     let address = demo_fabric::gpu_addresses()

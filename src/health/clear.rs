@@ -4,6 +4,7 @@
 //! (rules/, `Seen::cleared`); this module is the words and checks around it.
 
 use super::verdict::FindingView;
+use crate::model::health::RuleId;
 use crate::model::{DeviceSnapshot, Snapshot};
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +44,18 @@ pub struct ClearAnswer {
     /// What the clear did about validation (a probe before return to service), for a person.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validation: Option<String>,
+}
+
+impl ClearAnswer {
+    /// The findings still present whose condition holds: all but the validation the clear
+    /// started, which is the clear's own next step, not something left over.
+    pub fn holding(&self) -> impl Iterator<Item = &FindingView> {
+        self.still.iter().filter(|f| !is_validation(f))
+    }
+}
+
+fn is_validation(f: &FindingView) -> bool {
+    f.reason == RuleId::Validating.label()
 }
 
 /// Why a clear was refused; each says what to do.
@@ -178,8 +191,11 @@ pub fn text(answer: &ClearAnswer) -> String {
         out.push_str(validation);
         out.push('\n');
     }
-    if answer.still.is_empty() {
-        out.push_str("no finding left\n");
+    for f in answer.still.iter().filter(|f| is_validation(f)) {
+        out.push_str(&format!("  {}: {}: {}\n", f.severity, f.reason, f.message));
+    }
+    if answer.holding().next().is_none() {
+        out.push_str("no finding left that the clear could not let go of\n");
         return out;
     }
     let when = if answer.polled_after {
@@ -187,8 +203,10 @@ pub fn text(answer: &ClearAnswer) -> String {
     } else {
         "as of the last poll (the next one has not come yet)"
     };
-    out.push_str(&format!("still present {when}; its condition still holds:\n"));
-    for f in &answer.still {
+    out.push_str(&format!(
+        "still present {when}; its condition still holds (mend it first):\n"
+    ));
+    for f in answer.holding() {
         out.push_str(&format!("  {}: {}: {}\n", f.severity, f.reason, f.message));
     }
     out

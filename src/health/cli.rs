@@ -127,8 +127,9 @@ pub fn health(socket: &Path, json: bool) -> CliResult {
 }
 
 /// `gpuwarden health clear`: clears one GPU (or, with `nic`, one network adapter) and prints
-/// what was let go of and what is still present. Exit 0: no finding left; 1: a finding still
-/// present; 2: not cleared; 64: the reason is not one (empty, too long).
+/// what was let go of and what is still present. Exit 0: taken (nothing left but the
+/// validation the clear started); 1: a finding whose condition still holds; 2: not cleared;
+/// 64: the reason is not one (empty, too long).
 pub fn clear(
     socket: &Path,
     gpu: &str,
@@ -157,7 +158,7 @@ pub fn clear(
         }
     } else {
         match serde_json::from_value::<super::clear::ClearAnswer>(answer.clone()) {
-            Ok(a) => (super::clear::text(&a), a.still.len()),
+            Ok(a) => (super::clear::text(&a), a.holding().count()),
             Err(e) => return Err(not_an_answer(e)),
         }
     };
@@ -205,10 +206,22 @@ pub fn exit_code(verdict: &NodeVerdict) -> Exit {
 /// finding with what to do.
 pub fn text(verdict: &NodeVerdict) -> String {
     let mut out = String::new();
-    let unhealthy: Vec<String> = verdict
-        .at(Level::Unhealthy)
-        .map(|(gpu, f)| match gpu {
-            Some(g) => format!("GPU {} {}", g.index, f.reason),
+    let found: Vec<_> = verdict.at(Level::Unhealthy).collect();
+    let unhealthy: Vec<String> = found
+        .iter()
+        .enumerate()
+        .map(|(i, (gpu, f))| match gpu {
+            Some(g) => {
+                // After a GPU's last finding, its next step: the drain reason Slurm shows
+                // and node-problem-detector's message say what the verdict says to do.
+                let last = found
+                    .get(i + 1)
+                    .is_none_or(|(next, _)| next.map(|n| n.uuid.as_str()) != Some(&g.uuid));
+                match (&g.next_step, last) {
+                    (Some(step), true) => format!("GPU {} {} (next: {})", g.index, f.reason, step.step),
+                    _ => format!("GPU {} {}", g.index, f.reason),
+                }
+            }
             // The port or address, so a drain reason says which (`node nic_port_down mlx5_2/1`).
             None => match &f.subject {
                 Some(subject) => format!("node {} {subject}", f.reason),

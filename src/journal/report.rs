@@ -9,8 +9,6 @@ use rusqlite::Connection;
 use serde::Serialize;
 
 pub const XID_CATALOG: &str = "NVIDIA Xid Catalog, docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html";
-pub const MEMORY_ERRORS: &str =
-    "NVIDIA GPU Memory Error Management, docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/ (row remapping)";
 pub const DCGM_DIAG: &str =
     "NVIDIA DCGM Diagnostics, docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html";
 
@@ -111,7 +109,8 @@ pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64, baseline_probes: usize
     let xids = of(&["xid", "xid_storm"]);
     let memory = of(&["ecc", "row_remap"]);
     let probes = of(&["probe"]);
-    let guidance = guidance(gpu, &xids, &probes);
+    let mut guidance = guidance(&xids, &probes);
+    guidance.extend(from_the_table(gpu, &rows));
     Ok(Report {
         generated_at: now,
         identity: Identity {
@@ -175,7 +174,7 @@ fn worst_first(findings: &[FindingFact]) -> Vec<FindingFact> {
 }
 
 /// The findings NVIDIA's documents send to a reset, field diagnostics or the vendor.
-fn guidance(gpu: &GpuFacts, xids: &[Row], probes: &[Row]) -> Vec<Guidance> {
+fn guidance(xids: &[Row], probes: &[Row]) -> Vec<Guidance> {
     let mut out = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for row in xids.iter().filter(|r| r.is(crate::journal::event::Kind::Xid)) {
@@ -202,26 +201,12 @@ fn guidance(gpu: &GpuFacts, xids: &[Row], probes: &[Row]) -> Vec<Guidance> {
             document: XID_CATALOG,
         });
     }
-    if gpu.remap_failed == Some(true) {
-        out.push(Guidance {
-            finding: "row remapping failed".into(),
-            advice: "the guide names row-remapping statistics as the way to watch HBM health and possible RMA \
-                     conditions; a failed remapping means an error could not be repaired: run field \
-                     diagnostics and open a case with this report"
-                .into(),
-            document: MEMORY_ERRORS,
-        });
-    }
-    if gpu.remap_pending == Some(true) {
-        out.push(Guidance {
-            finding: "row remapping pending".into(),
-            advice: "reset the GPU (or reboot) to apply the remapping; the guide says a reset is required".into(),
-            document: MEMORY_ERRORS,
-        });
-    }
+    // Only a probe that fell short of a throughput: a probe that failed on its correctness
+    // canary or its memory test delivered its figures, and has its own advice below.
     let failed_probes = probes
         .iter()
-        .filter(|r| r.details.get("tests").is_some() && r.summary.contains("FAILED"))
+        .filter_map(|r| serde_json::from_value::<crate::model::probe::ProbeReport>(r.details.clone()).ok())
+        .filter(|report| !report.shortfalls().is_empty())
         .count();
     if failed_probes > 0 {
         out.push(Guidance {
@@ -233,6 +218,40 @@ fn guidance(gpu: &GpuFacts, xids: &[Row], probes: &[Row]) -> Vec<Guidance> {
         });
     }
     out
+}
+
+/// The findings the verdict recorded for the GPU, and wrong results or memory the journal
+/// kept evidence of, each in its row's words of the one table (health/rules): what to do, the
+/// ladder's step and the document that says so. XIDs are the catalog's, above.
+fn from_the_table(gpu: &GpuFacts, rows: &[Row]) -> Vec<Guidance> {
+    use crate::health::table::StepAdvice;
+    use crate::model::health::RuleId;
+    // The GPU's newest word of the canary: a suspicion, unless a later row lifted it.
+    let unlifted_sdc = rows
+        .iter()
+        .filter(|r| r.kind == "sdc" && r.gpu_uuid.is_some())
+        .max_by(|a, b| a.at.total_cmp(&b.at))
+        .is_some_and(|r| r.details.get("suspect").is_some());
+    let memtest = rows.iter().any(|r| r.kind == "memtest");
+    let mut reasons: Vec<&str> = gpu.findings.iter().map(|f| f.reason.as_str()).collect();
+    reasons.extend((gpu.remap_failed == Some(true)).then_some(RuleId::RowRemapFailed.label()));
+    reasons.extend((gpu.remap_pending == Some(true)).then_some(RuleId::RowRemapPending.label()));
+    reasons.extend(unlifted_sdc.then_some(RuleId::SdcSuspect.label()));
+    reasons.extend(memtest.then_some(RuleId::HbmPatternErrors.label()));
+    let mut seen = std::collections::BTreeSet::new();
+    reasons
+        .into_iter()
+        .filter(|reason| seen.insert(*reason))
+        .filter_map(|reason| crate::health::rules::named(RuleId::from_label(reason)?))
+        // XIDs are the catalog's; a row with no step and nothing for the vendor (a notice,
+        // a validation under way) has no advice to add.
+        .filter(|rule| rule.step != StepAdvice::FromXid && rule.step != StepAdvice::None)
+        .map(|rule| Guidance {
+            finding: rule.reason.label().to_string(),
+            advice: format!("{}; the next step is {}", rule.action, rule.step.doc()),
+            document: rule.source,
+        })
+        .collect()
 }
 
 /// The report as Markdown, for a ticket.

@@ -26,7 +26,7 @@ fn run(tool: &str, args: &[&str]) -> (bool, String) {
 #[test]
 fn promtool_checks_and_unit_tests_the_rules() {
     let (ok, out) = run("promtool", &["check", "rules", RULES]);
-    assert!(ok && out.contains("SUCCESS: 61 rules found"), "{out}");
+    assert!(ok && out.contains("SUCCESS: 62 rules found"), "{out}");
     for tests in [
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/alerts.test.yml"),
         concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/tests/energy.test.yml"),
@@ -99,7 +99,7 @@ fn the_example_prometheus_and_alertmanager_configs_are_valid() {
     assert!(ok, "{out}");
     let am = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/alertmanager/alertmanager.yml");
     let (ok, out) = run("amtool", &["check-config", am]);
-    assert!(ok && out.contains("2 inhibit rules"), "{out}");
+    assert!(ok && out.contains("4 inhibit rules"), "{out}");
     let route = |labels: &[&str]| {
         let out = Command::new("amtool")
             .args(["config", "routes", "test", "--config.file", am])
@@ -123,6 +123,15 @@ fn metric_names(text: &str) -> BTreeSet<String> {
     let bytes: Vec<char> = text.chars().collect();
     let mut i = 0;
     while i < bytes.len() {
+        // A label value ("gpu_lost") names no metric.
+        if bytes[i] == '"' {
+            i += 1;
+            while i < bytes.len() && bytes[i] != '"' {
+                i += 1;
+            }
+            i += 1;
+            continue;
+        }
         if bytes[i].is_ascii_alphabetic()
             && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || "_:$.".contains(bytes[i - 1])))
         {
@@ -156,7 +165,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
                 .map(|r| r["expr"].as_str().unwrap().to_string())
         })
         .collect();
-    assert_eq!(exprs.len(), 61);
+    assert_eq!(exprs.len(), 62);
     let used = metric_names(&exprs.join("\n"));
     assert!(
         used.contains("gpu_clock_event_seconds_total") && used.contains("gpu_up"),
@@ -252,12 +261,21 @@ fn quiet_scenario() -> String {
     s
 }
 
+/// Validation probes only (no schedule), a second each on the simulated CUDA.
+const VALIDATION_PROBES: &str = "probe:\n  schedule: false\n  memory_cap_mib: 256\n  max_utilization: 1.0\n  timeout: 20s\n  \
+     durations: {gemm_bf16: 200ms, fma_fp32: 200ms, hbm_copy: 200ms, pcie_h2d: 200ms, pcie_d2h: 200ms}\n";
+
 #[test]
 fn alerts_fire_in_a_live_prometheus_for_the_right_gpu_and_clear() {
-    let quiet = quiet_scenario();
-    let config = "listen: 127.0.0.1:0\npoll:\n  interval: 100ms\n  timeout: 80ms\nnvml:\n  library_path: LIB\n  retry_initial: 200ms\n  retry_max: 1s\nxid:\n  kernel_log_path: \"@KMSG@\"\n"
-        .replace("LIB", &sim_library().display().to_string());
-    let d = Daemon::start_with(&quiet, &config);
+    let quiet = all_idle(&with_cuda(&quiet_scenario()));
+    let config = format!(
+        "listen: 127.0.0.1:0\npoll:\n  interval: 100ms\n  timeout: 80ms\nnvml:\n  library_path: LIB\n  retry_initial: 200ms\n  retry_max: 1s\nxid:\n  kernel_log_path: \"@KMSG@\"\n\
+         remediation:\n  mode: advise\n{VALIDATION_PROBES}"
+    )
+    .replace("LIB", &sim_library().display().to_string());
+    let cuda = tempfile::tempdir().unwrap();
+    let env = [("LD_LIBRARY_PATH", sim_cuda_dir(cuda.path(), true).display().to_string())];
+    let d = Daemon::start_full(&quiet, &config, "", &env);
     let prom = Prometheus::start(&d.addr);
 
     // A new Prometheus takes a few seconds before its first scrape: wait for data, not time.
@@ -281,14 +299,15 @@ fn alerts_fire_in_a_live_prometheus_for_the_right_gpu_and_clear() {
     d.set_scenario(&broken);
     d.log_kernel("NVRM: Xid (PCI:0000:3b:00): 79, pid=2311, name=python3, GPU has fallen off the bus.\n");
 
-    // Each alert must fire within its `for` plus two scrape intervals (1s each).
+    // Each alert must fire within its `for` plus two scrape intervals (1s each): a GPU the
+    // driver lost pages at once, on the verdict's gpu_lost.
     let expectations = [
         ("GpuThermalViolation", "0", 0),
         ("GpuXidFatal", "1", 0),
-        ("GpuLost", "3", 60),
+        ("GpuLost", "3", 0),
     ];
     let mut fired_at = std::collections::BTreeMap::new();
-    let deadline = injected + Duration::from_secs(60 + 2 + 5);
+    let deadline = injected + Duration::from_secs(2 + 5);
     while fired_at.len() < expectations.len() && Instant::now() < deadline {
         let firing = prom.firing();
         for (alert, gpu, _) in expectations {
@@ -321,8 +340,22 @@ fn alerts_fire_in_a_live_prometheus_for_the_right_gpu_and_clear() {
         .collect();
     assert_eq!(firing, expected);
 
+    // The page names the verdict's next step (remediation.mode advise): GPU 1's fatal XID
+    // 79 is a reboot's, in the same words as `gpuwarden health`.
+    let alerts = prom.get_json("/api/v1/alerts").unwrap();
+    let xid_page = alerts["data"]["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["labels"]["alertname"] == "GpuXidFatal")
+        .cloned()
+        .unwrap();
+    let description = xid_page["annotations"]["description"].as_str().unwrap();
+    assert!(description.contains("Next step: reboot_required"), "{description}");
+    assert!(d.health(false).1.contains("next step: GPU 1 reboot_required"));
+
     // Cool GPU 0 and bring GPU 3 back: those alerts clear. The fatal XID stays on record
-    // until the node reboots, so its alert keeps firing.
+    // until the node reboots, and so does its page until a person clears the GPU.
     d.set_scenario(&quiet);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -332,6 +365,51 @@ fn alerts_fire_in_a_live_prometheus_for_the_right_gpu_and_clear() {
         }
         assert!(Instant::now() < deadline, "alerts did not clear: {firing:?}");
         std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        prom.firing().contains(&("GpuXidFatal".to_string(), "1".to_string())),
+        "held until the clear"
+    );
+
+    // The repair, the clear and a passed validation: the page resolves within two
+    // evaluations (250 ms each) of the scrape that shows the verdict let go, while the
+    // counter stays on the dashboards.
+    let (code, out, err) = d.clear("1", "reseated GPU 1, INC-7", &[]);
+    assert_eq!(code, 0, "the clear was taken: {out}{err}");
+    let validated = poll_until(Duration::from_secs(30), || {
+        let m = d.scrape();
+        (m.value("gpu_health", &[("gpu", "1"), ("state", "ok")]) == Some(1.0)).then_some(Instant::now())
+    })
+    .expect("GPU 1's validation passed");
+    let resolved = poll_until(Duration::from_secs(10), || {
+        (!prom.firing().iter().any(|(alert, _)| alert == "GpuXidFatal")).then_some(Instant::now())
+    })
+    .expect("GpuXidFatal resolved");
+    assert!(
+        resolved.saturating_duration_since(validated) <= Duration::from_millis(1000 + 2 * 250 + 500),
+        "GpuXidFatal resolved {:?} after the validation passed",
+        resolved.saturating_duration_since(validated)
+    );
+    assert_eq!(
+        d.scrape().value("gpu_xid_errors_total", &[("gpu", "1"), ("xid", "79")]),
+        Some(1.0),
+        "the counter stays"
+    );
+    assert_eq!(prom.firing(), BTreeSet::new());
+}
+
+/// `check` every 100 ms until it answers, for at most `within`.
+fn poll_until<T>(within: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(found) = check() {
+            return Some(found);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -466,15 +544,20 @@ fn interval_cases() -> Vec<IntervalCase> {
         },
         IntervalCase {
             alert: "GpuXidFatal",
-            what: "the first fatal XID",
-            series: &[("gpu_xid_errors_total{GPU,xid=\"79\",severity=\"fatal\"}", |t| {
-                (t >= EVENT).then_some(1.0)
-            })],
+            what: "the first fatal XID, while the verdict holds it",
+            series: &[
+                ("gpu_xid_errors_total{GPU,xid=\"79\",severity=\"fatal\"}", |t| {
+                    (t >= EVENT).then_some(1.0)
+                }),
+                ("gpu_health_reason{GPU,reason=\"xid_fatal\"}", |t| {
+                    (t >= EVENT).then_some(1.0)
+                }),
+            ],
             checks: &[(-60, false, false), (0, true, true), (880, false, true)],
         },
         IntervalCase {
             alert: "GpuLost",
-            what: "a GPU down from the event on (for: 1m)",
+            what: "a GPU whose polls do not answer from the event on (a minute of them)",
             series: &[("gpu_up{GPU}", |t| Some(if t < EVENT { 1.0 } else { 0.0 }))],
             checks: &[(-60, false, false), (60, true, true), (600, false, true)],
         },

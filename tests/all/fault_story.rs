@@ -91,6 +91,7 @@ fn the_fault_page_runs_from_injection_to_validated_return_and_a_failed_validatio
         "curl -s localhost:9100/metrics | grep 'gpu_xid_errors_total.*severity=\"fatal\"'",
         "gpuwarden xid explain 79",
         "gpuwarden events --demo --gpu 0",
+        "gpuwarden demo inject --undo",
         "sudo gpuwarden health --demo clear --gpu 0 --reason \"reseated GPU 0\"",
         "gpuwarden health --demo",
         "gpuwarden report --demo --gpu 0 --markdown",
@@ -128,14 +129,39 @@ fn the_fault_page_runs_from_injection_to_validated_return_and_a_failed_validatio
         "{ran:?}"
     );
 
-    // 3. The verdict, worst first, with the next step; the page; the alert's series.
-    let ran = until(&commands[3], tmp.path(), "GPU 0 unhealthy", |r| r.code == Some(1));
-    assert!(ran.stdout.starts_with("unhealthy: GPU 0 xid_fatal\n"), "{ran:?}");
-    assert!(ran.stdout.contains("Xid 79"), "{ran:?}");
+    // 3. The verdict, worst first, with the next step; the page; the alert's series. The
+    // GPU off the bus answers nothing, and every voice gives the one action.
+    let ran = until(&commands[3], tmp.path(), "GPU 0 unhealthy and lost", |r| {
+        r.code == Some(1) && r.stdout.contains("gpu_lost")
+    });
     assert!(
         ran.stdout
-            .contains("next step: GPU 0 reboot_required: Xid 79: NVIDIA's catalog says RESTART_BM"),
+            .starts_with("unhealthy: GPU 0 xid_fatal, GPU 0 gpu_lost (next: reboot_required)\n"),
         "{ran:?}"
+    );
+    let off_the_bus = gpuwarden::model::health::OFF_THE_BUS_ACTION;
+    assert!(
+        ran.stdout.contains(&format!(
+            "next step: GPU 0 reboot_required: Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS): {off_the_bus}"
+        )),
+        "{ran:?}"
+    );
+    assert!(
+        ran.stdout.contains(&format!(
+            "gpu_lost: the GPU is lost (fallen off the bus): {off_the_bus}"
+        )),
+        "{ran:?}"
+    );
+    let metrics = demo.scrape();
+    assert_eq!(
+        metrics.value("gpu_up", &[("gpu", "0")]),
+        Some(0.0),
+        "a GPU off the bus answers nothing"
+    );
+    assert!(
+        metrics.find("gpu_temperature_celsius", &[("gpu", "0")]).is_empty(),
+        "{}",
+        metrics.text
     );
     let status_page = demo.get("/", &[]).text();
     assert!(status_page.contains("xid_fatal"), "the status page shows the finding");
@@ -147,10 +173,11 @@ fn the_fault_page_runs_from_injection_to_validated_return_and_a_failed_validatio
     assert_eq!(fatal.iter().map(|s| s.value).sum::<f64>(), 1.0, "{}", metrics.text);
     let rules = repo_file("deploy/prometheus/gpuwarden.rules.yml");
     assert!(
-        rules.contains("expr: gpu_xid_errors_total{severity=\"fatal\"} > 0"),
-        "GpuXidFatal's expression"
+        rules.contains("max without (reason) (gpu_health_reason{reason=\"gpu_lost\"}) == 1"),
+        "GpuLost follows the verdict"
     );
     let ran = gpuwarden(&commands[5], tmp.path());
+    assert!(ran.stdout.contains(off_the_bus), "xid explain says the same: {ran:?}");
     assert_eq!(ran.code, Some(0), "{ran:?}");
     assert!(
         ran.stdout.contains("ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS"),
@@ -165,17 +192,24 @@ fn the_fault_page_runs_from_injection_to_validated_return_and_a_failed_validatio
         "{ran:?}"
     );
 
-    // 4. The clear, the validation on the simulated CUDA, and the return.
+    // 4. The repair (in the demo, the GPU back on the bus), the clear, the validation on the
+    // simulated CUDA, and the return. The clear was taken: exit 0, though the GPU validates.
     let ran = gpuwarden(&commands[7], tmp.path());
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    demo.scrape_until("GPU 0 back on the bus", |m| {
+        m.value("gpu_up", &[("gpu", "0")]) == Some(1.0)
+    });
+    let ran = gpuwarden(&commands[8], tmp.path());
+    assert_eq!(ran.code, Some(0), "a clear that was taken exits 0: {ran:?}");
     assert!(ran.stdout.contains("cleared GPU 0"), "{ran:?}");
     assert!(ran.stdout.contains("validating"), "{ran:?}");
-    let ran = until(&commands[8], tmp.path(), "GPU 0 back", |r| {
+    let ran = until(&commands[9], tmp.path(), "GPU 0 back", |r| {
         r.code == Some(0) && !r.stdout.contains("GPU 0 (")
     });
     assert!(ran.stdout.starts_with("degraded: 8 GPU(s): 0 unhealthy"), "{ran:?}");
 
     // 5. The report tells all of it.
-    let ran = until(&commands[9], tmp.path(), "the validation in the report", |r| {
+    let ran = until(&commands[10], tmp.path(), "the validation in the report", |r| {
         r.stdout.contains("validation passed")
     });
     assert_eq!(ran.code, Some(0), "{ran:?}");
@@ -194,17 +228,17 @@ fn the_fault_page_runs_from_injection_to_validated_return_and_a_failed_validatio
     }
 
     // 6. A repair that did not hold.
-    for line in &commands[10..12] {
+    for line in &commands[11..13] {
         let ran = gpuwarden(line, tmp.path());
         assert_eq!(ran.code, Some(0), "{line}: {ran:?}");
     }
     // As a person would: the clear once the new XID shows.
-    until(&commands[13], tmp.path(), "Xid 48", |r| r.stdout.contains("Xid 48"));
-    let ran = gpuwarden(&commands[12], tmp.path());
+    until(&commands[14], tmp.path(), "Xid 48", |r| r.stdout.contains("Xid 48"));
+    let ran = gpuwarden(&commands[13], tmp.path());
     assert!(ran.stdout.contains("validating"), "{ran:?}");
     // The validation's own outcome: a probe that started before this clear (one in flight
     // when the fault came) is not this validation's, and shows only as a degraded finding.
-    let ran = until(&commands[13], tmp.path(), "the failed validation", |r| {
+    let ran = until(&commands[14], tmp.path(), "the failed validation", |r| {
         r.stdout.starts_with("unhealthy: GPU 0 probe_failed")
     });
     assert_eq!(ran.code, Some(1), "{ran:?}");
@@ -216,18 +250,18 @@ fn the_fault_page_runs_from_injection_to_validated_return_and_a_failed_validatio
     assert!(ran.stdout.contains("next step: GPU 0 service"), "{ran:?}");
 
     // 7. Wrong results and bad memory, caught by the validation after the clears.
-    for line in &commands[14..18] {
+    for line in &commands[15..19] {
         let ran = gpuwarden(line, tmp.path());
         assert_eq!(ran.code, Some(0), "{line}: {ran:?}");
     }
-    until(&commands[20], tmp.path(), "both Xid 48s", |r| {
+    until(&commands[21], tmp.path(), "both Xid 48s", |r| {
         r.stdout.contains("GPU 4 xid_fatal") && r.stdout.contains("GPU 6 xid_fatal")
     });
-    for line in &commands[18..20] {
+    for line in &commands[19..21] {
         let ran = gpuwarden(line, tmp.path());
         assert!(ran.stdout.contains("validating"), "{line}: {ran:?}");
     }
-    let ran = until(&commands[20], tmp.path(), "both validations' findings", |r| {
+    let ran = until(&commands[21], tmp.path(), "both validations' findings", |r| {
         r.stdout.contains("GPU 4 sdc_suspect") && r.stdout.contains("GPU 6 hbm_pattern_errors")
     });
     assert_eq!(ran.code, Some(1), "{ran:?}");
@@ -237,14 +271,14 @@ fn the_fault_page_runs_from_injection_to_validated_return_and_a_failed_validatio
         "{ran:?}"
     );
     assert!(ran.stdout.contains("offset 0xfa0"), "{ran:?}");
-    let ran = until(&commands[21], tmp.path(), "the evidence in the report", |r| {
+    let ran = until(&commands[22], tmp.path(), "the evidence in the report", |r| {
         r.stdout.contains("first at 777")
     });
     assert!(
         ran.stdout.contains("## Wrong results (silent data corruption)"),
         "{ran:?}"
     );
-    let ran = gpuwarden(&commands[22], tmp.path());
+    let ran = gpuwarden(&commands[23], tmp.path());
     assert_eq!(ran.code, Some(0), "{ran:?}");
     demo.signal(15);
     assert_eq!(demo.child.wait().unwrap().code(), Some(0));
@@ -258,7 +292,7 @@ fn two_demos_are_never_mixed_up() {
     let spawn =
         || Daemon::spawn_command_with_env(&["run", "--demo", "--listen", "127.0.0.1:0"], &[("TMPDIR", tmp.path())]);
     let mut first = spawn();
-    // Directories are told apart by their time: let the second be younger.
+    // Demos are told apart by when their processes started: let the second be younger.
     std::thread::sleep(Duration::from_millis(1100));
     let mut second = spawn();
     let (first_pid, second_pid) = (first.child.id(), second.child.id());

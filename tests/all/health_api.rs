@@ -579,8 +579,9 @@ fn advise_mode_names_each_gpus_next_step_everywhere_and_off_names_none() {
     assert_eq!(code, 1);
     assert!(
         text.contains(
-            "next step: GPU 0 gpu_reset: Xid 48: NVIDIA's catalog says WORKFLOW_XID_48; \
-             `nvidia-smi --gpu-reset -i 0000:19:00.0` once its jobs are off it"
+            "next step: GPU 0 gpu_reset: Xid 48 (ROBUST_CHANNEL_GPU_ECC_DBE): reset the GPU or reboot the node \
+             to clear the double-bit error; check `nvidia-smi -q -d ECC` and RMA if SRAM thresholds are exceeded \
+             (NVIDIA: WORKFLOW_XID_48); `nvidia-smi --gpu-reset -i 0000:19:00.0` once its jobs are off it"
         ),
         "{text}"
     );

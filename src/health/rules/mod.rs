@@ -271,7 +271,7 @@ pub const RULES: &[Rule] = &[
         ends: false,
         dcgm: Some(("MEM", "DCGM_FR_VOLATILE_DBE_DETECTED")),
         step: StepAdvice::None,
-        source: "NVIDIA's GPU memory error management guide (a reset retires the page); DCGM: DCGM_FR_VOLATILE_DBE_DETECTED",
+        source: "NVIDIA GPU Memory Error Management (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/): a reset retires the page; DCGM: DCGM_FR_VOLATILE_DBE_DETECTED",
         check: Check::Readings(ecc_uncorrectable),
     },
     Rule {
@@ -296,7 +296,7 @@ pub const RULES: &[Rule] = &[
         ends: false,
         dcgm: Some(("MEM", "DCGM_FR_ROW_REMAP_FAILURE")),
         step: StepAdvice::Take(Step::Service),
-        source: "NVIDIA's GPU memory error management guide (a failed remap is an RMA condition); DCGM: DCGM_FR_ROW_REMAP_FAILURE",
+        source: "NVIDIA GPU Memory Error Management (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/): a failed remap is an RMA condition; DCGM: DCGM_FR_ROW_REMAP_FAILURE",
         check: Check::Readings(row_remap_failed),
     },
     Rule {
@@ -369,7 +369,7 @@ pub const RULES: &[Rule] = &[
         ends: false,
         dcgm: Some(("MEM", "DCGM_FR_MEMORY_MISMATCH")),
         step: StepAdvice::Take(Step::Service),
-        source: "DCGM: DCGM_FR_MEMORY_MISMATCH; NVIDIA's GPU memory error management guide names no reset that mends memory that reads back wrong where row remapping did not catch it",
+        source: "DCGM: DCGM_FR_MEMORY_MISMATCH; NVIDIA GPU Memory Error Management (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/) names no reset that mends memory that reads back wrong where row remapping did not catch it",
         check: Check::Device(hbm_pattern_errors),
     },
     Rule {
@@ -423,7 +423,7 @@ pub const ROW_REMAP_PENDING: Rule = Rule {
     ends: false,
     dcgm: Some(("MEM", "DCGM_FR_PENDING_ROW_REMAP")),
     step: StepAdvice::Take(Step::GpuReset),
-    source: "NVIDIA's GPU memory error management guide: a pending remap is applied at the next GPU reset",
+    source: "NVIDIA GPU Memory Error Management (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/): a pending remap is applied at the next GPU reset",
     check: Check::Readings(row_remap_pending),
 };
 

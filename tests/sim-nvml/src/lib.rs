@@ -43,7 +43,10 @@ struct Loaded {
     scenario: Arc<Scenario>,
     file_identity: Option<(u64, u64, i64, i64)>,
     /// Persistence mode as set through `nvmlDeviceSetPersistenceMode`, by device index;
-    /// cleared when the scenario file changes, so a test can turn it off again.
+    /// cleared when the scenario file changes, so a test can turn it off again. Kept beside
+    /// the scenario too (`<scenario>.persistence`), as the driver keeps it for every process:
+    /// another process reading the same scenario (`gpuwarden check --demo` beside the
+    /// running demo) sees what the first one set.
     persistence_set: HashMap<usize, bool>,
 }
 
@@ -82,13 +85,54 @@ fn current() -> Arc<Scenario> {
                     scenario.apply_resets(&text);
                 }
                 loaded.scenario = Arc::new(scenario);
-                loaded.persistence_set.clear();
+                loaded.persistence_set = persistence_kept(&path, identity);
             }
             Err(e) => eprintln!("sim-nvml: keeping the previous scenario: {path:?}: {e}"),
         }
         loaded.file_identity = identity;
     }
     loaded.scenario.clone()
+}
+
+/// The persistence modes another process set on this very scenario file (its identity on the
+/// side file's first line); none when the scenario changed since.
+fn persistence_kept(path: &std::ffi::OsStr, identity: Option<(u64, u64, i64, i64)>) -> HashMap<usize, bool> {
+    let mut side = path.to_os_string();
+    side.push(".persistence");
+    let Ok(text) = std::fs::read_to_string(&side) else {
+        return HashMap::new();
+    };
+    let mut lines = text.lines();
+    if lines.next() != Some(format!("{identity:?}").as_str()) {
+        return HashMap::new();
+    }
+    lines
+        .filter_map(|line| {
+            let (index, on) = line.split_once(' ')?;
+            Some((index.parse().ok()?, on == "1"))
+        })
+        .collect()
+}
+
+/// Writes the persistence modes set in this process beside the scenario (see `Loaded`).
+fn keep_persistence(loaded: &Loaded) {
+    let Some(path) = std::env::var_os("GPUWARDEN_SIM_NVML_SCENARIO") else {
+        return;
+    };
+    let mut text = format!("{:?}\n", loaded.file_identity);
+    for (index, on) in &loaded.persistence_set {
+        text.push_str(&format!("{index} {}\n", u8::from(*on)));
+    }
+    let mut side = path;
+    side.push(".persistence");
+    let mut partial = side.clone();
+    partial.push(".partial");
+    if std::fs::write(&partial, text)
+        .and_then(|()| std::fs::rename(&partial, &side))
+        .is_err()
+    {
+        eprintln!("sim-nvml: cannot keep the persistence modes beside the scenario");
+    }
 }
 
 fn error_code(name: &str) -> nvmlReturn_t {
@@ -886,6 +930,7 @@ pub unsafe extern "C" fn nvmlDeviceSetPersistenceMode(device: nvmlDevice_t, mode
         }
         if let Ok(mut s) = state().lock() {
             s.persistence_set.insert(i, on);
+            keep_persistence(&s);
         }
         SUCCESS
     })
