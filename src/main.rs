@@ -318,23 +318,6 @@ fn overrides(listen: Option<SocketAddr>, demo: bool) -> Result<(Overrides, Optio
     }
 }
 
-/// The overrides that read the running demo's files (`check --demo`).
-fn attached(running: &gpuwarden::cli::demo::RunningDemo) -> Result<Overrides, CliError> {
-    let files = running
-        .attach()
-        .map_err(|e| CliError::new(Exit::FAILURE, format!("gpuwarden: {e}")))?;
-    eprintln!("gpuwarden: checking the running demo (pid {})", running.pid);
-    Ok(Overrides {
-        nvml_library_path: Some(files.library),
-        kernel_log_path: Some(files.kernel_log),
-        no_pci_census: true,
-        hpc_jobs_dir: Some(files.jobs),
-        sysfs_root: Some(files.sys_root),
-        no_fabric_manager: true,
-        ..Overrides::default()
-    })
-}
-
 /// Restores SIGPIPE's default action (the Rust runtime ignores it): a write to a closed pipe
 /// ends the process quietly.
 fn quiet_on_closed_output() {
@@ -713,11 +696,9 @@ fn report(path: &std::path::Path, gpu: Option<String>, nic: Option<String>, json
 fn check(config: Option<PathBuf>, json: bool, demo: bool) -> CliResult {
     let path = config_path(config.as_deref());
     let mut cfg = load_config(path.as_deref())?;
-    // `check --demo` beside a running demo polls that demo's GPUs as they are now (its
-    // injected faults, the persistence its daemon turned on), not a fresh simulation.
-    let running = demo.then(|| gpuwarden::cli::demo::choose(None).ok()).flatten();
-    let (overrides, demo_files) = match running {
-        Some(running) => (attached(&running)?, None),
+    // `check --demo` beside a running demo polls that demo's GPUs as they are now.
+    let (overrides, demo_files) = match demo.then(demo::attach_running).flatten() {
+        Some(attached) => (attached?, None),
         None => overrides(None, demo)?,
     };
     overrides.apply(&mut cfg, path.as_deref());

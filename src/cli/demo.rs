@@ -222,7 +222,7 @@ impl RunningDemo {
     /// Points this process's simulated NVML at the running demo's scenario (the faults
     /// `demo inject` put in, the persistence modes its daemon set), so `check --demo` polls
     /// the demo's GPUs as they are now. Call before any thread exists.
-    pub fn attach(&self) -> Result<AttachedDemo, DemoError> {
+    pub fn attach(&self) -> Result<crate::config::Overrides, DemoError> {
         let library = library_candidates()
             .into_iter()
             .find(|p| p.exists())
@@ -235,21 +235,27 @@ impl RunningDemo {
             })?;
         // SAFETY: called from main before the runtime or any other thread exists.
         unsafe { std::env::set_var("GPUWARDEN_SIM_NVML_SCENARIO", self.dir.join("scenario.yaml")) };
-        Ok(AttachedDemo {
-            library,
-            kernel_log: self.dir.join("kmsg"),
-            jobs: self.dir.join("jobs"),
-            sys_root: self.dir.join("sysfs"),
+        // Its files, as `check --demo` reads them (nothing of them is written).
+        Ok(crate::config::Overrides {
+            nvml_library_path: Some(library),
+            kernel_log_path: Some(self.dir.join("kmsg")),
+            no_pci_census: true,
+            hpc_jobs_dir: Some(self.dir.join("jobs")),
+            sysfs_root: Some(self.dir.join("sysfs")),
+            no_fabric_manager: true,
+            ..crate::config::Overrides::default()
         })
     }
 }
 
-/// A running demo's files, as `check --demo` reads them (nothing of it is written).
-pub struct AttachedDemo {
-    pub library: PathBuf,
-    pub kernel_log: PathBuf,
-    pub jobs: PathBuf,
-    pub sys_root: PathBuf,
+/// The newest running demo's files as `check --demo` reads them (see [`RunningDemo::attach`]),
+/// said on stderr; `None` when no demo runs (then `check --demo` polls a fresh one).
+pub fn attach_running() -> Option<Result<crate::config::Overrides, crate::service::exit::CliError>> {
+    let running = choose(None).ok()?;
+    eprintln!("gpuwarden: checking the running demo (pid {})", running.pid);
+    Some(running.attach().map_err(|e| {
+        crate::service::exit::CliError::new(crate::service::exit::Exit::FAILURE, format!("gpuwarden: {e}"))
+    }))
 }
 
 fn choose_from(all: Vec<RunningDemo>, pid: Option<u32>) -> Result<RunningDemo, NoDemo> {

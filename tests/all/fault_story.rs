@@ -378,3 +378,40 @@ fn demo_inject_refuses_what_the_demo_does_not_have() {
     demo.signal(15);
     assert_eq!(demo.child.wait().unwrap().code(), Some(0));
 }
+
+/// `check --demo` beside a running demo polls that demo's GPUs as they are now: GPU 4's
+/// persistence mode, which the demo turned on, reads on (a fresh simulation read it off), and a
+/// GPU the demo lost reads lost; `--undo` brings it back.
+#[test]
+fn check_demo_reads_the_running_demo() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut demo =
+        Daemon::spawn_command_with_env(&["run", "--demo", "--listen", "127.0.0.1:0"], &[("TMPDIR", tmp.path())]);
+    until("gpuwarden health --demo", tmp.path(), "the demo's verdict", |r| {
+        r.code == Some(0)
+    });
+    let gpu_row = |out: &str, gpu: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().next() == Some(gpu))
+            .unwrap_or("")
+            .to_string()
+    };
+    let ran = gpuwarden("gpuwarden check --demo", tmp.path());
+    assert!(ran.stderr.contains("checking the running demo"), "{ran:?}");
+    let row = gpu_row(&ran.stdout, "4");
+    assert!(
+        row.contains(" on ") && row.trim_end().ends_with("ok"),
+        "GPU 4 as the demo has it: {row:?}\n{ran:?}"
+    );
+    let ran = gpuwarden("gpuwarden demo inject --gpu 0 --xid 79", tmp.path());
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    demo.scrape_until("GPU 0 off the bus", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(0.0));
+    let ran = gpuwarden("gpuwarden check --demo", tmp.path());
+    assert_eq!(ran.code, Some(1), "{ran:?}");
+    assert!(ran.stdout.contains("the GPU is lost (fallen off the bus)"), "{ran:?}");
+    let ran = gpuwarden("gpuwarden demo inject --undo", tmp.path());
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    demo.scrape_until("GPU 0 back", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    demo.signal(15);
+    assert_eq!(demo.child.wait().unwrap().code(), Some(0));
+}

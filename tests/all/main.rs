@@ -26,6 +26,7 @@ mod journal;
 mod kubelet_pods;
 mod kubernetes;
 mod network;
+mod one_voice;
 mod probe;
 mod readme;
 mod reload;

@@ -26,18 +26,27 @@ impl Prometheus {
     /// their series appear within a test's time (their arithmetic is checked by promtool:
     /// deploy/prometheus/tests/energy.test.yml).
     pub fn start(target: &str) -> Prometheus {
+        Prometheus::start_with(target, |rules| rules, None)
+    }
+
+    /// As [`Prometheus::start`], with the shipped rules changed by `rules` first (a shorter
+    /// `for` where a test cannot wait minutes), and sending its alerts to `alertmanager`.
+    pub fn start_with(target: &str, rules: impl FnOnce(String) -> String, alertmanager: Option<&str>) -> Prometheus {
         let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
+        let alerting = alertmanager
+            .map(|am| format!("alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: [\"{am}\"]\n"))
+            .unwrap_or_default();
         let config = format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 250ms\nrule_files:\n  - {}\n\
-             scrape_configs:\n  - job_name: gpuwarden\n    static_configs:\n      - targets: [\"{target}\"]\n",
+             scrape_configs:\n  - job_name: gpuwarden\n    static_configs:\n      - targets: [\"{target}\"]\n{alerting}",
             dir.path().join("rules.yml").display()
         );
-        let rules = std::fs::read_to_string(RULES)
+        let shipped = std::fs::read_to_string(RULES)
             .unwrap()
             .replace("    interval: 1m\n", "    interval: 1s\n")
             .replace("offset 1m", "offset 1s")
@@ -45,7 +54,7 @@ impl Prometheus {
                 "gpu_energy_joules_total offset 5m, 0) / 300",
                 "gpu_energy_joules_total offset 5s, 0) / 5",
             );
-        std::fs::write(dir.path().join("rules.yml"), rules).unwrap();
+        std::fs::write(dir.path().join("rules.yml"), rules(shipped)).unwrap();
         std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
         let child = Command::new("prometheus")
             .arg(format!("--config.file={}", dir.path().join("prometheus.yml").display()))
@@ -69,6 +78,20 @@ impl Prometheus {
         }
         let r = http_get(&self.addr, path, &[]);
         serde_json::from_slice(&r.body).ok()
+    }
+
+    /// Every firing alert as Prometheus' API gives it (labels, annotations).
+    pub fn firing_alerts(&self) -> Vec<serde_json::Value> {
+        let Some(v) = self.get_json("/api/v1/alerts") else {
+            return Vec::new();
+        };
+        v["data"]["alerts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| a["state"] == "firing")
+            .cloned()
+            .collect()
     }
 
     /// (alertname, gpu) of every firing alert.
@@ -151,4 +174,57 @@ pub fn promtool_check_metrics(body: &[u8]) -> (bool, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), report)
+}
+
+/// A real Alertmanager (Debian's prometheus-alertmanager) on loopback with the shipped
+/// config, its receivers pointed at `webhook` and its waits shortened by `times`; killed when
+/// dropped.
+pub struct Alertmanager {
+    child: Child,
+    pub addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Alertmanager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Alertmanager {
+    pub fn start(webhook: &str, times: impl FnOnce(String) -> String) -> Alertmanager {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let shipped = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/deploy/alertmanager/alertmanager.yml"
+        ))
+        .unwrap()
+        .replace("http://alert-router.example.internal:9095", webhook);
+        std::fs::write(dir.path().join("alertmanager.yml"), times(shipped)).unwrap();
+        let child = Command::new("prometheus-alertmanager")
+            .arg(format!(
+                "--config.file={}",
+                dir.path().join("alertmanager.yml").display()
+            ))
+            .arg(format!("--storage.path={}", dir.path().join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--cluster.listen-address=")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus-alertmanager is needed for this test: apt-get install prometheus-alertmanager");
+        let addr = format!("127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(Instant::now() < deadline, "Alertmanager did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Alertmanager { child, addr, _dir: dir }
+    }
 }
