@@ -14,7 +14,7 @@ const EXIT_STATUS: &[(&str, &[(Exit, &str)])] = &[
             (Exit::SUCCESS, "done, nothing found: healthy, passed, written"),
             (
                 Exit::FOUND,
-                "something found: a GPU or the node unhealthy, a probe test failed, a finding still present after a clear, no such GPU in the journal; or the daemon failed to run",
+                "something found: a GPU or the node unhealthy, a probe test failed, a finding whose condition still holds after a clear, no such GPU in the journal; or the daemon failed to run",
             ),
             (
                 Exit::UNKNOWN,

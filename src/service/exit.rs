@@ -10,7 +10,8 @@ impl Exit {
     /// Done, and nothing found: healthy, passed, written.
     pub const SUCCESS: Exit = Exit(0);
     /// Something was found: a GPU or the node unhealthy (`health`, `check`), a failed probe
-    /// test, a finding still present after a clear, no such GPU in the journal.
+    /// test, a finding whose condition still holds after a clear (not the validation the clear
+    /// started), no such GPU in the journal.
     pub const FOUND: Exit = Exit(1);
     /// The daemon failed to run (its runtime, its signal handlers, its HTTP server).
     pub const FAILURE: Exit = Exit(1);

@@ -278,6 +278,15 @@ fn the_fault_page_runs_from_injection_to_validated_return_and_a_failed_validatio
         ran.stdout.contains("## Wrong results (silent data corruption)"),
         "{ran:?}"
     );
+    // Its advice is the canary's, in the table's words; its throughput was at its expected
+    // value, so nothing says a probe fell short of it.
+    let advice = &ran.stdout[ran.stdout.find("## What NVIDIA's documents say to do").unwrap()..];
+    assert!(
+        advice.contains("**sdc_suspect**: take it out of service (a reset does not mend it)")
+            && advice.contains("the next step is service"),
+        "{advice}"
+    );
+    assert!(!advice.contains("below the expected throughput"), "{advice}");
     let ran = gpuwarden(&commands[23], tmp.path());
     assert_eq!(ran.code, Some(0), "{ran:?}");
     demo.signal(15);
