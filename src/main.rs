@@ -339,7 +339,9 @@ fn parse_command_line() -> Cli {
     match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            use clap::error::ErrorKind;
+            use clap::{CommandFactory, error::ErrorKind};
+            let args: Vec<String> = std::env::args().collect();
+            let e = gpuwarden::cli::suggest::with_suggestion(e, &Cli::command(), &args);
             let code = match e.kind() {
                 ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
                 _ => Exit::USAGE.code().into(),

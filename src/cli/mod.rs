@@ -10,3 +10,4 @@ pub mod demo_inject;
 pub mod man;
 pub mod rules;
 pub mod rules_scenario;
+pub mod suggest;

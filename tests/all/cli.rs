@@ -630,3 +630,21 @@ fn the_shell_completions_are_what_the_command_line_makes() {
         assert!(text.contains("health") && text.contains("config"), "{shell}: {text}");
     }
 }
+
+/// A flag with two letters swapped gets the flag it meant, as clap's own suggestions do for
+/// other typos (`--jsn`), and still exits 64.
+#[test]
+fn a_mistyped_flag_gets_a_did_you_mean() {
+    for (args, meant) in [
+        (&["demo", "inject", "--gpu", "0", "--xdi", "79"][..], "--xid"),
+        (&["check", "--jsn"], "--json"),
+    ] {
+        let out = gpuwarden(args, None);
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("tip: a similar argument exists: '{meant}'")),
+            "{args:?}: {stderr}"
+        );
+    }
+}

@@ -143,3 +143,78 @@ fn a_copy_of_the_source_outside_git_builds_without_warnings() {
     // (`cargo package` warns of its own about a manifest without a homepage; a build does not.)
     assert!(!stderr.contains("File system loop"), "{stderr}");
 }
+
+/// The top of the repository holds what a reader expects there and nothing a session left
+/// behind (a `cfg.yaml` with paths under target/ and /tmp, an `out.log` were committed once):
+/// every tracked name at the top level is one of these.
+#[test]
+fn the_top_level_holds_no_stray_artefacts() {
+    const EXPECTED: &[&str] = &[
+        ".ci",
+        ".gitignore",
+        "Cargo.lock",
+        "Cargo.toml",
+        "LICENSE",
+        "README.md",
+        "benches",
+        "build.rs",
+        "config",
+        "dashboards",
+        "debian",
+        "deploy",
+        "docs",
+        "fuzz",
+        "rustfmt.toml",
+        "scripts",
+        "src",
+        "systemd",
+        "tests",
+    ];
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new("git")
+        .args(["ls-files"])
+        .current_dir(root)
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let top: std::collections::BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|path| path.split('/').next().unwrap_or(path).to_string())
+        .collect();
+    let stray: Vec<&String> = top.iter().filter(|name| !EXPECTED.contains(&name.as_str())).collect();
+    assert!(stray.is_empty(), "stray files at the top of the repository: {stray:?}");
+}
+
+/// The README's count of unit tests is the count of `#[test]`s in src/, within a tenth.
+#[test]
+fn the_readmes_unit_test_count_is_the_real_one() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let said: usize = readme
+        .split("runs the unit tests (about ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .and_then(|n| n.trim().parse().ok())
+        .expect("the README says how many unit tests `cargo test --lib` runs");
+    fn count(dir: &Path) -> usize {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| {
+                let path = e.path();
+                if path.is_dir() {
+                    count(&path)
+                } else if path.extension().is_some_and(|x| x == "rs") {
+                    std::fs::read_to_string(&path).unwrap().matches("#[test]").count()
+                } else {
+                    0
+                }
+            })
+            .sum()
+    }
+    let real = count(&root.join("src"));
+    assert!(
+        said.abs_diff(real) * 10 <= real,
+        "the README says about {said} unit tests; src/ has {real}"
+    );
+}
