@@ -301,6 +301,7 @@ fn write_page(command: clap::Command, dir: &Path) -> std::io::Result<()> {
     for sub in command.get_subcommands().filter(|s| !s.is_hide_set()).cloned() {
         write_page(sub, dir)?;
     }
+    let command = with_short_name_line(command);
     let has_options = command.get_arguments().any(|a| !a.is_hide_set());
     let has_subcommands = command.get_subcommands().any(|s| !s.is_hide_set());
     let has_version = command.get_version().or(command.get_long_version()).is_some();
@@ -328,6 +329,31 @@ fn write_page(command: clap::Command, dir: &Path) -> std::io::Result<()> {
     file.flush()
 }
 
+/// NAME is one line (`gpuwarden-check - Poll every GPU once and print what needs attention`),
+/// as whatis(1) and apropos(1) list it: the about's first sentence; the whole text stays the
+/// DESCRIPTION.
+fn with_short_name_line(command: clap::Command) -> clap::Command {
+    let Some(about) = command.get_about().map(|a| a.to_string()) else {
+        return command;
+    };
+    let first = first_sentence(&about);
+    if first == about {
+        return command;
+    }
+    let long = command.get_long_about().map(|a| a.to_string()).unwrap_or(about);
+    command.about(first).long_about(long)
+}
+
+/// The text up to the end of its first clause (". ", ": ", "; " or " ("), without the stop.
+fn first_sentence(text: &str) -> String {
+    let end = [". ", ": ", "; ", " ("]
+        .iter()
+        .filter_map(|stop| text.find(stop))
+        .min()
+        .unwrap_or(text.len());
+    text[..end].trim_end_matches('.').to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,6 +362,21 @@ mod tests {
     fn every_exit_code_the_cli_uses_is_on_gpuwarden_1() {
         let codes: Vec<u8> = exit_status("gpuwarden").iter().map(|(e, _)| e.code()).collect();
         assert_eq!(codes, [0, 1, 2, 3, 64, 69, 78]);
+    }
+
+    #[test]
+    fn a_name_line_is_the_first_sentence() {
+        assert_eq!(
+            first_sentence("Poll every GPU once and print what needs attention. Exit 0: healthy; 1: findings"),
+            "Poll every GPU once and print what needs attention"
+        );
+        assert_eq!(first_sentence("Print the version."), "Print the version");
+        let command = with_short_name_line(clap::Command::new("check").about("Poll once. Exit 0: healthy"));
+        assert_eq!(command.get_about().map(|a| a.to_string()).as_deref(), Some("Poll once"));
+        assert_eq!(
+            command.get_long_about().map(|a| a.to_string()).as_deref(),
+            Some("Poll once. Exit 0: healthy")
+        );
     }
 
     #[test]

@@ -444,6 +444,16 @@ fn the_man_pages_are_what_the_command_line_makes() {
     }
     let health = std::fs::read_to_string(committed.join("gpuwarden-health.1")).unwrap();
     assert!(health.contains("local_api.socket"), "the options' help is in the page");
+    // NAME is one short line, as whatis(1) lists it; the whole text is the DESCRIPTION.
+    for name in names(&committed) {
+        let page = std::fs::read_to_string(committed.join(&name)).unwrap();
+        let line = page
+            .split(".SH NAME\n")
+            .nth(1)
+            .and_then(|rest| rest.lines().next())
+            .unwrap_or("");
+        assert!(line.len() <= 120 && !line.contains(". "), "{name}: NAME is {line:?}");
+    }
 }
 
 /// The sections an operator looks for: gpuwarden(1) has EXIT STATUS (every code the CLI
