@@ -39,11 +39,30 @@ pub(super) fn sdc_suspect(seen: &Seen) -> Option<Hit> {
         format!(
             "computed wrong results in the probe's correctness canary at {} (silent data corruption suspected): {}",
             crate::model::utc_seconds(suspect.at),
-            suspect.faults.join("; "),
+            first_few(&suspect.faults),
         )
         .into(),
     )
 }
+
+/// The evidence a finding lists: at most [`FAULTS_LISTED`] of it, and how many more the
+/// report has (a stuck bit fails every one of the 32 walking-ones passes: a finding of 1,500
+/// characters on one line).
+fn first_few(faults: &[String]) -> String {
+    let listed = faults
+        .iter()
+        .take(FAULTS_LISTED)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    match faults.len().saturating_sub(FAULTS_LISTED) {
+        0 => listed,
+        more => format!("{listed}; and {more} more (the report lists them all)"),
+    }
+}
+
+/// How many faults a finding names.
+const FAULTS_LISTED: usize = 3;
 
 /// Memory that read back wrong is sticky, as wrong results are.
 pub(super) fn hbm_pattern_errors(seen: &Seen) -> Option<Hit> {
@@ -54,7 +73,7 @@ pub(super) fn hbm_pattern_errors(seen: &Seen) -> Option<Hit> {
         format!(
             "its memory read back wrong in the probe's HBM pattern test at {}: {}",
             crate::model::utc_seconds(suspect.at),
-            suspect.faults.join("; "),
+            first_few(&suspect.faults),
         )
         .into(),
     )
@@ -92,4 +111,22 @@ pub(super) fn probe_regressed(seen: &Seen) -> Option<Hit> {
         )
         .into()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stuck bit fails all 32 walking-ones passes: the finding names three and says how
+    /// many more, on a line a person reads.
+    #[test]
+    fn a_finding_names_a_few_faults_and_counts_the_rest() {
+        let faults: Vec<String> = (0..32)
+            .map(|pass| format!("walking ones pass {pass}: word 1000 (offset 0xfa0) read 0x00000008, wrote 0x00000000"))
+            .collect();
+        let said = first_few(&faults);
+        assert!(said.ends_with("; and 29 more (the report lists them all)"), "{said}");
+        assert!(said.len() < 400, "{} characters", said.len());
+        assert_eq!(first_few(&faults[..2]), faults[..2].join("; "));
+    }
 }
