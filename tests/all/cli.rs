@@ -658,3 +658,26 @@ fn a_mistyped_flag_gets_a_did_you_mean() {
         );
     }
 }
+
+/// gpuwarden's simulated NVML named by mistake on a real node would serve invented GPUs: the
+/// config is refused (exit 78, file:line:column of `library_path`) unless a simulation scenario
+/// is given, as the tests, the load scripts and `--demo` give one.
+#[test]
+fn a_simulated_library_is_refused_where_no_simulation_is_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gpuwarden.yaml");
+    std::fs::write(&config, format!("nvml:\n  library_path: {}\n", sim_library().display())).unwrap();
+    let out = gpuwarden(&["config", "check", config.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("{}:2:3: nvml.library_path", config.display()))
+            && stderr.contains("is gpuwarden's simulated library")
+            && stderr.contains("gpuwarden run --demo"),
+        "{stderr}"
+    );
+    let scenario = dir.path().join("scenario.yaml");
+    std::fs::write(&scenario, DEMO_SCENARIO).unwrap();
+    let out = gpuwarden(&["config", "check", config.to_str().unwrap()], Some(&scenario));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
