@@ -30,9 +30,16 @@
 # environment (GPUWARDEN_MAX_DRAINED) or in the program's config file (GPUWARDEN_SLURM_CONF,
 # default /etc/gpuwarden/slurm-healthcheck.conf, a line max_drained=10%).
 #
+# LBNL NHC shares the one HealthCheckProgram slot: when it is installed (/usr/sbin/nhc or
+# /usr/local/sbin/nhc, or named by GPUWARDEN_NHC; GPUWARDEN_NHC=none skips it) it runs first,
+# as Slurm would run it, and drains and resumes with its own "NHC:" reason; this program then
+# judges gpuwarden's verdict and never touches NHC's drain. While NHC finds a problem, a node
+# gpuwarden drained is not resumed (its reason says NHC failed), and one NHC left undrained is
+# drained with "gpuwarden: NHC failed (exit N)": the node stays out while either finds one.
+#
 # Environment (for tests and unusual installs): GPUWARDEN (the binary), GPUWARDEN_SOCKET (the
 # daemon's local_api.socket), SCONTROL, SINFO, SQUEUE, GPUWARDEN_MAX_DRAINED, GPUWARDEN_SLURM_CONF,
-# GPUWARDEN_SLURM_TIMEOUT (seconds each Slurm command may take, 30).
+# GPUWARDEN_SLURM_TIMEOUT (seconds each Slurm command may take, 30), GPUWARDEN_NHC.
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}
 export PATH
 set -u
@@ -106,6 +113,24 @@ drain_allowed() {
     return 0
 }
 
+# NHC first: it may drain or resume the node itself (with its own reason), so the state below
+# is read after it. Bounded like the Slurm calls: slurmd kills this program after 60 s.
+nhc=${GPUWARDEN_NHC:-}
+if [ -z "$nhc" ]; then
+    for candidate in /usr/sbin/nhc /usr/local/sbin/nhc; do
+        if [ -x "$candidate" ]; then nhc=$candidate; break; fi
+    done
+fi
+nhc_failed=
+if [ -n "$nhc" ] && [ "$nhc" != none ]; then
+    bounded "$nhc" >/dev/null 2>&1
+    nhc_code=$?
+    if [ "$nhc_code" -ne 0 ]; then
+        nhc_failed="NHC failed (exit $nhc_code)"
+        say "$nhc found a problem (exit $nhc_code); its own log says which"
+    fi
+fi
+
 verdict=$(ask 2>/dev/null)
 code=$?
 # The current drain reason ("none" when there is none); %E is the reason, -N per node.
@@ -147,7 +172,11 @@ case "$code" in
         drain_as validating
         ;;
     0)
-        if [ "$ours" = yes ]; then
+        if [ -n "$nhc_failed" ]; then
+            # gpuwarden finds nothing; NHC does. A drain of ours says so and stays; a node NHC
+            # did not drain (it is not in Slurm mode, or it timed out) is drained for it.
+            drain_as "$nhc_failed"
+        elif [ "$ours" = yes ]; then
             bounded "$scontrol" update nodename="$node" state=resume && say "resumed $node: every GPU healthy again"
         fi
         ;;

@@ -1009,3 +1009,79 @@ fn a_stop_during_a_reset_keeps_the_node_drained_and_records_the_attempt() {
         during[0]
     );
 }
+
+/// LBNL NHC and gpuwarden share Slurm's one HealthCheckProgram slot (docs/why.md): the check
+/// runs NHC first (here a stand-in that behaves as NHC does under Slurm: it drains with an
+/// "NHC:" reason while its flag file says a check fails, and resumes only its own drain), then
+/// gpuwarden's verdict. Each drains with its own reason and leaves the other's alone, and the
+/// node stays drained while either finds a problem.
+#[test]
+fn nhc_and_gpuwarden_share_the_health_check_and_each_keeps_its_own_drain() {
+    const INTERVAL: u64 = 3;
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = root.path();
+    let host = checked("hostname", Command::new("hostname").arg("-s").output())
+        .trim()
+        .to_string();
+    let nhc = dir.join("nhc");
+    std::fs::write(
+        &nhc,
+        format!(
+            "#!/bin/sh\n\
+             reason=$(sinfo -h -N -n {host} -o '%E' | head -n 1)\n\
+             if [ -e {dir}/nhc-fails ]; then\n\
+             \x20 [ \"$reason\" = none ] && scontrol update nodename={host} state=drain reason='NHC: check_fs_mount_rw: /scratch not mounted'\n\
+             \x20 exit 1\n\
+             fi\n\
+             case \"$reason\" in NHC:*) scontrol update nodename={host} state=resume ;; esac\n\
+             exit 0\n",
+            dir = dir.display()
+        ),
+    )
+    .unwrap();
+    checked("chmod", Command::new("chmod").arg("755").arg(&nhc).output());
+    let d = Daemon::start(DEMO_SCENARIO);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    let slurm = health_checked_slurm_with(dir, &d, INTERVAL, &format!("GPUWARDEN_NHC={}", nhc.display()), "");
+    let within = Duration::from_secs(2 * INTERVAL + 4);
+    std::thread::sleep(Duration::from_secs(INTERVAL + 1));
+    assert_eq!(node_state(&slurm), "idle none");
+
+    // NHC finds a problem: its drain, its reason.
+    std::fs::write(dir.join("nhc-fails"), "").unwrap();
+    wait_for_node(&slurm, "NHC's drain", within, |s| {
+        s.starts_with("drain") && s.contains("NHC: check_fs_mount_rw")
+    });
+    // A GPU fails too: NHC's drain and reason stand.
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE (0x00000000)\n");
+    d.scrape_until("GPU 0 unhealthy", |m| {
+        m.value("gpu_health", &[("gpu", "0"), ("state", "unhealthy")]) == Some(1.0)
+    });
+    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    assert!(
+        node_state(&slurm).contains("NHC: check_fs_mount_rw"),
+        "{}",
+        node_state(&slurm)
+    );
+
+    // NHC's problem is mended: it resumes its own drain, and the same check drains the node for
+    // the GPU, with gpuwarden's reason.
+    std::fs::remove_file(dir.join("nhc-fails")).unwrap();
+    let state = wait_for_node(&slurm, "gpuwarden's drain", within, |s| {
+        s.contains("gpuwarden: GPU 0 xid_fatal")
+    });
+    assert!(state.starts_with("drain"), "{state}");
+
+    // NHC fails again while gpuwarden's drain stands, and the GPU is mended: not resumed; the
+    // reason says NHC failed.
+    std::fs::write(dir.join("nhc-fails"), "").unwrap();
+    reload(&d, |c| format!("{c}health:\n  xid_severity: {{48: ignore}}\n"));
+    let state = wait_for_node(&slurm, "kept for NHC", within, |s| {
+        s.contains("gpuwarden: NHC failed (exit 1)")
+    });
+    assert!(state.starts_with("drain"), "{state}");
+
+    // Both pass: resumed.
+    std::fs::remove_file(dir.join("nhc-fails")).unwrap();
+    wait_for_node(&slurm, "the resume", within, |s| s == "idle none");
+}
