@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Builds the Debian package with cargo-deb and checks what it holds.
-#   scripts/ci/package.sh          (needs: cargo install cargo-deb)
+# Builds the Debian package and the tarball as the README's first install command does
+# (scripts/package.sh) and checks what the package holds.
+#   scripts/ci/package.sh
 # Prints the package path last.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cargo build --release --workspace
-cargo deb --no-build --output target/debian/ >/dev/null
+# The README's first install command: the package and the tarball for this machine.
+bash scripts/package.sh target/debian >/dev/null
 deb=$(ls -t target/debian/gpuwarden_*_"$(dpkg --print-architecture)".deb | head -1)
+tarball=$(ls -t target/debian/gpuwarden-*-linux-"$(dpkg --print-architecture)".tar.gz | head -1)
+tar -tzf "$tarball" | grep -q '/install.sh$' || { echo "package check FAILED: $tarball has no install.sh"; exit 1; }
 listing=$(dpkg-deb -c "$deb" | awk '{print $6}')
 fail() { echo "package check FAILED: $*"; echo "$listing"; exit 1; }
 for path in ./usr/bin/gpuwarden ./etc/gpuwarden/config.yaml ./usr/share/doc/gpuwarden/README.md \
