@@ -201,10 +201,23 @@ fn each_overlay_s_config_is_valid_and_its_port_is_the_pod_s_and_the_service_s() 
 }
 
 /// The manifests name the image scripts/image.sh builds (`gpuwarden:VERSION`), in every
-/// container that runs gpuwarden, the init container included.
+/// container that runs gpuwarden, the init container included, under a registry that says it
+/// is a placeholder (`registry.invalid`: a pull fails naming it, not an unqualified name some
+/// registry might answer); the README's first Kubernetes line sets the real one.
 #[test]
 fn every_gpuwarden_container_runs_this_version_s_image() {
-    let image = format!("gpuwarden:{}", env!("CARGO_PKG_VERSION"));
+    let image = format!("registry.invalid/gpuwarden:{}", env!("CARGO_PKG_VERSION"));
+    let readme = common::repo_file("README.md");
+    let kubernetes = &readme[readme.find("**Kubernetes**").unwrap()..];
+    let first = kubernetes
+        .lines()
+        .skip_while(|l| !l.starts_with("```sh"))
+        .nth(1)
+        .unwrap_or("");
+    assert!(
+        first.contains("kustomize edit set image gpuwarden="),
+        "the README's first Kubernetes line names the image: {first}"
+    );
     let script = common::repo_file("scripts/image.sh");
     assert!(
         script.contains("oci-archive:$out:gpuwarden:$version\""),
