@@ -507,11 +507,10 @@ enum HealthAction {
         #[arg(long, conflicts_with = "nic")]
         skip_validation: bool,
     },
-    /// What the Slurm health check's fleet drain guard decided about this node (its program
-    /// runs this; deploy/slurm/healthcheck.sh): served as gpuwarden_drain_guard_*, and alert
-    /// GpuwardenDrainGuardActive fires while it refuses. Exit 0: kept; 2: the daemon did not
-    /// take it.
-    #[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["guard", "node"])))]
+    /// What the Slurm health check saw, told to the daemon (deploy/slurm/healthcheck.sh runs it;
+    /// alias `report`): its drain guard's decision, who drained the node. Served as
+    /// gpuwarden_drain_guard_* (alert GpuwardenDrainGuardActive). Exit 0: kept; 2: not taken.
+    #[command(name = "scheduler-report", alias = "report", group(clap::ArgGroup::new("what").required(true).multiple(true).args(["guard", "node"])))]
     Report {
         /// refused: not drained, max_drained nodes already drained by gpuwarden; allowed.
         #[arg(

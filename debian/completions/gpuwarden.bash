@@ -91,8 +91,8 @@ _gpuwarden() {
             gpuwarden__subcmd__health,help)
                 cmd="gpuwarden__subcmd__health__subcmd__help"
                 ;;
-            gpuwarden__subcmd__health,report)
-                cmd="gpuwarden__subcmd__health__subcmd__report"
+            gpuwarden__subcmd__health,scheduler-report)
+                cmd="gpuwarden__subcmd__health__subcmd__scheduler__subcmd__report"
                 ;;
             gpuwarden__subcmd__health__subcmd__help,clear)
                 cmd="gpuwarden__subcmd__health__subcmd__help__subcmd__clear"
@@ -100,8 +100,8 @@ _gpuwarden() {
             gpuwarden__subcmd__health__subcmd__help,help)
                 cmd="gpuwarden__subcmd__health__subcmd__help__subcmd__help"
                 ;;
-            gpuwarden__subcmd__health__subcmd__help,report)
-                cmd="gpuwarden__subcmd__health__subcmd__help__subcmd__report"
+            gpuwarden__subcmd__health__subcmd__help,scheduler-report)
+                cmd="gpuwarden__subcmd__health__subcmd__help__subcmd__scheduler__subcmd__report"
                 ;;
             gpuwarden__subcmd__help,check)
                 cmd="gpuwarden__subcmd__help__subcmd__check"
@@ -157,8 +157,8 @@ _gpuwarden() {
             gpuwarden__subcmd__help__subcmd__health,clear)
                 cmd="gpuwarden__subcmd__help__subcmd__health__subcmd__clear"
                 ;;
-            gpuwarden__subcmd__help__subcmd__health,report)
-                cmd="gpuwarden__subcmd__help__subcmd__health__subcmd__report"
+            gpuwarden__subcmd__help__subcmd__health,scheduler-report)
+                cmd="gpuwarden__subcmd__help__subcmd__health__subcmd__scheduler__subcmd__report"
                 ;;
             gpuwarden__subcmd__help__subcmd__rules,test)
                 cmd="gpuwarden__subcmd__help__subcmd__rules__subcmd__test"
@@ -492,7 +492,7 @@ _gpuwarden() {
             return 0
             ;;
         gpuwarden__subcmd__health)
-            opts="-h --socket --json --demo --demo-pid --config --help clear report help"
+            opts="-h --socket --json --demo --demo-pid --config --help clear scheduler-report help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -556,7 +556,7 @@ _gpuwarden() {
             return 0
             ;;
         gpuwarden__subcmd__health__subcmd__help)
-            opts="clear report help"
+            opts="clear scheduler-report help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -597,7 +597,7 @@ _gpuwarden() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        gpuwarden__subcmd__health__subcmd__help__subcmd__report)
+        gpuwarden__subcmd__health__subcmd__help__subcmd__scheduler__subcmd__report)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -611,7 +611,7 @@ _gpuwarden() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        gpuwarden__subcmd__health__subcmd__report)
+        gpuwarden__subcmd__health__subcmd__scheduler__subcmd__report)
             opts="-h --guard --guard-drained --guard-nodes --guard-max --node --jobs --socket --json --demo --demo-pid --config --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -788,7 +788,7 @@ _gpuwarden() {
             return 0
             ;;
         gpuwarden__subcmd__help__subcmd__health)
-            opts="clear report"
+            opts="clear scheduler-report"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -815,7 +815,7 @@ _gpuwarden() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        gpuwarden__subcmd__help__subcmd__health__subcmd__report)
+        gpuwarden__subcmd__help__subcmd__health__subcmd__scheduler__subcmd__report)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -95,7 +95,7 @@ drain_allowed() {
     listing=$([ -n "$partitions" ] && bounded "$sinfo" -h -N -p "$partitions" -o '%N|%E' 2>/dev/null)
     if [ -z "$listing" ]; then
         say "drain guard: cannot read the nodes of $node's partitions; not draining $node: $1"
-        ask report --guard refused --guard-drained 0 --guard-nodes 0 --guard-max "$max_drained" >/dev/null 2>&1
+        ask scheduler-report --guard refused --guard-drained 0 --guard-nodes 0 --guard-max "$max_drained" >/dev/null 2>&1
         return 1
     fi
     nodes=$(printf '%s\n' "$listing" | cut -d'|' -f1 | sort -u | grep -c .)
@@ -106,10 +106,10 @@ drain_allowed() {
     esac
     if [ "$drained" -ge "$limit" ]; then
         say "drain guard: $drained of $nodes nodes already drained by gpuwarden (max_drained $max_drained); not draining $node: $1"
-        ask report --guard refused --guard-drained "$drained" --guard-nodes "$nodes" --guard-max "$max_drained" >/dev/null 2>&1
+        ask scheduler-report --guard refused --guard-drained "$drained" --guard-nodes "$nodes" --guard-max "$max_drained" >/dev/null 2>&1
         return 1
     fi
-    ask report --guard allowed --guard-drained "$drained" --guard-nodes "$nodes" --guard-max "$max_drained" >/dev/null 2>&1
+    ask scheduler-report --guard allowed --guard-drained "$drained" --guard-nodes "$nodes" --guard-max "$max_drained" >/dev/null 2>&1
     return 0
 }
 
@@ -195,8 +195,8 @@ case "$after" in
     *) drained=other ;;
 esac
 if jobs=$(bounded "$squeue" -h -w "$node" -o %i 2>/dev/null); then
-    ask report --node "$drained" --jobs "$(printf '%s\n' "$jobs" | grep -c .)" >/dev/null 2>&1
+    ask scheduler-report --node "$drained" --jobs "$(printf '%s\n' "$jobs" | grep -c .)" >/dev/null 2>&1
 else
-    ask report --node "$drained" >/dev/null 2>&1
+    ask scheduler-report --node "$drained" >/dev/null 2>&1
 fi
 exit 0

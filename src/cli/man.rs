@@ -164,7 +164,7 @@ fn files(page: &str) -> &'static [(&'static str, &'static str)] {
     ];
     match page {
         "gpuwarden" | "gpuwarden-run" => ALL,
-        "gpuwarden-health" | "gpuwarden-health-clear" | "gpuwarden-health-report" => &ALL[2..3],
+        "gpuwarden-health" | "gpuwarden-health-clear" | "gpuwarden-health-scheduler-report" => &ALL[2..3],
         "gpuwarden-events" | "gpuwarden-report" => &ALL[1..2],
         "gpuwarden-config-check" | "gpuwarden-check" | "gpuwarden-probe" => &ALL[0..1],
         _ => &[],

@@ -170,7 +170,7 @@ pub fn clear(
     Ok(if still == 0 { Exit::SUCCESS } else { Exit::FOUND })
 }
 
-/// `gpuwarden health report`: tells the daemon what the Slurm health check's drain guard
+/// `gpuwarden health scheduler-report`: tells the daemon what the Slurm health check's drain guard
 /// decided (deploy/slurm/healthcheck.sh runs it). Exit 0: kept; 2: not (the daemon did not
 /// answer, or refused the report, and says why on stderr).
 pub fn report(socket: &Path, report: &super::scheduler_report::ReportRequest) -> CliResult {

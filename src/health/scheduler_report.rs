@@ -1,4 +1,4 @@
-//! `gpuwarden health report`: what the Slurm health check's fleet drain guard decided about
+//! `gpuwarden health scheduler-report`: what the Slurm health check's fleet drain guard decided about
 //! this node (deploy/slurm/healthcheck.sh), sent to the daemon's local API, which serves it
 //! as `gpuwarden_drain_guard_*` (alert GpuwardenDrainGuardActive). The request and its checks;
 //! the model of what is kept is model/scheduler.rs.

@@ -1,6 +1,6 @@
 //! What the scheduler's side says of this node: the Slurm health check reports its fleet drain
 //! guard's latest decision and the node as Slurm shows it (drained, by whom; jobs running) at
-//! each run (`gpuwarden health report`, deploy/slurm/healthcheck.sh), which the daemon serves
+//! each run (`gpuwarden health scheduler-report`, deploy/slurm/healthcheck.sh), which the daemon serves
 //! (`gpuwarden_drain_guard_*`, alert GpuwardenDrainGuardActive; `gpuwarden_scheduler_*`). A report counts
 //! for [`REPORT_FRESH`]: a check that stopped running says nothing any more.
 

@@ -54,7 +54,7 @@ pub struct LocalState {
     pub app: AppState,
     /// Where a clear goes: the publisher reads it into the next snapshot.
     pub clears: Arc<Versioned<Clears>>,
-    /// Where the Slurm health check's report goes (`gpuwarden health report`).
+    /// Where the Slurm health check's report goes (`gpuwarden health scheduler-report`).
     pub scheduler: Arc<Versioned<Option<crate::model::scheduler::SchedulerReport>>>,
     /// Where a clear of an unhealthy GPU starts its validation (a probe before it returns).
     pub validations: Arc<Versioned<crate::model::health::Validations>>,

@@ -333,7 +333,7 @@ sources! {
     /// GPUs that must pass a probe before they return to service (the local API's clear and
     /// the journal's board swaps start one, the probe scheduler ends it).
     validations: Versioned<crate::model::health::Validations>,
-    /// The Slurm health check's reports (`gpuwarden health report`, the local API).
+    /// The Slurm health check's reports (`gpuwarden health scheduler-report`, the local API).
     scheduler: Versioned<Option<crate::model::scheduler::SchedulerReport>>,
     /// What automatic remediation did and holds (`remediation::auto`; the journal at start).
     remediation: Versioned<crate::model::remediation::Remediations>,

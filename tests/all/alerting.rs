@@ -214,7 +214,7 @@ fn every_metric_the_rules_use_is_served_by_the_daemon() {
     let report = Command::new(BIN)
         .args([
             "health",
-            "report",
+            "scheduler-report",
             "--guard",
             "refused",
             "--guard-drained",

@@ -681,3 +681,17 @@ fn a_simulated_library_is_refused_where_no_simulation_is_asked_for() {
     let out = gpuwarden(&["config", "check", config.to_str().unwrap()], Some(&scenario));
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
+
+/// The Slurm check's report to the daemon is `health scheduler-report`, not to be taken for the
+/// RMA evidence (`gpuwarden report`); `health report`, its old name, still answers, so the
+/// health check scripts already on nodes keep working through an upgrade.
+#[test]
+fn the_schedulers_report_is_named_apart_from_the_rma_report() {
+    let help = gpuwarden(&["health", "--help"], None);
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(text.contains("scheduler-report"), "{text}");
+    assert!(!text.lines().any(|l| l.trim_start().starts_with("report ")), "{text}");
+    let old = gpuwarden(&["health", "report", "--help"], None);
+    assert_eq!(old.status.code(), Some(0), "{old:?}");
+    assert!(String::from_utf8_lossy(&old.stdout).contains("gpuwarden health scheduler-report"));
+}

@@ -504,7 +504,7 @@ fn slow_and_idle_local_clients_do_not_hold_the_health_check() {
     drop(held);
 }
 
-/// `gpuwarden health report` (the Slurm check's drain guard) over the local socket only: a
+/// `gpuwarden health scheduler-report` (the Slurm check's drain guard) over the local socket only: a
 /// report is served as `gpuwarden_drain_guard_*`; a body that is not one, a `max` that is no
 /// count or percentage, counts that cannot be, or a field it does not know are refused and
 /// change nothing.
@@ -611,7 +611,7 @@ fn advise_mode_names_each_gpus_next_step_everywhere_and_off_names_none() {
 /// The fleet-wide off switch of automatic remediation (docs/health.md, "Remediation"): with the
 /// pause file present, or `remediation.paused: true` after a reload, a GPU whose reset every
 /// other guard lets through is held back as `paused` (advice goes on); with neither, it is
-/// reset. The Slurm check's report comes through `gpuwarden health report`, after the fatal XID.
+/// reset. The Slurm check's report comes through `gpuwarden health scheduler-report`, after the fatal XID.
 #[test]
 fn the_pause_file_and_the_paused_key_hold_every_automatic_reset_until_lifted() {
     let dir = tempfile::tempdir().unwrap();

@@ -211,13 +211,21 @@ impl Daemon {
     }
 
     /// What the Slurm health check reports of a node it drained and that has no job left
-    /// (`gpuwarden health report --node gpuwarden --jobs 0`): the scheduler guard's evidence.
+    /// (`gpuwarden health scheduler-report --node gpuwarden --jobs 0`): the scheduler guard's evidence.
     pub fn report_drained_with_no_job(&self) {
         let out = Command::new(BIN)
-            .args(["health", "report", "--node", "gpuwarden", "--jobs", "0", "--socket"])
+            .args([
+                "health",
+                "scheduler-report",
+                "--node",
+                "gpuwarden",
+                "--jobs",
+                "0",
+                "--socket",
+            ])
             .arg(self.socket_path())
             .output()
-            .expect("run gpuwarden health report");
+            .expect("run gpuwarden health scheduler-report");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
 
