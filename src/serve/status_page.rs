@@ -28,8 +28,8 @@ th{background:#f4f4f4}.state{font-weight:600;border-radius:3px;padding:.1em .5em
 .ok{background:#2e7d32}.degraded{background:#ef6c00}.unhealthy{background:#c62828}\
 .reason{display:inline-block;background:#eee;border-radius:3px;padding:0 .4em;margin:0 .2em .2em 0}\
 .hot{color:#c62828;font-weight:600}td.n{white-space:nowrap}ul{margin:0;padding-left:1.1em}small{color:#666}\
-td{overflow-wrap:anywhere}table.gpus{table-layout:auto;font-size:13px}\
-.summary{background:#f7f7f7;border-left:4px solid #999;padding:.5em .8em;margin:0 0 1em;overflow-wrap:anywhere}\
+td{overflow-wrap:break-word}table.gpus{table-layout:auto;font-size:13px}\
+.summary{background:#f7f7f7;border-left:4px solid #999;padding:.5em .8em;margin:0 0 1em;overflow-wrap:break-word}\
 .summary.unhealthy{border-color:#c62828}.summary.degraded{border-color:#ef6c00}.summary.ok{border-color:#2e7d32}\
 svg.spark{display:block}svg.spark polyline{fill:none;stroke-width:1.3}svg.spark .a{stroke:#1565c0}svg.spark .b{stroke:#8e24aa}\
 svg.spark circle.a{fill:#1565c0}svg.spark circle.b{fill:#8e24aa}\
@@ -193,7 +193,10 @@ pub fn render_with_timeline(
         timeline_section(&mut out, snapshot, timeline);
     }
     out.push_str("</body></html>\n");
-    out
+    match out.find("<body>") {
+        Some(body) => format!("{}{}", &out[..body], super::html::with_label_breaks(&out[body..])),
+        None => out,
+    }
 }
 
 /// The node at a glance: GPUs per state, the worst finding with what to do, the time since

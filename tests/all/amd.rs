@@ -253,7 +253,7 @@ fn without_the_amdgpu_driver_the_backend_is_absent_and_can_be_turned_off() {
     );
     assert_eq!(m.value("gpuwarden_backend_up", &[("backend", "rocm_smi")]), None);
     assert_eq!(m.value("gpuwarden_backend_up", &[("backend", "nvml")]), Some(1.0));
-    let page = d.get("/", &[]).text();
+    let page = d.get("/", &[]).page_text();
     assert!(!page.contains("amdgpu"), "{page}");
     assert!(!page.contains("not available"), "{page}");
     assert!(m.find("gpu_info", &[("vendor", "amd")]).is_empty());

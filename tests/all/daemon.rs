@@ -757,7 +757,7 @@ fn a_gpu_on_the_bus_that_nvml_does_not_show_is_missing() {
     assert_eq!(missing.len(), 1, "{}", m.text);
     assert_eq!(missing[0].labels["pci_bus_id"], "0000:ee:00.0");
     assert_eq!(missing[0].labels["driver"], "");
-    let page = d.get("/", &[]).text();
+    let page = d.get("/", &[]).page_text();
     assert!(
         page.contains("0000:ee:00.0 is on the PCI bus but no backend shows it"),
         "{page}"

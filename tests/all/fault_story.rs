@@ -163,7 +163,7 @@ fn the_fault_page_runs_from_injection_to_validated_return_and_a_failed_validatio
         "{}",
         metrics.text
     );
-    let status_page = demo.get("/", &[]).text();
+    let status_page = demo.get("/", &[]).page_text();
     assert!(status_page.contains("xid_fatal"), "the status page shows the finding");
     let metrics = demo.scrape();
     let fatal = metrics.find(

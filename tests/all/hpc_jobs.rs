@@ -53,7 +53,7 @@ fn the_slurm_prolog_and_epilog_keep_gpu_job_info() {
     assert_eq!(jobs(&m, "0"), ["1234"]);
     assert_eq!(jobs(&m, "2"), ["1234", "5679"]);
     assert!(jobs(&m, "1").is_empty());
-    assert!(d.get("/", &[]).text().contains("job 1234, 5679"));
+    assert!(d.get("/", &[]).page_text().contains("job 1234, 5679"));
 
     // The first job ends: the other stays on GPU 2, GPU 0 has none.
     slurm("epilog.sh", &dir, "1234", "0,2");

@@ -338,7 +338,7 @@ fn the_api_and_the_status_page_show_the_journal() {
     assert_eq!(d.get("/api/v1/events?kind=nonsense", &[]).status, 400);
     assert_eq!(d.get("/api/v1/events?limit=0", &[]).status, 400);
     assert_eq!(d.get("/api/v1/events?gpu=GPU-not-here", &[]).status, 404);
-    let page = d.get("/", &[]).text();
+    let page = d.get("/", &[]).page_text();
     assert!(page.contains("Recent events (7 days)"), "{page}");
     assert!(page.contains("Xid 48 (ROBUST_CHANNEL_GPU_ECC_DBE, fatal)"), "{page}");
 }
@@ -354,7 +354,7 @@ fn with_the_journal_off_nothing_is_written_and_the_api_says_so() {
         "absent with the journal off"
     );
     assert_eq!(d.get("/api/v1/events", &[]).status, 404);
-    assert!(!d.get("/", &[]).text().contains("Recent events"));
+    assert!(!d.get("/", &[]).page_text().contains("Recent events"));
     assert!(!d.dir.path().join("state.db").exists());
 }
 

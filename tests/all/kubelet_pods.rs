@@ -86,7 +86,7 @@ fn a_fake_kubelet_gives_gpu_pod_info_and_its_faults_leave_no_stale_pods() {
         "the NIC, the pod without devices and a MIG device no GPU has give nothing"
     );
     assert_eq!(m.value("gpuwarden_kubelet_up", &[]), Some(1.0));
-    assert!(d.get("/", &[]).text().contains("ml/trainer-0"));
+    assert!(d.get("/", &[]).page_text().contains("ml/trainer-0"));
 
     // Every fault: the pods go (no stale attribution), the daemon serves on, and the kubelet
     // says 0; each change of state is logged once.

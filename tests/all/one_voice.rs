@@ -369,7 +369,7 @@ fn every_demo_finding_names_one_next_step_everywhere() {
     };
     let (_, first_line) = gpuwarden(&["health", "--demo"], tmp.path());
     let first_line = first_line.lines().next().unwrap_or("").to_string();
-    let page = demo.get("/", &[]).text();
+    let page = demo.get("/", &[]).page_text();
     let alerts = prom.firing_alerts();
     let mut steps_seen = std::collections::BTreeSet::new();
     for g in verdict["gpus"].as_array().unwrap() {

@@ -375,7 +375,7 @@ fn scheduled_probes_run_on_idle_gpus_only_and_show_in_metrics_health_and_status_
         d.log_text()
     );
     // The status page says what happened to each.
-    let page = d.get("/", &[]).text();
+    let page = d.get("/", &[]).page_text();
     assert!(page.contains("pass <small>"), "{page}");
     assert!(
         page.contains("FAIL</span>") && page.contains("hbm_copy 2000.0 GB/s of 4000.0 GB/s"),
@@ -399,7 +399,7 @@ fn a_node_without_cuda_keeps_serving_and_counts_the_errors() {
     });
     assert_eq!(m.value("gpu_up", &[("gpu", "0")]), Some(1.0));
     assert!(!m.has_family("gpu_probe_pass"));
-    let page = d.get("/", &[]).text();
+    let page = d.get("/", &[]).page_text();
     assert!(
         page.contains("could not run: the CUDA driver library (libcuda.so.1) is not installed"),
         "{page}"
@@ -492,7 +492,7 @@ fn a_gpu_slowing_by_ten_percent_over_five_probes_is_regressed_against_its_baseli
         .unwrap_or_else(|| panic!("no 621.0 row with its distance below the baseline: {report}"));
     assert!((8.0..=10.0).contains(&below), "{below}% below: {report}");
     // The status page charts it.
-    let page = d.get("/", &[]).text();
+    let page = d.get("/", &[]).page_text();
     assert!(page.contains("baseline 690.0 TFLOP/s"), "{page}");
 
     // A restart: the baseline comes back from the journal, so the next probe is judged

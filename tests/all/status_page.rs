@@ -46,7 +46,7 @@ fn the_page_shows_every_gpu_with_health_temperature_reasons_and_xids() {
     let page = d.get("/", &[]);
     assert_eq!(page.status, 200);
     assert!(page.header("content-type").is_some_and(|t| t.starts_with("text/html")));
-    let html = page.text();
+    let html = page.page_text();
     assert_eq!(html.matches("<tr><td><b>").count(), 8, "{html}");
     assert!(html.contains("<meta http-equiv=\"refresh\" content=\"5\">"));
     assert!(!html.contains("<script"), "no JavaScript");
@@ -176,7 +176,10 @@ fn the_page_fits_a_laptop_and_a_phone() {
         .replace("<meta http-equiv=\"refresh\" content=\"5\">", "");
     let probe = "<script>addEventListener('load',()=>{const e=document.documentElement;\
         const head=getComputedStyle(document.querySelector('table.gpus thead')).display;\
-        parent.postMessage('layout '+e.scrollWidth+' '+innerWidth+' '+head+' '+document.querySelectorAll('svg.spark').length,'*');});</script>";
+        const broken=[];document.querySelectorAll('td,.summary').forEach(el=>{const w=document.createTreeWalker(el,NodeFilter.SHOW_TEXT);let n;\
+        while((n=w.nextNode())){const re=/[A-Za-z]{3,}/g;let m;while((m=re.exec(n.data))){const r=document.createRange();\
+        r.setStart(n,m.index);r.setEnd(n,m.index+m[0].length);if(new Set([...r.getClientRects()].map(x=>Math.round(x.top))).size>1)broken.push(m[0]);}}});\
+        parent.postMessage('layout '+e.scrollWidth+' '+innerWidth+' '+head+' '+document.querySelectorAll('svg.spark').length+' '+broken.length+' '+broken.slice(0,3).join(','),'*');});</script>";
     std::fs::write(
         dir.path().join("page.html"),
         page.replace("</body>", &format!("{probe}</body>")),
@@ -215,6 +218,9 @@ fn the_page_fits_a_laptop_and_a_phone() {
         assert!(scroll <= inner, "{width} px: the page is {scroll} px wide, cut off");
         assert_eq!(fields[3], header, "{width} px: {title}");
         assert_eq!(fields[4], "40", "five charts for each of eight GPUs: {title}");
+        // No word is split across lines (`sw_thermal_slo wdown`, `(probe.sched ule)`): a label
+        // wraps between its parts (after `_` or `.`), where the page gives it room to.
+        assert_eq!(fields[5], "0", "{width} px: words broken mid-word: {title}");
         // And a screenshot of it, as a person at that width sees it.
         let shot = dir.path().join(format!("page-{width}.png"));
         let out = chromium(
@@ -253,7 +259,7 @@ fn the_worst_comes_first_and_the_first_card_is_on_a_phones_first_screen() {
         "GPU 0 unhealthy on the page, and a port finding",
         std::time::Duration::from_secs(30),
         || {
-            let page = demo.get("/", &[]).text();
+            let page = demo.get("/", &[]).page_text();
             (page.contains("xid_fatal") && page.contains("nic_rate_low")).then_some(page)
         },
     );

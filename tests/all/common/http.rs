@@ -16,6 +16,11 @@ impl Response {
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
+    /// A page's HTML without the break opportunities (`<wbr>`) it puts in labels
+    /// (`sw_<wbr>thermal_<wbr>slowdown`), so a test finds a label as a reader reads it.
+    pub fn page_text(&self) -> String {
+        self.text().replace("<wbr>", "")
+    }
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(&name.to_ascii_lowercase()).map(String::as_str)
     }
