@@ -55,6 +55,25 @@ def variables(dash, gpu=False):
         .all_value(".*")
         .sort(model.VariableSort.ALPHABETICAL_ASC)
     )
+    if not gpu:
+        # Who uses the GPUs: a batch job (the job mapping directory) or a Kubernetes pod.
+        for name, label, series, what in [
+            ("job", "Batch job", "gpu_job_info", "hpc_job"),
+            ("namespace", "Namespace", "gpu_pod_info", "namespace"),
+            ("pod", "Pod", 'gpu_pod_info{namespace=~"$namespace"}', "pod"),
+        ]:
+            inner = series[:-1] + ',instance=~"$instance"}' if series.endswith("}") else series + '{instance=~"$instance"}'
+            dash = dash.with_variable(
+                db.QueryVariable(name)
+                .label(label)
+                .datasource(DS)
+                .query(f"label_values({inner}, {what})")
+                .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+                .multi(True)
+                .include_all(True)
+                .all_value(".*")
+                .sort(model.VariableSort.ALPHABETICAL_ASC)
+            )
     if gpu:
         dash = dash.with_variable(
             db.QueryVariable("gpu")
@@ -69,10 +88,30 @@ def variables(dash, gpu=False):
 
 def fleet():
     dash = variables(new_dashboard("gpuwarden: fleet", "gpuwarden-fleet", "now-6h"))
+    # The overview dcgm-exporter's dashboard opens with: how busy, how full, how much power.
+    dash = dash.with_row(db.Row("Overview"))
+    for title, unit, expr in [
+        ("GPU utilisation (average)", "percentunit", f'avg(gpu_utilization_ratio{{{SEL}}})'),
+        ("Framebuffer memory used", "percentunit",
+         f'sum(gpu_memory_used_bytes{{{SEL}}}) / sum(gpu_memory_total_bytes{{{SEL}}})'),
+        ("Power drawn", "watt", f'sum(gpu_power_watts{{{SEL}}})'),
+    ]:
+        dash = dash.with_panel(
+            stat.Panel().title(title).datasource(DS).unit(unit).span(4).height(5).with_target(q(expr, "", instant=True))
+        )
+    dash = dash.with_panel(
+        ts("GPU utilisation by node", "percentunit", q(f'avg by (instance) (gpu_utilization_ratio{{{SEL}}})', "{{instance}}"),
+           w=6, h=5)
+    )
+    dash = dash.with_panel(
+        ts("Framebuffer memory used by node", "percentunit",
+           q(f'sum by (instance) (gpu_memory_used_bytes{{{SEL}}}) / sum by (instance) (gpu_memory_total_bytes{{{SEL}}})',
+             "{{instance}}"), w=6, h=5)
+    )
     dash = dash.with_row(db.Row("Health"))
     dash = dash.with_panel(
         stat.Panel().title("GPUs by health").datasource(DS).span(6).height(5)
-        .with_target(q("sum by (state) (state:gpu_health:count)", "{{state}}", instant=True))
+        .with_target(q(f"sum by (state) (instance_state:gpu_health:count{{{SEL}}})", "{{state}}", instant=True))
     )
     dash = dash.with_panel(
         table.Panel().title("Unhealthy or degraded GPUs, and why").datasource(DS).span(18).height(5)
@@ -118,35 +157,41 @@ def fleet():
            q(f'max by (instance) (gpu_pcie_link_width_max_lanes{{{SEL}}})', "{{instance}} max"))
     )
     dash = dash.with_row(db.Row("Workloads: pods and batch jobs"))
-    for title, unit, record in [
-        ("GPU utilisation by pod and job", "percentunit", "gpu_utilization_ratio:avg"),
-        ("GPU power by pod and job", "watt", "gpu_power_watts:sum"),
-        ("GPU memory by pod and job", "bytes", "gpu_memory_used_bytes:sum"),
-        ("GPU energy rate by pod and job", "watt", "gpu_energy_joules:rate5m"),
+    # From the GPUs' own series, so the node, job and pod variables apply (the recording rules
+    # the alerts use are per pod and job across the fleet).
+    pods = 'gpu_pod_info{namespace=~"$namespace",pod=~"$pod"}'
+    jobs = 'gpu_job_info{hpc_job=~"$job"}'
+    energy = f'clamp_min(gpu_energy_joules_total{{{SEL}}} - gpu_energy_joules_total{{{SEL}}} offset 5m, 0) / 300'
+    for title, unit, how, value in [
+        ("GPU utilisation by pod and job", "percentunit", "avg", f'gpu_utilization_ratio{{{SEL}}}'),
+        ("GPU power by pod and job", "watt", "sum", f'gpu_power_watts{{{SEL}}}'),
+        ("GPU memory by pod and job", "bytes", "sum", f'gpu_memory_used_bytes{{{SEL}}}'),
+        ("GPU energy rate by pod and job", "watt", "sum", f'({energy})'),
     ]:
         dash = dash.with_panel(
             ts(title, unit,
-               q(f'namespace_pod:{record}', "{{namespace}}/{{pod}}"),
-               q(f'hpc_job:{record}', "job {{hpc_job}}"),
+               q(f'{how} by (namespace, pod) ({value} * on(instance, uuid) group_right {pods})', "{{namespace}}/{{pod}}"),
+               q(f'{how} by (hpc_job) ({value} * on(instance, uuid) group_right {jobs})', "job {{hpc_job}}"),
                description="From gpu_pod_info (kubelet) and gpu_job_info (job mapping directory) "
-                           "joined on uuid by the recording rules; a shared GPU counts for each holder.",
+                           "joined on uuid; a shared GPU counts for each holder.",
                w=6)
         )
-    for by, record, legend in [("job", "hpc_job", "job {{hpc_job}}"), ("namespace", "namespace", "{{namespace}}")]:
+    for by, record, chosen in [("job", "hpc_job", 'hpc_job=~"$job"'), ("namespace", "namespace", 'namespace=~"$namespace"')]:
         dash = dash.with_panel(
             table.Panel().title(f"Energy (kWh) and GPU-hours by {by}, over the time range").datasource(DS).span(12).height(8)
             .description("From the gpuwarden.energy recording rules (one-minute samples, a shared GPU split evenly "
-                         "among its holders); docs/energy.md bills a finished job the same way.")
-            .with_target(q(f'sum by ({record}) (sum_over_time({record}:gpu_energy_joules:increase1m[$__range])) / 3.6e6',
+                         "among its holders); docs/energy.md bills a finished job the same way. Across the fleet: "
+                         "a job's bill spans its nodes, so the node variable does not narrow it.")
+            .with_target(q(f'sum by ({record}) (sum_over_time({record}:gpu_energy_joules:increase1m{{{chosen}}}[$__range])) / 3.6e6',
                            "kWh", instant=True))
-            .with_target(q(f'sum by ({record}) (sum_over_time({record}:gpus:share[$__range])) / 60',
+            .with_target(q(f'sum by ({record}) (sum_over_time({record}:gpus:share{{{chosen}}}[$__range])) / 60',
                            "GPU-hours", instant=True))
         )
     dash = dash.with_panel(
         ts("SM and tensor activity by pod (GPM)", "percentunit",
-           q(f'avg by (namespace, pod) (gpu_sm_active_ratio{{{SEL}}} * on(instance, uuid) group_right gpu_pod_info)',
+           q(f'avg by (namespace, pod) (gpu_sm_active_ratio{{{SEL}}} * on(instance, uuid) group_right {pods})',
              "{{namespace}}/{{pod}} SM"),
-           q(f'avg by (namespace, pod) (gpu_tensor_active_ratio{{{SEL}}} * on(instance, uuid) group_right gpu_pod_info)',
+           q(f'avg by (namespace, pod) (gpu_tensor_active_ratio{{{SEL}}} * on(instance, uuid) group_right {pods})',
              "{{namespace}}/{{pod}} tensor"),
            description="Whether a pod's GPUs do real work: busy kernels (utilisation) can still leave SMs and tensor cores idle.",
            w=24)

@@ -128,6 +128,12 @@ fn every_panel_and_variable_query_returns_data_from_a_live_prometheus() {
             // What Grafana substitutes: every node, GPU 2 (hot, with an XID), its rate window.
             let promql = expr
                 .replace("$instance", ".*")
+                .replace("$job", ".*")
+                .replace("$namespace", ".*")
+                .replace("$pod", ".*")
+                // The five-minute energy rate over five seconds, as the rules' own copy runs it
+                // here (common/prometheus.rs): a new Prometheus has no five minutes of samples.
+                .replace("offset 5m, 0) / 300", "offset 5s, 0) / 5")
                 .replace("$gpu", "2")
                 .replace("$__rate_interval", "1m")
                 .replace("$__range", "5m");
@@ -154,7 +160,7 @@ fn every_panel_and_variable_query_returns_data_from_a_live_prometheus() {
                 .and_then(|q| q.strip_suffix(')'))
                 .unwrap();
             let (series, label) = inner.rsplit_once(", ").unwrap();
-            let series = series.replace("$instance", ".*");
+            let series = series.replace("$instance", ".*").replace("$namespace", ".*");
             let path = format!("/api/v1/series?match[]={}", url_encode(&series));
             let v = prom.get_json(&path).unwrap();
             let values: Vec<&str> = v["data"]
@@ -206,5 +212,43 @@ fn every_metric_the_dashboards_use_is_served_by_the_daemon() {
                 }
             }
         }
+    }
+}
+
+/// The fleet view is narrowed by what its variables pick: every panel by the node
+/// (`$instance`), except the billing tables, whose jobs span nodes; the workload panels by the
+/// batch job (`$job`) and the namespace and pod (`$namespace`, `$pod`). Its overview opens with
+/// utilisation, framebuffer memory and power, as dcgm-exporter's dashboard does.
+#[test]
+fn the_fleet_view_honours_its_variables_and_opens_with_an_overview() {
+    let dash = dashboard("gpuwarden-fleet.json");
+    let variables: Vec<&str> = dash["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    for name in ["instance", "job", "namespace", "pod"] {
+        assert!(variables.contains(&name), "no ${name} variable: {variables:?}");
+    }
+    for (title, expr) in queries(&dash) {
+        if title.starts_with("Energy (kWh) and GPU-hours") {
+            assert!(expr.contains("$job") || expr.contains("$namespace"), "{title}: {expr}");
+            continue;
+        }
+        assert!(
+            expr.contains("instance=~\"$instance\""),
+            "{title} ignores the node: {expr}"
+        );
+        if title.contains("by pod") {
+            assert!(
+                expr.contains("$pod") || expr.contains("$job"),
+                "{title} ignores the pod and job: {expr}"
+            );
+        }
+    }
+    let titles: Vec<String> = queries(&dash).into_iter().map(|(t, _)| t).collect();
+    for wanted in ["GPU utilisation (average)", "Framebuffer memory used", "Power drawn"] {
+        assert!(titles.iter().any(|t| t == wanted), "no {wanted:?} panel: {titles:?}");
     }
 }
