@@ -9,7 +9,9 @@ cd "$(dirname "$0")/../.."
 bash scripts/package.sh target/debian >/dev/null
 deb=$(ls -t target/debian/gpuwarden_*_"$(dpkg --print-architecture)".deb | head -1)
 tarball=$(ls -t target/debian/gpuwarden-*-linux-"$(dpkg --print-architecture)".tar.gz | head -1)
-tar -tzf "$tarball" | grep -q '/install.sh$' || { echo "package check FAILED: $tarball has no install.sh"; exit 1; }
+# The whole listing first: `grep -q` would stop reading and pipefail would blame tar's SIGPIPE.
+tar_listing=$(tar -tzf "$tarball")
+grep -q '/install.sh$' <<<"$tar_listing" || { echo "package check FAILED: $tarball has no install.sh"; exit 1; }
 listing=$(dpkg-deb -c "$deb" | awk '{print $6}')
 fail() { echo "package check FAILED: $*"; echo "$listing"; exit 1; }
 for path in ./usr/bin/gpuwarden ./etc/gpuwarden/config.yaml ./usr/share/doc/gpuwarden/README.md \
