@@ -25,7 +25,6 @@ mod output;
 mod poll;
 mod probe;
 mod remediation;
-mod simulated;
 mod state;
 mod trusted;
 mod xid;
@@ -363,7 +362,6 @@ impl Config {
         })?;
         let mut config = Config::parse(&text, file)?;
         config.check_trusted_paths(&text, file)?;
-        config.check_not_simulated(&text, file)?;
         if !config.health.custom_rules_dir.as_os_str().is_empty() {
             let mut taken: Vec<(String, PathBuf)> = config
                 .health

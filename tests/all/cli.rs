@@ -659,29 +659,6 @@ fn a_mistyped_flag_gets_a_did_you_mean() {
     }
 }
 
-/// gpuwarden's simulated NVML named by mistake on a real node would serve invented GPUs: the
-/// config is refused (exit 78, file:line:column of `library_path`) unless a simulation scenario
-/// is given, as the tests, the load scripts and `--demo` give one.
-#[test]
-fn a_simulated_library_is_refused_where_no_simulation_is_asked_for() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("gpuwarden.yaml");
-    std::fs::write(&config, format!("nvml:\n  library_path: {}\n", sim_library().display())).unwrap();
-    let out = gpuwarden(&["config", "check", config.to_str().unwrap()], None);
-    assert_eq!(out.status.code(), Some(78), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains(&format!("{}:2:3: nvml.library_path", config.display()))
-            && stderr.contains("is gpuwarden's simulated library")
-            && stderr.contains("gpuwarden run --demo"),
-        "{stderr}"
-    );
-    let scenario = dir.path().join("scenario.yaml");
-    std::fs::write(&scenario, DEMO_SCENARIO).unwrap();
-    let out = gpuwarden(&["config", "check", config.to_str().unwrap()], Some(&scenario));
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-}
-
 /// The Slurm check's report to the daemon is `health scheduler-report`, not to be taken for the
 /// RMA evidence (`gpuwarden report`); `health report`, its old name, still answers, so the
 /// health check scripts already on nodes keep working through an upgrade.
