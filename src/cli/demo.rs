@@ -134,10 +134,9 @@ fn make_own_dir(dir: &Path) -> Result<(), DemoError> {
     create().map_err(write_error("the demo's directory", dir))
 }
 
-/// Writes the demo scenario and kernel log to temporary files and finds the simulated library.
-/// Must run before any thread starts: it sets the environment variable the library reads.
-pub fn prepare() -> Result<Demo, DemoError> {
-    let library = library_candidates()
+/// The simulated NVML library, the first of [`library_candidates`] that exists.
+fn simulated_library() -> Result<PathBuf, DemoError> {
+    library_candidates()
         .into_iter()
         .find(|p| p.exists())
         .ok_or_else(|| DemoError::NoLibrary {
@@ -146,7 +145,13 @@ pub fn prepare() -> Result<Demo, DemoError> {
                 .map(|p| p.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", "),
-        })?;
+        })
+}
+
+/// Writes the demo scenario and kernel log to temporary files and finds the simulated library.
+/// Must run before any thread starts: it sets the environment variable the library reads.
+pub fn prepare() -> Result<Demo, DemoError> {
+    let library = simulated_library()?;
     let dir = std::env::temp_dir().join(format!("gpuwarden-demo-{}", std::process::id()));
     make_own_dir(&dir)?;
     // From here on, dropping `demo` removes the directory, also when a write below fails.
@@ -223,16 +228,7 @@ impl RunningDemo {
     /// `demo inject` put in, the persistence modes its daemon set), so `check --demo` polls
     /// the demo's GPUs as they are now. Call before any thread exists.
     pub fn attach(&self) -> Result<crate::config::Overrides, DemoError> {
-        let library = library_candidates()
-            .into_iter()
-            .find(|p| p.exists())
-            .ok_or_else(|| DemoError::NoLibrary {
-                looked_in: library_candidates()
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })?;
+        let library = simulated_library()?;
         // SAFETY: called from main before the runtime or any other thread exists.
         unsafe { std::env::set_var("GPUWARDEN_SIM_NVML_SCENARIO", self.dir.join("scenario.yaml")) };
         // Its files, as `check --demo` reads them (nothing of them is written).
