@@ -47,6 +47,10 @@ const STOP_TIMEOUT: Duration = Duration::from_millis(1500);
 /// `config_path` is the file SIGHUP re-reads (None: built-in defaults); `overrides` are the
 /// command line's, applied again after every reload.
 pub fn run(config: Config, config_path: Option<PathBuf>, overrides: Overrides) -> Exit {
+    if let Err(e) = config.refuse_unasked_simulation(config_path.as_deref()) {
+        log::error!("{e}");
+        return Exit::CONFIG;
+    }
     let settings = match Settings::build(config) {
         Ok(s) => s,
         Err(e) => {
@@ -766,6 +770,9 @@ fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Re
     };
     let mut new_config = Config::load(path).map_err(DaemonError::ReloadRefused)?;
     overrides.apply(&mut new_config, Some(path));
+    new_config
+        .refuse_unasked_simulation(Some(path))
+        .map_err(DaemonError::ReloadRefused)?;
     if new_config.listen != running.listen {
         log::warn!(
             "reload: `listen` changed from {} to {}; it takes a restart (as {} do), keeping {}",

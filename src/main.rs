@@ -706,7 +706,7 @@ fn check(config: Option<PathBuf>, json: bool, demo: bool) -> CliResult {
     // check only looks: it reports persistence mode off rather than changing it.
     cfg.persistence.enable = false;
     cfg.nvml.one_shot = true;
-    let result = check::run(cfg, json);
+    let result = check::run(cfg, path.as_deref(), json);
     drop(demo_files);
     result
 }
@@ -762,7 +762,7 @@ fn rules_test(config: Option<PathBuf>, file: &Path, demo: bool) -> CliResult {
 }
 
 fn config_check(file: &std::path::Path) -> CliResult {
-    match Config::load(file) {
+    match Config::load_to_run(file) {
         Ok(config) => {
             if config.xid.read_kernel_log
                 && let Some(why) = gpuwarden::xid::kmsg::all_facility(&config.xid.kernel_log_path)

@@ -64,7 +64,12 @@ pub fn poll_once(config: Config) -> Arc<Snapshot> {
     store.latest()
 }
 
-pub fn run(config: Config, json: bool) -> CliResult {
+pub fn run(config: Config, file: Option<&std::path::Path>, json: bool) -> CliResult {
+    // check loads the vendor libraries: a simulated one named where none is asked for is
+    // refused, as the daemon refuses it.
+    config
+        .refuse_unasked_simulation(file)
+        .map_err(|e| CliError::new(Exit::CONFIG, e.to_string()))?;
     let snapshot = poll_once(config);
     let devices: Vec<DeviceReport> = snapshot
         .devices

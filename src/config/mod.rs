@@ -25,6 +25,7 @@ mod output;
 mod poll;
 mod probe;
 mod remediation;
+mod simulated;
 mod state;
 mod trusted;
 mod xid;

@@ -73,7 +73,7 @@ impl Config {
 
 /// Where `key: value` is written (the value plain or quoted), as (line, column) of the key:
 /// the setting among several of the same key (a sink's secret_file of many).
-fn value_position(text: &str, key: &str, value: &Path) -> Option<(u64, u64)> {
+pub(super) fn value_position(text: &str, key: &str, value: &Path) -> Option<(u64, u64)> {
     let value = value.to_str()?;
     text.lines().enumerate().find_map(|(index, line)| {
         let trimmed = line.trim_start().trim_start_matches("- ");

@@ -91,6 +91,9 @@ pub fn run(config: &Config, options: &Options) -> Result<ProbeReport, ProbeError
 
 /// The GPU's NVML poller (for the samples under load), or why there is none.
 pub(super) fn open_gpu(config: &Config, gpu: u32) -> Result<NvmlDevicePoller, ProbeError> {
+    config
+        .refuse_unasked_simulation(None)
+        .map_err(|e| ProbeError::NoDriver(e.message))?;
     let backend = NvmlBackend::load(&config.nvml).map_err(|e| {
         ProbeError::NoDriver(format!(
             "cannot load NVML ({}): {e}; the probe needs the NVIDIA driver",

@@ -672,3 +672,65 @@ fn the_schedulers_report_is_named_apart_from_the_rma_report() {
     assert_eq!(old.status.code(), Some(0), "{old:?}");
     assert!(String::from_utf8_lossy(&old.stdout).contains("gpuwarden health scheduler-report"));
 }
+
+/// gpuwarden's simulated NVML named by mistake on a real node would serve invented GPUs: what
+/// loads the library (`config check`, `check`, `run`) refuses it (exit 78, file:line:column of
+/// `library_path`) unless a simulation scenario is given, as the tests, the load scripts and
+/// `--demo` give one; `health`, which loads no library, still answers from the journal.
+#[test]
+fn a_simulated_library_is_refused_where_no_simulation_is_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.db");
+    let socket = dir.path().join("gpuwarden.sock");
+    let config = write(
+        &dir,
+        "gpuwarden.yaml",
+        &format!(
+            "listen: 127.0.0.1:0\nnvml:\n  library_path: {}\nstate:\n  path: {}\nlocal_api:\n  socket: {}\n",
+            sim_library().display(),
+            state.display(),
+            socket.display()
+        ),
+    );
+    let config = config.to_str().unwrap();
+    let refused = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .env_remove("GPUWARDEN_SIM_NVML_SCENARIO")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(78), "{args:?}: {out:?}");
+        assert!(
+            stderr.contains(&format!("{config}:3:3: nvml.library_path"))
+                && stderr.contains("is gpuwarden's simulated library")
+                && stderr.contains("gpuwarden run --demo"),
+            "{args:?}: {stderr}"
+        );
+    };
+    refused(&["config", "check", config]);
+    refused(&["check", "--config", config]);
+    refused(&["run", "--config", config]);
+    // Given a scenario, the same config is a simulation that was asked for.
+    let scenario = write(&dir, "scenario.yaml", DEMO_SCENARIO);
+    let out = gpuwarden(&["config", "check", config], Some(&scenario));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = gpuwarden(&["check", "--config", config], Some(&scenario));
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{out:?}");
+    // health loads no library: it asks the daemon at the config's socket (none runs here).
+    let out = Command::new(BIN)
+        .args(["health", "--config", config])
+        .env_remove("GPUWARDEN_SIM_NVML_SCENARIO")
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains(&format!("does not answer on {}", socket.display())) && !said.contains("simulated library"),
+        "{said}"
+    );
+}

@@ -1083,3 +1083,9 @@ pub extern "C" fn nvmlEventSetFree(set: nvmlEventSet_t) -> nvmlReturn_t {
     }
     SUCCESS
 }
+
+/// What this library is: gpuwarden refuses a library that exports this where no simulation
+/// scenario is given (src/config/simulated.rs), so a mistyped `library_path` on a real node
+/// cannot serve invented GPUs.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwarden_simulated_library() {}

@@ -342,3 +342,9 @@ pub unsafe extern "C" fn rsmi_dev_ecc_count_get(dv: u32, block: u64, out: *mut E
         }
     })
 }
+
+/// What this library is: gpuwarden refuses a library that exports this where no simulation
+/// scenario is given (src/config/simulated.rs), so a mistyped `library_path` on a real node
+/// cannot serve invented GPUs.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuwarden_simulated_library() {}
