@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A release in one command: for amd64 and arm64, the Debian package, the OCI image (an archive
+# A release in one command: for amd64 and arm64, the Debian package (and gpuwarden-demo's:
+# the simulated libraries of `run --demo`), the OCI image (an archive
 # that `podman load -i` or `skopeo copy oci-archive:FILE docker://REGISTRY/gpuwarden:VERSION`
 # takes), a tarball for hosts without dpkg (the package's files and install.sh), and a
 # software bill of materials (CycloneDX 1.5 JSON by cargo-cyclonedx: every crate built into
@@ -18,8 +19,6 @@ source_date_epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || 
 unset SOURCE_DATE_EPOCH
 rm -rf "$out"
 mkdir -p "$out"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 
 for arch in ${ARCHES:-amd64 arm64}; do
   printf '\n== release: %s\n' "$arch"
@@ -37,19 +36,15 @@ for arch in ${ARCHES:-amd64 arm64}; do
   esac
   cargo build --release "${target_args[@]}" "${build_args[@]}"
   SOURCE_DATE_EPOCH=$source_date_epoch cargo deb "${target_args[@]}" --no-build --output "$out/" >/dev/null
+  SOURCE_DATE_EPOCH=$source_date_epoch cargo deb "${target_args[@]}" --no-build --variant demo --output "$out/" 2>&1 >/dev/null |
+    { grep -v -e 'No usable systemd units found' -e 'no maintainer scripts found' || true; } >&2
   deb=$out/gpuwarden_${version}-1_$arch.deb
   [ -f "$deb" ] || deb=$(ls "$out"/gpuwarden_*_"$arch".deb)
+  demo_deb=$out/gpuwarden-demo_${version}-1_$arch.deb
+  [ -f "$demo_deb" ] || demo_deb=$(ls "$out"/gpuwarden-demo_*_"$arch".deb)
   SOURCE_DATE_EPOCH=$source_date_epoch bash scripts/image.sh "$arch" "$dir/gpuwarden" "$out/gpuwarden-$version-$arch.oci.tar"
 
-  # The tarball: exactly the package's files (unpacked from it), and the script that installs
-  # them where the package would.
-  name=gpuwarden-$version-linux-$arch
-  rm -rf "${work:?}/$name"
-  dpkg-deb -x "$deb" "$work/$name"
-  install -m 0755 deploy/tarball/install.sh "$work/$name/install.sh"
-  (cd "$work/$name" && find . -type f ! -name install.sh ! -name MANIFEST | sed 's|^\./||' | LC_ALL=C sort > MANIFEST)
-  tar --sort=name --mtime="@$source_date_epoch" --owner=0 --group=0 --numeric-owner \
-    -C "$work" -czf "$out/$name.tar.gz" "$name"
+  SOURCE_DATE_EPOCH=$source_date_epoch bash scripts/tarball.sh "$deb" "$demo_deb" "$out" "gpuwarden-$version-linux-$arch"
 
   # cargo-cyclonedx writes one file per workspace member, beside its Cargo.toml: the root's is
   # the daemon's (the simulated NVML it ships is a component of it); the others go.

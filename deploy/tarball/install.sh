@@ -5,17 +5,21 @@
 #   sudo ./install.sh              install, or upgrade in place
 #   sudo ./install.sh --no-start   install and enable, start later (systemctl start gpuwarden)
 #   sudo ./install.sh --uninstall  stop and remove it; the config and the journal stay
+#   sudo ./install.sh --demo       also install demo/ (the simulated NVML and CUDA of
+#                                  `gpuwarden run --demo`; never on a GPU node)
 # An existing /etc/gpuwarden/config.yaml is kept: a different shipped one is written beside it
 # as config.yaml.new (what dpkg does for a changed conffile, without asking).
 set -eu
 cd "$(dirname "$0")"
 mode=install
+demo=no
 for arg in "$@"; do
   case $arg in
     --no-start) mode=no-start ;;
     --uninstall) mode=uninstall ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "install.sh: unknown option $arg (--no-start, --uninstall, --help)" >&2; exit 64 ;;
+    --demo) demo=yes ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "install.sh: unknown option $arg (--no-start, --uninstall, --demo, --help)" >&2; exit 64 ;;
   esac
 done
 [ "$(id -u)" = 0 ] || { echo "install.sh: run it as root (sudo ./install.sh)" >&2; exit 77; }
@@ -30,6 +34,10 @@ if [ "$mode" = uninstall ]; then
   while IFS= read -r path; do
     [ "$path" = "$config" ] || rm -f "/$path"
   done < MANIFEST
+  # The demo's files, wherever an earlier --demo put them.
+  if [ -f demo/MANIFEST ]; then
+    while IFS= read -r path; do rm -f "/$path"; done < demo/MANIFEST
+  fi
   has_systemd && systemctl daemon-reload
   echo "gpuwarden removed; /etc/gpuwarden and the journal in /var/lib/gpuwarden stay (remove them by hand)"
   exit 0
@@ -53,6 +61,14 @@ while IFS= read -r path; do
   install -m "$perm" "$path" "/$path.gpuwarden-new"
   mv -f "/$path.gpuwarden-new" "/$path"
 done < MANIFEST
+if [ "$demo" = yes ]; then
+  [ -f demo/MANIFEST ] || { echo "install.sh: no demo/MANIFEST; unpack the whole tarball" >&2; exit 66; }
+  while IFS= read -r path; do
+    install -d "/$(dirname "$path")"
+    install -m 0644 "demo/$path" "/$path.gpuwarden-new"
+    mv -f "/$path.gpuwarden-new" "/$path"
+  done < demo/MANIFEST
+fi
 # The health journal's directory (state.path), as the package's postinst makes it.
 install -d -m 0750 -o root -g root /var/lib/gpuwarden
 

@@ -15,10 +15,24 @@ grep -q '/install.sh$' <<<"$tar_listing" || { echo "package check FAILED: $tarba
 listing=$(dpkg-deb -c "$deb" | awk '{print $6}')
 fail() { echo "package check FAILED: $*"; echo "$listing"; exit 1; }
 for path in ./usr/bin/gpuwarden ./etc/gpuwarden/config.yaml ./usr/share/doc/gpuwarden/README.md \
-            ./usr/share/doc/gpuwarden/docs/metrics.md ./usr/lib/gpuwarden/libgpuwarden_sim_nvml.so \
-            ./usr/lib/gpuwarden/libgpuwarden_sim_cuda.so; do
+            ./usr/share/doc/gpuwarden/docs/metrics.md; do
   grep -qx "$path" <<<"$listing" || fail "missing $path"
 done
+# No library that invents GPUs on a GPU node: the demo's are in gpuwarden-demo and the
+# tarball's demo/, which nothing installs unless asked (apt install gpuwarden-demo, --demo).
+! grep -q 'libgpuwarden_sim' <<<"$listing" || fail "the gpuwarden package carries a simulated library: $(grep sim <<<"$listing")"
+demo_deb=$(ls -t target/debian/gpuwarden-demo_*_"$(dpkg --print-architecture)".deb | head -1)
+demo_listing=$(dpkg-deb -c "$demo_deb" | awk '{print $6}')
+for path in ./usr/lib/gpuwarden/libgpuwarden_sim_nvml.so ./usr/lib/gpuwarden/libgpuwarden_sim_cuda.so; do
+  grep -qx "$path" <<<"$demo_listing" || fail "gpuwarden-demo lacks $path"
+  grep -q "/demo${path#.}\$" <<<"$tar_listing" || fail "the tarball's demo/ lacks ${path#./}"
+done
+[ "$(dpkg-deb -f "$demo_deb" Depends)" = gpuwarden ] || fail "gpuwarden-demo does not depend on gpuwarden"
+! grep -q 'systemd' <<<"$demo_listing" || fail "gpuwarden-demo carries a unit"
+! grep -q 'libgpuwarden_sim' < <(tar -xzOf "$tarball" --wildcards '*/MANIFEST' --exclude='*/demo/MANIFEST') ||
+  fail "the tarball's MANIFEST (what install.sh installs without --demo) lists a simulated library"
+grep -q '^Maintainer: .*<.*@.*>$' < <(dpkg-deb -f "$deb" Maintainer | sed 's/^/Maintainer: /') ||
+  fail "the Maintainer field has no address: $(dpkg-deb -f "$deb" Maintainer)"
 grep -qE '^\./(usr/)?lib/systemd/system/gpuwarden\.service$' <<<"$listing" || fail "missing the systemd unit"
 # What the README promises or an operator needs on the node: a man page per command, the shell
 # completions where each shell looks, the rules, dashboards and Slurm scripts.

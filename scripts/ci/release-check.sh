@@ -14,7 +14,7 @@ fail() { echo "release check FAILED: $*"; exit 1; }
 
 (cd "$dir" && sha256sum --quiet -c SHA256SUMS) || fail "SHA256SUMS does not verify"
 for arch in amd64 arm64; do
-  for artifact in "gpuwarden_${version}-1_$arch.deb" "gpuwarden-$version-$arch.oci.tar" \
+  for artifact in "gpuwarden_${version}-1_$arch.deb" "gpuwarden-demo_${version}-1_$arch.deb" "gpuwarden-$version-$arch.oci.tar" \
     "gpuwarden-$version-linux-$arch.tar.gz" "gpuwarden-$version-$arch.cdx.json"; do
     [ -s "$dir/$artifact" ] || fail "no $artifact"
     grep -q " $artifact\$" "$dir/SHA256SUMS" || fail "SHA256SUMS does not list $artifact"
@@ -42,12 +42,33 @@ print(f"{sys.argv[1]}: {len(found)} components, CycloneDX {bom['specVersion']}")
 PY
 done
 
-# The tarball under a real systemd.
+# The README's install commands as written (the line that starts so, without sudo and the
+# comment): a renamed file or a changed version there fails here.
+readme_command() {
+  local line
+  line=$(grep -m1 -E "^(sudo )?$1" README.md | sed -E 's/^sudo //; s/ +#.*$//') || true
+  [ -n "$line" ] || fail "the README has no install command that starts with '$1'"
+  echo "$line"
+}
+repo=$(pwd)
+package_command=$(readme_command 'scripts/package\.sh')
+apt_command=$(readme_command 'apt install \./target/package/gpuwarden_')
+apt_demo_command=$(readme_command 'apt install \./target/package/gpuwarden-demo_')
+tar_command=$(readme_command 'tar -xzf target/package/')
+install_command=$(readme_command '\./gpuwarden-[^ ]*/install\.sh')
+echo "the README's commands: $package_command; $tar_command; $install_command; $apt_command; $apt_demo_command"
+bash -c "$package_command" >/dev/null || fail "the README's '$package_command' failed"
+# The package's paths from the clone's root, where the README runs them.
+from_clone() { sed "s|\./target/package/|$repo/target/package/|g; s| target/package/| $repo/target/package/|g" <<<"$1"; }
+
+# The tarball under a real systemd, unpacked in a directory of the check's own.
 work=$(readlink -f target)/release-check
 rm -rf "$work"
 mkdir -p "$work"
-tar -xzf "$dir/gpuwarden-$version-linux-amd64.tar.gz" -C "$work"
-unpacked=$work/gpuwarden-$version-linux-amd64
+(cd "$work" && bash -c "$(from_clone "$tar_command")") || fail "the README's '$tar_command' failed"
+unpacked=$work/${install_command%/install.sh}
+unpacked=${unpacked/\/.\//\/}
+[ -x "$unpacked/install.sh" ] || fail "the README's '$install_command': no $unpacked/install.sh"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 cat >"$work/boot.sh" <<BOOT
 #!/bin/sh
@@ -63,7 +84,7 @@ done
 # A node lets packages start their services; this machine's container image forbids it
 # (policy-rc.d exits 101): not in the overlay.
 rm -f /usr/sbin/policy-rc.d
-# A config already there (kept by install.sh): the simulated NVML the tarball carries, a free port.
+# A config already there (kept by install.sh): the simulated NVML of the tarball's demo/, a free port.
 mkdir -p /etc/gpuwarden
 cp "$PWD/config/demo-scenario.yaml" /etc/gpuwarden/scenario.yaml
 printf 'listen: 127.0.0.1:$port\nnvml:\n  library_path: /usr/lib/gpuwarden/libgpuwarden_sim_nvml.so\nxid:\n  read_kernel_log: false\nfabric_manager:\n  check: false\n' >/etc/gpuwarden/config.yaml
@@ -98,6 +119,9 @@ output=$(inside "$unpacked/install.sh" 2>&1) || fail "install.sh exited $?: $out
 grep -q 'kept your /etc/gpuwarden/config.yaml' <<<"$output" || fail "install.sh did not keep the config: $output"
 inside test -f /etc/gpuwarden/config.yaml.new || fail "no config.yaml.new beside the kept config"
 [ "$(inside systemctl is-enabled gpuwarden.service)" = enabled ] || fail "the unit is not enabled"
+! inside test -e /usr/lib/gpuwarden/libgpuwarden_sim_nvml.so || fail "install.sh without --demo installed the simulated NVML"
+# The demo's libraries only when asked for: an upgrade in place with them.
+output=$(inside "$unpacked/install.sh" --demo 2>&1) || fail "install.sh --demo exited $?: $output"
 # Waits (10 s at most) until the unit is active and its /metrics shows all 8 simulated GPUs up,
 # as a person would look a moment after it started (dpkg's own steps may still be settling).
 wait_until_serving() {
@@ -128,18 +152,23 @@ echo "tarball: installed, enabled, active ('$status'), 8 GPUs on /metrics, healt
 output=$(inside "$unpacked/install.sh" --uninstall 2>&1) || fail "install.sh --uninstall: $output"
 [ "$(inside systemctl is-active gpuwarden.service || true)" != active ] || fail "still active after --uninstall"
 ! inside test -e /usr/bin/gpuwarden || fail "/usr/bin/gpuwarden is still there after --uninstall"
+! inside test -e /usr/lib/gpuwarden/libgpuwarden_sim_nvml.so || fail "--uninstall left the demo's simulated NVML"
 inside test -f /etc/gpuwarden/config.yaml || fail "--uninstall removed the config"
 echo "tarball: --uninstall stopped and removed it, the config kept"
 
-# The package, as the README installs it. --force-confold: dpkg keeps the config already there
-# (the test's, on the simulated NVML) instead of asking; a node without one gets the shipped one.
-deb=$dir/gpuwarden_${version}-1_amd64.deb
-output=$(inside env DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o Dpkg::Options::=--force-confold "$deb" 2>&1) ||
-  fail "apt install $deb: $output"
+# The package, as the README installs it: apt without questions (--force-confold: dpkg keeps
+# the config already there, the test's, instead of asking; a node without one gets the shipped
+# one), then the demo's package, whose simulated NVML that config names.
+apt_quietly() { sed 's|^apt install |env DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o Dpkg::Options::=--force-confold |' <<<"$(from_clone "$1")"; }
+output=$(inside sh -c "$(apt_quietly "$apt_command")" 2>&1) || fail "the README's '$apt_command': $output"
+[ "$(inside systemctl is-enabled gpuwarden.service)" = enabled ] || fail "apt install did not enable the unit"
+! inside test -e /usr/lib/gpuwarden/libgpuwarden_sim_nvml.so || fail "the gpuwarden package installed the simulated NVML"
+output=$(inside sh -c "$(apt_quietly "$apt_demo_command") && systemctl restart gpuwarden" 2>&1) ||
+  fail "the README's '$apt_demo_command': $output"
 wait_until_serving "the package's unit"
 inside /usr/bin/gpuwarden health >/dev/null || fail "gpuwarden health after apt install"
 inside test -d /var/lib/gpuwarden || fail "apt install made no /var/lib/gpuwarden"
-output=$(inside env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q gpuwarden 2>&1) || fail "apt purge: $output"
+output=$(inside env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q gpuwarden gpuwarden-demo 2>&1) || fail "apt purge: $output"
 [ "$(inside systemctl is-active gpuwarden.service || true)" != active ] || fail "still active after apt purge"
 ! inside test -e /var/lib/gpuwarden || fail "apt purge left the journal"
 echo "package: apt install started it (8 GPUs), apt purge removed it and its journal"
