@@ -47,11 +47,10 @@ const STOP_TIMEOUT: Duration = Duration::from_millis(1500);
 /// `config_path` is the file SIGHUP re-reads (None: built-in defaults); `overrides` are the
 /// command line's, applied again after every reload.
 pub fn run(config: Config, config_path: Option<PathBuf>, overrides: Overrides) -> Exit {
-    if let Err(e) = config.refuse_unasked_simulation(config_path.as_deref()) {
-        log::error!("{e}");
-        return Exit::CONFIG;
-    }
-    let settings = match Settings::build(config) {
+    let checked = config
+        .refuse_unasked_simulation(config_path.as_deref())
+        .map(|()| config);
+    let settings = match checked.and_then(Settings::build) {
         Ok(s) => s,
         Err(e) => {
             log::error!("{e}");
@@ -61,9 +60,8 @@ pub fn run(config: Config, config_path: Option<PathBuf>, overrides: Overrides) -
     raise_open_file_limit();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        // Longer than the longest periodic read's period (the PCI census, 30 s), so the blocking
-        // pool's thread that reads the side sources lives on between reads instead of being
-        // started again for each (the default is 10 s).
+        // Longer than the longest periodic read's period (the PCI census, 30 s): the blocking
+        // pool's thread reading the side sources lives on between reads (default 10 s).
         .thread_keep_alive(Duration::from_secs(45))
         .enable_all()
         .build()

@@ -336,14 +336,14 @@ fn parse_listen(text: &str) -> Result<SocketAddr, gpuwarden::config::ListenError
 /// The command line; a usage error (a mistyped flag, a missing value) exits 64 (EX_USAGE),
 /// never 2, which `health` and `check` use for a result.
 fn parse_command_line() -> Cli {
-    match Cli::try_parse() {
+    use clap::FromArgMatches;
+    match definition().try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
         Ok(cli) => cli,
         Err(e) => {
-            use clap::{CommandFactory, error::ErrorKind};
             let args: Vec<String> = std::env::args().collect();
-            let e = gpuwarden::cli::suggest::with_suggestion(e, &Cli::command(), &args);
+            let e = gpuwarden::cli::suggest::with_suggestion(e, &definition(), &args);
             let code = match e.kind() {
-                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
                 _ => Exit::USAGE.code().into(),
             };
             quiet_on_closed_output();
@@ -353,16 +353,19 @@ fn parse_command_line() -> Cli {
     }
 }
 
-/// The man pages, roff, from the same definitions as `--help`, into `dir`.
+/// The command line for parsing, help, man and completions: `--config` hidden where unread.
+fn definition() -> clap::Command {
+    gpuwarden::cli::config_flag::hidden_where_unread(<Cli as clap::CommandFactory>::command())
+}
+
 fn completions(shell: clap_complete::Shell) -> CliResult {
-    use clap::CommandFactory;
-    clap_complete::generate(shell, &mut Cli::command(), "gpuwarden", &mut std::io::stdout());
+    clap_complete::generate(shell, &mut definition(), "gpuwarden", &mut std::io::stdout());
     Ok(Exit::SUCCESS)
 }
 
+/// The man pages, roff, from the same definitions as `--help`, into `dir`.
 fn man_pages(dir: &Path) -> CliResult {
-    use clap::CommandFactory;
-    gpuwarden::cli::man::write_pages(Cli::command(), dir)
+    gpuwarden::cli::man::write_pages(definition(), dir)
 }
 
 fn main() -> std::process::ExitCode {
@@ -371,9 +374,8 @@ fn main() -> std::process::ExitCode {
         // No logger: its answer, failures included, is the one thing it writes.
         std::process::exit(journal::worker::serve());
     }
-    // A one-shot command whose output is closed (`gpuwarden check --json | head -1`) ends
-    // quietly, as other Unix tools do, instead of panicking in println!. The daemon keeps
-    // SIGPIPE ignored: a client that goes away is an error to handle, never the daemon's end.
+    // A one-shot command whose output is closed (`check --json | head -1`) ends quietly, as
+    // other Unix tools do; the daemon keeps SIGPIPE ignored (a client gone is an error).
     if !matches!(cli.command, Command::Run { .. }) {
         quiet_on_closed_output();
     }
@@ -798,8 +800,7 @@ fn config_check(file: &std::path::Path) -> CliResult {
 
 #[cfg(test)]
 mod tests {
-    use super::Cli;
-    use clap::CommandFactory;
+    use super::definition;
 
     /// Every command, option and argument a user can see has a line of help.
     #[test]
@@ -823,7 +824,7 @@ mod tests {
             }
         }
         let mut missing = Vec::new();
-        let mut command = Cli::command();
+        let mut command = definition();
         command.build();
         walk(&command, "gpuwarden", &mut missing);
         assert!(missing.is_empty(), "no help for: {missing:#?}");

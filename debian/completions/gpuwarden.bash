@@ -206,7 +206,7 @@ _gpuwarden() {
 
     case "${cmd}" in
         gpuwarden)
-            opts="-h -V --config --help --version run check probe config rules xid events report health demo man completions copy-binary journal-worker help"
+            opts="-h -V --config --help --version run check probe rules events report health copy-binary journal-worker xid config man completions demo help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -662,7 +662,7 @@ _gpuwarden() {
             return 0
             ;;
         gpuwarden__subcmd__help)
-            opts="run check probe config rules xid events report health demo man completions copy-binary journal-worker help"
+            opts="run check probe rules events report health copy-binary journal-worker xid config man completions demo help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -3,6 +3,7 @@
 //! a running demo) and `copy-binary` (the binary handed to another container).
 
 pub mod check;
+pub mod config_flag;
 pub mod copy_binary;
 pub mod demo;
 pub mod demo_fabric;

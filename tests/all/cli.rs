@@ -734,3 +734,52 @@ fn a_simulated_library_is_refused_where_no_simulation_is_asked_for() {
         "{said}"
     );
 }
+
+/// The global `--config` shows only in the help of commands that read a config; where none is
+/// read (`xid`, `config check`, `man`, `completions`, `demo`) it is hidden, and still accepted
+/// so that a wrapper passing it to every call keeps working.
+#[test]
+fn config_shows_only_where_a_config_is_read() {
+    let help = |args: &[&str]| {
+        let mut args = args.to_vec();
+        args.push("--help");
+        let out = gpuwarden(&args, None);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for command in [
+        &["run"][..],
+        &["check"],
+        &["probe"],
+        &["health"],
+        &["events"],
+        &["report"],
+        &["rules", "test"],
+    ] {
+        assert!(
+            help(command).contains("--config <FILE>"),
+            "{command:?} reads a config: {}",
+            help(command)
+        );
+    }
+    for command in [
+        &["xid", "explain"][..],
+        &["xid", "scan"],
+        &["config", "check"],
+        &["man"],
+        &["completions"],
+        &["demo", "inject"],
+    ] {
+        assert!(
+            !help(command).contains("--config"),
+            "{command:?} reads none: {}",
+            help(command)
+        );
+    }
+    let out = gpuwarden(
+        &["xid", "explain", "79", "--config", "/nonexistent/gpuwarden.yaml"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("Xid 79"), "{out:?}");
+}
