@@ -28,6 +28,7 @@ th{background:#f4f4f4}.state{font-weight:600;border-radius:3px;padding:.1em .5em
 .ok{background:#2e7d32}.degraded{background:#ef6c00}.unhealthy{background:#c62828}\
 .reason{display:inline-block;background:#eee;border-radius:3px;padding:0 .4em;margin:0 .2em .2em 0}\
 .hot{color:#c62828;font-weight:600}td.n{white-space:nowrap}ul{margin:0;padding-left:1.1em}small{color:#666}\
+.next{margin-top:.3em;padding-left:.4em;border-left:3px solid #c62828;color:#222;font-weight:600}\
 td{overflow-wrap:break-word}table.gpus{table-layout:auto;font-size:13px}\
 .summary{background:#f7f7f7;border-left:4px solid #999;padding:.5em .8em;margin:0 0 1em;overflow-wrap:break-word}\
 .summary.unhealthy{border-color:#c62828}.summary.degraded{border-color:#ef6c00}.summary.ok{border-color:#2e7d32}\
@@ -279,7 +280,12 @@ fn worst_finding<'a>(out: &mut String, snapshot: &'a Snapshot) -> Option<&'a cra
     // one, is the one command (never the rule table's general advice beside it).
     let next = gpu
         .and_then(|d| d.health.next_step.as_ref())
-        .map(|step| format!(" <small>&mdash; next step: {}</small>", escape(&step.describe())))
+        .map(|step| {
+            format!(
+                "<div class=\"next\">Next step: <b>{}</b></div>",
+                escape(&step.describe())
+            )
+        })
         .unwrap_or_default();
     let _ = write!(
         out,
@@ -555,7 +561,11 @@ fn device_row(out: &mut String, snapshot: &Snapshot, d: &crate::model::DeviceSna
         out.push_str("</ul>");
     }
     if let Some(step) = &d.health.next_step {
-        let _ = write!(out, "<small>next step: {}</small>", escape(&step.describe()));
+        let _ = write!(
+            out,
+            "<div class=\"next\">next step: <b>{}</b></div>",
+            escape(&step.describe())
+        );
     }
     out.push_str("</td>");
     let r = d.answered();

@@ -270,7 +270,11 @@ fn the_worst_comes_first_and_the_first_card_is_on_a_phones_first_screen() {
     assert!(!page[..summary].contains("mlx5"), "no port banner above the summary");
     let worst = &page[summary..table];
     assert!(worst.contains("worst: <b>GPU 0 xid_fatal</b>"), "{worst}");
-    assert!(worst.contains("next step: reboot_required"), "{worst}");
+    // The next step stands on a line of its own, not in small grey text.
+    assert!(
+        worst.contains("<div class=\"next\">Next step: <b>reboot_required"),
+        "{worst}"
+    );
     assert!(worst.contains("network port(s) with findings (below)"), "{worst}");
     assert!(
         !worst.contains("nic_rate_low"),
@@ -279,13 +283,18 @@ fn the_worst_comes_first_and_the_first_card_is_on_a_phones_first_screen() {
     // The first row is GPU 0's, with its next step.
     let first_row = page[table..].split("<tr>").nth(2).unwrap();
     assert!(first_row.starts_with("<td><b>0</b>"), "{first_row}");
-    assert!(first_row.contains("next step: reboot_required"), "{first_row}");
+    assert!(
+        first_row.contains("<div class=\"next\">next step: <b>reboot_required"),
+        "{first_row}"
+    );
     assert!(at("<h2>Network ports</h2>") > table, "the ports after the GPUs");
 
     // At 390 px, as headless Chromium lays it out: where the first GPU card starts.
     let dir = tempfile::tempdir().unwrap();
     let probe = "<script>addEventListener('load',()=>{const r=document.querySelector('table.gpus tbody tr');\
-        parent.postMessage('first '+Math.round(r.getBoundingClientRect().top),'*');});</script>";
+        const n=getComputedStyle(document.querySelector('.summary .next'));\
+        const b=getComputedStyle(document.body);\
+        parent.postMessage('first '+Math.round(r.getBoundingClientRect().top)+' next '+n.fontSize+' '+n.fontWeight+' '+n.color.replace(/ /g,'')+' body '+b.fontSize,'*');});</script>";
     std::fs::write(
         dir.path().join("page.html"),
         page.replace("<meta http-equiv=\"refresh\" content=\"5\">", "")
@@ -312,10 +321,22 @@ fn the_worst_comes_first_and_the_first_card_is_on_a_phones_first_screen() {
         .nth(1)
         .and_then(|t| t.split("</title>").next())
         .unwrap_or_default();
-    let top: u32 = title
-        .strip_prefix("first ")
-        .and_then(|t| t.parse().ok())
+    // "first TOP next SIZE WEIGHT COLOR body SIZE"
+    let words: Vec<&str> = title.split(' ').collect();
+    let top: u32 = (words.first() == Some(&"first"))
+        .then(|| words.get(1).and_then(|t| t.parse().ok()))
+        .flatten()
         .unwrap_or_else(|| panic!("{title:?}"));
+    let px = |w: Option<&&str>| w.and_then(|w| w.trim_end_matches("px").parse::<f64>().ok());
+    let (next_size, body_size) = (px(words.get(3)), px(words.get(7)));
+    assert!(
+        next_size.is_some() && next_size >= body_size,
+        "the summary's next step is smaller than the text around it: {title:?}"
+    );
+    assert!(
+        words.get(4).and_then(|w| w.parse::<u32>().ok()) >= Some(600) && words.get(5) != Some(&"rgb(102,102,102)"),
+        "the summary's next step is not bold, or grey: {title:?}"
+    );
     assert!(
         top < 844 - 100,
         "the first GPU card starts at {top} px of 844: not on the first screen"
