@@ -277,12 +277,8 @@ struct Running {
     resume: Arc<ResumePoints>,
     kernel_log: Option<KernelLogReader>,
     poll_loop: PollLoop,
-    /// The operators' clears (the local API sets them).
-    clears: Arc<crate::service::versioned::Versioned<crate::model::health::Clears>>,
-    /// The GPUs awaiting a probe before they return to service (a clear starts one).
-    validations: Arc<crate::service::versioned::Versioned<crate::model::health::Validations>>,
-    /// The Slurm health check's reports (the local API sets them).
-    scheduler: Arc<crate::service::versioned::Versioned<Option<crate::model::scheduler::SchedulerReport>>>,
+    /// Each GPU's service state (the local API sends it clears and scheduler reports).
+    lifecycle: Arc<crate::lifecycle::Lifecycle>,
     /// The journal's handle; None with the journal off.
     journal: Option<Journal>,
     /// The daemon's own handle: children (the kernel-log reader) are made from it.
@@ -307,16 +303,12 @@ fn take_over_from_journal(
             seed.clears.len()
         );
     }
-    sources.clears.set(seed.clears);
-    sources.board_swaps.set(seed.board_swaps);
-    sources.known_boards.set(journal::read::known_boards(&seed.facts));
     if seed.answered {
         crate::remediation::marker::agree_with_journal(
             &config.remediation.reboot_marker,
             seed.remediation.reboot_required.as_ref(),
         );
     }
-    sources.remediation.set(seed.remediation);
     let waiting: Vec<String> = seed
         .validations
         .iter()
@@ -329,7 +321,16 @@ fn take_over_from_journal(
             waiting.join(", ")
         );
     }
-    sources.validations.set(seed.validations);
+    sources
+        .service
+        .apply(crate::lifecycle::Command::Seed(crate::lifecycle::ServiceState {
+            clears: Arc::new(seed.clears),
+            known_boards: Arc::new(journal::read::known_boards(&seed.facts)),
+            board_swaps: Arc::new(seed.board_swaps),
+            validations: Arc::new(seed.validations),
+            scheduler: Arc::default(),
+            remediation: Arc::new(seed.remediation),
+        }));
     take_over_probes(sources, seed.probe_history, seed.sdc);
     if !seed.xid_counts.is_empty() {
         let total: u64 = seed.xid_counts.iter().map(|(_, n, _)| n).sum();
@@ -435,9 +436,7 @@ async fn start_journal(
             store.clone(),
             journal::WritesTo {
                 status: sources.journal.clone(),
-                board_swaps: sources.board_swaps.clone(),
-                validations: sources.validations.clone(),
-                remediation: sources.remediation.clone(),
+                lifecycle: sources.service.clone(),
                 probes: sources.probes.clone(),
             },
             sources.xids.clone(),
@@ -468,9 +467,7 @@ fn start_remediation(
     let executor = crate::remediation::auto::Executor {
         store: store.clone(),
         settings: settings.clone(),
-        state: sources.remediation.clone(),
-        clears: sources.clears.clone(),
-        validations: sources.validations.clone(),
+        lifecycle: sources.service.clone(),
         hold: hold.clone(),
         journal,
         fd_dir: PathBuf::from("/proc/self/fd"),
@@ -498,7 +495,7 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
     if let Err(e) = schedule::spawn(
         store.clone(),
         sources.probes.clone(),
-        sources.validations.clone(),
+        sources.service.clone(),
         settings.clone(),
         probe_stop,
     ) {
@@ -517,9 +514,7 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
     // on a node whose driver is down while its GPUs are on the bus.
     crate::sources::read_once(crate::sources::pci::PciCensus, &sources.pci, &settings.current());
     sources.spawn_periodic(&settings, &store, &stop);
-    let clears = sources.clears.clone();
-    let validations = sources.validations.clone();
-    let scheduler = sources.scheduler.clone();
+    let lifecycle = sources.service.clone();
     let hold = start_remediation(&store, &settings, &sources, journal.clone(), shutdown);
     let publisher = Arc::new(Publisher::new(store.clone(), sources, settings.clone()));
     let events = XidEvents {
@@ -536,9 +531,7 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
         resume,
         kernel_log,
         poll_loop,
-        clears,
-        validations,
-        scheduler,
+        lifecycle,
         journal,
         stop,
     })
@@ -677,9 +670,7 @@ fn consumers(running: &Running, shutdown: &Shutdown) -> AppState {
     ));
     let local = crate::serve::local_api::LocalState {
         app: state.clone(),
-        clears: running.clears.clone(),
-        validations: running.validations.clone(),
-        scheduler: running.scheduler.clone(),
+        lifecycle: running.lifecycle.clone(),
         journal: running.journal.clone(),
     };
     start_local_api(&running.settings.current().config, local, shutdown);

@@ -1,57 +1,43 @@
-//! A board swap as the journal's writer records it: the row, the verdict's notice and the
-//! validation a new board must pass before its node returns to service.
+//! A board swap as the journal's writer records it: the row, and the owner of the service
+//! state told of the swap and the validation a new board must pass before it returns to service.
 
 use super::event::Event;
 use super::facts::{self, GpuFacts};
+use crate::lifecycle::{Command, Lifecycle};
 use crate::model::Vendor;
-use crate::model::health::{BoardSwap, BoardSwaps, Validation, Validations};
-use crate::service::versioned::Versioned;
+use crate::model::health::{BoardSwap, Validation};
 use std::sync::Arc;
 
-/// The sources a board swap sets.
+/// Where a board swap goes: the service state's owner.
 pub struct SwapWrites {
-    /// The verdict's notice (`board_replaced`).
-    pub board_swaps: Arc<Versioned<BoardSwaps>>,
-    /// The validation it starts (`health.validate_after_clear`).
-    pub validations: Arc<Versioned<Validations>>,
+    pub lifecycle: Arc<Lifecycle>,
 }
 
 impl SwapWrites {
-    /// `new` took the slot of `previous`: its validation (where asked for), then its notice;
-    /// gives back the row.
+    /// `new` took the slot of `previous`: its notice and its validation (where asked for),
+    /// one transition; gives back the row.
     pub fn record(&self, previous: &GpuFacts, new: &GpuFacts, vendor: Vendor, now: f64, validate: bool) -> Event {
         // A new board proves itself with a probe before its node returns to service
         // (the probe is CUDA's: NVIDIA boards only).
-        if validate && vendor == Vendor::Nvidia {
-            let why = format!(
+        let validation = (validate && vendor == Vendor::Nvidia).then(|| Validation {
+            since: now,
+            why: format!(
                 "a new board in slot {} (it replaced serial {})",
                 new.pci_bus_id,
                 previous.serial.as_deref().unwrap_or("unknown")
-            );
-            self.validations.update(|all| {
-                all.insert(
-                    new.uuid.clone(),
-                    Validation {
-                        since: now,
-                        why,
-                        outcome: None,
-                        kind: Default::default(),
-                    },
-                );
-            });
-        }
-        // After the validation: the health stage validates an unrecorded swap until it sees
-        // this entry, and reads it before the validations (sources/mod.rs), so no snapshot
-        // has the swap without its validation.
-        self.board_swaps.update(|swaps| {
-            swaps.insert(
-                new.uuid.clone(),
-                BoardSwap {
-                    at: now,
-                    previous_uuid: previous.uuid.clone(),
-                    previous_serial: previous.serial.clone(),
-                },
-            );
+            ),
+            outcome: None,
+            kind: Default::default(),
+        });
+        // The swap with its validation: no snapshot has one without the other.
+        self.lifecycle.apply(Command::BoardSwapped {
+            uuid: new.uuid.clone(),
+            swap: BoardSwap {
+                at: now,
+                previous_uuid: previous.uuid.clone(),
+                previous_serial: previous.serial.clone(),
+            },
+            validation,
         });
         facts::board_swap(previous, new, now)
     }

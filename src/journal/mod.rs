@@ -350,14 +350,12 @@ struct Shared {
     wake: tokio::sync::Notify,
 }
 
-/// The sources the journal's writer sets: its own state, the board swaps it finds, and the
-/// validations a board swap starts.
+/// The sources the journal's writer sets: its own state; and the service state's owner, which
+/// it tells of the board swaps it finds (and reads once, for the remediation the seed brought
+/// back, already written).
 pub struct WritesTo {
     pub status: Arc<Versioned<Option<JournalStatus>>>,
-    pub board_swaps: Arc<Versioned<crate::model::health::BoardSwaps>>,
-    pub validations: Arc<Versioned<crate::model::health::Validations>>,
-    /// Read once, for what the seed brought back (already written).
-    pub remediation: Arc<Versioned<crate::model::remediation::Remediations>>,
+    pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
     /// Read once, for the correctness canary's suspects and digests the seed brought back.
     pub probes: Arc<crate::probe::schedule::ProbeState>,
 }

@@ -104,12 +104,15 @@ impl Writer {
             rx,
             store,
             status: writes_to.status,
-            validation_rows: super::validation_rows::ValidationRows::from_seed(writes_to.validations.get()),
-            remediation_rows: super::remediation_rows::RemediationRows::from_seed(&writes_to.remediation.get()),
+            validation_rows: super::validation_rows::ValidationRows::from_seed(
+                writes_to.lifecycle.get().validations.clone(),
+            ),
+            remediation_rows: super::remediation_rows::RemediationRows::from_seed(
+                &writes_to.lifecycle.get().remediation,
+            ),
             sdc_rows: super::sdc_rows::SdcRows::from_seed(&writes_to.probes.get()),
             gpus: super::gpu_looks::GpuLooks::new(super::board_swap::SwapWrites {
-                board_swaps: writes_to.board_swaps,
-                validations: writes_to.validations,
+                lifecycle: writes_to.lifecycle,
             }),
             xids,
             shared,

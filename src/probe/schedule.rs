@@ -18,11 +18,10 @@
 use super::{BusyReason, ProbeError, ProbeReport, ProbeSnapshot};
 use crate::config::Probe;
 pub use crate::config::settings::ChildSettings;
-use crate::model::health::{ValidationOutcome, Validations};
+use crate::model::health::ValidationOutcome;
 use crate::model::probe::{HbmSuspect, MemtestOutcome, SdcOutcome, SdcSuspect};
 use crate::model::{DeviceSnapshot, Snapshot};
 use crate::service::stop::Stop;
-use crate::service::versioned::Versioned;
 use crate::snapshot::store::Store;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -130,12 +129,12 @@ pub fn validation_outcome(outcome: &Outcome, wrong: &Suspects, since: f64, now: 
 }
 
 /// Starts the scheduler thread. `settings` is read at every tick, so a reload takes effect
-/// at once; `stop` ends the thread (a probe in flight is killed). `validations`: where a
-/// validation probe's outcome goes.
+/// at once; `stop` ends the thread (a probe in flight is killed). `lifecycle`: where each
+/// validation probe's outcome goes (the owner of the service state).
 pub fn spawn(
     store: Arc<Store>,
     state: Arc<ProbeState>,
-    validations: Arc<Versioned<Validations>>,
+    lifecycle: Arc<crate::lifecycle::Lifecycle>,
     settings: Arc<crate::config::settings::SharedSettings>,
     stop: Stop,
 ) -> std::io::Result<()> {
@@ -177,12 +176,12 @@ pub fn spawn(
                 let snapshot = store.latest();
                 let now = Instant::now();
                 if current.probe.mode == crate::config::ProbeMode::Node {
-                    sweep_step(&snapshot, &current.probe, &mut sweep_clock, &validations, now);
+                    sweep_step(&snapshot, &current.probe, &mut sweep_clock, &lifecycle, now);
                 }
                 if let Some(device) = next_validation(&snapshot, &validation_retry, now) {
                     idle = false;
                     let since = snapshot.validations.get(&device.identity.uuid).map_or(0.0, |v| v.since);
-                    let retry = validate(device, &current, (&store, &state), &validations, &stop);
+                    let retry = validate(device, &current, (&store, &state), &lifecycle, &stop);
                     validation_retry.insert(device.identity.uuid.clone(), (since, Instant::now() + retry));
                     continue;
                 }
@@ -200,7 +199,7 @@ pub fn spawn(
                     }
                     continue;
                 }
-                idle = !probe_next_due(&snapshot, &mut due, started, &current, (&state, &validations), &stop);
+                idle = !probe_next_due(&snapshot, &mut due, started, &current, (&state, &lifecycle), &stop);
             }
         })?;
     Ok(())
@@ -212,14 +211,14 @@ fn sweep_step(
     snapshot: &Snapshot,
     settings: &Probe,
     clock: &mut super::sweep::SweepClock,
-    validations: &Versioned<Validations>,
+    lifecycle: &crate::lifecycle::Lifecycle,
     now: Instant,
 ) {
     use super::sweep;
     let wall = crate::model::unix_now();
     if sweep::running(snapshot) {
         if let Some(work) = sweep::work_on_node(snapshot) {
-            let ended = sweep::end(validations, &work, wall);
+            let ended = sweep::end(lifecycle, &work, wall);
             log::info!(
                 "the node's scheduled validation ended with {ended} GPU(s) to go: {work}; the node goes back to work"
             );
@@ -236,7 +235,7 @@ fn sweep_step(
             clock.retry(settings, now);
         }
         None => {
-            let gpus = sweep::start(snapshot, validations, wall);
+            let gpus = sweep::start(snapshot, lifecycle, wall);
             log::info!("the node's scheduled validation starts: {gpus} GPU(s), one after the other; new work waits");
             clock.last_start = now;
             clock.retry_at = None;
@@ -250,7 +249,7 @@ fn probe_next_due(
     due: &mut BTreeMap<String, Instant>,
     started: Instant,
     current: &ChildSettings,
-    (state, validations): (&ProbeState, &Versioned<Validations>),
+    (state, lifecycle): (&ProbeState, &crate::lifecycle::Lifecycle),
     stop: &Stop,
 ) -> bool {
     let interval = current.probe.interval;
@@ -268,27 +267,33 @@ fn probe_next_due(
     };
     due.insert(uuid.clone(), next);
     let suspects = Suspects {
-        sdc: judge_sdc(state, validations, &uuid, device.identity.index, &outcome),
+        sdc: judge_sdc(state, lifecycle, &uuid, device.identity.index, &outcome),
         hbm: judge_memtest(&uuid, device.identity.index, &outcome),
     };
     record(state, &uuid, device.identity.index, outcome, suspects);
     true
 }
 
-/// Probes a GPU awaiting validation, writes the outcome into `validations`, and says when
+/// Probes a GPU awaiting validation, sends its outcome to `lifecycle`, and says when
 /// to look at it again if it is still pending.
 fn validate(
     device: &DeviceSnapshot,
     settings: &ChildSettings,
     (store, state): (&Store, &ProbeState),
-    validations: &Versioned<Validations>,
+    lifecycle: &crate::lifecycle::Lifecycle,
     stop: &Stop,
 ) -> Duration {
     let uuid = device.identity.uuid.clone();
     let index = device.identity.index;
     // The validation as it is now, not as the snapshot saw it: the sweep may have ended it
     // as skipped since (then it is not probed, nor said to be).
-    let Some(since) = validations.get().get(&uuid).filter(|v| v.pending()).map(|v| v.since) else {
+    let Some(since) = lifecycle
+        .get()
+        .validations
+        .get(&uuid)
+        .filter(|v| v.pending())
+        .map(|v| v.since)
+    else {
         return VALIDATION_RETRY;
     };
     let outcome = match precheck(device, &settings.probe) {
@@ -303,7 +308,7 @@ fn validate(
         _ => VALIDATION_ERROR_RETRY,
     };
     let suspects = Suspects {
-        sdc: judge_sdc(state, validations, &uuid, index, &outcome),
+        sdc: judge_sdc(state, lifecycle, &uuid, index, &outcome),
         hbm: judge_memtest(&uuid, index, &outcome),
     };
     let end = validation_outcome(&outcome, &suspects, since, crate::model::unix_now());
@@ -333,11 +338,11 @@ fn validate(
             }
             other => log::info!(gpu_uuid = uuid; "GPU {index} validated: {}", other.detail()),
         }
-        validations.update(|all| {
-            // Only the validation this probe was for: a clear in between started another.
-            if let Some(v) = all.get_mut(&uuid).filter(|v| v.since == since) {
-                v.outcome = Some(end);
-            }
+        // Only the validation this probe was for: a clear in between started another.
+        lifecycle.apply(crate::lifecycle::Command::ValidationEnded {
+            uuid: uuid.clone(),
+            since,
+            outcome: end,
         });
     }
     retry
@@ -347,7 +352,7 @@ fn validate(
 /// the remembered digest (probe::sdc::judge); keeps the key's reference as it should be now.
 fn judge_sdc(
     state: &ProbeState,
-    validations: &Versioned<Validations>,
+    lifecycle: &crate::lifecycle::Lifecycle,
     uuid: &str,
     index: u32,
     outcome: &Outcome,
@@ -383,7 +388,7 @@ fn judge_sdc(
             }
         });
         if let Some(again) = again {
-            revalidate_lifted(validations, &again.lifted);
+            revalidate_lifted(lifecycle, &again.lifted);
         }
     }
     if judgement.faults.is_empty() {
@@ -399,28 +404,12 @@ fn judge_sdc(
     })
 }
 
-/// A GPU whose validation failed on a suspicion that was lifted since is validated again:
-/// nothing else held it out, and a person should not have to clear what the daemon got wrong.
-fn revalidate_lifted(validations: &Versioned<Validations>, lifted: &[(String, crate::model::probe::SdcLift)]) {
-    if lifted.is_empty() {
-        return;
+/// A GPU whose validation failed on a suspicion that was lifted since is validated again
+/// (the owner's `Revalidate`): nothing else held it out.
+fn revalidate_lifted(lifecycle: &crate::lifecycle::Lifecycle, lifted: &[(String, crate::model::probe::SdcLift)]) {
+    if !lifted.is_empty() {
+        lifecycle.apply(crate::lifecycle::Command::Revalidate(lifted.to_vec()));
     }
-    validations.update(|all| {
-        for (uuid, lift) in lifted {
-            let Some(v) = all.get_mut(uuid) else { continue };
-            // Failed on the canary alone: shortfalls come first in the detail, the memtest after.
-            let on_the_canary_alone = matches!(&v.outcome, Some(ValidationOutcome::Failed { detail, .. })
-                if detail.starts_with("failed the probe: sdc (") && !detail.contains("memtest ("));
-            if on_the_canary_alone {
-                *v = crate::model::health::Validation {
-                    since: lift.at,
-                    why: format!("its suspicion of wrong results was lifted: {}", lift.why),
-                    outcome: None,
-                    kind: v.kind,
-                };
-            }
-        }
-    });
 }
 
 /// A probe's wrong results and memory errors, as judged.
@@ -845,17 +834,23 @@ mod tests {
         let stop = crate::service::stop::Shutdown::new().handle("test");
         let state = ProbeState::default();
         let store = Store::new();
-        let validations = Versioned::<Validations>::default();
-        validations.set([("GPU-0".to_string(), ended.clone())].into());
+        let lifecycle = crate::lifecycle::Lifecycle::default();
+        let with = |v: &Validation| {
+            crate::lifecycle::Command::Seed(crate::lifecycle::ServiceState {
+                validations: Arc::new([("GPU-0".to_string(), v.clone())].into()),
+                ..Default::default()
+            })
+        };
+        lifecycle.apply(with(&ended));
         assert_eq!(
-            validate(&busy, &settings, (&store, &state), &validations, &stop),
+            validate(&busy, &settings, (&store, &state), &lifecycle, &stop),
             VALIDATION_RETRY
         );
         assert!(state.get().skipped.is_empty() && state.get().runs.is_empty());
-        assert_eq!(validations.get()["GPU-0"], ended);
+        assert_eq!(lifecycle.get().validations["GPU-0"], ended);
         // Pending: looked at (the GPU is busy, so the look is a skip, counted).
-        validations.set([("GPU-0".to_string(), pending)].into());
-        validate(&busy, &settings, (&store, &state), &validations, &stop);
+        lifecycle.apply(with(&pending));
+        validate(&busy, &settings, (&store, &state), &lifecycle, &stop);
         assert_eq!(state.get().skipped[&("GPU-0".to_string(), "utilization")], 1);
     }
 }

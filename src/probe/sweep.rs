@@ -11,9 +11,9 @@
 //! the sweep is tried again later.
 
 use crate::config::{Probe, ProbeMode};
-use crate::model::health::{HealthState, Validation, ValidationKind, ValidationOutcome, Validations};
+use crate::lifecycle::{Command, Lifecycle};
+use crate::model::health::{HealthState, ValidationKind};
 use crate::model::{Snapshot, Vendor};
-use crate::service::versioned::Versioned;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -117,50 +117,22 @@ impl SweepClock {
 }
 
 /// Starts the sweep: a pending validation of every NVIDIA GPU, from `wall` (Unix seconds).
-pub fn start(snapshot: &Snapshot, validations: &Versioned<Validations>, wall: f64) -> usize {
+pub fn start(snapshot: &Snapshot, lifecycle: &Lifecycle, wall: f64) -> usize {
     let gpus: Vec<String> = snapshot
         .devices
         .iter()
         .filter(|d| d.identity.vendor == Vendor::Nvidia)
         .map(|d| d.identity.uuid.clone())
         .collect();
-    validations.update(|all| {
-        for uuid in &gpus {
-            all.insert(
-                uuid.clone(),
-                Validation {
-                    since: wall,
-                    why: "the node's scheduled validation (probe.mode: node)".into(),
-                    outcome: None,
-                    kind: ValidationKind::Sweep,
-                },
-            );
-        }
-    });
-    gpus.len()
+    lifecycle.apply(Command::SweepStarted { gpus, at: wall })
 }
 
 /// Ends the sweep's pending validations as skipped, saying why; how many there were.
-pub fn end(validations: &Versioned<Validations>, why: &str, wall: f64) -> usize {
-    let pending = validations
-        .get()
-        .values()
-        .filter(|v| v.kind == ValidationKind::Sweep && v.pending())
-        .count();
-    if pending > 0 {
-        validations.update(|all| {
-            for v in all
-                .values_mut()
-                .filter(|v| v.kind == ValidationKind::Sweep && v.pending())
-            {
-                v.outcome = Some(ValidationOutcome::Skipped {
-                    at: wall,
-                    detail: format!("{why}: the node went back to work before its validation ended"),
-                });
-            }
-        });
-    }
-    pending
+pub fn end(lifecycle: &Lifecycle, why: &str, wall: f64) -> usize {
+    lifecycle.apply(Command::SweepEnded {
+        why: why.to_string(),
+        at: wall,
+    })
 }
 
 /// Whether the snapshot shows a sweep under way.
@@ -271,10 +243,10 @@ mod tests {
     #[test]
     fn a_sweep_validates_every_nvidia_gpu_and_ending_it_skips_the_pending_ones() {
         let node = idle_node();
-        let validations = Versioned::<Validations>::default();
-        assert_eq!(start(&node, &validations, 100.0), 2);
+        let lifecycle = Lifecycle::default();
+        assert_eq!(start(&node, &lifecycle, 100.0), 2);
         let mut snapshot = idle_node();
-        snapshot.validations = validations.get();
+        snapshot.validations = lifecycle.get().validations.clone();
         assert!(running(&snapshot));
         assert_eq!(
             not_now(&snapshot, &node_mode()).as_deref(),
@@ -286,16 +258,20 @@ mod tests {
             ..idle_node()
         };
         gone.devices.clear();
-        gone.validations = validations.get();
+        gone.validations = lifecycle.get().validations.clone();
         assert!(!running(&gone) && !gone.validation_pending());
-        validations.update(|all| {
-            all.get_mut("GPU-0").unwrap().outcome = Some(ValidationOutcome::Passed {
+        let passed = Command::ValidationEnded {
+            uuid: "GPU-0".into(),
+            since: 100.0,
+            outcome: crate::model::health::ValidationOutcome::Passed {
                 at: 110.0,
                 detail: "passed".into(),
-            })
-        });
-        assert_eq!(end(&validations, "job 7 runs on GPU 1", 120.0), 1);
-        let all = validations.get();
+            },
+        };
+        assert_eq!(lifecycle.apply(passed), 1);
+        assert_eq!(end(&lifecycle, "job 7 runs on GPU 1", 120.0), 1);
+        assert_eq!(end(&lifecycle, "job 7 runs on GPU 1", 121.0), 0, "nothing left to end");
+        let all = lifecycle.get().validations.clone();
         assert_eq!(all["GPU-0"].state(), "passed", "what passed stays passed");
         assert_eq!(all["GPU-1"].state(), "skipped");
         snapshot.validations = Arc::new((*all).clone());

@@ -21,11 +21,11 @@ use super::{command, guards};
 use crate::backend::LibraryHold;
 use crate::config::settings::SharedSettings;
 use crate::config::{Remediation, RemediationMode};
-use crate::model::health::{Clear, Clears, Step, Validation, ValidationKind, Validations};
-use crate::model::remediation::{Attempt, AttemptOutcome, RebootRequired, Refusal, Remediations};
+use crate::lifecycle::{RemediationChange, ValidationStart};
+use crate::model::health::{Clear, Step, Validation, ValidationKind};
+use crate::model::remediation::{Attempt, AttemptOutcome, RebootRequired, Refusal};
 use crate::model::{DeviceSnapshot, Snapshot, Vendor};
 use crate::service::stop::Stop;
-use crate::service::versioned::Versioned;
 use crate::snapshot::store::Store;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -41,9 +41,9 @@ pub const BY: &str = "gpuwarden remediation";
 pub struct Executor {
     pub store: Arc<Store>,
     pub settings: Arc<SharedSettings>,
-    pub state: Arc<Versioned<Remediations>>,
-    pub clears: Arc<Versioned<Clears>>,
-    pub validations: Arc<Versioned<Validations>>,
+    /// The service state's owner, where remediation's progress goes: a reset done is its
+    /// attempt, the GPU's clear and its validation, one transition.
+    pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
     pub hold: LibraryHold,
     pub journal: Option<crate::journal::Journal>,
     /// Where the daemon's open files are listed (`/proc/self/fd`).
@@ -156,20 +156,19 @@ impl Executor {
         let config = &settings.config.remediation;
         let snapshot = self.store.latest();
         if config.mode != RemediationMode::Auto {
-            if !self.state.get().held_back.is_empty() {
-                self.state.update(|s| s.held_back.clear());
-            }
+            self.change(RemediationChange::HeldBack(BTreeMap::new()));
             return;
         }
         // Act only on a snapshot that shows what this thread did last: a reset, its clear.
-        let current = self.state.get();
-        if !Arc::ptr_eq(&snapshot.remediation, &current) || !Arc::ptr_eq(&snapshot.clears, &self.clears.get()) {
+        let current = self.lifecycle.get();
+        if !Arc::ptr_eq(&snapshot.remediation, &current.remediation) || !Arc::ptr_eq(&snapshot.clears, &current.clears)
+        {
             return;
         }
         let now = crate::model::unix_now();
         self.let_a_cleared_reboot_go(&snapshot, config);
         if let Some((device, why)) = needs_reboot(&snapshot) {
-            self.require_reboot(device, why, config, stop, |_| {});
+            self.require_reboot(device, why, config, stop, None);
             return;
         }
         let paused = pause_reason(config);
@@ -207,15 +206,13 @@ impl Executor {
 
     /// Keeps why each GPU waits, logging a new reason once.
     fn note_held_back(&self, held_back: BTreeMap<String, Refusal>) {
-        let before = self.state.get();
+        let before = self.lifecycle.get();
         for (uuid, refusal) in &held_back {
-            if before.held_back.get(uuid) != Some(refusal) {
+            if before.remediation.held_back.get(uuid) != Some(refusal) {
                 log::info!(gpu_uuid = uuid; "automatic GPU reset held back by guard {}: {}", refusal.guard, refusal.why);
             }
         }
-        if before.held_back != held_back {
-            self.state.update(move |s| s.held_back = held_back);
-        }
+        self.change(RemediationChange::HeldBack(held_back));
     }
 
     /// Runs the reset of `device` and what follows it.
@@ -229,7 +226,7 @@ impl Executor {
             .map(|s| s.why.clone())
             .unwrap_or_default();
         log::warn!(gpu_uuid = uuid; "GPU {index} ({}): automatic remediation resets it: {why}", device.identity.pci_bus_id);
-        self.state.update(|s| s.running = Some(uuid.clone()));
+        self.change(RemediationChange::ResetStarted { uuid: uuid.clone() });
         let clock = Instant::now();
         let mut attempt = Attempt {
             uuid: uuid.clone(),
@@ -257,14 +254,20 @@ impl Executor {
             Ended::NotStarted(why) => {
                 // Nothing ran: no attempt, no mark; the GPU keeps its findings for the next run.
                 log::warn!(gpu_uuid = uuid; "GPU {index}: not reset: {why}");
-                self.state.update(|s| s.running = None);
+                self.change(RemediationChange::ResetNotStarted);
                 return;
             }
         };
         match &ended {
             Ended::Done => {
                 log::warn!(gpu_uuid = uuid; "GPU {index}: reset done in {:.1} s; it returns to service once its probe passes", attempt.duration_seconds);
-                self.return_to_service(device, health.validate_after_clear);
+                let returned = self.return_to_service(device, health.validate_after_clear);
+                self.change(RemediationChange::ResetEnded {
+                    uuid,
+                    attempt: Box::new(attempt),
+                    returned: Some(returned),
+                });
+                return;
             }
             // The reboot mark, the failed attempt and the end of the reset go into the state in
             // one update: no snapshot shows the GPU let go before the mark (the `remediating`
@@ -272,7 +275,7 @@ impl Executor {
             Ended::Failed(why) => {
                 log::error!(gpu_uuid = uuid; "GPU {index}: the GPU reset failed: {why}; the node needs a reboot");
                 let why = format!("the GPU reset of GPU {index} failed: {why}");
-                self.require_reboot(device, why, config, stop, |s| finish(s, &uuid, attempt));
+                self.require_reboot(device, why, config, stop, Some((uuid, Box::new(attempt))));
                 return;
             }
             Ended::Interrupted(why) => log::warn!(
@@ -282,7 +285,16 @@ impl Executor {
             ),
             Ended::NotStarted(_) => {}
         }
-        self.state.update(|s| finish(s, &uuid, attempt));
+        self.change(RemediationChange::ResetEnded {
+            uuid,
+            attempt: Box::new(attempt),
+            returned: None,
+        });
+    }
+
+    /// Tells the service state's owner of a step.
+    fn change(&self, change: RemediationChange) {
+        self.lifecycle.apply(crate::lifecycle::Command::Remediation(change));
     }
 
     /// Records that the reset of `attempt`'s GPU starts, and waits until the journal has it:
@@ -380,9 +392,9 @@ impl Executor {
         }
     }
 
-    /// A clear of the reset GPU, and its validation: the probe decides its return.
-    fn return_to_service(&self, device: &DeviceSnapshot, validate: bool) {
-        let uuid = device.identity.uuid.clone();
+    /// A clear of the reset GPU, and its validation: the probe decides its return. Journals the
+    /// clear and gives both back, for the owner to apply with the reset's end.
+    fn return_to_service(&self, device: &DeviceSnapshot, validate: bool) -> (Clear, ValidationStart) {
         let at = crate::model::unix_now();
         let reason = "GPU reset by gpuwarden's automatic remediation".to_string();
         let validation = (validate && device.identity.vendor == Vendor::Nvidia).then(|| Validation {
@@ -400,21 +412,15 @@ impl Executor {
                 serde_json::json!({"reason": reason, "by": BY, "validation": validation.is_some()}),
             ));
         }
-        if let Some(validation) = validation {
-            self.validations.update(|v| {
-                v.insert(uuid.clone(), validation);
-            });
-        }
-        self.clears.update(|c| {
-            c.insert(
-                uuid,
-                Clear {
-                    at,
-                    reason,
-                    by: BY.to_string(),
-                },
-            );
-        });
+        let clear = Clear {
+            at,
+            reason,
+            by: BY.to_string(),
+        };
+        (
+            clear,
+            validation.map_or(ValidationStart::Nothing, ValidationStart::Start),
+        )
     }
 
     /// Marks the node as needing a reboot (once): the state (node finding, metrics, journal),
@@ -426,10 +432,10 @@ impl Executor {
         why: String,
         config: &Remediation,
         stop: &Stop,
-        also: impl FnOnce(&mut Remediations),
+        ended: Option<(String, Box<Attempt>)>,
     ) {
-        if self.state.get().reboot_required.is_some() {
-            self.state.update(also);
+        if self.lifecycle.get().remediation.reboot_required.is_some() {
+            self.change(RemediationChange::RebootRequired { mark: None, ended });
             return;
         }
         let mark = RebootRequired {
@@ -453,9 +459,9 @@ impl Executor {
         {
             log::warn!("cannot write the reboot marker {}: {e}", config.reboot_marker.display());
         }
-        self.state.update(|s| {
-            s.reboot_required = Some(mark);
-            also(s);
+        self.change(RemediationChange::RebootRequired {
+            mark: Some(mark),
+            ended,
         });
         if let Some(reboot) = &config.reboot_command {
             let ran = command::run(&reboot.for_gpu(&device.identity.pci_bus_id), config.timeout, stop);
@@ -479,7 +485,7 @@ impl Executor {
             {
                 log::info!("the reboot marker {}: {e}", config.reboot_marker.display());
             }
-            self.state.update(|s| s.reboot_required = None);
+            self.change(RemediationChange::RebootLetGo);
         }
     }
 }
@@ -609,13 +615,6 @@ pub fn nvidia_files_open(fd_dir: &Path) -> Vec<String> {
     open
 }
 
-/// A reset attempt ended: on record, and no longer running or held back.
-fn finish(state: &mut Remediations, uuid: &str, attempt: Attempt) {
-    state.running = None;
-    state.held_back.remove(uuid);
-    state.keep(attempt);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -727,9 +726,7 @@ mod tests {
             settings: Arc::new(SharedSettings::new(crate::config::settings::Settings::serving_nothing(
                 crate::config::Config::default(),
             ))),
-            state: Arc::default(),
-            clears: Arc::default(),
-            validations: Arc::default(),
+            lifecycle: Arc::default(),
             hold: LibraryHold::default(),
             journal: None,
             fd_dir: dir.path().join("no-fds"),
@@ -752,7 +749,7 @@ mod tests {
         );
         assert!(!ran.exists(), "no command ran");
         assert!(!marker.exists(), "no marker file");
-        let state = executor.state.get();
+        let state = executor.lifecycle.get().remediation.clone();
         assert_eq!(state.running, None);
         assert!(state.reboot_required.is_none());
         assert!(state.attempts.is_empty(), "{:?}", state.attempts);

@@ -18,9 +18,9 @@
 use crate::health::clear::{self, ClearRequest};
 use crate::journal::Journal;
 use crate::journal::event::{Event, GpuRef, Kind};
+use crate::lifecycle::ValidationStart;
 use crate::model::health::{Clear, Clears};
 use crate::serve::http::AppState;
-use crate::service::versioned::Versioned;
 use axum::extract::{DefaultBodyLimit, Extension, FromRef, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -52,12 +52,9 @@ const MAX_CLEAR_WAIT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct LocalState {
     pub app: AppState,
-    /// Where a clear goes: the publisher reads it into the next snapshot.
-    pub clears: Arc<Versioned<Clears>>,
-    /// Where the Slurm health check's report goes (`gpuwarden health scheduler-report`).
-    pub scheduler: Arc<Versioned<Option<crate::model::scheduler::SchedulerReport>>>,
-    /// Where a clear of an unhealthy GPU starts its validation (a probe before it returns).
-    pub validations: Arc<Versioned<crate::model::health::Validations>>,
+    /// The service state's owner: where a clear and its validation go, as one transition,
+    /// and the Slurm health check's report (`gpuwarden health scheduler-report`).
+    pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
     /// Where a clear is recorded; None with the journal off.
     pub journal: Option<Journal>,
 }
@@ -159,8 +156,8 @@ async fn clear_gpu(State(local): State<LocalState>, Extension(peer): Extension<P
     let comm = peer.comm();
     let by = peer.describe(&comm);
     let uuid = device.identity.uuid.clone();
-    let validation = start_or_skip_validation(&local, &before, &device, &request, at, &by, &reason);
-    let (polled_after, after) = keep_clear(&local, uuid.clone(), at, &reason, &by).await;
+    let (step, validation) = validation_step(&local, &before, &device, &request, (at, &by, &reason));
+    let (polled_after, after) = keep_clear(&local, uuid.clone(), (at, &reason, &by), step).await;
     let mut answer = clear::answer(
         &device,
         after.devices.iter().find(|d| d.identity.uuid == uuid),
@@ -196,59 +193,43 @@ async fn clear_gpu(State(local): State<LocalState>, Extension(peer): Extension<P
     json_answer(&answer)
 }
 
-/// A clear's step about validation (health/clear.rs, `validation_step`), done: a new pending
-/// validation, or the open one ended as skipped. What the answer says of it.
-fn start_or_skip_validation(
+/// A clear's step about validation (health/clear.rs, `validation_step`), for the owner to
+/// take with the clear: a new pending validation, or the open one ended as skipped; and what
+/// the answer says of it.
+fn validation_step(
     local: &LocalState,
     before: &crate::model::Snapshot,
     device: &crate::model::DeviceSnapshot,
     request: &ClearRequest,
-    at: f64,
-    by: &str,
-    reason: &str,
-) -> Option<String> {
+    (at, by, reason): (f64, &str, &str),
+) -> (ValidationStart, Option<String>) {
     use crate::model::health::{Validation, ValidationKind, ValidationOutcome};
     let uuid = &device.identity.uuid;
     let on = local.app.settings.current().config.health.validate_after_clear;
-    let step = clear::validation_step(device, on, request.skip_validation, before.validations.get(uuid));
-    match step {
+    let validation = Validation {
+        since: at,
+        why: format!("a clear by {by}: {reason}"),
+        outcome: None,
+        kind: ValidationKind::Repair,
+    };
+    match clear::validation_step(device, on, request.skip_validation, before.validations.get(uuid)) {
         clear::ValidationStep::Start => {
-            local.validations.update(|all| {
-                all.insert(
-                    uuid.clone(),
-                    Validation {
-                        since: at,
-                        why: format!("a clear by {by}: {reason}"),
-                        outcome: None,
-                        kind: ValidationKind::Repair,
-                    },
-                );
-            });
             log::info!(gpu_uuid = uuid.as_str(); "GPU {} validating: it returns to service once a probe passes", device.identity.index);
-            Some(format!(
+            let said = format!(
                 "validating: GPU {} stays out of service until a probe passes; it runs as soon as the GPU is idle \
                  (`gpuwarden health` shows it; --skip-validation lets it back without one)",
                 device.identity.index
-            ))
+            );
+            (ValidationStart::Start(validation), Some(said))
         }
         clear::ValidationStep::Skip => {
             let detail = format!("skipped by {by}: {reason}");
-            local.validations.update(|all| {
-                let entry = all.entry(uuid.clone()).or_insert_with(|| Validation {
-                    since: at,
-                    why: format!("a clear by {by}: {reason}"),
-                    outcome: None,
-                    kind: ValidationKind::Repair,
-                });
-                entry.outcome = Some(ValidationOutcome::Skipped {
-                    at,
-                    detail: detail.clone(),
-                });
-            });
             log::warn!(gpu_uuid = uuid.as_str(); "GPU {} returns to service without a validation probe: {detail}", device.identity.index);
-            Some(format!("not validated: {detail}"))
+            let said = format!("not validated: {detail}");
+            let outcome = ValidationOutcome::Skipped { at, detail };
+            (ValidationStart::Skip { validation, outcome }, Some(said))
         }
-        clear::ValidationStep::None(why) => why.map(str::to_string),
+        clear::ValidationStep::None(why) => (ValidationStart::Nothing, why.map(str::to_string)),
     }
 }
 
@@ -273,7 +254,7 @@ async fn scheduler_report(State(local): State<LocalState>, Extension(peer): Exte
         Ok(guard) => guard,
         Err(e) => return refused(StatusCode::BAD_REQUEST, e),
     };
-    let before = local.scheduler.get();
+    let before = local.lifecycle.get().scheduler.clone();
     let was_refused = before
         .as_ref()
         .as_ref()
@@ -306,7 +287,9 @@ async fn scheduler_report(State(local): State<LocalState>, Extension(peer): Exte
     if let Some(node) = request.node {
         report.node = Some((at, node));
     }
-    local.scheduler.set(Some(report));
+    local
+        .lifecycle
+        .apply(crate::lifecycle::Command::SchedulerReport(report));
     (StatusCode::OK, "{}").into_response()
 }
 
@@ -322,7 +305,7 @@ async fn clear_nic(local: &LocalState, peer: &Peer, nic: &str, reason: String) -
     let comm = peer.comm();
     let by = peer.describe(&comm);
     let key = clear_nic::key(&device.name);
-    let (polled_after, after) = keep_clear(local, key.clone(), at, &reason, &by).await;
+    let (polled_after, after) = keep_clear(local, key.clone(), (at, &reason, &by), ValidationStart::Nothing).await;
     let answer = clear_nic::answer(&before, &after, &device.name, polled_after);
     let still: Vec<String> = answer
         .still
@@ -366,19 +349,18 @@ async fn clear_nic(local: &LocalState, peer: &Peer, nic: &str, reason: String) -
 async fn keep_clear(
     local: &LocalState,
     key: String,
-    at: f64,
-    reason: &str,
-    by: &str,
+    (at, reason, by): (f64, &str, &str),
+    validation: ValidationStart,
 ) -> (bool, std::sync::Arc<crate::model::Snapshot>) {
-    local.clears.update(|clears| {
-        clears.insert(
-            key.clone(),
-            Clear {
-                at,
-                reason: reason.to_string(),
-                by: by.to_string(),
-            },
-        );
+    // The clear and its validation, one transition: no snapshot has one without the other.
+    local.lifecycle.apply(crate::lifecycle::Command::Clear {
+        key: key.clone(),
+        clear: Clear {
+            at,
+            reason: reason.to_string(),
+            by: by.to_string(),
+        },
+        validation,
     });
     // The answer is the first round judged with this clear: one that began before it and
     // was published after would still show what it let go of.

@@ -96,6 +96,25 @@ impl<T> Versioned<T> {
     }
 }
 
+impl<T: Clone> Versioned<T> {
+    /// As [`Versioned::update`], but the value is replaced (and the counter moved) only when
+    /// `change` says it changed something; what it said.
+    pub fn update_when(&self, change: impl FnOnce(&mut T) -> bool) -> bool {
+        let mut guard = match self.current.write() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let mut next = (**guard).clone();
+        if !change(&mut next) {
+            return false;
+        }
+        *guard = Arc::new(next);
+        drop(guard);
+        self.moved_on();
+        true
+    }
+}
+
 impl<T: PartialEq> Versioned<T> {
     /// Replaces the value when it differs; true when it did (the counter moved).
     pub fn set_if_changed(&self, value: T) -> bool {

@@ -103,12 +103,12 @@ pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generatio
         round_duration: round.round_duration.clone(),
         xid: inputs.xids.clone(),
         health_limits: options.health_limits.clone(),
-        clears: inputs.clears.clone(),
-        known_boards: inputs.known_boards.clone(),
-        board_swaps: inputs.board_swaps.clone(),
-        validations: inputs.validations.clone(),
-        scheduler: (*inputs.scheduler).clone(),
-        remediation: inputs.remediation.clone(),
+        clears: inputs.service.clears.clone(),
+        known_boards: inputs.service.known_boards.clone(),
+        board_swaps: inputs.service.board_swaps.clone(),
+        validations: inputs.service.validations.clone(),
+        scheduler: (*inputs.service.scheduler).clone(),
+        remediation: inputs.service.remediation.clone(),
         hostname: options.hostname.clone(),
         probe: inputs.probes.clone(),
         sinks: inputs.sinks.clone(),
@@ -277,8 +277,8 @@ impl Publisher {
         self.sources
             .xids
             .set_gpus(round.devices.iter().map(|d| d.identity.pci_bus_id.as_str()));
-        let clears_version = self.sources.clears.version();
-        let clears = self.sources.clears.get();
+        let clears_version = self.sources.service.version();
+        let clears = self.sources.service.get().clears.clone();
         let mut published = self.published.lock().unwrap_or_else(PoisonError::into_inner);
         published
             .health
@@ -306,10 +306,18 @@ impl Publisher {
     /// for the whole snapshot; `None` reads the latest.
     fn assemble(&self, published: &mut Published, round_clears: Option<(u64, Arc<Clears>)>) -> Snapshot {
         let mut inputs = self.sources.read();
-        if let Some((version, clears)) = round_clears {
-            // A clear newer than the round's is left to the refresher (its version moved).
-            inputs.versions.clears = version;
-            inputs.clears = clears;
+        if let Some((version, clears)) = round_clears
+            && !Arc::ptr_eq(&clears, &inputs.service.clears)
+        {
+            // A clear newer than the round's is left to the refresher (the service state's
+            // version moved): this snapshot has the round's clears and the state's version
+            // then, so the refresher publishes the newer clear after it. A validation the
+            // newer clear started may show first; it only holds the GPU out longer.
+            inputs.versions.service = version;
+            inputs.service = Arc::new(crate::lifecycle::ServiceState {
+                clears,
+                ..(*inputs.service).clone()
+            });
         }
         let settings = self.settings.current();
         let config = &settings.config;
@@ -317,7 +325,7 @@ impl Publisher {
             &inputs.nics,
             inputs.versions.nics,
             config.network.flap_window,
-            &inputs.clears,
+            &inputs.service.clears,
             std::time::Instant::now(),
         );
         let options = Options::from_config(config, &self.hostname);

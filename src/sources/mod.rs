@@ -13,9 +13,7 @@
 //! | fabric manager | [`fabric_manager::FabricManagerCheck`], task `source-fabric-manager`, every 30 s while a GPU reports an NVLink fabric | whether nvidia-fabricmanager runs |
 //! | network ports | [`nics::NicPorts`], task `source-nics`, every `network.interval` (10 s) | RDMA devices and their ports |
 //! | probe results | `probe::schedule`, thread `probe-scheduler` | the latest report per GPU |
-//! | board swaps | the journal's writer; the journal at start | the last day's swaps per new GPU |
-//! | clears | the local API's `POST /api/v1/health/clear`; the journal at start | the latest clear per GPU |
-//! | remediation | `remediation::auto`, thread `remediation`; the journal at start | resets run, guards holding one back, reboot required |
+//! | service state | [`crate::lifecycle::Lifecycle`], its one writer, at the commands of the local API, the journal, the probe scheduler and remediation | clears, boards and swaps, validations, the scheduler's report, remediation's attempts and reboot mark |
 //!
 //! Nothing else reads the outside world between rounds: the publisher only takes an `Arc` of
 //! each value ([`Sources::read`]) and puts the snapshot together from them without I/O, so a
@@ -190,6 +188,25 @@ impl<T: Default + std::fmt::Debug + Send + Sync + 'static> Source for Versioned<
     }
 }
 
+impl Source for crate::lifecycle::Lifecycle {
+    type Value = Arc<crate::lifecycle::ServiceState>;
+    fn version(&self) -> u64 {
+        crate::lifecycle::Lifecycle::version(self)
+    }
+    fn value(&self) -> Arc<crate::lifecycle::ServiceState> {
+        self.get()
+    }
+    fn signal_to(&self, changed: Arc<Changed>) {
+        crate::lifecycle::Lifecycle::signal_to(self, changed)
+    }
+}
+
+impl Fresh for crate::lifecycle::Lifecycle {
+    fn fresh(_: &Arc<XidStore>) -> Arc<crate::lifecycle::Lifecycle> {
+        Arc::default()
+    }
+}
+
 impl Source for XidStore {
     type Value = XidSnapshot;
     fn version(&self) -> u64 {
@@ -322,21 +339,9 @@ sources! {
     fabric_manager: Versioned<Option<crate::model::links::FabricManager>> = periodic(|store: &Arc<Store>| fabric_manager::FabricManagerCheck::new(store.clone())),
     /// The health journal's state (its writer sets it).
     journal: Versioned<Option<crate::model::JournalStatus>>,
-    /// The operators' clears after a repair (`gpuwarden health clear`).
-    clears: Versioned<crate::model::health::Clears>,
-    /// The boards the journal knew at start (a new one at a known address is validated from
-    /// the first snapshot). Read before `board_swaps`: see `journal::writer::board_swapped`.
-    known_boards: Versioned<crate::model::health::KnownBoards>,
-    /// Boards the journal found replaced. Read before `validations`, which the journal's writer
-    /// sets first: a snapshot that has the swap has its validation too.
-    board_swaps: Versioned<crate::model::health::BoardSwaps>,
-    /// GPUs that must pass a probe before they return to service (the local API's clear and
-    /// the journal's board swaps start one, the probe scheduler ends it).
-    validations: Versioned<crate::model::health::Validations>,
-    /// The Slurm health check's reports (`gpuwarden health scheduler-report`, the local API).
-    scheduler: Versioned<Option<crate::model::scheduler::SchedulerReport>>,
-    /// What automatic remediation did and holds (`remediation::auto`; the journal at start).
-    remediation: Versioned<crate::model::remediation::Remediations>,
+    /// Each GPU's service state: clears, known boards and swaps, validations, the scheduler's
+    /// reports. Its one writer is the owner (`lifecycle`); one value, read at once.
+    service: crate::lifecycle::Lifecycle,
 }
 
 impl Sources {
