@@ -513,7 +513,7 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
     // The PCI census before the first round: a verdict published without it would say "ok"
     // on a node whose driver is down while its GPUs are on the bus.
     crate::sources::read_once(crate::sources::pci::PciCensus, &sources.pci, &settings.current());
-    sources.spawn_periodic(&settings, &store, &stop);
+    sources.spawn_periodic(&settings, &stop);
     let lifecycle = sources.service.clone();
     let hold = start_remediation(&store, &settings, &sources, journal.clone(), shutdown);
     let publisher = Arc::new(Publisher::new(store.clone(), sources, settings.clone()));
@@ -521,7 +521,8 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
         store: xids.clone(),
         stop: Arc::new(shutdown.handle("xid-nvml-events")),
     };
-    let coordinator = Coordinator::new(settings.clone(), publisher.clone(), Some(events)).with_hold(hold);
+    let rounds = (publisher.round_sink(), publisher.sources().polled.clone());
+    let coordinator = Coordinator::new(settings.clone(), rounds, Some(events)).with_hold(hold);
     let poll_loop = start_poll_loop(coordinator, shutdown.handle("poll-coordinator")).await?;
     spawn_refresher(publisher, shutdown.handle("publish-events"));
     Ok(Running {

@@ -19,20 +19,12 @@ use crate::health;
 use crate::health::memory::HealthMemory;
 use crate::input::{Input, Reason, Skips};
 use crate::model::health::Clears;
-use crate::model::{BackendStatus, DeviceSnapshot, DurationHistogram, PersistenceAttempts, PodHolder, Snapshot};
+use crate::model::{DeviceSnapshot, PodHolder, Snapshot};
 use crate::snapshot::store::Store;
+use crate::sources::round::RoundPart;
 use crate::sources::{Inputs, Sources, Versions};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
-
-/// What one poll round contributes to a snapshot.
-#[derive(Debug, Clone, Default)]
-pub struct RoundPart {
-    pub backends: Arc<BTreeMap<&'static str, BackendStatus>>,
-    pub devices: Vec<DeviceSnapshot>,
-    pub persistence_attempts: Arc<PersistenceAttempts>,
-    pub round_duration: DurationHistogram,
-}
 
 /// What a snapshot takes from the settings and the host, beside the round and the sources.
 #[derive(Debug, Clone, Default)]
@@ -270,6 +262,17 @@ impl Publisher {
 
     pub fn sources(&self) -> &Sources {
         &self.sources
+    }
+
+    /// Where the poller hands its rounds (it holds no publisher): each is published, and the
+    /// verdict's counts after it are the answer.
+    pub fn round_sink(self: &Arc<Self>) -> crate::sources::round::RoundSink {
+        let publisher = self.clone();
+        Box::new(move |round| {
+            publisher.publish_round(round);
+            let snapshot = publisher.store.latest();
+            (!snapshot.devices.is_empty()).then(|| snapshot.health_counts())
+        })
     }
 
     /// Publishes a poll round's part with the sources' latest values.

@@ -14,10 +14,11 @@
 //! set-uid program runs with their real uid and the program's name.
 
 use super::Periodic;
+use super::round::PolledGpus;
 use crate::config::settings::Settings;
 use crate::input::{self, Input, Skips};
 use crate::model::links::FabricManager;
-use crate::snapshot::store::Store;
+use crate::service::versioned::Versioned;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,12 +27,12 @@ pub const LOOK_EVERY: Duration = Duration::from_secs(30);
 const COMM_LEN: usize = 15;
 
 pub struct FabricManagerCheck {
-    store: Arc<Store>,
+    polled: Arc<Versioned<PolledGpus>>,
 }
 
 impl FabricManagerCheck {
-    pub fn new(store: Arc<Store>) -> FabricManagerCheck {
-        FabricManagerCheck { store }
+    pub fn new(polled: Arc<Versioned<PolledGpus>>) -> FabricManagerCheck {
+        FabricManagerCheck { polled }
     }
 }
 
@@ -40,18 +41,14 @@ impl Periodic for FabricManagerCheck {
     const NAME: &'static str = "source-fabric-manager";
 
     fn every(&self, settings: &Settings) -> Option<Duration> {
-        let latest = self.store.latest();
-        let fabric = latest
-            .devices
-            .iter()
-            .any(|d| d.readings.as_ref().is_some_and(|r| r.fabric.is_some()));
+        let fabric = self.polled.get().gpus.iter().any(|gpu| gpu.fabric);
         (settings.config.fabric_manager.check && fabric).then_some(LOOK_EVERY)
     }
 
     /// GPUs report their fabric from the first topology read on: look again every second
     /// until the first round is published, then every half minute while none has.
     fn look_again_while_off(&self) -> Option<Duration> {
-        super::look_again_after_the_first_round(&self.store, LOOK_EVERY)
+        super::look_again_after_the_first_round(&self.polled, LOOK_EVERY)
     }
 
     /// None (not looked for) where no NVSwitch is on this node's PCI bus: a virtual machine

@@ -36,13 +36,14 @@ pub mod pci;
 pub mod pcie_aer;
 pub mod poller;
 pub mod processes;
+pub mod round;
 
 use crate::config::settings::{Settings, SharedSettings};
 use crate::model::PciGpu;
 use crate::service::stop::Stop;
 use crate::service::versioned::{Changed, Versioned};
-use crate::snapshot::store::Store;
 use crate::xid::store::{XidSnapshot, XidStore};
+use round::PolledGpus;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -53,8 +54,8 @@ pub const LOOK_AGAIN: Duration = Duration::from_secs(1);
 /// `look_again_while_off` for a source that a GPU turns on: GPUs are known from the first
 /// published round, so every [`LOOK_AGAIN`] until then, and every `then` after (a GPU that
 /// comes later, after a driver load, is seen within that).
-pub fn look_again_after_the_first_round(store: &Store, then: Duration) -> Option<Duration> {
-    Some(if store.latest().generation == 0 {
+pub fn look_again_after_the_first_round(polled: &Versioned<PolledGpus>, then: Duration) -> Option<Duration> {
+    Some(if !polled.get().after_first_round {
         LOOK_AGAIN
     } else {
         then
@@ -232,6 +233,9 @@ macro_rules! sources {
             $( $(#[$doc])* pub $name: Arc<$holder>, )*
             /// Signalled by every source when its value changes.
             pub changed: Arc<Changed>,
+            /// The GPUs the poller polled last (it sets them after each round): what the
+            /// sources that a GPU turns on look at. Not a snapshot input.
+            pub polled: Arc<Versioned<PolledGpus>>,
         }
 
         /// Each source's version at one moment: equal versions, nothing new to publish.
@@ -257,6 +261,7 @@ macro_rules! sources {
                 let sources = Sources {
                     $( $name: <$holder as Fresh>::fresh(&xids), )*
                     changed: Arc::default(),
+                    polled: Arc::default(),
                 };
                 $( sources.$name.signal_to(sources.changed.clone()); )*
                 sources
@@ -283,13 +288,13 @@ macro_rules! sources {
 
             /// Starts the periodic sources' tasks (the others are started by their owners);
             /// inside the runtime.
-            pub fn spawn_periodic(&self, settings: &Arc<SharedSettings>, store: &Arc<Store>, stop: &Stop) {
-                $( $( spawn_named(($make)(store), self.$name.clone(), settings.clone(), stop); )? )*
+            pub fn spawn_periodic(&self, settings: &Arc<SharedSettings>, stop: &Stop) {
+                $( $( spawn_named(($make)(&self.polled), self.$name.clone(), settings.clone(), stop); )? )*
             }
 
             /// Reads the periodic sources once, here and now (`gpuwarden check`).
-            pub fn read_periodic_once(&self, settings: &Settings, store: &Arc<Store>) {
-                $( $( read_once(($make)(store), &self.$name, settings); )? )*
+            pub fn read_periodic_once(&self, settings: &Settings) {
+                $( $( read_once(($make)(&self.polled), &self.$name, settings); )? )*
             }
         }
     };
@@ -320,23 +325,23 @@ sources! {
     /// XIDs from the kernel log and NVML events, counted once.
     xids: XidStore,
     /// The probe's latest report per GPU (`probe::schedule`).
-    probes: crate::probe::schedule::ProbeState,
+    probes: Versioned<crate::model::probe::ProbeSnapshot>,
     /// Each event sink's delivery (`journal::sink`).
     sinks: Versioned<crate::model::sink::SinkStates>,
     /// The kubelet's device assignments (`attribution::kubelet`).
     pods: crate::attribution::kubelet::PodState,
     /// Job ids per mapping file.
-    jobs: Versioned<jobs::JobMap> = periodic(|_: &Arc<Store>| jobs::JobFiles::default()),
+    jobs: Versioned<jobs::JobMap> = periodic(|_: &Arc<Versioned<PolledGpus>>| jobs::JobFiles::default()),
     /// The GPUs on the PCI bus.
-    pci: Versioned<Vec<PciGpu>> = periodic(|_: &Arc<Store>| pci::PciCensus),
+    pci: Versioned<Vec<PciGpu>> = periodic(|_: &Arc<Versioned<PolledGpus>>| pci::PciCensus),
     /// Each GPU's PCIe AER totals, by PCI address.
-    pcie_aer: Versioned<crate::model::PcieAerScan> = periodic(|store: &Arc<Store>| pcie_aer::PcieAerCounts::new(store.clone())),
+    pcie_aer: Versioned<crate::model::PcieAerScan> = periodic(|polled: &Arc<Versioned<PolledGpus>>| pcie_aer::PcieAerCounts::new(polled.clone())),
     /// The node's InfiniBand and RoCE ports.
-    nics: Versioned<crate::model::nic::NicScan> = periodic(|_: &Arc<Store>| nics::NicPorts::default()),
+    nics: Versioned<crate::model::nic::NicScan> = periodic(|_: &Arc<Versioned<PolledGpus>>| nics::NicPorts::default()),
     /// AMD processes per PCI address, from /proc's DRM clients.
-    drm_clients: Versioned<processes::DrmScan> = periodic(|store: &Arc<Store>| processes::DrmClients::new(store.clone())),
+    drm_clients: Versioned<processes::DrmScan> = periodic(|polled: &Arc<Versioned<PolledGpus>>| processes::DrmClients::new(polled.clone())),
     /// Whether nvidia-fabricmanager runs (NVSwitch systems only).
-    fabric_manager: Versioned<Option<crate::model::links::FabricManager>> = periodic(|store: &Arc<Store>| fabric_manager::FabricManagerCheck::new(store.clone())),
+    fabric_manager: Versioned<Option<crate::model::links::FabricManager>> = periodic(|polled: &Arc<Versioned<PolledGpus>>| fabric_manager::FabricManagerCheck::new(polled.clone())),
     /// The health journal's state (its writer sets it).
     journal: Versioned<Option<crate::model::JournalStatus>>,
     /// Each GPU's service state: clears, known boards and swaps, validations, the scheduler's

@@ -12,11 +12,12 @@
 //! capability, most virtual machines) a GPU has no counts, never a 0.
 
 use super::Periodic;
+use super::round::PolledGpus;
 use crate::config::settings::Settings;
 use crate::input::pci::normalize_bus_id;
 use crate::input::{self, Input, Links, Reason, Skips};
 use crate::model::{PcieAer, PcieAerScan};
-use crate::snapshot::store::Store;
+use crate::service::versioned::Versioned;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,12 +33,12 @@ const TOTALS: [(&str, &str); 3] = [
 ];
 
 pub struct PcieAerCounts {
-    store: Arc<Store>,
+    polled: Arc<Versioned<PolledGpus>>,
 }
 
 impl PcieAerCounts {
-    pub fn new(store: Arc<Store>) -> PcieAerCounts {
-        PcieAerCounts { store }
+    pub fn new(polled: Arc<Versioned<PolledGpus>>) -> PcieAerCounts {
+        PcieAerCounts { polled }
     }
 }
 
@@ -46,18 +47,18 @@ impl Periodic for PcieAerCounts {
     const NAME: &'static str = "source-pcie-aer";
 
     fn every(&self, _settings: &Settings) -> Option<Duration> {
-        (!self.store.latest().devices.is_empty()).then_some(LOOK_EVERY)
+        (!self.polled.get().gpus.is_empty()).then_some(LOOK_EVERY)
     }
 
     /// The GPUs are known from the first round on: look every second until it is published,
     /// then every half minute while there are none.
     fn look_again_while_off(&self) -> Option<Duration> {
-        super::look_again_after_the_first_round(&self.store, LOOK_EVERY)
+        super::look_again_after_the_first_round(&self.polled, LOOK_EVERY)
     }
 
     fn read(&mut self, settings: &Settings) -> PcieAerScan {
-        let latest = self.store.latest();
-        let addresses: Vec<&str> = latest.devices.iter().map(|d| d.identity.pci_bus_id.as_str()).collect();
+        let polled = self.polled.get();
+        let addresses: Vec<&str> = polled.gpus.iter().map(|gpu| gpu.pci_bus_id.as_str()).collect();
         read_counts(&settings.sys_root, &addresses)
     }
 }

@@ -22,10 +22,11 @@ use crate::config::settings::{BackendSettings, LiveSwitches, SharedSettings};
 use crate::model::{BackendStatus, DeviceIdentity, DeviceSnapshot, DurationHistogram, PersistenceAttempts};
 use crate::service::logging::RateLimiter;
 use crate::service::notify;
-use crate::snapshot::publisher::{Publisher, RoundPart};
+use crate::service::versioned::Versioned;
 use crate::sources::gpu_thread::{self, PollResult, Request, Worker, plan_after};
 use crate::sources::grid::{Grid, SharedGrid};
 use crate::sources::library_hold::HoldFollower;
+use crate::sources::round::{PolledGpus, RoundPart, RoundSink};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TrySendError, channel};
@@ -78,11 +79,17 @@ struct Answers {
     library_gone: usize,
 }
 
-/// Runs poll rounds and hands them to the publisher. Used by the daemon's poll thread and,
-/// for a single round, by `gpuwarden check`.
+/// Runs poll rounds and hands each on (to the publisher, as the daemon and `check` wire it; the
+/// poller holds none). Used by the daemon's poll thread and, for a single round, by
+/// `gpuwarden check`.
 pub struct Coordinator {
     settings: Arc<SharedSettings>,
-    publisher: Arc<Publisher>,
+    /// Where each round goes; it answers the verdict's counts after it.
+    hand_over: RoundSink,
+    /// The GPUs each round polled, for the side sources a GPU turns on.
+    polled: Arc<Versioned<PolledGpus>>,
+    /// The verdict's counts after the last round handed on.
+    counts: Option<crate::model::HealthCounts>,
     /// Where backends send XID events: the daemon listens for them, a one-shot `check` not.
     xid_events: Option<XidEvents>,
     /// What the current backends were made from; None before the first round.
@@ -114,11 +121,17 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    pub fn new(settings: Arc<SharedSettings>, publisher: Arc<Publisher>, xid_events: Option<XidEvents>) -> Coordinator {
+    pub fn new(
+        settings: Arc<SharedSettings>,
+        (hand_over, polled): (RoundSink, Arc<Versioned<PolledGpus>>),
+        xid_events: Option<XidEvents>,
+    ) -> Coordinator {
         let (results_tx, results_rx) = channel();
         Coordinator {
             settings,
-            publisher,
+            hand_over,
+            polled,
+            counts: None,
             xid_events,
             made_from: None,
             live: LiveSwitches::default(),
@@ -196,8 +209,7 @@ impl Coordinator {
 
     /// A one-line summary for systemd's STATUS=, sent when it changes.
     pub fn report_status(&mut self) {
-        let snapshot = self.publisher.store().latest();
-        let counts = (!snapshot.devices.is_empty()).then(|| snapshot.health_counts());
+        let counts = self.counts;
         // Most rounds change nothing: the line is written only when the numbers moved (or
         // someone else overwrote STATUS=, which empties `last_status`).
         if counts.is_some() && counts == self.last_counts && !self.last_status.is_empty() {
@@ -511,12 +523,16 @@ impl Coordinator {
         if processes.per_process {
             crate::attribution::processes::describe(&mut devices, processes);
         }
-        self.publisher.publish_round(RoundPart {
+        let polled = PolledGpus::of(&devices);
+        self.counts = (self.hand_over)(RoundPart {
             backends: Arc::new(self.backend_status.clone()),
             devices,
             persistence_attempts: self.persistence_attempts.clone(),
             round_duration: self.round_duration.clone(),
         });
+        // After the hand-over, as the store's first snapshot was: the sources that a GPU
+        // turns on look every second until then.
+        self.polled.set_if_changed(polled);
     }
 }
 

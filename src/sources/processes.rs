@@ -3,12 +3,13 @@
 //! only while the latest snapshot has such a GPU.
 
 use super::Periodic;
+use super::round::PolledGpus;
 use crate::attribution::drm_clients;
 use crate::config::settings::Settings;
 use crate::input::{Input, Skips};
 use crate::model::{GpuProcess, Vendor};
 use crate::service::logging::Outage;
-use crate::snapshot::store::Store;
+use crate::service::versioned::Versioned;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,15 +19,15 @@ use std::time::Duration;
 pub type DrmScan = Option<BTreeMap<String, Vec<GpuProcess>>>;
 
 pub struct DrmClients {
-    store: Arc<Store>,
+    polled: Arc<Versioned<PolledGpus>>,
     /// Whether the walk failed last time (its warning is given).
     outage: Outage,
 }
 
 impl DrmClients {
-    pub fn new(store: Arc<Store>) -> DrmClients {
+    pub fn new(polled: Arc<Versioned<PolledGpus>>) -> DrmClients {
         DrmClients {
-            store,
+            polled,
             outage: Outage::default(),
         }
     }
@@ -45,8 +46,7 @@ impl Periodic for DrmClients {
     const NAME: &'static str = "source-drm-clients";
 
     fn every(&self, _settings: &Settings) -> Option<Duration> {
-        let latest = self.store.latest();
-        let wanted = latest.devices.iter().any(|d| wants_drm_clients(d.identity.vendor));
+        let wanted = self.polled.get().gpus.iter().any(|gpu| wants_drm_clients(gpu.vendor));
         wanted.then_some(drm_clients::SCAN_EVERY)
     }
 
@@ -54,7 +54,7 @@ impl Periodic for DrmClients {
     /// every second until that round, then every half minute (a GPU that comes later, after
     /// a driver load, is seen within that).
     fn look_again_while_off(&self) -> Option<Duration> {
-        super::look_again_after_the_first_round(&self.store, LOOK_AGAIN_AFTER_START)
+        super::look_again_after_the_first_round(&self.polled, LOOK_AGAIN_AFTER_START)
     }
 
     fn read(&mut self, settings: &Settings) -> DrmScan {

@@ -412,6 +412,28 @@ fn only_the_lifecycle_writes_the_service_state() {
     );
 }
 
+/// The stages run one way: sources/ (stage 1) reads the world and hands each round on through
+/// a sink it is given and the polled GPUs through a versioned value, and imports nothing of
+/// snapshot/ (stage 2) or the consumers after it. Before, the poller held the publisher and
+/// three sources read the published snapshot: the one arrow back up.
+#[test]
+fn the_sources_stage_imports_nothing_from_the_stages_after_it() {
+    let modules = modules();
+    let edges = imports(&modules);
+    let later = ["snapshot", "serve", "journal", "probe", "remediation", "daemon", "cli"];
+    let back: Vec<String> = edges
+        .iter()
+        .filter(|(module, _)| module.as_str() == "sources" || module.starts_with("sources::"))
+        .flat_map(|(module, targets)| {
+            targets
+                .iter()
+                .filter(|t| later.iter().any(|l| t.as_str() == *l || t.starts_with(&format!("{l}::"))))
+                .map(move |t| format!("{module} imports {t}"))
+        })
+        .collect();
+    assert!(back.is_empty(), "arrows back up from sources/:\n{}", back.join("\n"));
+}
+
 /// Health memory lives in health/: the poller hands over raw readings only.
 #[test]
 fn the_poller_does_not_use_health() {
