@@ -521,8 +521,8 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
         store: xids.clone(),
         stop: Arc::new(shutdown.handle("xid-nvml-events")),
     };
-    let rounds = (publisher.round_sink(), publisher.sources().polled.clone());
-    let coordinator = Coordinator::new(settings.clone(), rounds, Some(events)).with_hold(hold);
+    let polled = publisher.sources().polled.clone();
+    let coordinator = Coordinator::new(settings.clone(), publisher.round_sink(), polled, Some(events)).with_hold(hold);
     let poll_loop = start_poll_loop(coordinator, shutdown.handle("poll-coordinator")).await?;
     spawn_refresher(publisher, shutdown.handle("publish-events"));
     Ok(Running {

@@ -55,8 +55,7 @@ pub fn poll_once(config: Config) -> Arc<Snapshot> {
     let settings = Arc::new(SharedSettings::new(Settings::serving_nothing(config)));
     let sources = Sources::new(xids);
     let publisher = Arc::new(Publisher::new(store.clone(), sources.clone(), settings.clone()));
-    let rounds = (publisher.round_sink(), sources.polled.clone());
-    let mut coordinator = Coordinator::new(settings.clone(), rounds, None);
+    let mut coordinator = Coordinator::new(settings.clone(), publisher.round_sink(), sources.polled.clone(), None);
     coordinator.run_round();
     // No threads here: the side inputs are read once, after the round (the DRM client walk
     // needs to know whether there are AMD GPUs), and the snapshot is put together again.

@@ -156,8 +156,13 @@ async fn clear_gpu(State(local): State<LocalState>, Extension(peer): Extension<P
     let comm = peer.comm();
     let by = peer.describe(&comm);
     let uuid = device.identity.uuid.clone();
-    let (step, validation) = validation_step(&local, &before, &device, &request, (at, &by, &reason));
-    let (polled_after, after) = keep_clear(&local, uuid.clone(), (at, &reason, &by), step).await;
+    let kept = Clear {
+        at,
+        reason: reason.clone(),
+        by: by.clone(),
+    };
+    let (step, validation) = validation_step(&local, &before, &device, &request, &kept);
+    let (polled_after, after) = keep_clear(&local, uuid.clone(), kept, step).await;
     let mut answer = clear::answer(
         &device,
         after.devices.iter().find(|d| d.identity.uuid == uuid),
@@ -201,8 +206,9 @@ fn validation_step(
     before: &crate::model::Snapshot,
     device: &crate::model::DeviceSnapshot,
     request: &ClearRequest,
-    (at, by, reason): (f64, &str, &str),
+    Clear { at, by, reason }: &Clear,
 ) -> (ValidationStart, Option<String>) {
+    let at = *at;
     use crate::model::health::{Validation, ValidationKind, ValidationOutcome};
     let uuid = &device.identity.uuid;
     let on = local.app.settings.current().config.health.validate_after_clear;
@@ -305,7 +311,12 @@ async fn clear_nic(local: &LocalState, peer: &Peer, nic: &str, reason: String) -
     let comm = peer.comm();
     let by = peer.describe(&comm);
     let key = clear_nic::key(&device.name);
-    let (polled_after, after) = keep_clear(local, key.clone(), (at, &reason, &by), ValidationStart::Nothing).await;
+    let kept = Clear {
+        at,
+        reason: reason.clone(),
+        by: by.clone(),
+    };
+    let (polled_after, after) = keep_clear(local, key.clone(), kept, ValidationStart::Nothing).await;
     let answer = clear_nic::answer(&before, &after, &device.name, polled_after);
     let still: Vec<String> = answer
         .still
@@ -349,17 +360,14 @@ async fn clear_nic(local: &LocalState, peer: &Peer, nic: &str, reason: String) -
 async fn keep_clear(
     local: &LocalState,
     key: String,
-    (at, reason, by): (f64, &str, &str),
+    clear: Clear,
     validation: ValidationStart,
 ) -> (bool, std::sync::Arc<crate::model::Snapshot>) {
+    let at = clear.at;
     // The clear and its validation, one transition: no snapshot has one without the other.
     local.lifecycle.apply(crate::lifecycle::Command::Clear {
         key: key.clone(),
-        clear: Clear {
-            at,
-            reason: reason.to_string(),
-            by: by.to_string(),
-        },
+        clear,
         validation,
     });
     // The answer is the first round judged with this clear: one that began before it and

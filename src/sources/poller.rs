@@ -123,7 +123,8 @@ pub struct Coordinator {
 impl Coordinator {
     pub fn new(
         settings: Arc<SharedSettings>,
-        (hand_over, polled): (RoundSink, Arc<Versioned<PolledGpus>>),
+        hand_over: RoundSink,
+        polled: Arc<Versioned<PolledGpus>>,
         xid_events: Option<XidEvents>,
     ) -> Coordinator {
         let (results_tx, results_rx) = channel();

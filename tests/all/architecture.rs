@@ -427,7 +427,11 @@ fn the_sources_stage_imports_nothing_from_the_stages_after_it() {
         .flat_map(|(module, targets)| {
             targets
                 .iter()
-                .filter(|t| later.iter().any(|l| t.as_str() == *l || t.starts_with(&format!("{l}::"))))
+                .filter(|t| {
+                    later
+                        .iter()
+                        .any(|l| t.as_str() == *l || t.starts_with(&format!("{l}::")))
+                })
                 .map(move |t| format!("{module} imports {t}"))
         })
         .collect();
