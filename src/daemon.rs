@@ -294,7 +294,7 @@ fn take_over_from_journal(
     config: &Config,
     sources: &Sources,
     resume: &ResumePoints,
-) -> Vec<journal::facts::GpuFacts> {
+) -> Vec<journal::writer::facts::GpuFacts> {
     let seed = journal::seed(place);
     let xids = &sources.xids;
     if !seed.clears.is_empty() {
@@ -325,7 +325,7 @@ fn take_over_from_journal(
         .service
         .apply(crate::lifecycle::Command::Seed(crate::lifecycle::ServiceState {
             clears: Arc::new(seed.clears),
-            known_boards: Arc::new(journal::read::known_boards(&seed.facts)),
+            known_boards: Arc::new(journal::store::read::known_boards(&seed.facts)),
             board_swaps: Arc::new(seed.board_swaps),
             validations: Arc::new(seed.validations),
             scheduler: Arc::default(),
@@ -443,7 +443,7 @@ async fn start_journal(
             shutdown.handle("journal"),
         );
         // The sinks read the file the writer keeps, and keep their cursors in it.
-        journal::sink::spawn_all(
+        journal::sinks::spawn_all(
             &config.events.sinks,
             &config.state.path,
             tokio::runtime::Handle::current(),

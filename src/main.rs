@@ -207,7 +207,7 @@ enum Command {
         dir: PathBuf,
     },
     /// The daemon's journal worker: one request on stdin, one answer on stdout (internal;
-    /// the daemon runs it, see src/journal/worker.rs).
+    /// the daemon runs it, see src/journal/store/worker.rs).
     #[command(name = "journal-worker", hide = true)]
     JournalWorker,
 }
@@ -372,7 +372,7 @@ fn main() -> std::process::ExitCode {
     let cli = parse_command_line();
     if matches!(cli.command, Command::JournalWorker) {
         // No logger: its answer, failures included, is the one thing it writes.
-        std::process::exit(journal::worker::serve());
+        std::process::exit(journal::store::worker::serve());
     }
     // A one-shot command whose output is closed (`check --json | head -1`) ends quietly, as
     // other Unix tools do; the daemon keeps SIGPIPE ignored (a client gone is an error).

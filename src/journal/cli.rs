@@ -1,10 +1,10 @@
 //! `gpuwarden events` and `gpuwarden report`: read the journal directly and read-only, so
 //! they work while the daemon runs and on a node where it does not.
 
-use super::db;
-use super::event::Kind;
-use super::read::{self, GpuSelector, Query, Row};
-use super::report;
+use crate::journal::event::Kind;
+use crate::journal::report;
+use crate::journal::store::db;
+use crate::journal::store::read::{self, GpuSelector, Query, Row};
 use crate::service::exit::{CliError, CliResult, Exit};
 use std::path::Path;
 use std::time::SystemTime;
@@ -107,11 +107,11 @@ pub fn report(path: &Path, gpu: &str, format: ReportFormat) -> CliResult {
 pub fn report_nic(path: &Path, device: &str, format: ReportFormat) -> CliResult {
     let conn = open(path)?;
     let now = crate::model::unix_now();
-    match super::report_nic::build(&conn, device, now) {
+    match crate::journal::report::nic::build(&conn, device, now) {
         Ok(Some(r)) => {
             match format {
                 ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default()),
-                ReportFormat::Markdown | ReportFormat::Text => print!("{}", super::report_nic::markdown(&r)),
+                ReportFormat::Markdown | ReportFormat::Text => print!("{}", crate::journal::report::nic::markdown(&r)),
             }
             Ok(Exit::SUCCESS)
         }

@@ -47,7 +47,7 @@ pub enum Kind {
     /// The daemon started or stopped.
     Daemon,
     /// A network adapter first seen in this run or changed (firmware, board), or a port's
-    /// findings raised or cleared (journal/nic_rows.rs).
+    /// findings raised or cleared (journal/writer/nic_rows.rs).
     Nic,
     /// An NVSwitch error (SXID) from the kernel log: code, switch, severity, the line.
     Sxid,

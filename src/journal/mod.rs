@@ -1,16 +1,16 @@
 //! The health journal: what happened to each GPU, kept in a SQLite database on the node so
 //! that a restart or a reboot loses nothing (docs/journal.md).
 //!
-//! | file | what |
+//! Four rooms, one concern each, and the row they share:
+//!
+//! | room | what |
 //! | --- | --- |
 //! | `event.rs` | one row: kind, time, GPU, summary, details |
-//! | `db.rs` | the file: opening, schema, corrupt/locked/read-only/full, read-only readers |
-//! | `facts.rs` | what is remembered of each GPU, and the events a change in it makes |
-//! | `writer.rs` | what to write: rows from the queue and from snapshot changes, batches |
-//! | `task.rs` | the task that writes them, one transaction a second at most, woken only for work |
-//! | `worker.rs` | the short-lived child process that opens, writes and reads the file |
-//! | `read.rs` | queries for `gpuwarden events`, `/api/v1/events` and the status page |
-//! | `report.rs` | one GPU's evidence packet for an RMA (`gpuwarden report`) |
+//! | `store/` | the file: schema, opening, corrupt/locked/read-only/full (`db`); the queries (`read`); the short-lived child process that opens, writes and reads it (`worker`) |
+//! | `writer/` | what to write and when: rows from the queue and from snapshot changes, batches (`mod`), the task that writes them (`task`), and a tracker per concern (`facts`, `gpu_looks`, `file_state`, `seen`, `xid_tally`, `xid_rows`, `nic_rows`, `sdc_rows`, `validation_rows`, `remediation_rows`, `board_swap`, `refill`) |
+//! | `sinks/` | events out: each sink's thread (`mod`), the rows after its cursor (`outbox`), CloudEvents, OTLP logs, HTTP (`cloudevent`, `otlp`, `webhook`) |
+//! | `report/` | one GPU's evidence packet for an RMA (`mod`), and its network, probe and remediation parts |
+//! | `cli.rs` | `gpuwarden events` and `gpuwarden report` |
 //!
 //! Data flow: this boot's XID counts are read from the XID store's snapshot (state the store
 //! holds, never rebuilt from a queue that could lose some). Every counted XID (with the
@@ -30,34 +30,15 @@
 //! GPU unhealthy after a restart even when the ring buffer has dropped the line, and a line
 //! still in the ring buffer is not counted twice.
 
-mod board_swap;
 pub mod cli;
-pub mod cloudevent;
-pub mod db;
 pub mod event;
-pub mod facts;
-mod file_state;
-mod gpu_looks;
-pub mod nic_rows;
-pub mod otlp;
-pub mod outbox;
-pub mod read;
-pub mod refill;
-pub mod remediation_rows;
 pub mod report;
-pub mod report_nic;
-pub mod report_probes;
-pub mod report_remediation;
-pub mod sdc_rows;
-mod seen;
-pub mod sink;
-mod task;
-pub mod validation_rows;
-pub mod webhook;
-pub mod worker;
-mod writer;
-mod xid_rows;
-mod xid_tally;
+pub mod sinks;
+pub mod store;
+pub mod writer;
+
+use store::worker;
+use writer::{facts, task};
 
 use crate::model::JournalStatus;
 use crate::service::versioned::Versioned;
@@ -152,7 +133,7 @@ pub struct Seed {
     pub sdc: SdcSeed,
 }
 
-/// What the journal keeps of the checks only the probe makes (journal/sdc_rows.rs): the
+/// What the journal keeps of the checks only the probe makes (journal/writer/sdc_rows.rs): the
 /// correctness canary, the HBM pattern test and the all-reduce across the node's GPUs.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct SdcSeed {

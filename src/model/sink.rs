@@ -1,4 +1,4 @@
-//! Each event sink's delivery as /metrics shows it (journal/sink.rs keeps it).
+//! Each event sink's delivery as /metrics shows it (journal/sinks/mod.rs keeps it).
 
 use std::collections::BTreeMap;
 

@@ -449,7 +449,7 @@ impl Executor {
         // the journal at its next start and keeps the marker in step with it (daemon.rs).
         if let Some(journal) = &self.journal {
             let gpu = crate::journal::event::GpuRef::of(&device.identity);
-            let row = crate::journal::remediation_rows::reboot_row(&mark, gpu);
+            let row = crate::journal::writer::remediation_rows::reboot_row(&mark, gpu);
             if !journal.record_and_wait(row, JOURNAL_WAIT) {
                 log::warn!("the journal did not confirm the reboot mark within {JOURNAL_WAIT:?}");
             }

@@ -17,7 +17,7 @@
 //! the moment it was accepted.
 
 use crate::config::settings::SharedSettings;
-use crate::journal::worker;
+use crate::journal::store::worker;
 use crate::metrics::exposition::{self, RenderCache};
 use crate::serve::keep_alive::{HEADER_READ_TIMEOUT, HeadDeadline};
 use crate::serve::slots;
@@ -243,7 +243,7 @@ pub struct AppState {
     /// every request, so a reload applies to the next one.
     pub settings: Arc<SharedSettings>,
     /// Journal reads at once (the API and the status page): each runs a worker process
-    /// (journal/worker.rs) that opens the file read-only; more wait (the page) or get 503
+    /// (journal/store/worker.rs) that opens the file read-only; more wait (the page) or get 503
     /// (the API).
     pub journal_readers: Arc<Semaphore>,
     /// Each GPU's last hour and day (`/api/v1/history`, the status page's trends).
@@ -493,10 +493,10 @@ async fn events(
 #[derive(Debug, thiserror::Error)]
 enum EventsQueryError {
     #[error(transparent)]
-    Query(#[from] crate::journal::read::QueryError),
+    Query(#[from] crate::journal::store::read::QueryError),
     #[error(
         "limit must be from 1 to {} (a page; follow the Link header for older rows)",
-        crate::journal::read::MAX_HTTP_LIMIT
+        crate::journal::store::read::MAX_HTTP_LIMIT
     )]
     Limit,
     #[error("before must be a page cursor as the Link header gives it (TIME_ID)")]
@@ -506,8 +506,8 @@ enum EventsQueryError {
 /// The events query from the request's parameters.
 fn events_query(
     params: &std::collections::BTreeMap<String, String>,
-) -> Result<crate::journal::read::Query, EventsQueryError> {
-    use crate::journal::read;
+) -> Result<crate::journal::store::read::Query, EventsQueryError> {
+    use crate::journal::store::read;
     let mut query = read::Query {
         limit: read::DEFAULT_LIMIT,
         ..Default::default()

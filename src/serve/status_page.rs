@@ -122,7 +122,7 @@ fn links_cell(r: Option<&crate::model::DeviceReadings>) -> String {
 }
 
 /// The journal's recent rows by GPU UUID (node rows under ""), or why it could not be read.
-pub type Timeline = Result<std::collections::BTreeMap<String, Vec<crate::journal::read::Row>>, TimelineError>;
+pub type Timeline = Result<std::collections::BTreeMap<String, Vec<crate::journal::store::read::Row>>, TimelineError>;
 
 /// Why the page shows no recent events.
 #[derive(Debug, thiserror::Error)]
@@ -130,7 +130,7 @@ pub enum TimelineError {
     #[error("the journal's readers are all busy")]
     Busy,
     #[error("{0}")]
-    Journal(#[from] crate::journal::worker::Failure),
+    Journal(#[from] crate::journal::store::worker::Failure),
     #[error("the journal worker answered something else")]
     Unexpected,
 }

@@ -326,7 +326,7 @@ sources! {
     xids: XidStore,
     /// The probe's latest report per GPU (`probe::schedule`).
     probes: Versioned<crate::model::probe::ProbeSnapshot>,
-    /// Each event sink's delivery (`journal::sink`).
+    /// Each event sink's delivery (`journal::sinks`).
     sinks: Versioned<crate::model::sink::SinkStates>,
     /// The kubelet's device assignments (`attribution::kubelet`).
     pods: crate::attribution::kubelet::PodState,

@@ -438,6 +438,31 @@ fn the_sources_stage_imports_nothing_from_the_stages_after_it() {
     assert!(back.is_empty(), "arrows back up from sources/:\n{}", back.join("\n"));
 }
 
+/// journal/ is rooms by concern (its module doc's table): the file (`store/`), what to write
+/// (`writer/`), events out (`sinks/`), evidence packets (`report/`); its top holds only the
+/// module, the row they share and the commands. Before, 29 files in one folder.
+#[test]
+fn the_journal_is_rooms_by_concern() {
+    let journal = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/journal");
+    let mut top: Vec<String> = std::fs::read_dir(&journal)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    top.sort();
+    assert_eq!(
+        top,
+        ["cli.rs", "event.rs", "mod.rs", "report", "sinks", "store", "writer"],
+        "src/journal/ holds more than its rooms: give a new file the room of its concern"
+    );
+    let doc = read("src/journal/mod.rs");
+    for room in ["store/", "writer/", "sinks/", "report/"] {
+        assert!(
+            doc.contains(&format!("| `{room}` |")),
+            "the journal's module doc has no row for {room}"
+        );
+    }
+}
+
 /// Health memory lives in health/: the poller hands over raw readings only.
 #[test]
 fn the_poller_does_not_use_health() {

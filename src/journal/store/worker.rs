@@ -13,10 +13,10 @@
 //! reads. A worker that does not answer within its time is killed and counts as a failed
 //! write (the batch is kept and retried).
 
-use super::db::{self, DbError};
-use super::event::{Event, Kind};
-use super::facts::GpuFacts;
-use super::read::{self, Row};
+use crate::journal::event::{Event, Kind};
+use crate::journal::store::db::{self, DbError};
+use crate::journal::store::read::{self, Row};
+use crate::journal::writer::facts::GpuFacts;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -165,7 +165,7 @@ pub enum Answer {
         #[serde(default)]
         board_swaps: crate::model::health::BoardSwaps,
         #[serde(default)]
-        facts: Vec<super::facts::GpuFacts>,
+        facts: Vec<crate::journal::writer::facts::GpuFacts>,
         /// (switch, address, code, fatal, count, last seen, message).
         #[serde(default)]
         sxids: Vec<SxidSeed>,
@@ -176,7 +176,7 @@ pub enum Answer {
         #[serde(default)]
         remediation: crate::model::remediation::Remediations,
         #[serde(default)]
-        sdc: super::SdcSeed,
+        sdc: crate::journal::SdcSeed,
     },
     Timeline {
         rows: BTreeMap<String, Vec<Row>>,

@@ -2,7 +2,7 @@
 //! table), and the events that a change in it makes. Pure: a snapshot and the last facts
 //! in, events and new facts out.
 
-use super::event::{Event, GpuRef, Kind};
+use crate::journal::event::{Event, GpuRef, Kind};
 use crate::model::clock_events::ClockReason;
 use crate::model::health::HealthState;
 use crate::model::probe::{ProbeErrorNote, ProbeReport};

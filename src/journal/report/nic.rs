@@ -4,8 +4,8 @@
 //! rate and error counters at that moment, and what docs/health.md says to do for each
 //! finding seen.
 
-use super::nic_rows;
-use super::read::{self, Query, Row};
+use crate::journal::store::read::{self, Query, Row};
+use crate::journal::writer::nic_rows;
 use crate::model::health::RuleId;
 use rusqlite::Connection;
 use serde::Serialize;
@@ -115,7 +115,7 @@ pub fn markdown(report: &NicReport) -> String {
                 .unwrap_or_default();
             out.push_str(&format!(
                 "| {} | {} | {} |\n",
-                super::report::utc(r.at),
+                crate::journal::report::utc(r.at),
                 r.summary.replace('|', "\\|"),
                 counters
             ));

@@ -3,7 +3,7 @@
 //! body. The event id is the row's: a row delivered twice (at least once means that can
 //! happen) carries the same `id` and `source`, so a receiver can drop the second.
 
-use super::read::Row;
+use crate::journal::store::read::Row;
 use serde_json::json;
 
 /// The CloudEvents `type` prefix: `io.gpuwarden.xid`, `io.gpuwarden.health`, ...

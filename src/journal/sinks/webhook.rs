@@ -1,4 +1,4 @@
-//! One POST of one event to a webhook sink (journal/sink.rs delivers them in order): HTTP/1.1
+//! One POST of one event to a webhook sink (journal/sinks/mod.rs delivers them in order): HTTP/1.1
 //! over TCP, or TLS for `https://`, through hyper's client connection. Whatever the endpoint
 //! does costs that sink alone and never more than its timeout: redirects are not followed
 //! (the event goes where the config says or nowhere), at most [`MAX_ANSWER`] bytes of the

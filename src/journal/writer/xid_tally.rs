@@ -3,7 +3,7 @@
 //! and code with those not yet written, and where the kernel log was read up to. One of the
 //! writer's concerns, kept apart from its files, batches and GPUs.
 
-use super::worker::XidCount;
+use crate::journal::store::worker::XidCount;
 use crate::model::{Snapshot, unix_seconds};
 use crate::xid::event::FilePosition;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

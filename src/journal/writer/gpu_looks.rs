@@ -5,9 +5,9 @@
 //! enumerates. It only compares and hands back rows; the writer queues them and carries the
 //! changed facts to the file.
 
-use super::event::{Event, GpuRef, Kind};
-use super::facts::{self, GpuFacts};
-use super::seen::LastSeen;
+use crate::journal::event::{Event, GpuRef, Kind};
+use crate::journal::writer::facts::{self, GpuFacts};
+use crate::journal::writer::seen::LastSeen;
 use crate::model::{DeviceSnapshot, Snapshot};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,11 +28,11 @@ pub(super) struct GpuLooks {
     /// By UUID: how often gpuwarden turned persistence mode on, as last written.
     persistence_enabled: BTreeMap<String, u64>,
     /// Where a board swap goes: the verdict's notice and its validation.
-    swaps: super::board_swap::SwapWrites,
+    swaps: crate::journal::writer::board_swap::SwapWrites,
 }
 
 impl GpuLooks {
-    pub(super) fn new(swaps: super::board_swap::SwapWrites) -> GpuLooks {
+    pub(super) fn new(swaps: crate::journal::writer::board_swap::SwapWrites) -> GpuLooks {
         GpuLooks {
             facts: BTreeMap::new(),
             facts_loaded: false,
@@ -124,7 +124,7 @@ impl GpuLooks {
         {
             #[cfg(debug_assertions)]
             if let Some(last) = known {
-                super::seen::assert_nothing_missed(last, device, snapshot, now);
+                crate::journal::writer::seen::assert_nothing_missed(last, device, snapshot, now);
             }
             return;
         }

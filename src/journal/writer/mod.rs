@@ -1,18 +1,32 @@
 //! What the journal writes, decided: rows from the queue and from snapshot changes, the facts
 //! and counts that changed, batches for the worker and what their answers mean. No waiting
-//! here: [`super::task`] runs the batches, a [`Store`] hook shows each published snapshot.
+//! here: [`crate::journal::writer::task`] runs the batches, a [`Store`] hook shows each published snapshot.
 //! When the database cannot be written (locked, read-only, full disk) it keeps a bounded
 //! backlog, reports itself down, logs once what to do and tries again every 30 s; a corrupt
 //! file is moved aside and a new one started. Its concerns each have a tracker: the GPUs
-//! ([`super::gpu_looks`]), the file ([`super::file_state`]), the XIDs
-//! ([`super::xid_tally`]), the ports, validations and remediation ([`super::nic_rows`],
-//! [`super::validation_rows`], [`super::remediation_rows`]); the writer holds the backlog and
+//! ([`crate::journal::writer::gpu_looks`]), the file ([`crate::journal::writer::file_state`]), the XIDs
+//! ([`crate::journal::writer::xid_tally`]), the ports, validations and remediation ([`crate::journal::writer::nic_rows`],
+//! [`crate::journal::writer::validation_rows`], [`crate::journal::writer::remediation_rows`]); the writer holds the backlog and
 //! the batches.
 
-use super::event::{Event, Kind};
-use super::facts::GpuFacts;
-use super::worker::{Answer, Batch, Failure, Item, Prune, Request, XidCount};
-use super::{Message, Place, Shared};
+pub(in crate::journal) mod board_swap;
+pub mod facts;
+pub(in crate::journal) mod file_state;
+pub(in crate::journal) mod gpu_looks;
+pub mod nic_rows;
+pub mod refill;
+pub mod remediation_rows;
+pub mod sdc_rows;
+pub(in crate::journal) mod seen;
+pub(in crate::journal) mod task;
+pub mod validation_rows;
+pub(in crate::journal) mod xid_rows;
+pub(in crate::journal) mod xid_tally;
+
+use crate::journal::event::{Event, Kind};
+use crate::journal::store::worker::{Answer, Batch, Failure, Item, Prune, Request, XidCount};
+use crate::journal::writer::facts::GpuFacts;
+use crate::journal::{Message, Place, Shared};
 use crate::model::{JournalStatus, Snapshot};
 use crate::service::versioned::Versioned;
 use crate::snapshot::store::Store;
@@ -24,7 +38,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::file_state::{FileState, MAX_BACKLOG};
+use crate::journal::writer::file_state::{FileState, MAX_BACKLOG};
 /// How often old rows are deleted (retention) and the size cap is checked, with a batch.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// On a node with nothing to write, a worker still runs this often to delete old rows.
@@ -56,13 +70,13 @@ pub(super) struct Writer {
     store: Arc<Store>,
     status: Arc<Versioned<Option<JournalStatus>>>,
     /// What the journal knows of each GPU, and the rows a snapshot's changes call for.
-    gpus: super::gpu_looks::GpuLooks,
+    gpus: crate::journal::writer::gpu_looks::GpuLooks,
     /// What was last written of the validations.
-    validation_rows: super::validation_rows::ValidationRows,
+    validation_rows: crate::journal::writer::validation_rows::ValidationRows,
     /// What was last written of the advised next steps.
-    remediation_rows: super::remediation_rows::RemediationRows,
+    remediation_rows: crate::journal::writer::remediation_rows::RemediationRows,
     /// What was last written of the correctness canary's suspects and digests.
-    sdc_rows: super::sdc_rows::SdcRows,
+    sdc_rows: crate::journal::writer::sdc_rows::SdcRows,
     /// Where the counted XIDs are taken from (its outbox).
     xids: Arc<XidStore>,
     shared: Arc<Shared>,
@@ -70,12 +84,12 @@ pub(super) struct Writer {
     file: FileState,
     backlog: Vec<Pending>,
     /// The counted XIDs' rows and this boot's counts.
-    tally: super::xid_tally::XidTally,
+    tally: crate::journal::writer::xid_tally::XidTally,
     /// Who waits for a queued row to be written: (not yet in a batch, in the batch in flight).
     waiting: (Vec<SyncSender<()>>, Vec<SyncSender<()>>),
     last_generation: u64,
     /// What was last written of the network ports.
-    nic_rows: super::nic_rows::NicRows,
+    nic_rows: crate::journal::writer::nic_rows::NicRows,
     last_prune: Option<Instant>,
     /// This run's batches are `run_id:N`.
     run_id: String,
@@ -94,7 +108,7 @@ impl Writer {
         place: Place,
         rx: Receiver<Box<Message>>,
         store: Arc<Store>,
-        writes_to: super::WritesTo,
+        writes_to: crate::journal::WritesTo,
         xids: Arc<XidStore>,
         shared: Arc<Shared>,
     ) -> Writer {
@@ -104,14 +118,14 @@ impl Writer {
             rx,
             store,
             status: writes_to.status,
-            validation_rows: super::validation_rows::ValidationRows::from_seed(
+            validation_rows: crate::journal::writer::validation_rows::ValidationRows::from_seed(
                 writes_to.lifecycle.get().validations.clone(),
             ),
-            remediation_rows: super::remediation_rows::RemediationRows::from_seed(
+            remediation_rows: crate::journal::writer::remediation_rows::RemediationRows::from_seed(
                 &writes_to.lifecycle.get().remediation,
             ),
-            sdc_rows: super::sdc_rows::SdcRows::from_seed(&writes_to.probes.get()),
-            gpus: super::gpu_looks::GpuLooks::new(super::board_swap::SwapWrites {
+            sdc_rows: crate::journal::writer::sdc_rows::SdcRows::from_seed(&writes_to.probes.get()),
+            gpus: crate::journal::writer::gpu_looks::GpuLooks::new(crate::journal::writer::board_swap::SwapWrites {
                 lifecycle: writes_to.lifecycle,
             }),
             xids,
@@ -360,7 +374,7 @@ impl Writer {
     }
 
     /// Each GPU's facts as the seed read them, before the file is open for writing
-    /// ([`super::gpu_looks::GpuLooks::start_from`]).
+    /// ([`crate::journal::writer::gpu_looks::GpuLooks::start_from`]).
     pub(super) fn start_from(&mut self, facts: Vec<GpuFacts>) {
         self.gpus.start_from(facts);
     }
@@ -434,7 +448,8 @@ impl Writer {
             .into_iter()
             .map(|pending| match pending {
                 Pending::Xid { group, event, severity } => {
-                    let mut event = super::xid_rows::xid_event(&event, severity, |bus| self.gpus.gpu_at(bus));
+                    let mut event =
+                        crate::journal::writer::xid_rows::xid_event(&event, severity, |bus| self.gpus.gpu_at(bus));
                     with_work_on_gpu(&mut event, &latest);
                     Pending::Insert {
                         event,
@@ -469,7 +484,7 @@ impl Writer {
             self.place.path.display()
         );
         self.tally.write_all_again();
-        let rows = super::refill::rows(&self.store.latest(), crate::model::unix_now());
+        let rows = crate::journal::writer::refill::rows(&self.store.latest(), crate::model::unix_now());
         rows.into_iter().for_each(|row| self.push(row));
         self.gpus.write_all_again();
     }

@@ -6,7 +6,7 @@
 //! budget; an earlier boot's within the day are not written again, since every row is
 //! stamped with this boot) and the node's reboot mark. Pure: a snapshot in, rows out.
 
-use super::event::{Event, GpuRef, Kind};
+use crate::journal::event::{Event, GpuRef, Kind};
 use crate::model::Snapshot;
 use serde_json::json;
 
@@ -27,16 +27,22 @@ pub fn rows(snapshot: &Snapshot, now: f64) -> Vec<Event> {
         ));
     }
     for (uuid, validation) in snapshot.validations.iter() {
-        rows.push(super::validation_rows::row(snapshot, uuid, validation, now));
+        rows.push(crate::journal::writer::validation_rows::row(
+            snapshot, uuid, validation, now,
+        ));
     }
     let remediation = &snapshot.remediation;
     // This boot's only: the rows are stamped with this boot, and an earlier boot's failed
     // reset must not read as this boot's (it would make the ladder's step a reboot).
     for attempt in remediation.attempts.iter().filter(|a| a.this_boot) {
-        rows.push(super::remediation_rows::attempt_row(attempt, snapshot, attempt.started));
+        rows.push(crate::journal::writer::remediation_rows::attempt_row(
+            attempt,
+            snapshot,
+            attempt.started,
+        ));
     }
     if let Some(mark) = &remediation.reboot_required {
-        rows.push(super::remediation_rows::reboot_row(
+        rows.push(crate::journal::writer::remediation_rows::reboot_row(
             mark,
             GpuRef::in_snapshot(snapshot, &mark.uuid),
         ));

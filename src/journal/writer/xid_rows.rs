@@ -1,6 +1,6 @@
 //! The rows of counted XIDs and NVSwitch SXIDs, as the journal writes them.
 
-use super::event::{Event, GpuRef, Kind};
+use crate::journal::event::{Event, GpuRef, Kind};
 use crate::model::unix_seconds;
 use crate::xid::store::{Severity, XidEvent};
 use serde_json::json;

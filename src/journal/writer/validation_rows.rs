@@ -1,9 +1,9 @@
 //! The journal's `validation` rows: each change of a GPU's validation (a probe before return
 //! to service) as the snapshots show it, whoever made it (the local API's clear, the board
 //! swap below, the probe scheduler's outcome). A restart's seed reads the newest row per GPU
-//! back (journal/read.rs, `validations`), so a GPU cannot skip its probe by a restart.
+//! back (journal/store/read.rs, `validations`), so a GPU cannot skip its probe by a restart.
 
-use super::event::{Event, GpuRef, Kind};
+use crate::journal::event::{Event, GpuRef, Kind};
 use crate::model::Snapshot;
 use crate::model::health::{Validation, Validations};
 use serde_json::json;
@@ -37,7 +37,7 @@ impl ValidationRows {
     }
 }
 
-/// One GPU's validation as a row (also what a refill writes again: journal/refill.rs).
+/// One GPU's validation as a row (also what a refill writes again: journal/writer/refill.rs).
 pub fn row(snapshot: &Snapshot, uuid: &str, validation: &Validation, now: f64) -> Event {
     let gpu = GpuRef::in_snapshot(snapshot, uuid);
     let summary = match &validation.outcome {

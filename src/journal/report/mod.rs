@@ -3,8 +3,12 @@
 //! row-remap history, probe results against expected, slowdown episodes, NVLink errors, and
 //! which findings NVIDIA's public documents send to field diagnostics or replacement.
 
-use super::facts::{FindingFact, GpuFacts};
-use super::read::{self, Query, Row};
+pub mod nic;
+pub mod probes;
+pub mod remediation;
+
+use crate::journal::store::read::{self, Query, Row};
+use crate::journal::writer::facts::{FindingFact, GpuFacts};
 use rusqlite::Connection;
 use serde::Serialize;
 
@@ -52,7 +56,7 @@ pub struct Report {
     pub memory: Vec<Row>,
     pub probes: Vec<Row>,
     /// Every probe's figures against the GPU's own baseline at the time, oldest first.
-    pub probe_history: Vec<super::report_probes::ProbeRow>,
+    pub probe_history: Vec<crate::journal::report::probes::ProbeRow>,
     pub slowdowns: Vec<Row>,
     pub nvlink: Vec<Row>,
     /// The PCIe replay counter at first sight and at each start.
@@ -65,7 +69,7 @@ pub struct Report {
     /// recovery action.
     pub other: Vec<Row>,
     /// Each step automatic remediation ran, with its output, and the reboot marks.
-    pub remediation: Vec<super::report_remediation::Step>,
+    pub remediation: Vec<crate::journal::report::remediation::Step>,
     pub guidance: Vec<Guidance>,
 }
 
@@ -74,7 +78,7 @@ fn collective_rows(conn: &Connection, uuid: &str) -> rusqlite::Result<Vec<Row>> 
     let rows = read::events(
         conn,
         &Query {
-            kinds: vec![super::event::Kind::Collective],
+            kinds: vec![crate::journal::event::Kind::Collective],
             limit: read::MAX_LIMIT,
             ..Default::default()
         },
@@ -132,7 +136,7 @@ pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64, baseline_probes: usize
         memtest: of(&["memtest"]),
         collective: collective_rows(conn, &gpu.uuid)?,
         memory,
-        probe_history: super::report_probes::history(&probes, baseline_probes),
+        probe_history: crate::journal::report::probes::history(&probes, baseline_probes),
         probes,
         slowdowns: of(&["slowdown"]),
         nvlink: of(&["nvlink"]),
@@ -140,7 +144,7 @@ pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64, baseline_probes: usize
         health: of(&["health"]),
         service: of(&["remediation", "clear", "validation"])
             .into_iter()
-            .filter(|r| !super::report_remediation::is_step(r))
+            .filter(|r| !crate::journal::report::remediation::is_step(r))
             .collect(),
         other: of(&[
             "lost",
@@ -150,7 +154,7 @@ pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64, baseline_probes: usize
             "persistence",
             "recovery_action",
         ]),
-        remediation: super::report_remediation::steps(&rows),
+        remediation: crate::journal::report::remediation::steps(&rows),
         guidance,
     })
 }
@@ -306,9 +310,9 @@ pub fn markdown(report: &Report) -> String {
         }
     }
     out.push_str("\n## Remediation run (resets, reboot marks)\n\n");
-    out.push_str(&super::report_remediation::markdown(&report.remediation));
+    out.push_str(&crate::journal::report::remediation::markdown(&report.remediation));
     out.push_str("\n## Probe history\n\n");
-    out.push_str(&super::report_probes::markdown(&report.probe_history));
+    out.push_str(&crate::journal::report::probes::markdown(&report.probe_history));
     out.push_str("\n## What NVIDIA's documents say to do\n\n");
     if report.guidance.is_empty() {
         out.push_str("Nothing recorded that they send to field diagnostics or replacement.\n");

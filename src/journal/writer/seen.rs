@@ -4,7 +4,7 @@
 //! nothing it records; on an H100 the journal was a quarter of the coordinator's CPU
 //! (docs/performance.md, "Fewer instructions a round, the runtime on one beat").
 //!
-//! It holds exactly what [`super::facts::facts_of`] and the writer read from a GPU: its
+//! It holds exactly what [`crate::journal::writer::facts::facts_of`] and the writer read from a GPU: its
 //! identity (the same shared value while its thread lives), the verdict and its findings'
 //! reasons and severities, lost or answering, the latest probe's start, the counters the
 //! journal records (uncorrectable ECC, PCIe replays, row remapping, the recovery action,
@@ -47,13 +47,13 @@ struct Counters {
 impl Counters {
     fn of(r: &DeviceReadings) -> Counters {
         let mut episodes = 0u8;
-        for (bit, reason) in super::facts::EPISODE_REASONS.iter().enumerate() {
+        for (bit, reason) in crate::journal::writer::facts::EPISODE_REASONS.iter().enumerate() {
             if r.clock_event_active(*reason) {
                 episodes |= 1 << bit;
             }
         }
         Counters {
-            ecc_uncorrectable: super::facts::uncorrectable_ecc(r),
+            ecc_uncorrectable: crate::journal::writer::facts::uncorrectable_ecc(r),
             pcie_replays: r.pcie.replay_errors,
             remapped_rows: r.remapped_rows.clone(),
             recovery_action: r.recovery_action,
@@ -129,10 +129,15 @@ fn probe_error_at(device: &DeviceSnapshot, snapshot: &Snapshot) -> Option<f64> {
 /// A passed-over look would have found nothing: no row, and the same stored facts (debug
 /// builds check each pass-over with it, so the tests catch a fact that [`LastSeen`] misses).
 #[cfg(debug_assertions)]
-pub fn assert_nothing_missed(last: &super::facts::GpuFacts, device: &DeviceSnapshot, snapshot: &Snapshot, now: f64) {
-    let mut full = super::facts::facts_of(device, snapshot, Some(last), now);
-    let probe = super::facts::ProbeNow::of(snapshot, &device.identity.uuid);
-    let rows = super::facts::changes(Some(last), &mut full, probe, now);
+pub fn assert_nothing_missed(
+    last: &crate::journal::writer::facts::GpuFacts,
+    device: &DeviceSnapshot,
+    snapshot: &Snapshot,
+    now: f64,
+) {
+    let mut full = crate::journal::writer::facts::facts_of(device, snapshot, Some(last), now);
+    let probe = crate::journal::writer::facts::ProbeNow::of(snapshot, &device.identity.uuid);
+    let rows = crate::journal::writer::facts::changes(Some(last), &mut full, probe, now);
     assert!(
         rows.is_empty() && last.same_stored_facts(&full) && last.pcie_replays == full.pcie_replays,
         "the journal passed over GPU {} as unchanged, but a full look finds {rows:?} and {full:?} (was {last:?})",

@@ -3,9 +3,9 @@
 //! what gpuwarden advised and when (a restart states the advice again); and with `auto`, each
 //! step the executor ran (its output, exit and duration: `details.attempt`) and the node's
 //! reboot mark (`details.reboot_required`), which a restart's seed reads back
-//! (journal/read.rs, `remediation`).
+//! (journal/store/read.rs, `remediation`).
 
-use super::event::{Event, GpuRef, Kind};
+use crate::journal::event::{Event, GpuRef, Kind};
 use crate::model::Snapshot;
 use crate::model::health::NextStep;
 use crate::model::remediation::{Attempt, RebootRequired};
@@ -36,7 +36,7 @@ fn gpu_ref(uuid: &str, index: u32, pci_bus_id: &str, snapshot: &Snapshot) -> Gpu
 }
 
 /// A step the executor ran, with its outcome, output and duration (`details.attempt`, what a
-/// restart's seed reads back); also what a refill writes again (journal/refill.rs).
+/// restart's seed reads back); also what a refill writes again (journal/writer/refill.rs).
 pub fn attempt_row(a: &Attempt, snapshot: &Snapshot, at: f64) -> Event {
     let failed = match &a.outcome {
         crate::model::remediation::AttemptOutcome::Failed { why } => format!(": {why}"),

@@ -3,8 +3,8 @@
 //! of its earlier `probe.baseline_probes` probes, as `probe_regressed` judges it), so a slow
 //! drift shows as a column of growing percentages.
 
-use super::read::Row;
 use crate::health::baseline::{MIN_BASELINE, median, percent_below};
+use crate::journal::store::read::Row;
 use crate::model::probe::{ProbeFigures, ProbeReport, Test};
 use serde::Serialize;
 

@@ -6,7 +6,7 @@
 //! and a reboot. The backlog is bounded by the journal's own retention: a row retention
 //! deleted before its sink took it is gone, and the lag says so.
 
-use super::read::Row;
+use crate::journal::store::read::Row;
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// Where a sink seen for the first time starts.
@@ -101,10 +101,10 @@ pub fn after(conn: &Connection, cursor: i64, limit: usize) -> rusqlite::Result<(
     let from = if restarted.0 { 0 } else { cursor };
     let mut statement = conn.prepare(&format!(
         "SELECT {} FROM events WHERE id > ?1 ORDER BY id LIMIT ?2",
-        super::read::ROW_COLUMNS
+        crate::journal::store::read::ROW_COLUMNS
     ))?;
     let rows = statement
-        .query_map(params![from, limit as i64], super::read::row_of)?
+        .query_map(params![from, limit as i64], crate::journal::store::read::row_of)?
         .collect::<rusqlite::Result<Vec<Row>>>()?;
     Ok((rows, restarted))
 }
@@ -141,7 +141,7 @@ mod tests {
 
     fn journal() -> Connection {
         let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(super::super::db::SCHEMA).unwrap();
+        conn.execute_batch(crate::journal::store::db::SCHEMA).unwrap();
         conn
     }
 

@@ -239,7 +239,7 @@ pub fn open_read_only(path: &Path) -> Result<Connection, DbError> {
     Ok(conn)
 }
 
-/// Opens the database for a sink's deliveries (journal/sink.rs): reads rows and writes only
+/// Opens the database for a sink's deliveries (journal/sinks/mod.rs): reads rows and writes only
 /// its cursor; never creates the file (the writer does).
 pub fn open_for_cursors(path: &Path) -> Result<Connection, DbError> {
     check_files(path)?;

@@ -1,7 +1,7 @@
 //! Delivery of the journal's rows to each configured sink (docs/journal.md, "Events out"), at
-//! least once: one thread per sink reads the rows after its cursor (journal/outbox.rs), in
-//! order, posts each as a CloudEvent (journal/cloudevent.rs) or each batch as OTLP logs
-//! (journal/otlp.rs) over HTTP (journal/webhook.rs), and moves the cursor only once the sink
+//! least once: one thread per sink reads the rows after its cursor (journal/sinks/outbox.rs), in
+//! order, posts each as a CloudEvent (journal/sinks/cloudevent.rs) or each batch as OTLP logs
+//! (journal/sinks/otlp.rs) over HTTP (journal/sinks/webhook.rs), and moves the cursor only once the sink
 //! said yes. A failure is retried, the same event, after a back-off
 //! that doubles from 1 s to 5 minutes; nothing after it goes first. It never blocks polling or
 //! the verdict: its own thread, its own connection to the journal file, and its own state,
@@ -9,8 +9,13 @@
 //! in flight: its cursor moves only after the sink's yes, so the event goes again after the
 //! restart (the same id).
 
-use super::{cloudevent, db, outbox, webhook};
+pub mod cloudevent;
+pub mod otlp;
+pub mod outbox;
+pub mod webhook;
+
 use crate::config::{Sink, SinkStart};
+use crate::journal::store::db;
 use crate::model::sink::{SinkState, SinkStates};
 use crate::service::stop::Stop;
 use crate::service::versioned::Versioned;
@@ -378,12 +383,12 @@ fn post_batch(
     sink: &Sink,
     prepared: &Prepared,
     runtime: &tokio::runtime::Handle,
-    rows: &[super::read::Row],
+    rows: &[crate::journal::store::read::Row],
 ) -> Result<(), DeliveryError> {
     let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
         return Ok(());
     };
-    let body = super::otlp::body(rows, crate::model::unix_now());
+    let body = crate::journal::sinks::otlp::body(rows, crate::model::unix_now());
     let headers = [("content-type", "application/x-protobuf".to_string())];
     send(prepared, runtime, &headers, body).map_err(|error| DeliveryError::Post { row: first.id, error })?;
     outbox::acknowledge(conn, &sink.name, last.id, crate::model::unix_now())?;
@@ -396,7 +401,7 @@ fn post_one(
     sink: &Sink,
     prepared: &Prepared,
     runtime: &tokio::runtime::Handle,
-    row: &super::read::Row,
+    row: &crate::journal::store::read::Row,
     secret: Option<&[u8]>,
 ) -> Result<(), DeliveryError> {
     let body = serde_json::to_vec(&cloudevent::event(row))?;

@@ -3,14 +3,14 @@
 //!
 //! It sleeps until there is something to write. A published snapshot reaches the writer
 //! through a [`Store`] hook on the publishing thread (which only compares and queues), a
-//! queued row through [`Journal::record`](super::Journal) or the XID listener; either wakes
+//! queued row through [`Journal::record`](crate::journal::Journal) or the XID listener; either wakes
 //! the task only when a row, a fact or a count waits. Otherwise the task wakes for a retry
 //! (a closed file, a failed batch) and for the hourly deletion of old rows: a quiet node
 //! costs the runtime no wake-up a second (docs/performance.md, "Against a C loop").
 
-use super::Shared;
-use super::worker::{self, Answer, Failure, Request};
-use super::writer::Writer;
+use crate::journal::Shared;
+use crate::journal::store::worker::{self, Answer, Failure, Request};
+use crate::journal::writer::Writer;
 use crate::service::stop::Stop;
 use crate::snapshot::store::Store;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -36,7 +36,7 @@ fn lock(writer: &SharedWriter) -> MutexGuard<'_, Writer> {
 
 /// Lets `store` show the writer each snapshot as it is published, and wakes the task when
 /// that made something to write.
-pub(super) fn look_at_each_snapshot(store: &Store, writer: SharedWriter, shared: Arc<Shared>) {
+pub(in crate::journal) fn look_at_each_snapshot(store: &Store, writer: SharedWriter, shared: Arc<Shared>) {
     store.on_publish(Box::new(move |snapshot| {
         let mut writer = lock(&writer);
         if !writer.started {
@@ -54,7 +54,7 @@ pub(super) fn look_at_each_snapshot(store: &Store, writer: SharedWriter, shared:
 /// The task: until the stop, writes whatever is waiting when woken; then the last batch.
 /// A task rather than a thread of its own: it is idle almost always, and a thread costs
 /// the daemon a stack and a malloc arena (docs/performance.md).
-pub(super) async fn run(writer: SharedWriter, shared: Arc<Shared>, stop: Stop) {
+pub(in crate::journal) async fn run(writer: SharedWriter, shared: Arc<Shared>, stop: Stop) {
     open(&writer, WORKER_TIMEOUT).await;
     {
         let mut w = lock(&writer);

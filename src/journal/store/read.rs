@@ -2,10 +2,10 @@
 //! show, the facts and counts the writer starts from, and what a restart takes over.
 //! Everything here but the writer's helpers opens the file read-only.
 
-use super::Seed;
-use super::db::{self, DbError};
-use super::event::Kind;
-use super::facts::GpuFacts;
+use crate::journal::Seed;
+use crate::journal::event::Kind;
+use crate::journal::store::db::{self, DbError};
+use crate::journal::writer::facts::GpuFacts;
 use crate::xid::store::SeedCounts;
 use rusqlite::{Connection, params_from_iter, types::Value as SqlValue};
 use serde::{Deserialize, Serialize};

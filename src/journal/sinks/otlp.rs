@@ -5,8 +5,8 @@
 //! pipeline can drop duplicates), the kind as the event name, the GPU and the details as
 //! attributes; the host and gpuwarden as the resource.
 
-use super::cloudevent;
-use super::read::Row;
+use crate::journal::sinks::cloudevent;
+use crate::journal::store::read::Row;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs, SeverityNumber};

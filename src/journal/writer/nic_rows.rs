@@ -4,7 +4,7 @@
 //! GPU column holds `nic:<device>` (`nic:mlx5_0`) and the adapter's PCI address, so
 //! `gpuwarden report --nic mlx5_0` and `gpuwarden events --gpu nic:mlx5_0` find them.
 
-use super::event::{Event, GpuRef, Kind};
+use crate::journal::event::{Event, GpuRef, Kind};
 use crate::model::Snapshot;
 use crate::model::health::RuleId;
 use crate::model::nic::{NicDevice, NicScan};

@@ -2,7 +2,7 @@
 //! the `remediation` rows that carry an attempt) with its outcome, duration and the commands'
 //! output, and the node's reboot marks naming it. The advice rows stay in "Other".
 
-use super::read::Row;
+use crate::journal::store::read::Row;
 use serde::Serialize;
 
 /// One step as the report shows it.

@@ -3,12 +3,12 @@
 //! agreement digest as it was first given or replaced, each suspicion lifted when its reference
 //! was replaced, and each GPU the HBM pattern test
 //! found with memory that reads back wrong. A restart's seed reads them back
-//! (journal/read.rs, `sdc`): a suspect stays one across restarts and reboots until a person
+//! (journal/store/read.rs, `sdc`): a suspect stays one across restarts and reboots until a person
 //! clears the GPU, and a single-GPU node keeps comparing with its earlier digest. And the
 //! `collective` rows: each all-reduce across the node's GPUs the daemon ran, judged; the seed
 //! takes back the node's figures (its baseline) and the latest verdict.
 
-use super::event::{Event, GpuRef, Kind};
+use crate::journal::event::{Event, GpuRef, Kind};
 use crate::model::Snapshot;
 use crate::model::collective::CollectiveRun;
 use crate::model::probe::{HbmSuspect, SdcKey, SdcLift, SdcReference, SdcSuspect};

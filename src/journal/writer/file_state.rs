@@ -2,7 +2,7 @@
 //! open or not, when to try again, the outage's one log line each way, why the last open or
 //! write failed, and the counts (rows written, write errors, rows dropped, bytes).
 
-use super::worker::Failure;
+use crate::journal::store::worker::Failure;
 use crate::model::JournalStatus;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -1,8 +1,8 @@
 //! A board swap as the journal's writer records it: the row, and the owner of the service
 //! state told of the swap and the validation a new board must pass before it returns to service.
 
-use super::event::Event;
-use super::facts::{self, GpuFacts};
+use crate::journal::event::Event;
+use crate::journal::writer::facts::{self, GpuFacts};
 use crate::lifecycle::{Command, Lifecycle};
 use crate::model::Vendor;
 use crate::model::health::{BoardSwap, Validation};
