@@ -97,6 +97,9 @@ python3 dashboards/generate.py --check
 step "the probe's PTX is what its kernels compile to"
 bash scripts/gen/gen-probe-ptx.sh --check
 
+step "each src/ folder's file table is what its files' docs make"
+python3 scripts/gen/module-files.py --check
+
 step "cargo fmt, cargo clippy"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings

@@ -7,6 +7,16 @@
 //! - `kubelet`: which pod and container holds each GPU, from the kubelet's pod-resources API.
 //! - `processes`: a compute process's name and container, for the per-process series.
 //! - `drm_clients`: GPU processes from the kernel's DRM client statistics in /proc (AMD).
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `drm_clients.rs` | GPU processes from the kernel's DRM client statistics (Documentation/gpu/drm-usage-stats): every open DRM file a driver such as amdgpu exposes has... |
+//! | `jobs.rs` | The HPC job mapping directory (`hpc_jobs.mapping_dir`), in dcgm-exporter's layout: one file per GPU, named by the GPU's index (as `nvidia-smi` and `gpu="N"`... |
+//! | `kubelet.rs` | Which pod holds each GPU, from the kubelet's pod-resources API: gRPC `v1.PodResourcesLister/List` over the unix socket... |
+//! | `processes.rs` | What the per-process series say about a process beside its pid: its name and the container it runs in, read from /proc (`processes.proc_root`: a DaemonSet... |
+//! <!-- /files -->
 
 pub mod drm_clients;
 pub mod jobs;

@@ -6,6 +6,14 @@
 //! starting again after a driver reload (NVML), pairing two sources of one GPU (ROCm SMI and
 //! amdgpu's sysfs files). A poll returns a [`PollReport`]: the readings, the calls that
 //! failed, and what happened to persistence mode.
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `amd/` | AMD GPUs |
+//! | `nvml/` | NVIDIA backend: NVML through nvml-wrapper, one `NvmlDevicePoller` per GPU |
+//! <!-- /files -->
 
 pub mod amd;
 pub mod nvml;

@@ -7,6 +7,32 @@
 //! One file per section (poll.rs, health.rs, probe.rs, ...), each with its type, defaults,
 //! bounds and what a reload does with it; this file holds the whole `Config`, the command
 //! line's overrides, loading with positions in errors, and the guarded file read.
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `attribution.rs` | Who uses each GPU: `kubernetes` (the kubelet's pod-resources socket), `processes` (per process series) and `hpc_jobs` (the job mapping directory) |
+//! | `backends.rs` | The GPU backends' own sections: `nvml`, `persistence`, `amd` (and its `rocm_smi`) |
+//! | `custom_rules.rs` | `health.custom_rules` and `health.custom_rules_dir`: the operator's own rules, CEL expressions compiled and checked when the config is read (docs/health.md,... |
+//! | `durations.rs` | Duration keys, written the way Prometheus configs write them (`500ms`, `1s`, `5m`), each bounded to a range that makes sense for its key |
+//! | `events.rs` | `events`: sinks that take the journal's rows off the node, at least once (docs/journal.md, "Events out") |
+//! | `fabric_manager.rs` | `fabric_manager`: how gpuwarden tells whether nvidia-fabricmanager runs on a node whose GPUs report an NVLink fabric (NVSwitch systems) |
+//! | `health.rs` | `health`: the operator's policy over the rules (docs/health.md, "Policy"): XID severities, per-rule debounce and hold, error-rate limits, the temperature margin |
+//! | `listen.rs` | `listen`: the HTTP server's address, as `HOST:PORT`, `IP:PORT`, `[IPv6]:PORT` or `:PORT` (also `--listen`) |
+//! | `local_api.rs` | `local_api`: the Unix socket where `gpuwarden health` and the scheduler hooks ask the running daemon |
+//! | `network.rs` | `network`: the node's InfiniBand and RoCE ports (docs/health.md, "Network ports"): how often they are read and the thresholds of their rules |
+//! | `output.rs` | What the exposition serves beyond the defaults: `compat` (dcgm-exporter's names), `nvlink` (per-link series), `metrics` (gpuwarden's timing of its own... |
+//! | `poll.rs` | `poll`: the round's interval and deadline and the tiers' intervals (docs/performance.md) |
+//! | `probe.rs` | `probe`: the CUDA probe's tests, durations, limits and schedule (docs/probe.md) |
+//! | `remediation.rs` | `remediation`: what gpuwarden advises, or does, about an unhealthy GPU (docs/health.md, "Remediation") |
+//! | `settings.rs` | The running daemon's settings: built from a config by one function (`Settings::build`) and swapped whole on reload, so no part of the daemon keeps a value... |
+//! | `simulated.rs` | gpuwarden's simulated vendor libraries (tests/sim-nvml, tests/sim-rocm-smi) invent their GPUs from a scenario file |
+//! | `state.rs` | `state`: the health journal's file, its retention and size cap (docs/journal.md) |
+//! | `trusted.rs` | The settings that name something the daemon loads, runs or trusts as root: checked with input::trust when the config file is read (`config check`, the... |
+//! | `web.rs` | TLS and basic auth, configured the way Prometheus exporters are: a `web.config` file in the exporter-toolkit format... |
+//! | `xid.rs` | `xid`: where XIDs are read from (the kernel log, NVML events), their de-duplication and how long a critical one holds |
+//! <!-- /files -->
 
 pub mod settings;
 pub mod web;

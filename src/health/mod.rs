@@ -5,6 +5,32 @@
 //! as `gpu_health` and each finding as `gpu_health_reason`, the status page and systemd's
 //! STATUS line count them. The rules are rows of a table (rules/); docs/health.md's table
 //! is made of the same rows.
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `baseline.rs` | Probe baselines (docs/probe.md, "Baselines"): each new probe's sustained figures compared with the same GPU's own median over its earlier probes and with... |
+//! | `clear.rs` | Clearing a GPU after a repair (`gpuwarden health clear`, docs/health.md "Clear after a repair"): what is asked, which GPU it names, and what the answer says |
+//! | `clear_nic.rs` | Clearing a network adapter after a repair (`gpuwarden health clear --nic mlx5_0`): a new cable or transceiver should not stay degraded for the hour its old... |
+//! | `cli.rs` | `gpuwarden health`: the running daemon's verdict, asked over the local API's socket (local_api.rs) instead of polling the GPUs a second time |
+//! | `collective.rs` | The all-reduce rules (docs/health.md, "Node findings"): the latest all-reduce across the node's GPUs (probe/together.rs) failed (`collective_failed`,... |
+//! | `custom.rs` | Running the operator's rules (`health.custom_rules`) over each assembled snapshot, after the built-in rules and before the debounce: a rule that fires adds... |
+//! | `debounce.rs` | The operator's debounce and hold per rule (`health.rules`): a finding is raised only once its condition has held for the rule's debounce, and once raised it... |
+//! | `ladder.rs` | The remediation ladder's next step for a GPU that needs one (`remediation.mode: advise`; docs/health.md, "Remediation"): reboot the node, reset the GPU, or... |
+//! | `memory.rs` | The health stage's memory: everything the rules need from earlier rounds and snapshots, in one place |
+//! | `network.rs` | The network ports' rules (docs/health.md, "Network ports"): rows of the same shape as the GPUs' (rules/), judged per port over the snapshot's scan and its... |
+//! | `nic_trends.rs` | What the health stage remembers of each network port between reads: how often it went down within `network.flap_window`, and how its error counters grew... |
+//! | `nvswitch.rs` | The NVSwitch rule (docs/health.md, "Node findings"): a fatal SXID in the kernel log makes the node unhealthy, with a finding per switch that names the GPUs... |
+//! | `rates.rs` | How fast a GPU's error counters grow: the errors of the last hour, for the operator's limits in `health.error_rates` (docs/health.md, "Error rates") |
+//! | `rules/` | The health rules, one row each: its reason (the `reason` label), its severity, the condition in words and what to do (docs/health.md's table is these rows;... |
+//! | `scheduler_report.rs` | `gpuwarden health scheduler-report`: what the Slurm health check's fleet drain guard decided about this node (deploy/slurm/healthcheck.sh), sent to the... |
+//! | `slowdown.rs` | Hardware power slowdown memory: when each GPU last showed one, active in a round or as growth of the driver's counters, so the `hw_slowdown` rule holds its... |
+//! | `starts.rs` | Clock-event starts: how often each reason became active from one poll to the next, since the daemon started and within the last `xid::RECENT_WINDOW`... |
+//! | `table.rs` | The shape of a health rule, shared by the GPUs' table (rules/) and the network ports' (network.rs): a row (reason, severity, the condition and the action in... |
+//! | `thermal_time.rs` | How long each GPU's clocks were slowed for temperature within the last hour, from the driver's own time counters (`gpu_clock_event_seconds_total` for... |
+//! | `verdict.rs` | The node's verdict as the local API and `/api/v1/health` answer it: every GPU's state and findings, the node's own findings, and one word for the node |
+//! <!-- /files -->
 
 pub mod baseline;
 pub mod clear;

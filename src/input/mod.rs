@@ -19,6 +19,15 @@
 //!   reason per [`LOG_EVERY`], naming an example and how many more there were ([`Skips`]).
 //!   A source that cannot be read at all says so once, says when it is back, and says so
 //!   again at the next outage ([`Outage`]).
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `infiniband.rs` | The node's RDMA devices and their ports, read from sysfs: `/sys/class/infiniband/<dev>/` (`fw_ver`, `board_id`, `hca_type`, the PCI function behind... |
+//! | `pci.rs` | PCI bus ids in one form everywhere: `0000:3b:00.0`, lower case, four-digit domain |
+//! | `trust.rs` | Whether a path the daemon loads, runs or trusts as root (a library, a rule file, a secret) could have been written by someone else: the file, every... |
+//! <!-- /files -->
 
 pub mod infiniband;
 pub mod pci;

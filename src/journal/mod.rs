@@ -29,6 +29,18 @@
 //! and the kernel-log reader the last /dev/kmsg record already counted: a fatal XID keeps its
 //! GPU unhealthy after a restart even when the ring buffer has dropped the line, and a line
 //! still in the ring buffer is not counted twice.
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `cli.rs` | `gpuwarden events` and `gpuwarden report`: read the journal directly and read-only, so they work while the daemon runs and on a node where it does not |
+//! | `event.rs` | One journal row: what happened, when, on which boot, host and GPU |
+//! | `report/` | One GPU's evidence packet for a vendor (an RMA) or a repair ticket: identity, the verdict as last recorded, the XID timeline with the catalog's names and... |
+//! | `sinks/` | Delivery of the journal's rows to each configured sink (docs/journal.md, "Events out"), at least once: one thread per sink reads the rows after its cursor... |
+//! | `store/` | The journal's file: its schema and how it is opened, kept and pruned (`db`), the queries that read it (`read`), and the child process that does both for the... |
+//! | `writer/` | What the journal writes, decided: rows from the queue and from snapshot changes, the facts and counts that changed, batches for the worker and what their... |
+//! <!-- /files -->
 
 pub mod cli;
 pub mod event;

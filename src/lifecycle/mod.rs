@@ -21,6 +21,13 @@
 //! | `SweepStarted`, `SweepEnded` | the node's scheduled validation of every GPU |
 //! | `SchedulerReport` | the Slurm health check's report |
 //! | `Remediation` | automatic remediation's progress: held back, a reset started or ended (a reset done with its clear and validation), the reboot mark |
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `transitions.rs` | The commands `super::Lifecycle` takes, and the one transition each makes of the state |
+//! <!-- /files -->
 
 mod transitions;
 

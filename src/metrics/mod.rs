@@ -23,6 +23,27 @@
 //! Adding a family is one row in the group it belongs to, plus the reading it shows
 //! (docs/architecture.md walks through it). docs/metrics.md documents every row; a test
 //! checks the two against each other.
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `activity.rs` | GPM activity families (Hopper and newer): how busy the GPU's engines, SMs, tensor cores and memory were over the last `poll.gpm_interval` (30 s by default:... |
+//! | `attribution.rs` | Attribution families: which job (or, later, pod) uses each GPU, as info series to join on, never as labels copied onto every family (that is what makes... |
+//! | `custom_rules.rs` | The operator's rules' families (`gpuwarden_custom_rule_*`): whether each runs, and what it costs (docs/health.md, "Rules as code"); none without... |
+//! | `dcgm_compat.rs` | dcgm-exporter's names for the same readings (`compat.dcgm_exporter: true`, off by default): `DCGM_FI_*` families with dcgm-exporter's labels and units,... |
+//! | `device.rs` | Device families: each GPU's identity, whether it answered, its health verdict, and what a poll reads from it |
+//! | `exposition.rs` | Turning the latest snapshot into the bytes a scrape gets, once per snapshot |
+//! | `links.rs` | NVLink and fabric families: links up against links the board has, errors and bytes per GPU (and per link with `nvlink.per_link`), and NVSwitch fabric... |
+//! | `mig.rs` | MIG families: the mode, and each MIG device (GPU instance and compute instance) with its profile and memory |
+//! | `network.rs` | The node's InfiniBand and RoCE ports (`nic_*`), and the node's own findings (`gpu_node_health_reason`) |
+//! | `probe.rs` | Probe families (`gpu_probe_*`): the latest scheduled probe of each GPU, and the run and skip counters |
+//! | `remediation.rs` | Automatic remediation's families (`remediation.mode: auto`; model/remediation.rs): what it did, what holds it back, and whether the node needs a reboot |
+//! | `scheduler.rs` | The scheduler side's families (`gpuwarden_drain_guard_*`): the Slurm health check's fleet drain guard as it last reported about this node (model/scheduler.rs) |
+//! | `self_metrics.rs` | gpuwarden's own families (`gpuwarden_*`): its build, its backends, its polls |
+//! | `sinks.rs` | Event sink families (`gpuwarden_sink_*`): each sink's deliveries, failures and lag (docs/journal.md, "Events out"); none without `events.sinks` |
+//! | `xid.rs` | XID families: counts per GPU and code, and the XID sources' own series |
+//! <!-- /files -->
 
 pub mod activity;
 pub mod attribution;

@@ -5,6 +5,26 @@
 //! store keeps one [`Snapshot`] for the whole node and swaps it whole. A reading the device
 //! does not support is `None` (or absent from a list), never a made-up zero, so renderers
 //! leave it out.
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `activity.rs` | What the GPU's performance monitors (NVIDIA GPM, Hopper and newer) say it did between two GPM samples (`poll.gpm_interval` apart): how busy its engines,... |
+//! | `clock_events.rs` | Clock-event (throttle) reasons: NVML's bit mask, amdgpu's ASIC-independent throttler bits, and the label values the metrics use |
+//! | `collective.rs` | The all-reduce across the node's GPUs as the daemon keeps it (docs/probe.md, "The GPUs together"): each run's GPUs, the path between them, what it measured... |
+//! | `health.rs` | The health verdict of one GPU and the findings behind it |
+//! | `label.rs` | Closed sets of label values: enums whose variants each carry the one string the wire uses for them (a metric's label value, a JSON key or value, a CLI word) |
+//! | `links.rs` | The GPU's links to other GPUs: NVLink (per link: state, error counters, bytes moved) and, on NVSwitch systems, whether the GPU has joined the NVLink fabric |
+//! | `mig.rs` | Multi-Instance GPU: whether a GPU is partitioned, and its GPU instances |
+//! | `nic.rs` | The node's network ports as /metrics and the health rules see them: the InfiniBand and RoCE ports of its RDMA devices (`/sys/class/infiniband`, read by... |
+//! | `probe.rs` | Probe results as the rest of the daemon sees them: the tests, their figures, and the latest report per GPU |
+//! | `recent.rs` | "How many within the last N minutes": the times of counted events, oldest first, bounded, for dcgm-exporter's `*_COUNT` families (XIDs in the XID store,... |
+//! | `remediation.rs` | What automatic remediation (`remediation.mode: auto`, docs/health.md "Remediation") did and holds: each GPU reset it ran, with its output, exit and... |
+//! | `scheduler.rs` | What the scheduler's side says of this node: the Slurm health check reports its fleet drain guard's latest decision and the node as Slurm shows it (drained,... |
+//! | `sink.rs` | Each event sink's delivery as /metrics shows it (journal/sinks/mod.rs keeps it) |
+//! | `xid.rs` | XID counts as the renderers and the health rules read them, by PCI bus id |
+//! <!-- /files -->
 
 pub mod activity;
 pub mod clock_events;

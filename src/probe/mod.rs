@@ -5,6 +5,30 @@
 //! hangs or crashes costs the daemon nothing. Each test runs for a few seconds in windows
 //! timed with CUDA events (`windows`), while NVML is sampled (`sampler`); the figures are
 //! compared with the expected values for the GPU model (`expected`).
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `child.rs` | The probe's child process: `gpuwarden probe --json --settings-from-stdin ...`, started by the daemon with the settings it runs with, one piece of GPU work... |
+//! | `cli.rs` | `gpuwarden probe`: find the GPU through NVML, check that it is idle, open it in CUDA, run the tests while sampling, and compare with the expected values |
+//! | `cli_collective.rs` | `gpuwarden probe --collective`: every NVIDIA GPU of the node, idle, in one all-reduce through NCCL (probe::collective), its sums checked and its bus bandwidth |
+//! | `collective.rs` | The GPUs together (docs/probe.md, "The GPUs together"): an all-reduce across every GPU given, through NCCL in one process (`ncclCommInitAll`), each GPU on... |
+//! | `cuda.rs` | The probe's GPU side, on cudarc with the driver loaded at run time: the binary builds and starts where there is no CUDA at all, and `driver_present` says so... |
+//! | `cuda_memtest.rs` | The HBM pattern test's GPU side (`memtest`): one region of a share of the free memory, the passes of probe::memtest run over it until the time budget is... |
+//! | `cuda_sdc.rs` | The correctness canary's GPU side (`sdc`): the exact GEMMs in bf16, fp16 and fp32, the FMA chains, and the agreement GEMM run again and again with its... |
+//! | `expected.rs` | What each GPU model should measure, and pass/fail against it |
+//! | `memtest.rs` | The HBM pattern test's plan (docs/probe.md, "HBM patterns"): the passes in the order they run, each a fill and a check (or a read-and-invert sweep) of the... |
+//! | `nccl.rs` | NCCL, loaded at run time like cuBLAS (docs/probe.md, "The GPUs together"): the library comes from the node (or the nvidia-nccl wheels a user installed),... |
+//! | `report.rs` | The probe report as a person reads it: one line per test with burst, sustained, expected, the verdict and what the GPU did under load |
+//! | `sampler.rs` | Samples the GPU through NVML while the probe runs, so the report can say what happened under load: peak temperature, mean SM clock and power, and how long... |
+//! | `schedule.rs` | Scheduled probes in the daemon (off by default; `probe.schedule`) |
+//! | `sdc.rs` | The correctness canary's host side (docs/probe.md, "Silent data corruption"): the inputs whose exact results the host knows, those results, the sizes from... |
+//! | `sdc_rejudge.rs` | When a key's reference digest is replaced (a majority of the node's GPUs now agrees on another digest), every verdict judged against the old one is judged... |
+//! | `sweep.rs` | The idle node's scheduled validation (`probe.schedule: true` with `probe.mode: node`; docs/probe.md, "Validating an idle node") |
+//! | `together.rs` | The daemon's all-reduce across the node's GPUs (docs/probe.md, "The GPUs together") |
+//! | `windows.rs` | Turning timed windows of work into the two figures a probe reports: the burst (what a cool GPU does for a moment) and the sustained rate (what it keeps up... |
+//! <!-- /files -->
 
 pub mod child;
 pub mod cli;

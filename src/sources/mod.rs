@@ -25,6 +25,23 @@
 //! off, and the value is emptied) and a read. Each sleeps until its next read or a reload,
 //! which reads at once; one that is off does not wake. Reads come on the runtime's beat
 //! ([`crate::service::cadence::on_the_beat`]), so sources of the same or multiple periods wake it together.
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `fabric_manager.rs` | Whether nvidia-fabricmanager runs, as a source: on a node whose GPUs report an NVLink fabric and whose PCI bus shows the NVSwitches (the host of an HGX... |
+//! | `gpu_thread.rs` | One GPU's poll thread and the coordinator's view of it: the thread keeps the timetable itself (it polls when its round is due, or at once when asked, and... |
+//! | `grid.rs` | The poll rounds' timetable, shared by the coordinator and the GPU threads |
+//! | `jobs.rs` | The job mapping directory as a source: read every `READ_EVERY` on a thread of its own (a FIFO or a directory of a million files there stalls this thread,... |
+//! | `library_hold.rs` | Following a GPU reset's hold on the GPU libraries (remediation/auto.rs asks for it): the backends that hold GPU handles let go (their GPUs read as down... |
+//! | `nics.rs` | The node's InfiniBand and RoCE ports as a source: every `network.interval` (10 s), a read of what changes on each port (states, rate, counters, the... |
+//! | `pci.rs` | The PCI census as a source: the GPUs on the bus, looked at every `LOOK_EVERY` with `pci_census` on (they change at boot and at hot-plug; each look reads a... |
+//! | `pcie_aer.rs` | Each GPU's PCIe Advanced Error Reporting (AER) counts, as a source: every `LOOK_EVERY` while the node has GPUs, the kernel's totals since boot in... |
+//! | `poller.rs` | The poll loop: one OS thread per GPU (gpu_thread.rs), a coordinator that gives each round a deadline |
+//! | `processes.rs` | GPU processes of the GPUs whose driver keeps no list (AMD), from the kernel's DRM client statistics in /proc: walked every `drm_clients::SCAN_EVERY` on a... |
+//! | `round.rs` | What the poller hands on after each round, and how, so that it knows nothing of the stages after it: the round's part of a snapshot goes to a `RoundSink`... |
+//! <!-- /files -->
 
 pub mod fabric_manager;
 pub mod gpu_thread;

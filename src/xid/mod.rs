@@ -4,6 +4,21 @@
 //! the store counts each event once (store.rs) and keeps the counts apart from the poller, so
 //! they survive a lost GPU and an NVML re-initialisation. The publisher puts a copy of the
 //! counts into every snapshot; metrics and the health rules read it from there.
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `catalog.rs` | The XID catalog: what each code means and what to do about it |
+//! | `cli.rs` | `gpuwarden xid explain CODE` and `gpuwarden xid scan [FILE]` |
+//! | `event.rs` | One XID report as a source hands it to the store: which GPU, which code, from where and when, with the kernel-log line |
+//! | `kmsg.rs` | The kernel-log XID source: /dev/kmsg, or a regular file that carries kernel-log records (a FIFO, socket or directory is refused rather than waited on) |
+//! | `outbox.rs` | What the XID store keeps for the one consumer that writes each counted report down (the health journal): a bounded outbox the consumer takes from, never a... |
+//! | `parse.rs` | Recognising XID reports in kernel-log text |
+//! | `store.rs` | XID counters: every report counted once, from whichever source saw it first |
+//! | `sxid.rs` | NVSwitch errors (SXIDs): what `gpuwarden xid explain` can say of a code, from the unit of the switch it comes from |
+//! | `syslog_lines.rs` | Lines of an all-facility syslog file (/var/log/syslog, /var/log/messages): another program's line tells a kernel log from a file any local user can write a... |
+//! <!-- /files -->
 
 pub mod catalog;
 pub mod cli;

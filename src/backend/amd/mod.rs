@@ -2,6 +2,15 @@
 //! PCI device's link files and the RAS counters under /sys/class/drm/cardN/device. Where ROCm
 //! SMI is installed it reads the GPUs it sees, each paired with its sysfs twin for what ROCm
 //! SMI lacks; the rest stay with sysfs.
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `gpu_metrics.rs` | The `gpu_metrics` file amdgpu exposes in sysfs: a binary table whose layout the kernel defines per (format, content) revision in include/kgd_pp_interface.h |
+//! | `rocm_smi.rs` | ROCm SMI (librocm_smi64), loaded at run time with libloading: the binary builds and starts where ROCm is not installed |
+//! | `sysfs.rs` | The amdgpu sysfs backend: every reading from files under `amd.sysfs_root` (`/` by default; tests and users point it at a copy of the tree) |
+//! <!-- /files -->
 
 pub mod gpu_metrics;
 pub mod rocm_smi;

@@ -6,6 +6,22 @@
 //! thresholds, maximum link generation and width, supported clock-event reasons) are read
 //! once, and memory temperature, row remapping and the clock-event time counters come from
 //! one `nvmlDeviceGetFieldValues` call.
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `calls.rs` | Sorting the results of NVML calls into values, unsupported readings and failures, and timing them |
+//! | `events.rs` | The NVML XID source (the only NVML calls outside the pollers, so it lives with them): an event set registered for critical-XID and double-bit-ECC events on... |
+//! | `fabric.rs` | NVLink fabric registration (`nvmlDeviceGetGpuFabricInfoV`): on NVSwitch systems each GPU registers with the fabric manager at boot, and until it has, its... |
+//! | `fields.rs` | `nvmlDeviceGetFieldValues` with scope ids: one driver call answers many (field, scope) pairs, such as a counter of each NVLink |
+//! | `gpm.rs` | GPM (GPU performance monitoring, Hopper and newer): SM, tensor, DRAM and pipe activity and PCIe/NVLink bandwidth, computed by the driver from two samples of... |
+//! | `licence.rs` | The vGPU guest's licence (`nvmlDeviceGetGridLicensableFeatures_v4`): inside a VM on a vGPU, the guest driver must check a licence out from the licence... |
+//! | `lifecycle.rs` | NVML's life in the daemon: loading and initialising the library with a doubling back-off while it is missing (no driver yet), the XID event thread, and... |
+//! | `mig.rs` | MIG: whether the GPU is partitioned (read every `poll.topology_interval`: it changes only with a reset), and, while it is, each MIG device's UUID, GPU and... |
+//! | `nvlink.rs` | NVLink: per link its state, its rate, its error counters and the bytes it moved, in one `nvmlDeviceGetFieldValues` call (scope = link) every... |
+//! | `p2p.rs` | Peer-to-peer over NVLink between this GPU and each other one (`nvmlDeviceGetP2PStatus` with the NVLink capability): what DCGM's `dcgmGetNvLinkP2PStatus`... |
+//! <!-- /files -->
 
 pub mod calls;
 pub mod events;

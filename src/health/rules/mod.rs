@@ -6,6 +6,20 @@
 //! the bus is also not answering). A row that `ends` stops the look when it fires: a lost GPU
 //! is not also "not responding", and a GPU that did not answer has no readings to judge.
 //! The next step (operator policy) makes severities and thresholds configurable from here.
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `driver.rs` | What the driver says of the GPU: persistence mode, the vGPU licence, its recovery action |
+//! | `lifecycle.rs` | Where a GPU is in its life rather than what it reads: being reset, lost, not answering, awaiting its validation, or a new board in its slot |
+//! | `memory.rs` | GPU memory: uncorrectable and corrected ECC, and row remapping |
+//! | `nvlink.rs` | NVLink: error counters growing, links down, and the GPU outside its NVLink fabric |
+//! | `pcie.rs` | The PCIe link: a narrower width than the slot's, and replays growing |
+//! | `probe.rs` | The probe: a failed test, and figures below the GPU's baseline or its neighbours' |
+//! | `thermal.rs` | Temperature and clocks: slowed for heat now or for a share of the last hour, near its slowdown threshold, and hardware power slowdowns |
+//! | `xid.rs` | The XID rows: fatal and critical XIDs as the operator's policy counts them |
+//! <!-- /files -->
 
 use crate::model::clock_events::{ClockReason, HW_POWER_REASONS, THERMAL_REASONS};
 use crate::model::health::RuleId;

@@ -2,6 +2,15 @@
 //! as last recorded, the XID timeline with the catalog's names and NVIDIA's actions, ECC and
 //! row-remap history, probe results against expected, slowdown episodes, NVLink errors, and
 //! which findings NVIDIA's public documents send to field diagnostics or replacement.
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `nic.rs` | One network adapter's evidence for a cable, transceiver or adapter replacement (`gpuwarden report --nic mlx5_0`): the adapter as last recorded (type,... |
+//! | `probes.rs` | The probe history of one GPU in `gpuwarden report`: every probe the journal kept, oldest first, each test's sustained figure beside the GPU's own baseline... |
+//! | `remediation.rs` | The report's "Remediation" section: each step automatic remediation ran on the GPU (from the `remediation` rows that carry an attempt) with its outcome,... |
+//! <!-- /files -->
 
 pub mod nic;
 pub mod probes;

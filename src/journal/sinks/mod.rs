@@ -8,6 +8,16 @@
 //! which /metrics shows (`gpuwarden_sink_*`). The daemon's stop does not wait for a delivery
 //! in flight: its cursor moves only after the sink's yes, so the event goes again after the
 //! restart (the same id).
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `cloudevent.rs` | A journal row as a CloudEvents 1.0 event in structured mode (`application/cloudevents+json`; docs/journal.md, "Events out"), and the HMAC-SHA256 signature a... |
+//! | `otlp.rs` | Journal rows as OTLP logs (docs/journal.md, "Events out"): one `ExportLogsServiceRequest` per batch, protobuf over HTTP (`POST /v1/logs`,... |
+//! | `outbox.rs` | The journal's outbox for sinks that take its rows off the node (docs/journal.md, "Events out"): each sink's cursor, the id of the last row it acknowledged,... |
+//! | `webhook.rs` | One POST of one event to a webhook sink (journal/sinks/mod.rs delivers them in order): HTTP/1.1 over TCP, or TLS for `https://`, through hyper's client... |
+//! <!-- /files -->
 
 pub mod cloudevent;
 pub mod otlp;

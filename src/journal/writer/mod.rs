@@ -8,6 +8,25 @@
 //! ([`crate::journal::writer::xid_tally`]), the ports, validations and remediation ([`crate::journal::writer::nic_rows`],
 //! [`crate::journal::writer::validation_rows`], [`crate::journal::writer::remediation_rows`]); the writer holds the backlog and
 //! the batches.
+//!
+//! <!-- files -->
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `board_swap.rs` | A board swap as the journal's writer records it: the row, and the owner of the service state told of the swap and the validation a new board must pass... |
+//! | `facts.rs` | What the journal remembers of each GPU between snapshots (and restarts: the `gpu_facts` table), and the events that a change in it makes |
+//! | `file_state.rs` | Whether the journal's file can be written now, and what the `journal` metrics say of it: open or not, when to try again, the outage's one log line each way,... |
+//! | `gpu_looks.rs` | What the journal knows of each GPU and how it decides that a snapshot changed it: the facts per UUID (loaded when the file opens), which of them the file... |
+//! | `nic_rows.rs` | The journal's rows about the node's network ports (kind `nic`): each RDMA adapter as first seen in this run and whenever its firmware or board changes, and... |
+//! | `refill.rs` | What the journal writes again into a file that was deleted, emptied or replaced while the daemon ran (writer.rs, `refill`), beside every GPU's identity and... |
+//! | `remediation_rows.rs` | The journal's `remediation` rows: each GPU's next remediation step (`remediation.mode` advise or auto, health/ladder.rs) when it first appears or changes,... |
+//! | `sdc_rows.rs` | The journal's `sdc` and `memtest` rows (docs/probe.md, "Silent data corruption"): each GPU the correctness canary found computing wrong, with the evidence... |
+//! | `seen.rs` | What the journal read of one GPU at its last full look, kept so that a round that changed none of it is passed over with one comparison: no facts built,... |
+//! | `task.rs` | The journal's task on the runtime: writes what the `Writer` decided, in one transaction at most once a second, through a worker process |
+//! | `validation_rows.rs` | The journal's `validation` rows: each change of a GPU's validation (a probe before return to service) as the snapshots show it, whoever made it (the local... |
+//! | `xid_rows.rs` | The rows of counted XIDs and NVSwitch SXIDs, as the journal writes them |
+//! | `xid_tally.rs` | What the journal's writer keeps of the XIDs between batches: the row of each counted event (a second source's report of the same event updates it), this... |
+//! <!-- /files -->
 
 pub(in crate::journal) mod board_swap;
 pub mod facts;
