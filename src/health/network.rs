@@ -24,11 +24,13 @@ fn port_down(seen: &PortSeen) -> Option<Hit> {
         );
     }
     let netdev = port.netdev.as_ref()?;
-    let state = netdev.operstate.as_deref()?;
-    (state != "up").then(|| {
+    let state = netdev.operstate.as_ref()?;
+    (!state.is_up()).then(|| {
         format!(
-            "its interface {} is {state} (`ip link show {}`)",
-            netdev.name, netdev.name
+            "its interface {} is {} (`ip link show {}`)",
+            netdev.name,
+            state.as_str(),
+            netdev.name
         )
         .into()
     })
@@ -394,7 +396,7 @@ mod tests {
             let mut p = port(1, "ethernet", 200.0);
             p.netdev = Some(Netdev {
                 name: "ens1f0np0".into(),
-                operstate: Some("lowerlayerdown".into()),
+                operstate: Some(crate::model::nic::OperState::parse("lowerlayerdown")),
                 ..Default::default()
             });
             scan.devices.push(adapter("mlx5_4", p));

@@ -412,7 +412,7 @@ fn find_netdevs(pci: &Path, ports: &[NicPort], skips: &mut Skips) -> Vec<Option<
 
 /// An interface's state, speed and carrier changes.
 fn read_netdev(netdev: &mut Netdev, dir: &Path, skips: &mut Skips) {
-    netdev.operstate = read_word(&dir.join("operstate"), skips);
+    netdev.operstate = read_word(&dir.join("operstate"), skips).map(|w| crate::model::nic::OperState::parse(&w));
     // -1 (or an error, on older kernels) while the link is down.
     netdev.speed_mbps = read_word(&dir.join("speed"), skips)
         .and_then(|s| s.parse::<i64>().ok())
@@ -611,7 +611,7 @@ mod tests {
         assert_eq!(p.counter("roce_slow_restart"), Some(0));
         let netdev = p.netdev.as_ref().unwrap();
         assert_eq!(netdev.name, "ens1f1np1");
-        assert_eq!(netdev.operstate.as_deref(), Some("up"));
+        assert_eq!(netdev.operstate, Some(crate::model::nic::OperState::Up));
         assert_eq!((netdev.speed_mbps, netdev.carrier_changes), (Some(200_000), Some(2)));
         // The GPU hangs off another root port: no GPU is near.
         assert!(scan.devices[0].near_gpus.is_empty());
@@ -638,7 +638,10 @@ mod tests {
         assert_eq!(p.up(), Some(false));
         assert_eq!(p.states(), "DOWN/Disabled");
         let netdev = p.netdev.as_ref().unwrap();
-        assert_eq!((netdev.operstate.as_deref(), netdev.speed_mbps), (Some("down"), None));
+        assert_eq!(
+            (netdev.operstate.clone(), netdev.speed_mbps),
+            (Some(crate::model::nic::OperState::Down), None)
+        );
     }
 
     /// A loop of links, a link out of the root, 10,000 ports, a counter of 20 MB, a FIFO as a

@@ -154,7 +154,7 @@ pub const FAMILIES: &[Family] = &[
         read: Read::Node(|snapshot, s| {
             per_port(snapshot, s, |_, p, out| {
                 if let Some(n) = &p.netdev {
-                    out.put(&[&n.name], n.operstate.as_deref().map(|o| one_if(o == "up")));
+                    out.put(&[&n.name], n.operstate.as_ref().map(|o| one_if(o.is_up())));
                 }
             })
         }),

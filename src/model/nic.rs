@@ -144,11 +144,58 @@ impl NicPort {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Netdev {
     pub name: String,
-    /// `up`, `down`, `lowerlayerdown`, ...
-    pub operstate: Option<String>,
+    /// Its operational state (`operstate`).
+    pub operstate: Option<OperState>,
     /// Mb/s; `None` while the link is down (the kernel answers -1 or an error).
     pub speed_mbps: Option<u64>,
     pub carrier_changes: Option<u64>,
+}
+
+/// A network interface's operational state, as the kernel writes `operstate` (RFC 2863's
+/// ifOperStatus); a word it does not know is kept as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OperState {
+    Up,
+    Down,
+    LowerLayerDown,
+    Dormant,
+    Testing,
+    NotPresent,
+    Unknown,
+    Other(String),
+}
+
+impl OperState {
+    pub fn parse(word: &str) -> OperState {
+        match word {
+            "up" => OperState::Up,
+            "down" => OperState::Down,
+            "lowerlayerdown" => OperState::LowerLayerDown,
+            "dormant" => OperState::Dormant,
+            "testing" => OperState::Testing,
+            "notpresent" => OperState::NotPresent,
+            "unknown" => OperState::Unknown,
+            other => OperState::Other(other.to_string()),
+        }
+    }
+
+    /// The kernel's word.
+    pub fn as_str(&self) -> &str {
+        match self {
+            OperState::Up => "up",
+            OperState::Down => "down",
+            OperState::LowerLayerDown => "lowerlayerdown",
+            OperState::Dormant => "dormant",
+            OperState::Testing => "testing",
+            OperState::NotPresent => "notpresent",
+            OperState::Unknown => "unknown",
+            OperState::Other(word) => word,
+        }
+    }
+
+    pub fn is_up(&self) -> bool {
+        *self == OperState::Up
+    }
 }
 
 /// What the health memory knows of a port from earlier reads.
@@ -165,3 +212,27 @@ pub struct NicTrend {
 }
 
 pub use super::health::{ExpectedRates, NetworkLimits};
+
+#[cfg(test)]
+mod tests {
+    use super::OperState;
+
+    #[test]
+    fn an_operstate_reads_back_as_the_kernel_wrote_it_and_only_up_is_up() {
+        for word in [
+            "up",
+            "down",
+            "lowerlayerdown",
+            "dormant",
+            "testing",
+            "notpresent",
+            "unknown",
+            "weird",
+        ] {
+            let state = OperState::parse(word);
+            assert_eq!(state.as_str(), word);
+            assert_eq!(state.is_up(), word == "up", "{word}");
+        }
+        assert_eq!(OperState::parse("weird"), OperState::Other("weird".into()));
+    }
+}
