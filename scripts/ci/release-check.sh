@@ -58,13 +58,19 @@ tar_command=$(readme_command 'tar -xzf target/package/')
 install_command=$(readme_command '\./gpuwarden-[^ ]*/install\.sh')
 echo "the README's commands: $package_command; $tar_command; $install_command; $apt_command; $apt_demo_command"
 bash -c "$package_command" >/dev/null || fail "the README's '$package_command' failed"
-# The package's paths from the clone's root, where the README runs them.
-from_clone() { sed "s|\./target/package/|$repo/target/package/|g; s| target/package/| $repo/target/package/|g" <<<"$1"; }
+# The check's own directory, where the namespace's systemd can see it: that systemd mounts a
+# fresh /tmp, /run and /mnt, so a clone under /tmp (a new user's first try) puts it under
+# /var/tmp instead; the packages and the scenario it needs are copied in.
+case $repo/ in
+  /tmp/*|/run/*|/mnt/*) work=$(mktemp -d /var/tmp/gpuwarden-release-check.XXXXXX) ;;
+  *) work=$(readlink -f target)/release-check; rm -rf "$work"; mkdir -p "$work" ;;
+esac
+mkdir -p "$work/package"
+cp target/package/*.deb target/package/*.tar.gz config/demo-scenario.yaml "$work/package/"
+# The package's paths from the clone's root, where the README runs them: the copies.
+from_clone() { sed "s|\./target/package/|$work/package/|g; s| target/package/| $work/package/|g" <<<"$1"; }
 
-# The tarball under a real systemd, unpacked in a directory of the check's own.
-work=$(readlink -f target)/release-check
-rm -rf "$work"
-mkdir -p "$work"
+# The tarball under a real systemd, unpacked in the check's directory.
 (cd "$work" && bash -c "$(from_clone "$tar_command")") || fail "the README's '$tar_command' failed"
 unpacked=$work/${install_command%/install.sh}
 unpacked=${unpacked/\/.\//\/}
@@ -86,7 +92,7 @@ done
 rm -f /usr/sbin/policy-rc.d
 # A config already there (kept by install.sh): the simulated NVML of the tarball's demo/, a free port.
 mkdir -p /etc/gpuwarden
-cp "$PWD/config/demo-scenario.yaml" /etc/gpuwarden/scenario.yaml
+cp "$work/package/demo-scenario.yaml" /etc/gpuwarden/scenario.yaml
 printf 'listen: 127.0.0.1:$port\nnvml:\n  library_path: /usr/lib/gpuwarden/libgpuwarden_sim_nvml.so\nxid:\n  read_kernel_log: false\nfabric_manager:\n  check: false\n' >/etc/gpuwarden/config.yaml
 mkdir -p /etc/systemd/system/gpuwarden.service.d
 printf '[Service]\nEnvironment=GPUWARDEN_SIM_NVML_SCENARIO=/etc/gpuwarden/scenario.yaml\n' >/etc/systemd/system/gpuwarden.service.d/sim.conf
