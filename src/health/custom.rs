@@ -729,10 +729,17 @@ mod tests {
         let mut runner = CustomRuleRunner::default();
         let mut s = snapshot((0..8).map(|i| gpu(i, Some(95.0), 0)).collect());
         runner.apply(&mut s, &rules, Instant::now());
+        // Only the stage budget's: under emulation (the arm64 tests run under qemu, which
+        // translates code as it first runs) a first costly evaluation can pass the CPU-time
+        // guard (run::MAX_EVALUATION) too; that guard has tests of its own.
         let disabled: Vec<&str> = s
             .custom_rules
             .iter()
-            .filter(|r| r.disabled.is_some())
+            .filter(|r| {
+                r.disabled
+                    .as_deref()
+                    .is_some_and(|why| why.contains("together could take"))
+            })
             .map(|r| r.name.as_str())
             .collect();
         let fit = (run::MAX_STAGE_STEPS / (per * 8)) as usize;
@@ -741,12 +748,8 @@ mod tests {
         assert!(
             s.custom_rules
                 .iter()
-                .find(|r| r.disabled.is_some())
-                .unwrap()
-                .disabled
-                .as_ref()
-                .unwrap()
-                .contains("together could take"),
+                .filter_map(|r| r.disabled.as_deref())
+                .any(|why| why.contains("together could take") && why.contains("make it cheaper, or fewer rules")),
         );
         assert!(
             s.devices[0]
