@@ -84,15 +84,10 @@ impl<T> Versioned<T> {
     where
         T: Clone,
     {
-        let mut guard = match self.current.write() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        let mut next = (**guard).clone();
-        change(&mut next);
-        *guard = Arc::new(next);
-        drop(guard);
-        self.moved_on();
+        self.update_when(|value| {
+            change(value);
+            true
+        });
     }
 }
 
