@@ -504,6 +504,13 @@ async fn start(settings: Settings, shutdown: &Shutdown) -> Result<Running, Daemo
     if config.probe.schedule {
         log::info!("scheduled probes: every {:?} per GPU, when idle", config.probe.interval);
     }
+    let shared = crate::kube::Shared::new(&store, &sources, journal.is_some().then(|| config.state.path.clone()));
+    crate::kube::spawn(
+        &config,
+        shared,
+        tokio::runtime::Handle::current(),
+        &shutdown.handle("kubernetes"),
+    );
     let kubelet_stop = shutdown.handle("kubelet");
     tokio::spawn(crate::attribution::kubelet::follow(
         sources.pods.clone(),
@@ -763,29 +770,6 @@ fn reload(running: &Config, path: Option<&PathBuf>, overrides: &Overrides) -> Re
     new_config
         .refuse_unasked_simulation(Some(path))
         .map_err(DaemonError::ReloadRefused)?;
-    if new_config.listen != running.listen {
-        log::warn!(
-            "reload: `listen` changed from {} to {}; it takes a restart (as {} do), keeping {}",
-            running.listen,
-            new_config.listen,
-            settings::RESTART_ONLY.join(" and "),
-            running.listen
-        );
-        new_config.listen = running.listen;
-    }
-    if new_config.state != running.state {
-        log::warn!("reload: `state` changed; the journal's file and settings take a restart, keeping the running ones");
-        new_config.state = running.state.clone();
-    }
-    if new_config.local_api != running.local_api {
-        log::warn!("reload: `local_api` changed; the socket takes a restart, keeping the running one");
-        new_config.local_api = running.local_api.clone();
-    }
-    if new_config.events != running.events {
-        log::warn!(
-            "reload: `events` changed; the sinks take a restart (each keeps its cursor by name), keeping the running ones"
-        );
-        new_config.events = running.events.clone();
-    }
+    settings::keep_restart_only(running, &mut new_config);
     Settings::build(new_config).map_err(DaemonError::ReloadRefused)
 }

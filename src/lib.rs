@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod health;
 pub mod input;
 pub mod journal;
+pub mod kube;
 pub mod lifecycle;
 pub mod metrics;
 pub mod model;

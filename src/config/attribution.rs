@@ -16,6 +16,12 @@ pub struct Kubernetes {
     pub refresh: Duration,
     /// Resource names that are GPUs; `prefix*` matches by prefix.
     pub resources: Vec<String>,
+    /// How to reach the API server (config/kubernetes.rs).
+    pub api: KubeApi,
+    /// The verdict on the node's own Node object: its condition, Events and taint.
+    pub node: KubeNode,
+    /// The verdict on each GPU's DRA device: a `DeviceTaintRule`.
+    pub devices: KubeDevices,
 }
 
 /// Where the kubelet serves its pod-resources API.
@@ -29,6 +35,9 @@ impl Default for Kubernetes {
             resources: ["nvidia.com/gpu", "nvidia.com/mig-*", "amd.com/gpu"]
                 .map(String::from)
                 .to_vec(),
+            api: KubeApi::default(),
+            node: KubeNode::default(),
+            devices: KubeDevices::default(),
         }
     }
 }

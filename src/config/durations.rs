@@ -43,6 +43,7 @@ bounded_duration!(remediation_timeout, "remediation.timeout", SECOND, HOUR);
 bounded_duration!(probe_sample_interval, "probe.sample_interval", 10 * MS, 10 * SECOND);
 bounded_duration!(probe_timeout, "probe.timeout", SECOND, HOUR);
 bounded_duration!(kubernetes_refresh, "kubernetes.refresh", SECOND, HOUR);
+bounded_duration!(kubernetes_api_timeout, "kubernetes.api.timeout", 100 * MS, 60 * SECOND);
 bounded_duration!(network_interval, "network.interval", SECOND, HOUR);
 bounded_duration!(network_counters_interval, "network.counters_interval", SECOND, HOUR);
 bounded_duration!(network_flap_window, "network.flap_window", 10 * SECOND, DAY);

@@ -19,6 +19,7 @@
 //! | `events.rs` | `events`: sinks that take the journal's rows off the node, at least once (docs/journal.md, "Events out") |
 //! | `fabric_manager.rs` | `fabric_manager`: how gpuwarden tells whether nvidia-fabricmanager runs on a node whose GPUs report an NVLink fabric (NVSwitch systems) |
 //! | `health.rs` | `health`: the operator's policy over the rules (docs/health.md, "Policy"): XID severities, per-rule debounce and hold, error-rate limits, the temperature margin |
+//! | `kubernetes.rs` | `kubernetes.api`, `kubernetes.node` and `kubernetes.devices`: the verdict written to the node's own objects in the API server, directly (docs/health.md,... |
 //! | `listen.rs` | `listen`: the HTTP server's address, as `HOST:PORT`, `IP:PORT`, `[IPv6]:PORT` or `:PORT` (also `--listen`) |
 //! | `local_api.rs` | `local_api`: the Unix socket where `gpuwarden health` and the scheduler hooks ask the running daemon |
 //! | `network.rs` | `network`: the node's InfiniBand and RoCE ports (docs/health.md, "Network ports"): how often they are read and the thresholds of their rules |
@@ -44,6 +45,7 @@ mod durations;
 mod events;
 mod fabric_manager;
 mod health;
+mod kubernetes;
 mod listen;
 mod local_api;
 mod network;
@@ -62,6 +64,7 @@ use durations::*;
 pub use events::*;
 pub use fabric_manager::*;
 pub use health::*;
+pub use kubernetes::*;
 pub use listen::*;
 pub use local_api::*;
 pub use network::*;

@@ -15,7 +15,58 @@ use std::time::Duration;
 
 /// Config keys a reload cannot apply: the listening socket is bound once, before the first
 /// poll, so that a taken port is a start-up error.
-pub const RESTART_ONLY: &[&str] = &["listen", "state", "local_api", "events"];
+pub const RESTART_ONLY: &[&str] = &[
+    "listen",
+    "state",
+    "local_api",
+    "events",
+    "kubernetes.api",
+    "kubernetes.node",
+    "kubernetes.devices",
+];
+
+/// Keeps the running values of what a reload cannot apply ([`RESTART_ONLY`]), and says so.
+pub fn keep_restart_only(running: &Config, new: &mut Config) {
+    if new.listen != running.listen {
+        log::warn!(
+            "reload: `listen` changed from {} to {}; it takes a restart (as {} do), keeping {}",
+            running.listen,
+            new.listen,
+            RESTART_ONLY.join(" and "),
+            running.listen
+        );
+        new.listen = running.listen;
+    }
+    if new.state != running.state {
+        log::warn!("reload: `state` changed; the journal's file and settings take a restart, keeping the running ones");
+        new.state = running.state.clone();
+    }
+    if new.local_api != running.local_api {
+        log::warn!("reload: `local_api` changed; the socket takes a restart, keeping the running one");
+        new.local_api = running.local_api.clone();
+    }
+    if new.events != running.events {
+        log::warn!(
+            "reload: `events` changed; the sinks take a restart (each keeps its cursor by name), keeping the running ones"
+        );
+        new.events = running.events.clone();
+    }
+    let kube = |c: &Config| {
+        (
+            c.kubernetes.api.clone(),
+            c.kubernetes.node.clone(),
+            c.kubernetes.devices.clone(),
+        )
+    };
+    if kube(new) != kube(running) {
+        log::warn!(
+            "reload: `kubernetes.api`, `node` or `devices` changed; they take a restart, keeping the running ones"
+        );
+        new.kubernetes.api = running.kubernetes.api.clone();
+        new.kubernetes.node = running.kubernetes.node.clone();
+        new.kubernetes.devices = running.kubernetes.devices.clone();
+    }
+}
 
 /// The shortest staleness limit: a poll round that runs a little late must not fail /healthz.
 const MIN_STALE_AFTER: Duration = Duration::from_secs(5);

@@ -67,6 +67,24 @@ impl Config {
                 }
             }
         }
+        let kube = &self.kubernetes;
+        if kube.node.enabled {
+            let files = [
+                (
+                    "token_file",
+                    &kube.api.token_file,
+                    "kubernetes.api.token_file",
+                    "sends the token of",
+                ),
+                ("ca_file", &kube.api.ca_file, "kubernetes.api.ca_file", "trusts"),
+            ];
+            // A file not there yet (the in-pod defaults outside a pod) is the client's to say.
+            for (key, path, what, does) in files {
+                if !path.as_os_str().is_empty() && path.exists() {
+                    trust::check(path, what, does).map_err(|e| at("kubernetes", key, path, e))?;
+                }
+            }
+        }
         Ok(())
     }
 }

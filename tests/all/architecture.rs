@@ -214,6 +214,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("serve", 4),
     ("probe", 4),
     ("remediation", 4),
+    ("kube", 4),
     ("daemon", 5),
     ("cli", 5),
     ("", 6),

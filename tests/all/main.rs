@@ -23,6 +23,7 @@ mod health_api;
 mod hostile_inputs;
 mod hpc_jobs;
 mod journal;
+mod kube_real;
 mod kubelet_pods;
 mod kubernetes;
 mod network;

@@ -138,7 +138,7 @@ fn read_secret(path: &Path) -> Result<Vec<u8>, SecretError> {
     Ok(key)
 }
 
-fn client_tls(ca: &Path) -> Result<rustls::ClientConfig, SinkError> {
+pub(crate) fn client_tls(ca: &Path) -> Result<rustls::ClientConfig, SinkError> {
     use rustls::pki_types::{CertificateDer, pem::PemObject};
     let failed = |e: &dyn std::fmt::Display| SinkError::Ca(ca.to_path_buf(), e.to_string());
     let mut roots = rustls::RootCertStore::empty();

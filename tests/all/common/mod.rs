@@ -9,12 +9,14 @@
 //! | `scenario.rs` | the simulated libraries and scenario edits (NVML, CUDA) |
 //! | `prometheus.rs` | a real Prometheus on loopback |
 //! | `kubelet.rs` | a fake kubelet serving the pod-resources API |
+//! | `kube.rs` | a real Kubernetes control plane (etcd, kube-apiserver) on loopback |
 //! | `host.rs` | what several tests need of the machine: root for the real peers, a free port, a FIFO, (GPU, job) pairs |
 //! | `verdict_poll.rs` | the node's verdict asked every 0.1 s through a hand-over |
 
 mod daemon;
 mod host;
 mod http;
+mod kube;
 mod kubelet;
 mod metrics;
 mod prometheus;
@@ -25,6 +27,7 @@ mod verdict_poll;
 pub use daemon::*;
 pub use host::*;
 pub use http::*;
+pub use kube::*;
 pub use kubelet::*;
 pub use metrics::*;
 pub use prometheus::*;
