@@ -115,6 +115,11 @@ step "the fuzz targets build (cargo fuzz runs them; see docs/testing.md)"
 cargo build --manifest-path fuzz/Cargo.toml --bins --locked
 [ -z "${CI:-}" ] || rm -rf fuzz/target
 
+step "the Kubernetes control plane the tests run against (scripts/kube/build.sh)"
+# kube-apiserver 1.37, etcd 3.6 and node-problem-detector from their Go modules, cached under
+# target/kube (tests/all/kube_real.rs; about 7 minutes the first time on 2 cores, docs/testing.md).
+bash scripts/kube/build.sh >/dev/null
+
 step "tests"
 # What the tests leave in /tmp: nothing of gpuwarden's (a demo's directory, a socket).
 tmp_before=$(ls -A /tmp 2>/dev/null | grep -E '^gpuwarden' | sort || true)

@@ -8,7 +8,14 @@ use crate::common;
 
 use serde_json::Value;
 
-const OVERLAYS: [&str; 4] = ["plain", "dcgm-compat", "node-problem-detector", "prometheus-operator"];
+const OVERLAYS: [&str; 6] = [
+    "plain",
+    "dcgm-compat",
+    "node-problem-detector",
+    "prometheus-operator",
+    "kube-prometheus-stack",
+    "node-verdict",
+];
 
 /// One overlay of deploy/kubernetes/overlays as `kubectl apply -k` would send it.
 fn render(overlay: &str) -> Vec<Value> {
@@ -176,7 +183,7 @@ fn each_overlay_s_config_is_valid_and_its_port_is_the_pod_s_and_the_service_s() 
                     .is_some_and(|a| a.starts_with("monitoring.coreos.com/"))
             })
             .count();
-        if overlay != "prometheus-operator" {
+        if !["prometheus-operator", "kube-prometheus-stack"].contains(&overlay) {
             assert_eq!(
                 operator, 0,
                 "{overlay}: a cluster without the Prometheus Operator cannot apply these"
@@ -449,4 +456,89 @@ fn copy_binary_puts_a_working_gpuwarden_in_the_directory() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&missing.display().to_string()), "{stderr}");
+}
+
+/// kube-prometheus-stack's Prometheus selects by `release: <its Helm release>`: the overlay
+/// for it labels the ServiceMonitor and the PrometheusRule, and nothing else.
+#[test]
+fn the_kube_prometheus_stack_overlay_labels_what_its_selectors_look_for() {
+    let docs = render("kube-prometheus-stack");
+    for k in ["ServiceMonitor", "PrometheusRule"] {
+        assert_eq!(
+            kind(&docs, k)["metadata"]["labels"]["release"],
+            "kube-prometheus-stack",
+            "{k}"
+        );
+    }
+    assert_eq!(kind(&docs, "DaemonSet")["metadata"]["labels"]["release"], Value::Null);
+    let plain_operator = render("prometheus-operator");
+    assert_eq!(
+        kind(&plain_operator, "ServiceMonitor")["metadata"]["labels"]["release"],
+        Value::Null
+    );
+}
+
+/// The node-verdict overlay: the pod gets a token and its node's name, tolerates its own
+/// taint (a restarted pod must come back to a tainted node to lift it), the config turns the
+/// writes on, and the role holds the verbs docs/health.md lists and no more.
+#[test]
+fn the_node_verdict_overlay_gives_the_pod_what_it_needs_and_no_more() {
+    let docs = render("node-verdict");
+    let pod = &kind(&docs, "DaemonSet")["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], true);
+    let tolerations = pod["tolerations"].to_string();
+    assert!(
+        tolerations.contains("gpuwarden/unhealthy") && tolerations.contains("nvidia.com/gpu"),
+        "{tolerations}"
+    );
+    let env = pod["containers"][0]["env"].to_string();
+    assert!(env.contains("NODE_NAME") && env.contains("spec.nodeName"), "{env}");
+    let config = config_map(&docs, "gpuwarden-config")["data"]["config.yaml"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        config.contains("enabled: true") && config.contains("taint_rules: true"),
+        "{config}"
+    );
+    let role = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "gpuwarden-node-verdict")
+        .unwrap();
+    let rules: Vec<String> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| format!("{} {}", r["resources"], r["verbs"]))
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            r#"["nodes"] ["get","list","patch"]"#,
+            r#"["nodes/status"] ["patch"]"#,
+            r#"["resourceslices"] ["list"]"#,
+            r#"["devicetaintrules"] ["list","create","update","delete"]"#,
+        ]
+    );
+    assert!(docs.iter().any(|d| d["kind"] == "ValidatingAdmissionPolicy"));
+    let events = docs.iter().find(|d| d["kind"] == "Role").unwrap();
+    assert_eq!(events["metadata"]["namespace"], "default");
+    assert_eq!(events["rules"][0]["verbs"].to_string(), r#"["create"]"#);
+}
+
+/// The GPU Operator's values shipped beside the manifests turn off what gpuwarden replaces:
+/// its dcgm-exporter (no doubled DCGM_FI_* series) and the device plugin's XID health check
+/// (one judge of an XID), and nothing else.
+#[test]
+fn the_gpu_operator_values_switch_off_what_gpuwarden_replaces() {
+    let text = common::repo_file("deploy/kubernetes/gpu-operator-values.yaml");
+    let values: Value = serde_saphyr::from_str(&text).unwrap();
+    assert_eq!(values["dcgmExporter"]["enabled"], false);
+    assert_eq!(
+        values["devicePlugin"]["env"],
+        serde_json::json!([{"name": "DP_DISABLE_HEALTHCHECKS", "value": "all"}])
+    );
+    assert_eq!(values.as_object().unwrap().len(), 2, "{values}");
+    let readme = common::repo_file("deploy/kubernetes/README.md");
+    assert!(readme.contains("DP_DISABLE_HEALTHCHECKS=all") && readme.contains("gpu-operator-values.yaml"));
 }
