@@ -120,6 +120,7 @@ pub fn spawn(config: &Config, shared: Shared, runtime: tokio::runtime::Handle, s
         applied: None,
         devices_applied: None,
         devices_missing_since: None,
+        unmatched_said: Default::default(),
         refused: None,
         conn: None,
         said: None,
@@ -178,6 +179,8 @@ struct Worker {
     devices_applied: Option<(Vec<DeviceWant>, Instant)>,
     /// Since when the API has been seen to lack DeviceTaintRules.
     devices_missing_since: Option<Instant>,
+    /// The GPUs already said to have no device in the node's ResourceSlices.
+    unmatched_said: std::collections::BTreeSet<String>,
     /// The cap's refusal standing, and when it was counted.
     refused: Option<(node::Refused, Instant)>,
     conn: Option<(rusqlite::Connection, (u64, u64))>,
@@ -376,12 +379,17 @@ impl Worker {
         };
         match self.runtime.block_on(devices::apply(client, &self.node, verdict)) {
             Ok(applied) => {
-                let before = self.devices_applied.as_ref().map(|(w, _)| w.clone());
-                if !applied.unmatched.is_empty() && before.as_ref() != Some(&wanted) {
+                // Each GPU no ResourceSlice lists is named once, not at every change.
+                let new: Vec<String> = applied
+                    .unmatched
+                    .into_iter()
+                    .filter(|uuid| self.unmatched_said.insert(uuid.clone()))
+                    .collect();
+                if !new.is_empty() {
                     log::warn!(
                         "kubernetes: no ResourceSlice of node {:?} lists a device with the uuid of GPU(s) {} (no DRA driver for them?): their devices are not tainted",
                         self.node,
-                        applied.unmatched.join(", ")
+                        new.join(", ")
                     );
                 }
                 if self.devices_missing_since.take().is_some() {

@@ -25,7 +25,11 @@ fn demo_uuids() -> Vec<String> {
 /// The control plane with gpuwarden's RBAC and admission policy from the rendered overlay,
 /// and `nodes` registered.
 fn cluster(nodes: &[&str]) -> ControlPlane {
-    let plane = ControlPlane::start();
+    cluster_with(nodes, &[])
+}
+
+fn cluster_with(nodes: &[&str], apiserver: &[&str]) -> ControlPlane {
+    let plane = ControlPlane::start_with(apiserver);
     let (code, rendered, err) = plane.kubectl(
         &["kustomize", &repo_path("deploy/kubernetes/overlays/node-verdict")],
         None,
@@ -613,4 +617,27 @@ fn node_problem_detector_sets_its_condition_from_gpuwarden_health() {
     });
     let _ = npd.kill();
     let _ = npd.wait();
+}
+
+/// A cluster whose API server serves no DeviceTaintRules (as before 1.37; the resource off): the
+/// devices are skipped with one notice, and the node's condition and taint work as before.
+#[test]
+fn a_cluster_without_device_taint_rules_is_skipped_with_one_notice() {
+    let plane = cluster_with(
+        &["gpu-node-1"],
+        &["--runtime-config=resource.k8s.io/v1/devicetaintrules=false"],
+    );
+    let cuda = tempfile::tempdir().unwrap();
+    let d = start_daemon(&plane, "gpu-node-1", cuda.path());
+    d.wait_for_log("has no resource.k8s.io/v1 DeviceTaintRules", 1, Duration::from_secs(20));
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE (0x00000000)\n");
+    until("the taint", FOLLOWS, || our_taint(&node(&plane, "gpu-node-1")));
+    std::thread::sleep(Duration::from_secs(2));
+    let log = d.log_text();
+    assert_eq!(
+        log.matches("has no resource.k8s.io/v1 DeviceTaintRules").count(),
+        1,
+        "{log}"
+    );
+    assert!(!log.contains("device taint rules:"), "no failure for it: {log}");
 }

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 pub struct ControlPlane {
     pub dir: tempfile::TempDir,
+    /// kube-apiserver's arguments beyond the harness's own.
+    extra: Vec<String>,
     etcd: Child,
     apiserver: Option<Child>,
     pub port: u16,
@@ -46,6 +48,11 @@ fn openssl(dir: &Path, args: &[&str]) {
 
 impl ControlPlane {
     pub fn start() -> ControlPlane {
+        ControlPlane::start_with(&[])
+    }
+
+    /// With more kube-apiserver arguments (`--feature-gates=...`).
+    pub fn start_with(extra: &[&str]) -> ControlPlane {
         let bin = kube_bin();
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let d = dir.path();
@@ -124,6 +131,7 @@ impl ControlPlane {
             .expect("start etcd");
         let mut plane = ControlPlane {
             dir,
+            extra: extra.iter().map(|a| a.to_string()).collect(),
             etcd,
             apiserver: None,
             port: free_port(),
@@ -192,6 +200,7 @@ impl ControlPlane {
                 "--cert-dir",
                 &file("certs"),
             ])
+            .args(&self.extra)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
