@@ -47,11 +47,8 @@ fn openssl(dir: &Path, args: &[&str]) {
 }
 
 impl ControlPlane {
-    pub fn start() -> ControlPlane {
-        ControlPlane::start_with(&[])
-    }
-
-    /// With more kube-apiserver arguments (`--feature-gates=...`).
+    /// Starts etcd and kube-apiserver, with `extra` kube-apiserver arguments
+    /// (`--runtime-config=...`).
     pub fn start_with(extra: &[&str]) -> ControlPlane {
         let bin = kube_bin();
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
