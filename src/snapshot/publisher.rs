@@ -4,8 +4,9 @@
 //! counters (every `poll.interval`), and the side inputs (XID counts, probe results, pods,
 //! jobs, the PCI census, DRM clients), each kept by its source (crate::sources). [`assemble`]
 //! is the whole of putting them together: a pure function of the round, the sources' values
-//! and a few options, with every GPU's health verdict computed once for the result. It does
-//! no I/O, so the publisher's lock is never held across a read of the outside world.
+//! and a few options. Then the health stage judges the result in one call
+//! (`HealthMemory::judge`: the round's history, the rules, the operator's rules, the debounce).
+//! Neither does I/O, so the publisher's lock is never held across a read of the outside world.
 //!
 //! A poll round publishes ([`Publisher::publish_round`]); so does
 //! [`Publisher::refresh_if_changed`], which the daemon calls a few times a second and which
@@ -15,7 +16,6 @@
 use crate::attribution::jobs::{self, GpuKey};
 use crate::attribution::kubelet::Assignment;
 use crate::config::settings::SharedSettings;
-use crate::health;
 use crate::health::memory::HealthMemory;
 use crate::input::{Input, Reason, Skips};
 use crate::model::health::Clears;
@@ -69,26 +69,13 @@ impl Options {
     }
 }
 
-/// Every rule's debounce and hold: the built-ins' (`health.rules`) and the operator's own.
-fn rule_policies(health: &crate::config::Health) -> Vec<(crate::model::health::Reason, crate::config::RulePolicy)> {
-    let builtin = health
-        .rules
-        .iter()
-        .map(|(rule, policy)| ((*rule).into(), policy.clone()));
-    let custom = health.custom_rules.iter().filter_map(|rule| {
-        let (name, _) = rule.ready()?;
-        Some((crate::model::health::Reason::Custom(name), rule.policy()))
-    });
-    builtin.chain(custom).collect()
-}
-
 /// The snapshot of one round and the sources' values: no I/O and no locks (the health rules
 /// read the clock for their windows). What could not be kept (more jobs on a GPU than it
 /// carries) goes into `skips`.
 pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generation: u64, skips: &mut Skips) -> Snapshot {
     let mut devices = round.devices.clone();
     fill_processes_from_drm_clients(&mut devices, &inputs.drm_clients);
-    let mut snapshot = Snapshot {
+    Snapshot {
         generation,
         backends: round.backends.clone(),
         persistence_attempts: round.persistence_attempts.clone(),
@@ -116,9 +103,7 @@ pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generatio
         input_skipped: inputs.input_skipped.clone(),
         journal: (*inputs.journal).clone(),
         devices,
-    };
-    health::evaluate(&mut snapshot);
-    snapshot
+    }
 }
 
 /// The job mapping's files matched to GPUs: a number is an NVIDIA GPU's index (the layout
@@ -276,16 +261,13 @@ impl Publisher {
     }
 
     /// Publishes a poll round's part with the sources' latest values.
-    pub fn publish_round(&self, mut round: RoundPart) {
+    pub fn publish_round(&self, round: RoundPart) {
         self.sources
             .xids
             .set_gpus(round.devices.iter().map(|d| d.identity.pci_bus_id.as_str()));
         let clears_version = self.sources.service.version();
         let clears = self.sources.service.get().clears.clone();
         let mut published = self.published.lock().unwrap_or_else(PoisonError::into_inner);
-        published
-            .health
-            .note_round(&mut round.devices, &clears, std::time::Instant::now());
         published.round = Arc::new(round);
         // The snapshot carries the clears its health was judged with: an operator's clear
         // that lands mid-round waits for the next round, and its answer knows which it saw.
@@ -308,6 +290,7 @@ impl Publisher {
     /// `round_clears`: the clears (and their version) the round's health was noted with, used
     /// for the whole snapshot; `None` reads the latest.
     fn assemble(&self, published: &mut Published, round_clears: Option<(u64, Arc<Clears>)>) -> Snapshot {
+        let round_clears_given = round_clears.is_some();
         let mut inputs = self.sources.read();
         if let Some((version, clears)) = round_clears
             && !Arc::ptr_eq(&clears, &inputs.service.clears)
@@ -324,24 +307,20 @@ impl Publisher {
         }
         let settings = self.settings.current();
         let config = &settings.config;
-        inputs.nics = published.health.note_nics(
-            &inputs.nics,
-            inputs.versions.nics,
-            config.network.flap_window,
-            &inputs.service.clears,
-            std::time::Instant::now(),
-        );
         let options = Options::from_config(config, &self.hostname);
         let mut skips = Skips::new(Input::JobMapping);
         let generation = self.store.latest().generation + 1;
         let mut snapshot = assemble(&published.round, &inputs, &options, generation, &mut skips);
-        let now = std::time::Instant::now();
-        published
-            .health
-            .custom_rules(&mut snapshot, &config.health.custom_rules, now);
-        published
-            .health
-            .debounce(&mut snapshot, &rule_policies(&config.health), config.poll.interval, now);
+        // The health stage, once: a round's history, the rules, the operator's, the debounce.
+        published.health.judge(
+            &mut snapshot,
+            &crate::health::memory::Judging {
+                config,
+                new_round: round_clears_given,
+                nics_version: inputs.versions.nics,
+                now: std::time::Instant::now(),
+            },
+        );
         let jobs_version = inputs.versions.jobs;
         if published.jobs_counted == Some(jobs_version) {
             // This job map's overflow is counted already.
@@ -373,12 +352,24 @@ mod tests {
         }
     }
 
+    /// Put together and judged, as the publisher does it.
     fn assemble_plain(round: &RoundPart, inputs: &Inputs) -> Snapshot {
         let options = Options {
             hostname: "node-1".into(),
             ..Default::default()
         };
-        assemble(round, inputs, &options, 7, &mut Skips::new(Input::JobMapping))
+        let mut snapshot = assemble(round, inputs, &options, 7, &mut Skips::new(Input::JobMapping));
+        let config = crate::config::Config::default();
+        HealthMemory::default().judge(
+            &mut snapshot,
+            &crate::health::memory::Judging {
+                config: &config,
+                new_round: true,
+                nics_version: 0,
+                now: std::time::Instant::now(),
+            },
+        );
+        snapshot
     }
 
     #[test]

@@ -516,6 +516,37 @@ fn the_poller_does_not_use_health() {
     assert!(health.is_empty(), "the poller uses {health:?}");
 }
 
+/// Health is one stage (issue #68, item 2): the publisher hands it each assembled snapshot in
+/// one call, `HealthMemory::judge`, and calls none of its parts itself (the rules, the round's
+/// history, the ports' trends, the operator's rules, the debounce).
+#[test]
+fn the_publisher_calls_the_health_stage_once() {
+    let modules = modules();
+    let publisher = &modules["snapshot::publisher"];
+    assert_eq!(publisher.matches(".judge(").count(), 1, "one call of the health stage");
+    for part in [
+        "evaluate(",
+        "note_round(",
+        "note_nics(",
+        "annotate(",
+        ".debounce(",
+        ".custom_rules(",
+        "findings(",
+    ] {
+        assert!(
+            !publisher.contains(part),
+            "the publisher calls the health stage's {part}"
+        );
+    }
+    let imports = imports(&modules);
+    let health: Vec<&String> = imports["snapshot::publisher"]
+        .iter()
+        .filter(|t| *t == "health" || t.starts_with("health::"))
+        .filter(|t| !t.starts_with("health::memory"))
+        .collect();
+    assert!(health.is_empty(), "the publisher reaches into {health:?}");
+}
+
 #[test]
 fn no_source_file_is_over_800_lines_outside_its_tests() {
     let long: Vec<String> = source_files()
