@@ -21,6 +21,7 @@
 //! | `memory.rs` | The health stage's memory: everything the rules need from earlier rounds and snapshots, in one place |
 //! | `network.rs` | The network ports' rules (docs/health.md, "Network ports"): rows of the same shape as the GPUs' (rules/), judged per port over the snapshot's scan and its... |
 //! | `nic_trends.rs` | What the health stage remembers of each network port between reads: how often it went down within `network.flap_window`, and how its error counters grew... |
+//! | `node.rs` | The node's own findings as rows, like the GPUs' (health/rules/mod.rs) and the ports' (health/network.rs): each row a check over the whole snapshot, run in... |
 //! | `nvswitch.rs` | The NVSwitch rule (docs/health.md, "Node findings"): a fatal SXID in the kernel log makes the node unhealthy, with a finding per switch that names the GPUs... |
 //! | `rates.rs` | How fast a GPU's error counters grow: the errors of the last hour, for the operator's limits in `health.error_rates` (docs/health.md, "Error rates") |
 //! | `rules/` | The health rules, one row each: its reason (the `reason` label), its severity, the condition in words and what to do (docs/health.md's table is these rows;... |
@@ -43,6 +44,7 @@ pub mod ladder;
 pub mod memory;
 pub mod network;
 pub mod nic_trends;
+pub mod node;
 pub mod nvswitch;
 pub mod rates;
 pub mod rules;
@@ -116,85 +118,9 @@ pub fn evaluate(snapshot: &mut Snapshot) {
     for (device, health) in snapshot.devices.iter_mut().zip(verdicts) {
         device.health = health;
     }
-    snapshot.node_findings = snapshot
-        .missing_gpus()
-        .map(|gpu| Finding {
-            reason: rules::GPU_MISSING.reason.into(),
-            severity: rules::GPU_MISSING.severity,
-            message: rules::GPU_MISSING.message(
-                &format!(
-                    "{} GPU {} is on the PCI bus but no backend shows it ({}): it fell off the bus at boot or the \
-                     driver did not bind",
-                    gpu.vendor,
-                    gpu.pci_bus_id,
-                    match &gpu.driver {
-                        Some(driver) => format!("bound to {driver}"),
-                        None => "no driver bound".to_string(),
-                    }
-                )
-                .into(),
-                None,
-            ),
-            subject: Some(gpu.pci_bus_id.clone()),
-        })
-        .collect();
-    let ports = network::findings(snapshot);
-    snapshot.node_findings.extend(ports);
-    let switches = nvswitch::findings(snapshot);
-    snapshot.node_findings.extend(switches);
-    let manager = nvswitch::fabric_manager_down(snapshot);
-    snapshot.node_findings.extend(manager);
-    let reboot = snapshot.remediation.reboot_required.as_ref().map(|r| Finding {
-        reason: rules::REBOOT_REQUIRED.reason.into(),
-        severity: rules::REBOOT_REQUIRED.severity,
-        message: rules::REBOOT_REQUIRED.message(
-            &format!(
-                "the node needs a reboot since {}: {}",
-                crate::model::utc_seconds(r.since),
-                r.why
-            )
-            .into(),
-            None,
-        ),
-        subject: Some(r.uuid.clone()),
-    });
-    let pending = reboot.is_none().then(|| reboot_pending(snapshot)).flatten();
-    snapshot.node_findings.extend(reboot);
-    snapshot.node_findings.extend(pending);
-    let together = collective::finding(snapshot);
-    snapshot.node_findings.extend(together);
-}
-
-/// In auto mode a GPU whose step became a reboot (a reset that did not hold, the driver or
-/// the catalog asking) is the node's reboot in this very snapshot: the executor writes the
-/// mark a moment later, and in between the node must not read fit (a Slurm check would
-/// resume it). The same transition that publishes what made the step (a validation that
-/// passed, a new XID) publishes this finding.
-fn reboot_pending(snapshot: &Snapshot) -> Option<Finding> {
-    let auto = snapshot.health_limits.remediation.as_ref().is_some_and(|r| r.auto);
-    if !auto {
-        return None;
-    }
-    snapshot.devices.iter().find_map(|d| {
-        let step = d
-            .health
-            .next_step
-            .as_ref()
-            .filter(|s| s.step == crate::model::health::Step::RebootRequired)?;
-        Some(Finding {
-            reason: rules::REBOOT_REQUIRED.reason.into(),
-            severity: rules::REBOOT_REQUIRED.severity,
-            message: rules::REBOOT_REQUIRED.message(
-                &format!(
-                    "the node needs a reboot: GPU {}: {}; automatic remediation marks it now",
-                    d.identity.index, step.why
-                )
-                .into(),
-                None,
-            ),
-            subject: Some(d.identity.uuid.clone()),
-        })
-    })
+    // The node's own findings, row by row, after every GPU's verdict (a reboot's row reads
+    // the GPUs' next steps).
+    snapshot.node_findings = node::NODE_ROWS.iter().flat_map(|row| (row.check)(snapshot)).collect();
 }
 
 /// The GPU's XIDs seen after its last clear, as the rules count them.
