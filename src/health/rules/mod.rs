@@ -605,28 +605,14 @@ mod tests {
         assert!(reasons(Some(2.0)).is_empty(), "2 C of headroom is not under 2");
     }
 
-    #[test]
-    fn an_operators_clear_drops_what_was_seen_before_it_and_nothing_after() {
+    /// A probe that failed on GPU 0, started at `started`.
+    fn failed_probe(started: SystemTime) -> ProbeReport {
         use crate::model::probe::{Test, TestResult};
-        let device = gpu_reading(Default::default());
-        let hour_ago = SystemTime::now() - Duration::from_secs(3600);
-        let minute_ago = SystemTime::now() - Duration::from_secs(60);
-        let xid = |code, severity, last_seen| XidCount {
-            xid: code,
-            severity,
-            count: 1,
-            last_seen,
-            recent: 0,
-        };
-        let xids = [
-            xid(79, Severity::Fatal, hour_ago),
-            xid(94, Severity::Critical, minute_ago),
-        ];
-        let probe = ProbeReport {
+        ProbeReport {
             gpu: 0,
             uuid: "GPU-0".into(),
             name: "test".into(),
-            started: crate::model::unix_seconds(hour_ago),
+            started: crate::model::unix_seconds(started),
             wall_seconds: 10.0,
             expectation: None,
             pass_fraction: 0.9,
@@ -643,56 +629,77 @@ mod tests {
                 sdc: None,
                 memtest: None,
             }],
-        };
+        }
+    }
+
+    /// The reasons found for `device` with these XIDs, probe, validation and clear.
+    fn reasons_with(
+        device: &crate::model::DeviceSnapshot,
+        xids: &[XidCount],
+        probe: &ProbeReport,
+        validation: Option<&crate::model::health::Validation>,
+        cleared: Option<SystemTime>,
+    ) -> Vec<&'static str> {
         let limits = Limits {
             critical_hold: Duration::from_secs(3600),
             ..Default::default()
         };
-        let reasons = |cleared: Option<SystemTime>| -> Vec<&'static str> {
-            reasons_found(&Seen {
-                device: &device,
-                xids: &xids,
-                probe: Some(&probe),
-                probe_error: None,
-                sdc_suspect: None,
-                hbm_suspect: None,
-                probe_comparisons: &[],
-                validation: None,
-                limits: &limits,
-                cleared,
-                board_swap: None,
-                fabric_manager: None,
-                resetting: None,
-                now: SystemTime::now(),
-            })
+        reasons_found(&Seen {
+            device,
+            xids,
+            probe: Some(probe),
+            probe_error: None,
+            sdc_suspect: None,
+            hbm_suspect: None,
+            probe_comparisons: &[],
+            validation,
+            limits: &limits,
+            cleared,
+            board_swap: None,
+            fabric_manager: None,
+            resetting: None,
+            now: SystemTime::now(),
+        })
+    }
+
+    #[test]
+    fn an_operators_clear_drops_what_was_seen_before_it_and_nothing_after() {
+        let device = gpu_reading(Default::default());
+        let hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        let minute_ago = SystemTime::now() - Duration::from_secs(60);
+        let xid = |code, severity, last_seen| XidCount {
+            xid: code,
+            severity,
+            count: 1,
+            last_seen,
+            recent: 0,
         };
+        let xids = [
+            xid(79, Severity::Fatal, hour_ago),
+            xid(94, Severity::Critical, minute_ago),
+        ];
+        let probe = failed_probe(hour_ago);
+        let reasons = |cleared| reasons_with(&device, &xids, &probe, None, cleared);
         assert_eq!(reasons(None), ["xid_fatal", "xid_critical", "probe_failed"]);
-        // The probe of a validation still pending is no finding of its own (the validation's
-        // outcome comes a publish later); one from before the validation began still is.
+        // Cleared half an hour ago: the fatal XID and the probe were before, Xid 94 after.
+        let half_hour_ago = SystemTime::now() - Duration::from_secs(1800);
+        assert_eq!(reasons(Some(half_hour_ago)), ["xid_critical"]);
+        assert!(reasons(Some(SystemTime::now())).is_empty());
+    }
+
+    /// The probe of a validation still pending is no finding of its own (the validation's
+    /// outcome comes a publish later); one from before the validation began still is.
+    #[test]
+    fn a_pending_validations_own_probe_is_no_finding_and_an_earlier_one_is() {
+        let device = gpu_reading(Default::default());
+        let probe = failed_probe(SystemTime::now() - Duration::from_secs(3600));
         let pending = |since: f64| crate::model::health::Validation {
             since,
             why: "a clear".into(),
             outcome: None,
             kind: crate::model::health::ValidationKind::Sweep,
         };
-        let seen_with = |validation: &crate::model::health::Validation| -> Vec<&'static str> {
-            reasons_found(&Seen {
-                device: &device,
-                xids: &[],
-                probe: Some(&probe),
-                probe_error: None,
-                sdc_suspect: None,
-                hbm_suspect: None,
-                probe_comparisons: &[],
-                validation: Some(validation),
-                limits: &limits,
-                cleared: None,
-                board_swap: None,
-                fabric_manager: None,
-                resetting: None,
-                now: SystemTime::now(),
-            })
-        };
+        let seen_with = |v: &crate::model::health::Validation| reasons_with(&device, &[], &probe, Some(v), None);
         assert!(
             seen_with(&pending(probe.started - 1.0)).is_empty(),
             "its own validation's probe"
@@ -702,27 +709,61 @@ mod tests {
             ["probe_failed"],
             "an earlier probe"
         );
-        // Cleared half an hour ago: the fatal XID and the probe were before, Xid 94 after.
-        let half_hour_ago = SystemTime::now() - Duration::from_secs(1800);
-        assert_eq!(reasons(Some(half_hour_ago)), ["xid_critical"]);
-        assert!(reasons(Some(SystemTime::now())).is_empty());
     }
 
     /// The reset's hand-over as the executor walks it (remediation/auto.rs), one state after
     /// the other: the GPU is unhealthy at every step until its validation passes, and the
     /// GPUs whose NVML was let go of read as such, never as not responding.
-    #[test]
-    fn a_reset_gpu_stays_unhealthy_from_the_decision_until_its_validation_passes() {
-        use crate::model::health::{Validation, ValidationKind, ValidationOutcome};
-        let minute_ago = SystemTime::now() - Duration::from_secs(60);
+    /// A reset's story on GPU 0 (a fatal Xid 94 a minute ago) or another GPU: its state and
+    /// reasons when it answered or not, while the reset runs or not, with a validation, cleared.
+    fn reset_verdict(
+        answered: bool,
+        resetting: bool,
+        validation: Option<&crate::model::health::Validation>,
+        cleared: bool,
+        gpu: u32,
+    ) -> (HealthState, Vec<&'static str>) {
         let xids = [XidCount {
             xid: 94,
             severity: Severity::Fatal,
             count: 1,
-            last_seen: minute_ago,
+            last_seen: SystemTime::now() - Duration::from_secs(60),
             recent: 0,
         }];
-        let limits = Limits::default();
+        let mut device = crate::model::DeviceSnapshot::for_test(
+            gpu,
+            crate::model::Vendor::Nvidia,
+            "0000:19:00.0",
+            Default::default(),
+        );
+        device.up = answered;
+        let findings = crate::health::findings(&Seen {
+            device: &device,
+            xids: if gpu == 0 { &xids } else { &[] },
+            probe: None,
+            probe_error: None,
+            sdc_suspect: None,
+            hbm_suspect: None,
+            probe_comparisons: &[],
+            validation,
+            limits: &Limits::default(),
+            cleared: cleared.then(SystemTime::now),
+            board_swap: None,
+            fabric_manager: None,
+            resetting: resetting.then_some(Resetting {
+                uuid: "GPU-0",
+                index: 0,
+                pci_bus_id: "0000:19:00.0",
+            }),
+            now: SystemTime::now(),
+        });
+        let reasons = findings.iter().map(|f| f.reason.label()).collect();
+        (crate::health::state(&findings), reasons)
+    }
+
+    /// The validation a reset done starts, pending, and the same passed.
+    fn reset_validations() -> (crate::model::health::Validation, crate::model::health::Validation) {
+        use crate::model::health::{Validation, ValidationKind, ValidationOutcome};
         let pending = Validation {
             since: crate::model::unix_now(),
             why: "GPU reset by gpuwarden's automatic remediation".into(),
@@ -736,39 +777,13 @@ mod tests {
             }),
             ..pending.clone()
         };
-        let target = Resetting {
-            uuid: "GPU-0",
-            index: 0,
-            pci_bus_id: "0000:19:00.0",
-        };
-        let verdict = |answered: bool, resetting: bool, validation: Option<&Validation>, cleared: bool, gpu: u32| {
-            let mut device = crate::model::DeviceSnapshot::for_test(
-                gpu,
-                crate::model::Vendor::Nvidia,
-                "0000:19:00.0",
-                Default::default(),
-            );
-            device.up = answered;
-            let findings = crate::health::findings(&Seen {
-                device: &device,
-                xids: if gpu == 0 { &xids } else { &[] },
-                probe: None,
-                probe_error: None,
-                sdc_suspect: None,
-                hbm_suspect: None,
-                probe_comparisons: &[],
-                validation,
-                limits: &limits,
-                cleared: cleared.then(SystemTime::now),
-                board_swap: None,
-                fabric_manager: None,
-                resetting: resetting.then_some(target),
-                now: SystemTime::now(),
-            });
-            let reasons: Vec<&str> = findings.iter().map(|f| f.reason.label()).collect();
-            (crate::health::state(&findings), reasons)
-        };
-        use HealthState::{Degraded, Ok, Unhealthy};
+        (pending, passed)
+    }
+
+    #[test]
+    fn a_reset_gpu_stays_unhealthy_from_the_decision_until_its_validation_passes() {
+        use HealthState::{Degraded, Unhealthy};
+        let verdict = reset_verdict;
         // The fault, then the decision, then NVML let go of.
         assert_eq!(verdict(true, false, None, false, 0), (Unhealthy, vec!["xid_fatal"]));
         assert_eq!(
@@ -784,6 +799,13 @@ mod tests {
             (Degraded, vec!["remediating"]),
             "another GPU, not polled while NVML is let go of"
         );
+    }
+
+    #[test]
+    fn a_reset_done_holds_its_gpu_through_the_clear_and_the_validation_until_the_pass() {
+        use HealthState::{Ok, Unhealthy};
+        let verdict = reset_verdict;
+        let (pending, passed) = reset_validations();
         // The reset done: its validation starts, then the clear lets the XID go.
         assert_eq!(
             verdict(false, true, Some(&pending), false, 0),
