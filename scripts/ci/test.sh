@@ -119,6 +119,8 @@ step "the Kubernetes control plane the tests run against (scripts/kube/build.sh)
 # kube-apiserver 1.37, etcd 3.6 and node-problem-detector from their Go modules, cached under
 # target/kube (tests/all/kube_real.rs; about 7 minutes the first time on 2 cores, docs/testing.md).
 bash scripts/kube/build.sh >/dev/null
+# Under CI the Go caches (about 5 GB) are not needed once the binaries are built.
+[ -z "${CI:-}" ] || { go clean -cache; go clean -modcache; }
 
 step "tests"
 # What the tests leave in /tmp: nothing of gpuwarden's (a demo's directory, a socket).

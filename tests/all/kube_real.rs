@@ -334,6 +334,7 @@ fn the_cap_keeps_the_third_node_untainted_until_another_is_repaired() {
         "{}",
         daemons[2].log_text()
     );
+    // A hold, meant: two more passes (one a second) must not taint it either.
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(our_taint(&node(&plane, "gpu-node-3")), None, "and keeps holding");
 
@@ -433,6 +434,7 @@ fn an_api_server_outage_loses_nothing_and_a_restart_doubles_nothing() {
     d.scrape_until("the first poll after the restart", |m| {
         m.value("gpu_up", &[("gpu", "0")]) == Some(1.0)
     });
+    // A hold, meant: the restarted daemon has three passes to post anything twice.
     std::thread::sleep(Duration::from_secs(3));
     let after = events(&plane, "gpu-node-1");
     let doubled = after.len()
@@ -632,6 +634,7 @@ fn a_cluster_without_device_taint_rules_is_skipped_with_one_notice() {
     d.wait_for_log("has no resource.k8s.io/v1 DeviceTaintRules", 1, Duration::from_secs(20));
     d.log_kernel("NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE (0x00000000)\n");
     until("the taint", FOLLOWS, || our_taint(&node(&plane, "gpu-node-1")));
+    // A hold, meant: two more passes must not say it again or count a failure for it.
     std::thread::sleep(Duration::from_secs(2));
     let log = d.log_text();
     assert_eq!(
