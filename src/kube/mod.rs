@@ -305,16 +305,16 @@ impl Worker {
                 node: self.node.clone(),
                 error,
             })?;
-        self.tell_guard(&wants, applied.refused);
+        self.tell_guard(&wants, applied);
         self.applied = Some((wants, Instant::now()));
         Ok(())
     }
 
     /// Logs a change of the cap's decision and tells the GPU's service state, as the Slurm
     /// health check's report does.
-    fn tell_guard(&mut self, wants: &node::Wants, refused: Option<node::Refused>) {
+    fn tell_guard(&mut self, wants: &node::Wants, applied: node::Applied) {
         let was = self.refused.as_ref().map(|(r, _)| r.clone());
-        match (&refused, &was) {
+        match (&applied.refused, &was) {
             (Some(now), None) => log::warn!(
                 "taint guard: {now}; not tainting node {:?}: {}",
                 self.node,
@@ -323,13 +323,13 @@ impl Worker {
             (None, Some(_)) => log::info!("taint guard: tainting allowed again for node {:?}", self.node),
             _ => {}
         }
-        // Told when a taint was considered: while one is wanted, or when a refusal ends.
-        if wants.taint.is_some() || was.is_some() {
-            let guard = refused.clone().unwrap_or(node::Refused {
-                tainted: 0,
-                fleet: 0,
-                max: 0,
-            });
+        // Told when the fleet was counted for a taint, or when a refusal ends without one (the
+        // node healthy again): with the counts the cap last made.
+        let counted = applied
+            .counted
+            .clone()
+            .or_else(|| was.clone().filter(|_| applied.refused.is_none()));
+        if let Some(counts) = counted {
             let mut report = self
                 .shared
                 .lifecycle
@@ -341,15 +341,15 @@ impl Worker {
             report.drain_guard = Some((
                 crate::model::unix_now(),
                 DrainGuard {
-                    refused: refused.is_some(),
-                    drained: guard.tainted as u32,
-                    nodes: guard.fleet as u32,
+                    refused: applied.refused.is_some(),
+                    drained: counts.tainted as u32,
+                    nodes: counts.fleet as u32,
                     max: self.settings.max_tainted.to_string(),
                 },
             ));
             self.shared.lifecycle.apply(Command::SchedulerReport(report));
         }
-        self.refused = refused.map(|r| (r, Instant::now()));
+        self.refused = applied.refused.map(|r| (r, Instant::now()));
     }
 
     fn devices_pass(&mut self, verdict: &crate::health::verdict::NodeVerdict) -> Result<(), PassError> {

@@ -250,6 +250,9 @@ pub fn lost_the_race(fleet: &[Node], me: &str, max: usize) -> bool {
 pub struct Applied {
     /// The cap held the taint back: why.
     pub refused: Option<Refused>,
+    /// The fleet as the cap counted it, when a taint was considered: nodes carrying
+    /// gpuwarden's taint (this one included once it has it), the fleet, the cap.
+    pub counted: Option<Refused>,
 }
 
 /// Reads the node and writes what differs from `wants`: the condition (always, when
@@ -289,11 +292,17 @@ pub async fn apply(
     let fleet = list_fleet(client, &settings.fleet_selector).await?;
     let max = settings.max_tainted.of(fleet.len());
     if let Err(refused) = guard(&fleet, name, max) {
+        applied.counted = Some(refused.clone());
         applied.refused = Some(refused);
         return Ok(applied);
     }
     set_taint(client, &path, want_taint, &now, node).await?;
     let fleet = list_fleet(client, &settings.fleet_selector).await?;
+    applied.counted = Some(Refused {
+        tainted: fleet.iter().filter(|n| n.our_taint().is_some()).count(),
+        fleet: fleet.len(),
+        max,
+    });
     if lost_the_race(&fleet, name, max) {
         // Another node took the last place a moment before: give it back.
         let node: Node = client.get(&path).await?;
@@ -308,6 +317,7 @@ pub async fn apply(
             fleet: fleet.len(),
             max,
         });
+        applied.counted = applied.refused.clone();
     }
     Ok(applied)
 }

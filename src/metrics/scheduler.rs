@@ -43,7 +43,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpuwarden_drain_guard_refused",
         kind: Kind::Gauge,
         unit: "",
-        help: "1 when the Slurm health check's fleet drain guard last refused to drain this unhealthy node (max_drained nodes of its partitions already drained by gpuwarden), 0 when it last allowed a drain or a later run shows the node drained by gpuwarden; absent without a report in the last 10 minutes (GpuwardenDrainGuardActive).",
+        help: "1 when the fleet's cap last kept this unhealthy node in service: the Slurm health check's drain guard (max_drained nodes of its partitions already drained by gpuwarden) or the Kubernetes taint's (kubernetes.node.max_tainted nodes already tainted); 0 when it last allowed it or a later run shows the node drained by gpuwarden; absent without a decision in the last 10 minutes (GpuwardenDrainGuardActive).",
         labels: &[],
         dcgm: &[],
         read: Read::Node(|snapshot, s| {
@@ -55,7 +55,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpuwarden_drain_guard_drained_nodes",
         kind: Kind::Gauge,
         unit: "",
-        help: "Nodes of this node's partitions drained with a gpuwarden: reason, as the drain guard last counted them.",
+        help: "Nodes out by gpuwarden as the fleet's cap last counted them: drained with a gpuwarden: reason in this node's partitions (Slurm), or carrying the taint gpuwarden/unhealthy among kubernetes.node.fleet_selector's nodes (Kubernetes).",
         labels: &[],
         dcgm: &[],
         read: Read::Node(|snapshot, s| {
@@ -68,7 +68,7 @@ pub const FAMILIES: &[Family] = &[
         name: "gpuwarden_drain_guard_nodes",
         kind: Kind::Gauge,
         unit: "",
-        help: "Nodes in this node's partitions, as the drain guard last counted them.",
+        help: "Nodes the fleet's cap counted among: this node's partitions (Slurm) or kubernetes.node.fleet_selector's nodes (Kubernetes).",
         labels: &[],
         dcgm: &[],
         read: Read::Node(|snapshot, s| {
