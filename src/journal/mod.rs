@@ -7,15 +7,16 @@
 //! | --- | --- |
 //! | `event.rs` | one row: kind, time, GPU, summary, details |
 //! | `store/` | the file: schema, opening, corrupt/locked/read-only/full (`db`); the queries (`read`); the short-lived child process that opens, writes and reads it (`worker`) |
-//! | `writer/` | what to write and when: rows from the queue and from snapshot changes, batches (`mod`), the task that writes them (`task`), and a tracker per concern (`facts`, `gpu_looks`, `file_state`, `seen`, `xid_tally`, `xid_rows`, `nic_rows`, `sdc_rows`, `validation_rows`, `remediation_rows`, `board_swap`, `refill`) |
+//! | `writer/` | what to write and when: rows from the queue and from snapshot changes, batches (`mod`), the task that writes them (`task`), and a tracker per concern (`facts`, `gpu_looks`, `file_state`, `seen`, `xid_outbox`, `xid_tally`, `xid_rows`, `nic_rows`, `sdc_rows`, `validation_rows`, `remediation_rows`, `board_swap`, `refill`) |
 //! | `sinks/` | events out: each sink's thread (`mod`), the rows after its cursor (`outbox`), CloudEvents, OTLP logs, HTTP (`cloudevent`, `otlp`, `webhook`) |
 //! | `report/` | one GPU's evidence packet for an RMA (`mod`), and its network, probe and remediation parts |
 //! | `cli.rs` | `gpuwarden events` and `gpuwarden report` |
 //!
 //! Data flow: this boot's XID counts are read from the XID store's snapshot (state the store
-//! holds, never rebuilt from a queue that could lose some). Every counted XID (with the
-//! kernel-log line and its /dev/kmsg sequence number) the writer takes from the XID store's
-//! outbox (`xid::outbox`) when it looks at a published snapshot: a storm is folded there (ten
+//! holds, never rebuilt from a queue that could lose some). The XID store only counts: it tells
+//! the journal's XID outbox (`writer/xid_outbox`) of every counted XID (with the kernel-log
+//! line and its /dev/kmsg sequence number), and the writer takes them from there when it looks
+//! at a published snapshot: a storm is folded there (ten
 //! rows a minute per GPU and code, then one `xid_storm` row with the count), and a fatal or
 //! critical XID, or the first of a code, never waits on the outbox's room. Nothing of the
 //! journal runs under the XID store's lock. Everything else comes from comparing each
@@ -373,8 +374,9 @@ impl Journal {
         });
         // Every counted XID is kept for the writer to take (it looks at each publish, which a
         // counted XID brings within a fraction of a second).
-        xids.keep_reports();
-        let mut writer = writer::Writer::new(place, rx, store.clone(), writes_to, xids, shared.clone());
+        let outbox = Arc::new(writer::xid_outbox::XidOutbox::default());
+        xids.report_to(outbox.clone());
+        let mut writer = writer::Writer::new(place, rx, store.clone(), writes_to, outbox, shared.clone());
         writer.start_from(facts);
         let writer = Arc::new(Mutex::new(writer));
         task::look_at_each_snapshot(&store, writer.clone(), shared.clone());

@@ -1,5 +1,5 @@
 //! One XID report as a source hands it to the store: which GPU, which code, from where and
-//! when, with the kernel-log line. Shared by the store and its outbox.
+//! when, with the kernel-log line. Shared by the store and the journal's XID outbox.
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;

@@ -13,7 +13,6 @@
 //! | `cli.rs` | `gpuwarden xid explain CODE` and `gpuwarden xid scan [FILE]` |
 //! | `event.rs` | One XID report as a source hands it to the store: which GPU, which code, from where and when, with the kernel-log line |
 //! | `kmsg.rs` | The kernel-log XID source: /dev/kmsg, or a regular file that carries kernel-log records (a FIFO, socket or directory is refused rather than waited on) |
-//! | `outbox.rs` | What the XID store keeps for the one consumer that writes each counted report down (the health journal): a bounded outbox the consumer takes from, never a... |
 //! | `parse.rs` | Recognising XID reports in kernel-log text |
 //! | `store.rs` | XID counters: every report counted once, from whichever source saw it first |
 //! | `sxid.rs` | NVSwitch errors (SXIDs): what `gpuwarden xid explain` can say of a code, from the unit of the switch it comes from |
@@ -24,7 +23,6 @@ pub mod catalog;
 pub mod cli;
 pub mod event;
 pub mod kmsg;
-pub mod outbox;
 pub mod parse;
 pub mod store;
 pub mod sxid;

@@ -14,8 +14,8 @@ use super::catalog;
 pub use super::event::{MAX_RAW_LINE, XidEvent, XidSource};
 pub use crate::model::xid::{OTHER_CODES, Severity, UNATTRIBUTED, XidCount, XidSnapshot};
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 /// XIDs counted before a restart: ((PCI bus id, code), count, last seen).
@@ -236,6 +236,18 @@ impl Inner {
     }
 }
 
+/// The one consumer of the store's counted reports (the journal, which writes each down):
+/// told of each as it is counted, under the store's lock, so it only keeps them (bounded) for
+/// later. The store counts; what is written, folded or dropped is the consumer's business.
+pub trait CountedReports: Send + Sync {
+    /// A new event, `group` its number in the store, `severity` the code's when it was
+    /// counted (the operator's policy, else the catalog's), `counted_as` the code it is
+    /// counted under (`OTHER_CODES` past the per-GPU bound).
+    fn counted(&self, group: u64, event: &XidEvent, severity: Severity, counted_as: u32);
+    /// Another source's report of event `group`.
+    fn joined(&self, group: u64, event: &XidEvent);
+}
+
 pub struct XidStore {
     inner: Mutex<Inner>,
     /// Bumped whenever what [`XidStore::snapshot`] returns changes, so the publisher can put
@@ -243,9 +255,9 @@ pub struct XidStore {
     changes: AtomicU64,
     /// Signalled with every change, once set (the daemon's refresher waits for it).
     changed: std::sync::OnceLock<std::sync::Arc<crate::service::versioned::Changed>>,
-    /// Every counted report for the journal to take (`xid::outbox`); off without a journal.
-    /// Taken after `inner`, never before.
-    outbox: Mutex<super::outbox::Outbox>,
+    /// Who is told of every counted report (the journal's XID outbox), once one asks.
+    /// Told after `inner`'s lock is taken, never before; it must not call back into the store.
+    counted_to: std::sync::OnceLock<Arc<dyn CountedReports>>,
     /// The last event's number.
     groups: AtomicU64,
 }
@@ -256,29 +268,22 @@ impl XidStore {
         let _ = self.changed.set(changed);
     }
 
-    /// Keep every counted report from now on for [`XidStore::take_reports`] (the journal).
-    pub fn keep_reports(&self) {
-        self.outbox().turn_on();
+    /// Tell `to` of every report counted from now on, and of every other source's report
+    /// that joins one (once; the journal asks at its start).
+    pub fn report_to(&self, to: Arc<dyn CountedReports>) {
+        let _ = self.counted_to.set(to);
     }
 
-    /// The reports counted since the last take, in order, and the last /dev/kmsg record
-    /// counted. The consumer's work happens after, with no lock of the store held.
-    pub fn take_reports(&self) -> super::outbox::Taken {
-        self.outbox().take()
+    fn tell_joined(&self, group: u64, event: &XidEvent) {
+        if let Some(to) = self.counted_to.get() {
+            to.joined(group, event);
+        }
     }
 
-    /// The storms whose minute is over (all of them when `stopping`): one row each.
-    pub fn storm_rows(&self, now: f64, stopping: bool) -> Vec<super::outbox::StormRow> {
-        self.outbox().storms_due(now, stopping)
-    }
-
-    /// Reports the outbox had no room for.
-    pub fn reports_dropped(&self) -> u64 {
-        self.outbox().dropped()
-    }
-
-    fn outbox(&self) -> std::sync::MutexGuard<'_, super::outbox::Outbox> {
-        self.outbox.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn tell_counted(&self, group: u64, event: &XidEvent, severity: Severity, counted_as: u32) {
+        if let Some(to) = self.counted_to.get() {
+            to.counted(group, event, severity, counted_as);
+        }
     }
 
     /// Counts from before a restart in this boot (the journal's), added to what this store
@@ -339,7 +344,7 @@ impl XidStore {
         XidStore {
             changes: AtomicU64::new(0),
             changed: std::sync::OnceLock::new(),
-            outbox: Mutex::default(),
+            counted_to: std::sync::OnceLock::new(),
             groups: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 dedup_window,
@@ -396,7 +401,7 @@ impl XidStore {
                 } else {
                     Severity::Warning
                 };
-                self.outbox().counted(id, &event, severity, event.xid);
+                self.tell_counted(id, &event, severity, event.xid);
             }
             self.moved_on();
             return counted;
@@ -428,7 +433,7 @@ impl XidStore {
         if let Some(group) = groups.iter_mut().find(|g| g.sources & bit == 0 && near(g.at, event.at)) {
             group.sources |= bit;
             let id = group.id;
-            self.outbox().joined(id, &event);
+            self.tell_joined(id, &event);
             return false;
         }
         let id = self.groups.fetch_add(1, Ordering::Relaxed) + 1;
@@ -448,7 +453,7 @@ impl XidStore {
         entry.0 += 1;
         entry.1 = entry.1.max(event.at);
         let severity = inner.severity(event.xid);
-        self.outbox().counted(id, &event, severity, counted_as);
+        self.tell_counted(id, &event, severity, counted_as);
         self.moved_on();
         true
     }

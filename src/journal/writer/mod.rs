@@ -24,6 +24,7 @@
 //! | `seen.rs` | What the journal read of one GPU at its last full look, kept so that a round that changed none of it is passed over with one comparison: no facts built,... |
 //! | `task.rs` | The journal's task on the runtime: writes what the `Writer` decided, in one transaction at most once a second, through a worker process |
 //! | `validation_rows.rs` | The journal's `validation` rows: each change of a GPU's validation (a probe before return to service) as the snapshots show it, whoever made it (the local... |
+//! | `xid_outbox.rs` | The journal's XID outbox: every report the XID store counted, kept (bounded) until the writer takes them, never a call from the store into the writer |
 //! | `xid_rows.rs` | The rows of counted XIDs and NVSwitch SXIDs, as the journal writes them |
 //! | `xid_tally.rs` | What the journal's writer keeps of the XIDs between batches: the row of each counted event (a second source's report of the same event updates it), this... |
 //! <!-- /files -->
@@ -39,18 +40,19 @@ pub mod sdc_rows;
 pub(in crate::journal) mod seen;
 pub(in crate::journal) mod task;
 pub mod validation_rows;
+pub(in crate::journal) mod xid_outbox;
 pub(in crate::journal) mod xid_rows;
 pub(in crate::journal) mod xid_tally;
 
 use crate::journal::event::{Event, Kind};
 use crate::journal::store::worker::{Answer, Batch, Failure, Item, Prune, Request, XidCount};
 use crate::journal::writer::facts::GpuFacts;
+use crate::journal::writer::xid_outbox::{Outgoing, XidOutbox};
 use crate::journal::{Message, Place, Shared};
 use crate::model::{JournalStatus, Snapshot};
 use crate::service::versioned::Versioned;
 use crate::snapshot::store::Store;
-use crate::xid::outbox::Outgoing;
-use crate::xid::store::{Severity, XidEvent, XidStore};
+use crate::xid::store::{Severity, XidEvent};
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -96,8 +98,8 @@ pub(super) struct Writer {
     remediation_rows: crate::journal::writer::remediation_rows::RemediationRows,
     /// What was last written of the correctness canary's suspects and digests.
     sdc_rows: crate::journal::writer::sdc_rows::SdcRows,
-    /// Where the counted XIDs are taken from (its outbox).
-    xids: Arc<XidStore>,
+    /// Where the counted XIDs are taken from: the outbox the XID store tells.
+    xids: Arc<XidOutbox>,
     shared: Arc<Shared>,
     /// Whether the file can be written now, and the counts the metrics show.
     file: FileState,
@@ -128,7 +130,7 @@ impl Writer {
         rx: Receiver<Box<Message>>,
         store: Arc<Store>,
         writes_to: crate::journal::WritesTo,
-        xids: Arc<XidStore>,
+        xids: Arc<XidOutbox>,
         shared: Arc<Shared>,
     ) -> Writer {
         Writer {
@@ -240,7 +242,7 @@ impl Writer {
     /// Takes the XIDs the store counted since the last take (its outbox: folded, bounded),
     /// each made into a row at the next batch.
     pub(super) fn take_xids(&mut self) {
-        let taken = self.xids.take_reports();
+        let taken = self.xids.take();
         self.tally.read_up_to(taken.kmsg_sequence, taken.file_position);
         for report in taken.reports {
             match report {
@@ -286,7 +288,7 @@ impl Writer {
     /// Storms whose minute is over (all of them at stop): one row each with the count not
     /// recorded one by one.
     fn storm_rows(&mut self, now: f64, stopping: bool) {
-        for row in self.xids.storm_rows(now, stopping) {
+        for row in self.xids.storms_due(now, stopping) {
             let (bus, xid, n, first) = (row.pci_bus_id, row.xid, row.reports, row.first);
             let gpu = self.gpus.gpu_at(&bus);
             self.push(Event::new(
@@ -548,7 +550,7 @@ impl Writer {
     }
 
     pub(super) fn publish_status(&mut self) {
-        let dropped_elsewhere = self.shared.dropped.load(Ordering::Relaxed) + self.xids.reports_dropped();
+        let dropped_elsewhere = self.shared.dropped.load(Ordering::Relaxed) + self.xids.dropped();
         self.status.set_if_changed(Some(self.file.status(dropped_elsewhere)));
     }
 }

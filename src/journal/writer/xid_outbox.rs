@@ -1,10 +1,12 @@
-//! What the XID store keeps for the one consumer that writes each counted report down (the
-//! health journal): a bounded outbox the consumer takes from, never a call into it.
+//! The journal's XID outbox: every report the XID store counted, kept (bounded) until the
+//! writer takes them, never a call from the store into the writer.
 //!
-//! The store puts every counted report, and every report of another source that joins one,
-//! here under its own lock; the journal takes them when it looks at a published snapshot (a
-//! counted XID signals a publish within a fraction of a second). So nothing of the journal
-//! runs under the store's lock, and the journal cannot slow the count.
+//! The store only counts; it tells this outbox of every counted report, and of every report
+//! of another source that joins one ([`crate::xid::store::CountedReports`]), under the
+//! store's lock, and this outbox only keeps them under its own. The writer takes them when it
+//! looks at a published snapshot (a counted XID signals a publish within a fraction of a
+//! second). So nothing of the writer runs under the store's lock, and the journal cannot slow
+//! the count.
 //!
 //! The bounds are the journal's as they were: a storm is folded here before anything is kept
 //! (ten rows a minute per GPU and code, then one `xid_storm` row a minute with the count), a
@@ -12,9 +14,10 @@
 //! full, and what still does not fit is counted (`gpuwarden_journal_dropped_total`) and logged
 //! with what it was, at most once a minute.
 
-use super::event::XidEvent;
 use crate::model::xid::Severity;
+use crate::xid::event::XidEvent;
 use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 /// Reports kept for the consumer: a second of an XID storm on eight GPUs fits.
@@ -59,7 +62,7 @@ pub struct Taken {
     pub kmsg_sequence: Option<u64>,
     /// Where a kernel-log file was read up to after the last report counted from it, folded
     /// or not (a restart goes on from there).
-    pub file_position: Option<super::event::FilePosition>,
+    pub file_position: Option<crate::xid::event::FilePosition>,
 }
 
 /// A storm that is over: one row with the count not recorded one by one.
@@ -113,31 +116,60 @@ impl Storm {
     }
 }
 
-/// The outbox itself; off (nothing kept) until a consumer asks for it.
+/// The outbox the XID store tells and the writer takes from.
 #[derive(Default)]
-pub struct Outbox {
-    on: bool,
+pub struct XidOutbox {
+    kept: Mutex<Outbox>,
+}
+
+impl XidOutbox {
+    fn kept(&self) -> MutexGuard<'_, Outbox> {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Everything kept since the last take, in the order it was counted.
+    pub fn take(&self) -> Taken {
+        self.kept().take()
+    }
+
+    /// The storms whose minute is over at `now` (all of them when `stopping`), each once.
+    pub fn storms_due(&self, now: f64, stopping: bool) -> Vec<StormRow> {
+        self.kept().storms_due(now, stopping)
+    }
+
+    /// Reports that did not fit, since start.
+    pub fn dropped(&self) -> u64 {
+        self.kept().dropped
+    }
+}
+
+impl crate::xid::store::CountedReports for XidOutbox {
+    fn counted(&self, group: u64, event: &XidEvent, severity: Severity, counted_as: u32) {
+        self.kept().counted(group, event, severity, counted_as);
+    }
+
+    fn joined(&self, group: u64, event: &XidEvent) {
+        self.kept().joined(group, event);
+    }
+}
+
+/// What is kept, under the outbox's lock.
+#[derive(Default)]
+struct Outbox {
     reports: VecDeque<Outgoing>,
     /// Reports that must not be lost (a fatal or critical XID, the first of a code) while
     /// `reports` is full.
     precious: VecDeque<Outgoing>,
     storms: HashMap<(String, u32), Storm>,
     kmsg_sequence: Option<u64>,
-    file_position: Option<super::event::FilePosition>,
+    file_position: Option<crate::xid::event::FilePosition>,
     dropped: u64,
     drop_log: Option<crate::service::logging::RateLimiter>,
 }
 
 impl Outbox {
-    pub fn turn_on(&mut self) {
-        self.on = true;
-    }
-
     /// A counted report, under the code it is counted as.
-    pub fn counted(&mut self, group: u64, event: &XidEvent, severity: Severity, counted_as: u32) {
-        if !self.on {
-            return;
-        }
+    fn counted(&mut self, group: u64, event: &XidEvent, severity: Severity, counted_as: u32) {
         self.note_sequence(event);
         let at = crate::model::unix_seconds(event.at);
         // Folded by the code it is counted under: the store bounds those.
@@ -158,10 +190,7 @@ impl Outbox {
 
     /// Another source's report of event `group`: kept when that event has a row (a report
     /// of an event folded into a storm's count has none to join).
-    pub fn joined(&mut self, group: u64, event: &XidEvent) {
-        if !self.on {
-            return;
-        }
+    fn joined(&mut self, group: u64, event: &XidEvent) {
         self.note_sequence(event);
         let has_row = [event.xid, crate::model::xid::OTHER_CODES].iter().any(|code| {
             self.storms
@@ -211,7 +240,7 @@ impl Outbox {
 
     /// Everything kept, the precious lane first (it filled while the outbox was full, so it
     /// holds the older reports of the two).
-    pub fn take(&mut self) -> Taken {
+    fn take(&mut self) -> Taken {
         let mut reports: Vec<Outgoing> = self.precious.drain(..).collect();
         reports.extend(self.reports.drain(..));
         Taken {
@@ -222,7 +251,7 @@ impl Outbox {
     }
 
     /// The storms whose minute is over at `now` (all of them when `stopping`), each once.
-    pub fn storms_due(&mut self, now: f64, stopping: bool) -> Vec<StormRow> {
+    fn storms_due(&mut self, now: f64, stopping: bool) -> Vec<StormRow> {
         let mut rows = Vec::new();
         for ((bus, xid), storm) in &mut self.storms {
             if storm.due(now, stopping) {
@@ -237,17 +266,13 @@ impl Outbox {
         }
         rows
     }
-
-    /// Reports that did not fit, since start.
-    pub fn dropped(&self) -> u64 {
-        self.dropped
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::xid::event::XidSource;
+    use crate::xid::store::CountedReports;
 
     fn event(bus: &str, xid: u32, at: f64) -> XidEvent {
         XidEvent {
@@ -265,16 +290,8 @@ mod tests {
     }
 
     #[test]
-    fn nothing_is_kept_until_a_consumer_turns_it_on() {
-        let mut outbox = Outbox::default();
-        outbox.counted(1, &event("0000:19:00.0", 48, 100.0), Severity::Fatal, 48);
-        assert!(outbox.take().reports.is_empty());
-    }
-
-    #[test]
     fn a_storm_keeps_ten_rows_a_minute_and_counts_the_rest() {
-        let mut outbox = Outbox::default();
-        outbox.turn_on();
+        let outbox = XidOutbox::default();
         for i in 0..25 {
             outbox.counted(i, &event("0000:19:00.0", 31, 100.0 + i as f64), Severity::Warning, 31);
         }
@@ -297,8 +314,7 @@ mod tests {
 
     #[test]
     fn a_full_outbox_keeps_the_fatal_and_the_first_of_a_code_and_counts_the_rest() {
-        let mut outbox = Outbox::default();
-        outbox.turn_on();
+        let outbox = XidOutbox::default();
         // Distinct GPUs, so no storm folds them: the outbox's own bound is what is tested.
         for i in 0..OUTBOX as u64 + 10 {
             let bus = format!("0000:{:02x}:{:02x}.0", i / 256, i % 256);
@@ -318,8 +334,7 @@ mod tests {
 
     #[test]
     fn another_sources_report_joins_only_an_event_with_a_row() {
-        let mut outbox = Outbox::default();
-        outbox.turn_on();
+        let outbox = XidOutbox::default();
         for i in 0..12 {
             outbox.counted(i, &event("0000:19:00.0", 31, 100.0), Severity::Warning, 31);
         }
