@@ -5,7 +5,13 @@
 //! backends read the vendor libraries on threads of their own, the poller publishes whole
 //! snapshots to the store, and the HTTP server renders the latest snapshot.
 
-pub mod attribution;
+// Private by default: an item is `pub` only where another crate (the binary, the integration
+// tests, the benchmarks, the fuzz targets) reaches it; everything else is `pub(crate)` or
+// narrower, and clippy's `-D warnings` turns a new `pub` that nothing outside can reach into an
+// error. The modules left `pub` below are the ones those crates name.
+#![warn(unreachable_pub)]
+
+pub(crate) mod attribution;
 pub mod backend;
 pub mod cli;
 pub mod config;
@@ -14,14 +20,14 @@ pub mod daemon;
 pub mod health;
 pub mod input;
 pub mod journal;
-pub mod kube;
-pub mod lifecycle;
+pub(crate) mod kube;
+pub(crate) mod lifecycle;
 pub mod metrics;
 pub mod model;
 pub mod probe;
 pub mod remediation;
-pub mod serve;
+pub(crate) mod serve;
 pub mod service;
-pub mod snapshot;
+pub(crate) mod snapshot;
 pub mod sources;
 pub mod xid;

@@ -19,14 +19,14 @@ use std::time::Duration;
 const MAX_FDINFO: usize = 16 * 1024;
 
 /// How often /proc is walked for DRM clients.
-pub const SCAN_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const SCAN_EVERY: Duration = Duration::from_secs(10);
 
 /// Processes with a DRM client open, by the GPU's PCI bus id (lower case, `0000:c1:00.0`);
 /// device memory is the client's `drm-memory-vram`, summed over the process's clients of
 /// that GPU. `Err` when some process's file descriptors could not be looked at (another
 /// user's, without CAP_SYS_PTRACE) or /proc cannot be read: the list would be short, and a
 /// short list is not shown (no made-up counts).
-pub fn scan(
+pub(crate) fn scan(
     proc_root: &Path,
     skips: &mut input::Skips,
 ) -> Result<BTreeMap<String, Vec<GpuProcess>>, super::AttributionError> {

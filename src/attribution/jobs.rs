@@ -17,9 +17,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 /// Longest job id kept (Slurm's are numbers; other schedulers' are short words).
-pub const MAX_JOB_ID: usize = 256;
+pub(crate) const MAX_JOB_ID: usize = 256;
 /// Most jobs kept per GPU (time-sliced or MPS-shared GPUs run several).
-pub const MAX_JOBS_PER_GPU: usize = 64;
+pub(crate) const MAX_JOBS_PER_GPU: usize = 64;
 /// Most GPU files read: more GPUs than any node has.
 const MAX_FILES: usize = 256;
 /// Most directory entries looked at in one read: a bound on the time a directory holding
@@ -57,7 +57,7 @@ impl GpuKey {
 /// job running since boot, with a prolog that creates it) is no jobs; one that cannot be
 /// read, or that others may write, is an error that says what to fix. What was skipped on
 /// the way goes into `skips`.
-pub fn read(dir: &Path, skips: &mut Skips) -> Result<BTreeMap<GpuKey, Vec<String>>, AttributionError> {
+pub(crate) fn read(dir: &Path, skips: &mut Skips) -> Result<BTreeMap<GpuKey, Vec<String>>, AttributionError> {
     let meta = match std::fs::metadata(dir) {
         Ok(meta) => meta,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
@@ -149,7 +149,7 @@ fn read_error(dir: &Path, source: std::io::Error) -> AttributionError {
 
 /// Reads the directory for the publisher: the jobs, or none (and one warning, then one line
 /// when it can be read again) when it cannot be read.
-pub fn read_logged(dir: &Path, outage: &mut crate::service::logging::Outage) -> BTreeMap<GpuKey, Vec<String>> {
+pub(crate) fn read_logged(dir: &Path, outage: &mut crate::service::logging::Outage) -> BTreeMap<GpuKey, Vec<String>> {
     let mut skips = Skips::new(Input::JobMapping);
     match read(dir, &mut skips) {
         Ok(jobs) => {

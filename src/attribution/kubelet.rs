@@ -20,11 +20,11 @@ use std::time::Duration;
 
 /// `v1.ListPodResourcesRequest`: empty.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ListPodResourcesRequest {}
+pub(crate) struct ListPodResourcesRequest {}
 
 /// `v1.ListPodResourcesResponse`.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ListPodResourcesResponse {
+pub(crate) struct ListPodResourcesResponse {
     #[prost(message, repeated, tag = "1")]
     pub pod_resources: Vec<PodResources>,
 }
@@ -34,7 +34,7 @@ pub struct ListPodResourcesResponse {
 
 /// `v1.PodResources`.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct PodResources {
+pub(crate) struct PodResources {
     #[prost(bytes = "vec", tag = "1")]
     pub name: Vec<u8>,
     #[prost(bytes = "vec", tag = "2")]
@@ -45,7 +45,7 @@ pub struct PodResources {
 
 /// `v1.ContainerResources` (devices only).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ContainerResources {
+pub(crate) struct ContainerResources {
     #[prost(bytes = "vec", tag = "1")]
     pub name: Vec<u8>,
     #[prost(message, repeated, tag = "2")]
@@ -54,7 +54,7 @@ pub struct ContainerResources {
 
 /// `v1.ContainerDevices` (without topology).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct ContainerDevices {
+pub(crate) struct ContainerDevices {
     #[prost(bytes = "vec", tag = "1")]
     pub resource_name: Vec<u8>,
     #[prost(bytes = "vec", repeated, tag = "2")]
@@ -63,11 +63,11 @@ pub struct ContainerDevices {
 
 /// The largest answer taken (tonic's default is 4 MiB). A node's pods make tens of
 /// kilobytes; a larger answer is refused with a message rather than decoded.
-pub const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 /// Most containers kept per device id (a whole GPU, a MIG device): time slicing and MPS
 /// share a GPU among a handful of pods; the rest are counted as skipped, not served, so a
 /// kubelet listing thousands cannot make thousands of series per GPU.
-pub const MAX_HOLDERS_PER_DEVICE: usize = 64;
+pub(crate) const MAX_HOLDERS_PER_DEVICE: usize = 64;
 /// Longest name kept (Kubernetes allows 253 bytes for a pod name).
 const MAX_NAME: usize = 253;
 
@@ -91,7 +91,7 @@ pub struct PodSnapshot {
 }
 
 /// Shared between the kubelet task and the publisher: replaced only when the answer changed.
-pub type PodState = crate::service::versioned::Versioned<PodSnapshot>;
+pub(crate) type PodState = crate::service::versioned::Versioned<PodSnapshot>;
 
 /// Whether a resource name is one of `patterns` (`nvidia.com/mig-*`: a prefix).
 fn is_gpu_resource(name: &str, patterns: &[String]) -> bool {
@@ -102,7 +102,7 @@ fn is_gpu_resource(name: &str, patterns: &[String]) -> bool {
 }
 
 /// Asks the kubelet once, within `deadline`.
-pub async fn list(socket: &Path, deadline: Duration) -> Result<ListPodResourcesResponse, AttributionError> {
+pub(crate) async fn list(socket: &Path, deadline: Duration) -> Result<ListPodResourcesResponse, AttributionError> {
     let socket = socket.to_path_buf();
     let call = async move {
         // The URI is not used: the connector dials the socket.
@@ -144,7 +144,11 @@ fn name(bytes: &[u8], skips: &mut Skips) -> Option<String> {
 
 /// The GPU devices of an answer, one per (container, device id), at most
 /// [`MAX_HOLDERS_PER_DEVICE`] per device (by the id without a time-slicing `::N`).
-pub fn assignments(response: &ListPodResourcesResponse, resources: &[String], skips: &mut Skips) -> Vec<Assignment> {
+pub(crate) fn assignments(
+    response: &ListPodResourcesResponse,
+    resources: &[String],
+    skips: &mut Skips,
+) -> Vec<Assignment> {
     let mut out: Vec<Assignment> = Vec::new();
     for pod in &response.pod_resources {
         let (Some(namespace), Some(pod_name)) = (name(&pod.namespace, skips), name(&pod.name, skips)) else {
@@ -192,7 +196,7 @@ pub fn assignments(response: &ListPodResourcesResponse, resources: &[String], sk
 
 /// Asks the kubelet every `refresh` until `stop`; `settings` gives the socket, the refresh
 /// and the resource names at each turn, so a reload applies.
-pub async fn follow(
+pub(crate) async fn follow(
     state: Arc<PodState>,
     settings: Arc<crate::config::settings::SharedSettings>,
     stop: crate::service::stop::Stop,

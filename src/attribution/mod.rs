@@ -18,10 +18,10 @@
 //! | `processes.rs` | What the per-process series say about a process beside its pid: its name and the container it runs in, read from /proc (`processes.proc_root`: a DaemonSet... |
 //! <!-- /files -->
 
-pub mod drm_clients;
-pub mod jobs;
-pub mod kubelet;
-pub mod processes;
+pub(crate) mod drm_clients;
+pub(crate) mod jobs;
+pub(crate) mod kubelet;
+pub(crate) mod processes;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -29,7 +29,7 @@ use std::time::Duration;
 /// Why an attribution input could not be read at all. Each says what to fix; what was
 /// skipped inside an input that could be read is counted (`input::Skips`), not an error.
 #[derive(Debug, thiserror::Error)]
-pub enum AttributionError {
+pub(crate) enum AttributionError {
     #[error("cannot read {what} {}: {source}", .path.display())]
     Read {
         what: &'static str,

@@ -19,7 +19,7 @@ const MAX_CGROUP: usize = 16 * 1024;
 /// first, at most `max_per_gpu` per GPU) and reads their names and containers. Runs on the
 /// poll thread after a round (and on the DRM-client source's thread for AMD GPUs), never
 /// under the publisher's lock.
-pub fn describe(devices: &mut [crate::model::DeviceSnapshot], settings: &crate::config::Processes) {
+pub(crate) fn describe(devices: &mut [crate::model::DeviceSnapshot], settings: &crate::config::Processes) {
     let mut skips = Skips::new(input::Input::Proc);
     for readings in devices.iter_mut().filter_map(|d| d.readings.as_mut()) {
         if readings.processes.is_some()
@@ -32,7 +32,11 @@ pub fn describe(devices: &mut [crate::model::DeviceSnapshot], settings: &crate::
 }
 
 /// [`describe`] for one GPU's list.
-pub fn describe_list(list: &mut [crate::model::GpuProcess], settings: &crate::config::Processes, skips: &mut Skips) {
+pub(crate) fn describe_list(
+    list: &mut [crate::model::GpuProcess],
+    settings: &crate::config::Processes,
+    skips: &mut Skips,
+) {
     list.sort_by(|a, b| b.used_memory_bytes.cmp(&a.used_memory_bytes).then(a.pid.cmp(&b.pid)));
     for process in list.iter_mut().take(settings.max_per_gpu as usize) {
         process.listed = true;
@@ -42,7 +46,7 @@ pub fn describe_list(list: &mut [crate::model::GpuProcess], settings: &crate::co
 }
 
 /// The process's name (`/proc/PID/comm`), `None` when it is gone or hidden from us.
-pub fn name(proc_root: &Path, pid: u32, skips: &mut Skips) -> Option<String> {
+pub(crate) fn name(proc_root: &Path, pid: u32, skips: &mut Skips) -> Option<String> {
     let comm = input::read_value(&proc_root.join(pid.to_string()).join("comm"), MAX_COMM, skips)?;
     Some(input::printable(&comm))
 }
@@ -50,7 +54,7 @@ pub fn name(proc_root: &Path, pid: u32, skips: &mut Skips) -> Option<String> {
 /// The id of the container the process runs in, from its cgroup path: the 64-hex-digit id
 /// that docker (`docker-<id>.scope`, `/docker/<id>`), containerd (`cri-containerd-<id>.scope`)
 /// and CRI-O (`crio-<id>.scope`) put there. `None` outside a container.
-pub fn container_id(proc_root: &Path, pid: u32, skips: &mut Skips) -> Option<String> {
+pub(crate) fn container_id(proc_root: &Path, pid: u32, skips: &mut Skips) -> Option<String> {
     let cgroup = input::read_value(&proc_root.join(pid.to_string()).join("cgroup"), MAX_CGROUP, skips)?;
     cgroup.lines().find_map(|line| {
         let path = line.rsplit(':').next()?;

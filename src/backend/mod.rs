@@ -16,7 +16,7 @@
 //! <!-- /files -->
 
 pub mod amd;
-pub mod nvml;
+pub(crate) mod nvml;
 
 use crate::config::settings::{BackendSettings, LiveSwitches};
 use crate::model::{DeviceIdentity, DeviceReadings};

@@ -26,5 +26,5 @@ pub mod demo_fabric;
 pub mod demo_inject;
 pub mod man;
 pub mod rules;
-pub mod rules_scenario;
+pub(crate) mod rules_scenario;
 pub mod suggest;

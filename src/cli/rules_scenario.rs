@@ -112,7 +112,7 @@ fn config_error(file: &Path, message: impl std::fmt::Display) -> CliError {
 }
 
 /// Runs every test of `file`; prints each expectation's result.
-pub fn run(file: &Path) -> CliResult {
+pub(crate) fn run(file: &Path) -> CliResult {
     let text = crate::config::read_config_file(file, "test file").map_err(|e| config_error(file, e))?;
     let options = serde_saphyr::options! { strict_booleans: true };
     let tests: TestFile = serde_saphyr::from_str_with_options(&text, options).map_err(|e| config_error(file, e))?;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 /// The most rules the config and its directory hold together.
 pub const MAX_CUSTOM_RULES: usize = 256;
 /// The most rule files read from `health.custom_rules_dir`.
-pub const MAX_RULE_FILES: usize = 64;
+pub(super) const MAX_RULE_FILES: usize = 64;
 /// The most entries of any kind looked at in it (a directory of other things is a mistake).
 const MAX_DIR_ENTRIES: usize = 1024;
 
@@ -102,7 +102,7 @@ struct RuleFile {
 
 /// Compiles every rule of `rules`, written in `file` (whose text is `text`), and checks that
 /// no name is taken twice, counting `taken` (name, file) from files read before.
-pub fn compile_all(
+pub(super) fn compile_all(
     rules: &mut [CustomRule],
     text: &str,
     file: &Path,
@@ -180,7 +180,7 @@ fn in_file(text: &str, line: u64, column: u64, expr_line: u64, expr_column: u64)
 
 /// Reads and compiles the rules of every `*.yaml`/`*.yml` file in `dir` (but `*.test.yaml`,
 /// a `gpuwarden rules test` file), in name order.
-pub fn read_dir(dir: &Path, taken: &mut Vec<(String, PathBuf)>) -> Result<Vec<CustomRule>, ConfigError> {
+pub(super) fn read_dir(dir: &Path, taken: &mut Vec<(String, PathBuf)>) -> Result<Vec<CustomRule>, ConfigError> {
     let files = rule_files(dir)?;
     let mut rules = Vec::new();
     for file in files {
@@ -234,7 +234,7 @@ pub(super) fn rule_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
 }
 
 /// Reads and compiles one rule file (`rules:` and a list), as `gpuwarden rules test` does.
-pub fn read_file(file: &Path, taken: &mut Vec<(String, PathBuf)>) -> Result<Vec<CustomRule>, ConfigError> {
+pub(super) fn read_file(file: &Path, taken: &mut Vec<(String, PathBuf)>) -> Result<Vec<CustomRule>, ConfigError> {
     let text = read_config_file(file, "rule file").map_err(|e| ConfigError {
         file: file.to_path_buf(),
         line: None,

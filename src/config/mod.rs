@@ -35,8 +35,8 @@
 //! | `xid.rs` | `xid`: where XIDs are read from (the kernel log, NVML events), their de-duplication and how long a critical one holds |
 //! <!-- /files -->
 
-pub mod settings;
-pub mod web;
+pub(crate) mod settings;
+pub(crate) mod web;
 
 mod attribution;
 mod backends;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 /// Config keys a reload cannot apply: the listening socket is bound once, before the first
 /// poll, so that a taken port is a start-up error.
-pub const RESTART_ONLY: &[&str] = &[
+pub(crate) const RESTART_ONLY: &[&str] = &[
     "listen",
     "state",
     "local_api",
@@ -26,7 +26,7 @@ pub const RESTART_ONLY: &[&str] = &[
 ];
 
 /// Keeps the running values of what a reload cannot apply ([`RESTART_ONLY`]), and says so.
-pub fn keep_restart_only(running: &Config, new: &mut Config) {
+pub(crate) fn keep_restart_only(running: &Config, new: &mut Config) {
     if new.listen != running.listen {
         log::warn!(
             "reload: `listen` changed from {} to {}; it takes a restart (as {} do), keeping {}",

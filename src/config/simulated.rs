@@ -10,7 +10,7 @@
 use super::*;
 
 /// The symbol every simulated library exports.
-pub const MARKER: &[u8] = b"gpuwarden_simulated_library\0";
+pub(super) const MARKER: &[u8] = b"gpuwarden_simulated_library\0";
 
 impl Config {
     /// Refuses a simulated library in `nvml.library_path` or `amd.rocm_smi.library_path`
@@ -68,7 +68,7 @@ impl Config {
 
 /// Whether the library at `path` (a path, or a name the loader searches) is a simulated one.
 /// One that cannot be loaded is not: the backend says why when it tries.
-pub fn is_simulated(path: &Path) -> bool {
+pub(super) fn is_simulated(path: &Path) -> bool {
     // SAFETY: loading a library runs its initialisers; this is the library the daemon loads
     // at start anyway, named by the root-owned config and checked by input::trust first.
     let Ok(library) = (unsafe { libloading::Library::new(path.as_os_str()) }) else {

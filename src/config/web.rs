@@ -70,7 +70,7 @@ enum MinVersion {
 /// What the server enforces: a TLS config (None: plain HTTP) and basic auth users.
 /// bcrypt costs a web config may use: 4 is bcrypt's minimum; above 12, each wrong password
 /// costs the server too much (exporter-toolkit's own examples use 10).
-pub const BCRYPT_COSTS: std::ops::RangeInclusive<u32> = 4..=12;
+pub(crate) const BCRYPT_COSTS: std::ops::RangeInclusive<u32> = 4..=12;
 
 #[derive(Clone)]
 pub struct WebSecurity {

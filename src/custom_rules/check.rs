@@ -15,14 +15,14 @@ use cel::{Context, Env, ExecutionError, Program, Value};
 use std::sync::{Arc, OnceLock};
 
 /// The longest expression, in bytes.
-pub const MAX_SOURCE_BYTES: usize = 4096;
+pub(crate) const MAX_SOURCE_BYTES: usize = 4096;
 /// The most nodes an expression's syntax tree may have.
-pub const MAX_NODES: usize = 1000;
+pub(crate) const MAX_NODES: usize = 1000;
 /// How deeply an expression may nest (`1 + 1 + ... + 1` nests as deep as it is long): the
 /// walk here, the dry run and each evaluation recurse that deep, on the publisher's stack.
-pub const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 /// How deeply list macros may nest (`gpus.exists(g, gpus.exists(h, ...))` is two).
-pub const MAX_MACRO_DEPTH: usize = 2;
+pub(crate) const MAX_MACRO_DEPTH: usize = 2;
 
 /// A rule compiled and checked, ready to run.
 pub struct Compiled {
@@ -74,13 +74,13 @@ pub struct RuleError {
 }
 
 /// The CEL environment every rule is compiled and run in: the standard functions and macros.
-pub fn env() -> Arc<Env> {
+pub(crate) fn env() -> Arc<Env> {
     static ENV: OnceLock<Arc<Env>> = OnceLock::new();
     ENV.get_or_init(|| Arc::new(Env::stdlib())).clone()
 }
 
 /// A context of `env` with the window functions, for the variables of one subject each.
-pub fn root_context() -> Context<'static, 'static> {
+pub(crate) fn root_context() -> Context<'static, 'static> {
     let mut context = Context::with_env(env());
     for (name, over) in Over::FUNCTIONS {
         // The names are not the standard library's, so this cannot conflict.

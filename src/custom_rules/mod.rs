@@ -21,11 +21,11 @@
 //! | `windows.rs` | Windows over a reading's recent history, for the operator's rules: `increase(series, window)`, `max_over`, `min_over`, `avg_over`, and `xid_count(code[,... |
 //! <!-- /files -->
 
-pub mod check;
+pub(crate) mod check;
 pub mod cost;
-pub mod run;
-pub mod schema;
-pub mod windows;
+pub(crate) mod run;
+pub(crate) mod schema;
+pub(crate) mod windows;
 
 pub use check::{Compiled, RuleError, compile};
 pub use schema::Scope;

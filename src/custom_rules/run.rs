@@ -10,21 +10,21 @@ use std::time::Duration;
 /// (super::cost bounds it before it runs; the worst accepted took about a millisecond,
 /// benches/custom_rules.rs), so a rule over it is disabled at once: what the static bound
 /// did not foresee (a node with more GPUs than it assumes) costs that rule, not the verdict.
-pub const MAX_EVALUATION: Duration = Duration::from_millis(50);
+pub(crate) const MAX_EVALUATION: Duration = Duration::from_millis(50);
 /// A rule's CPU time in one snapshot, over all its subjects, above which the snapshot counts
 /// against it.
-pub const MAX_PER_SNAPSHOT: Duration = Duration::from_millis(20);
+pub(crate) const MAX_PER_SNAPSHOT: Duration = Duration::from_millis(20);
 /// How many of its recent snapshots a rule is judged over, and how many over its budget
 /// disable it: CPU time, not wall time, and not one snapshot (a thread preempted on a busy
 /// node, or a first evaluation faulting the interpreter's code in, is not the rule's cost).
-pub const BUDGET_SNAPSHOTS: usize = 10;
-pub const OVER_BUDGET_SNAPSHOTS: usize = 3;
+pub(crate) const BUDGET_SNAPSHOTS: usize = 10;
+pub(crate) const OVER_BUDGET_SNAPSHOTS: usize = 3;
 /// The most steps (super::cost) all the operator's rules may take in one snapshot, each
 /// rule's bound times its subjects on the node: beyond it the costliest rules are disabled.
-pub const MAX_STAGE_STEPS: u64 = 400_000;
+pub(crate) const MAX_STAGE_STEPS: u64 = 400_000;
 
 /// This thread's CPU time so far (user and system).
-pub fn thread_cpu_time() -> Duration {
+pub(crate) fn thread_cpu_time() -> Duration {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes the timespec it is given, which lives on this stack.
     let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0;
@@ -60,7 +60,11 @@ pub enum Outcome {
 }
 
 /// The variables a subject's rules see, bound over a root context (`check::root_context`).
-pub fn gpu_scope<'a>(root: &'a Context<'static, 'static>, facts: &GpuFacts, wanted: &Wanted) -> Context<'a, 'static> {
+pub(crate) fn gpu_scope<'a>(
+    root: &'a Context<'static, 'static>,
+    facts: &GpuFacts,
+    wanted: &Wanted,
+) -> Context<'a, 'static> {
     let mut context = root.new_inner_scope();
     context.add_variable_from_value("gpu", schema::map_of(schema::GPU_FIELDS, facts, Some(&wanted.fields)));
     if wanted.variables.contains(&"probe") {
@@ -75,13 +79,21 @@ pub fn gpu_scope<'a>(root: &'a Context<'static, 'static>, facts: &GpuFacts, want
     context
 }
 
-pub fn port_scope<'a>(root: &'a Context<'static, 'static>, facts: &PortFacts, wanted: &Wanted) -> Context<'a, 'static> {
+pub(crate) fn port_scope<'a>(
+    root: &'a Context<'static, 'static>,
+    facts: &PortFacts,
+    wanted: &Wanted,
+) -> Context<'a, 'static> {
     let mut context = root.new_inner_scope();
     context.add_variable_from_value("port", schema::map_of(schema::PORT_FIELDS, facts, Some(&wanted.fields)));
     context
 }
 
-pub fn node_scope<'a>(root: &'a Context<'static, 'static>, facts: &NodeFacts, wanted: &Wanted) -> Context<'a, 'static> {
+pub(crate) fn node_scope<'a>(
+    root: &'a Context<'static, 'static>,
+    facts: &NodeFacts,
+    wanted: &Wanted,
+) -> Context<'a, 'static> {
     let mut context = root.new_inner_scope();
     context.add_variable_from_value("node", schema::map_of(schema::NODE_FIELDS, facts, Some(&wanted.fields)));
     if wanted.variables.contains(&"gpus") {
@@ -97,7 +109,7 @@ pub fn node_scope<'a>(root: &'a Context<'static, 'static>, facts: &NodeFacts, wa
 
 /// What a set of rules of one scope read, together: only these are put in their maps.
 #[derive(Debug, Default, Clone)]
-pub struct Wanted {
+pub(crate) struct Wanted {
     pub fields: Vec<&'static str>,
     pub variables: Vec<&'static str>,
     /// The fields of each of `gpus` (node rules).
@@ -105,7 +117,7 @@ pub struct Wanted {
 }
 
 impl Wanted {
-    pub fn of<'a>(rules: impl IntoIterator<Item = &'a Compiled>) -> Wanted {
+    pub(crate) fn of<'a>(rules: impl IntoIterator<Item = &'a Compiled>) -> Wanted {
         let mut wanted = Wanted::default();
         for rule in rules {
             for field in &rule.fields {

@@ -35,7 +35,7 @@ impl Scope {
 
 /// A value's type, as the reference says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Int,
     Double,
     Bool,
@@ -44,7 +44,8 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub fn label(self) -> &'static str {
+    #[cfg(test)]
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Kind::Int => "int",
             Kind::Double => "double",
@@ -55,7 +56,7 @@ impl Kind {
     }
 
     /// Whether windows (`increase`, `max_over`, ...) can be taken over it.
-    pub fn numeric(self) -> bool {
+    pub(crate) fn numeric(self) -> bool {
         matches!(self, Kind::Int | Kind::Double)
     }
 
@@ -72,21 +73,23 @@ impl Kind {
 }
 
 /// One field of a map variable; `R` reads it from the scope's facts.
-pub struct Field<R> {
+pub(crate) struct Field<R> {
     pub name: &'static str,
     pub kind: Kind,
+    /// Read only by the test that holds docs/health.md equal to these tables.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub help: &'static str,
     pub read: R,
 }
 
 /// How each scope's fields are read (for any lifetime of the facts).
-pub type GpuRead = fn(&GpuFacts<'_>) -> Option<Value>;
-pub type PortRead = fn(&PortFacts<'_>) -> Option<Value>;
-pub type NodeRead = fn(&NodeFacts<'_>) -> Option<Value>;
-pub type ProbeRead = fn(&ProbeFigure) -> Option<Value>;
+pub(crate) type GpuRead = fn(&GpuFacts<'_>) -> Option<Value>;
+pub(crate) type PortRead = fn(&PortFacts<'_>) -> Option<Value>;
+pub(crate) type NodeRead = fn(&NodeFacts<'_>) -> Option<Value>;
+pub(crate) type ProbeRead = fn(&ProbeFigure) -> Option<Value>;
 
 /// A field reader over facts of type `T`.
-pub trait Read<T> {
+pub(crate) trait Read<T> {
     fn read(&self, facts: &T) -> Option<Value>;
 }
 
@@ -112,7 +115,7 @@ impl Read<ProbeFigure> for ProbeRead {
 }
 
 /// One GPU, as a GPU rule (and a node rule's `gpus`) sees it.
-pub struct GpuFacts<'a> {
+pub(crate) struct GpuFacts<'a> {
     pub device: &'a DeviceSnapshot,
     /// The built-in rules' verdict, before the operator's rules.
     pub health: HealthState,
@@ -127,7 +130,7 @@ pub struct GpuFacts<'a> {
 
 /// A probe test's latest figure on one GPU, beside what it is judged against.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ProbeFigure {
+pub(crate) struct ProbeFigure {
     pub test: &'static str,
     pub figure: f64,
     pub expected: Option<f64>,
@@ -138,13 +141,13 @@ pub struct ProbeFigure {
 }
 
 /// One network port, as a port rule sees it.
-pub struct PortFacts<'a> {
+pub(crate) struct PortFacts<'a> {
     pub device: &'a NicDevice,
     pub port: &'a NicPort,
 }
 
 /// The node, as a node rule sees it.
-pub struct NodeFacts<'a> {
+pub(crate) struct NodeFacts<'a> {
     pub hostname: &'a str,
     pub gpus: &'a [GpuFacts<'a>],
     /// GPUs on the PCI bus that no backend shows.
@@ -176,7 +179,7 @@ fn reading<T>(g: &GpuFacts, read: impl FnOnce(&DeviceReadings) -> Option<T>) -> 
 }
 
 /// The fields of `gpu` (and of each of a node rule's `gpus`).
-pub const GPU_FIELDS: &[Field<GpuRead>] = &[
+pub(crate) const GPU_FIELDS: &[Field<GpuRead>] = &[
     Field {
         name: "index",
         kind: Kind::Int,
@@ -408,7 +411,7 @@ pub const GPU_FIELDS: &[Field<GpuRead>] = &[
 ];
 
 /// The fields of each test's entry in `probe` (`probe.gemm_bf16.figure`).
-pub const PROBE_FIELDS: &[Field<ProbeRead>] = &[
+pub(crate) const PROBE_FIELDS: &[Field<ProbeRead>] = &[
     Field {
         name: "figure",
         kind: Kind::Double,
@@ -436,7 +439,7 @@ pub const PROBE_FIELDS: &[Field<ProbeRead>] = &[
 ];
 
 /// The fields of `port`.
-pub const PORT_FIELDS: &[Field<PortRead>] = &[
+pub(crate) const PORT_FIELDS: &[Field<PortRead>] = &[
     Field {
         name: "device",
         kind: Kind::String,
@@ -500,7 +503,7 @@ pub const PORT_FIELDS: &[Field<PortRead>] = &[
 ];
 
 /// The fields of `node`.
-pub const NODE_FIELDS: &[Field<NodeRead>] = &[
+pub(crate) const NODE_FIELDS: &[Field<NodeRead>] = &[
     Field {
         name: "hostname",
         kind: Kind::String,
@@ -552,13 +555,15 @@ pub const NODE_FIELDS: &[Field<NodeRead>] = &[
 ];
 
 /// A top-level name a rule can use.
-pub struct Variable {
+pub(crate) struct Variable {
     pub name: &'static str,
+    /// Read only by the test that holds docs/health.md equal to these tables.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub help: &'static str,
 }
 
 /// The variables of each scope.
-pub fn variables(scope: Scope) -> &'static [Variable] {
+pub(crate) fn variables(scope: Scope) -> &'static [Variable] {
     match scope {
         Scope::Gpu => &[
             Variable {
@@ -597,7 +602,7 @@ pub fn variables(scope: Scope) -> &'static [Variable] {
 
 /// A map of the fields of `facts` that `wanted` keeps (all of them: `None`). A field without
 /// a value is left out.
-pub fn map_of<T, R: Read<T>>(fields: &[Field<R>], facts: &T, wanted: Option<&[&str]>) -> Value {
+pub(crate) fn map_of<T, R: Read<T>>(fields: &[Field<R>], facts: &T, wanted: Option<&[&str]>) -> Value {
     let mut map = std::collections::HashMap::with_capacity(wanted.map_or(fields.len(), <[_]>::len));
     for field in fields {
         if wanted.is_some_and(|w| !w.contains(&field.name)) {
@@ -611,7 +616,7 @@ pub fn map_of<T, R: Read<T>>(fields: &[Field<R>], facts: &T, wanted: Option<&[&s
 }
 
 /// The probe's tests as a map of test to figures.
-pub fn probe_map(figures: &[ProbeFigure]) -> Value {
+pub(crate) fn probe_map(figures: &[ProbeFigure]) -> Value {
     let map: std::collections::HashMap<String, Value> = figures
         .iter()
         .map(|f| (f.test.to_string(), map_of(PROBE_FIELDS, f, None)))
@@ -620,14 +625,14 @@ pub fn probe_map(figures: &[ProbeFigure]) -> Value {
 }
 
 /// A map with every field present, of its kind: what `config check`'s dry run evaluates.
-pub fn sample_map<R>(fields: &[Field<R>]) -> Value {
+pub(crate) fn sample_map<R>(fields: &[Field<R>]) -> Value {
     let map: std::collections::HashMap<String, Value> =
         fields.iter().map(|f| (f.name.to_string(), f.kind.sample())).collect();
     Value::from(map)
 }
 
 /// The sample of a variable, for the dry run: every field and every probe test present.
-pub fn sample(variable: &str) -> Option<Value> {
+pub(crate) fn sample(variable: &str) -> Option<Value> {
     Some(match variable {
         "gpu" => sample_map(GPU_FIELDS),
         "probe" => {
@@ -646,7 +651,7 @@ pub fn sample(variable: &str) -> Option<Value> {
 }
 
 /// The fields a map variable has, for an error that lists them.
-pub fn field_names(variable: &str) -> Option<Vec<&'static str>> {
+pub(crate) fn field_names(variable: &str) -> Option<Vec<&'static str>> {
     fn names<R>(fields: &[Field<R>]) -> Vec<&'static str> {
         fields.iter().map(|f| f.name).collect()
     }
@@ -660,7 +665,7 @@ pub fn field_names(variable: &str) -> Option<Vec<&'static str>> {
 }
 
 /// The numeric fields a window can be taken over in `scope`, with their kinds.
-pub fn window_kind(scope: Scope, series: &str) -> Option<Kind> {
+pub(crate) fn window_kind(scope: Scope, series: &str) -> Option<Kind> {
     let kind = match scope {
         Scope::Gpu => GPU_FIELDS.iter().find(|f| f.name == series).map(|f| f.kind),
         Scope::Port => PORT_FIELDS.iter().find(|f| f.name == series).map(|f| f.kind),
@@ -670,7 +675,7 @@ pub fn window_kind(scope: Scope, series: &str) -> Option<Kind> {
 }
 
 /// The numeric value of a window's series now, for `scope`'s facts.
-pub fn series_value<T, R: Read<T>>(fields: &[Field<R>], facts: &T, series: &str) -> Option<f64> {
+pub(crate) fn series_value<T, R: Read<T>>(fields: &[Field<R>], facts: &T, series: &str) -> Option<f64> {
     let field = fields.iter().find(|f| f.name == series)?;
     match field.read.read(facts)? {
         Value::Int(i) => Some(i as f64),
@@ -680,7 +685,8 @@ pub fn series_value<T, R: Read<T>>(fields: &[Field<R>], facts: &T, series: &str)
 }
 
 /// docs/health.md's language reference: every scope's variables and fields.
-pub fn reference() -> String {
+#[cfg(test)]
+pub(crate) fn reference() -> String {
     fn table<R>(out: &mut String, title: &str, fields: &[Field<R>]) {
         out.push_str(&format!(
             "\n{title}\n\n| field | type | meaning |\n| --- | --- | --- |\n"

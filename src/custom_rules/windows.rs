@@ -17,7 +17,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// The longest window a rule may ask for.
-pub const MAX_WINDOW: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_WINDOW: Duration = Duration::from_secs(3600);
 /// How many buckets cover the longest window in use.
 const BUCKETS: u32 = 240;
 
@@ -163,18 +163,18 @@ struct Subject {
 
 /// Every subject's series that a rule names.
 #[derive(Debug, Default)]
-pub struct Histories {
+pub(crate) struct Histories {
     subjects: HashMap<String, Subject>,
 }
 
 /// The bucket span for the longest window in use.
-pub fn step_for(longest: Duration) -> Duration {
+pub(crate) fn step_for(longest: Duration) -> Duration {
     (longest / BUCKETS).max(Duration::from_secs(1))
 }
 
 impl Histories {
     /// Notes `value` of `series` for `subject` (a GPU's UUID, a port's `mlx5_0/1`).
-    pub fn note(&mut self, subject: &str, series: &str, value: f64, now: Instant, step: Duration) {
+    pub(crate) fn note(&mut self, subject: &str, series: &str, value: f64, now: Instant, step: Duration) {
         // Looked up before inserting: a poll's every note would otherwise allocate the keys.
         if !self.subjects.contains_key(subject) {
             self.subjects.insert(subject.to_string(), Subject::default());
@@ -191,13 +191,13 @@ impl Histories {
     }
 
     /// The figure of `call` for `subject` now; `None` where its series has no samples.
-    pub fn figure(&self, subject: &str, call: &WindowCall, now: Instant) -> Option<f64> {
+    pub(crate) fn figure(&self, subject: &str, call: &WindowCall, now: Instant) -> Option<f64> {
         let series = self.subjects.get(subject)?.series.get(&call.series)?;
         series.over(call.over, call.window?, now)
     }
 
     /// Forgets the subjects not in `present`, and the series no rule names any more.
-    pub fn retain(&mut self, present: &dyn Fn(&str) -> bool, named: &dyn Fn(&str) -> bool) {
+    pub(crate) fn retain(&mut self, present: &dyn Fn(&str) -> bool, named: &dyn Fn(&str) -> bool) {
         self.subjects.retain(|subject, _| present(subject));
         for subject in self.subjects.values_mut() {
             subject.series.retain(|series, _| named(series));
@@ -205,7 +205,7 @@ impl Histories {
     }
 
     /// Starts a subject's series afresh (an operator's clear).
-    pub fn forget(&mut self, subject: &str) {
+    pub(crate) fn forget(&mut self, subject: &str) {
         self.subjects.remove(subject);
     }
 }
@@ -218,17 +218,17 @@ thread_local! {
 }
 
 /// Puts the figures of the next subject's windows in place.
-pub fn set_figures(figures: Vec<(WindowCall, Option<f64>)>) {
+pub(crate) fn set_figures(figures: Vec<(WindowCall, Option<f64>)>) {
     FIGURES.with(|f| *f.borrow_mut() = figures);
 }
 
 /// The figure of `call` for the subject whose rules run now.
-pub fn current(call: &WindowCall) -> Option<f64> {
+pub(crate) fn current(call: &WindowCall) -> Option<f64> {
     FIGURES.with(|f| f.borrow().iter().find(|(c, _)| c == call).and_then(|(_, v)| *v))
 }
 
 /// Runs `f` with every window giving a sample value (the dry run).
-pub fn with_samples<T>(f: impl FnOnce() -> T) -> T {
+pub(crate) fn with_samples<T>(f: impl FnOnce() -> T) -> T {
     SAMPLE.with(|s| s.set(true));
     let out = f();
     SAMPLE.with(|s| s.set(false));
@@ -236,7 +236,7 @@ pub fn with_samples<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// The figure the window function `over` with these arguments has now.
-pub fn lookup(over: Over, args: &[cel::Value]) -> Result<cel::Value, cel::ExecutionError> {
+pub(crate) fn lookup(over: Over, args: &[cel::Value]) -> Result<cel::Value, cel::ExecutionError> {
     use cel::Value;
     let call = parse_args(over, args).map_err(|e| cel::ExecutionError::function_error(over.function(), e))?;
     if SAMPLE.with(std::cell::Cell::get) {
@@ -257,7 +257,7 @@ pub fn lookup(over: Over, args: &[cel::Value]) -> Result<cel::Value, cel::Execut
 
 /// What is wrong with a window function's arguments.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum WindowArgsError {
+pub(crate) enum WindowArgsError {
     #[error("the window is a string like \"10m\"")]
     WindowNotAString,
     #[error("the window \"{text}\": {why}")]
@@ -272,7 +272,7 @@ pub enum WindowArgsError {
 
 /// A window function's arguments as a call: `(series, window)`, or `(code[, window])` for
 /// `xid_count`. Err: what is wrong with them.
-pub fn parse_args(over: Over, args: &[cel::Value]) -> Result<WindowCall, WindowArgsError> {
+pub(crate) fn parse_args(over: Over, args: &[cel::Value]) -> Result<WindowCall, WindowArgsError> {
     use cel::Value;
     let window = |v: Option<&Value>| {
         let Some(v) = v else { return Ok(None) };

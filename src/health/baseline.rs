@@ -11,7 +11,7 @@ use crate::model::{DeviceSnapshot, Snapshot};
 use std::time::SystemTime;
 
 /// Fewer earlier probes than this make no baseline of a GPU's own.
-pub const MIN_BASELINE: usize = 3;
+pub(crate) const MIN_BASELINE: usize = 3;
 
 /// One test's figure against its references.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,7 +37,7 @@ impl Comparison {
 
 /// Every test of `device`'s latest probe (one after `cleared`, if any) against its
 /// references; empty when it has no probe.
-pub fn compare(
+pub(crate) fn compare(
     device: &DeviceSnapshot,
     snapshot: &Snapshot,
     limits: &ProbeRegression,
@@ -91,7 +91,7 @@ pub fn compare(
 }
 
 /// The median (the mean of the middle two for an even count); `values` is not empty.
-pub fn median(mut values: Vec<f64>) -> f64 {
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     let mid = values.len() / 2;
     if values.len() % 2 == 1 {
@@ -102,7 +102,7 @@ pub fn median(mut values: Vec<f64>) -> f64 {
 }
 
 /// How far below a reference, in percent.
-pub fn percent_below(figure: f64, reference: f64) -> f64 {
+pub(crate) fn percent_below(figure: f64, reference: f64) -> f64 {
     (1.0 - figure / reference) * 100.0
 }
 

@@ -9,12 +9,12 @@ use crate::model::{DeviceSnapshot, Snapshot};
 use serde::{Deserialize, Serialize};
 
 /// The longest reason kept: a ticket number and a few words.
-pub const MAX_REASON: usize = 200;
+pub(crate) const MAX_REASON: usize = 200;
 
 /// `POST /api/v1/health/clear`'s body.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ClearRequest {
+pub(crate) struct ClearRequest {
     /// An index (`0`), a UUID or a PCI address; empty when `nic` is given.
     #[serde(default)]
     pub gpu: String,
@@ -31,7 +31,7 @@ pub struct ClearRequest {
 
 /// What the daemon answers once the next poll has looked at the GPU again.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ClearAnswer {
+pub(crate) struct ClearAnswer {
     pub index: u32,
     pub uuid: String,
     pub pci_bus_id: String,
@@ -49,7 +49,7 @@ pub struct ClearAnswer {
 impl ClearAnswer {
     /// The findings still present whose condition holds: all but the validation the clear
     /// started, which is the clear's own next step, not something left over.
-    pub fn holding(&self) -> impl Iterator<Item = &FindingView> {
+    pub(crate) fn holding(&self) -> impl Iterator<Item = &FindingView> {
         self.still.iter().filter(|f| !is_validation(f))
     }
 }
@@ -60,7 +60,7 @@ fn is_validation(f: &FindingView) -> bool {
 
 /// Why a clear was refused; each says what to do.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ClearError {
+pub(crate) enum ClearError {
     #[error("say why with --reason (what was repaired, a ticket); at most {MAX_REASON} characters")]
     Reason,
     #[error("no GPU {0:?} on this node; give its index, UUID or PCI address (`gpuwarden health` lists them)")]
@@ -73,7 +73,7 @@ pub enum ClearError {
 
 impl ClearRequest {
     /// The reason as it is kept: trimmed, control characters replaced, not empty, not long.
-    pub fn checked_reason(&self) -> Result<String, ClearError> {
+    pub(crate) fn checked_reason(&self) -> Result<String, ClearError> {
         let reason = crate::input::printable(self.reason.trim());
         // Something a person can read: not only blanks and replaced control characters.
         if !reason.chars().any(char::is_alphanumeric) || reason.chars().count() > MAX_REASON {
@@ -85,7 +85,7 @@ impl ClearRequest {
 
 /// The GPU `gpu` names: a UUID, a PCI address, or an index that only one GPU has (on a node
 /// with NVIDIA and AMD GPUs both have a GPU 0).
-pub fn find_gpu<'a>(snapshot: &'a Snapshot, gpu: &str) -> Result<&'a DeviceSnapshot, ClearError> {
+pub(crate) fn find_gpu<'a>(snapshot: &'a Snapshot, gpu: &str) -> Result<&'a DeviceSnapshot, ClearError> {
     let gpu = gpu.trim();
     // lspci writes `3b:00.0`, without the domain.
     let bus = crate::input::pci::normalize_bus_id(gpu)
@@ -119,7 +119,7 @@ pub fn find_gpu<'a>(snapshot: &'a Snapshot, gpu: &str) -> Result<&'a DeviceSnaps
 
 /// The answer from the GPU's findings before the clear and the GPU as the next snapshot
 /// shows it (None: it has left the node).
-pub fn answer(before: &DeviceSnapshot, after: Option<&DeviceSnapshot>, polled_after: bool) -> ClearAnswer {
+pub(crate) fn answer(before: &DeviceSnapshot, after: Option<&DeviceSnapshot>, polled_after: bool) -> ClearAnswer {
     let still: Vec<FindingView> = after
         .map(|d| d.health.findings.iter().map(FindingView::from).collect())
         .unwrap_or_default();
@@ -143,7 +143,7 @@ pub fn answer(before: &DeviceSnapshot, after: Option<&DeviceSnapshot>, polled_af
 
 /// What a clear does about validation, decided from the GPU as the clear found it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ValidationStep {
+pub(crate) enum ValidationStep {
     /// Start one: the GPU had an unhealthy finding and validation is on.
     Start,
     /// End the pending or failed one without a probe (`--skip-validation`).
@@ -156,7 +156,7 @@ pub enum ValidationStep {
 /// (`health.validate_after_clear`), the operator did not skip it, and the GPU can run the
 /// probe (NVIDIA). A clear of a GPU whose validation is pending or failed starts another: a
 /// clear alone never lets an unproven GPU back.
-pub fn validation_step(
+pub(crate) fn validation_step(
     device: &DeviceSnapshot,
     validate_after_clear: bool,
     skip: bool,
@@ -181,7 +181,7 @@ pub fn validation_step(
 }
 
 /// For a person: what was let go of, and each finding still present (one line each).
-pub fn text(answer: &ClearAnswer) -> String {
+pub(crate) fn text(answer: &ClearAnswer) -> String {
     let gpu = format!("GPU {} ({}, {})", answer.index, answer.uuid, answer.pci_bus_id);
     let mut out = match answer.cleared.as_slice() {
         [] => format!("cleared {gpu}: nothing was held\n"),

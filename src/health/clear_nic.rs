@@ -13,18 +13,18 @@ use crate::model::health::Finding;
 use serde::{Deserialize, Serialize};
 
 /// The key of an adapter's clear among the GPUs' (by UUID), and of its journal rows.
-pub fn key(device: &str) -> String {
+pub(crate) fn key(device: &str) -> String {
     format!("nic:{device}")
 }
 
 /// The device name of a clear's key; None for a GPU's.
-pub fn device_of(key: &str) -> Option<&str> {
+pub(crate) fn device_of(key: &str) -> Option<&str> {
     key.strip_prefix("nic:")
 }
 
 /// What the daemon answers once the next snapshot has looked at the adapter again.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct NicClearAnswer {
+pub(crate) struct NicClearAnswer {
     pub device: String,
     pub pci_bus_id: Option<String>,
     /// The reasons of the findings the clear let go of.
@@ -36,7 +36,7 @@ pub struct NicClearAnswer {
 }
 
 /// The adapter named `name` in the snapshot's scan.
-pub fn find_nic<'a>(snapshot: &'a Snapshot, name: &str) -> Result<&'a crate::model::nic::NicDevice, ClearError> {
+pub(crate) fn find_nic<'a>(snapshot: &'a Snapshot, name: &str) -> Result<&'a crate::model::nic::NicDevice, ClearError> {
     snapshot
         .nics
         .devices
@@ -46,7 +46,7 @@ pub fn find_nic<'a>(snapshot: &'a Snapshot, name: &str) -> Result<&'a crate::mod
 }
 
 /// The node's findings about the ports of `device` (subjects `device/N`).
-pub fn findings_of<'a>(snapshot: &'a Snapshot, device: &'a str) -> impl Iterator<Item = &'a Finding> + 'a {
+pub(crate) fn findings_of<'a>(snapshot: &'a Snapshot, device: &'a str) -> impl Iterator<Item = &'a Finding> + 'a {
     snapshot.node_findings.iter().filter(move |f| {
         f.subject
             .as_deref()
@@ -55,7 +55,7 @@ pub fn findings_of<'a>(snapshot: &'a Snapshot, device: &'a str) -> impl Iterator
     })
 }
 
-pub fn answer(before: &Snapshot, after: &Snapshot, device: &str, polled_after: bool) -> NicClearAnswer {
+pub(crate) fn answer(before: &Snapshot, after: &Snapshot, device: &str, polled_after: bool) -> NicClearAnswer {
     let still: Vec<FindingView> = findings_of(after, device).map(FindingView::from).collect();
     let mut cleared: Vec<String> = findings_of(before, device)
         .filter(|f| {
@@ -76,7 +76,7 @@ pub fn answer(before: &Snapshot, after: &Snapshot, device: &str, polled_after: b
 }
 
 /// For a person, as the GPU's clear says it.
-pub fn text(answer: &NicClearAnswer) -> String {
+pub(crate) fn text(answer: &NicClearAnswer) -> String {
     let nic = format!(
         "network adapter {} ({})",
         answer.device,

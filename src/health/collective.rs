@@ -9,7 +9,7 @@ use crate::model::Snapshot;
 use crate::model::collective::CollectiveVerdict;
 use crate::model::health::{Finding, HealthState, RuleId};
 
-pub const COLLECTIVE_FAILED: Rule = Rule {
+pub(crate) const COLLECTIVE_FAILED: Rule = Rule {
     reason: RuleId::CollectiveFailed,
     severity: HealthState::Unhealthy,
     worse_when: None,
@@ -22,7 +22,7 @@ pub const COLLECTIVE_FAILED: Rule = Rule {
     check: Check::Device(|_| None),
 };
 
-pub const COLLECTIVE_SLOW: Rule = Rule {
+pub(crate) const COLLECTIVE_SLOW: Rule = Rule {
     reason: RuleId::CollectiveSlow,
     severity: HealthState::Degraded,
     worse_when: None,
@@ -37,7 +37,7 @@ pub const COLLECTIVE_SLOW: Rule = Rule {
 
 /// The node's finding from the latest all-reduce, if it failed or was slow and no GPU of it
 /// was cleared since.
-pub fn finding(snapshot: &Snapshot) -> Option<Finding> {
+pub(crate) fn finding(snapshot: &Snapshot) -> Option<Finding> {
     let run = snapshot.probe.collective.as_ref()?;
     let cleared = run
         .uuids

@@ -35,7 +35,7 @@ const NODE: &str = "node";
 type Key = (String, Reason, Option<String>);
 
 #[derive(Debug, Default)]
-pub struct Debouncer {
+pub(crate) struct Debouncer {
     tracks: HashMap<Key, Track>,
     /// The last operator's clear seen per GPU UUID (its time): a newer one lets go of the
     /// findings held only by a rule's hold.
@@ -52,7 +52,7 @@ struct Pass<'a> {
 impl Debouncer {
     /// Applies `rules` to every GPU's findings and the node's in `snapshot` (as of `now`) and
     /// sets each GPU's state from what is left.
-    pub fn apply(
+    pub(crate) fn apply(
         &mut self,
         snapshot: &mut Snapshot,
         rules: &[(Reason, RulePolicy)],

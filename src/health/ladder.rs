@@ -16,7 +16,7 @@ use crate::model::xid::{Severity, XidCount};
 use crate::model::{DeviceSnapshot, RecoveryAction};
 
 /// What the ladder reads beside the GPU: the config's words and what was tried.
-pub struct Ladder<'a> {
+pub(crate) struct Ladder<'a> {
     pub limits: &'a LadderLimits,
     pub tried: &'a Remediations,
     /// Unix seconds, and the boot's clock (the reset budget is counted on it within a boot).
@@ -25,7 +25,7 @@ pub struct Ladder<'a> {
 }
 
 /// The next step for `device`, when it needs one.
-pub fn next_step(
+pub(crate) fn next_step(
     device: &DeviceSnapshot,
     findings: &[Finding],
     xids: &[XidCount],

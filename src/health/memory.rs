@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 /// What the health stage remembers across rounds and snapshots. One per publisher: a
 /// one-shot `check` starts with none.
 #[derive(Debug, Default)]
-pub struct HealthMemory {
+pub(crate) struct HealthMemory {
     /// When each GPU last showed a hardware power slowdown.
     hw_slowdown: HwSlowdownTracker,
     /// How each GPU's error counters grew within the last hour.
@@ -39,7 +39,7 @@ pub struct HealthMemory {
 }
 
 /// What the health stage reads beside the snapshot it judges.
-pub struct Judging<'a> {
+pub(crate) struct Judging<'a> {
     pub config: &'a crate::config::Config,
     /// The snapshot is a new poll round's (its history is counted from it), not a refresh
     /// between rounds.
@@ -55,7 +55,7 @@ impl HealthMemory {
     /// trends, the rules' findings and each GPU's verdict and next step (`super::evaluate`),
     /// the operator's own rules under their bounds, then the debounce and hold
     /// (`health.rules`). The snapshot comes in as the sources put it together, with no verdict.
-    pub fn judge(&mut self, snapshot: &mut Snapshot, judging: &Judging) {
+    pub(crate) fn judge(&mut self, snapshot: &mut Snapshot, judging: &Judging) {
         let (config, now) = (judging.config, judging.now);
         if judging.new_round {
             let clears = snapshot.clears.clone();

@@ -33,27 +33,27 @@
 //! | `verdict.rs` | The node's verdict as the local API and `/api/v1/health` answer it: every GPU's state and findings, the node's own findings, and one word for the node |
 //! <!-- /files -->
 
-pub mod baseline;
-pub mod clear;
-pub mod clear_nic;
+pub(crate) mod baseline;
+pub(crate) mod clear;
+pub(crate) mod clear_nic;
 pub mod cli;
-pub mod collective;
+pub(crate) mod collective;
 pub mod custom;
-pub mod debounce;
-pub mod ladder;
-pub mod memory;
-pub mod network;
-pub mod nic_trends;
-pub mod node;
-pub mod nvswitch;
-pub mod rates;
-pub mod rules;
+pub(crate) mod debounce;
+pub(crate) mod ladder;
+pub(crate) mod memory;
+pub(crate) mod network;
+pub(crate) mod nic_trends;
+pub(crate) mod node;
+pub(crate) mod nvswitch;
+pub(crate) mod rates;
+pub(crate) mod rules;
 pub mod scheduler_report;
-pub mod slowdown;
-pub mod starts;
-pub mod table;
-pub mod thermal_time;
-pub mod verdict;
+pub(crate) mod slowdown;
+pub(crate) mod starts;
+pub(crate) mod table;
+pub(crate) mod thermal_time;
+pub(crate) mod verdict;
 
 pub use crate::model::health::{DeviceHealth, Finding, HealthState};
 use crate::model::{DeviceSnapshot, Snapshot};
@@ -120,7 +120,7 @@ pub fn evaluate(snapshot: &mut Snapshot) {
     }
     // The node's own findings, row by row, after every GPU's verdict (a reboot's row reads
     // the GPUs' next steps).
-    snapshot.node_findings = node::NODE_ROWS.iter().flat_map(|row| (row.check)(snapshot)).collect();
+    snapshot.node_findings = node::NODE_ROWS.iter().flat_map(|row| row(snapshot)).collect();
 }
 
 /// The GPU's XIDs seen after its last clear, as the rules count them.

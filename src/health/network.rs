@@ -117,7 +117,7 @@ fn pcie_narrowed(seen: &PortSeen) -> Option<Hit> {
 
 /// The rules about one port, in the order they are looked at. Flapping comes first: a
 /// flapping port is down at some samples, and a down port ends the look.
-pub const PORT_RULES: &[Rule] = &[
+pub(crate) const PORT_RULES: &[Rule] = &[
     Rule {
         reason: RuleId::NicPortFlapping,
         severity: Degraded,
@@ -193,7 +193,7 @@ pub const PORT_RULES: &[Rule] = &[
 ];
 
 /// The node's rule over its ports (its check is [`findings`]'s).
-pub const PORTS_MISSING: Rule = Rule {
+pub(crate) const PORTS_MISSING: Rule = Rule {
     reason: RuleId::NicPortsMissing,
     severity: Unhealthy,
     worse_when: None,
@@ -207,7 +207,7 @@ pub const PORTS_MISSING: Rule = Rule {
 };
 
 /// The node's findings about its network ports.
-pub fn findings(snapshot: &Snapshot) -> Vec<Finding> {
+pub(crate) fn findings(snapshot: &Snapshot) -> Vec<Finding> {
     let scan: &NicScan = &snapshot.nics;
     let limits = &snapshot.health_limits.network;
     let judged = || scan.ports().filter(|(d, _)| !limits.ignore.contains(&d.name));

@@ -37,7 +37,7 @@ struct PortMemory {
 
 /// By (device, port).
 #[derive(Debug, Default)]
-pub struct NicTrendTracker {
+pub(crate) struct NicTrendTracker {
     ports: HashMap<(String, u32), PortMemory>,
     /// The scan last noted (its version) and the annotated copy made from it, and when.
     noted: Option<(u64, Arc<NicScan>, Instant)>,
@@ -52,7 +52,7 @@ impl NicTrendTracker {
     ///
     /// An operator's clear of an adapter (`clears`, under `nic:<device>`) starts its ports'
     /// flaps and error growth afresh, as a new cable or transceiver should.
-    pub fn annotate(
+    pub(crate) fn annotate(
         &mut self,
         scan: &Arc<NicScan>,
         version: u64,

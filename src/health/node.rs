@@ -7,39 +7,24 @@ use super::rules::{self, Rule};
 use crate::model::Snapshot;
 use crate::model::health::Finding;
 
-/// One row of the node's checks: what it looks at, and the check.
-pub struct NodeRow {
-    /// The rules its findings are made by (a row over the ports makes several).
-    pub what: &'static str,
-    pub check: fn(&Snapshot) -> Vec<Finding>,
-}
+/// One row of the node's checks: its findings over the whole snapshot.
+pub(crate) type NodeRow = fn(&Snapshot) -> Vec<Finding>;
 
-/// The node's rows, in the order their findings are listed.
-pub const NODE_ROWS: &[NodeRow] = &[
-    NodeRow {
-        what: "gpu_missing: a GPU on the PCI bus that no backend shows",
-        check: gpu_missing,
-    },
-    NodeRow {
-        what: "the network ports' rules (health/network.rs)",
-        check: super::network::findings,
-    },
-    NodeRow {
-        what: "the NVSwitches' SXIDs (health/nvswitch.rs)",
-        check: super::nvswitch::findings,
-    },
-    NodeRow {
-        what: "fabric_manager_down",
-        check: fabric_manager_down,
-    },
-    NodeRow {
-        what: "reboot_required: the mark, or a GPU whose step became a reboot",
-        check: reboot_required,
-    },
-    NodeRow {
-        what: "collective: the GPUs together (health/collective.rs)",
-        check: collective,
-    },
+/// The node's rows, in the order their findings are listed; the comment above each says which
+/// rules its findings are made by (a row over the ports makes several).
+pub(crate) const NODE_ROWS: &[NodeRow] = &[
+    // gpu_missing: a GPU on the PCI bus that no backend shows
+    gpu_missing,
+    // the network ports' rules (health/network.rs)
+    super::network::findings,
+    // the NVSwitches' SXIDs (health/nvswitch.rs)
+    super::nvswitch::findings,
+    // fabric_manager_down
+    fabric_manager_down,
+    // reboot_required: the mark, or a GPU whose step became a reboot
+    reboot_required,
+    // collective: the GPUs together (health/collective.rs)
+    collective,
 ];
 
 /// A finding of `rule` with `seen` and the rule's action, about `subject`.

@@ -10,7 +10,7 @@ use crate::model::health::RuleId;
 use crate::model::health::Step;
 use crate::model::health::{Finding, HealthState};
 
-pub const SXID_FATAL: Rule = Rule {
+pub(crate) const SXID_FATAL: Rule = Rule {
     reason: RuleId::NvswitchSxidFatal,
     severity: HealthState::Unhealthy,
     worse_when: None,
@@ -23,7 +23,7 @@ pub const SXID_FATAL: Rule = Rule {
     check: Check::Device(|_| None),
 };
 
-pub const FABRIC_MANAGER_DOWN: Rule = Rule {
+pub(crate) const FABRIC_MANAGER_DOWN: Rule = Rule {
     reason: RuleId::FabricManagerDown,
     severity: HealthState::Degraded,
     worse_when: Some("a GPU has not joined the fabric"),
@@ -39,7 +39,7 @@ pub const FABRIC_MANAGER_DOWN: Rule = Rule {
 /// The node's finding when nvidia-fabricmanager is checked and not running: unhealthy when a
 /// GPU has not joined the fabric (nothing will bring it in), degraded when all have (running
 /// jobs go on; a GPU reset or a new partition will not work).
-pub fn fabric_manager_down(snapshot: &Snapshot) -> Option<Finding> {
+pub(crate) fn fabric_manager_down(snapshot: &Snapshot) -> Option<Finding> {
     let manager = snapshot.fabric_manager.as_ref().filter(|m| !m.running)?;
     let waiting: Vec<String> = snapshot
         .devices
@@ -79,7 +79,7 @@ pub fn fabric_manager_down(snapshot: &Snapshot) -> Option<Finding> {
 }
 
 /// One finding per switch with a fatal SXID.
-pub fn findings(snapshot: &Snapshot) -> Vec<Finding> {
+pub(crate) fn findings(snapshot: &Snapshot) -> Vec<Finding> {
     let mut by_switch: std::collections::BTreeMap<&str, Vec<&crate::model::xid::SxidCount>> = Default::default();
     for x in snapshot.xid.sxids.iter().filter(|x| x.fatal) {
         by_switch.entry(x.pci_bus_id.as_str()).or_default().push(x);

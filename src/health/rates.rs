@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// How far back the errors are counted.
-pub const WINDOW: Duration = Duration::from_secs(3600);
+pub(crate) const WINDOW: Duration = Duration::from_secs(3600);
 /// One sample per this long is kept.
 const SAMPLE_EVERY: Duration = Duration::from_secs(60);
 
@@ -113,7 +113,7 @@ impl<S: Default> SinceClear<S> {
 
 /// Per GPU uuid, one window per counter. Kept by the health stage across rounds.
 #[derive(Debug, Default)]
-pub struct ErrorRateTracker {
+pub(crate) struct ErrorRateTracker {
     gpus: SinceClear<[Window; 3]>,
 }
 
@@ -122,7 +122,7 @@ impl ErrorRateTracker {
     /// not answer keeps its windows and has no growth this round (its rules are not looked
     /// at); a GPU gone from the round is forgotten; a GPU an operator cleared after a repair
     /// counts from the clear.
-    pub fn track(&mut self, devices: &mut [DeviceSnapshot], clears: &Clears, now: Instant) {
+    pub(crate) fn track(&mut self, devices: &mut [DeviceSnapshot], clears: &Clears, now: Instant) {
         self.gpus.each_answered(devices, clears, |readings, windows, history| {
             let mut growth = ErrorGrowth::default();
             for (counter, window) in ErrorCounter::ALL.into_iter().zip(windows.iter_mut()) {

@@ -9,14 +9,14 @@ use crate::model::clock_events::HW_POWER_REASONS;
 /// readings, or its driver counters grew since the last round that had them. The health
 /// rules hold the finding for a while after (a brake that fires between polls still counts).
 #[derive(Debug, Default)]
-pub struct HwSlowdownTracker {
+pub(crate) struct HwSlowdownTracker {
     /// Per GPU uuid: the last counter total, and when a slowdown was last seen.
     seen: std::collections::HashMap<String, (Option<f64>, Option<std::time::Instant>)>,
 }
 
 impl HwSlowdownTracker {
     /// Notes this round and writes each device's `hw_slowdown_seen`.
-    pub fn track(&mut self, devices: &mut [DeviceSnapshot], now: std::time::Instant) {
+    pub(crate) fn track(&mut self, devices: &mut [DeviceSnapshot], now: std::time::Instant) {
         for device in devices {
             let entry = self.seen.entry(device.identity.uuid.clone()).or_default();
             if let Some(r) = device.answered() {

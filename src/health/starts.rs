@@ -19,14 +19,14 @@ struct GpuStarts {
 /// goes between two polls is not seen, which is why the driver's time counters
 /// (`gpu_clock_event_seconds_total`) are the better signal where the GPU has them.
 #[derive(Debug, Default)]
-pub struct EventStartCounter {
+pub(crate) struct EventStartCounter {
     gpus: std::collections::HashMap<String, GpuStarts>,
 }
 
 impl EventStartCounter {
     /// Notes this round and writes each device's `clock_event_starts`; a GPU gone from the
     /// round is forgotten.
-    pub fn track(&mut self, devices: &mut [DeviceSnapshot], now: std::time::Instant) {
+    pub(crate) fn track(&mut self, devices: &mut [DeviceSnapshot], now: std::time::Instant) {
         self.gpus
             .retain(|uuid, _| devices.iter().any(|d| &d.identity.uuid == uuid));
         let window = crate::model::xid::RECENT_WINDOW;

@@ -61,7 +61,7 @@ impl Seen<'_> {
 /// message is what was seen, then the row's action ([`Rule::message`]), unless the case
 /// carries its own (`said`): an XID's from the catalog, the driver's recovery action, a GPU
 /// being reset or validated, whose words are the action.
-pub struct Hit {
+pub(crate) struct Hit {
     pub message: String,
     pub severity: Option<HealthState>,
     pub said: bool,
@@ -79,7 +79,7 @@ impl From<String> for Hit {
 
 impl Hit {
     /// A hit whose message already says what to do (see [`Hit`]).
-    pub fn said(message: String, severity: Option<HealthState>) -> Hit {
+    pub(crate) fn said(message: String, severity: Option<HealthState>) -> Hit {
         Hit {
             message,
             severity,
@@ -91,7 +91,7 @@ impl Hit {
 /// The remediation ladder's step when a finding of the row is what decides it (health/ladder.rs):
 /// the one place the step of a finding is chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StepAdvice {
+pub(crate) enum StepAdvice {
     /// None of its own: the GPU stays in service (a degraded finding or a notice), or the
     /// finding is a step already under way (validating, remediating).
     None,
@@ -105,7 +105,7 @@ pub enum StepAdvice {
 
 impl StepAdvice {
     /// Its cell in docs/health.md's table.
-    pub fn doc(self) -> &'static str {
+    pub(crate) fn doc(self) -> &'static str {
         match self {
             StepAdvice::None => "none",
             StepAdvice::Take(step) => step.label(),
@@ -116,7 +116,7 @@ impl StepAdvice {
 }
 
 /// How a rule looks.
-pub enum Check {
+pub(crate) enum Check {
     /// At the GPU whatever its state (XIDs, a lost GPU, a probe).
     Device(fn(&Seen) -> Option<Hit>),
     /// At the readings of a GPU that answered its last poll.
@@ -126,13 +126,16 @@ pub enum Check {
 }
 
 /// One health rule.
-pub struct Rule {
+pub(crate) struct Rule {
     /// The `reason` label of `gpu_health_reason`, stable.
     pub reason: RuleId,
     pub severity: HealthState,
     /// When a finding is more severe than the row's (docs: "degraded, unhealthy when ...").
+    /// Read only by the test that holds docs/health.md equal to the rule table.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub worse_when: Option<&'static str>,
-    /// The condition, for docs/health.md.
+    /// The condition, for docs/health.md (read only by the test that holds it equal).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub when: &'static str,
     /// What to do: the end of every finding's message ([`Rule::message`]), docs/health.md's
     /// column, the next step's reason, the report's advice and the alert's description.
@@ -151,7 +154,7 @@ pub struct Rule {
 }
 
 /// What the port rules look at for one port.
-pub struct PortSeen<'a> {
+pub(crate) struct PortSeen<'a> {
     pub device: &'a NicDevice,
     pub port: &'a NicPort,
     pub limits: &'a NetworkLimits,
@@ -164,17 +167,18 @@ pub struct PortSeen<'a> {
 
 impl Rule {
     /// Whether this rule made the finding.
-    pub fn made(&self, finding: &Finding) -> bool {
+    pub(crate) fn made(&self, finding: &Finding) -> bool {
         finding.reason == self.reason
     }
 
     /// Whether this rule made any of the findings.
-    pub fn found_in<'a>(&self, findings: impl IntoIterator<Item = &'a Finding>) -> bool {
+    pub(crate) fn found_in<'a>(&self, findings: impl IntoIterator<Item = &'a Finding>) -> bool {
         findings.into_iter().any(|f| self.made(f))
     }
 
     /// Its row of docs/health.md's table.
-    pub fn doc_row(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn doc_row(&self) -> String {
         let severity = match self.worse_when {
             Some(when) => format!("{}, unhealthy when {when}", self.severity.label()),
             None => self.severity.finding_label().to_string(),
@@ -190,7 +194,7 @@ impl Rule {
     }
 
     /// The row's action for one GPU (`--gpu N` made its index), or for the node.
-    pub fn action_for(&self, gpu: Option<u32>) -> String {
+    pub(crate) fn action_for(&self, gpu: Option<u32>) -> String {
         match gpu {
             Some(index) => self.action.replace("--gpu N", &format!("--gpu {index}")),
             None => self.action.to_string(),
@@ -199,7 +203,7 @@ impl Rule {
 
     /// A finding's message: what was seen, then the row's action (unless the hit says its
     /// own, see [`Hit`]).
-    pub fn message(&self, hit: &Hit, gpu: Option<u32>) -> String {
+    pub(crate) fn message(&self, hit: &Hit, gpu: Option<u32>) -> String {
         if hit.said {
             return hit.message.clone();
         }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 /// Per GPU uuid, one window per thermal counter. Kept by the health stage across rounds.
 #[derive(Debug, Default)]
-pub struct ThermalTimeTracker {
+pub(crate) struct ThermalTimeTracker {
     gpus: SinceClear<[Window; THERMAL_REASONS.len()]>,
 }
 
@@ -34,7 +34,7 @@ impl ThermalTimeTracker {
     /// `history.thermal_slowdown`: the longer of the two counters' times within the last
     /// hour. A GPU that did not answer keeps its windows and has none this round; a GPU gone
     /// from the round is forgotten; a GPU an operator cleared counts from the clear.
-    pub fn track(&mut self, devices: &mut [DeviceSnapshot], clears: &Clears, now: Instant) {
+    pub(crate) fn track(&mut self, devices: &mut [DeviceSnapshot], clears: &Clears, now: Instant) {
         self.gpus.each_answered(devices, clears, |readings, windows, history| {
             // The two counters may overlap (both reasons active at once), so their times are
             // not added: the longer one is a floor under the time the clocks were slowed.

@@ -141,7 +141,7 @@ impl From<&Finding> for FindingView {
 }
 
 /// The node's scheduled validation while it runs: how many of its GPUs are still to be probed.
-pub fn sweep(snapshot: &Snapshot) -> Option<String> {
+pub(crate) fn sweep(snapshot: &Snapshot) -> Option<String> {
     use crate::model::health::ValidationKind;
     let sweep: Vec<_> = snapshot
         .devices
@@ -158,7 +158,7 @@ pub fn sweep(snapshot: &Snapshot) -> Option<String> {
     })
 }
 
-pub fn of(snapshot: &Snapshot) -> NodeVerdict {
+pub(crate) fn of(snapshot: &Snapshot) -> NodeVerdict {
     let worst = snapshot.worst_health().unwrap_or(HealthState::Ok);
     let validating = sweep(snapshot);
     NodeVerdict {

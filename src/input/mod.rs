@@ -31,7 +31,7 @@
 
 pub mod infiniband;
 pub mod pci;
-pub mod trust;
+pub(crate) mod trust;
 
 use crate::service::logging::{RateLimiter, held_back_suffix};
 use std::collections::BTreeMap;

@@ -15,7 +15,7 @@ use std::path::{Component, Path, PathBuf};
     "{what} {path}: {component} {why}; anyone who can write there decides what the daemon {does} as root. \
      Keep it in a directory that root owns and others cannot write (chown root and chmod go-w each of them)"
 )]
-pub struct Untrusted {
+pub(crate) struct Untrusted {
     pub what: &'static str,
     pub does: &'static str,
     pub path: String,
@@ -26,7 +26,7 @@ pub struct Untrusted {
 /// Checks `path` (as written, and as its links resolve) for [`Untrusted`] parts. `what` names
 /// the setting ("probe.cublas_library"), `does` what the daemon does with it ("loads").
 /// A path that does not exist is not refused here (its reader says so when it reads it).
-pub fn check(path: &Path, what: &'static str, does: &'static str) -> Result<(), Untrusted> {
+pub(crate) fn check(path: &Path, what: &'static str, does: &'static str) -> Result<(), Untrusted> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
     let absolute = if path.is_absolute() {
@@ -48,7 +48,7 @@ pub fn check(path: &Path, what: &'static str, does: &'static str) -> Result<(), 
 
 /// Whether `path` names a file by path (it has a `/`), rather than a library name the
 /// dynamic loader searches its own trusted paths for.
-pub fn is_a_path(path: &Path) -> bool {
+pub(crate) fn is_a_path(path: &Path) -> bool {
     path.as_os_str().as_encoded_bytes().contains(&b'/')
 }
 

@@ -45,10 +45,10 @@
 
 pub mod cli;
 pub mod event;
-pub mod report;
-pub mod sinks;
+pub(crate) mod report;
+pub(crate) mod sinks;
 pub mod store;
-pub mod writer;
+pub(crate) mod writer;
 
 use store::worker;
 use writer::{facts, task};

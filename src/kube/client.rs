@@ -16,13 +16,13 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 /// The most of an answer read: a list of a few thousand nodes' worth, a page at a time.
-pub const MAX_ANSWER: usize = 8 << 20;
+pub(crate) const MAX_ANSWER: usize = 8 << 20;
 /// The most a token file may hold (a projected token is about 1 KB).
 const MAX_TOKEN: u64 = 16 << 10;
 
 /// Why a request did not get an answer, or got one that says no.
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     #[error("{0}")]
     Setup(String),
     #[error("cannot connect to {0}: {1}")]
@@ -46,7 +46,7 @@ pub enum ApiError {
 
 impl ApiError {
     /// The HTTP status of an answer that said no.
-    pub fn status(&self) -> Option<StatusCode> {
+    pub(crate) fn status(&self) -> Option<StatusCode> {
         match self {
             ApiError::Refused { status, .. } => Some(*status),
             _ => None,
@@ -55,7 +55,7 @@ impl ApiError {
 }
 
 /// The API server and how to talk to it.
-pub struct Client {
+pub(crate) struct Client {
     endpoint: Endpoint,
     tls: Arc<rustls::ClientConfig>,
     token_file: PathBuf,
@@ -65,7 +65,7 @@ pub struct Client {
 impl Client {
     /// From the config, with the in-pod defaults: `KUBERNETES_SERVICE_HOST`/`_PORT` when no
     /// server is set. The CA is read here; the token at every request.
-    pub fn new(api: &KubeApi) -> Result<Client, ApiError> {
+    pub(crate) fn new(api: &KubeApi) -> Result<Client, ApiError> {
         let server = if api.server.is_empty() {
             let host = std::env::var("KUBERNETES_SERVICE_HOST").unwrap_or_default();
             let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|_| "443".into());
@@ -97,14 +97,14 @@ impl Client {
     }
 
     /// `GET path`, its answer as `T`.
-    pub async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, ApiError> {
+    pub(crate) async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, ApiError> {
         let body = self.send(Method::GET, path, None).await?;
         serde_json::from_slice(&body).map_err(|e| ApiError::Decode(format!("GET {path}"), e))
     }
 
     /// A request with a JSON body of `content_type` (a patch type, or plain JSON); the answer
     /// is read and dropped.
-    pub async fn write(
+    pub(crate) async fn write(
         &self,
         method: Method,
         path: &str,
@@ -116,7 +116,7 @@ impl Client {
     }
 
     /// `DELETE path`.
-    pub async fn delete(&self, path: &str) -> Result<(), ApiError> {
+    pub(crate) async fn delete(&self, path: &str) -> Result<(), ApiError> {
         self.send(Method::DELETE, path, None).await.map(drop)
     }
 
@@ -259,7 +259,7 @@ async fn read_some(mut body: hyper::body::Incoming) -> (Vec<u8>, bool) {
 
 /// A path segment or query value as the API takes it: what is not unreserved is %-escaped
 /// (a label selector's `=` and `,`, a field selector's `.`).
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {

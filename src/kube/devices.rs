@@ -25,7 +25,7 @@ const NODE_KEY: &str = "gpuwarden/node";
 const GPU_KEY: &str = "gpuwarden/gpu";
 
 /// The taint a GPU's device should carry: (effect, value).
-pub fn wanted(gpu: &GpuVerdict) -> Option<(&'static str, String)> {
+pub(crate) fn wanted(gpu: &GpuVerdict) -> Option<(&'static str, String)> {
     let reasons: Vec<&str> = gpu.findings.iter().map(|f| f.reason.as_str()).collect();
     match gpu.state {
         HealthState::Ok => None,
@@ -64,7 +64,7 @@ fn first(reasons: &[&str]) -> String {
 
 /// A device as a ResourceSlice lists it: driver, pool, name.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Device {
+pub(crate) struct Device {
     pub driver: String,
     pub pool: String,
     pub name: String,
@@ -133,7 +133,7 @@ fn devices_by_uuid(slices: SliceList) -> BTreeMap<String, Device> {
 
 /// The rule's name: `gpuwarden-NODE-UUID` in the API's alphabet, or a digest where that is
 /// over 253 characters.
-pub fn rule_name(node: &str, uuid: &str) -> String {
+pub(crate) fn rule_name(node: &str, uuid: &str) -> String {
     let clean = |s: &str| -> String {
         s.to_ascii_lowercase()
             .chars()
@@ -160,7 +160,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// The rule for a GPU's device.
-pub fn rule(node: &str, uuid: &str, device: &Device, effect: &str, value: &str) -> Value {
+pub(crate) fn rule(node: &str, uuid: &str, device: &Device, effect: &str, value: &str) -> Value {
     json!({
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceTaintRule",
@@ -184,18 +184,18 @@ struct RuleList {
 
 /// What a pass over the devices did.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Applied {
+pub(crate) struct Applied {
     /// GPUs not ok whose device no ResourceSlice of the node lists (no DRA driver for it).
     pub unmatched: Vec<String>,
 }
 
 /// Why the rules cannot be written here at all.
-pub fn unsupported(error: &ApiError) -> bool {
+pub(crate) fn unsupported(error: &ApiError) -> bool {
     matches!(error.status(), Some(StatusCode::NOT_FOUND))
 }
 
 /// Makes the node's rules what `verdict` wants: creates, updates and deletes only its own.
-pub async fn apply(client: &Client, node: &str, verdict: &NodeVerdict) -> Result<Applied, ApiError> {
+pub(crate) async fn apply(client: &Client, node: &str, verdict: &NodeVerdict) -> Result<Applied, ApiError> {
     let wanted: Vec<(&GpuVerdict, &'static str, String)> = verdict
         .gpus
         .iter()

@@ -14,7 +14,7 @@ const MAX_MESSAGE: usize = 1024;
 
 /// The Event for `row` on `node`, in namespace `default` as the kubelet's are; `None` for a
 /// row of a kind that says nothing about a GPU's service (a probe's numbers, an inventory).
-pub fn event(row: &Row, node: &str) -> Option<Value> {
+pub(crate) fn event(row: &Row, node: &str) -> Option<Value> {
     let (reason, warning) = reason(row)?;
     let at = crate::model::utc_seconds(row.at.max(0.0));
     let gpu = match (&row.pci_bus_id, &row.gpu_uuid) {
@@ -73,7 +73,7 @@ fn reason(row: &Row) -> Option<(&'static str, bool)> {
 
 /// `NODE.gpuwarden.<time µs hex>.<row id>`: one name per row, also across a journal started
 /// anew (its ids begin again, its times do not); a digest of the node where that is too long.
-pub fn name(row: &Row, node: &str) -> String {
+pub(crate) fn name(row: &Row, node: &str) -> String {
     let micros = (row.at.max(0.0) * 1e6).round() as u64;
     let name = format!("{node}.gpuwarden.{micros:x}.{}", row.id.max(0));
     if name.len() <= 253 {

@@ -25,10 +25,10 @@
 //! | `node.rs` | The verdict on the node's own Node object (docs/health.md, "Kubernetes"): a condition that follows it (True is a problem, node-problem-detector's... |
 //! <!-- /files -->
 
-pub mod client;
-pub mod devices;
-pub mod events;
-pub mod node;
+pub(crate) mod client;
+pub(crate) mod devices;
+pub(crate) mod events;
+pub(crate) mod node;
 
 use crate::config::{Config, KubeNode};
 use crate::journal::sinks::outbox;
@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 /// The Events' cursor in the journal and their name in `gpuwarden_sink_*`: a `:` no sink's
 /// name can hold.
-pub const CURSOR: &str = "kubernetes:events";
+pub(crate) const CURSOR: &str = "kubernetes:events";
 /// How often a pass runs while nothing changed: the condition's heartbeat.
 const RESYNC: Duration = Duration::from_secs(300);
 /// While the cap holds the taint back, how often the fleet is counted again.
@@ -60,7 +60,7 @@ const LOG_EVERY: Duration = Duration::from_secs(300);
 const BATCH: usize = 100;
 
 /// What the thread reads and writes beside the API server.
-pub struct Shared {
+pub(crate) struct Shared {
     pub store: Arc<Store>,
     pub lifecycle: Arc<Lifecycle>,
     pub states: Arc<Versioned<SinkStates>>,
@@ -70,7 +70,7 @@ pub struct Shared {
 
 impl Shared {
     /// From the daemon's store and sources; `journal` where the journal is on.
-    pub fn new(store: &Arc<Store>, sources: &crate::sources::Sources, journal: Option<PathBuf>) -> Shared {
+    pub(crate) fn new(store: &Arc<Store>, sources: &crate::sources::Sources, journal: Option<PathBuf>) -> Shared {
         Shared {
             store: store.clone(),
             lifecycle: sources.service.clone(),
@@ -81,7 +81,7 @@ impl Shared {
 }
 
 /// The Node's name: the setting, else `NODE_NAME` (the DaemonSet's), else the host name.
-pub fn node_name(settings: &KubeNode) -> String {
+pub(crate) fn node_name(settings: &KubeNode) -> String {
     if !settings.name.is_empty() {
         return settings.name.clone();
     }
@@ -92,7 +92,7 @@ pub fn node_name(settings: &KubeNode) -> String {
 }
 
 /// Starts the thread when `kubernetes.node.enabled`.
-pub fn spawn(config: &Config, shared: Shared, runtime: tokio::runtime::Handle, stop: &Stop) {
+pub(crate) fn spawn(config: &Config, shared: Shared, runtime: tokio::runtime::Handle, stop: &Stop) {
     let kube = &config.kubernetes;
     if !kube.node.enabled {
         if kube.devices.taint_rules {

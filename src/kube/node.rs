@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// gpuwarden's own taint key: the only taint it adds or removes.
-pub const TAINT_KEY: &str = "gpuwarden/unhealthy";
+pub(crate) const TAINT_KEY: &str = "gpuwarden/unhealthy";
 /// The most of a condition's message: the first line and each finding, cut here.
 const MAX_MESSAGE: usize = 1024;
 /// The most pages of a node list read to count the fleet (500 nodes a page).
@@ -26,7 +26,7 @@ const MAX_PAGES: usize = 100;
 
 /// What the node's objects should say for a verdict.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Wants {
+pub(crate) struct Wants {
     /// The condition: `True` while the verdict is unhealthy or the node's validation runs.
     pub status: &'static str,
     pub reason: &'static str,
@@ -37,7 +37,7 @@ pub struct Wants {
 
 /// What the node should say; `None` while the verdict is unknown (before the first poll):
 /// nothing is written then, so a restart does not flap the condition.
-pub fn wants(verdict: &NodeVerdict) -> Option<Wants> {
+pub(crate) fn wants(verdict: &NodeVerdict) -> Option<Wants> {
     let text = crate::health::cli::text(verdict);
     let message: String = cut(text.trim_end(), MAX_MESSAGE);
     let first_reason = || {
@@ -93,7 +93,7 @@ fn label_value(reason: &str) -> String {
 
 /// The parts of a Node gpuwarden reads.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct Node {
+pub(crate) struct Node {
     pub metadata: Meta,
     #[serde(default)]
     pub spec: Spec,
@@ -102,7 +102,7 @@ pub struct Node {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct Meta {
+pub(crate) struct Meta {
     #[serde(default)]
     pub name: String,
     #[serde(default, rename = "resourceVersion")]
@@ -110,23 +110,21 @@ pub struct Meta {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct Spec {
+pub(crate) struct Spec {
     /// Kept as the API wrote them: a patch gives back every other taint unchanged.
     #[serde(default)]
     pub taints: Vec<Value>,
-    #[serde(default)]
-    pub unschedulable: bool,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct Status {
+pub(crate) struct Status {
     #[serde(default)]
     pub conditions: Vec<Value>,
 }
 
 impl Node {
     /// gpuwarden's taint on it, if any.
-    pub fn our_taint(&self) -> Option<&Value> {
+    pub(crate) fn our_taint(&self) -> Option<&Value> {
         self.spec.taints.iter().find(|t| is_ours(t))
     }
 }
@@ -138,7 +136,13 @@ fn is_ours(taint: &Value) -> bool {
 /// The strategic-merge patch of `nodes/{name}/status` that makes the condition say `wants`;
 /// `None` when it already does and `heartbeat` is false. Its transition time stays while its
 /// status does.
-pub fn condition_patch(node: &Node, condition: &str, wants: &Wants, now: &str, heartbeat: bool) -> Option<Value> {
+pub(crate) fn condition_patch(
+    node: &Node,
+    condition: &str,
+    wants: &Wants,
+    now: &str,
+    heartbeat: bool,
+) -> Option<Value> {
     let current = node
         .status
         .conditions
@@ -168,7 +172,7 @@ pub fn condition_patch(node: &Node, condition: &str, wants: &Wants, now: &str, h
 /// The JSON patch that puts gpuwarden's taint on (with `value`) or takes it off (`None`),
 /// every other taint as it is; `None` when the node already has it so. It tests the node's
 /// resourceVersion first: a node changed since it was read refuses the patch (409/422).
-pub fn taint_patch(node: &Node, value: Option<&str>, now: &str) -> Option<Value> {
+pub(crate) fn taint_patch(node: &Node, value: Option<&str>, now: &str) -> Option<Value> {
     let current = node.our_taint();
     let unchanged = match (current, value) {
         (None, None) => true,
@@ -195,7 +199,7 @@ pub fn taint_patch(node: &Node, value: Option<&str>, now: &str) -> Option<Value>
 
 /// Why the taint was not put on: the cap.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused {
+pub(crate) struct Refused {
     pub tainted: usize,
     pub fleet: usize,
     pub max: usize,
@@ -212,7 +216,7 @@ impl std::fmt::Display for Refused {
 }
 
 /// Whether `me` may take the taint: fewer than `max` other nodes of the fleet carry it.
-pub fn guard(fleet: &[Node], me: &str, max: usize) -> Result<(), Refused> {
+pub(crate) fn guard(fleet: &[Node], me: &str, max: usize) -> Result<(), Refused> {
     let tainted = fleet
         .iter()
         .filter(|n| n.metadata.name != me && n.our_taint().is_some())
@@ -230,7 +234,7 @@ pub fn guard(fleet: &[Node], me: &str, max: usize) -> Result<(), Refused> {
 /// After tainting: whether `me` is past the cap, two nodes having counted at once. The nodes
 /// with the taint are ordered by when it was added, then by name, the same order on every
 /// node; those after the first `max` take theirs off again.
-pub fn lost_the_race(fleet: &[Node], me: &str, max: usize) -> bool {
+pub(crate) fn lost_the_race(fleet: &[Node], me: &str, max: usize) -> bool {
     let mut tainted: Vec<(String, &str)> = fleet
         .iter()
         .filter_map(|n| {
@@ -247,7 +251,7 @@ pub fn lost_the_race(fleet: &[Node], me: &str, max: usize) -> bool {
 
 /// What one pass over the node did.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Applied {
+pub(crate) struct Applied {
     /// The cap held the taint back: why.
     pub refused: Option<Refused>,
     /// The fleet as the cap counted it, when a taint was considered: nodes carrying
@@ -257,7 +261,7 @@ pub struct Applied {
 
 /// Reads the node and writes what differs from `wants`: the condition (always, when
 /// `heartbeat`), then the taint under the cap.
-pub async fn apply(
+pub(crate) async fn apply(
     client: &Client,
     settings: &KubeNode,
     name: &str,

@@ -37,7 +37,7 @@ use crate::model::scheduler::SchedulerReport;
 use crate::service::versioned::{Changed, Versioned};
 use std::sync::Arc;
 
-pub use transitions::{Command, RemediationChange, ValidationStart};
+pub(crate) use transitions::{Command, RemediationChange, ValidationStart};
 
 /// A GPU's service state, for every GPU of the node: what [`Lifecycle`] publishes. Each part
 /// is shared: a transition replaces the parts it changes and keeps the others' `Arc`s, so a

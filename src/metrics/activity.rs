@@ -11,7 +11,7 @@ fn activity(r: &DeviceReadings) -> Option<&Activity> {
     r.activity.as_ref()
 }
 
-pub const FAMILIES: &[Family] = &[
+pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "gpu_graphics_active_ratio",
         kind: Kind::Gauge,

@@ -16,7 +16,7 @@ fn process_sample(s: &mut super::Samples, p: &GpuProcess, value: Option<f64>) {
     );
 }
 
-pub const FAMILIES: &[Family] = &[
+pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "gpu_processes",
         kind: Kind::Gauge,

@@ -12,7 +12,7 @@ fn per_rule(snapshot: &Snapshot, s: &mut Samples, value: fn(&CustomRuleStatus) -
     }
 }
 
-pub const FAMILIES: &[Family] = &[
+pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "gpuwarden_custom_rule_up",
         kind: Kind::Gauge,

@@ -181,7 +181,7 @@ fn nvml_bus_id(bus: &str) -> String {
 
 pub(super) const MIB: f64 = 1024.0 * 1024.0;
 
-pub const FAMILIES: &[Family] = &[
+pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "DCGM_FI_DEV_XID_ERRORS",
         kind: Kind::Gauge,

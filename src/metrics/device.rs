@@ -5,7 +5,7 @@ use super::{Family, Kind, Read, dcgm_compat, twin};
 use crate::health::HealthState;
 use crate::model::unix_seconds;
 
-pub const FAMILIES: &[Family] = &[
+pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "gpu_info",
         kind: Kind::Gauge,

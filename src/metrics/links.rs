@@ -24,7 +24,7 @@ fn per_link_counts(d: &DeviceSnapshot, s: &mut Samples, counts: fn(&NvLink) -> &
     }
 }
 
-pub const FAMILIES: &[Family] = &[
+pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "gpu_nvlink_links",
         kind: Kind::Gauge,
@@ -144,7 +144,7 @@ pub const FAMILIES: &[Family] = &[
 
 /// Per-link families: served only with `nvlink.per_link` (eighteen links a GPU multiply the
 /// series), chosen when the families are picked, not inside each read.
-pub const PER_LINK_FAMILIES: &[Family] = &[
+pub(crate) const PER_LINK_FAMILIES: &[Family] = &[
     Family {
         name: "gpu_nvlink_up",
         kind: Kind::Gauge,

@@ -21,7 +21,7 @@ fn per_instance(r: &DeviceReadings, s: &mut Samples, value: fn(&Activity) -> Opt
     }
 }
 
-pub const FAMILIES: &[Family] = &[
+pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "gpu_mig_mode",
         kind: Kind::Gauge,

@@ -45,21 +45,21 @@
 //! | `xid.rs` | XID families: counts per GPU and code, and the XID sources' own series |
 //! <!-- /files -->
 
-pub mod activity;
-pub mod attribution;
-pub mod custom_rules;
-pub mod dcgm_compat;
-pub mod device;
+pub(crate) mod activity;
+pub(crate) mod attribution;
+pub(crate) mod custom_rules;
+pub(crate) mod dcgm_compat;
+pub(crate) mod device;
 pub mod exposition;
-pub mod links;
-pub mod mig;
-pub mod network;
-pub mod probe;
-pub mod remediation;
-pub mod scheduler;
-pub mod self_metrics;
-pub mod sinks;
-pub mod xid;
+pub(crate) mod links;
+pub(crate) mod mig;
+pub(crate) mod network;
+pub(crate) mod probe;
+pub(crate) mod remediation;
+pub(crate) mod scheduler;
+pub(crate) mod self_metrics;
+pub(crate) mod sinks;
+pub(crate) mod xid;
 
 use crate::model::{DeviceReadings, DeviceSnapshot, DurationHistogram, Snapshot};
 use prometheus_client::collector::Collector;

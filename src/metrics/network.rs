@@ -35,7 +35,7 @@ impl PortSamples<'_, '_> {
 
 const PORT: &[&str] = &["device", "port", "link_layer"];
 
-pub const FAMILIES: &[Family] = &[
+pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "nic_info",
         kind: Kind::Gauge,

@@ -26,7 +26,7 @@ fn figures(t: &TestResult, test: &str, unit: Unit, s: &mut Samples) {
     }
 }
 
-pub const FAMILIES: &[Family] = &[
+pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "gpu_probe_flops_per_second",
         kind: Kind::Gauge,

@@ -15,7 +15,7 @@ fn auto(snapshot: &Snapshot) -> Option<&Remediations> {
         .map(|_| snapshot.remediation.as_ref())
 }
 
-pub const FAMILIES: &[Family] = &[
+pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "gpuwarden_remediation_failed",
         kind: Kind::Gauge,

@@ -14,7 +14,7 @@ fn node(snapshot: &crate::model::Snapshot) -> Option<&crate::model::scheduler::N
     snapshot.scheduler.as_ref()?.node_at(now)
 }
 
-pub const FAMILIES: &[Family] = &[
+pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "gpuwarden_scheduler_node_drained",
         kind: Kind::Gauge,

@@ -4,13 +4,13 @@ use super::{Family, Kind, Read};
 
 /// The families `metrics.poll_timing: false` turns off: the time of each vendor call and the
 /// poll histograms, about 70 series a node that no shipped rule or dashboard reads.
-pub const POLL_TIMING: &[&str] = &[
+pub(crate) const POLL_TIMING: &[&str] = &[
     "gpuwarden_vendor_call_seconds",
     "gpuwarden_poll_duration_seconds",
     "gpuwarden_poll_round_duration_seconds",
 ];
 
-pub const FAMILIES: &[Family] = &[
+pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "gpuwarden_build_info",
         kind: Kind::Gauge,

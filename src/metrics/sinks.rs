@@ -12,7 +12,7 @@ fn per_sink(snapshot: &Snapshot, s: &mut Samples, value: fn(&SinkState) -> f64) 
     }
 }
 
-pub const FAMILIES: &[Family] = &[
+pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "gpuwarden_sink_delivered",
         kind: Kind::Counter,

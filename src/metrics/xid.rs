@@ -3,7 +3,7 @@
 use super::{Family, Kind, Read};
 use crate::model::unix_seconds;
 
-pub const FAMILIES: &[Family] = &[
+pub(crate) const FAMILIES: &[Family] = &[
     Family {
         name: "gpu_xid_errors",
         kind: Kind::Counter,

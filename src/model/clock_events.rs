@@ -66,7 +66,7 @@ pub struct ClockEvent {
 }
 
 /// NVML's reason bits (nvml.h, `nvmlClocksEventReason*`) and the reason of each.
-pub const NVIDIA_REASONS: [(u64, ClockReason); 9] = [
+pub(crate) const NVIDIA_REASONS: [(u64, ClockReason); 9] = [
     (0x1, ClockReason::GpuIdle),
     (0x2, ClockReason::ApplicationsClocksSetting),
     (0x4, ClockReason::SwPowerCap),
@@ -79,15 +79,15 @@ pub const NVIDIA_REASONS: [(u64, ClockReason); 9] = [
 ];
 
 /// The reasons that mean the GPU is too hot: what GpuThermalViolation alerts on.
-pub const THERMAL_REASONS: [ClockReason; 2] = [ClockReason::SwThermalSlowdown, ClockReason::HwThermalSlowdown];
+pub(crate) const THERMAL_REASONS: [ClockReason; 2] = [ClockReason::SwThermalSlowdown, ClockReason::HwThermalSlowdown];
 
 /// Reasons that mean the board's hardware pulled the clocks down for power: the slowdown
 /// signal (power supply, over-current) and the external power brake. Frequent ones point at
 /// the PSU, the power cables or the board.
-pub const HW_POWER_REASONS: [ClockReason; 2] = [ClockReason::HwSlowdown, ClockReason::HwPowerBrakeSlowdown];
+pub(crate) const HW_POWER_REASONS: [ClockReason; 2] = [ClockReason::HwSlowdown, ClockReason::HwPowerBrakeSlowdown];
 
 /// One [`ClockEvent`] per supported reason, active when its bit is set in `active`.
-pub fn decode_nvidia(active: u64, supported: u64) -> Vec<ClockEvent> {
+pub(crate) fn decode_nvidia(active: u64, supported: u64) -> Vec<ClockEvent> {
     NVIDIA_REASONS
         .iter()
         .filter(|(bit, _)| supported & bit != 0)
@@ -104,7 +104,7 @@ pub fn decode_nvidia(active: u64, supported: u64) -> Vec<ClockEvent> {
 /// over-temperature signal `hw_thermal_slowdown`, PROCHOT `hw_slowdown`. The rest keep AMD's
 /// meaning under names of their own: current limits (TDC, EDC), APCC, PPM and FIT
 /// (the firmware's reliability limit).
-pub const AMD_REASONS: [(u64, ClockReason); 8] = [
+pub(crate) const AMD_REASONS: [(u64, ClockReason); 8] = [
     (0xff, ClockReason::SwPowerCap),               // PPT0-3, SPL, FPPT, SPPT, SPPT_APU
     (0x7f << 16, ClockReason::CurrentLimit),       // TDC GFX/SOC/MEM/VDD/CVIP, EDC CPU/GFX
     (1 << 23, ClockReason::Apcc),                  // APCC
@@ -117,7 +117,7 @@ pub const AMD_REASONS: [(u64, ClockReason); 8] = [
 
 /// Every AMD reason, active when any of its bits is set. The driver reports all of them
 /// (there is no "supported" mask), so all are listed.
-pub fn decode_amd(status: u64) -> Vec<ClockEvent> {
+pub(crate) fn decode_amd(status: u64) -> Vec<ClockEvent> {
     AMD_REASONS
         .iter()
         .map(|&(bits, reason)| ClockEvent {

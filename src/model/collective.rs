@@ -72,7 +72,7 @@ pub struct CollectiveHistory {
 }
 
 /// How many earlier figures are kept: the baseline is the median of the latest of them.
-pub const MAX_FIGURES: usize = 30;
+pub(crate) const MAX_FIGURES: usize = 30;
 
 impl CollectiveHistory {
     /// Keeps a run's figure (a run that measured something and did not fail).

@@ -30,6 +30,8 @@ macro_rules! label_enum {
             $( $(#[$variant_meta])* $variant, )+
         }
 
+        // As visible as the enum: each enum's set, whichever of them its users need.
+        #[allow(unreachable_pub, dead_code)]
         impl $name {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
 

@@ -26,20 +26,20 @@
 //! | `xid.rs` | XID counts as the renderers and the health rules read them, by PCI bus id |
 //! <!-- /files -->
 
-pub mod activity;
-pub mod clock_events;
-pub mod collective;
+pub(crate) mod activity;
+pub(crate) mod clock_events;
+pub(crate) mod collective;
 pub mod health;
-pub mod label;
-pub mod links;
-pub mod mig;
-pub mod nic;
-pub mod probe;
-pub mod recent;
-pub mod remediation;
+pub(crate) mod label;
+pub(crate) mod links;
+pub(crate) mod mig;
+pub(crate) mod nic;
+pub(crate) mod probe;
+pub(crate) mod recent;
+pub(crate) mod remediation;
 pub mod scheduler;
-pub mod sink;
-pub mod xid;
+pub(crate) mod sink;
+pub(crate) mod xid;
 
 use crate::model::clock_events::ClockReason;
 use crate::model::label::{Label, label_enum};

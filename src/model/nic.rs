@@ -6,11 +6,11 @@ use super::health::Growth;
 
 /// Most ports read on a node: an HGX node has 8 to 10 RDMA ports; a doctored tree of
 /// 10,000 makes no more series than this.
-pub const MAX_PORTS: usize = 64;
+pub(crate) const MAX_PORTS: usize = 64;
 
 /// Where a watched counter lives under a port's directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CounterDir {
+pub(crate) enum CounterDir {
     /// `counters/`: the InfiniBand performance-management (PMA) counters, kept by the core.
     Pma,
     /// `hw_counters/`: the driver's own (mlx5's "Q counters"), present when it has them.
@@ -18,7 +18,7 @@ pub enum CounterDir {
 }
 
 impl CounterDir {
-    pub fn dir(self) -> &'static str {
+    pub(crate) fn dir(self) -> &'static str {
         match self {
             CounterDir::Pma => "counters",
             CounterDir::Hw => "hw_counters",
@@ -30,7 +30,7 @@ impl CounterDir {
 /// the kernel's `drivers/infiniband/core/sysfs.c`; the others in mlx5's
 /// `drivers/infiniband/hw/mlx5/counters.c` (docs/metrics.md, "Network ports", says what each
 /// counts).
-pub const WATCHED_COUNTERS: [(&str, CounterDir); 12] = [
+pub(crate) const WATCHED_COUNTERS: [(&str, CounterDir); 12] = [
     ("link_downed", CounterDir::Pma),
     ("symbol_error", CounterDir::Pma),
     ("link_error_recovery", CounterDir::Pma),
@@ -114,8 +114,8 @@ pub struct NicPort {
 }
 
 /// The InfiniBand state codes (IBTA: 4 is ACTIVE) and physical state codes (5 is LinkUp).
-pub const STATE_ACTIVE: u8 = 4;
-pub const PHYS_LINK_UP: u8 = 5;
+pub(crate) const STATE_ACTIVE: u8 = 4;
+pub(crate) const PHYS_LINK_UP: u8 = 5;
 
 impl NicPort {
     /// Active and LinkUp: the port carries traffic. `None` where neither state is readable;
@@ -211,7 +211,8 @@ pub struct NicTrend {
     pub symbol_error: Option<Growth>,
 }
 
-pub use super::health::{ExpectedRates, NetworkLimits};
+pub use super::health::ExpectedRates;
+pub(crate) use super::health::NetworkLimits;
 
 #[cfg(test)]
 mod tests {

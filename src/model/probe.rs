@@ -516,7 +516,7 @@ impl ProbeFigures {
 }
 
 /// The most probes a GPU's history keeps (`probe.baseline_probes` is at most this).
-pub const MAX_HISTORY: usize = 50;
+pub(crate) const MAX_HISTORY: usize = 50;
 
 /// A probe that could not run (no CUDA, a timeout, a child that died): when and why.
 #[derive(Debug, Clone, PartialEq)]

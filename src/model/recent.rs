@@ -6,11 +6,11 @@ use std::collections::VecDeque;
 
 /// Times kept: a storm beyond it is still counted in full by the totals beside it, and the
 /// recent count then says "at least" this many.
-pub const MAX_TIMES: usize = 1024;
+pub(crate) const MAX_TIMES: usize = 1024;
 
 /// Event times, oldest first, at most [`MAX_TIMES`].
 #[derive(Debug, Clone)]
-pub struct RecentTimes<T> {
+pub(crate) struct RecentTimes<T> {
     times: VecDeque<T>,
 }
 
@@ -22,7 +22,7 @@ impl<T> Default for RecentTimes<T> {
 
 impl<T: PartialOrd + Copy> RecentTimes<T> {
     /// One more event at `at`; the oldest goes past [`MAX_TIMES`].
-    pub fn push(&mut self, at: T) {
+    pub(crate) fn push(&mut self, at: T) {
         self.times.push_back(at);
         if self.times.len() > MAX_TIMES {
             self.times.pop_front();
@@ -30,18 +30,18 @@ impl<T: PartialOrd + Copy> RecentTimes<T> {
     }
 
     /// Forgets the events before `since` (the window's start: one at `since` stays).
-    pub fn forget_before(&mut self, since: T) {
+    pub(crate) fn forget_before(&mut self, since: T) {
         while self.times.front().is_some_and(|at| *at < since) {
             self.times.pop_front();
         }
     }
 
     /// The events kept.
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.times.len() as u64
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.times.is_empty()
     }
 }

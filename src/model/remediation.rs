@@ -8,11 +8,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// How far back resets count against `remediation.max_resets_per_day`.
-pub const RESET_WINDOW_SECONDS: f64 = 24.0 * 3600.0;
+pub(crate) const RESET_WINDOW_SECONDS: f64 = 24.0 * 3600.0;
 /// The most attempts kept (the last day's on a node with many GPUs fits easily).
-pub const MAX_ATTEMPTS: usize = 256;
+pub(crate) const MAX_ATTEMPTS: usize = 256;
 /// The most bytes of a step's output kept (stdout and stderr together).
-pub const MAX_OUTPUT: usize = 4096;
+pub(crate) const MAX_OUTPUT: usize = 4096;
 
 /// One step the executor ran for one GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -95,7 +95,7 @@ pub enum AttemptOutcome {
 }
 
 /// Why an attempt found in the journal has no outcome: its start was recorded, its end not.
-pub const NO_OUTCOME: &str = "no outcome was recorded: the daemon stopped or died while it ran";
+pub(crate) const NO_OUTCOME: &str = "no outcome was recorded: the daemon stopped or died while it ran";
 
 impl AttemptOutcome {
     pub fn label(&self) -> &'static str {
@@ -134,6 +134,8 @@ pub struct Refusal {
 /// are asked): the label set of `gpu_remediation_held_back{guard}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+// `fleet_guard` is the wire's label value (gpu_remediation_held_back{guard}), kept as it is.
+#[allow(clippy::enum_variant_names)]
 pub enum Guard {
     /// The node needs a reboot first.
     RebootRequired,
@@ -232,16 +234,16 @@ impl Remediations {
 }
 
 /// Cuts `text` to at most [`MAX_OUTPUT`] bytes at a character boundary, saying so.
-pub fn bounded_output(text: &str) -> String {
+pub(crate) fn bounded_output(text: &str) -> String {
     bounded_to(text, MAX_OUTPUT)
 }
 
 /// The share of [`MAX_OUTPUT`] each of a reset's three commands (persistence off, the reset,
 /// persistence on) keeps: one that prints 100 MB does not crowd the others out.
-pub const STEP_OUTPUT: usize = MAX_OUTPUT / 3;
+pub(crate) const STEP_OUTPUT: usize = MAX_OUTPUT / 3;
 
 /// Cuts `text` to at most `max` bytes (at least 64) at a character boundary, saying so.
-pub fn bounded_to(text: &str, max: usize) -> String {
+pub(crate) fn bounded_to(text: &str, max: usize) -> String {
     let max = max.max(64);
     if text.len() <= max {
         return text.to_string();

@@ -16,4 +16,4 @@ pub struct SinkState {
 }
 
 /// By sink name.
-pub type SinkStates = BTreeMap<String, SinkState>;
+pub(crate) type SinkStates = BTreeMap<String, SinkState>;

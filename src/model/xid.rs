@@ -48,7 +48,7 @@ impl XidPolicy {
 
 /// The code under which the XIDs of codes beyond a GPU's limit of distinct codes are counted
 /// (label `xid="other"`), so that no count is lost and the series stay bounded.
-pub const OTHER_CODES: u32 = u32::MAX;
+pub(crate) const OTHER_CODES: u32 = u32::MAX;
 
 /// One XID code on one GPU.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -72,7 +72,7 @@ impl XidCount {
 }
 
 /// A code as a label: its number, or `other` for [`OTHER_CODES`].
-pub fn code_label(code: u32) -> String {
+pub(crate) fn code_label(code: u32) -> String {
     if code == OTHER_CODES {
         "other".to_string()
     } else {
@@ -81,10 +81,10 @@ pub fn code_label(code: u32) -> String {
 }
 
 /// The window of [`XidCount::recent`]: dcgm-exporter's default `xid-count-window-size`.
-pub const RECENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
+pub(crate) const RECENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The bus id under which XIDs whose report names no GPU are counted.
-pub const UNATTRIBUTED: &str = "";
+pub(crate) const UNATTRIBUTED: &str = "";
 
 /// What the renderers and the health rules read, by PCI bus id.
 #[derive(Debug, Clone, Default, PartialEq)]

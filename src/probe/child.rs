@@ -31,7 +31,7 @@ impl RunError {
 /// Runs `gpuwarden probe --json --settings-from-stdin ARGS` with `settings`, one piece of GPU
 /// work at a time, killed after `probe.timeout` or at the daemon's stop: what it printed and
 /// its exit status, or why there is nothing.
-pub fn run_process(
+pub(crate) fn run_process(
     args: &[&str],
     settings: &ChildSettings,
     stop: &Stop,

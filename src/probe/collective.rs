@@ -18,7 +18,7 @@ use std::time::Duration;
 
 /// Each GPU's buffer: 256 MiB of fp32, large enough for the links' steady rate (NCCL's tests
 /// reach their plateau from about 128 MiB).
-pub const BYTES: u64 = 256 << 20;
+pub(crate) const BYTES: u64 = 256 << 20;
 
 /// The most timed all-reduces of one run, whatever the clock says: 2 s at 1 ms each.
 const MAX_OPERATIONS: u32 = 2000;
@@ -48,7 +48,7 @@ fn cuda<E: std::fmt::Debug>(what: &str) -> impl Fn(E) -> ProbeError + '_ {
 }
 
 /// All-reduces across the CUDA devices `ordinals` (at least two) for about `duration`.
-pub fn all_reduce(nccl: &Nccl, ordinals: &[usize], duration: Duration) -> Result<CollectiveOutcome, ProbeError> {
+pub(crate) fn all_reduce(nccl: &Nccl, ordinals: &[usize], duration: Duration) -> Result<CollectiveOutcome, ProbeError> {
     let count = (BYTES / 4) as usize;
     let mut ranks = Vec::new();
     for (rank, &ordinal) in ordinals.iter().enumerate() {

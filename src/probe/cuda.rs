@@ -32,7 +32,7 @@ const MIB: u64 = 1 << 20;
 
 /// What a test measured, before it is compared with what the model should do.
 #[derive(Debug, Clone)]
-pub struct Measured {
+pub(crate) struct Measured {
     pub params: BTreeMap<String, u64>,
     pub rates: Option<windows::Rates>,
     pub skipped: Option<String>,
@@ -78,7 +78,7 @@ impl Measured {
 
 /// Buffer sizes from the memory cap, so that every test of a probe fits under it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Sizes {
+pub(crate) struct Sizes {
     /// Square GEMM side; three n x n bf16 matrices.
     pub gemm_n: u64,
     /// Each of the two copy buffers.
@@ -93,7 +93,7 @@ pub struct Sizes {
 impl Sizes {
     /// The largest sizes that still measure the steady rate, shrunk to fit `cap_mib`: an
     /// 8192 GEMM (384 MiB), 512 MiB copy buffers (ten times any L2 cache), 256 MiB transfers.
-    pub fn for_cap(cap_mib: u64) -> Sizes {
+    pub(crate) fn for_cap(cap_mib: u64) -> Sizes {
         let cap = cap_mib * MIB;
         let gemm_n = if 3 * 8192 * 8192 * 2 <= cap / 2 { 8192 } else { 4096 };
         let round = |bytes: u64| (bytes / (16 * MIB)).max(1) * 16 * MIB;
@@ -109,14 +109,14 @@ impl Sizes {
 
 /// True when the CUDA driver library can be loaded. Nothing else in this module may be
 /// called when it is false: cudarc panics on a library it cannot find.
-pub fn driver_present() -> bool {
+pub(crate) fn driver_present() -> bool {
     // SAFETY: only tries to dlopen the driver library by its usual names.
     unsafe { driver::sys::is_culib_present() }
 }
 
 /// Loads `path` (when given) so that cudarc's own lookup by soname finds this cuBLAS, then
 /// says whether a cuBLAS can be loaded at all.
-pub fn cublas_present(path: &Path) -> Result<bool, ProbeError> {
+pub(crate) fn cublas_present(path: &Path) -> Result<bool, ProbeError> {
     if !path.as_os_str().is_empty() {
         // SAFETY: loading a shared library runs its initialisers; cuBLAS's are benign.
         let library = unsafe { libloading::Library::new(path) }
@@ -129,7 +129,7 @@ pub fn cublas_present(path: &Path) -> Result<bool, ProbeError> {
 }
 
 /// One GPU opened for probing.
-pub struct CudaGpu {
+pub(crate) struct CudaGpu {
     pub(super) ctx: Arc<CudaContext>,
     pub(super) stream: Arc<CudaStream>,
     kernels_fma: CudaFunction,
@@ -154,7 +154,7 @@ pub(super) fn cuda_error<E: std::fmt::Debug>(what: &str) -> impl Fn(E) -> ProbeE
 }
 
 /// Formats a CUDA uuid the way NVML does: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
-pub fn format_uuid(bytes: &[u8; 16]) -> String {
+pub(crate) fn format_uuid(bytes: &[u8; 16]) -> String {
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     format!(
         "GPU-{}-{}-{}-{}-{}",
@@ -170,7 +170,7 @@ impl CudaGpu {
     /// Opens the CUDA device whose uuid is `uuid` (NVML's form). CUDA numbers devices its
     /// own way (fastest first, and CUDA_VISIBLE_DEVICES renumbers them), so the uuid is the
     /// only safe link to the GPU NVML calls `gpu="N"`.
-    pub fn open(identity: &crate::model::DeviceIdentity, cublas: bool) -> Result<CudaGpu, ProbeError> {
+    pub(crate) fn open(identity: &crate::model::DeviceIdentity, cublas: bool) -> Result<CudaGpu, ProbeError> {
         let uuid = identity.uuid.as_str();
         driver::result::init().map_err(cuda_error("cuInit"))?;
         let count = CudaContext::device_count().map_err(cuda_error("cuDeviceGetCount"))?;
@@ -233,7 +233,13 @@ impl CudaGpu {
     /// Runs one test for `duration` of GPU time. A failure inside a test is reported as that
     /// test's `skipped` reason; the other tests still run. `load_started` is called once the
     /// set-up and warm-up are done, just before the first timed window.
-    pub fn run(&self, test: Test, durations: &ProbeDurations, sizes: Sizes, load_started: &dyn Fn()) -> Measured {
+    pub(crate) fn run(
+        &self,
+        test: Test,
+        durations: &ProbeDurations,
+        sizes: Sizes,
+        load_started: &dyn Fn(),
+    ) -> Measured {
         let duration = durations.of(test);
         let mut params = BTreeMap::new();
         let result = match test {

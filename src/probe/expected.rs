@@ -9,7 +9,7 @@
 
 use crate::model::probe::Test;
 
-pub use crate::model::probe::Expectation;
+pub(crate) use crate::model::probe::Expectation;
 
 /// Whether a row is about a GPU of this name.
 fn matches(row: &Expectation, gpu_name: &str) -> bool {
@@ -36,7 +36,7 @@ const SHIPPED: [(&str, f64, f64, f64, f64, f64); 11] = [
     ("MI300X", 915.0, 61.3, 4505.0, 51.2, 51.2),
 ];
 
-pub fn shipped() -> Vec<Expectation> {
+pub(crate) fn shipped() -> Vec<Expectation> {
     SHIPPED
         .iter()
         .map(|&(pattern, gemm, fma, hbm, h2d, d2h)| Expectation {
@@ -59,19 +59,19 @@ fn best_match<'a>(rows: &'a [Expectation], gpu_name: &str) -> Option<&'a Expecta
 
 /// What applies to one GPU: the config's row over the shipped row, value by value.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     /// "config: <match>", "shipped: <match>" or both joined with " over ".
     pub source: String,
     values: Vec<(Test, f64)>,
 }
 
 impl Resolved {
-    pub fn value(&self, test: Test) -> Option<f64> {
+    pub(crate) fn value(&self, test: Test) -> Option<f64> {
         self.values.iter().find(|(t, _)| *t == test).map(|(_, v)| *v)
     }
 }
 
-pub fn resolve(configured: &[Expectation], gpu_name: &str) -> Option<Resolved> {
+pub(crate) fn resolve(configured: &[Expectation], gpu_name: &str) -> Option<Resolved> {
     let shipped_rows = shipped();
     let from_config = best_match(configured, gpu_name);
     let from_table = best_match(&shipped_rows, gpu_name);
@@ -94,7 +94,7 @@ pub fn resolve(configured: &[Expectation], gpu_name: &str) -> Option<Resolved> {
 }
 
 /// Pass when the sustained figure reaches `fraction` of the expected value.
-pub fn verdict(measured: f64, expected: f64, fraction: f64) -> bool {
+pub(crate) fn verdict(measured: f64, expected: f64, fraction: f64) -> bool {
     measured >= expected * fraction
 }
 

@@ -6,7 +6,7 @@
 
 /// How a pass writes and reads the region (`mem_fill`'s and `mem_check`'s `mode`).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Fill {
+pub(crate) enum Fill {
     /// Every word the pattern.
     Pattern(u32),
     /// Every word its own index XOR the pattern (address in address: a wrong address line
@@ -18,7 +18,7 @@ pub enum Fill {
 
 impl Fill {
     /// (pattern, mode) as the kernels take them.
-    pub fn args(self) -> (u32, i32) {
+    pub(crate) fn args(self) -> (u32, i32) {
         match self {
             Fill::Pattern(p) => (p, 0),
             Fill::Address(p) => (p, 1),
@@ -29,7 +29,7 @@ impl Fill {
 
 /// One pass.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Pass {
+pub(crate) enum Pass {
     /// Fill, then read every word back.
     FillCheck { name: String, fill: Fill },
     /// Moving inversions: fill with `pattern`; read each word (it must hold the pattern) and
@@ -39,14 +39,14 @@ pub enum Pass {
 }
 
 impl Pass {
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         match self {
             Pass::FillCheck { name, .. } | Pass::MovingInversions { name, .. } => name,
         }
     }
 
     /// How many times the pass reads or writes the whole region.
-    pub fn traversals(&self) -> u64 {
+    pub(crate) fn traversals(&self) -> u64 {
         match self {
             Pass::FillCheck { .. } => 2,
             // fill, up (read + write), down (read + write), check
@@ -57,7 +57,7 @@ impl Pass {
 
 /// Every pass, in the order they run: address in address and its inverse, moving inversions
 /// over four patterns, then walking ones and walking zeros over the 32 bits of a word.
-pub fn plan() -> Vec<Pass> {
+pub(crate) fn plan() -> Vec<Pass> {
     let mut passes = vec![
         Pass::FillCheck {
             name: "address".into(),
@@ -88,14 +88,14 @@ pub fn plan() -> Vec<Pass> {
 }
 
 /// The region's size: `share` of the free memory, at most `max_bytes`, in whole 16 MiB.
-pub fn region_bytes(free: u64, share: f64, max_bytes: u64) -> u64 {
+pub(crate) fn region_bytes(free: u64, share: f64, max_bytes: u64) -> u64 {
     let chunk = 16u64 << 20;
     let wanted = ((free as f64 * share) as u64).min(max_bytes);
     wanted / chunk * chunk
 }
 
 /// The most words that read back wrong the kernels keep (with index, expected and got).
-pub const KEPT_BAD: usize = 16;
+pub(crate) const KEPT_BAD: usize = 16;
 
 #[cfg(test)]
 mod tests {

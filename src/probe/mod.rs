@@ -30,24 +30,24 @@
 //! | `windows.rs` | Turning timed windows of work into the two figures a probe reports: the burst (what a cool GPU does for a moment) and the sustained rate (what it keeps up... |
 //! <!-- /files -->
 
-pub mod child;
+pub(crate) mod child;
 pub mod cli;
 pub mod cli_collective;
-pub mod collective;
-pub mod cuda;
+pub(crate) mod collective;
+pub(crate) mod cuda;
 mod cuda_memtest;
 mod cuda_sdc;
-pub mod expected;
-pub mod memtest;
-pub mod nccl;
-pub mod report;
-pub mod sampler;
+pub(crate) mod expected;
+pub(crate) mod memtest;
+pub(crate) mod nccl;
+pub(crate) mod report;
+pub(crate) mod sampler;
 pub mod schedule;
-pub mod sdc;
-pub mod sdc_rejudge;
-pub mod sweep;
-pub mod together;
-pub mod windows;
+pub(crate) mod sdc;
+pub(crate) mod sdc_rejudge;
+pub(crate) mod sweep;
+pub(crate) mod together;
+pub(crate) mod windows;
 
 pub use crate::model::probe::{ProbeReport, ProbeSnapshot, Test, TestResult, UnderLoad, Unit};
 use serde::{Deserialize, Serialize};

@@ -9,11 +9,11 @@ use std::path::Path;
 
 /// ncclResult_t: 0 is success.
 type NcclResult = c_int;
-pub type Comm = *mut c_void;
+pub(crate) type Comm = *mut c_void;
 
 /// ncclDataType_t and ncclRedOp_t values from nccl.h.
-pub const NCCL_FLOAT32: c_int = 7;
-pub const NCCL_SUM: c_int = 0;
+pub(crate) const NCCL_FLOAT32: c_int = 7;
+pub(crate) const NCCL_SUM: c_int = 0;
 
 type GetVersion = unsafe extern "C" fn(*mut c_int) -> NcclResult;
 type CommInitAll = unsafe extern "C" fn(*mut Comm, c_int, *const c_int) -> NcclResult;
@@ -23,7 +23,7 @@ type CommDestroy = unsafe extern "C" fn(Comm) -> NcclResult;
 type ErrorString = unsafe extern "C" fn(NcclResult) -> *const c_char;
 
 /// The library and the functions the test calls, looked up once.
-pub struct Nccl {
+pub(crate) struct Nccl {
     pub get_version: GetVersion,
     pub comm_init_all: CommInitAll,
     pub all_reduce: AllReduce,
@@ -40,7 +40,7 @@ const NAMES: [&str; 2] = ["libnccl.so.2", "libnccl.so"];
 
 impl Nccl {
     /// Loads `path`, or the usual names when it is empty; Err says what to install.
-    pub fn load(path: &Path) -> Result<Nccl, ProbeError> {
+    pub(crate) fn load(path: &Path) -> Result<Nccl, ProbeError> {
         let candidates: Vec<&std::ffi::OsStr> = if path.as_os_str().is_empty() {
             NAMES.iter().map(std::ffi::OsStr::new).collect()
         } else {
@@ -83,7 +83,7 @@ impl Nccl {
     }
 
     /// NCCL's version as it says it (22703: 2.27.3).
-    pub fn version(&self) -> Result<i32, ProbeError> {
+    pub(crate) fn version(&self) -> Result<i32, ProbeError> {
         let mut version = 0;
         // SAFETY: a valid out pointer.
         self.check("ncclGetVersion", unsafe { (self.get_version)(&mut version) })?;
@@ -91,7 +91,7 @@ impl Nccl {
     }
 
     /// Ok for success, else the call's name and NCCL's words for the error.
-    pub fn check(&self, call: &str, result: NcclResult) -> Result<(), ProbeError> {
+    pub(crate) fn check(&self, call: &str, result: NcclResult) -> Result<(), ProbeError> {
         if result == 0 {
             return Ok(());
         }
@@ -108,7 +108,7 @@ impl Nccl {
 }
 
 /// "2.27.3" from NCCL's 22703 (versions before 2.9 wrote 2708 for 2.7.8).
-pub fn version_text(code: i32) -> String {
+pub(crate) fn version_text(code: i32) -> String {
     if code >= 10000 {
         format!("{}.{}.{}", code / 10000, (code / 100) % 100, code % 100)
     } else {

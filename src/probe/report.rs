@@ -4,7 +4,7 @@
 use super::{ProbeReport, TestResult};
 use std::fmt::Write;
 
-pub fn render(report: &ProbeReport) -> String {
+pub(crate) fn render(report: &ProbeReport) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "GPU {}  {}  {}", report.gpu, report.name, report.uuid);
     match &report.expectation {

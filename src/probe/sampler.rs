@@ -19,7 +19,7 @@ use std::time::Duration;
 
 /// The few readings a probe report needs from one poll.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Sample {
+pub(crate) struct Sample {
     pub temperature: Option<f64>,
     pub memory_temperature: Option<f64>,
     pub sm_clock_hertz: Option<f64>,
@@ -32,7 +32,7 @@ pub struct Sample {
 }
 
 impl Sample {
-    pub fn from_readings(r: &DeviceReadings) -> Sample {
+    pub(crate) fn from_readings(r: &DeviceReadings) -> Sample {
         Sample {
             temperature: r.temperature("gpu"),
             memory_temperature: r.temperature("memory"),
@@ -48,7 +48,7 @@ impl Sample {
 
 /// Peak, means and reason durations over the samples of one test; each sample stands for
 /// one `interval`.
-pub fn summarize(samples: &[Sample], interval: Duration) -> UnderLoad {
+pub(crate) fn summarize(samples: &[Sample], interval: Duration) -> UnderLoad {
     fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
         let (sum, n) = values.fold((0.0, 0u32), |(s, n), v| (s + v, n + 1));
         (n > 0).then(|| sum / f64::from(n))
@@ -111,7 +111,7 @@ impl Current {
 }
 
 /// A thread that polls one GPU every `interval` and keeps the samples of the running test.
-pub struct Sampler {
+pub(crate) struct Sampler {
     current: Arc<Mutex<Current>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -119,7 +119,7 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    pub fn start(mut poller: NvmlDevicePoller, interval: Duration) -> Sampler {
+    pub(crate) fn start(mut poller: NvmlDevicePoller, interval: Duration) -> Sampler {
         let current = Arc::new(Mutex::new(Current::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let (c, s) = (current.clone(), stop.clone());
@@ -145,7 +145,7 @@ impl Sampler {
     }
 
     /// Starts keeping samples for `test`.
-    pub fn begin(&self, test: Test) {
+    pub(crate) fn begin(&self, test: Test) {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         current.test = Some(test);
         current.samples.clear();
@@ -153,7 +153,7 @@ impl Sampler {
     }
 
     /// The test's set-up is done and its timed windows begin.
-    pub fn load_started(&self) {
+    pub(crate) fn load_started(&self) {
         self.current
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -161,7 +161,7 @@ impl Sampler {
     }
 
     /// Stops keeping samples and summarises those of the test that just ended.
-    pub fn end(&self) -> UnderLoad {
+    pub(crate) fn end(&self) -> UnderLoad {
         let samples = self.current.lock().unwrap_or_else(PoisonError::into_inner).take();
         summarize(&samples, self.interval)
     }

@@ -12,27 +12,27 @@
 
 /// Bumped whenever the canary's inputs, sizes or digest change: a new digest is then not a
 /// disagreement with the old ones (it is part of `SdcKey`).
-pub const CANARY_VERSION: u32 = 1;
+pub(crate) const CANARY_VERSION: u32 = 1;
 /// Depth of the exact GEMMs: |result| <= 512 * 3 * 2 = 3072, far inside fp32's exact integers.
-pub const EXACT_DEPTH: u64 = 512;
+pub(crate) const EXACT_DEPTH: u64 = 512;
 /// Period of the exact GEMM's inputs down A's rows (i) and across B's columns (j).
 const PERIOD_I: u64 = 7;
 const PERIOD_J: u64 = 5;
 /// FMA chain: steps per thread, and the seeds' period (threads beyond it repeat a seed).
-pub const FMA_STEPS: i32 = 4096;
-pub const FMA_SEEDS: u64 = 1024;
+pub(crate) const FMA_STEPS: i32 = 4096;
+pub(crate) const FMA_SEEDS: u64 = 1024;
 /// a < 1 and b > 0 keep the chain near b / (1 - a) = 1 with every step rounded.
-pub const FMA_A: f32 = 0.999;
-pub const FMA_B: f32 = 0.001;
+pub(crate) const FMA_A: f32 = 0.999;
+pub(crate) const FMA_B: f32 = 0.001;
 /// The agreement digest's parts (row blocks), and the most runs of its GEMM per probe.
-pub const DIGEST_PARTS: u64 = 64;
-pub const MAX_REPEATS: u32 = 200;
+pub(crate) const DIGEST_PARTS: u64 = 64;
+pub(crate) const MAX_REPEATS: u32 = 200;
 /// Threads per block of `digest_words`; each block reads 16 words per thread.
-pub const DIGEST_THREADS: u32 = 256;
+pub(crate) const DIGEST_THREADS: u32 = 256;
 
 /// The canary's sizes for a GPU with `sms` SMs.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SdcSizes {
+pub(crate) struct SdcSizes {
     /// Side of the exact GEMMs' square result: about two 128 x 128 tiles per SM.
     pub exact_side: u64,
     /// Side of the agreement GEMM (result, inputs and depth), a multiple of 512 so the
@@ -41,7 +41,7 @@ pub struct SdcSizes {
 }
 
 impl SdcSizes {
-    pub fn for_sms(sms: u32) -> SdcSizes {
+    pub(crate) fn for_sms(sms: u32) -> SdcSizes {
         let sms = f64::from(sms.max(1));
         SdcSizes {
             exact_side: 128 * (2.0 * sms).sqrt().ceil() as u64,
@@ -62,7 +62,7 @@ fn exact_b(l: u64, j: u64) -> i64 {
 
 /// A and B of the exact GEMM, column-major as cuBLAS reads them, as f32 (converted to the
 /// test's type by the caller: all are exact in bf16, fp16 and fp32).
-pub fn exact_inputs(side: u64) -> (Vec<f32>, Vec<f32>) {
+pub(crate) fn exact_inputs(side: u64) -> (Vec<f32>, Vec<f32>) {
     let mut a = Vec::with_capacity((side * EXACT_DEPTH) as usize);
     for l in 0..EXACT_DEPTH {
         for i in 0..side {
@@ -79,7 +79,7 @@ pub fn exact_inputs(side: u64) -> (Vec<f32>, Vec<f32>) {
 }
 
 /// The exact result's 35 values, by (i mod 7, j mod 5).
-pub fn exact_table() -> [[f32; PERIOD_J as usize]; PERIOD_I as usize] {
+pub(crate) fn exact_table() -> [[f32; PERIOD_J as usize]; PERIOD_I as usize] {
     let mut table = [[0.0; PERIOD_J as usize]; PERIOD_I as usize];
     for (i, row) in table.iter_mut().enumerate() {
         for (j, value) in row.iter_mut().enumerate() {
@@ -93,14 +93,14 @@ pub fn exact_table() -> [[f32; PERIOD_J as usize]; PERIOD_I as usize] {
 }
 
 /// Compares a column-major `side` x `side` result with the exact table.
-pub fn check_exact(name: &str, side: u64, got: &[f32]) -> crate::model::probe::ExactCheck {
+pub(crate) fn check_exact(name: &str, side: u64, got: &[f32]) -> crate::model::probe::ExactCheck {
     let table = exact_table();
     let expected = |index: u64| table[((index % side) % PERIOD_I) as usize][((index / side) % PERIOD_J) as usize];
     compare(name, got, expected)
 }
 
 /// The FMA chain's result for thread `t`, as `fma_chain` computes it.
-pub fn fma_chain_result(t: u64) -> f32 {
+pub(crate) fn fma_chain_result(t: u64) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: the CPU has FMA (checked just above), all the function needs.
@@ -127,7 +127,7 @@ fn fma_chain_portable(t: u64) -> f32 {
 }
 
 /// Compares every thread's chain with its seed's exact result.
-pub fn check_fma_chains(got: &[f32]) -> crate::model::probe::ExactCheck {
+pub(crate) fn check_fma_chains(got: &[f32]) -> crate::model::probe::ExactCheck {
     let results: Vec<f32> = (0..FMA_SEEDS).map(fma_chain_result).collect();
     compare("fma_chain", got, |t| results[(t % FMA_SEEDS) as usize])
 }
@@ -158,7 +158,7 @@ fn compare(name: &str, got: &[f32], expected: impl Fn(u64) -> f32) -> crate::mod
 }
 
 /// splitmix64's finaliser, as `digest_words` mixes each word with its index.
-pub fn mix64(mut z: u64) -> u64 {
+pub(crate) fn mix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -166,7 +166,8 @@ pub fn mix64(mut z: u64) -> u64 {
 }
 
 /// What `digest_words` computes: per part, the sum of mix64(index << 32 | word).
-pub fn digest_parts(words: &[u32], parts: u64) -> Vec<u64> {
+#[cfg(test)]
+pub(crate) fn digest_parts(words: &[u32], parts: u64) -> Vec<u64> {
     let per_part = (words.len() as u64).div_ceil(parts.max(1)).max(1);
     let mut sums = vec![0u64; parts as usize];
     for (i, word) in words.iter().enumerate() {
@@ -179,19 +180,19 @@ pub fn digest_parts(words: &[u32], parts: u64) -> Vec<u64> {
 }
 
 /// The whole digest from its parts: each part mixed with its place, summed.
-pub fn digest_of(parts: &[u64]) -> u64 {
+pub(crate) fn digest_of(parts: &[u64]) -> u64 {
     parts.iter().enumerate().fold(0u64, |acc, (i, p)| {
         acc.wrapping_add(mix64(p ^ (i as u64).rotate_left(56)))
     })
 }
 
 /// Hex, as the report carries digests.
-pub fn hex(value: u64) -> String {
+pub(crate) fn hex(value: u64) -> String {
     format!("{value:016x}")
 }
 
 /// The agreement GEMM's inputs: bf16 values in about [-2, 2] from a fixed seed, A and B.
-pub fn agreement_inputs(side: u64) -> (Vec<u16>, Vec<u16>) {
+pub(crate) fn agreement_inputs(side: u64) -> (Vec<u16>, Vec<u16>) {
     let count = (side * side) as usize;
     (fixed_bf16(count, 0x5dc1), fixed_bf16(count, 0x5dc2))
 }
@@ -214,12 +215,12 @@ pub(super) fn fixed_bf16(count: usize, seed: u64) -> Vec<u16> {
 }
 
 /// An f32 as bf16 (truncated: the canary's values are exact in bf16).
-pub fn to_bf16(value: f32) -> u16 {
+pub(crate) fn to_bf16(value: f32) -> u16 {
     (value.to_bits() >> 16) as u16
 }
 
 /// An f32 as IEEE half (the canary's small integers only: exact).
-pub fn to_f16(value: f32) -> u16 {
+pub(crate) fn to_f16(value: f32) -> u16 {
     if value == 0.0 {
         return 0;
     }
@@ -233,7 +234,7 @@ pub fn to_f16(value: f32) -> u16 {
 /// What the canary's evidence from one GPU's probe means with what else is known: the other
 /// GPUs' latest digests under the same key and the digest remembered for it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Judgement {
+pub(crate) struct Judgement {
     /// Everything wrong; empty when the GPU's results are right as far as anything tells.
     pub faults: Vec<String>,
     /// The key's reference digest as it should be kept now, when it changes.
@@ -251,7 +252,7 @@ pub struct Judgement {
 /// come from the one bad GPU). A GPU that differs from a remembered digest only one other
 /// GPU gave is not a suspect (`undecided`): on a fresh node the first GPU probed may be the
 /// bad one. A remembered digest its own GPU gave holds that GPU to it over time.
-pub fn judge(
+pub(crate) fn judge(
     uuid: &str,
     outcome: &crate::model::probe::SdcOutcome,
     others: &[(String, u32, crate::model::probe::SdcOutcome)],

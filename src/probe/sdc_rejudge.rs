@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 /// What judging the key's GPUs again against a new reference changes.
 #[derive(Debug, Default, PartialEq)]
-pub struct Rejudgement {
+pub(crate) struct Rejudgement {
     /// Suspects lifted, by uuid.
     pub lifted: Vec<(String, SdcLift)>,
     /// GPUs that now differ from the reference, by uuid.
@@ -22,7 +22,7 @@ pub struct Rejudgement {
 /// current suspects; `skip` is the GPU just judged by the caller (its verdict is its own).
 /// Only a suspicion that rested on the digest alone is lifted: one whose own results were
 /// wrong (an exact check, runs that differ) stays, whatever any reference says.
-pub fn rejudge(
+pub(crate) fn rejudge(
     key: &SdcKey,
     reference: &SdcReference,
     old: Option<&SdcReference>,

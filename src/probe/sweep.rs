@@ -19,14 +19,14 @@ use std::time::{Duration, Instant};
 
 /// A sweep that could not start (the node was busy) or was ended by a job is tried again
 /// after this long, or after `probe.interval` if that is shorter.
-pub const RETRY_AFTER: Duration = Duration::from_secs(600);
+pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(600);
 
 /// The process ids of the probe's latest children: a poll round right after a probe may still
 /// list the child on its GPU, and that is no job.
 static OWN_PROBES: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 
 /// Notes a probe child's process id (schedule.rs, when it starts one).
-pub fn note_own_probe(pid: u32) {
+pub(crate) fn note_own_probe(pid: u32) {
     let mut own = OWN_PROBES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     own.push(pid);
     let excess = own.len().saturating_sub(8);
@@ -42,7 +42,7 @@ fn own_probe(pid: u32) -> bool {
 
 /// What puts work on the node now, if anything: a batch job, a pod or a compute process
 /// (other than the probe's own) on one of its GPUs.
-pub fn work_on_node(snapshot: &Snapshot) -> Option<String> {
+pub(crate) fn work_on_node(snapshot: &Snapshot) -> Option<String> {
     for d in &snapshot.devices {
         let gpu = d.identity.index;
         if let Some(job) = snapshot.jobs.get(&d.identity.uuid).and_then(|jobs| jobs.first()) {
@@ -61,7 +61,7 @@ pub fn work_on_node(snapshot: &Snapshot) -> Option<String> {
 
 /// Why the node's scheduled validation cannot start now, if it cannot: work on the node, a GPU
 /// busy or down, something unhealthy (it is drained for that already), or a validation running.
-pub fn not_now(snapshot: &Snapshot, settings: &Probe) -> Option<String> {
+pub(crate) fn not_now(snapshot: &Snapshot, settings: &Probe) -> Option<String> {
     if let Some(work) = work_on_node(snapshot) {
         return Some(work);
     }
@@ -87,13 +87,13 @@ pub fn not_now(snapshot: &Snapshot, settings: &Probe) -> Option<String> {
 /// When the node's scheduled validation may next start: `interval` after the last start
 /// (the daemon's start before the first), or the retry after one that could not start.
 #[derive(Debug, Clone, Copy)]
-pub struct SweepClock {
+pub(crate) struct SweepClock {
     pub last_start: Instant,
     pub retry_at: Option<Instant>,
 }
 
 impl SweepClock {
-    pub fn new(started: Instant) -> SweepClock {
+    pub(crate) fn new(started: Instant) -> SweepClock {
         SweepClock {
             last_start: started,
             retry_at: None,
@@ -102,7 +102,7 @@ impl SweepClock {
 
     /// Due now: the interval has passed (read from the settings in force, so a reload counts
     /// at once), no retry is waited out, and the wall clock (Unix seconds) is in the window.
-    pub fn due(&self, settings: &Probe, now: Instant, wall: f64) -> bool {
+    pub(crate) fn due(&self, settings: &Probe, now: Instant, wall: f64) -> bool {
         settings.schedule
             && settings.mode == ProbeMode::Node
             && now >= self.last_start + settings.interval
@@ -111,13 +111,13 @@ impl SweepClock {
     }
 
     /// Not now: look again after the retry (or the interval, if shorter).
-    pub fn retry(&mut self, settings: &Probe, now: Instant) {
+    pub(crate) fn retry(&mut self, settings: &Probe, now: Instant) {
         self.retry_at = Some(now + settings.interval.min(RETRY_AFTER));
     }
 }
 
 /// Starts the sweep: a pending validation of every NVIDIA GPU, from `wall` (Unix seconds).
-pub fn start(snapshot: &Snapshot, lifecycle: &Lifecycle, wall: f64) -> usize {
+pub(crate) fn start(snapshot: &Snapshot, lifecycle: &Lifecycle, wall: f64) -> usize {
     let gpus: Vec<String> = snapshot
         .devices
         .iter()
@@ -128,7 +128,7 @@ pub fn start(snapshot: &Snapshot, lifecycle: &Lifecycle, wall: f64) -> usize {
 }
 
 /// Ends the sweep's pending validations as skipped, saying why; how many there were.
-pub fn end(lifecycle: &Lifecycle, why: &str, wall: f64) -> usize {
+pub(crate) fn end(lifecycle: &Lifecycle, why: &str, wall: f64) -> usize {
     lifecycle.apply(Command::SweepEnded {
         why: why.to_string(),
         at: wall,
@@ -136,7 +136,7 @@ pub fn end(lifecycle: &Lifecycle, why: &str, wall: f64) -> usize {
 }
 
 /// Whether the snapshot shows a sweep under way.
-pub fn running(snapshot: &Snapshot) -> bool {
+pub(crate) fn running(snapshot: &Snapshot) -> bool {
     snapshot.devices.iter().any(|d| {
         snapshot
             .validations

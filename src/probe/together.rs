@@ -34,7 +34,7 @@ const MAX_SETTLE: Duration = Duration::from_secs(30);
 
 /// The path between the GPUs and what it should carry one way.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Path {
+pub(crate) struct Path {
     /// "NVLink, 18 links x 26.6 GB/s per GPU", "PCIe Gen5 x16".
     pub words: String,
     /// Bytes/s, the slowest GPU's; `None` where the driver does not say enough.
@@ -59,7 +59,7 @@ fn pcie_lane_rate(generation: u32) -> Option<f64> {
 }
 
 /// The path between `gpus`: NVLink where every one has links, else PCIe.
-pub fn path(gpus: &[&DeviceSnapshot], settings: &Collective) -> Path {
+pub(crate) fn path(gpus: &[&DeviceSnapshot], settings: &Collective) -> Path {
     let readings: Vec<(u32, &crate::model::DeviceReadings)> = gpus
         .iter()
         .filter_map(|d| Some((d.identity.index, d.readings.as_deref()?)))
@@ -164,7 +164,7 @@ fn pcie_path(readings: &[(u32, &crate::model::DeviceReadings)], gpus: usize, sha
 
 /// What the probe child's all-reduce came to, before it is judged.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Ran {
+pub(crate) enum Ran {
     /// It ran to the end (its sums may still be wrong).
     Measured(CollectiveOutcome),
     /// NCCL failed, the child died, or it hung: why, in words.
@@ -173,7 +173,7 @@ pub enum Ran {
 
 /// A run's verdict: failed (NCCL's error, a hang, a wrong sum), slow (below the path's share
 /// or `regression_pct` below the baseline), or passed.
-pub fn judge(
+pub(crate) fn judge(
     result: Ran,
     path: &Path,
     baseline: Option<(f64, usize)>,
@@ -269,7 +269,7 @@ fn not_now(snapshot: &Snapshot, settings: &ChildSettings) -> Option<Option<Strin
 /// Runs the all-reduce after a validation passed, if it is due, and keeps its verdict in
 /// `state`; what the validation's detail should add ("the all-reduce ... passed", or why it
 /// did not run). `None`: nothing to add (it is not due, or the daemon stops).
-pub fn after_validation(
+pub(crate) fn after_validation(
     store: &crate::snapshot::store::Store,
     settings: &ChildSettings,
     state: &Versioned<ProbeSnapshot>,

@@ -12,22 +12,22 @@
 /// One timed window: when it started (seconds from the start of the test), how long the GPU
 /// took (CUDA events) and how much work it held (FLOPs or bytes).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Window {
+pub(crate) struct Window {
     pub start: f64,
     pub seconds: f64,
     pub units: f64,
 }
 
 /// The burst window lies within this many seconds of the start.
-pub const BURST_SPAN_SECONDS: f64 = 1.0;
+pub(crate) const BURST_SPAN_SECONDS: f64 = 1.0;
 
 /// Target length of one window; scripts/gpu/probe-vs-pytorch.py uses the same. Short enough
 /// that a window ends before an H200's power cap bites (about 25-50 ms into a GEMM), long
 /// enough that the host's time between windows is a rounding error.
-pub const WINDOW_SECONDS: f64 = 0.025;
+pub(crate) const WINDOW_SECONDS: f64 = 0.025;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Rates {
+pub(crate) struct Rates {
     /// Best window that started within the first second, units per second.
     pub burst: f64,
     /// All work in windows that started in the second half of the run, divided by their
@@ -35,7 +35,7 @@ pub struct Rates {
     pub sustained: f64,
 }
 
-pub fn summarize(windows: &[Window]) -> Option<Rates> {
+pub(crate) fn summarize(windows: &[Window]) -> Option<Rates> {
     let rate = |w: &Window| w.units / w.seconds;
     let valid: Vec<&Window> = windows.iter().filter(|w| w.seconds > 0.0).collect();
     let last = valid.last()?;
@@ -58,7 +58,7 @@ pub fn summarize(windows: &[Window]) -> Option<Rates> {
 }
 
 /// How many operations fill one window, from the time one operation took.
-pub fn ops_per_window(one_op_seconds: f64) -> u32 {
+pub(crate) fn ops_per_window(one_op_seconds: f64) -> u32 {
     if one_op_seconds <= 0.0 || !one_op_seconds.is_finite() {
         return 1;
     }

@@ -35,10 +35,10 @@ use std::time::{Duration, Instant};
 /// How long a reset waits for the poller to let go of NVML.
 const RELEASE_WAIT: Duration = Duration::from_secs(30);
 /// Who the journal and the clear name.
-pub const BY: &str = "gpuwarden remediation";
+pub(crate) const BY: &str = "gpuwarden remediation";
 
 /// What the executor reads and writes.
-pub struct Executor {
+pub(crate) struct Executor {
     pub store: Arc<Store>,
     pub settings: Arc<SharedSettings>,
     /// The service state's owner, where remediation's progress goes: a reset done is its
@@ -56,10 +56,10 @@ pub struct Executor {
 /// Since when (Unix seconds) the node's verdict has been unhealthy without a break; None while
 /// it is not.
 #[derive(Debug, Default)]
-pub struct UnhealthySince(std::sync::Mutex<Option<f64>>);
+pub(crate) struct UnhealthySince(std::sync::Mutex<Option<f64>>);
 
 impl UnhealthySince {
-    pub fn get(&self) -> Option<f64> {
+    pub(crate) fn get(&self) -> Option<f64> {
         *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -77,7 +77,7 @@ impl UnhealthySince {
 
 /// Keeps `unhealthy_since` at every publish: exact, where a look once a second could miss a
 /// moment the verdict was not unhealthy (and the Slurm check resumed the node).
-pub fn follow_verdict(store: &Store, unhealthy_since: Arc<UnhealthySince>) {
+pub(crate) fn follow_verdict(store: &Store, unhealthy_since: Arc<UnhealthySince>) {
     store.on_publish(Box::new(move |snapshot| {
         let unhealthy = snapshot.worst_health() == Some(crate::model::health::HealthState::Unhealthy);
         unhealthy_since.saw(unhealthy, crate::model::unix_now());
@@ -91,7 +91,7 @@ const IDLE_WAIT: Duration = Duration::from_secs(3600);
 /// Starts the executor's thread. It looks only when a publish shows something to act on (a
 /// GPU whose step is a reset or a reboot, a reboot mark, a reset held back), at a reload and
 /// at the stop: a node with nothing to heal never wakes it, whatever the mode.
-pub fn spawn(executor: Executor, stop: Stop) -> std::io::Result<()> {
+pub(crate) fn spawn(executor: Executor, stop: Stop) -> std::io::Result<()> {
     let wanted = Arc::new(std::sync::atomic::AtomicBool::new(true));
     executor.store.on_publish(Box::new({
         let settings = executor.settings.clone();
@@ -599,7 +599,7 @@ fn pause_reason(config: &Remediation) -> Option<String> {
 
 /// The NVIDIA device files (`/dev/nvidia*`) open in the process whose descriptors `fd_dir`
 /// lists: none may be left when the reset runs. Bounded: a process has few descriptors.
-pub fn nvidia_files_open(fd_dir: &Path) -> Vec<String> {
+pub(crate) fn nvidia_files_open(fd_dir: &Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(fd_dir) else {
         return Vec::new();
     };

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 /// How a command ended.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Ran {
+pub(crate) struct Ran {
     /// None: it exited 0; Some: why it failed (exit status, killed at the deadline, no such
     /// program).
     pub failed: Option<String>,
@@ -28,7 +28,7 @@ const OUTPUT_GRACE: Duration = Duration::from_secs(1);
 
 /// Runs `words` (the program, then its arguments) until it exits, `timeout` passes (its whole
 /// process group is killed) or `stop` fires.
-pub fn run(words: &[String], timeout: Duration, stop: &Stop) -> Ran {
+pub(crate) fn run(words: &[String], timeout: Duration, stop: &Stop) -> Ran {
     let started = Instant::now();
     let failed = |why: String| Ran {
         failed: Some(why),

@@ -20,7 +20,7 @@ use crate::model::scheduler::Drained;
 use crate::model::{DeviceSnapshot, Snapshot};
 
 /// What the guards read beside the snapshot.
-pub struct Context<'a> {
+pub(crate) struct Context<'a> {
     /// Unix seconds.
     pub now: f64,
     /// The boot's clock (seconds since boot), where it can be read: the budget's.
@@ -38,7 +38,7 @@ fn refuse(guard: Guard, why: impl Into<String>) -> Result<(), Refusal> {
 }
 
 /// Every guard, in the order above: the first that holds the reset back.
-pub fn check(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context) -> Result<(), Refusal> {
+pub(crate) fn check(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context) -> Result<(), Refusal> {
     reboot_first(snapshot)?;
     paused(context)?;
     fleet_guard(snapshot, context.now)?;
@@ -49,7 +49,7 @@ pub fn check(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context) ->
 
 /// `reboot_required`: the node needs a reboot (a reset failed, or a GPU's step is a reboot);
 /// a reset of another GPU would not spare it.
-pub fn reboot_first(snapshot: &Snapshot) -> Result<(), Refusal> {
+pub(crate) fn reboot_first(snapshot: &Snapshot) -> Result<(), Refusal> {
     match &snapshot.remediation.reboot_required {
         Some(mark) => refuse(
             Guard::RebootRequired,
@@ -60,7 +60,7 @@ pub fn reboot_first(snapshot: &Snapshot) -> Result<(), Refusal> {
 }
 
 /// `paused`: the config key or the pause file.
-pub fn paused(context: &Context) -> Result<(), Refusal> {
+pub(crate) fn paused(context: &Context) -> Result<(), Refusal> {
     match context.paused {
         Some(why) => refuse(Guard::Paused, why),
         None => Ok(()),
@@ -68,7 +68,7 @@ pub fn paused(context: &Context) -> Result<(), Refusal> {
 }
 
 /// Guard 4: the fleet drain guard's latest decision (the Slurm health check's report).
-pub fn fleet_guard(snapshot: &Snapshot, now: f64) -> Result<(), Refusal> {
+pub(crate) fn fleet_guard(snapshot: &Snapshot, now: f64) -> Result<(), Refusal> {
     let report = snapshot.scheduler.as_ref();
     let refused = report.and_then(|r| r.drain_refused_at(now)) == Some(true);
     match report.and_then(|r| r.drain_guard_at(now)) {
@@ -85,7 +85,7 @@ pub fn fleet_guard(snapshot: &Snapshot, now: f64) -> Result<(), Refusal> {
 }
 
 /// Guard 1: the scheduler shows the node (Slurm) or the GPU (Kubernetes) out of work.
-pub fn scheduler(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context) -> Result<(), Refusal> {
+pub(crate) fn scheduler(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context) -> Result<(), Refusal> {
     let now = context.now;
     if let Some(node) = snapshot.scheduler.as_ref().and_then(|r| r.node_at(now)) {
         let reported = snapshot.scheduler.as_ref().and_then(|r| r.node_reported_at(now));
@@ -140,7 +140,7 @@ pub fn scheduler(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context
 }
 
 /// Guard 2: NVML's own list of the GPU's processes is known and empty.
-pub fn processes(device: &DeviceSnapshot) -> Result<(), Refusal> {
+pub(crate) fn processes(device: &DeviceSnapshot) -> Result<(), Refusal> {
     if !device.up {
         return refuse(
             Guard::Processes,
@@ -165,7 +165,7 @@ pub fn processes(device: &DeviceSnapshot) -> Result<(), Refusal> {
 }
 
 /// Guard 3: this GPU's resets within 24 h.
-pub fn reset_budget(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context) -> Result<(), Refusal> {
+pub(crate) fn reset_budget(snapshot: &Snapshot, device: &DeviceSnapshot, context: &Context) -> Result<(), Refusal> {
     let resets = snapshot.remediation.resets_within_a_day(
         &device.identity.uuid,
         crate::model::remediation::Now {

@@ -13,7 +13,7 @@
 //! | `marker.rs` | The reboot marker (`remediation.reboot_marker`, `/run/gpuwarden/reboot-required` by default), in the manner of Debian's `/run/reboot-required`: a file whose... |
 //! <!-- /files -->
 
-pub mod auto;
-pub mod command;
-pub mod guards;
+pub(crate) mod auto;
+pub(crate) mod command;
+pub(crate) mod guards;
 pub mod marker;

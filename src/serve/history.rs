@@ -14,7 +14,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 /// One point of the hour's ring.
-pub const STEP: Duration = Duration::from_secs(10);
+pub(crate) const STEP: Duration = Duration::from_secs(10);
 /// Points of the hour's ring: an hour at [`STEP`].
 const HOUR_POINTS: usize = 360;
 /// Hour points folded into one of the day's ring (a minute).
@@ -22,11 +22,11 @@ const FOLD: usize = 6;
 /// Points of the day's ring: a day at a minute.
 const DAY_POINTS: usize = 1440;
 /// GPUs kept: more than any node holds.
-pub const MAX_GPUS: usize = 64;
+pub(crate) const MAX_GPUS: usize = 64;
 
 /// What is kept, with its unit: the trends an operator asks "since when?" of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Metric {
+pub(crate) enum Metric {
     Temperature,
     SlowdownTemperature,
     Power,
@@ -38,7 +38,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 8] = [
+    pub(crate) const ALL: [Metric; 8] = [
         Metric::Temperature,
         Metric::SlowdownTemperature,
         Metric::Power,
@@ -50,7 +50,7 @@ impl Metric {
     ];
 
     /// The name `/api/v1/history?metric=` takes: the /metrics family it follows.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Metric::Temperature => "gpu_temperature_celsius",
             Metric::SlowdownTemperature => "gpu_temperature_threshold_celsius",
@@ -64,7 +64,7 @@ impl Metric {
     }
 
     /// What one point is, in words (the API says it with each answer).
-    pub fn meaning(self) -> &'static str {
+    pub(crate) fn meaning(self) -> &'static str {
         match self {
             Metric::Temperature => "GPU die temperature, celsius",
             Metric::SlowdownTemperature => "the slowdown threshold temperature, celsius",
@@ -79,7 +79,7 @@ impl Metric {
         }
     }
 
-    pub fn from_name(name: &str) -> Option<Metric> {
+    pub(crate) fn from_name(name: &str) -> Option<Metric> {
         Metric::ALL.into_iter().find(|m| m.name() == name)
     }
 
@@ -189,7 +189,7 @@ impl GpuHistory {
 
 /// A metric's points over one range, oldest first, for the API and the page.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Series {
+pub(crate) struct Series {
     pub gpu: u32,
     pub uuid: String,
     pub metric: &'static str,
@@ -201,7 +201,7 @@ pub struct Series {
 
 /// The rings of every GPU, and when the last sample was taken.
 #[derive(Debug, Default)]
-pub struct History {
+pub(crate) struct History {
     inner: Mutex<Inner>,
 }
 
@@ -217,20 +217,20 @@ struct Inner {
 
 /// Which ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Range {
+pub(crate) enum Range {
     Hour,
     Day,
 }
 
 impl Range {
-    pub fn step_seconds(self) -> u64 {
+    pub(crate) fn step_seconds(self) -> u64 {
         match self {
             Range::Hour => STEP.as_secs(),
             Range::Day => STEP.as_secs() * FOLD as u64,
         }
     }
 
-    pub fn parse(text: &str) -> Option<Range> {
+    pub(crate) fn parse(text: &str) -> Option<Range> {
         match text {
             "1h" | "hour" => Some(Range::Hour),
             "1d" | "24h" | "day" => Some(Range::Day),
@@ -242,7 +242,7 @@ impl Range {
 impl History {
     /// Takes one sample of every GPU in `snapshot`, at `now` (Unix seconds): a point in the
     /// hour's ring, and every sixth one a point (their mean) in the day's.
-    pub fn sample(&self, snapshot: &Snapshot, now: f64) {
+    pub(crate) fn sample(&self, snapshot: &Snapshot, now: f64) {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let step = STEP.as_secs_f64();
         let elapsed = now - inner.last_sample;
@@ -289,7 +289,7 @@ impl History {
     }
 
     /// `metric` of the GPU with index or UUID `gpu`; None when there is no such GPU.
-    pub fn series(&self, gpu: &str, metric: Metric, range: Range) -> Option<Series> {
+    pub(crate) fn series(&self, gpu: &str, metric: Metric, range: Range) -> Option<Series> {
         let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let (uuid, history) = inner
             .gpus
@@ -323,14 +323,15 @@ impl History {
     }
 
     /// Bytes the rings hold (for docs/performance.md's accounting).
-    pub fn bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
         let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         inner.gpus.len() * Metric::ALL.len() * (HOUR_POINTS + DAY_POINTS) * std::mem::size_of::<f32>()
     }
 }
 
 /// Samples the published snapshot every [`STEP`] until `stop`.
-pub async fn record(
+pub(crate) async fn record(
     history: std::sync::Arc<History>,
     store: std::sync::Arc<crate::snapshot::store::Store>,
     stop: crate::service::stop::Stop,

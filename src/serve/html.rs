@@ -1,7 +1,7 @@
 //! HTML text escaping for the server-rendered pages (the status page and its charts).
 
 /// `text` safe inside HTML text and attribute values.
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -20,7 +20,7 @@ pub fn escape(text: &str) -> String {
 /// or digit and a letter (`sw_thermal_<wbr>slowdown`, `probe.<wbr>schedule`), so a narrow column
 /// wraps a label between its parts, never inside one (the CSS breaks no word). Tags and what
 /// an `<svg>` holds are left as they are.
-pub fn with_label_breaks(body: &str) -> String {
+pub(crate) fn with_label_breaks(body: &str) -> String {
     let mut out = String::with_capacity(body.len() + body.len() / 16);
     let mut rest = body;
     while let Some(at) = rest.find(['<', '_', '.']) {

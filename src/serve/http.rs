@@ -41,9 +41,9 @@ use tokio::sync::Semaphore;
 use tower_http::timeout::TimeoutLayer;
 
 /// Connections open at once; more wait in the kernel's accept queue.
-pub const MAX_CONNECTIONS: usize = 4096;
+pub(crate) const MAX_CONNECTIONS: usize = 4096;
 /// The largest request head we read.
-pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = 16 * 1024;
 
 /// Connections the kernel completes and queues for us before it drops new SYNs: tokio's
 /// default (128 here) filled in a burst, and a fresh scrape's dropped SYN waits a second for
@@ -52,7 +52,7 @@ pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 const LISTEN_BACKLOG: u32 = 4096;
 
 /// A listening socket on `address` with [`LISTEN_BACKLOG`], SO_REUSEADDR as std sets it.
-pub fn listen_with_backlog(address: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+pub(crate) fn listen_with_backlog(address: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     let socket = match address {
         std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
         std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
@@ -66,7 +66,7 @@ pub fn listen_with_backlog(address: std::net::SocketAddr) -> std::io::Result<tok
 /// [`MAX_HEADER_BYTES`]. hyper's own header timeout is off: it would count the time between
 /// requests too (keep_alive.rs); the TCP listener wraps each connection in a
 /// [`HeadDeadline`], and the local API sets hyper's, with one request a connection.
-pub fn connection_builder() -> http1::Builder {
+pub(crate) fn connection_builder() -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -77,7 +77,7 @@ pub fn connection_builder() -> http1::Builder {
 
 /// Serves `app` until `stop`, then lets requests in flight finish for up to `drain` and
 /// returns.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     settings: Arc<SharedSettings>,
@@ -236,7 +236,7 @@ async fn return_memory_after_bursts(
 }
 
 #[derive(Clone)]
-pub struct AppState {
+pub(crate) struct AppState {
     pub store: Arc<Store>,
     pub cache: Arc<RenderCache>,
     /// The running settings: the staleness limit of /healthz, TLS and basic auth. Read at
@@ -251,11 +251,11 @@ pub struct AppState {
 }
 
 /// How many journal reads may run at once: each is a process of a few MiB for its time.
-pub const JOURNAL_READERS: usize = 2;
+pub(crate) const JOURNAL_READERS: usize = 2;
 /// A journal read that has not answered by then is killed (the file is on a hung disk).
 const JOURNAL_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
@@ -273,7 +273,7 @@ pub fn router(state: AppState) -> Router {
 
 /// `/api/v1/health` (and the local socket's): the node's and every GPU's verdict with the
 /// findings behind it, from the newest snapshot (health/verdict.rs).
-pub async fn health(State(state): State<AppState>) -> Response {
+pub(crate) async fn health(State(state): State<AppState>) -> Response {
     let verdict = crate::health::verdict::of(&state.store.latest());
     match serde_json::to_string(&verdict) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),

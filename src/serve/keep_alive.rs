@@ -26,10 +26,10 @@ use tokio::time::{Instant, Sleep};
 
 /// How long a client may take to send its request headers, from the accept or from the
 /// first byte of a request.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a connection may stay open between a response and the next request: above the
 /// scrape intervals in use (Prometheus's default is 60 s), so a scraper keeps one connection.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Where a connection is between requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +44,7 @@ enum Phase {
 
 /// A connection's stream with the head and idle deadlines: a read that waits past the
 /// deadline of its phase fails with `TimedOut`, which ends the connection.
-pub struct HeadDeadline<S> {
+pub(crate) struct HeadDeadline<S> {
     inner: S,
     phase: Phase,
     deadline: Pin<Box<Sleep>>,
@@ -57,7 +57,7 @@ pub struct HeadDeadline<S> {
 
 impl<S> HeadDeadline<S> {
     /// A just-accepted connection: its first head is due within [`HEADER_READ_TIMEOUT`].
-    pub fn new(inner: S) -> Self {
+    pub(crate) fn new(inner: S) -> Self {
         HeadDeadline {
             inner,
             phase: Phase::Head,
@@ -69,7 +69,7 @@ impl<S> HeadDeadline<S> {
 
     /// The same, holding one of the server's slots that [`Registry`](super::slots::Registry)
     /// may ask back while the connection waits for a request.
-    pub fn in_slot(inner: S, slot: Arc<Tracker>) -> Self {
+    pub(crate) fn in_slot(inner: S, slot: Arc<Tracker>) -> Self {
         HeadDeadline {
             slot: Some(slot),
             ..HeadDeadline::new(inner)

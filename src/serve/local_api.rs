@@ -38,7 +38,7 @@ use tokio::sync::Semaphore;
 /// Local clients at once: a health check every few seconds needs one, but idle or slow
 /// clients (root's, the only ones answered) must not queue it behind them: each costs a task
 /// and a small buffer, so there is room for many.
-pub const MAX_CONNECTIONS: usize = 256;
+pub(crate) const MAX_CONNECTIONS: usize = 256;
 /// How long a local client has to send its request head, and then its body: a local program
 /// sends both at once.
 const LOCAL_READ_TIMEOUT: Duration = Duration::from_secs(2);
@@ -50,7 +50,7 @@ const MAX_CLEAR_WAIT: Duration = Duration::from_secs(10);
 
 /// What the local API's handlers share.
 #[derive(Clone)]
-pub struct LocalState {
+pub(crate) struct LocalState {
     pub app: AppState,
     /// The service state's owner: where a clear and its validation go, as one transition,
     /// and the Slurm health check's report (`gpuwarden health scheduler-report`).
@@ -103,7 +103,7 @@ impl Peer {
 }
 
 /// What the socket answers.
-pub fn router(state: LocalState) -> Router {
+pub(crate) fn router(state: LocalState) -> Router {
     Router::new()
         .route("/api/v1/health", get(crate::serve::http::health))
         .route("/api/v1/health/clear", post(clear_gpu))
@@ -410,7 +410,7 @@ async fn next_round(app: &AppState, since: Instant, judged: impl Fn(&Clears) -> 
 
 /// Why the socket was not opened; the daemon goes on without it.
 #[derive(Debug, thiserror::Error)]
-pub enum LocalApiError {
+pub(crate) enum LocalApiError {
     #[error("{} exists and is not a socket; remove it or set local_api.socket", .0.display())]
     NotASocket(PathBuf),
     #[error("cannot listen on {}: {source}; create its directory (systemd: RuntimeDirectory=gpuwarden) or set local_api.socket", .path.display())]
@@ -462,7 +462,7 @@ fn make_directory(path: &Path) {
 
 /// Binds the socket: a stale one (a daemon that was killed) is replaced; a live daemon's
 /// socket, or anything else at the path, is refused. The directory is made when missing.
-pub fn bind(path: &Path) -> Result<UnixListener, LocalApiError> {
+pub(crate) fn bind(path: &Path) -> Result<UnixListener, LocalApiError> {
     make_directory(path);
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
@@ -485,7 +485,7 @@ pub fn bind(path: &Path) -> Result<UnixListener, LocalApiError> {
 }
 
 /// Serves until `stop`, then removes the socket (only while it is still this daemon's).
-pub async fn serve(listener: UnixListener, path: PathBuf, app: Router, stop: crate::service::stop::Stop) {
+pub(crate) async fn serve(listener: UnixListener, path: PathBuf, app: Router, stop: crate::service::stop::Stop) {
     use std::os::unix::fs::MetadataExt;
     let inode = std::fs::symlink_metadata(&path).map(|m| m.ino()).ok();
     let mut builder = crate::serve::http::connection_builder();

@@ -19,13 +19,13 @@
 //! | `status_probe.rs` | The status page's probe trend: one small chart per GPU of a test's sustained figure over the probes the daemon knows (its journal's history and every probe... |
 //! <!-- /files -->
 
-pub mod history;
-pub mod html;
-pub mod http;
-pub mod keep_alive;
-pub mod local_api;
-pub mod slots;
-pub mod sparkline;
-pub mod status_network;
-pub mod status_page;
-pub mod status_probe;
+pub(crate) mod history;
+pub(crate) mod html;
+pub(crate) mod http;
+pub(crate) mod keep_alive;
+pub(crate) mod local_api;
+pub(crate) mod slots;
+pub(crate) mod sparkline;
+pub(crate) mod status_network;
+pub(crate) mod status_page;
+pub(crate) mod status_probe;

@@ -20,10 +20,10 @@ use std::time::Instant;
 
 /// How many waiting connections one eviction closes: a burst of new clients is admitted
 /// without an eviction per accept (nginx drains 32).
-pub const EVICT_AT_ONCE: usize = 16;
+pub(crate) const EVICT_AT_ONCE: usize = 16;
 /// Only a connection that has waited this long is closed: the writes of a response in flight
 /// keep its wait younger, so an answer is never cut off.
-pub const MIN_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+pub(crate) const MIN_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A connection's phase, as [`Tracker`] keeps it.
 const WAITING: u8 = 0;
@@ -31,7 +31,7 @@ const ANSWERING: u8 = 1;
 
 /// One connection's state, shared between its stream (keep_alive.rs) and the registry.
 #[derive(Debug)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     phase: AtomicU8,
     /// Milliseconds since the registry's start when its current wait for a request began.
     waiting_since: AtomicU64,
@@ -46,23 +46,23 @@ impl Tracker {
     }
 
     /// The head is in: the connection is being answered, and is not closed to admit others.
-    pub fn answering(&self) {
+    pub(crate) fn answering(&self) {
         self.phase.store(ANSWERING, Ordering::Relaxed);
     }
 
     /// A response went out: the wait for the next request starts now.
-    pub fn waiting(&self) {
+    pub(crate) fn waiting(&self) {
         self.waiting_since.store(self.now_ms(), Ordering::Relaxed);
         self.phase.store(WAITING, Ordering::Relaxed);
     }
 
     /// Whether the registry asked this connection to close while it waits.
-    pub fn evicted(&self) -> bool {
+    pub(crate) fn evicted(&self) -> bool {
         self.evict.load(Ordering::Relaxed) && self.phase.load(Ordering::Relaxed) == WAITING
     }
 
     /// Keeps the waker of a read that waits, so an eviction can wake it.
-    pub fn park(&self, waker: &Waker) {
+    pub(crate) fn park(&self, waker: &Waker) {
         let mut slot = self.waker.lock().unwrap_or_else(PoisonError::into_inner);
         if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
             *slot = Some(waker.clone());
@@ -79,7 +79,7 @@ impl Tracker {
 
 /// Every open connection's tracker, by the order they came.
 #[derive(Debug)]
-pub struct Registry {
+pub(crate) struct Registry {
     open: Mutex<Vec<Weak<Tracker>>>,
     epoch: Instant,
 }
@@ -95,7 +95,7 @@ impl Default for Registry {
 
 impl Registry {
     /// A tracker for a connection just accepted: waiting for its first head.
-    pub fn admit(&self) -> Arc<Tracker> {
+    pub(crate) fn admit(&self) -> Arc<Tracker> {
         let tracker = Arc::new(Tracker {
             phase: AtomicU8::new(WAITING),
             waiting_since: AtomicU64::new(self.epoch.elapsed().as_millis() as u64),
@@ -115,7 +115,7 @@ impl Registry {
     /// Closes up to `count` of the connections that have waited longest for a request, and at
     /// least `min_wait` (never one being answered: a response's writes keep its wait young);
     /// how many it asked to close.
-    pub fn evict_longest_waiting(&self, count: usize, min_wait: std::time::Duration) -> usize {
+    pub(crate) fn evict_longest_waiting(&self, count: usize, min_wait: std::time::Duration) -> usize {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         open.retain(|w| w.strong_count() > 0);
         let Some(before) = self.epoch.elapsed().checked_sub(min_wait) else {

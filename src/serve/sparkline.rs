@@ -11,7 +11,7 @@ const HEIGHT: f64 = 34.0;
 
 /// An event to mark on the time axis: when (Unix seconds), its CSS class (`xid`, `health`,
 /// `probe`) and a tooltip.
-pub struct Marker {
+pub(crate) struct Marker {
     pub at: f64,
     pub class: &'static str,
     pub title: String,
@@ -19,7 +19,7 @@ pub struct Marker {
 
 /// One chart: `lines` (each a series with its CSS class), an optional horizontal
 /// `reference` value, the y range's floor (`None`: from the data), and `markers`.
-pub struct Chart<'a> {
+pub(crate) struct Chart<'a> {
     pub lines: Vec<(&'a Series, &'static str)>,
     pub reference: Option<f64>,
     pub floor: Option<f64>,
@@ -35,7 +35,7 @@ fn values<'a>(series: &'a [(&'a Series, &'static str)]) -> impl Iterator<Item = 
 }
 
 /// The chart as an `<svg>` element over the window `[start, end]` (Unix seconds).
-pub fn render(chart: &Chart, start: f64, end: f64) -> String {
+pub(crate) fn render(chart: &Chart, start: f64, end: f64) -> String {
     let mut out = String::new();
     let span = (end - start).max(1.0);
     let has_data = values(&chart.lines).next().is_some();

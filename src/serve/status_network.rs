@@ -7,7 +7,7 @@ use crate::serve::html::escape;
 use std::fmt::Write;
 
 /// Writes the section into `out`; nothing on a node without ports.
-pub fn section(out: &mut String, snapshot: &Snapshot) {
+pub(crate) fn section(out: &mut String, snapshot: &Snapshot) {
     if snapshot.nics.devices.is_empty() {
         return;
     }

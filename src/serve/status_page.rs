@@ -122,11 +122,12 @@ fn links_cell(r: Option<&crate::model::DeviceReadings>) -> String {
 }
 
 /// The journal's recent rows by GPU UUID (node rows under ""), or why it could not be read.
-pub type Timeline = Result<std::collections::BTreeMap<String, Vec<crate::journal::store::read::Row>>, TimelineError>;
+pub(crate) type Timeline =
+    Result<std::collections::BTreeMap<String, Vec<crate::journal::store::read::Row>>, TimelineError>;
 
 /// Why the page shows no recent events.
 #[derive(Debug, thiserror::Error)]
-pub enum TimelineError {
+pub(crate) enum TimelineError {
     #[error("the journal's readers are all busy")]
     Busy,
     #[error("{0}")]
@@ -135,13 +136,9 @@ pub enum TimelineError {
     Unexpected,
 }
 
-pub fn render(snapshot: &Snapshot) -> String {
-    render_with_timeline(snapshot, None, None)
-}
-
 /// The page with each GPU's recent events from the journal (None: the journal is off) and
 /// its last hour's trends (None: no history kept).
-pub fn render_with_timeline(
+pub(crate) fn render_with_timeline(
     snapshot: &Snapshot,
     timeline: Option<&Timeline>,
     history: Option<&crate::serve::history::History>,

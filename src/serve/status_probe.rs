@@ -12,7 +12,7 @@ use crate::serve::html::escape;
 const CHARTED: [Test; 3] = [Test::GemmBf16, Test::HbmCopy, Test::FmaFp32];
 
 /// The chart for the GPU `uuid` (index `gpu`), or None with fewer than two probes.
-pub fn trend(probes: &ProbeSnapshot, uuid: &str, gpu: u32, baseline_probes: usize) -> Option<String> {
+pub(crate) fn trend(probes: &ProbeSnapshot, uuid: &str, gpu: u32, baseline_probes: usize) -> Option<String> {
     let history = probes.history.get(uuid)?;
     let test = CHARTED
         .into_iter()

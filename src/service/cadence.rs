@@ -15,14 +15,14 @@ static BEAT_EPOCH: OnceLock<Instant> = OnceLock::new();
 
 /// The first instant at or after `earliest` on `period`'s beat (the same for every caller
 /// with the same period, whenever it asks). A zero period: `earliest` itself.
-pub fn on_the_beat(period: Duration, earliest: Instant) -> Instant {
+pub(crate) fn on_the_beat(period: Duration, earliest: Instant) -> Instant {
     beat_from(*BEAT_EPOCH.get_or_init(Instant::now), period, earliest)
 }
 
 /// When the next read of something read every `period` is due after one at `read_at`: on the
 /// beat, at least half a period on, so a read at an odd moment (a reload's) is followed by one
 /// on the beat and the gap stays within half a period and one and a half.
-pub fn next_on_the_beat(period: Duration, read_at: Instant) -> Instant {
+pub(crate) fn next_on_the_beat(period: Duration, read_at: Instant) -> Instant {
     on_the_beat(period, read_at + period / 2)
 }
 
@@ -42,7 +42,7 @@ fn beat_from(epoch: Instant, period: Duration, earliest: Instant) -> Instant {
 
 /// A period and when it last ran.
 #[derive(Debug, Clone)]
-pub struct Every {
+pub(crate) struct Every {
     period: Duration,
     last: Option<Instant>,
     /// A shorter wait between the first run and the second (GPM: a value needs two samples,
@@ -53,7 +53,7 @@ pub struct Every {
 }
 
 impl Every {
-    pub const fn new(period: Duration) -> Every {
+    pub(crate) const fn new(period: Duration) -> Every {
         Every {
             period,
             last: None,
@@ -64,7 +64,7 @@ impl Every {
 
     /// The second run comes `first` after the first (if shorter than the period), the rest a
     /// period apart; again after a reset.
-    pub const fn first_after(mut self, first: Duration) -> Every {
+    pub(crate) const fn first_after(mut self, first: Duration) -> Every {
         self.first = Some(first);
         self
     }
@@ -76,23 +76,18 @@ impl Every {
         }
     }
 
-    /// A new period applies from the last run (a reload that shortens it makes it due sooner).
-    pub fn set_period(&mut self, period: Duration) {
-        self.period = period;
-    }
-
     /// Never read, or the period has passed since, give or take a twentieth of it: the GPU
     /// threads wake on the rounds' timetable, each a few microseconds more or less late, and a
     /// tier whose period is a whole number of rounds must not slip a round when this round's
     /// wake was a little less late than the last one's.
-    pub fn is_due(&self, now: Instant) -> bool {
+    pub(crate) fn is_due(&self, now: Instant) -> bool {
         let wait = self.wait();
         self.last
             .is_none_or(|at| now.saturating_duration_since(at) + wait / 20 >= wait)
     }
 
     /// True (and counts as run now) when due.
-    pub fn take(&mut self, now: Instant) -> bool {
+    pub(crate) fn take(&mut self, now: Instant) -> bool {
         let due = self.is_due(now);
         if due {
             self.last = Some(now);
@@ -102,13 +97,14 @@ impl Every {
     }
 
     /// Due at once, as if never run.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.last = None;
         self.runs = 0;
     }
 
     /// How long until it is due; zero when it is.
-    pub fn until_due(&self, now: Instant) -> Duration {
+    #[cfg(test)]
+    pub(crate) fn until_due(&self, now: Instant) -> Duration {
         match self.last {
             None => Duration::ZERO,
             Some(at) => (at + self.wait()).saturating_duration_since(now),

@@ -3,7 +3,7 @@
 //! give a GPU a fresh reset budget (remediation.max_resets_per_day).
 
 /// Seconds since boot; None where the clock cannot be read.
-pub fn boot_seconds() -> Option<f64> {
+pub(crate) fn boot_seconds() -> Option<f64> {
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime(2) writes one timespec into the value we own.
     let read = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) };

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// Why no answer came in time.
 #[derive(Debug, thiserror::Error)]
-pub enum Late {
+pub(crate) enum Late {
     #[error("no thread for the call: {0}")]
     Spawn(#[source] std::io::Error),
     #[error("no answer within {0:?}")]
@@ -15,7 +15,7 @@ pub enum Late {
 }
 
 /// Runs `call` on a thread named `name` and waits for its answer at most `timeout`.
-pub fn within<T: Send + 'static>(
+pub(crate) fn within<T: Send + 'static>(
     name: &str,
     timeout: Duration,
     call: impl FnOnce() -> T + Send + 'static,

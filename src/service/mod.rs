@@ -18,12 +18,12 @@
 //! | `versioned.rs` | A value that a source replaces whole, with a counter that moves on every change (`Versioned`), and the "something changed" signal (`Changed`) that sources... |
 //! <!-- /files -->
 
-pub mod cadence;
-pub mod clock;
-pub mod deadline;
+pub(crate) mod cadence;
+pub(crate) mod clock;
+pub(crate) mod deadline;
 pub mod exit;
 pub mod logging;
-pub mod notify;
-pub mod residency;
-pub mod stop;
-pub mod versioned;
+pub(crate) mod notify;
+pub(crate) mod residency;
+pub(crate) mod stop;
+pub(crate) mod versioned;

@@ -12,32 +12,32 @@ fn send(states: &[NotifyState]) {
 }
 
 /// The listener is bound and the first poll round is done.
-pub fn ready(status: &str) {
+pub(crate) fn ready(status: &str) {
     send(&[NotifyState::Ready, NotifyState::Status(status)]);
 }
 
-pub fn status(status: &str) {
+pub(crate) fn status(status: &str) {
     send(&[NotifyState::Status(status)]);
 }
 
 /// Sent from the poll loop, so a poll loop that stops turning stops the pings.
-pub fn watchdog() {
+pub(crate) fn watchdog() {
     send(&[NotifyState::Watchdog]);
 }
 
 /// Reloading the config; `MONOTONIC_USEC` lets systemd (>= 253) match it to ExecReload.
-pub fn reloading() {
+pub(crate) fn reloading() {
     match NotifyState::monotonic_usec_now() {
         Ok(now) => send(&[NotifyState::Reloading, now]),
         Err(_) => send(&[NotifyState::Reloading]),
     }
 }
 
-pub fn stopping() {
+pub(crate) fn stopping() {
     send(&[NotifyState::Stopping]);
 }
 
 /// How often to ping: half of WatchdogSec, or None when the watchdog is off.
-pub fn watchdog_interval() -> Option<Duration> {
+pub(crate) fn watchdog_interval() -> Option<Duration> {
     sd_notify::watchdog_enabled().map(|period| period / 2)
 }

@@ -21,11 +21,11 @@ use std::time::Duration;
 
 /// How long after start-up (or a reload) the daemon waits before paging out: its first
 /// rounds of every tier, the journal's first batches and the first scrapes have run by then.
-pub const SETTLE: Duration = Duration::from_secs(60);
+pub(crate) const SETTLE: Duration = Duration::from_secs(60);
 
 /// What was asked of the kernel: mappings and bytes, or why nothing was.
 #[derive(Debug, Default, PartialEq)]
-pub struct PagedOut {
+pub(crate) struct PagedOut {
     pub mappings: usize,
     pub bytes: u64,
 }
@@ -51,7 +51,7 @@ fn own_read_only_mappings(maps: &str, exe: &str) -> Vec<(usize, usize)> {
 }
 
 /// Asks the kernel to reclaim the binary's read-only mappings; what it asked, or the error.
-pub fn page_out_own_code() -> std::io::Result<PagedOut> {
+pub(crate) fn page_out_own_code() -> std::io::Result<PagedOut> {
     let exe = std::fs::read_link("/proc/self/exe")?;
     // Our own maps file: the kernel's, bounded by the process's mappings (a few hundred).
     let maps = std::fs::read_to_string("/proc/self/maps")?;

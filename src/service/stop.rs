@@ -81,11 +81,11 @@ struct Running {
 const SLOWEST: usize = 3;
 
 /// How long the stop took and which handles it waited for longest.
-pub struct StopTimes(Arc<Running>);
+pub(crate) struct StopTimes(Arc<Running>);
 
 impl StopTimes {
     /// "in 43 ms; the last to stop: journal (41 ms), http (3 ms)".
-    pub fn took(&self) -> String {
+    pub(crate) fn took(&self) -> String {
         let since = *self.0.stopped_at.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(since) = since else {
             return String::new();
@@ -106,7 +106,7 @@ impl StopTimes {
 }
 
 /// The owner's side: stops everything, then waits for it.
-pub struct Shutdown {
+pub(crate) struct Shutdown {
     signal: Arc<Signal>,
     running: Arc<Running>,
     all_stopped: tokio::sync::mpsc::Receiver<()>,
@@ -130,7 +130,7 @@ impl Default for Shutdown {
 }
 
 impl Shutdown {
-    pub fn new() -> Shutdown {
+    pub(crate) fn new() -> Shutdown {
         let (sender, all_stopped) = tokio::sync::mpsc::channel(1);
         let running = Running {
             by_name: Mutex::default(),
@@ -145,12 +145,12 @@ impl Shutdown {
     }
 
     /// A handle for the thread or task called `name` (its thread name, for the log).
-    pub fn handle(&self, name: &'static str) -> Stop {
+    pub(crate) fn handle(&self, name: &'static str) -> Stop {
         Stop::new(self.signal.clone(), self.running.clone(), name)
     }
 
     /// Tells every handle to stop; returns at once.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.running
             .stopped_at
             .lock()
@@ -160,13 +160,13 @@ impl Shutdown {
     }
 
     /// What the stop's log line reads from, kept past [`Shutdown::wait`].
-    pub fn times(&self) -> StopTimes {
+    pub(crate) fn times(&self) -> StopTimes {
         StopTimes(self.running.clone())
     }
 
     /// Waits until every handle is dropped, at most `timeout`; the names of those still
     /// running when it gave up (a thread inside a driver call that does not return).
-    pub async fn wait(mut self, timeout: Duration) -> Vec<&'static str> {
+    pub(crate) async fn wait(mut self, timeout: Duration) -> Vec<&'static str> {
         // Our own sender must go too, or the channel never closes.
         self.running
             .all_done

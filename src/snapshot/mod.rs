@@ -10,5 +10,5 @@
 //! | `store.rs` | The snapshot store: the one place pollers write and renderers read |
 //! <!-- /files -->
 
-pub mod publisher;
-pub mod store;
+pub(crate) mod publisher;
+pub(crate) mod store;

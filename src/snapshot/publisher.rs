@@ -28,14 +28,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 /// What a snapshot takes from the settings and the host, beside the round and the sources.
 #[derive(Debug, Clone, Default)]
-pub struct Options {
+pub(crate) struct Options {
     pub health_limits: crate::model::health::Limits,
     /// The node's host name (dcgm-exporter's `Hostname` label).
     pub hostname: String,
 }
 
 impl Options {
-    pub fn from_config(config: &crate::config::Config, hostname: &str) -> Options {
+    pub(crate) fn from_config(config: &crate::config::Config, hostname: &str) -> Options {
         Options {
             health_limits: crate::model::health::Limits {
                 critical_hold: config.xid.critical_hold,
@@ -72,7 +72,13 @@ impl Options {
 /// The snapshot of one round and the sources' values: no I/O and no locks (the health rules
 /// read the clock for their windows). What could not be kept (more jobs on a GPU than it
 /// carries) goes into `skips`.
-pub fn assemble(round: &RoundPart, inputs: &Inputs, options: &Options, generation: u64, skips: &mut Skips) -> Snapshot {
+pub(crate) fn assemble(
+    round: &RoundPart,
+    inputs: &Inputs,
+    options: &Options,
+    generation: u64,
+    skips: &mut Skips,
+) -> Snapshot {
     let mut devices = round.devices.clone();
     fill_processes_from_drm_clients(&mut devices, &inputs.drm_clients);
     Snapshot {
@@ -213,7 +219,7 @@ struct Published {
 }
 
 /// Puts snapshots together and publishes them into the store.
-pub struct Publisher {
+pub(crate) struct Publisher {
     store: Arc<Store>,
     sources: Sources,
     settings: Arc<SharedSettings>,
@@ -225,7 +231,7 @@ pub struct Publisher {
 }
 
 impl Publisher {
-    pub fn new(store: Arc<Store>, sources: Sources, settings: Arc<SharedSettings>) -> Publisher {
+    pub(crate) fn new(store: Arc<Store>, sources: Sources, settings: Arc<SharedSettings>) -> Publisher {
         let hostname = crate::input::hostname();
         Publisher {
             store,
@@ -241,17 +247,13 @@ impl Publisher {
         }
     }
 
-    pub fn store(&self) -> &Arc<Store> {
-        &self.store
-    }
-
-    pub fn sources(&self) -> &Sources {
+    pub(crate) fn sources(&self) -> &Sources {
         &self.sources
     }
 
     /// Where the poller hands its rounds (it holds no publisher): each is published, and the
     /// verdict's counts after it are the answer.
-    pub fn round_sink(self: &Arc<Self>) -> crate::sources::round::RoundSink {
+    pub(crate) fn round_sink(self: &Arc<Self>) -> crate::sources::round::RoundSink {
         let publisher = self.clone();
         Box::new(move |round| {
             publisher.publish_round(round);
@@ -261,7 +263,7 @@ impl Publisher {
     }
 
     /// Publishes a poll round's part with the sources' latest values.
-    pub fn publish_round(&self, round: RoundPart) {
+    pub(crate) fn publish_round(&self, round: RoundPart) {
         self.sources
             .xids
             .set_gpus(round.devices.iter().map(|d| d.identity.pci_bus_id.as_str()));
@@ -277,7 +279,7 @@ impl Publisher {
 
     /// Publishes again when a source's version moved since the last snapshot; true when it
     /// did. Cheap when nothing changed (a few atomic loads).
-    pub fn refresh_if_changed(&self) -> bool {
+    pub(crate) fn refresh_if_changed(&self) -> bool {
         let mut published = self.published.lock().unwrap_or_else(PoisonError::into_inner);
         if self.sources.versions() == published.versions {
             return false;

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Instant;
 
 /// Called with each snapshot as it is published.
-pub type PublishHook = Box<dyn Fn(&Snapshot) + Send + Sync>;
+pub(crate) type PublishHook = Box<dyn Fn(&Snapshot) + Send + Sync>;
 
 pub struct Store {
     current: RwLock<Arc<Snapshot>>,

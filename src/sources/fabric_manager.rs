@@ -22,16 +22,16 @@ use crate::service::versioned::Versioned;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub const LOOK_EVERY: Duration = Duration::from_secs(30);
+pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(30);
 /// The bytes of a name the kernel keeps in `comm` (TASK_COMM_LEN less its NUL).
 const COMM_LEN: usize = 15;
 
-pub struct FabricManagerCheck {
+pub(crate) struct FabricManagerCheck {
     polled: Arc<Versioned<PolledGpus>>,
 }
 
 impl FabricManagerCheck {
-    pub fn new(polled: Arc<Versioned<PolledGpus>>) -> FabricManagerCheck {
+    pub(crate) fn new(polled: Arc<Versioned<PolledGpus>>) -> FabricManagerCheck {
         FabricManagerCheck { polled }
     }
 }
@@ -68,7 +68,7 @@ impl Periodic for FabricManagerCheck {
 }
 
 /// The pid in `pid_file`, and whether `/proc/PID/comm` under `proc_root` names `process`.
-pub fn look(pid_file: &std::path::Path, process: &str, proc_root: &std::path::Path) -> FabricManager {
+pub(crate) fn look(pid_file: &std::path::Path, process: &str, proc_root: &std::path::Path) -> FabricManager {
     let mut skips = Skips::new(Input::Proc);
     let Some(text) = input::read_value(pid_file, 32, &mut skips) else {
         return FabricManager {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Grid {
+pub(crate) struct Grid {
     pub first: u64,
     pub origin: Instant,
     pub interval: Duration,
@@ -18,7 +18,7 @@ pub struct Grid {
 
 impl Grid {
     /// When `round` is due; None before `first` or past what an `Instant` holds.
-    pub fn due(&self, round: u64) -> Option<Instant> {
+    pub(crate) fn due(&self, round: u64) -> Option<Instant> {
         let steps = round.checked_sub(self.first)?;
         let offset = self.interval.as_nanos().checked_mul(u128::from(steps))?;
         self.origin
@@ -27,7 +27,7 @@ impl Grid {
 
     /// The first round after `after` that is due at `not_before` or later, and when: a thread
     /// that fell behind (a long poll, a stopped process) skips the rounds it missed.
-    pub fn next_after(&self, after: u64, not_before: Instant) -> Option<(u64, Instant)> {
+    pub(crate) fn next_after(&self, after: u64, not_before: Instant) -> Option<(u64, Instant)> {
         let candidate = after.saturating_add(1).max(self.first);
         let at = self.due(candidate)?;
         if at >= not_before || self.interval.is_zero() {
@@ -43,16 +43,16 @@ impl Grid {
 /// The timetable in force, if any: None while the coordinator asks each round itself (the
 /// first round, `gpuwarden check`).
 #[derive(Clone, Default)]
-pub struct SharedGrid {
+pub(crate) struct SharedGrid {
     grid: Arc<Mutex<Option<Grid>>>,
 }
 
 impl SharedGrid {
-    pub fn get(&self) -> Option<Grid> {
+    pub(crate) fn get(&self) -> Option<Grid> {
         *self.grid.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn set(&self, grid: Grid) {
+    pub(crate) fn set(&self, grid: Grid) {
         *self.grid.lock().unwrap_or_else(PoisonError::into_inner) = Some(grid);
     }
 }

@@ -9,14 +9,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// A job starts or ends in seconds, and a stale attribution for a few seconds is harmless.
-pub const READ_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const READ_EVERY: Duration = Duration::from_secs(5);
 
 /// Job ids per mapping file (by GPU index or UUID), as read; matched to GPUs when a snapshot
 /// is put together.
-pub type JobMap = BTreeMap<GpuKey, Vec<String>>;
+pub(crate) type JobMap = BTreeMap<GpuKey, Vec<String>>;
 
 #[derive(Default)]
-pub struct JobFiles {
+pub(crate) struct JobFiles {
     /// Whether the directory could not be read last time (its warning is given).
     outage: Outage,
 }

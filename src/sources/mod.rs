@@ -43,17 +43,17 @@
 //! | `round.rs` | What the poller hands on after each round, and how, so that it knows nothing of the stages after it: the round's part of a snapshot goes to a `RoundSink`... |
 //! <!-- /files -->
 
-pub mod fabric_manager;
-pub mod gpu_thread;
-pub mod grid;
-pub mod jobs;
-pub mod library_hold;
-pub mod nics;
-pub mod pci;
+pub(crate) mod fabric_manager;
+pub(crate) mod gpu_thread;
+pub(crate) mod grid;
+pub(crate) mod jobs;
+pub(crate) mod library_hold;
+pub(crate) mod nics;
+pub(crate) mod pci;
 pub mod pcie_aer;
-pub mod poller;
-pub mod processes;
-pub mod round;
+pub(crate) mod poller;
+pub(crate) mod processes;
+pub(crate) mod round;
 
 use crate::config::settings::{Settings, SharedSettings};
 use crate::model::PciGpu;

@@ -14,10 +14,10 @@ use crate::model::nic::NicScan;
 use std::time::{Duration, Instant};
 
 /// How long the adapters as found are kept: a hot-plugged adapter shows within this.
-pub const FIND_AGAIN_EVERY: Duration = Duration::from_secs(300);
+pub(crate) const FIND_AGAIN_EVERY: Duration = Duration::from_secs(300);
 
 #[derive(Default)]
-pub struct NicPorts {
+pub(crate) struct NicPorts {
     /// The adapters as found, when, and under which sysfs root.
     found: Option<(Adapters, Instant, std::path::PathBuf)>,
     /// The last read of every counter, and when.

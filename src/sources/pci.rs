@@ -7,9 +7,9 @@ use crate::config::settings::Settings;
 use crate::model::PciGpu;
 use std::time::Duration;
 
-pub const LOOK_EVERY: Duration = Duration::from_secs(30);
+pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(30);
 
-pub struct PciCensus;
+pub(crate) struct PciCensus;
 
 impl Periodic for PciCensus {
     type Value = Vec<PciGpu>;

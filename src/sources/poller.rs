@@ -82,7 +82,7 @@ struct Answers {
 /// Runs poll rounds and hands each on (to the publisher, as the daemon and `check` wire it; the
 /// poller holds none). Used by the daemon's poll thread and, for a single round, by
 /// `gpuwarden check`.
-pub struct Coordinator {
+pub(crate) struct Coordinator {
     settings: Arc<SharedSettings>,
     /// Where each round goes; it answers the verdict's counts after it.
     hand_over: RoundSink,
@@ -121,7 +121,7 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    pub fn new(
+    pub(crate) fn new(
         settings: Arc<SharedSettings>,
         hand_over: RoundSink,
         polled: Arc<Versioned<PolledGpus>>,
@@ -156,7 +156,7 @@ impl Coordinator {
     }
 
     /// Lets go of the GPU libraries whenever `hold` asks (a GPU reset; remediation/auto.rs).
-    pub fn with_hold(mut self, hold: crate::backend::LibraryHold) -> Coordinator {
+    pub(crate) fn with_hold(mut self, hold: crate::backend::LibraryHold) -> Coordinator {
         self.hold = HoldFollower::new(hold);
         self
     }
@@ -209,7 +209,7 @@ impl Coordinator {
     }
 
     /// A one-line summary for systemd's STATUS=, sent when it changes.
-    pub fn report_status(&mut self) {
+    pub(crate) fn report_status(&mut self) {
         let counts = self.counts;
         // Most rounds change nothing: the line is written only when the numbers moved (or
         // someone else overwrote STATUS=, which empties `last_status`).
@@ -261,7 +261,7 @@ impl Coordinator {
 
     /// One round asked for (`gpuwarden check`): ask every idle GPU, wait for answers until
     /// the deadline, publish.
-    pub fn run_round(&mut self) {
+    pub(crate) fn run_round(&mut self) {
         self.prepare();
         self.asked_round(self.round + 1, u64::MAX);
     }
@@ -550,13 +550,13 @@ enum Control {
 
 /// The running poll loop; dropping the handle does not stop it, the daemon's stop signal
 /// does (the loop's thread drops its handle when it ends).
-pub struct PollLoop {
+pub(crate) struct PollLoop {
     control: Sender<Note>,
 }
 
 impl PollLoop {
     /// Runs the first round before returning, so the first scrape already has data.
-    pub fn start(mut coordinator: Coordinator, stop: crate::service::stop::Stop) -> std::io::Result<PollLoop> {
+    pub(crate) fn start(mut coordinator: Coordinator, stop: crate::service::stop::Stop) -> std::io::Result<PollLoop> {
         coordinator.round_now();
         coordinator.report_status();
         let watchdog = notify::watchdog_interval();
@@ -602,13 +602,13 @@ impl PollLoop {
 
     /// The settings were replaced: the loop applies them and polls at once (a round that
     /// is running finishes first). Never waits.
-    pub fn reload(&self) {
+    pub(crate) fn reload(&self) {
         let _ = self.control.send(Note::Control(Control::Reload));
     }
 
     /// systemd's STATUS= was just written by someone else: the next round sends the health
     /// summary again.
-    pub fn status_overwritten(&self) {
+    pub(crate) fn status_overwritten(&self) {
         let _ = self.control.send(Note::Control(Control::StatusOverwritten));
     }
 }

@@ -16,16 +16,16 @@ use std::time::Duration;
 
 /// Processes by PCI bus id; `None`: the walk could not see every process (a short list is not
 /// shown), or there was no walk.
-pub type DrmScan = Option<BTreeMap<String, Vec<GpuProcess>>>;
+pub(crate) type DrmScan = Option<BTreeMap<String, Vec<GpuProcess>>>;
 
-pub struct DrmClients {
+pub(crate) struct DrmClients {
     polled: Arc<Versioned<PolledGpus>>,
     /// Whether the walk failed last time (its warning is given).
     outage: Outage,
 }
 
 impl DrmClients {
-    pub fn new(polled: Arc<Versioned<PolledGpus>>) -> DrmClients {
+    pub(crate) fn new(polled: Arc<Versioned<PolledGpus>>) -> DrmClients {
         DrmClients {
             polled,
             outage: Outage::default(),
@@ -34,7 +34,7 @@ impl DrmClients {
 }
 
 /// Whether a GPU's processes come from the DRM client walk: its driver keeps no list.
-pub fn wants_drm_clients(vendor: Vendor) -> bool {
+pub(crate) fn wants_drm_clients(vendor: Vendor) -> bool {
     vendor == Vendor::Amd
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 /// What one poll round contributes to a snapshot.
 #[derive(Debug, Clone, Default)]
-pub struct RoundPart {
+pub(crate) struct RoundPart {
     pub backends: Arc<BTreeMap<&'static str, BackendStatus>>,
     pub devices: Vec<DeviceSnapshot>,
     pub persistence_attempts: Arc<PersistenceAttempts>,
@@ -19,7 +19,7 @@ pub struct RoundPart {
 
 /// Where the poller hands each round; it answers the verdict's counts after it (systemd's
 /// STATUS= line), `None` where no GPU was shown.
-pub type RoundSink = Box<dyn Fn(RoundPart) -> Option<HealthCounts> + Send>;
+pub(crate) type RoundSink = Box<dyn Fn(RoundPart) -> Option<HealthCounts> + Send>;
 
 /// The GPUs the last round polled, as the side sources need them.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -12,10 +12,10 @@
 
 use serde::Serialize;
 
-pub use crate::model::xid::Severity;
+pub(crate) use crate::model::xid::Severity;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub code: u32,
     /// NVIDIA's mnemonic, e.g. ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS.
     pub name: &'static str,
@@ -27,7 +27,7 @@ pub struct Entry {
 
 impl Entry {
     /// What an operator should do, in words.
-    pub fn action(&self) -> String {
+    pub(crate) fn action(&self) -> String {
         // The exceptions to the bucket rule (docs/health.md) get advice of their own.
         let special = match self.code {
             32 => {
@@ -74,7 +74,7 @@ impl Entry {
     /// The remediation ladder's step for a fatal XID of this code, from NVIDIA's bucket: a
     /// restart of the machine (bare metal or VM) is a reboot, a reset or an ECC or NVLink
     /// workflow is a GPU reset; `None` for the buckets that ask for no reset or reboot.
-    pub fn step(&self) -> Option<crate::model::health::Step> {
+    pub(crate) fn step(&self) -> Option<crate::model::health::Step> {
         use crate::model::health::Step;
         match self.nvidia_action {
             "RESTART_BM" | "RESTART_VM" => Some(Step::RebootRequired),
@@ -85,7 +85,8 @@ impl Entry {
 }
 
 /// The action for a code the catalog does not list.
-pub const UNKNOWN_ACTION: &str = "not in the Xid catalog this gpuwarden knows: look it up in NVIDIA's Xid catalog";
+pub(crate) const UNKNOWN_ACTION: &str =
+    "not in the Xid catalog this gpuwarden knows: look it up in NVIDIA's Xid catalog";
 
 macro_rules! entries {
     ($( $code:literal $name:literal $description:literal $action:literal $severity:ident ;)*) => {
@@ -94,7 +95,7 @@ macro_rules! entries {
 }
 
 /// Every code NVIDIA's catalog marks as used on A100, H100, B100 or GB200, in code order.
-pub const CATALOG: &[Entry] = entries! {
+pub(crate) const CATALOG: &[Entry] = entries! {
     8   "ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT" "GPU stopped processing" "RESTART_APP" Warning;
     11  "ROBUST_CHANNEL_GR_ERROR_MISSING_HW" "Invalid or corrupted push buffer stream" "RESTART_APP" Warning;
     13  "ROBUST_CHANNEL_GR_EXCEPTION" "Graphics Engine Exception (usually an application fault such as an out-of-bounds access)" "RESTART_APP" Warning;
@@ -193,7 +194,7 @@ pub const CATALOG: &[Entry] = entries! {
     161 "CHANNEL_RETIREMENT_FAILURE" "Channel Retirement Failure" "IGNORE" Info;
 };
 
-pub fn lookup(code: u32) -> Option<&'static Entry> {
+pub(crate) fn lookup(code: u32) -> Option<&'static Entry> {
     CATALOG
         .binary_search_by_key(&code, |e| e.code)
         .ok()
@@ -201,7 +202,7 @@ pub fn lookup(code: u32) -> Option<&'static Entry> {
 }
 
 /// The severity of a code; `Unknown` for codes the catalog does not list.
-pub fn severity(code: u32) -> Severity {
+pub(crate) fn severity(code: u32) -> Severity {
     lookup(code).map(|e| e.severity).unwrap_or(Severity::Unknown)
 }
 

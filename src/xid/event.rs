@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 /// The longest kernel-log line kept with an XID.
-pub const MAX_RAW_LINE: usize = 1024;
+pub(crate) const MAX_RAW_LINE: usize = 1024;
 
 /// Where a report came from. The kernel log's "fallen off the bus" line without a number is
 /// a source of its own, so that it groups with the `Xid ...: 79` line beside it.
@@ -64,7 +64,7 @@ pub struct XidEvent {
 }
 
 /// The most bytes before a resume point kept to recognise the file there.
-pub const TAIL_BYTES: usize = 256;
+pub(crate) const TAIL_BYTES: usize = 256;
 
 /// Where a kernel-log file was read up to: its device and inode, the offset, and the bytes
 /// just before it (at most [`TAIL_BYTES`]), which must still be there for a restart to go on

@@ -19,14 +19,14 @@
 //! | `syslog_lines.rs` | Lines of an all-facility syslog file (/var/log/syslog, /var/log/messages): another program's line tells a kernel log from a file any local user can write a... |
 //! <!-- /files -->
 
-pub mod catalog;
+pub(crate) mod catalog;
 pub mod cli;
-pub mod event;
+pub(crate) mod event;
 pub mod kmsg;
 pub mod parse;
-pub mod store;
-pub mod sxid;
-pub mod syslog_lines;
+pub(crate) mod store;
+pub(crate) mod sxid;
+pub(crate) mod syslog_lines;
 
 use crate::service::logging::RateLimiter;
 use std::sync::{Mutex, OnceLock};

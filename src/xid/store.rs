@@ -11,15 +11,15 @@
 //! GPU falling off the bus and NVML being re-initialised.
 
 use super::catalog;
-pub use super::event::{MAX_RAW_LINE, XidEvent, XidSource};
-pub use crate::model::xid::{OTHER_CODES, Severity, UNATTRIBUTED, XidCount, XidSnapshot};
+pub(crate) use super::event::{MAX_RAW_LINE, XidEvent, XidSource};
+pub(crate) use crate::model::xid::{OTHER_CODES, Severity, UNATTRIBUTED, XidCount, XidSnapshot};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 /// XIDs counted before a restart: ((PCI bus id, code), count, last seen).
-pub type SeedCounts = Vec<((String, u32), u64, SystemTime)>;
+pub(crate) type SeedCounts = Vec<((String, u32), u64, SystemTime)>;
 
 /// At most this many PCI addresses that are no GPU the backends enumerated are counted: a
 /// node has a few GPUs, so a log that names thousands of addresses is noise or an attack, and
@@ -32,7 +32,7 @@ const DROP_LOG_EVERY: Duration = Duration::from_secs(3600);
 /// about two hundred and a failing GPU shows a handful. Further codes are counted together
 /// under [`OTHER_CODES`] with the highest severity among them, so the counts still add up and
 /// a fatal one still makes the GPU unhealthy.
-pub const MAX_CODES_PER_ADDRESS: usize = 64;
+pub(crate) const MAX_CODES_PER_ADDRESS: usize = 64;
 /// Beyond those, fatal and critical codes still get counts of their own, up to this many in
 /// all: their code is what the verdict, the journal and a restart's seed must keep (a count
 /// under `other` comes back from the journal without its severity).
@@ -44,7 +44,7 @@ const MAX_INSTANCES: usize = 16;
 const RECENT_PER_KEY: usize = 64;
 /// NVSwitch (switch, code) pairs counted: an HGX baseboard has four switches and a handful
 /// of codes in a bad day; a log of forged-looking but kernel-made lines makes no more series.
-pub const MAX_SXID_SERIES: usize = 256;
+pub(crate) const MAX_SXID_SERIES: usize = 256;
 /// Kernel records remembered by identity, so one read again is not counted again: more than
 /// a kernel ring buffer holds of XID lines.
 const MAX_IDENTITIES: usize = 8192;

@@ -5,14 +5,14 @@
 //! severity is never taken from this table.
 
 /// One block of SXID codes.
-pub struct Block {
+pub(crate) struct Block {
     pub first: u32,
     pub unit: &'static str,
     pub what: &'static str,
 }
 
 /// The blocks, by their first code.
-pub const BLOCKS: &[Block] = &[
+pub(crate) const BLOCKS: &[Block] = &[
     Block {
         first: 10000,
         unit: "host",
@@ -96,7 +96,7 @@ pub const BLOCKS: &[Block] = &[
 ];
 
 /// The block `code` falls in; None outside the known blocks.
-pub fn block(code: u32) -> Option<&'static Block> {
+pub(crate) fn block(code: u32) -> Option<&'static Block> {
     BLOCKS.iter().find(|b| (b.first..b.first + 1000).contains(&code))
 }
 

@@ -10,7 +10,7 @@ use super::parse::is_iso_time;
 /// facility (/var/log/syslog, /var/log/messages), and any local user can write a
 /// kernel-looking line into it with `logger -t kernel`. None for the kernel's own lines and
 /// for anything that is not a syslog line.
-pub fn other_programs_syslog_tag(line: &str) -> Option<&str> {
+pub(crate) fn other_programs_syslog_tag(line: &str) -> Option<&str> {
     let (before, _) = line.split_once(": ")?;
     let mut words = before.split(' ').filter(|w| !w.is_empty());
     let first = words.next()?;

@@ -13,8 +13,8 @@
 //! <!-- /files -->
 
 pub mod gpu_metrics;
-pub mod rocm_smi;
-pub mod sysfs;
+pub(crate) mod rocm_smi;
+pub(crate) mod sysfs;
 
 use crate::backend::{Backend, BackendState, DevicePoller};
 use crate::config::Amd;

@@ -16,7 +16,7 @@ use std::ffi::c_char;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-pub const BACKEND: &str = "rocm_smi";
+pub(crate) const BACKEND: &str = "rocm_smi";
 
 type Status = u32;
 const SUCCESS: Status = 0;
@@ -100,7 +100,7 @@ symbols! {
 
 /// A loaded and initialised ROCm SMI. Leaked on purpose, like NVML: the device pollers
 /// borrow it for the daemon's lifetime.
-pub struct RocmSmi {
+pub(crate) struct RocmSmi {
     symbols: Symbols,
     pub version: String,
     pub devices: u32,
@@ -124,7 +124,7 @@ impl RocmSmi {
 
 /// Why ROCm SMI cannot be used: not installed, not ROCm SMI, or no AMD GPU / driver.
 #[derive(Debug, thiserror::Error)]
-pub enum LoadError {
+pub(crate) enum LoadError {
     #[error("cannot load {}: {source}", .path.display())]
     Library { path: PathBuf, source: libloading::Error },
     #[error("{} has no {symbol}: not ROCm SMI", .path.display())]
@@ -135,7 +135,7 @@ pub enum LoadError {
 
 /// Loads the library, reads its version, initialises it and counts its GPUs. Err says why
 /// not, for a log line.
-pub fn load(path: &Path) -> Result<&'static RocmSmi, LoadError> {
+pub(crate) fn load(path: &Path) -> Result<&'static RocmSmi, LoadError> {
     // SAFETY: loading a shared library runs its initialisers; ROCm SMI's only set up state.
     let library = unsafe { Library::new(path) }.map_err(|source| LoadError::Library {
         path: path.to_path_buf(),
@@ -224,7 +224,7 @@ fn c_string(buffer: &[c_char]) -> String {
 }
 
 /// Formats rsmi's BDF id (domain << 32 | bus << 8 | device << 3 | function).
-pub fn bus_id_from_bdfid(bdfid: u64) -> String {
+pub(crate) fn bus_id_from_bdfid(bdfid: u64) -> String {
     format!(
         "{:04x}:{:02x}:{:02x}.{:x}",
         (bdfid >> 32) & 0xffff,
@@ -234,7 +234,7 @@ pub fn bus_id_from_bdfid(bdfid: u64) -> String {
     )
 }
 
-pub struct RocmDevicePoller {
+pub(crate) struct RocmDevicePoller {
     smi: &'static RocmSmi,
     device: u32,
     identity: DeviceIdentity,
@@ -244,7 +244,7 @@ pub struct RocmDevicePoller {
 
 /// One poller per ROCm SMI device, each paired with the sysfs poller of the same PCI
 /// address out of `sysfs` (which this takes from).
-pub fn device_pollers(
+pub(crate) fn device_pollers(
     smi: &'static RocmSmi,
     sysfs: &mut Vec<SysfsDevicePoller>,
     driver_version: &str,
@@ -321,12 +321,12 @@ pub fn device_pollers(
 }
 
 impl RocmDevicePoller {
-    pub fn identity(&self) -> &DeviceIdentity {
+    pub(crate) fn identity(&self) -> &DeviceIdentity {
         &self.identity
     }
 
     /// The sysfs twin's readings, with what ROCm SMI gives put over them.
-    pub fn poll(&mut self) -> PollReport {
+    pub(crate) fn poll(&mut self) -> PollReport {
         let started = Instant::now();
         // The sysfs twin first: ROCm SMI's own values then replace what it read.
         let mut report = match self.sysfs.as_mut().map(|p| p.poll()) {

@@ -17,7 +17,7 @@ use crate::model::{DeviceIdentity, DeviceReadings, EccCount, Vendor};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-pub const BACKEND: &str = "amdgpu_sysfs";
+pub(crate) const BACKEND: &str = "amdgpu_sysfs";
 
 /// Names of Instinct boards by PCI device id, for boards without a product_name file.
 const DEVICE_NAMES: [(u32, &str); 9] = [
@@ -34,17 +34,17 @@ const DEVICE_NAMES: [(u32, &str); 9] = [
 
 /// The drm class directory under `root`.
 /// Whether the amdgpu kernel driver is loaded (its module directory exists).
-pub fn driver_loaded(root: &Path) -> bool {
+pub(crate) fn driver_loaded(root: &Path) -> bool {
     root.join("sys/module/amdgpu").is_dir()
 }
 
-pub fn drm_dir(root: &Path) -> PathBuf {
+pub(crate) fn drm_dir(root: &Path) -> PathBuf {
     root.join("sys/class/drm")
 }
 
 /// One poller per amdgpu card, numbered in card order. Err when the drm class directory
 /// exists but cannot be read.
-pub fn device_pollers(root: &Path) -> std::io::Result<Vec<SysfsDevicePoller>> {
+pub(crate) fn device_pollers(root: &Path) -> std::io::Result<Vec<SysfsDevicePoller>> {
     let entries = match std::fs::read_dir(drm_dir(root)) {
         Ok(entries) => entries,
         // No DRM driver loaded at all (a container without /sys/class/drm, a node with no
@@ -137,7 +137,7 @@ struct StaticReadings {
     pcie_width_max: Option<u32>,
 }
 
-pub struct SysfsDevicePoller {
+pub(crate) struct SysfsDevicePoller {
     identity: DeviceIdentity,
     device: PathBuf,
     statics: Option<StaticReadings>,
@@ -237,7 +237,7 @@ impl SysfsDevicePoller {
         }
     }
 
-    pub fn identity(&self) -> &DeviceIdentity {
+    pub(crate) fn identity(&self) -> &DeviceIdentity {
         &self.identity
     }
 
@@ -327,7 +327,7 @@ impl SysfsDevicePoller {
     }
 
     /// Reads every supported value once. Never panics; an unreadable file is left out.
-    pub fn poll(&mut self) -> crate::backend::PollReport {
+    pub(crate) fn poll(&mut self) -> crate::backend::PollReport {
         let started = Instant::now();
         let mut errors = Vec::new();
         // A card that left the bus loses its sysfs directory.

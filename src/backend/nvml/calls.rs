@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 /// What the calls of one poll came to, beside their values.
 #[derive(Debug, Default)]
-pub struct CallErrors {
+pub(crate) struct CallErrors {
     pub errors: Vec<(&'static str, String)>,
     /// Set once any call said the GPU is lost.
     pub lost: bool,
@@ -22,7 +22,11 @@ pub struct CallErrors {
 impl CallErrors {
     /// The value of a call, or `None` when the device does not support it (left out of the
     /// output) or the call failed (recorded, and counted by the caller).
-    pub fn read<T>(&mut self, call: &'static str, make_call: impl FnOnce() -> Result<T, NvmlError>) -> Option<T> {
+    pub(crate) fn read<T>(
+        &mut self,
+        call: &'static str,
+        make_call: impl FnOnce() -> Result<T, NvmlError>,
+    ) -> Option<T> {
         let started = Instant::now();
         let result = make_call();
         let took = started.elapsed();
@@ -49,7 +53,7 @@ impl CallErrors {
     }
 
     /// The report of a poll that could not reach the device (lost, or NVML gone).
-    pub fn into_lost_report(self) -> PollReport {
+    pub(crate) fn into_lost_report(self) -> PollReport {
         PollReport {
             readings: None,
             library_gone: self.library_gone,

@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 /// Starts the event thread for the GPUs with these (index, PCI bus id); it ends within a
 /// second of `stop` (the daemon's, or a driver reload's: a new thread replaces it).
 /// The answer is alive while the thread runs (a GPU reset waits for it to end).
-pub fn spawn(
+pub(crate) fn spawn(
     nvml: &'static Nvml,
     gpus: Vec<(u32, String)>,
     store: Arc<XidStore>,

@@ -8,7 +8,7 @@ use nvml_wrapper::Device;
 use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
 use nvml_wrapper_sys::bindings::*;
 
-pub fn read(device: &Device<'static>, calls: &mut CallErrors) -> Option<Fabric> {
+pub(super) fn read(device: &Device<'static>, calls: &mut CallErrors) -> Option<Fabric> {
     let info = calls.read("nvmlDeviceGetGpuFabricInfoV", || fabric_info(device))?;
     let state = match info.state as u32 {
         NVML_GPU_FABRIC_STATE_NOT_STARTED => FabricState::NotStarted,

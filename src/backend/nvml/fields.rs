@@ -8,7 +8,10 @@ use nvml_wrapper_sys::bindings::*;
 
 /// The value of each requested (field, scope) pair, in order; `None` where the driver
 /// answered that pair with an error (not supported on this GPU or link, most often).
-pub fn scoped_field_values(device: &Device<'static>, requests: &[(u32, u32)]) -> Result<Vec<Option<f64>>, NvmlError> {
+pub(super) fn scoped_field_values(
+    device: &Device<'static>,
+    requests: &[(u32, u32)],
+) -> Result<Vec<Option<f64>>, NvmlError> {
     if requests.is_empty() {
         return Ok(Vec::new());
     }

@@ -20,7 +20,7 @@ use std::sync::Mutex;
 /// The second sample's wait after the first (at start, and after a GPU comes back): the
 /// first values, a one-second average, appear a second after start instead of a whole
 /// `poll.gpm_interval` later, at one more sample's cost (2.3 ms of driver CPU) per start.
-pub const FIRST_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+pub(super) const FIRST_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What each metric becomes. Percentages turn into ratios; bandwidths into bytes per second.
 #[derive(Clone, Copy)]
@@ -62,7 +62,7 @@ const METRICS: [(GpmMetricId, Target); 16] = [
 static GPM_CALLS: Mutex<()> = Mutex::new(());
 
 #[derive(Default)]
-pub struct GpmSampler {
+pub(super) struct GpmSampler {
     /// `Some(false)` once the GPU said it has no GPM.
     supported: Option<bool>,
     previous: Option<GpmSample<'static>>,
@@ -72,7 +72,7 @@ pub struct GpmSampler {
 
 impl GpmSampler {
     /// Samples the GPU and returns its activity since the previous call, if there was one.
-    pub fn read(&mut self, device: &Device<'static>, calls: &mut CallErrors) -> Option<Activity> {
+    pub(super) fn read(&mut self, device: &Device<'static>, calls: &mut CallErrors) -> Option<Activity> {
         if !self.supported(device, calls) {
             return None;
         }
@@ -84,7 +84,7 @@ impl GpmSampler {
 
     /// The activity of each MIG GPU instance in `instances` since the previous call
     /// (`nvmlGpmMigSampleGet`); instances that went away are forgotten.
-    pub fn read_mig(
+    pub(super) fn read_mig(
         &mut self,
         device: &Device<'static>,
         instances: &[u32],

@@ -11,7 +11,7 @@ use nvml_wrapper_sys::bindings::*;
 
 /// `Some(true)` when a licensable feature the guest has enabled is licensed, `Some(false)`
 /// when none is; `None` where the GPU needs no licence.
-pub fn read(device: &Device<'static>, calls: &mut CallErrors) -> Option<bool> {
+pub(super) fn read(device: &Device<'static>, calls: &mut CallErrors) -> Option<bool> {
     let features = calls.read("nvmlDeviceGetGridLicensableFeatures_v4", || licensable_features(device))?;
     licensed(&features)
 }

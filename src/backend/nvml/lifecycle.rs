@@ -20,7 +20,7 @@ enum State {
     Held,
 }
 
-pub struct NvmlLifecycle {
+pub(crate) struct NvmlLifecycle {
     config: Nvml,
     poll_options: super::PollOptions,
     state: State,
@@ -36,7 +36,7 @@ pub struct NvmlLifecycle {
 }
 
 impl NvmlLifecycle {
-    pub fn new(settings: &BackendSettings, live: &LiveSwitches, xid_events: Option<XidEvents>) -> NvmlLifecycle {
+    pub(crate) fn new(settings: &BackendSettings, live: &LiveSwitches, xid_events: Option<XidEvents>) -> NvmlLifecycle {
         NvmlLifecycle {
             config: settings.nvml.clone(),
             poll_options: super::PollOptions {

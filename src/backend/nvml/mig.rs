@@ -10,12 +10,12 @@ use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
 
 /// MIG mode now and after the next reset; `None` where the GPU has no MIG.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct MigMode {
+pub(super) struct MigMode {
     pub enabled: bool,
     pub pending: bool,
 }
 
-pub fn mode(device: &Device<'static>, calls: &mut CallErrors) -> Option<MigMode> {
+pub(super) fn mode(device: &Device<'static>, calls: &mut CallErrors) -> Option<MigMode> {
     let mode = calls.read("nvmlDeviceGetMigMode", || device.mig_mode())?;
     Some(MigMode {
         enabled: mode.current == nvml_wrapper_sys::bindings::NVML_DEVICE_MIG_ENABLE,
@@ -24,7 +24,7 @@ pub fn mode(device: &Device<'static>, calls: &mut CallErrors) -> Option<MigMode>
 }
 
 /// The MIG devices of a GPU in MIG mode.
-pub fn devices(device: &Device<'static>, calls: &mut CallErrors) -> Vec<MigDevice> {
+pub(super) fn devices(device: &Device<'static>, calls: &mut CallErrors) -> Vec<MigDevice> {
     let mut instances = Vec::new();
     let slots = calls
         .read("nvmlDeviceGetMaxMigDeviceCount", || device.mig_device_count())

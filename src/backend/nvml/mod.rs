@@ -23,13 +23,13 @@
 //! | `p2p.rs` | Peer-to-peer over NVLink between this GPU and each other one (`nvmlDeviceGetP2PStatus` with the NVLink capability): what DCGM's `dcgmGetNvLinkP2PStatus`... |
 //! <!-- /files -->
 
-pub mod calls;
-pub mod events;
+pub(crate) mod calls;
+pub(crate) mod events;
 mod fabric;
 mod fields;
 mod gpm;
 mod licence;
-pub mod lifecycle;
+pub(crate) mod lifecycle;
 mod mig;
 mod nvlink;
 mod p2p;
@@ -53,19 +53,19 @@ use nvml_wrapper_sys::bindings::field_id::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub const BACKEND: &str = "nvml";
+pub(crate) const BACKEND: &str = "nvml";
 
 /// A loaded and initialised NVML. Leaked on purpose: NVML handles (devices, event sets)
 /// borrow it for as long as the daemon runs, and it is created once per successful
 /// initialisation, not per poll.
-pub struct NvmlBackend {
+pub(crate) struct NvmlBackend {
     nvml: &'static Nvml,
 }
 
 impl NvmlBackend {
     /// Loads the library named in the config and initialises it. Fails cleanly (no panic)
     /// when the library or the driver is missing.
-    pub fn load(config: &config::Nvml) -> Result<NvmlBackend, NvmlError> {
+    pub(crate) fn load(config: &config::Nvml) -> Result<NvmlBackend, NvmlError> {
         let nvml = Nvml::builder().lib_path(config.library_path.as_os_str()).init()?;
         Ok(NvmlBackend {
             nvml: Box::leak(Box::new(nvml)),
@@ -73,18 +73,18 @@ impl NvmlBackend {
     }
 
     /// The library itself, for the XID event thread, which needs it for the daemon's lifetime.
-    pub fn nvml(&self) -> &'static Nvml {
+    pub(crate) fn nvml(&self) -> &'static Nvml {
         self.nvml
     }
 
-    pub fn driver_version(&self) -> Result<String, NvmlError> {
+    pub(crate) fn driver_version(&self) -> Result<String, NvmlError> {
         self.nvml.sys_driver_version()
     }
 
     /// One poller per GPU the driver enumerates. A GPU whose identity cannot be read (it
     /// fell off the bus before we started) still gets a poller, so it shows as down rather
     /// than vanishing.
-    pub fn device_pollers(&self, options: &PollOptions) -> Result<Vec<NvmlDevicePoller>, NvmlError> {
+    pub(crate) fn device_pollers(&self, options: &PollOptions) -> Result<Vec<NvmlDevicePoller>, NvmlError> {
         let driver_version = self.driver_version().unwrap_or_default();
         let count = self.nvml.device_count()?;
         let mut pollers = Vec::with_capacity(count as usize);
@@ -153,7 +153,7 @@ const COSTLY_SLOW_INTERVALS: u32 = 3;
 
 /// How each GPU's poller works, from the settings.
 #[derive(Debug, Clone)]
-pub struct PollOptions {
+pub(crate) struct PollOptions {
     pub enable_persistence: bool,
     /// How often the slow tier is read (see [`Tiers`]).
     pub slow_interval: Duration,
@@ -213,7 +213,7 @@ impl Tiers {
     }
 }
 
-pub struct NvmlDevicePoller {
+pub(crate) struct NvmlDevicePoller {
     device: Device<'static>,
     /// The node's other GPUs by NVML index (NVLink peer-to-peer status, topology tier).
     peers: Vec<(u32, Device<'static>)>,
@@ -314,18 +314,18 @@ impl DevicePoller for NvmlDevicePoller {
 }
 
 impl NvmlDevicePoller {
-    pub fn identity(&self) -> &DeviceIdentity {
+    pub(crate) fn identity(&self) -> &DeviceIdentity {
         &self.identity
     }
 
     /// Processes holding a CUDA context on this GPU; the probe runs only where there are none.
-    pub fn compute_processes(&self) -> Result<u32, NvmlError> {
+    pub(crate) fn compute_processes(&self) -> Result<u32, NvmlError> {
         self.device.running_compute_processes_count()
     }
 
     /// Reads what is due: the every-poll tier, and each slower tier whose interval has
     /// passed. Never panics; failed calls are listed in the report.
-    pub fn poll(&mut self) -> PollReport {
+    pub(crate) fn poll(&mut self) -> PollReport {
         let mut calls = CallErrors::default();
         // The first call tells us whether the GPU is there at all; a lost GPU answers every
         // call with GpuLost, and there is no point making twenty more.

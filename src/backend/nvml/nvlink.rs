@@ -57,7 +57,7 @@ const CRC_DATA: [u32; 12] = [
 ];
 
 /// The number of NVLinks the board has; 0 for none (or a driver that does not say).
-pub fn board_links(device: &Device<'static>, calls: &mut CallErrors) -> u32 {
+pub(super) fn board_links(device: &Device<'static>, calls: &mut CallErrors) -> u32 {
     calls
         .read("nvmlDeviceGetFieldValues:nvlink_count", || {
             scoped_field_values(device, &[(NVML_FI_DEV_NVLINK_LINK_COUNT, 0)])
@@ -69,7 +69,7 @@ pub fn board_links(device: &Device<'static>, calls: &mut CallErrors) -> u32 {
 
 /// Each link's state and counters, in one call; `None` where the board has no NVLink or
 /// the call failed (then nothing is shown until the next read, never stale values).
-pub fn read(device: &Device<'static>, board_links: u32, calls: &mut CallErrors) -> Option<NvLinks> {
+pub(super) fn read(device: &Device<'static>, board_links: u32, calls: &mut CallErrors) -> Option<NvLinks> {
     if board_links == 0 {
         return None;
     }

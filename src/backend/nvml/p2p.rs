@@ -12,7 +12,11 @@ use nvml_wrapper::error::NvmlError;
 /// NVML's status for each peer, by the peer's NVML index (`nvmlGpuP2PStatus_t`: 0 OK, 1
 /// chipset, 2 GPU, 3 topology not supported, 4 disabled by a registry key, 5 not supported,
 /// 6 unknown). Peers whose call fails are left out (and counted by the caller).
-pub fn read(device: &Device<'static>, peers: &[(u32, Device<'static>)], calls: &mut CallErrors) -> Vec<(u32, u32)> {
+pub(super) fn read(
+    device: &Device<'static>,
+    peers: &[(u32, Device<'static>)],
+    calls: &mut CallErrors,
+) -> Vec<(u32, u32)> {
     peers
         .iter()
         .filter_map(|(index, peer)| {

@@ -31,15 +31,15 @@ use std::time::Duration;
 
 /// A hardware power slowdown keeps the GPU degraded this long after it was last seen, so
 /// one that comes and goes between scrapes is not missed, and frequent ones stay visible.
-pub const HW_SLOWDOWN_WINDOW: Duration = Duration::from_secs(600);
+pub(crate) const HW_SLOWDOWN_WINDOW: Duration = Duration::from_secs(600);
 /// The share of the last hour a GPU's clocks may spend slowed for temperature before
 /// `thermal_slowdown_time` finds it: six minutes an hour is a cooling problem, not a hot day.
-pub const THERMAL_TIME_SHARE: f64 = 0.10;
+pub(crate) const THERMAL_TIME_SHARE: f64 = 0.10;
 /// The least time counted before that share means anything (after a start or a clear, one
 /// minute of slowdown in the first two would be half).
-pub const THERMAL_TIME_LEAST: Duration = Duration::from_secs(600);
+pub(crate) const THERMAL_TIME_LEAST: Duration = Duration::from_secs(600);
 
-pub use super::table::{Check, Hit, Resetting, Rule, Seen, StepAdvice};
+pub(crate) use super::table::{Check, Hit, Resetting, Rule, Seen, StepAdvice};
 use crate::model::health::Step;
 
 mod driver;
@@ -90,7 +90,7 @@ use HealthState::{Degraded, Ok as Notice, Unhealthy};
 
 /// The rule named `reason`: how the config's `health.rules` keys and the debouncer find
 /// their rule (the table is the one list of names).
-pub fn named(reason: RuleId) -> Option<&'static Rule> {
+pub(crate) fn named(reason: RuleId) -> Option<&'static Rule> {
     all().find(|rule| rule.reason == reason)
 }
 
@@ -110,13 +110,8 @@ fn all() -> impl Iterator<Item = &'static Rule> {
         .chain([&super::network::PORTS_MISSING])
 }
 
-/// Every rule's name, in the table's order, for an error that lists them.
-pub fn names() -> String {
-    all().map(|rule| rule.reason.label()).collect::<Vec<_>>().join(", ")
-}
-
 /// Every rule about one GPU, in the order they are looked at.
-pub const RULES: &[Rule] = &[
+pub(crate) const RULES: &[Rule] = &[
     Rule {
         reason: RuleId::XidFatal,
         severity: Unhealthy,
@@ -402,7 +397,7 @@ pub const RULES: &[Rule] = &[
 
 /// Rules the remediation ladder and the verdict name in code (compared as rules, never by a
 /// name written again): each is in `RULES` at its place.
-pub const VALIDATING: Rule = Rule {
+pub(crate) const VALIDATING: Rule = Rule {
     reason: RuleId::Validating,
     severity: Unhealthy,
     worse_when: None,
@@ -415,7 +410,7 @@ pub const VALIDATING: Rule = Rule {
     check: Check::Device(validating),
 };
 
-pub const GPU_LOST: Rule = Rule {
+pub(crate) const GPU_LOST: Rule = Rule {
     reason: RuleId::GpuLost,
     severity: Unhealthy,
     worse_when: None,
@@ -428,7 +423,7 @@ pub const GPU_LOST: Rule = Rule {
     check: Check::Device(gpu_lost),
 };
 
-pub const ROW_REMAP_PENDING: Rule = Rule {
+pub(crate) const ROW_REMAP_PENDING: Rule = Rule {
     reason: RuleId::RowRemapPending,
     severity: Degraded,
     worse_when: None,
@@ -441,7 +436,7 @@ pub const ROW_REMAP_PENDING: Rule = Rule {
     check: Check::Readings(row_remap_pending),
 };
 
-pub const FABRIC_NOT_READY: Rule = Rule {
+pub(crate) const FABRIC_NOT_READY: Rule = Rule {
     reason: RuleId::FabricNotReady,
     severity: Unhealthy,
     worse_when: None,
@@ -456,7 +451,7 @@ pub const FABRIC_NOT_READY: Rule = Rule {
 
 /// The node's rule: a GPU on the PCI bus that no backend shows (its check is
 /// `health::evaluate`'s, over the snapshot's census).
-pub const GPU_MISSING: Rule = Rule {
+pub(crate) const GPU_MISSING: Rule = Rule {
     reason: RuleId::GpuMissing,
     severity: Unhealthy,
     worse_when: None,
@@ -471,7 +466,7 @@ pub const GPU_MISSING: Rule = Rule {
 
 /// The node needs a reboot (`remediation.mode: auto`): a GPU reset failed, or the ladder's
 /// step for a GPU is a reboot. Kept for the boot, or until that GPU is cleared.
-pub const REBOOT_REQUIRED: Rule = Rule {
+pub(crate) const REBOOT_REQUIRED: Rule = Rule {
     reason: RuleId::RebootRequired,
     severity: Unhealthy,
     worse_when: None,
@@ -948,17 +943,13 @@ mod tests {
     }
 
     #[test]
-    fn a_rule_is_found_by_its_name_and_the_names_list_every_rule() {
+    fn a_rule_is_found_by_its_name_and_every_rule_has_one_row() {
         assert_eq!(named(RuleId::XidFatal).map(|r| r.reason.label()), Some("xid_fatal"));
         // The names are one list: every rule's reason has exactly one row, in the same order.
         let rows: Vec<RuleId> = all().map(|rule| rule.reason).collect();
         assert_eq!(rows, RuleId::ALL);
         assert!(RuleId::from_label("xid_fatals").is_none());
-        assert_eq!(
-            names().split(", ").count(),
-            RULES.len() + 7 + super::super::network::PORT_RULES.len()
-        );
-        assert!(names().starts_with("xid_fatal, xid_critical, "));
+        assert_eq!(rows.len(), RULES.len() + 7 + super::super::network::PORT_RULES.len());
     }
 
     #[test]

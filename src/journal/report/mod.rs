@@ -12,21 +12,21 @@
 //! | `remediation.rs` | The report's "Remediation" section: each step automatic remediation ran on the GPU (from the `remediation` rows that carry an attempt) with its outcome,... |
 //! <!-- /files -->
 
-pub mod nic;
-pub mod probes;
-pub mod remediation;
+pub(crate) mod nic;
+pub(crate) mod probes;
+pub(crate) mod remediation;
 
 use crate::journal::store::read::{self, Query, Row};
 use crate::journal::writer::facts::{FindingFact, GpuFacts};
 use rusqlite::Connection;
 use serde::Serialize;
 
-pub const XID_CATALOG: &str = "NVIDIA Xid Catalog, docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html";
-pub const DCGM_DIAG: &str =
+pub(crate) const XID_CATALOG: &str = "NVIDIA Xid Catalog, docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html";
+pub(crate) const DCGM_DIAG: &str =
     "NVIDIA DCGM Diagnostics, docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html";
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Identity {
+pub(crate) struct Identity {
     pub name: String,
     pub uuid: String,
     pub serial: Option<String>,
@@ -42,14 +42,14 @@ pub struct Identity {
 
 /// What a finding calls for, and which public document says so.
 #[derive(Debug, Clone, Serialize)]
-pub struct Guidance {
+pub(crate) struct Guidance {
     pub finding: String,
     pub advice: String,
     pub document: &'static str,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     pub generated_at: f64,
     pub identity: Identity,
     /// The verdict when the journal last wrote this GPU's state.
@@ -103,7 +103,7 @@ fn collective_rows(conn: &Connection, uuid: &str) -> rusqlite::Result<Vec<Row>> 
 }
 
 /// The report for `gpu`, from the whole retained history.
-pub fn build(conn: &Connection, gpu: &GpuFacts, now: f64, baseline_probes: usize) -> rusqlite::Result<Report> {
+pub(crate) fn build(conn: &Connection, gpu: &GpuFacts, now: f64, baseline_probes: usize) -> rusqlite::Result<Report> {
     let rows = read::events(
         conn,
         &Query {
@@ -268,7 +268,7 @@ fn from_the_table(gpu: &GpuFacts, rows: &[Row]) -> Vec<Guidance> {
 }
 
 /// The report as Markdown, for a ticket.
-pub fn markdown(report: &Report) -> String {
+pub(crate) fn markdown(report: &Report) -> String {
     let id = &report.identity;
     let mut out = format!(
         "# GPU evidence: {} serial {}\n\nGenerated {} on host {} by gpuwarden {}, from its health journal.\n\n",
@@ -333,6 +333,6 @@ pub fn markdown(report: &Report) -> String {
 }
 
 /// Unix seconds as `2026-11-24T10:00:00Z`.
-pub fn utc(at: f64) -> String {
+pub(crate) fn utc(at: f64) -> String {
     crate::model::utc_seconds(at)
 }

@@ -11,7 +11,7 @@ use rusqlite::Connection;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
-pub struct NicReport {
+pub(crate) struct NicReport {
     pub generated_at: f64,
     pub device: String,
     /// The adapter as last recorded (`hca_type`, `fw_ver`, `board_id`, `pci_bus_id`,
@@ -27,7 +27,7 @@ pub struct NicReport {
 }
 
 /// The report for `device`; `None` when the journal has no row of it.
-pub fn build(conn: &Connection, device: &str, now: f64) -> rusqlite::Result<Option<NicReport>> {
+pub(crate) fn build(conn: &Connection, device: &str, now: f64) -> rusqlite::Result<Option<NicReport>> {
     let rows = read::events(
         conn,
         &Query {
@@ -70,7 +70,7 @@ pub fn build(conn: &Connection, device: &str, now: f64) -> rusqlite::Result<Opti
 }
 
 /// The report as Markdown, for a ticket.
-pub fn markdown(report: &NicReport) -> String {
+pub(crate) fn markdown(report: &NicReport) -> String {
     let a = &report.adapter;
     let field = |name: &str, key: &str| {
         let value = match &a[key] {

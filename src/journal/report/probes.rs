@@ -10,7 +10,7 @@ use serde::Serialize;
 
 /// One test of one probe against the baseline of the probes before it.
 #[derive(Debug, Clone, Serialize)]
-pub struct Figure {
+pub(crate) struct Figure {
     pub test: Test,
     pub burst: Option<f64>,
     pub sustained: Option<f64>,
@@ -23,7 +23,7 @@ pub struct Figure {
 
 /// One probe.
 #[derive(Debug, Clone, Serialize)]
-pub struct ProbeRow {
+pub(crate) struct ProbeRow {
     pub at: f64,
     /// pass, FAIL or no verdict.
     pub result: &'static str,
@@ -32,7 +32,7 @@ pub struct ProbeRow {
 
 /// The history from the journal's `probe` rows (whatever their order), oldest first; a row
 /// that is not a probe report the daemon wrote is left out.
-pub fn history(rows: &[Row], baseline_probes: usize) -> Vec<ProbeRow> {
+pub(crate) fn history(rows: &[Row], baseline_probes: usize) -> Vec<ProbeRow> {
     let mut reports: Vec<ProbeReport> = rows
         .iter()
         .filter(|r| r.is(crate::journal::event::Kind::Probe))
@@ -73,7 +73,7 @@ pub fn history(rows: &[Row], baseline_probes: usize) -> Vec<ProbeRow> {
 }
 
 /// The history as a Markdown table: a column per test, "sustained (burst), vs baseline".
-pub fn markdown(history: &[ProbeRow]) -> String {
+pub(crate) fn markdown(history: &[ProbeRow]) -> String {
     if history.is_empty() {
         return "None recorded.\n".to_string();
     }

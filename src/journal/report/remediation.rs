@@ -7,7 +7,7 @@ use serde::Serialize;
 
 /// One step as the report shows it.
 #[derive(Debug, Clone, Serialize)]
-pub struct Step {
+pub(crate) struct Step {
     pub at: f64,
     /// `gpu_reset succeeded in 1.4 s`, `reboot required: ...`.
     pub summary: String,
@@ -16,7 +16,7 @@ pub struct Step {
 }
 
 /// The steps among `rows` (the GPU's `remediation` rows), oldest first.
-pub fn steps(rows: &[Row]) -> Vec<Step> {
+pub(crate) fn steps(rows: &[Row]) -> Vec<Step> {
     rows.iter()
         .filter(|r| r.is(crate::journal::event::Kind::Remediation))
         .filter(|r| r.details.get("attempt").is_some() || r.details.get("reboot_required").is_some())
@@ -35,13 +35,13 @@ pub fn steps(rows: &[Row]) -> Vec<Step> {
 }
 
 /// Whether `row` belongs in the section (not in "Other").
-pub fn is_step(row: &Row) -> bool {
+pub(crate) fn is_step(row: &Row) -> bool {
     row.is(crate::journal::event::Kind::Remediation)
         && (row.details.get("attempt").is_some() || row.details.get("reboot_required").is_some())
 }
 
 /// The section as Markdown: a line per step, its output in a code block.
-pub fn markdown(steps: &[Step]) -> String {
+pub(crate) fn markdown(steps: &[Step]) -> String {
     if steps.is_empty() {
         return "None run (automatic remediation is `remediation.mode: auto`; what was advised is above).\n"
             .to_string();

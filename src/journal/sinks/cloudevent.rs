@@ -7,15 +7,15 @@ use crate::journal::store::read::Row;
 use serde_json::json;
 
 /// The CloudEvents `type` prefix: `io.gpuwarden.xid`, `io.gpuwarden.health`, ...
-pub const TYPE_PREFIX: &str = "io.gpuwarden.";
+pub(crate) const TYPE_PREFIX: &str = "io.gpuwarden.";
 
 /// The header carrying the body's signature: `sha256=<hex HMAC-SHA256 of the body>`, keyed by
 /// the sink's secret (the form GitHub's webhooks use, so receivers have code for it).
-pub const SIGNATURE_HEADER: &str = "x-gpuwarden-signature-256";
+pub(crate) const SIGNATURE_HEADER: &str = "x-gpuwarden-signature-256";
 
 /// The row as a CloudEvent. `id` is the row id and its time in microseconds, unique in the
 /// journal even across a file started anew; `source` names the host.
-pub fn event(row: &Row) -> serde_json::Value {
+pub(crate) fn event(row: &Row) -> serde_json::Value {
     let mut event = json!({
         "specversion": "1.0",
         "id": format!("{}-{}", row.id, (row.at * 1e6).round() as i64),
@@ -47,7 +47,7 @@ fn rfc3339_micros(at: f64) -> String {
 }
 
 /// `sha256=<hex>` of `body` keyed by `secret`.
-pub fn signature(secret: &[u8], body: &[u8]) -> String {
+pub(crate) fn signature(secret: &[u8], body: &[u8]) -> String {
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
     let tag = ring::hmac::sign(&key, body);
     let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();

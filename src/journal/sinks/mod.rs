@@ -19,10 +19,10 @@
 //! | `webhook.rs` | One POST of one event to a webhook sink (journal/sinks/mod.rs delivers them in order): HTTP/1.1 over TCP, or TLS for `https://`, through hyper's client... |
 //! <!-- /files -->
 
-pub mod cloudevent;
-pub mod otlp;
-pub mod outbox;
-pub mod webhook;
+pub(crate) mod cloudevent;
+pub(crate) mod otlp;
+pub(crate) mod outbox;
+pub(crate) mod webhook;
 
 use crate::config::{Sink, SinkStart};
 use crate::journal::store::db;
@@ -63,7 +63,7 @@ enum Format {
 
 /// Why a sink cannot start.
 #[derive(Debug, thiserror::Error)]
-pub enum SinkError {
+pub(crate) enum SinkError {
     #[error("{0}")]
     Url(#[from] crate::config::BadUrl),
     #[error("its secret file {0}: {1}")]
@@ -107,7 +107,7 @@ fn prepare(sink: &Sink) -> Result<Prepared, SinkError> {
 
 /// Why a secret file gives no key.
 #[derive(Debug, thiserror::Error)]
-pub enum SecretError {
+pub(crate) enum SecretError {
     #[error("{0}")]
     Open(crate::input::Refused),
     #[error("{0}")]
@@ -161,7 +161,7 @@ pub(crate) fn client_tls(ca: &Path) -> Result<rustls::ClientConfig, SinkError> {
 /// Starts a thread per sink. A sink that cannot start (its secret unreadable, say) tries again
 /// at each back-off, each try a failure in its state and the log, its lag counted all along
 /// (so GpuwardenSinkLagging fires for it); the others run.
-pub fn spawn_all(
+pub(crate) fn spawn_all(
     sinks: &[Sink],
     journal: &Path,
     runtime: tokio::runtime::Handle,

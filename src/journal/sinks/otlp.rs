@@ -76,7 +76,7 @@ fn record(row: &Row, observed: f64) -> LogRecord {
 
 /// The batch as one request, grouped under its host (a batch holds one host's rows; a journal
 /// moved between hosts keeps each row's own).
-pub fn request(rows: &[Row], observed: f64) -> ExportLogsServiceRequest {
+pub(crate) fn request(rows: &[Row], observed: f64) -> ExportLogsServiceRequest {
     let mut resource_logs: Vec<ResourceLogs> = Vec::new();
     for row in rows {
         let at = resource_logs.iter().position(|r| {
@@ -116,7 +116,7 @@ pub fn request(rows: &[Row], observed: f64) -> ExportLogsServiceRequest {
 }
 
 /// The request's protobuf bytes.
-pub fn body(rows: &[Row], observed: f64) -> Vec<u8> {
+pub(crate) fn body(rows: &[Row], observed: f64) -> Vec<u8> {
     request(rows, observed).encode_to_vec()
 }
 

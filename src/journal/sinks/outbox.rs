@@ -11,7 +11,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 /// Where a sink seen for the first time starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Start {
+pub(crate) enum Start {
     /// After the newest row: what happens from now on (the default: a new receiver is not
     /// sent the journal's whole retention).
     Now,
@@ -22,7 +22,7 @@ pub enum Start {
 /// The sink's cursor: the last row id it acknowledged. A sink not seen before gets one at
 /// `start`, written at once, so a restart before its first delivery starts from the same
 /// place.
-pub fn cursor(conn: &Connection, sink: &str, start: Start, now: f64) -> rusqlite::Result<i64> {
+pub(crate) fn cursor(conn: &Connection, sink: &str, start: Start, now: f64) -> rusqlite::Result<i64> {
     let known: Option<i64> = conn
         .query_row("SELECT row_id FROM sink_cursors WHERE sink = ?1", params![sink], |r| {
             r.get(0)
@@ -43,7 +43,7 @@ pub fn cursor(conn: &Connection, sink: &str, start: Start, now: f64) -> rusqlite
 }
 
 /// The sink's cursor where it has one.
-pub fn known_cursor(conn: &Connection, sink: &str) -> rusqlite::Result<Option<i64>> {
+pub(crate) fn known_cursor(conn: &Connection, sink: &str) -> rusqlite::Result<Option<i64>> {
     conn.query_row("SELECT row_id FROM sink_cursors WHERE sink = ?1", params![sink], |r| {
         r.get(0)
     })
@@ -51,7 +51,7 @@ pub fn known_cursor(conn: &Connection, sink: &str) -> rusqlite::Result<Option<i6
 }
 
 /// Whether the journal's tables are there yet: the writer makes the file, then its tables.
-pub fn tables_ready(conn: &Connection) -> rusqlite::Result<bool> {
+pub(crate) fn tables_ready(conn: &Connection) -> rusqlite::Result<bool> {
     conn.query_row(
         "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('events', 'sink_cursors')",
         [],
@@ -61,7 +61,7 @@ pub fn tables_ready(conn: &Connection) -> rusqlite::Result<bool> {
 }
 
 /// Whether the journal's row ids began again under `cursor` (a file started anew).
-pub fn started_anew(conn: &Connection, cursor: i64) -> rusqlite::Result<bool> {
+pub(crate) fn started_anew(conn: &Connection, cursor: i64) -> rusqlite::Result<bool> {
     Ok(cursor > newest(conn)?)
 }
 
@@ -72,7 +72,7 @@ fn newest(conn: &Connection) -> rusqlite::Result<i64> {
 
 /// Moves the sink's cursor to `row_id`, never back: an acknowledgement that arrives late
 /// (a retry's) cannot undo a newer one.
-pub fn acknowledge(conn: &mut Connection, sink: &str, row_id: i64, now: f64) -> rusqlite::Result<()> {
+pub(crate) fn acknowledge(conn: &mut Connection, sink: &str, row_id: i64, now: f64) -> rusqlite::Result<()> {
     let tx = conn.transaction()?;
     tx.execute(
         "INSERT INTO sink_cursors (sink, row_id, at) VALUES (?1, ?2, ?3)
@@ -85,7 +85,7 @@ pub fn acknowledge(conn: &mut Connection, sink: &str, row_id: i64, now: f64) -> 
 
 /// Sets the sink's cursor back to before the first row: for a journal file started anew,
 /// whose row ids begin again under the old cursor (which [`acknowledge`] never moves back).
-pub fn restart(conn: &mut Connection, sink: &str, now: f64) -> rusqlite::Result<()> {
+pub(crate) fn restart(conn: &mut Connection, sink: &str, now: f64) -> rusqlite::Result<()> {
     conn.execute(
         "UPDATE sink_cursors SET row_id = 0, at = ?2 WHERE sink = ?1",
         params![sink, now],
@@ -96,7 +96,7 @@ pub fn restart(conn: &mut Connection, sink: &str, now: f64) -> rusqlite::Result<
 /// Up to `limit` rows after `cursor`, oldest first. A cursor past the newest row means the
 /// journal was started anew (a file moved aside: its row ids begin again at 1): then from
 /// the first row, and `Restarted` says so.
-pub fn after(conn: &Connection, cursor: i64, limit: usize) -> rusqlite::Result<(Vec<Row>, Restarted)> {
+pub(crate) fn after(conn: &Connection, cursor: i64, limit: usize) -> rusqlite::Result<(Vec<Row>, Restarted)> {
     let restarted = Restarted(started_anew(conn, cursor)?);
     let from = if restarted.0 { 0 } else { cursor };
     let mut statement = conn.prepare(&format!(
@@ -111,11 +111,11 @@ pub fn after(conn: &Connection, cursor: i64, limit: usize) -> rusqlite::Result<(
 
 /// Whether the journal's row ids began again under the cursor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Restarted(pub bool);
+pub(crate) struct Restarted(pub bool);
 
 /// How far the sink is behind: rows after its cursor, and the time of the oldest of them
 /// (`None` when it has taken everything).
-pub fn lag(conn: &Connection, cursor: i64) -> rusqlite::Result<(u64, Option<f64>)> {
+pub(crate) fn lag(conn: &Connection, cursor: i64) -> rusqlite::Result<(u64, Option<f64>)> {
     conn.query_row(
         "SELECT COUNT(*), MIN(at) FROM events WHERE id > ?1",
         params![cursor],

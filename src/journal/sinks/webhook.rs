@@ -14,13 +14,13 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 /// The most of an answer's body read: enough for an error message, nothing like 10 MB.
-pub const MAX_ANSWER: usize = 64 << 10;
+pub(crate) const MAX_ANSWER: usize = 64 << 10;
 
-pub use crate::config::Endpoint;
+pub(crate) use crate::config::Endpoint;
 
 /// Why one delivery did not take.
 #[derive(Debug, thiserror::Error)]
-pub enum PostError {
+pub(crate) enum PostError {
     #[error("{0}")]
     Url(String),
     #[error("cannot connect to {0}: {1}")]
@@ -36,7 +36,7 @@ pub enum PostError {
 }
 
 /// Posts `body` with `headers`; Ok once the endpoint answered 2xx.
-pub async fn post(
+pub(crate) async fn post(
     endpoint: &Endpoint,
     tls: Option<&Arc<rustls::ClientConfig>>,
     headers: &[(&str, String)],

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The schema this build writes. A file with a newer one is left alone (a downgrade).
-pub const SCHEMA_VERSION: i64 = 1;
+pub(crate) const SCHEMA_VERSION: i64 = 1;
 
 pub(crate) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS events (
@@ -124,7 +124,7 @@ impl DbError {
     }
 }
 
-pub fn is_corrupt(e: &rusqlite::Error) -> bool {
+pub(crate) fn is_corrupt(e: &rusqlite::Error) -> bool {
     matches!(
         e.sqlite_error_code(),
         Some(ErrorCode::DatabaseCorrupt) | Some(ErrorCode::NotADatabase)
@@ -132,7 +132,7 @@ pub fn is_corrupt(e: &rusqlite::Error) -> bool {
 }
 
 /// Opens (or creates) the database for the writer, checks it and brings the schema up.
-pub fn open_for_writing(path: &Path) -> Result<Connection, DbError> {
+pub(crate) fn open_for_writing(path: &Path) -> Result<Connection, DbError> {
     check_files(path)?;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(DbError::sqlite(path))?;
@@ -204,7 +204,7 @@ fn setup(conn: &Connection, path: &Path) -> Result<(), DbError> {
 
 /// Moves a corrupt file (and its WAL and shared-memory files) aside as
 /// `state.db.corrupt-UNIXTIME`, so a new one can start and the old one can be looked at.
-pub fn move_aside(path: &Path) -> std::io::Result<PathBuf> {
+pub(crate) fn move_aside(path: &Path) -> std::io::Result<PathBuf> {
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -228,7 +228,7 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 
 /// Opens the database read-only, for `events`, `report` and the HTTP API: works while the
 /// daemon writes (WAL), and never changes the file.
-pub fn open_read_only(path: &Path) -> Result<Connection, DbError> {
+pub(crate) fn open_read_only(path: &Path) -> Result<Connection, DbError> {
     check_files(path)?;
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(DbError::sqlite(path))?;
@@ -241,7 +241,7 @@ pub fn open_read_only(path: &Path) -> Result<Connection, DbError> {
 
 /// Opens the database for a sink's deliveries (journal/sinks/mod.rs): reads rows and writes only
 /// its cursor; never creates the file (the writer does).
-pub fn open_for_cursors(path: &Path) -> Result<Connection, DbError> {
+pub(crate) fn open_for_cursors(path: &Path) -> Result<Connection, DbError> {
     check_files(path)?;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(DbError::sqlite(path))?;
@@ -251,7 +251,7 @@ pub fn open_for_cursors(path: &Path) -> Result<Connection, DbError> {
 }
 
 /// The file's size in bytes as SQLite counts it (pages in use, not the free list).
-pub fn used_bytes(conn: &Connection) -> rusqlite::Result<u64> {
+pub(crate) fn used_bytes(conn: &Connection) -> rusqlite::Result<u64> {
     conn.query_row(
         "SELECT (page_count - freelist_count) * page_size FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()",
         [],
@@ -269,7 +269,7 @@ const BATCH_IDS_KEPT_FOR: f64 = 86_400.0;
 /// the size after. This boot's (`boot_id`) XID counts and kernel-log position stay however
 /// old they are: a restart must find a fatal XID of this boot even with a retention shorter
 /// than the uptime. Other boots' counts go by age, and by size once no event row is left.
-pub fn prune(conn: &Connection, oldest: f64, max_bytes: u64, boot_id: &str) -> rusqlite::Result<u64> {
+pub(crate) fn prune(conn: &Connection, oldest: f64, max_bytes: u64, boot_id: &str) -> rusqlite::Result<u64> {
     conn.execute("DELETE FROM events WHERE at < ?1", [oldest])?;
     conn.execute(
         "DELETE FROM xid_counts WHERE last_at < ?1 AND boot_id != ?2",

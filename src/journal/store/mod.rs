@@ -10,6 +10,6 @@
 //! | `worker.rs` | The journal's database work runs in a short-lived child process, `gpuwarden journal-worker` (the daemon's own binary, `/proc/self/exe`), one request on its... |
 //! <!-- /files -->
 
-pub mod db;
-pub mod read;
+pub(crate) mod db;
+pub(crate) mod read;
 pub mod worker;

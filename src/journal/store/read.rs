@@ -14,11 +14,11 @@ use std::path::Path;
 use std::time::SystemTime;
 
 /// At most this many rows in one answer (the HTTP API's and the CLI's default).
-pub const DEFAULT_LIMIT: usize = 1000;
-pub const MAX_LIMIT: usize = 100_000;
+pub(crate) const DEFAULT_LIMIT: usize = 1000;
+pub(crate) const MAX_LIMIT: usize = 100_000;
 /// At most this many rows in one answer of `/api/v1/events`: a page, with a `Link` to the
 /// next (older) one. Two readers at once then hold a few MiB, not hundreds.
-pub const MAX_HTTP_LIMIT: usize = 5000;
+pub(crate) const MAX_HTTP_LIMIT: usize = 5000;
 
 /// One row as read back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,13 +46,13 @@ impl Row {
 
 /// Which GPU: its index as the journal last knew it, or its UUID.
 #[derive(Debug, Clone, PartialEq)]
-pub enum GpuSelector {
+pub(crate) enum GpuSelector {
     Index(u32),
     Uuid(String),
 }
 
 impl GpuSelector {
-    pub fn parse(text: &str) -> GpuSelector {
+    pub(crate) fn parse(text: &str) -> GpuSelector {
         match text.parse::<u32>() {
             Ok(index) => GpuSelector::Index(index),
             Err(_) => GpuSelector::Uuid(text.to_string()),
@@ -62,7 +62,7 @@ impl GpuSelector {
 
 /// A query over the rows, newest last.
 #[derive(Debug, Clone, Default)]
-pub struct Query {
+pub(crate) struct Query {
     /// Unix seconds; None: from the first row.
     pub since: Option<f64>,
     /// GPU UUIDs (resolved from a selector); empty: every row.
@@ -78,7 +78,7 @@ pub struct Query {
 
 /// A query's parameter that does not parse; says what to write instead.
 #[derive(Debug, thiserror::Error)]
-pub enum QueryError {
+pub(crate) enum QueryError {
     #[error("unknown kind {0:?}; the kinds are {known}", known = Kind::ALL.map(Kind::name).join(", "))]
     Kind(String),
     #[error("--since {text:?} is not a duration ({reason}); write it like 30m, 7d or 180d")]
@@ -89,19 +89,19 @@ pub enum QueryError {
 }
 
 /// A page cursor, `AT_ID` (the oldest row of the page before): Unix seconds and row id.
-pub fn parse_before(text: &str) -> Option<(f64, i64)> {
+pub(crate) fn parse_before(text: &str) -> Option<(f64, i64)> {
     let (at, id) = text.rsplit_once('_')?;
     let at: f64 = at.parse().ok().filter(|a: &f64| a.is_finite())?;
     Some((at, id.parse().ok()?))
 }
 
 /// The cursor of the page after one whose oldest row is `row`.
-pub fn cursor_after(row: &Row) -> String {
+pub(crate) fn cursor_after(row: &Row) -> String {
     format!("{}_{}", row.at, row.id)
 }
 
 /// Parses `--kind xid,health`: a clear error names the kinds there are.
-pub fn parse_kinds(text: &str) -> Result<Vec<Kind>, QueryError> {
+pub(crate) fn parse_kinds(text: &str) -> Result<Vec<Kind>, QueryError> {
     text.split(',')
         .map(str::trim)
         .filter(|k| !k.is_empty())
@@ -110,11 +110,11 @@ pub fn parse_kinds(text: &str) -> Result<Vec<Kind>, QueryError> {
 }
 
 /// The columns a row is selected with, in [`row_of`]'s order.
-pub const ROW_COLUMNS: &str = "id, at, boot_id, host, kind, gpu_uuid, serial, pci_bus_id, summary, details";
+pub(crate) const ROW_COLUMNS: &str = "id, at, boot_id, host, kind, gpu_uuid, serial, pci_bus_id, summary, details";
 
 /// A row selected with [`ROW_COLUMNS`]; details that are not JSON read as null (the row is
 /// still shown, and still goes out).
-pub fn row_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+pub(crate) fn row_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
     let details: String = r.get(9)?;
     Ok(Row {
         id: r.get(0)?,
@@ -131,7 +131,7 @@ pub fn row_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
 }
 
 /// Rows matching `query`, oldest first, the newest `limit` of them.
-pub fn events(conn: &Connection, query: &Query) -> rusqlite::Result<Vec<Row>> {
+pub(crate) fn events(conn: &Connection, query: &Query) -> rusqlite::Result<Vec<Row>> {
     let mut sql = format!("SELECT {ROW_COLUMNS} FROM events WHERE 1");
     let mut values: Vec<SqlValue> = Vec::new();
     if let Some(since) = query.since {
@@ -165,7 +165,7 @@ pub fn events(conn: &Connection, query: &Query) -> rusqlite::Result<Vec<Row>> {
 }
 
 /// Every GPU's last known facts.
-pub fn load_facts(conn: &Connection) -> rusqlite::Result<Vec<GpuFacts>> {
+pub(crate) fn load_facts(conn: &Connection) -> rusqlite::Result<Vec<GpuFacts>> {
     let mut statement = conn.prepare("SELECT facts FROM gpu_facts ORDER BY at")?;
     let texts: Vec<String> = statement
         .query_map([], |r| r.get(0))?
@@ -177,7 +177,7 @@ pub fn load_facts(conn: &Connection) -> rusqlite::Result<Vec<GpuFacts>> {
 }
 
 /// Every board `facts` knows, and the addresses it knew boards at.
-pub fn known_boards(facts: &[GpuFacts]) -> crate::model::health::KnownBoards {
+pub(crate) fn known_boards(facts: &[GpuFacts]) -> crate::model::health::KnownBoards {
     let mut known = crate::model::health::KnownBoards::default();
     for facts in facts {
         if !facts.pci_bus_id.is_empty() {
@@ -190,7 +190,7 @@ pub fn known_boards(facts: &[GpuFacts]) -> crate::model::health::KnownBoards {
 
 /// The GPU `selector` names, as the journal last knew it: by UUID, or the GPU last seen
 /// with that index (a GPU that moved to another address is found by its UUID).
-pub fn find_gpu(conn: &Connection, selector: &GpuSelector) -> rusqlite::Result<Option<GpuFacts>> {
+pub(crate) fn find_gpu(conn: &Connection, selector: &GpuSelector) -> rusqlite::Result<Option<GpuFacts>> {
     let facts = load_facts(conn)?;
     Ok(match selector {
         GpuSelector::Uuid(uuid) => facts.into_iter().find(|f| &f.uuid == uuid),
@@ -203,12 +203,12 @@ pub fn find_gpu(conn: &Connection, selector: &GpuSelector) -> rusqlite::Result<O
 }
 
 /// Each GPU's index as the journal last knew it, by UUID.
-pub fn gpu_indexes(conn: &Connection) -> rusqlite::Result<std::collections::BTreeMap<String, u32>> {
+pub(crate) fn gpu_indexes(conn: &Connection) -> rusqlite::Result<std::collections::BTreeMap<String, u32>> {
     Ok(load_facts(conn)?.into_iter().map(|f| (f.uuid, f.index)).collect())
 }
 
 /// This boot's XID counts.
-pub fn xid_counts(conn: &Connection, boot_id: &str) -> rusqlite::Result<SeedCounts> {
+pub(crate) fn xid_counts(conn: &Connection, boot_id: &str) -> rusqlite::Result<SeedCounts> {
     let mut statement = conn.prepare("SELECT pci_bus_id, xid, count, last_at FROM xid_counts WHERE boot_id = ?1")?;
     let rows = statement.query_map([boot_id], |r| {
         let last: f64 = r.get(3)?;
@@ -222,7 +222,7 @@ pub fn xid_counts(conn: &Connection, boot_id: &str) -> rusqlite::Result<SeedCoun
 }
 
 /// What a restart in boot `boot_id` takes over (read-only).
-pub fn seed(path: &Path, boot_id: &str) -> Result<Seed, DbError> {
+pub(crate) fn seed(path: &Path, boot_id: &str) -> Result<Seed, DbError> {
     let conn = db::open_read_only(path)?;
     let err = DbError::sqlite(path);
     let kmsg_sequence: Option<i64> = conn
@@ -299,7 +299,7 @@ fn has_table(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
 /// What automatic remediation did in the last day and in this boot, from the `remediation`
 /// rows that carry an attempt or a reboot mark: the resets count against the day's budget, a
 /// failed one of this boot makes the ladder's step a reboot, and this boot's reboot mark stays.
-pub fn remediation(
+pub(crate) fn remediation(
     conn: &Connection,
     boot_id: &str,
     now: SystemTime,
@@ -356,7 +356,7 @@ pub fn remediation(
 
 /// Each GPU's latest validation from its newest `validation` row, whatever the boot: a reboot
 /// between a clear and its probe does not let the GPU skip it.
-pub fn validations(conn: &Connection) -> rusqlite::Result<crate::model::health::Validations> {
+pub(crate) fn validations(conn: &Connection) -> rusqlite::Result<crate::model::health::Validations> {
     let rows = newest_per_gpu(conn, "validation", "1 = ?1", 1)?;
     Ok(rows
         .into_iter()
@@ -372,7 +372,9 @@ const MAX_PROBE_ROWS: u32 = 64 * crate::model::probe::MAX_HISTORY as u32;
 
 /// Each GPU's latest [`MAX_HISTORY`](crate::model::probe::MAX_HISTORY) probes' figures,
 /// oldest first, from the `probe` rows (whatever the boot: a baseline outlives reboots).
-pub fn probe_history(conn: &Connection) -> rusqlite::Result<BTreeMap<String, Vec<crate::model::probe::ProbeFigures>>> {
+pub(crate) fn probe_history(
+    conn: &Connection,
+) -> rusqlite::Result<BTreeMap<String, Vec<crate::model::probe::ProbeFigures>>> {
     let mut statement = conn.prepare(
         "SELECT gpu_uuid, details FROM (SELECT gpu_uuid, details, at, \
          ROW_NUMBER() OVER (PARTITION BY gpu_uuid ORDER BY at DESC) AS newest \
@@ -404,7 +406,7 @@ const MAX_SDC_ROWS: u32 = 1000;
 /// suspect unless its suspicion was lifted (a `lifted` row) or a clear of that GPU came after it (a clear in an earlier boot counts too:
 /// wrong results are sticky only until a person clears them), and each key's newest
 /// agreement digest. Rows that do not parse are left out, not trusted.
-pub fn sdc(conn: &Connection) -> rusqlite::Result<crate::journal::SdcSeed> {
+pub(crate) fn sdc(conn: &Connection) -> rusqlite::Result<crate::journal::SdcSeed> {
     use crate::model::probe::{SdcKey, SdcReference, SdcSuspect};
     let mut statement =
         conn.prepare("SELECT gpu_uuid, details FROM events WHERE kind = 'sdc' ORDER BY at DESC, id DESC LIMIT ?1")?;
@@ -502,7 +504,7 @@ fn collective(
 
 /// The board swaps of the last [`BOARD_SWAP_NOTICE`] by the new board's UUID, from the
 /// `board_swap` rows (whatever the boot: a swap is found after the reboot it took).
-pub fn board_swaps(conn: &Connection, now: SystemTime) -> rusqlite::Result<crate::model::health::BoardSwaps> {
+pub(crate) fn board_swaps(conn: &Connection, now: SystemTime) -> rusqlite::Result<crate::model::health::BoardSwaps> {
     use crate::model::health::{BOARD_SWAP_NOTICE, BoardSwap};
     let since = crate::model::unix_seconds(now) - BOARD_SWAP_NOTICE.as_secs_f64();
     let rows = newest_per_gpu(conn, "board_swap", "at >= ?1", since)?;
@@ -524,7 +526,7 @@ const MAX_SXID_ROWS: u32 = 10_000;
 
 /// This boot's SXIDs from the `sxid` rows, counted by (switch address, code): what a restart
 /// gives the XID store before the kernel log is read.
-pub fn sxids(conn: &Connection, boot_id: &str) -> rusqlite::Result<Vec<crate::model::xid::SxidCount>> {
+pub(crate) fn sxids(conn: &Connection, boot_id: &str) -> rusqlite::Result<Vec<crate::model::xid::SxidCount>> {
     let mut statement = conn.prepare(
         "SELECT at, pci_bus_id, details FROM events WHERE kind = 'sxid' AND boot_id = ?1 ORDER BY at LIMIT ?2",
     )?;
@@ -570,7 +572,7 @@ pub fn sxids(conn: &Connection, boot_id: &str) -> rusqlite::Result<Vec<crate::mo
 }
 
 /// This boot's latest clear per GPU UUID, from its `clear` rows.
-pub fn clears(conn: &Connection, boot_id: &str) -> rusqlite::Result<crate::model::health::Clears> {
+pub(crate) fn clears(conn: &Connection, boot_id: &str) -> rusqlite::Result<crate::model::health::Clears> {
     let rows = newest_per_gpu(conn, "clear", "boot_id = ?1", boot_id)?;
     Ok(rows
         .into_iter()
@@ -620,14 +622,14 @@ fn text(details: &serde_json::Value, key: &str) -> Option<String> {
 }
 
 /// The boots the journal has seen, oldest first: (boot id, first seen).
-pub fn boots(conn: &Connection) -> rusqlite::Result<Vec<(String, f64)>> {
+pub(crate) fn boots(conn: &Connection) -> rusqlite::Result<Vec<(String, f64)>> {
     let mut statement = conn.prepare("SELECT boot_id, first_seen FROM boots ORDER BY first_seen")?;
     let rows = statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
     rows.collect()
 }
 
 /// Reads `--since 7d` (a duration back from now) or a Unix time.
-pub fn parse_since(text: &str, now: SystemTime) -> Result<f64, QueryError> {
+pub(crate) fn parse_since(text: &str, now: SystemTime) -> Result<f64, QueryError> {
     if let Ok(seconds) = text.parse::<f64>() {
         return Ok(seconds);
     }
@@ -640,12 +642,12 @@ pub fn parse_since(text: &str, now: SystemTime) -> Result<f64, QueryError> {
 }
 
 /// How far back the status page's timeline looks, and how many rows per GPU it shows.
-pub const TIMELINE_SPAN: f64 = 7.0 * 24.0 * 3600.0;
-pub const TIMELINE_PER_GPU: usize = 12;
+pub(crate) const TIMELINE_SPAN: f64 = 7.0 * 24.0 * 3600.0;
+pub(crate) const TIMELINE_PER_GPU: usize = 12;
 
 /// The newest rows of the last seven days by GPU UUID (node rows under ""), at most
 /// [`TIMELINE_PER_GPU`] each, oldest first: the status page's timeline.
-pub fn timeline(path: &Path, now: f64) -> Result<std::collections::BTreeMap<String, Vec<Row>>, DbError> {
+pub(crate) fn timeline(path: &Path, now: f64) -> Result<std::collections::BTreeMap<String, Vec<Row>>, DbError> {
     let conn = db::open_read_only(path)?;
     let rows = events(
         &conn,

@@ -9,14 +9,21 @@ use crate::model::health::{BoardSwap, Validation};
 use std::sync::Arc;
 
 /// Where a board swap goes: the service state's owner.
-pub struct SwapWrites {
+pub(crate) struct SwapWrites {
     pub lifecycle: Arc<Lifecycle>,
 }
 
 impl SwapWrites {
     /// `new` took the slot of `previous`: its notice and its validation (where asked for),
     /// one transition; gives back the row.
-    pub fn record(&self, previous: &GpuFacts, new: &GpuFacts, vendor: Vendor, now: f64, validate: bool) -> Event {
+    pub(crate) fn record(
+        &self,
+        previous: &GpuFacts,
+        new: &GpuFacts,
+        vendor: Vendor,
+        now: f64,
+        validate: bool,
+    ) -> Event {
         // A new board proves itself with a probe before its node returns to service
         // (the probe is CUDA's: NVIDIA boards only).
         let validation = (validate && vendor == Vendor::Nvidia).then(|| Validation {

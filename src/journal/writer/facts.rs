@@ -13,10 +13,10 @@ use std::collections::BTreeMap;
 
 /// A slowdown episode ends when its reason has been clear this long: a reason that flickers
 /// every poll is one episode, not one row a second.
-pub const EPISODE_GAP: f64 = 30.0;
+pub(crate) const EPISODE_GAP: f64 = 30.0;
 
 /// The clock-event reasons whose episodes are recorded: heat and the board's power brake.
-pub const EPISODE_REASONS: [ClockReason; 4] = [
+pub(crate) const EPISODE_REASONS: [ClockReason; 4] = [
     ClockReason::SwThermalSlowdown,
     ClockReason::HwThermalSlowdown,
     ClockReason::HwSlowdown,
@@ -140,7 +140,7 @@ impl GpuFacts {
 
 /// The facts of `device` now; readings the GPU did not give this time keep their last value
 /// (a GPU that stops answering has not had its ECC count reset).
-pub fn facts_of(device: &DeviceSnapshot, snapshot: &Snapshot, last: Option<&GpuFacts>, now: f64) -> GpuFacts {
+pub(crate) fn facts_of(device: &DeviceSnapshot, snapshot: &Snapshot, last: Option<&GpuFacts>, now: f64) -> GpuFacts {
     let id = &device.identity;
     // Only what carries over is copied from `last`: the rest is read from the device anew.
     let mut f = GpuFacts {
@@ -209,7 +209,7 @@ pub fn facts_of(device: &DeviceSnapshot, snapshot: &Snapshot, last: Option<&GpuF
 }
 
 /// The uncorrectable ECC errors (aggregate) `r` reports, summed; None where it reports none.
-pub fn uncorrectable_ecc(r: &DeviceReadings) -> Option<u64> {
+pub(crate) fn uncorrectable_ecc(r: &DeviceReadings) -> Option<u64> {
     r.ecc_errors
         .iter()
         .filter(|e| e.error_type == EccType::Uncorrected && e.scope == EccScope::Aggregate)
@@ -220,13 +220,13 @@ pub fn uncorrectable_ecc(r: &DeviceReadings) -> Option<u64> {
 /// What the probe says of one GPU now: its latest report, and its last probe that could not
 /// run (since that report).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ProbeNow<'a> {
+pub(crate) struct ProbeNow<'a> {
     pub report: Option<&'a ProbeReport>,
     pub error: Option<&'a ProbeErrorNote>,
 }
 
 impl<'a> ProbeNow<'a> {
-    pub fn of(snapshot: &'a Snapshot, uuid: &str) -> ProbeNow<'a> {
+    pub(crate) fn of(snapshot: &'a Snapshot, uuid: &str) -> ProbeNow<'a> {
         ProbeNow {
             report: snapshot.probe.reports.get(uuid),
             error: snapshot.probe.last_error.get(uuid),
@@ -236,11 +236,11 @@ impl<'a> ProbeNow<'a> {
 
 /// A probe that could not run with the same reason is written again only after this long
 /// (a node without CUDA retries its validation every minute; the row says how many tries).
-pub const PROBE_ERROR_AGAIN: f64 = 3600.0;
+pub(crate) const PROBE_ERROR_AGAIN: f64 = 3600.0;
 
 /// The events between `old` (None: a GPU the journal has not seen) and `new`. Ends the
 /// slowdown episodes that are over (removing them from `new`).
-pub fn changes(old: Option<&GpuFacts>, new: &mut GpuFacts, probe: ProbeNow, now: f64) -> Vec<Event> {
+pub(crate) fn changes(old: Option<&GpuFacts>, new: &mut GpuFacts, probe: ProbeNow, now: f64) -> Vec<Event> {
     let mut out = match old {
         None => first_sight(new, probe.report, now),
         Some(old) => changes_since(old, new, probe.report, now),
@@ -380,7 +380,7 @@ fn recovery_action_change(old: &GpuFacts, new: &GpuFacts, now: f64, gpu: &Option
 /// replays), as read now: at a GPU's first sight and at each start of the daemon. The journal otherwise records changes only, so a GPU that came with an
 /// uncorrectable ECC error or a pending remap would show "none recorded" beside a verdict
 /// that names them. `when`: "at first sight", "at start".
-pub fn first_readings(f: &GpuFacts, now: f64, when: &str) -> Vec<Event> {
+pub(crate) fn first_readings(f: &GpuFacts, now: f64, when: &str) -> Vec<Event> {
     let gpu = Some(f.gpu_ref());
     let event = |kind, summary: String, details| Event::new(now, kind, gpu.clone(), summary, details);
     let mut out = Vec::new();
@@ -484,7 +484,7 @@ fn ended_episodes(new: &mut GpuFacts, now: f64, gpu: &Option<GpuRef>) -> Vec<Eve
 }
 
 /// The row for one slowdown episode (also written at stop for one still going on).
-pub fn episode_event(reason: &str, start: f64, last: f64, gpu: &Option<GpuRef>) -> Event {
+pub(crate) fn episode_event(reason: &str, start: f64, last: f64, gpu: &Option<GpuRef>) -> Event {
     let seconds = (last - start).max(0.0);
     Event::new(
         start,
@@ -554,7 +554,7 @@ fn inventory_change(old: &GpuFacts, new: &GpuFacts) -> String {
 
 /// A GPU first seen at an address where another GPU (another UUID) was: the board was
 /// swapped. The old GPU's rows keep its serial.
-pub fn board_swap(previous: &GpuFacts, new: &GpuFacts, now: f64) -> Event {
+pub(crate) fn board_swap(previous: &GpuFacts, new: &GpuFacts, now: f64) -> Event {
     Event::new(
         now,
         Kind::BoardSwap,

@@ -30,16 +30,16 @@
 //! <!-- /files -->
 
 pub(in crate::journal) mod board_swap;
-pub mod facts;
+pub(crate) mod facts;
 pub(in crate::journal) mod file_state;
 pub(in crate::journal) mod gpu_looks;
-pub mod nic_rows;
-pub mod refill;
-pub mod remediation_rows;
-pub mod sdc_rows;
+pub(crate) mod nic_rows;
+pub(crate) mod refill;
+pub(crate) mod remediation_rows;
+pub(crate) mod sdc_rows;
 pub(in crate::journal) mod seen;
 pub(in crate::journal) mod task;
-pub mod validation_rows;
+pub(crate) mod validation_rows;
 pub(in crate::journal) mod xid_outbox;
 pub(in crate::journal) mod xid_rows;
 pub(in crate::journal) mod xid_tally;

@@ -13,11 +13,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// The key an adapter's rows carry in the GPU column (the same as its clear's).
-pub use crate::health::clear_nic::key;
+pub(crate) use crate::health::clear_nic::key;
 
 /// What the journal last wrote of the ports, in this run.
 #[derive(Debug, Default)]
-pub struct NicRows {
+pub(crate) struct NicRows {
     /// The scan last looked at: the same `Arc`, nothing of the adapters to compare.
     last_scan: Option<Arc<NicScan>>,
     /// By adapter: (firmware, board) as last written.
@@ -28,7 +28,7 @@ pub struct NicRows {
 
 impl NicRows {
     /// The rows this snapshot calls for (none while nothing changed).
-    pub fn look(&mut self, snapshot: &Snapshot, now: f64) -> Vec<Event> {
+    pub(crate) fn look(&mut self, snapshot: &Snapshot, now: f64) -> Vec<Event> {
         let mut rows = Vec::new();
         if !self.last_scan.as_ref().is_some_and(|s| Arc::ptr_eq(s, &snapshot.nics)) {
             for device in &snapshot.nics.devices {

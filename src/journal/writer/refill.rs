@@ -11,7 +11,7 @@ use crate::model::Snapshot;
 use serde_json::json;
 
 /// The rows a restart's seed needs, from what `snapshot` holds now (`now`: Unix seconds).
-pub fn rows(snapshot: &Snapshot, now: f64) -> Vec<Event> {
+pub(crate) fn rows(snapshot: &Snapshot, now: f64) -> Vec<Event> {
     let mut rows = Vec::new();
     for (key, clear) in snapshot.clears.iter() {
         // A clear is dated by its row (the seed reads `at`): written at its own time.

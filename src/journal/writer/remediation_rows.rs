@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 /// What the journal last wrote of every GPU's next step, and of the executor's work.
 #[derive(Debug, Default)]
-pub struct RemediationRows {
+pub(crate) struct RemediationRows {
     seen: BTreeMap<String, NextStep>,
     /// Attempts that started at or before this (Unix seconds) are written (or were seeded).
     /// (A reset's start and the reboot mark are written by the executor itself, and waited
@@ -37,7 +37,7 @@ fn gpu_ref(uuid: &str, index: u32, pci_bus_id: &str, snapshot: &Snapshot) -> Gpu
 
 /// A step the executor ran, with its outcome, output and duration (`details.attempt`, what a
 /// restart's seed reads back); also what a refill writes again (journal/writer/refill.rs).
-pub fn attempt_row(a: &Attempt, snapshot: &Snapshot, at: f64) -> Event {
+pub(crate) fn attempt_row(a: &Attempt, snapshot: &Snapshot, at: f64) -> Event {
     let failed = match &a.outcome {
         crate::model::remediation::AttemptOutcome::Failed { why } => format!(": {why}"),
         _ => String::new(),
@@ -58,7 +58,7 @@ pub fn attempt_row(a: &Attempt, snapshot: &Snapshot, at: f64) -> Event {
 
 /// The node's reboot mark (`details.reboot_required`): written by the executor before the
 /// marker file (remediation/auto.rs), and again by a refill.
-pub fn reboot_row(mark: &RebootRequired, gpu: GpuRef) -> Event {
+pub(crate) fn reboot_row(mark: &RebootRequired, gpu: GpuRef) -> Event {
     Event::new(
         mark.since,
         Kind::Remediation,
@@ -70,7 +70,7 @@ pub fn reboot_row(mark: &RebootRequired, gpu: GpuRef) -> Event {
 
 impl RemediationRows {
     /// Starts after what the seed gave the daemon: those rows are written already.
-    pub fn from_seed(seed: &crate::model::remediation::Remediations) -> RemediationRows {
+    pub(crate) fn from_seed(seed: &crate::model::remediation::Remediations) -> RemediationRows {
         RemediationRows {
             seen: BTreeMap::new(),
             attempts_up_to: seed.attempts.iter().map(|a| a.started).fold(0.0, f64::max),
@@ -88,7 +88,7 @@ impl RemediationRows {
     }
 
     /// The rows for the next steps that appeared or changed since the last look.
-    pub fn look(&mut self, snapshot: &Snapshot, now: f64) -> Vec<Event> {
+    pub(crate) fn look(&mut self, snapshot: &Snapshot, now: f64) -> Vec<Event> {
         let mut rows = Vec::new();
         self.executor_rows(snapshot, now, &mut rows);
         for d in &snapshot.devices {

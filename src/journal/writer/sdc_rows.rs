@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 /// What the journal last wrote of the canary's suspects and references.
 #[derive(Debug, Default)]
-pub struct SdcRows {
+pub(crate) struct SdcRows {
     suspects: BTreeMap<String, SdcSuspect>,
     references: BTreeMap<SdcKey, SdcReference>,
     /// Suspicions lifted (written once each).
@@ -30,7 +30,7 @@ pub struct SdcRows {
 
 impl SdcRows {
     /// Starts from what the seed gave the daemon: those rows are written already.
-    pub fn from_seed(probes: &crate::model::probe::ProbeSnapshot) -> SdcRows {
+    pub(crate) fn from_seed(probes: &crate::model::probe::ProbeSnapshot) -> SdcRows {
         SdcRows {
             suspects: probes.sdc_suspects.clone(),
             references: probes.sdc_references.clone(),
@@ -41,7 +41,7 @@ impl SdcRows {
     }
 
     /// The rows for what changed since the last look.
-    pub fn look(&mut self, snapshot: &Snapshot, now: f64) -> Vec<Event> {
+    pub(crate) fn look(&mut self, snapshot: &Snapshot, now: f64) -> Vec<Event> {
         let probe = &snapshot.probe;
         let mut rows = Vec::new();
         for (uuid, lift) in &probe.sdc_lifts {
@@ -82,7 +82,7 @@ impl SdcRows {
 }
 
 /// A GPU found computing wrong, with the evidence.
-pub fn suspect_row(snapshot: &Snapshot, uuid: &str, suspect: &SdcSuspect, now: f64) -> Event {
+pub(crate) fn suspect_row(snapshot: &Snapshot, uuid: &str, suspect: &SdcSuspect, now: f64) -> Event {
     Event::new(
         now,
         Kind::Sdc,
@@ -99,7 +99,7 @@ pub fn suspect_row(snapshot: &Snapshot, uuid: &str, suspect: &SdcSuspect, now: f
 
 /// A suspicion lifted because the reference it was judged against was replaced: the seed
 /// reads it as the GPU's newest word, so the suspect does not come back after a restart.
-pub fn lift_row(snapshot: &Snapshot, uuid: &str, lift: &SdcLift, now: f64) -> Event {
+pub(crate) fn lift_row(snapshot: &Snapshot, uuid: &str, lift: &SdcLift, now: f64) -> Event {
     Event::new(
         now,
         Kind::Sdc,
@@ -110,7 +110,7 @@ pub fn lift_row(snapshot: &Snapshot, uuid: &str, lift: &SdcLift, now: f64) -> Ev
 }
 
 /// A key's agreement digest: what later probes of GPUs with that key must give.
-pub fn reference_row(key: &SdcKey, reference: &SdcReference, now: f64) -> Event {
+pub(crate) fn reference_row(key: &SdcKey, reference: &SdcReference, now: f64) -> Event {
     Event::new(
         now,
         Kind::Sdc,
@@ -126,7 +126,7 @@ pub fn reference_row(key: &SdcKey, reference: &SdcReference, now: f64) -> Event 
 }
 
 /// A GPU whose memory read back wrong, with the failing offsets.
-pub fn hbm_row(snapshot: &Snapshot, uuid: &str, suspect: &HbmSuspect, now: f64) -> Event {
+pub(crate) fn hbm_row(snapshot: &Snapshot, uuid: &str, suspect: &HbmSuspect, now: f64) -> Event {
     Event::new(
         now,
         Kind::Memtest,
@@ -140,7 +140,7 @@ pub fn hbm_row(snapshot: &Snapshot, uuid: &str, suspect: &HbmSuspect, now: f64) 
 }
 
 /// An all-reduce across the node's GPUs, judged: a node row (no one GPU is its subject).
-pub fn collective_row(run: &CollectiveRun, now: f64) -> Event {
+pub(crate) fn collective_row(run: &CollectiveRun, now: f64) -> Event {
     Event::new(
         now,
         Kind::Collective,

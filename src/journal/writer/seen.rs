@@ -19,7 +19,7 @@ use crate::model::{DeviceIdentity, DeviceReadings, DeviceSnapshot, RecoveryActio
 use std::sync::Arc;
 
 /// One GPU as the journal last read it in full.
-pub struct LastSeen {
+pub(crate) struct LastSeen {
     identity: Arc<DeviceIdentity>,
     verdict: HealthState,
     findings: Vec<(Reason, HealthState)>,
@@ -80,7 +80,7 @@ impl Counters {
 }
 
 impl LastSeen {
-    pub fn of(device: &DeviceSnapshot, snapshot: &Snapshot) -> LastSeen {
+    pub(crate) fn of(device: &DeviceSnapshot, snapshot: &Snapshot) -> LastSeen {
         LastSeen {
             identity: device.identity.clone(),
             verdict: device.health.state,
@@ -95,7 +95,7 @@ impl LastSeen {
 
     /// Whether `device` reads now as it did, with no slowdown episode going on (an episode's
     /// last sighting and its end are a matter of time, not of change).
-    pub fn unchanged(&self, device: &DeviceSnapshot, snapshot: &Snapshot) -> bool {
+    pub(crate) fn unchanged(&self, device: &DeviceSnapshot, snapshot: &Snapshot) -> bool {
         let episodes_quiet = self.readings.as_ref().is_none_or(|c| c.episodes == 0);
         episodes_quiet
             && Arc::ptr_eq(&self.identity, &device.identity)
@@ -129,7 +129,7 @@ fn probe_error_at(device: &DeviceSnapshot, snapshot: &Snapshot) -> Option<f64> {
 /// A passed-over look would have found nothing: no row, and the same stored facts (debug
 /// builds check each pass-over with it, so the tests catch a fact that [`LastSeen`] misses).
 #[cfg(debug_assertions)]
-pub fn assert_nothing_missed(
+pub(crate) fn assert_nothing_missed(
     last: &crate::journal::writer::facts::GpuFacts,
     device: &DeviceSnapshot,
     snapshot: &Snapshot,

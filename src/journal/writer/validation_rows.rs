@@ -11,18 +11,18 @@ use std::sync::Arc;
 
 /// What the journal last wrote of every GPU's validation.
 #[derive(Debug, Default)]
-pub struct ValidationRows {
+pub(crate) struct ValidationRows {
     seen: Arc<Validations>,
 }
 
 impl ValidationRows {
     /// Starts from what the seed gave the daemon: those rows are written already.
-    pub fn from_seed(seen: Arc<Validations>) -> ValidationRows {
+    pub(crate) fn from_seed(seen: Arc<Validations>) -> ValidationRows {
         ValidationRows { seen }
     }
 
     /// The rows for what changed since the last look.
-    pub fn look(&mut self, snapshot: &Snapshot, now: f64) -> Vec<Event> {
+    pub(crate) fn look(&mut self, snapshot: &Snapshot, now: f64) -> Vec<Event> {
         if Arc::ptr_eq(&self.seen, &snapshot.validations) {
             return Vec::new();
         }
@@ -38,7 +38,7 @@ impl ValidationRows {
 }
 
 /// One GPU's validation as a row (also what a refill writes again: journal/writer/refill.rs).
-pub fn row(snapshot: &Snapshot, uuid: &str, validation: &Validation, now: f64) -> Event {
+pub(crate) fn row(snapshot: &Snapshot, uuid: &str, validation: &Validation, now: f64) -> Event {
     let gpu = GpuRef::in_snapshot(snapshot, uuid);
     let summary = match &validation.outcome {
         None => format!(

@@ -26,11 +26,11 @@ const OUTBOX: usize = 4096;
 const MAX_PRECIOUS: usize = 65_536;
 /// XID rows recorded one by one per (GPU, code) per minute; the rest of a storm is one
 /// `xid_storm` row a minute with its count.
-pub const XID_ROWS_PER_MINUTE: u32 = 10;
+pub(crate) const XID_ROWS_PER_MINUTE: u32 = 10;
 
 /// A counted report, or another source's report of one.
 #[derive(Debug, Clone)]
-pub enum Outgoing {
+pub(crate) enum Outgoing {
     /// A new event, `group` its number in the store. `severity`: the code's severity when it
     /// was counted (the operator's policy, else the catalog's).
     Counted {
@@ -57,7 +57,7 @@ impl Outgoing {
 /// What a consumer takes at once: the reports in the order they were counted, and the last
 /// /dev/kmsg record counted, folded or not (the kernel log resumes after it on a restart).
 #[derive(Debug, Default)]
-pub struct Taken {
+pub(crate) struct Taken {
     pub reports: Vec<Outgoing>,
     pub kmsg_sequence: Option<u64>,
     /// Where a kernel-log file was read up to after the last report counted from it, folded
@@ -67,7 +67,7 @@ pub struct Taken {
 
 /// A storm that is over: one row with the count not recorded one by one.
 #[derive(Debug, PartialEq)]
-pub struct StormRow {
+pub(crate) struct StormRow {
     pub pci_bus_id: String,
     /// The code it was counted under ([`crate::model::xid::OTHER_CODES`] for `other`).
     pub xid: u32,
@@ -118,7 +118,7 @@ impl Storm {
 
 /// The outbox the XID store tells and the writer takes from.
 #[derive(Default)]
-pub struct XidOutbox {
+pub(crate) struct XidOutbox {
     kept: Mutex<Outbox>,
 }
 
@@ -128,17 +128,17 @@ impl XidOutbox {
     }
 
     /// Everything kept since the last take, in the order it was counted.
-    pub fn take(&self) -> Taken {
+    pub(crate) fn take(&self) -> Taken {
         self.kept().take()
     }
 
     /// The storms whose minute is over at `now` (all of them when `stopping`), each once.
-    pub fn storms_due(&self, now: f64, stopping: bool) -> Vec<StormRow> {
+    pub(crate) fn storms_due(&self, now: f64, stopping: bool) -> Vec<StormRow> {
         self.kept().storms_due(now, stopping)
     }
 
     /// Reports that did not fit, since start.
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.kept().dropped
     }
 }

@@ -7,7 +7,7 @@ use serde_json::json;
 
 /// A counted XID's row, on the GPU at its address (`gpu_at`: the journal's lookup, made only
 /// for a GPU's XID, not an NVSwitch's).
-pub fn xid_event(event: &XidEvent, severity: Severity, gpu_at: impl FnOnce(&str) -> Option<GpuRef>) -> Event {
+pub(crate) fn xid_event(event: &XidEvent, severity: Severity, gpu_at: impl FnOnce(&str) -> Option<GpuRef>) -> Event {
     if let Some(nvswitch) = event.nvswitch {
         return sxid_event(event, nvswitch);
     }
