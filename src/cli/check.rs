@@ -151,7 +151,7 @@ fn table(report: &Report) -> String {
             .and_then(|r| Some(format!("{:.0}/{:.0} W", r.power_watts?, r.power_limit_watts?)))
             .unwrap_or("-".into());
         let sm = r
-            .and_then(|r| r.clock("sm"))
+            .and_then(|r| r.clock(crate::model::ClockDomain::Sm))
             .map(|hz| format!("{:.0} MHz", hz / 1e6))
             .unwrap_or("-".into());
         let pcie = r

@@ -9,6 +9,7 @@
 use crate::model::health::HealthState;
 use crate::model::nic::{NicDevice, NicPort};
 use crate::model::xid::XidCount;
+use crate::model::{ClockDomain, Sensor};
 use crate::model::{DeviceReadings, DeviceSnapshot, EccScope, EccType, Threshold};
 use cel::Value;
 use std::sync::Arc;
@@ -232,7 +233,12 @@ pub(crate) const GPU_FIELDS: &[Field<GpuRead>] = &[
         name: "memory_temperature_c",
         kind: Kind::Double,
         help: "the memory's (HBM) temperature",
-        read: |g| reading(g, |r| r.temperature("memory").or_else(|| r.temperature("hbm"))).and_then(double),
+        read: |g| {
+            reading(g, |r| {
+                r.temperature(Sensor::Memory).or_else(|| r.temperature(Sensor::Hbm))
+            })
+            .and_then(double)
+        },
     },
     Field {
         name: "slowdown_temperature_c",
@@ -280,13 +286,13 @@ pub(crate) const GPU_FIELDS: &[Field<GpuRead>] = &[
         name: "sm_clock_hz",
         kind: Kind::Double,
         help: "the SM clock",
-        read: |g| reading(g, |r| r.clock("sm")).and_then(double),
+        read: |g| reading(g, |r| r.clock(ClockDomain::Sm)).and_then(double),
     },
     Field {
         name: "memory_clock_hz",
         kind: Kind::Double,
         help: "the memory clock",
-        read: |g| reading(g, |r| r.clock("memory")).and_then(double),
+        read: |g| reading(g, |r| r.clock(ClockDomain::Memory)).and_then(double),
     },
     Field {
         name: "fan_speed",

@@ -506,7 +506,7 @@ mod tests {
             ..Default::default()
         };
         if let Some(c) = memory_c {
-            readings.temperatures.push(("memory", c));
+            readings.temperatures.push((crate::model::Sensor::Memory, c));
         }
         readings.ecc_errors.push(crate::model::EccCount {
             error_type: crate::model::EccType::Corrected,

@@ -4,6 +4,7 @@
 use super::{Family, Kind, Read, dcgm_compat, twin};
 use crate::health::HealthState;
 use crate::model::unix_seconds;
+use crate::model::{ClockDomain, Sensor};
 
 pub(crate) const FAMILIES: &[Family] = &[
     Family {
@@ -91,9 +92,9 @@ pub(crate) const FAMILIES: &[Family] = &[
         labels: &["sensor"],
         dcgm: &[
             twin!("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", |r| r
-                .temperature("gpu")),
+                .temperature(Sensor::Gpu)),
             twin!("DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", |r| r
-                .temperature("memory")),
+                .temperature(Sensor::Memory)),
         ],
         read: Read::Readings(|r, s| s.each(&r.temperatures)),
     },
@@ -182,10 +183,10 @@ pub(crate) const FAMILIES: &[Family] = &[
         labels: &["clock"],
         dcgm: &[
             twin!("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", |r| r
-                .clock("sm")
+                .clock(ClockDomain::Sm)
                 .map(|hz| hz / 1e6)),
             twin!("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", |r| r
-                .clock("memory")
+                .clock(ClockDomain::Memory)
                 .map(|hz| hz / 1e6)),
         ],
         read: Read::Readings(|r, s| s.each(&r.clocks_hertz)),

@@ -7,7 +7,7 @@ pub trait Label {
     fn label(&self) -> &'static str;
 }
 
-/// Strings that are labels already (the sensors and clock domains, which stay strings).
+/// Strings that are labels already (GPM's pipes and the link directions, which stay strings).
 impl Label for &'static str {
     fn label(&self) -> &'static str {
         self

@@ -22,6 +22,7 @@
 //! | `recent.rs` | "How many within the last N minutes": the times of counted events, oldest first, bounded, for dcgm-exporter's `*_COUNT` families (XIDs in the XID store,... |
 //! | `remediation.rs` | What automatic remediation (`remediation.mode: auto`, docs/health.md "Remediation") did and holds: each GPU reset it ran, with its output, exit and... |
 //! | `scheduler.rs` | What the scheduler's side says of this node: the Slurm health check reports its fleet drain guard's latest decision and the node as Slurm shows it (drained,... |
+//! | `sensors.rs` | Which temperature sensor and which clock domain a reading is of: closed sets, each value the one string the wire uses (the `sensor` label of... |
 //! | `sink.rs` | Each event sink's delivery as /metrics shows it (journal/sinks/mod.rs keeps it) |
 //! | `xid.rs` | XID counts as the renderers and the health rules read them, by PCI bus id |
 //! <!-- /files -->
@@ -38,8 +39,11 @@ pub(crate) mod probe;
 pub(crate) mod recent;
 pub(crate) mod remediation;
 pub mod scheduler;
+pub(crate) mod sensors;
 pub(crate) mod sink;
 pub(crate) mod xid;
+
+pub use sensors::{ClockDomain, Sensor};
 
 use crate::model::clock_events::ClockReason;
 use crate::model::label::{Label, label_enum};
@@ -218,7 +222,7 @@ pub struct RemappedRows {
 pub struct DeviceReadings {
     /// (sensor, celsius): gpu, memory (NVIDIA); edge, junction, hbm (AMD).
     #[serde(serialize_with = "pairs_as_map")]
-    pub temperatures: Vec<(&'static str, f64)>,
+    pub temperatures: Vec<(Sensor, f64)>,
     /// (threshold, celsius): slowdown, shutdown, gpu_max, memory_max.
     #[serde(serialize_with = "pairs_as_map")]
     pub temperature_thresholds: Vec<(Threshold, f64)>,
@@ -231,10 +235,10 @@ pub struct DeviceReadings {
     pub energy_joules: Option<f64>,
     /// (clock, hertz): sm, memory, graphics.
     #[serde(serialize_with = "pairs_as_map")]
-    pub clocks_hertz: Vec<(&'static str, f64)>,
+    pub clocks_hertz: Vec<(ClockDomain, f64)>,
     /// The highest clock each domain (sm, memory, graphics) can run at, as the board reports
     /// it; a domain the GPU does not report is left out.
-    pub clocks_max_hertz: Vec<(&'static str, f64)>,
+    pub clocks_max_hertz: Vec<(ClockDomain, f64)>,
     pub utilization_ratio: Option<f64>,
     /// Fraction of time the memory controller was busy reading or writing.
     pub memory_copy_utilization_ratio: Option<f64>,
@@ -286,18 +290,19 @@ pub struct DeviceReadings {
 }
 
 impl DeviceReadings {
-    pub fn temperature(&self, sensor: &str) -> Option<f64> {
+    pub fn temperature(&self, sensor: Sensor) -> Option<f64> {
         lookup(&self.temperatures, sensor)
     }
     /// The die temperature the slowdown threshold is about: `gpu` on NVIDIA, `junction`
     /// (the hotspot) on AMD.
     pub fn die_temperature(&self) -> Option<f64> {
-        self.temperature("gpu").or_else(|| self.temperature("junction"))
+        self.temperature(Sensor::Gpu)
+            .or_else(|| self.temperature(Sensor::Junction))
     }
     pub fn threshold(&self, threshold: Threshold) -> Option<f64> {
         lookup(&self.temperature_thresholds, threshold)
     }
-    pub fn clock(&self, clock: &str) -> Option<f64> {
+    pub fn clock(&self, clock: ClockDomain) -> Option<f64> {
         lookup(&self.clocks_hertz, clock)
     }
     pub fn clock_event_active(&self, reason: ClockReason) -> bool {

@@ -11,6 +11,7 @@
 use super::{Test, UnderLoad};
 use crate::backend::nvml::NvmlDevicePoller;
 use crate::model::DeviceReadings;
+use crate::model::{ClockDomain, Sensor};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -34,9 +35,9 @@ pub(crate) struct Sample {
 impl Sample {
     pub(crate) fn from_readings(r: &DeviceReadings) -> Sample {
         Sample {
-            temperature: r.temperature("gpu"),
-            memory_temperature: r.temperature("memory"),
-            sm_clock_hertz: r.clock("sm"),
+            temperature: r.temperature(Sensor::Gpu),
+            memory_temperature: r.temperature(Sensor::Memory),
+            sm_clock_hertz: r.clock(ClockDomain::Sm),
             power_watts: r.power_watts,
             active_reasons: r.clock_events.iter().filter(|e| e.active).map(|e| e.reason).collect(),
             sm_active: r.activity.as_ref().and_then(|a| a.sm_active),

@@ -385,7 +385,10 @@ mod tests {
 
     fn snapshot(temperature: Option<f64>, throttled_seconds: f64) -> Snapshot {
         let readings = DeviceReadings {
-            temperatures: temperature.map(|t| ("gpu", t)).into_iter().collect(),
+            temperatures: temperature
+                .map(|t| (crate::model::Sensor::Gpu, t))
+                .into_iter()
+                .collect(),
             temperature_thresholds: vec![(crate::model::Threshold::Slowdown, 89.0)],
             power_watts: Some(120.0),
             clock_event_seconds: vec![

@@ -10,6 +10,7 @@
 
 use super::sysfs::SysfsDevicePoller;
 use crate::backend::PollReport;
+use crate::model::Sensor;
 use crate::model::{DeviceIdentity, DeviceReadings, EccCount, Vendor};
 use libloading::Library;
 use std::ffi::c_char;
@@ -414,7 +415,11 @@ impl Reader<'_> {
     }
 
     fn temperatures(&mut self, r: &mut DeviceReadings) {
-        for (sensor, label) in [(TEMP_EDGE, "edge"), (TEMP_JUNCTION, "junction"), (TEMP_MEMORY, "hbm")] {
+        for (sensor, label) in [
+            (TEMP_EDGE, Sensor::Edge),
+            (TEMP_JUNCTION, Sensor::Junction),
+            (TEMP_MEMORY, Sensor::Hbm),
+        ] {
             if let Some(t) = self.temperature(sensor, METRIC_CURRENT) {
                 r.temperatures.retain(|(s, _)| *s != label);
                 r.temperatures.push((label, t));

@@ -13,6 +13,7 @@ use super::gpu_metrics::{self, GpuMetrics};
 use crate::backend::PollReport;
 use crate::input;
 use crate::model::clock_events;
+use crate::model::{ClockDomain, Sensor};
 use crate::model::{DeviceIdentity, DeviceReadings, EccCount, Vendor};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -131,7 +132,7 @@ fn ras_counts(text: &str) -> (Option<u64>, Option<u64>) {
 struct StaticReadings {
     hwmon: Option<PathBuf>,
     /// (file stem, sensor), e.g. ("temp2", "junction").
-    sensors: Vec<(String, &'static str)>,
+    sensors: Vec<(String, Sensor)>,
     thresholds: Vec<(crate::model::Threshold, f64)>,
     pcie_generation_max: Option<u32>,
     pcie_width_max: Option<u32>,
@@ -152,7 +153,7 @@ fn read_hwmon(statics: &StaticReadings, r: &mut DeviceReadings) {
     };
     for (stem, sensor) in &statics.sensors {
         if let Some(t) = read_trimmed(&hwmon.join(format!("{stem}_input"))).and_then(|v| v.parse::<f64>().ok()) {
-            r.temperatures.push((sensor, t / 1000.0));
+            r.temperatures.push((*sensor, t / 1000.0));
         }
     }
     let microwatts = |name: &str| {
@@ -172,25 +173,25 @@ fn read_hwmon(statics: &StaticReadings, r: &mut DeviceReadings) {
 /// What the gpu_metrics table gives where hwmon gave nothing (HBM and junction
 /// temperatures, socket power), and what only it gives (energy, clocks, throttle status).
 fn fill_from_gpu_metrics(metrics: &gpu_metrics::GpuMetrics, r: &mut DeviceReadings) {
-    if !r.temperatures.iter().any(|(s, _)| *s == "hbm")
+    if !r.temperatures.iter().any(|(s, _)| *s == Sensor::Hbm)
         && let Some(t) = metrics.temperature_hbm_max.or(metrics.temperature_mem)
     {
-        r.temperatures.push(("hbm", t));
+        r.temperatures.push((Sensor::Hbm, t));
     }
-    if !r.temperatures.iter().any(|(s, _)| *s == "junction")
+    if !r.temperatures.iter().any(|(s, _)| *s == Sensor::Junction)
         && let Some(t) = metrics.temperature_hotspot
     {
-        r.temperatures.push(("junction", t));
+        r.temperatures.push((Sensor::Junction, t));
     }
     r.power_watts = r.power_watts.or(metrics.socket_power_watts);
     r.energy_joules = metrics.energy_joules;
     if let Some(hz) = metrics.gfxclk_hertz {
         // The compute units run on gfxclk: it is what "sm" means on NVIDIA.
-        r.clocks_hertz.push(("sm", hz));
-        r.clocks_hertz.push(("graphics", hz));
+        r.clocks_hertz.push((ClockDomain::Sm, hz));
+        r.clocks_hertz.push((ClockDomain::Graphics, hz));
     }
     if let Some(hz) = metrics.uclk_hertz {
-        r.clocks_hertz.push(("memory", hz));
+        r.clocks_hertz.push((ClockDomain::Memory, hz));
     }
     if let Some(status) = metrics.throttle_independent {
         r.clock_events = clock_events::decode_amd(status);
@@ -252,9 +253,9 @@ impl SysfsDevicePoller {
             for n in 1..=3 {
                 let stem = format!("temp{n}");
                 let sensor = match read_trimmed(&hwmon.join(format!("{stem}_label"))).as_deref() {
-                    Some("edge") => "edge",
-                    Some("junction") => "junction",
-                    Some("mem") => "hbm",
+                    Some("edge") => Sensor::Edge,
+                    Some("junction") => Sensor::Junction,
+                    Some("mem") => Sensor::Hbm,
                     _ => continue,
                 };
                 let millicelsius = |suffix: &str| {
@@ -264,7 +265,7 @@ impl SysfsDevicePoller {
                 };
                 match sensor {
                     // The firmware throttles at crit and shuts the board down at emergency.
-                    "junction" => {
+                    Sensor::Junction => {
                         if let Some(t) = millicelsius("crit") {
                             s.thresholds.push((crate::model::Threshold::Slowdown, t));
                         }
@@ -272,7 +273,7 @@ impl SysfsDevicePoller {
                             s.thresholds.push((crate::model::Threshold::Shutdown, t));
                         }
                     }
-                    "hbm" => {
+                    Sensor::Hbm => {
                         if let Some(t) = millicelsius("crit") {
                             s.thresholds.push((crate::model::Threshold::MemoryMax, t));
                         }

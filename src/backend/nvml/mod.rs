@@ -38,6 +38,7 @@ use crate::backend::{DevicePoller, PersistenceOutcome, PollReport};
 use crate::config;
 use crate::model::Threshold;
 use crate::model::clock_events::{self, ClockReason};
+use crate::model::{ClockDomain, Sensor};
 use crate::model::{
     DeviceIdentity, DeviceReadings, EccCount, EccScope, EccType, GpuProcess, Inventory, RemappedRows, Vendor,
 };
@@ -173,7 +174,7 @@ struct StaticReadings {
     pcie_generation_max: Option<u32>,
     pcie_width_max: Option<u32>,
     /// The highest clock per domain, in hertz.
-    clocks_max_hertz: Vec<(&'static str, f64)>,
+    clocks_max_hertz: Vec<(ClockDomain, f64)>,
     supported_clock_events: Option<u64>,
     /// Fans the board has; fanless boards (H100/H200 SXM) have none, and asking for fan 0
     /// there is an invalid argument, not "not supported".
@@ -281,11 +282,11 @@ fn clocks_hertz(
     calls: &mut CallErrors,
     call: &'static str,
     read: impl Fn(Clock) -> Result<u32, nvml_wrapper::error::NvmlError>,
-) -> Vec<(&'static str, f64)> {
+) -> Vec<(ClockDomain, f64)> {
     [
-        (Clock::SM, "sm"),
-        (Clock::Memory, "memory"),
-        (Clock::Graphics, "graphics"),
+        (Clock::SM, ClockDomain::Sm),
+        (Clock::Memory, ClockDomain::Memory),
+        (Clock::Graphics, ClockDomain::Graphics),
     ]
     .into_iter()
     .filter_map(|(clock, name)| Some((name, calls.read(call, || read(clock))? as f64 * 1e6)))
@@ -339,7 +340,7 @@ impl NvmlDevicePoller {
         let statics = self.statics(&mut calls);
         let now = Instant::now();
         let mut r = std::mem::take(&mut self.carried);
-        r.temperatures = gpu_temperature.map(|t| ("gpu", t as f64)).into_iter().collect();
+        r.temperatures = gpu_temperature.map(|t| (Sensor::Gpu, t as f64)).into_iter().collect();
         self.read_every_poll(&mut r, &statics, &mut calls);
         if self.tiers.topology.take(now) {
             self.read_topology(&mut r, &statics, &mut calls);
@@ -393,7 +394,7 @@ impl NvmlDevicePoller {
         }) && let Some(Ok(sample)) = samples.first()
             && let Ok(value) = &sample.value
         {
-            r.temperatures.push(("memory", sample_as_f64(value)));
+            r.temperatures.push((Sensor::Memory, sample_as_f64(value)));
         }
         let supported = statics.supported_clock_events.unwrap_or(u64::MAX);
         r.clock_events = calls

@@ -565,7 +565,7 @@ mod tests {
     #[test]
     fn the_temperature_margin_makes_a_finding_only_when_set_and_inside_it() {
         let device = gpu_reading(DeviceReadings {
-            temperatures: vec![("gpu", 85.0)],
+            temperatures: vec![(crate::model::Sensor::Gpu, 85.0)],
             temperature_thresholds: vec![(Threshold::Slowdown, 87.0)],
             ..Default::default()
         });
