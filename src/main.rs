@@ -55,32 +55,7 @@ enum Command {
     /// Run the CUDA probe on one GPU now: bf16 GEMM, FP32 FMA, HBM copy and pinned PCIe
     /// bandwidth, compared with what the model should reach. Exit 0: passed (or no expected
     /// values for this model); 1: a test failed; 2: could not run; 3: the GPU is busy.
-    Probe {
-        /// The GPU's index, as in `gpuwarden check` and the `gpu` label.
-        #[arg(long, default_value_t = 0)]
-        gpu: u32,
-        /// Comma-separated tests (gemm_bf16, fma_fp32, hbm_copy, pcie_h2d, pcie_d2h); default: the config's probe.tests.
-        #[arg(long, value_name = "LIST")]
-        tests: Option<String>,
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
-        /// Probe even when the GPU runs compute processes or is busy.
-        #[arg(long)]
-        force: bool,
-        /// Instead of one GPU's tests: an all-reduce across every GPU of the node through
-        /// NCCL, its bus bandwidth (every GPU must be idle unless --force).
-        #[arg(long, conflicts_with_all = ["gpu", "tests"])]
-        collective: bool,
-        /// With --collective: only these GPUs (comma-separated indexes). One GPU alone has no
-        /// bus to measure, but shows that NCCL loads, runs and sums right.
-        #[arg(long, value_name = "LIST", requires = "collective")]
-        gpus: Option<String>,
-        /// Read the NVML and probe settings as JSON from stdin (how the daemon starts its
-        /// scheduled probes, with the settings it runs with).
-        #[arg(long, hide = true, conflicts_with = "config")]
-        settings_from_stdin: bool,
-    },
+    Probe(ProbeArgs),
     /// Work with config files.
     Config {
         #[command(subcommand)]
@@ -402,15 +377,7 @@ fn dispatch(command: Command, config: Option<PathBuf>) -> CliResult {
     match command {
         Command::Run { listen, demo } => run(config, listen, demo),
         Command::Check { json, demo } => check(config, json, demo),
-        Command::Probe {
-            gpu,
-            tests,
-            json,
-            force,
-            collective,
-            gpus,
-            settings_from_stdin,
-        } => probe(config, gpu, (force, collective, gpus), tests, json, settings_from_stdin),
+        Command::Probe(args) => probe(config, args),
         Command::Xid {
             command: XidCommand::Explain { code },
         } => xid::cli::explain(code),
@@ -713,14 +680,45 @@ fn check(config: Option<PathBuf>, json: bool, demo: bool) -> CliResult {
     result
 }
 
-fn probe(
-    config: Option<PathBuf>,
+/// `gpuwarden probe`'s arguments.
+#[derive(clap::Args)]
+struct ProbeArgs {
+    /// The GPU's index, as in `gpuwarden check` and the `gpu` label.
+    #[arg(long, default_value_t = 0)]
     gpu: u32,
-    (force, collective, gpus): (bool, bool, Option<String>),
+    /// Comma-separated tests (gemm_bf16, fma_fp32, hbm_copy, pcie_h2d, pcie_d2h); default: the config's probe.tests.
+    #[arg(long, value_name = "LIST")]
     tests: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
     json: bool,
+    /// Probe even when the GPU runs compute processes or is busy.
+    #[arg(long)]
+    force: bool,
+    /// Instead of one GPU's tests: an all-reduce across every GPU of the node through
+    /// NCCL, its bus bandwidth (every GPU must be idle unless --force).
+    #[arg(long, conflicts_with_all = ["gpu", "tests"])]
+    collective: bool,
+    /// With --collective: only these GPUs (comma-separated indexes). One GPU alone has no
+    /// bus to measure, but shows that NCCL loads, runs and sums right.
+    #[arg(long, value_name = "LIST", requires = "collective")]
+    gpus: Option<String>,
+    /// Read the NVML and probe settings as JSON from stdin (how the daemon starts its
+    /// scheduled probes, with the settings it runs with).
+    #[arg(long, hide = true, conflicts_with = "config")]
     settings_from_stdin: bool,
-) -> CliResult {
+}
+
+fn probe(config: Option<PathBuf>, args: ProbeArgs) -> CliResult {
+    let ProbeArgs {
+        gpu,
+        tests,
+        json,
+        force,
+        collective,
+        gpus,
+        settings_from_stdin,
+    } = args;
     let mut options = probe::cli::Options {
         gpu,
         tests: None,
@@ -743,7 +741,7 @@ fn probe(
             .map(probe::cli_collective::parse_gpus)
             .transpose()
             .map_err(|e| CliError::new(Exit::USAGE, format!("gpuwarden probe --gpus: {e}")))?;
-        return probe::cli_collective::main(&cfg, (force, chosen.as_deref()), json);
+        return probe::cli_collective::main(&cfg, force, chosen.as_deref(), json);
     }
     options.tests = tests
         .as_deref()

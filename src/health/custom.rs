@@ -238,8 +238,8 @@ impl CustomRuleRunner {
             .map(|(device, port)| PortFacts { device, port })
             .collect();
         let root = check::root_context();
-        let mut found = self.run_gpus(&gpus, &gpu_rules, &root, (step, now));
-        found.extend(self.run_ports(&ports, &port_rules, &root, (step, now)));
+        let mut found = self.run_gpus(&gpus, &gpu_rules, &root, step, now);
+        found.extend(self.run_ports(&ports, &port_rules, &root, step, now));
         if !node_rules.is_empty() {
             let node = NodeFacts {
                 hostname: &snapshot.hostname,
@@ -251,7 +251,7 @@ impl CustomRuleRunner {
             let wanted = Wanted::of(node_rules.iter().map(|r| r.compiled.as_ref()));
             windows::set_figures(Vec::new());
             let context = run::node_scope(&root, &node, &wanted);
-            let fired = self.evaluate(&node_rules, &context, (None, "the node"));
+            let fired = self.evaluate(&node_rules, &context, None, "the node");
             found.extend(fired.into_iter().map(|f| (None, f)));
         }
         self.forget_subjects(&gpus, &ports, ready);
@@ -264,7 +264,8 @@ impl CustomRuleRunner {
         gpus: &[GpuFacts],
         rules: &[&Ready],
         root: &cel::Context<'static, 'static>,
-        (step, now): (std::time::Duration, Instant),
+        step: std::time::Duration,
+        now: Instant,
     ) -> Vec<(Option<usize>, Finding)> {
         let mut found = Vec::new();
         if rules.is_empty() {
@@ -288,7 +289,7 @@ impl CustomRuleRunner {
             });
             let context = run::gpu_scope(root, facts, &wanted);
             let label = format!("GPU {} ({subject})", facts.device.identity.index);
-            let fired = self.evaluate(rules, &context, (None, &label));
+            let fired = self.evaluate(rules, &context, None, &label);
             found.extend(fired.into_iter().map(|f| (Some(i), f)));
         }
         found
@@ -300,7 +301,8 @@ impl CustomRuleRunner {
         ports: &[PortFacts],
         rules: &[&Ready],
         root: &cel::Context<'static, 'static>,
-        (step, now): (std::time::Duration, Instant),
+        step: std::time::Duration,
+        now: Instant,
     ) -> Vec<(Option<usize>, Finding)> {
         let mut found = Vec::new();
         if rules.is_empty() {
@@ -318,7 +320,7 @@ impl CustomRuleRunner {
             self.set_figures(&subject, &calls, now, |_| None);
             let context = run::port_scope(root, facts, &wanted);
             let label = format!("port {subject}");
-            let fired = self.evaluate(rules, &context, (Some(&subject), &label));
+            let fired = self.evaluate(rules, &context, Some(&subject), &label);
             found.extend(fired.into_iter().map(|f| (None, f)));
         }
         found
@@ -352,7 +354,8 @@ impl CustomRuleRunner {
         &mut self,
         rules: &[&Ready],
         context: &cel::Context,
-        (subject, label): (Option<&str>, &str),
+        subject: Option<&str>,
+        label: &str,
     ) -> Vec<Finding> {
         let mut out = Vec::new();
         for rule in rules {

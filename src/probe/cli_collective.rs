@@ -100,7 +100,7 @@ fn cuda_ordinals(uuids: &[String]) -> Result<Vec<usize>, ProbeError> {
 }
 
 /// Runs it and prints the outcome (or the error); returns the exit status.
-pub fn main(config: &Config, (force, chosen): (bool, Option<&[u32]>), json: bool) -> CliResult {
+pub fn main(config: &Config, force: bool, chosen: Option<&[u32]>, json: bool) -> CliResult {
     let outcome = run(config, force, chosen).map_err(|e| {
         if json {
             println!("{}", serde_json::json!({ "error": e }));

@@ -128,6 +128,15 @@ pub fn validation_outcome(outcome: &Outcome, wrong: &Suspects, since: f64, now: 
     }
 }
 
+/// What the scheduler's steps work with: the published snapshots, the probe results it keeps,
+/// the owner of the service state it reports validations to, and its stop.
+struct Handles<'a> {
+    store: &'a Store,
+    state: &'a ProbeState,
+    lifecycle: &'a crate::lifecycle::Lifecycle,
+    stop: &'a Stop,
+}
+
 /// Starts the scheduler thread. `settings` is read at every tick, so a reload takes effect
 /// at once; `stop` ends the thread (a probe in flight is killed). `lifecycle`: where each
 /// validation probe's outcome goes (the owner of the service state).
@@ -162,6 +171,12 @@ pub fn spawn(
                 move || settings.wake_waiters()
             });
             let mut reloads = settings.reloads();
+            let handles = Handles {
+                store: &store,
+                state: &state,
+                lifecycle: &lifecycle,
+                stop: &stop,
+            };
             loop {
                 // Straight on to the next GPU after one was dealt with; a tick's rest otherwise.
                 if (idle && stop.sleep(TICK)) || stop.is_stopped() {
@@ -181,7 +196,7 @@ pub fn spawn(
                 if let Some(device) = next_validation(&snapshot, &validation_retry, now) {
                     idle = false;
                     let since = snapshot.validations.get(&device.identity.uuid).map_or(0.0, |v| v.since);
-                    let retry = validate(device, &current, (&store, &state), &lifecycle, &stop);
+                    let retry = validate(device, &current, &handles);
                     validation_retry.insert(device.identity.uuid.clone(), (since, Instant::now() + retry));
                     continue;
                 }
@@ -199,7 +214,7 @@ pub fn spawn(
                     }
                     continue;
                 }
-                idle = !probe_next_due(&snapshot, &mut due, started, &current, (&state, &lifecycle), &stop);
+                idle = !probe_next_due(&snapshot, &mut due, started, &current, &handles);
             }
         })?;
     Ok(())
@@ -249,9 +264,11 @@ fn probe_next_due(
     due: &mut BTreeMap<String, Instant>,
     started: Instant,
     current: &ChildSettings,
-    (state, lifecycle): (&ProbeState, &crate::lifecycle::Lifecycle),
-    stop: &Stop,
+    handles: &Handles,
 ) -> bool {
+    let Handles {
+        state, lifecycle, stop, ..
+    } = *handles;
     let interval = current.probe.interval;
     let Some(device) = next_due(snapshot, due, started, interval, Instant::now()) else {
         return false;
@@ -276,13 +293,13 @@ fn probe_next_due(
 
 /// Probes a GPU awaiting validation, sends its outcome to `lifecycle`, and says when
 /// to look at it again if it is still pending.
-fn validate(
-    device: &DeviceSnapshot,
-    settings: &ChildSettings,
-    (store, state): (&Store, &ProbeState),
-    lifecycle: &crate::lifecycle::Lifecycle,
-    stop: &Stop,
-) -> Duration {
+fn validate(device: &DeviceSnapshot, settings: &ChildSettings, handles: &Handles) -> Duration {
+    let Handles {
+        store,
+        state,
+        lifecycle,
+        stop,
+    } = *handles;
     let uuid = device.identity.uuid.clone();
     let index = device.identity.index;
     // The validation as it is now, not as the snapshot saw it: the sweep may have ended it
@@ -842,15 +859,18 @@ mod tests {
             })
         };
         lifecycle.apply(with(&ended));
-        assert_eq!(
-            validate(&busy, &settings, (&store, &state), &lifecycle, &stop),
-            VALIDATION_RETRY
-        );
+        let handles = Handles {
+            store: &store,
+            state: &state,
+            lifecycle: &lifecycle,
+            stop: &stop,
+        };
+        assert_eq!(validate(&busy, &settings, &handles), VALIDATION_RETRY);
         assert!(state.get().skipped.is_empty() && state.get().runs.is_empty());
         assert_eq!(lifecycle.get().validations["GPU-0"], ended);
         // Pending: looked at (the GPU is busy, so the look is a skip, counted).
         lifecycle.apply(with(&pending));
-        validate(&busy, &settings, (&store, &state), &lifecycle, &stop);
+        validate(&busy, &settings, &handles);
         assert_eq!(state.get().skipped[&("GPU-0".to_string(), "utilization")], 1);
     }
 }

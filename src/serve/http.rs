@@ -128,7 +128,10 @@ pub(crate) async fn serve(
             tls,
             &builder,
             &graceful,
-            (permit, registry.admit()),
+            Admitted {
+                permit,
+                slot: registry.admit(),
+            },
         );
     }
     drop(listener);
@@ -166,6 +169,13 @@ async fn take_slot(
     }
 }
 
+/// What an accepted connection holds while it is open: one of the `MAX_CONNECTIONS` permits,
+/// and its slot in the registry that picks the longest-waiting connections to give theirs up.
+struct Admitted {
+    permit: tokio::sync::OwnedSemaphorePermit,
+    slot: Arc<slots::Tracker>,
+}
+
 /// Serves one accepted connection on a task of its own, over TLS when configured; the
 /// permit goes with it.
 fn spawn_connection(
@@ -174,7 +184,7 @@ fn spawn_connection(
     tls: Option<Arc<rustls::ServerConfig>>,
     builder: &http1::Builder,
     graceful: &GracefulShutdown,
-    (permit, slot): (tokio::sync::OwnedSemaphorePermit, Arc<slots::Tracker>),
+    Admitted { permit, slot }: Admitted,
 ) {
     let service = TowerToHyperService::new(app);
     match tls {
