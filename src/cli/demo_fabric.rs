@@ -120,11 +120,12 @@ fn write_port(dir: &Path, rate: &str) -> io::Result<()> {
     ] {
         std::fs::write(dir.join(file), format!("{value}\n"))?;
     }
-    for (name, place) in crate::model::nic::WATCHED_COUNTERS {
-        if name == "roce_slow_restart" {
+    use crate::model::nic::PortCounter;
+    for &counter in PortCounter::ALL {
+        if counter == PortCounter::RoceSlowRestart {
             continue;
         }
-        std::fs::write(dir.join(place.dir()).join(name), "0\n")?;
+        std::fs::write(dir.join(counter.dir().dir()).join(counter.label()), "0\n")?;
     }
     std::fs::write(dir.join("counters/link_downed"), "1\n")
 }

@@ -7,6 +7,7 @@
 //! that reads it does not fire on that GPU (`has(gpu.memory_temperature_c)` asks first).
 
 use crate::model::health::HealthState;
+use crate::model::nic::PortCounter;
 use crate::model::nic::{NicDevice, NicPort};
 use crate::model::xid::XidCount;
 use crate::model::{ClockDomain, Sensor};
@@ -480,25 +481,25 @@ pub(crate) const PORT_FIELDS: &[Field<PortRead>] = &[
         name: "symbol_errors",
         kind: Kind::Int,
         help: "symbol errors (a counter)",
-        read: |p| p.port.counter("symbol_error").and_then(int),
+        read: |p| p.port.counter(PortCounter::SymbolError).and_then(int),
     },
     Field {
         name: "link_downed",
         kind: Kind::Int,
         help: "times the link went down (a counter)",
-        read: |p| p.port.counter("link_downed").and_then(int),
+        read: |p| p.port.counter(PortCounter::LinkDowned).and_then(int),
     },
     Field {
         name: "link_error_recovery",
         kind: Kind::Int,
         help: "link error recoveries (a counter)",
-        read: |p| p.port.counter("link_error_recovery").and_then(int),
+        read: |p| p.port.counter(PortCounter::LinkErrorRecovery).and_then(int),
     },
     Field {
         name: "port_rcv_errors",
         kind: Kind::Int,
         help: "received packets with errors (a counter)",
-        read: |p| p.port.counter("port_rcv_errors").and_then(int),
+        read: |p| p.port.counter(PortCounter::PortRcvErrors).and_then(int),
     },
     Field {
         name: "near_gpus",

@@ -7,7 +7,7 @@
 use super::table::{Check, Hit, PortSeen, Rule, StepAdvice};
 use crate::model::health::RuleId;
 use crate::model::health::{Finding, HealthState};
-use crate::model::nic::{NicDevice, NicPort, NicScan};
+use crate::model::nic::{NicDevice, NicPort, NicScan, PortCounter};
 use crate::model::{DeviceSnapshot, Snapshot};
 use HealthState::{Degraded, Unhealthy};
 
@@ -67,8 +67,8 @@ fn flapping(seen: &PortSeen) -> Option<Hit> {
 fn link_errors(seen: &PortSeen) -> Option<Hit> {
     let trend = &seen.port.trend;
     let grew: Vec<String> = [
-        ("link_downed", trend.link_downed),
-        ("local_link_integrity_errors", trend.local_link_integrity_errors),
+        (PortCounter::LinkDowned, trend.link_downed),
+        (PortCounter::LocalLinkIntegrityErrors, trend.local_link_integrity_errors),
     ]
     .into_iter()
     .filter_map(|(name, growth)| {

@@ -9,7 +9,7 @@
 
 use super::rates::Window;
 use crate::model::health::Clears;
-use crate::model::nic::{NicScan, NicTrend};
+use crate::model::nic::{NicScan, NicTrend, PortCounter};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -82,7 +82,7 @@ impl NicTrendTracker {
                 if cleared != memory.cleared {
                     // Counted from the clear: what the old cable did no longer counts.
                     *memory = PortMemory {
-                        last_link_downed: port.counter("link_downed"),
+                        last_link_downed: port.counter(PortCounter::LinkDowned),
                         last_up: port.up(),
                         looks: memory.looks,
                         cleared,
@@ -90,7 +90,7 @@ impl NicTrendTracker {
                     };
                 }
                 if new_read {
-                    memory.note_read(port.counter("link_downed"), port.up(), now);
+                    memory.note_read(port.counter(PortCounter::LinkDowned), port.up(), now);
                 }
                 port.trend = memory.trend(port, flap_window, now);
             }
@@ -129,13 +129,16 @@ impl PortMemory {
         {
             self.downs.pop_front();
         }
-        let grew = |window: &mut Window, name: &str| port.counter(name).map(|value| window.note(value, now));
+        let grew = |window: &mut Window, counter| port.counter(counter).map(|value| window.note(value, now));
         self.looks += 1;
         NicTrend {
             flaps: (self.looks >= 2).then_some(self.downs.len() as u64),
-            link_downed: grew(&mut self.link_downed, "link_downed"),
-            local_link_integrity_errors: grew(&mut self.local_link_integrity_errors, "local_link_integrity_errors"),
-            symbol_error: grew(&mut self.symbol_error, "symbol_error"),
+            link_downed: grew(&mut self.link_downed, PortCounter::LinkDowned),
+            local_link_integrity_errors: grew(
+                &mut self.local_link_integrity_errors,
+                PortCounter::LocalLinkIntegrityErrors,
+            ),
+            symbol_error: grew(&mut self.symbol_error, PortCounter::SymbolError),
         }
     }
 }
@@ -159,7 +162,10 @@ mod tests {
                     link_layer: "infiniband".into(),
                     state: Some(state),
                     phys_state: Some(phys),
-                    counters: vec![("link_downed", link_downed), ("symbol_error", symbol_error)],
+                    counters: vec![
+                        (PortCounter::LinkDowned, link_downed),
+                        (PortCounter::SymbolError, symbol_error),
+                    ],
                     ..Default::default()
                 }],
                 ..Default::default()

@@ -11,7 +11,7 @@
 //! skipped counted (`gpuwarden_input_skipped_total{input="sysfs"}`).
 
 use crate::input::{self, Input, Links, Reason, Refused, Skips};
-use crate::model::nic::{MAX_PORTS, Netdev, NicDevice, NicPcie, NicPort, NicScan, WATCHED_COUNTERS};
+use crate::model::nic::{MAX_PORTS, Netdev, NicDevice, NicPcie, NicPort, NicScan, PortCounter};
 use std::path::{Path, PathBuf};
 
 /// Most RDMA devices looked at (a port each, usually).
@@ -344,16 +344,18 @@ fn find_ports(dir: &Path, left: &mut usize, skips: &mut Skips) -> Vec<(NicPort, 
 
 /// A port's states, rate and counters; with `earlier` (the last full read's counters), only
 /// `link_downed` is read (flaps are counted from it) and the rest kept.
-fn read_port(port: &mut NicPort, dir: &Path, earlier: Option<&[(&'static str, u64)]>, skips: &mut Skips) {
+fn read_port(port: &mut NicPort, dir: &Path, earlier: Option<&[(PortCounter, u64)]>, skips: &mut Skips) {
     let word = |file: &str, skips: &mut Skips| read_word(&dir.join(file), skips);
     port.counters.clear();
-    for (name, place) in WATCHED_COUNTERS {
+    for &counter in PortCounter::ALL {
         let value = match earlier {
-            Some(earlier) if name != "link_downed" => earlier.iter().find(|(n, _)| *n == name).map(|(_, v)| *v),
-            _ => read_counter(&dir.join(place.dir()).join(name), skips),
+            Some(earlier) if counter != PortCounter::LinkDowned => {
+                earlier.iter().find(|(c, _)| *c == counter).map(|(_, v)| *v)
+            }
+            _ => read_counter(&dir.join(counter.dir().dir()).join(counter.label()), skips),
         };
         if let Some(value) = value {
-            port.counters.push((name, value));
+            port.counters.push((counter, value));
         }
     }
     port.state = word("state", skips).and_then(|s| coded_state(&s));
@@ -586,11 +588,11 @@ mod tests {
         assert_eq!(p.phys_state, Some((5, "LinkUp".to_string())));
         assert_eq!(p.up(), Some(true));
         assert_eq!(p.rate_gbps, Some(400.0));
-        assert_eq!(p.counter("link_downed"), Some(1));
-        assert_eq!(p.counter("symbol_error"), Some(0));
-        assert_eq!(p.counter("req_transport_retries_exceeded"), Some(0));
+        assert_eq!(p.counter(PortCounter::LinkDowned), Some(1));
+        assert_eq!(p.counter(PortCounter::SymbolError), Some(0));
+        assert_eq!(p.counter(PortCounter::ReqTransportRetriesExceeded), Some(0));
         // RoCE's own counter is not on an InfiniBand port, and IPoIB is not a RoCE interface.
-        assert_eq!(p.counter("roce_slow_restart"), None);
+        assert_eq!(p.counter(PortCounter::RoceSlowRestart), None);
         assert_eq!(p.netdev, None);
         assert_eq!(p.counters.len(), 11);
     }
@@ -608,7 +610,7 @@ mod tests {
         assert_eq!(scan.devices.len(), 2);
         let p = &scan.devices[1].ports[0];
         assert_eq!(p.link_layer, "ethernet");
-        assert_eq!(p.counter("roce_slow_restart"), Some(0));
+        assert_eq!(p.counter(PortCounter::RoceSlowRestart), Some(0));
         let netdev = p.netdev.as_ref().unwrap();
         assert_eq!(netdev.name, "ens1f1np1");
         assert_eq!(netdev.operstate, Some(crate::model::nic::OperState::Up));
@@ -683,10 +685,15 @@ mod tests {
         assert_eq!(names, ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]);
         assert_eq!(scan.ports().count(), MAX_PORTS);
         let p = &scan.devices[0].ports[0];
-        for absent in ["symbol_error", "link_downed", "rnr_nak_retry_err", "port_rcv_errors"] {
+        for absent in [
+            PortCounter::SymbolError,
+            PortCounter::LinkDowned,
+            PortCounter::RnrNakRetryErr,
+            PortCounter::PortRcvErrors,
+        ] {
             assert_eq!(p.counter(absent), None, "{absent}");
         }
-        assert_eq!(p.counter("link_error_recovery"), Some(0));
+        assert_eq!(p.counter(PortCounter::LinkErrorRecovery), Some(0));
         assert_eq!((p.rate_gbps, &p.state, p.link_layer.as_str()), (None, &None, "unknown"));
     }
 

@@ -128,7 +128,7 @@ pub(crate) const FAMILIES: &[Family] = &[
         read: Read::Node(|snapshot, s| {
             per_port(snapshot, s, |_, p, out| {
                 for (name, value) in &p.counters {
-                    out.put(&[name], Some(*value as f64));
+                    out.put(&[name.label()], Some(*value as f64));
                 }
             })
         }),

@@ -26,24 +26,40 @@ impl CounterDir {
     }
 }
 
-/// The error counters read from each port, where the kernel shows them. The PMA ones are in
-/// the kernel's `drivers/infiniband/core/sysfs.c`; the others in mlx5's
-/// `drivers/infiniband/hw/mlx5/counters.c` (docs/metrics.md, "Network ports", says what each
-/// counts).
-pub(crate) const WATCHED_COUNTERS: [(&str, CounterDir); 12] = [
-    ("link_downed", CounterDir::Pma),
-    ("symbol_error", CounterDir::Pma),
-    ("link_error_recovery", CounterDir::Pma),
-    ("port_rcv_errors", CounterDir::Pma),
-    ("port_xmit_discards", CounterDir::Pma),
-    ("local_link_integrity_errors", CounterDir::Pma),
-    ("excessive_buffer_overrun_errors", CounterDir::Pma),
-    ("port_rcv_remote_physical_errors", CounterDir::Pma),
-    ("rnr_nak_retry_err", CounterDir::Hw),
-    ("req_transport_retries_exceeded", CounterDir::Hw),
-    ("local_ack_timeout_err", CounterDir::Hw),
-    ("roce_slow_restart", CounterDir::Hw),
-];
+crate::model::label::label_enum! {
+    /// The error counters read from each port, where the kernel shows them, in the order
+    /// they are read and served: the `counter` label of `nic_port_errors`, the file's name.
+    /// The PMA ones are in the kernel's `drivers/infiniband/core/sysfs.c`; the others in mlx5's
+    /// `drivers/infiniband/hw/mlx5/counters.c` (docs/metrics.md, "Network ports", says what
+    /// each counts).
+    pub enum PortCounter {
+        LinkDowned => "link_downed",
+        SymbolError => "symbol_error",
+        LinkErrorRecovery => "link_error_recovery",
+        PortRcvErrors => "port_rcv_errors",
+        PortXmitDiscards => "port_xmit_discards",
+        LocalLinkIntegrityErrors => "local_link_integrity_errors",
+        ExcessiveBufferOverrunErrors => "excessive_buffer_overrun_errors",
+        PortRcvRemotePhysicalErrors => "port_rcv_remote_physical_errors",
+        RnrNakRetryErr => "rnr_nak_retry_err",
+        ReqTransportRetriesExceeded => "req_transport_retries_exceeded",
+        LocalAckTimeoutErr => "local_ack_timeout_err",
+        RoceSlowRestart => "roce_slow_restart",
+    }
+}
+
+impl PortCounter {
+    /// The directory of the port that holds it.
+    pub(crate) fn dir(self) -> CounterDir {
+        match self {
+            PortCounter::RnrNakRetryErr
+            | PortCounter::ReqTransportRetriesExceeded
+            | PortCounter::LocalAckTimeoutErr
+            | PortCounter::RoceSlowRestart => CounterDir::Hw,
+            _ => CounterDir::Pma,
+        }
+    }
+}
 
 /// One read of every RDMA device on the node.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -106,7 +122,7 @@ pub struct NicPort {
     /// Gb/s, from `400 Gb/sec (4X NDR)`.
     pub rate_gbps: Option<f64>,
     /// The watched counters the kernel shows for it, by name.
-    pub counters: Vec<(&'static str, u64)>,
+    pub counters: Vec<(PortCounter, u64)>,
     /// The network interface of a RoCE port.
     pub netdev: Option<Netdev>,
     /// What the health memory remembers of it (nothing in a one-shot `check`).
@@ -129,8 +145,8 @@ impl NicPort {
         }
     }
 
-    pub fn counter(&self, name: &str) -> Option<u64> {
-        self.counters.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    pub fn counter(&self, counter: PortCounter) -> Option<u64> {
+        self.counters.iter().find(|(c, _)| *c == counter).map(|(_, v)| *v)
     }
 
     /// "ACTIVE/LinkUp", for messages.

@@ -45,7 +45,7 @@ pub(crate) fn section(out: &mut String, snapshot: &Snapshot) {
         let errors: Vec<String> = port
             .counters
             .iter()
-            .filter(|(name, value)| *value > 0 && *name != "link_downed")
+            .filter(|(name, value)| *value > 0 && *name != crate::model::nic::PortCounter::LinkDowned)
             .map(|(name, value)| format!("{name} {value}"))
             .collect();
         let near: Vec<String> = device

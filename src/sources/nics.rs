@@ -127,8 +127,16 @@ mod tests {
         let scan = source.read(&settings);
         let port = &scan.devices[1].ports[0];
         assert_eq!(port.up(), Some(false), "the state is read each time");
-        assert_eq!(port.counter("link_downed"), Some(7), "so is link_downed");
-        assert_eq!(port.counter("symbol_error"), Some(0), "the others once a minute");
+        assert_eq!(
+            port.counter(crate::model::nic::PortCounter::LinkDowned),
+            Some(7),
+            "so is link_downed"
+        );
+        assert_eq!(
+            port.counter(crate::model::nic::PortCounter::SymbolError),
+            Some(0),
+            "the others once a minute"
+        );
         assert_eq!(port.counters.len(), 11, "kept from the last full read");
         // mlx5_3 goes away (its driver unbound): the next read does not show it.
         std::fs::remove_file(root.join("sys/class/infiniband/mlx5_3")).unwrap();

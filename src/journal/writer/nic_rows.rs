@@ -200,7 +200,7 @@ mod tests {
                     port: 1,
                     link_layer: "infiniband".into(),
                     state: Some(if down { (1, "DOWN".into()) } else { (4, "ACTIVE".into()) }),
-                    counters: vec![("link_downed", 2)],
+                    counters: vec![(crate::model::nic::PortCounter::LinkDowned, 2)],
                     ..Default::default()
                 }],
                 ..Default::default()
