@@ -237,8 +237,8 @@ impl Inner {
 }
 
 /// The one consumer of the store's counted reports (the journal, which writes each down):
-/// told of each as it is counted, under the store's lock, so it only keeps them (bounded) for
-/// later. The store counts; what is written, folded or dropped is the consumer's business.
+/// told of each as it is counted, often while the store holds its lock, so it only keeps them
+/// (bounded) for later and never calls back into the store. The store counts; what is written, folded or dropped is the consumer's business.
 pub trait CountedReports: Send + Sync {
     /// A new event, `group` its number in the store, `severity` the code's when it was
     /// counted (the operator's policy, else the catalog's), `counted_as` the code it is

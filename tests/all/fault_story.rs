@@ -209,7 +209,10 @@ fn the_fault_page_runs_from_injection_to_validated_return_and_a_failed_validatio
     // this test once saw and no one could explain; the unit test
     // `a_pending_validations_own_probe_is_no_finding_and_an_earlier_one_is` holds the rule).
     let ran = until(&commands[9], tmp.path(), "GPU 0 back", |r| {
-        assert!(!r.stdout.contains("GPU 0 probe_failed"), "the validation's own probe: {r:?}");
+        assert!(
+            !r.stdout.contains("GPU 0 probe_failed"),
+            "the validation's own probe: {r:?}"
+        );
         r.code == Some(0) && !r.stdout.contains("GPU 0 (")
     });
     assert!(ran.stdout.starts_with("degraded: 8 GPU(s): 0 unhealthy"), "{ran:?}");
