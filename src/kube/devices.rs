@@ -9,7 +9,7 @@
 //! touched. A cluster without the API (older, or DRA off) is skipped with one notice.
 
 use super::client::{ApiError, Client, escape};
-use super::node::TAINT_KEY;
+use super::node::{TAINT_KEY, label_value};
 use crate::health::verdict::{GpuVerdict, NodeVerdict};
 use crate::model::health::HealthState;
 use hyper::{Method, StatusCode};
@@ -40,26 +40,9 @@ pub(crate) fn wanted(gpu: &GpuVerdict) -> Option<(&'static str, String)> {
     }
 }
 
+/// The first reason as a label value (the Node's taint makes its value the same way).
 fn first(reasons: &[&str]) -> String {
-    let value: String = reasons
-        .first()
-        .unwrap_or(&"unhealthy")
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(63)
-        .collect();
-    let value = value.trim_matches(|c: char| !c.is_ascii_alphanumeric());
-    if value.is_empty() {
-        "unhealthy".into()
-    } else {
-        value.to_string()
-    }
+    label_value(reasons.first().copied().unwrap_or("unhealthy"))
 }
 
 /// A device as a ResourceSlice lists it: driver, pool, name.

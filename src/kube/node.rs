@@ -71,7 +71,7 @@ fn cut(text: &str, max: usize) -> String {
 
 /// A reason as a label value: at most 63 of letters, digits, `-`, `_`, `.`, starting and
 /// ending with a letter or digit.
-fn label_value(reason: &str) -> String {
+pub(super) fn label_value(reason: &str) -> String {
     let kept: String = reason
         .chars()
         .map(|c| {
