@@ -335,6 +335,17 @@ pub struct Journal {
     shared: Arc<Shared>,
 }
 
+/// Says when a row queued by [`Journal::record_soon`] is in the file.
+pub(crate) struct Confirmation(std::sync::mpsc::Receiver<()>);
+
+impl Confirmation {
+    /// Waits until the row is committed, or until `deadline`; whether it was.
+    pub(crate) fn wait_until(self, deadline: Instant) -> bool {
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.0.recv_timeout(left).is_ok()
+    }
+}
+
 struct Shared {
     /// Rows the queue had no room for.
     dropped: AtomicU64,
@@ -346,7 +357,8 @@ struct Shared {
 
 /// The sources the journal's writer sets: its own state; and the service state's owner, which
 /// it tells of the board swaps it finds (and reads once, for the remediation the seed brought
-/// back, already written).
+/// back, already written), and whose transitions' validation rows it writes before they are
+/// published (journal/writer/validation_rows.rs).
 pub struct WritesTo {
     pub status: Arc<Versioned<Option<JournalStatus>>>,
     pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
@@ -376,6 +388,7 @@ impl Journal {
         // counted XID brings within a fraction of a second).
         let outbox = Arc::new(writer::xid_outbox::XidOutbox::default());
         xids.report_to(outbox.clone());
+        let lifecycle = writes_to.lifecycle.clone();
         let mut writer = writer::Writer::new(place, rx, store.clone(), writes_to, outbox, shared.clone());
         writer.start_from(facts);
         let writer = Arc::new(Mutex::new(writer));
@@ -383,11 +396,18 @@ impl Journal {
         // The task ends at the stop signal, after its last batch; dropping its stop handle
         // then tells the daemon's shutdown that it is done.
         tokio::spawn(task::run(writer, shared.clone(), stop));
-        Journal {
+        let journal = Journal {
             _lock: Arc::new(lock),
             tx,
             shared,
-        }
+        };
+        // From now on the owner of the service state has each validation's change in the file
+        // before it publishes it.
+        lifecycle.record_with(Arc::new(writer::validation_rows::ValidationRecorder::new(
+            journal.clone(),
+            store,
+        )));
+        journal
     }
 
     /// Queues one event; never waits.
@@ -400,9 +420,15 @@ impl Journal {
     /// a daemon stopped or killed right after still finds it at its next start. False when
     /// it could not be written in time (the row stays queued).
     pub fn record_and_wait(&self, event: Event, timeout: Duration) -> bool {
+        self.record_soon(event).wait_until(Instant::now() + timeout)
+    }
+
+    /// Queues one event; what comes back says when it is committed to the file (several rows
+    /// queued first and then waited for go in one batch).
+    pub(crate) fn record_soon(&self, event: Event) -> Confirmation {
         let (done, written) = std::sync::mpsc::sync_channel(1);
         self.send(Message::Confirmed(event, done));
-        written.recv_timeout(timeout).is_ok()
+        Confirmation(written)
     }
 
     fn send(&self, message: Message) {

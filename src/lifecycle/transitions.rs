@@ -86,6 +86,15 @@ pub enum RemediationChange {
 }
 
 impl Command {
+    /// Whether the sender writes this transition's rows itself, so the [`super::Recorder`] is
+    /// not asked: the seed is what the journal already holds, and a board swap is found by the
+    /// journal's writer, which queues its rows (the swap's and its validation's) together. It
+    /// cannot wait for its own writing; a swap lost by a kill before they are in is found again
+    /// at the next start, from the same facts.
+    pub(super) fn recorded_by_sender(&self) -> bool {
+        matches!(self, Command::Seed(_) | Command::BoardSwapped { .. })
+    }
+
     /// Makes this command's transition of `state`; how many entries it changed (0: none, and
     /// nothing is published).
     pub(super) fn apply_to(self, state: &mut ServiceState) -> usize {

@@ -293,9 +293,7 @@ async fn scheduler_report(State(local): State<LocalState>, Extension(peer): Exte
     if let Some(node) = request.node {
         report.node = Some((at, node));
     }
-    local
-        .lifecycle
-        .apply(crate::lifecycle::Command::SchedulerReport(report));
+    tell_owner(&local, crate::lifecycle::Command::SchedulerReport(report)).await;
     (StatusCode::OK, "{}").into_response()
 }
 
@@ -365,11 +363,15 @@ async fn keep_clear(
 ) -> (bool, std::sync::Arc<crate::model::Snapshot>) {
     let at = clear.at;
     // The clear and its validation, one transition: no snapshot has one without the other.
-    local.lifecycle.apply(crate::lifecycle::Command::Clear {
-        key: key.clone(),
-        clear,
-        validation,
-    });
+    tell_owner(
+        local,
+        crate::lifecycle::Command::Clear {
+            key: key.clone(),
+            clear,
+            validation,
+        },
+    )
+    .await;
     // The answer is the first round judged with this clear: one that began before it and
     // was published after would still show what it let go of.
     let polled_after = next_round(&local.app, Instant::now(), |clears| {
@@ -377,6 +379,16 @@ async fn keep_clear(
     })
     .await;
     (polled_after, local.app.store.latest())
+}
+
+/// Hands `command` to the service state's owner on the blocking pool: it waits for the journal
+/// to have the transition in the file before it publishes it, which must not hold up one of
+/// the runtime's two workers (the journal's task may need the other).
+async fn tell_owner(local: &LocalState, command: crate::lifecycle::Command) {
+    let lifecycle = local.lifecycle.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || lifecycle.apply(command)).await {
+        log::error!("the service state's owner did not take a command: {e}");
+    }
 }
 
 /// A clear's answer as JSON.

@@ -1,32 +1,36 @@
-//! A board swap as the journal's writer records it: the row, and the owner of the service
-//! state told of the swap and the validation a new board must pass before it returns to service.
+//! A board swap as the journal's writer records it: the swap's row and its validation's, and
+//! the command that tells the service state's owner, handed to it once the writer's lock is
+//! let go (the owner waits for the journal to record its other transitions, and the journal's
+//! task needs that lock to write them).
 
-use crate::journal::event::Event;
+use crate::journal::event::{Event, GpuRef};
 use crate::journal::writer::facts::{self, GpuFacts};
-use crate::lifecycle::{Command, Lifecycle};
-use crate::model::Vendor;
+use crate::lifecycle::Command;
 use crate::model::health::{BoardSwap, Validation};
-use std::sync::Arc;
+use crate::model::{DeviceSnapshot, Snapshot, Vendor};
 
-/// Where a board swap goes: the service state's owner.
+/// The swaps found and not yet told to the owner.
+#[derive(Default)]
 pub(crate) struct SwapWrites {
-    pub lifecycle: Arc<Lifecycle>,
+    untold: Vec<Command>,
 }
 
 impl SwapWrites {
-    /// `new` took the slot of `previous`: its notice and its validation (where asked for),
-    /// one transition; gives back the row.
+    /// `new` (on `device`) took the slot of `previous`: its notice and its validation (where
+    /// asked for), one command for the owner; gives back the rows, the swap's and, where a
+    /// validation starts, its row, queued in one batch.
     pub(crate) fn record(
-        &self,
+        &mut self,
         previous: &GpuFacts,
         new: &GpuFacts,
-        vendor: Vendor,
+        device: &DeviceSnapshot,
+        snapshot: &Snapshot,
         now: f64,
         validate: bool,
-    ) -> Event {
+    ) -> Vec<Event> {
         // A new board proves itself with a probe before its node returns to service
         // (the probe is CUDA's: NVIDIA boards only).
-        let validation = (validate && vendor == Vendor::Nvidia).then(|| Validation {
+        let validation = (validate && device.identity.vendor == Vendor::Nvidia).then(|| Validation {
             since: now,
             why: format!(
                 "a new board in slot {} (it replaced serial {})",
@@ -36,8 +40,14 @@ impl SwapWrites {
             outcome: None,
             kind: Default::default(),
         });
+        let mut rows = vec![facts::board_swap(previous, new, now)];
+        if let Some(validation) = &validation {
+            let mut row = crate::journal::writer::validation_rows::row(snapshot, &new.uuid, validation, now);
+            row.gpu = Some(GpuRef::of(&device.identity));
+            rows.push(row);
+        }
         // The swap with its validation: no snapshot has one without the other.
-        self.lifecycle.apply(Command::BoardSwapped {
+        self.untold.push(Command::BoardSwapped {
             uuid: new.uuid.clone(),
             swap: BoardSwap {
                 at: now,
@@ -46,6 +56,11 @@ impl SwapWrites {
             },
             validation,
         });
-        facts::board_swap(previous, new, now)
+        rows
+    }
+
+    /// The commands for the owner, to apply without the writer's lock.
+    pub(crate) fn take_untold(&mut self) -> Vec<Command> {
+        std::mem::take(&mut self.untold)
     }
 }

@@ -32,7 +32,7 @@ pub(super) struct GpuLooks {
 }
 
 impl GpuLooks {
-    pub(super) fn new(swaps: crate::journal::writer::board_swap::SwapWrites) -> GpuLooks {
+    pub(super) fn new() -> GpuLooks {
         GpuLooks {
             facts: BTreeMap::new(),
             facts_loaded: false,
@@ -41,7 +41,7 @@ impl GpuLooks {
             seen: BTreeMap::new(),
             missing: BTreeSet::new(),
             persistence_enabled: BTreeMap::new(),
-            swaps,
+            swaps: Default::default(),
         }
     }
 
@@ -140,7 +140,7 @@ impl GpuLooks {
                 .cloned()
         {
             let validate = snapshot.health_limits.validate_after_clear;
-            rows.push(self.board_swapped(&previous, &new, device, now, validate));
+            rows.extend(self.board_swapped(&previous, &new, device, snapshot, now, validate));
         }
         rows.extend(facts::changes(
             last.as_ref(),
@@ -167,10 +167,11 @@ impl GpuLooks {
         previous: &GpuFacts,
         new: &GpuFacts,
         device: &DeviceSnapshot,
+        snapshot: &Snapshot,
         now: f64,
         validate: bool,
-    ) -> Event {
-        let row = self.swaps.record(previous, new, device.identity.vendor, now, validate);
+    ) -> Vec<Event> {
+        let rows = self.swaps.record(previous, new, device, snapshot, now, validate);
         // The old board's facts stay (its history keeps its serial), but no longer at
         // this address.
         self.seen.remove(&previous.uuid);
@@ -178,7 +179,12 @@ impl GpuLooks {
             old.pci_bus_id = String::new();
             self.dirty_facts.insert(previous.uuid.clone());
         }
-        row
+        rows
+    }
+
+    /// The board swaps found since the last take, as commands for the service state's owner.
+    pub(super) fn take_swaps(&mut self) -> Vec<crate::lifecycle::Command> {
+        self.swaps.take_untold()
     }
 
     /// A row each time gpuwarden turned a GPU's persistence mode on.

@@ -13,7 +13,7 @@
 //!
 //! | file | what |
 //! | --- | --- |
-//! | `board_swap.rs` | A board swap as the journal's writer records it: the row, and the owner of the service state told of the swap and the validation a new board must pass... |
+//! | `board_swap.rs` | A board swap as the journal's writer records it: the swap's row and its validation's, and the command that tells the service state's owner, handed to it... |
 //! | `facts.rs` | What the journal remembers of each GPU between snapshots (and restarts: the `gpu_facts` table), and the events that a change in it makes |
 //! | `file_state.rs` | Whether the journal's file can be written now, and what the `journal` metrics say of it: open or not, when to try again, the outage's one log line each way,... |
 //! | `gpu_looks.rs` | What the journal knows of each GPU and how it decides that a snapshot changed it: the facts per UUID (loaded when the file opens), which of them the file... |
@@ -23,7 +23,7 @@
 //! | `sdc_rows.rs` | The journal's `sdc` and `memtest` rows (docs/probe.md, "Silent data corruption"): each GPU the correctness canary found computing wrong, with the evidence... |
 //! | `seen.rs` | What the journal read of one GPU at its last full look, kept so that a round that changed none of it is passed over with one comparison: no facts built,... |
 //! | `task.rs` | The journal's task on the runtime: writes what the `Writer` decided, in one transaction at most once a second, through a worker process |
-//! | `validation_rows.rs` | The journal's `validation` rows: each change of a GPU's validation (a probe before return to service) as the snapshots show it, whoever made it (the local... |
+//! | `validation_rows.rs` | The journal's `validation` rows: each change of a GPU's validation (a probe before return to service), whoever made it (the local API's clear, remediation's... |
 //! | `xid_outbox.rs` | The journal's XID outbox: every report the XID store counted, kept (bounded) until the writer takes them, never a call from the store into the writer |
 //! | `xid_rows.rs` | The rows of counted XIDs and NVSwitch SXIDs, as the journal writes them |
 //! | `xid_tally.rs` | What the journal's writer keeps of the XIDs between batches: the row of each counted event (a second source's report of the same event updates it), this... |
@@ -92,8 +92,8 @@ pub(super) struct Writer {
     status: Arc<Versioned<Option<JournalStatus>>>,
     /// What the journal knows of each GPU, and the rows a snapshot's changes call for.
     gpus: crate::journal::writer::gpu_looks::GpuLooks,
-    /// What was last written of the validations.
-    validation_rows: crate::journal::writer::validation_rows::ValidationRows,
+    /// The service state's owner, told of the board swaps found (outside the writer's lock).
+    pub(super) lifecycle: Arc<crate::lifecycle::Lifecycle>,
     /// What was last written of the advised next steps.
     remediation_rows: crate::journal::writer::remediation_rows::RemediationRows,
     /// What was last written of the correctness canary's suspects and digests.
@@ -139,16 +139,12 @@ impl Writer {
             rx,
             store,
             status: writes_to.status,
-            validation_rows: crate::journal::writer::validation_rows::ValidationRows::from_seed(
-                writes_to.lifecycle.get().validations.clone(),
-            ),
             remediation_rows: crate::journal::writer::remediation_rows::RemediationRows::from_seed(
                 &writes_to.lifecycle.get().remediation,
             ),
             sdc_rows: crate::journal::writer::sdc_rows::SdcRows::from_seed(&writes_to.probes.get()),
-            gpus: crate::journal::writer::gpu_looks::GpuLooks::new(crate::journal::writer::board_swap::SwapWrites {
-                lifecycle: writes_to.lifecycle,
-            }),
+            gpus: crate::journal::writer::gpu_looks::GpuLooks::new(),
+            lifecycle: writes_to.lifecycle,
             xids,
             shared,
             backlog: Vec::new(),
@@ -327,10 +323,15 @@ impl Writer {
         }
         self.gpus.look_at_missing(snapshot, now, &mut rows);
         rows.extend(self.nic_rows.look(snapshot, now));
-        rows.extend(self.validation_rows.look(snapshot, now));
         rows.extend(self.remediation_rows.look(snapshot, now));
         rows.extend(self.sdc_rows.look(snapshot, now));
         rows.into_iter().for_each(|row| self.push(row));
+    }
+
+    /// The board swaps found since the last take: commands for the owner, which the caller
+    /// applies once it let go of the writer.
+    pub(super) fn take_swaps(&mut self) -> Vec<crate::lifecycle::Command> {
+        self.gpus.take_swaps()
     }
 
     /// Looks at the newest snapshot (what a queued row may need to name its GPU); false

@@ -38,17 +38,43 @@ fn lock(writer: &SharedWriter) -> MutexGuard<'_, Writer> {
 /// that made something to write.
 pub(in crate::journal) fn look_at_each_snapshot(store: &Store, writer: SharedWriter, shared: Arc<Shared>) {
     store.on_publish(Box::new(move |snapshot| {
-        let mut writer = lock(&writer);
-        if !writer.started {
+        let mut w = lock(&writer);
+        if !w.started {
             return;
         }
         // A counted XID is what made this publish, often: its row waits no longer.
-        writer.take_xids();
-        writer.look_at(snapshot);
-        if writer.has_work() {
+        w.take_xids();
+        w.look_at(snapshot);
+        if w.has_work() {
             shared.wake.notify_one();
         }
+        tell_swaps(w);
     }));
+}
+
+/// Tells the service state's owner of the board swaps found, on a thread of their own: the
+/// owner may be waiting for this task to record another transition (which needs the writer,
+/// and the publisher's thread or this task's to go on). A board swap is rare: a thread for it
+/// costs nothing on a node where none happens.
+fn tell_swaps(mut writer: MutexGuard<'_, Writer>) {
+    let swaps = writer.take_swaps();
+    if swaps.is_empty() {
+        return;
+    }
+    let lifecycle = writer.lifecycle.clone();
+    drop(writer);
+    let told = std::thread::Builder::new()
+        .name("gpuwarden-swap".into())
+        .spawn(move || {
+            for swap in swaps {
+                lifecycle.apply(swap);
+            }
+        });
+    if let Err(e) = told {
+        log::error!(
+            "journal: cannot start a thread to tell of a board swap ({e}); the running daemon does not hold the new board out until a restart takes the swap and its validation back from their rows"
+        );
+    }
 }
 
 /// The task: until the stop, writes whatever is waiting when woken; then the last batch.
@@ -84,7 +110,9 @@ pub(in crate::journal) async fn run(writer: SharedWriter, shared: Arc<Shared>, s
             }
             // A queued row names its GPU from the facts: look at what is published now. Before
             // the first round is, rows wait (the first publish wakes the task again).
-            w.look_at_latest()
+            let published = w.look_at_latest();
+            tell_swaps(w);
+            published
         };
         if !published {
             // Looked at again in a second, or at the first publish.
