@@ -74,6 +74,8 @@ enum Message {
     Event(Event),
     /// A row whose writer waits until it is in the file ([`Journal::record_and_wait`]).
     Confirmed(Event, std::sync::mpsc::SyncSender<()>),
+    /// Fields set in a row written before ([`Journal::amend`]); the sender waits too.
+    Amend(store::worker::Amendment, std::sync::mpsc::SyncSender<()>),
 }
 
 /// Where the journal is, and what it stamps on every row.
@@ -431,6 +433,14 @@ impl Journal {
         Confirmation(written)
     }
 
+    /// Sets `amendment`'s fields in a row written before (a clear's outcome, known a poll
+    /// round after its row had to be in the file); what comes back says when it is in.
+    pub(crate) fn amend(&self, amendment: store::worker::Amendment) -> Confirmation {
+        let (done, written) = std::sync::mpsc::sync_channel(1);
+        self.send(Message::Amend(amendment, done));
+        Confirmation(written)
+    }
+
     fn send(&self, message: Message) {
         if let Err(TrySendError::Full(message) | TrySendError::Disconnected(message)) =
             self.tx.try_send(Box::new(message))
@@ -443,13 +453,16 @@ impl Journal {
 
     fn dropped(&self, message: &Message) {
         self.shared.dropped.fetch_add(1, Ordering::Relaxed);
-        let (Message::Event(event) | Message::Confirmed(event, _)) = message;
+        let event = match message {
+            Message::Event(event) | Message::Confirmed(event, _) => {
+                format!("{:?} event: {}", event.kind, event.summary)
+            }
+            Message::Amend(amendment, _) => format!("the amendment of a {:?} row", amendment.kind),
+        };
         let mut limiter = self.shared.drop_log.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(held_back) = limiter.allow("journal-queue-full") {
             log::warn!(
-                "journal: the queue is full; dropped a row ({:?} event: {}){}",
-                event.kind,
-                event.summary,
+                "journal: the queue is full; dropped a row ({event}){}",
                 crate::service::logging::held_back_suffix(held_back)
             );
         }

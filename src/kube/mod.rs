@@ -444,7 +444,7 @@ impl Worker {
         };
         let now = crate::model::unix_now();
         let cursor = outbox::cursor(conn, CURSOR, outbox::Start::Now, now)?;
-        let (rows, restarted) = outbox::after(conn, cursor, BATCH)?;
+        let (rows, restarted) = outbox::after(conn, cursor, BATCH, now)?;
         if restarted.0 {
             outbox::restart(conn, CURSOR, now)?;
         }

@@ -403,14 +403,18 @@ impl Executor {
             outcome: None,
             kind: ValidationKind::Repair,
         });
+        // On record before the owner applies it: a daemon killed in between finds the clear.
         if let Some(journal) = &self.journal {
-            journal.record(crate::journal::event::Event::new(
+            let row = crate::journal::event::Event::new(
                 at,
                 crate::journal::event::Kind::Clear,
                 Some(crate::journal::event::GpuRef::of(&device.identity)),
                 format!("cleared by {BY}: {reason}"),
                 serde_json::json!({"reason": reason, "by": BY, "validation": validation.is_some()}),
-            ));
+            );
+            if !journal.record_and_wait(row, JOURNAL_WAIT) {
+                log::warn!("the journal did not confirm the reset's clear within {JOURNAL_WAIT:?}; clearing anyway");
+            }
         }
         let clear = Clear {
             at,

@@ -47,6 +47,10 @@ const LOCAL_READ_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_BODY: usize = 4096;
 /// The longest a clear waits for the next poll round to look at the GPU again.
 const MAX_CLEAR_WAIT: Duration = Duration::from_secs(10);
+/// The longest a clear waits for the journal, before it takes effect (its row) and after the
+/// round (its outcome): past it, the clear goes on and the row stays queued. Twice this and
+/// the round's wait fit the answer's time-out below.
+const CLEAR_JOURNAL_WAIT: Duration = Duration::from_secs(2);
 
 /// What the local API's handlers share.
 #[derive(Clone)]
@@ -162,7 +166,25 @@ async fn clear_gpu(State(local): State<LocalState>, Extension(peer): Extension<P
         by: by.clone(),
     };
     let (step, validation) = validation_step(&local, &before, &device, &request, &kept);
-    let (polled_after, after) = keep_clear(&local, uuid.clone(), kept, step).await;
+    // Its outcome (`cleared`, `still`) is known after the next round; until then it is null.
+    let row = Event::new(
+        at,
+        Kind::Clear,
+        Some(GpuRef::of(&device.identity)),
+        format!("cleared by {by}: {reason}"),
+        serde_json::json!({
+            "reason": reason,
+            "by": by,
+            "uid": peer.uid,
+            "pid": peer.pid,
+            "comm": comm,
+            "cleared": null,
+            "still": null,
+            "skip_validation": request.skip_validation,
+            "validation": validation,
+        }),
+    );
+    let (polled_after, after) = keep_clear(&local, uuid.clone(), kept, step, row).await;
     let mut answer = clear::answer(
         &device,
         after.devices.iter().find(|d| d.identity.uuid == uuid),
@@ -176,25 +198,8 @@ async fn clear_gpu(State(local): State<LocalState>, Extension(peer): Extension<P
         answer.cleared.join(", "),
         still.join(", ")
     );
-    if let Some(journal) = &local.journal {
-        journal.record(Event::new(
-            at,
-            Kind::Clear,
-            Some(GpuRef::of(&device.identity)),
-            format!("cleared by {by}: {reason}"),
-            serde_json::json!({
-                "reason": reason,
-                "by": by,
-                "uid": peer.uid,
-                "pid": peer.pid,
-                "comm": comm,
-                "cleared": answer.cleared,
-                "still": still,
-                "skip_validation": request.skip_validation,
-                "validation": answer.validation,
-            }),
-        ));
-    }
+    let outcome = serde_json::json!({"cleared": answer.cleared, "still": still});
+    amend_outcome(&local, &uuid, at, outcome).await;
     json_answer(&answer)
 }
 
@@ -314,7 +319,28 @@ async fn clear_nic(local: &LocalState, peer: &Peer, nic: &str, reason: String) -
         reason: reason.clone(),
         by: by.clone(),
     };
-    let (polled_after, after) = keep_clear(local, key.clone(), kept, ValidationStart::Nothing).await;
+    let row = Event::new(
+        at,
+        Kind::Clear,
+        Some(GpuRef {
+            uuid: key.clone(),
+            serial: None,
+            pci_bus_id: device.pci_bus_id.clone().unwrap_or_default(),
+            index: None,
+        }),
+        format!("network adapter {} cleared by {by}: {reason}", device.name),
+        serde_json::json!({
+            "device": device.name,
+            "reason": reason,
+            "by": by,
+            "uid": peer.uid,
+            "pid": peer.pid,
+            "comm": comm,
+            "cleared": null,
+            "still": null,
+        }),
+    );
+    let (polled_after, after) = keep_clear(local, key.clone(), kept, ValidationStart::Nothing, row).await;
     let answer = clear_nic::answer(&before, &after, &device.name, polled_after);
     let still: Vec<String> = answer
         .still
@@ -327,51 +353,51 @@ async fn clear_nic(local: &LocalState, peer: &Peer, nic: &str, reason: String) -
         answer.cleared.join(", "),
         still.join(", ")
     );
-    if let Some(journal) = &local.journal {
-        journal.record(Event::new(
-            at,
-            Kind::Clear,
-            Some(GpuRef {
-                uuid: key,
-                serial: None,
-                pci_bus_id: device.pci_bus_id.clone().unwrap_or_default(),
-                index: None,
-            }),
-            format!("network adapter {} cleared by {by}: {reason}", device.name),
-            serde_json::json!({
-                "device": device.name,
-                "reason": reason,
-                "by": by,
-                "uid": peer.uid,
-                "pid": peer.pid,
-                "comm": comm,
-                "cleared": answer.cleared,
-                "still": still,
-            }),
-        ));
-    }
+    amend_outcome(
+        local,
+        &key,
+        at,
+        serde_json::json!({"cleared": answer.cleared, "still": still}),
+    )
+    .await;
     json_answer(&answer)
 }
 
-/// Keeps a clear under `key` (a GPU's UUID, or `nic:<device>`) and waits for the next poll
-/// round to look again: whether one came, and the snapshot after it.
+/// Keeps a clear under `key` (a GPU's UUID, or `nic:<device>`), its `row` in the journal
+/// first, and waits for the next poll round to look again: whether one came, and the
+/// snapshot after it.
 async fn keep_clear(
     local: &LocalState,
     key: String,
     clear: Clear,
     validation: ValidationStart,
+    row: Event,
 ) -> (bool, std::sync::Arc<crate::model::Snapshot>) {
     let at = clear.at;
     // The clear and its validation, one transition: no snapshot has one without the other.
-    tell_owner(
-        local,
-        crate::lifecycle::Command::Clear {
-            key: key.clone(),
-            clear,
-            validation,
-        },
-    )
+    let command = crate::lifecycle::Command::Clear {
+        key: key.clone(),
+        clear,
+        validation,
+    };
+    let lifecycle = local.lifecycle.clone();
+    let journal = local.journal.clone();
+    let kept = tokio::task::spawn_blocking(move || {
+        // On record before it takes effect: a daemon killed in between finds the clear at its
+        // next start (the seed reads it back), never a GPU let go that a restart holds again.
+        if let Some(journal) = journal
+            && !journal.record_and_wait(row, CLEAR_JOURNAL_WAIT)
+        {
+            log::warn!("journal: the clear's row was not in the file within {CLEAR_JOURNAL_WAIT:?}; clearing anyway");
+        }
+        #[cfg(debug_assertions)]
+        pause_between_journal_and_publish();
+        lifecycle.apply(command)
+    })
     .await;
+    if let Err(e) = kept {
+        log::error!("the service state's owner did not take a clear: {e}");
+    }
     // The answer is the first round judged with this clear: one that began before it and
     // was published after would still show what it let go of.
     let polled_after = next_round(&local.app, Instant::now(), |clears| {
@@ -379,6 +405,35 @@ async fn keep_clear(
     })
     .await;
     (polled_after, local.app.store.latest())
+}
+
+/// Sets a clear's outcome (`cleared`, `still`) in its row, and waits until it is in the file
+/// (at most [`CLEAR_JOURNAL_WAIT`]): once `health clear` has answered, the row is whole.
+async fn amend_outcome(local: &LocalState, key: &str, at: f64, outcome: serde_json::Value) {
+    let Some(journal) = local.journal.clone() else {
+        return;
+    };
+    let amendment = crate::journal::store::worker::Amendment {
+        kind: Kind::Clear,
+        gpu_uuid: key.to_string(),
+        at,
+        set: outcome,
+    };
+    let deadline = Instant::now() + CLEAR_JOURNAL_WAIT;
+    let in_file = tokio::task::spawn_blocking(move || journal.amend(amendment).wait_until(deadline)).await;
+    if !matches!(in_file, Ok(true)) {
+        log::warn!("journal: the clear's outcome was not in the file within {CLEAR_JOURNAL_WAIT:?}; it stays queued");
+    }
+}
+
+/// For the test of a kill between a clear's row and its effect (tests/all/health_api.rs): with
+/// `GPUWARDEN_TEST_PAUSE_AFTER_CLEAR_ROW` set, a debug build's clear waits there for good.
+#[cfg(debug_assertions)]
+fn pause_between_journal_and_publish() {
+    if std::env::var_os("GPUWARDEN_TEST_PAUSE_AFTER_CLEAR_ROW").is_some() {
+        log::warn!("GPUWARDEN_TEST_PAUSE_AFTER_CLEAR_ROW: the clear's row is in; pausing before it takes effect");
+        std::thread::sleep(Duration::from_secs(3600));
+    }
 }
 
 /// Hands `command` to the service state's owner on the blocking pool: it waits for the journal

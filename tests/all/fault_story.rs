@@ -218,9 +218,13 @@ fn the_fault_page_runs_from_injection_to_validated_return_and_a_failed_validatio
     assert!(ran.stdout.starts_with("degraded: 8 GPU(s): 0 unhealthy"), "{ran:?}");
 
     // 5. The report tells all of it.
-    let ran = until(&commands[10], tmp.path(), "the validation in the report", |r| {
-        r.stdout.contains("validation passed")
-    });
+    // The validation's row is in before the verdict changes; the verdict's row follows it.
+    let ran = until(
+        &commands[10],
+        tmp.path(),
+        "the validation and the return in the report",
+        |r| r.stdout.contains("validation passed") && r.stdout.contains("unhealthy -> ok"),
+    );
     assert_eq!(ran.code, Some(0), "{ran:?}");
     for said in [
         "Generated ",

@@ -245,6 +245,65 @@ fn health_clear_lets_go_of_a_held_fatal_xid_records_who_and_why_and_survives_a_r
     assert!(!out.contains("Xid 79"), "the cleared one stays cleared: {out}");
 }
 
+/// A daemon killed after a clear's row is in the file and before the clear takes effect: the
+/// clear was never seen (the GPU stayed unhealthy), and the restart takes it from the row.
+/// The pause between the two is a debug build's test hook (serve/local_api.rs).
+#[test]
+fn a_kill_between_the_clears_row_and_its_effect_keeps_the_clear_and_showed_nothing_early() {
+    let config = test_config(&sim_library(), "health:\n  validate_after_clear: false\n");
+    let paused = [("GPUWARDEN_TEST_PAUSE_AFTER_CLEAR_ROW", "1".to_string())];
+    let d = Daemon::start_full(DEMO_SCENARIO, &config, "", &paused);
+    d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
+    d.log_kernel("NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\n");
+    wait_for_exit(&d, 1);
+    let clearing = Command::new(BIN)
+        .args([
+            "health",
+            "clear",
+            "--gpu",
+            "0",
+            "--reason",
+            "reseated, INC-4712",
+            "--socket",
+        ])
+        .arg(d.socket_path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run gpuwarden health clear");
+    let rows = clear_rows(&d);
+    assert_eq!(rows.len(), 1, "the row is in before the clear takes effect: {rows:?}");
+    assert_eq!(rows[0]["details"]["reason"], "reseated, INC-4712");
+    assert!(
+        rows[0]["details"]["still"].is_null() && rows[0]["details"]["cleared"].is_null(),
+        "its outcome is not known yet: {}",
+        rows[0]["details"]
+    );
+    // Paused between the two: nobody sees the GPU let go, however often they look.
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        let (code, out) = d.health(false);
+        assert_eq!(code, 1, "the clear showed before it was on record: {out}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let d = d.restart(true, Some(""));
+    let out = wait_for_exit(&d, 0);
+    assert!(
+        !out.contains("Xid 79"),
+        "the restart took the clear back from its row: {out}"
+    );
+    d.scrape_until("the XID counted again from the journal", |m| {
+        m.value("gpu_xid_errors_total", &[("gpu", "0"), ("xid", "79")]) == Some(1.0)
+    });
+    let answered = clearing.wait_with_output().expect("the clear command ends");
+    assert_eq!(
+        answered.status.code(),
+        Some(2),
+        "the operator is told the daemon did not answer: {}",
+        String::from_utf8_lossy(&answered.stderr)
+    );
+}
+
 #[test]
 fn health_clear_of_a_still_lost_gpu_says_it_is_still_lost_and_exits_1() {
     let d = Daemon::start(DEMO_SCENARIO);

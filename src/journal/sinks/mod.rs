@@ -347,7 +347,7 @@ fn one_batch(
 ) -> Result<bool, DeliveryError> {
     let now = crate::model::unix_now();
     let cursor = outbox::cursor(conn, &sink.name, start, now)?;
-    let (rows, restarted) = outbox::after(conn, cursor, BATCH)?;
+    let (rows, restarted) = outbox::after(conn, cursor, BATCH, crate::model::unix_now())?;
     if restarted.0 {
         log::warn!(
             "events: sink {:?}: the journal was started anew (its rows begin again); delivering from its first row",

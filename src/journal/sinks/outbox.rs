@@ -93,18 +93,33 @@ pub(crate) fn restart(conn: &mut Connection, sink: &str, now: f64) -> rusqlite::
     Ok(())
 }
 
-/// Up to `limit` rows after `cursor`, oldest first. A cursor past the newest row means the
-/// journal was started anew (a file moved aside: its row ids begin again at 1): then from
-/// the first row, and `Restarted` says so.
-pub(crate) fn after(conn: &Connection, cursor: i64, limit: usize) -> rusqlite::Result<(Vec<Row>, Restarted)> {
+/// How long a `clear` row whose outcome is not in yet (`still` null) holds the rows from it on
+/// back: the local API amends it after the next poll round (at most 10 s, local_api.rs), so
+/// nobody off the node is told of a clear without what it let go of. A row still null after
+/// this (the daemon stopped in between) goes as it is.
+const AMEND_HOLD: f64 = 30.0;
+
+/// Up to `limit` rows after `cursor`, oldest first, stopping before a clear row awaiting its
+/// outcome (at most [`AMEND_HOLD`] after it was written, by `now`). A cursor past the newest
+/// row means the journal was started anew (a file moved aside: its row ids begin again at 1):
+/// then from the first row, and `Restarted` says so.
+pub(crate) fn after(conn: &Connection, cursor: i64, limit: usize, now: f64) -> rusqlite::Result<(Vec<Row>, Restarted)> {
     let restarted = Restarted(started_anew(conn, cursor)?);
     let from = if restarted.0 { 0 } else { cursor };
+    // CASE: a row whose details are not JSON is no clear awaiting anything (json_type would
+    // fail the whole query on it).
     let mut statement = conn.prepare(&format!(
-        "SELECT {} FROM events WHERE id > ?1 ORDER BY id LIMIT ?2",
+        "SELECT {} FROM events WHERE id > ?1 AND id < COALESCE((
+             SELECT MIN(id) FROM events WHERE id > ?1 AND kind = 'clear' AND at > ?3
+               AND CASE WHEN json_valid(details) THEN json_type(details, '$.still') END = 'null'
+         ), 9223372036854775807) ORDER BY id LIMIT ?2",
         crate::journal::store::read::ROW_COLUMNS
     ))?;
     let rows = statement
-        .query_map(params![from, limit as i64], crate::journal::store::read::row_of)?
+        .query_map(
+            params![from, limit as i64, now - AMEND_HOLD],
+            crate::journal::store::read::row_of,
+        )?
         .collect::<rusqlite::Result<Vec<Row>>>()?;
     Ok((rows, restarted))
 }
@@ -161,7 +176,7 @@ mod tests {
         let second = write(&conn, 11.0, "{}");
         assert_eq!(cursor(&conn, "ops", Start::Now, 100.0).unwrap(), second);
         assert_eq!(cursor(&conn, "audit", Start::Beginning, 100.0).unwrap(), 0);
-        let (rows, restarted) = after(&conn, 0, 10).unwrap();
+        let (rows, restarted) = after(&conn, 0, 10, 1e9).unwrap();
         assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), [first, second]);
         assert_eq!(restarted, Restarted(false));
         // Its place is kept: asking again, with another start, changes nothing.
@@ -178,7 +193,7 @@ mod tests {
     fn rows_come_in_order_in_pages_and_a_restarted_journal_is_read_from_its_first_row() {
         let conn = journal();
         let ids: Vec<i64> = (0..5).map(|i| write(&conn, 10.0 + f64::from(i), "{}")).collect();
-        let (page, _) = after(&conn, ids[1], 2).unwrap();
+        let (page, _) = after(&conn, ids[1], 2, 1e9).unwrap();
         assert_eq!(page.iter().map(|r| r.id).collect::<Vec<_>>(), &ids[2..4]);
         assert_eq!(lag(&conn, ids[1]).unwrap(), (3, Some(12.0)));
         assert_eq!(lag(&conn, ids[4]).unwrap(), (0, None));
@@ -186,21 +201,61 @@ mod tests {
         // new file's rows from its first, and acknowledges move it on again.
         let mut conn = conn;
         acknowledge(&mut conn, "ops", 9_999, 1.0).unwrap();
-        let (page, restarted) = after(&conn, 9_999, 10).unwrap();
+        let (page, restarted) = after(&conn, 9_999, 10, 1e9).unwrap();
         assert_eq!(restarted, Restarted(true));
         assert_eq!(page.len(), 5);
         restart(&mut conn, "ops", 2.0).unwrap();
         assert_eq!(cursor(&conn, "ops", Start::Now, 3.0).unwrap(), 0);
         acknowledge(&mut conn, "ops", ids[0], 4.0).unwrap();
-        let (page, restarted) = after(&conn, cursor(&conn, "ops", Start::Now, 5.0).unwrap(), 10).unwrap();
+        let (page, restarted) = after(&conn, cursor(&conn, "ops", Start::Now, 5.0).unwrap(), 10, 1e9).unwrap();
         assert_eq!((page.len(), restarted), (4, Restarted(false)));
+    }
+
+    #[test]
+    fn a_clear_awaiting_its_outcome_holds_itself_and_what_follows_back_for_a_while() {
+        let conn = journal();
+        let clear = |at: f64, details: &str| {
+            conn.execute(
+                "INSERT INTO events (at, boot_id, host, kind, gpu_uuid, summary, details)
+                 VALUES (?1, 'b', 'node-1', 'clear', 'GPU-0', 's', ?2)",
+                params![at, details],
+            )
+            .unwrap();
+            conn.last_insert_rowid()
+        };
+        let before = write(&conn, 99.0, "{}");
+        let awaiting = clear(100.0, r#"{"reason":"reseated","cleared":null,"still":null}"#);
+        let after_it = write(&conn, 101.0, "{}");
+        let ids = |now| {
+            after(&conn, 0, 10, now)
+                .unwrap()
+                .0
+                .iter()
+                .map(|r| r.id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(105.0), [before], "held back, and nothing after it goes first");
+        // Amended: everything goes.
+        conn.execute(
+            "UPDATE events SET details = ?1 WHERE id = ?2",
+            params![r#"{"reason":"reseated","cleared":["xid_fatal"],"still":[]}"#, awaiting],
+        )
+        .unwrap();
+        assert_eq!(ids(105.0), [before, awaiting, after_it]);
+        // Never amended (the daemon stopped in between): it goes once the hold is over. A
+        // clear row without the fields at all (remediation's, a refill's) is never held.
+        let stale = clear(200.0, r#"{"cleared":null,"still":null}"#);
+        let unheld = clear(201.0, r#"{"reason":"GPU reset","by":"gpuwarden"}"#);
+        assert_eq!(ids(210.0).last(), Some(&after_it));
+        assert_eq!(ids(200.0 + AMEND_HOLD + 1.0).last(), Some(&unheld));
+        assert!(ids(231.0).contains(&stale));
     }
 
     #[test]
     fn a_row_whose_details_are_not_json_still_goes_out() {
         let conn = journal();
         write(&conn, 10.0, "{not json\u{0}");
-        let (rows, _) = after(&conn, 0, 10).unwrap();
+        let (rows, _) = after(&conn, 0, 10, 1e9).unwrap();
         assert_eq!(rows[0].details, serde_json::Value::Null);
     }
 }

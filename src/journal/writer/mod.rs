@@ -45,7 +45,7 @@ pub(in crate::journal) mod xid_rows;
 pub(in crate::journal) mod xid_tally;
 
 use crate::journal::event::{Event, Kind};
-use crate::journal::store::worker::{Answer, Batch, Failure, Item, Prune, Request, XidCount};
+use crate::journal::store::worker::{Amendment, Answer, Batch, Failure, Item, Prune, Request, XidCount};
 use crate::journal::writer::facts::GpuFacts;
 use crate::journal::writer::xid_outbox::{Outgoing, XidOutbox};
 use crate::journal::{Message, Place, Shared};
@@ -83,6 +83,7 @@ enum Pending {
         group: u64,
         event: XidEvent,
     },
+    Amend(Amendment),
 }
 
 pub(super) struct Writer {
@@ -276,6 +277,10 @@ impl Writer {
             Message::Event(event) => self.push(event),
             Message::Confirmed(event, done) => {
                 self.push(event);
+                self.waiting.0.push(done);
+            }
+            Message::Amend(amendment, done) => {
+                self.queue(Pending::Amend(amendment));
                 self.waiting.0.push(done);
             }
         }
@@ -523,6 +528,7 @@ impl Writer {
                 }),
                 // Made into rows before the batch (flush).
                 Pending::Xid { .. } => None,
+                Pending::Amend(amendment) => Some(Item::Amend(amendment.clone())),
                 Pending::XidJoined { group, event } => Some(Item::Join {
                     group: *group,
                     row: self.tally.row_of(*group),
