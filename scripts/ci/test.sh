@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-step() { printf '\n== %s\n' "$*"; }
+step() { printf '\n== [%ss] %s\n' "$SECONDS" "$*"; }
 
 # Debian's prometheus (prometheus, promtool) and prometheus-alertmanager (amtool): the tests
 # check our exposition, rules and configs with them and run a real Prometheus; Chromium
@@ -63,6 +63,8 @@ if [ -z "${SKIP_SETUP:-}" ]; then
   # kubernetes-validate checks the rendered Kubernetes manifests against the API's schemas
   # (scripts/ci/k8s-check.sh; it brings PyYAML, which turns them into JSON there).
   "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'kubernetes-validate==1.37.0'
+  # pyflakes reads the scripts' Python (the step "the scripts' Python" below).
+  "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'pyflakes==3.4.0'
   # NVRTC compiles the probe's kernels to check the committed PTX (scripts/gen/gen-probe-ptx.sh).
   "$VENV/bin/python3" -m pip install -q --disable-pip-version-check 'nvidia-cuda-nvrtc==13.0.88'
 
@@ -99,6 +101,10 @@ bash scripts/gen/gen-probe-ptx.sh --check
 
 step "each src/ folder's file table is what its files' docs make"
 python3 scripts/gen/module-files.py --check
+
+step "the scripts' Python: pyflakes, and the unit tests of the fleet simulation's layout"
+"$VENV/bin/python3" -m pyflakes scripts/
+"$VENV/bin/python3" -m unittest discover -s scripts/load -p 'test_*.py'
 
 step "cargo fmt, cargo clippy"
 cargo fmt --all -- --check

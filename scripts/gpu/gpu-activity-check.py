@@ -292,9 +292,8 @@ print("gpus", n.value, "errors", len(errors), errors[:5])
     save("gpm-parallel.txt", text)
 
 # ---- the daemon -------------------------------------------------------------------------
-try:
-    import grpc  # noqa: F401
-except ImportError:
+import importlib.util
+if importlib.util.find_spec("grpc") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--find-links", args.wheels, "grpcio"], check=False,
                    capture_output=True)
 KUBELET_DIR = os.path.join(args.out, "kubelet")

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Automatic remediation on a real GPU, without resetting it (never reset a lent GPU): the
 # daemon (remediation.mode auto) is given a contained Xid 94 through a kernel-log file and a
 # Slurm-like report that the node is drained with no job; its "reset" command is a stand-in
@@ -7,24 +7,15 @@
 # else holds them (nvidia-persistenced would block a real reset), NVML initialised again
 # after, the clear, and the real CUDA probe validating the GPU before it returns to service.
 # Persistence commands are echoes: the GPU's persistence mode is not touched.
-# Usage: scripts/gpu/remediation-hold-check.sh BINARY OUTDIR
-set -u
-bin=$(readlink -f "$1"); out=$2
-work=$(mktemp -d /var/tmp/gw-remediation.XXXXXX)
-mkdir -p "$out"
-bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i 0 | head -1)
-short=$(echo "$bus" | sed -E 's/^0*([0-9a-fA-F]{4}):/\1:/' | tr 'A-F' 'a-f')   # 0000:19:00.0
-kmsg_bus=$(echo "$short" | cut -d. -f1)                                     # 0000:19:00
+#   scripts/gpu/run.sh remediation-hold-check
+set -uo pipefail
+source "$(dirname "$(readlink -f "$0")")/lib.sh"
 holders=$(dirname "$(readlink -f "$0")")/nvidia-holders.sh
-: >"$work/kmsg"
-cat >"$work/config.yaml" <<YAML
-listen: 127.0.0.1:9419
+summary=$GW_OUT/summary.txt
+: > "$GW_WORK/kmsg"
+gw_config <<YAML
 xid:
-  kernel_log_path: $work/kmsg
-state:
-  path: $work/state.db
-local_api:
-  socket: $work/gw.sock
+  kernel_log_path: $GW_WORK/kmsg
 health:
   xid_severity: {94: fatal}
 probe:
@@ -34,32 +25,28 @@ remediation:
   reset_command: "$holders {pci_bus_id}"
   persistence_off_command: "/bin/echo (not run on a lent GPU) nvidia-smi -i {pci_bus_id} -pm 0"
   persistence_on_command: "/bin/echo (not run on a lent GPU) nvidia-smi -i {pci_bus_id} -pm 1"
-  reboot_marker: $work/reboot-required
-  pause_file: $work/pause
+  reboot_marker: $GW_WORK/reboot-required
+  pause_file: $GW_WORK/pause
 YAML
-"$bin" run --config "$work/config.yaml" >"$out/daemon.log" 2>&1 &
-pid=$!
-sleep 4
-echo "before: the daemon's NVIDIA files:" >"$out/summary.txt"
-ls -l /proc/$pid/fd | grep nvidia | awk '{print $NF}' | sort | uniq -c >>"$out/summary.txt"
+nvidia_files() { ls -l "/proc/$GW_PID/fd" | grep nvidia | awk '{print $NF}' | sort | uniq -c; }
+gw_start
+echo "before: the daemon's NVIDIA files:" > "$summary"
+nvidia_files >> "$summary"
 # As dmesg prints it: a bare driver line is not read (docs/health.md, "Where XIDs are read").
-echo "[  512.000001] NVRM: Xid (PCI:$kmsg_bus): 94, pid=1, name=x, Contained: SM (0x1)" >>"$work/kmsg"
-sleep 2
-"$bin" health --socket "$work/gw.sock" >>"$out/summary.txt" 2>&1
+echo "[  512.000001] NVRM: Xid (PCI:$(gw_kmsg_bus 0)): 94, pid=1, name=x, Contained: SM (0x1)" >> "$GW_WORK/kmsg"
+gw_wait_metric '^gpu_health\{gpu="0".*state="unhealthy".*\} 1' 20 || gw_fail "GPU 0 not unhealthy after Xid 94"
+gw_health >> "$summary" 2>&1
 # The Slurm check's report: drained by gpuwarden, no job (after the verdict turned unhealthy).
-"$bin" health report --node gpuwarden --jobs 0 --socket "$work/gw.sock" >>"$out/summary.txt" 2>&1
-t0=$(date +%s.%N)
-for i in $(seq 1 120); do
-    if grep -q "validated\|failed its validation\|needs a reboot" "$out/daemon.log"; then break; fi
-    sleep 0.5
-done
-echo "ended after $(awk -v a="$(date +%s.%N)" -v b="$t0" "BEGIN{print a-b}") s" >>"$out/summary.txt"
-sleep 2
-"$bin" health --socket "$work/gw.sock" >>"$out/summary.txt" 2>&1; echo "health exit $?" >>"$out/summary.txt"
-curl -s 127.0.0.1:9419/metrics | grep -E "^gpu_up|^gpu_remediation|^gpuwarden_remediation|^gpuwarden_reboot|^gpu_probe_runs_total|^gpu_health\{.*unhealthy" >>"$out/summary.txt"
-echo "after: the daemon's NVIDIA files:" >>"$out/summary.txt"
-ls -l /proc/$pid/fd | grep nvidia | awk '{print $NF}' | sort | uniq -c >>"$out/summary.txt"
-kill $pid; wait $pid
-"$bin" events --state "$work/state.db" --json >"$out/events.json" 2>&1
-"$bin" report --state "$work/state.db" --gpu 0 >"$out/report.txt" 2>&1
-rm -rf "$work"
+"$GW_BIN" health report --node gpuwarden --jobs 0 --socket "$GW_SOCKET" >> "$summary" 2>&1
+t0=$SECONDS
+gw_wait_log "validated|failed its validation|needs a reboot" 60 || gw_fail "no outcome of the remediation within 60 s"
+echo "ended after $((SECONDS - t0)) s" >> "$summary"
+gw_wait_metric '^gpu_health\{gpu="0".*state="ok".*\} 1' 10 || true
+gw_health >> "$summary" 2>&1; echo "health exit $?" >> "$summary"
+gw_metrics "^gpu_up|^gpu_remediation|^gpuwarden_remediation|^gpuwarden_reboot|^gpu_probe_runs_total|^gpu_health\{.*unhealthy" >> "$summary"
+echo "after: the daemon's NVIDIA files:" >> "$summary"
+nvidia_files >> "$summary"
+gw_stop
+gw_events --json > "$GW_OUT/events.json" 2>&1
+"$GW_BIN" report --state "$GW_STATE" --gpu 0 > "$GW_OUT/report.txt" 2>&1
+cat "$summary"

@@ -28,13 +28,10 @@ kernel-log file, never to the machine's kernel log. Phases, each writing its raw
 import argparse
 import json
 import os
-import re
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -1,0 +1,95 @@
+# The shared steps of the GPU checks, sourced by each check that scripts/gpu/run.sh runs: the
+# daemon's config, its start (waiting for its first poll, not a fixed time), what it serves,
+# its stop. run.sh sets what these use: GW_BIN (the binary), GW_OUT (the run's results
+# directory), GW_WORK (scratch, removed at the end), GW_PORT (the daemon's port).
+# shellcheck shell=bash
+
+if [ -z "${GW_OUT:-}" ] || [ -z "${GW_BIN:-}" ]; then
+  echo "run it through the harness: scripts/gpu/run.sh $(basename "${0%.*}") [ARGS]" >&2
+  exit 64
+fi
+GW_PID=
+GW_SOCKET=$GW_WORK/gw.sock
+GW_STATE=$GW_WORK/state.db
+
+gw_fail() { echo "$(basename "${0%.*}"): FAILED: $*"; exit 1; }
+
+# The daemon's config: listen, journal and local socket in the run's places, then the check's
+# own YAML from stdin (top-level keys other than those three).
+gw_config() {
+  {
+    printf 'listen: 127.0.0.1:%s\n' "$GW_PORT"
+    printf 'state:\n  path: %s\n  boot_id_file: %s\n' "$GW_STATE" "${GW_BOOT_ID_FILE:-/proc/sys/kernel/random/boot_id}"
+    printf 'local_api:\n  socket: %s\n' "$GW_SOCKET"
+    cat
+  } > "$GW_WORK/config.yaml"
+  cp "$GW_WORK/config.yaml" "$GW_OUT/config.yaml"
+}
+
+# Starts the daemon on the config and waits until /metrics shows its first poll round
+# (`gpu_up`), 60 s at most. Its log goes to the results (appended across restarts).
+gw_start() {
+  "$GW_BIN" run --config "$GW_WORK/config.yaml" >> "$GW_OUT/daemon.log" 2>&1 &
+  GW_PID=$!
+  gw_wait_metric '^gpu_up\{' 60 || gw_fail "the daemon served no poll round within 60 s (see daemon.log)"
+}
+
+# Stops the daemon as systemd would (SIGTERM; SIGKILL after 15 s).
+gw_stop() {
+  [ -n "$GW_PID" ] || return 0
+  kill -TERM "$GW_PID" 2>/dev/null || true
+  for _ in $(seq 150); do kill -0 "$GW_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$GW_PID" 2>/dev/null || true
+  wait "$GW_PID" 2>/dev/null || true
+  GW_PID=
+}
+
+# What /metrics serves now, the lines matching REGEX when one is given.
+gw_metrics() {
+  if [ $# -gt 0 ]; then
+    curl -sf "http://127.0.0.1:$GW_PORT/metrics" | grep -E "$1" || true
+  else
+    curl -sf "http://127.0.0.1:$GW_PORT/metrics"
+  fi
+}
+
+# Waits until /metrics has a line matching REGEX, SECONDS at most (default 60); 1 when not.
+gw_wait_metric() {
+  local deadline=$((SECONDS + ${2:-60}))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    curl -sf "http://127.0.0.1:$GW_PORT/metrics" 2>/dev/null | grep -qE "$1" && return 0
+    [ -z "$GW_PID" ] || kill -0 "$GW_PID" 2>/dev/null || gw_fail "the daemon exited (see daemon.log)"
+    sleep 0.2
+  done
+  return 1
+}
+
+# Waits until the daemon's log has a line matching REGEX, SECONDS at most (default 60).
+gw_wait_log() {
+  local deadline=$((SECONDS + ${2:-60}))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    grep -qE "$1" "$GW_OUT/daemon.log" 2>/dev/null && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+# Waits until the journal has a row of KIND (the writer batches once a second), SECONDS at most.
+gw_wait_row() {
+  local deadline=$((SECONDS + ${2:-30}))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    "$GW_BIN" events --state "$GW_STATE" --kind "$1" --all --json 2>/dev/null \
+      | python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin) else 1)' 2>/dev/null && return 0
+    sleep 0.5
+  done
+  return 1
+}
+
+gw_health() { "$GW_BIN" health --socket "$GW_SOCKET" "$@"; }
+gw_events() { "$GW_BIN" events --state "$GW_STATE" "$@"; }
+
+# GPU N's PCI address as the kernel log writes it in an XID line: 0000:19:00 (no function).
+gw_kmsg_bus() {
+  nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i "${1:-0}" | tr 'A-F' 'a-f' \
+    | sed -E 's/^0*([0-9a-f]{4}):/\1:/' | cut -d. -f1
+}
