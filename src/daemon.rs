@@ -8,7 +8,7 @@
 //! not load) is refused with a logged error and the running settings stay; a good one is
 //! built into new [`Settings`] and swapped in whole: the poll loop, /healthz, the HTTP
 //! server, the XID store and the probe scheduler read them from there. Only the keys in
-//! [`settings::RESTART_ONLY`] (`listen`) need a restart, and the reload's log line names
+//! [`settings::RestartOnly`] (`listen`) need a restart, and the reload's log line names
 //! them when they changed. A reload never waits for the poll loop. SIGTERM or SIGINT closes
 //! the listener, gives scrapes in flight up to 4 seconds, stops the poll loop without
 //! waiting on a hung driver call, and exits 0: within systemd's 5-second expectation even

@@ -5,7 +5,7 @@
 //! round (interval, timeout, and whether its backends must be made anew), /healthz at each
 //! request (the staleness limit), the HTTP server at each connection and request (TLS and
 //! basic auth), the probe scheduler at each tick. What cannot change without a restart is
-//! listed in [`RESTART_ONLY`] and named in the reload's log line.
+//! listed in [`RestartOnly`] and named in the reload's log line.
 
 use crate::config::web::WebSecurity;
 use crate::config::{Amd, Config, Nvml, Probe};
@@ -13,58 +13,99 @@ use serde::{Deserialize, Serialize};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-/// Config keys a reload cannot apply: the listening socket is bound once, before the first
-/// poll, so that a taken port is a start-up error.
-pub(crate) const RESTART_ONLY: &[&str] = &[
-    "listen",
-    "state",
-    "local_api",
-    "events",
-    "kubernetes.api",
-    "kubernetes.node",
-    "kubernetes.devices",
-];
+/// A config key a reload cannot apply: the listening socket is bound once, before the first
+/// poll, so that a taken port is a start-up error; the journal's file, the local socket, the
+/// sinks and the Kubernetes client are made once at start. Each key says how to tell a change
+/// and how to keep the running value, so a key cannot be listed without being kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RestartOnly {
+    Listen,
+    State,
+    LocalApi,
+    Events,
+    KubernetesApi,
+    KubernetesNode,
+    KubernetesDevices,
+}
 
-/// Keeps the running values of what a reload cannot apply ([`RESTART_ONLY`]), and says so.
+impl RestartOnly {
+    pub(crate) const ALL: [RestartOnly; 7] = [
+        RestartOnly::Listen,
+        RestartOnly::State,
+        RestartOnly::LocalApi,
+        RestartOnly::Events,
+        RestartOnly::KubernetesApi,
+        RestartOnly::KubernetesNode,
+        RestartOnly::KubernetesDevices,
+    ];
+
+    /// The key as the config file writes it.
+    pub(crate) fn key(self) -> &'static str {
+        match self {
+            RestartOnly::Listen => "listen",
+            RestartOnly::State => "state",
+            RestartOnly::LocalApi => "local_api",
+            RestartOnly::Events => "events",
+            RestartOnly::KubernetesApi => "kubernetes.api",
+            RestartOnly::KubernetesNode => "kubernetes.node",
+            RestartOnly::KubernetesDevices => "kubernetes.devices",
+        }
+    }
+
+    /// What a reload that changed the key keeps running, said in its log line.
+    fn what_restarts(self) -> &'static str {
+        match self {
+            RestartOnly::Listen => "the listening socket",
+            RestartOnly::State => "the journal",
+            RestartOnly::LocalApi => "the local socket",
+            RestartOnly::Events => "each sink, which keeps its cursor by name,",
+            RestartOnly::KubernetesApi | RestartOnly::KubernetesNode | RestartOnly::KubernetesDevices => {
+                "the Kubernetes client"
+            }
+        }
+    }
+
+    /// Puts the running value back into `new` when it differs; whether it did.
+    fn keep(self, running: &Config, new: &mut Config) -> bool {
+        fn keep_field<T: PartialEq + Clone>(running: &T, new: &mut T) -> bool {
+            let changed = running != new;
+            if changed {
+                *new = running.clone();
+            }
+            changed
+        }
+        match self {
+            RestartOnly::Listen => keep_field(&running.listen, &mut new.listen),
+            RestartOnly::State => keep_field(&running.state, &mut new.state),
+            RestartOnly::LocalApi => keep_field(&running.local_api, &mut new.local_api),
+            RestartOnly::Events => keep_field(&running.events, &mut new.events),
+            RestartOnly::KubernetesApi => keep_field(&running.kubernetes.api, &mut new.kubernetes.api),
+            RestartOnly::KubernetesNode => keep_field(&running.kubernetes.node, &mut new.kubernetes.node),
+            RestartOnly::KubernetesDevices => keep_field(&running.kubernetes.devices, &mut new.kubernetes.devices),
+        }
+    }
+}
+
+/// Keeps the running values of what a reload cannot apply ([`RestartOnly`]), and says so.
 pub(crate) fn keep_restart_only(running: &Config, new: &mut Config) {
-    if new.listen != running.listen {
-        log::warn!(
-            "reload: `listen` changed from {} to {}; it takes a restart (as {} do), keeping {}",
-            running.listen,
-            new.listen,
-            RESTART_ONLY.join(" and "),
-            running.listen
-        );
-        new.listen = running.listen;
-    }
-    if new.state != running.state {
-        log::warn!("reload: `state` changed; the journal's file and settings take a restart, keeping the running ones");
-        new.state = running.state.clone();
-    }
-    if new.local_api != running.local_api {
-        log::warn!("reload: `local_api` changed; the socket takes a restart, keeping the running one");
-        new.local_api = running.local_api.clone();
-    }
-    if new.events != running.events {
-        log::warn!(
-            "reload: `events` changed; the sinks take a restart (each keeps its cursor by name), keeping the running ones"
-        );
-        new.events = running.events.clone();
-    }
-    let kube = |c: &Config| {
-        (
-            c.kubernetes.api.clone(),
-            c.kubernetes.node.clone(),
-            c.kubernetes.devices.clone(),
-        )
-    };
-    if kube(new) != kube(running) {
-        log::warn!(
-            "reload: `kubernetes.api`, `node` or `devices` changed; they take a restart, keeping the running ones"
-        );
-        new.kubernetes.api = running.kubernetes.api.clone();
-        new.kubernetes.node = running.kubernetes.node.clone();
-        new.kubernetes.devices = running.kubernetes.devices.clone();
+    for key in RestartOnly::ALL {
+        let asked = new.listen.to_string();
+        if !key.keep(running, new) {
+            continue;
+        }
+        if key == RestartOnly::Listen {
+            log::warn!(
+                "reload: `listen` changed from {} to {asked}; it takes a restart, keeping {}",
+                running.listen,
+                running.listen
+            );
+        } else {
+            log::warn!(
+                "reload: `{}` changed; it takes a restart ({} is made once, at start), keeping the running one",
+                key.key(),
+                key.what_restarts()
+            );
+        }
     }
 }
 
@@ -314,6 +355,44 @@ impl Selection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each key a reload cannot change is kept at its running value (and only those), and
+    /// docs/architecture.md's sentence names every one.
+    #[test]
+    fn a_reload_keeps_each_restart_only_key_and_the_docs_name_them_all() {
+        let running = Config::default();
+        for key in RestartOnly::ALL {
+            let mut new = Config::default();
+            match key {
+                RestartOnly::Listen => new.listen = "127.0.0.1:9999".parse().unwrap(),
+                RestartOnly::State => new.state.path = "/elsewhere/state.db".into(),
+                RestartOnly::LocalApi => new.local_api.socket = "/elsewhere/gw.sock".into(),
+                RestartOnly::Events => {
+                    let sink = "events:\n  sinks:\n    - name: ops\n      webhook:\n        url: http://127.0.0.1:9/\n";
+                    new.events = Config::parse(sink, std::path::Path::new("t.yaml")).unwrap().events
+                }
+                RestartOnly::KubernetesApi => new.kubernetes.api.server = "https://10.0.0.1:6443".into(),
+                RestartOnly::KubernetesNode => new.kubernetes.node.name = "another-node".into(),
+                RestartOnly::KubernetesDevices => {
+                    new.kubernetes.devices.taint_rules = !new.kubernetes.devices.taint_rules
+                }
+            }
+            new.poll.interval = Duration::from_secs(7);
+            assert_ne!(format!("{new:?}"), format!("{running:?}"), "{key:?} made no change");
+            keep_restart_only(&running, &mut new);
+            assert_eq!(new.poll.interval, Duration::from_secs(7), "a reloadable key stays new");
+            new.poll.interval = running.poll.interval;
+            assert_eq!(format!("{new:?}"), format!("{running:?}"), "{key:?} was not kept");
+        }
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/architecture.md")).unwrap();
+        let sentence = doc.lines().find(|l| l.contains("need a restart")).unwrap_or_default();
+        for key in RestartOnly::ALL {
+            assert!(
+                sentence.contains(&format!("`{}`", key.key())),
+                "{key:?} is not in: {sentence}"
+            );
+        }
+    }
 
     #[test]
     fn a_thread_waiting_for_a_reload_wakes_at_the_reload_and_at_a_stop() {

@@ -614,20 +614,6 @@ fn the_sources_table_names_every_registry_entry() {
     );
 }
 
-/// The keys a reload cannot change are the ones docs/architecture.md says need a restart.
-#[test]
-fn the_docs_name_every_key_that_needs_a_restart() {
-    let settings = read("src/config/settings.rs");
-    let list = settings.split("RESTART_ONLY: &[&str] = &[").nth(1).unwrap();
-    let keys: Vec<&str> = list.split(']').next().unwrap().split('"').skip(1).step_by(2).collect();
-    assert!(!keys.is_empty());
-    let doc = read("docs/architecture.md");
-    let sentence = doc.lines().find(|l| l.contains("need a restart")).unwrap_or_default();
-    for key in keys {
-        assert!(sentence.contains(&format!("`{key}`")), "{key} is not in: {sentence}");
-    }
-}
-
 /// The layer diagram names every folder of src/, in the row of its layer in `LAYERS`, and the
 /// table places folders whole (no module of a folder in another layer than the folder).
 #[test]
