@@ -131,6 +131,9 @@ bash scripts/kube/build.sh >/dev/null
 step "tests"
 # What the tests leave in /tmp: nothing of gpuwarden's (a demo's directory, a socket).
 tmp_before=$(ls -A /tmp 2>/dev/null | grep -E '^gpuwarden' | sort || true)
+# Four at once on two cores: the integration tests mostly wait on daemons (a poll, a round, a
+# journal batch), so twice the cores halves their time (docs/testing.md, "Where the time goes").
+export RUST_TEST_THREADS=${RUST_TEST_THREADS:-4}
 cargo test --workspace
 tmp_after=$(ls -A /tmp 2>/dev/null | grep -E '^gpuwarden' | sort || true)
 left=$(comm -13 <(printf '%s\n' "$tmp_before") <(printf '%s\n' "$tmp_after") | grep . || true)

@@ -38,6 +38,34 @@ struct Slurm {
 }
 
 impl Slurm {
+    /// Waits until `runs` health checks that began from now on have ended (the wrapper of
+    /// `health_checked_slurm_with` notes each run's start and end in `check-runs`): what "the
+    /// next checks leave the node as it is" needs, however loaded the machine, and no longer.
+    fn health_checks(&self, runs: usize) {
+        let from = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let deadline = Instant::now() + Duration::from_secs(60 + 15 * runs as u64);
+        loop {
+            let noted = std::fs::read_to_string(self.dir.join("check-runs")).unwrap_or_default();
+            let began_since = noted
+                .lines()
+                .filter_map(|line| line.split_whitespace().next()?.parse::<f64>().ok())
+                .filter(|started| *started >= from)
+                .count();
+            if began_since >= runs {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{runs} health check(s) did not run ({began_since} did); slurmd log:\n{}",
+                std::fs::read_to_string(self.dir.join("log/slurmd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// `extra`: more slurm.conf lines (a health check).
     fn start(dir: &Path, prolog: &Path, epilog: &Path, extra: &str) -> Slurm {
         let d = dir.display();
@@ -301,7 +329,8 @@ fn health_checked_slurm_with(dir: &Path, d: &Daemon, interval: u64, env: &str, n
             "#!/bin/sh\nexport SLURM_CONF={} GPUWARDEN_SOCKET={} PATH={bin} {env}\n\
              [ -e {dir}/break-sinfo ] && export SINFO={bin}/failing-sinfo\n\
              [ -e {dir}/hang-sinfo ] && export SINFO={bin}/hanging-sinfo GPUWARDEN_SLURM_TIMEOUT=2\n\
-             /bin/sh {}/deploy/slurm/healthcheck.sh\n/bin/date +%s.%N >{dir}/check-done\n",
+             started=$(/bin/date +%s.%N)\n/bin/sh {}/deploy/slurm/healthcheck.sh\n\
+             /bin/date +%s.%N >{dir}/check-done\necho \"$started $(/bin/date +%s.%N)\" >>{dir}/check-runs\n",
             conf.display(),
             d.socket_path().display(),
             env!("CARGO_MANIFEST_DIR"),
@@ -335,7 +364,7 @@ fn the_health_check_drains_on_an_unhealthy_gpu_resumes_after_and_leaves_an_admin
     let slurm = health_checked_slurm(dir, &d, INTERVAL);
     let within = Duration::from_secs(INTERVAL + 1 + 4); // an interval, a poll, and slack for CI
     // Healthy (the demo's GPUs are ok or degraded): a few checks leave the node idle.
-    std::thread::sleep(Duration::from_secs(INTERVAL + 1));
+    slurm.health_checks(1);
     assert_eq!(node_state(&slurm), "idle none");
 
     // A fatal XID on GPU 0: drained, the reason naming the GPU and the finding.
@@ -370,7 +399,7 @@ fn the_health_check_drains_on_an_unhealthy_gpu_resumes_after_and_leaves_an_admin
             "reason=disk maintenance",
         ],
     );
-    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    slurm.health_checks(2);
     assert_eq!(node_state(&slurm), "drain disk maintenance");
     d.scrape_until("an admin's drain seen as such", |m| {
         m.value("gpuwarden_scheduler_node_drained", &[("by", "other")]) == Some(1.0)
@@ -379,17 +408,17 @@ fn the_health_check_drains_on_an_unhealthy_gpu_resumes_after_and_leaves_an_admin
     d.scrape_until("GPU 0 unhealthy again", |m| {
         m.value("gpu_health", &[("gpu", "0"), ("state", "unhealthy")]) == Some(1.0)
     });
-    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    slurm.health_checks(2);
     assert_eq!(node_state(&slurm), "drain disk maintenance");
 
     // sinfo fails while the admin's drain stands and a GPU is unhealthy: the check cannot
     // tell the admin's drain from none, so it changes nothing (it used to overwrite it).
     std::fs::write(dir.join("break-sinfo"), "").unwrap();
-    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    slurm.health_checks(2);
     assert_eq!(node_state(&slurm), "drain disk maintenance");
     // The admin resumes the node; with sinfo still failing, nothing drains it either.
     slurm.client("scontrol", &["update", &format!("nodename={host}"), "state=resume"]);
-    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    slurm.health_checks(2);
     assert_eq!(node_state(&slurm), "idle none");
     // sinfo answers again: the unhealthy GPU drains the node.
     std::fs::remove_file(dir.join("break-sinfo")).unwrap();
@@ -407,7 +436,7 @@ fn the_health_check_drains_on_an_unhealthy_gpu_resumes_after_and_leaves_an_admin
         .unwrap()
         .as_secs_f64();
     reload(&d, |c| c.replace("{48: fatal}", "{48: ignore}"));
-    std::thread::sleep(Duration::from_secs(3 * INTERVAL + 2));
+    slurm.health_checks(2);
     assert!(
         node_state(&slurm).starts_with("drain"),
         "no resume while sinfo does not answer"
@@ -456,7 +485,7 @@ fn a_cleared_gpu_stays_drained_as_validating_until_its_probe_passes_and_a_failed
     d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
     let slurm = health_checked_slurm(dir, &d, INTERVAL);
     let within = Duration::from_secs(INTERVAL + 1 + 4);
-    std::thread::sleep(Duration::from_secs(INTERVAL + 1));
+    slurm.health_checks(1);
     assert_eq!(node_state(&slurm), "idle none");
 
     d.log_kernel("NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE (0x00000000)\n");
@@ -483,7 +512,7 @@ fn a_cleared_gpu_stays_drained_as_validating_until_its_probe_passes_and_a_failed
         )
         .is_some()
     });
-    std::thread::sleep(Duration::from_secs(2 * INTERVAL));
+    slurm.health_checks(2);
     assert_eq!(
         node_state(&slurm),
         "drain gpuwarden: GPU 0 validating",
@@ -525,7 +554,7 @@ fn a_cleared_gpu_stays_drained_as_validating_until_its_probe_passes_and_a_failed
         text.contains("failed the probe: hbm_copy 2000.0 GB/s, 50% of the expected 4000.0 GB/s"),
         "names the test and the figure: {text}"
     );
-    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    slurm.health_checks(2);
     assert_eq!(node_state(&slurm), "drain gpuwarden: GPU 0 probe_failed");
     let m = d.scrape();
     assert_eq!(
@@ -617,7 +646,7 @@ fn the_idle_nodes_scheduled_validation_drains_probes_every_gpu_resumes_and_gives
         "{}",
         d.log_text()
     );
-    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    slurm.health_checks(2);
     assert_eq!(node_state(&slurm), "idle none", "no sweep while the job runs");
 }
 
@@ -662,7 +691,7 @@ fn the_drain_guard_keeps_a_third_node_in_service_while_its_alert_fires_and_lets_
         m.value("gpu_health", &[("gpu", "0"), ("state", "unhealthy")]),
         Some(1.0)
     );
-    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    slurm.health_checks(2);
     assert_eq!(node_state(&slurm), "idle none", "not drained past max_drained");
     assert!(
         d.log_text()
@@ -741,7 +770,7 @@ fn an_xid_94_drains_the_gpu_is_reset_probed_and_the_node_resumes() {
     });
     let slurm = health_checked_slurm(dir, &d, INTERVAL);
     let within = Duration::from_secs(INTERVAL + 1 + 4);
-    std::thread::sleep(Duration::from_secs(INTERVAL + 1));
+    slurm.health_checks(1);
     assert_eq!(
         node_state(&slurm),
         "idle none",
@@ -849,7 +878,7 @@ fn an_xid_94_drains_the_gpu_is_reset_probed_and_the_node_resumes() {
     d.scrape_until("the first poll after the restart", |m| {
         m.value("gpu_up", &[("gpu", "0")]) == Some(1.0)
     });
-    std::thread::sleep(Duration::from_secs(INTERVAL + 1));
+    slurm.health_checks(1);
     let asks = poll.finish();
     assert!(
         asks.iter().all(|a| a.code != 1) && asks.iter().any(|a| a.code == 0),
@@ -901,7 +930,7 @@ fn a_failing_reset_marks_the_node_reboot_required_and_it_stays_drained() {
     assert!(text.contains("reboot_required"), "{text}");
     // Still drained, several checks later; GPU 6's reset is not tried on a node that needs a
     // reboot anyway.
-    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    slurm.health_checks(2);
     let state = node_state(&slurm);
     assert!(state.starts_with("drain") && state.contains("gpuwarden:"), "{state}");
     let m = d.scrape();
@@ -979,7 +1008,7 @@ fn a_stop_during_a_reset_keeps_the_node_drained_and_records_the_attempt() {
         m.value("gpu_up", &[("gpu", "0")]) == Some(1.0)
     });
     // Two of the health check's runs after the restart.
-    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    slurm.health_checks(2);
     let asks = poll.finish();
     assert_held_throughout(&asks, true);
     assert_eq!(asks.last().map(|a| a.code), Some(1), "{asks:#?}");
@@ -1044,7 +1073,7 @@ fn nhc_and_gpuwarden_share_the_health_check_and_each_keeps_its_own_drain() {
     d.scrape_until("the first poll", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
     let slurm = health_checked_slurm_with(dir, &d, INTERVAL, &format!("GPUWARDEN_NHC={}", nhc.display()), "");
     let within = Duration::from_secs(2 * INTERVAL + 4);
-    std::thread::sleep(Duration::from_secs(INTERVAL + 1));
+    slurm.health_checks(1);
     assert_eq!(node_state(&slurm), "idle none");
 
     // NHC finds a problem: its drain, its reason.
@@ -1057,7 +1086,7 @@ fn nhc_and_gpuwarden_share_the_health_check_and_each_keeps_its_own_drain() {
     d.scrape_until("GPU 0 unhealthy", |m| {
         m.value("gpu_health", &[("gpu", "0"), ("state", "unhealthy")]) == Some(1.0)
     });
-    std::thread::sleep(Duration::from_secs(2 * INTERVAL + 1));
+    slurm.health_checks(2);
     assert!(
         node_state(&slurm).contains("NHC: check_fs_mount_rw"),
         "{}",
