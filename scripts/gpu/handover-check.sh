@@ -1,8 +1,8 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # The verdict through a reset's hand-over, and the stop's time, on a real GPU (never reset:
 # the reset command is a stand-in that lists who holds /dev/nvidia* and exits 0).
 #
-#   scripts/gpu/handover-check.sh BINARY OUTDIR
+#   scripts/gpu/run.sh handover-check
 #
 # 1. The healing chain with the verdict asked every 0.1 s, as a Slurm check at any moment
 #    would: a real Xid 31 from a faulting CuPy kernel (policy {31: fatal}), the report a Slurm
@@ -16,20 +16,13 @@
 #    own "stopped in N ms; the last to stop: ..." line, and the exit status.
 # PHASES=exit runs only the second part.
 set -u
-bin=$(readlink -f "$1"); out=$2
-mkdir -p "$out"
-work=$(mktemp -d /var/tmp/gw-handover.XXXXXX)
-summary=$out/handover.txt
-: >"$summary"
+source "$(dirname "$(readlink -f "$0")")/lib.sh"
+here=$(dirname "$(readlink -f "$0")")
+summary=$GW_OUT/handover.txt
+: > "$summary"
 say() { echo "$*" | tee -a "$summary"; }
 say "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
-here=$(dirname "$(readlink -f "$0")")
-cat >"$work/config.yaml" <<YAML
-listen: 127.0.0.1:9431
-state:
-  path: $work/state.db
-local_api:
-  socket: $work/gw.sock
+gw_config <<YAML
 health:
   xid_severity: {31: fatal}
 probe:
@@ -39,88 +32,74 @@ remediation:
   reset_command: "$here/nvidia-holders.sh {pci_bus_id}"
   persistence_off_command: "/bin/echo (not run on a lent GPU) nvidia-smi -i {pci_bus_id} -pm 0"
   persistence_on_command: "/bin/echo (not run on a lent GPU) nvidia-smi -i {pci_bus_id} -pm 1"
-  reboot_marker: $work/reboot-required
-  pause_file: $work/pause
+  reboot_marker: $GW_WORK/reboot-required
+  pause_file: $GW_WORK/pause
 YAML
-start_daemon() {
-    "$bin" run --config "$work/config.yaml" >>"$out/daemon.log" 2>&1 &
-    pid=$!
-    for _ in $(seq 100); do curl -sf http://127.0.0.1:9431/healthz >/dev/null 2>&1 && break; sleep 0.1; done
-}
-stop_daemon() {  # sets $stopped: the milliseconds from SIGTERM to the end, and the exit status
+timed_stop() {  # sets $stopped: the milliseconds from SIGTERM to the end, and the exit status
     local t0 t1 status
-    t0=$(date +%s%N); kill -TERM "$pid"
-    while kill -0 "$pid" 2>/dev/null; do sleep 0.002; done
-    t1=$(date +%s%N); wait "$pid"; status=$?
+    t0=$(date +%s%N); kill -TERM "$GW_PID"
+    while kill -0 "$GW_PID" 2>/dev/null; do sleep 0.002; done
+    t1=$(date +%s%N); wait "$GW_PID"; status=$?
+    GW_PID=
     stopped="$(( (t1 - t0) / 1000000 )) ms, exit $status"
 }
-poll() {  # the verdict every 0.1 s until $work/stop-polling exists
-    while [ ! -e "$work/stop-polling" ]; do
-        answer=$("$bin" health --socket "$work/gw.sock" 2>/dev/null); code=$?
-        line=${answer%%$'\n'*}
-        echo "$(date +%s.%N) $code $line" >>"$work/asks.txt"
+poll() {  # the verdict every 0.1 s (the Slurm check's view) until $GW_WORK/stop-polling exists
+    while [ ! -e "$GW_WORK/stop-polling" ]; do
+        answer=$(gw_health 2>/dev/null); code=$?
+        echo "$(date +%s.%N) $code ${answer%%$'\n'*}" >> "$GW_WORK/asks.txt"
         sleep 0.1
     done
 }
+verdict_is() {  # waits until `gpuwarden health` exits $1, $2 seconds at most
+    local deadline=$((SECONDS + $2))
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        gw_health > /dev/null 2>&1; [ $? = "$1" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
 if [ "${PHASES:-chain,exit}" != exit ]; then
-start_daemon
-sleep 6
-: >"$work/asks.txt"
+gw_start
+: > "$GW_WORK/asks.txt"
 poll &
 poller=$!
-python3 "$here/provoke-xid31.py" >>"$summary" 2>&1
+python3 "$here/provoke-xid31.py" >> "$summary" 2>&1
 t_fault=$(date +%s.%N)
-for _ in $(seq 100); do "$bin" health --socket "$work/gw.sock" >/dev/null 2>&1; [ $? = 1 ] && break; sleep 0.1; done
+verdict_is 1 10 || gw_fail "not unhealthy 10 s after the Xid 31"
 say "unhealthy $(awk -v a="$(date +%s.%N)" -v b="$t_fault" 'BEGIN{printf "%.1f", a-b}') s after the fault"
-"$bin" health report --node gpuwarden --jobs 0 --socket "$work/gw.sock" >>"$summary" 2>&1
+"$GW_BIN" health report --node gpuwarden --jobs 0 --socket "$GW_SOCKET" >> "$summary" 2>&1
 t_report=$(date +%s.%N)
-for _ in $(seq 240); do
-    "$bin" health --socket "$work/gw.sock" >/dev/null 2>&1 && grep -q "reset done" "$out/daemon.log" && break
-    sleep 0.25
-done
+gw_wait_log "reset done" 60 && verdict_is 0 60 || gw_fail "not back to ok within 60 s of the report"
 say "ok again $(awk -v a="$(date +%s.%N)" -v b="$t_report" 'BEGIN{printf "%.1f", a-b}') s after the report"
+# A few seconds of the verdict settled before the stop: a duration the poll above should cover.
 sleep 3
-stop_daemon; say "stop after the chain: $stopped"
-sleep 1
-start_daemon
-sleep 8
-touch "$work/stop-polling"; wait "$poller"
-stop_daemon; say "stop after the restart: $stopped"
-python3 - "$work/asks.txt" "$t_fault" >>"$summary" <<'PY'
-import sys
-asks = [l.split(" ", 2) for l in open(sys.argv[1]) if l.strip()]
-t0 = float(sys.argv[2])
-codes = [int(a[1]) for a in asks]
-runs = [c for i, c in enumerate(codes) if i == 0 or codes[i - 1] != c]
-print("asks:", len(asks), "folded codes:", runs)
-ones = [i for i, c in enumerate(codes) if c == 1]
-if ones:
-    held = all(c == 1 for c in codes[ones[0]:ones[-1] + 1])
-    print("held unhealthy without a break from the first 1 to the last:", held,
-          f"({float(asks[ones[0]][0]) - t0:.1f} s to {float(asks[ones[-1]][0]) - t0:.1f} s after the fault)")
-for a in asks:
-    print(f"{float(a[0]) - t0:8.2f} {a[1]} {a[2].strip() if len(a) > 2 else ''}")
-PY
-grep -E "remediation|reset|validat|NVML|stopped" "$out/daemon.log" | head -40 >>"$summary"
-"$bin" events --state "$work/state.db" --json >"$out/events.json" 2>&1
+timed_stop; say "stop after the chain: $stopped"
+gw_start
+# The verdict asked through the restart's first seconds (its seed, its first rounds).
+sleep 5
+touch "$GW_WORK/stop-polling"; wait "$poller"
+timed_stop; say "stop after the restart: $stopped"
+python3 "$here/verdict_asks.py" "$GW_WORK/asks.txt" "$t_fault" >> "$summary"
+grep -E "remediation|reset|validat|NVML|stopped" "$GW_OUT/daemon.log" | head -40 >> "$summary"
+gw_events --json > "$GW_OUT/events.json" 2>&1
 fi
 
 say "== exit on SIGTERM"
 source "$here/every-feature.sh"
-mkdir -p "$work/jobs"; echo 48217 >"$work/jobs/0"
+mkdir -p "$GW_WORK/jobs"; echo 48217 > "$GW_WORK/jobs/0"
 for features in defaults all; do
     for i in 1 2 3; do
-        rm -f "$work/state2.db"*
+        rm -f "$GW_STATE"*
         if [ $features = defaults ]; then
-            printf 'listen: 127.0.0.1:9432\nstate:\n  path: %s\n' "$work/state2.db" >"$work/config2.yaml"
+            gw_config < /dev/null
         else
-            { echo "listen: 127.0.0.1:9432"; every_feature_yaml "$work/jobs"; printf 'state:\n  path: %s\n' "$work/state2.db"; } >"$work/config2.yaml"
+            every_feature_yaml "$GW_WORK/jobs" | gw_config
         fi
-        "$bin" run --config "$work/config2.yaml" >"$work/exit.log" 2>&1 &
-        pid=$!
+        gw_start
+        # Ten seconds of running (every feature's sources started and settled) before the stop.
         sleep 10
-        stop_daemon
-        say "$features $i: $stopped; $(grep -o 'stopped in.*' "$work/exit.log")"
+        log_lines=$(wc -l < "$GW_OUT/daemon.log")
+        timed_stop
+        say "$features $i: $stopped; $(tail -n +"$((log_lines + 1))" "$GW_OUT/daemon.log" | grep -o 'stopped in.*')"
     done
 done
-rm -rf "$work"
