@@ -272,11 +272,17 @@ fn the_prolog_and_epilog_under_a_real_slurm() {
 }
 
 /// The node's state and drain reason as Slurm shows them ("drain gpuwarden: GPU 0 xid_fatal").
+/// The node's state and reason as sinfo prints them (`drain gpuwarden: ...`, `idle none`),
+/// without the `*` slurmctld adds while slurmd is late to answer its ping: Slurm's view of its
+/// own daemon on a loaded machine (three times the cores' load made it `idle* none`), not the
+/// drain or resume that gpuwarden's health check decides and these tests look at.
 fn node_state(slurm: &Slurm) -> String {
-    slurm
-        .client("sinfo", &["-h", "-N", "-n", &slurm.host, "-o", "%t %E"])
-        .trim()
-        .to_string()
+    let out = slurm.client("sinfo", &["-h", "-N", "-n", &slurm.host, "-o", "%t %E"]);
+    let out = out.trim();
+    match out.split_once(' ') {
+        Some((state, reason)) => format!("{} {reason}", state.trim_end_matches('*')),
+        None => out.trim_end_matches('*').to_string(),
+    }
 }
 
 fn wait_for_node(slurm: &Slurm, what: &str, within: Duration, check: impl Fn(&str) -> bool) -> String {
