@@ -50,14 +50,8 @@ poll() {  # the verdict every 0.1 s (the Slurm check's view) until $GW_WORK/stop
         sleep 0.1
     done
 }
-verdict_is() {  # waits until `gpuwarden health` exits $1, $2 seconds at most
-    local deadline=$((SECONDS + $2))
-    while [ "$SECONDS" -lt "$deadline" ]; do
-        gw_health > /dev/null 2>&1; [ $? = "$1" ] && return 0
-        sleep 0.1
-    done
-    return 1
-}
+health_exits() { gw_health > /dev/null 2>&1; [ $? = "$1" ]; }
+verdict_is() { gw_until "$2" health_exits "$1"; }  # `gpuwarden health` exits $1, within $2 s
 if [ "${PHASES:-chain,exit}" != exit ]; then
 gw_start
 : > "$GW_WORK/asks.txt"

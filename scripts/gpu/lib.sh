@@ -53,36 +53,30 @@ gw_metrics() {
   fi
 }
 
-# Waits until /metrics has a line matching REGEX, SECONDS at most (default 60); 1 when not.
-gw_wait_metric() {
-  local deadline=$((SECONDS + ${2:-60}))
+# Runs COMMAND every 0.2 s until it succeeds, SECONDS at most; 1 when it never did. A daemon
+# that exits meanwhile fails the check at once (no use waiting on it).
+gw_until() {
+  local deadline=$((SECONDS + $1)); shift
   while [ "$SECONDS" -lt "$deadline" ]; do
-    curl -sf "http://127.0.0.1:$GW_PORT/metrics" 2>/dev/null | grep -qE "$1" && return 0
+    "$@" && return 0
     [ -z "$GW_PID" ] || kill -0 "$GW_PID" 2>/dev/null || gw_fail "the daemon exited (see daemon.log)"
     sleep 0.2
   done
   return 1
 }
 
+# Waits until /metrics has a line matching REGEX, SECONDS at most (default 60); 1 when not.
+gw_wait_metric() { gw_until "${2:-60}" gw_has_metric "$1"; }
+gw_has_metric() { curl -sf "http://127.0.0.1:$GW_PORT/metrics" 2>/dev/null | grep -qE "$1"; }
+
 # Waits until the daemon's log has a line matching REGEX, SECONDS at most (default 60).
-gw_wait_log() {
-  local deadline=$((SECONDS + ${2:-60}))
-  while [ "$SECONDS" -lt "$deadline" ]; do
-    grep -qE "$1" "$GW_OUT/daemon.log" 2>/dev/null && return 0
-    sleep 0.2
-  done
-  return 1
-}
+gw_wait_log() { gw_until "${2:-60}" grep -qsE "$1" "$GW_OUT/daemon.log"; }
 
 # Waits until the journal has a row of KIND (the writer batches once a second), SECONDS at most.
-gw_wait_row() {
-  local deadline=$((SECONDS + ${2:-30}))
-  while [ "$SECONDS" -lt "$deadline" ]; do
-    "$GW_BIN" events --state "$GW_STATE" --kind "$1" --all --json 2>/dev/null \
-      | python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin) else 1)' 2>/dev/null && return 0
-    sleep 0.5
-  done
-  return 1
+gw_wait_row() { gw_until "${2:-30}" gw_has_row "$1"; }
+gw_has_row() {
+  "$GW_BIN" events --state "$GW_STATE" --kind "$1" --all --json 2>/dev/null \
+    | python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin) else 1)' 2>/dev/null
 }
 
 gw_health() { "$GW_BIN" health --socket "$GW_SOCKET" "$@"; }

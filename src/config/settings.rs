@@ -88,8 +88,8 @@ impl RestartOnly {
 
 /// Keeps the running values of what a reload cannot apply ([`RestartOnly`]), and says so.
 pub(crate) fn keep_restart_only(running: &Config, new: &mut Config) {
+    let asked = new.listen;
     for key in RestartOnly::ALL {
-        let asked = new.listen.to_string();
         if !key.keep(running, new) {
             continue;
         }

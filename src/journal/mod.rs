@@ -428,16 +428,19 @@ impl Journal {
     /// Queues one event; what comes back says when it is committed to the file (several rows
     /// queued first and then waited for go in one batch).
     pub(crate) fn record_soon(&self, event: Event) -> Confirmation {
-        let (done, written) = std::sync::mpsc::sync_channel(1);
-        self.send(Message::Confirmed(event, done));
-        Confirmation(written)
+        self.send_confirmed(|done| Message::Confirmed(event, done))
     }
 
     /// Sets `amendment`'s fields in a row written before (a clear's outcome, known a poll
     /// round after its row had to be in the file); what comes back says when it is in.
     pub(crate) fn amend(&self, amendment: store::worker::Amendment) -> Confirmation {
+        self.send_confirmed(|done| Message::Amend(amendment, done))
+    }
+
+    /// Queues the message `make` builds around the writer's "it is in the file" signal.
+    fn send_confirmed(&self, make: impl FnOnce(std::sync::mpsc::SyncSender<()>) -> Message) -> Confirmation {
         let (done, written) = std::sync::mpsc::sync_channel(1);
-        self.send(Message::Amend(amendment, done));
+        self.send(make(done));
         Confirmation(written)
     }
 

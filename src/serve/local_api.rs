@@ -172,17 +172,15 @@ async fn clear_gpu(State(local): State<LocalState>, Extension(peer): Extension<P
         Kind::Clear,
         Some(GpuRef::of(&device.identity)),
         format!("cleared by {by}: {reason}"),
-        serde_json::json!({
-            "reason": reason,
-            "by": by,
-            "uid": peer.uid,
-            "pid": peer.pid,
-            "comm": comm,
-            "cleared": null,
-            "still": null,
-            "skip_validation": request.skip_validation,
-            "validation": validation,
-        }),
+        clear_details(
+            &peer,
+            &comm,
+            &reason,
+            [
+                ("skip_validation", request.skip_validation.into()),
+                ("validation", serde_json::json!(validation)),
+            ],
+        ),
     );
     let (polled_after, after) = keep_clear(&local, uuid.clone(), kept, step, row).await;
     let mut answer = clear::answer(
@@ -298,7 +296,7 @@ async fn scheduler_report(State(local): State<LocalState>, Extension(peer): Exte
     if let Some(node) = request.node {
         report.node = Some((at, node));
     }
-    tell_owner(&local, crate::lifecycle::Command::SchedulerReport(report)).await;
+    tell_owner(&local, crate::lifecycle::Command::SchedulerReport(report), None).await;
     (StatusCode::OK, "{}").into_response()
 }
 
@@ -329,16 +327,7 @@ async fn clear_nic(local: &LocalState, peer: &Peer, nic: &str, reason: String) -
             index: None,
         }),
         format!("network adapter {} cleared by {by}: {reason}", device.name),
-        serde_json::json!({
-            "device": device.name,
-            "reason": reason,
-            "by": by,
-            "uid": peer.uid,
-            "pid": peer.pid,
-            "comm": comm,
-            "cleared": null,
-            "still": null,
-        }),
+        clear_details(peer, &comm, &reason, [("device", device.name.clone().into())]),
     );
     let (polled_after, after) = keep_clear(local, key.clone(), kept, ValidationStart::Nothing, row).await;
     let answer = clear_nic::answer(&before, &after, &device.name, polled_after);
@@ -363,6 +352,30 @@ async fn clear_nic(local: &LocalState, peer: &Peer, nic: &str, reason: String) -
     json_answer(&answer)
 }
 
+/// A clear row's details as written before the clear takes effect: the reason, who asked
+/// (as `by` says it, and uid, pid and command apart), `cleared` and `still` null until the
+/// round after it is in (`amend_outcome`), and what the kind of clear adds.
+fn clear_details<const N: usize>(
+    peer: &Peer,
+    comm: &str,
+    reason: &str,
+    extra: [(&str, serde_json::Value); N],
+) -> serde_json::Value {
+    let mut details = serde_json::json!({
+        "reason": reason,
+        "by": peer.describe(comm),
+        "uid": peer.uid,
+        "pid": peer.pid,
+        "comm": comm,
+        "cleared": null,
+        "still": null,
+    });
+    if let Some(fields) = details.as_object_mut() {
+        fields.extend(extra.into_iter().map(|(k, v)| (k.to_string(), v)));
+    }
+    details
+}
+
 /// Keeps a clear under `key` (a GPU's UUID, or `nic:<device>`), its `row` in the journal
 /// first, and waits for the next poll round to look again: whether one came, and the
 /// snapshot after it.
@@ -380,24 +393,7 @@ async fn keep_clear(
         clear,
         validation,
     };
-    let lifecycle = local.lifecycle.clone();
-    let journal = local.journal.clone();
-    let kept = tokio::task::spawn_blocking(move || {
-        // On record before it takes effect: a daemon killed in between finds the clear at its
-        // next start (the seed reads it back), never a GPU let go that a restart holds again.
-        if let Some(journal) = journal
-            && !journal.record_and_wait(row, CLEAR_JOURNAL_WAIT)
-        {
-            log::warn!("journal: the clear's row was not in the file within {CLEAR_JOURNAL_WAIT:?}; clearing anyway");
-        }
-        #[cfg(debug_assertions)]
-        pause_between_journal_and_publish();
-        lifecycle.apply(command)
-    })
-    .await;
-    if let Err(e) = kept {
-        log::error!("the service state's owner did not take a clear: {e}");
-    }
+    tell_owner(local, command, Some(row)).await;
     // The answer is the first round judged with this clear: one that began before it and
     // was published after would still show what it let go of.
     let polled_after = next_round(&local.app, Instant::now(), |clears| {
@@ -436,12 +432,29 @@ fn pause_between_journal_and_publish() {
     }
 }
 
-/// Hands `command` to the service state's owner on the blocking pool: it waits for the journal
-/// to have the transition in the file before it publishes it, which must not hold up one of
-/// the runtime's two workers (the journal's task may need the other).
-async fn tell_owner(local: &LocalState, command: crate::lifecycle::Command) {
+/// Hands `command` to the service state's owner on the blocking pool, `row` in the journal
+/// first where there is one (a clear's): the owner waits for the journal to have the
+/// transition in the file before it publishes it, and neither wait may hold up one of the
+/// runtime's two workers (the journal's task may need the other).
+async fn tell_owner(local: &LocalState, command: crate::lifecycle::Command, row: Option<Event>) {
     let lifecycle = local.lifecycle.clone();
-    if let Err(e) = tokio::task::spawn_blocking(move || lifecycle.apply(command)).await {
+    let journal = local.journal.clone();
+    let told = tokio::task::spawn_blocking(move || {
+        // On record before it takes effect: a daemon killed in between finds the clear at its
+        // next start (the seed reads it back), never a GPU let go that a restart holds again.
+        if let (Some(journal), Some(row)) = (journal, row) {
+            if !journal.record_and_wait(row, CLEAR_JOURNAL_WAIT) {
+                log::warn!(
+                    "journal: the clear's row was not in the file within {CLEAR_JOURNAL_WAIT:?}; clearing anyway"
+                );
+            }
+            #[cfg(debug_assertions)]
+            pause_between_journal_and_publish();
+        }
+        lifecycle.apply(command)
+    })
+    .await;
+    if let Err(e) = told {
         log::error!("the service state's owner did not take a command: {e}");
     }
 }

@@ -198,27 +198,23 @@ impl Batch {
 }
 
 /// Sets an amendment's fields in its row's details (the newest such row, should a clock have
-/// made two at the same time).
+/// made two at the same time). A row that is gone is left.
 fn amend(tx: &rusqlite::Transaction, amendment: &Amendment) -> rusqlite::Result<()> {
-    let Some((row, details)) = tx
+    let row = tx
         .query_row(
-            "SELECT id, details FROM events WHERE gpu_uuid = ?1 AND at = ?2 AND kind = ?3 ORDER BY id DESC LIMIT 1",
+            "SELECT id FROM events WHERE gpu_uuid = ?1 AND at = ?2 AND kind = ?3 ORDER BY id DESC LIMIT 1",
             params![amendment.gpu_uuid, amendment.at, amendment.kind.name()],
-            |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)),
+            |r| r.get::<_, i64>(0),
         )
-        .optional()?
-    else {
+        .optional()?;
+    let Some(row) = row else {
         return Ok(());
     };
-    let mut details: serde_json::Value = serde_json::from_str(&details).unwrap_or_else(|_| json!({}));
-    if let (Some(details), Some(set)) = (details.as_object_mut(), amendment.set.as_object()) {
-        details.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
-    }
-    tx.execute(
-        "UPDATE events SET details = ?1 WHERE id = ?2",
-        params![details.to_string(), row],
-    )?;
-    Ok(())
+    change_details(tx, row, |details| {
+        if let (Some(details), Some(set)) = (details.as_object_mut(), amendment.set.as_object()) {
+            details.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+    })
 }
 
 /// Another source's report of an XID already written: its source, and the kernel-log line
@@ -230,6 +226,27 @@ fn join_xid(
     raw: Option<&str>,
     kmsg_sequence: Option<u64>,
 ) -> rusqlite::Result<()> {
+    change_details(tx, row, |details| {
+        if let Some(sources) = details.get_mut("sources").and_then(|s| s.as_array_mut()) {
+            let label = json!(source);
+            if !sources.contains(&label) {
+                sources.push(label);
+            }
+        }
+        if details.get("raw").is_none_or(|r| r.is_null()) && raw.is_some() {
+            details["raw"] = json!(raw);
+            details["kmsg_sequence"] = json!(kmsg_sequence);
+        }
+    })
+}
+
+/// Rewrites row `row`'s details with what `change` makes of them (details that are not JSON
+/// are taken as `{}`); a row that is gone is left.
+fn change_details(
+    tx: &rusqlite::Transaction,
+    row: i64,
+    change: impl FnOnce(&mut serde_json::Value),
+) -> rusqlite::Result<()> {
     let Some(details) = tx
         .query_row("SELECT details FROM events WHERE id = ?1", [row], |r| {
             r.get::<_, String>(0)
@@ -239,16 +256,7 @@ fn join_xid(
         return Ok(());
     };
     let mut details: serde_json::Value = serde_json::from_str(&details).unwrap_or_else(|_| json!({}));
-    if let Some(sources) = details.get_mut("sources").and_then(|s| s.as_array_mut()) {
-        let label = json!(source);
-        if !sources.contains(&label) {
-            sources.push(label);
-        }
-    }
-    if details.get("raw").is_none_or(|r| r.is_null()) && raw.is_some() {
-        details["raw"] = json!(raw);
-        details["kmsg_sequence"] = json!(kmsg_sequence);
-    }
+    change(&mut details);
     tx.execute(
         "UPDATE events SET details = ?1 WHERE id = ?2",
         params![details.to_string(), row],
