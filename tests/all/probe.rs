@@ -28,13 +28,21 @@ struct Run {
     stderr: String,
 }
 
+/// The tests' durations: short, as the simulated CUDA measures the same rate at any length.
+const SHORT: &str = "gemm_bf16: 300ms, fma_fp32: 200ms, hbm_copy: 200ms, pcie_h2d: 200ms, pcie_d2h: 200ms";
+
 /// Runs `gpuwarden probe ARGS` over `scenario`, with the simulated CUDA in `cuda` (None:
 /// no CUDA driver at all). The config gets `extra` appended.
 fn probe(scenario: &str, cuda: Option<bool>, extra: &str, args: &[&str]) -> Run {
+    probe_for(SHORT, scenario, cuda, extra, args)
+}
+
+/// `probe` with the tests' `durations` (a YAML flow map's inside) given.
+fn probe_for(durations: &str, scenario: &str, cuda: Option<bool>, extra: &str, args: &[&str]) -> Run {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("scenario.yaml"), scenario).unwrap();
     let config = format!(
-        "nvml:\n  library_path: {}\nprobe:\n  memory_cap_mib: 256\n  durations: {{gemm_bf16: 300ms, fma_fp32: 200ms, hbm_copy: 200ms, pcie_h2d: 200ms, pcie_d2h: 200ms}}\n{extra}",
+        "nvml:\n  library_path: {}\nprobe:\n  memory_cap_mib: 256\n  durations: {{{durations}}}\n{extra}",
         sim_library().display()
     );
     std::fs::write(dir.path().join("config.yaml"), config).unwrap();
@@ -75,7 +83,11 @@ fn close(value: &serde_json::Value, expected: f64) -> bool {
 
 #[test]
 fn a_healthy_gpu_passes_and_the_report_has_what_it_measured() {
-    let run = probe(H100, Some(true), "", &["--json"]);
+    // GPM's activity needs two samples a window apart under load: a GEMM of 300 ms held one
+    // sample on a loaded machine (every 100 ms by default). A second of GEMM sampled every
+    // 50 ms gives about 20, and the means below are never made up from fewer than two.
+    let durations = SHORT.replace("gemm_bf16: 300ms", "gemm_bf16: 1s");
+    let run = probe_for(&durations, H100, Some(true), "  sample_interval: 50ms\n", &["--json"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let r = report(&run);
     assert_eq!(r["name"], "NVIDIA H100 80GB HBM3");
@@ -103,7 +115,7 @@ fn a_healthy_gpu_passes_and_the_report_has_what_it_measured() {
     }
     // The NVML samples taken while it ran.
     let under = &gemm["under_load"];
-    assert!(under["samples"].as_u64().unwrap() >= 1, "{under}");
+    assert!(under["samples"].as_u64().unwrap() >= 2, "{under}");
     assert_eq!(under["peak_temperature_celsius"], 41.0);
     assert_eq!(under["mean_sm_clock_hertz"], 1755e6);
     assert_eq!(under["mean_power_watts"], 650.0);
