@@ -134,7 +134,23 @@ fn open(path: &Path) -> Result<rusqlite::Connection, CliError> {
             "no such file (the daemon writes it; is state.path set elsewhere? --state FILE reads another)",
         ));
     }
-    db::open_read_only(path).map_err(|e| unreadable(path, &e.to_string()))
+    let conn = db::open_read_only(path).map_err(|e| unreadable(path, &e.to_string()))?;
+    // A file the daemon has made but not yet given its tables (the first moments of a start)
+    // would otherwise answer "no such table: events".
+    let has_tables: bool = conn
+        .query_row(
+            "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'events'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(|e| unreadable(path, &e.to_string()))?;
+    if !has_tables {
+        return Err(unreadable(
+            path,
+            "it holds no journal yet (a daemon starting makes its tables in a moment; try again)",
+        ));
+    }
+    Ok(conn)
 }
 
 /// The journal cannot be read (no file, not a database, no permission).
