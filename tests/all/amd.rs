@@ -193,6 +193,7 @@ fn amd_and_nvidia_gpus_are_served_side_by_side_with_the_same_families() {
     assert_eq!(v("gpu_temperature_celsius", "3", &[("sensor", "edge")]), Some(40.0));
     assert_eq!(v("gpu_power_watts", "3", &[]), Some(90.0));
     assert_eq!(v("gpu_energy_joules_total", "3", &[]), None);
+    // Meant: however many polls come in 0.8 s, one line.
     std::thread::sleep(std::time::Duration::from_millis(800));
     let log = d.log_text();
     assert_eq!(

@@ -711,7 +711,13 @@ fn every_script_is_listed_and_reproduces_something() {
         }
         // A Python helper is named by its module: `import metrics_text`.
         let module = name.strip_suffix(".py").map(|stem| format!("import {stem}"));
-        let named_in = |text: &str| text.contains(&name) || module.as_ref().is_some_and(|m| text.contains(m));
+        // A GPU check is named as the harness runs it: `scripts/gpu/run.sh collective-check`.
+        let check = name.strip_suffix(".sh").map(|stem| format!("run.sh {stem}"));
+        let named_in = |text: &str| {
+            text.contains(&name)
+                || module.as_ref().is_some_and(|m| text.contains(m))
+                || check.as_ref().is_some_and(|c| text.contains(c))
+        };
         let used = named_in(&docs) || texts.iter().any(|(other, text)| *other != name && named_in(text));
         if matches!(*folder, "gpu" | "load") && !used {
             orphaned.push(name);

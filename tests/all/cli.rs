@@ -253,28 +253,26 @@ fn the_demo_removes_its_temporary_files() {
         .spawn()
         .unwrap();
     // The files exist while it runs: the simulated library reads the scenario.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while leftovers() == 0 {
-        assert!(std::time::Instant::now() < deadline, "run --demo wrote no files");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    eventually(
+        "run --demo to write its files",
+        std::time::Duration::from_secs(10),
+        || (leftovers() > 0).then_some(()),
+    );
     // SIGTERM once it serves, so its handler is in place (a fixed 500 ms after the files was
     // not always enough on a loaded CI machine: the signal then killed it before it could
     // clean up). The journal's file in the demo's directory comes after the handler.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let serving = || {
         std::fs::read_dir(tmp.path())
             .unwrap()
             .flatten()
             .any(|dir| dir.path().join("gpuwarden.sock").exists())
     };
-    while !serving() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "run --demo never opened its local API"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    eventually(
+        "run --demo to open its local API",
+        std::time::Duration::from_secs(30),
+        || serving().then_some(()),
+    );
+    // Meant: a moment past the socket's bind, as a person's Ctrl-C would come.
     std::thread::sleep(std::time::Duration::from_millis(200));
     // SAFETY: kill(2) on our own child.
     unsafe { kill(run.id() as i32, 15) };
@@ -556,17 +554,14 @@ fn events_report_and_health_find_a_running_demo() {
         "{log}"
     );
     let gpuwarden = |args: &[&str]| Command::new(BIN).args(args).env("TMPDIR", tmp.path()).output().unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    loop {
+    let report = until_ok("GPU 0's report", std::time::Duration::from_secs(15), || {
         let out = gpuwarden(&["report", "--demo", "--gpu", "0", "--json"]);
-        if out.status.code() == Some(0) {
-            let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-            assert_eq!(report["identity"]["pci_bus_id"], "0000:19:00.0");
-            break;
+        match out.status.code() {
+            Some(0) => serde_json::from_slice::<serde_json::Value>(&out.stdout).map_err(|e| e.to_string()),
+            _ => Err(format!("{out:?}")),
         }
-        assert!(std::time::Instant::now() < deadline, "{out:?}");
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    });
+    assert_eq!(report["identity"]["pci_bus_id"], "0000:19:00.0");
     let out = gpuwarden(&["events", "--demo", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(
@@ -577,15 +572,13 @@ fn events_report_and_health_find_a_running_demo() {
     let out = gpuwarden(&["health", "--demo"]);
     assert!(matches!(out.status.code(), Some(0 | 1)), "{out:?}");
     // The demo advises: GPU 6's driver asks for a reset (its pending row remap).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
+    until_ok("GPU 6's next step", std::time::Duration::from_secs(10), || {
         let text = String::from_utf8_lossy(&gpuwarden(&["health", "--demo"]).stdout).to_string();
-        if text.contains("next step: GPU 6 gpu_reset: the driver asks for a GPU reset (recovery action)") {
-            break;
+        match text.contains("next step: GPU 6 gpu_reset: the driver asks for a GPU reset (recovery action)") {
+            true => Ok(()),
+            false => Err(text),
         }
-        assert!(std::time::Instant::now() < deadline, "{text}");
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    });
     // By themselves, where the configured journal is not there.
     let config = tmp.path().join("c.yaml");
     std::fs::write(

@@ -65,8 +65,11 @@ fn an_operator_rule_makes_a_finding_like_any_other_and_a_bad_reload_keeps_it() {
         1,
         std::time::Duration::from_secs(10),
     );
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    assert!(memory_hot_on(&d.scrape(), "2"), "the old rule still runs");
+    holds_for("the old rule still runs", std::time::Duration::from_millis(500), || {
+        memory_hot_on(&d.scrape(), "2")
+            .then_some(())
+            .ok_or_else(|| "no finding".to_string())
+    });
     std::fs::write(d.config_path(), &config_before).unwrap();
 
     // A rule that fails at run time (the framebuffer's bytes times 10^12 overflow, which the

@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::*;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const DASHBOARDS: [&str; 2] = ["gpuwarden-fleet.json", "gpuwarden-gpu.json"];
 
@@ -140,14 +140,11 @@ fn every_panel_and_variable_query_returns_data_from_a_live_prometheus() {
             // Up to a minute: the probe panels wait for the scheduled probes' first results,
             // which a loaded machine (the suite runs tests side by side) delays; the wait ends
             // as soon as the data is there.
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while !prom.query_has_data(&promql) {
-                assert!(
-                    Instant::now() < deadline,
-                    "{name}: panel {title:?}: no data for {promql}"
-                );
-                std::thread::sleep(Duration::from_millis(500));
-            }
+            eventually(
+                &format!("{name}: panel {title:?}: data for {promql}"),
+                Duration::from_secs(60),
+                || prom.query_has_data(&promql).then_some(()),
+            );
             checked += 1;
         }
         // Variables: label_values(metric, label) must list something.

@@ -135,15 +135,16 @@ fn dashboard_12239_works_unchanged_with_compat_on() {
     let prom = Prometheus::start(&d.addr);
     prom.wait_for_data();
     for (title, promql, series, low, high) in PANELS {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let result = loop {
-            let result = prom.query(promql);
-            if result.len() == *series || Instant::now() > deadline {
-                break result;
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        };
-        assert_eq!(result.len(), *series, "{title}: {promql}: {result:?}");
+        let result = until_ok(
+            &format!("{title}: {series} series of {promql}"),
+            Duration::from_secs(20),
+            || {
+                let result = prom.query(promql);
+                (result.len() == *series)
+                    .then_some(result.clone())
+                    .ok_or(format!("{result:?}"))
+            },
+        );
         for (metric, value) in &result {
             assert!(
                 value.is_finite() && value >= low && value <= high,
@@ -248,6 +249,7 @@ fn every_row_of_dcgm_exporters_field_lists_is_served_from_the_first_scrape() {
         if Metrics::parse(&text).find("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &[]).len() == 10 || start.elapsed() > within {
             break text;
         }
+        // Meant: how long GPM took, to a tenth of a second (asserted below).
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(

@@ -6,7 +6,7 @@
 use crate::common::*;
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const PAGE: &str = "docs/fault-end-to-end.md";
 
@@ -68,15 +68,13 @@ fn gpuwarden(line: &str, tmp: &Path) -> Ran {
 /// Runs `line` until `check` holds (what a person sees after a moment), or fails with the
 /// last run.
 fn until(line: &str, tmp: &Path, what: &str, check: impl Fn(&Ran) -> bool) -> Ran {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    until_ok(&format!("`{line}` to show {what}"), Duration::from_secs(60), || {
         let ran = gpuwarden(line, tmp);
-        if check(&ran) {
-            return ran;
+        match check(&ran) {
+            true => Ok(ran),
+            false => Err(format!("{ran:?}")),
         }
-        assert!(Instant::now() < deadline, "`{line}` never showed {what}:\n{ran:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    })
 }
 
 #[test]

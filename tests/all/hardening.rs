@@ -58,6 +58,7 @@ fn a_kept_alive_connection_outlives_the_header_timeout_between_scrapes() {
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     for scrape in 0..2 {
         if scrape > 0 {
+            // Meant: idle past the 5 s header timeout, as between two scrapes.
             std::thread::sleep(Duration::from_secs(7));
         }
         s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -141,6 +142,7 @@ fn memory_goes_back_after_bursts_of_connections() {
     );
     let d = Daemon::start(DEMO_SCENARIO);
     d.scrape();
+    // Meant: the first scrape's buffers settle before the starting RSS is taken.
     std::thread::sleep(Duration::from_millis(500));
     let start = rss_kib(d.child.id());
     let burst = || {
@@ -244,6 +246,7 @@ fn one_client_holding_every_slot_does_not_lock_scrapes_out() {
         if took > Duration::from_secs(1) {
             slow.push(took);
         }
+        // Meant: a scrape every 0.8 s while the holder keeps its connections.
         std::thread::sleep(Duration::from_millis(800));
     }
     done.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -8,15 +8,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn wait_for_exit(d: &Daemon, code: i32) -> String {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (got, out) = d.health(false);
-        if got == code {
-            return out;
-        }
-        assert!(std::time::Instant::now() < deadline, "exit {got}, not {code}: {out}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    eventually(
+        &format!("`gpuwarden health` to exit {code}"),
+        Duration::from_secs(10),
+        || {
+            let (got, out) = d.health(false);
+            (got == code).then_some(out)
+        },
+    )
 }
 
 #[test]
@@ -118,6 +117,7 @@ fn a_socket_that_never_answers_or_answers_garbage_is_an_unknown_verdict_in_secon
     let listener = std::os::unix::net::UnixListener::bind(&silent).unwrap();
     let holder = std::thread::spawn(move || {
         let held = listener.accept();
+        // Meant: silent for longer than the client's 3 s.
         std::thread::sleep(Duration::from_secs(6));
         drop(held);
     });
@@ -280,12 +280,16 @@ fn a_kill_between_the_clears_row_and_its_effect_keeps_the_clear_and_showed_nothi
         rows[0]["details"]
     );
     // Paused between the two: nobody sees the GPU let go, however often they look.
-    let until = Instant::now() + Duration::from_millis(1500);
-    while Instant::now() < until {
-        let (code, out) = d.health(false);
-        assert_eq!(code, 1, "the clear showed before it was on record: {out}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    holds_for(
+        "the GPU held while the clear is paused",
+        Duration::from_millis(1500),
+        || {
+            let (code, out) = d.health(false);
+            (code == 1)
+                .then_some(())
+                .ok_or(format!("the clear showed before it was on record: {out}"))
+        },
+    );
     let d = d.restart(true, Some(""));
     let out = wait_for_exit(&d, 0);
     assert!(
@@ -408,6 +412,7 @@ fn gpuwarden_health_gives_up_on_a_daemon_that_does_not_accept() {
         std::thread::spawn(move || {
             let stream = std::os::unix::net::UnixStream::connect(&path);
             let _ = tx.send(());
+            // Meant: each connection held open, saying nothing, for the test's length.
             std::thread::sleep(Duration::from_secs(30));
             drop(stream);
         });
@@ -499,19 +504,17 @@ fn the_local_api_directory_is_made_when_missing() {
         test_config(&sim_library(), "")
     );
     let d = Daemon::start_with(DEMO_SCENARIO, &config);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    until_ok("`health` to answer on the socket", Duration::from_secs(10), || {
         let out = Command::new(BIN)
             .args(["health", "--socket"])
             .arg(&socket)
             .output()
             .unwrap();
-        if out.status.code() == Some(0) {
-            break;
+        match out.status.code() {
+            Some(0) => Ok(()),
+            _ => Err(format!("{out:?}\n{}", d.log_text())),
         }
-        assert!(std::time::Instant::now() < deadline, "{out:?}\n{}", d.log_text());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    });
     let mode = std::fs::metadata(socket.parent().unwrap()).unwrap().permissions();
     assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777, 0o750);
 }
@@ -644,23 +647,11 @@ fn advise_mode_names_each_gpus_next_step_everywhere_and_off_names_none() {
         ),
         "{text}"
     );
-    let rows = Command::new(BIN)
-        .args(["events", "--json", "--kind", "remediation", "--state"])
-        .arg(d.state_path())
-        .output()
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut rows: Vec<serde_json::Value> = serde_json::from_slice(&rows.stdout).unwrap_or_default();
-    while rows.len() < 2 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(300));
-        let out = Command::new(BIN)
-            .args(["events", "--json", "--kind", "remediation", "--state"])
-            .arg(d.state_path())
-            .output()
-            .unwrap();
-        rows = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    }
-    assert!(rows.len() >= 2, "{rows:#?}");
+    let rows = eventually("two remediation rows", Duration::from_secs(10), || {
+        let rows = events_json(&d.state_path(), &["--kind", "remediation"]);
+        let rows = rows.as_array().cloned().unwrap_or_default();
+        (rows.len() >= 2).then_some(rows)
+    });
     assert!(
         rows.iter().all(|r| r["details"]["advice"]["step"] == "gpu_reset"),
         "{rows:#?}"
@@ -714,12 +705,14 @@ fn the_pause_file_and_the_paused_key_hold_every_automatic_reset_until_lifted() {
     reload(&d, |c| c.replace("paused: false", "paused: true"));
     std::fs::remove_file(&pause).unwrap();
     d.report_drained_with_no_job();
-    std::thread::sleep(Duration::from_secs(3));
-    let (_, text) = d.health(false);
-    assert!(
-        text.contains("held back (paused): remediation.paused is true"),
-        "{text}"
-    );
+    // Drained with no job, it would act within a round: it stays held back instead.
+    holds_for("held back by the key", Duration::from_secs(3), || {
+        let (_, text) = d.health(false);
+        match text.contains("held back (paused): remediation.paused is true") {
+            true => Ok(()),
+            false => Err(text),
+        }
+    });
     assert_eq!(
         d.scrape()
             .value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "succeeded")]),
@@ -765,13 +758,17 @@ fn a_stop_during_a_reset_is_not_a_failure_and_a_restart_cannot_reset_again() {
     });
     d.report_drained_with_no_job();
     // The reset's start is on record before its command runs.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !std::fs::read_to_string(dir.path().join("persistence")).is_ok_and(|p| p.contains("off")) {
-        assert!(Instant::now() < deadline, "the reset never started: {}", d.log_text());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    until_ok(
+        "the reset to start",
+        Duration::from_secs(20),
+        || match std::fs::read_to_string(dir.path().join("persistence")).is_ok_and(|p| p.contains("off")) {
+            true => Ok(()),
+            false => Err(d.log_text()),
+        },
+    );
     let events = events_json(&d.state_path(), &[]).to_string();
     assert!(events.contains("gpu_reset started"), "{events}");
+    // Meant: half a second into the reset's command, the stop comes.
     std::thread::sleep(Duration::from_millis(500));
     let stopping = Instant::now();
     d.signal(15);
@@ -857,6 +854,7 @@ fn a_reset_that_did_not_hold_never_reads_fit_before_the_reboot_mark() {
     );
     let validation = events_json(&d.state_path(), &["--kind", "validation", "--gpu", "6"]).to_string();
     assert!(validation.contains("\"passed\""), "the validation passed: {validation}");
+    // Meant: the verdict is asked for a second more after the validation passed.
     std::thread::sleep(Duration::from_secs(1));
     let asks = poll.finish();
     assert_held_throughout(&asks, false);
@@ -878,6 +876,7 @@ fn a_clear_and_a_reload_during_validation_never_let_the_verdict_go() {
     wait_for_exit(&d, 1);
     let (_, out, err) = d.clear("0", "reseated, INC-11", &[]);
     assert!(out.contains("validating"), "{out}{err}");
+    // Meant: the verdict is asked through two seconds of the validation, the reload, and two more.
     std::thread::sleep(Duration::from_secs(2));
     reload(&d, |c| c.replace("xid:\n", "xid:\n  critical_hold: 30m\n"));
     std::thread::sleep(Duration::from_secs(2));

@@ -122,15 +122,8 @@ fn our_taint(node: &Value) -> Option<Value> {
 }
 
 /// Asks `what` of the API every 0.2 s until `check` holds.
-fn until<T>(what: &str, within: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(found) = check() {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+fn until<T>(what: &str, within: Duration, check: impl FnMut() -> Option<T>) -> T {
+    eventually(what, within, check)
 }
 
 /// gpuwarden's Events on `node`: (reason, message), oldest first.
@@ -447,15 +440,12 @@ fn an_api_server_outage_loses_nothing_and_a_restart_doubles_nothing() {
 }
 
 fn wait_for_health(d: &Daemon, code: i32) -> (i32, String) {
-    let deadline = Instant::now() + Duration::from_secs(40);
-    loop {
+    until_ok(&format!("`health` to exit {code}"), Duration::from_secs(40), || {
         let (got, out) = d.health(false);
-        if got == code {
-            return (got, out);
-        }
-        assert!(Instant::now() < deadline, "exit {got}, not {code}: {out}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        (got == code)
+            .then(|| (got, out.clone()))
+            .ok_or(format!("exit {got}: {out}"))
+    })
 }
 
 /// Least privilege, tried: a service account without gpuwarden's role gets a clear error in

@@ -383,6 +383,7 @@ fn run_like_npd(npd: &Value, socket: &std::path::Path) -> (i32, String, std::tim
             break status.code().unwrap_or(-1);
         }
         assert!(started.elapsed() < timeout, "NPD would have killed it at {timeout:?}");
+        // Meant: its exit timed to 20 ms, against NPD's time-out.
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     let mut out = String::new();
@@ -401,14 +402,10 @@ fn the_npd_plugin_answers_ok_problem_and_unknown_within_its_timeout_and_length()
     let (code, message, _) = run_like_npd(&npd, &d.socket_path());
     assert_eq!(code, 0, "OK: {message}");
     d.log_kernel("NVRM: Xid (PCI:0000:19:00): 79, pid=1, name=x, GPU has fallen off the bus.\n");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let (code, message) = loop {
+    let (code, message) = until_ok("NPD's check to say NonOK", std::time::Duration::from_secs(10), || {
         let (code, message, _) = run_like_npd(&npd, &d.socket_path());
-        if code != 0 || std::time::Instant::now() > deadline {
-            break (code, message);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    };
+        (code != 0).then(|| (code, message.clone())).ok_or(message)
+    });
     assert_eq!(code, 1, "NonOK: {message}");
     // The condition's message as NPD cuts it still names the GPU and the finding.
     assert!(message.starts_with("unhealthy: GPU 0 xid_fatal"), "{message}");

@@ -191,9 +191,13 @@ fn a_node_without_rdma_hardware_shows_no_port_and_no_finding() {
     );
     let d = Daemon::start_with(DEMO_SCENARIO, &test_config(&sim_library(), &extra));
     let m = d.scrape_until("a poll", |m| m.has_family("gpu_up"));
-    std::thread::sleep(Duration::from_millis(1500));
-    let m2 = d.scrape();
-    for m in [m, m2] {
+    // Through a round of the network collector (every second) too.
+    let mut later = Vec::new();
+    holds_for("scrapes kept", Duration::from_millis(1500), || {
+        later.push(d.scrape());
+        Ok(())
+    });
+    for m in std::iter::once(m).chain(later) {
         assert!(!m.text.contains("nic_"), "{}", m.text);
         assert!(!m.has_family("gpu_node_health_reason"));
     }
@@ -259,11 +263,10 @@ fn a_fatal_sxid_makes_the_node_unhealthy_and_a_forged_one_nothing() {
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while events().lines().count() < 2 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let rows = events();
+    let rows = until_ok("two rows", Duration::from_secs(10), || {
+        let rows = events();
+        (rows.lines().count() >= 2).then(|| rows.clone()).ok_or(rows)
+    });
     assert_eq!(rows.lines().count(), 2, "{rows}");
     assert!(
         rows.contains("SXid 12028 (NPORT egress, non_fatal) on NVSwitch 1 at 0000:06:00.0"),
@@ -376,13 +379,17 @@ fn a_vm_given_fabric_gpus_does_not_look_for_the_fabric_manager() {
     );
     let d = Daemon::start_with(DEMO_SCENARIO, &test_config(&sim_library(), &extra));
     d.scrape_until("the fabric", |m| m.has_family("gpu_fabric_state"));
-    std::thread::sleep(Duration::from_secs(2));
-    let m = d.scrape();
-    assert!(!m.has_family("gpu_fabric_manager_up"), "{}", m.text);
-    assert!(
-        m.find("gpu_node_health_reason", &[("reason", "fabric_manager_down")])
-            .is_empty()
-    );
+    holds_for("no fabric manager finding", Duration::from_secs(2), || {
+        let m = d.scrape();
+        match m.has_family("gpu_fabric_manager_up")
+            || !m
+                .find("gpu_node_health_reason", &[("reason", "fabric_manager_down")])
+                .is_empty()
+        {
+            false => Ok(()),
+            true => Err(m.text),
+        }
+    });
 }
 
 /// The pid file names a process that an ordinary user holds under the fabric manager's name

@@ -45,12 +45,10 @@ fn poll_interval_1s_to_10s_keeps_healthz_up_and_slows_the_polls() {
         .value("gpuwarden_poll_round_duration_seconds_count", &[])
         .unwrap();
     // Before, the staleness limit stayed at 5 s and /healthz failed between 10-second rounds.
-    let watched = Instant::now();
-    while watched.elapsed() < Duration::from_secs(12) {
+    holds_for("/healthz 200 between long rounds", Duration::from_secs(12), || {
         let health = d.get("/healthz", &[]);
-        assert_eq!(health.status, 200, "after {:?}: {}", watched.elapsed(), health.text());
-        std::thread::sleep(Duration::from_millis(250));
-    }
+        (health.status == 200).then_some(()).ok_or(health.text())
+    });
     let after = d.scrape();
     let rounds = after.value("gpuwarden_poll_round_duration_seconds_count", &[]).unwrap() - rounds_at_reload;
     assert!(
@@ -141,12 +139,15 @@ fn a_rules_debounce_keeps_a_short_condition_from_raising_its_finding() {
         None,
         "held back by the debounce"
     );
-    std::thread::sleep(Duration::from_millis(600));
-    let m = d.scrape();
-    assert_eq!(
-        m.value("gpu_health_reason", &[("gpu", "0"), ("reason", "xid_critical")]),
-        None
-    );
+    holds_for("held back by the debounce", Duration::from_millis(600), || {
+        match d
+            .scrape()
+            .value("gpu_health_reason", &[("gpu", "0"), ("reason", "xid_critical")])
+        {
+            None => Ok(()),
+            Some(v) => Err(format!("xid_critical {v}")),
+        }
+    });
     // Without it, the finding at once.
     reload(&d, |c| c.replace("{debounce: 1h}", "{debounce: 1}"));
     d.scrape_until("the finding raised", |m| {
@@ -304,6 +305,7 @@ fn dedup_window_is_applied() {
     d.scrape_until("Xid 31 once", |m| {
         m.value("gpu_xid_errors_total", &[("gpu", "0"), ("xid", "31")]) == Some(1.0)
     });
+    // Meant: the two sources' reports 1.5 s apart.
     std::thread::sleep(Duration::from_millis(1500));
     d.set_scenario(&nvml_event);
     d.scrape_until("the NVML report in", |m| {
@@ -320,6 +322,7 @@ fn dedup_window_is_applied() {
     d.scrape_until("the second kernel report counted", |m| {
         m.value("gpu_xid_errors_total", &[("gpu", "0"), ("xid", "31")]) == Some(2.0)
     });
+    // Meant: 1.5 s apart again, now past the 100 ms window.
     std::thread::sleep(Duration::from_millis(1500));
     d.set_scenario(&edit_device(DEMO_SCENARIO, 0, |dev| {
         format!("{dev}    xid_events: [31, 31]\n")
@@ -445,8 +448,14 @@ fn turning_the_kernel_log_reader_off_and_on_counts_nothing_twice() {
     // A new line is counted; the old one is not counted again.
     d.log_kernel("3,11,6000000,-;NVRM: Xid (PCI:0000:19:00): 13, pid=1, name=x, Graphics Exception\n");
     d.scrape_until("the new Xid 13", |m| count(m) == Some(2.0));
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(count(&d.scrape()), Some(2.0), "a reload counted the log again");
+    holds_for(
+        "a reload did not count the log again",
+        Duration::from_millis(500),
+        || match count(&d.scrape()) {
+            Some(2.0) => Ok(()),
+            other => Err(format!("Xid 13 counted {other:?}")),
+        },
+    );
 }
 
 #[test]
@@ -456,6 +465,7 @@ fn sigterm_after_a_reload_exits_within_five_seconds_with_a_hung_nvml_init() {
     // the backend anew, and its initialisation hangs in the poll thread.
     d.set_scenario(&format!("init_hang: 60\n{DEMO_SCENARIO}"));
     reload(&d, |c| c.replace("retry_initial: 200ms", "retry_initial: 300ms"));
+    // Meant: half a second for the poll thread to be inside the hung nvmlInit (nothing shows it).
     std::thread::sleep(Duration::from_millis(500));
     let asked = Instant::now();
     assert_eq!(d.stop(), Some(0));
@@ -489,6 +499,7 @@ fn reloads_during_long_rounds_lose_no_counter() {
             let kept: Vec<&str> = c.lines().filter(|l| !l.contains("critical_hold")).collect();
             format!("{}\n  critical_hold: {hold}\n", kept.join("\n"))
         });
+        // Meant: a round or two (every 200 ms) under each hold.
         std::thread::sleep(Duration::from_millis(400));
         let after = d.scrape();
         assert_no_counter_went_backwards(&before, &after);
@@ -513,21 +524,17 @@ fn per_process_on_reload_keeps_the_gpm_series() {
     assert!(!before.has_family("gpu_process_sm_utilization_ratio"));
     reload(&d, |c| c.replace("per_process: false", "per_process: true"));
     // Every scrape until the per-process series show, and a while after, has the GPM series.
-    let watched = Instant::now();
     let mut per_process_seen = false;
-    while watched.elapsed() < Duration::from_secs(4) {
+    holds_for("the GPM series after the reload", Duration::from_secs(4), || {
         let m = d.scrape();
-        assert_eq!(
-            m.find("gpu_sm_active_ratio", &[]).len(),
-            gpm_series,
-            "GPM series went away {:?} after the reload",
-            watched.elapsed()
-        );
         per_process_seen |= m
             .value("gpu_process_sm_utilization_ratio", &[("gpu", "1"), ("pid", "4211")])
             .is_some();
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        match m.find("gpu_sm_active_ratio", &[]).len() {
+            n if n == gpm_series => Ok(()),
+            n => Err(format!("{n} series, not {gpm_series}")),
+        }
+    });
     assert!(per_process_seen, "the reload switched per-process series on");
     assert!(
         !d.log_text().contains("enumerating the GPUs again"),
@@ -538,15 +545,7 @@ fn per_process_on_reload_keeps_the_gpm_series() {
 
 /// Waits until the daemon's log holds `text` `n` times.
 fn wait_for_log(d: &Daemon, text: &str, n: usize) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while d.log_text().matches(text).count() < n {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no {text:?} in:\n{}",
-            d.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    d.wait_for_log(text, n, Duration::from_secs(10));
 }
 
 /// Hostile shapes at the config path on SIGHUP: a FIFO (reading it used to block the daemon,
@@ -604,6 +603,7 @@ fn a_fifo_or_an_endless_file_at_the_config_path_is_refused_on_reload() {
     std::fs::remove_file(&path).unwrap();
     assert!(Command::new("mkfifo").arg(&path).status().unwrap().success());
     d.signal(1);
+    // Meant: SIGTERM 100 ms after the SIGHUP, while the reload hangs on the FIFO.
     std::thread::sleep(Duration::from_millis(100));
     let started = std::time::Instant::now();
     d.signal(15);

@@ -148,19 +148,13 @@ impl Slurm {
             as_root("slurmctld").arg("-f").arg(&conf).arg("-i").output(),
         );
         checked("slurmd", as_root("slurmd").arg("-f").arg(&conf).output());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        until_ok("the node to come up idle", Duration::from_secs(30), || {
             let state = slurm.client("sinfo", &["-h", "-N", "-n", &host, "-o", "%t"]);
-            if state.trim() == "idle" {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the node never came up idle ({state}); slurmd log:\n{}",
-                std::fs::read_to_string(dir.join("log/slurmd.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+            (state.trim() == "idle").then_some(()).ok_or_else(|| {
+                let log = std::fs::read_to_string(dir.join("log/slurmd.log")).unwrap_or_default();
+                format!("{state}; slurmd log:\n{log}")
+            })
+        });
         slurm
     }
 
@@ -286,19 +280,16 @@ fn node_state(slurm: &Slurm) -> String {
 }
 
 fn wait_for_node(slurm: &Slurm, what: &str, within: Duration, check: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + within;
-    loop {
+    until_ok(what, within, || {
         let state = node_state(slurm);
-        if check(&state) {
-            return state;
+        match check(&state) {
+            true => Ok(state),
+            false => {
+                let log = std::fs::read_to_string(slurm.dir.join("log/slurmd.log")).unwrap_or_default();
+                Err(format!("the node is {state:?}; slurmd log:\n{log}"))
+            }
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: the node is {state:?}; slurmd log:\n{}",
-            std::fs::read_to_string(slurm.dir.join("log/slurmd.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    })
 }
 
 /// A one-node Slurm whose HealthCheckProgram is the shipped healthcheck.sh against `d`, every
@@ -705,19 +696,13 @@ fn the_drain_guard_keeps_a_third_node_in_service_while_its_alert_fires_and_lets_
         "{}",
         d.log_text()
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !prom
-        .firing()
-        .iter()
-        .any(|(alert, _)| alert == "GpuwardenDrainGuardActive")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "GpuwardenDrainGuardActive never fired: {:?}",
-            prom.firing()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    until_ok("GpuwardenDrainGuardActive to fire", Duration::from_secs(20), || {
+        let firing = prom.firing();
+        match firing.iter().any(|(alert, _)| alert == "GpuwardenDrainGuardActive") {
+            true => Ok(()),
+            false => Err(format!("{firing:?}")),
+        }
+    });
 
     // An admin takes gwfake2's drain over: one gpuwarden drain of three, under the cap.
     slurm.client("scontrol", &["update", "nodename=gwfake2", "reason=admin: PSU swap"]);
@@ -996,7 +981,6 @@ fn a_stop_during_a_reset_keeps_the_node_drained_and_records_the_attempt() {
                 .then_some(())
         },
     );
-    std::thread::sleep(Duration::from_millis(500));
     let sleeping = || {
         let out = std::process::Command::new("pgrep")
             .args(["-f", "^/bin/sleep 301$"])
@@ -1007,8 +991,10 @@ fn a_stop_during_a_reset_keeps_the_node_drained_and_records_the_attempt() {
             .map(str::to_string)
             .collect::<Vec<_>>()
     };
-    let during = sleeping();
-    assert_eq!(during.len(), 1, "the reset command runs: {during:?}");
+    let during = eventually("the reset command running", Duration::from_secs(10), || {
+        let during = sleeping();
+        (during.len() == 1).then_some(during)
+    });
     let d = d.restart(false, None);
     d.scrape_until("the first poll after the restart", |m| {
         m.value("gpu_up", &[("gpu", "0")]) == Some(1.0)

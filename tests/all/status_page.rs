@@ -126,15 +126,13 @@ fn the_history_api_answers_a_gpus_trend() {
     let temperature = m
         .value("gpu_temperature_celsius", &[("gpu", "0"), ("sensor", "gpu")])
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    let series = loop {
+    let series = until_ok("GPU 0's history", std::time::Duration::from_secs(15), || {
         let response = d.get("/api/v1/history?gpu=0&metric=gpu_temperature_celsius", &[]);
-        if response.status == 200 {
-            break serde_json::from_str::<serde_json::Value>(&response.text()).unwrap();
+        match response.status {
+            200 => serde_json::from_str::<serde_json::Value>(&response.text()).map_err(|e| e.to_string()),
+            _ => Err(response.text()),
         }
-        assert!(std::time::Instant::now() < deadline, "{}", response.text());
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    };
+    });
     assert_eq!(series["gpu"], 0);
     assert_eq!(series["step_seconds"], 10);
     let points = series["points"].as_array().unwrap();

@@ -149,20 +149,15 @@ fn healthz_fails_when_the_poll_loop_stalls() {
     let d = Daemon::start("init_error: driver_not_loaded\ndevices: []\n");
     assert_eq!(d.get("/healthz", &[]).status, 200);
     d.set_scenario("init_error: driver_not_loaded\ninit_hang: 120\ndevices: []\n");
-    let deadline = Instant::now() + Duration::from_secs(12);
-    loop {
-        let r = d.get("/healthz", &[]);
-        if r.status == 503 {
-            assert!(r.text().starts_with("poll loop stalled"), "{}", r.text());
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "/healthz still {} after the poll loop hung",
-            r.status
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let stalled = until_ok(
+        "/healthz to say 503 after the poll loop hung",
+        Duration::from_secs(12),
+        || {
+            let r = d.get("/healthz", &[]);
+            (r.status == 503).then(|| r.text()).ok_or(format!("{}", r.status))
+        },
+    );
+    assert!(stalled.starts_with("poll loop stalled"), "{stalled}");
 }
 
 #[test]
@@ -171,11 +166,7 @@ fn sighup_with_a_bad_config_keeps_the_running_one() {
     let good = std::fs::read_to_string(d.config_path()).unwrap();
     std::fs::write(d.config_path(), format!("{good}poll:\n  intervall: 1s\n")).unwrap();
     d.signal(SIGHUP);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !d.log_text().contains("reload refused") {
-        assert!(Instant::now() < deadline, "no refusal logged: {}", d.log_text());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    d.wait_for_log("reload refused", 1, Duration::from_secs(5));
     let log = d.log_text();
     let path = d.config_path().display().to_string();
     assert!(
@@ -262,6 +253,7 @@ fn sigterm_stops_within_five_seconds_even_with_a_hung_gpu_call() {
 fn sigterm_stops_within_five_seconds_even_with_a_hung_nvml_init() {
     let d = Daemon::start("init_error: driver_not_loaded\ndevices: []\n");
     d.set_scenario("init_error: driver_not_loaded\ninit_hang: 120\ndevices: []\n");
+    // Meant: the next retry of nvmlInit (at most a second away) is inside the hang by then.
     std::thread::sleep(Duration::from_millis(1500));
     assert_stops_quickly(d);
 }

@@ -106,18 +106,16 @@ impl Systemd {
     }
 
     fn wait_for(&self, what: &str, within: Duration, check: impl Fn(&Systemd) -> bool) {
-        let deadline = Instant::now() + within;
-        while !check(self) {
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; state {} ({}), status {:?}; journal:\n{}",
+        until_ok(what, within, || match check(self) {
+            true => Ok(()),
+            false => Err(format!(
+                "state {} ({}), status {:?}; journal:\n{}",
                 self.show("ActiveState"),
                 self.show("Result"),
                 self.show("StatusText"),
                 self.run("journalctl", &["-u", "gpuwarden", "--no-pager", "-n", "40"])
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+            )),
+        });
     }
 }
 
@@ -238,18 +236,14 @@ fn the_shipped_unit_under_a_real_systemd() {
 
     // A scheduled probe child runs inside the sandbox (MemoryDenyWriteExecute, the system
     // call filter) over the simulated CUDA driver, and passes.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    until_ok("a probe passed under systemd", Duration::from_secs(60), || {
         let m = Metrics::parse(&http_get(&format!("127.0.0.1:{port}"), "/metrics", &[]).text());
-        if m.find("gpu_probe_runs_total", &[("result", "pass")])
+        let passed = m
+            .find("gpu_probe_runs_total", &[("result", "pass")])
             .iter()
-            .any(|s| s.value >= 1.0)
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no probe passed under systemd:\n{}", m.text);
-        std::thread::sleep(Duration::from_millis(500));
-    }
+            .any(|s| s.value >= 1.0);
+        passed.then_some(()).ok_or(m.text)
+    });
 
     // The local API: systemd made /run/gpuwarden (RuntimeDirectory=), the daemon's socket is
     // there, and `gpuwarden health` (root, as Slurm's health check runs) gets its verdict.

@@ -262,11 +262,7 @@ fn a_bad_web_config_is_refused_at_start_and_on_reload() {
     )
     .unwrap();
     d.signal(libc::SIGHUP);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !d.log_text().contains("reload refused") {
-        assert!(std::time::Instant::now() < deadline, "{}", d.log_text());
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    d.wait_for_log("reload refused", 1, std::time::Duration::from_secs(5));
     assert!(d.log_text().contains("is not a bcrypt hash"), "{}", d.log_text());
     let url = format!("https://{}/metrics", d.addr);
     assert_eq!(curl(certs.path(), &url, &["-u", "prometheus:s3cret"]).code, Some(200));

@@ -349,11 +349,16 @@ impl Daemon {
             if check(&m) {
                 return m;
             }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; last scrape:\n{}",
-                m.text
-            );
+            if Instant::now() >= deadline {
+                let log = self.log_text();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!(
+                    "timed out waiting for {what}; last scrape:\n{}\nthe daemon's log, last lines:\n{}",
+                    m.text,
+                    tail.join("\n")
+                );
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -472,14 +477,25 @@ pub fn fake_reset_command() -> String {
     )
 }
 
-/// `gpuwarden ARGS... --json --state STATE` as JSON; the command must succeed.
+/// `gpuwarden ARGS... --json --state STATE` as JSON; the command must succeed. A journal the
+/// daemon has made but not yet given its tables (its first moments) is waited for, 10 s at most.
 pub fn gpuwarden_json(args: &[&str], state: &Path) -> serde_json::Value {
-    let out = Command::new(BIN)
-        .args(args)
-        .args(["--json", "--state"])
-        .arg(state)
-        .output()
-        .unwrap_or_else(|e| panic!("run gpuwarden {args:?}: {e}"));
+    let run = || {
+        Command::new(BIN)
+            .args(args)
+            .args(["--json", "--state"])
+            .arg(state)
+            .output()
+            .unwrap_or_else(|e| panic!("run gpuwarden {args:?}: {e}"))
+    };
+    let out = super::until_ok(&format!("gpuwarden {args:?}"), Duration::from_secs(10), || {
+        let out = run();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        match out.status.success() || !stderr.contains("holds no journal yet") {
+            true => Ok(out),
+            false => Err(stderr),
+        }
+    });
     assert!(
         out.status.success(),
         "gpuwarden {args:?} failed: {}",

@@ -64,6 +64,38 @@ pub fn repo_file(path: &str) -> String {
         .unwrap_or_else(|e| panic!("read {path}: {e}"))
 }
 
+/// Looks every 100 ms for `window` and fails, with what `look` said, the first time it does
+/// not hold: for what a test means to last (a debounce, a hold, nothing more written or
+/// logged), where a sleep and one look afterwards would miss a change that came and went.
+pub fn holds_for(what: &str, window: std::time::Duration, mut look: impl FnMut() -> Result<(), String>) {
+    let end = std::time::Instant::now() + window;
+    loop {
+        if let Err(why) = look() {
+            panic!("{what} did not hold: {why}");
+        }
+        if std::time::Instant::now() >= end {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Looks every 200 ms until `look` gives `Ok`, or fails after `within` saying `what` and
+/// the last `Err` (what was there instead).
+pub fn until_ok<T>(what: &str, within: std::time::Duration, mut look: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        match look() {
+            Ok(found) => return found,
+            Err(last) => assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}: {last}"
+            ),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
 /// Looks every 200 ms until `look` gives a value, or fails after `within` saying `what`.
 pub fn eventually<T>(what: &str, within: std::time::Duration, mut look: impl FnMut() -> Option<T>) -> T {
     let deadline = std::time::Instant::now() + within;

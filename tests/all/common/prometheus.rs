@@ -1,6 +1,6 @@
 //! A real Prometheus (Debian's package) on loopback, scraping a test daemon.
 
-use super::{RULES, http_get};
+use super::{RULES, eventually, http_get};
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -139,11 +139,25 @@ impl Prometheus {
 
     /// Waits until Prometheus has scraped the daemon (a new server takes a few seconds).
     pub fn wait_for_data(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !self.query_has_data("gpu_up == 1") {
-            assert!(Instant::now() < deadline, "Prometheus never scraped the daemon");
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        eventually("Prometheus to scrape the daemon", Duration::from_secs(60), || {
+            self.query_has_data("gpu_up == 1").then_some(())
+        });
+    }
+
+    /// Waits until Prometheus has scraped the daemon after this call and evaluated its rules
+    /// over that scrape: what it then shows is the daemon's state as of now.
+    pub fn wait_for_scrape_and_rules(&self) {
+        let asked = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        eventually("a scrape after now", Duration::from_secs(30), || {
+            self.query("timestamp(gpu_up)")
+                .iter()
+                .all(|(_, at)| *at > asked)
+                .then_some(())
+        });
+        // Meant: two of the rules' evaluations (250 ms apart, the config above) after it.
+        std::thread::sleep(Duration::from_millis(500));
     }
 }
 

@@ -146,6 +146,7 @@ fn serve(stream: TcpStream, answer: &Mutex<Answer>, received: &Mutex<Vec<Receive
         }
         Answer::Hangup => Ok(()),
         Answer::Silent => {
+            // Meant: a receiver that takes the request and says nothing for half a minute.
             std::thread::sleep(std::time::Duration::from_secs(30));
             Ok(())
         }
