@@ -4,11 +4,11 @@
 # nvlink -s, topo -m), then `gpuwarden probe --collective` through the NCCL it finds (the
 # system's, else PyTorch's), beside PyTorch's torch.distributed all-reduce of the same size.
 # On a machine of one GPU only `--gpus 0` runs: it shows NCCL loads, runs and sums right.
-#   scripts/gpu/collective-check.sh ./gpuwarden [OUT_DIR]
+#   scripts/gpu/run.sh collective-check      (its files in the run's results directory)
 set -uo pipefail
-bin=${1:?usage: collective-check.sh GPUWARDEN [OUT_DIR]}
-out=${2:-.}
-mkdir -p "$out"
+source "$(dirname "$(readlink -f "$0")")/lib.sh"
+bin=$GW_BIN
+out=$GW_OUT
 nvidia-smi -q | grep -m3 -E "Driver Version|CUDA Version|Product Name" > "$out/driver.txt"
 nvidia-smi nvlink -s > "$out/nvlink-s.txt" 2>&1
 nvidia-smi topo -m > "$out/topo.txt" 2>&1

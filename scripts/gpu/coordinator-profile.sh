@@ -3,22 +3,24 @@
 # stat (hardware counters where the machine has them; a KVM guest often has none) and perf
 # record of the coordinator, flat and with call graphs, on a daemon at its defaults
 # (docs/performance.md, "Fewer instructions a round, the runtime on one beat").
-#   sudo scripts/gpu/coordinator-profile.sh BINARY     (on the GPU machine)
+#   sudo scripts/gpu/run.sh coordinator-profile [BINARY]     (on the GPU machine; BINARY
+#   defaults to the harness's)
 # PERF: the perf binary (default: perf on the PATH; one carried over with its libraries works
-# with LD_LIBRARY_PATH). OUT: where the reports go (default: a new temporary directory).
+# with LD_LIBRARY_PATH). The reports go to the run's results directory.
 # SETTLE (75 s): past the start-up and its page-out.
 set -euo pipefail
-bin=$(readlink -f "$1")
+source "$(dirname "$(readlink -f "$0")")/lib.sh"
+bin=$(readlink -f "${1:-$GW_BIN}")
 perf=${PERF:-perf}
-out=${OUT:-$(mktemp -d)}
+out=$GW_OUT
 settle=${SETTLE:-75}
-work=$(mktemp -d)
-trap 'kill "$pid" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+work=$GW_WORK
 "$perf" --version
+# Its own copy: the kernel pages out (MADV_PAGEOUT) only pages no other process maps.
 cp "$bin" "$work/gpuwarden"
-printf 'listen: 127.0.0.1:9555\nlocal_api:\n  socket: %s/api.sock\nstate:\n  path: %s/state.db\n' "$work" "$work" > "$work/config.yaml"
-"$work/gpuwarden" run --config "$work/config.yaml" > "$work/log" 2>&1 &
-pid=$!
+gw_config < /dev/null
+GW_BIN=$work/gpuwarden gw_start
+pid=$GW_PID
 sleep "$settle"
 thread() { for t in /proc/"$pid"/task/*; do if [ "$(cat "$t/comm")" = "$1" ]; then basename "$t"; fi; done; }
 coordinator=$(thread poll-coordinato)
@@ -31,7 +33,7 @@ events=task-clock,context-switches,cpu-migrations,cycles,instructions,cache-miss
 "$perf" report -i "$work/flat.data" --sort sym --stdio 2>/dev/null | grep -v '^#' | grep -v '^$' | head -80 > "$out/coordinator-flat.txt"
 "$perf" record -e cpu-clock -F 5000 --call-graph dwarf,8192 -t "$coordinator" -o "$work/dwarf.data" -- sleep 60 2> "$out/record-dwarf.txt"
 "$perf" report -i "$work/dwarf.data" --children --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -100 > "$out/coordinator-children.txt"
-echo "log warnings: $(grep -c WARN "$work/log" || true)"
+echo "log warnings: $(grep -c WARN "$GW_OUT/daemon.log" || true)"
 cat "$out/stat-coordinator.txt" "$out/stat-gpu.txt"
 head -30 "$out/coordinator-flat.txt"
 echo "reports in $out"

@@ -2,7 +2,8 @@
 # gpuwarden's CPU and memory against the floor: scripts/gpu/nvml-loop.c (the same NVML calls
 # at the same cadence, nothing else), the daemon at its defaults and the daemon with every
 # feature on, all in the same window (docs/performance.md, "Against a C loop").
-#   sudo scripts/gpu/cost-vs-loop.sh BINARY [WINDOW_SECONDS]     (on the GPU machine)
+#   sudo scripts/gpu/run.sh cost-vs-loop [BINARY [WINDOW_SECONDS]]     (on the GPU machine;
+#   BINARY defaults to the harness's)
 # Two identical processes polling one GPU side by side differ by up to 40 % in the driver's
 # CPU (docs/results/two-loops-two-daemons-2026-11-26-h100.txt), so COPIES (2) loops and COPIES
 # daemons at defaults run, each its own copy of the binary, and the groups' means are
@@ -16,15 +17,14 @@
 # hand-offs alone cost on this machine. LOOP_ALSO=path/to/another/loop.c adds COPIES of that
 # loop (say, an older nvml-loop.c) as group "loopalso", to compare two loops in one window.
 set -euo pipefail
-bin=$(readlink -f "$1")
+source "$(dirname "$(readlink -f "$0")")/lib.sh"
+bin=$(readlink -f "${1:-$GW_BIN}")
 window=${2:-300}
 copies=${COPIES:-2}
 settle=${SETTLE:-130}
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/nvml-loop.sh"
-source "$here/every-feature.sh"
-mkdir -p "$work/jobs"
-echo 48217 > "$work/jobs/0"
+work=$GW_WORK
+gw_build_nvml_loop
 
 declare -A pid port_of
 procs=""
@@ -66,14 +66,14 @@ if [ -n "${LOOP_ALSO:-}" ]; then
     procs="$procs loopalso$i"
   done
 fi
-start_daemon all "$bin" "$(every_feature_yaml "$work/jobs")
+start_daemon all "$bin" "$(gw_every_feature_yaml)
 "
 if [ -n "${BEFORE:-}" ]; then
   for i in $(seq "$copies"); do start_daemon "before$i" "$(readlink -f "$BEFORE")" "${BEFORE_YAML:-}"; done
 fi
 sleep "$settle"
 
-# Beside cpu_ns (nvml-loop.sh), the CPU from /proc/PID/stat (utime + stime, clock ticks):
+# Beside gw_cpu_ns (lib.sh), the CPU from /proc/PID/stat (utime + stime, clock ticks):
 # coarser, but it keeps the time of threads that ended in the window (the runtime's blocking threads for the periodic reads
 # live 10 s), which the per-thread sum loses.
 cpu_ticks() { awk '{ print $14 + $15 }' /proc/"$1"/stat; }
@@ -85,12 +85,12 @@ own_poll() { PYTHONPATH="$here" python3 -c 'import sys, metrics_text; print(metr
   /^gpuwarden_poll_duration_seconds_sum\{backend="nvml"/ { s = $NF }
   /^gpuwarden_vendor_call_seconds_total\{backend="nvml"/ { c += $NF }
   END { print n + 0, s + 0, c + 0 }'; }
-for p in $procs; do cpu_ns "${pid[$p]}" > "$work/$p.c0"; cpu_ticks "${pid[$p]}" > "$work/$p.k0"; threads "${pid[$p]}" > "$work/$p.t0"; done
+for p in $procs; do gw_cpu_ns "${pid[$p]}" > "$work/$p.c0"; cpu_ticks "${pid[$p]}" > "$work/$p.k0"; threads "${pid[$p]}" > "$work/$p.t0"; done
 for p in $procs; do [ -n "${port_of[$p]:-}" ] && own_poll "${port_of[$p]}" > "$work/$p.o0"; done
 t0=$(date +%s.%N)
 sleep "$window"
 t1=$(date +%s.%N)
-for p in $procs; do cpu_ns "${pid[$p]}" > "$work/$p.c1"; cpu_ticks "${pid[$p]}" > "$work/$p.k1"; threads "${pid[$p]}" > "$work/$p.t1"; done
+for p in $procs; do gw_cpu_ns "${pid[$p]}" > "$work/$p.c1"; cpu_ticks "${pid[$p]}" > "$work/$p.k1"; threads "${pid[$p]}" > "$work/$p.t1"; done
 for p in $procs; do [ -n "${port_of[$p]:-}" ] && own_poll "${port_of[$p]}" > "$work/$p.o1"; done
 elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
 echo "window: $elapsed s after a settle of $settle s; $copies copies; GPUs: $(nvidia-smi -L | wc -l) ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1))"

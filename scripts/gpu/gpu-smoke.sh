@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compares gpuwarden with nvidia-smi on a real NVIDIA GPU.
 #
-#   scripts/gpu/gpu-smoke.sh [path/to/gpuwarden]
+#   scripts/gpu/run.sh gpu-smoke [path/to/gpuwarden]     (default: the harness's binary)
 #
 # Needs: root (persistence mode), nvidia-smi, python3; PyTorch for the load phase (skipped
 # without it). It never changes clocks, power limits or MIG mode and never resets a GPU;
@@ -12,15 +12,14 @@
 # nvidia-smi showed, widened by a tolerance (power 5%, temperature 1 C, SM clock 2%). Then it
 # loads GPU 0 with a bf16 matmul for LOAD_SECONDS and compares the active clock-event reasons
 # and the growth of the driver's clock-event counters with nvidia-smi -q -d PERFORMANCE.
-# Exit status 0 when everything agrees.
+# Exit status 0 when everything agrees. Every file the comparison used (scrapes, nvidia-smi
+# output, the daemon's log) stays in the run's results directory.
 set -euo pipefail
-BIN=${1:-./target/release/gpuwarden}
+source "$(dirname "$(readlink -f "$0")")/lib.sh"
+BIN=$(readlink -f "${1:-$GW_BIN}")
 LOAD_SECONDS=${LOAD_SECONDS:-15}
-PORT=${PORT:-19100}
-WORK=$(mktemp -d)
-# SAVE_DIR, when set, receives every file the comparison used (scrapes, nvidia-smi output, logs).
-trap 'kill $DAEMON 2>/dev/null || true; [ -n "${SAVE_DIR:-}" ] && tar czf "$SAVE_DIR/gpu-smoke-files.tgz" -C "$WORK" . 2>/dev/null; rm -rf "$WORK"' EXIT
-DAEMON=
+PORT=$GW_PORT
+WORK=$GW_OUT
 
 smi() {
   nvidia-smi --query-gpu=index,uuid,temperature.gpu,power.draw,clocks.sm,pcie.link.gen.current,pcie.link.width.current,pcie.link.width.max,persistence_mode \
@@ -37,16 +36,8 @@ smi > "$WORK/smi_before.csv"
 smi > "$WORK/smi_after.csv"
 
 echo "== daemon scrape vs nvidia-smi"
-cat > "$WORK/config.yaml" <<CONF
-listen: 127.0.0.1:$PORT
-poll:
-  interval: 500ms
-  timeout: 400ms
-CONF
-"$BIN" run --config "$WORK/config.yaml" 2> "$WORK/daemon.log" &
-DAEMON=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
-sleep 1
+printf 'poll:\n  interval: 500ms\n  timeout: 400ms\n' | gw_config
+GW_BIN=$BIN gw_start
 smi > "$WORK/smi_scrape_before.csv"
 curl -sf "http://127.0.0.1:$PORT/metrics" > "$WORK/scrape.txt"
 smi > "$WORK/smi_scrape_after.csv"

@@ -3,15 +3,18 @@
 # events) and a cpu-clock profile of each thread, then every ioctl each makes, with its time
 # and the NVML function and caller it came from (strace -T, then strace -k), by second of the
 # window (docs/performance.md, "The loop asked for other fields").
-#   sudo scripts/gpu/gpu-thread-syscalls.sh BINARY     (on the GPU machine)
+#   sudo scripts/gpu/run.sh gpu-thread-syscalls [BINARY]     (on the GPU machine; BINARY
+#   defaults to the harness's)
 # STRACE / PERF: the programs (the GPU machine may lack them: carry Debian's with their
 # libraries and set LD_LIBRARY_PATH); NVML_INCLUDE: where nvml.h is. Without PERF the perf
 # steps are left out.
 set -euo pipefail
-bin=$(readlink -f "$1")
-here=$(cd "$(dirname "$0")" && pwd)
+source "$(dirname "$(readlink -f "$0")")/lib.sh"
+bin=$(readlink -f "${1:-$GW_BIN}")
+here=$(dirname "$(readlink -f "$0")")
 strace=${STRACE:-strace}
-source "$here/nvml-loop.sh"
+work=$GW_WORK
+gw_build_nvml_loop
 "$work/nvml-loop" 600 0.25 > "$work/loop.log" 2>&1 &
 loop=$!
 cp "$bin" "$work/gpuwarden"

@@ -12,7 +12,7 @@
 #    answer with its time; the chain must read 0.. 1.. 0 with no 0 between the first 1 and
 #    the last, and no 1 after the restart.
 # 2. Exit on SIGTERM, three times at defaults and three with every feature on
-#    (every-feature.sh): the milliseconds from the signal to the process's end, the daemon's
+#    (lib.sh's gw_every_feature_yaml): the milliseconds from the signal to the process's end, the daemon's
 #    own "stopped in N ms; the last to stop: ..." line, and the exit status.
 # PHASES=exit runs only the second part.
 set -u
@@ -79,15 +79,13 @@ gw_events --json > "$GW_OUT/events.json" 2>&1
 fi
 
 say "== exit on SIGTERM"
-source "$here/every-feature.sh"
-mkdir -p "$GW_WORK/jobs"; echo 48217 > "$GW_WORK/jobs/0"
 for features in defaults all; do
     for i in 1 2 3; do
         rm -f "$GW_STATE"*
         if [ $features = defaults ]; then
             gw_config < /dev/null
         else
-            every_feature_yaml "$GW_WORK/jobs" | gw_config
+            gw_every_feature_yaml | gw_config
         fi
         gw_start
         # Ten seconds of running (every feature's sources started and settled) before the stop.

@@ -1,6 +1,7 @@
 # The shared steps of the GPU checks, sourced by each check that scripts/gpu/run.sh runs: the
 # daemon's config, its start (waiting for its first poll, not a fixed time), what it serves,
-# its stop. run.sh sets what these use: GW_BIN (the binary), GW_OUT (the run's results
+# its stop, a load on the GPU, the C loop of the same NVML calls and a process's CPU over a window.
+# run.sh sets what these use: GW_BIN (the binary), GW_OUT (the run's results
 # directory), GW_WORK (scratch, removed at the end), GW_PORT (the daemon's port).
 # shellcheck shell=bash
 
@@ -86,4 +87,77 @@ gw_events() { "$GW_BIN" events --state "$GW_STATE" "$@"; }
 gw_kmsg_bus() {
   nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i "${1:-0}" | tr 'A-F' 'a-f' \
     | sed -E 's/^0*([0-9a-f]{4}):/\1:/' | cut -d. -f1
+}
+
+# Every process a check starts in the background (a load, a C loop, daemons of another build)
+# goes when the check ends, with the daemon.
+gw_cleanup() {
+  gw_stop
+  local jobs
+  jobs=$(jobs -p)
+  [ -z "$jobs" ] || kill $jobs 2>/dev/null || true
+  wait 2>/dev/null || true
+}
+trap gw_cleanup EXIT
+
+# What "every feature on" means in the measurements (docs/performance.md), in one place: the
+# config sections that turn on what the defaults leave off (dcgm-exporter's names, per-link
+# NVLink series, per-process series, a job mapping directory holding one job). The journal is
+# on at the defaults.
+gw_every_feature_yaml() {
+  mkdir -p "$GW_WORK/jobs"
+  echo 48217 > "$GW_WORK/jobs/0"
+  cat <<YAML
+compat:
+  dcgm_exporter: true
+nvlink:
+  per_link: true
+processes:
+  per_process: true
+hpc_jobs:
+  mapping_dir: $GW_WORK/jobs
+YAML
+}
+
+# A PyTorch bf16 matmul that keeps a compute process on GPU 0 (so the per-process calls run)
+# until the check ends; returns once its CUDA context is up.
+gw_gpu_load() {
+  python3 -c '
+import torch, time
+a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+print("load up", flush=True)
+end = time.time() + 3600
+while time.time() < end:
+    for _ in range(20):
+        a @ a
+    torch.cuda.synchronize()
+    time.sleep(0.05)
+' > "$GW_WORK/load.log" 2>&1 &
+  gw_until 120 grep -q "load up" "$GW_WORK/load.log" || gw_fail "the PyTorch load did not start: $(tail -3 "$GW_WORK/load.log")"
+}
+
+# scripts/gpu/nvml-loop.c built into $GW_WORK/nvml-loop (NVML_INCLUDE: where nvml.h is, if not
+# under /usr/local/cuda/include): the same NVML calls as the daemon at its cadence, nothing else.
+gw_build_nvml_loop() {
+  gcc -O2 -o "$GW_WORK/nvml-loop" "$(dirname "${BASH_SOURCE[0]}")/nvml-loop.c" \
+    -I"${NVML_INCLUDE:-/usr/local/cuda/include}" -l:libnvidia-ml.so.1 -lpthread
+}
+
+# A process's CPU in nanoseconds, summed over its live threads (schedstat). printf, not print:
+# awk may print a sum past 2^31 as 2.4e+09.
+gw_cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%d\n", s }'; }
+
+# gw_cpu_ms_over WINDOW NAME...: after 15 s of settling, each named process's CPU (ms, from the
+# caller's pid[NAME]) over the next WINDOW seconds, into ms[NAME].
+gw_cpu_ms_over() {
+  local window=$1 n
+  shift
+  declare -gA ms
+  declare -A before
+  sleep 15
+  for n in "$@"; do before[$n]=$(gw_cpu_ns "${pid[$n]}"); done
+  sleep "$window"
+  for n in "$@"; do
+    ms[$n]=$(awk -v ns=$(( $(gw_cpu_ns "${pid[$n]}") - ${before[$n]} )) 'BEGIN { printf "%.1f", ns / 1e6 }')
+  done
 }

@@ -3,11 +3,12 @@
 # scripts/gpu/nvml-loop.c side by side: one each pinned to four different CPUs, and four
 # pinned together to one CPU; each one's CPU over the window (docs/performance.md,
 # "Against a C loop").
-#   sudo scripts/gpu/loop-cpu-check.sh [WINDOW_SECONDS]     (on the GPU machine)
+#   sudo scripts/gpu/run.sh loop-cpu-check [WINDOW_SECONDS]     (on the GPU machine)
 set -euo pipefail
 window=${1:-120}
-here=$(cd "$(dirname "$0")" && pwd)
-source "$here/nvml-loop.sh"
+source "$(dirname "$(readlink -f "$0")")/lib.sh"
+work=$GW_WORK
+gw_build_nvml_loop
 cpus=$(nproc)
 declare -A pid cpu
 names=""
@@ -21,7 +22,7 @@ for i in 1 2 3 4; do
   taskset -c 3 "$work/nvml-loop" $((window + 30)) > /dev/null 2>&1 & pid[$n]=$!
   names="$names $n"
 done
-cpu_ms_over "$window" $names
+gw_cpu_ms_over "$window" $names
 echo "window: $window s; $cpus CPUs; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); GPU's NUMA node: $(cat /sys/bus/pci/devices/*/numa_node 2>/dev/null | sort | uniq -c | tr '\n' ' ')"
 for n in $names; do printf '%-14s CPU %s ms\n' "$n" "${ms[$n]}"; done
 lscpu | grep -E "^(Model name|Thread|Core|Socket|NUMA node)" || true

@@ -2,12 +2,12 @@
 # The correctness canary on a real GPU (docs/probe.md, "Silent data corruption"): two runs of
 # `gpuwarden probe --tests sdc` on GPU N must give the same digest, every exact check clean; then
 # the default probe with and without the canary, for what it adds to a probe's wall time.
-#   scripts/gpu/sdc-check.sh ./gpuwarden [GPU] [OUT_DIR]
+#   scripts/gpu/run.sh sdc-check [GPU]       (its files in the run's results directory)
 set -euo pipefail
-bin=${1:?usage: sdc-check.sh GPUWARDEN [GPU] [OUT_DIR]}
-gpu=${2:-0}
-out=${3:-.}
-mkdir -p "$out"
+source "$(dirname "$(readlink -f "$0")")/lib.sh"
+bin=$GW_BIN
+gpu=${1:-0}
+out=$GW_OUT
 "$bin" probe --gpu "$gpu" --tests sdc --json > "$out/sdc-1.json"
 "$bin" probe --gpu "$gpu" --tests sdc --json > "$out/sdc-2.json"
 "$bin" probe --gpu "$gpu" --tests gemm_bf16,fma_fp32,hbm_copy,pcie_h2d,pcie_d2h --json > "$out/probe-without.json"

@@ -1,13 +1,15 @@
 #!/bin/bash
-# threads-by-design.sh WINDOW SETTLE BIN...: each thread's CPU (schedstat) and task switches over
-# WINDOW seconds, after SETTLE, of three plain C loops, three C loops in gpuwarden's old shape
-# (handoff) and two daemons at defaults per BIN, all in one window (NVML_INCLUDE: where nvml.h is).
+# scripts/gpu/run.sh threads-by-design WINDOW SETTLE [BIN...]: each thread's CPU (schedstat) and
+# task switches over WINDOW seconds, after SETTLE, of three plain C loops, three C loops in
+# gpuwarden's old shape (handoff) and two daemons at defaults per BIN (default: the harness's
+# binary), all in one window (NVML_INCLUDE: where nvml.h is).
 set -e
+source "$(dirname "$(readlink -f "$0")")/lib.sh"
 window=$1; settle=$2; shift 2
-# The work directory, its clean-up and the loop's build: nvml-loop.sh's.
-source "$(cd "$(dirname "$0")" && pwd)/nvml-loop.sh"
+[ $# -gt 0 ] || set -- "$GW_BIN"
+gw_build_nvml_loop
 set +e
-w=$work
+w=$GW_WORK
 echo "pci devices: $(ls /sys/bus/pci/devices | wc -l); nproc $(nproc); $(uname -r)"
 declare -A pid; names=""
 total=$((window + settle + 20))
