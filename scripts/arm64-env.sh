@@ -8,3 +8,8 @@ export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
 export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -L $arm64_sysroot"
 export QEMU_LD_PREFIX=$arm64_sysroot
+# A build directory of its own: the cross build's host parts (build scripts, proc macros) then
+# do not wait on the native release build's lock on target/release, and the two build side by
+# side (scripts/ci/release-builds.sh). cargo-deb finds the binaries through cargo's metadata.
+export CARGO_TARGET_DIR=target/arm64
+arm64_release=$CARGO_TARGET_DIR/$arm64_target/release

@@ -26,12 +26,12 @@ for arch in ${ARCHES:-amd64 arm64}; do
     # Built as scripts/ci/package.sh and scripts/ci/arm64.sh build them (the same features
     # resolved, so a release after the test command compiles nothing again).
     amd64) unset CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER CC_aarch64_unknown_linux_gnu AR_aarch64_unknown_linux_gnu \
-        CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER QEMU_LD_PREFIX
+        CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER QEMU_LD_PREFIX CARGO_TARGET_DIR
       target_args=(); build_args=(--workspace); dir=target/release; triple=x86_64-unknown-linux-gnu ;;
     # The cross toolchain's settings only for the arm64 build.
     arm64) source scripts/arm64-env.sh
       target_args=(--target "$arm64_target"); build_args=(-p gpuwarden -p gpuwarden-sim-nvml -p gpuwarden-sim-cuda)
-      dir=target/$arm64_target/release; triple=$arm64_target ;;
+      dir=$arm64_release; triple=$arm64_target ;;
     *) echo "unknown architecture $arch (amd64, arm64)"; exit 64 ;;
   esac
   cargo build --release "${target_args[@]}" "${build_args[@]}"

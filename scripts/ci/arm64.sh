@@ -19,8 +19,8 @@ cargo test --lib --target "$target"
 
 step "release build"
 cargo build --release --target "$target" -p gpuwarden -p gpuwarden-sim-nvml -p gpuwarden-sim-cuda
-bin=target/$target/release/gpuwarden
-lib=target/$target/release/libgpuwarden_sim_nvml.so
+bin=$arm64_release/gpuwarden
+lib=$arm64_release/libgpuwarden_sim_nvml.so
 file -L "$bin" | grep -q 'ARM aarch64' || { echo "not an arm64 binary: $(file -L "$bin")"; exit 1; }
 file -L "$lib" | grep -q 'ARM aarch64' || { echo "not an arm64 library: $(file -L "$lib")"; exit 1; }
 

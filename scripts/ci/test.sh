@@ -173,4 +173,4 @@ view=$(mktemp -d /tmp/gpuwarden-checkout.XXXXXX)
 unshare --mount --propagation private sh -c 'mount --bind "$1" "$2" && cd "$2" && exec bash scripts/ci/release-check.sh' \
   sh "$PWD" "$view" || { rmdir "$view"; exit 1; }
 rmdir "$view"
-[ -z "${CI:-}" ] || rm -rf target/aarch64-unknown-linux-gnu target/release-artifacts
+[ -z "${CI:-}" ] || rm -rf target/arm64 target/release-artifacts
