@@ -378,7 +378,8 @@ fn backend_settings_make_the_backends_anew_and_keep_the_counters() {
     });
     // (No amdgpu driver here: the AMD backend is absent, not down, before and after.)
     reload(&d, |c| format!("{c}amd:\n  enabled: false\n"));
-    assert!(d.log_text().contains("enumerating the GPUs again"), "{}", d.log_text());
+    // The poll thread makes them anew after the reload is taken (a loaded machine: later).
+    d.wait_for_log("enumerating the GPUs again", 1, Duration::from_secs(10));
     let after = d.scrape_until("the backends made anew", |m| m.find("gpu_up", &[]).len() == 8);
     let amd_series = |m: &Metrics| {
         counters(m)
