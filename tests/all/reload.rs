@@ -647,6 +647,15 @@ fn poll_timing_off_drops_only_the_poll_timing_and_a_reload_brings_it_back() {
     }
     // The rest of gpuwarden's own series stay: its build and its backends.
     assert!(off.has_family("gpuwarden_build_info") && off.has_family("gpuwarden_backend_up"));
+    // Three rounds with it off (each a new poll time), so a count since the reload shows.
+    let polled_at = std::cell::RefCell::new(std::collections::BTreeSet::new());
+    d.scrape_until("three rounds with the timing off", |m| {
+        let mut seen = polled_at.borrow_mut();
+        if let Some(at) = m.value("gpu_last_poll_timestamp_seconds", &[("gpu", "0")]) {
+            seen.insert(at.to_bits());
+        }
+        seen.len() >= 3
+    });
     reload(&d, |c| c.replace("poll_timing: false", "poll_timing: true"));
     let on = d.scrape_until_within("the poll timing back", Duration::from_secs(10), |m| {
         m.has_family("gpuwarden_vendor_call_seconds_total")
@@ -656,7 +665,7 @@ fn poll_timing_off_drops_only_the_poll_timing_and_a_reload_brings_it_back() {
     let rounds = on
         .value("gpuwarden_poll_round_duration_seconds_count", &[])
         .unwrap_or(0.0);
-    assert!(rounds >= 2.0, "{rounds} rounds counted");
+    assert!(rounds >= 3.0, "{rounds} rounds counted");
     // Each family gone is the series it had: what the docs say it saves.
     let saved = on.samples.len() - off.samples.len();
     assert!(saved >= 20, "only {saved} fewer samples with poll_timing: false");
