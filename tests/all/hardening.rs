@@ -225,6 +225,7 @@ fn one_client_holding_every_slot_does_not_lock_scrapes_out() {
             }
             let opened = held.len();
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                // Meant: the connections held until the test has scraped beside them.
                 std::thread::sleep(Duration::from_millis(50));
             }
             opened

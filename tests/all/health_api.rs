@@ -544,6 +544,7 @@ fn slow_and_idle_local_clients_do_not_hold_the_health_check() {
                 if stream.write_all(b" ").is_err() {
                     return;
                 }
+                // Meant: a byte a second, the slow client the server must not wait on.
                 std::thread::sleep(Duration::from_secs(1));
             }
         }));
@@ -774,6 +775,7 @@ fn a_stop_during_a_reset_is_not_a_failure_and_a_restart_cannot_reset_again() {
     d.signal(15);
     while d.child.try_wait().unwrap().is_none() {
         assert!(stopping.elapsed() < Duration::from_secs(5), "no exit within 5 s");
+        // Meant: the exit timed to 20 ms against the 5 s a stop may take.
         std::thread::sleep(Duration::from_millis(20));
     }
     let log = d.log_text();
