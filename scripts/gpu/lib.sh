@@ -68,7 +68,13 @@ gw_until() {
 
 # Waits until /metrics has a line matching REGEX, SECONDS at most (default 60); 1 when not.
 gw_wait_metric() { gw_until "${2:-60}" gw_has_metric "$1"; }
-gw_has_metric() { curl -sf "http://127.0.0.1:$GW_PORT/metrics" 2>/dev/null | grep -qE "$1"; }
+# The whole body first: `curl | grep -q` under pipefail fails when grep stops at its first match
+# and curl, still writing a large /metrics, gets SIGPIPE.
+gw_has_metric() {
+  local body
+  body=$(curl -sf "http://127.0.0.1:$GW_PORT/metrics" 2>/dev/null) || return 1
+  grep -qE "$1" <<< "$body"
+}
 
 # Waits until the daemon's log has a line matching REGEX, SECONDS at most (default 60).
 gw_wait_log() { gw_until "${2:-60}" grep -qsE "$1" "$GW_OUT/daemon.log"; }

@@ -706,14 +706,17 @@ fn the_pause_file_and_the_paused_key_hold_every_automatic_reset_until_lifted() {
     reload(&d, |c| c.replace("paused: false", "paused: true"));
     std::fs::remove_file(&pause).unwrap();
     d.report_drained_with_no_job();
-    // Drained with no job, it would act within a round: it stays held back instead.
-    holds_for("held back by the key", Duration::from_secs(3), || {
+    // Drained with no job, it would act within a round: it is held back by the key once the
+    // reload is in, and stays so.
+    let by_the_key = || {
         let (_, text) = d.health(false);
         match text.contains("held back (paused): remediation.paused is true") {
             true => Ok(()),
             false => Err(text),
         }
-    });
+    };
+    until_ok("held back by the key", Duration::from_secs(10), by_the_key);
+    holds_for("held back by the key", Duration::from_secs(3), by_the_key);
     assert_eq!(
         d.scrape()
             .value("gpu_remediation_resets", &[("gpu", "0"), ("outcome", "succeeded")]),
