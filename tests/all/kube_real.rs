@@ -121,11 +121,6 @@ fn our_taint(node: &Value) -> Option<Value> {
         .cloned()
 }
 
-/// Asks `what` of the API every 0.2 s until `check` holds.
-fn until<T>(what: &str, within: Duration, check: impl FnMut() -> Option<T>) -> T {
-    eventually(what, within, check)
-}
-
 /// gpuwarden's Events on `node`: (reason, message), oldest first.
 fn events(plane: &ControlPlane, node: &str) -> Vec<(String, String, String)> {
     let list = plane.raw("/api/v1/namespaces/default/events");
@@ -181,14 +176,14 @@ fn a_fault_taints_the_node_and_its_device_and_only_a_passed_validation_lifts_the
     let cuda = tempfile::tempdir().unwrap();
     let d = start_daemon(&plane, "gpu-node-1", cuda.path());
 
-    let healthy = until("the condition False", FOLLOWS, || {
+    let healthy = eventually("the condition False", FOLLOWS, || {
         condition(&node(&plane, "gpu-node-1")).filter(|c| c["status"] == "False")
     });
     assert_eq!(healthy["reason"], "GpusHealthy");
     assert_eq!(our_taint(&node(&plane, "gpu-node-1")), None);
 
     d.log_kernel("NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE (0x00000000)\n");
-    let faulty = until("the taint", FOLLOWS, || {
+    let faulty = eventually("the taint", FOLLOWS, || {
         let n = node(&plane, "gpu-node-1");
         our_taint(&n).map(|t| (n, t))
     });
@@ -213,7 +208,7 @@ fn a_fault_taints_the_node_and_its_device_and_only_a_passed_validation_lifts_the
     );
     assert_eq!(n["spec"]["unschedulable"], true, "the admin's cordon stays");
     let gpu0 = demo_uuids()[0].clone();
-    let rules = until("GPU 0's device taint rule", FOLLOWS, || {
+    let rules = eventually("GPU 0's device taint rule", FOLLOWS, || {
         Some(device_rules(&plane, &gpu0)).filter(|r| !r.is_empty())
     });
     assert_eq!(rules.len(), 1, "{rules:?}");
@@ -226,7 +221,7 @@ fn a_fault_taints_the_node_and_its_device_and_only_a_passed_validation_lifts_the
         (spec["taint"]["key"].as_str(), spec["taint"]["effect"].as_str()),
         (Some("gpuwarden/unhealthy"), Some("NoExecute"))
     );
-    let warned = until("the Event", FOLLOWS, || {
+    let warned = eventually("the Event", FOLLOWS, || {
         events(&plane, "gpu-node-1")
             .into_iter()
             .find(|(_, reason, _)| reason == "GpuUnhealthy")
@@ -240,7 +235,7 @@ fn a_fault_taints_the_node_and_its_device_and_only_a_passed_validation_lifts_the
     let (code, out, _) = d.clear("0", "replaced the HBM board, INC-1", &[]);
     assert_eq!(code, 0, "{out}");
     let mut saw_validating_rule = false;
-    let lifted_at = until("the taint lifted", Duration::from_secs(40), || {
+    let lifted_at = eventually("the taint lifted", Duration::from_secs(40), || {
         let n = node(&plane, "gpu-node-1");
         let rules = device_rules(&plane, &gpu0);
         saw_validating_rule |= rules.iter().any(|r| r["spec"]["taint"]["effect"] == "NoSchedule");
@@ -265,7 +260,7 @@ fn a_fault_taints_the_node_and_its_device_and_only_a_passed_validation_lifts_the
         "the admin's taint stays"
     );
     assert_eq!(lifted_at["spec"]["unschedulable"], true, "the admin's cordon stays");
-    until("GPU 0's device rule gone", FOLLOWS, || {
+    eventually("GPU 0's device rule gone", FOLLOWS, || {
         Some(()).filter(|_| device_rules(&plane, &gpu0).is_empty())
     });
     // The demo's degraded GPUs keep theirs, a notice (effect None) a scheduler can read.
@@ -277,7 +272,7 @@ fn a_fault_taints_the_node_and_its_device_and_only_a_passed_validation_lifts_the
         "{}",
         d.log_text()
     );
-    let reasons: Vec<String> = until("the repair's Events", FOLLOWS, || {
+    let reasons: Vec<String> = eventually("the repair's Events", FOLLOWS, || {
         let reasons: Vec<String> = events(&plane, "gpu-node-1").into_iter().map(|(_, r, _)| r).collect();
         reasons.contains(&"GpuHealthy".to_string()).then_some(reasons)
     });
@@ -307,7 +302,7 @@ fn the_cap_keeps_the_third_node_untainted_until_another_is_repaired() {
     let fault = "NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE (0x00000000)\n";
     for (d, n) in daemons.iter().zip(nodes).take(2) {
         d.log_kernel(fault);
-        until(&format!("{n} tainted"), FOLLOWS, || our_taint(&node(&plane, n)));
+        eventually(&format!("{n} tainted"), FOLLOWS, || our_taint(&node(&plane, n)));
     }
     daemons[2].log_kernel(fault);
     let refused = daemons[2].scrape_until("the cap's refusal", |m| {
@@ -333,11 +328,11 @@ fn the_cap_keeps_the_third_node_untainted_until_another_is_repaired() {
 
     let (code, out, _) = daemons[0].clear("0", "replaced, INC-9", &[]);
     assert_eq!(code, 0, "{out}");
-    until("gpu-node-1's taint lifted", Duration::from_secs(40), || {
+    eventually("gpu-node-1's taint lifted", Duration::from_secs(40), || {
         Some(()).filter(|_| our_taint(&node(&plane, "gpu-node-1")).is_none())
     });
     // The third looks again within its recount (15 s) and takes the place.
-    until("gpu-node-3 tainted", Duration::from_secs(30), || {
+    eventually("gpu-node-3 tainted", Duration::from_secs(30), || {
         our_taint(&node(&plane, "gpu-node-3"))
     });
     daemons[2].scrape_until("the refusal let go", |m| {
@@ -355,7 +350,7 @@ fn an_api_server_outage_loses_nothing_and_a_restart_doubles_nothing() {
     let mut plane = cluster(&["gpu-node-1"]);
     let cuda = tempfile::tempdir().unwrap();
     let d = start_daemon(&plane, "gpu-node-1", cuda.path());
-    until("the condition", FOLLOWS, || condition(&node(&plane, "gpu-node-1")));
+    eventually("the condition", FOLLOWS, || condition(&node(&plane, "gpu-node-1")));
     plane.stop_apiserver();
 
     let down = Instant::now();
@@ -384,7 +379,7 @@ fn an_api_server_outage_loses_nothing_and_a_restart_doubles_nothing() {
 
     plane.start_apiserver();
     // The verdict is healthy again: the condition says so, and no taint was ever left.
-    until("the condition caught up", Duration::from_secs(45), || {
+    eventually("the condition caught up", Duration::from_secs(45), || {
         condition(&node(&plane, "gpu-node-1")).filter(|c| c["status"] == "False" && c["reason"] == "GpusHealthy")
     });
     let rows = events_json(&d.state_path(), &[]);
@@ -396,7 +391,7 @@ fn an_api_server_outage_loses_nothing_and_a_restart_doubles_nothing() {
         .filter(|r| r["gpu"]["uuid"] == demo_uuids()[0].as_str() || r["gpu_uuid"] == demo_uuids()[0].as_str())
         .map(|r| r["summary"].as_str().unwrap_or("").to_string())
         .collect();
-    let posted = until("every row's Event", Duration::from_secs(45), || {
+    let posted = eventually("every row's Event", Duration::from_secs(45), || {
         let posted = events(&plane, "gpu-node-1");
         let gpu0: Vec<_> = posted
             .iter()
@@ -583,14 +578,14 @@ fn node_problem_detector_sets_its_condition_from_gpuwarden_health() {
         .unwrap();
     let npd_log = || std::fs::read_to_string(dir.join("npd.log")).unwrap_or_default();
     let healthy = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        until("NPD's condition", Duration::from_secs(30), || {
+        eventually("NPD's condition", Duration::from_secs(30), || {
             condition(&node(&plane, "gpu-node-4")).filter(|c| c["status"] == "False")
         })
     }));
     let healthy = healthy.unwrap_or_else(|_| panic!("{}", npd_log()));
     assert_eq!(healthy["reason"], "GpusHealthy");
     d.log_kernel("NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE (0x00000000)\n");
-    let sick = until("NPD's condition True", Duration::from_secs(30), || {
+    let sick = eventually("NPD's condition True", Duration::from_secs(30), || {
         condition(&node(&plane, "gpu-node-4")).filter(|c| c["status"] == "True")
     });
     assert_eq!(sick["reason"], "GpuUnhealthy");
@@ -603,7 +598,7 @@ fn node_problem_detector_sets_its_condition_from_gpuwarden_health() {
     );
     let (code, out, _) = d.clear("0", "replaced, INC-11", &[]);
     assert_eq!(code, 0, "{out}");
-    until("NPD's condition False again", Duration::from_secs(40), || {
+    eventually("NPD's condition False again", Duration::from_secs(40), || {
         condition(&node(&plane, "gpu-node-4")).filter(|c| c["status"] == "False")
     });
     let _ = npd.kill();
@@ -622,7 +617,7 @@ fn a_cluster_without_device_taint_rules_is_skipped_with_one_notice() {
     let d = start_daemon(&plane, "gpu-node-1", cuda.path());
     d.wait_for_log("has no resource.k8s.io/v1 DeviceTaintRules", 1, Duration::from_secs(20));
     d.log_kernel("NVRM: Xid (PCI:0000:19:00): 48, pid=1, name=x, DBE (0x00000000)\n");
-    until("the taint", FOLLOWS, || our_taint(&node(&plane, "gpu-node-1")));
+    eventually("the taint", FOLLOWS, || our_taint(&node(&plane, "gpu-node-1")));
     // A hold, meant: two more passes must not say it again or count a failure for it.
     std::thread::sleep(Duration::from_secs(2));
     let log = d.log_text();

@@ -544,11 +544,6 @@ fn per_process_on_reload_keeps_the_gpm_series() {
     );
 }
 
-/// Waits until the daemon's log holds `text` `n` times.
-fn wait_for_log(d: &Daemon, text: &str, n: usize) {
-    d.wait_for_log(text, n, Duration::from_secs(10));
-}
-
 /// Hostile shapes at the config path on SIGHUP: a FIFO (reading it used to block the daemon,
 /// SIGTERM ignored), a link to /dev/zero (read without end), a 2 MiB file and a file that is
 /// not UTF-8. Each is refused with what is wrong, the running config kept and served, and
@@ -596,7 +591,7 @@ fn a_fifo_or_an_endless_file_at_the_config_path_is_refused_on_reload() {
     for (n, (expected, make)) in shapes.iter().enumerate() {
         make();
         d.signal(1);
-        wait_for_log(&d, "reload refused", n + 1);
+        d.wait_for_log("reload refused", n + 1, Duration::from_secs(10));
         assert!(d.log_text().contains(expected), "{expected}:\n{}", d.log_text());
         d.scrape_until("still serving", |m| m.value("gpu_up", &[("gpu", "0")]) == Some(1.0));
     }
@@ -621,7 +616,7 @@ fn a_refused_reload_names_the_file_and_line() {
     let config = std::fs::read_to_string(&path).unwrap();
     std::fs::write(&path, config.replace("dedup_window: 2s", "dedup_window: 2 parsecs")).unwrap();
     d.signal(1);
-    wait_for_log(&d, "reload refused", 1);
+    d.wait_for_log("reload refused", 1, Duration::from_secs(10));
     let log = d.log_text();
     assert!(!log.contains("<input>"), "{log}");
     assert!(log.contains(&format!("--> {}:", path.display())), "{log}");

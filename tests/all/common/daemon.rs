@@ -480,16 +480,13 @@ pub fn fake_reset_command() -> String {
 /// `gpuwarden ARGS... --json --state STATE` as JSON; the command must succeed. A journal the
 /// daemon has made but not yet given its tables (its first moments) is waited for, 10 s at most.
 pub fn gpuwarden_json(args: &[&str], state: &Path) -> serde_json::Value {
-    let run = || {
-        Command::new(BIN)
+    let out = super::until_ok(&format!("gpuwarden {args:?}"), Duration::from_secs(10), || {
+        let out = Command::new(BIN)
             .args(args)
             .args(["--json", "--state"])
             .arg(state)
             .output()
-            .unwrap_or_else(|e| panic!("run gpuwarden {args:?}: {e}"))
-    };
-    let out = super::until_ok(&format!("gpuwarden {args:?}"), Duration::from_secs(10), || {
-        let out = run();
+            .unwrap_or_else(|e| panic!("run gpuwarden {args:?}: {e}"));
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         match out.status.success() || !stderr.contains("holds no journal yet") {
             true => Ok(out),

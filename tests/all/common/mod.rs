@@ -98,12 +98,5 @@ pub fn until_ok<T>(what: &str, within: std::time::Duration, mut look: impl FnMut
 
 /// Looks every 200 ms until `look` gives a value, or fails after `within` saying `what`.
 pub fn eventually<T>(what: &str, within: std::time::Duration, mut look: impl FnMut() -> Option<T>) -> T {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        if let Some(found) = look() {
-            return found;
-        }
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    until_ok(what, within, || look().ok_or_else(|| "not yet".to_string()))
 }

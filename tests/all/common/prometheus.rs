@@ -151,10 +151,9 @@ impl Prometheus {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         eventually("a scrape after now", Duration::from_secs(30), || {
-            self.query("timestamp(gpu_up)")
-                .iter()
-                .all(|(_, at)| *at > asked)
-                .then_some(())
+            // Not a failed or empty query, which `all` would take for a yes.
+            let scraped = self.query("timestamp(gpu_up)");
+            (!scraped.is_empty() && scraped.iter().all(|(_, at)| *at > asked)).then_some(())
         });
         // Meant: two of the rules' evaluations (250 ms apart, the config above) after it.
         std::thread::sleep(Duration::from_millis(500));
