@@ -17,10 +17,11 @@ work=$GW_WORK
 gw_build_nvml_loop
 "$work/nvml-loop" 600 0.25 > "$work/loop.log" 2>&1 &
 loop=$!
+# Its own copy, at its defaults, as coordinator-profile.sh runs it.
 cp "$bin" "$work/gpuwarden"
-printf 'listen: 127.0.0.1:9555\nlocal_api:\n  socket: %s/api.sock\nstate:\n  path: %s/state.db\n' "$work" "$work" > "$work/config.yaml"
-"$work/gpuwarden" run --config "$work/config.yaml" > "$work/daemon.log" 2>&1 &
-daemon=$!
+gw_config < /dev/null
+GW_BIN=$work/gpuwarden gw_start
+daemon=$GW_PID
 sleep "${SETTLE:-45}"
 thread_of() { for t in /proc/"$1"/task/*; do [ "$(cat "$t/comm")" = "$2" ] && basename "$t"; done; }
 declare -A tid=([loop]=$(thread_of "$loop" loop-gpu0) [daemon]=$(thread_of "$daemon" poll-gpu0))
