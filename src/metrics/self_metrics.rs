@@ -139,7 +139,7 @@ pub(crate) const FAMILIES: &[Family] = &[
         name: "gpuwarden_journal_write_errors",
         kind: Kind::Counter,
         unit: "",
-        help: "Journal opens and transactions that failed since start (one open every 30 s while it cannot be written); their rows are kept in memory (up to 10,000) and written when the database can be written again.",
+        help: "Journal opens and transactions that failed since start (while it cannot be written an open is tried after 1 s, backing off to every 30 s); their rows are kept in memory (up to 10,000) and written when the database can be written again.",
         labels: &[],
         dcgm: &[],
         read: Read::Node(|snapshot, s| {

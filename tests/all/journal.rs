@@ -275,11 +275,19 @@ fn a_locked_journal_counts_write_errors_and_loses_nothing_once_free() {
     assert!(unhealthy(&m), "health goes on");
     lock.rollback().unwrap();
     drop(other);
-    // The writer tries again within 30 s; the XID seen while locked is written then.
+    // The writer tries again after 1 s, the wait doubling while it fails: a lock held for a few
+    // seconds costs a few seconds more, not the 30 s of the longest wait. The XID seen while
+    // locked is written then.
+    let freed = std::time::Instant::now();
     let rows = eventually("the XID written after the lock", Duration::from_secs(40), || {
         Some(xid_rows(&state)).filter(|rows| !rows.is_empty())
     });
     assert_eq!(rows.len(), 1);
+    assert!(
+        freed.elapsed() < Duration::from_secs(15),
+        "written {:?} after the lock was freed: the back-off starts at 1 s",
+        freed.elapsed()
+    );
     d.scrape_until("journal up again", |m| {
         m.value("gpuwarden_journal_up", &[]) == Some(1.0)
     });

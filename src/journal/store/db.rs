@@ -119,7 +119,7 @@ impl DbError {
             Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => {
                 "another program holds the database's write lock (an open sqlite3 transaction?); end it"
             }
-            _ => "see the error; gpuwarden retries every 30 s",
+            _ => "see the error; gpuwarden tries again, backing off from 1 s to every 30 s",
         }
     }
 }

@@ -2,7 +2,7 @@
 //! and counts that changed, batches for the worker and what their answers mean. No waiting
 //! here: [`crate::journal::writer::task`] runs the batches, a [`Store`] hook shows each published snapshot.
 //! When the database cannot be written (locked, read-only, full disk) it keeps a bounded
-//! backlog, reports itself down, logs once what to do and tries again every 30 s; a corrupt
+//! backlog, reports itself down, logs once what to do and tries again (1 s, doubling to 30 s); a corrupt
 //! file is moved aside and a new one started. Its concerns each have a tracker: the GPUs
 //! ([`crate::journal::writer::gpu_looks`]), the file ([`crate::journal::writer::file_state`]), the XIDs
 //! ([`crate::journal::writer::xid_tally`]), the ports, validations and remediation ([`crate::journal::writer::nic_rows`],
