@@ -2,18 +2,16 @@
 //! service account's bearer token. Eight endpoints are all gpuwarden calls (kube/node.rs,
 //! kube/devices.rs, kube/events.rs), which is why it is this and not kube-rs (README,
 //! "Dependencies"). Like a sink's POST (journal/sinks/webhook.rs), whatever the API server
-//! does costs this client alone and never more than its timeout: connection to answer within
-//! `kubernetes.api.timeout`, at most [`MAX_ANSWER`] bytes of an answer, no redirect followed.
+//! does costs this client alone and never more than its timeout (the one HTTP client,
+//! service/http_client.rs): connection to answer within `kubernetes.api.timeout`, at most
+//! [`MAX_ANSWER`] bytes of an answer, no redirect followed.
 
 use crate::config::{Endpoint, KubeApi};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
+use crate::service::http_client::{Exchange, ExchangeError};
 use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpStream;
 
 /// The most of an answer read: a list of a few thousand nodes' worth, a page at a time.
 pub(crate) const MAX_ANSWER: usize = 8 << 20;
@@ -25,14 +23,8 @@ const MAX_TOKEN: u64 = 16 << 10;
 pub(crate) enum ApiError {
     #[error("{0}")]
     Setup(String),
-    #[error("cannot connect to {0}: {1}")]
-    Connect(String, std::io::Error),
-    #[error("TLS with {0}: {1}")]
-    Tls(String, std::io::Error),
-    #[error("HTTP: {0}")]
-    Http(#[from] hyper::Error),
-    #[error("no answer within {0:?}")]
-    Timeout(Duration),
+    #[error(transparent)]
+    Exchange(#[from] ExchangeError),
     #[error("{method} {path}: the API server answered {status}: {message}")]
     Refused {
         method: Method,
@@ -127,10 +119,7 @@ impl Client {
         body: Option<(&'static str, Vec<u8>)>,
     ) -> Result<Vec<u8>, ApiError> {
         let token = self.token()?;
-        let exchange = self.exchange(method, path, &token, body);
-        tokio::time::timeout(self.timeout, exchange)
-            .await
-            .map_err(|_| ApiError::Timeout(self.timeout))?
+        self.exchange(method, path, &token, body).await
     }
 
     /// The bearer token as the file holds it now: a regular file, at most 16 KB.
@@ -166,31 +155,11 @@ impl Client {
         token: &str,
         body: Option<(&'static str, Vec<u8>)>,
     ) -> Result<Vec<u8>, ApiError> {
-        let endpoint = &self.endpoint;
-        let address = format!("{}:{}", endpoint.host, endpoint.port);
-        let tcp = TcpStream::connect((endpoint.host.as_str(), endpoint.port))
-            .await
-            .map_err(|e| ApiError::Connect(address.clone(), e))?;
-        let _ = tcp.set_nodelay(true);
-        let name = rustls::pki_types::ServerName::try_from(endpoint.host.clone())
-            .map_err(|e| ApiError::Setup(format!("{} is not a TLS server name: {e}", endpoint.host)))?;
-        let stream = tokio_rustls::TlsConnector::from(self.tls.clone())
-            .connect(name, tcp)
-            .await
-            .map_err(|e| ApiError::Tls(address, e))?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        let driver = tokio::spawn(connection);
-        let authority = endpoint.uri.authority().map_or(endpoint.host.as_str(), |a| a.as_str());
         let mut request = Request::builder()
             .method(method.clone())
             .uri(path)
-            .header(hyper::header::HOST, authority)
             .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"))
-            .header(hyper::header::ACCEPT, "application/json")
-            .header(
-                hyper::header::USER_AGENT,
-                concat!("gpuwarden/", env!("CARGO_PKG_VERSION")),
-            );
+            .header(hyper::header::ACCEPT, "application/json");
         let payload = match body {
             Some((content_type, bytes)) => {
                 request = request.header(hyper::header::CONTENT_TYPE, content_type);
@@ -198,33 +167,25 @@ impl Client {
             }
             None => Vec::new(),
         };
-        let request = request
-            .body(Full::new(Bytes::from(payload)))
-            .map_err(|e| ApiError::Setup(format!("the request cannot be made: {e}")))?;
-        let answer = sender.send_request(request).await;
-        let result = match answer {
-            Ok(answer) => {
-                let status = answer.status();
-                let (said, whole) = read_some(answer.into_body()).await;
-                if status.is_success() && whole {
-                    Ok(said)
-                } else if status.is_success() {
-                    Err(ApiError::Setup(format!(
-                        "{method} {path}: the answer is over {MAX_ANSWER} bytes"
-                    )))
-                } else {
-                    Err(ApiError::Refused {
-                        method,
-                        path: path.to_string(),
-                        status,
-                        message: status_message(&said),
-                    })
-                }
-            }
-            Err(e) => Err(ApiError::Http(e)),
+        let exchange = Exchange {
+            endpoint: &self.endpoint,
+            tls: Some(&self.tls),
+            timeout: self.timeout,
+            max_answer: MAX_ANSWER,
         };
-        driver.abort();
-        result
+        let answer = exchange.send(request, payload).await?;
+        match (answer.status.is_success(), answer.whole) {
+            (true, true) => Ok(answer.body),
+            (true, false) => Err(ApiError::Setup(format!(
+                "{method} {path}: the answer is over {MAX_ANSWER} bytes"
+            ))),
+            (false, _) => Err(ApiError::Refused {
+                method,
+                path: path.to_string(),
+                status: answer.status,
+                message: status_message(&answer.body),
+            }),
+        }
     }
 }
 
@@ -236,25 +197,6 @@ fn status_message(said: &[u8]) -> String {
         .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_string))
         .unwrap_or_else(|| String::from_utf8_lossy(said).into_owned());
     crate::input::printable(text.trim()).chars().take(300).collect()
-}
-
-/// Up to [`MAX_ANSWER`] bytes of an answer's body, and whether that was all of it.
-async fn read_some(mut body: hyper::body::Incoming) -> (Vec<u8>, bool) {
-    let mut out = Vec::new();
-    loop {
-        match body.frame().await {
-            Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    if out.len() + data.len() > MAX_ANSWER {
-                        return (out, false);
-                    }
-                    out.extend_from_slice(data);
-                }
-            }
-            Some(Err(_)) => return (out, false),
-            None => return (out, true),
-        }
-    }
 }
 
 /// A path segment or query value as the API takes it: what is not unreserved is %-escaped

@@ -16,7 +16,7 @@
 //! | `cloudevent.rs` | A journal row as a CloudEvents 1.0 event in structured mode (`application/cloudevents+json`; docs/journal.md, "Events out"), and the HMAC-SHA256 signature a... |
 //! | `otlp.rs` | Journal rows as OTLP logs (docs/journal.md, "Events out"): one `ExportLogsServiceRequest` per batch, protobuf over HTTP (`POST /v1/logs`,... |
 //! | `outbox.rs` | The journal's outbox for sinks that take its rows off the node (docs/journal.md, "Events out"): each sink's cursor, the id of the last row it acknowledged,... |
-//! | `webhook.rs` | One POST of one event to a webhook sink (journal/sinks/mod.rs delivers them in order): HTTP/1.1 over TCP, or TLS for `https://`, through hyper's client... |
+//! | `webhook.rs` | One POST of one event to a webhook sink (journal/sinks/mod.rs delivers them in order), through the one HTTP client (service/http_client.rs): whatever the... |
 //! <!-- /files -->
 
 pub(crate) mod cloudevent;
