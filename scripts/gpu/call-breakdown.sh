@@ -21,5 +21,5 @@ echo "threads: $(ls /proc/$pid/task | wc -l)"
 for t in /proc/$pid/task/*; do read -r -a ts < "$t/stat"; echo "  $(cat $t/comm): $(( ts[13]+ts[14] )) ticks since start"; done
 echo "driver time by call over the window (ms per second):"
 join <(sed -E 's/ ([0-9.e+-]+)$/\t\1/' "$GW_OUT/calls-before.txt" | sort) <(sed -E 's/ ([0-9.e+-]+)$/\t\1/' "$GW_OUT/calls-after.txt" | sort) -t $'\t' \
-  | awk -F'\t' -v w="$WINDOW" '{ printf "  %8.3f  %s\n", ($3-$2)*1000/w, $1 }' | sort -rn | head -25
+  | awk -F'\t' -v w="$WINDOW" '{ printf "  %8.3f  %s\n", ($3-$2)*1000/w, $1 }' | sort -rn | sed -n "1,25p"
 gw_stop

@@ -7,7 +7,8 @@
 #   defaults to the harness's)
 # PERF: the perf binary (default: perf on the PATH; one carried over with its libraries works
 # with LD_LIBRARY_PATH). The reports go to the run's results directory.
-# SETTLE (75 s): past the start-up and its page-out.
+# SETTLE (75 s): past the start-up and its page-out. The windows, in seconds: STAT (each perf
+# stat, 30), RECORD (the flat profile, 40), DWARF (the one with call graphs, 60).
 set -euo pipefail
 source "$(dirname "$(readlink -f "$0")")/lib.sh"
 bin=$(readlink -f "${1:-$GW_BIN}")
@@ -27,12 +28,12 @@ coordinator=$(thread poll-coordinato)
 gpu=$(thread poll-gpu0)
 echo "daemon $pid: coordinator thread $coordinator, GPU thread $gpu"
 events=task-clock,context-switches,cpu-migrations,cycles,instructions,cache-misses,L1-icache-load-misses,L1-dcache-load-misses,iTLB-load-misses,dTLB-load-misses
-"$perf" stat -e "$events" -t "$coordinator" -- sleep 30 2> "$out/stat-coordinator.txt"
-"$perf" stat -e "$events" -t "$gpu" -- sleep 30 2> "$out/stat-gpu.txt"
-"$perf" record -e cpu-clock -F 20000 -t "$coordinator" -o "$work/flat.data" -- sleep 40 2> "$out/record-flat.txt"
-"$perf" report -i "$work/flat.data" --sort sym --stdio 2>/dev/null | grep -v '^#' | grep -v '^$' | head -80 > "$out/coordinator-flat.txt"
-"$perf" record -e cpu-clock -F 5000 --call-graph dwarf,8192 -t "$coordinator" -o "$work/dwarf.data" -- sleep 60 2> "$out/record-dwarf.txt"
-"$perf" report -i "$work/dwarf.data" --children --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -100 > "$out/coordinator-children.txt"
+"$perf" stat -e "$events" -t "$coordinator" -- sleep "${STAT:-30}" 2> "$out/stat-coordinator.txt"
+"$perf" stat -e "$events" -t "$gpu" -- sleep "${STAT:-30}" 2> "$out/stat-gpu.txt"
+"$perf" record -e cpu-clock -F 20000 -t "$coordinator" -o "$work/flat.data" -- sleep "${RECORD:-40}" 2> "$out/record-flat.txt"
+"$perf" report -i "$work/flat.data" --sort sym --stdio 2>/dev/null | grep -v '^#' | grep -v '^$' | sed -n '1,80p' > "$out/coordinator-flat.txt"
+"$perf" record -e cpu-clock -F 5000 --call-graph dwarf,8192 -t "$coordinator" -o "$work/dwarf.data" -- sleep "${DWARF:-60}" 2> "$out/record-dwarf.txt"
+"$perf" report -i "$work/dwarf.data" --children --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | sed -n '1,100p' > "$out/coordinator-children.txt"
 echo "log warnings: $(grep -c WARN "$GW_OUT/daemon.log" || true)"
 cat "$out/stat-coordinator.txt" "$out/stat-gpu.txt"
 head -30 "$out/coordinator-flat.txt"

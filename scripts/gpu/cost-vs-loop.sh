@@ -136,5 +136,5 @@ done
 for p in $procs; do
   case $p in loop* | handoff*) continue ;; esac
   echo "$p log warnings: $(grep -c -E 'WARN|ERROR' "$work/$p.log" || true)"
-  grep -E 'WARN|ERROR' "$work/$p.log" | head -5 || true
+  grep -E 'WARN|ERROR' "$work/$p.log" | sed -n 1,5p || true
 done

@@ -7,7 +7,8 @@
 #   defaults to the harness's)
 # STRACE / PERF: the programs (the GPU machine may lack them: carry Debian's with their
 # libraries and set LD_LIBRARY_PATH); NVML_INCLUDE: where nvml.h is. Without PERF the perf
-# steps are left out.
+# steps are left out. The windows, in seconds: SETTLE (45), STAT (perf stat, 60), RECORD (perf
+# record, 120), TRACE (strace -T, 40), STACKS (strace -k, 12).
 set -euo pipefail
 source "$(dirname "$(readlink -f "$0")")/lib.sh"
 bin=$(readlink -f "${1:-$GW_BIN}")
@@ -29,22 +30,22 @@ echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | 
 if [ -n "${PERF:-}" ]; then
   steps=()
   for n in loop daemon; do
-    "$PERF" stat -e task-clock,context-switches,cpu-migrations,page-faults -t "${tid[$n]}" -- sleep 60 2> "$work/stat-$n" &
+    "$PERF" stat -e task-clock,context-switches,cpu-migrations,page-faults -t "${tid[$n]}" -- sleep "${STAT:-60}" 2> "$work/stat-$n" &
     steps+=($!)
   done
   wait "${steps[@]}"
-  for n in loop daemon; do echo "== perf stat, $n's GPU thread, 60 s"; grep -E 'task-clock|switches|migrations|faults' "$work/stat-$n"; done
+  for n in loop daemon; do echo "== perf stat, $n's GPU thread, ${STAT:-60} s"; grep -E 'task-clock|switches|migrations|faults' "$work/stat-$n"; done
   # No hardware counters in a VM: where each thread's time goes, by sampling the CPU clock.
   steps=()
   for n in loop daemon; do
-    "$PERF" record -e cpu-clock -F 20000 -t "${tid[$n]}" -o "$work/$n.data" -- sleep 120 2> /dev/null &
+    "$PERF" record -e cpu-clock -F 20000 -t "${tid[$n]}" -o "$work/$n.data" -- sleep "${RECORD:-120}" 2> /dev/null &
     steps+=($!)
   done
   wait "${steps[@]}"
   for n in loop daemon; do
-    echo "== perf record, $n's GPU thread, 120 s: samples by object, then the top symbols"
-    "$PERF" report -i "$work/$n.data" --sort dso --stdio 2> /dev/null | grep -v '^#' | grep -v '^$' | head -8
-    "$PERF" report -i "$work/$n.data" --sort dso,sym --stdio 2> /dev/null | grep -v '^#' | grep -v '^$' | head -12
+    echo "== perf record, $n's GPU thread, ${RECORD:-120} s: samples by object, then the top symbols"
+    "$PERF" report -i "$work/$n.data" --sort dso --stdio 2> /dev/null | grep -v '^#' | grep -v '^$' | sed -n '1,8p'
+    "$PERF" report -i "$work/$n.data" --sort dso,sym --stdio 2> /dev/null | grep -v '^#' | grep -v '^$' | sed -n '1,12p'
   done
 fi
 # strace ends when timeout interrupts it, with a status that is not an error here.

@@ -24,7 +24,7 @@ gw_stop
 gw_start; gw_wait_metric "$unhealthy" 20 || gw_fail "the restart forgot the XID"
 echo "== restarted, the kernel log empty"; show
 echo "== gpuwarden events --kind xid"; gw_events --kind xid | tee "$GW_OUT/events-xid.txt"
-echo "== gpuwarden report --gpu 0 (head)"; "$GW_BIN" report --state "$GW_STATE" --gpu 0 | head -16
+echo "== gpuwarden report --gpu 0 (head)"; "$GW_BIN" report --state "$GW_STATE" --gpu 0 | sed -n 1,16p
 gw_stop
 echo "00000000-0000-4000-8000-00000000cafe" > "$GW_WORK/boot_id"
 gw_start; echo "== after a reboot (another boot id)"; show
