@@ -75,25 +75,31 @@ impl Exchange<'_> {
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| ExchangeError::Setup(format!("the request cannot be made: {e}")))?;
         let address = format!("{}:{}", endpoint.host, endpoint.port);
+        // Whether it is TLS, and with what, before any connection: an https:// server without
+        // TLS settings is never connected to.
+        let tls = match (endpoint.tls, self.tls) {
+            (true, Some(config)) => Some(config),
+            (true, None) => {
+                return Err(ExchangeError::Setup(format!(
+                    "{address}: an https:// server and no TLS settings"
+                )));
+            }
+            (false, _) => None,
+        };
         let tcp = TcpStream::connect((endpoint.host.as_str(), endpoint.port))
             .await
             .map_err(|e| ExchangeError::Connect(address.clone(), e))?;
         let _ = tcp.set_nodelay(true);
-        match (endpoint.tls, self.tls) {
-            (true, Some(config)) => {
-                let name = rustls::pki_types::ServerName::try_from(endpoint.host.clone())
-                    .map_err(|e| ExchangeError::Setup(format!("{} is not a TLS server name: {e}", endpoint.host)))?;
-                let stream = tokio_rustls::TlsConnector::from(config.clone())
-                    .connect(name, tcp)
-                    .await
-                    .map_err(|e| ExchangeError::Tls(address, e))?;
-                self.request(TokioIo::new(stream), request).await
-            }
-            (true, None) => Err(ExchangeError::Setup(format!(
-                "{address}: an https:// server and no TLS settings"
-            ))),
-            (false, _) => self.request(TokioIo::new(tcp), request).await,
-        }
+        let Some(config) = tls else {
+            return self.request(TokioIo::new(tcp), request).await;
+        };
+        let name = rustls::pki_types::ServerName::try_from(endpoint.host.clone())
+            .map_err(|e| ExchangeError::Setup(format!("{} is not a TLS server name: {e}", endpoint.host)))?;
+        let stream = tokio_rustls::TlsConnector::from(config.clone())
+            .connect(name, tcp)
+            .await
+            .map_err(|e| ExchangeError::Tls(address, e))?;
+        self.request(TokioIo::new(stream), request).await
     }
 
     async fn request<S>(&self, io: S, request: Request<Full<Bytes>>) -> Result<Answer, ExchangeError>
@@ -213,14 +219,19 @@ mod tests {
 
     #[tokio::test]
     async fn an_https_endpoint_without_tls_settings_is_refused_not_spoken_to_in_clear() {
-        let endpoint = Endpoint::parse("https://127.0.0.1:9/hook").unwrap();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
-        let endpoint = Endpoint { port, ..endpoint };
+        let endpoint = Endpoint::parse(&format!("https://127.0.0.1:{port}/hook")).unwrap();
         let error = exchange(&endpoint, 10)
             .send(Request::post("/hook"), Vec::new())
             .await
             .unwrap_err();
         assert!(error.to_string().contains("no TLS settings"), "{error}");
+        let accepted = listener.accept();
+        assert!(
+            matches!(&accepted, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "refused before connecting: {accepted:?}"
+        );
     }
 }
