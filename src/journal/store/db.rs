@@ -104,7 +104,8 @@ impl DbError {
         }
     }
 
-    /// What an operator should do about it, for the log line.
+    /// What an operator should do about it, for the log line (which says the retry itself,
+    /// from the writer's back-off: not repeated here).
     pub fn advice(&self) -> &'static str {
         let code = match self {
             DbError::Sqlite { source, .. } => source.sqlite_error_code(),
@@ -119,7 +120,7 @@ impl DbError {
             Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => {
                 "another program holds the database's write lock (an open sqlite3 transaction?); end it"
             }
-            _ => "see the error; gpuwarden tries again, backing off from 1 s to every 30 s",
+            _ => "see the error",
         }
     }
 }

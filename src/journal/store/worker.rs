@@ -162,7 +162,7 @@ impl Failure {
     fn of_worker(what: String) -> Failure {
         Failure {
             message: format!("the journal worker ({SELF} {SUBCOMMAND}): {what}"),
-            advice: "see the error; gpuwarden tries again, backing off from 1 s to every 30 s".to_string(),
+            advice: "see the error".to_string(),
             corrupt: false,
             moved_aside: None,
         }
