@@ -4,7 +4,8 @@
 # each still runs on a real GPU, not for figures to quote (docs/performance.md's runs use the
 # checks' own windows). Each check goes through scripts/gpu/run.sh (GW_BIN, RESULTS and
 # NVML_INCLUDE as there); a check that would start with under 20 s left is named, not run.
-# TAR=FILE: the results directory packed into FILE at the end (a lease returns few files).
+# TAR=FILE: the results directory packed into FILE after each check (a lease returns few files,
+# and one taken back mid-run still returns what had finished).
 #
 #   BUDGET=380 TAR=$OUT/results.tgz scripts/gpu/quick-set.sh
 set -u
@@ -20,10 +21,14 @@ check() {
   [ "$cap" -lt "$left" ] || cap=$left
   timeout -k 5 "$cap" "$@" > "$RESULTS/console-$(date +%s%N).txt" 2>&1
   status=$?
-  echo "$*: exit $status in $((SECONDS - t0)) s"
+  echo "$*: exit $status in $((SECONDS - t0)) s" | tee -a "$RESULTS/quick-set.txt"
   [ "$status" -eq 0 ] || failed=1
+  pack
 }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+pack() {
+  if [ -n "${TAR:-}" ]; then tar czf "$TAR.part" -C "$RESULTS" . && mv -f "$TAR.part" "$TAR"; fi
+}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$RESULTS/quick-set.txt"
 check 60 env LOAD_SECONDS=8 "$here/run.sh" gpu-smoke
 check 60 env WINDOW=10 WARMUP=5 PASSES=1 "$here/run.sh" footprint
 check 45 env WINDOW=8 "$here/run.sh" call-breakdown
@@ -40,5 +45,5 @@ for d in "$RESULTS"/*/; do
   echo "== $(basename "$d"): exit $(cat "$d/exit" 2>/dev/null)"
   tail -3 "$d/output.txt" 2>/dev/null | cut -c1-300
 done
-[ -z "${TAR:-}" ] || tar czf "$TAR" -C "$RESULTS" .
+pack
 exit "$failed"
