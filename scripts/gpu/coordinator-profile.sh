@@ -13,6 +13,10 @@ set -euo pipefail
 source "$(dirname "$(readlink -f "$0")")/lib.sh"
 bin=$(readlink -f "${1:-$GW_BIN}")
 perf=${PERF:-perf}
+command -v "$perf" > /dev/null || {
+  echo "coordinator-profile: no perf ($perf): install it, or carry one over (scripts/gpu/carry-tools.sh) and set PERF" >&2
+  exit 2
+}
 out=$GW_OUT
 settle=${SETTLE:-75}
 work=$GW_WORK

@@ -14,6 +14,10 @@ source "$(dirname "$(readlink -f "$0")")/lib.sh"
 bin=$(readlink -f "${1:-$GW_BIN}")
 here=$(dirname "$(readlink -f "$0")")
 strace=${STRACE:-strace}
+command -v "$strace" > /dev/null || {
+  echo "gpu-thread-syscalls: no strace ($strace): install it, or carry one over (scripts/gpu/carry-tools.sh) and set STRACE" >&2
+  exit 2
+}
 work=$GW_WORK
 gw_build_nvml_loop
 "$work/nvml-loop" 600 0.25 > "$work/loop.log" 2>&1 &

@@ -7,12 +7,21 @@
 # TAR=FILE: the results directory packed into FILE after each check (a lease returns few files,
 # and one taken back mid-run still returns what had finished).
 #
-#   BUDGET=380 TAR=$OUT/results.tgz scripts/gpu/quick-set.sh
+# TOOLS=FILE: a tarball of scripts/gpu/carry-tools.sh's directory (perf and strace for a GPU
+# machine without them), unpacked here and used for PERF and STRACE.
+#
+#   BUDGET=380 TAR=$OUT/results.tgz TOOLS=target/gpucheck/tools.tar.xz scripts/gpu/quick-set.sh
 set -u
 here=$(dirname "$(readlink -f "$0")")
 export RESULTS=${RESULTS:-results/gpu}
 mkdir -p "$RESULTS"
 end=$((SECONDS + ${BUDGET:-540}))
+if [ -n "${TOOLS:-}" ]; then
+  tools=$(mktemp -d /var/tmp/gw-tools.XXXXXX)
+  trap 'rm -rf "$tools"' EXIT
+  tar xJf "$TOOLS" -C "$tools" || { echo "quick-set: cannot unpack TOOLS=$TOOLS" >&2; exit 2; }
+  export PERF=$tools/bin/perf STRACE=$tools/bin/strace
+fi
 failed=0
 check() {
   local cap=$1 left=$((end - SECONDS)) t0=$SECONDS status
@@ -35,7 +44,7 @@ check 45 env WINDOW=8 "$here/run.sh" call-breakdown
 check 45 env WARMUP=5 "$here/run.sh" rss-breakdown
 check 40 "$here/run.sh" loop-phase-check 10
 check 40 "$here/run.sh" threads-by-design 8 5
-check 60 env SETTLE=10 STAT=5 RECORD=8 TRACE=8 STACKS=5 PERF="$(command -v perf || true)" "$here/run.sh" gpu-thread-syscalls
+check 60 env SETTLE=10 STAT=5 RECORD=8 TRACE=8 STACKS=5 PERF="${PERF:-$(command -v perf || true)}" "$here/run.sh" gpu-thread-syscalls
 check 60 env COPIES=1 SETTLE=10 "$here/run.sh" cost-vs-loop "" 15
 check 40 "$here/run.sh" loop-cpu-check 10
 check 90 env SETTLE=10 STAT=5 RECORD=8 DWARF=8 "$here/run.sh" coordinator-profile
