@@ -39,9 +39,12 @@ lib=$(ls /usr/lib/x86_64-linux-gnu/libnccl.so.2 2>/dev/null || python3 -c 'impor
 echo "NCCL: ${lib:-none found}" > "$out/nccl.txt"
 printf 'probe:\n  nccl_library: "%s"\n' "$lib" > "$out/config.yaml"
 gpus=$(nvidia-smi -L | wc -l)
+failed=0  # a probe that fails fails the check
 if [ "$gpus" -ge 2 ]; then
   "$bin" probe --collective --json --config "$out/config.yaml" > "$out/collective.json" 2> "$out/collective.err"
-  echo "exit $?" >> "$out/collective.err"
+  code=$?
+  echo "exit $code" >> "$out/collective.err"
+  [ "$code" -eq 0 ] || failed=1
   # A file, not stdin: torch.multiprocessing's spawned children import the main script.
   cat > "$out/torch_all_reduce.py" <<'PY'
 import os, sys, time, torch, torch.multiprocessing as mp
@@ -62,7 +65,14 @@ if __name__ == "__main__":
     n = int(sys.argv[1]); mp.spawn(run, args=(n,), nprocs=n)
 PY
   python3 "$out/torch_all_reduce.py" "$gpus" > "$out/torch-all-reduce.txt" 2>&1
+  echo "== all $gpus GPUs: gpuwarden probe --collective, then PyTorch's all-reduce"
+  cat "$out/collective.json" "$out/torch-all-reduce.txt"
 fi
 "$bin" probe --collective --gpus 0 --json --config "$out/config.yaml" > "$out/collective-one.json" 2> "$out/collective-one.err"
-echo "exit $?" >> "$out/collective-one.err"
-"$bin" probe --collective --gpus 0 --config "$out/config.yaml" >> "$out/collective-one.err" 2>&1
+code=$?
+echo "exit $code" >> "$out/collective-one.err"
+[ "$code" -eq 0 ] || failed=1
+echo "== GPU 0 alone: gpuwarden probe --collective --gpus 0 (exit $code)"
+"$bin" probe --collective --gpus 0 --config "$out/config.yaml" 2>&1 | tee -a "$out/collective-one.err"
+cat "$out/nccl.txt"
+exit "$failed"

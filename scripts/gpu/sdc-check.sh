@@ -26,8 +26,13 @@ for i, r in enumerate(runs, 1):
           f"{s['repeats']} repeats ({s['repeats_differing']} differing), side {s['side']}, "
           f"GEMM {t['sustained']/1e12:.0f} TFLOP/s sustained; exact: {exact}; key {s['key']}")
 d1, d2 = (next(t for t in r["tests"] if t["test"] == "sdc")["sdc"] for r in runs)
-print("digests identical across runs:", d1["digest"] == d2["digest"] and d1["parts"] == d2["parts"])
+same = d1["digest"] == d2["digest"] and d1["parts"] == d2["parts"]
+print("digests identical across runs:", same)
 without, with_ = load("probe-without.json"), load("probe-with.json")
 print(f"default probe without sdc: {without['wall_seconds']:.2f} s; with sdc: {with_['wall_seconds']:.2f} s; "
       f"adds {with_['wall_seconds'] - without['wall_seconds']:.2f} s")
+# The check fails on what the canary exists to catch: a run that did not pass, or two runs of
+# the same GPU that disagree.
+passed = all(next(t for t in r["tests"] if t["test"] == "sdc")["pass"] for r in runs)
+sys.exit(0 if same and passed else 1)
 PY
