@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# perf and strace from this machine, each with every library it loads and the loader itself,
+# perf and strace from this machine (amd64), each with every library it loads and the loader itself,
 # packed into FILE (xz; about 9 MiB, where the directory is 35), for a GPU machine that has
 # neither (gpu-thread-syscalls and coordinator-profile need them). Its bin/perf and bin/strace
 # start the copied program through the copied loader, so the GPU machine's own C library does

@@ -7,8 +7,8 @@
 # TAR=FILE: the results directory packed into FILE after each check (a lease returns few files,
 # and one taken back mid-run still returns what had finished).
 #
-# TOOLS=FILE: a tarball of scripts/gpu/carry-tools.sh's directory (perf and strace for a GPU
-# machine without them), unpacked here and used for PERF and STRACE.
+# TOOLS=FILE: the tarball scripts/gpu/carry-tools.sh makes (perf and strace for a GPU machine
+# without them), unpacked here and used for PERF and STRACE.
 #
 #   BUDGET=380 TAR=$OUT/results.tgz TOOLS=target/gpucheck/tools.tar.xz scripts/gpu/quick-set.sh
 set -u
