@@ -5,8 +5,8 @@
 # (docs/performance.md, "Fewer instructions a round, the runtime on one beat").
 #   sudo scripts/gpu/run.sh coordinator-profile [BINARY]     (on the GPU machine; BINARY
 #   defaults to the harness's)
-# PERF: the perf binary (default: perf on the PATH; one carried over with its libraries works
-# with LD_LIBRARY_PATH). The reports go to the run's results directory.
+# PERF: the perf binary (default: perf on the PATH; a GPU machine without one gets this
+# machine's through scripts/gpu/carry-tools.sh). The reports go to the run's results directory.
 # SETTLE (75 s): past the start-up and its page-out. The windows, in seconds: STAT (each perf
 # stat, 30), RECORD (the flat profile, 40), DWARF (the one with call graphs, 60).
 set -euo pipefail

@@ -5,9 +5,9 @@
 # window (docs/performance.md, "The loop asked for other fields").
 #   sudo scripts/gpu/run.sh gpu-thread-syscalls [BINARY]     (on the GPU machine; BINARY
 #   defaults to the harness's)
-# STRACE / PERF: the programs (the GPU machine may lack them: carry Debian's with their
-# libraries and set LD_LIBRARY_PATH); NVML_INCLUDE: where nvml.h is. Without PERF the perf
-# steps are left out. The windows, in seconds: SETTLE (45), STAT (perf stat, 60), RECORD (perf
+# STRACE / PERF: the programs (a GPU machine without them gets this machine's through
+# scripts/gpu/carry-tools.sh); NVML_INCLUDE: where nvml.h is. Without PERF the perf steps are
+# left out. The windows, in seconds: SETTLE (45), STAT (perf stat, 60), RECORD (perf
 # record, 120), TRACE (strace -T, 40), STACKS (strace -k, 12).
 set -euo pipefail
 source "$(dirname "$(readlink -f "$0")")/lib.sh"
